@@ -1,0 +1,206 @@
+"""Can this draft model draft for that target? llama.cpp's compatibility rule, explained.
+
+A draft model's tokens are fed to the target by id, so both must share a tokenizer. The
+rule is llama.cpp's own (``common_speculative_are_compatible`` in common/speculative.cpp
+of the vendored llama.cpp, commit 0c1e57098):
+
+1. same vocabulary type (SPM, BPE, …);
+2. same "add BOS" flag, and the same BOS id when it is added;
+3. same "add EOS" flag, and the same EOS id when it is added;
+4. vocabulary sizes differ by at most 128 (``SPEC_VOCAB_MAX_SIZE_DIFFERENCE``);
+5. identical token text for every id from 5 (``SPEC_VOCAB_CHECK_START_TOKEN_ID``) up to
+   the smaller vocabulary.
+
+Unlike llama.cpp, which stops at the first failure, :func:`check_pair` evaluates every
+rule and reports each with a detail, including the first mismatching token id and both
+texts. The check runs on any :class:`VocabView`: GGUF metadata read without loading a
+model (:mod:`app.catalog.gguf_meta`), or a loaded model (:mod:`app.engine`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+#: llama.cpp: SPEC_VOCAB_MAX_SIZE_DIFFERENCE
+VOCAB_MAX_SIZE_DIFFERENCE = 128
+#: llama.cpp: SPEC_VOCAB_CHECK_START_TOKEN_ID
+VOCAB_CHECK_START_TOKEN_ID = 5
+#: A draft this large relative to the target leaves little to gain (c ≈ size ratio).
+MAX_USEFUL_SIZE_RATIO = 0.5
+
+
+class VocabView(Protocol):
+    """What the pairing rule needs to know about a model's tokenizer."""
+
+    @property
+    def vocab_type(self) -> str:
+        """llama.cpp's vocabulary type name: "SPM", "BPE", "WPM", "UGM", "RWKV", …"""
+
+    @property
+    def n_vocab(self) -> int: ...
+
+    @property
+    def add_bos(self) -> bool: ...
+
+    @property
+    def bos_id(self) -> int | None: ...
+
+    @property
+    def add_eos(self) -> bool: ...
+
+    @property
+    def eos_id(self) -> int | None: ...
+
+    def token_texts(self, start: int, stop: int) -> Sequence[bytes]:
+        """Raw vocabulary entries for ids ``start`` … ``stop - 1``."""
+
+
+@dataclass(frozen=True, slots=True)
+class PairCheck:
+    """One rule of the pairing check. ``rule`` is a stable identifier."""
+
+    rule: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class PairResult:
+    """All rules, in llama.cpp's order. ``compatible`` is True when every rule passed.
+
+    ``warnings`` are not failures: for example a draft that is not much smaller than the
+    target works but cannot be expected to speed anything up.
+    """
+
+    compatible: bool
+    checks: tuple[PairCheck, ...]
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def first_failure(self) -> PairCheck | None:
+        return next((c for c in self.checks if not c.ok), None)
+
+    def reason(self) -> str:
+        """One line for the user: why the pair is incompatible, or "compatible"."""
+        f = self.first_failure
+        return "compatible" if f is None else f"{f.rule}: {f.detail}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "compatible": self.compatible,
+            "checks": [{"rule": c.rule, "ok": c.ok, "detail": c.detail} for c in self.checks],
+            "warnings": list(self.warnings),
+        }
+
+
+def _show(text: bytes) -> str:
+    return repr(text.decode("utf-8", "replace"))
+
+
+def check_pair(
+    target: VocabView,
+    draft: VocabView,
+    *,
+    target_size: int | None = None,
+    draft_size: int | None = None,
+) -> PairResult:
+    """Check whether ``draft`` can draft for ``target``, rule by rule.
+
+    Args:
+        target, draft: the two tokenizers.
+        target_size, draft_size: file sizes in bytes, used only for the "no speedup to
+            expect" warning (a draft larger than half the target).
+
+    Returns:
+        A :class:`PairResult` listing every rule with passed/failed and a detail.
+    """
+    checks: list[PairCheck] = []
+
+    same_type = target.vocab_type == draft.vocab_type
+    checks.append(
+        PairCheck(
+            "vocab_type",
+            same_type,
+            f"target {target.vocab_type}, draft {draft.vocab_type}"
+            + ("" if same_type else " (tokenizers of different kinds)"),
+        )
+    )
+
+    for name, t_add, d_add, t_id, d_id in (
+        ("bos", target.add_bos, draft.add_bos, target.bos_id, draft.bos_id),
+        ("eos", target.add_eos, draft.add_eos, target.eos_id, draft.eos_id),
+    ):
+        ok = t_add == d_add and (not t_add or t_id == d_id)
+        detail = f"add_{name}: target {t_add}, draft {d_add}"
+        if t_add or d_add:
+            detail += f"; {name.upper()} id: target {t_id}, draft {d_id}"
+        checks.append(PairCheck(f"{name}_token", ok, detail))
+
+    diff = abs(target.n_vocab - draft.n_vocab)
+    checks.append(
+        PairCheck(
+            "vocab_size",
+            diff <= VOCAB_MAX_SIZE_DIFFERENCE,
+            f"target {target.n_vocab}, draft {draft.n_vocab}: difference {diff}"
+            f" (at most {VOCAB_MAX_SIZE_DIFFERENCE} allowed)",
+        )
+    )
+
+    n_common = min(target.n_vocab, draft.n_vocab)
+    mismatch = _first_text_mismatch(target, draft, n_common)
+    if mismatch is None:
+        checks.append(
+            PairCheck(
+                "token_text",
+                True,
+                f"ids {VOCAB_CHECK_START_TOKEN_ID}..{max(VOCAB_CHECK_START_TOKEN_ID, n_common) - 1}"
+                " have identical text",
+            )
+        )
+    else:
+        tid, t_text, d_text = mismatch
+        checks.append(
+            PairCheck(
+                "token_text",
+                False,
+                f"token {tid} differs: target {_show(t_text)}, draft {_show(d_text)}",
+            )
+        )
+
+    warnings: list[str] = []
+    if target_size and draft_size and draft_size > MAX_USEFUL_SIZE_RATIO * target_size:
+        warnings.append(
+            f"The draft is {draft_size / target_size:.0%} of the target's size: each draft"
+            " step costs nearly as much as a target step, so expect no speedup."
+        )
+    return PairResult(all(c.ok for c in checks), tuple(checks), tuple(warnings))
+
+
+def _first_text_mismatch(
+    target: VocabView, draft: VocabView, n_common: int, block: int = 8192
+) -> tuple[int, bytes, bytes] | None:
+    start = VOCAB_CHECK_START_TOKEN_ID
+    while start < n_common:
+        stop = min(n_common, start + block)
+        t_texts = target.token_texts(start, stop)
+        d_texts = draft.token_texts(start, stop)
+        if t_texts != d_texts:
+            for i, (a, b) in enumerate(zip(t_texts, d_texts)):
+                if a != b:
+                    return start + i, a, b
+        start = stop
+    return None
+
+
+def estimate_draft_cost_ratio(target_size: int, draft_size: int) -> float:
+    """c ≈ draft bytes / target bytes.
+
+    Decoding one token is memory-bandwidth bound on both GPUs and CPUs, so the time of a
+    step scales with the bytes of weights read; the size ratio of the two GGUF files is a
+    first estimate of c until it is measured.
+    """
+    if target_size <= 0:
+        raise ValueError("target size must be positive")
+    return draft_size / target_size

@@ -1,0 +1,135 @@
+"""Chat messages → prompt tokens, through the model's own chat template.
+
+The template is the GGUF's ``tokenizer.chat_template`` (a Jinja template written for
+Hugging Face transformers). It is untrusted input, so it is rendered only in Jinja's
+:class:`~jinja2.sandbox.ImmutableSandboxedEnvironment`. A base model without a template
+gets :data:`FALLBACK_TEMPLATE`, a plain "User:/Assistant:" transcript whose turns end at
+the stop string ``"\\nUser:"``. Whatever the template does with ``bos_token``, the token
+sequence starts with exactly one BOS when the vocabulary adds one.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from app.engine.llama import LlamaModel
+from app.errors import TandemError
+
+Role = Literal["system", "user", "assistant"]
+
+#: The transcript used when a GGUF has no chat template (base models).
+FALLBACK_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m.role == 'system' %}{{ m.content }}\n\n"
+    "{% elif m.role == 'user' %}User: {{ m.content }}\n"
+    "{% else %}Assistant: {{ m.content }}\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+FALLBACK_STOP = ("\nUser:",)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    role: Role
+    content: str
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return _dt.datetime.now().strftime(fmt)
+
+
+class ChatFormat:
+    """Renders a conversation with a model's chat template and tokenizes it.
+
+    Args:
+        model: the target model (its template, BOS/EOS tokens and tokenizer are used).
+
+    Attributes:
+        uses_fallback: True when the GGUF has no template and the plain transcript is used.
+        stop: stop strings implied by the format (only the fallback has any).
+    """
+
+    def __init__(self, model: LlamaModel) -> None:
+        self.model = model
+        self.uses_fallback = not model.chat_template
+        source = model.chat_template or FALLBACK_TEMPLATE
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = _raise_exception
+        env.globals["strftime_now"] = _strftime_now
+        try:
+            self._template = env.from_string(source)
+        except TemplateError as exc:
+            raise TandemError(f"The model's chat template is not valid Jinja: {exc}") from exc
+        self.stop: tuple[str, ...] = FALLBACK_STOP if self.uses_fallback else ()
+        self._bos_text = model.token_text(model.bos).decode("utf-8", "replace") if model.bos >= 0 else ""
+        self._eos_text = model.token_text(model.eos).decode("utf-8", "replace") if model.eos >= 0 else ""
+
+    def render(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> str:
+        """The prompt text for ``messages``.
+
+        Some templates reject a system message (older Gemma templates raise "System role
+        not supported"); then the system text is folded into the first user message.
+
+        Raises:
+            TandemError: the template failed for another reason (its message is shown).
+        """
+        msgs = [{"role": m.role, "content": m.content} for m in messages]
+        try:
+            return self._render(msgs, add_generation_prompt)
+        except TemplateError as exc:
+            if msgs and msgs[0]["role"] == "system" and len(msgs) > 1:
+                system = msgs[0]["content"]
+                rest = [dict(m) for m in msgs[1:]]
+                for m in rest:
+                    if m["role"] == "user":
+                        m["content"] = f"{system}\n\n{m['content']}"
+                        break
+                try:
+                    return self._render(rest, add_generation_prompt)
+                except TemplateError:
+                    pass
+            raise TandemError(f"The model's chat template failed: {exc}") from exc
+
+    def _render(self, msgs: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        return self._template.render(
+            messages=msgs,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self._bos_text,
+            eos_token=self._eos_text,
+        )
+
+    def tokenize(self, messages: Sequence[ChatMessage]) -> list[int]:
+        """Prompt tokens for ``messages``, ending where the assistant's reply begins."""
+        return with_single_bos(
+            self.model,
+            self.model.tokenize(self.render(messages), add_special=False, parse_special=True),
+        )
+
+
+def with_single_bos(model: LlamaModel, tokens: Sequence[int]) -> list[int]:
+    """``tokens`` with any leading BOS removed and exactly one added when the vocab adds BOS."""
+    out = list(tokens)
+    if model.bos >= 0:
+        i = 0
+        while i < len(out) and out[i] == model.bos:
+            i += 1
+        out = out[i:]
+        if model.add_bos:
+            out.insert(0, model.bos)
+    return out
+
+
+def tokenize_plain(model: LlamaModel, text: str) -> list[int]:
+    """A raw completion prompt: the text as is (no special-token parsing), one BOS."""
+    return with_single_bos(model, model.tokenize(text, add_special=True, parse_special=False))

@@ -1,0 +1,201 @@
+"""Drafters: anything that proposes the next k tokens for the target to verify.
+
+* :class:`DraftModelDrafter` runs a small model with the target's tokenizer greedily on
+  its own llama.cpp context, stops early when its top-token probability falls below
+  ``draft_p_min``, and keeps its KV cache in step with the accepted prefix: each round it
+  evaluates only the tokens it has not seen (the target's correction or bonus token),
+  across rounds and across chat turns.
+* :class:`PromptLookupDrafter` needs no model: it finds the most recent earlier
+  occurrence of the last n tokens (n from ``ngram_max`` down to ``ngram_min``) in the
+  prompt plus the reply so far and proposes what followed it (Saxena 2023, "Prompt
+  Lookup Decoding"; llama.cpp's ``lookup`` example). It shines when the reply repeats
+  its input, as in code editing.
+
+Plain decoding is the same loop with no drafter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from app.engine.llama import LlamaContext, LlamaModel
+from app.engine.sampling import top_probability
+
+
+class Drafter(Protocol):
+    """Proposes draft tokens. Implementations keep any state they need between calls."""
+
+    #: "draft-model" or "prompt-lookup"
+    kind: str
+    #: forward passes the drafter has run so far (0 for drafters without a model)
+    forward_passes: int
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        """A reply starts after ``prompt`` (all its tokens; the last is not yet decoded).
+
+        Called during the prefill; a draft model evaluates the prompt here so that its
+        prefill time is not charged to drafting.
+        """
+
+    def draft(self, context: Sequence[int], n_max: int) -> list[int]:
+        """Propose up to ``n_max`` tokens to follow ``context``.
+
+        Args:
+            context: every token of the sequence so far; the last one is the token the
+                target will evaluate next. Between calls it only grows by what the
+                target accepted, except across replies (then :meth:`begin` is called).
+            n_max: the most tokens to propose (already capped by max_tokens and n_ctx).
+        """
+
+    def close(self) -> None:
+        """Free native resources. Idempotent."""
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class DraftModelDrafter:
+    """Greedy drafting with a second GGUF model that shares the target's tokenizer.
+
+    Args:
+        model: the draft model (checked compatible with the target by the caller).
+        ctx: its context; ``n_ctx`` at least the target's.
+        p_min: stop drafting when the draft's top-token probability falls below this
+            (llama.cpp's ``--draft-p-min``); 0 disables the check.
+    """
+
+    kind = "draft-model"
+
+    def __init__(self, model: LlamaModel, ctx: LlamaContext, p_min: float = 0.0) -> None:
+        self.model = model
+        self.ctx = ctx
+        self.p_min = p_min
+        self.forward_passes = 0
+        self._kv: list[int] = []  # tokens held in the draft KV cache, positions 0..len-1
+
+    def _sync(self, tokens: Sequence[int], need_logits: bool) -> None:
+        """Make the draft KV cache hold exactly ``tokens``; logits for the last if asked."""
+        keep = common_prefix_length(self._kv, tokens)
+        if need_logits and keep == len(tokens):
+            keep -= 1  # re-evaluate the last token to get its logits
+        keep = max(keep, 0)
+        if keep < len(self._kv):
+            if not self.ctx.seq_rm(keep, -1):
+                self.ctx.clear()
+                keep = 0
+            elif keep > 0 and self.model.n_swa > 0:
+                # A sliding-window cache may already have dropped positions the next
+                # token must attend to; then only a full re-evaluation is correct.
+                if self.ctx.pos_min() > max(0, keep - self.model.n_swa):
+                    self.ctx.clear()
+                    keep = 0
+        del self._kv[keep:]
+        todo = list(tokens[keep:])
+        if todo:
+            self.ctx.decode(todo, keep, logits="last" if need_logits else "none")
+            self._kv.extend(todo)
+            self.forward_passes += 1
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        passes = self.forward_passes
+        self._sync(prompt[:-1], need_logits=False)
+        self.forward_passes = passes  # the prompt prefill is not a draft step
+
+    def draft(self, context: Sequence[int], n_max: int) -> list[int]:
+        if n_max <= 0:
+            return []
+        room = self.ctx.n_ctx - len(context)
+        n_max = min(n_max, room)
+        if n_max <= 0:
+            return []
+        self._sync(context, need_logits=True)
+        out: list[int] = []
+        while True:
+            logits = self.ctx.logits(-1)
+            if self.p_min > 0.0:
+                tok, p = top_probability(logits)
+                if p < self.p_min:
+                    break
+            else:
+                tok = int(logits.argmax())
+            out.append(tok)
+            if len(out) >= n_max:
+                break  # the last draft token is evaluated next round if accepted
+            self.ctx.decode([tok], len(self._kv), logits="last")
+            self._kv.append(tok)
+            self.forward_passes += 1
+        return out
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+class PromptLookupDrafter:
+    """Draft by n-gram lookup over the prompt and the reply so far (no model).
+
+    Args:
+        ngram_min, ngram_max: n-gram sizes tried, longest first (1 ≤ min ≤ max).
+
+    An index from n-gram to the most recent start position that has a continuation is
+    kept and extended incrementally, so a lookup costs O(ngram_max) dictionary probes.
+    """
+
+    kind = "prompt-lookup"
+
+    def __init__(self, ngram_min: int = 2, ngram_max: int = 4) -> None:
+        if not 1 <= ngram_min <= ngram_max:
+            raise ValueError(f"need 1 <= ngram_min <= ngram_max, got {ngram_min}, {ngram_max}")
+        self.ngram_min = ngram_min
+        self.ngram_max = ngram_max
+        self.forward_passes = 0
+        self._tokens: list[int] = []
+        self._index: dict[tuple[int, ...], int] = {}
+        self._indexed_upto = 0  # n-grams whose continuation starts before this are indexed
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self._tokens = list(prompt)
+        self._index.clear()
+        self._indexed_upto = 0
+
+    def _extend(self, context: Sequence[int]) -> None:
+        n_old = len(self._tokens)
+        if len(context) < n_old or (n_old and context[n_old - 1] != self._tokens[-1]):
+            self.begin(context)
+        elif len(context) > n_old:
+            self._tokens.extend(context[n_old:])
+        toks = self._tokens
+        # Index every n-gram that ends before the last token, so that it has at least one
+        # continuation token and is never the pattern being looked up itself.
+        end_limit = len(toks) - 1
+        for end in range(self._indexed_upto, end_limit):
+            for n in range(self.ngram_min, self.ngram_max + 1):
+                start = end - n + 1
+                if start < 0:
+                    break
+                self._index[tuple(toks[start : end + 1])] = start
+        self._indexed_upto = max(self._indexed_upto, end_limit)
+
+    def draft(self, context: Sequence[int], n_max: int) -> list[int]:
+        if n_max <= 0:
+            return []
+        self._extend(context)
+        toks = self._tokens
+        for n in range(self.ngram_max, self.ngram_min - 1, -1):
+            if n > len(toks):
+                continue
+            start = self._index.get(tuple(toks[-n:]))
+            if start is not None:
+                cont = toks[start + n : start + n + n_max]
+                if cont:
+                    return list(cont)
+        return []
+
+    def close(self) -> None:
+        self._index.clear()

@@ -1,0 +1,60 @@
+"""Events yielded by :meth:`app.engine.session.Session.generate`.
+
+Small frozen dataclasses, so the UI can pass them across threads as signal payloads and
+the CLI can print them. Times are seconds since the request started
+(``time.perf_counter`` based).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from app.engine.stats import SpecStats
+
+FinishReason = Literal["stop", "length", "cancelled"]
+"""``stop``: an end-of-generation token or a stop string; ``length``: max_tokens or the
+context window was reached; ``cancelled``: the cancel event was set."""
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """Final text released by the stream (after UTF-8 and stop-string hold-back).
+
+    ``from_draft``: the text came from accepted draft tokens (the chat view can tint it).
+    ``t``: when it was released. ``n_tokens``: reply tokens emitted so far.
+    """
+
+    text: str
+    from_draft: bool
+    t: float
+    n_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatsUpdate:
+    """A statistics snapshot, yielded at most every ``stats_interval`` seconds."""
+
+    stats: SpecStats
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The reply is complete. Always the last event of a generation.
+
+    ``token_ids``: the reply's tokens (no end-of-generation token). ``token_times``: when
+    each was sampled, seconds since the request started. ``seed``: the seed actually used.
+    ``note``: a sentence for the user when something noteworthy happened (for example the
+    context window filled up, or speculation fell back to plain decoding).
+    """
+
+    reason: FinishReason
+    text: str
+    token_ids: tuple[int, ...]
+    token_times: tuple[float, ...]
+    stats: SpecStats
+    seed: int
+    note: str | None = None
+
+
+Event = TextDelta | StatsUpdate | Finished

@@ -1,0 +1,498 @@
+"""Owning wrappers over llama-cpp-python's low-level ctypes API (model, context, batch).
+
+This is the only module that touches ``llama_cpp`` directly. It loads a GGUF with a
+progress callback that can cancel, creates a context, decodes batches with logits only
+where asked, exposes logits as NumPy views (no copies, nothing of size
+n_ctx × n_vocab), removes KV-cache ranges, and frees every native handle exactly once on
+``close()``. ``llama_cpp`` is imported lazily so that ``import app`` stays fast.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from app.errors import ContextOverflowError, LoadCancelledError, ModelLoadError, TandemError
+
+log = logging.getLogger(__name__)
+
+_lib: ModuleType | None = None
+_lib_lock = threading.Lock()
+_log_callback: Any = None  # kept alive for the life of the process
+_recent_native_errors: list[str] = []
+
+#: llama.cpp's vocabulary types (``enum llama_vocab_type`` in llama.h).
+VOCAB_TYPE_NAMES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
+
+
+def lib() -> ModuleType:
+    """Import ``llama_cpp`` once, initialise the backend and route its log to ``logging``.
+
+    llama.cpp writes every loader line to stderr by default; here warnings and errors go
+    to the ``app.engine.llama`` logger, and the last few errors are kept so that a failed
+    load can say *why* (for example "tensor data is not within the file bounds").
+
+    Raises:
+        ModelLoadError: llama-cpp-python is not installed or its library cannot load.
+    """
+    global _lib, _log_callback
+    if _lib is not None:
+        return _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        try:
+            import llama_cpp
+        except Exception as exc:  # ImportError, or OSError from a broken shared library
+            raise ModelLoadError(
+                f"llama-cpp-python could not be imported ({exc}); run packaging/install.sh"
+            ) from exc
+
+        @llama_cpp.llama_log_callback  # type: ignore[misc]
+        def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+            # enum ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 continuation.
+            if level in (3, 4) and text:
+                msg = text.decode("utf-8", "replace").rstrip()
+                _recent_native_errors.append(msg)
+                del _recent_native_errors[:-8]
+                log.log(logging.WARNING if level == 3 else logging.ERROR, "llama.cpp: %s", msg)
+
+        _log_callback = _on_log
+        llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        _lib = llama_cpp
+        return _lib
+
+
+def supports_gpu_offload() -> bool:
+    """Whether this llama.cpp build can put layers on a GPU (CUDA, Metal, Vulkan…)."""
+    return bool(lib().llama_supports_gpu_offload())
+
+
+def system_info() -> str:
+    """llama.cpp's own one-line description of the compiled backends and CPU features."""
+    raw = lib().llama_print_system_info()
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+
+
+def _take_native_errors() -> str:
+    """The distinct, informative native errors logged since the last call, joined."""
+    parts: list[str] = []
+    for raw in _recent_native_errors:
+        msg = raw
+        # "llama_model_load: error loading model: tensor … is not within the file bounds"
+        for sep in ("error loading model: ", ": "):
+            if sep in msg:
+                msg = msg.split(sep, 1)[1]
+                break
+        if msg.startswith(("failed to load model", "llama_model_loader: failed to load")):
+            continue
+        if msg and msg not in parts:
+            parts.append(msg)
+    _recent_native_errors.clear()
+    return "; ".join(parts)
+
+
+ProgressCallback = Callable[[float], bool]
+"""Called with load progress in [0, 1]; return False to cancel loading."""
+
+
+class LlamaModel:
+    """A loaded GGUF model (weights and vocabulary).
+
+    Args:
+        path: the GGUF file (for a split model, part 1: ``…-00001-of-0000N.gguf``).
+        n_gpu_layers: layers to offload; ``None`` means all layers when the build supports
+            GPU offload (CUDA/Metal), else 0.
+        use_mmap: memory-map the weights (fast start, shared page cache).
+        progress: called with progress 0..1 from the loading thread; returning False
+            cancels the load.
+        vocab_only: load only the vocabulary (for tokenizer work and pairing checks).
+
+    Raises:
+        ModelLoadError: the file is missing, not a GGUF, corrupt, or does not fit in memory.
+        LoadCancelledError: ``progress`` returned False.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        n_gpu_layers: int | None = None,
+        use_mmap: bool = True,
+        progress: ProgressCallback | None = None,
+        vocab_only: bool = False,
+    ) -> None:
+        self._ptr: Any = None
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ModelLoadError(f"Model file not found: {self.path}")
+        # llama.cpp's own loader rejects truncated files, absurd counts, lengths and
+        # offsets without crashing (tests/engine/test_malformed.py); we only add a clear
+        # message for the commonest mistake, a file that is not a GGUF at all.
+        with open(self.path, "rb") as fh:
+            magic = fh.read(4)
+        if magic != b"GGUF":
+            raise ModelLoadError(f"{self.path.name} is not a GGUF file (it does not start with 'GGUF').")
+
+        L = lib()
+        params = L.llama_model_default_params()
+        if n_gpu_layers is None:
+            n_gpu_layers = -1 if supports_gpu_offload() else 0
+        params.n_gpu_layers = n_gpu_layers
+        params.load_mode = 1 if use_mmap else 0  # LLAMA_LOAD_MODE_MMAP / _NONE
+        params.vocab_only = vocab_only
+        self.n_gpu_layers_requested = n_gpu_layers
+        cancelled = False
+        callback_error: list[BaseException] = []
+        cb: Any = None
+        if progress is not None:
+
+            def _progress(value: float, _user: ctypes.c_void_p) -> bool:
+                nonlocal cancelled
+                try:
+                    keep_going = bool(progress(float(value)))
+                except BaseException as exc:  # never let Python unwind through C
+                    callback_error.append(exc)
+                    keep_going = False
+                cancelled = cancelled or not keep_going
+                return keep_going
+
+            cb = L.llama_progress_callback(_progress)
+            params.progress_callback = cb
+        _take_native_errors()
+        ptr = L.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
+        del cb
+        if callback_error:
+            if ptr:
+                L.llama_model_free(ptr)
+            raise callback_error[0]
+        if not ptr:
+            if cancelled:
+                raise LoadCancelledError(f"Loading {self.path.name} was cancelled.")
+            why = _take_native_errors() or "llama.cpp could not load it"
+            raise ModelLoadError(
+                f"Could not load {self.path.name}: {why}. The file may be truncated or "
+                "corrupt, or not enough memory is free."
+            )
+        self._ptr = ptr
+        self._vocab = L.llama_model_get_vocab(ptr)
+        self.n_vocab: int = int(L.llama_vocab_n_tokens(self._vocab))
+        self.vocab_type: int = int(L.llama_vocab_type(self._vocab))
+        self.bos: int = int(L.llama_vocab_bos(self._vocab))
+        self.eos: int = int(L.llama_vocab_eos(self._vocab))
+        self.add_bos: bool = bool(L.llama_vocab_get_add_bos(self._vocab))
+        self.add_eos: bool = bool(L.llama_vocab_get_add_eos(self._vocab))
+        self.n_layer: int = int(L.llama_model_n_layer(ptr))
+        self.n_ctx_train: int = int(L.llama_model_n_ctx_train(ptr))
+        self.n_swa: int = int(L.llama_model_n_swa(ptr))
+        self.n_params: int = int(L.llama_model_n_params(ptr))
+        self.size_bytes: int = int(L.llama_model_size(ptr))
+        self.is_recurrent: bool = bool(L.llama_model_is_recurrent(ptr)) or bool(
+            L.llama_model_is_hybrid(ptr)
+        )
+        self.has_encoder: bool = bool(L.llama_model_has_encoder(ptr))
+        buf = ctypes.create_string_buffer(256)
+        n = L.llama_model_desc(ptr, buf, len(buf))
+        self.description: str = buf.raw[: max(0, n)].decode("utf-8", "replace")
+        tmpl = L.llama_model_chat_template(ptr, None)
+        self.chat_template: str | None = tmpl.decode("utf-8", "replace") if tmpl else None
+        self._piece_cache: dict[int, bytes] = {}
+        self._eog_cache: dict[int, bool] = {}
+
+    # -- metadata -------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as a string (for example ``general.name``), or None."""
+        L = lib()
+        buf = ctypes.create_string_buffer(1024)
+        n = L.llama_model_meta_val_str(self._require(), key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        return buf.value.decode("utf-8", "replace")
+
+    @property
+    def name(self) -> str:
+        return self.meta("general.name") or self.path.stem
+
+    # -- vocabulary -----------------------------------------------------------------
+    def token_to_piece(self, token: int) -> bytes:
+        """The bytes a token stands for in output text (control tokens render as empty).
+
+        Pieces can be incomplete UTF-8 (byte-fallback tokens); join bytes before decoding.
+        """
+        piece = self._piece_cache.get(token)
+        if piece is None:
+            L = lib()
+            buf = ctypes.create_string_buffer(64)
+            n = L.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = L.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+            piece = buf.raw[:n]
+            self._piece_cache[token] = piece
+        return piece
+
+    def token_text(self, token: int) -> bytes:
+        """The raw vocabulary entry of a token (``llama_vocab_get_text``)."""
+        return bytes(lib().llama_vocab_get_text(self._vocab, token) or b"")
+
+    def is_eog(self, token: int) -> bool:
+        """Whether the token ends generation (EOS, EOT, <end_of_turn>, <|im_end|>…)."""
+        v = self._eog_cache.get(token)
+        if v is None:
+            v = bool(lib().llama_vocab_is_eog(self._vocab, token))
+            self._eog_cache[token] = v
+        return v
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """Text → token ids.
+
+        Args:
+            add_special: let the vocabulary add its BOS/EOS as it is configured to.
+            parse_special: turn spelled-out control tokens (``<start_of_turn>``) into
+                their ids; only for text that we (or the chat template) produced.
+        """
+        L = lib()
+        raw = text.encode("utf-8")
+        cap = len(raw) + 8
+        arr = (L.llama_token * cap)()
+        n = L.llama_tokenize(self._vocab, raw, len(raw), arr, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            arr = (L.llama_token * cap)()
+            n = L.llama_tokenize(self._vocab, raw, len(raw), arr, cap, add_special, parse_special)
+        if n < 0:
+            raise TandemError("The text could not be tokenized.")
+        return list(arr[:n])
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """Token ids → text, joining bytes first so multi-byte characters survive."""
+        return b"".join(self.token_to_piece(t) for t in tokens).decode("utf-8", "replace")
+
+    # -- lifetime -------------------------------------------------------------------
+    def _require(self) -> Any:
+        if self._ptr is None:
+            raise TandemError("The model has been closed.")
+        return self._ptr
+
+    @property
+    def ptr(self) -> Any:
+        return self._require()
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    def close(self) -> None:
+        """Free the weights. Idempotent; contexts made from this model must be closed first."""
+        if self._ptr is not None:
+            lib().llama_model_free(self._ptr)
+            self._ptr = None
+
+    def __enter__(self) -> LlamaModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # last resort; close() is the deterministic path
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+LogitsRequest = Literal["last", "all", "none"]
+
+
+class LlamaContext:
+    """A llama.cpp context (KV cache + compute buffers) for one sequence (seq_id 0).
+
+    Args:
+        model: the loaded model; must outlive this context.
+        n_ctx: context window in tokens.
+        n_batch: the most tokens submitted in one ``llama_decode`` call.
+        n_threads: CPU threads for single-token decoding (None: llama.cpp's default).
+        n_threads_batch: CPU threads for prompt processing (None: same as n_threads).
+
+    Raises:
+        ModelLoadError: llama.cpp could not create the context (usually out of memory).
+    """
+
+    def __init__(
+        self,
+        model: LlamaModel,
+        *,
+        n_ctx: int,
+        n_batch: int = 512,
+        n_threads: int | None = None,
+        n_threads_batch: int | None = None,
+    ) -> None:
+        self._ptr: Any = None
+        self._batch: Any = None
+        L = lib()
+        self.model = model
+        params = L.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = n_batch
+        params.n_ubatch = min(n_batch, 512)
+        if n_threads is not None:
+            params.n_threads = n_threads
+            params.n_threads_batch = n_threads_batch or n_threads
+        elif n_threads_batch is not None:
+            params.n_threads_batch = n_threads_batch
+        params.no_perf = True
+        _take_native_errors()
+        ptr = L.llama_init_from_model(model.ptr, params)
+        if not ptr:
+            why = _take_native_errors() or "out of memory?"
+            raise ModelLoadError(f"Could not create a context of {n_ctx} tokens: {why}")
+        self._ptr = ptr
+        self.n_ctx: int = int(L.llama_n_ctx(ptr))
+        self.n_batch: int = int(L.llama_n_batch(ptr))
+        self.n_threads: int = int(L.llama_n_threads(ptr))
+        self._mem = L.llama_get_memory(ptr)
+        self._batch = L.llama_batch_init(self.n_batch, 0, 1)
+        self._n_vocab = model.n_vocab
+        self._float_ptr = ctypes.POINTER(ctypes.c_float)
+
+    @property
+    def ptr(self) -> Any:
+        if self._ptr is None:
+            raise TandemError("The context has been closed.")
+        return self._ptr
+
+    def decode(
+        self,
+        tokens: Sequence[int],
+        pos0: int,
+        *,
+        logits: LogitsRequest = "last",
+        should_stop: Callable[[], bool] | None = None,
+    ) -> bool:
+        """Evaluate ``tokens`` at positions ``pos0, pos0+1, …`` on sequence 0.
+
+        Args:
+            tokens: token ids; split into chunks of ``n_batch`` when longer.
+            logits: ``"last"`` — logits for the final token only (prefill); ``"all"`` —
+                for every token, read back with :meth:`logits` by index into ``tokens``
+                (verification; requires ``len(tokens) <= n_batch``); ``"none"``.
+            should_stop: checked between chunks; when it returns True the remaining chunks
+                are skipped and False is returned.
+
+        Returns:
+            True when every token was evaluated.
+
+        Raises:
+            ContextOverflowError: the tokens do not fit in the context window.
+            TandemError: llama.cpp reported an error while decoding.
+        """
+        n = len(tokens)
+        if n == 0:
+            return True
+        if pos0 + n > self.n_ctx:
+            raise ContextOverflowError(
+                f"{pos0 + n} tokens do not fit in the context window of {self.n_ctx} tokens."
+            )
+        if logits == "all" and n > self.n_batch:
+            raise ValueError("logits='all' needs len(tokens) <= n_batch")
+        L = lib()
+        b = self._batch
+        ptr = self.ptr
+        start = 0
+        while start < n:
+            if should_stop is not None and start > 0 and should_stop():
+                return False
+            chunk = tokens[start : start + self.n_batch]
+            m = len(chunk)
+            last_chunk = start + m == n
+            tok, pos, nseq, seq, out = b.token, b.pos, b.n_seq_id, b.seq_id, b.logits
+            for i, t in enumerate(chunk):
+                tok[i] = t
+                pos[i] = pos0 + start + i
+                nseq[i] = 1
+                seq[i][0] = 0
+                out[i] = 1 if logits == "all" else 0
+            if logits == "last" and last_chunk:
+                out[m - 1] = 1
+            b.n_tokens = m
+            rc = L.llama_decode(ptr, b)
+            if rc != 0:
+                if rc == 1:
+                    raise ContextOverflowError(
+                        "The context window is full (no KV-cache slot for the batch)."
+                    )
+                why = _take_native_errors()
+                raise TandemError(f"llama_decode failed with status {rc}. {why}".strip())
+            start += m
+        return True
+
+    def logits(self, index: int) -> npt.NDArray[np.float32]:
+        """Logits for output ``index`` of the last decode (-1: the last token), shape (n_vocab,).
+
+        A view into llama.cpp's buffer, valid until the next ``decode``; no copy is made.
+        """
+        p = lib().llama_get_logits_ith(self.ptr, index)
+        if not p:
+            raise TandemError(f"No logits were computed for batch index {index}.")
+        return np.ctypeslib.as_array(ctypes.cast(p, self._float_ptr), shape=(self._n_vocab,))
+
+    def seq_rm(self, p0: int, p1: int = -1) -> bool:
+        """Remove positions [p0, p1) of sequence 0 from the KV cache (p1 = -1: to the end).
+
+        Returns:
+            False when the memory cannot remove a partial range (recurrent and hybrid
+            models); the cache is then unchanged and the caller must fall back.
+        """
+        return bool(lib().llama_memory_seq_rm(self._mem, 0, p0, p1))
+
+    def clear(self) -> None:
+        """Empty the KV cache (and recurrent state)."""
+        lib().llama_memory_clear(self._mem, True)
+
+    def pos_min(self) -> int:
+        """Smallest position still held for sequence 0 (> 0 once a sliding window slid)."""
+        return int(lib().llama_memory_seq_pos_min(self._mem, 0))
+
+    def pos_max(self) -> int:
+        """Largest position held for sequence 0, or -1 when empty."""
+        return int(lib().llama_memory_seq_pos_max(self._mem, 0))
+
+    def set_threads(self, n_threads: int, n_threads_batch: int) -> None:
+        lib().llama_set_n_threads(self.ptr, n_threads, n_threads_batch)
+        self.n_threads = n_threads
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    def close(self) -> None:
+        """Free the batch and the context. Idempotent."""
+        L = lib()
+        if self._batch is not None:
+            L.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ptr is not None:
+            L.llama_free(self._ptr)
+            self._ptr = None
+
+    def __enter__(self) -> LlamaContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

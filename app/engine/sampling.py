@@ -1,0 +1,127 @@
+"""Sampling settings and the target's sampler chain.
+
+The target samples every verified position with the same chain it would use in plain
+decoding (llama.cpp's order: penalties → top-k → top-p → min-p → temperature → dist), and
+a draft token is accepted while it equals that sample. Each emitted token costs exactly
+one draw from the chain's random number generator in both modes, so with a fixed seed
+speculation on and off produce the same tokens (up to floating-point differences between
+batch sizes).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.engine.llama import LlamaContext, LlamaModel, lib
+
+
+class SamplingParams(BaseModel):
+    """Sampling and stopping settings for one reply.
+
+    ``temperature`` ≤ 0 means greedy decoding. ``seed`` −1 picks a random seed, which is
+    reported back so a reply can be reproduced. ``max_tokens`` counts reply tokens (the
+    end-of-generation token is not counted).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = Field(0.8, ge=0.0, le=5.0)
+    top_k: int = Field(40, ge=0)
+    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    min_p: float = Field(0.05, ge=0.0, le=1.0)
+    repeat_penalty: float = Field(1.0, gt=0.0, le=5.0)
+    repeat_last_n: int = Field(64, ge=0)
+    seed: int = Field(-1, ge=-1, le=2**32 - 1)
+    max_tokens: int = Field(512, ge=1)
+    stop: tuple[str, ...] = ()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+class TargetSampler:
+    """The target model's sampler chain for one reply.
+
+    Args:
+        model: the target model (its vocabulary size sizes the penalty sampler).
+        params: sampling settings; a seed of −1 is replaced by a random one.
+
+    Greedy decoding without penalties takes the argmax of the logits directly (the same
+    first-maximum rule as llama.cpp's greedy sampler) instead of building a candidate
+    array of n_vocab entries per token.
+    """
+
+    def __init__(self, model: LlamaModel, params: SamplingParams) -> None:
+        self.params = params
+        self.seed = params.seed if params.seed >= 0 else random.randrange(2**32 - 1)
+        self._fast_greedy = params.greedy and params.repeat_penalty == 1.0
+        self._chain: Any = None
+        if not self._fast_greedy:
+            L = lib()
+            sp = L.llama_sampler_chain_default_params()
+            sp.no_perf = True
+            chain = L.llama_sampler_chain_init(sp)
+            self._chain = chain
+            add = L.llama_sampler_chain_add
+            if params.repeat_penalty != 1.0 and params.repeat_last_n > 0:
+                add(
+                    chain,
+                    L.llama_sampler_init_penalties(
+                        model.n_vocab, params.repeat_last_n, params.repeat_penalty, 0.0, 0.0
+                    ),
+                )
+            if params.greedy:
+                add(chain, L.llama_sampler_init_greedy())
+            else:
+                if params.top_k > 0:
+                    add(chain, L.llama_sampler_init_top_k(params.top_k))
+                if params.top_p < 1.0:
+                    add(chain, L.llama_sampler_init_top_p(params.top_p, 1))
+                if params.min_p > 0.0:
+                    add(chain, L.llama_sampler_init_min_p(params.min_p, 1))
+                add(chain, L.llama_sampler_init_temp(params.temperature))
+                add(chain, L.llama_sampler_init_dist(self.seed))
+
+    def accept_prompt(self, tokens: Iterable[int]) -> None:
+        """Feed prompt tokens to the penalty window (as llama-server does)."""
+        if self._chain is None or self.params.repeat_penalty == 1.0:
+            return
+        L = lib()
+        for t in list(tokens)[-self.params.repeat_last_n :]:
+            L.llama_sampler_accept(self._chain, t)
+
+    def sample(self, ctx: LlamaContext, index: int) -> int:
+        """Sample the token that follows batch position ``index`` of the last decode.
+
+        The chain records the token (``llama_sampler_sample`` accepts it), so call this
+        once per emitted position, in order.
+        """
+        if self._fast_greedy:
+            return int(np.argmax(ctx.logits(index)))
+        return int(lib().llama_sampler_sample(self._chain, ctx.ptr, index))
+
+    def close(self) -> None:
+        if self._chain is not None:
+            lib().llama_sampler_free(self._chain)
+            self._chain = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def top_probability(logits: np.ndarray[Any, np.dtype[np.float32]]) -> tuple[int, float]:
+    """(argmax id, its softmax probability) of one row of logits, shape (n_vocab,)."""
+    best = int(np.argmax(logits))
+    m = float(logits[best])
+    z = float(np.exp(logits - m, dtype=np.float32).sum())
+    return best, 1.0 / z
+

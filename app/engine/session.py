@@ -1,0 +1,639 @@
+"""A loaded target (and optional draft) model, and the speculative decoding loop.
+
+:class:`Session` owns the native objects (target model and context, draft model and
+context) and the record of which tokens sit in the target's KV cache, so that a follow-up
+chat turn re-uses the cached prefix instead of re-evaluating the whole conversation.
+
+The loop (:meth:`Session.generate`), per round:
+
+1. the drafter proposes up to k tokens, capped by ``max_tokens`` and the room left in
+   n_ctx (plain decoding: no drafter, k = 0);
+2. the target evaluates [last token + drafts] in one batch with logits at every position;
+3. each position is sampled with the target's own sampler chain; a draft token is
+   accepted while it equals the sample, and the first sample that differs (or the bonus
+   sample after a fully accepted draft) is the round's own token;
+4. rejected positions are removed from the target's KV cache (the return value of
+   ``llama_memory_seq_rm`` is checked); the draft model re-syncs its own cache by
+   common prefix on its next call.
+
+Plain decoding runs the same loop with an empty draft, so both modes share one path.
+Models whose memory cannot roll back (recurrent, hybrid) decode plainly, and the stats say
+so. Cancellation is checked once per round and between prefill chunks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.catalog.pairing import PairResult, check_pair
+from app.engine.chat import ChatFormat, ChatMessage
+from app.engine.drafters import (
+    DraftModelDrafter,
+    Drafter,
+    PromptLookupDrafter,
+    common_prefix_length,
+)
+from app.engine.events import Event, Finished, FinishReason, StatsUpdate, TextDelta
+from app.engine.llama import (
+    VOCAB_TYPE_NAMES,
+    LlamaContext,
+    LlamaModel,
+    ProgressCallback,
+    supports_gpu_offload,
+)
+from app.engine.sampling import SamplingParams, TargetSampler
+from app.engine.stats import SpecStats
+from app.engine.text import TextStream
+from app.errors import ContextOverflowError, IncompatibleDraftError, LoadCancelledError, TandemError
+
+log = logging.getLogger(__name__)
+
+SpecMode = Literal["off", "draft-model", "prompt-lookup"]
+
+
+def default_threads() -> int:
+    """CPU threads for decoding: all cores up to 4, else half (skip hyper-threads)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 2
+    return n if n <= 4 else max(4, n // 2)
+
+
+class SessionConfig(BaseModel):
+    """What to load and how.
+
+    ``n_gpu_layers`` None: all layers on the GPU when the build supports offload, else 0.
+    ``n_threads`` None: :func:`default_threads`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target_path: Path
+    draft_path: Path | None = None
+    n_ctx: int = Field(4096, ge=16)
+    n_batch: int = Field(512, ge=1)
+    n_gpu_layers: int | None = None
+    n_threads: int | None = Field(None, ge=1)
+    use_mmap: bool = True
+
+
+class SpeculationConfig(BaseModel):
+    """How to draft: ``mode`` off / draft-model / prompt-lookup, and the draft length k.
+
+    ``draft_min``: a draft shorter than this is discarded and the round decodes plainly
+    (llama.cpp's ``--draft-min``). ``draft_p_min``: the draft model stops when its top
+    probability falls below this (``--draft-p-min``). ``ngram_min``/``ngram_max``: n-gram
+    sizes for prompt lookup.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: SpecMode = "off"
+    draft_max: int = Field(4, ge=1, le=64)
+    draft_min: int = Field(0, ge=0)
+    draft_p_min: float = Field(0.0, ge=0.0, le=1.0)
+    ngram_min: int = Field(2, ge=1)
+    ngram_max: int = Field(4, ge=1)
+
+
+class ModelVocab:
+    """A loaded model seen as a :class:`~app.catalog.pairing.VocabView`."""
+
+    def __init__(self, model: LlamaModel) -> None:
+        self._m = model
+
+    @property
+    def vocab_type(self) -> str:
+        return VOCAB_TYPE_NAMES.get(self._m.vocab_type, str(self._m.vocab_type))
+
+    @property
+    def n_vocab(self) -> int:
+        return self._m.n_vocab
+
+    @property
+    def add_bos(self) -> bool:
+        return self._m.add_bos
+
+    @property
+    def bos_id(self) -> int | None:
+        return self._m.bos if self._m.bos >= 0 else None
+
+    @property
+    def add_eos(self) -> bool:
+        return self._m.add_eos
+
+    @property
+    def eos_id(self) -> int | None:
+        return self._m.eos if self._m.eos >= 0 else None
+
+    def token_texts(self, start: int, stop: int) -> list[bytes]:
+        return [self._m.token_text(i) for i in range(start, stop)]
+
+
+def check_loaded_pair(target: LlamaModel, draft: LlamaModel) -> PairResult:
+    """llama.cpp's pairing rule applied to two loaded models."""
+    return check_pair(
+        ModelVocab(target),
+        ModelVocab(draft),
+        target_size=target.size_bytes,
+        draft_size=draft.size_bytes,
+    )
+
+
+class Session:
+    """A target model with its context, optionally a draft model, and the decoding loop.
+
+    Use :meth:`open`. Not thread-safe for concurrent generations: one generation at a time
+    (the UI runs them on one worker thread). :meth:`close` may be called from another
+    thread; it waits for the current round to finish and the generation then ends.
+    """
+
+    def __init__(self, config: SessionConfig, target: LlamaModel, ctx: LlamaContext) -> None:
+        self.config = config
+        self.target = target
+        self.ctx = ctx
+        self.chat_format = ChatFormat(target)
+        self.draft_model: LlamaModel | None = None
+        self._draft_drafter: DraftModelDrafter | None = None
+        self._kv_tokens: list[int] = []
+        self._lock = threading.RLock()
+        self._busy = False
+        self._closed = False
+        self._target_step_samples: list[float] = []
+        #: decode tok/s of the latest plain (speculation off) reply in this session
+        self.last_plain_decode_tps: float | None = None
+        #: layers actually offloaded to the GPU (0: everything runs on the CPU)
+        self.n_gpu_layers = target.n_layer
+        if config.n_gpu_layers == 0 or not supports_gpu_offload():
+            self.n_gpu_layers = 0
+        elif config.n_gpu_layers is not None and config.n_gpu_layers >= 0:
+            self.n_gpu_layers = min(config.n_gpu_layers, target.n_layer)
+        self.rollback_supported = not target.is_recurrent
+
+    # -- loading --------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        config: SessionConfig,
+        progress: ProgressCallback | None = None,
+    ) -> Session:
+        """Load the target (and the draft, when ``config.draft_path`` is set).
+
+        Args:
+            progress: called with overall progress 0..1; return False to cancel.
+
+        Raises:
+            ModelLoadError, GGUFError: a file is missing, malformed or does not fit.
+            LoadCancelledError: ``progress`` returned False.
+            IncompatibleDraftError: the draft's tokenizer does not match the target's.
+        """
+        share = 0.8 if config.draft_path else 1.0
+
+        def target_progress(p: float) -> bool:
+            return progress(p * share) if progress else True
+
+        target = LlamaModel(
+            config.target_path,
+            n_gpu_layers=config.n_gpu_layers,
+            use_mmap=config.use_mmap,
+            progress=target_progress,
+        )
+        try:
+            ctx = LlamaContext(
+                target,
+                n_ctx=config.n_ctx,
+                n_batch=config.n_batch,
+                n_threads=config.n_threads or default_threads(),
+            )
+        except BaseException:
+            target.close()
+            raise
+        session = cls(config, target, ctx)
+        try:
+            if progress is not None and not progress(share):
+                raise LoadCancelledError("Loading was cancelled.")
+            if config.draft_path is not None:
+
+                def draft_progress(p: float) -> bool:
+                    return progress(share + p * (1 - share)) if progress else True
+
+                session.set_draft_model(config.draft_path, progress=draft_progress)
+        except BaseException:
+            session.close()
+            raise
+        if progress is not None:
+            progress(1.0)
+        return session
+
+    def set_draft_model(
+        self, path: Path | None, progress: ProgressCallback | None = None
+    ) -> PairResult | None:
+        """Load (or with None, unload) the draft model without touching the target.
+
+        Returns:
+            The pairing result for a loaded draft.
+
+        Raises:
+            IncompatibleDraftError: the draft cannot draft for this target (the draft is
+                not kept); the message names the failed rule.
+        """
+        with self._lock:
+            self._check_idle()
+            if self._draft_drafter is not None:
+                self._draft_drafter.close()
+                self._draft_drafter = None
+            if self.draft_model is not None:
+                self.draft_model.close()
+                self.draft_model = None
+            if path is None:
+                return None
+            draft = LlamaModel(
+                path,
+                n_gpu_layers=self.config.n_gpu_layers,
+                use_mmap=self.config.use_mmap,
+                progress=progress,
+            )
+            try:
+                result = check_loaded_pair(self.target, draft)
+                if not result.compatible:
+                    raise IncompatibleDraftError(
+                        f"{draft.path.name} cannot draft for {self.target.path.name}: "
+                        f"{result.reason()}"
+                    )
+                dctx = LlamaContext(
+                    draft,
+                    n_ctx=self.ctx.n_ctx,
+                    n_batch=self.config.n_batch,
+                    n_threads=self.config.n_threads or default_threads(),
+                )
+            except BaseException:
+                draft.close()
+                raise
+            self.draft_model = draft
+            self._draft_drafter = DraftModelDrafter(draft, dctx)
+            for w in result.warnings:
+                log.warning("%s", w)
+            return result
+
+    # -- state ----------------------------------------------------------------------
+    @property
+    def n_ctx(self) -> int:
+        return self.ctx.n_ctx
+
+    @property
+    def target_step_time(self) -> float | None:
+        """Median time of a plain one-token target pass seen in this session, seconds."""
+        s = self._target_step_samples
+        return statistics.median(s) if s else None
+
+    @property
+    def cached_tokens(self) -> int:
+        """Tokens currently held in the target's KV cache."""
+        return len(self._kv_tokens)
+
+    def reset_cache(self) -> None:
+        """Forget the KV cache (a new conversation does not need this; it is for tests)."""
+        with self._lock:
+            self.ctx.clear()
+            self._kv_tokens = []
+
+    def _check_idle(self) -> None:
+        if self._closed:
+            raise TandemError("The model has been unloaded.")
+        if self._busy:
+            raise TandemError("A reply is still being generated.")
+
+    # -- prompts --------------------------------------------------------------------
+    def chat_prompt(self, messages: Sequence[ChatMessage]) -> list[int]:
+        """Prompt tokens for a conversation, through the model's chat template."""
+        return self.chat_format.tokenize(messages)
+
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        sampling: SamplingParams,
+        speculation: SpeculationConfig,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Event]:
+        """:meth:`generate` for a conversation; the format's stop strings are added."""
+        prompt = self.chat_prompt(messages)
+        if self.chat_format.stop:
+            sampling = sampling.model_copy(
+                update={"stop": tuple(sampling.stop) + self.chat_format.stop}
+            )
+        return self.generate(prompt, sampling, speculation, cancel)
+
+    # -- the loop -------------------------------------------------------------------
+    def _make_drafter(self, spec: SpeculationConfig) -> tuple[Drafter | None, str | None]:
+        if spec.mode == "off":
+            return None, None
+        if not self.rollback_supported:
+            return None, (
+                "This model's memory (recurrent or hybrid) cannot roll back rejected "
+                "draft tokens, so speculation is off for it."
+            )
+        if spec.mode == "prompt-lookup":
+            return PromptLookupDrafter(spec.ngram_min, max(spec.ngram_min, spec.ngram_max)), None
+        if self._draft_drafter is None:
+            return None, "No draft model is loaded; decoding without speculation."
+        assert self.draft_model is not None
+        if self.draft_model.is_recurrent:
+            return None, "The draft model's memory cannot roll back; speculation is off."
+        self._draft_drafter.p_min = spec.draft_p_min
+        return self._draft_drafter, None
+
+    def _sync_prefix(self, tokens: Sequence[int], cancel: threading.Event | None) -> int:
+        """Make the target KV cache hold ``tokens``; returns how many were evaluated."""
+        keep = common_prefix_length(self._kv_tokens, tokens)
+        if keep < len(self._kv_tokens):
+            if not self.ctx.seq_rm(keep, -1):
+                self.ctx.clear()
+                keep = 0
+            elif keep > 0 and self.target.n_swa > 0:
+                if self.ctx.pos_min() > max(0, keep - self.target.n_swa):
+                    self.ctx.clear()
+                    keep = 0
+        del self._kv_tokens[keep:]
+        todo = list(tokens[keep:])
+        if not todo:
+            return 0
+        n_batch = self.ctx.n_batch
+        done = 0
+        while done < len(todo):
+            if cancel is not None and cancel.is_set():
+                break
+            chunk = todo[done : done + n_batch]
+            self.ctx.decode(chunk, keep + done, logits="none")
+            self._kv_tokens.extend(chunk)
+            done += len(chunk)
+        return done
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        sampling: SamplingParams,
+        speculation: SpeculationConfig | None = None,
+        cancel: threading.Event | None = None,
+        *,
+        stats_interval: float = 0.1,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> Iterator[Event]:
+        """Generate a reply to ``prompt`` (token ids, starting with BOS where the model adds one).
+
+        Yields :class:`TextDelta` as text becomes final, :class:`StatsUpdate` at most every
+        ``stats_interval`` seconds, and exactly one :class:`Finished` last.
+
+        Raises:
+            ContextOverflowError: the prompt does not fit in the context window.
+            TandemError: the session is closed or busy, or llama.cpp failed.
+        """
+        spec = speculation or SpeculationConfig()
+        with self._lock:
+            self._check_idle()
+            if not prompt:
+                raise TandemError("The prompt is empty.")
+            if len(prompt) >= self.ctx.n_ctx:
+                raise ContextOverflowError(
+                    f"The conversation is {len(prompt)} tokens long but the context window "
+                    f"holds {self.ctx.n_ctx}. Start a new conversation, shorten it, or raise "
+                    "the context length."
+                )
+            self._busy = True
+        try:
+            yield from self._generate(prompt, sampling, spec, cancel, stats_interval, clock)
+        finally:
+            self._busy = False
+
+    def _generate(
+        self,
+        prompt: Sequence[int],
+        sampling: SamplingParams,
+        spec: SpeculationConfig,
+        cancel: threading.Event | None,
+        stats_interval: float,
+        clock: Callable[[], float],
+    ) -> Iterator[Event]:
+        t0 = clock()
+        model, ctx = self.target, self.ctx
+        n_ctx = ctx.n_ctx
+        drafter, note = self._make_drafter(spec)
+        mode = drafter.kind if drafter is not None else "plain"
+        k = spec.draft_max if drafter is not None else 0
+        is_cancelled = cancel.is_set if cancel is not None else (lambda: False)
+
+        # -- prefill: everything but the last prompt token (it opens the first round) --
+        with self._lock:
+            if self._closed:
+                raise TandemError("The model has been unloaded.")
+            prefill_tokens = self._sync_prefix(prompt[:-1], cancel)
+            sampler = TargetSampler(model, sampling)
+            sampler.accept_prompt(prompt)
+            if drafter is not None and not is_cancelled():
+                drafter.begin(prompt)
+                if self.target_step_time is None:
+                    self._calibrate_target_step(prompt[-1], len(prompt) - 1, clock)
+        t_prefill = clock()
+
+        stream = TextStream(sampling.stop)
+        history = list(prompt)  # every token; history[-1] is not yet in the target KV
+        n_past = len(prompt) - 1
+        emitted: list[int] = []
+        times: list[float] = []
+        rounds = drafted = proposed = accepted = 0
+        accepted_at = [0] * k
+        drafted_at = [0] * k
+        draft_time = target_time = 0.0
+        passes0 = drafter.forward_passes if drafter is not None else 0
+        t_first: float | None = None
+        last_stats = t0
+        reason: FinishReason | None = None
+        max_tokens = sampling.max_tokens
+
+        def snapshot(now: float) -> SpecStats:
+            return SpecStats(
+                mode=mode,
+                draft_max=k,
+                prompt_tokens=len(prompt),
+                prefill_tokens=prefill_tokens,
+                emitted=len(emitted),
+                rounds=rounds,
+                drafted=drafted,
+                proposed=proposed,
+                accepted=accepted,
+                accepted_at=tuple(accepted_at),
+                drafted_at=tuple(drafted_at),
+                draft_steps=(drafter.forward_passes - passes0) if drafter is not None else 0,
+                draft_time=draft_time,
+                target_time=target_time,
+                target_step_time=self.target_step_time,
+                ttft=(t_first - t0) if t_first is not None else 0.0,
+                prefill_time=t_prefill - t0,
+                decode_time=now - t_prefill,
+                total_time=now - t0,
+                fallback_reason=note,
+                calibrated=self.target_step_time is not None,
+            )
+
+        if is_cancelled():
+            reason = "cancelled"
+        try:
+            while reason is None:
+                if is_cancelled():
+                    reason = "cancelled"
+                    break
+                deltas: list[TextDelta] = []
+                with self._lock:
+                    if self._closed:
+                        reason = "cancelled"
+                        break
+                    remaining = max_tokens - len(emitted)
+                    room = n_ctx - n_past - 1  # positions left after the last token's
+                    if room < 0:
+                        reason = "length"
+                        note = note or (
+                            f"The context window ({n_ctx} tokens) is full; raise the context "
+                            "length or start a new conversation."
+                        )
+                        break
+                    drafts: list[int] = []
+                    if drafter is not None:
+                        n_draft_max = min(k, remaining - 1, room)
+                        if n_draft_max > 0:
+                            td = clock()
+                            drafts = drafter.draft(history, n_draft_max)[:n_draft_max]
+                            draft_time += clock() - td
+                            if len(drafts) < spec.draft_min:
+                                drafts = []
+                    batch = [history[-1], *drafts]
+                    tt = clock()
+                    ctx.decode(batch, n_past, logits="all")
+                    rounds += 1
+                    proposed += len(drafts)
+                    n_acc = 0
+                    for i in range(len(batch)):
+                        tok = sampler.sample(ctx, i)
+                        is_draft = i < len(drafts)
+                        match = is_draft and tok == drafts[i]
+                        if is_draft:
+                            drafted += 1
+                            drafted_at[i] += 1
+                            if match:
+                                accepted += 1
+                                accepted_at[i] += 1
+                                n_acc += 1
+                        if model.is_eog(tok):
+                            reason = "stop"
+                            break
+                        now = clock()
+                        if t_first is None:
+                            t_first = now
+                        emitted.append(tok)
+                        history.append(tok)
+                        times.append(now - t0)
+                        for chunk in stream.push(model.token_to_piece(tok), match):
+                            deltas.append(TextDelta(chunk.text, chunk.from_draft, now - t0, len(emitted)))
+                        if stream.stopped:
+                            reason = "stop"
+                            break
+                        if len(emitted) >= max_tokens:
+                            reason = "length"
+                            break
+                        if not match:
+                            break
+                    dt = clock() - tt
+                    target_time += dt
+                    if len(batch) == 1:
+                        self._target_step_samples.append(dt)
+                        del self._target_step_samples[:-64]
+                    # Keep [last token + accepted drafts]; drop the rejected positions.
+                    n_keep = 1 + n_acc
+                    if len(batch) > n_keep and not ctx.seq_rm(n_past + n_keep, -1):
+                        # Should not happen (recurrent models never draft); stay correct.
+                        log.warning("KV cache refused a partial removal; re-evaluating")
+                        ctx.clear()
+                        self._kv_tokens = []
+                        self._sync_prefix([*history[:n_past], *batch[:n_keep]], None)
+                        self.rollback_supported = False
+                        drafter = None
+                        note = "The KV cache could not roll back; speculation was turned off."
+                    else:
+                        self._kv_tokens.extend(batch[:n_keep])
+                    n_past += n_keep
+                yield from deltas
+                now = clock()
+                if now - last_stats >= stats_interval:
+                    last_stats = now
+                    yield StatsUpdate(snapshot(now))
+        finally:
+            sampler.close()
+        with self._lock:
+            for chunk in stream.flush():
+                now = clock()
+                yield TextDelta(chunk.text, chunk.from_draft, now - t0, len(emitted))
+        end = clock()
+        stats = snapshot(end)
+        if mode == "plain" and reason != "cancelled" and stats.decode_tps:
+            self.last_plain_decode_tps = stats.decode_tps
+        yield Finished(
+            reason=reason or "stop",
+            text=stream.text,
+            token_ids=tuple(emitted),
+            token_times=tuple(times),
+            stats=stats,
+            seed=sampler.seed,
+            note=note,
+        )
+
+    def _calibrate_target_step(
+        self, token: int, pos: int, clock: Callable[[], float], passes: int = 2
+    ) -> None:
+        """Time a plain one-token target pass (the denominator of the draft cost ratio c).
+
+        Speculative rounds never run one-token passes, so before the first speculative
+        reply of a session the target evaluates the next token alone, twice (the first
+        pass may include graph setup), and the position is removed again. Counted in the
+        prefill time, never in decode time.
+        """
+        for _ in range(passes):
+            t = clock()
+            self.ctx.decode([token], pos, logits="last")
+            dt = clock() - t
+            self.ctx.seq_rm(pos, -1)
+        self._target_step_samples.append(dt)
+
+    # -- lifetime -------------------------------------------------------------------
+    def close(self) -> None:
+        """Free every native object. Idempotent; safe while another thread generates
+        (the generation ends with ``cancelled`` at its next round)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._draft_drafter is not None:
+                self._draft_drafter.close()
+                self._draft_drafter = None
+            if self.draft_model is not None:
+                self.draft_model.close()
+                self.draft_model = None
+            self.ctx.close()
+            self.target.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

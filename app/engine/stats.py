@@ -1,0 +1,191 @@
+"""Speculative-decoding statistics and the speedup model.
+
+Counters are kept by the decoding loop (:mod:`app.engine.speculative`) as it runs, so
+every figure here is exact by construction; :class:`SpecStats` is an immutable snapshot.
+
+Formulas (Leviathan, Kalman & Matias, "Fast Inference from Transformers via Speculative
+Decoding", ICML 2023, eq. 1 and Theorem 3.8), with α the per-token acceptance rate,
+k the draft length and c the draft cost ratio:
+
+* expected tokens per round   E(α, k) = (1 − α^(k+1)) / (1 − α)      (E = k + 1 at α = 1)
+* predicted speedup           S(α, k, c) = E(α, k) / (1 + c·k)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def expected_tokens_per_round(alpha: float, k: int) -> float:
+    """E(α, k) = (1 − α^(k+1)) / (1 − α): expected tokens one round emits.
+
+    Args:
+        alpha: per-token acceptance rate in [0, 1].
+        k: draft length (tokens proposed per round), k ≥ 0.
+
+    Returns:
+        Tokens per round, in [1, k + 1]. At α = 1 the limit k + 1 is returned (no 0/0).
+
+    Raises:
+        ValueError: α outside [0, 1] or k < 0.
+
+    Source: Leviathan et al. 2023, eq. (1).
+    """
+    if not 0.0 <= alpha <= 1.0 or math.isnan(alpha):
+        raise ValueError(f"acceptance rate must be in [0, 1], got {alpha}")
+    if k < 0:
+        raise ValueError(f"draft length must be >= 0, got {k}")
+    if alpha >= 1.0 - 1e-12:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def predicted_speedup(alpha: float, k: int, c: float) -> float:
+    """S = E(α, k) / (1 + c·k): predicted decode speedup over plain decoding.
+
+    Args:
+        alpha: per-token acceptance rate in [0, 1].
+        k: draft length.
+        c: draft cost ratio, time of one draft step / time of one plain target step (≥ 0).
+
+    Assumes the target verifies k + 1 tokens in the time of one plain step, which holds
+    on GPUs for small k and less so on CPUs (see ENV.md); the measured speedup is the
+    ground truth. Source: Leviathan et al. 2023, Theorem 3.8.
+    """
+    if c < 0:
+        raise ValueError(f"draft cost ratio must be >= 0, got {c}")
+    return expected_tokens_per_round(alpha, k) / (1.0 + c * k)
+
+
+def best_draft_length(alpha: float, c: float, k_max: int = 16) -> int:
+    """The k in 1..k_max that maximises :func:`predicted_speedup` (ties: the smaller k)."""
+    return max(range(1, k_max + 1), key=lambda k: (predicted_speedup(alpha, k, c), -k))
+
+
+@dataclass(frozen=True, slots=True)
+class SpecStats:
+    """A snapshot of one reply's decoding statistics. Times are seconds, rates per second.
+
+    Counting rules (all exact):
+
+    * ``rounds``: target verification passes in the decode phase, one per round; a
+      round is one draft phase plus one target pass over [last token + drafts].
+    * ``drafted``: draft tokens that were *verified*, i.e. compared with the target's
+      sample at their position. Tokens after the first rejection in a round were
+      computed by the target but never compared; they are counted in ``proposed`` only.
+    * ``accepted``: draft tokens equal to the target's sample (so ``accepted <= drafted``).
+    * ``emitted``: tokens of the reply (the end-of-generation token is not part of it).
+      The prefill evaluates all prompt tokens but the last; every round then evaluates
+      [last token + drafts] and emits its accepted drafts plus the target's own sample,
+      so ``emitted == accepted + rounds`` unless the last round was cut by an
+      end-of-generation token, a stop string or a cancel.
+    * ``acceptance_rate`` α = accepted / drafted.
+    * ``mean_acceptance_length`` τ = emitted / rounds.
+    * ``accepted_at[i]`` / ``drafted_at[i]``: acceptances / verifications of draft
+      position i + 1 (i = 0 … k − 1).
+    * ``draft_cost_ratio`` c = (draft time / draft forward steps) / plain target step time.
+    * ``predicted_speedup`` = E(α, k) / (1 + c·k) from the measured α and c.
+    * ``decode_tps`` = emitted / decode time, where decode time runs from the end of the
+      prefill to the last token (as llama-speculative-simple reports it);
+      ``end_to_end_tps`` = emitted / total time; ``ttft`` = time to the first token.
+    """
+
+    mode: str = "plain"  # "plain", "draft-model", "prompt-lookup"
+    draft_max: int = 0
+    prompt_tokens: int = 0
+    prefill_tokens: int = 0  # prompt tokens evaluated in the prefill (the rest were cached)
+    emitted: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    accepted_at: tuple[int, ...] = ()
+    drafted_at: tuple[int, ...] = ()
+    draft_steps: int = 0
+    draft_time: float = 0.0
+    target_time: float = 0.0
+    target_step_time: float | None = None  # a plain one-token target pass, seconds
+    ttft: float = 0.0
+    prefill_time: float = 0.0
+    decode_time: float = 0.0
+    total_time: float = 0.0
+    fallback_reason: str | None = None
+    calibrated: bool = False  # whether target_step_time was measured in this session
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """α = accepted / drafted, or None when nothing was drafted."""
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """τ = emitted / rounds, or None before the first round."""
+        return self.emitted / self.rounds if self.rounds else None
+
+    @property
+    def draft_step_time(self) -> float | None:
+        return self.draft_time / self.draft_steps if self.draft_steps else None
+
+    @property
+    def draft_cost_ratio(self) -> float | None:
+        """c = draft step time / plain target step time; 0 for a drafter with no model."""
+        if self.mode == "prompt-lookup":
+            # Prompt lookup runs no network; its cost is measured but tiny.
+            if self.target_step_time and self.rounds:
+                return (self.draft_time / self.rounds) / self.target_step_time
+            return None
+        step = self.draft_step_time
+        if step is None or not self.target_step_time:
+            return None
+        return step / self.target_step_time
+
+    @property
+    def predicted_speedup(self) -> float | None:
+        """E(α, k) / (1 + c·k) from the measured α and c, or None until both exist."""
+        a, c = self.acceptance_rate, self.draft_cost_ratio
+        if a is None or c is None or self.draft_max <= 0:
+            return None
+        return predicted_speedup(a, self.draft_max, c)
+
+    @property
+    def decode_tps(self) -> float | None:
+        """Decode tokens per second, prefill excluded."""
+        return self.emitted / self.decode_time if self.decode_time > 0 else None
+
+    @property
+    def end_to_end_tps(self) -> float | None:
+        return self.emitted / self.total_time if self.total_time > 0 else None
+
+    @property
+    def prefill_tps(self) -> float | None:
+        return self.prefill_tokens / self.prefill_time if self.prefill_time > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every counter and every derived figure, JSON-ready."""
+        d = asdict(self)
+        d["accepted_at"] = list(self.accepted_at)
+        d["drafted_at"] = list(self.drafted_at)
+        for name in (
+            "acceptance_rate",
+            "mean_acceptance_length",
+            "draft_step_time",
+            "draft_cost_ratio",
+            "predicted_speedup",
+            "decode_tps",
+            "end_to_end_tps",
+            "prefill_tps",
+        ):
+            d[name] = getattr(self, name)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SpecStats:
+        """Inverse of :meth:`to_dict` (derived figures are recomputed, not trusted)."""
+        names = {f for f in cls.__dataclass_fields__}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["accepted_at"] = tuple(kw.get("accepted_at", ()))
+        kw["drafted_at"] = tuple(kw.get("drafted_at", ()))
+        return cls(**kw)

