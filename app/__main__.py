@@ -1,8 +1,17 @@
-"""``python -m app``: the command-line interface; with no subcommand it opens the window."""
+"""``python -m app``: with no arguments open the window, otherwise run the CLI."""
 
 import sys
 
-from app.cli import main
+
+def _main() -> int:
+    if len(sys.argv) == 1:
+        from app.ui.launch import main as gui_main
+
+        return gui_main()
+    from app.cli import main
+
+    return main()
+
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main())

@@ -1,0 +1,208 @@
+"""``python -m app …``: the command-line interface over the same services as the window.
+
+Subcommands:
+
+* ``generate``  — one reply from a target model, with or without speculation
+  (:mod:`app.engine`), streamed to stdout or printed as one JSON object.
+* ``models``    — list, inspect, pair-check and download GGUF models (:mod:`app.catalog`).
+* ``bench``     — speculation off vs on, interleaved, with medians (:mod:`app.engine.bench`).
+* ``install-launcher`` / ``uninstall-launcher`` — the desktop launcher (:mod:`app.launcher`).
+
+User-facing errors (:class:`app.errors.TandemError`) print one line on stderr and exit
+with status 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from app.errors import TandemError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("generate", help="generate one reply with a GGUF target model")
+    p.add_argument("prompt", help="the prompt text (with --chat: the user message)")
+    p.add_argument("--model", required=True, type=Path, help="target model GGUF")
+    drafter = p.add_mutually_exclusive_group()
+    drafter.add_argument("--draft", type=Path, help="draft model GGUF (same tokenizer)")
+    drafter.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram lookup")
+    p.add_argument("--no-spec", action="store_true", help="decode without speculation")
+    p.add_argument("--draft-max", type=int, default=4, metavar="K", help="draft length k (4)")
+    p.add_argument("--draft-min", type=int, default=0, metavar="N", help="discard drafts shorter than N (0)")
+    p.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
+                   help="draft model stops below this top probability (0)")
+    p.add_argument("--ngram-min", type=int, default=2, help="prompt lookup: smallest n-gram (2)")
+    p.add_argument("--ngram-max", type=int, default=4, help="prompt lookup: largest n-gram (4)")
+    p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (0)")
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=-1, help="-1: random (reported in --json)")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--n-ctx", type=int, default=4096)
+    p.add_argument("--n-gpu-layers", type=int, default=None, help="default: all when a GPU backend is built in")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--chat", action="store_true", help="wrap the prompt with the model's chat template")
+    p.add_argument("--system", default=None, help="system prompt (with --chat)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
+    p.set_defaults(handler=_run_generate)
+
+
+def _run_generate(args: argparse.Namespace) -> int:
+    import threading
+
+    from app.engine.chat import ChatMessage, tokenize_plain
+    from app.engine.events import Finished, TextDelta
+    from app.engine.sampling import SamplingParams
+    from app.engine.session import Session, SessionConfig, SpeculationConfig
+
+    for path in (args.model, args.draft):
+        if path is not None and not path.is_file():
+            raise TandemError(f"Model file not found: {path}")
+    if args.no_spec:
+        mode = "off"
+    elif args.draft is not None:
+        mode = "draft-model"
+    elif args.prompt_lookup:
+        mode = "prompt-lookup"
+    else:
+        mode = "off"
+    try:
+        spec = SpeculationConfig(
+            mode=mode,
+            draft_max=args.draft_max,
+            draft_min=args.draft_min,
+            draft_p_min=args.draft_p_min,
+            ngram_min=args.ngram_min,
+            ngram_max=max(args.ngram_min, args.ngram_max),
+        )
+        sampling = SamplingParams(
+            temperature=args.temp,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            min_p=args.min_p,
+            repeat_penalty=args.repeat_penalty,
+            seed=args.seed,
+            max_tokens=args.max_tokens,
+            stop=tuple(args.stop),
+        )
+        config = SessionConfig(
+            target_path=args.model,
+            draft_path=args.draft if mode == "draft-model" else None,
+            n_ctx=args.n_ctx,
+            n_gpu_layers=args.n_gpu_layers,
+            n_threads=args.threads,
+        )
+    except ValueError as exc:  # pydantic.ValidationError is a ValueError
+        raise TandemError(f"Invalid option: {_first_validation_error(exc)}") from exc
+
+    cancel = threading.Event()
+    with Session.open(config) as session:
+        if args.chat:
+            messages = []
+            if args.system:
+                messages.append(ChatMessage("system", args.system))
+            messages.append(ChatMessage("user", args.prompt))
+            events = session.chat(messages, sampling, spec, cancel)
+        else:
+            events = session.generate(tokenize_plain(session.target, args.prompt), sampling, spec, cancel)
+        result: Finished | None = None
+        try:
+            for ev in events:
+                if isinstance(ev, TextDelta) and not args.json:
+                    sys.stdout.write(ev.text)
+                    sys.stdout.flush()
+                elif isinstance(ev, Finished):
+                    result = ev
+        except KeyboardInterrupt:
+            cancel.set()
+            for ev in events:
+                if isinstance(ev, Finished):
+                    result = ev
+        assert result is not None
+        if args.json:
+            out = {
+                "text": result.text,
+                "token_ids": list(result.token_ids),
+                "finish_reason": result.reason,
+                "seed": result.seed,
+                "note": result.note,
+                "stats": result.stats.to_dict(),
+            }
+            json.dump(out, sys.stdout, ensure_ascii=False)
+            sys.stdout.write("\n")
+        else:
+            sys.stdout.write("\n")
+            if result.note:
+                print(result.note, file=sys.stderr)
+    return 0
+
+
+def _first_validation_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            e = errors()[0]
+            loc = ".".join(str(x) for x in e.get("loc", ()))
+            return f"{loc}: {e.get('msg')}"
+        except Exception:
+            pass
+    return str(exc).splitlines()[0]
+
+
+def _optional_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Subcommands that live with their feature; each module adds its own parser."""
+    import importlib
+
+    for module_name in ("app.catalog.cli", "app.engine.bench", "app.launcher"):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        module.add_cli_parsers(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m app",
+        description="Tandem: local GGUF chat with speculative decoding.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_generate(sub)
+    _optional_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit status (0 ok, 2 user-facing error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        # llama.cpp's loader warnings are noise on a terminal; errors reach the user as
+        # TandemError messages instead.
+        logging.getLogger("app.engine.llama").setLevel(logging.CRITICAL)
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    try:
+        return handler(args)
+    except TandemError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
