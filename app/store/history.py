@@ -1,0 +1,428 @@
+"""Chat history: conversations and their messages in one SQLite database (WAL journal).
+
+The window stores a user message *before* generation starts, creates the assistant
+message as ``streaming`` when the reply begins, overwrites its text while it streams
+(:meth:`HistoryStore.save_partial`, at least once a second) and finalises it with the
+finish reason and the statistics JSON (:meth:`HistoryStore.finish_reply`). Each of those
+is its own committed transaction; with ``journal_mode=WAL`` and ``synchronous=NORMAL`` a
+committed transaction survives the process being killed (only a power cut can lose the
+last ones), so a kill loses at most the text streamed since the last partial save. On
+the next start :meth:`HistoryStore.open` marks replies still ``streaming`` as
+``interrupted``.
+
+``draft_spans`` are ``(start, end)`` character offsets of reply text that came from
+accepted draft tokens, kept so the chat view can tint them after a restart too.
+
+Single-threaded by design: the window uses one store from the GUI thread.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from app.store import paths
+
+Role = Literal["system", "user", "assistant"]
+MessageStatus = Literal["streaming", "done"]
+DEFAULT_TITLE = "New chat"
+SCHEMA_VERSION = 1
+_TITLE_CHARS = 60
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id            INTEGER PRIMARY KEY,
+    title         TEXT    NOT NULL,
+    system_prompt TEXT    NOT NULL DEFAULT '',
+    created_at    REAL    NOT NULL,
+    updated_at    REAL    NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id              INTEGER PRIMARY KEY,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role            TEXT    NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+    content         TEXT    NOT NULL,
+    status          TEXT    NOT NULL DEFAULT 'done' CHECK (status IN ('streaming', 'done')),
+    finish_reason   TEXT,
+    stats_json      TEXT,
+    draft_spans     TEXT,
+    note            TEXT,
+    seed            INTEGER,
+    model           TEXT,
+    created_at      REAL    NOT NULL,
+    updated_at      REAL    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation_id, id);
+"""
+
+
+class HistoryError(Exception):
+    """The database is unusable (not SQLite, or from a newer Tandem). Message is for the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """One conversation. Times are seconds since the epoch."""
+
+    id: int
+    title: str
+    system_prompt: str
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One message as stored.
+
+    ``status`` is ``streaming`` while a reply is being written. ``finish_reason``:
+    ``stop``/``length``/``cancelled`` from the engine, ``interrupted`` when the app died
+    mid-reply, ``error`` when generation failed, None for user messages. ``stats``: the
+    engine's ``SpecStats.to_dict()`` for finished replies.
+    """
+
+    id: int
+    conversation_id: int
+    role: Role
+    content: str
+    status: MessageStatus
+    finish_reason: str | None
+    stats: dict[str, Any] | None
+    draft_spans: tuple[tuple[int, int], ...]
+    note: str | None
+    seed: int | None
+    model: str | None
+    created_at: float
+    updated_at: float
+
+
+def _spans_json(spans: Sequence[tuple[int, int]]) -> str | None:
+    return json.dumps([[int(a), int(b)] for a, b in spans]) if spans else None
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+class HistoryStore:
+    """The history database. Use :meth:`open`; call :meth:`close` when done.
+
+    Raises:
+        HistoryError: from :meth:`open`, when the file is not a usable database.
+        KeyError: from methods given an id that does not exist.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self._conn = conn
+        self.path = path
+
+    @classmethod
+    def open(cls, path: Path | None = None) -> HistoryStore:
+        """Open (creating if needed) the database at ``path`` (default: the data folder).
+
+        Replies left ``streaming`` by a previous run are marked ``interrupted``.
+        """
+        path = path or paths.history_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(path), timeout=5.0, isolation_level=None)
+        try:
+            conn.row_factory = sqlite3.Row
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise HistoryError(f"The history database {path} cannot use a WAL journal.")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise HistoryError(
+                    f"The history database {path} was written by a newer Tandem "
+                    f"(schema {version}); update Tandem to open it."
+                )
+            conn.executescript(_SCHEMA)
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise HistoryError(f"The history database {path} cannot be opened: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        store = cls(conn, path)
+        store.recover_interrupted()
+        return store
+
+    def close(self) -> None:
+        """Close the connection (checkpoints the WAL into the main file)."""
+        self._conn.close()
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def journal_mode(self) -> str:
+        """The journal mode in effect (``wal``)."""
+        return str(self._conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+
+    # -- conversations ----------------------------------------------------------------
+    def create_conversation(self, title: str = DEFAULT_TITLE, system_prompt: str = "") -> Conversation:
+        """A new, empty conversation."""
+        now = time.time()
+        with self._tx() as c:
+            cur = c.execute(
+                "INSERT INTO conversations (title, system_prompt, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?)",
+                (title, system_prompt, now, now),
+            )
+            cid = int(cur.lastrowid or 0)
+        return Conversation(cid, title, system_prompt, now, now)
+
+    def conversation(self, conversation_id: int) -> Conversation:
+        """One conversation. Raises KeyError when it does not exist."""
+        row = self._conn.execute(
+            "SELECT * FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        if row is None:
+            raise KeyError(conversation_id)
+        return self._conversation(row)
+
+    def has_conversation(self, conversation_id: int) -> bool:
+        return (
+            self._conn.execute(
+                "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
+            is not None
+        )
+
+    def list_conversations(self, search: str = "") -> list[Conversation]:
+        """Conversations, most recently active first.
+
+        Args:
+            search: when not blank, only conversations whose title or any message contains
+                it (case-insensitive for ASCII letters; ``%`` and ``_`` match literally).
+        """
+        needle = search.strip()
+        if not needle:
+            rows = self._conn.execute(
+                "SELECT * FROM conversations ORDER BY updated_at DESC, id DESC"
+            ).fetchall()
+        else:
+            pattern = f"%{_escape_like(needle)}%"
+            rows = self._conn.execute(
+                "SELECT * FROM conversations c WHERE c.title LIKE ?1 ESCAPE '\\' OR EXISTS ("
+                " SELECT 1 FROM messages m WHERE m.conversation_id = c.id"
+                " AND m.content LIKE ?1 ESCAPE '\\') ORDER BY updated_at DESC, id DESC",
+                (pattern,),
+            ).fetchall()
+        return [self._conversation(r) for r in rows]
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        """Set the title (blank titles become "New chat")."""
+        self._update_conversation(conversation_id, title=title.strip() or DEFAULT_TITLE)
+
+    def set_system_prompt(self, conversation_id: int, system_prompt: str) -> None:
+        """Set the conversation's system prompt ("" for none)."""
+        self._update_conversation(conversation_id, system_prompt=system_prompt)
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        """Delete a conversation and its messages."""
+        with self._tx() as c:
+            cur = c.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+            if cur.rowcount == 0:
+                raise KeyError(conversation_id)
+
+    def _update_conversation(self, conversation_id: int, **values: str) -> None:
+        cols = ", ".join(f"{k} = ?" for k in values)
+        with self._tx() as c:
+            cur = c.execute(
+                f"UPDATE conversations SET {cols} WHERE id = ?",
+                (*values.values(), conversation_id),
+            )
+            if cur.rowcount == 0:
+                raise KeyError(conversation_id)
+
+    def _touch(self, c: sqlite3.Connection, conversation_id: int, now: float) -> None:
+        cur = c.execute(
+            "UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id)
+        )
+        if cur.rowcount == 0:
+            raise KeyError(conversation_id)
+
+    # -- messages ---------------------------------------------------------------------
+    def messages(self, conversation_id: int) -> list[StoredMessage]:
+        """A conversation's messages in order."""
+        rows = self._conn.execute(
+            "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+        ).fetchall()
+        return [self._message(r) for r in rows]
+
+    def message(self, message_id: int) -> StoredMessage:
+        """One message. Raises KeyError when it does not exist."""
+        row = self._conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
+        if row is None:
+            raise KeyError(message_id)
+        return self._message(row)
+
+    def add_user_message(self, conversation_id: int, content: str) -> StoredMessage:
+        """Store a user message (committed before this returns).
+
+        The first user message of a conversation still called "New chat" also names it.
+        """
+        now = time.time()
+        with self._tx() as c:
+            self._touch(c, conversation_id, now)
+            cur = c.execute(
+                "INSERT INTO messages (conversation_id, role, content, status, created_at,"
+                " updated_at) VALUES (?, 'user', ?, 'done', ?, ?)",
+                (conversation_id, content, now, now),
+            )
+            mid = int(cur.lastrowid or 0)
+            title = " ".join(content.split())
+            if len(title) > _TITLE_CHARS:
+                title = title[: _TITLE_CHARS - 1].rstrip() + "…"
+            if title:
+                c.execute(
+                    "UPDATE conversations SET title = ? WHERE id = ? AND title = ? AND NOT EXISTS"
+                    " (SELECT 1 FROM messages WHERE conversation_id = ? AND id < ?)",
+                    (title, conversation_id, DEFAULT_TITLE, conversation_id, mid),
+                )
+        return self.message(mid)
+
+    def begin_reply(self, conversation_id: int, model: str | None = None) -> StoredMessage:
+        """Create an empty assistant message in ``streaming`` state; returns it."""
+        now = time.time()
+        with self._tx() as c:
+            self._touch(c, conversation_id, now)
+            cur = c.execute(
+                "INSERT INTO messages (conversation_id, role, content, status, model,"
+                " created_at, updated_at) VALUES (?, 'assistant', '', 'streaming', ?, ?, ?)",
+                (conversation_id, model, now, now),
+            )
+            mid = int(cur.lastrowid or 0)
+        return self.message(mid)
+
+    def save_partial(
+        self, message_id: int, content: str, draft_spans: Sequence[tuple[int, int]] = ()
+    ) -> None:
+        """Overwrite a streaming reply's text so far (one committed transaction)."""
+        with self._tx() as c:
+            cur = c.execute(
+                "UPDATE messages SET content = ?, draft_spans = ?, updated_at = ?"
+                " WHERE id = ? AND status = 'streaming'",
+                (content, _spans_json(draft_spans), time.time(), message_id),
+            )
+            if cur.rowcount == 0:
+                raise KeyError(message_id)
+
+    def finish_reply(
+        self,
+        message_id: int,
+        content: str,
+        finish_reason: str,
+        stats: dict[str, Any] | None = None,
+        *,
+        draft_spans: Sequence[tuple[int, int]] = (),
+        note: str | None = None,
+        seed: int | None = None,
+    ) -> StoredMessage:
+        """Finalise a reply: its full text, why it ended, and its statistics.
+
+        Args:
+            finish_reason: ``stop``, ``length``, ``cancelled``, ``error``.
+            stats: JSON-ready statistics (``SpecStats.to_dict()``).
+        """
+        now = time.time()
+        with self._tx() as c:
+            cur = c.execute(
+                "UPDATE messages SET content = ?, status = 'done', finish_reason = ?,"
+                " stats_json = ?, draft_spans = ?, note = ?, seed = ?, updated_at = ?"
+                " WHERE id = ?",
+                (
+                    content,
+                    finish_reason,
+                    json.dumps(stats) if stats is not None else None,
+                    _spans_json(draft_spans),
+                    note,
+                    seed,
+                    now,
+                    message_id,
+                ),
+            )
+            if cur.rowcount == 0:
+                raise KeyError(message_id)
+        return self.message(message_id)
+
+    def delete_from(self, message_id: int) -> int:
+        """Delete a message and every later message of its conversation (edit, regenerate).
+
+        Returns:
+            How many messages were deleted.
+        """
+        msg = self.message(message_id)
+        with self._tx() as c:
+            cur = c.execute(
+                "DELETE FROM messages WHERE conversation_id = ? AND id >= ?",
+                (msg.conversation_id, message_id),
+            )
+            self._touch(c, msg.conversation_id, time.time())
+            return int(cur.rowcount)
+
+    def recover_interrupted(self) -> int:
+        """Mark replies left ``streaming`` (the app died mid-reply) as ``interrupted``.
+
+        Returns:
+            How many were marked.
+        """
+        with self._tx() as c:
+            cur = c.execute(
+                "UPDATE messages SET status = 'done', finish_reason = 'interrupted'"
+                " WHERE status = 'streaming'"
+            )
+            return int(cur.rowcount)
+
+    # -- rows -------------------------------------------------------------------------
+    @staticmethod
+    def _conversation(row: sqlite3.Row) -> Conversation:
+        return Conversation(
+            id=int(row["id"]),
+            title=str(row["title"]),
+            system_prompt=str(row["system_prompt"]),
+            created_at=float(row["created_at"]),
+            updated_at=float(row["updated_at"]),
+        )
+
+    @staticmethod
+    def _message(row: sqlite3.Row) -> StoredMessage:
+        stats = json.loads(row["stats_json"]) if row["stats_json"] else None
+        spans_raw = json.loads(row["draft_spans"]) if row["draft_spans"] else []
+        return StoredMessage(
+            id=int(row["id"]),
+            conversation_id=int(row["conversation_id"]),
+            role=row["role"],
+            content=str(row["content"]),
+            status=row["status"],
+            finish_reason=row["finish_reason"],
+            stats=stats,
+            draft_spans=tuple((int(a), int(b)) for a, b in spans_raw),
+            note=row["note"],
+            seed=row["seed"],
+            model=row["model"],
+            created_at=float(row["created_at"]),
+            updated_at=float(row["updated_at"]),
+        )

@@ -1,0 +1,101 @@
+"""Where Tandem keeps its files: config, data (history, models), cache, logs, resources.
+
+Folders follow the platform's conventions through :mod:`platformdirs` (app name
+``Tandem``): on Linux ``~/.config/Tandem``, ``~/.local/share/Tandem`` and
+``~/.cache/Tandem``; on macOS ``~/Library/Application Support/Tandem`` and
+``~/Library/Caches/Tandem``; on Windows ``%LOCALAPPDATA%\\Tandem``. When the environment
+variable ``TANDEM_HOME`` is set, every folder lives under it instead (``config/``,
+``data/``, ``cache/``), which is how tests and portable installs isolate themselves.
+
+Every function reads the environment when called (nothing is cached), so a test that
+changes ``TANDEM_HOME`` sees its own folders. Folders are created on first use.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+APP_NAME = "Tandem"
+HOME_ENV = "TANDEM_HOME"
+
+
+def _home_override() -> Path | None:
+    value = os.environ.get(HOME_ENV, "").strip()
+    return Path(value).expanduser() if value else None
+
+
+def _ensure(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def config_dir() -> Path:
+    """The folder that holds ``settings.json`` (created if missing)."""
+    home = _home_override()
+    if home is not None:
+        return _ensure(home / "config")
+    from platformdirs import user_config_path
+
+    return _ensure(user_config_path(APP_NAME, appauthor=False, roaming=True))
+
+
+def data_dir() -> Path:
+    """The folder that holds the chat history database and the models folder."""
+    home = _home_override()
+    if home is not None:
+        return _ensure(home / "data")
+    from platformdirs import user_data_path
+
+    return _ensure(user_data_path(APP_NAME, appauthor=False))
+
+
+def cache_dir() -> Path:
+    """Files that can be recreated at any time."""
+    home = _home_override()
+    if home is not None:
+        return _ensure(home / "cache")
+    from platformdirs import user_cache_path
+
+    return _ensure(user_cache_path(APP_NAME, appauthor=False))
+
+
+def models_dir() -> Path:
+    """Where Tandem puts GGUF files it writes itself (the bundled demo model)."""
+    return _ensure(data_dir() / "models")
+
+
+def log_dir() -> Path:
+    """Where the window writes its log file (tracebacks of bugs go there, not on screen)."""
+    return _ensure(cache_dir() / "logs")
+
+
+def settings_path() -> Path:
+    """The settings file (JSON)."""
+    return config_dir() / "settings.json"
+
+
+def history_path() -> Path:
+    """The chat history database (SQLite, WAL journal)."""
+    return data_dir() / "history.sqlite3"
+
+
+def resources_dir() -> Path:
+    """The ``resources/`` folder: icons, stylesheets, launcher templates.
+
+    In a PyInstaller bundle it is unpacked under ``sys._MEIPASS``; in a checkout or an
+    editable install it sits next to the ``app`` package.
+    """
+    frozen_root = getattr(sys, "_MEIPASS", None)
+    if frozen_root:
+        return Path(frozen_root) / "resources"
+    return Path(__file__).resolve().parents[2] / "resources"
+
+
+def icon_path(kind: str = "png") -> Path:
+    """The app icon: ``png`` (256 px), ``svg``, ``ico`` (Windows) or ``icns`` (macOS)."""
+    names = {"png": "tandem-256.png", "svg": "tandem.svg", "ico": "tandem.ico", "icns": "tandem.icns"}
+    if kind not in names:
+        raise ValueError(f"unknown icon kind {kind!r}; one of {sorted(names)}")
+    return resources_dir() / "icons" / names[kind]

@@ -1,0 +1,197 @@
+"""The user's settings: a pydantic model saved as JSON in the config folder.
+
+The file carries a ``schema_version``. Loading never fails: a file that is not JSON, does
+not validate, or was written by a newer Tandem is renamed aside
+(``settings.json.corrupt-<timestamp>``), defaults are used, and
+:attr:`LoadedSettings.problem` says so in a sentence the window shows. Saving writes a
+temporary file and renames it over the old one, so a crash mid-save leaves either the
+old or the new file, never half of one.
+
+Sampling values mirror :class:`app.engine.sampling.SamplingParams` and are range-checked
+the same way, so a loaded file always produces valid engine parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from app.store import paths
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+SpecMode = Literal["off", "draft-model", "prompt-lookup"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class SamplingSettings(_Section):
+    """Sampling for new replies. ``temperature`` 0 is greedy; ``seed`` −1 is random."""
+
+    temperature: Annotated[float, Field(ge=0.0, le=5.0)] = 0.7
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 0.95
+    top_k: Annotated[int, Field(ge=0, le=100_000)] = 40
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.05
+    repeat_penalty: Annotated[float, Field(gt=0.0, le=5.0)] = 1.0
+    seed: Annotated[int, Field(ge=-1, le=2**32 - 1)] = -1
+    max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 512
+
+
+class ModelSettings(_Section):
+    """What to load. ``n_gpu_layers`` None: all layers on the GPU when the build can; 0: CPU.
+
+    ``n_ctx`` is the context length in tokens; it applies when the target is (re)loaded.
+    """
+
+    target_path: Path | None = None
+    draft_path: Path | None = None
+    n_ctx: Annotated[int, Field(ge=256, le=1_048_576)] = 4096
+    n_gpu_layers: Annotated[int | None, Field(ge=0)] = None
+
+
+class SpeculationSettings(_Section):
+    """The drafter for new replies and the draft length k (tokens proposed per round)."""
+
+    mode: SpecMode = "prompt-lookup"
+    draft_max: Annotated[int, Field(ge=1, le=64)] = 4
+
+
+class UiSettings(_Section):
+    """Window state. Geometry strings are Qt's saveGeometry/saveState, base64-encoded."""
+
+    tint_drafts: bool = True
+    show_gauge: bool = True
+    window_geometry: str | None = None
+    window_state: str | None = None
+    last_conversation_id: int | None = None
+    demo_offer_dismissed: bool = False
+
+
+class Settings(_Section):
+    """Everything the app remembers between runs (except the chat history)."""
+
+    schema_version: int = SCHEMA_VERSION
+    model: ModelSettings = ModelSettings()
+    speculation: SpeculationSettings = SpeculationSettings()
+    sampling: SamplingSettings = SamplingSettings()
+    ui: UiSettings = UiSettings()
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedSettings:
+    """The result of :func:`load_settings`.
+
+    ``problem``: None, or a sentence for the user saying the file was unreadable, where the
+    old file was moved, and that defaults are in use. ``set_aside``: that file's path.
+    """
+
+    settings: Settings
+    problem: str | None = None
+    set_aside: Path | None = None
+
+
+def _migrate(raw: dict[str, Any]) -> dict[str, Any]:
+    """Bring an older schema up to :data:`SCHEMA_VERSION` (version 1 is the first)."""
+    version = raw.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ValueError("it has no schema_version")
+    if version > SCHEMA_VERSION:
+        raise ValueError(f"it was written by a newer Tandem (settings version {version})")
+    if version < 1:
+        raise ValueError(f"unknown settings version {version}")
+    return raw
+
+
+def load_settings(path: Path | None = None) -> LoadedSettings:
+    """Read the settings file, or defaults when there is none.
+
+    Args:
+        path: the file; default :func:`app.store.paths.settings_path`.
+
+    Returns:
+        The settings, with ``problem`` set when the file was unusable and set aside.
+        Never raises for a bad file; OS errors other than "missing" while reading are
+        treated the same way as a corrupt file.
+    """
+    path = path or paths.settings_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return LoadedSettings(Settings())
+    except (OSError, UnicodeDecodeError) as exc:
+        return _set_aside(path, f"it could not be read ({exc})")
+    try:
+        raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise ValueError("it is not a JSON object")
+        settings = Settings.model_validate(_migrate(raw))
+    except json.JSONDecodeError as exc:
+        return _set_aside(path, f"it is not valid JSON ({exc.msg}, line {exc.lineno})")
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        return _set_aside(path, f"{where}: {first.get('msg')}")
+    except ValueError as exc:
+        return _set_aside(path, str(exc))
+    return LoadedSettings(settings)
+
+
+def _set_aside(path: Path, why: str) -> LoadedSettings:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while aside.exists():
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+        n += 1
+    moved: Path | None = aside
+    try:
+        path.replace(aside)
+        where = f"It was moved to {aside}."
+    except OSError as exc:
+        moved = None
+        where = f"It could not be moved aside ({exc})."
+    log.warning("settings file %s unusable: %s", path, why)
+    return LoadedSettings(
+        Settings(),
+        problem=f"Your settings file could not be used because {why}. {where} "
+        "Default settings are in use.",
+        set_aside=moved,
+    )
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> Path:
+    """Write the settings atomically (temporary file, fsync, rename).
+
+    Returns:
+        The path written.
+
+    Raises:
+        OSError: the folder is not writable or the disk is full (the old file is kept).
+    """
+    path = path or paths.settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = settings.model_dump(mode="json")
+    data["schema_version"] = SCHEMA_VERSION
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path

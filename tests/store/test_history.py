@@ -1,0 +1,184 @@
+"""Chat history: conversations, messages, streaming replies, WAL, and surviving a kill."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from app.store import paths
+from app.store.history import DEFAULT_TITLE, HistoryError, HistoryStore
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def store() -> HistoryStore:
+    s = HistoryStore.open()
+    yield s
+    s.close()
+
+
+def test_database_lives_in_data_dir_and_uses_wal(store: HistoryStore) -> None:
+    assert store.path == paths.history_path()
+    assert store.journal_mode() == "wal"
+    store.create_conversation()
+    assert Path(str(store.path) + "-wal").exists()
+    # A second connection reads committed data while a write transaction is open.
+    other = sqlite3.connect(str(store.path))
+    assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO conversations (title, created_at, updated_at) VALUES ('x', 0, 0)")
+    assert len(store.list_conversations()) == 1  # not blocked, sees the committed state
+    other.execute("ROLLBACK")
+    other.close()
+
+
+def test_conversations_new_rename_delete_search(store: HistoryStore) -> None:
+    a = store.create_conversation()
+    assert a.title == DEFAULT_TITLE
+    store.add_user_message(a.id, "How do I reverse a list in Python?")
+    b = store.create_conversation(system_prompt="You are terse.")
+    store.add_user_message(b.id, "Tell me about 100% pure_rust")
+    assert store.conversation(a.id).title == "How do I reverse a list in Python?"
+    assert store.conversation(b.id).system_prompt == "You are terse."
+    assert [c.id for c in store.list_conversations()] == [b.id, a.id]  # most recent first
+
+    store.rename_conversation(a.id, "  Lists  ")
+    assert store.conversation(a.id).title == "Lists"
+    store.rename_conversation(a.id, "   ")
+    assert store.conversation(a.id).title == DEFAULT_TITLE
+
+    assert [c.id for c in store.list_conversations("REVERSE")] == [a.id]  # message text
+    assert [c.id for c in store.list_conversations("new chat")] == [a.id]  # title
+    assert [c.id for c in store.list_conversations("100%")] == [b.id]
+    assert store.list_conversations("100_") == []  # _ is literal, not a wildcard
+    assert [c.id for c in store.list_conversations("pure_rust")] == [b.id]
+
+    store.set_system_prompt(a.id, "Be kind.")
+    assert store.conversation(a.id).system_prompt == "Be kind."
+    store.delete_conversation(a.id)
+    assert not store.has_conversation(a.id)
+    assert store.messages(a.id) == []
+    with pytest.raises(KeyError):
+        store.conversation(a.id)
+    with pytest.raises(KeyError):
+        store.rename_conversation(a.id, "gone")
+
+
+def test_long_first_message_makes_a_short_title(store: HistoryStore) -> None:
+    c = store.create_conversation()
+    store.add_user_message(c.id, "word " * 40)
+    title = store.conversation(c.id).title
+    assert len(title) <= 60 and title.endswith("…")
+    store.add_user_message(c.id, "second message does not rename")
+    assert store.conversation(c.id).title == title
+
+
+def test_streaming_reply_lifecycle(store: HistoryStore) -> None:
+    c = store.create_conversation()
+    user = store.add_user_message(c.id, "hi")
+    assert store.message(user.id).role == "user"
+    reply = store.begin_reply(c.id, model="gemma.gguf")
+    assert reply.status == "streaming" and reply.content == ""
+    store.save_partial(reply.id, "Hel", [(0, 2)])
+    assert store.message(reply.id).content == "Hel"
+    assert store.message(reply.id).draft_spans == ((0, 2),)
+    stats = {"mode": "prompt-lookup", "acceptance_rate": 0.5, "accepted_at": [2, 1]}
+    done = store.finish_reply(reply.id, "Hello!", "stop", stats, draft_spans=[(0, 4)],
+                              note=None, seed=7)
+    assert done.status == "done" and done.finish_reason == "stop"
+    assert done.stats == stats and done.seed == 7 and done.model == "gemma.gguf"
+    with pytest.raises(KeyError):  # a finished reply is no longer streaming
+        store.save_partial(reply.id, "late")
+    assert [m.role for m in store.messages(c.id)] == ["user", "assistant"]
+
+
+def test_delete_from_truncates_the_conversation(store: HistoryStore) -> None:
+    c = store.create_conversation()
+    other = store.create_conversation()
+    ids = []
+    for i in range(3):
+        ids.append(store.add_user_message(c.id, f"q{i}").id)
+        r = store.begin_reply(c.id)
+        store.finish_reply(r.id, f"a{i}", "stop")
+    kept = store.add_user_message(other.id, "elsewhere")
+    assert store.delete_from(ids[1]) == 4
+    assert [m.content for m in store.messages(c.id)] == ["q0", "a0"]
+    assert store.message(kept.id).content == "elsewhere"
+
+
+def test_reopen_keeps_everything_and_marks_interrupted(tandem_home: Path) -> None:
+    s = HistoryStore.open()
+    c = s.create_conversation()
+    s.add_user_message(c.id, "hello")
+    r = s.begin_reply(c.id)
+    s.save_partial(r.id, "partial")
+    s.close()
+    s2 = HistoryStore.open()
+    msgs = s2.messages(c.id)
+    assert [m.content for m in msgs] == ["hello", "partial"]
+    assert msgs[1].status == "done" and msgs[1].finish_reason == "interrupted"
+    s2.close()
+
+
+def test_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "history.sqlite3"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(HistoryError, match="cannot be opened"):
+        HistoryStore.open(bad)
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "h.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version=99")
+    conn.close()
+    with pytest.raises(HistoryError, match="newer Tandem"):
+        HistoryStore.open(path)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_partial_reply_survives_sigkill(tandem_home: Path) -> None:
+    """A writer saving a streaming reply is killed -9; the saved text is still there."""
+    script = textwrap.dedent(
+        """
+        import sys, time
+        from app.store.history import HistoryStore
+        s = HistoryStore.open()
+        c = s.create_conversation()
+        s.add_user_message(c.id, "tell me a story")
+        r = s.begin_reply(c.id)
+        text = ""
+        for i in range(1000):
+            text += f"word{i} "
+            s.save_partial(r.id, text)
+            if i == 20:
+                print("saved", flush=True)
+            time.sleep(0.01)
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "saved"
+    time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    assert proc.returncode == -signal.SIGKILL
+
+    s = HistoryStore.open()
+    [conv] = s.list_conversations()
+    user, reply = s.messages(conv.id)
+    assert user.content == "tell me a story"
+    assert reply.content.startswith("word0 word1 ") and "word20 " in reply.content
+    assert reply.finish_reason == "interrupted"
+    s.close()
