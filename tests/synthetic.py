@@ -64,6 +64,7 @@ def write_tiny_llama(
     eos_id: int = EOS,
     chat_template: str | None = None,
     tokens: Sequence[bytes] | None = None,
+    token_types: Sequence[int] | None = None,
     weight_scale: float = 0.3,
 ) -> Path:
     """Write a loadable tiny llama GGUF (F32) and return its path.
@@ -72,7 +73,7 @@ def write_tiny_llama(
         perturb: standard deviation of noise added to every weight (0: exact copy of the
             model for this seed).
         eos_id: which token id the vocabulary calls EOS (an end-of-generation token).
-        tokens: replace the vocabulary's token texts (same length as ``n_vocab``).
+        tokens, token_types: replace the vocabulary's texts and types (``n_vocab`` each).
     """
     rng = np.random.default_rng(seed)
     noise = np.random.default_rng(perturb_seed)
@@ -97,6 +98,8 @@ def write_tiny_llama(
     vocab, scores, types = tiny_vocab(n_vocab)
     if tokens is not None:
         vocab = list(tokens)
+    if token_types is not None:
+        types = [int(t) for t in token_types]
     writer.add_tokenizer_model("llama")
     writer.add_token_list(vocab)
     writer.add_token_scores(scores)

@@ -357,7 +357,9 @@ class LlamaContext:
             why = _take_native_errors() or "out of memory?"
             raise ModelLoadError(f"Could not create a context of {n_ctx} tokens: {why}")
         self._ptr = ptr
-        self.n_ctx: int = int(L.llama_n_ctx(ptr))
+        # llama.cpp may round the cache size up (to a multiple of 256); the window the
+        # caller asked for is the limit we enforce, so n_ctx means the same everywhere.
+        self.n_ctx: int = min(n_ctx, int(L.llama_n_ctx(ptr)))
         self.n_batch: int = int(L.llama_n_batch(ptr))
         self.n_threads: int = int(L.llama_n_threads(ptr))
         self._mem = L.llama_get_memory(ptr)

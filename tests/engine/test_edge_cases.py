@@ -1,0 +1,338 @@
+"""Edge cases of the speculative loop, each on its own (synthetic F32 models).
+
+EOG accepted mid-draft, max_tokens, a tiny n_ctx, multi-byte characters split across
+tokens, stop strings across tokens, cancel, prefix reuse across turns, exactly one BOS,
+the fallback when the KV cache cannot roll back, and malformed GGUFs.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.engine.chat import ChatMessage
+from app.engine.events import Finished, TextDelta
+from app.engine.sampling import SamplingParams
+from app.engine.session import Session, SessionConfig, SpeculationConfig
+from app.errors import ContextOverflowError, ModelLoadError
+from tests.engine.util import ReplayDrafter, check_invariants, install_drafter, run
+from tests.synthetic import BOS, BYTE0, tiny_vocab, write_tiny_llama
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
+PROMPT = [BOS, 300, 301, 302, 303, 304]
+
+
+def open_session(path: Path, n_ctx: int = 256) -> Session:
+    return Session.open(SessionConfig(target_path=path, n_ctx=n_ctx, n_threads=2))
+
+
+@pytest.fixture(scope="module")
+def session(tiny_target: Path) -> Iterator[Session]:
+    s = open_session(tiny_target)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def plain_ids(session: Session) -> tuple[int, ...]:
+    r = run(session, PROMPT, GREEDY)
+    assert r.finished.reason == "length" and len(r.ids) == GREEDY.max_tokens
+    return r.ids
+
+
+def first_fresh_index(ids: tuple[int, ...], start: int) -> int:
+    """First index ≥ start whose token does not occur earlier in ids."""
+    for i in range(start, len(ids)):
+        if ids[i] not in ids[:i]:
+            return i
+    raise AssertionError("no fresh token")
+
+
+def test_eog_accepted_mid_draft_ends_the_reply_there(
+    tiny_model_dir: Path, plain_ids: tuple[int, ...]
+) -> None:
+    # Same weights, but the vocabulary calls the third generated token EOS.
+    j = first_fresh_index(plain_ids, 2)
+    eog = plain_ids[j]
+    path = write_tiny_llama(tiny_model_dir / f"tiny-eos{eog}.gguf", seed=0, eos_id=eog)
+    with open_session(path) as s:
+        drafter = ReplayDrafter(PROMPT, plain_ids)
+        install_drafter(s, drafter)
+        k = j + 3  # the draft goes past the EOG token
+        r = run(s, PROMPT, GREEDY, SpeculationConfig(mode="draft-model", draft_max=k))
+    assert r.finished.reason == "stop"
+    assert r.ids == plain_ids[:j]  # nothing at or after the EOG token is emitted
+    st = r.stats
+    assert st.rounds == 1
+    assert st.drafted == j + 1  # drafts up to and including the EOG were verified
+    assert st.accepted == j + 1
+    assert st.drafted_at[j + 1 :] == (0,) * (k - j - 1)  # nothing after EOG counted
+    assert st.emitted == j
+    check_invariants(r, GREEDY.max_tokens)
+
+
+def test_max_tokens_is_never_exceeded(session: Session, plain_ids: tuple[int, ...]) -> None:
+    drafter = ReplayDrafter(PROMPT, plain_ids)
+    install_drafter(session, drafter)
+    try:
+        for max_tokens in (1, 2, 3, 5, 9):
+            sp = GREEDY.model_copy(update={"max_tokens": max_tokens})
+            r = run(session, PROMPT, sp, SpeculationConfig(mode="draft-model", draft_max=4))
+            assert r.ids == plain_ids[:max_tokens]
+            assert r.stats.emitted == len(r.ids) == max_tokens
+            assert r.finished.reason == "length"
+            assert all(n <= max_tokens - 1 for n in drafter.calls[-r.stats.rounds :])
+            check_invariants(r, max_tokens)
+        # a 4-token draft with max_tokens 1: the one round drafts nothing
+        r = run(session, PROMPT, GREEDY.model_copy(update={"max_tokens": 1}),
+                SpeculationConfig(mode="draft-model", draft_max=4))
+        assert r.stats.drafted == 0 and len(r.ids) == 1
+    finally:
+        del session._make_drafter
+
+
+@pytest.mark.parametrize("mode", ["off", "prompt-lookup", "draft-model"])
+def test_tiny_context_ends_with_length_not_a_crash(tiny_target: Path, mode: str) -> None:
+    prompt = [BOS] + [300 + (i % 7) for i in range(40)]
+    cfg = SessionConfig(
+        target_path=tiny_target,
+        draft_path=tiny_target if mode == "draft-model" else None,
+        n_ctx=64,
+        n_threads=2,
+    )
+    with Session.open(cfg) as s:
+        sp = SamplingParams(temperature=0.0, max_tokens=500)
+        r = run(s, prompt, sp, SpeculationConfig(mode=mode, draft_max=8, ngram_min=1))  # type: ignore[arg-type]
+        assert r.finished.reason == "length"
+        assert r.finished.note and "context window" in r.finished.note
+        # every position 0..63 is used at most once: prompt + reply - 1 ≤ n_ctx
+        assert len(prompt) + len(r.ids) - 1 <= 64
+        assert len(r.ids) == 64 - len(prompt) + 1
+        check_invariants(r, 500)
+        with pytest.raises(ContextOverflowError, match="context window"):
+            list(s.generate([BOS] + [300] * 70, sp))
+
+
+def test_multibyte_characters_split_across_tokens_stream_whole(
+    tiny_model_dir: Path, session: Session
+) -> None:
+    """Byte-fallback tokens spelling 😀中é, split across 9 tokens, stream as whole characters."""
+    from gguf import TokenType
+
+    text = "😀中é"
+    raw = list(text.encode())  # 4 + 3 + 2 bytes, all distinct values
+    ids = run(session, PROMPT, SamplingParams(temperature=0.0, max_tokens=64)).ids
+    # a run of 9 distinct tokens, none of them seen before the run
+    o = next(o for o in range(len(ids) - 9)
+             if len(set(ids[o : o + 9])) == 9 and not set(ids[o : o + 9]) & set(ids[:o]))
+    run_ids = list(ids[o : o + 9])
+    used = set(ids[: o + 9])
+    assert not used & {0, 1, 2}
+    # A vocabulary permutation: the run's ids become the byte tokens of our text, every
+    # other generated id a plain word, the remaining byte tokens go to unused ids.
+    texts = [b"<unk>", b"<s>", b"</s>"] + [f"\u2581w{i}".encode() for i in range(3, 512)]
+    types = [int(TokenType.UNKNOWN), int(TokenType.CONTROL), int(TokenType.CONTROL)] + [
+        int(TokenType.NORMAL)] * 509
+    free = iter(i for i in range(3, 512) if i not in used)
+    for b in range(256):
+        tid = run_ids[raw.index(b)] if b in raw else next(free)
+        texts[tid] = f"<0x{b:02X}>".encode()
+        types[tid] = int(TokenType.BYTE)
+    path = write_tiny_llama(tiny_model_dir / "tiny-utf8.gguf", seed=0, tokens=texts,
+                            token_types=types)
+    expected = "".join(f" w{t}" for t in ids[:o]) + text
+    with open_session(path) as s:
+        for mode in ("off", "draft-model"):
+            if mode == "draft-model":
+                install_drafter(s, ReplayDrafter(PROMPT, ids))
+            r = run(s, PROMPT, GREEDY.model_copy(update={"max_tokens": o + 9}),
+                    SpeculationConfig(mode=mode, draft_max=3))  # type: ignore[arg-type]
+            assert r.ids == ids[: o + 9]
+            assert r.finished.text == expected
+            assert r.streamed == expected  # nothing dropped, nothing replaced
+            assert "\ufffd" not in r.streamed
+            # no streamed piece ends inside the emoji: 😀 arrives in one delta
+            assert any("😀" in d.text for d in r.deltas)
+
+
+def test_stop_string_across_tokens(session: Session, plain_ids: tuple[int, ...]) -> None:
+    full = run(session, PROMPT, GREEDY)
+    text = full.finished.text
+    pieces = [session.target.token_to_piece(t).decode("utf-8", "replace") for t in plain_ids]
+    # a stop string that starts inside token 3's piece and ends inside token 5's
+    start = len("".join(pieces[:3])) + max(0, len(pieces[3]) - 2)
+    end = len("".join(pieces[:5])) + 1
+    stop = text[start:end]
+    assert len(stop) >= 3
+    first = text.find(stop)
+    for mode in ("off", "prompt-lookup"):
+        sp = GREEDY.model_copy(update={"stop": (stop,)})
+        r = run(session, PROMPT, sp, SpeculationConfig(mode=mode, ngram_min=1))  # type: ignore[arg-type]
+        assert r.finished.reason == "stop"
+        assert r.finished.text == text[:first]
+        assert r.streamed == text[:first]
+        check_invariants(r, GREEDY.max_tokens)
+        # text that only starts like a stop string is released in full once it fails
+        sp2 = GREEDY.model_copy(update={"stop": (stop + "\x07never",)})
+        r2 = run(session, PROMPT, sp2, SpeculationConfig(mode=mode, ngram_min=1))  # type: ignore[arg-type]
+        assert r2.finished.text == text and r2.streamed == text
+        assert r2.finished.reason == "length"
+
+
+def test_cancel_takes_effect_within_one_round(session: Session) -> None:
+    cancel = threading.Event()
+    sp = SamplingParams(temperature=0.0, max_tokens=200)
+    rounds_at_cancel = None
+    n_at_cancel = None
+    finished = None
+    for ev in session.generate(PROMPT, sp, SpeculationConfig(mode="off"), cancel):
+        if isinstance(ev, TextDelta) and not cancel.is_set() and ev.n_tokens >= 3:
+            cancel.set()
+            n_at_cancel = ev.n_tokens
+        elif isinstance(ev, Finished):
+            finished = ev
+    assert finished is not None and n_at_cancel is not None
+    assert finished.reason == "cancelled"
+    assert len(finished.token_ids) == n_at_cancel  # no round ran after the cancel
+    assert finished.text == session.target.detokenize(finished.token_ids)
+    del rounds_at_cancel
+
+
+def test_cancel_from_another_thread(session: Session) -> None:
+    cancel = threading.Event()
+    timer = threading.Timer(0.05, cancel.set)
+    timer.start()
+    r = run(session, PROMPT, SamplingParams(temperature=0.0, max_tokens=100_000), None, cancel=cancel)
+    timer.join()
+    assert r.finished.reason == "cancelled"
+    assert r.streamed == r.finished.text
+
+
+def test_prefix_is_reused_across_turns(tiny_target: Path) -> None:
+    with open_session(tiny_target) as s:
+        first = run(s, PROMPT, GREEDY)
+        assert first.stats.prefill_tokens == len(PROMPT) - 1
+        follow = [*PROMPT, *first.ids, 310, 311, 312]
+        second = run(s, follow, GREEDY)
+        # only the tokens after the cached prefix were evaluated (the cache holds
+        # the prompt and all but the last reply token)
+        assert second.stats.prefill_tokens == len(follow) - 1 - (len(PROMPT) + len(first.ids) - 1)
+        assert second.stats.prefill_tokens <= 4
+    with open_session(tiny_target) as fresh:
+        cold = run(fresh, follow, GREEDY)
+    assert cold.ids == second.ids
+    assert cold.stats.prefill_tokens == len(follow) - 1
+
+
+def test_regenerate_after_editing_an_earlier_turn(tiny_target: Path) -> None:
+    with open_session(tiny_target) as s:
+        run(s, PROMPT, GREEDY)
+        edited = [BOS, 300, 301, 399, 398]
+        warm = run(s, edited, GREEDY)
+    with open_session(tiny_target) as fresh:
+        cold = run(fresh, edited, GREEDY)
+    assert warm.ids == cold.ids
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>",
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>",
+        "{{ bos_token }}{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}",
+    ],
+    ids=["template-adds-bos", "template-without-bos", "template-adds-two"],
+)
+def test_prompt_starts_with_exactly_one_bos(tiny_model_dir: Path, template: str) -> None:
+    path = write_tiny_llama(tiny_model_dir / f"tiny-tmpl-{abs(hash(template))}.gguf", seed=0,
+                            chat_template=template)
+    with open_session(path) as s:
+        toks = s.chat_prompt([ChatMessage("user", "hello world")])
+        assert toks[0] == BOS
+        assert toks.count(BOS) == 1
+
+
+def test_chat_template_is_sandboxed(tiny_model_dir: Path) -> None:
+    evil = "{{ ''.__class__.__mro__[1].__subclasses__() }}"
+    path = write_tiny_llama(tiny_model_dir / "tiny-evil.gguf", seed=0, chat_template=evil)
+    from app.errors import TandemError
+
+    with open_session(path) as s, pytest.raises(TandemError, match="chat template"):
+        s.chat_prompt([ChatMessage("user", "hi")])
+
+
+def test_base_model_without_template_uses_the_plain_transcript(tiny_target: Path) -> None:
+    with open_session(tiny_target) as s:
+        assert s.chat_format.uses_fallback
+        text = s.chat_format.render(
+            [ChatMessage("system", "Be brief."), ChatMessage("user", "hi")]
+        )
+        assert text == "Be brief.\n\nUser: hi\nAssistant:"
+        assert s.chat_format.stop == ("\nUser:",)
+
+
+def test_no_rollback_falls_back_to_plain_and_says_so(session: Session) -> None:
+    session.rollback_supported = False
+    try:
+        r = run(session, PROMPT, GREEDY, SpeculationConfig(mode="prompt-lookup"))
+        assert r.stats.mode == "plain" and r.stats.drafted == 0
+        assert r.finished.note and "roll back" in r.finished.note
+        assert r.stats.fallback_reason == r.finished.note
+        plain = run(session, PROMPT, GREEDY)
+        assert r.ids == plain.ids
+    finally:
+        session.rollback_supported = True
+
+
+def test_close_is_idempotent_and_generation_after_close_fails(tiny_target: Path) -> None:
+    from app.errors import TandemError
+
+    s = open_session(tiny_target)
+    s.close()
+    s.close()
+    with pytest.raises(TandemError, match="unloaded"):
+        list(s.generate(PROMPT, GREEDY))
+
+
+def _malformed(tmp: Path, good: Path) -> dict[str, Path]:
+    data = good.read_bytes()
+    out: dict[str, bytes] = {
+        "truncated": data[: len(data) // 2],
+        "header-only": data[:100],
+        "wrong-magic": b"GGML" + data[4:],
+        "empty": b"",
+    }
+    b = bytearray(data)
+    b[8:16] = struct.pack("<Q", 2**60)
+    out["absurd-tensor-count"] = bytes(b)
+    b = bytearray(data)
+    b[24:32] = struct.pack("<Q", 2**62)
+    out["absurd-string-length"] = bytes(b)
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(good)).tensors[-1].field
+    pos = field.offset + sum(int(p.nbytes) for p in field.parts[:5])
+    b = bytearray(data)
+    b[pos : pos + 8] = struct.pack("<Q", 10**12)
+    out["wrong-tensor-offset"] = bytes(b)
+    paths = {}
+    for name, blob in out.items():
+        p = tmp / f"{name}.gguf"
+        p.write_bytes(blob)
+        paths[name] = p
+    return paths
+
+
+def test_malformed_ggufs_are_refused_with_a_clear_error(tiny_target: Path, tmp_path: Path) -> None:
+    for name, path in _malformed(tmp_path, tiny_target).items():
+        with pytest.raises(ModelLoadError) as info:
+            Session.open(SessionConfig(target_path=path, n_ctx=64))
+        msg = str(info.value)
+        assert path.name in msg, name
+        assert "\n" not in msg
+    with pytest.raises(ModelLoadError, match="not found"):
+        Session.open(SessionConfig(target_path=tmp_path / "missing.gguf"))

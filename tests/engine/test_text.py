@@ -1,0 +1,81 @@
+"""TextStream: UTF-8 hold-back, stop strings across token boundaries, draft provenance."""
+
+from __future__ import annotations
+
+from app.engine.text import TextChunk, TextStream
+
+
+def _run(stream: TextStream, pieces: list[tuple[bytes, bool]]) -> list[list[TextChunk]]:
+    out = [stream.push(p, d) for p, d in pieces]
+    out.append(stream.flush())
+    return out
+
+
+def test_multibyte_characters_split_across_tokens_are_held_back() -> None:
+    smile = "😀".encode()  # 4 bytes
+    zhong = "中".encode()  # 3 bytes
+    pieces = [(smile[:1], False), (smile[1:3], False), (smile[3:], False),
+              (zhong[:2], True), (zhong[2:] + b"!", True)]
+    s = TextStream()
+    steps = _run(s, pieces)
+    assert [c.text for c in steps[0] + steps[1]] == []  # nothing while incomplete
+    assert "".join(c.text for c in steps[2]) == "😀"
+    assert steps[3] == []
+    assert "".join(c.text for c in steps[4]) == "中!"
+    assert s.text == "😀中!"
+    assert "\ufffd" not in s.text
+
+
+def test_stop_string_spanning_tokens_is_never_partially_emitted() -> None:
+    s = TextStream(stop=("\nUser:",))
+    released = []
+    for piece in [b"Hello", b" there", b"\nU", b"se", b"r:", b" more"]:
+        released += [c.text for c in s.push(piece, False)]
+        assert "\nU" not in "".join(released)
+    released += [c.text for c in s.flush()]
+    assert "".join(released) == "Hello there"
+    assert s.stopped
+    assert s.text == "Hello there"
+
+
+def test_text_that_only_starts_like_a_stop_string_is_emitted_in_full() -> None:
+    s = TextStream(stop=("\nUser:",))
+    released = []
+    for piece in [b"a", b"\nUs", b"ually", b" yes"]:
+        released += [c.text for c in s.push(piece, False)]
+    # "\nUs" was held while it could still become "\nUser:", then released whole.
+    assert "".join(released) == "a\nUsually yes"
+    released += [c.text for c in s.flush()]
+    assert "".join(released) == "a\nUsually yes"
+    assert not s.stopped
+
+
+def test_partial_stop_at_the_very_end_is_released_by_flush() -> None:
+    s = TextStream(stop=("STOP",))
+    got = [c.text for c in s.push(b"abcST", False)]
+    assert "".join(got) == "abc"
+    got += [c.text for c in s.flush()]
+    assert "".join(got) == "abcST"
+
+
+def test_stop_string_inside_one_token() -> None:
+    s = TextStream(stop=("</s>",))
+    got = [c.text for c in s.push(b"ok</s>tail", False)]
+    assert "".join(got) == "ok"
+    assert s.stopped
+    assert s.push(b"later", False) == []
+    assert s.flush() == []
+
+
+def test_draft_provenance_is_kept_per_character_run() -> None:
+    s = TextStream()
+    chunks = s.push(b"ab", True) + s.push(b"c", False) + s.push(b"de", True) + s.flush()
+    assert [(c.text, c.from_draft) for c in chunks] == [("ab", True), ("c", False), ("de", True)]
+
+
+def test_invalid_bytes_become_replacement_only_at_flush() -> None:
+    s = TextStream()
+    got = [c.text for c in s.push(b"x\xe4\xb8", False)]
+    assert "".join(got) == "x"
+    got += [c.text for c in s.flush()]
+    assert "".join(got) == "x\ufffd"  # truly truncated input: nothing silently dropped

@@ -1,0 +1,111 @@
+"""Helpers for engine tests: run a generation to completion, a drafter that replays."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from app.engine.events import Finished, StatsUpdate, TextDelta
+from app.engine.session import Session, SpeculationConfig
+from app.engine.sampling import SamplingParams
+from app.engine.stats import SpecStats
+
+
+@dataclass
+class Run:
+    finished: Finished
+    deltas: list[TextDelta] = field(default_factory=list)
+    updates: list[StatsUpdate] = field(default_factory=list)
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return self.finished.token_ids
+
+    @property
+    def stats(self) -> SpecStats:
+        return self.finished.stats
+
+    @property
+    def streamed(self) -> str:
+        return "".join(d.text for d in self.deltas)
+
+
+def run(
+    session: Session,
+    prompt: Sequence[int],
+    sampling: SamplingParams,
+    spec: SpeculationConfig | None = None,
+    **kw: object,
+) -> Run:
+    deltas: list[TextDelta] = []
+    updates: list[StatsUpdate] = []
+    finished = None
+    for ev in session.generate(prompt, sampling, spec, **kw):  # type: ignore[arg-type]
+        if isinstance(ev, TextDelta):
+            deltas.append(ev)
+        elif isinstance(ev, StatsUpdate):
+            updates.append(ev)
+        else:
+            assert finished is None, "more than one Finished"
+            finished = ev
+    assert finished is not None, "no Finished event"
+    return Run(finished, deltas, updates)
+
+
+class ReplayDrafter:
+    """Proposes a known continuation of the prompt (what plain decoding produced)."""
+
+    kind = "draft-model"
+
+    def __init__(self, prompt: Sequence[int], continuation: Sequence[int]) -> None:
+        self.prompt = list(prompt)
+        self.continuation = list(continuation)
+        self.forward_passes = 0
+        self.calls: list[int] = []
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        assert list(prompt) == self.prompt
+
+    def draft(self, context: Sequence[int], n_max: int) -> list[int]:
+        done = len(context) - len(self.prompt)
+        self.calls.append(n_max)
+        self.forward_passes += 1
+        return self.continuation[done : done + n_max]
+
+    def close(self) -> None:
+        pass
+
+
+def install_drafter(session: Session, drafter: object) -> None:
+    """Make ``session`` use ``drafter`` whenever speculation mode is draft-model."""
+
+    def make(spec: SpeculationConfig) -> tuple[object, str | None]:
+        if spec.mode == "off":
+            return None, None
+        return drafter, None
+
+    session._make_drafter = make  # type: ignore[method-assign]
+
+
+def check_invariants(r: Run, max_tokens: int) -> None:
+    """The statistics invariants of issue 2, for any finished generation."""
+    s = r.stats
+    assert s.accepted <= s.drafted <= s.proposed
+    assert s.emitted == len(r.ids) <= max_tokens
+    assert sum(s.accepted_at) == s.accepted
+    assert sum(s.drafted_at) == s.drafted
+    for i in range(len(s.drafted_at)):
+        assert s.accepted_at[i] <= s.drafted_at[i]
+        if i + 1 < len(s.drafted_at):
+            # position i+2 is verified only after position i+1 was accepted
+            assert s.drafted_at[i + 1] <= s.accepted_at[i]
+    cut = r.finished.reason in ("stop", "cancelled")
+    if not cut:
+        assert s.emitted == s.accepted + s.rounds
+    else:
+        # Only the last round can be cut. It loses its own token (EOG sampled by the
+        # target, or a stop string inside an accepted draft), or also an accepted EOG draft.
+        assert s.accepted + s.rounds - 2 <= s.emitted <= s.accepted + s.rounds
+    assert r.streamed == r.finished.text
+    assert len(r.finished.token_times) == len(r.ids)
+    assert list(r.finished.token_times) == sorted(r.finished.token_times)
