@@ -1,0 +1,331 @@
+"""The race: the same prompt and seed decoded with speculation off, then on (Qt-free).
+
+:func:`run_race` loads nothing: it uses the session's target once for both runs, one
+after the other, records per-token timestamps, and compares the token ids. The race view
+then plays both lanes from t = 0 at their true pace with :meth:`RaceLane.tokens_at` and
+:meth:`RaceLane.text_at`, and shows :meth:`RaceResult.summary_rows` as its table;
+:meth:`RaceResult.to_markdown` is the Markdown export. :func:`calculate_speedup` is the
+small α/k/c calculator next to it.
+
+Formulas: E(α, k) = (1 − α^(k+1)) / (1 − α) and S = E / (1 + c·k)
+(:mod:`app.engine.stats`, Leviathan et al. 2023).
+"""
+
+from __future__ import annotations
+
+import bisect
+import codecs
+import random
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.engine.bench import PreparedPrompt, first_difference, generate_once
+from app.engine.events import Event, Finished
+from app.engine.llama import LlamaModel
+from app.engine.sampling import SamplingParams
+from app.engine.session import Session, SpeculationConfig
+from app.engine.stats import (
+    SpecStats,
+    best_draft_length,
+    expected_tokens_per_round,
+    predicted_speedup,
+)
+
+
+# -- the calculator ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedupCalculation:
+    """What α, k and c predict.
+
+    ``expected_tokens``: E(α, k), tokens per round; ``speedup``: E / (1 + c·k);
+    ``best_k``: the k in 1..k_max with the highest predicted speedup (ties: smaller k),
+    and ``best_speedup`` its speedup.
+    """
+
+    alpha: float
+    k: int
+    c: float
+    expected_tokens: float
+    speedup: float
+    best_k: int
+    best_speedup: float
+
+
+def calculate_speedup(alpha: float, k: int, c: float, k_max: int = 16) -> SpeedupCalculation:
+    """The race view's calculator: E(α, k), predicted speedup, and the best k for α and c.
+
+    Args:
+        alpha: acceptance rate in [0, 1] (α = 1 is handled: E = k + 1).
+        k: draft length ≥ 0.
+        c: draft cost ratio ≥ 0 (draft step time / plain target step time).
+        k_max: the largest k considered for ``best_k``.
+
+    Raises:
+        ValueError: α outside [0, 1], k < 0, c < 0 or k_max < 1.
+
+    Source: Leviathan, Kalman & Matias 2023, eq. (1) and Theorem 3.8.
+    """
+    if k_max < 1:
+        raise ValueError(f"k_max must be >= 1, got {k_max}")
+    e = expected_tokens_per_round(alpha, k)
+    s = predicted_speedup(alpha, k, c)
+    best = best_draft_length(alpha, c, k_max)
+    return SpeedupCalculation(alpha, k, c, e, s, best, predicted_speedup(alpha, best, c))
+
+
+# -- race lanes ----------------------------------------------------------------------
+
+
+def text_offsets(model: LlamaModel, token_ids: Sequence[int], text: str) -> tuple[int, ...]:
+    """Characters of ``text`` visible after each token, for replaying a reply at its pace.
+
+    Token pieces are joined as bytes and decoded incrementally, so a character split over
+    several tokens appears with its last byte (as the engine streams it). Offsets are
+    clamped to ``len(text)``: the final text may end earlier (a stop string is cut off).
+    """
+    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    out: list[int] = []
+    n = 0
+    for t in token_ids:
+        n += len(dec.decode(model.token_to_piece(t)))
+        out.append(min(n, len(text)))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class RaceLane:
+    """One side of the race.
+
+    ``token_times``: when each token was sampled, seconds since that run's request
+    started (both lanes start at t = 0). ``text_offsets``: characters of ``text`` visible
+    after each token (see :func:`text_offsets`).
+    """
+
+    label: str
+    mode: str
+    draft_max: int
+    text: str
+    token_ids: tuple[int, ...]
+    token_times: tuple[float, ...]
+    text_offsets: tuple[int, ...]
+    finish_reason: str
+    stats: SpecStats
+
+    @property
+    def duration(self) -> float:
+        """End-to-end time of the run, seconds (prefill included)."""
+        return self.stats.total_time
+
+    def tokens_at(self, t: float) -> int:
+        """How many tokens had been produced ``t`` seconds after the start."""
+        return bisect.bisect_right(self.token_times, t)
+
+    def text_at(self, t: float) -> str:
+        """The text visible ``t`` seconds after the start (the whole text once finished)."""
+        if t >= self.duration:
+            return self.text
+        n = self.tokens_at(t)
+        return self.text[: self.text_offsets[n - 1]] if n else ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "mode": self.mode,
+            "draft_max": self.draft_max,
+            "text": self.text,
+            "token_ids": list(self.token_ids),
+            "token_times": list(self.token_times),
+            "finish_reason": self.finish_reason,
+            "stats": self.stats.to_dict(),
+        }
+
+
+def lane_from_finished(label: str, model: LlamaModel, fin: Finished) -> RaceLane:
+    """A :class:`RaceLane` from a generation's :class:`Finished` event."""
+    return RaceLane(
+        label=label,
+        mode=fin.stats.mode,
+        draft_max=fin.stats.draft_max,
+        text=fin.text,
+        token_ids=fin.token_ids,
+        token_times=fin.token_times,
+        text_offsets=text_offsets(model, fin.token_ids, fin.text),
+        finish_reason=fin.reason,
+        stats=fin.stats,
+    )
+
+
+DIFFERENCE_EXPLANATION = (
+    "The two replies first differ at token {index}. With speculation on, the target "
+    "checks several tokens in one batch, and llama.cpp computes a batch with a different "
+    "order of floating-point operations than a single token. Where the two most likely "
+    "next tokens are nearly tied, that tiny difference can tip the choice. Both replies "
+    "are valid outputs of the target model; from that token on they simply continue "
+    "differently."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RaceResult:
+    """Both lanes of a race and the comparison.
+
+    ``identical``: the token ids are equal; ``first_difference``: the first differing
+    token index (None when identical). ``seed``: the seed both runs used.
+    """
+
+    off: RaceLane
+    on: RaceLane
+    seed: int
+    temperature: float
+    identical: bool
+    first_difference: int | None
+    cancelled: bool = False
+
+    @property
+    def measured_speedup(self) -> float | None:
+        """Decode tok/s on ÷ off (prefill excluded)."""
+        a, b = self.off.stats.decode_tps, self.on.stats.decode_tps
+        return b / a if a and b else None
+
+    @property
+    def end_to_end_speedup(self) -> float | None:
+        """End-to-end time off ÷ on (prefill included), for the same reply length."""
+        a, b = self.off.duration, self.on.duration
+        return a / b if a > 0 and b > 0 else None
+
+    @property
+    def predicted_speedup(self) -> float | None:
+        """E(α, k) / (1 + c·k) from the "on" lane's measured α and c."""
+        return self.on.stats.predicted_speedup
+
+    @property
+    def difference_explanation(self) -> str | None:
+        """A plain-words reason when the texts differ, else None."""
+        if self.identical or self.first_difference is None:
+            return None
+        return DIFFERENCE_EXPLANATION.format(index=self.first_difference)
+
+    def summary_rows(self) -> list[tuple[str, str, str]]:
+        """(figure, off, on) rows of the end-of-race table, formatted for display."""
+
+        def f(v: float | None, spec: str) -> str:
+            return "—" if v is None else spec.format(v)
+
+        so, sn = self.off.stats, self.on.stats
+        rows = [
+            ("TTFT", f(so.ttft * 1000, "{:.0f} ms"), f(sn.ttft * 1000, "{:.0f} ms")),
+            ("decode tok/s", f(so.decode_tps, "{:.1f}"), f(sn.decode_tps, "{:.1f}")),
+            ("end-to-end time", f(self.off.duration, "{:.2f} s"), f(self.on.duration, "{:.2f} s")),
+            ("tokens", str(len(self.off.token_ids)), str(len(self.on.token_ids))),
+            ("acceptance rate α", "—", f(sn.acceptance_rate, "{:.2f}")),
+            ("mean acceptance length τ", "—", f(sn.mean_acceptance_length, "{:.2f}")),
+            ("measured speedup", "1.00×", f(self.measured_speedup, "{:.2f}×")),
+            ("predicted speedup", "—", f(self.predicted_speedup, "{:.2f}×")),
+            ("identical text", "", "yes" if self.identical else f"no (from token {self.first_difference})"),
+        ]
+        return rows
+
+    def to_markdown(self, title: str = "Tandem race") -> str:
+        """The race as Markdown: settings, the table, both texts, and any difference."""
+        on_desc = f"{self.on.mode}, k = {self.on.draft_max}" if self.on.draft_max else self.on.mode
+        lines = [
+            f"# {title}",
+            "",
+            f"Seed {self.seed}, temperature {self.temperature:g}; speculation on: {on_desc}.",
+            "",
+            "| | off | on |",
+            "| --- | ---: | ---: |",
+        ]
+        lines += [f"| {a} | {b} | {c} |" for a, b, c in self.summary_rows()]
+        if self.difference_explanation:
+            lines += ["", self.difference_explanation]
+        for lane in (self.off, self.on):
+            lines += ["", f"## Speculation {lane.label}", "", "```text", lane.text, "```"]
+        return "\n".join(lines) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "temperature": self.temperature,
+            "identical": self.identical,
+            "first_difference": self.first_difference,
+            "measured_speedup": self.measured_speedup,
+            "end_to_end_speedup": self.end_to_end_speedup,
+            "predicted_speedup": self.predicted_speedup,
+            "cancelled": self.cancelled,
+            "off": self.off.to_dict(),
+            "on": self.on.to_dict(),
+        }
+
+
+def run_race(
+    session: Session,
+    prompt: PreparedPrompt,
+    sampling: SamplingParams,
+    speculation: SpeculationConfig,
+    cancel: threading.Event | None = None,
+    *,
+    on_event: Callable[[str, Event], None] | None = None,
+    fresh_cache: bool = True,
+) -> RaceResult:
+    """Decode ``prompt`` with speculation off, then on, with one seed; compare the tokens.
+
+    Args:
+        prompt: from :func:`app.engine.bench.prepare_prompt` or
+            :func:`~app.engine.bench.prepare_chat`.
+        sampling: a seed of −1 is replaced by one random seed used by both runs.
+        speculation: the "on" side (mode draft-model or prompt-lookup, k…).
+        cancel: checked once per round; a cancelled race returns what it has, with
+            ``cancelled`` set (the "on" lane is then empty if it never started).
+        on_event: called with ("off" | "on", event) for live progress in a worker.
+        fresh_cache: empty the KV cache before each run so both pay the same prefill.
+
+    Raises:
+        ValueError: ``speculation.mode`` is "off".
+        TandemError: the engine failed.
+    """
+    if speculation.mode == "off":
+        raise ValueError("the race needs speculation on one side")
+    if sampling.seed < 0:
+        sampling = sampling.model_copy(update={"seed": random.randrange(2**32 - 1)})
+
+    def forward(label: str) -> Callable[[Event], None] | None:
+        if on_event is None:
+            return None
+        cb = on_event
+
+        def call(ev: Event) -> None:
+            cb(label, ev)
+
+        return call
+
+    lanes: dict[str, RaceLane] = {}
+    cancelled = False
+    for label, spec in (("off", SpeculationConfig(mode="off")), ("on", speculation)):
+        if cancel is not None and cancel.is_set():
+            cancelled = True
+            break
+        fin = generate_once(session, prompt, sampling, spec, cancel,
+                            fresh_cache=fresh_cache, on_event=forward(label))
+        lanes[label] = lane_from_finished(label, session.target, fin)
+        if fin.reason == "cancelled":
+            cancelled = True
+            break
+    empty = RaceLane("on", speculation.mode, speculation.draft_max, "", (), (), (),
+                     "cancelled", SpecStats(mode=speculation.mode))
+    off = lanes.get("off") or RaceLane("off", "plain", 0, "", (), (), (), "cancelled", SpecStats())
+    on = lanes.get("on") or empty
+    diff = first_difference(off.token_ids, on.token_ids)
+    return RaceResult(
+        off=off,
+        on=on,
+        seed=sampling.seed,
+        temperature=sampling.temperature,
+        identical=diff is None and not cancelled,
+        first_difference=diff,
+        cancelled=cancelled,
+    )
