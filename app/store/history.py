@@ -7,7 +7,7 @@ finish reason and the statistics JSON (:meth:`HistoryStore.finish_reply`). Each 
 is its own committed transaction; with ``journal_mode=WAL`` and ``synchronous=NORMAL`` a
 committed transaction survives the process being killed (only a power cut can lose the
 last ones), so a kill loses at most the text streamed since the last partial save. On
-the next start :meth:`HistoryStore.open` marks replies still ``streaming`` as
+the next start ``HistoryStore.open(recover=True)`` marks replies still ``streaming`` as
 ``interrupted``.
 
 ``draft_spans`` are ``(start, end)`` character offsets of reply text that came from
@@ -37,14 +37,14 @@ _TITLE_CHARS = 60
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
-    id            INTEGER PRIMARY KEY,
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
     title         TEXT    NOT NULL,
     system_prompt TEXT    NOT NULL DEFAULT '',
     created_at    REAL    NOT NULL,
     updated_at    REAL    NOT NULL
 );
 CREATE TABLE IF NOT EXISTS messages (
-    id              INTEGER PRIMARY KEY,
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
     conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
     role            TEXT    NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
     content         TEXT    NOT NULL,
@@ -123,10 +123,13 @@ class HistoryStore:
         self.path = path
 
     @classmethod
-    def open(cls, path: Path | None = None) -> HistoryStore:
+    def open(cls, path: Path | None = None, *, recover: bool = False) -> HistoryStore:
         """Open (creating if needed) the database at ``path`` (default: the data folder).
 
-        Replies left ``streaming`` by a previous run are marked ``interrupted``.
+        Args:
+            recover: mark replies left ``streaming`` by a previous run as ``interrupted``
+                (the window does this once at start-up; a reader must not, or it would
+                cut off a reply another connection is still streaming).
         """
         path = path or paths.history_path()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -153,7 +156,8 @@ class HistoryStore:
             conn.close()
             raise
         store = cls(conn, path)
-        store.recover_interrupted()
+        if recover:
+            store.recover_interrupted()
         return store
 
     def close(self) -> None:

@@ -122,7 +122,10 @@ def test_reopen_keeps_everything_and_marks_interrupted(tandem_home: Path) -> Non
     r = s.begin_reply(c.id)
     s.save_partial(r.id, "partial")
     s.close()
-    s2 = HistoryStore.open()
+    reader = HistoryStore.open()  # a plain reader leaves the streaming reply alone
+    assert reader.messages(c.id)[1].status == "streaming"
+    reader.close()
+    s2 = HistoryStore.open(recover=True)
     msgs = s2.messages(c.id)
     assert [m.content for m in msgs] == ["hello", "partial"]
     assert msgs[1].status == "done" and msgs[1].finish_reason == "interrupted"
@@ -175,7 +178,7 @@ def test_partial_reply_survives_sigkill(tandem_home: Path) -> None:
     proc.wait(10)
     assert proc.returncode == -signal.SIGKILL
 
-    s = HistoryStore.open()
+    s = HistoryStore.open(recover=True)
     [conv] = s.list_conversations()
     user, reply = s.messages(conv.id)
     assert user.content == "tell me a story"

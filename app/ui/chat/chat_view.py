@@ -1,0 +1,368 @@
+"""The conversation as a column of message widgets in a scroll area.
+
+Each :class:`MessageWidget` shows one message: a header (who, and buttons: Edit for user
+messages; Copy and Regenerate for replies), the body rendered from Markdown by
+:mod:`app.ui.chat.markdown_render` in an auto-sizing read-only text browser, and for
+replies a footer with the reply's statistics. Only the message that streams is
+re-rendered while a reply streams; the view stays scrolled to the bottom unless the user
+scrolled up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import QUrl, Qt, Signal, Slot
+from PySide6.QtGui import QDesktopServices, QGuiApplication, QResizeEvent
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QTextBrowser,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.ui.chat.markdown_render import render_markdown
+
+_DOCUMENT_CSS = """
+p { margin-top: 0px; margin-bottom: 6px; }
+pre { font-family: 'DejaVu Sans Mono', 'Menlo', 'Consolas', monospace; }
+code { font-family: 'DejaVu Sans Mono', 'Menlo', 'Consolas', monospace;
+       background-color: #eef1f4; }
+h1, h2, h3, h4 { margin-top: 6px; margin-bottom: 4px; }
+table { border-collapse: collapse; }
+th { background-color: #eef1f4; }
+a { color: #0969da; }
+"""
+
+_MODE_LABELS = {"plain": "no speculation", "prompt-lookup": "prompt lookup",
+                "draft-model": "draft model"}
+_REASON_LABELS = {"length": "hit the token limit", "cancelled": "stopped",
+                  "interrupted": "interrupted (the app closed)", "error": "failed"}
+
+
+@dataclass(frozen=True, slots=True)
+class MessageView:
+    """What a message widget shows (built from a stored message)."""
+
+    message_id: int
+    role: str
+    content: str
+    draft_spans: tuple[tuple[int, int], ...] = ()
+    footer: str = ""
+    model: str | None = None
+
+
+def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
+                 note: str | None = None) -> str:
+    """One line under a reply: tokens, tok/s, drafter, α, τ, and how it ended."""
+    parts: list[str] = []
+    if stats:
+        parts.append(f"{stats.get('emitted', 0)} tokens")
+        tps = stats.get("decode_tps")
+        if tps:
+            parts.append(f"{tps:.1f} tok/s")
+        mode = str(stats.get("mode", "plain"))
+        label = _MODE_LABELS.get(mode, mode)
+        if mode != "plain":
+            label += f" k={stats.get('draft_max', 0)}"
+        parts.append(label)
+        alpha = stats.get("acceptance_rate")
+        if alpha is not None:
+            parts.append(f"α {alpha * 100:.0f}%")
+        tau = stats.get("mean_acceptance_length")
+        if tau is not None and mode != "plain":
+            parts.append(f"τ {tau:.2f}")
+    if finish_reason in _REASON_LABELS:
+        parts.append(_REASON_LABELS[finish_reason])
+    line = " · ".join(parts)
+    if note:
+        line = f"{line}\n{note}" if line else note
+    return line
+
+
+class MarkdownBrowserWidget(QTextBrowser):
+    """A read-only rich-text view whose height follows its content (no scroll bars).
+
+    Links: ``copy:<n>`` emits :attr:`copy_clicked`; http(s) links open in the browser.
+    Nothing is ever loaded from a URL (images, style sheets): model output is untrusted.
+    """
+
+    copy_clicked = Signal(int)
+    """A code block's Copy link was clicked (its index)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setOpenLinks(False)
+        self.setOpenExternalLinks(False)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.viewport().setAutoFillBackground(False)
+        self.document().setDefaultStyleSheet(_DOCUMENT_CSS)
+        self.document().setDocumentMargin(2)
+        self.document().documentLayout().documentSizeChanged.connect(
+            self._on_document_size_changed
+        )
+        self.anchorClicked.connect(self._on_self_anchor_clicked)
+        self.setFixedHeight(24)
+
+    def loadResource(self, type: int, name: QUrl) -> Any:  # noqa: A002 (Qt's name)
+        return None
+
+    @Slot(QUrl)
+    def _on_self_anchor_clicked(self, url: QUrl) -> None:
+        if url.scheme() == "copy":
+            try:
+                self.copy_clicked.emit(int(url.path()))
+            except ValueError:
+                pass
+        elif url.scheme() in ("http", "https"):
+            QDesktopServices.openUrl(url)
+
+    def _on_document_size_changed(self, *_: object) -> None:
+        self._fit()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        height = math.ceil(self.document().size().height()) + 2 * self.frameWidth()
+        if height != self.height():
+            self.setFixedHeight(max(height, 16))
+
+
+class MessageWidget(QFrame):
+    """One message. Re-render with :meth:`set_content` (cheap enough for every 30 ms)."""
+
+    edit_clicked = Signal(int)
+    """Edit on a user message was clicked (message id)."""
+    regenerate_clicked = Signal(int)
+    """Regenerate on a reply was clicked (message id)."""
+
+    def __init__(self, view: MessageView, tint: bool, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.message_id = view.message_id
+        self.role = view.role
+        self._text = view.content
+        self._spans: tuple[tuple[int, int], ...] = view.draft_spans
+        self._tint = tint
+        self._code_blocks: tuple[str, ...] = ()
+        self.setObjectName("userMessage" if view.role == "user" else "assistantMessage")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
+        layout.setSpacing(2)
+        header = QHBoxLayout()
+        who = "You" if view.role == "user" else "Assistant"
+        if view.role == "assistant" and view.model:
+            who += f" · {view.model}"
+        self._who = QLabel(who)
+        self._who.setObjectName("messageRole")
+        header.addWidget(self._who)
+        self._streaming = QLabel("● writing…")
+        self._streaming.setObjectName("streamingLabel")
+        self._streaming.hide()
+        header.addWidget(self._streaming)
+        header.addStretch(1)
+        self._copy = self._tool_button("Copy", "Copy the whole message")
+        self._copy.clicked.connect(self._on_copy_clicked)
+        self._edit = self._tool_button("Edit", "Edit this message and send it again")
+        self._edit.clicked.connect(self._on_edit_clicked)
+        self._regen = self._tool_button("Regenerate", "Generate this reply again")
+        self._regen.clicked.connect(self._on_regenerate_clicked)
+        for b in (self._copy, self._edit, self._regen):
+            header.addWidget(b)
+        self._edit.setVisible(view.role == "user")
+        self._regen.setVisible(False)
+        layout.addLayout(header)
+
+        self.body = MarkdownBrowserWidget(self)
+        self.body.copy_clicked.connect(self._on_body_copy_clicked)
+        layout.addWidget(self.body)
+        self._footer = QLabel()
+        self._footer.setObjectName("messageFooter")
+        self._footer.setWordWrap(True)
+        self._footer.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self._footer)
+        self.set_footer(view.footer)
+        self._render()
+
+    def _tool_button(self, text: str, tip: str) -> QToolButton:
+        b = QToolButton(self)
+        b.setText(text)
+        b.setToolTip(tip)
+        b.setAutoRaise(True)
+        b.setCursor(Qt.CursorShape.PointingHandCursor)
+        return b
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    @property
+    def code_blocks(self) -> tuple[str, ...]:
+        return self._code_blocks
+
+    def set_content(self, text: str, draft_spans: Sequence[tuple[int, int]] = ()) -> None:
+        """Replace the text (and draft ranges) and re-render."""
+        self._text = text
+        self._spans = tuple(draft_spans)
+        self._render()
+
+    def set_tint(self, tint: bool) -> None:
+        """Tint (or not) the text that came from accepted drafts."""
+        if tint != self._tint:
+            self._tint = tint
+            self._render()
+
+    def set_footer(self, text: str) -> None:
+        self._footer.setText(text)
+        self._footer.setVisible(bool(text))
+
+    def set_streaming(self, streaming: bool) -> None:
+        self._streaming.setVisible(streaming)
+        self._copy.setEnabled(not streaming)
+
+    def set_regenerate_visible(self, visible: bool) -> None:
+        self._regen.setVisible(visible and self.role == "assistant")
+
+    def set_edit_enabled(self, enabled: bool) -> None:
+        self._edit.setEnabled(enabled)
+        self._regen.setEnabled(enabled)
+
+    def _render(self) -> None:
+        if self.role == "user":
+            rendered = render_markdown(self._text)
+        else:
+            rendered = render_markdown(self._text, self._spans, tint=self._tint)
+        self._code_blocks = rendered.code_blocks
+        self.body.setHtml(rendered.html)
+
+    @Slot()
+    def _on_copy_clicked(self) -> None:
+        QGuiApplication.clipboard().setText(self._text)
+
+    @Slot(int)
+    def _on_body_copy_clicked(self, index: int) -> None:
+        if 0 <= index < len(self._code_blocks):
+            QGuiApplication.clipboard().setText(self._code_blocks[index])
+
+    @Slot()
+    def _on_edit_clicked(self) -> None:
+        self.edit_clicked.emit(self.message_id)
+
+    @Slot()
+    def _on_regenerate_clicked(self) -> None:
+        self.regenerate_clicked.emit(self.message_id)
+
+
+class ChatViewWidget(QScrollArea):
+    """The messages of the current conversation, newest at the bottom."""
+
+    edit_clicked = Signal(int)
+    """A user message's Edit was clicked (message id)."""
+    regenerate_clicked = Signal(int)
+    """A reply's Regenerate was clicked (message id)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("chatView")
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._container = QWidget()
+        self._container.setObjectName("chatContainer")
+        self._layout = QVBoxLayout(self._container)
+        self._layout.setContentsMargins(12, 12, 12, 12)
+        self._layout.setSpacing(10)
+        self._layout.addStretch(1)
+        self.setWidget(self._container)
+        self._messages: list[MessageWidget] = []
+        self._tint = True
+        self._stick = True
+        bar = self.verticalScrollBar()
+        bar.rangeChanged.connect(self._on_scrollbar_range_changed)
+        bar.valueChanged.connect(self._on_scrollbar_value_changed)
+
+    @property
+    def messages(self) -> list[MessageWidget]:
+        return list(self._messages)
+
+    def message(self, message_id: int) -> MessageWidget | None:
+        for w in self._messages:
+            if w.message_id == message_id:
+                return w
+        return None
+
+    def clear(self) -> None:
+        for w in self._messages:
+            self._layout.removeWidget(w)
+            w.deleteLater()
+        self._messages = []
+        self._stick = True
+
+    def set_messages(self, views: Sequence[MessageView]) -> None:
+        self.clear()
+        for v in views:
+            self.add_message(v)
+        self._update_regenerate()
+
+    def add_message(self, view: MessageView) -> MessageWidget:
+        w = MessageWidget(view, self._tint, self._container)
+        w.edit_clicked.connect(self.edit_clicked)
+        w.regenerate_clicked.connect(self.regenerate_clicked)
+        self._layout.insertWidget(self._layout.count() - 1, w)
+        self._messages.append(w)
+        self._stick = True
+        self._update_regenerate()
+        return w
+
+    def remove_from(self, message_id: int) -> None:
+        """Remove a message and every message after it."""
+        for i, w in enumerate(self._messages):
+            if w.message_id == message_id:
+                for gone in self._messages[i:]:
+                    self._layout.removeWidget(gone)
+                    gone.deleteLater()
+                del self._messages[i:]
+                break
+        self._update_regenerate()
+
+    def set_tint(self, tint: bool) -> None:
+        self._tint = tint
+        for w in self._messages:
+            w.set_tint(tint)
+
+    def set_busy(self, busy: bool) -> None:
+        """While a reply streams, Edit and Regenerate are disabled."""
+        for w in self._messages:
+            w.set_edit_enabled(not busy)
+
+    def _update_regenerate(self) -> None:
+        last_reply = next((w for w in reversed(self._messages) if w.role == "assistant"), None)
+        for w in self._messages:
+            w.set_regenerate_visible(w is last_reply and w is self._messages[-1])
+
+    def scroll_to_bottom(self) -> None:
+        self._stick = True
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    @Slot(int, int)
+    def _on_scrollbar_range_changed(self, _min: int, maximum: int) -> None:
+        if self._stick:
+            self.verticalScrollBar().setValue(maximum)
+
+    @Slot(int)
+    def _on_scrollbar_value_changed(self, value: int) -> None:
+        self._stick = value >= self.verticalScrollBar().maximum() - 8

@@ -1,0 +1,131 @@
+"""The conversation list: search, new, rename (double-click or menu), delete (menu).
+
+The widget only shows conversations and reports what the user did; the window applies it
+to the history store and calls :meth:`ConversationListWidget.set_conversations` again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtCore import QPoint, Qt, QTimer, Signal, Slot
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMenu,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.store.history import Conversation
+
+_ID_ROLE = Qt.ItemDataRole.UserRole
+
+
+class ConversationListWidget(QWidget):
+    """Conversations, most recent first, with a search box on top."""
+
+    conversation_activated = Signal(int)
+    """The user selected a conversation (id)."""
+    new_conversation_clicked = Signal()
+    """The "New chat" button was clicked."""
+    conversation_renamed = Signal(int, str)
+    """The user renamed a conversation (id, new title)."""
+    conversation_delete_clicked = Signal(int)
+    """The user chose Delete on a conversation (id)."""
+    search_changed = Signal(str)
+    """The search text changed (debounced by 200 ms)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("conversationList")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 4, 8)
+        self.new_button = QPushButton("+  New chat")
+        self.new_button.setObjectName("newChatButton")
+        self.new_button.clicked.connect(self.new_conversation_clicked)
+        layout.addWidget(self.new_button)
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Search conversations")
+        self.search.setClearButtonEnabled(True)
+        layout.addWidget(self.search)
+        self.list = QListWidget()
+        self.list.setEditTriggers(
+            QAbstractItemView.EditTrigger.DoubleClicked | QAbstractItemView.EditTrigger.EditKeyPressed
+        )
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.customContextMenuRequested.connect(self._on_list_custom_context_menu_requested)
+        self.list.currentItemChanged.connect(self._on_list_current_item_changed)
+        self.list.itemChanged.connect(self._on_list_item_changed)
+        layout.addWidget(self.list, 1)
+        self._search_timer = QTimer(self)
+        self._search_timer.setSingleShot(True)
+        self._search_timer.setInterval(200)
+        self._search_timer.timeout.connect(self._on_search_timer_timeout)
+        self.search.textChanged.connect(self._on_search_text_changed)
+        self._filling = False
+
+    def set_conversations(self, conversations: Sequence[Conversation], current: int | None) -> None:
+        """Show ``conversations`` and select ``current`` (without emitting activation)."""
+        self._filling = True
+        try:
+            self.list.clear()
+            for c in conversations:
+                item = QListWidgetItem(c.title)
+                item.setData(_ID_ROLE, c.id)
+                item.setToolTip(c.title)
+                item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
+                self.list.addItem(item)
+                if c.id == current:
+                    self.list.setCurrentItem(item)
+        finally:
+            self._filling = False
+
+    def ids(self) -> list[int]:
+        return [int(self.list.item(i).data(_ID_ROLE)) for i in range(self.list.count())]
+
+    def titles(self) -> list[str]:
+        return [self.list.item(i).text() for i in range(self.list.count())]
+
+    def current_id(self) -> int | None:
+        item = self.list.currentItem()
+        return int(item.data(_ID_ROLE)) if item is not None else None
+
+    @Slot(QListWidgetItem, QListWidgetItem)
+    def _on_list_current_item_changed(
+        self, current: QListWidgetItem | None, _previous: QListWidgetItem | None
+    ) -> None:
+        if self._filling or current is None:
+            return
+        self.conversation_activated.emit(int(current.data(_ID_ROLE)))
+
+    @Slot(QListWidgetItem)
+    def _on_list_item_changed(self, item: QListWidgetItem) -> None:
+        if self._filling:
+            return
+        self.conversation_renamed.emit(int(item.data(_ID_ROLE)), item.text())
+
+    @Slot(QPoint)
+    def _on_list_custom_context_menu_requested(self, pos: QPoint) -> None:
+        item = self.list.itemAt(pos)
+        if item is None:
+            return
+        menu = QMenu(self)
+        rename = menu.addAction("Rename")
+        delete = menu.addAction("Delete")
+        chosen = menu.exec(self.list.viewport().mapToGlobal(pos))
+        if chosen is rename:
+            self.list.editItem(item)
+        elif chosen is delete:
+            self.conversation_delete_clicked.emit(int(item.data(_ID_ROLE)))
+
+    @Slot(str)
+    def _on_search_text_changed(self, _text: str) -> None:
+        self._search_timer.start()
+
+    @Slot()
+    def _on_search_timer_timeout(self) -> None:
+        self.search_changed.emit(self.search.text())

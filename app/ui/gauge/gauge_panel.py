@@ -1,0 +1,315 @@
+"""The live speculation gauge panel.
+
+Inputs arrive as often as the engine produces them (text with every round, statistics
+every 0.1 s), but the panel repaints from a 100 ms timer and only when something changed,
+so it never repaints more than 10 times a second. While a reply streams it shows that
+reply; afterwards it keeps the last reply's final figures.
+
+Figures (see DESIGN.md): decode tok/s rolling over the last second and for the whole
+reply; acceptance rate α; mean acceptance length τ; acceptance by draft position 1..k;
+draft cost ratio c; predicted speedup E(α, k) / (1 + c·k) next to the measured speedup,
+which is this reply's decode tok/s over the decode tok/s of the latest plain reply of the
+same target in this run of the app (until there is one, the panel says so).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPen, QPolygonF
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFrame,
+    QGridLayout,
+    QLabel,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine.stats import SpecStats
+from app.ui.gauge.rolling import RollingRate
+
+REFRESH_MS = 100
+_MODE_TITLES = {"plain": "Speculation off", "prompt-lookup": "Prompt lookup",
+                "draft-model": "Draft model"}
+_ACCENT = QColor("#2b6cb0")
+_DRAFT = QColor("#f0a63a")
+_MUTED = QColor("#8a94a3")
+
+
+def _fmt(value: float | None, spec: str, unit: str = "", none: str = "—") -> str:
+    return none if value is None else f"{value:{spec}}{unit}"
+
+
+class AcceptanceBarsWidget(QWidget):
+    """Acceptance rate per draft position 1..k as small vertical bars (0–100 %)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._rates: list[float | None] = []
+        self.setMinimumHeight(74)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def set_positions(self, accepted_at: Sequence[int], drafted_at: Sequence[int]) -> None:
+        """Per-position counts from :class:`SpecStats`; a position never verified is None."""
+        self._rates = [a / d if d else None for a, d in zip(accepted_at, drafted_at, strict=False)]
+        self.update()
+
+    @property
+    def rates(self) -> list[float | None]:
+        return list(self._rates)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        r = self.rect().adjusted(2, 2, -2, -2)
+        label_h = 14
+        chart = QRectF(r.left(), r.top() + label_h, r.width(), r.height() - 2 * label_h)
+        p.setPen(QPen(QColor("#d5dbe3"), 1))
+        p.drawLine(chart.bottomLeft(), chart.bottomRight())
+        n = len(self._rates)
+        if n == 0:
+            p.setPen(_MUTED)
+            p.drawText(r, Qt.AlignmentFlag.AlignCenter, "no drafts yet")
+            return
+        slot = chart.width() / n
+        bar_w = min(28.0, slot * 0.7)
+        for i, rate in enumerate(self._rates):
+            x = chart.left() + i * slot + (slot - bar_w) / 2
+            if rate is not None:
+                h = chart.height() * rate
+                p.fillRect(QRectF(x, chart.bottom() - h, bar_w, h), _DRAFT)
+                p.setPen(QColor("#4a5568"))
+                p.drawText(QRectF(x - 8, r.top(), bar_w + 16, label_h),
+                           Qt.AlignmentFlag.AlignCenter, f"{rate * 100:.0f}")
+            p.setPen(_MUTED)
+            p.drawText(QRectF(x - 8, chart.bottom() + 1, bar_w + 16, label_h),
+                       Qt.AlignmentFlag.AlignCenter, str(i + 1))
+
+
+class SparklineWidget(QWidget):
+    """The rolling decode tok/s of the current reply over time (last 60 refreshes)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._values: deque[float] = deque(maxlen=60)
+        self.setMinimumHeight(34)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def clear(self) -> None:
+        self._values.clear()
+        self.update()
+
+    def add(self, value: float) -> None:
+        self._values.append(value)
+        self.update()
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        if len(self._values) < 2:
+            return
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        r = QRectF(self.rect()).adjusted(1, 3, -1, -3)
+        top = max(self._values) * 1.15 or 1.0
+        step = r.width() / (self._values.maxlen - 1 if self._values.maxlen else 1)
+        pts = [QPointF(r.right() - (len(self._values) - 1 - i) * step,
+                       r.bottom() - r.height() * v / top) for i, v in enumerate(self._values)]
+        fill = QPolygonF([QPointF(pts[0].x(), r.bottom()), *pts, QPointF(pts[-1].x(), r.bottom())])
+        p.setPen(Qt.PenStyle.NoPen)
+        p.setBrush(QColor(43, 108, 176, 40))
+        p.drawPolygon(fill)
+        p.setPen(QPen(_ACCENT, 1.6))
+        p.drawPolyline(QPolygonF(pts))
+
+
+class SpeculationGaugeWidget(QFrame):
+    """Live figures for the reply in progress (or the last reply)."""
+
+    tint_toggled = Signal(bool)
+    """The "tint text from accepted drafts" box was toggled."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("gauge")
+        self._rolling = RollingRate(1.0)
+        self._stats: SpecStats | None = None
+        self._baseline: float | None = None
+        self._streaming = False
+        self._dirty = False
+        self.repaints = 0  # how many refreshes actually ran (tests check the rate cap)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 10, 12, 10)
+        layout.setSpacing(6)
+        self.mode_label = QLabel("No reply yet")
+        self.mode_label.setObjectName("gaugeMode")
+        layout.addWidget(self.mode_label)
+
+        self.tps_label = QLabel("—")
+        self.tps_label.setObjectName("gaugeBig")
+        layout.addWidget(self.tps_label)
+        self.tps_caption = QLabel("decode tok/s (last second)")
+        self.tps_caption.setObjectName("gaugeCaption")
+        layout.addWidget(self.tps_caption)
+        self.sparkline = SparklineWidget()
+        layout.addWidget(self.sparkline)
+
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(10)
+        grid.setVerticalSpacing(4)
+        self._rows: dict[str, QLabel] = {}
+        rows = [
+            ("reply_tps", "This reply", "decode tok/s over the whole reply (prefill excluded)"),
+            ("e2e_tps", "End to end", "tok/s including the prompt's prefill"),
+            ("alpha", "Acceptance α", "accepted draft tokens / verified draft tokens"),
+            ("tau", "Mean accepted τ", "tokens emitted per target verification pass"),
+            ("cost", "Draft cost c", "one draft step / one plain target step"),
+            ("predicted", "Predicted speedup", "E(α,k) / (1 + c·k), Leviathan et al. 2023"),
+            ("measured", "Measured speedup", "this reply's decode tok/s / the latest plain reply's"),
+            ("ttft", "Time to first token", "prefill; speculation does not change it"),
+        ]
+        for i, (key, title, tip) in enumerate(rows):
+            name = QLabel(title)
+            name.setToolTip(tip)
+            name.setObjectName("gaugeName")
+            value = QLabel("—")
+            value.setObjectName("gaugeValue")
+            value.setToolTip(tip)
+            value.setWordWrap(True)
+            value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            grid.addWidget(name, i, 0)
+            grid.addWidget(value, i, 1)
+            self._rows[key] = value
+        grid.setColumnStretch(1, 1)
+        layout.addLayout(grid)
+
+        bars_title = QLabel("Acceptance by draft position (%)")
+        bars_title.setObjectName("gaugeName")
+        layout.addWidget(bars_title)
+        self.bars = AcceptanceBarsWidget()
+        layout.addWidget(self.bars)
+
+        self.tint_box = QCheckBox("Tint text from accepted drafts")
+        self.tint_box.toggled.connect(self.tint_toggled)
+        layout.addWidget(self.tint_box)
+        self.note_label = QLabel()
+        self.note_label.setObjectName("gaugeNote")
+        self.note_label.setWordWrap(True)
+        layout.addWidget(self.note_label)
+        layout.addStretch(1)
+
+        self._timer = QTimer(self)
+        self._timer.setInterval(REFRESH_MS)
+        self._timer.timeout.connect(self._on_timer_timeout)
+        self._timer.start()
+
+    # -- inputs (cheap; any rate) -----------------------------------------------------
+    def begin_reply(self, mode: str, draft_max: int) -> None:
+        """A reply starts with this drafter mode (``plain`` for off) and k."""
+        self._streaming = True
+        self._rolling.reset()
+        self.sparkline.clear()
+        self._stats = SpecStats(
+            mode=mode,
+            draft_max=draft_max if mode != "plain" else 0,
+            accepted_at=(0,) * (draft_max if mode != "plain" else 0),
+            drafted_at=(0,) * (draft_max if mode != "plain" else 0),
+        )
+        self.note_label.setText("")
+        self._dirty = True
+
+    def add_tokens(self, t: float, n_tokens: int) -> None:
+        """Reply tokens emitted so far at time ``t`` (seconds since the request)."""
+        self._rolling.add(t, n_tokens)
+        self._dirty = True
+
+    def set_stats(self, stats: SpecStats) -> None:
+        """The latest statistics snapshot of the reply in progress."""
+        self._stats = stats
+        self._dirty = True
+
+    def end_reply(self, stats: SpecStats, plain_decode_tps: float | None,
+                  note: str | None = None) -> None:
+        """The reply ended: show its final figures; ``plain_decode_tps`` is the baseline."""
+        self._streaming = False
+        self._stats = stats
+        self._baseline = plain_decode_tps
+        self.note_label.setText(note or stats.fallback_reason or "")
+        self._dirty = True
+        self.refresh()
+
+    def set_baseline(self, plain_decode_tps: float | None) -> None:
+        """Set (or with None forget, after a new target loads) the plain baseline."""
+        self._baseline = plain_decode_tps
+        self._dirty = True
+
+    def set_tint(self, tint: bool) -> None:
+        self.tint_box.blockSignals(True)
+        self.tint_box.setChecked(tint)
+        self.tint_box.blockSignals(False)
+
+    # -- output (≤ 10 Hz) -------------------------------------------------------------
+    @Slot()
+    def _on_timer_timeout(self) -> None:
+        if self._dirty:
+            self.refresh()
+
+    def value_text(self, key: str) -> str:
+        """The text shown for one figure (tests read the panel through this)."""
+        return self._rows[key].text()
+
+    def refresh(self) -> None:
+        """Repaint from the latest inputs (called by the timer; public for tests)."""
+        self._dirty = False
+        self.repaints += 1
+        s = self._stats
+        if s is None:
+            return
+        title = _MODE_TITLES.get(s.mode, s.mode)
+        if s.mode != "plain":
+            title += f" · k = {s.draft_max}"
+        self.mode_label.setText(title + ("  ● live" if self._streaming else "  · last reply"))
+
+        rolling = self._rolling.rate() if self._streaming else None
+        big = rolling if rolling is not None else s.decode_tps
+        self.tps_label.setText(_fmt(big, ".1f"))
+        self.tps_caption.setText(
+            "decode tok/s (last second)" if rolling is not None else "decode tok/s (whole reply)"
+        )
+        if rolling is not None:
+            self.sparkline.add(rolling)
+
+        self._rows["reply_tps"].setText(_fmt(s.decode_tps, ".1f", " tok/s"))
+        self._rows["e2e_tps"].setText(_fmt(s.end_to_end_tps, ".1f", " tok/s"))
+        spec = s.mode != "plain"
+        alpha = s.acceptance_rate
+        if not spec:
+            self._rows["alpha"].setText("off")
+        else:
+            self._rows["alpha"].setText(
+                f"{alpha * 100:.0f}%  ({s.accepted}/{s.drafted})" if alpha is not None
+                else "— (nothing drafted yet)"
+            )
+        tau = s.mean_acceptance_length
+        self._rows["tau"].setText(_fmt(tau, ".2f", " tok/round") if spec else "1 (off)")
+        self._rows["cost"].setText(_fmt(s.draft_cost_ratio, ".3f") if spec else "—")
+        pred = s.predicted_speedup
+        self._rows["predicted"].setText(_fmt(pred, ".2f", "×") if spec else "1× (off)")
+        self._rows["measured"].setText(self._measured_text(s))
+        self._rows["ttft"].setText(_fmt(s.ttft if s.emitted else None, ".2f", " s"))
+        self.bars.set_positions(s.accepted_at, s.drafted_at)
+
+    def _measured_text(self, s: SpecStats) -> str:
+        tps = s.decode_tps
+        if s.mode == "plain":
+            if self._streaming:
+                return "measuring the plain baseline"
+            return f"baseline: {tps:.1f} tok/s" if tps else "—"
+        if self._baseline is None:
+            return "no plain reply yet: turn speculation off for one reply to measure"
+        if not tps:
+            return "—"
+        return f"{tps / self._baseline:.2f}×  (plain {self._baseline:.1f} tok/s)"

@@ -1,0 +1,184 @@
+"""The model bar: target, drafter and k, where the layers run, and load progress.
+
+The drafter choice (off / prompt lookup / draft model) and k apply from the next reply;
+they never reload the target. Choosing a draft GGUF loads it next to the loaded target.
+The widget reports clicks; the window opens file dialogs and talks to the worker.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal, Slot
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
+
+from app.ui.payloads import ModelInfo
+
+SPEC_MODES = [("off", "Off"), ("prompt-lookup", "Prompt lookup"), ("draft-model", "Draft model")]
+
+
+class ModelBarWidget(QFrame):
+    """Target · drafter · k · layers · progress. See the module docstring."""
+
+    open_target_clicked = Signal()
+    """"Open GGUF…" for the target was clicked."""
+    open_draft_clicked = Signal()
+    """"Choose draft…" was clicked."""
+    speculation_changed = Signal(str, int)
+    """The drafter mode (off / prompt-lookup / draft-model) or k changed."""
+    load_cancel_clicked = Signal()
+    """Cancel was clicked while a model loads."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("modelBar")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(10, 6, 10, 6)
+        row.setSpacing(8)
+
+        row.addWidget(self._caption("Target"))
+        self.target_label = QLabel("no model")
+        self.target_label.setObjectName("targetName")
+        row.addWidget(self.target_label)
+        self.open_button = QPushButton("Open GGUF…")
+        self.open_button.setToolTip("Choose a target model (.gguf file)")
+        self.open_button.clicked.connect(self.open_target_clicked)
+        row.addWidget(self.open_button)
+        row.addWidget(self._separator())
+
+        row.addWidget(self._caption("Drafter"))
+        self.mode_combo = QComboBox()
+        for key, label in SPEC_MODES:
+            self.mode_combo.addItem(label, key)
+        self.mode_combo.setToolTip(
+            "Speculative decoding for the next reply: a drafter proposes k tokens and the "
+            "target checks them in one pass. Applies without reloading the target."
+        )
+        row.addWidget(self.mode_combo)
+        self.draft_button = QPushButton("Choose draft…")
+        self.draft_button.setToolTip("A small GGUF with the same tokenizer as the target")
+        self.draft_button.clicked.connect(self.open_draft_clicked)
+        row.addWidget(self.draft_button)
+        row.addWidget(self._caption("k"))
+        self.k_spin = QSpinBox()
+        self.k_spin.setRange(1, 16)
+        self.k_spin.setValue(4)
+        self.k_spin.setToolTip("Draft length: tokens proposed per round")
+        row.addWidget(self.k_spin)
+        row.addWidget(self._separator())
+
+        self.layers_label = QLabel("")
+        self.layers_label.setObjectName("layersLabel")
+        row.addWidget(self.layers_label)
+        row.addStretch(1)
+
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(True)
+        self.progress.setFixedWidth(220)
+        self.progress.hide()
+        row.addWidget(self.progress)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.load_cancel_clicked)
+        self.cancel_button.hide()
+        row.addWidget(self.cancel_button)
+
+        self.mode_combo.currentIndexChanged.connect(self._on_mode_combo_current_index_changed)
+        self.k_spin.valueChanged.connect(self._on_k_spin_value_changed)
+        self._draft_name: str | None = None
+        self._update_draft_button()
+
+    @staticmethod
+    def _caption(text: str) -> QLabel:
+        label = QLabel(text)
+        label.setObjectName("barCaption")
+        return label
+
+    @staticmethod
+    def _separator() -> QFrame:
+        line = QFrame()
+        line.setFrameShape(QFrame.Shape.VLine)
+        line.setObjectName("barSeparator")
+        return line
+
+    # -- state from the window --------------------------------------------------------
+    def set_speculation(self, mode: str, k: int) -> None:
+        """Show ``mode`` and ``k`` without emitting :attr:`speculation_changed`."""
+        self.mode_combo.blockSignals(True)
+        self.k_spin.blockSignals(True)
+        index = self.mode_combo.findData(mode)
+        self.mode_combo.setCurrentIndex(max(0, index))
+        self.k_spin.setValue(k)
+        self.mode_combo.blockSignals(False)
+        self.k_spin.blockSignals(False)
+        self._update_draft_button()
+
+    def speculation(self) -> tuple[str, int]:
+        return str(self.mode_combo.currentData()), self.k_spin.value()
+
+    def set_model(self, info: ModelInfo | None) -> None:
+        """Show the loaded target and where its layers run (None: nothing loaded)."""
+        if info is None:
+            self.target_label.setText("no model")
+            self.target_label.setToolTip("")
+            self.layers_label.setText("")
+            self.layers_label.setToolTip("")
+            return
+        self.target_label.setText(info.target_path.name)
+        self.target_label.setToolTip(
+            f"{info.target_name}\n{info.target_path}\ncontext {info.n_ctx} tokens"
+            + ("\nno chat template in the GGUF: a plain User/Assistant transcript is used"
+               if info.uses_fallback_template else "")
+        )
+        if info.n_gpu_layers > 0:
+            self.layers_label.setText(f"GPU · {info.n_gpu_layers}/{info.n_layer} layers")
+            self.layers_label.setToolTip(info.system_info)
+        else:
+            self.layers_label.setText("CPU only")
+            self.layers_label.setToolTip(
+                f"All {info.n_layer} layers run on the CPU because {info.cpu_reason}."
+                f"\n\n{info.system_info}"
+            )
+        self.set_draft_name(info.draft_name)
+
+    def set_draft_name(self, name: str | None) -> None:
+        self._draft_name = name
+        self._update_draft_button()
+
+    def set_loading(self, loading: bool, fraction: float = 0.0, what: str = "") -> None:
+        """Show or hide the progress bar and its Cancel button."""
+        self.progress.setVisible(loading)
+        self.cancel_button.setVisible(loading)
+        self.cancel_button.setEnabled(True)
+        if loading:
+            self.progress.setValue(int(fraction * 1000))
+            self.progress.setFormat(f"{what}  {fraction * 100:.0f}%" if what else "%p%")
+
+    def set_busy(self, busy: bool) -> None:
+        """While a model loads or a reply streams, models cannot be swapped."""
+        self.open_button.setEnabled(not busy)
+        self.draft_button.setEnabled(not busy)
+
+    def _update_draft_button(self) -> None:
+        is_draft = self.mode_combo.currentData() == "draft-model"
+        self.draft_button.setVisible(is_draft)
+        self.draft_button.setText(
+            f"Draft: {self._draft_name}" if self._draft_name else "Choose draft…"
+        )
+
+    @Slot(int)
+    def _on_mode_combo_current_index_changed(self, _index: int) -> None:
+        self._update_draft_button()
+        self.speculation_changed.emit(*self.speculation())
+
+    @Slot(int)
+    def _on_k_spin_value_changed(self, _value: int) -> None:
+        self.speculation_changed.emit(*self.speculation())
+

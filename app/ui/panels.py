@@ -1,0 +1,170 @@
+"""Small panels of the main window: the message bar (errors and warnings), the first-run
+welcome, and the per-conversation system prompt editor."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.ui.payloads import UserError
+
+
+class MessageBarWidget(QFrame):
+    """A dismissible strip that shows one :class:`UserError` (the latest) in the window."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("messageBar")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(12, 6, 6, 6)
+        self.title = QLabel()
+        self.title.setObjectName("messageBarTitle")
+        self.text = QLabel()
+        self.text.setWordWrap(True)
+        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        row.addWidget(self.title)
+        row.addWidget(self.text, 1)
+        close = QToolButton()
+        close.setText("✕")
+        close.setAutoRaise(True)
+        close.setToolTip("Dismiss")
+        close.clicked.connect(self.hide)
+        row.addWidget(close)
+        self.current: UserError | None = None
+        self.hide()
+
+    def show_error(self, error: UserError) -> None:
+        self.current = error
+        self.setProperty("level", error.level)
+        self.style().unpolish(self)
+        self.style().polish(self)
+        self.title.setText(error.title + ":")
+        self.text.setText(error.message)
+        self.show()
+
+    def clear(self) -> None:
+        self.current = None
+        self.hide()
+
+
+class WelcomeWidget(QFrame):
+    """First run: try the bundled demo model in one click, or open a GGUF file."""
+
+    demo_clicked = Signal()
+    """"Try the demo model" was clicked."""
+    open_clicked = Signal()
+    """"Open GGUF…" was clicked."""
+
+    def __init__(self, demo_available: bool, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("welcome")
+        col = QVBoxLayout(self)
+        col.setContentsMargins(40, 40, 40, 40)
+        col.addStretch(1)
+        title = QLabel("Welcome to Tandem")
+        title.setObjectName("welcomeTitle")
+        col.addWidget(title, 0, Qt.AlignmentFlag.AlignHCenter)
+        blurb = QLabel(
+            "Chat with a GGUF model on this computer. A small drafter proposes a few tokens "
+            "ahead and the model checks them all in one pass; the panel on the right shows "
+            "live how often the guesses are accepted and what that does to the speed."
+        )
+        blurb.setWordWrap(True)
+        blurb.setAlignment(Qt.AlignmentFlag.AlignHCenter)
+        blurb.setMaximumWidth(560)
+        col.addWidget(blurb, 0, Qt.AlignmentFlag.AlignHCenter)
+        self.demo_button = QPushButton("Try the demo model  (Gemma 3 270M, prompt lookup)")
+        self.demo_button.setObjectName("primaryButton")
+        self.demo_button.setToolTip(
+            "Writes the bundled 253 MB model into Tandem's models folder and loads it with "
+            "prompt-lookup speculation (no second model needed)."
+        )
+        self.demo_button.clicked.connect(self.demo_clicked)
+        self.demo_button.setVisible(demo_available)
+        col.addWidget(self.demo_button, 0, Qt.AlignmentFlag.AlignHCenter)
+        self.open_button = QPushButton("Open GGUF…")
+        self.open_button.clicked.connect(self.open_clicked)
+        col.addWidget(self.open_button, 0, Qt.AlignmentFlag.AlignHCenter)
+        if not demo_available:
+            hint = QLabel("The demo model is not installed (pip install 'tandem-chat[demo]').")
+            hint.setObjectName("gaugeNote")
+            col.addWidget(hint, 0, Qt.AlignmentFlag.AlignHCenter)
+        col.addStretch(2)
+
+    def set_busy(self, busy: bool) -> None:
+        self.demo_button.setEnabled(not busy)
+        self.open_button.setEnabled(not busy)
+
+
+class SystemPromptWidget(QWidget):
+    """A collapsible editor for the conversation's system prompt."""
+
+    system_prompt_edited = Signal(str)
+    """The text changed (debounced by 500 ms, and flushed when focus leaves)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        col = QVBoxLayout(self)
+        col.setContentsMargins(12, 4, 12, 0)
+        col.setSpacing(2)
+        self.toggle = QToolButton()
+        self.toggle.setObjectName("systemPromptToggle")
+        self.toggle.setCheckable(True)
+        self.toggle.setAutoRaise(True)
+        self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.toggle.setArrowType(Qt.ArrowType.RightArrow)
+        self.toggle.setText("System prompt")
+        self.toggle.toggled.connect(self._on_toggle_toggled)
+        col.addWidget(self.toggle)
+        self.editor = QPlainTextEdit()
+        self.editor.setPlaceholderText("Instructions for the model in this conversation (optional)")
+        self.editor.setFixedHeight(64)
+        self.editor.hide()
+        col.addWidget(self.editor)
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(500)
+        self._timer.timeout.connect(self._on_timer_timeout)
+        self.editor.textChanged.connect(self._on_editor_text_changed)
+        self._filling = False
+
+    def set_text(self, text: str) -> None:
+        self._filling = True
+        self.editor.setPlainText(text)
+        self._filling = False
+        self._timer.stop()
+        self.toggle.setText("System prompt" + (" ✓" if text.strip() else ""))
+
+    def text(self) -> str:
+        return self.editor.toPlainText()
+
+    def flush(self) -> None:
+        """Emit a pending edit now."""
+        if self._timer.isActive():
+            self._timer.stop()
+            self._on_timer_timeout()
+
+    @Slot(bool)
+    def _on_toggle_toggled(self, on: bool) -> None:
+        self.editor.setVisible(on)
+        self.toggle.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
+
+    @Slot()
+    def _on_editor_text_changed(self) -> None:
+        if not self._filling:
+            self._timer.start()
+
+    @Slot()
+    def _on_timer_timeout(self) -> None:
+        text = self.text()
+        self.toggle.setText("System prompt" + (" ✓" if text.strip() else ""))
+        self.system_prompt_edited.emit(text)

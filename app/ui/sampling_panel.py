@@ -1,0 +1,153 @@
+"""Sampling and context settings: temperature, top-p, top-k, min-p, repeat penalty, seed,
+max tokens; context length and GPU layers (these two apply when the model is reloaded).
+
+The panel edits a copy of the settings sections and emits them whole; the window saves
+them. Ranges are those of :class:`app.store.settings.SamplingSettings`, so every value the
+panel can produce is valid for the engine.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal, Slot
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QLabel,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.store.settings import ModelSettings, SamplingSettings
+
+
+class SamplingSettingsWidget(QWidget):
+    """Form for sampling (applies to the next reply) and model options (on reload)."""
+
+    sampling_changed = Signal(object)
+    """SamplingSettings: any sampling value changed."""
+    model_options_changed = Signal(int, object)
+    """Context length (tokens) and GPU layers (None: all when possible; 0: CPU) changed."""
+    reload_clicked = Signal()
+    """"Reload model" was clicked (to apply context length / GPU layers)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._filling = False
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(10, 10, 10, 10)
+
+        box = QGroupBox("Sampling (next reply)")
+        form = QFormLayout(box)
+        self.temperature = self._double(0.0, 5.0, 0.05, 2, "0 = greedy (always the most likely token)")
+        self.top_p = self._double(0.01, 1.0, 0.01, 2, "nucleus sampling: keep the smallest set with this probability mass")
+        self.top_k = self._int(0, 100_000, "keep the k most likely tokens (0 = all)")
+        self.min_p = self._double(0.0, 1.0, 0.01, 2, "drop tokens below this fraction of the top token's probability")
+        self.repeat_penalty = self._double(0.1, 5.0, 0.05, 2, "1 = off; above 1 discourages repeating the last 64 tokens")
+        self.seed = self._int(-1, 2**31 - 1, "-1 = a new random seed per reply (the seed used is stored with it)")
+        self.seed.setSpecialValueText("random")
+        self.max_tokens = self._int(1, 1_000_000, "the most tokens one reply may have")
+        form.addRow("Temperature", self.temperature)
+        form.addRow("Top-p", self.top_p)
+        form.addRow("Top-k", self.top_k)
+        form.addRow("Min-p", self.min_p)
+        form.addRow("Repeat penalty", self.repeat_penalty)
+        form.addRow("Seed", self.seed)
+        form.addRow("Max tokens", self.max_tokens)
+        outer.addWidget(box)
+
+        mbox = QGroupBox("Model (applies on reload)")
+        mform = QFormLayout(mbox)
+        self.n_ctx = self._int(256, 1_048_576, "context window in tokens: the conversation must fit in it")
+        self.n_ctx.setSingleStep(1024)
+        self.cpu_only = QCheckBox("CPU only")
+        self.cpu_only.setToolTip("Run every layer on the CPU even when a GPU backend is available")
+        self.gpu_layers = self._int(0, 999, "layers to put on the GPU; 999 = all")
+        mform.addRow("Context length", self.n_ctx)
+        mform.addRow("GPU layers", self.gpu_layers)
+        mform.addRow("", self.cpu_only)
+        self.reload_button = QPushButton("Reload model")
+        self.reload_button.clicked.connect(self.reload_clicked)
+        mform.addRow("", self.reload_button)
+        self.pending_label = QLabel("")
+        self.pending_label.setObjectName("gaugeNote")
+        self.pending_label.setWordWrap(True)
+        mform.addRow(self.pending_label)
+        outer.addWidget(mbox)
+        outer.addStretch(1)
+
+        for w in (self.temperature, self.top_p, self.min_p, self.repeat_penalty):
+            w.valueChanged.connect(self._on_sampling_value_changed)
+        for s in (self.top_k, self.seed, self.max_tokens):
+            s.valueChanged.connect(self._on_sampling_value_changed)
+        self.n_ctx.valueChanged.connect(self._on_model_value_changed)
+        self.gpu_layers.valueChanged.connect(self._on_model_value_changed)
+        self.cpu_only.toggled.connect(self._on_model_value_changed)
+
+    def _double(self, lo: float, hi: float, step: float, decimals: int, tip: str) -> QDoubleSpinBox:
+        w = QDoubleSpinBox()
+        w.setRange(lo, hi)
+        w.setSingleStep(step)
+        w.setDecimals(decimals)
+        w.setToolTip(tip)
+        return w
+
+    def _int(self, lo: int, hi: int, tip: str) -> QSpinBox:
+        w = QSpinBox()
+        w.setRange(lo, hi)
+        w.setToolTip(tip)
+        return w
+
+    def set_values(self, sampling: SamplingSettings, model: ModelSettings) -> None:
+        """Show settings without emitting change signals."""
+        self._filling = True
+        try:
+            self.temperature.setValue(sampling.temperature)
+            self.top_p.setValue(sampling.top_p)
+            self.top_k.setValue(sampling.top_k)
+            self.min_p.setValue(sampling.min_p)
+            self.repeat_penalty.setValue(sampling.repeat_penalty)
+            self.seed.setValue(min(sampling.seed, 2**31 - 1))
+            self.max_tokens.setValue(sampling.max_tokens)
+            self.n_ctx.setValue(model.n_ctx)
+            self.cpu_only.setChecked(model.n_gpu_layers == 0)
+            self.gpu_layers.setValue(999 if model.n_gpu_layers is None else model.n_gpu_layers)
+            self.gpu_layers.setEnabled(model.n_gpu_layers != 0)
+        finally:
+            self._filling = False
+
+    def sampling(self) -> SamplingSettings:
+        return SamplingSettings(
+            temperature=round(self.temperature.value(), 4),
+            top_p=round(self.top_p.value(), 4),
+            top_k=self.top_k.value(),
+            min_p=round(self.min_p.value(), 4),
+            repeat_penalty=round(self.repeat_penalty.value(), 4),
+            seed=self.seed.value(),
+            max_tokens=self.max_tokens.value(),
+        )
+
+    def gpu_layers_value(self) -> int | None:
+        if self.cpu_only.isChecked():
+            return 0
+        v = self.gpu_layers.value()
+        return None if v >= 999 else v
+
+    def set_pending_reload(self, pending: bool) -> None:
+        self.pending_label.setText(
+            "Reload the model to apply the new context length / GPU layers." if pending else ""
+        )
+
+    @Slot()
+    def _on_sampling_value_changed(self) -> None:
+        if not self._filling:
+            self.sampling_changed.emit(self.sampling())
+
+    @Slot()
+    def _on_model_value_changed(self) -> None:
+        self.gpu_layers.setEnabled(not self.cpu_only.isChecked())
+        if not self._filling:
+            self.model_options_changed.emit(self.n_ctx.value(), self.gpu_layers_value())

@@ -1,0 +1,93 @@
+"""UI test fixtures: offscreen Qt, a guard against leaked QThreads, and a window with the
+real Gemma 3 270M loaded (small context, short greedy replies, so tests stay fast)."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import QThread  # noqa: E402
+
+from app.store.settings import LoadedSettings, Settings, save_settings  # noqa: E402
+
+LOAD_TIMEOUT_MS = 120_000
+REPLY_TIMEOUT_MS = 120_000
+
+
+def running_threads(started: list[weakref.ref[QThread]]) -> list[QThread]:
+    """The QThreads among ``started`` that are still running."""
+    alive = []
+    for ref in started:
+        thread = ref()
+        try:
+            if thread is not None and thread.isRunning():
+                alive.append(thread)
+        except RuntimeError:  # the C++ object is gone: it is not running
+            pass
+    return alive
+
+
+@pytest.fixture(autouse=True)
+def no_dangling_qthreads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[weakref.ref[QThread]]]:
+    """Fail any test that leaves a QThread running (napari's habit)."""
+    started: list[weakref.ref[QThread]] = []
+    original = QThread.start
+
+    def start(self: QThread, *args: object, **kwargs: object) -> None:
+        started.append(weakref.ref(self))
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(QThread, "start", start)
+    yield started
+    alive = running_threads(started)
+    if alive:
+        for t in alive:  # do not let one leak poison the following tests
+            t.quit()
+            t.wait(5000)
+        pytest.fail(f"test left {len(alive)} QThread(s) running: "
+                    + ", ".join(t.objectName() or repr(t) for t in alive))
+
+
+@pytest.fixture
+def ui_settings(gemma_path: Path) -> Settings:
+    """Settings for fast UI tests: Gemma 3 270M, n_ctx 512, 24 greedy tokens, prompt lookup."""
+    s = Settings()
+    s.model.target_path = gemma_path
+    s.model.n_ctx = 512
+    s.sampling.temperature = 0.0
+    s.sampling.max_tokens = 24
+    s.speculation.mode = "prompt-lookup"
+    s.speculation.draft_max = 4
+    save_settings(s)
+    return s
+
+
+@pytest.fixture
+def window(qtbot, ui_settings: Settings):  # type: ignore[no-untyped-def]
+    """A shown main window with the model loaded; closed (workers joined) afterwards."""
+    from app.ui.main_window import MainWindow
+
+    w = MainWindow(LoadedSettings(ui_settings))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.model_info is not None or w.message_bar.current is not None,
+                    timeout=LOAD_TIMEOUT_MS)
+    assert w.model_info is not None, w.message_bar.current
+    yield w
+    w.close()
+
+
+def wait_reply(qtbot, w) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the window's reply (if any) has finished."""
+    qtbot.waitUntil(lambda: w.reply is None, timeout=REPLY_TIMEOUT_MS)
+
+
+#: a prompt the base model continues by repeating, so prompt lookup has drafts to verify
+REPEAT_PROMPT = ("Repeat after me: the quick brown fox jumps over the lazy dog. "
+                 "the quick brown fox jumps over the lazy dog.")

@@ -1,0 +1,305 @@
+"""The chat window with the real Gemma 3 270M: streaming, gauge, stored statistics, Stop,
+the speculation toggle, history across restarts, and closing mid-reply."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app.engine.events import Finished, TextDelta
+from app.engine.session import Session
+from app.store.history import HistoryStore
+from app.store.settings import LoadedSettings, Settings, load_settings
+from tests.ui.conftest import LOAD_TIMEOUT_MS, REPEAT_PROMPT, wait_reply
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _stored_reply(window):  # type: ignore[no-untyped-def]
+    store = HistoryStore.open()
+    try:
+        return store.messages(window.current_conversation)
+    finally:
+        store.close()
+
+
+def test_send_streams_in_steps_gauge_shows_alpha_and_stats_are_stored(qtbot, window) -> None:
+    assert window.send_message(REPEAT_PROMPT)
+    # The user message was stored before generation started.
+    store = HistoryStore.open()
+    msgs = store.messages(window.current_conversation)
+    store.close()
+    assert msgs[0].role == "user" and msgs[0].content == REPEAT_PROMPT
+    assert msgs[1].role == "assistant" and msgs[1].status == "streaming"
+
+    reply_widget = window.chat.messages[-1]
+    seen: list[str] = []
+    alpha_seen: list[str] = []
+
+    def observe() -> bool:
+        if not seen or seen[-1] != reply_widget.text:
+            seen.append(reply_widget.text)
+        alpha_seen.append(window.gauge.value_text("alpha"))
+        return window.reply is None
+
+    qtbot.waitUntil(observe, timeout=120_000)
+    texts = [t for t in seen if t]
+    assert len(texts) >= 3, f"text should appear in several steps, saw {texts!r}"
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:]))  # it only grows
+    assert any("%" in a for a in alpha_seen), "α appeared while streaming"
+
+    # The gauge shows α and tok/s for the finished reply.
+    alpha = window.gauge.value_text("alpha")
+    assert alpha.endswith(")") and "%" in alpha
+    assert window.gauge.value_text("reply_tps").endswith("tok/s")
+    assert float(window.gauge.value_text("reply_tps").split()[0]) > 0
+    assert float(window.gauge.tps_label.text()) > 0
+    assert window.gauge.bars.rates and window.gauge.bars.rates[0] is not None
+
+    [user, reply] = _stored_reply(window)
+    assert reply.status == "done" and reply.finish_reason in ("length", "stop")
+    assert reply.content == reply_widget.text and reply.content.strip()
+    stats = reply.stats
+    assert stats is not None
+    assert stats["mode"] == "prompt-lookup" and stats["draft_max"] == 4
+    assert stats["drafted"] > 0 and stats["acceptance_rate"] is not None
+    assert stats["decode_tps"] > 0 and stats["emitted"] <= 24
+    assert len(stats["accepted_at"]) == 4
+    assert reply.seed is not None
+    assert f"α {stats['acceptance_rate'] * 100:.0f}%" in reply_widget._footer.text()
+    # Accepted draft text is remembered for tinting.
+    assert reply.draft_spans and reply.draft_spans == tuple(window.chat.messages[-1]._spans)
+
+
+def test_stop_mid_reply_stops_within_one_round_and_keeps_partial(
+    qtbot, window, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[tuple[float, object]] = []
+    original_chat = Session.chat
+
+    def recording_chat(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        for ev in original_chat(self, *args, **kwargs):
+            events.append((time.perf_counter(), ev))
+            yield ev
+
+    monkeypatch.setattr(Session, "chat", recording_chat)
+    cancel_times: list[float] = []
+    original_stop = window.host.stop_reply
+
+    def stop() -> None:
+        cancel_times.append(time.perf_counter())
+        original_stop()
+
+    monkeypatch.setattr(window.host, "stop_reply", stop)
+    window.settings.sampling.max_tokens = 400
+    window.settings.speculation.draft_max = 3
+    assert window.send_message("Count from one to one hundred: one, two, three, four,")
+    qtbot.waitUntil(lambda: bool(window.chat.messages[-1].text.strip()), timeout=120_000)
+    assert window.send_button.text() == "Stop"
+    qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
+    wait_reply(qtbot, window)
+
+    assert cancel_times
+    finished = [ev for _, ev in events if isinstance(ev, Finished)]
+    assert len(finished) == 1 and finished[0].reason == "cancelled"
+    before = [ev for t, ev in events if isinstance(ev, TextDelta) and t < cancel_times[0]]
+    n_before = before[-1].n_tokens if before else 0
+    k = 3
+    assert finished[0].stats.emitted - n_before <= k + 1, "more than one round after Stop"
+    assert finished[0].stats.emitted < 400
+
+    [_, reply] = _stored_reply(window)
+    assert reply.finish_reason == "cancelled"
+    assert reply.content == finished[0].text and reply.content.strip()
+    assert window.chat.messages[-1].text == reply.content
+    assert "stopped" in window.chat.messages[-1]._footer.text()
+    assert window.send_button.text() == "Send"
+
+
+def test_toggle_off_gives_plain_reply_without_reloading_then_measured_speedup(
+    qtbot, window
+) -> None:
+    session = window.host.worker.session
+    combo = window.model_bar.mode_combo
+    combo.setCurrentIndex(combo.findData("off"))
+    assert window.settings.speculation.mode == "off"
+    assert window.send_message(REPEAT_PROMPT)
+    assert window.gauge.value_text("measured") in ("measuring the plain baseline", "—")
+    wait_reply(qtbot, window)
+    assert window.host.worker.session is session  # the target was not reloaded
+    [_, plain] = _stored_reply(window)
+    assert plain.stats is not None
+    assert plain.stats["mode"] == "plain"
+    assert plain.stats["drafted"] == 0 and plain.stats["acceptance_rate"] is None
+    assert plain.stats["draft_max"] == 0 and plain.stats["accepted_at"] == []
+    assert window.gauge.value_text("alpha") == "off"
+    assert window.gauge.value_text("measured").startswith("baseline:")
+
+    # Back on: the next reply drafts again and is compared with the plain baseline.
+    combo.setCurrentIndex(combo.findData("prompt-lookup"))
+    window.new_conversation()
+    assert window.send_message(REPEAT_PROMPT)
+    wait_reply(qtbot, window)
+    assert window.host.worker.session is session
+    [_, spec] = _stored_reply(window)
+    assert spec.stats is not None and spec.stats["mode"] == "prompt-lookup"
+    assert spec.stats["drafted"] > 0
+    measured = window.gauge.value_text("measured")
+    assert "×" in measured and "plain" in measured, measured
+    # The choice was persisted.
+    assert load_settings().settings.speculation.mode == "prompt-lookup"
+
+
+def test_conversation_is_there_after_a_restart(qtbot, window, ui_settings: Settings) -> None:
+    from app.ui.main_window import MainWindow
+
+    window.system_prompt.set_text("")
+    assert window.send_message("Hello there, my name is Ada.")
+    wait_reply(qtbot, window)
+    conv_id = window.current_conversation
+    texts = [m.text for m in window.chat.messages]
+    footer = window.chat.messages[-1]._footer.text()
+    window.close()
+
+    again = MainWindow(load_settings(), autoload=False)
+    qtbot.addWidget(again)
+    try:
+        assert again.current_conversation == conv_id
+        assert again.conversations.ids() == [conv_id]
+        assert again.conversations.titles() == ["Hello there, my name is Ada."]
+        assert [m.text for m in again.chat.messages] == texts
+        assert again.chat.messages[-1]._footer.text() == footer
+        assert again.settings.model.n_ctx == 512
+    finally:
+        again.close()
+
+
+def test_regenerate_and_edit_resend(qtbot, window) -> None:
+    assert window.send_message("Say hello.")
+    wait_reply(qtbot, window)
+    first_reply_id = window.chat.messages[-1].message_id
+    assert window.regenerate_button.isEnabled()
+    qtbot.mouseClick(window.regenerate_button, Qt.MouseButton.LeftButton)
+    wait_reply(qtbot, window)
+    msgs = _stored_reply(window)
+    assert [m.role for m in msgs] == ["user", "assistant"]
+    assert msgs[1].id != first_reply_id and msgs[1].status == "done"
+
+    user_id = window.chat.messages[0].message_id
+    window.edit_message(user_id)
+    assert window.input.toPlainText() == "Say hello." and window.edit_banner.isVisibleTo(window)
+    window.input.setPlainText("Say goodbye.")
+    qtbot.keyClick(window.input, Qt.Key.Key_Return)
+    wait_reply(qtbot, window)
+    msgs = _stored_reply(window)
+    assert [(m.role, m.content) for m in msgs][0] == ("user", "Say goodbye.")
+    assert len(msgs) == 2 and msgs[1].status == "done"
+    assert not window.edit_banner.isVisibleTo(window)
+
+
+def test_event_loop_never_stalls_while_loading_or_streaming(qtbot, ui_settings: Settings) -> None:
+    from PySide6.QtCore import QTimer
+
+    from app.ui.main_window import MainWindow
+
+    gaps: list[tuple[float, str]] = []
+    phase = ["idle"]
+    last = [time.perf_counter()]
+
+    def tick() -> None:
+        now = time.perf_counter()
+        gaps.append((now - last[0], phase[0]))
+        last[0] = now
+
+    timer = QTimer()
+    timer.setInterval(5)
+    timer.setTimerType(Qt.TimerType.PreciseTimer)
+    timer.timeout.connect(tick)
+
+    w = MainWindow(LoadedSettings(ui_settings), autoload=False)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.wait(300)  # let the worker warm up (imports llama.cpp on its own thread)
+    try:
+        timer.start()
+        last[0] = time.perf_counter()
+        phase[0] = "load"
+        assert ui_settings.model.target_path is not None
+        w.load_model(ui_settings.model.target_path)
+        qtbot.waitUntil(lambda: w.model_info is not None, timeout=LOAD_TIMEOUT_MS)
+        phase[0] = "stream"
+        w.settings.sampling.max_tokens = 64
+        assert w.send_message(REPEAT_PROMPT)
+        wait_reply(qtbot, w)
+        timer.stop()
+    finally:
+        w.close()
+    load = [g for g, p in gaps if p == "load"]
+    stream = [g for g, p in gaps if p == "stream"]
+    assert len(load) > 3 and len(stream) > 20
+    worst = max(gaps)
+    assert worst[0] < 0.050, f"event loop stalled {worst[0] * 1000:.0f} ms during {worst[1]}"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX process handling")
+def test_closing_during_generation_exits_0(tmp_path: Path, ui_settings: Settings,
+                                           tandem_home: Path) -> None:
+    """The real entry point in a subprocess: close the window mid-reply → status 0."""
+    script = textwrap.dedent(
+        """
+        import sys
+        from PySide6.QtCore import QTimer
+        from PySide6.QtWidgets import QApplication
+        from app.ui import launch
+
+        qapp = QApplication(sys.argv)
+
+        def find_window():
+            from app.ui.main_window import MainWindow
+            return next((w for w in qapp.topLevelWidgets() if isinstance(w, MainWindow)), None)
+
+        state = {"sent": False}
+
+        def poll():
+            w = find_window()
+            if w is None or w.model_info is None:
+                return
+            if not state["sent"]:
+                w.settings.sampling.max_tokens = 2000
+                state["sent"] = w.send_message("Write a long story about a fox.")
+                print("sent", state["sent"], flush=True)
+            elif w.reply is not None and len(w.reply.text) > 20:
+                print("closing mid-reply", flush=True)
+                timer.stop()
+                w.close()
+
+        timer = QTimer()
+        timer.timeout.connect(poll)
+        timer.start(20)
+        sys.exit(launch.main())
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO), QT_QPA_PLATFORM="offscreen",
+               TANDEM_HOME=str(tandem_home))
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert "closing mid-reply" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert "QThread: Destroyed" not in proc.stderr
+    assert "Traceback" not in proc.stderr
+    store = HistoryStore.open()
+    try:
+        [conv] = store.list_conversations()
+        user, reply = store.messages(conv.id)
+        assert reply.status == "done" and reply.finish_reason == "cancelled"
+        assert len(reply.content) > 20 and reply.stats is not None
+    finally:
+        store.close()
