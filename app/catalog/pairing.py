@@ -15,13 +15,17 @@ Unlike llama.cpp, which stops at the first failure, :func:`check_pair` evaluates
 rule and reports each with a detail, including the first mismatching token id and both
 texts. The check runs on any :class:`VocabView`: GGUF metadata read without loading a
 model (:mod:`app.catalog.gguf_meta`), or a loaded model (:mod:`app.engine`).
+
+:func:`rank_drafts` orders candidate drafts for one target the way the draft picker
+shows them: compatible drafts first with an estimate of the draft cost ratio c,
+incompatible ones after with the rule that failed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 #: llama.cpp: SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 VOCAB_MAX_SIZE_DIFFERENCE = 128
@@ -204,3 +208,74 @@ def estimate_draft_cost_ratio(target_size: int, draft_size: int) -> float:
     if target_size <= 0:
         raise ValueError("target size must be positive")
     return draft_size / target_size
+
+
+K = TypeVar("K")
+
+
+@dataclass(frozen=True, slots=True)
+class DraftCandidate(Generic[K]):
+    """One candidate draft for a target, as the draft picker lists it.
+
+    Attributes:
+        key: whatever identifies the candidate to the caller (a path, a library entry).
+        result: the full pairing check (empty ``checks`` never happens: see
+            :func:`unreadable_candidate` for files that could not be read).
+        cost_ratio: estimated draft cost ratio c = draft bytes / target bytes, or None
+            when a size is unknown.
+    """
+
+    key: K
+    result: PairResult
+    cost_ratio: float | None
+
+    @property
+    def compatible(self) -> bool:
+        return self.result.compatible
+
+    @property
+    def useful(self) -> bool:
+        """Compatible and small enough to expect a speedup (no size warning)."""
+        return self.result.compatible and not self.result.warnings
+
+    @property
+    def reason(self) -> str:
+        """One line: "compatible", or the failed rule and its detail."""
+        return self.result.reason()
+
+
+def unreadable_candidate(key: K, why: str) -> DraftCandidate[K]:
+    """A candidate whose file could not be read, listed among the incompatible ones."""
+    return DraftCandidate(key, PairResult(False, (PairCheck("readable", False, why),)), None)
+
+
+def rank_drafts(
+    target: VocabView,
+    target_size: int | None,
+    candidates: Iterable[tuple[K, VocabView, int | None]],
+) -> list[DraftCandidate[K]]:
+    """Check every candidate against ``target`` and order them for the draft picker.
+
+    Args:
+        target: the target's tokenizer.
+        target_size: the target's file size in bytes (all parts), or None.
+        candidates: ``(key, vocab, file size in bytes or None)`` for each draft model.
+
+    Returns:
+        Useful compatible drafts first (smallest c first), then compatible drafts too large
+        to help (size warning), then incompatible ones in the order given. c is estimated
+        by :func:`estimate_draft_cost_ratio`.
+    """
+    ranked: list[DraftCandidate[K]] = []
+    for key, vocab, size in candidates:
+        result = check_pair(target, vocab, target_size=target_size, draft_size=size)
+        c = estimate_draft_cost_ratio(target_size, size) if target_size and size is not None else None
+        ranked.append(DraftCandidate(key, result, c))
+
+    def order(item: tuple[int, DraftCandidate[K]]) -> tuple[int, float, int]:
+        i, cand = item
+        group = 0 if cand.useful else 1 if cand.compatible else 2
+        c = cand.cost_ratio if cand.cost_ratio is not None and group < 2 else float("inf")
+        return group, c, i
+
+    return [cand for _, cand in sorted(enumerate(ranked), key=order)]

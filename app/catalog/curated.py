@@ -1,0 +1,150 @@
+"""The curated catalog: target/draft pairs people run, as data in ``resources/catalog``.
+
+``resources/catalog/pairs.json`` lists pairs (Qwen2.5 7B + 0.5B, Qwen3 8B + 0.6B, …), each
+side with its GGUF repository on the Hugging Face Hub and the file for every offered
+quantization. Sizes in the file are approximate; :mod:`app.catalog.hub` reads the real
+size and sha256 from the hub before a download and verifies the file against them.
+This module only loads and validates the data (pydantic, ``extra="forbid"``).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from app.catalog.gguf_meta import split_part_names
+from app.errors import TandemError
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CuratedFile(_Frozen):
+    """One quantization of a model: its file in the repository.
+
+    ``file`` is part 1 (``…-00001-of-0000N.gguf``) when ``parts`` > 1. ``size_bytes`` is
+    the size of all parts together, approximate when ``size_approx``.
+    """
+
+    quant: str = Field(min_length=1)
+    file: str = Field(min_length=1, pattern=r"\.gguf$")
+    size_bytes: int = Field(gt=0)
+    size_approx: bool = True
+    parts: int = Field(1, ge=1, le=999)
+
+    @property
+    def filenames(self) -> list[str]:
+        """Every file to download, part 1 first."""
+        return split_part_names(self.file, self.parts) if self.parts > 1 else [self.file]
+
+
+class CuratedModel(_Frozen):
+    """One side of a pair: a model, its GGUF repository and the offered files."""
+
+    name: str = Field(min_length=1)
+    repo: str = Field(pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+    license: str | None = None
+    default_quant: str
+    files: tuple[CuratedFile, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _default_is_offered(self) -> CuratedModel:
+        if self.default_quant not in {f.quant for f in self.files}:
+            raise ValueError(f"default_quant {self.default_quant!r} is not among the files")
+        return self
+
+    def file_for(self, quant: str | None = None) -> CuratedFile:
+        """The file for ``quant`` (default: :attr:`default_quant`; case-insensitive).
+
+        Raises:
+            TandemError: the quantization is not offered (the message lists those that are).
+        """
+        want = (quant or self.default_quant).upper()
+        for f in self.files:
+            if f.quant.upper() == want:
+                return f
+        offered = ", ".join(f.quant for f in self.files)
+        raise TandemError(f"{self.name} is not offered as {quant}; choose one of: {offered}.")
+
+
+class CuratedPair(_Frozen):
+    """A target and the draft model that goes with it."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    title: str
+    use: str = ""
+    note: str = ""
+    target: CuratedModel
+    draft: CuratedModel
+
+
+class _CatalogFile(_Frozen):
+    schema_version: Literal[1]
+    about: str = ""
+    pairs: tuple[CuratedPair, ...]
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> _CatalogFile:
+        ids = [p.id for p in self.pairs]
+        if len(ids) != len(set(ids)):
+            raise ValueError("pair ids must be unique")
+        return self
+
+
+def default_pairs_path() -> Path:
+    """``resources/catalog/pairs.json`` (inside a PyInstaller bundle too)."""
+    from app.store.paths import resources_dir
+
+    return resources_dir() / "catalog" / "pairs.json"
+
+
+def load_curated_pairs(path: Path | None = None) -> tuple[CuratedPair, ...]:
+    """Read and validate the curated pairs.
+
+    Args:
+        path: a pairs file; default :func:`default_pairs_path` (read once, then cached).
+
+    Raises:
+        TandemError: the file is missing, not JSON, or does not validate (the message
+            names the first problem).
+    """
+    if path is None:
+        return _load_default()
+    return _load(path)
+
+
+@lru_cache(maxsize=1)
+def _load_default() -> tuple[CuratedPair, ...]:
+    return _load(default_pairs_path())
+
+
+def _load(path: Path) -> tuple[CuratedPair, ...]:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return _CatalogFile.model_validate(raw).pairs
+    except OSError as exc:
+        raise TandemError(f"The model catalog {path} cannot be read: {exc.strerror or exc}.") from exc
+    except json.JSONDecodeError as exc:
+        raise TandemError(f"The model catalog {path} is not valid JSON ({exc.msg}, line {exc.lineno}).") from exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        raise TandemError(f"The model catalog {path} is invalid at {where}: {first.get('msg')}.") from exc
+
+
+def find_pair(pair_id: str, path: Path | None = None) -> CuratedPair:
+    """The pair with this id.
+
+    Raises:
+        TandemError: no such pair (the message lists the ids).
+    """
+    pairs = load_curated_pairs(path)
+    for p in pairs:
+        if p.id == pair_id:
+            return p
+    raise TandemError(f"No curated pair {pair_id!r}; known pairs: {', '.join(p.id for p in pairs)}.")

@@ -1,0 +1,953 @@
+"""What a GGUF file is, read from its header without loading the model.
+
+The catalog's view of one model file: name, architecture, parameter count, quantization,
+size (all split parts), context length, and the tokenizer as llama.cpp will see it
+(vocabulary type, size, BOS/EOS ids and whether they are added, with llama.cpp's defaults
+where a key is absent). :func:`inspect_gguf` returns a :class:`GGUFInfo`;
+:func:`load_vocab` returns a :class:`GGUFVocab`, the
+:class:`~app.catalog.pairing.VocabView` the pairing check runs on.
+
+Parsing is done by the ``gguf`` package's :class:`gguf.GGUFReader`, subclassed to make it
+safe on untrusted files and fast on large vocabularies:
+
+* every read is bounds-checked (the stock reader slices its memmap, which silently
+  returns short arrays past the end of the file), and header counts are checked against
+  the file size before parsing, so truncated files, absurd string lengths, absurd
+  tensor or key counts and tensor data outside the file raise :class:`GGUFError`;
+* arrays are read as one block instead of one numpy view per element (the stock reader
+  takes about 10 s on Gemma 3's 262,144-token vocabulary; this takes well under one);
+* tensor data is never mapped: only names, types, shapes and offsets are kept.
+
+Results are cached in SQLite under the cache folder (:func:`app.store.paths.cache_dir`),
+keyed by absolute path and the size and mtime of every part, with the token texts
+stored zlib-compressed, so a second scan or pairing check of the same file is fast.
+
+The same parser reads a partial header fetched over HTTP (:func:`parse_gguf_head`), which
+is how :mod:`app.catalog.hub` checks a pair before downloading it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sqlite3
+import struct
+import threading
+import zlib
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType, LlamaFileType
+
+from app.errors import GGUFError
+
+log = logging.getLogger(__name__)
+
+GGUF_MAGIC = b"GGUF"
+#: Split GGUF part names, as llama.cpp's ``llama_split_path`` writes them.
+SPLIT_NAME_RE = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+
+#: ``tokenizer.ggml.model`` → llama.cpp's vocabulary type name (``llama_vocab::impl::load``
+#: in src/llama-vocab.cpp of the vendored llama.cpp, commit 0c1e57098; names as
+#: ``app.engine.llama.VOCAB_TYPE_NAMES`` reports them for a loaded model).
+VOCAB_TYPES: dict[str, str] = {
+    "llama": "SPM",
+    "gpt2": "BPE",
+    "hybriddna": "BPE",
+    "whitespace": "BPE",
+    "gemma4": "BPE",
+    "bert": "WPM",
+    "t5": "UGM",
+    "rwkv": "RWKV",
+    "plamo2": "PLaMo2",
+    "no_vocab": "none",
+    "none": "none",
+}
+
+# llama.cpp's default special token ids per tokenizer model, used when the GGUF has no
+# tokenizer.ggml.{bos,eos}_token_id key (same source as VOCAB_TYPES).
+_DEFAULT_BOS_EOS: dict[str, tuple[int | None, int | None]] = {
+    "llama": (1, 2),
+    "bert": (101, None),
+    "gpt2": (11, 11),
+    "hybriddna": (11, 11),
+    "whitespace": (11, 11),
+    "t5": (None, 1),
+    "rwkv": (None, None),
+    "plamo2": (1, 2),
+    "gemma4": (None, None),
+}
+# BPE pre-tokenizers for which llama.cpp turns add_bos on (all others: off).
+_BPE_PRE_ADD_BOS = frozenset(
+    {
+        "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
+        "lfm2", "jina-v5-nano", "tekken", "chameleon",
+    }
+)
+# BPE pre-tokenizers whose default BOS id llama.cpp clears.
+_BPE_PRE_NO_BOS = frozenset({"chatglm-bpe", "glm4", "glm5"})
+# Default (add_bos, add_eos) per vocabulary type for non-BPE vocabularies.
+_DEFAULT_ADD: dict[str, tuple[bool, bool]] = {
+    "SPM": (True, False),
+    "WPM": (True, False),
+    "UGM": (False, True),
+    "RWKV": (False, False),
+}
+
+# Smallest possible encodings, used to reject absurd counts before parsing.
+_MIN_KV_BYTES = 8 + 4 + 1  # key length, value type, one-byte value (empty key)
+_MIN_TENSOR_INFO_BYTES = 8 + 4 + 4 + 8  # name length, n_dims, type, offset (0-d, empty name)
+_GGML_MAX_DIMS = 4
+_FILE_TYPE_GUESSED = 1024
+
+_SCALAR_TYPES: dict[GGUFValueType, type[np.generic]] = dict(GGUFReader.gguf_scalar_to_np)
+
+
+class IncompleteHeaderError(Exception):
+    """A partial file ended inside the header; :attr:`needed` bytes would get further.
+
+    Raised only by :func:`parse_gguf_head` on a prefix shorter than the real file; the
+    caller fetches at least ``needed`` bytes from the start and tries again.
+    """
+
+    def __init__(self, needed: int) -> None:
+        super().__init__(f"need at least {needed} bytes of the header")
+        self.needed = needed
+
+
+class _Malformed(Exception):
+    """The file is broken; the message says how (without the file name)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GGUFInfo:
+    """One model as the library shows it. Sizes are bytes; counts are tokens/elements.
+
+    Attributes:
+        path: absolute path of the file (part 1 of a split model), or the remote
+            ``repo/file`` for a header read over HTTP.
+        name: ``general.name``, else the file name without ``.gguf``.
+        architecture: ``general.architecture`` (``llama``, ``qwen2``, ``gemma3``, …).
+        model_type: ``general.type``: ``model`` (default), ``mmproj``, ``adapter``, …
+        parameter_count: elements in all tensors of all parts (None when not every part
+            was read, for example a remote split model).
+        size_label: ``general.size_label`` (``"270M"``, ``"7B"``) when present.
+        quantization: ``general.file_type`` as llama.cpp names it (``Q4_K_M``, ``F16``);
+            without that key, the tensor type that holds most bytes.
+        file_size: bytes of all parts together.
+        context_length: ``<arch>.context_length`` (training context, tokens).
+        tokenizer_model / tokenizer_pre: ``tokenizer.ggml.model`` / ``.pre`` as written.
+        vocab_type: llama.cpp's vocabulary type (``SPM``, ``BPE``, ``WPM``, ``UGM``,
+            ``RWKV``, ``PLaMo2``, ``none``); see :data:`VOCAB_TYPES`.
+        n_vocab: tokens in the vocabulary, as llama.cpp counts them.
+        has_chat_template: ``tokenizer.chat_template`` is present and not empty.
+        bos_id / eos_id: special token ids after llama.cpp's defaults (None: no token).
+        add_bos / add_eos: whether tokenization adds them, after llama.cpp's defaults.
+        split_count: number of parts (1 for a single file).
+        split_paths: every part, in order.
+        n_tensors: tensors in all parts read.
+        gguf_version: the container version (2 or 3).
+    """
+
+    path: str
+    name: str
+    architecture: str
+    model_type: str
+    parameter_count: int | None
+    size_label: str | None
+    quantization: str
+    file_size: int
+    context_length: int | None
+    tokenizer_model: str | None
+    tokenizer_pre: str | None
+    vocab_type: str
+    n_vocab: int
+    has_chat_template: bool
+    bos_id: int | None
+    eos_id: int | None
+    add_bos: bool
+    add_eos: bool
+    split_count: int
+    split_paths: tuple[str, ...]
+    n_tensors: int
+    gguf_version: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (tuples become lists)."""
+        d = asdict(self)
+        d["split_paths"] = list(self.split_paths)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GGUFInfo:
+        """Inverse of :meth:`to_dict`. Raises KeyError/TypeError on a foreign dict."""
+        kwargs = {f.name: data[f.name] for f in fields(cls)}
+        kwargs["split_paths"] = tuple(kwargs["split_paths"])
+        return cls(**kwargs)
+
+    @property
+    def is_split(self) -> bool:
+        return self.split_count > 1
+
+
+class PackedTokens:
+    """Token texts stored as one bytes blob plus end offsets (compact, fast to slice)."""
+
+    __slots__ = ("_blob", "_ends")
+
+    def __init__(self, blob: bytes, ends: npt.NDArray[np.int64]) -> None:
+        self._blob = blob
+        self._ends = ends
+
+    @classmethod
+    def from_list(cls, tokens: Sequence[bytes]) -> PackedTokens:
+        lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
+        return cls(b"".join(tokens), np.cumsum(lengths, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return int(self._ends.shape[0])
+
+    def slice(self, start: int, stop: int) -> list[bytes]:
+        """Texts of ids ``start`` … ``stop - 1`` (clamped to the vocabulary)."""
+        n = len(self)
+        start, stop = max(0, start), min(stop, n)
+        if start >= stop:
+            return []
+        ends = self._ends[start:stop].tolist()
+        first = int(self._ends[start - 1]) if start > 0 else 0
+        blob = self._blob
+        out: list[bytes] = []
+        prev = first
+        for end in ends:
+            out.append(blob[prev:end])
+            prev = end
+        return out
+
+    def to_compressed(self) -> bytes:
+        """zlib( u32 count | u32 lengths… | texts ) for the cache."""
+        lengths = np.diff(self._ends, prepend=np.int64(0)).astype("<u4")
+        head = struct.pack("<I", len(self))
+        return zlib.compress(head + lengths.tobytes() + self._blob, 1)
+
+    @classmethod
+    def from_compressed(cls, data: bytes) -> PackedTokens:
+        raw = zlib.decompress(data)
+        (n,) = struct.unpack_from("<I", raw, 0)
+        lengths = np.frombuffer(raw, dtype="<u4", count=n, offset=4).astype(np.int64)
+        blob = raw[4 + 4 * n :]
+        ends = np.cumsum(lengths, dtype=np.int64)
+        if n and int(ends[-1]) != len(blob):
+            raise ValueError("token blob length does not match its lengths")
+        return cls(blob, ends)
+
+
+class GGUFVocab:
+    """A GGUF file's tokenizer seen as a :class:`~app.catalog.pairing.VocabView`.
+
+    Token texts are the raw vocabulary entries (``tokenizer.ggml.tokens``) with llama.cpp's
+    one substitution: an empty entry reads as ``[EMPTY_<id>]``, as ``llama_vocab_get_text``
+    returns it, so a check on metadata agrees with a check on loaded models.
+    """
+
+    def __init__(self, info: GGUFInfo, tokens: PackedTokens) -> None:
+        self.info = info
+        self._tokens = tokens
+
+    def with_info(self, info: GGUFInfo) -> GGUFVocab:
+        """The same tokens with other metadata (e.g. the size of all parts of a split model)."""
+        return GGUFVocab(info, self._tokens)
+
+    @property
+    def vocab_type(self) -> str:
+        return self.info.vocab_type
+
+    @property
+    def n_vocab(self) -> int:
+        return self.info.n_vocab
+
+    @property
+    def add_bos(self) -> bool:
+        return self.info.add_bos
+
+    @property
+    def bos_id(self) -> int | None:
+        return self.info.bos_id
+
+    @property
+    def add_eos(self) -> bool:
+        return self.info.add_eos
+
+    @property
+    def eos_id(self) -> int | None:
+        return self.info.eos_id
+
+    def token_texts(self, start: int, stop: int) -> list[bytes]:
+        """Raw texts of ids ``start`` … ``stop - 1``; ids past the list read as empty markers."""
+        stop = min(stop, self.n_vocab)
+        texts = self._tokens.slice(start, stop)
+        out = [t if t else f"[EMPTY_{start + i}]".encode() for i, t in enumerate(texts)]
+        # "no_vocab" models have n_vocab dummy tokens and no texts.
+        out.extend(f"[EMPTY_{i}]".encode() for i in range(start + len(out), stop))
+        return out
+
+
+# --------------------------------------------------------------------------- reader
+
+
+@dataclass(frozen=True, slots=True)
+class _TensorInfo:
+    name: str
+    type_name: str
+    n_elements: int
+    n_bytes: int
+    offset: int  # relative to the start of the data section
+
+
+class _CheckedReader(GGUFReader):
+    """:class:`GGUFReader` with bounds checks, block-read arrays and no tensor data maps.
+
+    ``total_size`` is the real size of the file; the file at ``path`` may be a prefix of
+    it (a header fetched over HTTP). Reads past ``total_size`` raise :class:`_Malformed`;
+    reads past the prefix but inside the file raise :class:`IncompleteHeaderError`.
+
+    Arrays of scalars are kept as one part (``data == [2]``) and arrays of strings as one
+    uint8 block of the whole encoded array: :meth:`ReaderField.contents` does not apply to
+    them; the block is ``parts[-1]`` (see :func:`_string_array`).
+    """
+
+    def __init__(self, path: Path, total_size: int) -> None:
+        self._total = total_size
+        self.tensor_infos: list[_TensorInfo] = []
+        super().__init__(path, "r")
+
+    # The base class calls _get for every read; all bounds checks funnel through here.
+    def _get(
+        self,
+        offset: int,
+        dtype: npt.DTypeLike,
+        count: int = 1,
+        override_order: None | Literal["I", "S", "<"] = None,
+    ) -> npt.NDArray[Any]:
+        offset, count = int(offset), int(count)
+        end = offset + np.dtype(dtype).itemsize * count
+        self._require(offset, end)
+        return super()._get(offset, dtype, count, override_order)
+
+    def _require(self, offset: int, end: int) -> None:
+        if end > self._total:
+            raise _Malformed(
+                f"the file is truncated or corrupt: a read at byte {offset} needs {end - offset}"
+                f" bytes but the file has {self._total}"
+            )
+        if end > len(self.data):
+            raise IncompleteHeaderError(end)
+
+    def _get_str(self, offset: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint8]]:
+        slen = self._get(offset, np.uint64)
+        n = int(slen[0])
+        if n > self._total - offset - 8:
+            raise _Malformed(
+                f"a string at byte {offset} claims {n} bytes, past the end of the file"
+                f" ({self._total} bytes; the file is truncated or corrupt)"
+            )
+        return slen, self._get(offset + 8, np.uint8, n)
+
+    def _get_field_parts(
+        self, orig_offs: int, raw_type: int
+    ) -> tuple[int, list[npt.NDArray[Any]], list[int], list[GGUFValueType]]:
+        try:
+            gtype = GGUFValueType(int(raw_type))
+        except ValueError:
+            raise _Malformed(f"unknown value type {int(raw_type)} at byte {orig_offs}") from None
+        if gtype != GGUFValueType.ARRAY:
+            return super()._get_field_parts(orig_offs, raw_type)
+        raw_itype = self._get(orig_offs, np.uint32)
+        alen = self._get(orig_offs + 4, np.uint64)
+        offs = orig_offs + 12
+        try:
+            itype = GGUFValueType(int(raw_itype[0]))
+        except ValueError:
+            raise _Malformed(f"unknown array item type {int(raw_itype[0])} at byte {orig_offs}") from None
+        n = int(alen[0])
+        nptype = _SCALAR_TYPES.get(itype)
+        min_item = np.dtype(nptype).itemsize if nptype is not None else (8 if itype == GGUFValueType.STRING else 12)
+        if n * min_item > self._total - offs:
+            raise _Malformed(
+                f"an array at byte {orig_offs} claims {n} items, more than the file can hold"
+                f" ({self._total} bytes; the file is truncated or corrupt)"
+            )
+        if nptype is not None:
+            block = self._get(offs, nptype, n)
+            return 12 + int(block.nbytes), [raw_itype, alen, block], [2], [gtype, itype]
+        if itype == GGUFValueType.STRING:
+            end = self._walk_strings(offs, n)
+            block = self._get(offs, np.uint8, end - offs)
+            return end - orig_offs, [raw_itype, alen, block], [2], [gtype, itype]
+        # Nested arrays are rare (none in llama.cpp's own keys): the base class handles
+        # them element by element, still through the checked _get.
+        return super()._get_field_parts(orig_offs, raw_type)
+
+    def _walk_strings(self, offs: int, n: int) -> int:
+        """Offset just past an encoded array of ``n`` strings starting at ``offs``."""
+        fmt = "<Q" if self.endianess.name == "LITTLE" else ">Q"
+        buf = self.data.data  # a memoryview of the map, no copy
+        avail, total = len(self.data), self._total
+        pos, start = offs, offs
+        unpack = struct.Struct(fmt).unpack_from
+        for i in range(n):
+            if pos + 8 > avail:
+                if pos + 8 > total:
+                    self._require(pos, pos + 8)  # raises _Malformed
+                raise self._need_more(start, pos, i, n)
+            (slen,) = unpack(buf, pos)
+            if slen > total - pos - 8:
+                raise _Malformed(
+                    f"string {i} of an array at byte {start} claims {slen} bytes, past the end"
+                    f" of the file ({total} bytes; the file is truncated or corrupt)"
+                )
+            pos += 8 + slen
+            if pos > avail:
+                raise self._need_more(start, pos, i + 1, n)
+        return pos
+
+    def _need_more(self, start: int, pos: int, done: int, n: int) -> IncompleteHeaderError:
+        # Estimate where the array ends from the mean entry size so far, so that a remote
+        # reader fetches the rest in one more request instead of many.
+        mean = (pos - start) / done if done else 16.0
+        estimate = pos + int(mean * (n - done) * 1.05) + 4096
+        return IncompleteHeaderError(min(max(estimate, pos + 8), self._total))
+
+    def _build_tensors(self, start_offs: int, fields: list[Any]) -> None:
+        infos: list[_TensorInfo] = []
+        seen: set[str] = set()
+        for field in fields:
+            _name_len, name_data, _n_dims, dims, raw_dtype, offset_tensor = field.parts
+            name = bytes(name_data).decode("utf-8", "replace")
+            if name in seen:
+                raise _Malformed(f"tensor {name!r} appears twice")
+            seen.add(name)
+            if len(dims) > _GGML_MAX_DIMS:
+                raise _Malformed(f"tensor {name!r} has {len(dims)} dimensions (at most 4)")
+            try:
+                ggml_type = GGMLQuantizationType(int(raw_dtype[0]))
+                block_size, type_size = GGML_QUANT_SIZES[ggml_type]
+            except (ValueError, KeyError):
+                raise _Malformed(f"tensor {name!r} has unknown type {int(raw_dtype[0])}") from None
+            n_elements = 1
+            for d in dims.tolist():
+                n_elements *= int(d)
+            if n_elements % block_size:
+                raise _Malformed(f"tensor {name!r}: {n_elements} elements is not a whole number of blocks")
+            infos.append(
+                _TensorInfo(
+                    name,
+                    ggml_type.name,
+                    n_elements,
+                    n_elements * type_size // block_size,
+                    int(offset_tensor[0]),
+                )
+            )
+        self.tensor_infos = infos
+        self.tensors = []
+
+
+def _string_array(block: npt.NDArray[Any], n: int, big_endian: bool) -> list[bytes]:
+    raw = block.tobytes()
+    unpack = struct.Struct(">Q" if big_endian else "<Q").unpack_from
+    out: list[bytes] = []
+    pos = 0
+    for _ in range(n):
+        (slen,) = unpack(raw, pos)
+        pos += 8
+        out.append(raw[pos : pos + slen])
+        pos += slen
+    return out
+
+
+@dataclass(slots=True)
+class _Header:
+    """What one parsed header yields (one part of a model)."""
+
+    kv: dict[str, Any]
+    tokens: list[bytes] | None
+    tokens_malformed: str | None
+    tensors: list[_TensorInfo]
+    data_offset: int
+    alignment: int
+    version: int
+
+
+def _precheck(head: bytes, total_size: int) -> None:
+    """Magic and header counts against the file size, before the reader walks anything."""
+    if total_size == 0:
+        raise _Malformed("the file is empty")
+    if len(head) < 4 or head[:4] != GGUF_MAGIC:
+        if len(head) < 4 and total_size < 4:
+            raise _Malformed(f"the file is only {total_size} bytes long")
+        raise _Malformed(f"it does not start with the GGUF magic (found {head[:4]!r})")
+    if total_size < 24:
+        raise _Malformed(f"the header is truncated (the file is {total_size} bytes)")
+    (version,) = struct.unpack_from("<I", head, 4)
+    fmt = "<QQ" if version & 0xFFFF else ">QQ"  # the reader's own byte-order guess
+    n_tensors, n_kv = struct.unpack_from(fmt, head, 8)
+    room = total_size - 24
+    if n_tensors * _MIN_TENSOR_INFO_BYTES > room:
+        raise _Malformed(
+            f"the header claims {n_tensors} tensors, more than a {total_size}-byte file can describe"
+            " (the file is truncated or corrupt)"
+        )
+    if n_kv * _MIN_KV_BYTES > room:
+        raise _Malformed(
+            f"the header claims {n_kv} metadata keys, more than a {total_size}-byte file can hold"
+            " (the file is truncated or corrupt)"
+        )
+
+
+def _read_header(path: Path, total_size: int) -> _Header:
+    """Parse one GGUF header at ``path`` (possibly a prefix of a ``total_size``-byte file).
+
+    Raises:
+        _Malformed: the file is broken.
+        IncompleteHeaderError: the prefix ends inside the header.
+    """
+    with path.open("rb") as f:
+        head = f.read(24)
+    _precheck(head, total_size)
+    if len(head) < 24:
+        raise IncompleteHeaderError(24)
+    try:
+        reader = _CheckedReader(path, total_size)
+    except (_Malformed, IncompleteHeaderError):
+        raise
+    except (ValueError, KeyError, IndexError, OverflowError, UnicodeDecodeError) as exc:
+        raise _Malformed(str(exc).strip("'\"") or type(exc).__name__) from None
+    try:
+        big = reader.endianess.name == "BIG"
+        kv: dict[str, Any] = {}
+        tokens: list[bytes] | None = None
+        tokens_bad: str | None = None
+        for key, field in reader.fields.items():
+            if key.startswith("GGUF."):
+                continue
+            main = field.types[0] if field.types else None
+            if main == GGUFValueType.ARRAY:
+                if key == "tokenizer.ggml.tokens":
+                    if field.types[-1] == GGUFValueType.STRING and len(field.types) == 2:
+                        tokens = _string_array(field.parts[-1], int(field.parts[-2][0]), big)
+                    else:
+                        tokens_bad = "tokenizer.ggml.tokens is not an array of strings"
+                continue
+            if main == GGUFValueType.STRING:
+                kv[key] = bytes(field.parts[-1]).decode("utf-8", "replace")
+            elif main is not None:
+                kv[key] = field.parts[-1].tolist()[0]
+        version = int(reader.fields["GGUF.version"].parts[0][0])
+        header = _Header(
+            kv, tokens, tokens_bad, reader.tensor_infos, int(reader.data_offset), int(reader.alignment), version
+        )
+    finally:
+        # Drop every view of the memmap now: on Windows a mapped file cannot be deleted.
+        del reader
+    _check_tensor_ranges(header, total_size)
+    return header
+
+
+def _check_tensor_ranges(h: _Header, total_size: int) -> None:
+    """Every tensor's data lies in the file, aligned, and no two overlap."""
+    spans = sorted(h.tensors, key=lambda t: t.offset)
+    prev_end, prev_name = 0, ""
+    for t in spans:
+        start = h.data_offset + t.offset
+        if t.offset % h.alignment:
+            raise _Malformed(f"tensor {t.name!r} has offset {t.offset}, not a multiple of the alignment {h.alignment}")
+        if start + t.n_bytes > total_size:
+            raise _Malformed(
+                f"tensor {t.name!r} data (bytes {start}..{start + t.n_bytes}) lies outside the file"
+                f" ({total_size} bytes)"
+            )
+        if t.offset < prev_end:
+            raise _Malformed(f"tensors {prev_name!r} and {t.name!r} overlap")
+        prev_end, prev_name = t.offset + t.n_bytes, t.name
+
+
+# --------------------------------------------------------------------------- tokenizer rules
+
+
+def _int_kv(kv: dict[str, Any], key: str) -> int | None:
+    v = kv.get(key)
+    return int(v) if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else None
+
+
+def _bool_kv(kv: dict[str, Any], key: str) -> bool | None:
+    v = kv.get(key)
+    return bool(v) if isinstance(v, (bool, np.bool_)) else None
+
+
+def _tokenizer_fields(kv: dict[str, Any], arch: str, tokens: list[bytes] | None) -> dict[str, Any]:
+    """vocab_type, n_vocab, bos/eos ids and add flags exactly as llama.cpp derives them."""
+    model = kv.get("tokenizer.ggml.model")
+    model = model if isinstance(model, str) else None
+    pre = kv.get("tokenizer.ggml.pre")
+    pre = pre if isinstance(pre, str) else None
+    if model is None or model in ("no_vocab", "none"):
+        # llama.cpp returns early for these: no special tokens, nothing added.
+        n_vocab = len(tokens) if model is None and tokens else (_int_kv(kv, f"{arch}.vocab_size") or 0)
+        return dict(
+            tokenizer_model=model, tokenizer_pre=pre, vocab_type="none", n_vocab=n_vocab,
+            bos_id=None, eos_id=None, add_bos=False, add_eos=False,
+        )
+    vocab_type = VOCAB_TYPES.get(model, f"unknown ({model})")
+    n_vocab = len(tokens) if tokens is not None else 0
+    bos, eos = _DEFAULT_BOS_EOS.get(model, (None, None))
+    if vocab_type == "BPE":
+        add_bos, add_eos = pre in _BPE_PRE_ADD_BOS, False
+        if pre in _BPE_PRE_NO_BOS:
+            bos = None
+    else:
+        add_bos, add_eos = _DEFAULT_ADD.get(vocab_type, (False, False))
+    # Defaults outside the vocabulary are disabled; a key outside it keeps the default.
+    bos = bos if bos is not None and bos < n_vocab else None
+    eos = eos if eos is not None and eos < n_vocab else None
+    key_bos = _int_kv(kv, "tokenizer.ggml.bos_token_id")
+    key_eos = _int_kv(kv, "tokenizer.ggml.eos_token_id")
+    if key_bos is not None and 0 <= key_bos < n_vocab:
+        bos = key_bos
+    if key_eos is not None and 0 <= key_eos < n_vocab:
+        eos = key_eos
+    flag = _bool_kv(kv, "tokenizer.ggml.add_bos_token")
+    add_bos = add_bos if flag is None else flag
+    flag = _bool_kv(kv, "tokenizer.ggml.add_eos_token")
+    add_eos = add_eos if flag is None else flag
+    if (pre == "gemma4" or model == "gemma4") and not add_bos:
+        add_bos = True  # llama.cpp's Gemma 4 override (ggml-org/llama.cpp#21500)
+    return dict(
+        tokenizer_model=model, tokenizer_pre=pre, vocab_type=vocab_type, n_vocab=n_vocab,
+        bos_id=bos, eos_id=eos, add_bos=add_bos, add_eos=add_eos,
+    )
+
+
+def _quantization(kv: dict[str, Any], tensors: list[_TensorInfo]) -> str:
+    ft = _int_kv(kv, "general.file_type")
+    if ft is not None:
+        try:
+            name = LlamaFileType(ft & ~_FILE_TYPE_GUESSED).name
+        except ValueError:
+            return f"type {ft}"
+        return name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    by_type: dict[str, int] = {}
+    for t in tensors:
+        by_type[t.type_name] = by_type.get(t.type_name, 0) + t.n_bytes
+    return max(by_type, key=lambda k: by_type[k]) if by_type else "unknown"
+
+
+def _build_info(
+    display_path: str,
+    stem: str,
+    first: _Header,
+    *,
+    file_size: int,
+    split_paths: tuple[str, ...],
+    all_tensors: list[_TensorInfo] | None,
+) -> tuple[GGUFInfo, list[bytes]]:
+    kv = first.kv
+    if first.tokens_malformed:
+        raise _Malformed(first.tokens_malformed)
+    arch = kv.get("general.architecture")
+    arch = arch if isinstance(arch, str) and arch else "unknown"
+    name = kv.get("general.name")
+    name = name.strip() if isinstance(name, str) and name.strip() else stem
+    model_type = kv.get("general.type")
+    size_label = kv.get("general.size_label")
+    template = kv.get("tokenizer.chat_template")
+    tok = _tokenizer_fields(kv, arch, first.tokens)
+    tensors = all_tensors if all_tensors is not None else first.tensors
+    info = GGUFInfo(
+        path=display_path,
+        name=name,
+        architecture=arch,
+        model_type=model_type if isinstance(model_type, str) and model_type else "model",
+        parameter_count=sum(t.n_elements for t in tensors) if all_tensors is not None else None,
+        size_label=size_label if isinstance(size_label, str) and size_label else None,
+        quantization=_quantization(kv, tensors),
+        file_size=file_size,
+        context_length=_int_kv(kv, f"{arch}.context_length"),
+        has_chat_template=isinstance(template, str) and bool(template.strip()),
+        split_count=max(1, _int_kv(kv, "split.count") or 1),
+        split_paths=split_paths,
+        n_tensors=len(tensors),
+        gguf_version=first.version,
+        **tok,
+    )
+    return info, first.tokens or []
+
+
+# --------------------------------------------------------------------------- split files
+
+
+def split_parts(path: Path) -> tuple[Path, int, int] | None:
+    """``(part 1 path, this part's number, part count)`` when ``path`` is named like a split.
+
+    Names follow llama.cpp's ``<stem>-00001-of-00003.gguf``; None for other names.
+    """
+    m = SPLIT_NAME_RE.match(path.name)
+    if not m:
+        return None
+    count = int(m["count"])
+    no = int(m["no"])
+    if count < 1 or not 1 <= no <= count:
+        return None
+    first = path.with_name(f"{m['stem']}-{1:05d}-of-{count:05d}.gguf")
+    return first, no, count
+
+
+def split_part_names(first_name: str, count: int) -> list[str]:
+    """All part file names of a split model given part 1's name (which must match)."""
+    m = SPLIT_NAME_RE.match(first_name)
+    if not m:
+        return [first_name]
+    return [f"{m['stem']}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
+
+
+def _model_parts(path: Path) -> list[Path]:
+    """Part 1 first; every part that a split name promises (missing ones included)."""
+    sp = split_parts(path)
+    if sp is None:
+        return [path]
+    first, _no, count = sp
+    return [first.with_name(n) for n in split_part_names(first.name, count)]
+
+
+# --------------------------------------------------------------------------- cache
+
+
+_CACHE_VERSION = 1
+_cache_lock = threading.Lock()
+
+
+def _cache_path() -> Path:
+    try:
+        from app.store.paths import cache_dir
+    except ImportError:  # pragma: no cover - store is part of the app; kept for tools
+        from platformdirs import user_cache_path
+
+        home = os.environ.get("TANDEM_HOME")
+        base = Path(home) / "cache" if home else user_cache_path("Tandem", appauthor=False)
+        base.mkdir(parents=True, exist_ok=True)
+        return base / "gguf-meta.sqlite3"
+    return cache_dir() / "gguf-meta.sqlite3"
+
+
+def _connect() -> sqlite3.Connection:
+    con = sqlite3.connect(_cache_path(), timeout=10)
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS gguf_meta ("
+        " path TEXT PRIMARY KEY, signature TEXT NOT NULL, version INTEGER NOT NULL,"
+        " info TEXT NOT NULL, tokens BLOB NOT NULL)"
+    )
+    return con
+
+
+def _signature(parts: list[Path]) -> str:
+    sig = []
+    for p in parts:
+        st = p.stat()
+        sig.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
+    return "|".join(sig)
+
+
+def _cache_get(key: str, signature: str, want_tokens: bool) -> tuple[GGUFInfo, PackedTokens | None] | None:
+    try:
+        with _cache_lock:
+            con = _connect()
+            try:
+                row = con.execute(
+                    "SELECT info, " + ("tokens" if want_tokens else "NULL")
+                    + " FROM gguf_meta WHERE path = ? AND signature = ? AND version = ?",
+                    (key, signature, _CACHE_VERSION),
+                ).fetchone()
+            finally:
+                con.close()
+        if row is None:
+            return None
+        info = GGUFInfo.from_dict(json.loads(row[0]))
+        tokens = PackedTokens.from_compressed(row[1]) if want_tokens else None
+        return info, tokens
+    except (sqlite3.Error, OSError, ValueError, KeyError, TypeError, zlib.error, struct.error) as exc:
+        log.warning("GGUF metadata cache unreadable (%s); reading the file instead", exc)
+        return None
+
+
+def _cache_put(key: str, signature: str, info: GGUFInfo, tokens: PackedTokens) -> None:
+    try:
+        blob = tokens.to_compressed()
+        with _cache_lock:
+            con = _connect()
+            try:
+                with con:
+                    con.execute(
+                        "INSERT OR REPLACE INTO gguf_meta (path, signature, version, info, tokens)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        (key, signature, _CACHE_VERSION, json.dumps(info.to_dict()), blob),
+                    )
+            finally:
+                con.close()
+    except (sqlite3.Error, OSError) as exc:
+        log.warning("could not write the GGUF metadata cache: %s", exc)
+
+
+def clear_cache() -> None:
+    """Forget every cached header (the next inspection reads the files again)."""
+    path = _cache_path()
+    with _cache_lock:
+        if path.exists():
+            con = sqlite3.connect(path, timeout=10)
+            try:
+                with con:
+                    con.execute("DROP TABLE IF EXISTS gguf_meta")
+            finally:
+                con.close()
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def _fail(path: Path | str, why: str) -> GGUFError:
+    name = Path(path).name if isinstance(path, Path) else path
+    return GGUFError(f"{name} is not a usable GGUF file: {why}.")
+
+
+def _inspect(path: str | os.PathLike[str], *, use_cache: bool, want_tokens: bool) -> tuple[GGUFInfo, PackedTokens | None]:
+    # Absolute but not resolved: in the Hugging Face cache a model is a symlink to a blob
+    # named by its hash, and the link's name is what tells the parts of a split model.
+    given = Path(os.path.abspath(Path(path).expanduser()))
+    if not given.is_file():
+        raise GGUFError(f"Model file not found: {given}")
+    parts = _model_parts(given)
+    missing = [p for p in parts if not p.is_file()]
+    if missing:
+        raise _fail(
+            parts[0],
+            f"it is split into {len(parts)} parts and part {parts.index(missing[0]) + 1}"
+            f" ({missing[0].name}) is missing",
+        )
+    key = str(parts[0])
+    try:
+        signature = _signature(parts)
+    except OSError as exc:
+        raise GGUFError(f"Cannot read {parts[0]}: {exc.strerror or exc}.") from exc
+    if use_cache:
+        hit = _cache_get(key, signature, want_tokens)
+        if hit is not None:
+            return hit
+    info, tokens = _parse_local(parts)
+    packed = PackedTokens.from_list(tokens)
+    if use_cache:
+        _cache_put(key, signature, info, packed)
+    return info, packed
+
+
+def _parse_local(parts: list[Path]) -> tuple[GGUFInfo, list[bytes]]:
+    headers: list[_Header] = []
+    sizes: list[int] = []
+    for p in parts:
+        try:
+            size = p.stat().st_size
+            headers.append(_read_header(p, size))
+        except _Malformed as exc:
+            raise _fail(p, str(exc)) from None
+        except IncompleteHeaderError:  # pragma: no cover - a whole file is never a prefix
+            raise _fail(p, "the header is truncated") from None
+        except OSError as exc:
+            raise GGUFError(f"Cannot read {p}: {exc.strerror or exc}.") from exc
+        sizes.append(size)
+    first = headers[0]
+    declared = _int_kv(first.kv, "split.count") or 1
+    if declared != len(parts):
+        if declared > 1 and len(parts) == 1:
+            raise _fail(
+                parts[0],
+                f"it is part of a model split into {declared} files, but its name does not"
+                " follow the '-00001-of-0000N.gguf' pattern, so the other parts cannot be found",
+            )
+        raise _fail(parts[0], f"its name says {len(parts)} parts but its header says {declared}")
+    tensors = [t for h in headers for t in h.tensors]
+    try:
+        return _build_info(
+            str(parts[0]),
+            parts[0].name.removesuffix(".gguf"),
+            first,
+            file_size=sum(sizes),
+            split_paths=tuple(str(p) for p in parts),
+            all_tensors=tensors,
+        )
+    except _Malformed as exc:
+        raise _fail(parts[0], str(exc)) from None
+
+
+def inspect_gguf(path: str | os.PathLike[str], *, use_cache: bool = True) -> GGUFInfo:
+    """Read a GGUF file's metadata without loading the model.
+
+    For a split model any part may be given; the result describes the whole model
+    (``path`` is part 1, sizes and parameter counts cover every part).
+
+    Args:
+        path: a ``.gguf`` file.
+        use_cache: consult and fill the SQLite cache (keyed by absolute path, size and
+            mtime of every part).
+
+    Returns:
+        The :class:`GGUFInfo`.
+
+    Raises:
+        GGUFError: the file is missing, unreadable, not a GGUF, or malformed (truncated,
+            wrong magic, absurd string length or count, tensor data outside the file),
+            or a part of a split model is missing. The message names the file and says why.
+    """
+    info, _ = _inspect(path, use_cache=use_cache, want_tokens=False)
+    return info
+
+
+def load_vocab(path: str | os.PathLike[str], *, use_cache: bool = True) -> GGUFVocab:
+    """The tokenizer of a GGUF file for :func:`app.catalog.pairing.check_pair`.
+
+    Same arguments and errors as :func:`inspect_gguf`. From the cache this costs a few
+    milliseconds even for a 262,144-token vocabulary.
+    """
+    info, tokens = _inspect(path, use_cache=use_cache, want_tokens=True)
+    assert tokens is not None
+    return GGUFVocab(info, tokens)
+
+
+def parse_gguf_head(head: Path, total_size: int, source: str) -> GGUFVocab:
+    """Parse the first bytes of a (remote) GGUF file whose full size is ``total_size``.
+
+    Used by :mod:`app.catalog.hub` for the pairing check before a download.
+    ``parameter_count`` is that of this file's tensors only when the model is split
+    (None then), and ``file_size`` is ``total_size`` (the caller may replace it).
+
+    Args:
+        head: a local file holding the first bytes of the remote file.
+        total_size: the remote file's size in bytes.
+        source: how to name the file in messages and in ``GGUFInfo.path``.
+
+    Raises:
+        IncompleteHeaderError: ``head`` ends inside the header; fetch ``needed`` bytes.
+        GGUFError: the bytes are not a usable GGUF header.
+    """
+    try:
+        header = _read_header(head, total_size)
+        split = _int_kv(header.kv, "split.count") or 1
+        stem = source.rsplit("/", 1)[-1].removesuffix(".gguf")
+        info, tokens = _build_info(
+            source, stem, header, file_size=total_size, split_paths=(source,),
+            all_tensors=header.tensors if split == 1 else None,
+        )
+    except _Malformed as exc:
+        raise _fail(source, str(exc)) from None
+    return GGUFVocab(info, PackedTokens.from_list(tokens))
