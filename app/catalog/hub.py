@@ -1,0 +1,916 @@
+"""Downloads from the Hugging Face Hub, and the pairing check before a download.
+
+Everything here runs on a worker thread and never touches Qt: progress reaches the UI
+as :class:`DownloadProgress` values through a plain callback, which the UI wraps in a
+signal.
+
+Downloads (:class:`Download`) go through ``huggingface_hub``: the file's metadata comes
+from :func:`huggingface_hub.get_hf_file_metadata` (a HEAD on the ``/resolve/`` URL, which
+gives size, ETag, commit, and the typed errors for gated, missing and private repos),
+and the bytes from :func:`huggingface_hub.file_download.http_get`, which resumes with an
+HTTP Range request after a dropped connection. ``hf_hub_download`` itself is not used:
+since huggingface_hub 1.x it downloads into a process-unique temporary file that it
+deletes on failure, so a paused download or one interrupted by closing the app could
+not resume. Here the bytes go to ``<models>/<owner>/<repo>/.partial/<file>.incomplete``
+with a small JSON note of the ETag and size next to it; a later run (same session or
+after a restart) continues from there when the remote file is unchanged. A file enters
+the models folder, and so the library, only after its size, and its sha256 when the
+hub gives one (the ETag of an LFS file), match. Xet storage is not used: plain HTTP
+through the hub's redirect works for every file and is what makes resuming ours.
+
+Tokens: huggingface_hub's own storage (``hf auth login``) and ``HF_TOKEN``. Endpoint: see
+:func:`resolve_endpoint` (flag, ``HF_ENDPOINT``, the library setting, huggingface.co).
+
+The check before a download (:func:`check_remote_pair`) reads the GGUF headers of the
+remote target and draft with HTTP range requests, growing the fetched prefix until the
+metadata parses (typically 1–3 % of a file), and runs the pairing rule on them.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, Literal, cast
+from urllib.parse import urljoin, urlparse
+
+from app.catalog.gguf_meta import GGUFVocab, IncompleteHeaderError, parse_gguf_head, split_part_names, split_parts
+from app.catalog.pairing import PairResult, check_pair
+from app.catalog.units import format_bytes
+from app.errors import DownloadError, GGUFError, TandemError
+
+if TYPE_CHECKING:
+    from app.catalog.curated import CuratedModel, CuratedPair
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+PARTIAL_DIR = ".partial"
+MANIFEST_NAME = ".tandem-downloads.json"
+#: Bytes per read while downloading: progress and pause/cancel act at this granularity.
+DOWNLOAD_CHUNK_BYTES = 1 << 20
+#: First request of a remote header read; later ones grow from what the parse needs.
+HEADER_FIRST_REQUEST = 256 << 10
+
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_PROGRESS_INTERVAL_S = 0.1
+_METADATA_RETRY_WAITS_S = (1.0, 3.0)
+_SPEED_WINDOW_S = 5.0
+
+Phase = Literal["checking", "downloading", "verifying", "done"]
+
+
+def resolve_endpoint(endpoint: str | None = None) -> str:
+    """The hub to talk to, first found of: ``endpoint`` (a command-line flag or a caller's
+    choice), the ``HF_ENDPOINT`` environment variable, the library's ``hf_endpoint``
+    setting (:class:`app.catalog.library.LibraryConfig`), https://huggingface.co.
+
+    Read at call time, so a changed setting applies to the next request.
+    """
+    value = endpoint or os.environ.get("HF_ENDPOINT")
+    if not value:
+        from app.catalog.library import load_library_config
+
+        value = load_library_config().hf_endpoint or DEFAULT_ENDPOINT
+    return value.strip().rstrip("/")
+
+
+class DownloadStopped(TandemError):
+    """The user paused (``paused`` True: the partial file is kept) or cancelled
+    (``paused`` False: the partial file is deleted) a download."""
+
+    def __init__(self, paused: bool, filename: str) -> None:
+        what = "paused; it will resume where it stopped" if paused else "cancelled"
+        super().__init__(f"Download of {filename} {what}.")
+        self.paused = paused
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteFile:
+    """A file in a model repository on the hub.
+
+    Raises:
+        DownloadError: ``repo_id`` is not ``owner/name`` or ``filename`` is not a plain
+            relative path inside the repository.
+    """
+
+    repo_id: str
+    filename: str
+    revision: str = "main"
+
+    def __post_init__(self) -> None:
+        if not _REPO_RE.match(self.repo_id):
+            raise DownloadError(f"{self.repo_id!r} is not a repository id of the form owner/name.")
+        p = PurePosixPath(self.filename)
+        if not self.filename or p.is_absolute() or ".." in p.parts or "\\" in self.filename:
+            raise DownloadError(f"{self.filename!r} is not a file name inside a repository.")
+
+    @property
+    def display(self) -> str:
+        return f"{self.repo_id}/{self.filename}"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteFileInfo:
+    """What the hub says about a file before it is downloaded.
+
+    Attributes:
+        url: where the bytes are (the hub's redirect target, often a CDN).
+        size: bytes (``X-Linked-Size`` for LFS files, else ``Content-Length``).
+        etag: the ETag without quotes; for LFS files it is the sha256 of the content.
+        sha256: the expected sha256 (hex) when the ETag is one, else None.
+        commit: the repository commit the file was resolved at.
+    """
+
+    file: RemoteFile
+    url: str
+    size: int
+    etag: str
+    sha256: str | None
+    commit: str | None
+
+
+def _hub_error(exc: BaseException, file: RemoteFile, endpoint: str) -> DownloadError:
+    """One clear sentence for a failure talking to the hub."""
+    import httpx2
+    from huggingface_hub.errors import (
+        FileMetadataError,
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    repo = file.repo_id
+    if isinstance(exc, GatedRepoError):
+        return DownloadError(
+            f"{repo} is a gated repository. Accept its licence on https://huggingface.co/{repo}"
+            " (signed in), then log in here with an access token (`hf auth login`, or set"
+            " HF_TOKEN) and try again."
+        )
+    if isinstance(exc, RepositoryNotFoundError):
+        return DownloadError(
+            f"Repository {repo} was not found on {endpoint}. Check the name; if it is private"
+            " or gated, log in with an access token (`hf auth login`, or set HF_TOKEN)."
+        )
+    if isinstance(exc, RevisionNotFoundError):
+        return DownloadError(f"Revision {file.revision!r} of {repo} was not found on {endpoint}.")
+    if isinstance(exc, RemoteEntryNotFoundError):
+        return DownloadError(f"{file.filename} was not found in {repo} (revision {file.revision}).")
+    if isinstance(exc, HfHubHTTPError):
+        status = exc.response.status_code if exc.response is not None else None
+        if status == 404:
+            return DownloadError(f"{file.filename} was not found in {repo} (HTTP 404 from {endpoint}).")
+        if status in (401, 403):
+            return DownloadError(
+                f"Access to {repo} was refused (HTTP {status}). If it is gated, accept its licence on"
+                f" https://huggingface.co/{repo} and log in with an access token (`hf auth login`)."
+            )
+        if status == 429:
+            return DownloadError(f"{endpoint} is rate-limiting requests (HTTP 429); try again in a few minutes.")
+        if status is not None and status >= 500:
+            return DownloadError(f"{endpoint} had a server error (HTTP {status}); try again later.")
+        return DownloadError(f"{endpoint} refused {file.display} (HTTP {status}).")
+    if isinstance(exc, FileMetadataError):
+        return DownloadError(
+            f"{endpoint} did not answer like a Hugging Face Hub ({exc}). Check the endpoint setting"
+            " (HF_ENDPOINT)."
+        )
+    if isinstance(exc, (httpx2.TransportError, LocalEntryNotFoundError, ConnectionError, TimeoutError)):
+        return DownloadError(f"Cannot reach {endpoint}: {exc}. Check your connection or the endpoint setting.")
+    return DownloadError(f"Talking to {endpoint} about {file.display} failed: {exc}")
+
+
+def _headers(token: str | bool | None, url: str, endpoint: str) -> dict[str, str]:
+    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]  # lazily exported
+
+    headers = build_hf_headers(token=token)
+    headers["Accept-Encoding"] = "identity"
+    if urlparse(url).netloc != urlparse(endpoint).netloc:
+        # A signed CDN URL: the hub token must not leave the hub (as huggingface_hub does).
+        headers.pop("authorization", None)
+        headers.pop("Authorization", None)
+    return headers
+
+
+def remote_file_info(
+    file: RemoteFile, *, endpoint: str | None = None, token: str | bool | None = None
+) -> RemoteFileInfo:
+    """Ask the hub about a file (one HEAD request, redirects on the hub followed).
+
+    Raises:
+        DownloadError: gated (message names the repo and the licence page), not found,
+            unreachable, or the server is not a hub.
+    """
+    import httpx2
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError
+
+    ep = resolve_endpoint(endpoint)
+    url = hf_hub_url(file.repo_id, file.filename, revision=file.revision, endpoint=ep)
+    for attempt, wait in enumerate((*_METADATA_RETRY_WAITS_S, None)):
+        try:
+            meta = get_hf_file_metadata(url, token=token, endpoint=ep)
+            break
+        except (HfHubHTTPError, OSError, httpx2.HTTPError) as exc:
+            # Transient trouble (server errors, rate limits, timeouts) is retried briefly;
+            # a refused connection or a 4xx answer is reported at once.
+            status = exc.response.status_code if isinstance(exc, HfHubHTTPError) and exc.response is not None else None
+            transient = (status is not None and (status >= 500 or status == 429)) or isinstance(
+                exc, (httpx2.TimeoutException, httpx2.RemoteProtocolError)
+            )
+            if wait is None or not transient:
+                raise _hub_error(exc, file, ep) from exc
+            log.info("hub answered %s for %s; retry %d in %.0f s", status or exc, file.display, attempt + 1, wait)
+            time.sleep(wait)
+    if meta.size is None:
+        raise DownloadError(f"{ep} did not say how large {file.display} is; it cannot be verified.")
+    if not meta.etag:
+        raise DownloadError(f"{ep} gave no ETag for {file.display}; it cannot be verified.")
+    etag = meta.etag.lower()
+    return RemoteFileInfo(
+        file=file,
+        url=urljoin(url, meta.location),
+        size=int(meta.size),
+        etag=meta.etag,
+        sha256=etag if _SHA256_RE.match(etag) else None,
+        commit=meta.commit_hash,
+    )
+
+
+# --------------------------------------------------------------------------- progress
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadProgress:
+    """A snapshot of one download job (all its files).
+
+    Attributes:
+        repo_id: the repository.
+        filename: the file being worked on now.
+        file_index / file_count: its position in the job (0-based) and the job's size.
+        downloaded: bytes on disk for the whole job, including earlier sessions.
+        total: bytes of the whole job (None until the hub has answered).
+        speed: bytes per second over the last few seconds (0 when unknown).
+        eta: seconds left at that speed (None when unknown).
+        phase: ``checking`` (asking the hub), ``downloading``, ``verifying`` (sha256),
+            ``done``.
+    """
+
+    repo_id: str
+    filename: str
+    file_index: int
+    file_count: int
+    downloaded: int
+    total: int | None
+    speed: float
+    eta: float | None
+    phase: Phase
+
+    @property
+    def fraction(self) -> float | None:
+        return self.downloaded / self.total if self.total else None
+
+
+ProgressCallback = Callable[[DownloadProgress], None]
+
+
+class _ProgressBar:
+    """What ``http_get`` needs of its ``tqdm_class``: a context manager with ``update``.
+
+    huggingface_hub instantiates it with tqdm's keyword arguments (``total``,
+    ``initial``, ``desc``, ``unit`` …), which are ignored: the job keeps its own counts.
+    Raising from ``update`` is how a pause or cancel stops the transfer.
+    """
+
+    def __init__(self, job: Download, **_tqdm_kwargs: Any) -> None:
+        self._job = job
+
+    def __enter__(self) -> _ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, n: float | None = 1) -> None:
+        self._job._advance(int(n or 0))
+
+    def close(self) -> None:
+        return None
+
+
+def _manifest_path(repo_dir: Path) -> Path:
+    return repo_dir / MANIFEST_NAME
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _existing_parent(path: Path) -> Path:
+    for p in (path, *path.parents):
+        if p.exists():
+            return p
+    return path
+
+
+def _hash_file(path: Path, on_bytes: Callable[[int], None]) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(DOWNLOAD_CHUNK_BYTES * 4):
+            h.update(chunk)
+            on_bytes(len(chunk))
+    return h.hexdigest()
+
+
+class Download:
+    """One download job: a model file, or every part of a split model, into the models folder.
+
+    Files land at ``<models_dir>/<owner>/<repo>/<filename>``, where the library finds them.
+
+    Args:
+        repo_id: ``owner/name``.
+        filenames: one file name, or several; a single split part name
+            (``…-00001-of-00003.gguf``) means every part.
+        models_dir: default :func:`app.catalog.library.current_models_dir`.
+        endpoint: hub endpoint (default :func:`resolve_endpoint`).
+        revision: branch, tag or commit.
+        token: as huggingface_hub takes it (None: the stored token or ``HF_TOKEN``).
+
+    :meth:`run` blocks (call it on a worker thread); :meth:`pause` and :meth:`cancel`
+    may be called from any thread and take effect within one read of
+    :data:`DOWNLOAD_CHUNK_BYTES`.
+
+    Raises:
+        DownloadError: from the constructor, for a malformed repo id or file name.
+    """
+
+    def __init__(
+        self,
+        repo_id: str,
+        filenames: str | Sequence[str],
+        *,
+        models_dir: Path | None = None,
+        endpoint: str | None = None,
+        revision: str = "main",
+        token: str | bool | None = None,
+    ) -> None:
+        names = [filenames] if isinstance(filenames, str) else list(filenames)
+        if len(names) == 1:
+            sp = split_parts(Path(names[0]))
+            if sp is not None:
+                parent = PurePosixPath(names[0]).parent
+                names = [str(parent / n) if str(parent) != "." else n for n in split_part_names(sp[0].name, sp[2])]
+        if not names:
+            raise DownloadError("Nothing to download: no file names given.")
+        self.files = tuple(RemoteFile(repo_id, n, revision) for n in names)
+        self.repo_id = repo_id
+        if models_dir is None:
+            from app.catalog.library import current_models_dir
+
+            models_dir = current_models_dir()
+        self.models_dir = Path(models_dir)
+        self.endpoint = resolve_endpoint(endpoint)
+        self.token = token
+        owner, name = repo_id.split("/", 1)
+        self.repo_dir = self.models_dir / owner / name
+        self._stop = threading.Event()
+        self._stop_paused = True
+        self._lock = threading.Lock()
+        self._on_progress: ProgressCallback | None = None
+        self._done = 0
+        self._total: int | None = None
+        self._index = 0
+        self._phase: Phase = "checking"
+        self._samples: deque[tuple[float, int]] = deque()
+        self._last_emit = 0.0
+
+    # -- paths ----------------------------------------------------------------------
+
+    def final_path(self, filename: str) -> Path:
+        """Where ``filename`` of this repository lives once complete."""
+        return self.repo_dir / PurePosixPath(filename)
+
+    def _partial_path(self, filename: str) -> Path:
+        return self.repo_dir / PARTIAL_DIR / (filename.replace("/", "__") + ".incomplete")
+
+    @property
+    def model_path(self) -> Path:
+        """The file to load when done (part 1 of a split model)."""
+        return self.final_path(self.files[0].filename)
+
+    # -- control --------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """Stop soon and keep the partial file; :meth:`run` raises :class:`DownloadStopped`."""
+        self._stop_paused = True
+        self._stop.set()
+
+    def cancel(self) -> None:
+        """Stop soon and delete the partial files (also when the job is not running)."""
+        self._stop_paused = False
+        self._stop.set()
+
+    def discard_partial(self) -> None:
+        """Delete this job's partial files and notes (never a completed file)."""
+        for f in self.files:
+            p = self._partial_path(f.filename)
+            for q in (p, p.with_name(p.name + ".json")):
+                try:
+                    q.unlink()
+                except FileNotFoundError:
+                    pass
+
+    def _check_stop(self) -> None:
+        if self._stop.is_set():
+            raise DownloadStopped(self._stop_paused, self.files[self._index].filename)
+
+    # -- progress -------------------------------------------------------------------
+
+    def _advance(self, n: int) -> None:
+        with self._lock:
+            self._done += n
+        self._emit()
+        self._check_stop()
+
+    def _emit(self, force: bool = False) -> None:
+        cb = self._on_progress
+        now = time.monotonic()
+        with self._lock:
+            self._samples.append((now, self._done))
+            while len(self._samples) > 2 and now - self._samples[0][0] > _SPEED_WINDOW_S:
+                self._samples.popleft()
+            if not force and now - self._last_emit < _PROGRESS_INTERVAL_S:
+                return
+            self._last_emit = now
+            t0, b0 = self._samples[0]
+            speed = (self._done - b0) / (now - t0) if now - t0 > 0.2 and self._phase == "downloading" else 0.0
+            eta = (self._total - self._done) / speed if speed > 0 and self._total is not None else None
+            progress = DownloadProgress(
+                self.repo_id,
+                self.files[self._index].filename,
+                self._index,
+                len(self.files),
+                self._done,
+                self._total,
+                max(0.0, speed),
+                eta,
+                self._phase,
+            )
+        if cb is not None:
+            cb(progress)
+
+    def _set_phase(self, phase: Phase, index: int | None = None) -> None:
+        with self._lock:
+            self._phase = phase
+            if index is not None:
+                self._index = index
+            self._samples.clear()
+        self._emit(force=True)
+
+    # -- the job ----------------------------------------------------------------------
+
+    def run(self, on_progress: ProgressCallback | None = None) -> Path:
+        """Download every file that is not complete yet; return :attr:`model_path`.
+
+        Files already complete (same ETag as the hub's) are skipped; partial files from
+        an earlier run continue where they stopped.
+
+        Raises:
+            DownloadStopped: :meth:`pause` or :meth:`cancel` was called.
+            DownloadError: hub errors (gated, not found, unreachable), not enough free
+                space, a size or sha256 mismatch (the bad file is deleted), a
+                connection lost for good (the partial file is kept for resuming), or a
+                disk error.
+        """
+        from filelock import FileLock, Timeout
+
+        self._on_progress = on_progress
+        self._set_phase("checking", 0)
+        infos: list[RemoteFileInfo] = []
+        for i, f in enumerate(self.files):
+            self._check_stop()
+            with self._lock:
+                self._index = i
+            infos.append(remote_file_info(f, endpoint=self.endpoint, token=self.token))
+        manifest = _read_json(_manifest_path(self.repo_dir))
+        todo: list[RemoteFileInfo] = []
+        done = 0
+        for info in infos:
+            if self._is_complete(info, manifest):
+                done += info.size
+                continue
+            done += self._prepare_partial(info)
+            todo.append(info)
+        with self._lock:
+            self._total = sum(i.size for i in infos)
+            self._done = done
+        self._check_free_space(self._total - done)
+        lock_path = self.repo_dir / PARTIAL_DIR / ".lock"
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with FileLock(str(lock_path), timeout=0):
+                for info in todo:
+                    self._fetch(info, self.files.index(info.file))
+        except Timeout:
+            raise DownloadError(f"{self.repo_id} is already being downloaded (by another window or process).") from None
+        except DownloadStopped as stop:
+            if not stop.paused:
+                self.discard_partial()
+            raise
+        self._set_phase("done")
+        return self.model_path
+
+    def _is_complete(self, info: RemoteFileInfo, manifest: dict[str, Any]) -> bool:
+        final = self.final_path(info.file.filename)
+        rec = manifest.get(info.file.filename)
+        try:
+            size = final.stat().st_size
+        except OSError:
+            return False
+        return isinstance(rec, dict) and rec.get("etag") == info.etag and size == info.size
+
+    def _prepare_partial(self, info: RemoteFileInfo) -> int:
+        """Bytes already downloaded for this file that can be kept (0 after a change)."""
+        partial = self._partial_path(info.file.filename)
+        note = _read_json(partial.with_name(partial.name + ".json"))
+        try:
+            have = partial.stat().st_size
+        except OSError:
+            return 0
+        if note.get("etag") != info.etag or note.get("size") != info.size or have > info.size:
+            log.info("discarding stale partial download %s", partial)
+            partial.unlink(missing_ok=True)
+            return 0
+        return have
+
+    def _check_free_space(self, need: int) -> None:
+        where = _existing_parent(self.repo_dir)
+        try:
+            free = shutil.disk_usage(where).free
+        except OSError as exc:
+            log.warning("cannot check free space in %s: %s", where, exc)
+            return
+        if need > free:
+            raise DownloadError(
+                f"Not enough free disk space in {where}: {self.repo_id} needs {format_bytes(need)} more"
+                f" but only {format_bytes(free)} is free. Free some space or choose another models folder."
+            )
+
+    def _fetch(self, info: RemoteFileInfo, index: int) -> None:
+        import httpx2
+        from huggingface_hub import constants
+        from huggingface_hub.errors import HfHubHTTPError
+        from huggingface_hub.file_download import http_get
+
+        name = info.file.filename
+        partial = self._partial_path(name)
+        note_path = partial.with_name(partial.name + ".json")
+        _write_json(
+            note_path,
+            {"repo_id": self.repo_id, "filename": name, "revision": info.file.revision,
+             "etag": info.etag, "size": info.size, "commit": info.commit},
+        )
+        self._set_phase("downloading", index)
+        # huggingface_hub reads 10 MB per chunk; smaller chunks give smooth progress and
+        # a prompt pause/cancel (the chunk size is a process-wide constant there).
+        constants.DOWNLOAD_CHUNK_SIZE = min(constants.DOWNLOAD_CHUNK_SIZE, DOWNLOAD_CHUNK_BYTES)
+        bar = functools.partial(_ProgressBar, self)
+        transfer_error: BaseException | None = None
+        try:
+            with partial.open("r+b" if partial.exists() else "w+b") as fh:
+                fh.seek(0, os.SEEK_END)
+                have = fh.tell()
+                try:
+                    http_get(
+                        info.url,
+                        fh,
+                        resume_size=have,
+                        headers=_headers(self.token, info.url, self.endpoint),
+                        expected_size=info.size,
+                        displayed_filename=PurePosixPath(name).name,
+                        tqdm_class=cast(Any, bar),
+                    )
+                except DownloadStopped:
+                    raise
+                except HfHubHTTPError as exc:
+                    status = exc.response.status_code if exc.response is not None else None
+                    if status == 416:  # our partial file does not fit the remote one
+                        transfer_error = DownloadError(
+                            f"The partial download of {name} does not match the file on the hub; it was"
+                            " discarded. Start the download again."
+                        )
+                        fh.truncate(0)
+                    else:
+                        raise _hub_error(exc, info.file, self.endpoint) from exc
+                except httpx2.HTTPError as exc:
+                    transfer_error = exc  # connection lost for good: sizes decide below
+                except OSError as exc:
+                    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                        raise DownloadError(
+                            f"The disk is full: {name} could not be written to {partial.parent}."
+                        ) from exc
+                    if exc.errno is not None:
+                        raise DownloadError(f"Cannot write {partial}: {exc.strerror}.") from exc
+                    transfer_error = exc  # http_get's size consistency check
+        except OSError as exc:
+            raise DownloadError(f"Cannot write {partial}: {exc.strerror or exc}.") from exc
+        if isinstance(transfer_error, DownloadError):
+            partial.unlink(missing_ok=True)
+            raise transfer_error
+        self._emit(force=True)  # the final count, which throttling may have skipped
+        self._verify_and_place(info, partial, note_path, transfer_error)
+
+    def _verify_and_place(
+        self, info: RemoteFileInfo, partial: Path, note_path: Path, transfer_error: BaseException | None
+    ) -> None:
+        name = info.file.filename
+        size = partial.stat().st_size
+        if size < info.size:
+            why = f" ({transfer_error})" if transfer_error is not None else ""
+            raise DownloadError(
+                f"The download of {name} stopped at {format_bytes(size)} of {format_bytes(info.size)}"
+                f"{why}. The partial file is kept: resume the download to continue."
+            )
+        if size > info.size:
+            partial.unlink(missing_ok=True)
+            raise DownloadError(
+                f"{name} arrived larger than the hub says ({size} bytes instead of {info.size});"
+                " the file was discarded. Try again."
+            )
+        if info.sha256 is not None:
+            self._set_phase("verifying")
+            with self._lock:
+                self._samples.clear()
+
+            def tick(_n: int) -> None:
+                self._check_stop()
+
+            digest = _hash_file(partial, tick)
+            if digest != info.sha256:
+                partial.unlink(missing_ok=True)
+                note_path.unlink(missing_ok=True)
+                raise DownloadError(
+                    f"{name} is corrupt: its sha256 does not match the hub's ({digest[:12]}… instead of"
+                    f" {info.sha256[:12]}…). The file was discarded; try again."
+                )
+        final = self.final_path(name)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(partial, final)
+        note_path.unlink(missing_ok=True)
+        manifest_path = _manifest_path(self.repo_dir)
+        manifest = _read_json(manifest_path)
+        manifest[name] = {
+            "etag": info.etag, "size": info.size, "sha256": info.sha256, "commit": info.commit,
+            "revision": info.file.revision, "completed": time.time(),
+        }
+        _write_json(manifest_path, manifest)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingDownload:
+    """A partial download left by an earlier run (for the downloads panel to offer)."""
+
+    repo_id: str
+    filename: str
+    revision: str
+    downloaded: int
+    size: int
+
+
+def pending_downloads(models_dir: Path | None = None) -> list[PendingDownload]:
+    """Partial downloads in the models folder that can be resumed with :class:`Download`."""
+    if models_dir is None:
+        from app.catalog.library import current_models_dir
+
+        models_dir = current_models_dir()
+    out: list[PendingDownload] = []
+    for note in sorted(Path(models_dir).glob(f"*/*/{PARTIAL_DIR}/*.incomplete.json")):
+        data = _read_json(note)
+        partial = note.with_name(note.name.removesuffix(".json"))
+        try:
+            out.append(
+                PendingDownload(
+                    str(data["repo_id"]), str(data["filename"]), str(data.get("revision", "main")),
+                    partial.stat().st_size if partial.exists() else 0, int(data["size"]),
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+# --------------------------------------------------------------------------- remote headers
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteGGUF:
+    """A remote model's tokenizer and metadata, read from its header.
+
+    Attributes:
+        meta: the hub's answer for the file read (part 1 of a split model).
+        vocab: the parsed header (``vocab.info`` has the metadata; ``file_size`` is the
+            size of all parts).
+        bytes_fetched: bytes of the file transferred to read it.
+    """
+
+    meta: RemoteFileInfo
+    vocab: GGUFVocab
+    bytes_fetched: int
+
+
+def _fetch_range(url: str, start: int, stop: int, headers: dict[str, str], out: Any) -> int:
+    """Append bytes ``start`` … ``stop - 1`` of ``url`` to ``out``; return how many came.
+
+    Reads at most ``stop - start`` bytes even if the server ignores the Range header.
+    """
+    from huggingface_hub import hf_raise_for_status
+    from huggingface_hub.utils import http_stream_backoff  # type: ignore[attr-defined]  # lazily exported
+
+    h = dict(headers)
+    h["Range"] = f"bytes={start}-{stop - 1}"
+    want = stop - start
+    got = 0
+    with http_stream_backoff("GET", url, headers=h, follow_redirects=True) as response:
+        hf_raise_for_status(response)
+        skip = start if response.status_code == 200 else 0  # Range ignored: whole file
+        for chunk in response.iter_bytes(64 << 10):
+            if skip:
+                drop = min(skip, len(chunk))
+                chunk, skip = chunk[drop:], skip - drop
+            take = chunk[: want - got]
+            out.write(take)
+            got += len(take)
+            if got >= want:
+                break
+    return got
+
+
+def read_remote_gguf(
+    file: RemoteFile,
+    *,
+    endpoint: str | None = None,
+    token: str | bool | None = None,
+    first_request: int = HEADER_FIRST_REQUEST,
+) -> RemoteGGUF:
+    """Read a remote GGUF's header with HTTP range requests, without downloading it.
+
+    The prefix grows until the metadata parses: each retry asks for what the parser
+    says it needs (for a token list, estimated from the entries read so far) plus a
+    small margin, so the bytes fetched stay close to the header's size (for Gemma 3's
+    262,144-token vocabulary: about 6.6 MB of a 253 MB file, in five requests).
+
+    Raises:
+        DownloadError: hub errors (gated, not found, unreachable).
+        GGUFError: the header is not a usable GGUF.
+    """
+    import httpx2
+    from huggingface_hub.errors import HfHubHTTPError
+
+    ep = resolve_endpoint(endpoint)
+    sp = split_parts(Path(file.filename))
+    meta = remote_file_info(file, endpoint=ep, token=token)
+    total_size = meta.size
+    split_names: list[str] = [file.filename]
+    if sp is not None and sp[2] > 1:
+        parent = PurePosixPath(file.filename).parent
+        split_names = [str(parent / n) if str(parent) != "." else n for n in split_part_names(sp[0].name, sp[2])]
+        for other in split_names[1:]:
+            total_size += remote_file_info(RemoteFile(file.repo_id, other, file.revision), endpoint=ep, token=token).size
+    headers = _headers(token, meta.url, ep)
+    fetched = 0
+    with tempfile.TemporaryDirectory(prefix="tandem-head-") as tmp:
+        head = Path(tmp) / "head.gguf"
+        want = min(meta.size, first_request)
+        with head.open("wb") as out:
+            while True:
+                have = fetched
+                try:
+                    got = _fetch_range(meta.url, have, want, headers, out)
+                except HfHubHTTPError as exc:
+                    raise _hub_error(exc, file, ep) from exc
+                except httpx2.HTTPError as exc:
+                    raise _hub_error(exc, file, ep) from exc
+                out.flush()
+                fetched += got
+                if got < want - have:
+                    raise DownloadError(f"{ep} sent only {fetched} of the first {want} bytes of {file.display}.")
+                try:
+                    vocab = parse_gguf_head(head, meta.size, file.display)
+                    break
+                except IncompleteHeaderError as more:
+                    if fetched >= meta.size:  # pragma: no cover - parse of a whole file never asks for more
+                        raise GGUFError(f"{file.display} is not a usable GGUF file: the header is truncated.") from None
+                    # What the parser asked for plus a margin for the small keys that
+                    # follow, and never less than 64 KiB more (tensor infos come in many
+                    # small reads).
+                    want = min(meta.size, max(more.needed + (32 << 10), fetched + (64 << 10)))
+    info = vocab.info
+    full_info = replace(info, file_size=total_size, split_paths=tuple(f"{file.repo_id}/{n}" for n in split_names))
+    log.info("read the header of %s: %d of %d bytes", file.display, fetched, meta.size)
+    return RemoteGGUF(meta, vocab.with_info(full_info), fetched)
+
+
+@dataclass(frozen=True, slots=True)
+class RemotePairCheck:
+    """The pairing check of two remote models, before downloading them."""
+
+    target: RemoteGGUF
+    draft: RemoteGGUF
+    result: PairResult
+
+    def to_dict(self) -> dict[str, object]:
+        d = self.result.to_dict()
+        d["target"] = {"file": self.target.meta.file.display, "size": self.target.vocab.info.file_size,
+                       "bytes_fetched": self.target.bytes_fetched}
+        d["draft"] = {"file": self.draft.meta.file.display, "size": self.draft.vocab.info.file_size,
+                      "bytes_fetched": self.draft.bytes_fetched}
+        return d
+
+
+def check_remote_pair(
+    target: RemoteFile,
+    draft: RemoteFile,
+    *,
+    endpoint: str | None = None,
+    token: str | bool | None = None,
+) -> RemotePairCheck:
+    """llama.cpp's pairing rule on two models still on the hub (headers only).
+
+    Raises:
+        DownloadError: hub errors for either file.
+        GGUFError: either header is not a usable GGUF.
+    """
+    t = read_remote_gguf(target, endpoint=endpoint, token=token)
+    d = read_remote_gguf(draft, endpoint=endpoint, token=token)
+    result = check_pair(t.vocab, d.vocab, target_size=t.vocab.info.file_size, draft_size=d.vocab.info.file_size)
+    return RemotePairCheck(t, d, result)
+
+
+def _curated_remote(model: CuratedModel, quant: str | None) -> RemoteFile:
+    f = model.file_for(quant)
+    return RemoteFile(model.repo, f.file)
+
+
+def check_curated_pair(
+    pair: CuratedPair,
+    *,
+    target_quant: str | None = None,
+    draft_quant: str | None = None,
+    endpoint: str | None = None,
+    token: str | bool | None = None,
+) -> RemotePairCheck:
+    """:func:`check_remote_pair` for a curated pair at the chosen quantizations."""
+    return check_remote_pair(
+        _curated_remote(pair.target, target_quant),
+        _curated_remote(pair.draft, draft_quant),
+        endpoint=endpoint,
+        token=token,
+    )
+
+
+def curated_downloads(
+    pair: CuratedPair,
+    *,
+    target_quant: str | None = None,
+    draft_quant: str | None = None,
+    models_dir: Path | None = None,
+    endpoint: str | None = None,
+    token: str | bool | None = None,
+) -> tuple[Download, Download]:
+    """The two download jobs (target, draft) of a curated pair, not started.
+
+    Raises:
+        TandemError: a quantization that the pair does not offer.
+    """
+    jobs = []
+    for model, quant in ((pair.target, target_quant), (pair.draft, draft_quant)):
+        f = model.file_for(quant)
+        jobs.append(Download(model.repo, f.filenames, models_dir=models_dir, endpoint=endpoint, token=token))
+    return jobs[0], jobs[1]

@@ -1,0 +1,447 @@
+"""The model library: every GGUF model on this machine that Tandem can offer.
+
+Models come from the models folder (in the data folder by default, changeable), folders
+the user added ("Add folder…", scanned recursively), single files the user opened
+("Open GGUF…"), LM Studio's models folders and the Hugging Face cache. A split GGUF
+(``…-00001-of-0000N.gguf``) is one model; ``mmproj`` (vision projector), ``imatrix``
+and adapter files are not offered as models. Metadata comes from
+:mod:`app.catalog.gguf_meta` (cached, so a rescan is fast).
+
+Where to look is a :class:`LibraryConfig` (pydantic) saved as ``library.json`` in the
+config folder, next to the app's ``settings.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from app.catalog.gguf_meta import GGUFInfo, inspect_gguf, load_vocab, split_part_names, split_parts
+from app.catalog.pairing import DraftCandidate, VocabView, rank_drafts, unreadable_candidate
+from app.errors import TandemError
+from app.store import paths
+
+log = logging.getLogger(__name__)
+
+Source = Literal["models", "folder", "file", "lmstudio", "hf-cache"]
+
+#: ``general.type`` values and architectures that are not language models to chat with.
+NON_MODEL_TYPES = frozenset({"mmproj", "adapter", "imatrix", "vocab"})
+NON_MODEL_ARCHITECTURES = frozenset({"clip"})
+
+_SKIP_SUFFIXES = (".incomplete", ".part", ".partial", ".tmp", ".download")
+
+
+class LibraryConfig(BaseModel):
+    """Where the library looks for models, and the hub endpoint for downloads.
+
+    Attributes:
+        models_dir: where downloads go and the first folder scanned; None means
+            ``<data folder>/models``.
+        folders: folders added with "Add folder…" (scanned recursively).
+        files: single files opened with "Open GGUF…".
+        scan_lmstudio: include LM Studio's models folders.
+        scan_hf_cache: include GGUF files in the Hugging Face cache.
+        hf_endpoint: a hub mirror (``https://hf-mirror.example``); None means the
+            ``HF_ENDPOINT`` environment variable, else https://huggingface.co.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    models_dir: Path | None = None
+    folders: list[Path] = Field(default_factory=list)
+    files: list[Path] = Field(default_factory=list)
+    scan_lmstudio: bool = True
+    scan_hf_cache: bool = True
+    hf_endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$")
+
+
+def library_config_path() -> Path:
+    """``library.json`` in the config folder."""
+    return paths.config_dir() / "library.json"
+
+
+def load_library_config(path: Path | None = None) -> LibraryConfig:
+    """The saved library configuration, or defaults.
+
+    Never raises: an unreadable or invalid file is logged and defaults are used (the
+    file is left as it is, so nothing the user wrote is lost).
+    """
+    path = path or library_config_path()
+    try:
+        return LibraryConfig.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return LibraryConfig()
+    except (OSError, ValueError, ValidationError) as exc:
+        log.warning("library config %s unusable (%s); using defaults", path, exc)
+        return LibraryConfig()
+
+
+def save_library_config(config: LibraryConfig, path: Path | None = None) -> Path:
+    """Write the configuration atomically (temporary file, then rename).
+
+    Raises:
+        OSError: the config folder is not writable.
+    """
+    path = path or library_config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(config.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def current_models_dir(config: LibraryConfig | None = None) -> Path:
+    """The models folder (created if missing): the configured one or ``<data>/models``."""
+    config = config if config is not None else load_library_config()
+    if config.models_dir is None:
+        return paths.models_dir()
+    folder = config.models_dir.expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def lmstudio_models_dirs() -> list[Path]:
+    """LM Studio's models folders that exist: ``~/.lmstudio/models`` (current versions)
+    and ``~/.cache/lm-studio/models`` (older versions)."""
+    home = Path.home()
+    return [d for d in (home / ".lmstudio" / "models", home / ".cache" / "lm-studio" / "models") if d.is_dir()]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFile:
+    """A model found on disk, before its header is read.
+
+    Attributes:
+        path: the file to load (part 1 of a split model).
+        parts: every part, in order (one for a single file).
+        missing_parts: names of parts that are not on disk.
+        source: where it was found.
+        repo_id: ``owner/name`` when the location says it (hub cache, LM Studio,
+            a download into the models folder), else None.
+    """
+
+    path: Path
+    parts: tuple[Path, ...]
+    missing_parts: tuple[str, ...]
+    source: Source
+    repo_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LibraryEntry:
+    """A model in the library: where it is, and its metadata or why it cannot be read."""
+
+    file: ModelFile
+    info: GGUFInfo | None
+    error: str | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.file.path
+
+    @property
+    def name(self) -> str:
+        return self.info.name if self.info is not None else self.file.path.name
+
+    @property
+    def usable(self) -> bool:
+        return self.info is not None and self.error is None
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready: path, source, repo_id, error and the metadata fields."""
+        return {
+            "path": str(self.file.path),
+            "source": self.file.source,
+            "repo_id": self.file.repo_id,
+            "parts": [str(p) for p in self.file.parts],
+            "error": self.error,
+            "info": self.info.to_dict() if self.info is not None else None,
+        }
+
+
+def is_auxiliary_name(name: str) -> bool:
+    """True for GGUF files that are not models by their name: vision projectors
+    (``mmproj-…``) and importance matrices (``imatrix…``)."""
+    low = name.lower()
+    return "mmproj" in low or "imatrix" in low
+
+
+def is_chat_model(info: GGUFInfo) -> bool:
+    """False for GGUFs that are not language models (projectors, adapters, imatrix)."""
+    return info.model_type not in NON_MODEL_TYPES and info.architecture not in NON_MODEL_ARCHITECTURES
+
+
+def _group(files: Iterable[Path], source: Source, repo_of: Callable[[Path], str | None]) -> list[ModelFile]:
+    """Turn a folder's .gguf files into models: split parts grouped under part 1."""
+    singles: list[ModelFile] = []
+    splits: dict[Path, set[Path]] = {}
+    for f in files:
+        if is_auxiliary_name(f.name):
+            continue
+        sp = split_parts(f)
+        if sp is None:
+            singles.append(ModelFile(f, (f,), (), source, repo_of(f)))
+        else:
+            splits.setdefault(sp[0], set()).add(f)
+    for first, present in splits.items():
+        sp = split_parts(first)
+        assert sp is not None
+        names = split_part_names(first.name, sp[2])
+        parts = tuple(first.with_name(n) for n in names)
+        missing = tuple(p.name for p in parts if p not in present and not p.exists())
+        singles.append(ModelFile(first, parts, missing, source, repo_of(first)))
+    return singles
+
+
+def _walk_ggufs(root: Path, recursive: bool) -> list[Path]:
+    found: list[Path] = []
+    seen_dirs: set[str] = set()
+    if not root.is_dir():
+        return found
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=lambda e: None):
+        real = os.path.realpath(dirpath)
+        if real in seen_dirs:  # a symlink loop
+            dirnames[:] = []
+            continue
+        seen_dirs.add(real)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if name.startswith(".") or not name.lower().endswith(".gguf") or name.endswith(_SKIP_SUFFIXES):
+                continue
+            found.append(Path(dirpath) / name)
+        if not recursive:
+            break
+    return found
+
+
+def _repo_from_layout(root: Path) -> Callable[[Path], str | None]:
+    """``owner/name`` for files at ``root/owner/name/…`` (LM Studio and download layout)."""
+
+    def repo_of(path: Path) -> str | None:
+        try:
+            rel = path.relative_to(root)
+        except ValueError:
+            return None
+        return f"{rel.parts[0]}/{rel.parts[1]}" if len(rel.parts) >= 3 else None
+
+    return repo_of
+
+
+def find_models_in_folder(root: Path, source: Source = "folder", *, recursive: bool = True) -> list[ModelFile]:
+    """Models in a folder (recursively by default), skipping hidden folders and partial
+    downloads. In the models folder and LM Studio's, whose layout is
+    ``<owner>/<repo>/<file>``, files get ``repo_id`` ``owner/repo``."""
+    root = Path(os.path.abspath(root.expanduser()))
+    repo_of = _repo_from_layout(root) if source in ("models", "lmstudio") else _no_repo
+    return _group(_walk_ggufs(root, recursive), source, repo_of)
+
+
+def _no_repo(_path: Path) -> str | None:
+    return None
+
+
+def find_models_in_hf_cache(cache_dir: Path | None = None) -> list[ModelFile]:
+    """GGUF models in the Hugging Face cache (``huggingface_hub.scan_cache_dir``).
+
+    Newest revision first; a file name already seen in a newer revision of the same
+    repository is skipped. A missing or unreadable cache gives an empty list.
+    """
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    try:
+        info = scan_cache_dir(cache_dir)
+    except (CacheNotFound, OSError, ValueError) as exc:
+        log.info("no Hugging Face cache to scan: %s", exc)
+        return []
+    models: list[ModelFile] = []
+    for repo in sorted(info.repos, key=lambda r: r.repo_id):
+        if repo.repo_type != "model":
+            continue
+        seen: set[str] = set()
+        for rev in sorted(repo.revisions, key=lambda r: r.last_modified, reverse=True):
+            files = []
+            for f in rev.files:
+                rel = f.file_path.relative_to(rev.snapshot_path).as_posix()
+                if rel.lower().endswith(".gguf") and rel not in seen:
+                    seen.add(rel)
+                    files.append(f.file_path)
+            models.extend(_group(sorted(files), "hf-cache", _const_repo(repo.repo_id)))
+    return models
+
+
+def _const_repo(repo_id: str) -> Callable[[Path], str | None]:
+    return lambda _path: repo_id
+
+
+ScanProgress = Callable[[int, int, Path], None]
+
+
+class Library:
+    """Finds and inspects the models on this machine.
+
+    Args:
+        config: where to look; default :func:`load_library_config`.
+        lmstudio_dirs: LM Studio folders to scan (default :func:`lmstudio_models_dirs`).
+        hf_cache_dir: the Hugging Face cache (default: huggingface_hub's, from ``HF_HOME``
+            / ``HF_HUB_CACHE``).
+
+    Methods read the disk each time; nothing is kept between calls except the metadata
+    cache of :mod:`app.catalog.gguf_meta`. Safe to use from a worker thread.
+    """
+
+    def __init__(
+        self,
+        config: LibraryConfig | None = None,
+        *,
+        lmstudio_dirs: Sequence[Path] | None = None,
+        hf_cache_dir: Path | None = None,
+    ) -> None:
+        self.config = config if config is not None else load_library_config()
+        self._lmstudio_dirs = lmstudio_dirs
+        self._hf_cache_dir = hf_cache_dir
+
+    @property
+    def models_dir(self) -> Path:
+        return current_models_dir(self.config)
+
+    def add_folder(self, folder: Path) -> None:
+        """Remember a folder to scan ("Add folder…"). Raises TandemError if not a folder."""
+        folder = Path(os.path.abspath(folder.expanduser()))
+        if not folder.is_dir():
+            raise TandemError(f"{folder} is not a folder.")
+        if folder not in self.config.folders:
+            self.config.folders = [*self.config.folders, folder]
+
+    def add_file(self, path: Path) -> GGUFInfo:
+        """Remember a single model file ("Open GGUF…") after checking that it reads.
+
+        Raises:
+            GGUFError: the file is not a usable GGUF.
+            TandemError: it is a projector/adapter/imatrix, not a model.
+        """
+        path = Path(os.path.abspath(path.expanduser()))
+        info = inspect_gguf(path)
+        if not is_chat_model(info) or is_auxiliary_name(path.name):
+            raise TandemError(f"{path.name} is a {info.model_type} file, not a language model.")
+        first = Path(info.path)
+        if first not in self.config.files:
+            self.config.files = [*self.config.files, first]
+        return info
+
+    def remove(self, path: Path) -> None:
+        """Forget an added folder or file (files on disk are not touched)."""
+        path = Path(os.path.abspath(path.expanduser()))
+        self.config.folders = [f for f in self.config.folders if f != path]
+        self.config.files = [f for f in self.config.files if f != path]
+
+    def save(self) -> Path:
+        """Save :attr:`config` (see :func:`save_library_config`)."""
+        return save_library_config(self.config)
+
+    def discover(self) -> list[ModelFile]:
+        """Every model file from every source, without reading headers.
+
+        A model reachable from several sources (an added folder inside the models folder,
+        a symlink) is listed once, under the first source in the order models folder,
+        added folders, opened files, LM Studio, Hugging Face cache.
+        """
+        found: list[ModelFile] = []
+        found += find_models_in_folder(self.models_dir, "models")
+        for folder in self.config.folders:
+            found += find_models_in_folder(folder, "folder")
+        files = [p for p in self.config.files if p.is_file()]
+        found += _group(files, "file", _no_repo)
+        if self.config.scan_lmstudio:
+            dirs = self._lmstudio_dirs if self._lmstudio_dirs is not None else lmstudio_models_dirs()
+            for d in dirs:
+                found += find_models_in_folder(d, "lmstudio")
+        if self.config.scan_hf_cache:
+            found += find_models_in_hf_cache(self._hf_cache_dir)
+        unique: list[ModelFile] = []
+        seen: set[str] = set()
+        for m in found:
+            key = os.path.realpath(m.path)
+            if key not in seen:
+                seen.add(key)
+                unique.append(m)
+        return unique
+
+    def scan(
+        self,
+        *,
+        on_progress: ScanProgress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> list[LibraryEntry]:
+        """Discover and inspect every model.
+
+        Args:
+            on_progress: called as ``(done, total, path)`` before each file is read.
+            cancel: when set, stop and return the entries read so far.
+
+        Returns:
+            Entries in discovery order. Unreadable files are entries with ``error`` set;
+            projectors, adapters and imatrix files are left out.
+        """
+        files = self.discover()
+        entries: list[LibraryEntry] = []
+        for i, mf in enumerate(files):
+            if cancel is not None and cancel.is_set():
+                break
+            if on_progress is not None:
+                on_progress(i, len(files), mf.path)
+            entry = inspect_model_file(mf)
+            if entry.info is not None and not is_chat_model(entry.info):
+                continue
+            entries.append(entry)
+        return entries
+
+
+def inspect_model_file(mf: ModelFile) -> LibraryEntry:
+    """Read one found model's header; problems become the entry's ``error``."""
+    if mf.missing_parts:
+        return LibraryEntry(
+            mf, None,
+            f"{len(mf.missing_parts)} of {len(mf.parts)} parts are missing ({', '.join(mf.missing_parts)}).",
+        )
+    try:
+        return LibraryEntry(mf, inspect_gguf(mf.path))
+    except TandemError as exc:
+        return LibraryEntry(mf, None, str(exc))
+
+
+def drafts_for(target: LibraryEntry, candidates: Sequence[LibraryEntry]) -> list[DraftCandidate[LibraryEntry]]:
+    """The library's models ranked as drafts for ``target`` (for the draft picker).
+
+    The target itself is left out. Compatible drafts come first with the estimated draft
+    cost ratio c (size ratio); incompatible and unreadable ones follow with the reason.
+    See :func:`app.catalog.pairing.rank_drafts`.
+
+    Raises:
+        GGUFError: the target's vocabulary cannot be read.
+    """
+    target_vocab = load_vocab(target.path)
+    target_size = target.info.file_size if target.info is not None else None
+    readable: list[tuple[LibraryEntry, VocabView, int | None]] = []
+    unreadable: list[DraftCandidate[LibraryEntry]] = []
+    target_real = os.path.realpath(target.path)
+    for cand in candidates:
+        if os.path.realpath(cand.path) == target_real:
+            continue
+        if cand.info is None:
+            unreadable.append(unreadable_candidate(cand, cand.error or "unreadable"))
+            continue
+        try:
+            readable.append((cand, load_vocab(cand.path), cand.info.file_size))
+        except TandemError as exc:
+            unreadable.append(unreadable_candidate(cand, str(exc)))
+    return rank_drafts(target_vocab, target_size, readable) + unreadable

@@ -1,0 +1,288 @@
+"""Downloads and the remote pairing check, with the real huggingface_hub client against a
+local imitation of the hub (tests/catalog/fake_hub.py) reached through HF_ENDPOINT."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from collections import namedtuple
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.catalog.curated import find_pair
+from app.catalog.gguf_meta import inspect_gguf
+from app.catalog.hub import (
+    PARTIAL_DIR,
+    Download,
+    DownloadProgress,
+    DownloadStopped,
+    RemoteFile,
+    check_curated_pair,
+    check_remote_pair,
+    curated_downloads,
+    pending_downloads,
+    resolve_endpoint,
+)
+from app.catalog.library import Library, LibraryConfig, save_library_config
+from app.errors import DownloadError
+from app.store import paths
+from tests.catalog.fake_hub import FakeHub
+from tests.catalog.ggufs import token_list, write_small_model, write_vocab_gguf
+
+REPO = "acme/tiny-GGUF"
+FILE = "tiny-Q8_0.gguf"
+KEY = f"{REPO}/{FILE}"
+SIZE = 5_000_000
+
+
+@pytest.fixture
+def payload() -> bytes:
+    return random.Random(0).randbytes(SIZE)
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    with FakeHub() as h:
+        monkeypatch.setenv("HF_ENDPOINT", h.endpoint)
+        monkeypatch.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
+        yield h
+
+
+def _final(repo: str = REPO, file: str = FILE) -> Path:
+    return paths.models_dir() / repo / file
+
+
+def _partials(repo: str = REPO) -> list[Path]:
+    d = paths.models_dir() / repo / PARTIAL_DIR
+    return sorted(p for p in d.glob("*") if p.name != ".lock") if d.is_dir() else []
+
+
+def _library_paths() -> list[Path]:
+    return [e.path for e in Library(LibraryConfig(scan_hf_cache=False, scan_lmstudio=False)).scan()]
+
+
+def test_complete_download(hub: FakeHub, payload: bytes) -> None:
+    hub.add(REPO, FILE, payload)
+    events: list[DownloadProgress] = []
+    path = Download(REPO, FILE).run(events.append)
+    assert path == _final()
+    assert path.read_bytes() == payload
+    assert hub.sent[KEY] == SIZE
+    phases = [e.phase for e in events]
+    assert phases[0] == "checking" and phases[-1] == "done"
+    assert phases.index("downloading") < phases.index("verifying") < phases.index("done")
+    counts = [e.downloaded for e in events if e.phase == "downloading"]
+    assert counts == sorted(counts) and counts[-1] == SIZE
+    assert events[-1].total == SIZE and events[-1].fraction == 1.0
+    assert _partials() == []
+    assert _library_paths() == [path]
+    # a second run finds the file complete and transfers nothing
+    before = len(hub.ranges(KEY))
+    assert Download(REPO, FILE).run() == path
+    assert len(hub.ranges(KEY)) == before
+
+
+def test_dropped_connection_resumes_to_identical_file(hub: FakeHub, payload: bytes) -> None:
+    hub.add(REPO, FILE, payload)
+    hub.drop_after[KEY] = 2_500_000
+    path = Download(REPO, FILE).run()
+    assert path.read_bytes() == payload
+    first, second = hub.ranges(KEY)
+    assert first is None
+    assert second is not None and second.startswith("bytes=")
+    resumed_at = int(second.removeprefix("bytes=").rstrip("-"))
+    assert 0 < resumed_at <= 2_500_000
+    assert hub.sent[KEY] == 2_500_000 + SIZE - resumed_at  # nothing fetched twice but the lost tail
+
+
+def test_pause_then_resume_after_restart(hub: FakeHub, payload: bytes) -> None:
+    hub.add(REPO, FILE, payload)
+    hub.rate = 10e6
+    job = Download(REPO, FILE)
+
+    def pause_midway(p: DownloadProgress) -> None:
+        if p.downloaded >= 2 << 20:
+            job.pause()
+
+    with pytest.raises(DownloadStopped) as stopped:
+        job.run(pause_midway)
+    assert stopped.value.paused
+    assert not _final().exists()
+    partial = next(p for p in _partials() if p.suffix == ".incomplete")
+    have = partial.stat().st_size
+    assert 0 < have < SIZE
+    assert [(d.repo_id, d.filename, d.downloaded, d.size) for d in pending_downloads()] == [(REPO, FILE, have, SIZE)]
+
+    # a new process: a fresh job object picks up the partial file
+    path = Download(REPO, FILE).run()
+    assert path.read_bytes() == payload
+    assert hub.ranges(KEY)[-1] == f"bytes={have}-"
+    assert pending_downloads() == []
+
+
+def test_progress_reports_speed_and_eta(hub: FakeHub, payload: bytes) -> None:
+    hub.add(REPO, FILE, payload)
+    hub.rate = 10e6
+    events: list[DownloadProgress] = []
+    Download(REPO, FILE).run(events.append)
+    moving = [e for e in events if e.phase == "downloading" and e.speed > 0]
+    assert len(moving) >= 3
+    assert all(2e6 < e.speed < 30e6 for e in moving)  # the server sends 10 MB/s
+    for e in moving:
+        assert e.eta is not None and e.eta == pytest.approx((SIZE - e.downloaded) / e.speed)
+
+
+def test_cancel_deletes_the_partial_file(hub: FakeHub, payload: bytes) -> None:
+    hub.add(REPO, FILE, payload)
+    hub.rate = 10e6
+    job = Download(REPO, FILE)
+    with pytest.raises(DownloadStopped) as stopped:
+        job.run(lambda p: job.cancel() if p.downloaded >= 1 << 20 else None)
+    assert not stopped.value.paused
+    assert _partials() == [] and not _final().exists()
+
+
+def test_missing_file_and_repo(hub: FakeHub, payload: bytes) -> None:
+    hub.add(REPO, FILE, payload)
+    with pytest.raises(DownloadError, match=f"nope.gguf was not found in {REPO}"):
+        Download(REPO, "nope.gguf").run()
+    with pytest.raises(DownloadError, match="Repository acme/missing-GGUF was not found on http://127.0.0.1"):
+        Download("acme/missing-GGUF", FILE).run()
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_gated_repo_names_the_repo_and_the_licence_page(hub: FakeHub, payload: bytes, status: int) -> None:
+    hub.add("acme/gated-GGUF", FILE, payload)
+    hub.gated["acme/gated-GGUF"] = status
+    with pytest.raises(DownloadError) as err:
+        Download("acme/gated-GGUF", FILE).run()
+    msg = str(err.value)
+    assert "acme/gated-GGUF is a gated repository" in msg
+    assert "accept its licence on https://huggingface.co/acme/gated-GGUF" in msg.replace("Accept", "accept")
+    assert "hf auth login" in msg
+    assert hub.ranges("acme/gated-GGUF/" + FILE) == []
+
+
+def test_wrong_size_is_never_marked_complete(hub: FakeHub, payload: bytes) -> None:
+    hub.add(REPO, FILE, payload)
+    hub.size_claims[KEY] = SIZE + 100  # the hub promises more than arrives
+    with pytest.raises(DownloadError, match="stopped at"):
+        Download(REPO, FILE).run()
+    assert not _final().exists() and _library_paths() == []
+    # resuming asks for bytes past the real end: the partial file is dropped, still nothing complete
+    with pytest.raises(DownloadError, match="does not match the file on the hub"):
+        Download(REPO, FILE).run()
+    assert not _final().exists() and _library_paths() == []
+    assert [p for p in _partials() if p.suffix == ".incomplete" and p.stat().st_size] == []
+
+    hub.size_claims[KEY] = SIZE - 100  # more arrives than promised
+    with pytest.raises(DownloadError, match="larger than the hub says"):
+        Download(REPO, FILE).run()
+    assert not _final().exists() and _library_paths() == []
+
+
+def test_corrupt_bytes_fail_the_sha256_check(hub: FakeHub, payload: bytes) -> None:
+    hub.add(REPO, FILE, payload)
+    hub.corrupt[KEY] = payload[:1000] + bytes([payload[1000] ^ 0xFF]) + payload[1001:]
+    with pytest.raises(DownloadError, match="sha256 does not match"):
+        Download(REPO, FILE).run()
+    assert not _final().exists() and _partials() == [] and _library_paths() == []
+
+
+def test_free_space_is_checked_before_starting(hub: FakeHub, payload: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    hub.add(REPO, FILE, payload)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage(10**9, 10**9 - 1_000_000, 1_000_000))
+    with pytest.raises(DownloadError, match=r"Not enough free disk space .* needs 5.00 MB more but only 1.00 MB is free"):
+        Download(REPO, FILE).run()
+    assert hub.ranges(KEY) == [] and not _final().exists()
+
+
+def test_split_gguf_downloads_every_part(hub: FakeHub, tmp_path: Path) -> None:
+    parts = write_small_model(tmp_path / "model.gguf", split_max_tensors=3)
+    for p in parts:
+        hub.add("acme/split-GGUF", p.name, p)
+    job = Download("acme/split-GGUF", parts[0].name)
+    assert [f.filename for f in job.files] == [p.name for p in parts]
+    path = job.run()
+    for p in parts:
+        assert _final("acme/split-GGUF", p.name).read_bytes() == p.read_bytes()
+    info = inspect_gguf(path)
+    assert info.split_count == 3 and info.file_size == sum(p.stat().st_size for p in parts)
+    assert _library_paths() == [path]
+
+
+def test_remote_pair_check_reads_under_5_percent(hub: FakeHub, gemma_path: Path, smollm_path: Path) -> None:
+    hub.add("google/gemma-target-GGUF", "gemma.gguf", gemma_path)
+    hub.add("google/gemma-draft-GGUF", "gemma.gguf", gemma_path)
+    hub.add("hf/smol-GGUF", "smol.gguf", smollm_path)
+    same = check_remote_pair(RemoteFile("google/gemma-target-GGUF", "gemma.gguf"),
+                             RemoteFile("google/gemma-draft-GGUF", "gemma.gguf"))
+    assert same.result.compatible
+    other = check_remote_pair(RemoteFile("google/gemma-target-GGUF", "gemma.gguf"), RemoteFile("hf/smol-GGUF", "smol.gguf"))
+    assert not other.result.compatible
+    assert other.result.first_failure is not None and other.result.first_failure.rule == "vocab_type"
+    gemma_size, smol_size = gemma_path.stat().st_size, smollm_path.stat().st_size
+    # counted by the server: two header reads of the target, one of each draft
+    assert hub.sent["google/gemma-target-GGUF/gemma.gguf"] / 2 < 0.05 * gemma_size
+    assert hub.sent["google/gemma-draft-GGUF/gemma.gguf"] < 0.05 * gemma_size
+    assert hub.sent["hf/smol-GGUF/smol.gguf"] < 0.05 * smol_size
+    assert other.draft.bytes_fetched == hub.sent["hf/smol-GGUF/smol.gguf"]
+    local = inspect_gguf(gemma_path)
+    remote = other.target.vocab.info
+    assert (remote.n_vocab, remote.bos_id, remote.eos_id, remote.add_bos, remote.file_size, remote.parameter_count) == (
+        local.n_vocab, local.bos_id, local.eos_id, local.add_bos, local.file_size, local.parameter_count)
+    assert all(r.range is None or r.range.startswith("bytes=") for r in hub.requests if r.method == "GET")
+
+
+def test_endpoint_setting_and_unreachable_hub(hub: FakeHub, payload: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    hub.add(REPO, FILE, payload)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    with pytest.raises(DownloadError, match="Cannot reach http://127.0.0.1:9"):
+        Download(REPO, FILE).run()
+    assert Download(REPO, FILE, endpoint=hub.endpoint).run().read_bytes() == payload
+    monkeypatch.delenv("HF_ENDPOINT")
+    save_library_config(LibraryConfig(hf_endpoint=hub.endpoint + "/"))
+    assert resolve_endpoint() == hub.endpoint
+
+
+def test_server_errors_are_retried(hub: FakeHub, payload: bytes) -> None:
+    hub.add(REPO, FILE, payload)
+    hub.fail_first[KEY] = [503]
+    assert Download(REPO, FILE).run().read_bytes() == payload
+
+
+def test_mirror_that_serves_files_directly(hub: FakeHub, payload: bytes) -> None:
+    hub.redirect = False
+    hub.add(REPO, FILE, payload)
+    assert Download(REPO, FILE).run().read_bytes() == payload
+
+
+def test_curated_pair_is_checked_then_downloaded(hub: FakeHub, tmp_path: Path) -> None:
+    pair = find_pair("qwen2.5-coder-7b-instruct")
+    target_file, draft_file = pair.target.file_for(), pair.draft.file_for()
+    big = token_list(152064)
+    kw = dict(model="gpt2", pre="qwen2", bos=151643, eos=151645, add_bos=False)
+    hub.add(pair.target.repo, target_file.file, write_vocab_gguf(tmp_path / "t.gguf", big, **kw))  # type: ignore[arg-type]
+    hub.add(pair.draft.repo, draft_file.file, write_vocab_gguf(tmp_path / "d.gguf", big[:151936], **kw))  # type: ignore[arg-type]
+    check = check_curated_pair(pair)
+    assert check.result.compatible, check.result.reason()
+    target_job, draft_job = curated_downloads(pair)
+    assert target_job.run().name == target_file.file
+    assert draft_job.run().name == draft_file.file
+    assert sorted(p.name for p in _library_paths_of([pair.target.repo, pair.draft.repo])) == sorted(
+        [target_file.file, draft_file.file])
+
+
+def _library_paths_of(repos: list[str]) -> list[Path]:
+    return [p for p in _library_paths() if any(str(paths.models_dir() / r) in str(p) for r in repos)]
+
+
+def test_bad_names_are_refused_before_any_request(hub: FakeHub) -> None:
+    with pytest.raises(DownloadError, match="not a repository id"):
+        Download("no-slash", FILE)
+    with pytest.raises(DownloadError, match="not a file name"):
+        Download(REPO, "../../etc/passwd")
+    assert hub.requests == []
