@@ -365,7 +365,8 @@ class Download:
 
     :meth:`run` blocks (call it on a worker thread); :meth:`pause` and :meth:`cancel`
     may be called from any thread and take effect within one read of
-    :data:`DOWNLOAD_CHUNK_BYTES`.
+    :data:`DOWNLOAD_CHUNK_BYTES`. A paused job may be run again (same object, or a new
+    one after a restart): it continues from the partial file.
 
     Raises:
         DownloadError: from the constructor, for a malformed repo id or file name.
@@ -410,6 +411,7 @@ class Download:
         self._phase: Phase = "checking"
         self._samples: deque[tuple[float, int]] = deque()
         self._last_emit = 0.0
+        self._running = False
 
     # -- paths ----------------------------------------------------------------------
 
@@ -433,9 +435,12 @@ class Download:
         self._stop.set()
 
     def cancel(self) -> None:
-        """Stop soon and delete the partial files (also when the job is not running)."""
+        """Stop soon and delete the partial files; when the job is not running, delete
+        them now (a paused download the user gives up)."""
         self._stop_paused = False
         self._stop.set()
+        if not self._running:
+            self.discard_partial()
 
     def discard_partial(self) -> None:
         """Delete this job's partial files and notes (never a completed file)."""
@@ -509,9 +514,19 @@ class Download:
                 connection lost for good (the partial file is kept for resuming), or a
                 disk error.
         """
-        from filelock import FileLock, Timeout
-
+        self._stop.clear()  # a paused job object may be run again
         self._on_progress = on_progress
+        self._running = True
+        try:
+            return self._run()
+        except DownloadStopped as stop:
+            if not stop.paused:
+                self.discard_partial()
+            raise
+        finally:
+            self._running = False
+
+    def _run(self) -> Path:
         self._set_phase("checking", 0)
         infos: list[RemoteFileInfo] = []
         for i, f in enumerate(self.files):
@@ -521,29 +536,24 @@ class Download:
             infos.append(remote_file_info(f, endpoint=self.endpoint, token=self.token))
         manifest = _read_json(_manifest_path(self.repo_dir))
         todo: list[RemoteFileInfo] = []
-        done = 0
+        completed = 0
+        partial_bytes = 0
         for info in infos:
             if self._is_complete(info, manifest):
-                done += info.size
+                completed += info.size
                 continue
-            done += self._prepare_partial(info)
+            partial_bytes += self._prepare_partial(info)
             todo.append(info)
         with self._lock:
             self._total = sum(i.size for i in infos)
-            self._done = done
-        self._check_free_space(self._total - done)
-        lock_path = self.repo_dir / PARTIAL_DIR / ".lock"
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with FileLock(str(lock_path), timeout=0):
-                for info in todo:
-                    self._fetch(info, self.files.index(info.file))
-        except Timeout:
-            raise DownloadError(f"{self.repo_id} is already being downloaded (by another window or process).") from None
-        except DownloadStopped as stop:
-            if not stop.paused:
-                self.discard_partial()
-            raise
+            self._done = completed + partial_bytes
+        self._check_free_space(self._total - completed - partial_bytes)
+        for n, info in enumerate(todo):
+            self._fetch(info, self.files.index(info.file))
+            completed += info.size
+            later = sum(self._partial_size(i) for i in todo[n + 1 :])
+            with self._lock:  # exact count from disk, whatever the transfer reported
+                self._done = completed + later
         self._set_phase("done")
         return self.model_path
 
@@ -583,7 +593,26 @@ class Download:
                 f" but only {format_bytes(free)} is free. Free some space or choose another models folder."
             )
 
+    def _partial_size(self, info: RemoteFileInfo) -> int:
+        try:
+            return self._partial_path(info.file.filename).stat().st_size
+        except OSError:
+            return 0
+
     def _fetch(self, info: RemoteFileInfo, index: int) -> None:
+        from filelock import FileLock, Timeout
+
+        partial = self._partial_path(info.file.filename)
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with FileLock(str(partial.with_name(partial.name + ".lock")), timeout=0):
+                self._transfer(info, index)
+        except Timeout:
+            raise DownloadError(
+                f"{info.file.display} is already being downloaded (by another window or process)."
+            ) from None
+
+    def _transfer(self, info: RemoteFileInfo, index: int) -> None:
         import httpx2
         from huggingface_hub import constants
         from huggingface_hub.errors import HfHubHTTPError
@@ -748,7 +777,8 @@ class RemoteGGUF:
 def _fetch_range(url: str, start: int, stop: int, headers: dict[str, str], out: Any) -> int:
     """Append bytes ``start`` … ``stop - 1`` of ``url`` to ``out``; return how many came.
 
-    Reads at most ``stop - start`` bytes even if the server ignores the Range header.
+    Reads at most ``stop - start`` bytes even if the server ignores the Range header
+    (then only a request from byte 0 can be served; others raise DownloadError).
     """
     from huggingface_hub import hf_raise_for_status
     from huggingface_hub.utils import http_stream_backoff  # type: ignore[attr-defined]  # lazily exported
@@ -759,11 +789,12 @@ def _fetch_range(url: str, start: int, stop: int, headers: dict[str, str], out: 
     got = 0
     with http_stream_backoff("GET", url, headers=h, follow_redirects=True) as response:
         hf_raise_for_status(response)
-        skip = start if response.status_code == 200 else 0  # Range ignored: whole file
+        if response.status_code != 206 and start > 0:
+            raise DownloadError(
+                f"The server of {url.split('?')[0]} ignores HTTP range requests, so the model's header"
+                " cannot be read without downloading the whole file."
+            )
         for chunk in response.iter_bytes(64 << 10):
-            if skip:
-                drop = min(skip, len(chunk))
-                chunk, skip = chunk[drop:], skip - drop
             take = chunk[: want - got]
             out.write(take)
             got += len(take)

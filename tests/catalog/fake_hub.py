@@ -68,6 +68,7 @@ class FakeHub:
     corrupt: dict[str, bytes] = field(default_factory=dict)
     fail_first: dict[str, list[int]] = field(default_factory=dict)  # statuses answered first
     rate: float | None = None  # bytes per second for file bodies (None: as fast as possible)
+    ignore_range: bool = False  # answer 200 with the whole file, as some proxies do
     sent: Counter[str] = field(default_factory=Counter)
     requests: list[Request] = field(default_factory=list)
 
@@ -202,7 +203,7 @@ class _Handler(BaseHTTPRequestHandler):
         hub = self.fake
         total = hosted.size
         start, stop = 0, total
-        rng = self.headers.get("Range")
+        rng = None if hub.ignore_range else self.headers.get("Range")
         status = 200
         if rng:
             m = re.match(r"^bytes=(\d+)-(\d*)$", rng.strip())

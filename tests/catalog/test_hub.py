@@ -56,7 +56,7 @@ def _final(repo: str = REPO, file: str = FILE) -> Path:
 
 def _partials(repo: str = REPO) -> list[Path]:
     d = paths.models_dir() / repo / PARTIAL_DIR
-    return sorted(p for p in d.glob("*") if p.name != ".lock") if d.is_dir() else []
+    return sorted(p for p in d.glob("*") if p.suffix != ".lock") if d.is_dir() else []
 
 
 def _library_paths() -> list[Path]:
@@ -132,6 +132,31 @@ def test_progress_reports_speed_and_eta(hub: FakeHub, payload: bytes) -> None:
     assert all(2e6 < e.speed < 30e6 for e in moving)  # the server sends 10 MB/s
     for e in moving:
         assert e.eta is not None and e.eta == pytest.approx((SIZE - e.downloaded) / e.speed)
+
+
+def test_paused_job_resumes_on_the_same_object_even_without_range_support(hub: FakeHub, payload: bytes) -> None:
+    hub.add(REPO, FILE, payload)
+    hub.rate = 10e6
+    job = Download(REPO, FILE)
+    with pytest.raises(DownloadStopped):
+        job.run(lambda p: job.pause() if p.downloaded >= 2 << 20 else None)
+    have = next(p for p in _partials() if p.suffix == ".incomplete").stat().st_size
+    assert have > 0
+    hub.rate = None
+    hub.ignore_range = True  # the resume request gets the whole file: start over cleanly
+    assert job.run().read_bytes() == payload
+    assert hub.ranges(KEY)[-1] == f"bytes={have}-"
+
+
+def test_cancel_of_a_paused_download_deletes_its_partial_file(hub: FakeHub, payload: bytes) -> None:
+    hub.add(REPO, FILE, payload)
+    hub.rate = 10e6
+    job = Download(REPO, FILE)
+    with pytest.raises(DownloadStopped):
+        job.run(lambda p: job.pause() if p.downloaded >= 1 << 20 else None)
+    assert _partials()
+    Download(REPO, FILE).cancel()  # e.g. after a restart, from the downloads panel
+    assert _partials() == [] and pending_downloads() == []
 
 
 def test_cancel_deletes_the_partial_file(hub: FakeHub, payload: bytes) -> None:
@@ -214,6 +239,44 @@ def test_split_gguf_downloads_every_part(hub: FakeHub, tmp_path: Path) -> None:
     assert _library_paths() == [path]
 
 
+def test_split_download_paused_in_a_later_part_resumes_with_exact_counts(hub: FakeHub, tmp_path: Path) -> None:
+    parts = [tmp_path / f"big-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    rng = random.Random(1)
+    for p in parts:
+        p.write_bytes(rng.randbytes(3_000_000))
+        hub.add("acme/big-GGUF", p.name, p)
+    hub.rate = 10e6
+    job = Download("acme/big-GGUF", parts[0].name)
+    with pytest.raises(DownloadStopped):
+        job.run(lambda p: job.pause() if p.file_index == 1 and p.downloaded >= 3_000_000 + (2 << 20) else None)
+    hub.rate = None
+    events: list[DownloadProgress] = []
+    Download("acme/big-GGUF", parts[0].name).run(events.append)
+    have = next(e for e in events if e.phase == "downloading").downloaded
+    assert 3_000_000 + (1 << 20) <= have < 6_000_000  # part 1 and the kept part of part 2
+    assert events[-1].downloaded == events[-1].total == 9_000_000
+    assert [e.downloaded for e in events] == sorted(e.downloaded for e in events)
+    for p in parts:
+        assert _final("acme/big-GGUF", p.name).read_bytes() == p.read_bytes()
+
+
+def test_the_same_file_is_not_downloaded_twice_at_once(hub: FakeHub, payload: bytes) -> None:
+    import threading
+
+    hub.add(REPO, FILE, payload)
+    hub.rate = 5e6
+    first = Download(REPO, FILE)
+    started = threading.Event()
+    result: list[object] = []
+    t = threading.Thread(target=lambda: result.append(first.run(lambda p: started.set() if p.downloaded else None)))
+    t.start()
+    assert started.wait(10)
+    with pytest.raises(DownloadError, match="is already being downloaded"):
+        Download(REPO, FILE).run()
+    t.join(20)
+    assert result == [_final()] and _final().read_bytes() == payload
+
+
 def test_remote_pair_check_reads_under_5_percent(hub: FakeHub, gemma_path: Path, smollm_path: Path) -> None:
     hub.add("google/gemma-target-GGUF", "gemma.gguf", gemma_path)
     hub.add("google/gemma-draft-GGUF", "gemma.gguf", gemma_path)
@@ -235,6 +298,15 @@ def test_remote_pair_check_reads_under_5_percent(hub: FakeHub, gemma_path: Path,
     assert (remote.n_vocab, remote.bos_id, remote.eos_id, remote.add_bos, remote.file_size, remote.parameter_count) == (
         local.n_vocab, local.bos_id, local.eos_id, local.add_bos, local.file_size, local.parameter_count)
     assert all(r.range is None or r.range.startswith("bytes=") for r in hub.requests if r.method == "GET")
+
+
+def test_remote_check_refuses_a_server_without_range_support(hub: FakeHub, smollm_path: Path) -> None:
+    hub.add("hf/smol-GGUF", "smol.gguf", smollm_path)
+    hub.ignore_range = True
+    with pytest.raises(DownloadError, match="ignores HTTP range requests"):
+        check_remote_pair(RemoteFile("hf/smol-GGUF", "smol.gguf"), RemoteFile("hf/smol-GGUF", "smol.gguf"))
+    # it stopped after the first request instead of reading through the whole file
+    assert len(hub.ranges("hf/smol-GGUF/smol.gguf")) == 2
 
 
 def test_endpoint_setting_and_unreachable_hub(hub: FakeHub, payload: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
