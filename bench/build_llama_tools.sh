@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Build llama.cpp's own `llama-bench` and `llama-speculative-simple` from the same
+# llama-cpp-python sdist that Tandem's engine is built from, so benchmarks compare
+# Tandem against a same-version native baseline (ENV.md: vendored llama.cpp 0c1e57098).
+#
+# Output: bench/.llama-tools/bin/{llama-bench,llama-speculative-simple} (gitignored).
+#
+# Usage:
+#   bench/build_llama_tools.sh                 # pip download the sdist, build, install
+#   LLAMA_SDIST_DIR=/path/to/llama_cpp_python-0.3.36 bench/build_llama_tools.sh
+#                                              # reuse an already extracted sdist
+# Environment:
+#   LLAMA_CPP_PYTHON_VERSION  sdist version (default 0.3.36, the version the app pins)
+#   LLAMA_SDIST_DIR           an extracted sdist to reuse instead of downloading
+#   PYTHON                    interpreter whose pip downloads the sdist (default: the
+#                             repo's .venv if present, else python3)
+#   JOBS                      parallel build jobs (default 2)
+#   CMAKE_ARGS                extra CMake flags (e.g. -DGGML_CUDA=on); the portable CPU
+#                             flags of ENV.md are always passed first, as llama-cpp-python
+#                             was built with them
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
+tools="$here/.llama-tools"
+version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+jobs="${JOBS:-2}"
+if [[ -z "${PYTHON:-}" ]]; then
+    if [[ -x "$repo/.venv/bin/python" ]]; then PYTHON="$repo/.venv/bin/python"; else PYTHON=python3; fi
+fi
+
+mkdir -p "$tools/bin"
+
+# -- 1. the sdist ------------------------------------------------------------------
+if [[ -n "${LLAMA_SDIST_DIR:-}" ]]; then
+    sdist="$LLAMA_SDIST_DIR"
+else
+    sdist="$tools/src/llama_cpp_python-$version"
+    if [[ ! -d "$sdist/vendor/llama.cpp" ]]; then
+        mkdir -p "$tools/src"
+        "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: \
+            "llama-cpp-python==$version" -d "$tools/src"
+        tar -xzf "$tools/src/llama_cpp_python-$version.tar.gz" -C "$tools/src"
+    fi
+fi
+src="$sdist/vendor/llama.cpp"
+if [[ ! -f "$src/CMakeLists.txt" ]]; then
+    echo "error: no vendored llama.cpp at $src" >&2
+    exit 2
+fi
+
+# -- 2. configure: the same portable flags as the app's llama-cpp-python (ENV.md) -----
+build="$tools/build"
+# shellcheck disable=SC2086  # CMAKE_ARGS is a list of flags
+cmake -S "$src" -B "$build" \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+    -DBUILD_SHARED_LIBS=OFF \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON \
+    ${CMAKE_ARGS:-}
+
+# -- 3. build only the two tools -----------------------------------------------------
+cmake --build "$build" --config Release -j "$jobs" \
+    --target llama-bench llama-speculative-simple
+
+for t in llama-bench llama-speculative-simple; do
+    exe="$(find "$build" -type f -name "$t" -perm -u+x | head -n 1)"
+    if [[ -z "$exe" ]]; then
+        echo "error: $t was not built" >&2
+        exit 1
+    fi
+    cp "$exe" "$tools/bin/$t"
+done
+echo "$version" > "$tools/bin/VERSION"
+echo "built: $tools/bin/llama-bench $tools/bin/llama-speculative-simple (llama-cpp-python $version)"

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Every Tandem benchmark in one go, for a quiet machine (nothing else running).
+#
+#   bench/run_all.sh [MODEL]        # default: .cache/test-models/gemma-3-270m-q4_k_m.gguf
+#
+# 1. builds llama.cpp's llama-bench and llama-speculative-simple from the same
+#    llama-cpp-python sdist (once; bench/.llama-tools/);
+# 2. bench/vs_llamacpp.py: Tandem ÷ llama-bench (plain) and ÷ llama-speculative-simple
+#    (draft model = the target itself, k 4, 2 threads), medians of 5 rounds;
+# 3. bench/memory.py: peak RSS at n_ctx 8192 vs llama.cpp's own tool;
+# 4. python -m app bench with prompt lookup on builtin:code and builtin:chat.
+# Every result is also written as JSON under bench/out/.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PY="${PYTHON:-.venv/bin/python}"
+MODEL="${1:-.cache/test-models/gemma-3-270m-q4_k_m.gguf}"
+THREADS="${THREADS:-2}"
+mkdir -p bench/out
+stamp="$(date +%Y%m%d-%H%M%S)"
+
+[[ -x bench/.llama-tools/bin/llama-bench && -x bench/.llama-tools/bin/llama-speculative-simple ]] \
+    || bench/build_llama_tools.sh
+
+echo "== Tandem vs llama.cpp (plain and speculative) =="
+"$PY" bench/vs_llamacpp.py --model "$MODEL" --k 4 --threads "$THREADS" --n-predict 128 --repeat 5
+
+echo "== memory at n_ctx 8192 =="
+"$PY" bench/memory.py --model "$MODEL" --n-ctx 8192 --threads "$THREADS"
+
+for set in code chat; do
+    echo "== python -m app bench --prompt-lookup --prompts builtin:$set =="
+    "$PY" -m app bench --model "$MODEL" --prompt-lookup --prompts "builtin:$set" \
+        --k 4 --repeat 3 --threads "$THREADS" --json -q > "bench/out/app-bench-$set-$stamp.json"
+    "$PY" - "bench/out/app-bench-$set-$stamp.json" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for c in d["configs"]:
+    f = lambda v, s: "—" if v is None else s.format(v)
+    print(f"{c['label']:>5}: {f(c['decode_tps_median'], '{:.1f}')} tok/s, measured "
+          f"{f(c['measured_speedup'], '{:.2f}')}×, predicted {f(c['predicted_speedup'], '{:.2f}')}×, "
+          f"α {f(c['acceptance_rate'], '{:.2f}')}, identical {c['identical_to_off']}/{c['compared_to_off']}")
+print("written:", sys.argv[1])
+PYEOF
+done
