@@ -22,6 +22,7 @@ from PySide6.QtWidgets import QApplication
 
 import app
 from app.store import paths
+from app.ui.qt_compat import apply_qt_workarounds
 
 log = logging.getLogger("app.ui")
 
@@ -58,6 +59,7 @@ def style_sheet() -> str:
 
 def create_application(argv: Sequence[str] | None = None) -> QApplication:
     """The QApplication (the existing one, if any) with name, icon and style sheet set."""
+    apply_qt_workarounds()
     qapp = QApplication.instance()
     if not isinstance(qapp, QApplication):
         qapp = QApplication(list(argv if argv is not None else sys.argv))

@@ -71,6 +71,7 @@ from app.ui.payloads import (
     TextStreamed,
     UserError,
 )
+from app.ui.qt_compat import apply_qt_workarounds
 from app.ui.sampling_panel import SamplingSettingsWidget
 from app.ui.worker import WorkerHost
 
@@ -140,6 +141,7 @@ class MainWindow(QMainWindow):
     """
 
     def __init__(self, loaded: LoadedSettings | None = None, *, autoload: bool = True) -> None:
+        apply_qt_workarounds()
         super().__init__()
         self.setWindowTitle("Tandem")
         icon = paths.icon_path("png")

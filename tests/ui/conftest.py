@@ -16,6 +16,12 @@ from PySide6.QtCore import QThread  # noqa: E402
 
 from app.store.settings import LoadedSettings, Settings, save_settings  # noqa: E402
 
+from app.ui.qt_compat import apply_qt_workarounds  # noqa: E402
+
+# PySide6 6.12.0 on Python 3.11 drops a reference to None in every void call (see
+# app/ui/qt_compat.py); pytest-qt's own waiting makes thousands of such calls.
+apply_qt_workarounds()
+
 LOAD_TIMEOUT_MS = 120_000
 REPLY_TIMEOUT_MS = 120_000
 

@@ -1,0 +1,331 @@
+"""Fast UI tests (no model): Markdown rendering, input keys, gauge throttling, the window's
+error reporting, settings and conversation management, and the QThread-leak guard."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QThread, Qt
+from PySide6.QtWidgets import QApplication
+
+from app.engine.stats import SpecStats
+from app.store import paths
+from app.store.history import HistoryStore
+from app.store.settings import LoadedSettings, Settings, load_settings, save_settings
+from app.ui.chat.chat_view import MessageView, MessageWidget, reply_footer
+from app.ui.chat.input_box import ChatInputWidget
+from app.ui.chat.markdown_render import TINT_COLOR, render_markdown
+from app.ui.gauge.gauge_panel import REFRESH_MS, SpeculationGaugeWidget
+from app.ui.gauge.rolling import RollingRate
+from tests.ui.conftest import running_threads
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# -- Markdown -------------------------------------------------------------------------
+def test_markdown_escapes_raw_html_and_renders_no_images() -> None:
+    r = render_markdown('<script>alert(1)</script> <img src="file:///etc/passwd"> ![x](http://e/x.png)')
+    assert "<script>" not in r.html and "&lt;script&gt;" in r.html
+    assert "<img" not in r.html
+
+
+def test_markdown_code_blocks_are_highlighted_with_copy_links() -> None:
+    text = "Intro **bold**\n\n```python\ndef f():\n    return 1\n```\n\nand\n\n~~~\nplain <b>\n~~~\n"
+    r = render_markdown(text)
+    assert r.code_blocks == ("def f():\n    return 1", "plain <b>")
+    assert 'href="copy:0"' in r.html and 'href="copy:1"' in r.html
+    assert "<strong>bold</strong>" in r.html
+    assert "color: #008000" in r.html  # pygments styled the keyword
+    assert "plain &lt;b&gt;" in r.html
+
+
+def test_unclosed_fence_while_streaming_is_a_code_block() -> None:
+    r = render_markdown("Here:\n```bash\necho hi")
+    assert r.code_blocks == ("echo hi",)
+    assert "copy:0" in r.html
+
+
+def test_tint_marks_draft_text_but_not_block_syntax_or_code() -> None:
+    text = "# Title\n\n- item one\n\n```\ncode\n```\n"
+    everything = [(0, len(text))]
+    r = render_markdown(text, everything, tint=True)
+    assert "<h1>" in r.html and "<li>" in r.html  # block syntax still parsed
+    assert r.html.count(TINT_COLOR) >= 2
+    assert r.code_blocks == ("code",)
+    plain = render_markdown(text, everything, tint=False)
+    assert TINT_COLOR not in plain.html
+    # spans never cross tags: every opened span closes before the next tag
+    import re
+
+    for m in re.finditer(r'<span style="background-color:[^"]+;">([^<]*)</span>', r.html):
+        assert "\ue000" not in m.group(1) and "\ue001" not in m.group(1)
+    assert "\ue000" not in r.html and "\ue001" not in r.html
+
+
+def test_tint_follows_character_ranges() -> None:
+    r = render_markdown("Hello world", [(6, 11)], tint=True)
+    assert f'Hello <span style="background-color:{TINT_COLOR};">world</span>' in r.html
+
+
+def test_reply_footer() -> None:
+    stats = SpecStats(mode="prompt-lookup", draft_max=4, emitted=24, rounds=8, drafted=16,
+                      accepted=12, decode_time=1.0).to_dict()
+    line = reply_footer(stats, "cancelled", "note here")
+    assert "24 tokens" in line and "24.0 tok/s" in line and "prompt lookup k=4" in line
+    assert "α 75%" in line and "τ 3.00" in line and "stopped" in line and "note here" in line
+    plain = reply_footer(SpecStats(emitted=5, rounds=5, decode_time=0.5).to_dict(), "stop")
+    assert "no speculation" in plain and "α" not in plain
+
+
+# -- widgets --------------------------------------------------------------------------
+def test_input_enter_sends_and_shift_enter_adds_a_line(qtbot) -> None:
+    box = ChatInputWidget()
+    qtbot.addWidget(box)
+    sent: list[bool] = []
+    box.submitted.connect(lambda: sent.append(True))
+    qtbot.keyClick(box, Qt.Key.Key_Return)
+    assert sent == []  # nothing to send
+    qtbot.keyClicks(box, "line one")
+    qtbot.keyClick(box, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(box, "line two")
+    assert box.toPlainText() == "line one\nline two" and sent == []
+    qtbot.keyClick(box, Qt.Key.Key_Return)
+    assert sent == [True]
+
+
+def test_code_block_copy_link_copies_the_code(qtbot) -> None:
+    w = MessageWidget(MessageView(1, "assistant", "Try:\n```python\nprint('hi')\n```"), tint=True)
+    qtbot.addWidget(w)
+    assert w.code_blocks == ("print('hi')",)
+    w.body.copy_clicked.emit(0)
+    assert QApplication.clipboard().text() == "print('hi')"
+    w._copy.click()
+    assert QApplication.clipboard().text() == w.text
+
+
+def test_rolling_rate() -> None:
+    r = RollingRate(window=1.0)
+    assert r.rate() is None
+    for i in range(30):
+        r.add(i * 0.1, i * 2)  # 20 tokens/s
+    assert r.rate() == pytest.approx(20.0)
+    r.add(3.0, 100)  # a burst at the end
+    assert r.rate() > 20.0
+    with pytest.raises(ValueError):
+        RollingRate(0)
+
+
+def test_gauge_repaints_at_most_ten_times_a_second(qtbot) -> None:
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    g.begin_reply("prompt-lookup", 4)
+    g.repaints = 0
+    t0 = time.monotonic()
+    n = 0
+    while time.monotonic() - t0 < 0.6:
+        n += 1
+        g.set_stats(SpecStats(mode="prompt-lookup", draft_max=4, emitted=n, rounds=n,
+                              drafted=n, accepted=n // 2, decode_time=n / 40,
+                              accepted_at=(n // 2, 0, 0, 0), drafted_at=(n, 0, 0, 0)))
+        g.add_tokens(n / 40, n)
+        QApplication.processEvents()
+    elapsed = time.monotonic() - t0
+    assert n > 100
+    assert 1 <= g.repaints <= elapsed * 1000 / REFRESH_MS + 1
+    assert g.value_text("alpha").startswith("5")  # ~50 %
+    assert g.bars.rates[0] == pytest.approx(0.5, abs=0.02)
+
+
+def test_gauge_measured_speedup_needs_a_plain_baseline(qtbot) -> None:
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    spec = SpecStats(mode="prompt-lookup", draft_max=4, emitted=60, rounds=20, drafted=40,
+                     accepted=40, decode_time=1.0)
+    g.end_reply(spec, None)
+    assert g.value_text("measured").startswith("no plain reply yet")
+    g.end_reply(spec, 30.0)
+    assert g.value_text("measured").startswith("2.00×")
+
+
+# -- the window without a model -------------------------------------------------------
+def _window(qtbot, loaded: LoadedSettings | None = None):  # type: ignore[no-untyped-def]
+    from app.ui.main_window import MainWindow
+
+    w = MainWindow(loaded, autoload=True)
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+def test_first_run_offers_the_demo_model_and_open_gguf(qtbot) -> None:
+    w = _window(qtbot)
+    try:
+        assert w.stack.currentWidget() is w.welcome
+        assert w.welcome.demo_button.isVisibleTo(w) and w.welcome.open_button.isVisibleTo(w)
+        assert not w.send_button.isEnabled()
+        assert w.message_bar.current is None
+    finally:
+        w.close()
+
+
+def test_corrupt_settings_file_is_reported_in_the_window(qtbot) -> None:
+    paths.settings_path().write_text('{"schema_version": 1, "sampling": {"top_p": 7}')
+    w = _window(qtbot)
+    try:
+        err = w.message_bar.current
+        assert err is not None and err.level == "warning" and err.title == "Settings reset"
+        assert "not valid JSON" in err.message and "Default settings are in use" in err.message
+        assert w.message_bar.isVisibleTo(w)
+        assert w.settings == Settings()
+    finally:
+        w.close()
+    assert load_settings().problem is None  # the defaults were saved on close
+
+
+def test_a_file_that_is_not_gguf_gives_a_clear_message(qtbot, tmp_path: Path) -> None:
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("hello, I am not a model")
+    w = _window(qtbot)
+    try:
+        w.load_model(bad)
+        assert w.model_bar.progress.isVisibleTo(w) or w.message_bar.current is not None
+        qtbot.waitUntil(lambda: w.message_bar.current is not None, timeout=30_000)
+        err = w.message_bar.current
+        assert err.title == "Could not load notes.gguf"
+        assert "not a GGUF file" in err.message and "Traceback" not in err.message
+        assert w.model_info is None and not w.loading
+        assert not w.model_bar.progress.isVisibleTo(w)
+        assert w.message_bar.text.text() == err.message
+    finally:
+        w.close()
+
+
+def test_missing_model_from_settings_is_reported(qtbot, tmp_path: Path) -> None:
+    s = Settings()
+    s.model.target_path = tmp_path / "gone.gguf"
+    w = _window(qtbot, LoadedSettings(s))
+    try:
+        assert w.message_bar.current is not None
+        assert w.message_bar.current.title == "Model not found"
+        assert not w.loading
+    finally:
+        w.close()
+
+
+def test_conversations_rename_delete_search_and_system_prompt_persist(qtbot) -> None:
+    store = HistoryStore.open()
+    a = store.create_conversation()
+    store.add_user_message(a.id, "about foxes")
+    b = store.create_conversation()
+    store.add_user_message(b.id, "about owls")
+    store.close()
+    w = _window(qtbot)
+    try:
+        assert w.conversations.ids() == [b.id, a.id]
+        w.conversations.list.setCurrentRow(1)
+        assert w.current_conversation == a.id
+        assert [m.text for m in w.chat.messages] == ["about foxes"]
+        assert w.stack.currentWidget() is w.chat
+
+        item = w.conversations.list.item(1)
+        item.setText("Foxes")  # what an inline edit does
+        qtbot.waitUntil(lambda: "Foxes" in w.conversations.titles())
+
+        w.conversations.search.setText("owl")
+        qtbot.waitUntil(lambda: w.conversations.ids() == [b.id])
+        w.conversations.search.clear()
+        qtbot.waitUntil(lambda: len(w.conversations.ids()) == 2)
+
+        w.system_prompt.toggle.setChecked(True)
+        w.system_prompt.editor.setPlainText("You are a fox expert.")
+        w.system_prompt.flush()
+        w.delete_conversation(b.id)
+        assert w.conversations.ids() == [a.id]
+    finally:
+        w.close()
+    store = HistoryStore.open()
+    try:
+        assert store.conversation(a.id).title == "Foxes"
+        assert store.conversation(a.id).system_prompt == "You are a fox expert."
+        assert not store.has_conversation(b.id)
+    finally:
+        store.close()
+    assert load_settings().settings.ui.last_conversation_id == a.id
+
+
+def test_sampling_and_speculation_settings_persist(qtbot) -> None:
+    w = _window(qtbot)
+    try:
+        w.sampling_panel.temperature.setValue(0.3)
+        w.sampling_panel.max_tokens.setValue(77)
+        w.sampling_panel.n_ctx.setValue(2048)
+        w.sampling_panel.cpu_only.setChecked(True)
+        w.model_bar.k_spin.setValue(6)
+        w.model_bar.mode_combo.setCurrentIndex(w.model_bar.mode_combo.findData("off"))
+        w.gauge.tint_box.setChecked(False)
+        qtbot.waitUntil(lambda: load_settings().settings.sampling.max_tokens == 77, timeout=3000)
+    finally:
+        w.close()
+    s = load_settings().settings
+    assert s.sampling.temperature == pytest.approx(0.3)
+    assert s.model.n_ctx == 2048 and s.model.n_gpu_layers == 0
+    assert s.speculation.mode == "off" and s.speculation.draft_max == 6
+    assert s.ui.tint_drafts is False and s.ui.window_geometry
+
+
+# -- the QThread guard ----------------------------------------------------------------
+def test_thread_guard_sees_running_threads(no_dangling_qthreads) -> None:  # type: ignore[no-untyped-def]
+    t = QThread()
+    t.start()
+    try:
+        assert running_threads(no_dangling_qthreads) == [t]
+    finally:
+        t.quit()
+        t.wait()
+    assert running_threads(no_dangling_qthreads) == []
+
+
+def test_thread_guard_fails_a_leaking_test(tmp_path: Path) -> None:
+    leak = tmp_path / "test_leak.py"
+    leak.write_text(
+        "from PySide6.QtCore import QThread\n"
+        "keep = []\n"
+        "def test_leaks(qtbot):\n"
+        "    t = QThread(); t.setObjectName('leaky'); t.start(); keep.append(t)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO), QT_QPA_PLATFORM="offscreen")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.ui.conftest",
+         "--rootdir", str(tmp_path), str(leak)],
+        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "left 1 QThread(s) running: leaky" in out
+
+
+def test_settings_file_written_by_window_is_valid_json(qtbot) -> None:
+    save_settings(Settings())
+    w = _window(qtbot)
+    w.close()
+    data = json.loads(paths.settings_path().read_text())
+    assert data["schema_version"] == 1
+
+
+def test_void_qt_calls_cannot_free_none() -> None:
+    """Regression: PySide6 6.12.0 + Python 3.11 aborted after a few thousand void calls."""
+    from PySide6.QtCore import QObject
+
+    from app.ui.qt_compat import apply_qt_workarounds
+
+    apply_qt_workarounds()
+    o = QObject()
+    for _ in range(200_000):  # more than None's natural reference count
+        o.setObjectName("x")
+    assert sys.getrefcount(None) > 0  # still alive, no "deallocating None" abort
