@@ -15,6 +15,8 @@
 #   PYTHON                    interpreter whose pip downloads the sdist (default: the
 #                             repo's .venv if present, else python3)
 #   JOBS                      parallel build jobs (default 2)
+#   LLAMA_TOOLS_DIR           where to download, build and install (default
+#                             bench/.llama-tools; the binaries land in its bin/)
 #   CMAKE_ARGS                extra CMake flags (e.g. -DGGML_CUDA=on); the portable CPU
 #                             flags of ENV.md are always passed first, as llama-cpp-python
 #                             was built with them
@@ -22,7 +24,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
-tools="$here/.llama-tools"
+tools="${LLAMA_TOOLS_DIR:-$here/.llama-tools}"
 version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 jobs="${JOBS:-2}"
 if [[ -z "${PYTHON:-}" ]]; then
@@ -51,6 +53,11 @@ fi
 
 # -- 2. configure: the same portable flags as the app's llama-cpp-python (ENV.md) -----
 build="$tools/build"
+# A build folder configured for another source tree (another sdist) cannot be reused.
+if [[ -f "$build/CMakeCache.txt" ]] && \
+   ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$(cd "$src" && pwd)" "$build/CMakeCache.txt"; then
+    rm -rf "$build"
+fi
 # shellcheck disable=SC2086  # CMAKE_ARGS is a list of flags
 cmake -S "$src" -B "$build" \
     -DCMAKE_BUILD_TYPE=Release \

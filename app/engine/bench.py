@@ -901,7 +901,8 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Run a prompt set with speculation off and on, interleaved in one process, and "
             "report per configuration: decode tok/s (median), per-token latency p50/p95, "
             "TTFT (median), acceptance rate α, mean acceptance length τ, draft cost ratio "
-            "c, predicted and measured speedup, and outputs identical to 'off'."
+            "c, predicted and measured speedup, and outputs identical to 'off'. Without "
+            "--draft or --prompt-lookup only 'off' runs."
         ),
     )
     p.add_argument("--model", required=True, type=Path, help="target model GGUF")
