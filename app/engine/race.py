@@ -282,7 +282,8 @@ def run_race(
         cancel: checked once per round; a cancelled race returns what it has, with
             ``cancelled`` set (the "on" lane is then empty if it never started).
         on_event: called with ("off" | "on", event) for live progress in a worker.
-        fresh_cache: empty the KV cache before each run so both pay the same prefill.
+        fresh_cache: empty the KV cache before each run so both pay the same prefill
+            (the next chat turn then re-evaluates its prompt once).
 
     Raises:
         ValueError: ``speculation.mode`` is "off".
