@@ -1,0 +1,86 @@
+"""Text for the model picker's tables: counts, sizes, rules and predictions (no Qt).
+
+Kept apart from the widgets so the wording can be tested without a window. Sizes use
+:mod:`app.catalog.units` (decimal units, as the Hugging Face Hub shows them).
+"""
+
+from __future__ import annotations
+
+from app.catalog.hub import DownloadProgress
+from app.catalog.library import Source
+from app.catalog.units import format_bytes, format_duration
+from app.engine.stats import predicted_speedup
+
+#: The acceptance rate assumed for the "predicted speedup" column of the draft list.
+#: α depends on the text (code and repetition: high; free prose: lower); 0.7 is a
+#: middle value for a same-family draft. The column header says it is an assumption.
+ASSUMED_ACCEPTANCE_RATE = 0.7
+
+#: What each pairing rule (``PairCheck.rule``) checks, in the user's words.
+RULE_LABELS: dict[str, str] = {
+    "vocab_type": "Same vocabulary type",
+    "bos_token": "Same BOS token",
+    "eos_token": "Same EOS token",
+    "vocab_size": "Vocabulary sizes within 128",
+    "token_text": "Identical token texts from id 5",
+    "readable": "File readable",
+}
+
+SOURCE_LABELS: dict[str, str] = {
+    "models": "models folder",
+    "folder": "added folder",
+    "file": "opened file",
+    "lmstudio": "LM Studio",
+    "hf-cache": "Hugging Face cache",
+}
+
+
+def format_parameters(n: int | None) -> str:
+    """``268M``, ``7.62B``, ``135M``; ``—`` when unknown."""
+    if n is None or n <= 0:
+        return "—"
+    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            v = n / div
+            return f"{v:.2f}{unit}" if v < 10 else f"{v:.1f}{unit}" if v < 100 else f"{v:.0f}{unit}"
+    return str(n)
+
+
+def format_count(n: int | None) -> str:
+    """``262,144``; ``—`` when unknown."""
+    return "—" if n is None else f"{n:,}"
+
+
+def source_label(source: Source | str) -> str:
+    return SOURCE_LABELS.get(source, source)
+
+
+def rule_label(rule: str) -> str:
+    return RULE_LABELS.get(rule, rule)
+
+
+def format_cost_ratio(c: float | None) -> str:
+    """The estimated draft cost ratio: ``c ≈ 0.39``; ``—`` when a size is unknown."""
+    return "—" if c is None else f"≈ {c:.2f}"
+
+
+def format_predicted_speedup(c: float | None, k: int, alpha: float = ASSUMED_ACCEPTANCE_RATE) -> str:
+    """E(α, k) / (1 + c·k) as ``1.9×`` (``—`` without c). See :func:`predicted_speedup`."""
+    if c is None:
+        return "—"
+    return f"{predicted_speedup(alpha, k, c):.1f}×"
+
+
+def format_download(progress: DownloadProgress | None) -> str:
+    """``1.23 GB of 4.68 GB · 12.3 MB/s · 4 min 40 s left`` (parts unknown yet are left out)."""
+    if progress is None:
+        return "waiting"
+    parts = [
+        f"{format_bytes(progress.downloaded)} of {format_bytes(progress.total)}"
+        if progress.total is not None else format_bytes(progress.downloaded)
+    ]
+    if progress.phase == "downloading" and progress.speed > 0:
+        parts.append(f"{format_bytes(progress.speed)}/s")
+        if progress.eta is not None:
+            parts.append(f"{format_duration(progress.eta)} left")
+    return " · ".join(parts)

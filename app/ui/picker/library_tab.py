@@ -1,0 +1,627 @@
+"""The picker's Library tab: models on this machine, and the drafts that fit a target.
+
+The table lists every model the library finds (:class:`app.catalog.library.Library`:
+the models folder, added folders and files, LM Studio's folders, the Hugging Face
+cache) with its metadata, and broken files with their error. Selecting a usable model
+makes it the target; the draft list below then shows, for that target, compatible drafts
+first with the draft cost ratio c estimated from the file sizes and the speedup that c
+predicts at an assumed acceptance rate, drafts too large to help flagged, prompt lookup
+and plain decoding, then incompatible models greyed with the rule that failed. The
+pairing check of the selected draft is shown rule by rule next to the list.
+
+Scanning and ranking run on the picker's thread pool (:class:`TaskWorker`); a newer
+request supersedes an older one by its generation number, and a scan is cancelled
+between files when the picker closes.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QThreadPool, Qt, Signal, Slot
+from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.catalog.library import Library, LibraryEntry, drafts_for
+from app.catalog.pairing import DraftCandidate
+from app.catalog.units import format_bytes
+from app.errors import TandemError
+from app.store.settings import SpecMode
+from app.ui.payloads import UserError
+from app.ui.picker.formatting import (
+    ASSUMED_ACCEPTANCE_RATE,
+    format_cost_ratio,
+    format_count,
+    format_parameters,
+    format_predicted_speedup,
+    source_label,
+)
+from app.ui.picker.pair_check import FAIL_COLOR, PASS_COLOR, WARN_COLOR, PairCheckWidget
+from app.ui.picker.payloads import DraftsRanked, LibraryScanned, ScanProgressed, TaskOutcome
+from app.ui.picker.workers import TaskWorker
+
+GREYED = QColor("#a0aec0")
+MODEL_COLUMNS = ["Name", "Architecture", "Parameters", "Quantization", "Size", "Context",
+                 "Tokenizer", "Chat template", "Location"]
+DRAFT_COLUMNS = ["Drafter", "Size", "c (est.)", "Speedup", "Status"]
+_KIND_ROLE = Qt.ItemDataRole.UserRole
+_INDEX_ROLE = Qt.ItemDataRole.UserRole + 1
+
+PROMPT_LOOKUP_LABEL = "Prompt lookup (no draft model)"
+OFF_LABEL = "Off (plain decoding)"
+
+
+@dataclass(frozen=True, slots=True)
+class DrafterChoice:
+    """The drafter selected in the draft list.
+
+    ``mode`` as in the settings; ``candidate`` for a draft model (its pairing check);
+    ``usable``: False for an incompatible draft (it cannot be chosen).
+    """
+
+    mode: SpecMode
+    candidate: DraftCandidate[LibraryEntry] | None = None
+
+    @property
+    def draft_path(self) -> Path | None:
+        return self.candidate.key.path if self.candidate is not None else None
+
+    @property
+    def usable(self) -> bool:
+        return self.candidate is None or self.candidate.compatible
+
+    @property
+    def label(self) -> str:
+        if self.candidate is not None:
+            return self.candidate.key.name
+        return PROMPT_LOOKUP_LABEL if self.mode == "prompt-lookup" else OFF_LABEL
+
+
+def _same_file(a: Path | None, b: Path | None) -> bool:
+    if a is None or b is None:
+        return False
+    return os.path.abspath(a) == os.path.abspath(b) or os.path.realpath(a) == os.path.realpath(b)
+
+
+def _scan_job(library: Library, add_file: Path | None) -> Callable[
+        [Callable[[object], None], threading.Event], LibraryScanned]:
+    def job(report: Callable[[object], None], cancel: threading.Event) -> LibraryScanned:
+        t0 = time.monotonic()
+        if add_file is not None:
+            library.add_file(add_file)
+            library.save()
+        entries = library.scan(on_progress=lambda d, n, p: report(ScanProgressed(d, n, p)),
+                               cancel=cancel)
+        return LibraryScanned(tuple(entries), cancel.is_set(), time.monotonic() - t0)
+    return job
+
+
+def _rank_job(target: LibraryEntry, entries: tuple[LibraryEntry, ...]) -> Callable[
+        [Callable[[object], None], threading.Event], DraftsRanked]:
+    def job(_report: Callable[[object], None], _cancel: threading.Event) -> DraftsRanked:
+        return DraftsRanked(target, tuple(drafts_for(target, entries)))
+    return job
+
+
+class LibraryTabWidget(QWidget):
+    """Models on this machine (top), drafts for the selected target and the pairing check
+    (bottom). See the module docstring.
+
+    Args:
+        library: where to look (saved when folders or files are added).
+        tasks: the thread pool for scans and ranking.
+        draft_max: k, for the predicted speedup column.
+    """
+
+    selection_changed = Signal()
+    """The target or the drafter changed (read :attr:`target` and :attr:`drafter`)."""
+    choice_activated = Signal()
+    """A drafter was double-clicked: use this target and drafter."""
+    scan_finished = Signal(object)
+    """LibraryScanned: a scan ended and the table shows its result."""
+    drafts_ranked = Signal(object)
+    """DraftsRanked: the draft list shows the drafts for a new target."""
+    failed = Signal(object)
+    """UserError: a scan, an added file or folder, or the draft ranking failed."""
+
+    def __init__(self, library: Library, tasks: QThreadPool, *, draft_max: int = 4,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.library = library
+        self._tasks = tasks
+        self.draft_max = draft_max
+        self.entries: tuple[LibraryEntry, ...] = ()
+        self.target: LibraryEntry | None = None
+        self.candidates: tuple[DraftCandidate[LibraryEntry], ...] = ()
+        self.drafter: DrafterChoice | None = None
+        self.scanning = False
+        self.ranking = False
+        self._scan_generation = 0
+        self._scan_cancel: threading.Event | None = None
+        self._rank_generation = 0
+        self._wanted_target: Path | None = None
+        self._wanted_mode: SpecMode = "prompt-lookup"
+        self._wanted_draft: Path | None = None
+        self._build()
+
+    # -- layout -----------------------------------------------------------------------
+    def _build(self) -> None:
+        col = QVBoxLayout(self)
+        col.setContentsMargins(10, 10, 10, 6)
+        col.setSpacing(6)
+        bar = QHBoxLayout()
+        self.open_button = QPushButton("Open GGUF…")
+        self.open_button.setToolTip("Add one .gguf file to the library")
+        self.open_button.clicked.connect(self._on_open_button_clicked)
+        self.add_folder_button = QPushButton("Add folder…")
+        self.add_folder_button.setToolTip("Add a folder; it is searched for .gguf files, "
+                                          "subfolders included")
+        self.add_folder_button.clicked.connect(self._on_add_folder_button_clicked)
+        self.rescan_button = QPushButton("Rescan")
+        self.rescan_button.clicked.connect(self._on_rescan_button_clicked)
+        self.models_dir_button = QPushButton("Models folder…")
+        self.models_dir_button.setToolTip("Where downloads go (also scanned)")
+        self.models_dir_button.clicked.connect(self._on_models_dir_button_clicked)
+        for b in (self.open_button, self.add_folder_button, self.rescan_button):
+            bar.addWidget(b)
+        self.scan_label = QLabel()
+        self.scan_label.setObjectName("pickerHint")
+        bar.addWidget(self.scan_label, 1)
+        bar.addWidget(self.models_dir_button)
+        col.addLayout(bar)
+
+        self.model_table = QTreeWidget()
+        self.model_table.setObjectName("modelTable")
+        self.model_table.setColumnCount(len(MODEL_COLUMNS))
+        self.model_table.setHeaderLabels(MODEL_COLUMNS)
+        self.model_table.setRootIsDecorated(False)
+        self.model_table.setUniformRowHeights(True)
+        self.model_table.setAlternatingRowColors(True)
+        header = self.model_table.header()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(len(MODEL_COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
+        self.model_table.currentItemChanged.connect(self._on_model_table_current_item_changed)
+
+        lower = QSplitter(Qt.Orientation.Horizontal)
+        drafts = QWidget()
+        dcol = QVBoxLayout(drafts)
+        dcol.setContentsMargins(0, 0, 0, 0)
+        dcol.setSpacing(4)
+        self.drafts_title = QLabel("Drafts")
+        self.drafts_title.setObjectName("pickerSectionTitle")
+        dcol.addWidget(self.drafts_title)
+        self.draft_list = QTreeWidget()
+        self.draft_list.setObjectName("draftList")
+        self.draft_list.setColumnCount(len(DRAFT_COLUMNS))
+        self.draft_list.setHeaderLabels(self._draft_headers())
+        self.draft_list.setRootIsDecorated(False)
+        self.draft_list.setUniformRowHeights(True)
+        dh = self.draft_list.header()
+        dh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        dh.setSectionResizeMode(len(DRAFT_COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
+        self.draft_list.headerItem().setToolTip(
+            3, f"Predicted decode speedup E(α,k)/(1+c·k) at an assumed acceptance rate "
+               f"α = {ASSUMED_ACCEPTANCE_RATE} and k = {self.draft_max}; the real α depends "
+               "on the text and the chat window measures it.")
+        self.draft_list.headerItem().setToolTip(
+            2, "Draft cost ratio c: time of one draft step / one target step, estimated "
+               "as draft file size / target file size.")
+        self.draft_list.currentItemChanged.connect(self._on_draft_list_current_item_changed)
+        self.draft_list.itemDoubleClicked.connect(self._on_draft_list_item_double_clicked)
+        dcol.addWidget(self.draft_list, 1)
+        self.drafts_hint = QLabel(
+            f"c is estimated from file sizes. Speedup = E(α,k)/(1+c·k) at an assumed "
+            f"α = {ASSUMED_ACCEPTANCE_RATE}, k = {self.draft_max}: a prediction, not a "
+            "measurement; the real α depends on the text.")
+        self.drafts_hint.setObjectName("pickerHint")
+        self.drafts_hint.setWordWrap(True)
+        dcol.addWidget(self.drafts_hint)
+        lower.addWidget(drafts)
+        self.pair_check = PairCheckWidget()
+        lower.addWidget(self.pair_check)
+        lower.setStretchFactor(0, 3)
+        lower.setStretchFactor(1, 2)
+
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.model_table)
+        split.addWidget(lower)
+        split.setStretchFactor(0, 1)
+        split.setStretchFactor(1, 1)
+        col.addWidget(split, 1)
+        self._show_no_target()
+
+    def _draft_headers(self) -> list[str]:
+        return ["Drafter", "Size", "c (est.)",
+                f"Speedup if α = {ASSUMED_ACCEPTANCE_RATE}, k = {self.draft_max}", "Status"]
+
+    # -- wishes from the window --------------------------------------------------------
+    def set_wanted(self, target: Path | None, mode: SpecMode, draft: Path | None) -> None:
+        """Select this target and drafter when they appear (the saved choice)."""
+        self._wanted_target = target
+        self._wanted_mode = mode
+        self._wanted_draft = draft
+
+    def choose_target(self, path: Path) -> bool:
+        """Select the model at ``path`` as the target; False when it is not listed."""
+        self._wanted_target = path
+        for i in range(self.model_table.topLevelItemCount()):
+            item = self.model_table.topLevelItem(i)
+            entry = self.entries[item.data(0, _INDEX_ROLE)]
+            if _same_file(entry.path, path):
+                self.model_table.setCurrentItem(item)
+                return True
+        return False
+
+    def choose_drafter(self, mode: SpecMode, draft: Path | None = None) -> bool:
+        """Select a drafter in the list; False when it is not listed (yet)."""
+        self._wanted_mode = mode
+        self._wanted_draft = draft
+        item = self._drafter_item(mode, draft)
+        if item is None:
+            return False
+        self.draft_list.setCurrentItem(item)
+        return True
+
+    def _drafter_item(self, mode: SpecMode, draft: Path | None) -> QTreeWidgetItem | None:
+        for i in range(self.draft_list.topLevelItemCount()):
+            item = self.draft_list.topLevelItem(i)
+            kind = item.data(0, _KIND_ROLE)
+            if kind is None:
+                continue
+            if kind == "draft":
+                if mode == "draft-model" and _same_file(
+                        self.candidates[item.data(0, _INDEX_ROLE)].key.path, draft):
+                    return item
+            elif kind == mode:
+                return item
+        return None
+
+    def draft_rows(self) -> list[tuple[str, str, bool]]:
+        """``(drafter, status, greyed)`` for each row of the draft list, top to bottom."""
+        rows = []
+        for i in range(self.draft_list.topLevelItemCount()):
+            item = self.draft_list.topLevelItem(i)
+            greyed = item.foreground(0).color() == GREYED
+            rows.append((item.text(0), item.text(4), greyed))
+        return rows
+
+    # -- scanning ----------------------------------------------------------------------
+    def rescan(self, *, add_file: Path | None = None) -> None:
+        """Scan the library again off the GUI thread (a running scan is cancelled)."""
+        self.cancel_scan()
+        self._scan_generation += 1
+        cancel = threading.Event()
+        self._scan_cancel = cancel
+        worker = TaskWorker(_scan_job(self.library, add_file), title="Library scan failed",
+                            generation=self._scan_generation, cancel=cancel)
+        worker.signals.progressed.connect(self._on_scan_worker_progressed)
+        worker.signals.finished.connect(self._on_scan_worker_finished)
+        self.scanning = True
+        self.scan_label.setText(f"Reading {add_file.name}…" if add_file else "Scanning…")
+        self.rescan_button.setEnabled(False)
+        self._tasks.start(worker)
+
+    def cancel_scan(self) -> None:
+        if self._scan_cancel is not None:
+            self._scan_cancel.set()
+
+    @Slot(object)
+    def _on_scan_worker_progressed(self, progress: ScanProgressed) -> None:
+        if self.scanning:
+            self.scan_label.setText(
+                f"Reading {progress.done + 1} of {progress.total}: {progress.path.name}")
+
+    @Slot(object)
+    def _on_scan_worker_finished(self, outcome: TaskOutcome) -> None:
+        if outcome.generation != self._scan_generation:
+            return  # superseded by a newer scan
+        self.scanning = False
+        self._scan_cancel = None
+        self.rescan_button.setEnabled(True)
+        if outcome.error is not None or not isinstance(outcome.value, LibraryScanned):
+            self.scan_label.setText("Scan failed")
+            self.failed.emit(outcome.error or UserError("Library scan failed", "No result."))
+            return
+        scanned = outcome.value
+        self.set_entries(scanned.entries)
+        broken = sum(1 for e in scanned.entries if not e.usable)
+        n = len(scanned.entries)
+        text = f"{n} model{'s' if n != 1 else ''}"
+        if broken:
+            text += f" ({broken} unreadable)"
+        text += f" · scanned in {scanned.seconds:.1f} s"
+        if scanned.cancelled:
+            text += " · stopped early"
+        self.scan_label.setText(text)
+        self.scan_finished.emit(scanned)
+
+    def set_entries(self, entries: tuple[LibraryEntry, ...]) -> None:
+        """Show ``entries`` (usable ones by name, then unreadable ones) and keep the target."""
+        keep = self.target.path if self.target is not None else self._wanted_target
+        self.entries = entries
+        order = sorted(range(len(entries)),
+                       key=lambda i: (not entries[i].usable, entries[i].name.lower()))
+        self.model_table.blockSignals(True)
+        self.model_table.clear()
+        for i in order:
+            self.model_table.addTopLevelItem(self._model_item(i, entries[i]))
+        self.model_table.blockSignals(False)
+        self.target = None
+        if keep is None or not self.choose_target(keep):
+            self._show_no_target()
+            self.selection_changed.emit()
+
+    def _model_item(self, index: int, e: LibraryEntry) -> QTreeWidgetItem:
+        where = f"{source_label(e.file.source)} · {e.file.repo_id or e.path.name}"
+        info = e.info
+        if info is None or e.error is not None:
+            item = QTreeWidgetItem([f"⚠ {e.path.name}", "—", "—", "—", "—", "—", "—", "—",
+                                    e.error or "unreadable"])
+            for c in range(len(MODEL_COLUMNS)):
+                item.setForeground(c, QBrush(FAIL_COLOR))
+            item.setToolTip(len(MODEL_COLUMNS) - 1, f"{e.path}\n{e.error}")
+            item.setToolTip(0, f"{e.path}\n{e.error}")
+        else:
+            params = format_parameters(info.parameter_count)
+            if info.size_label and params == "—":
+                params = info.size_label
+            item = QTreeWidgetItem([
+                info.name,
+                info.architecture,
+                params,
+                info.quantization,
+                format_bytes(info.file_size),
+                format_count(info.context_length),
+                f"{info.vocab_type} · {format_count(info.n_vocab)}",
+                "yes" if info.has_chat_template else "no",
+                where,
+            ])
+            item.setToolTip(0, str(e.path))
+            item.setToolTip(6, f"tokenizer model {info.tokenizer_model}, pre-tokenizer "
+                               f"{info.tokenizer_pre}; BOS {info.bos_id} (added: {info.add_bos}), "
+                               f"EOS {info.eos_id} (added: {info.add_eos})")
+            item.setToolTip(len(MODEL_COLUMNS) - 1, str(e.path))
+            for c in (2, 4, 5):
+                item.setTextAlignment(c, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        item.setData(0, _INDEX_ROLE, index)
+        return item
+
+    # -- target and drafts -------------------------------------------------------------
+    @Slot(QTreeWidgetItem, QTreeWidgetItem)
+    def _on_model_table_current_item_changed(self, current: QTreeWidgetItem | None,
+                                             _previous: QTreeWidgetItem | None) -> None:
+        entry = self.entries[current.data(0, _INDEX_ROLE)] if current is not None else None
+        if entry is None:
+            self.target = None
+            self._show_no_target()
+        elif not entry.usable:
+            self.target = None
+            self._show_no_target(f"{entry.path.name} cannot be used: {entry.error}")
+        else:
+            self.target = entry
+            self._wanted_target = entry.path
+            self._rank(entry)
+        self.selection_changed.emit()
+
+    def _show_no_target(self, why: str = "Select a model above as the target.") -> None:
+        self._rank_generation += 1  # drop a ranking still running
+        self.ranking = False
+        self.candidates = ()
+        self.drafter = None
+        self.drafts_title.setText("Drafts")
+        self.draft_list.clear()
+        placeholder = QTreeWidgetItem([why])
+        placeholder.setFlags(Qt.ItemFlag.NoItemFlags)
+        self.draft_list.addTopLevelItem(placeholder)
+        placeholder.setFirstColumnSpanned(True)
+        self.pair_check.show_message("Pairing check", "Choose a target, then a draft.")
+
+    def _rank(self, target: LibraryEntry) -> None:
+        self._rank_generation += 1
+        self.ranking = True
+        self.candidates = ()
+        self.drafter = None
+        info = target.info
+        assert info is not None
+        self.drafts_title.setText(
+            f"Drafts for {target.name}  ·  {info.vocab_type} tokenizer, "
+            f"{format_count(info.n_vocab)} tokens, {format_bytes(info.file_size)}")
+        self.draft_list.clear()
+        waiting = QTreeWidgetItem(["Checking every model as a draft…"])
+        waiting.setFlags(Qt.ItemFlag.NoItemFlags)
+        self.draft_list.addTopLevelItem(waiting)
+        waiting.setFirstColumnSpanned(True)
+        self.pair_check.show_message("Pairing check", "Checking…")
+        worker = TaskWorker(_rank_job(target, self.entries), title="Draft check failed",
+                            generation=self._rank_generation)
+        worker.signals.finished.connect(self._on_rank_worker_finished)
+        self._tasks.start(worker)
+
+    @Slot(object)
+    def _on_rank_worker_finished(self, outcome: TaskOutcome) -> None:
+        if outcome.generation != self._rank_generation:
+            return
+        self.ranking = False
+        if outcome.error is not None or not isinstance(outcome.value, DraftsRanked):
+            self._show_no_target("The target's tokenizer could not be read.")
+            self.failed.emit(outcome.error or UserError("Draft check failed", "No result."))
+            self.selection_changed.emit()
+            return
+        ranked = outcome.value
+        self.show_drafts(ranked.candidates)
+        self.drafts_ranked.emit(ranked)
+
+    def show_drafts(self, candidates: tuple[DraftCandidate[LibraryEntry], ...]) -> None:
+        """Fill the draft list: compatible drafts (useful, then too large), prompt lookup,
+        off, then incompatible ones greyed with the failed rule."""
+        self.candidates = candidates
+        self.draft_list.blockSignals(True)
+        self.draft_list.clear()
+        compatible = [i for i, c in enumerate(candidates) if c.compatible]
+        incompatible = [i for i, c in enumerate(candidates) if not c.compatible]
+        for i in compatible:
+            self.draft_list.addTopLevelItem(self._draft_item(i, candidates[i]))
+        lookup = QTreeWidgetItem([PROMPT_LOOKUP_LABEL, "—", "≈ 0", "depends on repetition",
+                                  "always available: drafts from text already in the chat"])
+        lookup.setData(0, _KIND_ROLE, "prompt-lookup")
+        lookup.setToolTip(0, "Drafts by matching the last tokens against the conversation "
+                             "(n-gram lookup); no second model. Best when the reply repeats "
+                             "the prompt: code edits, summaries, quotes.")
+        off = QTreeWidgetItem([OFF_LABEL, "—", "—", "1.0×", "no speculation"])
+        off.setData(0, _KIND_ROLE, "off")
+        for item in (lookup, off):
+            self.draft_list.addTopLevelItem(item)
+        for i in incompatible:
+            self.draft_list.addTopLevelItem(self._draft_item(i, candidates[i]))
+        self.draft_list.blockSignals(False)
+        item = self._drafter_item(self._wanted_mode, self._wanted_draft)
+        if item is None or not self._item_usable(item):
+            useful = next((i for i in compatible if candidates[i].useful), None)
+            item = (self._drafter_item("draft-model", candidates[useful].key.path)
+                    if useful is not None else lookup)
+        self.draft_list.setCurrentItem(item)
+
+    def _item_usable(self, item: QTreeWidgetItem) -> bool:
+        if item.data(0, _KIND_ROLE) != "draft":
+            return True
+        return self.candidates[item.data(0, _INDEX_ROLE)].compatible
+
+    def _draft_item(self, index: int, cand: DraftCandidate[LibraryEntry]) -> QTreeWidgetItem:
+        entry = cand.key
+        size = format_bytes(entry.info.file_size) if entry.info is not None else "—"
+        if cand.useful:
+            status, color = "compatible", PASS_COLOR
+        elif cand.compatible:
+            status, color = "too large: no speedup to expect", WARN_COLOR
+        else:
+            status, color = cand.reason, GREYED
+        item = QTreeWidgetItem([
+            entry.name,
+            size,
+            format_cost_ratio(cand.cost_ratio) if cand.compatible else "—",
+            format_predicted_speedup(cand.cost_ratio, self.draft_max) if cand.compatible else "—",
+            status,
+        ])
+        item.setData(0, _KIND_ROLE, "draft")
+        item.setData(0, _INDEX_ROLE, index)
+        item.setToolTip(0, str(entry.path))
+        tip = "\n".join((cand.reason, *cand.result.warnings))
+        item.setToolTip(4, tip)
+        if cand.compatible:
+            item.setForeground(4, QBrush(color))
+            if cand.useful:
+                bold = QFont(item.font(4))
+                bold.setBold(True)
+                item.setFont(4, bold)
+        else:
+            for c in range(len(DRAFT_COLUMNS)):
+                item.setForeground(c, QBrush(GREYED))
+        return item
+
+    @Slot(QTreeWidgetItem, QTreeWidgetItem)
+    def _on_draft_list_current_item_changed(self, current: QTreeWidgetItem | None,
+                                            _previous: QTreeWidgetItem | None) -> None:
+        kind = current.data(0, _KIND_ROLE) if current is not None else None
+        if kind is None or self.target is None:
+            self.drafter = None
+        elif kind == "draft":
+            cand = self.candidates[current.data(0, _INDEX_ROLE)]
+            self.drafter = DrafterChoice("draft-model", cand)
+            if cand.compatible:
+                self._wanted_mode, self._wanted_draft = "draft-model", cand.key.path
+            note = ""
+            if cand.compatible and cand.cost_ratio is not None:
+                note = (f"Estimated draft cost ratio c ≈ {cand.cost_ratio:.2f} (file sizes); "
+                        f"predicted speedup {format_predicted_speedup(cand.cost_ratio, self.draft_max)}"
+                        f" at an assumed α = {ASSUMED_ACCEPTANCE_RATE}, k = {self.draft_max}.")
+            self.pair_check.show_result(
+                f"Pairing check: {cand.key.name} as the draft for {self.target.name}",
+                cand.result, note)
+        else:
+            self.drafter = DrafterChoice(kind)
+            self._wanted_mode, self._wanted_draft = kind, None
+            if kind == "prompt-lookup":
+                self.pair_check.show_message(
+                    "Prompt lookup",
+                    "Drafts come from the conversation itself: the last few tokens are looked "
+                    "up in the text so far and what followed them is proposed (n-gram lookup). "
+                    "No second model and nothing to check; it helps most when the reply "
+                    "repeats the prompt (code edits, summaries, quotes).")
+            else:
+                self.pair_check.show_message(
+                    "Plain decoding", "No drafter: the target generates one token per pass.")
+        self.selection_changed.emit()
+
+    @Slot(QTreeWidgetItem, int)
+    def _on_draft_list_item_double_clicked(self, item: QTreeWidgetItem, _column: int) -> None:
+        if item.data(0, _KIND_ROLE) is not None and self._item_usable(item):
+            self.choice_activated.emit()
+
+    # -- buttons ------------------------------------------------------------------------
+    def open_file(self, path: Path) -> None:
+        """Add one GGUF file to the library (its header is read off the GUI thread)."""
+        self._wanted_target = path
+        self.rescan(add_file=path)
+
+    def add_folder(self, folder: Path) -> None:
+        """Remember a folder to scan, save the library settings, and rescan."""
+        try:
+            self.library.add_folder(folder)
+            self.library.save()
+        except (TandemError, OSError) as exc:
+            self.failed.emit(UserError("Folder not added", str(exc)))
+            return
+        self.rescan()
+
+    def set_models_dir(self, folder: Path) -> None:
+        """Use ``folder`` as the models folder (downloads go there) and rescan."""
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            self.library.config.models_dir = folder
+            self.library.save()
+        except (ValueError, OSError) as exc:
+            self.failed.emit(UserError("Models folder not changed", str(exc)))
+            return
+        self.rescan()
+
+    @Slot()
+    def _on_open_button_clicked(self) -> None:
+        name, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model",
+                                              str(self.library.models_dir),
+                                              "GGUF models (*.gguf);;All files (*)")
+        if name:
+            self.open_file(Path(name))
+
+    @Slot()
+    def _on_add_folder_button_clicked(self) -> None:
+        name = QFileDialog.getExistingDirectory(self, "Add a folder of GGUF models",
+                                                str(Path.home()))
+        if name:
+            self.add_folder(Path(name))
+
+    @Slot()
+    def _on_rescan_button_clicked(self) -> None:
+        self.rescan()
+
+    @Slot()
+    def _on_models_dir_button_clicked(self) -> None:
+        name = QFileDialog.getExistingDirectory(self, "Models folder (downloads go here)",
+                                                str(self.library.models_dir))
+        if name:
+            self.set_models_dir(Path(name))

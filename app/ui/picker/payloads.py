@@ -1,0 +1,104 @@
+"""Frozen payloads of the model picker's signals.
+
+Whatever a picker worker sends to the GUI thread is one of these (or a frozen value from
+:mod:`app.catalog`: :class:`~app.catalog.library.LibraryEntry`,
+:class:`~app.catalog.hub.DownloadProgress`, …), so neither thread can change what the
+other holds. :class:`ModelsChosen` is what the picker hands the chat window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from app.catalog.hub import DownloadProgress, RemotePairCheck
+from app.catalog.library import LibraryEntry
+from app.catalog.pairing import DraftCandidate
+from app.store.settings import SpecMode
+from app.ui.payloads import UserError
+
+
+@dataclass(frozen=True, slots=True)
+class ModelsChosen:
+    """The user's choice in the picker, saved in the settings already.
+
+    Attributes:
+        target_path: the target model (part 1 of a split model).
+        draft_path: the draft model, or None when the drafter is prompt lookup or off.
+        speculation_mode: ``draft-model``, ``prompt-lookup`` or ``off``
+            (:attr:`app.store.settings.SpeculationSettings.mode`).
+    """
+
+    target_path: Path
+    draft_path: Path | None
+    speculation_mode: SpecMode
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOutcome:
+    """How a background task ended: its value, or the error to show (never raised
+    across threads). ``generation`` tells the receiver whether it still wants it."""
+
+    generation: int
+    value: object | None
+    error: UserError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScanProgressed:
+    """The library scan is about to read file ``done + 1`` of ``total``."""
+
+    done: int
+    total: int
+    path: Path
+
+
+@dataclass(frozen=True, slots=True)
+class LibraryScanned:
+    """The library scan's result. ``cancelled``: stopped early (entries are partial)."""
+
+    entries: tuple[LibraryEntry, ...]
+    cancelled: bool
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class DraftsRanked:
+    """Every other library model checked as a draft for ``target``, in picker order
+    (:func:`app.catalog.library.drafts_for`)."""
+
+    target: LibraryEntry
+    candidates: tuple[DraftCandidate[LibraryEntry], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PairChecked:
+    """The remote pairing check of a curated pair at the chosen quantizations."""
+
+    pair_id: str
+    target_quant: str
+    draft_quant: str
+    check: RemotePairCheck
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadProgressed:
+    """Progress of one download job (at most every 0.1 s, throttled by the catalog)."""
+
+    job_id: int
+    progress: DownloadProgress
+
+
+StopKind = Literal["paused", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadEnded:
+    """A download worker returned: done (``path`` set), stopped by the user
+    (``stopped``), or failed (``error``)."""
+
+    job_id: int
+    path: Path | None
+    stopped: StopKind | None = None
+    error: UserError | None = None

@@ -1,0 +1,90 @@
+"""Picker fixtures: a models folder with the real test models, a picker window on it, a
+local imitation of the hub (tests/catalog/fake_hub.py) and a curated pair hosted there."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.catalog.curated import CuratedFile, CuratedModel, CuratedPair
+from app.catalog.library import LibraryConfig, save_library_config
+from tests.catalog.fake_hub import FakeHub
+
+SCAN_TIMEOUT_MS = 60_000
+
+GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
+GEMMA_COPY_FILE = "gemma-3-270m-copy.gguf"
+SMOLLM_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY_TARGET_REPO = "acme/tiny-target-GGUF"
+TINY_DRAFT_REPO = "acme/tiny-draft-GGUF"
+
+
+def link_or_copy(src: Path, dst: Path) -> Path:
+    """A hard link (another path to the same bytes, listed separately by the library), or
+    a copy where hard links are not possible."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+    return dst
+
+
+@pytest.fixture
+def models_dir(tmp_path: Path, gemma_path: Path, smollm_path: Path) -> Path:
+    """A models folder with Gemma 3 270M, a second copy of it (a compatible draft for it),
+    SmolLM2-135M-Instruct and a truncated file; saved as the library's models folder (in
+    this test's TANDEM_HOME) with LM Studio and the Hugging Face cache left out."""
+    d = tmp_path / "models"
+    d.mkdir()
+    link_or_copy(gemma_path, d / GEMMA_FILE)
+    link_or_copy(gemma_path, d / GEMMA_COPY_FILE)
+    (d / SMOLLM_FILE).symlink_to(smollm_path)
+    with smollm_path.open("rb") as f:
+        (d / "broken.gguf").write_bytes(f.read(1000))
+    save_library_config(LibraryConfig(models_dir=d, scan_lmstudio=False, scan_hf_cache=False))
+    return d
+
+
+@pytest.fixture
+def empty_models_dir(tmp_path: Path) -> Path:
+    """An empty models folder saved as the library's (downloads go there)."""
+    d = tmp_path / "models"
+    d.mkdir()
+    save_library_config(LibraryConfig(models_dir=d, scan_lmstudio=False, scan_hf_cache=False))
+    return d
+
+
+def wait_scanned(qtbot, picker) -> None:  # type: ignore[no-untyped-def]
+    qtbot.waitUntil(lambda: not picker.library_tab.scanning, timeout=SCAN_TIMEOUT_MS)
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    """The fake hub, reached through HF_ENDPOINT, with no token sent."""
+    with FakeHub() as h:
+        monkeypatch.setenv("HF_ENDPOINT", h.endpoint)
+        monkeypatch.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
+        yield h
+
+
+def _model(name: str, repo: str, file: str, size: int) -> CuratedModel:
+    return CuratedModel(name=name, repo=repo, license="mit", default_quant="F32",
+                        files=(CuratedFile(quant="F32", file=file, size_bytes=size),))
+
+
+@pytest.fixture
+def tiny_pair(hub: FakeHub, tiny_target: Path, tiny_draft_perturbed: Path) -> CuratedPair:
+    """A curated pair of the synthetic tiny models (same tokenizer), hosted on the fake hub."""
+    hub.add(TINY_TARGET_REPO, "tiny-target-F32.gguf", tiny_target)
+    hub.add(TINY_DRAFT_REPO, "tiny-draft-F32.gguf", tiny_draft_perturbed)
+    return CuratedPair(
+        id="tiny", title="Tiny target with tiny draft", use="tests",
+        target=_model("Tiny-Target", TINY_TARGET_REPO, "tiny-target-F32.gguf",
+                      tiny_target.stat().st_size),
+        draft=_model("Tiny-Draft", TINY_DRAFT_REPO, "tiny-draft-F32.gguf",
+                     tiny_draft_perturbed.stat().st_size),
+    )

@@ -1,0 +1,188 @@
+"""The picker's Library tab with the real test models: metadata columns, broken files,
+the draft list for a target (compatible first, incompatible greyed with the failed
+rule), the pairing details, and the choice saved in the settings and signalled."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from app.catalog.library import load_library_config
+from app.store.settings import Settings, load_settings, save_settings
+from app.ui.picker import ModelPickerWindow, ModelsChosen
+from app.ui.picker.library_tab import OFF_LABEL, PROMPT_LOOKUP_LABEL
+from tests.ui.picker.conftest import (
+    GEMMA_COPY_FILE,
+    GEMMA_FILE,
+    SCAN_TIMEOUT_MS,
+    SMOLLM_FILE,
+    wait_scanned,
+)
+
+
+@pytest.fixture
+def picker(qtbot, models_dir: Path):  # type: ignore[no-untyped-def]
+    w = ModelPickerWindow()
+    qtbot.addWidget(w)
+    w.show()
+    wait_scanned(qtbot, w)
+    yield w
+    w.close()
+    assert w.shutdown()
+
+
+def _rows(picker: ModelPickerWindow) -> dict[str, list[str]]:
+    table = picker.library_tab.model_table
+    rows = {}
+    for i in range(table.topLevelItemCount()):
+        item = table.topLevelItem(i)
+        cells = [item.text(c) for c in range(table.columnCount())]
+        rows[Path(item.toolTip(0).splitlines()[0]).name] = cells
+    return rows
+
+
+def _choose_gemma(qtbot, picker: ModelPickerWindow) -> None:  # type: ignore[no-untyped-def]
+    tab = picker.library_tab
+    with qtbot.waitSignal(tab.drafts_ranked, timeout=SCAN_TIMEOUT_MS):
+        assert tab.choose_target(picker.library.models_dir / GEMMA_FILE)
+
+
+def test_library_lists_models_with_their_metadata_and_broken_files(picker: ModelPickerWindow) -> None:
+    rows = _rows(picker)
+    assert set(rows) == {GEMMA_FILE, GEMMA_COPY_FILE, SMOLLM_FILE, "broken.gguf"}
+    gemma = rows[GEMMA_FILE]
+    assert gemma[:8] == ["Gemma 3 270m", "gemma3", "268M", "Q4_K_M", "253 MB", "32,768",
+                         "SPM · 262,144", "no"]
+    smol = rows[SMOLLM_FILE]
+    assert smol[1:8] == ["llama", "135M", "Q4_1", "98.4 MB", "8,192", "BPE · 49,152", "yes"]
+    broken = rows["broken.gguf"]
+    assert broken[0] == "⚠ broken.gguf" and "not a usable GGUF" in broken[-1]
+    # usable models first, the broken file last
+    assert picker.library_tab.model_table.topLevelItem(3).text(0) == "⚠ broken.gguf"
+    assert "4 models (1 unreadable)" in picker.library_tab.scan_label.text()
+    assert not picker.use_button.isEnabled()  # no target yet
+
+
+def test_gemma_target_lists_compatible_gemma_above_greyed_smollm(qtbot, picker: ModelPickerWindow) -> None:  # type: ignore[no-untyped-def]
+    _choose_gemma(qtbot, picker)
+    tab = picker.library_tab
+    rows = tab.draft_rows()
+    names = [r[0] for r in rows]
+    gemma = next(i for i, r in enumerate(rows) if r[0].startswith("Gemma 3 270m"))
+    smol = next(i for i, r in enumerate(rows) if r[0].startswith("Smollm2"))
+    assert gemma < names.index(PROMPT_LOOKUP_LABEL) < names.index(OFF_LABEL) < smol
+    assert rows[gemma][1:] == ("too large: no speedup to expect", False)  # compatible, c = 1
+    assert rows[smol][1].startswith("vocab_type: target SPM, draft BPE") and rows[smol][2]
+    broken = next(r for r in rows if r[0] == "broken.gguf")
+    assert broken[1].startswith("readable:") and broken[2]
+    # the estimated c and the labelled prediction for the compatible draft
+    item = tab.draft_list.topLevelItem(gemma)
+    assert item.text(2) == "≈ 1.00" and item.text(3).endswith("×")
+    assert "α = 0.7" in tab.draft_list.headerItem().text(3)
+    # the details of the incompatible pair: every rule, the token id that differs
+    tab.choose_drafter("draft-model", picker.library.models_dir / SMOLLM_FILE)
+    checks = {rule: (ok, detail) for rule, ok, detail in tab.pair_check.rule_rows()}
+    assert list(checks) == ["vocab_type", "bos_token", "eos_token", "vocab_size", "token_text"]
+    assert checks["vocab_type"][0] is False
+    assert checks["eos_token"][0] is True
+    assert checks["token_text"] == (False, "token 5 differs: target '[multimodal]', draft '<file_sep>'")
+    assert "Incompatible: vocab_type" in tab.pair_check.verdict_label.text()
+    assert not picker.use_button.isEnabled()
+    assert "cannot draft for it" in picker.summary_label.text()
+    # the compatible copy: all rules pass, the size warning is shown
+    tab.choose_drafter("draft-model", picker.library.models_dir / GEMMA_COPY_FILE)
+    assert all(ok for _, ok, _ in tab.pair_check.rule_rows())
+    assert "expect no speedup" in tab.pair_check.note_label.text()
+    assert picker.use_button.isEnabled()
+
+
+def test_broken_file_cannot_be_the_target(qtbot, picker: ModelPickerWindow) -> None:  # type: ignore[no-untyped-def]
+    tab = picker.library_tab
+    tab.choose_target(picker.library.models_dir / "broken.gguf")
+    assert tab.target is None
+    assert "cannot be used" in tab.draft_list.topLevelItem(0).text(0)
+    assert not picker.use_button.isEnabled()
+
+
+def test_choice_is_saved_and_signalled(qtbot, picker: ModelPickerWindow) -> None:  # type: ignore[no-untyped-def]
+    _choose_gemma(qtbot, picker)
+    copy = picker.library.models_dir / GEMMA_COPY_FILE
+    assert picker.library_tab.choose_drafter("draft-model", copy)
+    with qtbot.waitSignal(picker.models_chosen, timeout=5000) as blocker:
+        picker.use_button.click()
+    chosen = blocker.args[0]
+    assert chosen == ModelsChosen(picker.library.models_dir / GEMMA_FILE, copy, "draft-model")
+    s = load_settings().settings
+    assert (s.model.target_path, s.model.draft_path, s.speculation.mode) == (
+        chosen.target_path, copy, "draft-model")
+    assert not picker.isVisible()  # "Use these models" closes the picker
+
+
+def test_prompt_lookup_choice_updates_a_settings_object_passed_in(qtbot, models_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    settings = Settings()
+    settings.sampling.max_tokens = 77  # the rest of the object is left as it is
+    w = ModelPickerWindow(settings=settings)
+    qtbot.addWidget(w)
+    wait_scanned(qtbot, w)
+    _choose_gemma(qtbot, w)
+    w.library_tab.choose_drafter("prompt-lookup")
+    with qtbot.waitSignal(w.models_chosen, timeout=5000) as blocker:
+        w.apply_choice()
+    assert blocker.args[0].draft_path is None
+    assert blocker.args[0].speculation_mode == "prompt-lookup"
+    assert settings.model.target_path == models_dir / GEMMA_FILE
+    saved = load_settings().settings
+    assert saved.speculation.mode == "prompt-lookup" and saved.sampling.max_tokens == 77
+    assert w.shutdown()
+
+
+def test_saved_choice_is_selected_when_the_picker_opens(qtbot, models_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    s = Settings()
+    s.model.target_path = models_dir / GEMMA_FILE
+    s.model.draft_path = models_dir / GEMMA_COPY_FILE
+    s.speculation.mode = "draft-model"
+    save_settings(s)
+    w = ModelPickerWindow()
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: w.library_tab.drafter is not None, timeout=SCAN_TIMEOUT_MS)
+    assert w.library_tab.target is not None and w.library_tab.target.path == models_dir / GEMMA_FILE
+    assert w.library_tab.drafter.draft_path == models_dir / GEMMA_COPY_FILE
+    assert w.choice() is not None
+    assert w.shutdown()
+
+
+def test_open_gguf_and_add_folder(qtbot, picker: ModelPickerWindow, tiny_target: Path,  # type: ignore[no-untyped-def]
+                                  tmp_path: Path, smollm_path: Path) -> None:
+    tab = picker.library_tab
+    with qtbot.waitSignal(tab.scan_finished, timeout=SCAN_TIMEOUT_MS):
+        tab.open_file(tiny_target)
+    assert tiny_target.name in _rows(picker)
+    assert tab.target is not None and tab.target.path == tiny_target  # an opened file is chosen
+    folder = tmp_path / "more" / "nested"
+    folder.mkdir(parents=True)
+    shutil.copyfile(tiny_target, folder / "other.gguf")  # a symlink would be listed once
+    with qtbot.waitSignal(tab.scan_finished, timeout=SCAN_TIMEOUT_MS):
+        tab.add_folder(tmp_path / "more")
+    assert "other.gguf" in _rows(picker)
+    config = load_library_config()
+    assert tiny_target in config.files and tmp_path / "more" in config.folders
+    # a file that is not a GGUF is refused with a message; the list stays
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("hello")
+    with qtbot.waitSignal(tab.failed, timeout=SCAN_TIMEOUT_MS) as blocker:
+        tab.open_file(bad)
+    assert "notes.gguf" in blocker.args[0].message
+    qtbot.waitUntil(lambda: picker.message_bar.isVisible(), timeout=2000)
+    assert len(_rows(picker)) == 6
+
+
+def test_closing_during_a_scan_does_not_hang(qtbot, models_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    w = ModelPickerWindow()
+    qtbot.addWidget(w)
+    w.show()
+    w.library_tab.rescan()  # supersedes the first scan
+    w.close()
+    assert w.shutdown(10_000)
+    assert w.tasks.activeThreadCount() == 0
