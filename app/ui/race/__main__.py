@@ -1,0 +1,69 @@
+"""Open the race window on its own: ``python -m app.ui.race --model M [options]``.
+
+For trying the race without the chat window (and for screenshots): loads the target (and
+optional draft model) on the GUI thread, offers the history store's conversations to the
+prompt-lookup estimate, and with ``--start`` starts a race at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the options, open the window, run until it is closed. Returns 0."""
+    p = argparse.ArgumentParser(prog="python -m app.ui.race", description=__doc__)
+    p.add_argument("--model", required=True, type=Path, help="target model GGUF")
+    p.add_argument("--draft", type=Path, help="draft model GGUF (default: prompt lookup)")
+    p.add_argument("--example", default=None, help="a builtin example prompt, e.g. rename-variable")
+    p.add_argument("--prompt", default="", help="a custom prompt text")
+    p.add_argument("--k", type=int, default=4, help="draft length (4)")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--temp", type=float, default=0.0)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--n-ctx", type=int, default=2048)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--start", action="store_true", help="start the race right away")
+    args = p.parse_args(argv)
+
+    from app.engine.sampling import SamplingParams
+    from app.engine.session import Session, SessionConfig, SpeculationConfig
+    from app.store.history import HistoryError, HistoryStore
+    from app.ui.launch import create_application
+    from app.ui.race import RaceWindow, conversations_from_history
+
+    qapp = create_application(sys.argv[:1])
+    session = Session.open(SessionConfig(target_path=args.model, draft_path=args.draft,
+                                         n_ctx=args.n_ctx, n_threads=args.threads))
+    try:
+        try:
+            with HistoryStore.open() as store:
+                conversations = conversations_from_history(store)
+        except HistoryError:
+            conversations = []
+        mode = "draft-model" if args.draft else "prompt-lookup"
+        window = RaceWindow(
+            session,
+            sampling=SamplingParams(temperature=args.temp, seed=args.seed,
+                                    max_tokens=args.max_tokens),
+            speculation=SpeculationConfig(mode=mode, draft_max=args.k),
+            prompt=args.prompt,
+            conversations=conversations,
+        )
+        if args.example:
+            window.select_example(args.example)
+        window.show()
+        if args.start:
+            window.start_race()
+        status = qapp.exec()
+        window.shutdown()
+    finally:
+        session.close()
+    return int(status)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,262 @@
+""""Is prompt lookup worth it for me?": the n-gram hit rate over past conversations.
+
+The user ticks past conversations; the race worker replays n-gram lookup over their
+assistant replies with :func:`app.engine.lookup_estimate.estimate_lookup_hit_rate`
+(tokenized with the loaded target, no model runs) and this widget shows, per n = 2..5,
+the hit rate (share of reply tokens lookup would have predicted), the precision (right
+proposals / proposals, the figure comparable with α at draft position 1) and the coverage
+(how often lookup had anything to propose), next to any α actually measured with prompt
+lookup: in the stored statistics of the same conversations, in this window's race and in
+its k sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine.lookup_estimate import LookupEstimate
+from app.ui.race.history_source import PastConversation, measured_lookup_alpha
+
+#: rule of thumb for the verdict: best-n hit rate at or above which lookup clearly pays
+WORTH_IT = 0.30
+#: below this, lookup seldom proposes the right token
+NOT_WORTH_IT = 0.10
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{v * 100:.0f} %"
+
+
+def verdict(estimate: LookupEstimate) -> str:
+    """A plain-words verdict from the best n's hit rate (rule of thumb, see the
+    thresholds :data:`WORTH_IT` and :data:`NOT_WORTH_IT`)."""
+    best = estimate.best_n
+    if best is None or not estimate.reply_tokens:
+        return "No assistant replies in the chosen conversations: nothing to estimate."
+    h = estimate.for_n(best).hit_rate or 0.0
+    share = f"{h * 100:.0f} % of the reply tokens"
+    if h >= WORTH_IT:
+        return (f"Likely worth it. With n = {best}, lookup would have predicted {share}: "
+                "your replies repeat a lot of what came before (code edits, rewrites, "
+                "quotes), which is where prompt lookup shines.")
+    if h >= NOT_WORTH_IT:
+        return (f"Sometimes. With n = {best}, lookup would have predicted {share}. Expect "
+                "a gain on replies that repeat the conversation and little on the rest.")
+    return (f"Probably not. Even with n = {best}, lookup would have predicted only {share}. "
+            "When it finds no match it proposes nothing, so leaving it on costs little, but "
+            "a draft model will help more on replies like these.")
+
+
+class LookupEstimateWidget(QWidget):
+    """The prompt-lookup estimate tab (see the module docstring)."""
+
+    estimate_clicked = Signal()
+    """The user asked for an estimate over :meth:`selected_conversations`."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("lookupView")
+        self._conversations: list[PastConversation] = []
+        self._estimate: LookupEstimate | None = None
+        self._measured: dict[str, float] = {}
+        self._busy = False
+        self._build()
+
+    def _build(self) -> None:
+        row = QHBoxLayout(self)
+        row.setContentsMargins(10, 8, 10, 8)
+        row.setSpacing(12)
+
+        left = QVBoxLayout()
+        left.addWidget(QLabel("Past conversations to replay:"))
+        self.list = QListWidget()
+        self.list.setObjectName("lookupConversations")
+        self.list.itemChanged.connect(self._on_list_item_changed)
+        left.addWidget(self.list, 1)
+        buttons = QHBoxLayout()
+        self.all_button = QPushButton("All")
+        self.all_button.clicked.connect(self._on_all_button_clicked)
+        self.none_button = QPushButton("None")
+        self.none_button.clicked.connect(self._on_none_button_clicked)
+        self.estimate_button = QPushButton("Estimate")
+        self.estimate_button.setObjectName("primaryButton")
+        self.estimate_button.clicked.connect(self._on_estimate_button_clicked)
+        buttons.addWidget(self.all_button)
+        buttons.addWidget(self.none_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.estimate_button)
+        left.addLayout(buttons)
+        row.addLayout(left, 2)
+
+        right = QVBoxLayout()
+        about = QLabel(
+            "Prompt lookup drafts by finding the last n tokens earlier in the conversation "
+            "and proposing what followed them. This replays that rule over your stored "
+            "replies, without running a model. <b>Hit rate</b>: share of reply tokens it "
+            "would have predicted. <b>Precision</b>: right proposals ÷ proposals, the "
+            "figure to compare with a measured α. <b>Coverage</b>: how often it had "
+            "anything to propose.")
+        about.setWordWrap(True)
+        about.setObjectName("lookupAbout")
+        right.addWidget(about)
+        self.table = QTableWidget(0, 5)
+        self.table.setHorizontalHeaderLabels(["n", "hit rate", "precision", "coverage",
+                                              "tokens"])
+        self.table.verticalHeader().hide()
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.table.setMaximumHeight(150)
+        right.addWidget(self.table)
+        self.summary = QLabel("Choose conversations and press Estimate.")
+        self.summary.setObjectName("lookupSummary")
+        self.summary.setWordWrap(True)
+        right.addWidget(self.summary)
+        self.measured_label = QLabel("")
+        self.measured_label.setObjectName("lookupMeasured")
+        self.measured_label.setWordWrap(True)
+        self.measured_label.setTextFormat(Qt.TextFormat.RichText)
+        right.addWidget(self.measured_label)
+        self.verdict_label = QLabel("")
+        self.verdict_label.setObjectName("lookupVerdict")
+        self.verdict_label.setWordWrap(True)
+        right.addWidget(self.verdict_label)
+        right.addStretch(1)
+        row.addLayout(right, 3)
+
+    # -- conversations ----------------------------------------------------------------
+    def set_conversations(self, conversations: Sequence[PastConversation]) -> None:
+        """Offer these conversations, all ticked."""
+        self._conversations = list(conversations)
+        self.list.clear()
+        for conv in self._conversations:
+            n = conv.assistant_replies
+            item = QListWidgetItem(f"{conv.title}  ·  {n} repl{'y' if n == 1 else 'ies'}")
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+            item.setCheckState(Qt.CheckState.Checked)
+            self.list.addItem(item)
+        if not self._conversations:
+            self.summary.setText("No past conversations with replies yet. Chat a little, "
+                                 "then come back.")
+        self._update_measured()
+        self._update_buttons()
+
+    def selected_conversations(self) -> list[PastConversation]:
+        return [c for i, c in enumerate(self._conversations)
+                if self.list.item(i).checkState() == Qt.CheckState.Checked]
+
+    def set_all_checked(self, checked: bool) -> None:
+        state = Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked
+        for i in range(self.list.count()):
+            self.list.item(i).setCheckState(state)
+
+    # -- results ----------------------------------------------------------------------
+    @property
+    def estimate(self) -> LookupEstimate | None:
+        return self._estimate
+
+    def set_busy(self, busy: bool) -> None:
+        self._busy = busy
+        if busy:
+            self.summary.setText("Replaying n-gram lookup over the chosen replies…")
+        self._update_buttons()
+
+    def set_measured_alpha(self, source: str, alpha: float | None) -> None:
+        """Show an α measured with prompt lookup elsewhere (``source``: "this window's
+        race", "the k sweep"); None removes it."""
+        if alpha is None:
+            self._measured.pop(source, None)
+        else:
+            self._measured[source] = alpha
+        self._update_measured()
+
+    def show_estimate(self, estimate: LookupEstimate) -> None:
+        self._busy = False
+        self._estimate = estimate
+        hits = list(estimate.by_n)
+        self.table.setRowCount(len(hits))
+        best = estimate.best_n
+        for i, h in enumerate(hits):
+            cells = [str(h.n), _pct(h.hit_rate), _pct(h.precision), _pct(h.coverage),
+                     f"{h.hits}/{h.positions}"]
+            for j, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
+                if h.n == best:
+                    f = item.font()
+                    f.setBold(True)
+                    item.setFont(f)
+                self.table.setItem(i, j, item)
+        self.summary.setText(f"{estimate.replies} assistant replies, {estimate.reply_tokens} "
+                             "tokens replayed.")
+        self.verdict_label.setText(verdict(estimate))
+        self._update_measured()
+        self._update_buttons()
+
+    def show_error(self, message: str) -> None:
+        self._busy = False
+        self.summary.setText(message)
+        self._update_buttons()
+
+    def measured_entries(self) -> list[tuple[str, float, int | None]]:
+        """(source, α, replies or None) of every measured α on show."""
+        out: list[tuple[str, float, int | None]] = []
+        alpha, n = measured_lookup_alpha(self.selected_conversations())
+        if alpha is not None:
+            out.append(("stored prompt-lookup replies of these conversations", alpha, n))
+        out += [(src, a, None) for src, a in self._measured.items()]
+        return out
+
+    def _update_measured(self) -> None:
+        entries = self.measured_entries()
+        if not entries:
+            self.measured_label.setText(
+                "No α measured with prompt lookup yet (chat with prompt lookup on, or race "
+                "with it here, to have one to compare).")
+            return
+        lines = []
+        best = self._estimate.for_n(self._estimate.best_n) if (
+            self._estimate is not None and self._estimate.best_n is not None) else None
+        for src, a, n in entries:
+            extra = f" ({n} repl{'y' if n == 1 else 'ies'})" if n is not None else ""
+            lines.append(f"Measured α = <b>{a:.2f}</b> in {src}{extra}")
+        if best is not None and best.precision is not None:
+            lines.append(f"Estimated precision at n = {best.n}: <b>{best.precision:.2f}</b>")
+        self.measured_label.setText("<br>".join(lines))
+
+    def _update_buttons(self) -> None:
+        has = bool(self._conversations)
+        self.estimate_button.setEnabled(has and not self._busy)
+        self.all_button.setEnabled(has)
+        self.none_button.setEnabled(has)
+
+    @Slot(QListWidgetItem)
+    def _on_list_item_changed(self, _item: QListWidgetItem) -> None:
+        self._update_measured()
+
+    @Slot()
+    def _on_all_button_clicked(self) -> None:
+        self.set_all_checked(True)
+
+    @Slot()
+    def _on_none_button_clicked(self) -> None:
+        self.set_all_checked(False)
+
+    @Slot()
+    def _on_estimate_button_clicked(self) -> None:
+        self.estimate_clicked.emit()

@@ -1,0 +1,687 @@
+"""The race window: what speculative decoding buys, on the user's own machine.
+
+A separate top-level window that the chat window opens with its loaded
+:class:`~app.engine.session.Session` (the target is never loaded twice), the current
+conversation or a prompt, and its sampling and speculation settings. Four tabs:
+
+* **Race**: the same prompt and seed with speculation off, then on (the chosen drafter
+  and k), run one after the other on the race worker thread; then both replies replay
+  side by side from t = 0 at their true pace, followed by the table of figures and the
+  verdict on the two texts (:mod:`app.ui.race.race_view`). Export as PNG or Markdown.
+* **k sweep**: measured tok/s against k with the predicted curve, and the best k applied
+  with one click (:attr:`RaceWindow.draft_length_applied`).
+* **Prompt lookup**: would n-gram lookup have helped on past conversations?
+* **Calculator**: α, k and c give E and the predicted speedup.
+
+Everything that touches the model runs on :class:`~app.ui.race.worker.RaceWorker`'s
+thread. Closing the window stops a race or sweep within one engine round and joins the
+thread. The session belongs to the chat window: it must keep the model loaded while this
+window is open (or call :meth:`RaceWindow.shutdown` before unloading it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine.bench import BenchPrompt, load_prompts
+from app.engine.chat import ChatMessage
+from app.engine.sampling import SamplingParams
+from app.engine.session import Session, SpeculationConfig
+from app.errors import TandemError
+from app.ui.payloads import UserError
+from app.ui.qt_compat import apply_qt_workarounds
+from app.ui.race.calculator import SpeedupCalculatorWidget
+from app.ui.race.history_source import PastConversation
+from app.ui.race.lookup_view import LookupEstimateWidget
+from app.ui.race.payloads import (
+    LookupDone,
+    LookupRequest,
+    PromptSpec,
+    RaceDone,
+    RaceProgressed,
+    RaceRequest,
+    SweepDone,
+    SweepProgressed,
+    SweepRequest,
+)
+from app.ui.race.race_view import RaceViewWidget
+from app.ui.race.sweep_view import KSweepWidget
+from app.ui.race.worker import RaceWorkerHost
+
+log = logging.getLogger(__name__)
+
+#: longest reply the race offers by default (both runs and the replay take this long)
+DEFAULT_RACE_TOKENS = 128
+
+STYLE = """
+#raceHeader { background: #ffffff; border-bottom: 1px solid #dde3ea; }
+#raceTarget { font-weight: 600; color: #1a365d; }
+#raceError { background: #fde8e8; color: #822727; padding: 6px 10px; border-radius: 4px; }
+#raceError[level="warning"] { background: #fff5db; color: #744210; }
+#raceError[level="info"] { background: #e6fffa; color: #234e52; }
+#raceLane { background: #ffffff; border: 1px solid #dde3ea; border-radius: 8px; }
+#raceLane[side="on"] { border: 1px solid #a3bffa; }
+#laneTitle { font-size: 15px; font-weight: 700; color: #2d3748; }
+#laneSubtitle { color: #4a5568; }
+#laneBadge { color: #4a5568; padding: 2px 8px; border-radius: 9px; background: #edf2f7; }
+#laneBadge[winner="true"] { color: #ffffff; background: #2f855a; font-weight: 700; }
+#laneText { background: #fbfcfd; border: 1px solid #e3e8ee; border-radius: 6px; }
+#statValue { font-size: 22px; font-weight: 700; color: #1a202c; }
+#raceLane[side="on"] #statValue { color: #2b6cb0; }
+#statCaption { color: #718096; font-size: 11px; }
+#raceResults { background: #ffffff; border: 1px solid #dde3ea; border-radius: 8px; }
+#racePlaceholder { color: #a0aec0; }
+#raceVerdict { font-size: 14px; font-weight: 700; color: #c05621; }
+#raceVerdict[identical="true"] { color: #2f855a; }
+#raceExplanation { color: #744210; background: #fffaf0; padding: 6px; border-radius: 4px; }
+#raceSettings, #sweepCaption, #lookupAbout { color: #718096; font-size: 11px; }
+#raceStatus { color: #4a5568; }
+#sweepRecommendation { font-weight: 600; color: #22543d; }
+#sweepError { color: #c53030; }
+#lookupVerdict { font-weight: 600; color: #22543d; }
+#calcBig { font-size: 20px; font-weight: 700; color: #2b6cb0; }
+"""
+
+
+def _examples() -> list[tuple[str, BenchPrompt]]:
+    """The builtin prompts as ("code: rename-variable", prompt) (none if unreadable)."""
+    out: list[tuple[str, BenchPrompt]] = []
+    for name in ("code", "chat"):
+        try:
+            out += [(f"{name}: {p.name}", p) for p in load_prompts(f"builtin:{name}")]
+        except TandemError:
+            log.warning("builtin prompt set %s unavailable", name)
+    return out
+
+
+class RaceWindow(QMainWindow):
+    """The race window (see the module docstring).
+
+    Args:
+        session: the loaded target (and draft model, if any); shared with the chat
+            window, which must not unload it while this window is open.
+        sampling: the chat window's sampling settings (temperature, seed, max tokens and
+            the sampler chain); the race window lets the user change temperature, seed
+            and max tokens for the race.
+        speculation: the chat window's speculation settings; mode "off" starts the race
+            with prompt lookup (a race needs a drafter).
+        messages: the current conversation; the race then regenerates its last reply
+            (trailing assistant messages are dropped). Takes precedence over ``prompt``.
+        prompt: a prompt text to race instead (without ``messages``); neither: the first
+            builtin code-editing example.
+        conversations: past conversations offered to the prompt-lookup estimate
+            (:func:`app.ui.race.conversations_from_history`).
+        parent: the chat window; this window stays top-level, and closes (joining its
+            thread) when the parent closes.
+    """
+
+    draft_length_applied = Signal(int)
+    """k: the user applied this draft length from the k sweep (the chat window should
+    set its speculation's draft_max to it)."""
+    busy_changed = Signal(bool)
+    """True while a race or k sweep uses the model, False when it is free again (the chat
+    window should not start a reply meanwhile: the engine would refuse it)."""
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        sampling: SamplingParams | None = None,
+        speculation: SpeculationConfig | None = None,
+        messages: Sequence[ChatMessage] = (),
+        prompt: str = "",
+        conversations: Sequence[PastConversation] = (),
+        parent: QWidget | None = None,
+    ) -> None:
+        apply_qt_workarounds()
+        super().__init__(parent)
+        self.setWindowFlag(Qt.WindowType.Window, True)
+        self.setWindowTitle("Tandem — race: speculation off vs on")
+        self.setObjectName("raceWindow")
+        self.setStyleSheet(STYLE)
+        self.session = session
+        self._sampling = sampling or SamplingParams()
+        spec = speculation or SpeculationConfig(mode="prompt-lookup")
+        if spec.mode == "off":
+            spec = spec.model_copy(update={"mode": "prompt-lookup"})
+        self._speculation = spec
+        msgs = list(messages)
+        while msgs and msgs[-1].role == "assistant":
+            msgs.pop()
+        self._messages = tuple(msgs) if any(m.role == "user" for m in msgs) else ()
+        self._examples = _examples()
+        self._seq = 0
+        self._race_id: int | None = None
+        self._sweep_id: int | None = None
+        self._lookup_id: int | None = None
+        self._closed = False
+        self._filling_prompt = False
+
+        self.host = RaceWorkerHost(session, self)
+        w = self.host.worker
+        w.race_progressed.connect(self._on_worker_race_progressed)
+        w.race_finished.connect(self._on_worker_race_finished)
+        w.sweep_progressed.connect(self._on_worker_sweep_progressed)
+        w.sweep_finished.connect(self._on_worker_sweep_finished)
+        w.lookup_estimated.connect(self._on_worker_lookup_estimated)
+
+        self._build(prompt)
+        self.lookup_view.set_conversations(conversations)
+        self._update_state()
+        self.resize(1360, 860)
+        if parent is not None:
+            parent.installEventFilter(self)
+
+    # -- layout -----------------------------------------------------------------------
+    def _build(self, prompt: str) -> None:
+        central = QWidget()
+        col = QVBoxLayout(central)
+        col.setContentsMargins(0, 0, 0, 0)
+        col.setSpacing(0)
+
+        header = QFrame()
+        header.setObjectName("raceHeader")
+        hc = QVBoxLayout(header)
+        hc.setContentsMargins(12, 8, 12, 8)
+        hc.setSpacing(6)
+        top = QHBoxLayout()
+        self.target_label = QLabel(f"Target: {self.session.config.target_path.name}")
+        self.target_label.setObjectName("raceTarget")
+        top.addWidget(self.target_label)
+        top.addSpacing(16)
+        top.addWidget(QLabel("Prompt:"))
+        self.prompt_combo = QComboBox()
+        self.prompt_combo.setMinimumWidth(260)
+        if self._messages:
+            n = len(self._messages)
+            self.prompt_combo.addItem(f"This conversation ({n} message{'s' * (n != 1)})",
+                                      ("conversation", None))
+        self.prompt_combo.addItem("Custom text", ("custom", None))
+        for label, example in self._examples:
+            self.prompt_combo.addItem(f"Example — {label}", ("example", example))
+        top.addWidget(self.prompt_combo)
+        top.addStretch(1)
+        hc.addLayout(top)
+
+        self.prompt_edit = QPlainTextEdit()
+        self.prompt_edit.setObjectName("racePrompt")
+        self.prompt_edit.setFixedHeight(72)
+        self.prompt_edit.setPlaceholderText("The prompt both runs answer")
+        hc.addWidget(self.prompt_edit)
+
+        row = QHBoxLayout()
+        row.setSpacing(8)
+        row.addWidget(QLabel("Drafter"))
+        self.drafter_combo = QComboBox()
+        self.drafter_combo.addItem("Prompt lookup", "prompt-lookup")
+        draft = self.session.draft_model
+        if draft is not None:
+            self.drafter_combo.addItem(f"Draft model · {draft.path.name}", "draft-model")
+        idx = self.drafter_combo.findData(self._speculation.mode)
+        self.drafter_combo.setCurrentIndex(max(0, idx))
+        row.addWidget(self.drafter_combo)
+        row.addWidget(QLabel("k"))
+        self.k_spin = QSpinBox()
+        self.k_spin.setRange(1, 16)
+        self.k_spin.setValue(min(16, self._speculation.draft_max))
+        self.k_spin.setToolTip("Draft length: tokens proposed per round. On the CPU, k ≤ 2 "
+                               "keeps the two texts bit-identical.")
+        row.addWidget(self.k_spin)
+        row.addSpacing(10)
+        row.addWidget(QLabel("Seed"))
+        self.seed_spin = QSpinBox()
+        self.seed_spin.setRange(-1, 2**31 - 1)
+        self.seed_spin.setSpecialValueText("random")
+        self.seed_spin.setValue(self._sampling.seed if self._sampling.seed < 2**31 else -1)
+        row.addWidget(self.seed_spin)
+        row.addWidget(QLabel("Temperature"))
+        self.temp_spin = QDoubleSpinBox()
+        self.temp_spin.setRange(0.0, 2.0)
+        self.temp_spin.setSingleStep(0.1)
+        self.temp_spin.setDecimals(2)
+        self.temp_spin.setValue(min(2.0, self._sampling.temperature))
+        row.addWidget(self.temp_spin)
+        row.addWidget(QLabel("Max tokens"))
+        self.max_spin = QSpinBox()
+        self.max_spin.setRange(4, 4096)
+        self.max_spin.setValue(min(DEFAULT_RACE_TOKENS, self._sampling.max_tokens))
+        row.addWidget(self.max_spin)
+        row.addStretch(1)
+        self.start_button = QPushButton("Start race")
+        self.start_button.setObjectName("primaryButton")
+        self.start_button.setMinimumWidth(120)
+        self.start_button.clicked.connect(self._on_start_button_clicked)
+        row.addWidget(self.start_button)
+        hc.addLayout(row)
+        self.message = QLabel("")
+        self.message.setObjectName("raceError")
+        self.message.setWordWrap(True)
+        self.message.hide()
+        hc.addWidget(self.message)
+        col.addWidget(header)
+
+        self.tabs = QTabWidget()
+        self.race_view = RaceViewWidget()
+        self.sweep_view = KSweepWidget()
+        self.lookup_view = LookupEstimateWidget()
+        self.calculator = SpeedupCalculatorWidget()
+        self.tabs.addTab(self.race_view, "Race")
+        self.tabs.addTab(self.sweep_view, "k sweep")
+        self.tabs.addTab(self.lookup_view, "Is prompt lookup worth it?")
+        self.tabs.addTab(self.calculator, "Calculator")
+        col.addWidget(self.tabs, 1)
+        self.setCentralWidget(central)
+
+        self.race_view.export_png_clicked.connect(self._on_race_view_export_png_clicked)
+        self.race_view.export_markdown_clicked.connect(self._on_race_view_export_markdown_clicked)
+        self.sweep_view.run_clicked.connect(self._on_sweep_view_run_clicked)
+        self.sweep_view.stop_clicked.connect(self._on_sweep_view_stop_clicked)
+        self.sweep_view.apply_clicked.connect(self._on_sweep_view_apply_clicked)
+        self.lookup_view.estimate_clicked.connect(self._on_lookup_view_estimate_clicked)
+        self.prompt_combo.currentIndexChanged.connect(self._on_prompt_combo_current_index_changed)
+        self.prompt_edit.textChanged.connect(self._on_prompt_edit_text_changed)
+        self.drafter_combo.currentIndexChanged.connect(self._on_drafter_combo_current_index_changed)
+        self.k_spin.valueChanged.connect(self._on_k_spin_value_changed)
+
+        if self._messages:
+            self.prompt_combo.setCurrentIndex(0)
+        elif prompt.strip() or not self._examples:
+            self.prompt_combo.setCurrentIndex(self.prompt_combo.findText("Custom text"))
+        else:
+            self.prompt_combo.setCurrentIndex(1)  # the first code example
+        self._fill_prompt(prompt)
+        self._update_on_subtitle()
+
+    # -- the prompt -------------------------------------------------------------------
+    def _fill_prompt(self, custom: str = "") -> None:
+        kind, example = self.prompt_combo.currentData()
+        self._filling_prompt = True
+        try:
+            if kind == "conversation":
+                self.prompt_edit.setReadOnly(True)
+                self.prompt_edit.setPlainText("\n\n".join(
+                    f"{m.role}: {m.content}" for m in self._messages))
+            elif kind == "example":
+                assert isinstance(example, BenchPrompt)
+                self.prompt_edit.setReadOnly(False)
+                plain = self.session.chat_format.uses_fallback
+                self.prompt_edit.setPlainText(example.plain if plain else example.chat)
+            else:
+                self.prompt_edit.setReadOnly(False)
+                if custom:
+                    self.prompt_edit.setPlainText(custom)
+        finally:
+            self._filling_prompt = False
+
+    def prompt_spec(self) -> PromptSpec:
+        """What the next race or sweep will run."""
+        kind, example = self.prompt_combo.currentData()
+        if kind == "conversation":
+            return PromptSpec(text="", messages=self._messages, name="this conversation")
+        text = self.prompt_edit.toPlainText()
+        if kind == "example":
+            assert isinstance(example, BenchPrompt)
+            return PromptSpec(text=text, stop=example.stop, name=example.name)
+        return PromptSpec(text=text, name="custom")
+
+    def select_prompt(self, text: str) -> None:
+        """Race ``text`` as a custom prompt (no stop strings)."""
+        self.prompt_combo.setCurrentIndex(self.prompt_combo.findText("Custom text"))
+        self.prompt_edit.setPlainText(text)
+
+    def select_example(self, name: str) -> None:
+        """Race the builtin example called ``name`` (e.g. "rename-variable").
+
+        Raises:
+            KeyError: no such example.
+        """
+        for i in range(self.prompt_combo.count()):
+            kind, example = self.prompt_combo.itemData(i)
+            if kind == "example" and example.name == name:
+                self.prompt_combo.setCurrentIndex(i)
+                return
+        raise KeyError(name)
+
+    # -- settings ---------------------------------------------------------------------
+    def sampling(self) -> SamplingParams:
+        """The chat window's sampling with this window's temperature, seed, max tokens."""
+        return self._sampling.model_copy(update={
+            "temperature": self.temp_spin.value(),
+            "seed": self.seed_spin.value(),
+            "max_tokens": self.max_spin.value(),
+        })
+
+    def speculation(self) -> SpeculationConfig:
+        """The "on" side: the chosen drafter and k (other settings from the chat window)."""
+        return self._speculation.model_copy(update={
+            "mode": self.drafter_combo.currentData(),
+            "draft_max": self.k_spin.value(),
+        })
+
+    def set_race_settings(self, *, k: int | None = None, seed: int | None = None,
+                          temperature: float | None = None, max_tokens: int | None = None,
+                          drafter: str | None = None) -> None:
+        """Set the race's controls from code (tests, the standalone launcher)."""
+        if k is not None:
+            self.k_spin.setValue(k)
+        if seed is not None:
+            self.seed_spin.setValue(seed)
+        if temperature is not None:
+            self.temp_spin.setValue(temperature)
+        if max_tokens is not None:
+            self.max_spin.setValue(max_tokens)
+        if drafter is not None:
+            idx = self.drafter_combo.findData(drafter)
+            if idx < 0:
+                raise ValueError(f"drafter {drafter!r} is not available")
+            self.drafter_combo.setCurrentIndex(idx)
+
+    def _update_on_subtitle(self) -> None:
+        mode = self.drafter_combo.currentData()
+        words = "prompt lookup" if mode == "prompt-lookup" else "draft model"
+        self.race_view.set_lane_titles(f"{words}, k = {self.k_spin.value()}")
+
+    # -- state ------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        """A race or a k sweep is running on the model."""
+        return self._race_id is not None or self._sweep_id is not None
+
+    def _update_state(self) -> None:
+        racing = self._race_id is not None
+        sweeping = self._sweep_id is not None
+        self.start_button.setText("Stop" if racing else "Start race")
+        self.start_button.setEnabled(not sweeping)
+        for w in (self.prompt_combo, self.prompt_edit, self.drafter_combo, self.k_spin,
+                  self.seed_spin, self.temp_spin, self.max_spin):
+            w.setEnabled(not self.busy)
+        self.sweep_view.set_enabled_to_run(not racing)
+
+    def _set_busy(self, race_id: int | None = None, sweep_id: int | None = None) -> None:
+        was = self.busy
+        self._race_id, self._sweep_id = race_id, sweep_id
+        self._update_state()
+        if was != self.busy:
+            self.busy_changed.emit(self.busy)
+
+    def show_error(self, error: UserError) -> None:
+        """Log ``error`` and show it at the top of the window (the one place errors go)."""
+        if error.detail:
+            log.error("%s: %s\n%s", error.title, error.message, error.detail)
+        else:
+            log.warning("%s: %s", error.title, error.message)
+        self._show_message(f"<b>{error.title}.</b> {error.message}", error.level)
+
+    def _show_message(self, html: str, level: str) -> None:
+        self.message.setText(html)
+        self.message.setProperty("level", level)
+        self.message.style().unpolish(self.message)
+        self.message.style().polish(self.message)
+        self.message.show()
+
+    def _clear_message(self) -> None:
+        self.message.hide()
+
+    # -- race -------------------------------------------------------------------------
+    def start_race(self) -> bool:
+        """Start a race with the current settings. Returns False when busy, closed or
+        the prompt is empty (the reason is shown)."""
+        if self.busy or self._closed:
+            return False
+        spec = self.prompt_spec()
+        if not spec.messages and not spec.text.strip():
+            self.show_error(UserError("No prompt", "Type a prompt or choose an example.",
+                                      level="warning"))
+            return False
+        self._clear_message()
+        self._seq += 1
+        request = RaceRequest(self._seq, spec, self.sampling(), self.speculation())
+        self._set_busy(race_id=self._seq)
+        self.tabs.setCurrentWidget(self.race_view)
+        self.race_view.begin_race()
+        self.host.race(request)
+        return True
+
+    def stop(self) -> None:
+        """Stop the running race or sweep; the engine stops within one round and what
+        ran so far is shown."""
+        self.host.stop()
+
+    @Slot()
+    def _on_start_button_clicked(self) -> None:
+        if self._race_id is not None:
+            self.stop()
+        else:
+            self.start_race()
+
+    @Slot(object)
+    def _on_worker_race_progressed(self, p: RaceProgressed) -> None:
+        if p.request_id == self._race_id and not self._closed:
+            self.race_view.show_progress(p.lane, p.tokens, p.max_tokens)
+
+    @Slot(object)
+    def _on_worker_race_finished(self, done: RaceDone) -> None:
+        if done.request_id != self._race_id or self._closed:
+            return
+        self._set_busy()
+        if done.error is not None or done.recording is None:
+            self.race_view.end_without_race("The race did not run.")
+            if done.error is not None:
+                self.show_error(done.error)
+            return
+        rec = done.recording
+        r = rec.result
+        if r.cancelled and not r.on.token_ids and not r.off.token_ids:
+            self.race_view.end_without_race("Stopped before any token was produced.")
+            return
+        self.race_view.show_recording(rec)
+        s = r.on.stats
+        self.calculator.set_measured(s.acceptance_rate, s.draft_cost_ratio, s.draft_max or None)
+        if s.mode == "prompt-lookup":
+            self.lookup_view.set_measured_alpha("this window's race", s.acceptance_rate)
+        if s.fallback_reason:
+            self._show_message(s.fallback_reason, "warning")
+
+    # -- k sweep ----------------------------------------------------------------------
+    def start_sweep(self) -> bool:
+        """Start the k sweep with the sweep tab's draft lengths. Returns False when busy
+        or the input is invalid (the reason is shown)."""
+        if self.busy or self._closed:
+            return False
+        try:
+            ks = self.sweep_view.ks()
+        except ValueError as exc:
+            self.sweep_view.show_error(str(exc))
+            return False
+        spec = self.prompt_spec()
+        if not spec.messages and not spec.text.strip():
+            self.sweep_view.show_error("Type a prompt or choose an example above.")
+            return False
+        self._clear_message()
+        self._seq += 1
+        repeat = self.sweep_view.repeat()
+        request = SweepRequest(self._seq, spec, self.sampling(), self.speculation(), ks,
+                               repeat=repeat, warm_up=self.sweep_view.warm_up())
+        self._set_busy(sweep_id=self._seq)
+        self.sweep_view.begin(repeat * (len(ks) + 1))
+        self.host.sweep(request)
+        return True
+
+    @Slot()
+    def _on_sweep_view_run_clicked(self) -> None:
+        self.start_sweep()
+
+    @Slot()
+    def _on_sweep_view_stop_clicked(self) -> None:
+        self.stop()
+
+    @Slot(int)
+    def _on_sweep_view_apply_clicked(self, k: int) -> None:
+        self.apply_draft_length(k)
+
+    def apply_draft_length(self, k: int) -> None:
+        """Use ``k`` for the race and tell the chat window (:attr:`draft_length_applied`)."""
+        self.k_spin.setValue(k)
+        self.draft_length_applied.emit(k)
+        self._show_message(f"Draft length k = {k} applied.", "info")
+
+    @Slot(object)
+    def _on_worker_sweep_progressed(self, p: SweepProgressed) -> None:
+        if p.request_id == self._sweep_id and not self._closed:
+            self.sweep_view.show_progress(p.done, p.total, p.label, p.decode_tps)
+
+    @Slot(object)
+    def _on_worker_sweep_finished(self, done: SweepDone) -> None:
+        if done.request_id != self._sweep_id or self._closed:
+            return
+        self._set_busy()
+        if done.error is not None or done.result is None:
+            self.sweep_view.show_error(done.error.message if done.error else "The sweep failed.")
+            if done.error is not None:
+                self.show_error(done.error)
+            return
+        self.sweep_view.show_result(done.result)
+        if self.speculation().mode == "prompt-lookup":
+            self.lookup_view.set_measured_alpha("the k sweep", done.result.acceptance_rate)
+
+    # -- prompt-lookup estimate -------------------------------------------------------
+    def start_estimate(self) -> bool:
+        """Estimate the lookup hit rate over the ticked conversations."""
+        if self._closed or self._lookup_id is not None:
+            return False
+        convs = self.lookup_view.selected_conversations()
+        if not convs:
+            self.lookup_view.show_error("Tick at least one conversation.")
+            return False
+        self._seq += 1
+        self._lookup_id = self._seq
+        self.lookup_view.set_busy(True)
+        self.host.estimate(LookupRequest(self._seq, tuple(convs)))
+        return True
+
+    @Slot()
+    def _on_lookup_view_estimate_clicked(self) -> None:
+        self.start_estimate()
+
+    @Slot(object)
+    def _on_worker_lookup_estimated(self, done: LookupDone) -> None:
+        if done.request_id != self._lookup_id or self._closed:
+            return
+        self._lookup_id = None
+        if done.error is not None or done.estimate is None:
+            self.lookup_view.show_error(done.error.message if done.error else "No estimate.")
+            return
+        self.lookup_view.show_estimate(done.estimate)
+
+    # -- export -----------------------------------------------------------------------
+    def export_png(self, path: Path) -> None:
+        """Save the finished race view as a PNG image (raises ValueError/OSError)."""
+        if not self.race_view.finished:
+            raise ValueError("There is no finished race to export.")
+        self.race_view.export_png(path)
+
+    def export_markdown(self, path: Path) -> None:
+        """Save the finished race as Markdown (raises ValueError/OSError)."""
+        if not self.race_view.finished:
+            raise ValueError("There is no finished race to export.")
+        self.race_view.export_markdown(path)
+
+    def _default_export_path(self, suffix: str) -> str:
+        stem = self.session.config.target_path.stem
+        return str(Path.home() / f"tandem-race-{stem}{suffix}")
+
+    @Slot()
+    def _on_race_view_export_png_clicked(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export race as PNG",
+                                              self._default_export_path(".png"), "PNG (*.png)")
+        if path:
+            self._export(self.export_png, Path(path))
+
+    @Slot()
+    def _on_race_view_export_markdown_clicked(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export race as Markdown",
+                                              self._default_export_path(".md"),
+                                              "Markdown (*.md)")
+        if path:
+            self._export(self.export_markdown, Path(path))
+
+    def _export(self, fn: object, path: Path) -> None:
+        assert callable(fn)
+        try:
+            fn(path)
+        except (OSError, ValueError) as exc:
+            self.show_error(UserError("Export failed", str(exc)))
+        else:
+            self._show_message(f"Saved {path}.", "info")
+
+    # -- other slots ------------------------------------------------------------------
+    @Slot(int)
+    def _on_prompt_combo_current_index_changed(self, _index: int) -> None:
+        self._fill_prompt()
+
+    @Slot()
+    def _on_prompt_edit_text_changed(self) -> None:
+        if self._filling_prompt:
+            return
+        kind, example = self.prompt_combo.currentData()
+        if kind == "example":
+            # an edited example is the user's own prompt: no example stop strings
+            custom = self.prompt_combo.findText("Custom text")
+            self.prompt_combo.blockSignals(True)
+            self.prompt_combo.setCurrentIndex(custom)
+            self.prompt_combo.blockSignals(False)
+
+    @Slot(int)
+    def _on_drafter_combo_current_index_changed(self, _index: int) -> None:
+        self._update_on_subtitle()
+
+    @Slot(int)
+    def _on_k_spin_value_changed(self, _value: int) -> None:
+        self._update_on_subtitle()
+
+    # -- lifetime ---------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop a race or sweep (within one engine round) and join the worker thread.
+        Idempotent; the window can no longer run anything afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        self.race_view.stop_replay()
+        self.host.shutdown()
+        if self.busy:
+            self._race_id = self._sweep_id = None
+            self.busy_changed.emit(False)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """Close with the parent (the chat window), so the thread is joined in time."""
+        if watched is self.parent() and event.type() == QEvent.Type.Close:
+            self.close()
+        return False
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        """Stop and join the worker, then close."""
+        parent = self.parent()
+        if parent is not None:
+            parent.removeEventFilter(self)
+        self.shutdown()
+        super().closeEvent(event)

@@ -1,0 +1,169 @@
+"""The race window's Qt-free parts: replay counters, draft tinting spans, the end-of-race
+table and Markdown, k parsing, the lookup verdict, and reading past conversations."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine.events import StatsUpdate, TextDelta
+from app.engine.lookup_estimate import LookupEstimate, NgramHits
+from app.engine.race import RaceLane, RaceResult
+from app.engine.stats import SpecStats
+from app.store.history import HistoryStore
+from app.ui.race.history_source import (
+    PastConversation,
+    PastMessage,
+    conversations_from_history,
+    measured_lookup_alpha,
+)
+from app.ui.race.lookup_view import verdict
+from app.ui.race.recording import (
+    LaneRecorder,
+    LaneRecording,
+    RaceRecording,
+    TextSegment,
+    counters_at,
+    draft_spans,
+    visible_chars,
+)
+from app.ui.race.report import (
+    CPU_KERNEL_NOTE,
+    difference_text,
+    race_markdown,
+    race_table_rows,
+)
+from app.ui.race.sweep_view import parse_ks
+
+
+def _lane(label: str, ids: tuple[int, ...], times: tuple[float, ...], text: str,
+          stats: SpecStats) -> RaceLane:
+    offsets = tuple(min(len(text), (i + 1) * 2) for i in range(len(ids)))
+    mode = stats.mode
+    return RaceLane(label, mode, stats.draft_max, text, ids, times, offsets, "length", stats)
+
+
+def _race(on_ids: tuple[int, ...] = (1, 2, 3, 4), on_text: str = "abcdefgh") -> RaceResult:
+    off_stats = SpecStats(mode="plain", emitted=4, prefill_time=0.5, decode_time=2.0,
+                          total_time=2.5, ttft=0.7)
+    on_stats = SpecStats(mode="prompt-lookup", draft_max=2, emitted=4, rounds=2, drafted=4,
+                         accepted=2, prefill_time=0.5, decode_time=0.5, total_time=1.0,
+                         ttft=0.6, target_step_time=0.1, draft_time=0.001)
+    off = _lane("off", (1, 2, 3, 4), (0.7, 1.2, 1.9, 2.5), "abcdefgh", off_stats)
+    on = _lane("on", on_ids, (0.6, 0.6, 1.0, 1.0), on_text, on_stats)
+    from app.engine.bench import first_difference
+
+    diff = first_difference(off.token_ids, on.token_ids)
+    return RaceResult(off, on, seed=7, temperature=0.0, identical=diff is None,
+                      first_difference=diff)
+
+
+def test_counters_follow_the_token_times_and_end_on_the_final_figures() -> None:
+    r = _race()
+    rec = LaneRecording(r.off)
+    c = counters_at(rec, 0.1)
+    assert (c.tokens, c.tps, c.finished) == (0, None, False)
+    c = counters_at(rec, 1.5)
+    assert c.tokens == 2 and c.elapsed == 1.5
+    assert c.tps == pytest.approx(2 / (1.5 - 0.5))  # decode tok/s: prefill excluded
+    end = counters_at(rec, 99.0)
+    assert end.finished and end.tokens == 4 and end.elapsed == 2.5
+    assert end.tps == pytest.approx(r.off.stats.decode_tps)
+    assert visible_chars(rec, 1.5) == 4 and visible_chars(rec, 99.0) == 8
+
+
+def test_recorder_keeps_draft_segments_and_the_alpha_history() -> None:
+    r = _race()
+    rec = LaneRecorder()
+    rec.add(TextDelta("ab", False, 0.6, 1))
+    rec.add(TextDelta("cd", True, 0.6, 2))
+    rec.add(StatsUpdate(SpecStats(mode="prompt-lookup", drafted=2, accepted=1, total_time=0.7)))
+    rec.add(TextDelta("efgh", False, 1.0, 4))
+    lane = rec.finish(r.on)
+    assert [(s.start, s.end, s.from_draft) for s in lane.segments] == [
+        (0, 2, False), (2, 4, True), (4, 8, False)]
+    assert counters_at(lane, 0.65).alpha is None
+    assert counters_at(lane, 0.8).alpha == pytest.approx(0.5)
+    assert counters_at(lane, 5.0).alpha == pytest.approx(2 / 4)
+
+
+def test_draft_spans_split_and_merge_runs() -> None:
+    segs = (TextSegment(0, 2, False, 0), TextSegment(2, 4, True, 0),
+            TextSegment(4, 6, True, 0), TextSegment(6, 9, False, 0))
+    assert draft_spans(segs, 0, 9) == [(0, 2, False), (2, 6, True), (6, 9, False)]
+    assert draft_spans(segs, 3, 7) == [(3, 6, True), (6, 7, False)]
+    assert draft_spans(segs, 9, 12) == [(9, 12, False)]
+    assert draft_spans((), 0, 3) == [(0, 3, False)]
+
+
+def test_table_rows_have_every_figure_of_the_issue() -> None:
+    rows = {name: (off, on) for name, off, on in race_table_rows(_race())}
+    for name in ("TTFT", "decode tok/s", "end-to-end time", "acceptance rate α",
+                 "mean acceptance length τ", "measured speedup (decode)", "end-to-end speedup",
+                 "predicted speedup", "identical text"):
+        assert name in rows, name
+    assert rows["decode tok/s"] == ("2.0", "8.0")
+    assert rows["measured speedup (decode)"][1] == "4.00×"
+    assert rows["end-to-end speedup"][1] == "2.50×"
+    assert rows["acceptance rate α"][1] == "0.50"
+    assert rows["identical text"][1] == "yes"
+
+
+def test_difference_is_explained_with_the_index_and_cpu_note_for_k_3_and_up() -> None:
+    r = _race(on_ids=(1, 2, 9, 4))
+    assert not r.identical and r.first_difference == 2
+    text = difference_text(r, cpu_backend=True, draft_max=4)
+    assert text is not None
+    assert "token 2" in text and "valid outputs of the target" in text
+    assert CPU_KERNEL_NOTE in text
+    assert CPU_KERNEL_NOTE not in (difference_text(r, cpu_backend=True, draft_max=2) or "")
+    assert difference_text(_race(), cpu_backend=True, draft_max=4) is None
+
+
+def test_markdown_has_table_texts_and_safe_fences() -> None:
+    r = _race(on_text="x ``` y")
+    rec = RaceRecording(r, LaneRecording(r.off), LaneRecording(r.on), "m.gguf",
+                        "prompt lookup", "Fix:\n```py\nx=1\n```", 32)
+    md = race_markdown(rec)
+    assert md.startswith("# Tandem race: m.gguf")
+    assert "| decode tok/s | 2.0 | 8.0 |" in md
+    assert "| identical text |  | yes |" in md or "identical text" in md
+    assert "````text\nFix:\n```py\nx=1\n```\n````" in md
+    assert "````text\nx ``` y\n````" in md
+    assert "## Speculation off" in md and "abcdefgh" in md
+
+
+def test_parse_ks() -> None:
+    assert parse_ks("1, 2, 3, 4, 5, 6, 8") == (1, 2, 3, 4, 5, 6, 8)
+    assert parse_ks("4 2,2") == (2, 4)
+    for bad in ("", "a", "0", "65"):
+        with pytest.raises(ValueError):
+            parse_ks(bad)
+
+
+def test_verdict_words() -> None:
+    def est(rate: float) -> LookupEstimate:
+        return LookupEstimate((NgramHits(2, 100, 50, int(rate * 100)),), 3, 100)
+
+    assert verdict(est(0.5)).startswith("Likely worth it")
+    assert verdict(est(0.2)).startswith("Sometimes")
+    assert verdict(est(0.02)).startswith("Probably not")
+    assert "nothing to estimate" in verdict(LookupEstimate((NgramHits(2),), 0, 0))
+
+
+def test_conversations_from_history_and_measured_alpha() -> None:
+    with HistoryStore.open() as store:
+        a = store.create_conversation("code edit")
+        store.add_user_message(a.id, "rename x")
+        reply = store.begin_reply(a.id)
+        stats = SpecStats(mode="prompt-lookup", draft_max=4, drafted=10, accepted=7).to_dict()
+        store.finish_reply(reply.id, "def f(count): return count", "stop", stats)
+        b = store.create_conversation("no reply yet")
+        store.add_user_message(b.id, "hello")
+        convs = conversations_from_history(store)
+    assert [c.title for c in convs] == ["code edit"]
+    assert [m.role for m in convs[0].messages] == ["user", "assistant"]
+    assert convs[0].assistant_replies == 1
+    assert measured_lookup_alpha(convs) == (pytest.approx(0.7), 1)
+    plain = PastConversation(-1, "t", (PastMessage("assistant", "x", {"mode": "plain"}),))
+    assert measured_lookup_alpha([plain]) == (None, 0)
+    assert conversations_from_history(None) == []

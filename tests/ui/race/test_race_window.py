@@ -1,0 +1,230 @@
+"""The race window offscreen: a real race on Gemma 3 270M (identical text at k ≤ 2),
+replay, export, the k sweep and the lookup estimate on the tiny model, the calculator,
+and closing mid-race without leaving a thread running."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtGui import QImage
+
+from app.engine.chat import ChatMessage
+from app.engine.lookup_estimate import estimate_lookup_hit_rate, model_tokenizer
+from app.engine.sampling import SamplingParams
+from app.engine.session import Session, SpeculationConfig
+from app.engine.stats import expected_tokens_per_round, predicted_speedup
+from app.ui.race import RaceWindow
+from app.ui.race.history_source import PastConversation, PastMessage
+from app.ui.race.lane_pane import DRAFT_TINT
+
+RACE_TIMEOUT_MS = 240_000
+GREEDY = SamplingParams(temperature=0.0, seed=1234, max_tokens=24)
+LOOKUP = SpeculationConfig(mode="prompt-lookup", draft_max=2)
+
+
+def _open(qtbot, session: Session, **kwargs) -> RaceWindow:  # type: ignore[no-untyped-def]
+    w = RaceWindow(session, sampling=kwargs.pop("sampling", GREEDY),
+                   speculation=kwargs.pop("speculation", LOOKUP), **kwargs)
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+def _table(w: RaceWindow) -> dict[str, tuple[str, str]]:
+    t = w.race_view.table
+    return {t.item(i, 0).text(): (t.item(i, 1).text(), t.item(i, 2).text())
+            for i in range(t.rowCount())}
+
+
+# -- fast: no race ---------------------------------------------------------------------
+@pytest.mark.parametrize(("alpha", "k", "c", "e", "s"), [
+    (0.6, 3, 0.05, 2.18, 1.9), (0.7, 4, 0.05, 2.77, 2.3), (0.8, 5, 0.05, 3.69, 3.0),
+    (0.75, 6, 0.05, None, 2.7), (1.0, 4, 0.0, 5.0, 5.0),
+])
+def test_calculator_matches_the_formula(qtbot, tiny_session: Session, alpha: float, k: int,
+                                        c: float, e: float | None, s: float) -> None:
+    w = _open(qtbot, tiny_session)
+    calc = w.calculator
+    calc.set_inputs(alpha, k, c)
+    r = calc.calculation
+    assert r is not None
+    assert r.expected_tokens == pytest.approx(expected_tokens_per_round(alpha, k))
+    assert r.speedup == pytest.approx(predicted_speedup(alpha, k, c))
+    if e is not None:
+        assert r.expected_tokens == pytest.approx(e, abs=0.005)
+    assert r.speedup == pytest.approx(s, abs=0.05)
+    assert calc.s_label.text() == f"{r.speedup:.2f}×"
+    assert calc.e_label.text() == f"{r.expected_tokens:.2f} tokens"
+    assert len(calc.curve.points()) == 16
+    w.close()
+
+
+def test_conversation_prompt_drops_the_trailing_reply(qtbot, tiny_session: Session) -> None:
+    msgs = [ChatMessage("user", "▁def x"), ChatMessage("assistant", "▁return")]
+    w = _open(qtbot, tiny_session, messages=msgs)
+    spec = w.prompt_spec()
+    assert spec.messages == (msgs[0],)
+    assert w.prompt_combo.currentText().startswith("This conversation")
+    assert w.speculation().mode == "prompt-lookup" and w.speculation().draft_max == 2
+    w.close()
+
+
+def test_speculation_off_in_the_chat_races_with_prompt_lookup(qtbot, tiny_session: Session) -> None:
+    w = _open(qtbot, tiny_session, speculation=SpeculationConfig(mode="off", draft_max=3),
+              prompt="▁hello ▁world")
+    assert w.speculation().mode == "prompt-lookup" and w.speculation().draft_max == 3
+    assert w.prompt_spec().text == "▁hello ▁world"
+    w.close()
+
+
+# -- tiny model: sweep and lookup ------------------------------------------------------
+def test_k_sweep_gives_one_point_per_k_and_applies_the_best(qtbot, tiny_session: Session) -> None:
+    w = _open(qtbot, tiny_session, prompt="▁def ▁x ( ▁y ) : ▁return ▁y",
+              speculation=SpeculationConfig(mode="draft-model", draft_max=2),
+              sampling=SamplingParams(temperature=0.0, seed=1, max_tokens=16))
+    w.set_race_settings(max_tokens=16)
+    w.sweep_view.ks_edit.setText("1, 2, 3, 4")
+    w.sweep_view.warm_check.setChecked(False)
+    busy: list[bool] = []
+    w.busy_changed.connect(busy.append)
+    assert w.start_sweep()
+    assert w.busy and w.sweep_view.running
+    qtbot.waitUntil(lambda: not w.busy, timeout=RACE_TIMEOUT_MS)
+    assert busy == [True, False]
+    result = w.sweep_view.result
+    assert result is not None and not result.cancelled
+    assert [p.k for p in result.points] == [1, 2, 3, 4]
+    measured = w.sweep_view.series_points("measured tok/s")
+    assert [x for x, _ in measured] == [1, 2, 3, 4]
+    assert all(y > 0 for _, y in measured)
+    assert result.acceptance_rate == 1.0  # the model drafts for itself
+    predicted = w.sweep_view.series_points("predicted: plain tok/s × E(α,k)/(1+c·k)")
+    assert len(predicted) == 4
+    assert predicted[0][1] == pytest.approx(result.predicted_curve[0][1] * result.plain_decode_tps)
+    assert w.sweep_view.table.rowCount() == 4
+    k = result.recommended_k
+    assert k in (1, 2, 3, 4)
+    assert w.sweep_view.apply_button.isEnabled()
+    with qtbot.waitSignal(w.draft_length_applied) as sig:
+        w.sweep_view.apply_button.click()
+    assert sig.args == [k]
+    assert w.speculation().draft_max == k
+    w.close()
+
+
+def test_lookup_estimate_over_chosen_conversations(qtbot, tiny_session: Session) -> None:
+    reply = "▁def ▁x ( ▁y ) : ▁return ▁y"
+    convs = [
+        PastConversation(1, "repeat", (
+            PastMessage("user", f"copy this: {reply}"),
+            PastMessage("assistant", reply, {"mode": "prompt-lookup", "drafted": 8,
+                                             "accepted": 6}),
+        )),
+        PastConversation(2, "other", (
+            PastMessage("user", "▁hello"), PastMessage("assistant", "▁world ▁model"),
+        )),
+    ]
+    w = _open(qtbot, tiny_session, conversations=convs)
+    view = w.lookup_view
+    assert view.list.count() == 2
+    view.list.item(1).setCheckState(view.list.item(1).checkState().Unchecked)
+    assert [c.title for c in view.selected_conversations()] == ["repeat"]
+    assert "0.75" in view.measured_label.text()  # stored α of the chosen conversation
+    assert w.start_estimate()
+    qtbot.waitUntil(lambda: view.estimate is not None, timeout=30_000)
+    expected = estimate_lookup_hit_rate([convs[0].messages], model_tokenizer(tiny_session.target))
+    assert view.estimate == expected
+    assert view.table.rowCount() == 4
+    assert [view.table.item(i, 0).text() for i in range(4)] == ["2", "3", "4", "5"]
+    assert view.verdict_label.text()
+    w.close()
+
+
+# -- Gemma 3 270M: the race ------------------------------------------------------------
+@pytest.mark.slow
+def test_gemma_race_is_identical_replays_and_exports(qtbot, gemma_session: Session,
+                                                     tmp_path: Path) -> None:
+    w = _open(qtbot, gemma_session)
+    w.select_example("rename-variable")
+    w.set_race_settings(k=2, seed=1234, temperature=0.0, max_tokens=24)
+    assert w.start_race()
+    qtbot.waitUntil(lambda: not w.busy, timeout=RACE_TIMEOUT_MS)
+    assert w.message.isHidden(), w.message.text()
+    rec = w.race_view.recording
+    assert rec is not None
+    r = rec.result
+    assert not r.cancelled and r.identical, r.first_difference
+    assert len(r.off.token_ids) == len(r.on.token_ids) > 0
+
+    # the replay runs at true pace from t = 0; the table appears when it ends
+    assert w.race_view.replaying and not w.race_view.results_visible
+    with qtbot.waitSignal(w.race_view.replay_finished, timeout=60_000):
+        pass
+    assert w.race_view.results_visible
+    assert w.race_view.off_pane.shown_text == r.off.text
+    assert w.race_view.on_pane.shown_text == r.on.text
+    assert w.race_view.on_pane.tokens.value.text() == str(len(r.on.token_ids))
+    assert w.race_view.on_pane.alpha.value.text() == f"{r.on.stats.acceptance_rate:.2f}"
+    table = _table(w)
+    assert table["identical text"][1] == "yes"
+    assert table["decode tok/s"] == (f"{r.off.stats.decode_tps:.1f}", f"{r.on.stats.decode_tps:.1f}")
+    assert "Identical text" in w.race_view.verdict.text()
+    assert w.race_view.explanation.isHidden()
+    # text that came from accepted drafts is tinted in the "on" pane, and only there
+    if any(seg.from_draft for seg in rec.on.segments):
+        doc = w.race_view.on_pane.text.document()
+        assert any(fr.charFormat().background().color() == DRAFT_TINT for fr in _fragments(doc))
+    off_doc = w.race_view.off_pane.text.document()
+    assert not any(fr.charFormat().background().color() == DRAFT_TINT for fr in _fragments(off_doc))
+
+    png, md = tmp_path / "race.png", tmp_path / "race.md"
+    w.export_png(png)
+    w.export_markdown(md)
+    img = QImage(str(png))
+    assert not img.isNull() and img.width() > 400 and img.height() > 300
+    text = md.read_text(encoding="utf-8")
+    assert f"| decode tok/s | {r.off.stats.decode_tps:.1f} | {r.on.stats.decode_tps:.1f} |" in text
+    assert "| identical text |  | yes |" in text
+    assert "acceptance rate α" in text and "predicted speedup" in text
+    assert r.off.text in text and "## Speculation off" in text
+    # the calculator was offered the measured α and c
+    assert w.calculator.measured_button.isEnabled()
+    w.close()
+
+
+def _blocks(doc):  # type: ignore[no-untyped-def]
+    b = doc.begin()
+    while b.isValid():
+        yield b
+        b = b.next()
+
+
+def _fragments(doc):  # type: ignore[no-untyped-def]
+    for b in _blocks(doc):
+        it = b.begin()
+        while not it.atEnd():
+            fr = it.fragment()
+            if fr.isValid():
+                yield fr
+            it += 1
+
+
+@pytest.mark.slow
+def test_closing_mid_race_stops_and_joins_the_thread(qtbot, gemma_session: Session,
+                                                     no_dangling_qthreads) -> None:
+    w = _open(qtbot, gemma_session)
+    w.select_example("rename-variable")
+    w.set_race_settings(k=2, max_tokens=300)
+    progress: list[tuple[str, int]] = []
+    w.host.worker.race_progressed.connect(lambda p: progress.append((p.lane, p.tokens)))
+    assert w.start_race()
+    qtbot.waitUntil(lambda: any(lane == "off" and n > 0 for lane, n in progress),
+                    timeout=RACE_TIMEOUT_MS)
+    w.close()
+    assert not w.host.worker_thread.isRunning()
+    assert not w.busy
+    # the engine left its loop: the session is free for the next user
+    fin = list(gemma_session.generate([gemma_session.target.bos, 100], GREEDY.model_copy(
+        update={"max_tokens": 2})))[-1]
+    assert fin.reason in ("length", "stop")
