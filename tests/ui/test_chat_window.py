@@ -303,3 +303,71 @@ def test_closing_during_generation_exits_0(tmp_path: Path, ui_settings: Settings
         assert len(reply.content) > 20 and reply.stats is not None
     finally:
         store.close()
+
+
+def test_draft_model_from_disk_and_an_incompatible_draft(
+    qtbot, window, gemma_path: Path, smollm_path: Path
+) -> None:
+    session = window.host.worker.session
+    window.settings.model.draft_path = gemma_path  # same tokenizer: a valid (if silly) draft
+    window.set_speculation("draft-model", 3)
+    qtbot.waitUntil(lambda: not window.loading and window.model_info.draft_path is not None,
+                    timeout=LOAD_TIMEOUT_MS)
+    assert window.model_bar.draft_button.text() == f"Draft: {window.model_info.draft_name}"
+    assert window.send_message(REPEAT_PROMPT)
+    wait_reply(qtbot, window)
+    assert window.host.worker.session is session  # the target stayed loaded
+    [_, reply] = _stored_reply(window)
+    assert reply.stats is not None and reply.stats["mode"] == "draft-model"
+    assert reply.stats["draft_max"] == 3 and reply.stats["drafted"] > 0
+    assert reply.stats["draft_steps"] > 0
+
+    window.set_draft_model(smollm_path)  # a different tokenizer
+    qtbot.waitUntil(lambda: not window.loading, timeout=LOAD_TIMEOUT_MS)
+    err = window.message_bar.current
+    assert err is not None and "cannot draft for" in err.message
+    assert window.model_info is not None and window.host.worker.session is session
+    assert window.send_button.isEnabled()
+
+
+def test_cancel_loading_leaves_a_clear_message(qtbot, ui_settings: Settings) -> None:
+    from app.ui.main_window import MainWindow
+
+    w = MainWindow(LoadedSettings(ui_settings), autoload=False)
+    qtbot.addWidget(w)
+    try:
+        assert ui_settings.model.target_path is not None
+        w.load_model(ui_settings.model.target_path)
+        assert w.model_bar.cancel_button.isVisibleTo(w)
+        qtbot.mouseClick(w.model_bar.cancel_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: not w.loading, timeout=LOAD_TIMEOUT_MS)
+        assert w.model_info is None
+        err = w.message_bar.current
+        assert err is not None and err.title == "Loading cancelled" and err.level == "warning"
+        assert not w.model_bar.progress.isVisibleTo(w)
+    finally:
+        w.close()
+
+
+def test_first_run_demo_model_in_one_click(qtbot) -> None:
+    from app.store import paths
+    from app.ui.main_window import MainWindow
+
+    w = MainWindow(autoload=True)
+    qtbot.addWidget(w)
+    w.show()
+    try:
+        assert w.stack.currentWidget() is w.welcome
+        w.settings.model.n_ctx = 512
+        qtbot.mouseClick(w.welcome.demo_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: w.model_info is not None or w.message_bar.current is not None,
+                        timeout=300_000)
+        assert w.model_info is not None, w.message_bar.current
+        assert w.model_info.target_path == paths.models_dir() / "gemma-3-270m-q4_k_m.gguf"
+        assert w.settings.speculation.mode == "prompt-lookup"
+        assert w.model_bar.speculation()[0] == "prompt-lookup"
+        assert w.stack.currentWidget() is w.chat
+        assert not list(paths.models_dir().glob("*.incomplete"))
+    finally:
+        w.close()
+    assert load_settings().settings.model.target_path == paths.models_dir() / "gemma-3-270m-q4_k_m.gguf"

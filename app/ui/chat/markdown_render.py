@@ -96,7 +96,7 @@ def _code_block_html(index: int, code: str, lang: str) -> str:
         ' style="margin-top:6px; margin-bottom:6px;">'
         f'<tr><td bgcolor="#e7ebf0"><span style="color:#57606a;">{label}</span></td>'
         f'<td bgcolor="#e7ebf0" align="right"><a href="copy:{index}"'
-        ' style="color:#0969da; text-decoration:none;">&#x2398; Copy</a></td></tr>'
+        ' style="color:#0969da; text-decoration:none;">Copy</a></td></tr>'
         f'<tr><td colspan="2"><pre style="margin:0; white-space:pre-wrap;">{body}</pre>'
         "</td></tr></table>"
     )
