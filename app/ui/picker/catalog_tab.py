@@ -35,9 +35,10 @@ from app.catalog.units import format_bytes
 from app.errors import TandemError
 from app.ui.payloads import UserError
 from app.ui.picker.downloads import DownloadQueue
+from app.ui.picker.library_tab import top_items
 from app.ui.picker.pair_check import PairCheckWidget
 from app.ui.picker.payloads import PairChecked, TaskOutcome
-from app.ui.picker.workers import TaskWorker
+from app.ui.picker.workers import TaskSignals, TaskWorker
 
 _PAIR_ROLE = Qt.ItemDataRole.UserRole
 
@@ -91,9 +92,11 @@ class CatalogTabWidget(QWidget):
         self.checks: dict[tuple[str, str, str], PairChecked] = {}
         self._checking: tuple[str, str, str] | None = None
         self._check_generation = 0
+        self._check_signals = TaskSignals(self)  # owned here: see app.ui.picker.workers
+        self._check_signals.finished.connect(self._on_check_worker_finished)
         self._build()
         if self.pairs:
-            self.pair_list.setCurrentItem(self.pair_list.topLevelItem(0))
+            self.pair_list.setCurrentItem(top_items(self.pair_list)[0])
 
     def startup_error(self) -> UserError | None:
         """Why the catalog is empty, if it could not be read."""
@@ -182,8 +185,7 @@ class CatalogTabWidget(QWidget):
         return next((p for p in self.pairs if p.id == pair_id), None)
 
     def select_pair(self, pair_id: str) -> bool:
-        for i in range(self.pair_list.topLevelItemCount()):
-            item = self.pair_list.topLevelItem(i)
+        for item in top_items(self.pair_list):
             if item.data(0, _PAIR_ROLE) == pair_id:
                 self.pair_list.setCurrentItem(item)
                 return True
@@ -269,10 +271,9 @@ class CatalogTabWidget(QWidget):
         self._checking = (pair.id, tq, dq)
         self.status_label.setText(f"Checking {pair.target.name} {tq} with {pair.draft.name} {dq} "
                                   "on the hub…")
-        worker = TaskWorker(_check_job(pair, tq, dq), title="Pair check failed",
-                            generation=self._check_generation)
-        worker.signals.finished.connect(self._on_check_worker_finished)
-        self._tasks.start(worker)
+        self._tasks.start(TaskWorker(_check_job(pair, tq, dq), self._check_signals,
+                                     title="Pair check failed",
+                                     generation=self._check_generation))
         self._refresh()
 
     @Slot(object)

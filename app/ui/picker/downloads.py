@@ -38,9 +38,10 @@ from PySide6.QtWidgets import (
 from app.catalog.hub import Download, DownloadProgress, pending_downloads
 from app.errors import TandemError
 from app.ui.payloads import UserError
+from app.ui.picker.emit_compat import apply_emit_workaround
 from app.ui.picker.formatting import format_download
 from app.ui.picker.payloads import DownloadEnded, DownloadProgressed
-from app.ui.picker.workers import DownloadWorker
+from app.ui.picker.workers import DownloadSignals, DownloadWorker
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +112,13 @@ class DownloadQueue(QObject):
 
     def __init__(self, parent: QObject | None = None, *,
                  max_parallel: int = MAX_PARALLEL_DOWNLOADS) -> None:
+        apply_emit_workaround()
         super().__init__(parent)
         self._pool = QThreadPool(self)
         self._pool.setMaxThreadCount(max_parallel)
+        self._signals = DownloadSignals(self)  # after the pool: see app.ui.picker.workers
+        self._signals.progressed.connect(self._on_worker_progressed)
+        self._signals.finished.connect(self._on_worker_finished)
         self._jobs: dict[int, DownloadJobState] = {}
         self._downloads: dict[int, Download] = {}
         self._requested: dict[int, Literal["pause", "cancel"]] = {}
@@ -180,10 +185,7 @@ class DownloadQueue(QObject):
         return job_id
 
     def _submit(self, job_id: int) -> None:
-        worker = DownloadWorker(job_id, self._downloads[job_id])
-        worker.signals.progressed.connect(self._on_worker_progressed)
-        worker.signals.finished.connect(self._on_worker_finished)
-        self._pool.start(worker)
+        self._pool.start(DownloadWorker(job_id, self._downloads[job_id], self._signals))
 
     def _set(self, job_id: int, **changes: object) -> DownloadJobState:
         state = dataclasses.replace(self._jobs[job_id], **changes)  # type: ignore[arg-type]
@@ -474,8 +476,8 @@ class DownloadsTabWidget(QWidget):
         self.clear_button.clicked.connect(self._on_clear_button_clicked)
         top.addWidget(self.clear_button)
         col.addLayout(top)
-        self.scroll = QScrollArea()
-        self.scroll.setWidgetResizable(True)
+        self.scroll_area = QScrollArea()
+        self.scroll_area.setWidgetResizable(True)
         body = QWidget()
         body.setObjectName("downloadList")
         self.rows_layout = QVBoxLayout(body)
@@ -487,8 +489,8 @@ class DownloadsTabWidget(QWidget):
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.rows_layout.addWidget(self.empty_label)
         self.rows_layout.addStretch(1)
-        self.scroll.setWidget(body)
-        col.addWidget(self.scroll, 1)
+        self.scroll_area.setWidget(body)
+        col.addWidget(self.scroll_area, 1)
         self.rows: dict[int, DownloadRowWidget] = {}
         self._dirty: dict[int, DownloadJobState] = {}
         self._repaint_timer = QTimer(self)

@@ -54,7 +54,7 @@ from app.ui.picker.formatting import (
 )
 from app.ui.picker.pair_check import FAIL_COLOR, PASS_COLOR, WARN_COLOR, PairCheckWidget
 from app.ui.picker.payloads import DraftsRanked, LibraryScanned, ScanProgressed, TaskOutcome
-from app.ui.picker.workers import TaskWorker
+from app.ui.picker.workers import TaskSignals, TaskWorker
 
 GREYED = QColor("#a0aec0")
 MODEL_COLUMNS = ["Name", "Architecture", "Parameters", "Quantization", "Size", "Context",
@@ -91,6 +91,12 @@ class DrafterChoice:
         if self.candidate is not None:
             return self.candidate.key.name
         return PROMPT_LOOKUP_LABEL if self.mode == "prompt-lookup" else OFF_LABEL
+
+
+def top_items(tree: QTreeWidget) -> list[QTreeWidgetItem]:
+    """The top-level items of ``tree``, top to bottom."""
+    return [item for i in range(tree.topLevelItemCount())
+            if (item := tree.topLevelItem(i)) is not None]
 
 
 def _same_file(a: Path | None, b: Path | None) -> bool:
@@ -158,6 +164,12 @@ class LibraryTabWidget(QWidget):
         self._wanted_target: Path | None = None
         self._wanted_mode: SpecMode = "prompt-lookup"
         self._wanted_draft: Path | None = None
+        # Carriers owned here, connected once (see app.ui.picker.workers).
+        self._scan_signals = TaskSignals(self)
+        self._scan_signals.progressed.connect(self._on_scan_worker_progressed)
+        self._scan_signals.finished.connect(self._on_scan_worker_finished)
+        self._rank_signals = TaskSignals(self)
+        self._rank_signals.finished.connect(self._on_rank_worker_finished)
         self._build()
 
     # -- layout -----------------------------------------------------------------------
@@ -260,8 +272,7 @@ class LibraryTabWidget(QWidget):
     def choose_target(self, path: Path) -> bool:
         """Select the model at ``path`` as the target; False when it is not listed."""
         self._wanted_target = path
-        for i in range(self.model_table.topLevelItemCount()):
-            item = self.model_table.topLevelItem(i)
+        for item in top_items(self.model_table):
             entry = self.entries[item.data(0, _INDEX_ROLE)]
             if _same_file(entry.path, path):
                 self.model_table.setCurrentItem(item)
@@ -279,8 +290,7 @@ class LibraryTabWidget(QWidget):
         return True
 
     def _drafter_item(self, mode: SpecMode, draft: Path | None) -> QTreeWidgetItem | None:
-        for i in range(self.draft_list.topLevelItemCount()):
-            item = self.draft_list.topLevelItem(i)
+        for item in top_items(self.draft_list):
             kind = item.data(0, _KIND_ROLE)
             if kind is None:
                 continue
@@ -295,8 +305,7 @@ class LibraryTabWidget(QWidget):
     def draft_rows(self) -> list[tuple[str, str, bool]]:
         """``(drafter, status, greyed)`` for each row of the draft list, top to bottom."""
         rows = []
-        for i in range(self.draft_list.topLevelItemCount()):
-            item = self.draft_list.topLevelItem(i)
+        for item in top_items(self.draft_list):
             greyed = item.foreground(0).color() == GREYED
             rows.append((item.text(0), item.text(4), greyed))
         return rows
@@ -308,10 +317,9 @@ class LibraryTabWidget(QWidget):
         self._scan_generation += 1
         cancel = threading.Event()
         self._scan_cancel = cancel
-        worker = TaskWorker(_scan_job(self.library, add_file), title="Library scan failed",
-                            generation=self._scan_generation, cancel=cancel)
-        worker.signals.progressed.connect(self._on_scan_worker_progressed)
-        worker.signals.finished.connect(self._on_scan_worker_finished)
+        worker = TaskWorker(_scan_job(self.library, add_file), self._scan_signals,
+                            title="Library scan failed", generation=self._scan_generation,
+                            cancel=cancel)
         self.scanning = True
         self.scan_label.setText(f"Reading {add_file.name}…" if add_file else "Scanning…")
         self.rescan_button.setEnabled(False)
@@ -323,7 +331,7 @@ class LibraryTabWidget(QWidget):
 
     @Slot(object)
     def _on_scan_worker_progressed(self, progress: ScanProgressed) -> None:
-        if self.scanning:
+        if self.scanning and isinstance(progress, ScanProgressed):
             self.scan_label.setText(
                 f"Reading {progress.done + 1} of {progress.total}: {progress.path.name}")
 
@@ -448,10 +456,9 @@ class LibraryTabWidget(QWidget):
         self.draft_list.addTopLevelItem(waiting)
         waiting.setFirstColumnSpanned(True)
         self.pair_check.show_message("Pairing check", "Checking…")
-        worker = TaskWorker(_rank_job(target, self.entries), title="Draft check failed",
-                            generation=self._rank_generation)
-        worker.signals.finished.connect(self._on_rank_worker_finished)
-        self._tasks.start(worker)
+        self._tasks.start(TaskWorker(_rank_job(target, self.entries), self._rank_signals,
+                                     title="Draft check failed",
+                                     generation=self._rank_generation))
 
     @Slot(object)
     def _on_rank_worker_finished(self, outcome: TaskOutcome) -> None:
@@ -490,17 +497,17 @@ class LibraryTabWidget(QWidget):
         for i in incompatible:
             self.draft_list.addTopLevelItem(self._draft_item(i, candidates[i]))
         self.draft_list.blockSignals(False)
-        item = self._drafter_item(self._wanted_mode, self._wanted_draft)
-        if item is None or not self._item_usable(item):
+        chosen = self._drafter_item(self._wanted_mode, self._wanted_draft)
+        if chosen is None or not self._item_usable(chosen):
             useful = next((i for i in compatible if candidates[i].useful), None)
-            item = (self._drafter_item("draft-model", candidates[useful].key.path)
-                    if useful is not None else lookup)
-        self.draft_list.setCurrentItem(item)
+            if useful is not None:
+                chosen = self._drafter_item("draft-model", candidates[useful].key.path)
+        self.draft_list.setCurrentItem(chosen or lookup)
 
     def _item_usable(self, item: QTreeWidgetItem) -> bool:
         if item.data(0, _KIND_ROLE) != "draft":
             return True
-        return self.candidates[item.data(0, _INDEX_ROLE)].compatible
+        return self.candidates[int(item.data(0, _INDEX_ROLE))].compatible
 
     def _draft_item(self, index: int, cand: DraftCandidate[LibraryEntry]) -> QTreeWidgetItem:
         entry = cand.key
@@ -511,8 +518,12 @@ class LibraryTabWidget(QWidget):
             status, color = "too large: no speedup to expect", WARN_COLOR
         else:
             status, color = cand.reason, GREYED
+        name = entry.name
+        if sum(1 for c in self.candidates if c.key.name == name) > 1 or (
+                self.target is not None and self.target.name == name):
+            name = f"{name} · {entry.path.name}"  # same general.name: tell the files apart
         item = QTreeWidgetItem([
-            entry.name,
+            name,
             size,
             format_cost_ratio(cand.cost_ratio) if cand.compatible else "—",
             format_predicted_speedup(cand.cost_ratio, self.draft_max) if cand.compatible else "—",
@@ -540,8 +551,8 @@ class LibraryTabWidget(QWidget):
         kind = current.data(0, _KIND_ROLE) if current is not None else None
         if kind is None or self.target is None:
             self.drafter = None
-        elif kind == "draft":
-            cand = self.candidates[current.data(0, _INDEX_ROLE)]
+        elif kind == "draft" and current is not None:
+            cand = self.candidates[int(current.data(0, _INDEX_ROLE))]
             self.drafter = DrafterChoice("draft-model", cand)
             if cand.compatible:
                 self._wanted_mode, self._wanted_draft = "draft-model", cand.key.path

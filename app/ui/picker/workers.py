@@ -8,6 +8,14 @@ result, progress report and error leaves as a frozen payload
 (:mod:`app.ui.picker.payloads`) on the carrier's signals, which Qt queues to the GUI
 thread. Cancelling is the job's business: a ``threading.Event`` it checks (the scan), or
 ``Download.pause``/``cancel`` (downloads).
+
+The carriers (:class:`TaskSignals`, :class:`DownloadSignals`) are not the workers' own:
+each belongs to the widget or queue that receives the results, created on the GUI
+thread after that owner's QThreadPool, and a worker only holds a reference. A carrier is
+therefore never destroyed on a pool thread (PySide deletes an auto-deleted runnable,
+and everything only it references, on the thread that ran it) nor while a queued signal
+from it is still waiting for the GUI thread; and because a QObject deletes its children
+in creation order, the pool (which waits for its workers) goes before the carriers.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ Job = Callable[[Callable[[object], None], threading.Event], object]
 
 
 class TaskSignals(QObject):
-    """The signals of one :class:`TaskWorker` (a QRunnable cannot have its own)."""
+    """The signals of :class:`TaskWorker` runs (a QRunnable cannot have its own). One
+    carrier per kind of task, owned by the receiver; see the module docstring."""
 
     progressed = Signal(object)
     """A progress payload from the job (for example ScanProgressed)."""
@@ -42,16 +51,17 @@ class TaskWorker(QRunnable):
 
     Args:
         job: the work; it gets a ``report`` callback and the cancel event.
+        signals: the receiver's carrier (never created here: see the module docstring).
         title: the title of the error shown when the job fails.
         generation: copied into the outcome so that a newer request can supersede this one.
         cancel: set it to ask the job to stop (the job decides where it checks).
     """
 
-    def __init__(self, job: Job, *, title: str, generation: int = 0,
+    def __init__(self, job: Job, signals: TaskSignals, *, title: str, generation: int = 0,
                  cancel: threading.Event | None = None) -> None:
         super().__init__()
         self.setAutoDelete(True)
-        self.signals = TaskSignals()
+        self.signals = signals
         self.cancel = cancel if cancel is not None else threading.Event()
         self._job = job
         self._title = title
@@ -60,7 +70,7 @@ class TaskWorker(QRunnable):
     def _report(self, payload: object) -> None:
         try:
             self.signals.progressed.emit(payload)
-        except RuntimeError:  # the carrier was deleted with its window: nobody listens
+        except RuntimeError:  # the carrier's owner is gone (cannot happen while its pool waits)
             pass
 
     def run(self) -> None:
@@ -78,7 +88,7 @@ class TaskWorker(QRunnable):
 
 
 class DownloadSignals(QObject):
-    """The signals of one :class:`DownloadWorker`."""
+    """The signals of :class:`DownloadWorker` runs; one carrier, owned by the queue."""
 
     progressed = Signal(object)
     """DownloadProgressed: bytes, speed and ETA (at most every 0.1 s)."""
@@ -94,10 +104,10 @@ class DownloadWorker(QRunnable):
     ``DownloadEnded.stopped``.
     """
 
-    def __init__(self, job_id: int, download: Download) -> None:
+    def __init__(self, job_id: int, download: Download, signals: DownloadSignals) -> None:
         super().__init__()
         self.setAutoDelete(True)
-        self.signals = DownloadSignals()
+        self.signals = signals
         self.job_id = job_id
         self.download = download
 
