@@ -68,14 +68,13 @@ class SpeculationSettings(_Section):
 
 
 class UiSettings(_Section):
-    """Window state. Geometry strings are Qt's saveGeometry/saveState, base64-encoded."""
+    """Window state. ``window_geometry`` / ``splitter_state`` are Qt's saveGeometry and
+    saveState bytes, base64-encoded; ``last_conversation_id`` is reopened at start-up."""
 
     tint_drafts: bool = True
-    show_gauge: bool = True
     window_geometry: str | None = None
-    window_state: str | None = None
+    splitter_state: str | None = None
     last_conversation_id: int | None = None
-    demo_offer_dismissed: bool = False
 
 
 class Settings(_Section):

@@ -220,8 +220,6 @@ class MainWindow(QMainWindow):
         self.model_bar = ModelBarWidget()
         self.model_bar.set_speculation(self.settings.speculation.mode,
                                        self.settings.speculation.draft_max)
-        if self.settings.model.draft_path is not None:
-            self.model_bar.set_draft_name(None)
         col.addWidget(self.model_bar)
         self.message_bar = MessageBarWidget()
         col.addWidget(self.message_bar)
@@ -337,6 +335,8 @@ class MainWindow(QMainWindow):
             restored = self.restoreGeometry(QByteArray.fromBase64(ui.window_geometry.encode()))
         if not restored:
             self.resize(1320, 820)
+        if ui.splitter_state:
+            self.splitter.restoreState(QByteArray.fromBase64(ui.splitter_state.encode()))
 
     # -- the one place errors are shown ----------------------------------------------
     def show_error(self, error: UserError) -> None:
@@ -928,6 +928,8 @@ class MainWindow(QMainWindow):
             self.system_prompt.flush()
             self.settings.ui.window_geometry = bytes(
                 self.saveGeometry().toBase64().data()).decode()
+            self.settings.ui.splitter_state = bytes(
+                self.splitter.saveState().toBase64().data()).decode()
             self._flush_timer.stop()
             self.host.shutdown()
             # The worker's last signals (the cancelled reply's Finished) are queued for

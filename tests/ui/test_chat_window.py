@@ -103,6 +103,13 @@ def test_stop_mid_reply_stops_within_one_round_and_keeps_partial(
     window.settings.speculation.draft_max = 3
     assert window.send_message("Count from one to one hundred: one, two, three, four,")
     qtbot.waitUntil(lambda: bool(window.chat.messages[-1].text.strip()), timeout=120_000)
+
+    def saved_while_streaming() -> bool:
+        [_, partial] = _stored_reply(window)
+        return partial.status == "streaming" and bool(partial.content)
+
+    # The streaming reply reaches the database within a second, before it is finished.
+    qtbot.waitUntil(saved_while_streaming, timeout=1500)
     assert window.send_button.text() == "Stop"
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
     wait_reply(qtbot, window)
@@ -274,7 +281,8 @@ def test_closing_during_generation_exits_0(tmp_path: Path, ui_settings: Settings
                 return
             if not state["sent"]:
                 w.settings.sampling.max_tokens = 2000
-                state["sent"] = w.send_message("Write a long story about a fox.")
+                state["sent"] = w.send_message(
+                    "Count to five hundred: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,")
                 print("sent", state["sent"], flush=True)
             elif w.reply is not None and len(w.reply.text) > 20:
                 print("closing mid-reply", flush=True)
@@ -371,3 +379,83 @@ def test_first_run_demo_model_in_one_click(qtbot) -> None:
     finally:
         w.close()
     assert load_settings().settings.model.target_path == paths.models_dir() / "gemma-3-270m-q4_k_m.gguf"
+
+
+_STREAM_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+    from app.ui import launch
+
+    qapp = QApplication(sys.argv)
+    state = {"sent": False}
+    COUNTING = "Count to five hundred: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"
+
+    def poll():
+        from app.ui.main_window import MainWindow
+        w = next((w for w in qapp.topLevelWidgets() if isinstance(w, MainWindow)), None)
+        if w is None or w.model_info is None:
+            return
+        if not state["sent"]:
+            w.settings.sampling.max_tokens = 4000
+            w.settings.speculation.mode = "off"
+            state["sent"] = w.send_message(COUNTING)
+        elif w.reply is not None:
+            print(f"len {len(w.reply.text)}", flush=True)
+        else:
+            print("finished", flush=True)
+            timer.stop()
+
+    timer = QTimer()
+    timer.timeout.connect(poll)
+    timer.start(50)
+    sys.exit(launch.main())
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_killing_the_app_mid_reply_loses_at_most_a_second(ui_settings: Settings,
+                                                          tandem_home: Path) -> None:
+    import signal
+
+    env = dict(os.environ, PYTHONPATH=str(REPO), QT_QPA_PLATFORM="offscreen",
+               TANDEM_HOME=str(tandem_home))
+    proc = subprocess.Popen([sys.executable, "-c", _STREAM_SCRIPT], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    seen: list[tuple[float, int]] = []  # (when read, reply length shown in the window)
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith("finished"):
+                break
+            if line.startswith("len "):
+                n = int(line.split()[1])
+                if n > 0:
+                    seen.append((time.monotonic(), n))
+                if seen and seen[-1][0] - seen[0][0] > 3.0:
+                    break
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    killed_at = time.monotonic()
+    assert seen and seen[-1][0] - seen[0][0] > 3.0, "the reply did not stream for 3 s"
+    # Text the window showed more than one second before the kill must be in the database
+    # (0.2 s of slack for reading the pipe).
+    old_enough = [n for t, n in seen if t <= killed_at - 1.2]
+    assert old_enough
+    store = HistoryStore.open(recover=True)
+    try:
+        [conv] = store.list_conversations()
+        user, reply = store.messages(conv.id)
+        assert reply.finish_reason == "interrupted"
+        assert len(reply.content) >= old_enough[-1], (len(reply.content), seen[-5:])
+    finally:
+        store.close()

@@ -276,7 +276,7 @@ def test_sampling_and_speculation_settings_persist(qtbot) -> None:
     assert s.sampling.temperature == pytest.approx(0.3)
     assert s.model.n_ctx == 2048 and s.model.n_gpu_layers == 0
     assert s.speculation.mode == "off" and s.speculation.draft_max == 6
-    assert s.ui.tint_drafts is False and s.ui.window_geometry
+    assert s.ui.tint_drafts is False and s.ui.window_geometry and s.ui.splitter_state
 
 
 # -- the QThread guard ----------------------------------------------------------------

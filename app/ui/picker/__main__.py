@@ -2,7 +2,7 @@
 
 For trying the picker and for its screenshot: ``--target`` selects a model once the
 library is scanned, ``--drafter`` a drafter (``prompt-lookup``, ``off`` or a GGUF path),
-``--tab`` the tab to show. The choice is saved in the settings as in the app; its
+``--tab`` the tab to show, ``--size`` the window size. The choice is saved in the settings as in the app; its
 downloads are paused when the window closes (they resume from the Downloads tab later).
 """
 
@@ -23,6 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--target", type=Path, help="select this model as the target")
     parser.add_argument("--drafter", help="prompt-lookup, off, or the path of a draft GGUF")
     parser.add_argument("--tab", choices=["Library", "Catalog", "Downloads"], default="Library")
+    parser.add_argument("--size", help="window size, WIDTHxHEIGHT (default 1280x800)")
     args = parser.parse_args(argv)
     qapp = create_application([sys.argv[0]])
 
@@ -52,6 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     window.models_chosen.connect(lambda chosen: print(chosen, flush=True))
     window.open_tab(args.tab)
+    if args.size:
+        width, height = (int(v) for v in args.size.lower().split("x"))
+        window.resize(width, height)
     window.show()
     QTimer.singleShot(0, select)
     status = qapp.exec()

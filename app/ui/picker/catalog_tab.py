@@ -112,6 +112,7 @@ class CatalogTabWidget(QWidget):
         self.pair_list.setHeaderLabels(["Pair", "Use", "Download"])
         self.pair_list.setRootIsDecorated(False)
         self.pair_list.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.pair_list.header().setStretchLastSection(False)
         for pair in self.pairs:
             t, d = pair.target.file_for(), pair.draft.file_for()
             item = QTreeWidgetItem([f"{pair.target.name} + {pair.draft.name}", pair.use,
@@ -173,6 +174,7 @@ class CatalogTabWidget(QWidget):
         split.addWidget(right)
         split.setStretchFactor(0, 2)
         split.setStretchFactor(1, 3)
+        split.setSizes([600, 680])
         col.addWidget(split, 1)
 
     # -- selection ----------------------------------------------------------------------

@@ -358,7 +358,8 @@ def status_text(state: DownloadJobState) -> str:
         where = f"file {p.file_index + 1} of {p.file_count} · " if p.file_count > 1 else ""
         return f"{_PHASE_TEXT.get(p.phase, p.phase)} · {where}{format_download(p)}"
     text = _STATUS_TEXT.get(state.status, state.status)
-    if state.progress is not None and state.status in ("paused", "failed", "pausing"):
+    if (state.progress is not None and state.progress.downloaded > 0
+            and state.status in ("paused", "failed", "pausing")):
         text += f" · {format_download(dataclasses.replace(state.progress, speed=0.0))}"
     return text
 

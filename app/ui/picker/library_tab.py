@@ -89,7 +89,7 @@ class DrafterChoice:
     @property
     def label(self) -> str:
         if self.candidate is not None:
-            return self.candidate.key.name
+            return f"{self.candidate.key.name} ({self.candidate.key.path.name})"
         return PROMPT_LOOKUP_LABEL if self.mode == "prompt-lookup" else OFF_LABEL
 
 
@@ -210,7 +210,6 @@ class LibraryTabWidget(QWidget):
         header.setSectionResizeMode(len(MODEL_COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
         self.model_table.currentItemChanged.connect(self._on_model_table_current_item_changed)
 
-        lower = QSplitter(Qt.Orientation.Horizontal)
         drafts = QWidget()
         dcol = QVBoxLayout(drafts)
         dcol.setContentsMargins(0, 0, 0, 0)
@@ -244,23 +243,28 @@ class LibraryTabWidget(QWidget):
         self.drafts_hint.setObjectName("pickerHint")
         self.drafts_hint.setWordWrap(True)
         dcol.addWidget(self.drafts_hint)
-        lower.addWidget(drafts)
         self.pair_check = PairCheckWidget()
-        lower.addWidget(self.pair_check)
-        lower.setStretchFactor(0, 3)
-        lower.setStretchFactor(1, 2)
 
+        models = QWidget()
+        mcol = QVBoxLayout(models)
+        mcol.setContentsMargins(0, 0, 0, 0)
+        mcol.setSpacing(4)
+        models_title = QLabel("Models on this computer: select the target")
+        models_title.setObjectName("pickerSectionTitle")
+        mcol.addWidget(models_title)
+        mcol.addWidget(self.model_table, 1)
         split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(self.model_table)
-        split.addWidget(lower)
-        split.setStretchFactor(0, 1)
-        split.setStretchFactor(1, 1)
+        split.setChildrenCollapsible(False)
+        for w, stretch in ((models, 2), (drafts, 2), (self.pair_check, 2)):
+            split.addWidget(w)
+            split.setStretchFactor(split.count() - 1, stretch)
+        split.setSizes([200, 230, 230])
         col.addWidget(split, 1)
         self._show_no_target()
 
     def _draft_headers(self) -> list[str]:
         return ["Drafter", "Size", "c (est.)",
-                f"Speedup if α = {ASSUMED_ACCEPTANCE_RATE}, k = {self.draft_max}", "Status"]
+                f"Speedup at α = {ASSUMED_ACCEPTANCE_RATE}, k = {self.draft_max}", "Status"]
 
     # -- wishes from the window --------------------------------------------------------
     def set_wanted(self, target: Path | None, mode: SpecMode, draft: Path | None) -> None:

@@ -9,9 +9,11 @@ speed anything up).
 
 from __future__ import annotations
 
+import html
+
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QBrush, QColor
-from PySide6.QtWidgets import QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from app.catalog.pairing import PairResult
 from app.ui.picker.formatting import rule_label
@@ -19,10 +21,28 @@ from app.ui.picker.formatting import rule_label
 PASS_COLOR = QColor("#2f855a")
 FAIL_COLOR = QColor("#c53030")
 WARN_COLOR = QColor("#975a16")
+_MUTED = "#718096"
+
+
+def rules_html(result: PairResult) -> str:
+    """The rules as an HTML table, one row each: a coloured ✓/✗, the rule, its detail
+    (wrapped by the label when narrow, so no horizontal scroll bar is ever needed)."""
+    rows = []
+    for check in result.checks:
+        mark, color = ("✓ passed", PASS_COLOR) if check.ok else ("✗ failed", FAIL_COLOR)
+        rows.append(
+            f'<tr><td style="color:{color.name()}; font-weight:700; padding:2px 12px 2px 0;">'
+            f'{mark}</td><td style="padding:2px 12px 2px 0;"><b>'
+            f"{html.escape(rule_label(check.rule))}</b> "
+            f'<span style="color:{_MUTED};">({html.escape(check.rule)})</span></td>'
+            f'<td style="padding:2px 0;">{html.escape(check.detail)}</td></tr>'
+        )
+    return "<table cellspacing=0>" + "".join(rows) + "</table>"
 
 
 class PairCheckWidget(QWidget):
-    """A title, the rules of one pairing check as a table, and its warnings."""
+    """A title, the verdict, every rule of one pairing check with its detail, and the
+    warnings."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -37,25 +57,25 @@ class PairCheckWidget(QWidget):
         self.verdict_label.setObjectName("pairVerdict")
         self.verdict_label.setWordWrap(True)
         col.addWidget(self.verdict_label)
-        self.rules = QTreeWidget()
-        self.rules.setObjectName("pairRules")
-        self.rules.setColumnCount(3)
-        self.rules.setHeaderLabels(["Rule", "Result", "Detail"])
-        self.rules.setRootIsDecorated(False)
-        self.rules.setWordWrap(True)
-        self.rules.setSelectionMode(QTreeWidget.SelectionMode.NoSelection)
-        self.rules.setFocusPolicy(Qt.FocusPolicy.NoFocus)
-        header = self.rules.header()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
-        header.setStretchLastSection(True)
-        col.addWidget(self.rules, 1)
+        self.rules_label = QLabel()
+        self.rules_label.setObjectName("pairRules")
+        self.rules_label.setTextFormat(Qt.TextFormat.RichText)
+        self.rules_label.setWordWrap(True)
+        self.rules_label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.rules_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.rules_label.setContentsMargins(8, 6, 8, 6)
+        self.scroll_area = QScrollArea()
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setFrameShape(QFrame.Shape.StyledPanel)
+        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll_area.setWidget(self.rules_label)
+        col.addWidget(self.scroll_area, 100)
         self.note_label = QLabel()
         self.note_label.setObjectName("pairNote")
         self.note_label.setWordWrap(True)
         self.note_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         col.addWidget(self.note_label)
+        col.addStretch(1)  # keeps a message at the top while the rules are hidden
         self.result: PairResult | None = None
         self.show_message("Pairing check", "Choose a draft to see the check, rule by rule.")
 
@@ -71,15 +91,8 @@ class PairCheckWidget(QWidget):
             color = FAIL_COLOR
         self.verdict_label.setText(verdict)
         self.verdict_label.setStyleSheet(f"color: {color.name()}; font-weight: 600;")
-        self.rules.clear()
-        for check in result.checks:
-            item = QTreeWidgetItem([f"{rule_label(check.rule)}  ({check.rule})",
-                                    "✓ passed" if check.ok else "✗ failed", check.detail])
-            item.setForeground(1, QBrush(PASS_COLOR if check.ok else FAIL_COLOR))
-            item.setToolTip(2, check.detail)
-            item.setData(0, Qt.ItemDataRole.UserRole, check.rule)
-            self.rules.addTopLevelItem(item)
-        self.rules.show()
+        self.rules_label.setText(rules_html(result))
+        self.scroll_area.show()
         lines = [f"⚠ {w}" for w in result.warnings]
         if note:
             lines.append(note)
@@ -93,12 +106,12 @@ class PairCheckWidget(QWidget):
         self.title_label.setText(title)
         self.verdict_label.setText(text)
         self.verdict_label.setStyleSheet("")
-        self.rules.clear()
-        self.rules.hide()
+        self.rules_label.clear()
+        self.scroll_area.hide()
         self.note_label.hide()
 
     def rule_rows(self) -> list[tuple[str, bool, str]]:
-        """``(rule, passed, detail)`` for each row shown (for tests and accessibility)."""
+        """``(rule, passed, detail)`` for each rule shown (for tests and accessibility)."""
         if self.result is None:
             return []
         return [(c.rule, c.ok, c.detail) for c in self.result.checks]

@@ -27,6 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--n-ctx", type=int, default=2048)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--start", action="store_true", help="start the race right away")
+    p.add_argument("--size", default=None, metavar="WxH", help="window size, e.g. 1400x900")
     args = p.parse_args(argv)
 
     from app.engine.sampling import SamplingParams
@@ -55,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if args.example:
             window.select_example(args.example)
+        if args.size:
+            width, height = (int(v) for v in args.size.lower().split("x"))
+            window.resize(width, height)
         window.show()
         if args.start:
             window.start_race()

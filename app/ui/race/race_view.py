@@ -35,7 +35,14 @@ from PySide6.QtWidgets import (
 
 from app.ui.race.lane_pane import RaceLaneWidget
 from app.ui.race.recording import RaceRecording
-from app.ui.race.report import difference_text, identical_text, race_markdown, race_table_rows
+from app.ui.race.report import (
+    difference_text,
+    identical_text,
+    prediction_note,
+    race_markdown,
+    race_table_rows,
+    speedup_headline,
+)
 
 TICK_MS = 30
 COUNTER_INTERVAL_S = 0.1
@@ -128,6 +135,10 @@ class RaceViewWidget(QWidget):
 
         side = QVBoxLayout()
         side.setSpacing(8)
+        self.headline = QLabel("")
+        self.headline.setObjectName("raceHeadline")
+        self.headline.setWordWrap(True)
+        side.addWidget(self.headline)
         self.verdict = QLabel("")
         self.verdict.setObjectName("raceVerdict")
         self.verdict.setWordWrap(True)
@@ -139,6 +150,10 @@ class RaceViewWidget(QWidget):
         self.settings_line.setObjectName("raceSettings")
         self.settings_line.setWordWrap(True)
         side.addWidget(self.verdict)
+        self.prediction = QLabel("")
+        self.prediction.setObjectName("racePrediction")
+        self.prediction.setWordWrap(True)
+        side.addWidget(self.prediction)
         side.addWidget(self.explanation)
         side.addWidget(self.settings_line)
         side.addStretch(1)
@@ -152,7 +167,7 @@ class RaceViewWidget(QWidget):
         buttons.addWidget(self.md_button)
         side.addLayout(buttons)
         res.addLayout(side, 2)
-        self.results.setFixedHeight(284)
+        self.results.setFixedHeight(262)
         col.addWidget(self.results)
         self._set_results_visible(False)
         self._update_buttons()
@@ -330,11 +345,16 @@ class RaceViewWidget(QWidget):
                 if name == "identical text" and j == 2:
                     item.setForeground(QColor("#2f855a" if r.identical else "#c05621"))
                 self.table.setItem(i, j, item)
+        self.headline.setText(speedup_headline(r))
+        self.headline.setProperty("faster", bool((r.measured_speedup or 0.0) >= 1.0))
+        note = prediction_note(r, rec.cpu_backend)
+        self.prediction.setText(note or "")
+        self.prediction.setVisible(bool(note))
         self.verdict.setText(identical_text(r))
         self.verdict.setProperty("identical", bool(r.identical))
-        style = self.verdict.style()
-        style.unpolish(self.verdict)
-        style.polish(self.verdict)
+        for label in (self.verdict, self.headline):
+            label.style().unpolish(label)
+            label.style().polish(label)
         diff = difference_text(r, rec.cpu_backend, r.on.draft_max)
         self.explanation.setText(diff or "")
         self.explanation.setVisible(bool(diff))

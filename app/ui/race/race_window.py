@@ -91,6 +91,9 @@ STYLE = """
 #statCaption { color: #718096; font-size: 11px; }
 #raceResults { background: #ffffff; border: 1px solid #dde3ea; border-radius: 8px; }
 #racePlaceholder { color: #a0aec0; }
+#raceHeadline { font-size: 17px; font-weight: 700; color: #975a16; }
+#raceHeadline[faster="true"] { color: #2b6cb0; }
+#racePrediction { color: #4a5568; font-size: 11px; }
 #raceVerdict { font-size: 14px; font-weight: 700; color: #c05621; }
 #raceVerdict[identical="true"] { color: #2f855a; }
 #raceExplanation { color: #744210; background: #fffaf0; padding: 6px; border-radius: 4px; }
