@@ -854,7 +854,8 @@ def run_k_sweep(
 
     Args:
         speculation: the drafter settings (mode draft-model or prompt-lookup, draft_min,
-            draft_p_min, n-gram sizes); its ``draft_max`` is replaced by each k.
+            draft_p_min, n-gram sizes); its ``draft_max`` is replaced by each k and the
+            cost-aware policy is switched off, so every point drafts up to exactly k.
         ks: distinct draft lengths ≥ 1 (default 1, 2, 3, 4, 5, 6, 8).
         repeat: runs per k (medians are taken).
 
@@ -871,7 +872,8 @@ def run_k_sweep(
     ks = sorted(set(ks))
     if not ks or ks[0] < 1:
         raise ValueError(f"draft lengths must be >= 1, got {ks}")
-    specs = [speculation.model_copy(update={"draft_max": k}) for k in ks]
+    # Each point must measure exactly k: the cost-aware policy would shorten drafts.
+    specs = [speculation.model_copy(update={"draft_max": k, "adaptive": False}) for k in ks]
     report = run_bench(
         session, [prompt], specs, sampling,
         repeat=repeat, warmup=warmup, cancel=cancel, progress=progress,
@@ -926,6 +928,8 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--draft-p-min", type=float, default=0.0)
     p.add_argument("--ngram-min", type=int, default=2)
     p.add_argument("--ngram-max", type=int, default=4)
+    p.add_argument("--fixed-k", action="store_true",
+                   help="always draft up to k (default: the cost-aware draft length)")
     p.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
     p.add_argument("--keep-cache", action="store_true",
@@ -967,6 +971,7 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
                 draft_p_min=args.draft_p_min,
                 ngram_min=args.ngram_min,
                 ngram_max=max(args.ngram_min, args.ngram_max),
+                adaptive=not args.fixed_k,
             )
             for k in args.k
         ] if mode != "off" else []

@@ -103,6 +103,11 @@ class DraftModelDrafter:
             self._kv.extend(todo)
             self.forward_passes += 1
 
+    def reset(self) -> None:
+        """Forget the draft KV cache (the next call re-evaluates everything)."""
+        self.ctx.clear()
+        self._kv = []
+
     def begin(self, prompt: Sequence[int]) -> None:
         passes = self.forward_passes
         self._sync(prompt[:-1], need_logits=False)

@@ -57,7 +57,7 @@ def lib() -> ModuleType:
                 f"llama-cpp-python could not be imported ({exc}); run packaging/install.sh"
             ) from exc
 
-        @llama_cpp.llama_log_callback  # type: ignore[misc]
+        @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
         def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
             # enum ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 continuation.
             if level in (3, 4) and text:
@@ -323,6 +323,9 @@ class LlamaContext:
         n_batch: the most tokens submitted in one ``llama_decode`` call.
         n_threads: CPU threads for single-token decoding (None: llama.cpp's default).
         n_threads_batch: CPU threads for prompt processing (None: same as n_threads).
+        n_outputs_max: the most positions one decode returns logits for. llama.cpp sizes
+            its output buffer n_outputs_max × n_vocab floats (by default n_batch: 512 MiB
+            for a 262k vocabulary); verification needs k + 1 ≤ 65.
 
     Raises:
         ModelLoadError: llama.cpp could not create the context (usually out of memory).
@@ -336,6 +339,7 @@ class LlamaContext:
         n_batch: int = 512,
         n_threads: int | None = None,
         n_threads_batch: int | None = None,
+        n_outputs_max: int = 65,
     ) -> None:
         self._ptr: Any = None
         self._batch: Any = None
@@ -351,6 +355,11 @@ class LlamaContext:
         elif n_threads_batch is not None:
             params.n_threads_batch = n_threads_batch
         params.no_perf = True
+        params.n_outputs_max = max(1, min(n_outputs_max, n_batch))
+        # A sliding-window cache of n_swa + n_ubatch cells instead of n_ctx: rolling back
+        # a verification batch (≤ 65 tokens) never needs an evicted cell, and a longer
+        # rollback is detected through pos_min (Session._sync_prefix) and re-evaluated.
+        params.swa_full = False
         _take_native_errors()
         ptr = L.llama_init_from_model(model.ptr, params)
         if not ptr:
@@ -362,6 +371,7 @@ class LlamaContext:
         self.n_ctx: int = min(n_ctx, int(L.llama_n_ctx(ptr)))
         self.n_batch: int = int(L.llama_n_batch(ptr))
         self.n_threads: int = int(L.llama_n_threads(ptr))
+        self.n_outputs_max: int = int(params.n_outputs_max)
         self._mem = L.llama_get_memory(ptr)
         self._batch = L.llama_batch_init(self.n_batch, 0, 1)
         self._n_vocab = model.n_vocab
@@ -387,7 +397,7 @@ class LlamaContext:
             tokens: token ids; split into chunks of ``n_batch`` when longer.
             logits: ``"last"`` — logits for the final token only (prefill); ``"all"`` —
                 for every token, read back with :meth:`logits` by index into ``tokens``
-                (verification; requires ``len(tokens) <= n_batch``); ``"none"``.
+                (verification; requires ``len(tokens) <= n_outputs_max``); ``"none"``.
             should_stop: checked between chunks; when it returns True the remaining chunks
                 are skipped and False is returned.
 
@@ -405,8 +415,8 @@ class LlamaContext:
             raise ContextOverflowError(
                 f"{pos0 + n} tokens do not fit in the context window of {self.n_ctx} tokens."
             )
-        if logits == "all" and n > self.n_batch:
-            raise ValueError("logits='all' needs len(tokens) <= n_batch")
+        if logits == "all" and n > self.n_outputs_max:
+            raise ValueError(f"logits='all' needs len(tokens) <= n_outputs_max ({self.n_outputs_max})")
         L = lib()
         b = self._batch
         ptr = self.ptr

@@ -43,6 +43,7 @@ from app.engine.drafters import (
     common_prefix_length,
 )
 from app.engine.events import Event, Finished, FinishReason, StatsUpdate, TextDelta
+from app.engine.policy import DraftLengthPolicy, PassTimes
 from app.engine.llama import (
     VOCAB_TYPE_NAMES,
     LlamaContext,
@@ -93,7 +94,9 @@ class SpeculationConfig(BaseModel):
     ``draft_min``: a draft shorter than this is discarded and the round decodes plainly
     (llama.cpp's ``--draft-min``). ``draft_p_min``: the draft model stops when its top
     probability falls below this (``--draft-p-min``). ``ngram_min``/``ngram_max``: n-gram
-    sizes for prompt lookup.
+    sizes for prompt lookup. ``adaptive``: verify only as many draft tokens per round as
+    the measured costs on this machine make worthwhile (:mod:`app.engine.policy`); k is
+    then the maximum. Off: always draft up to k (for k sweeps).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -104,6 +107,7 @@ class SpeculationConfig(BaseModel):
     draft_p_min: float = Field(0.0, ge=0.0, le=1.0)
     ngram_min: int = Field(2, ge=1)
     ngram_max: int = Field(4, ge=1)
+    adaptive: bool = True
 
 
 class ModelVocab:
@@ -170,6 +174,8 @@ class Session:
         self._busy = False
         self._closed = False
         self._target_step_samples: list[float] = []
+        self._pass_times = PassTimes()
+        self._policies: dict[str, DraftLengthPolicy] = {}
         #: decode tok/s of the latest plain (speculation off) reply in this session
         self.last_plain_decode_tps: float | None = None
         #: layers actually offloaded to the GPU (0: everything runs on the CPU)
@@ -275,6 +281,7 @@ class Session:
                     n_ctx=self.ctx.n_ctx,
                     n_batch=self.config.n_batch,
                     n_threads=self.config.n_threads or default_threads(),
+                    n_outputs_max=1,  # the draft only ever needs its last position
                 )
             except BaseException:
                 draft.close()
@@ -306,6 +313,8 @@ class Session:
         with self._lock:
             self.ctx.clear()
             self._kv_tokens = []
+            if self._draft_drafter is not None:
+                self._draft_drafter.reset()
 
     def _check_idle(self) -> None:
         if self._closed:
@@ -438,6 +447,11 @@ class Session:
             prefill_tokens = self._sync_prefix(prompt[:-1], cancel)
             sampler = TargetSampler(model, sampling)
             sampler.accept_prompt(prompt)
+            policy: DraftLengthPolicy | None = None
+            if drafter is not None:
+                policy = self._policies.get(drafter.kind)
+                if policy is None:
+                    policy = self._policies[drafter.kind] = DraftLengthPolicy(self._pass_times)
             if drafter is not None and not is_cancelled():
                 drafter.begin(prompt)
                 if self.target_step_time is None:
@@ -506,25 +520,34 @@ class Session:
                         )
                         break
                     drafts: list[int] = []
-                    if drafter is not None:
+                    if drafter is not None and policy is not None:
                         n_draft_max = min(k, remaining - 1, room)
+                        if spec.adaptive and n_draft_max > 0:
+                            n_draft_max = policy.choose(n_draft_max)
                         if n_draft_max > 0:
+                            steps0 = drafter.forward_passes
                             td = clock()
                             drafts = drafter.draft(history, n_draft_max)[:n_draft_max]
-                            draft_time += clock() - td
+                            dtd = clock() - td
+                            draft_time += dtd
+                            policy.observe_draft_steps(drafter.forward_passes - steps0, dtd)
                             if len(drafts) < spec.draft_min:
                                 drafts = []
+                        if not drafts:
+                            policy.observe_no_draft()
                     batch = [history[-1], *drafts]
                     tt = clock()
                     ctx.decode(batch, n_past, logits="all")
                     rounds += 1
                     proposed += len(drafts)
                     n_acc = 0
+                    n_verified = 0
                     for i in range(len(batch)):
                         tok = sampler.sample(ctx, i)
                         is_draft = i < len(drafts)
                         match = is_draft and tok == drafts[i]
                         if is_draft:
+                            n_verified += 1
                             drafted += 1
                             drafted_at[i] += 1
                             if match:
@@ -552,6 +575,9 @@ class Session:
                             break
                     dt = clock() - tt
                     target_time += dt
+                    self._pass_times.observe(len(batch), dt)
+                    if policy is not None and n_verified:
+                        policy.observe_verification(n_verified, n_acc)
                     if len(batch) == 1:
                         self._target_step_samples.append(dt)
                         del self._target_step_samples[:-64]
@@ -610,6 +636,7 @@ class Session:
             dt = clock() - t
             self.ctx.seq_rm(pos, -1)
         self._target_step_samples.append(dt)
+        self._pass_times.observe(1, dt)
 
     # -- lifetime -------------------------------------------------------------------
     def close(self) -> None:

@@ -381,7 +381,7 @@ def test_bench_cli_json_on_tiny_model(tiny_target: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "app", "bench", "--model", str(tiny_target),
          "--draft", str(tiny_target), "--prompts", "builtin:chat", "--limit", "2",
-         "--k", "1,2", "--repeat", "2", "--max-tokens", "10", "--threads", "2",
+         "--k", "1,2", "--repeat", "2", "--max-tokens", "10", "--threads", "2", "--fixed-k",
          "--json", "-q"],
         capture_output=True, text=True, cwd=REPO, timeout=300,
     )

@@ -63,7 +63,7 @@ def test_eog_accepted_mid_draft_ends_the_reply_there(
         drafter = ReplayDrafter(PROMPT, plain_ids)
         install_drafter(s, drafter)
         k = j + 3  # the draft goes past the EOG token
-        r = run(s, PROMPT, GREEDY, SpeculationConfig(mode="draft-model", draft_max=k))
+        r = run(s, PROMPT, GREEDY, SpeculationConfig(adaptive=False, mode="draft-model", draft_max=k))
     assert r.finished.reason == "stop"
     assert r.ids == plain_ids[:j]  # nothing at or after the EOG token is emitted
     st = r.stats
@@ -81,7 +81,7 @@ def test_max_tokens_is_never_exceeded(session: Session, plain_ids: tuple[int, ..
     try:
         for max_tokens in (1, 2, 3, 5, 9):
             sp = GREEDY.model_copy(update={"max_tokens": max_tokens})
-            r = run(session, PROMPT, sp, SpeculationConfig(mode="draft-model", draft_max=4))
+            r = run(session, PROMPT, sp, SpeculationConfig(adaptive=False, mode="draft-model", draft_max=4))
             assert r.ids == plain_ids[:max_tokens]
             assert r.stats.emitted == len(r.ids) == max_tokens
             assert r.finished.reason == "length"
@@ -89,7 +89,7 @@ def test_max_tokens_is_never_exceeded(session: Session, plain_ids: tuple[int, ..
             check_invariants(r, max_tokens)
         # a 4-token draft with max_tokens 1: the one round drafts nothing
         r = run(session, PROMPT, GREEDY.model_copy(update={"max_tokens": 1}),
-                SpeculationConfig(mode="draft-model", draft_max=4))
+                SpeculationConfig(adaptive=False, mode="draft-model", draft_max=4))
         assert r.stats.drafted == 0 and len(r.ids) == 1
     finally:
         del session._make_drafter
@@ -106,7 +106,7 @@ def test_tiny_context_ends_with_length_not_a_crash(tiny_target: Path, mode: str)
     )
     with Session.open(cfg) as s:
         sp = SamplingParams(temperature=0.0, max_tokens=500)
-        r = run(s, prompt, sp, SpeculationConfig(mode=mode, draft_max=8, ngram_min=1))  # type: ignore[arg-type]
+        r = run(s, prompt, sp, SpeculationConfig(adaptive=False, mode=mode, draft_max=8, ngram_min=1))  # type: ignore[arg-type]
         assert r.finished.reason == "length"
         assert r.finished.note and "context window" in r.finished.note
         # every position 0..63 is used at most once: prompt + reply - 1 ≤ n_ctx
@@ -150,7 +150,7 @@ def test_multibyte_characters_split_across_tokens_stream_whole(
             if mode == "draft-model":
                 install_drafter(s, ReplayDrafter(PROMPT, ids))
             r = run(s, PROMPT, GREEDY.model_copy(update={"max_tokens": o + 9}),
-                    SpeculationConfig(mode=mode, draft_max=3))  # type: ignore[arg-type]
+                    SpeculationConfig(adaptive=False, mode=mode, draft_max=3))  # type: ignore[arg-type]
             assert r.ids == ids[: o + 9]
             assert r.finished.text == expected
             assert r.streamed == expected  # nothing dropped, nothing replaced
@@ -171,14 +171,14 @@ def test_stop_string_across_tokens(session: Session, plain_ids: tuple[int, ...])
     first = text.find(stop)
     for mode in ("off", "prompt-lookup"):
         sp = GREEDY.model_copy(update={"stop": (stop,)})
-        r = run(session, PROMPT, sp, SpeculationConfig(mode=mode, ngram_min=1))  # type: ignore[arg-type]
+        r = run(session, PROMPT, sp, SpeculationConfig(adaptive=False, mode=mode, ngram_min=1))  # type: ignore[arg-type]
         assert r.finished.reason == "stop"
         assert r.finished.text == text[:first]
         assert r.streamed == text[:first]
         check_invariants(r, GREEDY.max_tokens)
         # text that only starts like a stop string is released in full once it fails
         sp2 = GREEDY.model_copy(update={"stop": (stop + "\x07never",)})
-        r2 = run(session, PROMPT, sp2, SpeculationConfig(mode=mode, ngram_min=1))  # type: ignore[arg-type]
+        r2 = run(session, PROMPT, sp2, SpeculationConfig(adaptive=False, mode=mode, ngram_min=1))  # type: ignore[arg-type]
         assert r2.finished.text == text and r2.streamed == text
         assert r2.finished.reason == "length"
 
@@ -278,7 +278,7 @@ def test_base_model_without_template_uses_the_plain_transcript(tiny_target: Path
 def test_no_rollback_falls_back_to_plain_and_says_so(session: Session) -> None:
     session.rollback_supported = False
     try:
-        r = run(session, PROMPT, GREEDY, SpeculationConfig(mode="prompt-lookup"))
+        r = run(session, PROMPT, GREEDY, SpeculationConfig(adaptive=False, mode="prompt-lookup"))
         assert r.stats.mode == "plain" and r.stats.drafted == 0
         assert r.finished.note and "roll back" in r.finished.note
         assert r.stats.fallback_reason == r.finished.note

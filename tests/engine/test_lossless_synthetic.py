@@ -64,7 +64,7 @@ def test_draft_equal_to_target_accepts_everything_and_changes_nothing(
     s = self_draft_session
     for prompt in prompts():
         plain = run(s, prompt, sampling, SpeculationConfig(mode="off"))
-        spec = run(s, prompt, sampling, SpeculationConfig(mode="draft-model", draft_max=k))
+        spec = run(s, prompt, sampling, SpeculationConfig(adaptive=False, mode="draft-model", draft_max=k))
         assert spec.ids == plain.ids
         assert spec.finished.text == plain.finished.text
         check_invariants(plain, MAX_TOKENS)
@@ -84,7 +84,7 @@ def test_perturbed_draft_partial_acceptance_same_tokens(
     drafted = accepted = 0
     for prompt in prompts():
         plain = run(s, prompt, sampling, SpeculationConfig(mode="off"))
-        spec = run(s, prompt, sampling, SpeculationConfig(mode="draft-model", draft_max=5))
+        spec = run(s, prompt, sampling, SpeculationConfig(adaptive=False, mode="draft-model", draft_max=5))
         assert spec.ids == plain.ids
         check_invariants(spec, MAX_TOKENS)
         drafted += spec.stats.drafted
@@ -100,7 +100,7 @@ def test_prompt_lookup_same_tokens(self_draft_session: Session, sampling: Sampli
     drafted = 0
     for prompt in prompts():
         plain = run(s, prompt, sampling, SpeculationConfig(mode="off"))
-        spec = run(s, prompt, sampling, SpeculationConfig(mode="prompt-lookup", draft_max=k, ngram_min=1))
+        spec = run(s, prompt, sampling, SpeculationConfig(adaptive=False, mode="prompt-lookup", draft_max=k, ngram_min=1))
         assert spec.ids == plain.ids
         check_invariants(spec, MAX_TOKENS)
         drafted += spec.stats.drafted

@@ -1,0 +1,117 @@
+"""``python -m app generate``: real models, JSON output, invariants, and clean errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+CODE_PROMPT = (
+    "Rename the variable `total` to `running_sum`.\n\n"
+    "def accumulate(values):\n"
+    "    total = 0\n"
+    "    for v in values:\n"
+    "        total = total + v\n"
+    "    return total\n\n"
+    "After renaming:\n\n"
+    "def accumulate(values):\n"
+)
+
+
+def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def check_stats(out: dict, max_tokens: int) -> None:
+    s = out["stats"]
+    assert s["accepted"] <= s["drafted"] <= s["proposed"]
+    assert s["emitted"] == len(out["token_ids"]) <= max_tokens
+    assert sum(s["accepted_at"]) == s["accepted"]
+    if out["finish_reason"] == "length":
+        assert s["emitted"] == s["accepted"] + s["rounds"]
+    for key in ("acceptance_rate", "mean_acceptance_length", "draft_cost_ratio",
+                "predicted_speedup", "decode_tps", "ttft", "prefill_tps", "end_to_end_tps",
+                "draft_time", "target_time", "drafted_at"):
+        assert key in s
+
+
+@pytest.mark.slow
+def test_generate_with_the_target_as_its_own_draft(gemma_path: Path) -> None:
+    r = cli("generate", "--model", str(gemma_path), "--draft", str(gemma_path), "--json",
+            "--max-tokens", "32", "--draft-max", "4", "--threads", "2", "--fixed-k",
+            "The three primary colors are")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["text"] and out["finish_reason"] in ("length", "stop")
+    check_stats(out, 32)
+    s = out["stats"]
+    assert s["mode"] == "draft-model" and s["drafted"] > 0
+    assert s["acceptance_rate"] > 0.8  # the same model, up to batch-size numerics
+    assert s["draft_cost_ratio"] > 0.5  # a draft as large as the target is not cheap
+    assert s["predicted_speedup"] is not None
+
+
+@pytest.mark.slow
+def test_generate_with_prompt_lookup_on_a_code_edit(gemma_path: Path) -> None:
+    r = cli("generate", "--model", str(gemma_path), "--prompt-lookup", "--json",
+            "--max-tokens", "48", "--threads", "2", CODE_PROMPT)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    check_stats(out, 48)
+    s = out["stats"]
+    assert s["mode"] == "prompt-lookup"
+    assert s["accepted"] > 10  # the edit repeats the input: lookup drafts land
+    assert s["mean_acceptance_length"] > 1.3
+    plain = cli("generate", "--model", str(gemma_path), "--no-spec", "--json",
+                "--max-tokens", "48", "--threads", "2", CODE_PROMPT)
+    assert plain.returncode == 0, plain.stderr
+    plain_out = json.loads(plain.stdout)
+    assert plain_out["stats"]["mode"] == "plain" and plain_out["stats"]["drafted"] == 0
+    assert plain_out["stats"]["acceptance_rate"] is None
+
+
+def test_generate_streams_text_without_json(tiny_target: Path) -> None:
+    r = cli("generate", "--model", str(tiny_target), "--max-tokens", "8", "hello")
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.strip()) > 0
+    assert not r.stdout.lstrip().startswith("{")
+
+
+@pytest.mark.parametrize("case", ["missing", "not-gguf", "truncated", "incompatible", "bad-option"])
+def test_bad_input_gives_one_line_and_status_2(
+    case: str, tmp_path: Path, tiny_target: Path, smollm_path: Path
+) -> None:
+    if case == "missing":
+        args = ["--model", str(tmp_path / "nope.gguf")]
+        expect = "not found"
+    elif case == "not-gguf":
+        p = tmp_path / "notes.gguf"
+        p.write_text("hello, I am not a model")
+        args = ["--model", str(p)]
+        expect = "not a GGUF"
+    elif case == "truncated":
+        p = tmp_path / "half.gguf"
+        data = tiny_target.read_bytes()
+        p.write_bytes(data[: len(data) // 2])
+        args = ["--model", str(p)]
+        expect = "half.gguf"
+    elif case == "incompatible":
+        args = ["--model", str(tiny_target), "--draft", str(smollm_path)]
+        expect = "cannot draft"
+    else:
+        args = ["--model", str(tiny_target), "--draft-max", "0"]
+        expect = "draft_max"
+    r = cli("generate", *args, "--max-tokens", "4", "hi")
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: ") and expect in lines[0]
+    assert "Traceback" not in r.stderr
