@@ -38,6 +38,9 @@ def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--draft-min", type=int, default=0, metavar="N", help="discard drafts shorter than N (0)")
     p.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
                    help="draft model stops below this top probability (0)")
+    p.add_argument("--fixed-k", action="store_true",
+                   help="always draft up to k (default: verify only as many draft tokens as "
+                        "this machine's measured costs make worthwhile)")
     p.add_argument("--ngram-min", type=int, default=2, help="prompt lookup: smallest n-gram (2)")
     p.add_argument("--ngram-max", type=int, default=4, help="prompt lookup: largest n-gram (4)")
     p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (0)")
@@ -84,6 +87,7 @@ def _run_generate(args: argparse.Namespace) -> int:
             draft_p_min=args.draft_p_min,
             ngram_min=args.ngram_min,
             ngram_max=max(args.ngram_min, args.ngram_max),
+            adaptive=not args.fixed_k,
         )
         sampling = SamplingParams(
             temperature=args.temp,

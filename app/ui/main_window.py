@@ -158,13 +158,12 @@ class MainWindow(QMainWindow):
         self._closed = False
         self._pending_reload = False
         self.store: HistoryStore | None = None
+        self._deferred_error: UserError | None = None
         try:
             self.store = HistoryStore.open(recover=True)
         except HistoryError as exc:
             self.store = None
             self._deferred_error = UserError("History unavailable", str(exc))
-        else:
-            self._deferred_error = None
 
         self.host = WorkerHost(self)
         w = self.host.worker

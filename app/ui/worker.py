@@ -285,10 +285,10 @@ class WorkerHost(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.thread = QThread()
-        self.thread.setObjectName("tandem-generation")
+        self.worker_thread = QThread()
+        self.worker_thread.setObjectName("tandem-generation")
         self.worker = GenerationWorker()
-        self.worker.moveToThread(self.thread)
+        self.worker.moveToThread(self.worker_thread)
         self._load_requested.connect(self.worker.load_model)
         self._draft_requested.connect(self.worker.set_draft_model)
         self._generate_requested.connect(self.worker.generate)
@@ -298,7 +298,7 @@ class WorkerHost(QObject):
         self._load_cancel: threading.Event | None = None
         self._reply_cancel: threading.Event | None = None
         self._stopped = False
-        self.thread.start()
+        self.worker_thread.start()
         self._warm_up_requested.emit()
 
     # -- requests ---------------------------------------------------------------------
@@ -349,6 +349,6 @@ class WorkerHost(QObject):
         self._stopped = True
         self.cancel_load()
         self.stop_reply()
-        self.thread.quit()
-        self.thread.wait()
+        self.worker_thread.quit()
+        self.worker_thread.wait()
         self.worker.close_session()

@@ -57,7 +57,7 @@ WARM = SamplingParams(temperature=0.8, seed=1234, max_tokens=MAX_TOKENS)
 
 @pytest.fixture(scope="module")
 def gemma(gemma_path: Path) -> Iterator[Session]:
-    s = Session.open(SessionConfig(target_path=gemma_path, draft_path=gemma_path, n_ctx=512, n_threads=2))
+    s = Session.open(SessionConfig(target_path=gemma_path, draft_path=gemma_path, n_ctx=1024, n_threads=2))
     yield s
     s.close()
 

@@ -115,7 +115,7 @@ class MarkdownBrowserWidget(QTextBrowser):
         self.anchorClicked.connect(self._on_self_anchor_clicked)
         self.setFixedHeight(24)
 
-    def loadResource(self, type: int, name: QUrl) -> Any:  # noqa: A002 (Qt's name)
+    def loadResource(self, type: int, name: QUrl | str) -> Any:  # noqa: A002 (Qt's name)
         return None
 
     @Slot(QUrl)

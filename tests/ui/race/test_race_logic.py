@@ -167,3 +167,20 @@ def test_conversations_from_history_and_measured_alpha() -> None:
     plain = PastConversation(-1, "t", (PastMessage("assistant", "x", {"mode": "plain"}),))
     assert measured_lookup_alpha([plain]) == (None, 0)
     assert conversations_from_history(None) == []
+
+
+def test_headline_and_prediction_note() -> None:
+    import dataclasses
+
+    from app.ui.race.report import prediction_note, speedup_headline
+
+    r = _race()
+    assert speedup_headline(r) == "Speculation decoded 4.00× as fast, and finished 2.50× sooner."
+    assert prediction_note(r, cpu_backend=True) is None  # measured beats predicted
+    slow_on = dataclasses.replace(r.on, stats=dataclasses.replace(r.on.stats, decode_time=1.5))
+    slow = dataclasses.replace(r, on=slow_on)
+    note = prediction_note(slow, cpu_backend=True)
+    assert note is not None and "on this CPU backend, checking 3 tokens" in note
+    slower = dataclasses.replace(r, on=dataclasses.replace(
+        r.on, stats=dataclasses.replace(r.on.stats, decode_time=4.0, total_time=4.5)))
+    assert speedup_headline(slower).startswith("Speculation was slower here: 0.50×")
