@@ -163,17 +163,13 @@ def _first_validation_error(exc: ValueError) -> str:
     return str(exc).splitlines()[0]
 
 
-def _optional_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Subcommands that live with their feature; each module adds its own parser."""
-    import importlib
+def _feature_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Subcommands that live with their feature; each module adds its own parsers."""
+    from app import launcher
+    from app.catalog import cli as catalog_cli
+    from app.engine import bench
 
-    for module_name in ("app.catalog.cli", "app.engine.bench", "app.launcher"):
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
+    for module in (catalog_cli, bench, launcher):
         module.add_cli_parsers(sub)
 
 
@@ -185,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_generate(sub)
-    _optional_parsers(sub)
+    _feature_parsers(sub)
     return parser
 
 
