@@ -61,10 +61,16 @@ class ModelSettings(_Section):
 
 
 class SpeculationSettings(_Section):
-    """The drafter for new replies and the draft length k (tokens proposed per round)."""
+    """The drafter for new replies and the draft length k (tokens proposed per round).
+
+    ``adaptive``: k is a maximum and the engine verifies only as many draft tokens per
+    round as the costs measured on this machine make worthwhile
+    (:mod:`app.engine.policy`); off: always draft up to k.
+    """
 
     mode: SpecMode = "prompt-lookup"
     draft_max: Annotated[int, Field(ge=1, le=64)] = 4
+    adaptive: bool = True
 
 
 class UiSettings(_Section):

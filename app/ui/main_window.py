@@ -218,7 +218,8 @@ class MainWindow(QMainWindow):
         col.setSpacing(0)
         self.model_bar = ModelBarWidget()
         self.model_bar.set_speculation(self.settings.speculation.mode,
-                                       self.settings.speculation.draft_max)
+                                       self.settings.speculation.draft_max,
+                                       self.settings.speculation.adaptive)
         col.addWidget(self.model_bar)
         self.message_bar = MessageBarWidget()
         col.addWidget(self.message_bar)
@@ -467,7 +468,8 @@ class MainWindow(QMainWindow):
         """First run: write the bundled demo model, then load it with prompt lookup."""
         dest = paths.models_dir() / DEMO_FILE
         self.settings.speculation.mode = "prompt-lookup"
-        self.model_bar.set_speculation("prompt-lookup", self.settings.speculation.draft_max)
+        self.model_bar.set_speculation("prompt-lookup", self.settings.speculation.draft_max,
+                                       self.settings.speculation.adaptive)
         self.save_settings_soon()
         if dest.is_file():
             self.load_model(dest)
@@ -562,17 +564,20 @@ class MainWindow(QMainWindow):
         if path is not None:
             self.set_draft_model(path)
 
-    @Slot(str, int)
-    def _on_model_bar_speculation_changed(self, mode: str, k: int) -> None:
-        self.set_speculation(mode, k)
+    @Slot(str, int, bool)
+    def _on_model_bar_speculation_changed(self, mode: str, k: int, adaptive: bool) -> None:
+        self.set_speculation(mode, k, adaptive)
 
-    def set_speculation(self, mode: str, k: int) -> None:
-        """Drafter and k for the next reply; the target is not reloaded."""
+    def set_speculation(self, mode: str, k: int, adaptive: bool | None = None) -> None:
+        """Drafter, k and adaptivity for the next reply; the target is not reloaded."""
         if mode not in ("off", "prompt-lookup", "draft-model"):
             raise ValueError(mode)
-        self.settings.speculation.mode = mode  # type: ignore[assignment]
-        self.settings.speculation.draft_max = k
-        self.model_bar.set_speculation(mode, k)
+        spec = self.settings.speculation
+        spec.mode = mode  # type: ignore[assignment]
+        spec.draft_max = k
+        if adaptive is not None:
+            spec.adaptive = adaptive
+        self.model_bar.set_speculation(mode, k, spec.adaptive)
         self.save_settings_soon()
         if (mode == "draft-model" and self.model_info is not None
                 and self.model_info.draft_path is None and not self.busy):
@@ -759,7 +764,8 @@ class MainWindow(QMainWindow):
                 messages.append(ChatMessage(m.role, m.content))
         spec_settings = self.settings.speculation
         sampling = SamplingParams(**self.settings.sampling.model_dump())
-        speculation = SpeculationConfig(mode=spec_settings.mode, draft_max=spec_settings.draft_max)
+        speculation = SpeculationConfig(mode=spec_settings.mode, draft_max=spec_settings.draft_max,
+                                        adaptive=spec_settings.adaptive)
         reply_msg = self.store.begin_reply(cid, model=self.model_info.target_path.name)
         widget = self.chat.add_message(_message_view(reply_msg))
         widget.set_streaming(True)
@@ -768,7 +774,7 @@ class MainWindow(QMainWindow):
         mode = "plain" if spec_settings.mode == "off" else spec_settings.mode
         self.reply = _StreamingReply(self._request_seq, cid, reply_msg.id, mode,
                                      spec_settings.draft_max, widget)
-        self.gauge.begin_reply(mode, spec_settings.draft_max)
+        self.gauge.begin_reply(mode, spec_settings.draft_max, spec_settings.adaptive)
         self.host.generate(GenerateRequest(self._request_seq, tuple(messages), sampling, speculation))
         self._flush_timer.start()
         self._update_state()

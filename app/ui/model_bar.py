@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QFrame,
     QHBoxLayout,
@@ -31,8 +32,8 @@ class ModelBarWidget(QFrame):
     """"Open GGUF…" for the target was clicked."""
     open_draft_clicked = Signal()
     """"Choose draft…" was clicked."""
-    speculation_changed = Signal(str, int)
-    """The drafter mode (off / prompt-lookup / draft-model) or k changed."""
+    speculation_changed = Signal(str, int, bool)
+    """The drafter mode (off / prompt-lookup / draft-model), k or "adaptive" changed."""
     load_cancel_clicked = Signal()
     """Cancel was clicked while a model loads."""
 
@@ -72,6 +73,13 @@ class ModelBarWidget(QFrame):
         self.k_spin.setValue(4)
         self.k_spin.setToolTip("Draft length: tokens proposed per round")
         row.addWidget(self.k_spin)
+        self.adaptive_box = QCheckBox("adaptive")
+        self.adaptive_box.setChecked(True)
+        self.adaptive_box.setToolTip(
+            "k is a maximum: each round verifies only as many draft tokens as the costs "
+            "measured on this machine make worthwhile. Off: always draft up to k."
+        )
+        row.addWidget(self.adaptive_box)
         row.addWidget(self._separator())
 
         self.layers_label = QLabel("")
@@ -92,6 +100,7 @@ class ModelBarWidget(QFrame):
 
         self.mode_combo.currentIndexChanged.connect(self._on_mode_combo_current_index_changed)
         self.k_spin.valueChanged.connect(self._on_k_spin_value_changed)
+        self.adaptive_box.toggled.connect(self._on_adaptive_box_toggled)
         self._draft_name: str | None = None
         self._update_draft_button()
 
@@ -109,19 +118,22 @@ class ModelBarWidget(QFrame):
         return line
 
     # -- state from the window --------------------------------------------------------
-    def set_speculation(self, mode: str, k: int) -> None:
-        """Show ``mode`` and ``k`` without emitting :attr:`speculation_changed`."""
-        self.mode_combo.blockSignals(True)
-        self.k_spin.blockSignals(True)
+    def set_speculation(self, mode: str, k: int, adaptive: bool = True) -> None:
+        """Show the drafter settings without emitting :attr:`speculation_changed`."""
+        for w in (self.mode_combo, self.k_spin, self.adaptive_box):
+            w.blockSignals(True)
         index = self.mode_combo.findData(mode)
         self.mode_combo.setCurrentIndex(max(0, index))
         self.k_spin.setValue(k)
-        self.mode_combo.blockSignals(False)
-        self.k_spin.blockSignals(False)
+        self.adaptive_box.setChecked(adaptive)
+        for w in (self.mode_combo, self.k_spin, self.adaptive_box):
+            w.blockSignals(False)
         self._update_draft_button()
 
-    def speculation(self) -> tuple[str, int]:
-        return str(self.mode_combo.currentData()), self.k_spin.value()
+    def speculation(self) -> tuple[str, int, bool]:
+        """(mode, k, adaptive) as shown."""
+        return (str(self.mode_combo.currentData()), self.k_spin.value(),
+                self.adaptive_box.isChecked())
 
     def set_model(self, info: ModelInfo | None) -> None:
         """Show the loaded target and where its layers run (None: nothing loaded)."""
@@ -180,5 +192,9 @@ class ModelBarWidget(QFrame):
 
     @Slot(int)
     def _on_k_spin_value_changed(self, _value: int) -> None:
+        self.speculation_changed.emit(*self.speculation())
+
+    @Slot(bool)
+    def _on_adaptive_box_toggled(self, _on: bool) -> None:
         self.speculation_changed.emit(*self.speculation())
 

@@ -70,6 +70,9 @@ def ui_settings(gemma_path: Path) -> Settings:
     s.sampling.max_tokens = 24
     s.speculation.mode = "prompt-lookup"
     s.speculation.draft_max = 4
+    # Always draft up to k: on a busy 2-core machine the adaptive policy may rightly
+    # decide that drafting does not pay, and these tests need drafts to look at.
+    s.speculation.adaptive = False
     save_settings(s)
     return s
 

@@ -459,3 +459,26 @@ def test_killing_the_app_mid_reply_loses_at_most_a_second(ui_settings: Settings,
         assert len(reply.content) >= old_enough[-1], (len(reply.content), seen[-5:])
     finally:
         store.close()
+
+
+def test_adaptive_draft_length_is_passed_to_the_engine(qtbot, window,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    configs = []
+    original_chat = Session.chat
+
+    def spy(self, messages, sampling, speculation, cancel=None):  # type: ignore[no-untyped-def]
+        configs.append(speculation)
+        return original_chat(self, messages, sampling, speculation, cancel)
+
+    monkeypatch.setattr(Session, "chat", spy)
+    window.model_bar.adaptive_box.setChecked(True)
+    assert window.settings.speculation.adaptive is True
+    assert window.send_message(REPEAT_PROMPT)
+    qtbot.waitUntil(lambda: "adaptive" in window.gauge.mode_label.text(), timeout=5000)
+    wait_reply(qtbot, window)
+    window.model_bar.adaptive_box.setChecked(False)
+    assert window.regenerate()
+    wait_reply(qtbot, window)
+    assert [(c.mode, c.draft_max, c.adaptive) for c in configs] == [
+        ("prompt-lookup", 4, True), ("prompt-lookup", 4, False)]
+    assert "k = 4" in window.gauge.mode_label.text()

@@ -267,6 +267,7 @@ def test_sampling_and_speculation_settings_persist(qtbot) -> None:
         w.sampling_panel.n_ctx.setValue(2048)
         w.sampling_panel.cpu_only.setChecked(True)
         w.model_bar.k_spin.setValue(6)
+        w.model_bar.adaptive_box.setChecked(False)
         w.model_bar.mode_combo.setCurrentIndex(w.model_bar.mode_combo.findData("off"))
         w.gauge.tint_box.setChecked(False)
         qtbot.waitUntil(lambda: load_settings().settings.sampling.max_tokens == 77, timeout=3000)
@@ -276,6 +277,7 @@ def test_sampling_and_speculation_settings_persist(qtbot) -> None:
     assert s.sampling.temperature == pytest.approx(0.3)
     assert s.model.n_ctx == 2048 and s.model.n_gpu_layers == 0
     assert s.speculation.mode == "off" and s.speculation.draft_max == 6
+    assert s.speculation.adaptive is False
     assert s.ui.tint_drafts is False and s.ui.window_geometry and s.ui.splitter_state
 
 

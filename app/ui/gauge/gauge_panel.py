@@ -138,6 +138,7 @@ class SpeculationGaugeWidget(QFrame):
         self._stats: SpecStats | None = None
         self._baseline: float | None = None
         self._streaming = False
+        self._adaptive = False
         self._dirty = False
         self.repaints = 0  # how many refreshes actually ran (tests check the rate cap)
 
@@ -207,8 +208,10 @@ class SpeculationGaugeWidget(QFrame):
         self._timer.start()
 
     # -- inputs (cheap; any rate) -----------------------------------------------------
-    def begin_reply(self, mode: str, draft_max: int) -> None:
-        """A reply starts with this drafter mode (``plain`` for off) and k."""
+    def begin_reply(self, mode: str, draft_max: int, adaptive: bool = False) -> None:
+        """A reply starts with this drafter mode (``plain`` for off), k, and whether k is
+        only a maximum (adaptive draft length)."""
+        self._adaptive = adaptive
         self._streaming = True
         self._rolling.reset()
         self.sparkline.clear()
@@ -270,7 +273,7 @@ class SpeculationGaugeWidget(QFrame):
             return
         title = _MODE_TITLES.get(s.mode, s.mode)
         if s.mode != "plain":
-            title += f" · k = {s.draft_max}"
+            title += f" · k ≤ {s.draft_max} (adaptive)" if self._adaptive else f" · k = {s.draft_max}"
         self.mode_label.setText(title + ("  ● live" if self._streaming else "  · last reply"))
 
         rolling = self._rolling.rate() if self._streaming else None
