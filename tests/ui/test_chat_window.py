@@ -482,3 +482,17 @@ def test_adaptive_draft_length_is_passed_to_the_engine(qtbot, window,
     assert [(c.mode, c.draft_max, c.adaptive) for c in configs] == [
         ("prompt-lookup", 4, True), ("prompt-lookup", 4, False)]
     assert "k = 4" in window.gauge.mode_label.text()
+
+
+def test_closing_while_a_model_loads_joins_the_worker(qtbot, ui_settings: Settings) -> None:
+    from app.ui.main_window import MainWindow
+
+    w = MainWindow(LoadedSettings(ui_settings), autoload=True)
+    qtbot.addWidget(w)
+    w.show()
+    assert w.loading
+    qtbot.waitUntil(lambda: w.model_bar.progress.value() > 0 or w.model_info is not None,
+                    timeout=LOAD_TIMEOUT_MS)
+    w.close()  # cancels the load and waits for the worker thread
+    assert not w.host.worker_thread.isRunning()
+    assert w.host.worker.session is None  # nothing left loaded
