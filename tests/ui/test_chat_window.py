@@ -496,3 +496,33 @@ def test_closing_while_a_model_loads_joins_the_worker(qtbot, ui_settings: Settin
     w.close()  # cancels the load and waits for the worker thread
     assert not w.host.worker_thread.isRunning()
     assert w.host.worker.session is None  # nothing left loaded
+
+
+def test_system_prompt_is_sent_and_context_overflow_is_a_message(
+    qtbot, window, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = []
+    original_chat = Session.chat
+
+    def spy(self, messages, *args, **kwargs):  # type: ignore[no-untyped-def]
+        sent.append(list(messages))
+        return original_chat(self, messages, *args, **kwargs)
+
+    monkeypatch.setattr(Session, "chat", spy)
+    window.system_prompt.toggle.setChecked(True)
+    window.system_prompt.editor.setPlainText("You answer in one word.")
+    window.system_prompt.flush()
+    assert window.send_message("Colour of the sky?")
+    wait_reply(qtbot, window)
+    assert [(m.role, m.content) for m in sent[0]] == [
+        ("system", "You answer in one word."), ("user", "Colour of the sky?")]
+
+    # A message that cannot fit in n_ctx = 512: a clear message, the user text is kept.
+    assert window.send_message("word " * 1500)
+    wait_reply(qtbot, window)
+    err = window.message_bar.current
+    assert err is not None and "context window" in err.message
+    msgs = _stored_reply(window)
+    assert [m.role for m in msgs] == ["user", "assistant", "user"]
+    assert window.chat.messages[-1].role == "user"
+    assert window.send_button.isEnabled() and window.send_button.text() == "Send"
