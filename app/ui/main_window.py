@@ -639,7 +639,16 @@ class MainWindow(QMainWindow):
         else:
             conv = self.store.conversation(conversation_id)
             self.system_prompt.set_text(conv.system_prompt)
-            self.chat.set_messages([_message_view(m) for m in self.store.messages(conversation_id)])
+            stored = self.store.messages(conversation_id)
+            self.chat.set_messages([_message_view(m) for m in stored])
+            last_stats = next((m.stats for m in reversed(stored)
+                               if m.role == "assistant" and m.stats), None)
+            if last_stats is not None and self.reply is None:
+                try:
+                    self.gauge.show_stored(SpecStats.from_dict(last_stats))
+                except (TypeError, ValueError):
+                    log.warning("stored statistics of conversation %s are unreadable",
+                                conversation_id)
             if self.reply is not None and self.reply.conversation_id == conversation_id:
                 widget = self.chat.message(self.reply.message_id)
                 self.reply.widget = widget

@@ -184,6 +184,8 @@ def test_conversation_is_there_after_a_restart(qtbot, window, ui_settings: Setti
         assert again.conversations.titles() == ["Hello there, my name is Ada."]
         assert [m.text for m in again.chat.messages] == texts
         assert again.chat.messages[-1]._footer.text() == footer
+        again.gauge.refresh()
+        assert again.gauge.value_text("reply_tps").endswith("tok/s")  # the stored reply's
         assert again.settings.model.n_ctx == 512
     finally:
         again.close()

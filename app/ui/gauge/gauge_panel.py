@@ -244,6 +244,15 @@ class SpeculationGaugeWidget(QFrame):
         self._dirty = True
         self.refresh()
 
+    def show_stored(self, stats: SpecStats, adaptive: bool = False) -> None:
+        """Show a stored reply's statistics (opening a conversation); no-op while streaming."""
+        if self._streaming:
+            return
+        self._stats = stats
+        self._adaptive = adaptive
+        self.note_label.setText(stats.fallback_reason or "")
+        self._dirty = True
+
     def set_baseline(self, plain_decode_tps: float | None) -> None:
         """Set (or with None forget, after a new target loads) the plain baseline."""
         self._baseline = plain_decode_tps
