@@ -21,6 +21,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--example", default=None, help="a builtin example prompt, e.g. rename-variable")
     p.add_argument("--prompt", default="", help="a custom prompt text")
     p.add_argument("--k", type=int, default=4, help="draft length (4)")
+    p.add_argument("--adaptive", action="store_true",
+                   help="k is a maximum: the engine's cost-aware draft length (default: exactly k)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--temp", type=float, default=0.0)
     p.add_argument("--max-tokens", type=int, default=128)
@@ -50,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             session,
             sampling=SamplingParams(temperature=args.temp, seed=args.seed,
                                     max_tokens=args.max_tokens),
-            speculation=SpeculationConfig(mode=mode, draft_max=args.k),
+            speculation=SpeculationConfig(mode=mode, draft_max=args.k, adaptive=args.adaptive),
             prompt=args.prompt,
             conversations=conversations,
         )

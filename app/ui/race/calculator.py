@@ -109,7 +109,9 @@ class SpeedupCalculatorWidget(QWidget):
         self.best.setMarkerSize(15)
         self.ax = QValueAxis()
         self.ax.setRange(0, K_MAX + 1)
-        self.ax.setTickCount(K_MAX // 2 + 2)
+        self.ax.setTickType(QValueAxis.TickType.TicksDynamic)
+        self.ax.setTickAnchor(0)
+        self.ax.setTickInterval(2)
         self.ax.setLabelFormat("%d")
         self.ax.setTitleText("draft length k")
         self.ay = QValueAxis()
@@ -173,6 +175,7 @@ class SpeedupCalculatorWidget(QWidget):
         self.best.replace([QPointF(calc.best_k, calc.best_speedup)])
         top = max([p.y() for p in curve] + [calc.speedup, 1.0])
         self.ay.setRange(0, top * 1.15)
+        self.ay.applyNiceNumbers()
         return calc
 
     @Slot(float)

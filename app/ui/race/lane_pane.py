@@ -135,6 +135,7 @@ class RaceLaneWidget(QFrame):
         self.subtitle.setObjectName("laneSubtitle")
         self.badge = QLabel("")
         self.badge.setObjectName("laneBadge")
+        self.badge.hide()
         head.addWidget(self.title)
         head.addWidget(self.subtitle)
         head.addStretch(1)
@@ -177,6 +178,7 @@ class RaceLaneWidget(QFrame):
         self.text.clear()
         self.text.setPlaceholderText(placeholder)
         self.badge.setText("")
+        self.badge.hide()
         self.badge.setProperty("winner", False)
         self._repolish(self.badge)
         for w in (self.tokens, self.tps, self.elapsed, self.alpha):
@@ -223,11 +225,13 @@ class RaceLaneWidget(QFrame):
         if c.finished and not self._finished:
             self._finished = True
             self.badge.setText(f"finished in {rec.duration:.2f} s")
+            self.badge.show()
         return c
 
     def mark_winner(self, text: str) -> None:
         """Highlight the badge (the lane that finished first)."""
         self.badge.setText(text)
+        self.badge.show()
         self.badge.setProperty("winner", True)
         self._repolish(self.badge)
 

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QStackedLayout,
     QTableWidget,
@@ -38,6 +39,7 @@ from app.ui.race.recording import RaceRecording
 from app.ui.race.report import (
     difference_text,
     identical_text,
+    k_words,
     prediction_note,
     race_markdown,
     race_table_rows,
@@ -133,7 +135,10 @@ class RaceViewWidget(QWidget):
         self.table.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
         res.addWidget(self.table, 3)
 
-        side = QVBoxLayout()
+        side_box = QWidget()
+        side_box.setObjectName("raceSide")
+        side = QVBoxLayout(side_box)
+        side.setContentsMargins(0, 0, 4, 0)
         side.setSpacing(8)
         self.headline = QLabel("")
         self.headline.setObjectName("raceHeadline")
@@ -157,6 +162,15 @@ class RaceViewWidget(QWidget):
         side.addWidget(self.explanation)
         side.addWidget(self.settings_line)
         side.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setObjectName("raceSideScroll")
+        scroll.setWidget(side_box)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        right = QVBoxLayout()
+        right.setSpacing(6)
+        right.addWidget(scroll, 1)
         buttons = QHBoxLayout()
         self.png_button = QPushButton("Export PNG…")
         self.png_button.clicked.connect(self.export_png_clicked)
@@ -165,8 +179,8 @@ class RaceViewWidget(QWidget):
         buttons.addStretch(1)
         buttons.addWidget(self.png_button)
         buttons.addWidget(self.md_button)
-        side.addLayout(buttons)
-        res.addLayout(side, 2)
+        right.addLayout(buttons)
+        res.addLayout(right, 2)
         self.results.setFixedHeight(262)
         col.addWidget(self.results)
         self._set_results_visible(False)
@@ -233,7 +247,7 @@ class RaceViewWidget(QWidget):
         self._rec = rec
         self.progress.hide()
         r = rec.result
-        self.on_pane.set_subtitle(f"{rec.drafter}, k = {r.on.draft_max}")
+        self.on_pane.set_subtitle(f"{rec.drafter}, {k_words(r.on.draft_max, rec.adaptive)}")
         self.off_pane.set_recording(rec.off, rec.duration)
         self.on_pane.set_recording(rec.on, rec.duration)
         self._fill_results(rec)
@@ -330,7 +344,7 @@ class RaceViewWidget(QWidget):
         r = rec.result
         rows = race_table_rows(r)
         self.table.setHorizontalHeaderLabels(
-            ["", "speculation off", f"on: {rec.drafter}, k = {r.on.draft_max}"])
+            ["", "speculation off", f"on: {rec.drafter}, {k_words(r.on.draft_max, rec.adaptive)}"])
         self.table.setRowCount(len(rows))
         bold_rows = {"decode tok/s", "measured speedup (decode)", "identical text"}
         for i, (name, off, on) in enumerate(rows):

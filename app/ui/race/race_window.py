@@ -28,6 +28,7 @@ from pathlib import Path
 from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
@@ -65,6 +66,7 @@ from app.ui.race.payloads import (
     SweepRequest,
 )
 from app.ui.race.race_view import RaceViewWidget
+from app.ui.race.report import k_words
 from app.ui.race.sweep_view import KSweepWidget
 from app.ui.race.worker import RaceWorkerHost
 
@@ -250,6 +252,13 @@ class RaceWindow(QMainWindow):
         self.k_spin.setToolTip("Draft length: tokens proposed per round. On the CPU, k ≤ 2 "
                                "keeps the two texts bit-identical.")
         row.addWidget(self.k_spin)
+        self.adaptive_check = QCheckBox("adaptive")
+        self.adaptive_check.setChecked(self._speculation.adaptive)
+        self.adaptive_check.setToolTip(
+            "Adaptive: k is a maximum and each round drafts only as many tokens as the "
+            "measured costs on this machine make worthwhile (as in the chat). Off: every "
+            "round drafts up to exactly k.")
+        row.addWidget(self.adaptive_check)
         row.addSpacing(10)
         row.addWidget(QLabel("Seed"))
         self.seed_spin = QSpinBox()
@@ -305,6 +314,7 @@ class RaceWindow(QMainWindow):
         self.prompt_edit.textChanged.connect(self._on_prompt_edit_text_changed)
         self.drafter_combo.currentIndexChanged.connect(self._on_drafter_combo_current_index_changed)
         self.k_spin.valueChanged.connect(self._on_k_spin_value_changed)
+        self.adaptive_check.toggled.connect(self._on_adaptive_check_toggled)
 
         if self._messages:
             self.prompt_combo.setCurrentIndex(0)
@@ -379,14 +389,17 @@ class RaceWindow(QMainWindow):
         return self._speculation.model_copy(update={
             "mode": self.drafter_combo.currentData(),
             "draft_max": self.k_spin.value(),
+            "adaptive": self.adaptive_check.isChecked(),
         })
 
     def set_race_settings(self, *, k: int | None = None, seed: int | None = None,
                           temperature: float | None = None, max_tokens: int | None = None,
-                          drafter: str | None = None) -> None:
+                          drafter: str | None = None, adaptive: bool | None = None) -> None:
         """Set the race's controls from code (tests, the standalone launcher)."""
         if k is not None:
             self.k_spin.setValue(k)
+        if adaptive is not None:
+            self.adaptive_check.setChecked(adaptive)
         if seed is not None:
             self.seed_spin.setValue(seed)
         if temperature is not None:
@@ -402,7 +415,8 @@ class RaceWindow(QMainWindow):
     def _update_on_subtitle(self) -> None:
         mode = self.drafter_combo.currentData()
         words = "prompt lookup" if mode == "prompt-lookup" else "draft model"
-        self.race_view.set_lane_titles(f"{words}, k = {self.k_spin.value()}")
+        self.race_view.set_lane_titles(
+            f"{words}, {k_words(self.k_spin.value(), self.adaptive_check.isChecked())}")
 
     # -- state ------------------------------------------------------------------------
     @property
@@ -416,7 +430,7 @@ class RaceWindow(QMainWindow):
         self.start_button.setText("Stop" if racing else "Start race")
         self.start_button.setEnabled(not sweeping)
         for w in (self.prompt_combo, self.prompt_edit, self.drafter_combo, self.k_spin,
-                  self.seed_spin, self.temp_spin, self.max_spin):
+                  self.adaptive_check, self.seed_spin, self.temp_spin, self.max_spin):
             w.setEnabled(not self.busy)
         self.sweep_view.set_enabled_to_run(not racing)
 
@@ -660,6 +674,10 @@ class RaceWindow(QMainWindow):
 
     @Slot(int)
     def _on_k_spin_value_changed(self, _value: int) -> None:
+        self._update_on_subtitle()
+
+    @Slot(bool)
+    def _on_adaptive_check_toggled(self, _checked: bool) -> None:
         self._update_on_subtitle()
 
     # -- lifetime ---------------------------------------------------------------------

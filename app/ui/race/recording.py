@@ -61,7 +61,8 @@ class RaceRecording:
     ``model_name``: the target's file name; ``drafter``: the "on" side in words
     ("prompt lookup", "draft model gemma-…"); ``prompt_text``: what was raced, for the
     export; ``cpu_backend``: the target ran on the CPU (0 GPU layers), which decides the
-    wording of the difference explanation.
+    wording of the difference explanation; ``adaptive``: the "on" run let the engine's
+    cost-aware policy draft fewer than k tokens per round.
     """
 
     result: RaceResult
@@ -72,6 +73,7 @@ class RaceRecording:
     prompt_text: str
     max_tokens: int
     cpu_backend: bool = True
+    adaptive: bool = False
 
     @property
     def duration(self) -> float:

@@ -21,6 +21,12 @@ CPU_KERNEL_NOTE = (
 )
 
 
+def k_words(k: int, adaptive: bool) -> str:
+    """The draft length in words: "k = 4", or "k ≤ 4 (adaptive)" when the engine's
+    cost-aware policy may draft fewer tokens per round."""
+    return f"k ≤ {k} (adaptive)" if adaptive else f"k = {k}"
+
+
 def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
     """(figure, speculation off, speculation on) rows of the end-of-race table.
 
@@ -110,7 +116,7 @@ def race_markdown(rec: RaceRecording) -> str:
     """The race as Markdown: the settings, the table, any difference explanation, the
     prompt and both texts (each in a fence longer than any backticks inside it)."""
     r = rec.result
-    on_label = f"on ({rec.drafter}, k = {r.on.draft_max})"
+    on_label = f"on ({rec.drafter}, {k_words(r.on.draft_max, rec.adaptive)})"
     lines = [
         f"# Tandem race: {rec.model_name}",
         "",

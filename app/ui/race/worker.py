@@ -132,6 +132,7 @@ class RaceWorker(QObject):
                 prompt_text=_prompt_words(request.prompt),
                 max_tokens=max_tokens,
                 cpu_backend=session.n_gpu_layers == 0,
+                adaptive=request.speculation.adaptive,
             )
         except Exception as exc:
             self.race_finished.emit(RaceDone(rid, None, self._error(exc, "The race failed")))

@@ -20,7 +20,7 @@ from app.ui.race.lane_pane import DRAFT_TINT
 
 RACE_TIMEOUT_MS = 240_000
 GREEDY = SamplingParams(temperature=0.0, seed=1234, max_tokens=24)
-LOOKUP = SpeculationConfig(mode="prompt-lookup", draft_max=2)
+LOOKUP = SpeculationConfig(mode="prompt-lookup", draft_max=2, adaptive=False)
 
 
 def _open(qtbot, session: Session, **kwargs) -> RaceWindow:  # type: ignore[no-untyped-def]
@@ -71,10 +71,15 @@ def test_conversation_prompt_drops_the_trailing_reply(qtbot, tiny_session: Sessi
 
 
 def test_speculation_off_in_the_chat_races_with_prompt_lookup(qtbot, tiny_session: Session) -> None:
-    w = _open(qtbot, tiny_session, speculation=SpeculationConfig(mode="off", draft_max=3),
+    w = _open(qtbot, tiny_session,
+              speculation=SpeculationConfig(mode="off", draft_max=3, adaptive=False),
               prompt="▁hello ▁world")
     assert w.speculation().mode == "prompt-lookup" and w.speculation().draft_max == 3
+    assert not w.speculation().adaptive  # as the chat window had it
     assert w.prompt_spec().text == "▁hello ▁world"
+    w.set_race_settings(adaptive=True, k=5)
+    assert w.speculation().adaptive and w.speculation().draft_max == 5
+    assert w.race_view.on_pane.subtitle.text() == "prompt lookup, k ≤ 5 (adaptive)"
     w.close()
 
 
