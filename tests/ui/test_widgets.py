@@ -331,3 +331,14 @@ def test_void_qt_calls_cannot_free_none() -> None:
     for _ in range(200_000):  # more than None's natural reference count
         o.setObjectName("x")
     assert sys.getrefcount(None) > 0  # still alive, no "deallocating None" abort
+
+    from PySide6.QtCore import Signal
+
+    class Flagger(QObject):
+        flag = Signal(bool)
+
+    f = Flagger()
+    f.flag.connect(lambda v: None)
+    for i in range(100_000):  # more than True's natural reference count
+        f.flag.emit(i % 2 == 0)
+    assert sys.getrefcount(True) > 0 and sys.getrefcount(False) > 0
