@@ -4,7 +4,8 @@ The template is the GGUF's ``tokenizer.chat_template`` (a Jinja template written
 Hugging Face transformers). It is untrusted input, so it is rendered only in Jinja's
 :class:`~jinja2.sandbox.ImmutableSandboxedEnvironment`. A base model without a template
 gets :data:`FALLBACK_TEMPLATE`, a plain "User:/Assistant:" transcript whose turns end at
-the stop string ``"\\nUser:"``. Whatever the template does with ``bos_token``, the token
+the stop strings ``"\\nUser:"`` and ``"\\nAssistant:"`` (a base model happily writes
+the next turns itself). Whatever the template does with ``bos_token``, the token
 sequence starts with exactly one BOS when the vocabulary adds one.
 """
 
@@ -32,7 +33,7 @@ FALLBACK_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
-FALLBACK_STOP = ("\nUser:",)
+FALLBACK_STOP = ("\nUser:", "\nAssistant:")
 
 
 @dataclass(frozen=True, slots=True)

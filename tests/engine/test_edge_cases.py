@@ -272,7 +272,7 @@ def test_base_model_without_template_uses_the_plain_transcript(tiny_target: Path
             [ChatMessage("system", "Be brief."), ChatMessage("user", "hi")]
         )
         assert text == "Be brief.\n\nUser: hi\nAssistant:"
-        assert s.chat_format.stop == ("\nUser:",)
+        assert s.chat_format.stop == ("\nUser:", "\nAssistant:")
 
 
 def test_no_rollback_falls_back_to_plain_and_says_so(session: Session) -> None:
