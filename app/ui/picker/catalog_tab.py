@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
 from PySide6.QtCore import QThreadPool, Qt, Signal, Slot
 from PySide6.QtWidgets import (
@@ -31,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.catalog.curated import CuratedModel, CuratedPair, load_curated_pairs
 from app.catalog.hub import check_curated_pair
+from app.catalog.library import Library
 from app.catalog.units import format_bytes
 from app.errors import TandemError
 from app.ui.payloads import UserError
@@ -62,7 +62,7 @@ class CatalogTabWidget(QWidget):
     Args:
         downloads: where "Download pair" starts the two jobs.
         tasks: the thread pool for the remote check.
-        models_dir: a callable giving the models folder (it can change while open).
+        library: the library, for its models folder (which can change while open).
         pairs: the curated pairs (default: :func:`load_curated_pairs`).
     """
 
@@ -73,14 +73,13 @@ class CatalogTabWidget(QWidget):
     failed = Signal(object)
     """UserError: the catalog could not be read, a check or a download could not start."""
 
-    def __init__(self, downloads: DownloadQueue, tasks: QThreadPool,
-                 models_dir: Callable[[], Path], *,
+    def __init__(self, downloads: DownloadQueue, tasks: QThreadPool, library: Library, *,
                  pairs: tuple[CuratedPair, ...] | None = None,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.downloads = downloads
         self._tasks = tasks
-        self._models_dir = models_dir
+        self._library = library  # not a bound method of the window: no reference cycle
         self._pairs_error: UserError | None = None
         if pairs is None:
             try:
@@ -206,7 +205,7 @@ class CatalogTabWidget(QWidget):
 
     def _downloaded(self, model: CuratedModel, quant: str) -> bool:
         owner, name = model.repo.split("/", 1)
-        folder = self._models_dir() / owner / name
+        folder = self._library.models_dir / owner / name
         return all((folder / n).is_file() for n in model.file_for(quant).filenames)
 
     @Slot(QTreeWidgetItem, QTreeWidgetItem)
@@ -310,7 +309,7 @@ class CatalogTabWidget(QWidget):
         if pair is None:
             return None
         tq, dq = self.quants()
-        folder = self._models_dir()
+        folder = self._library.models_dir
         try:
             ids = (
                 self.downloads.start(pair.target.repo, pair.target.file_for(tq).filenames,

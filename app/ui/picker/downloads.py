@@ -515,10 +515,10 @@ class DownloadsTabWidget(QWidget):
         if state.job_id in self.rows:
             return
         row = DownloadRowWidget(state)
-        row.pause_clicked.connect(self.queue.pause)
-        row.resume_clicked.connect(self.queue.resume)
-        row.cancel_clicked.connect(self.queue.cancel)
-        row.remove_clicked.connect(self.queue.remove)
+        row.pause_clicked.connect(self._on_row_pause_clicked)
+        row.resume_clicked.connect(self._on_row_resume_clicked)
+        row.cancel_clicked.connect(self._on_row_cancel_clicked)
+        row.remove_clicked.connect(self._on_row_remove_clicked)
         self.rows[state.job_id] = row
         self.rows_layout.insertWidget(self.rows_layout.count() - 1, row)
         self._update_empty()
@@ -552,6 +552,22 @@ class DownloadsTabWidget(QWidget):
             row = self.rows.get(job_id)
             if row is not None:
                 row.set_state(state)
+
+    @Slot(int)
+    def _on_row_pause_clicked(self, job_id: int) -> None:
+        self.queue.pause(job_id)
+
+    @Slot(int)
+    def _on_row_resume_clicked(self, job_id: int) -> None:
+        self.queue.resume(job_id)
+
+    @Slot(int)
+    def _on_row_cancel_clicked(self, job_id: int) -> None:
+        self.queue.cancel(job_id)
+
+    @Slot(int)
+    def _on_row_remove_clicked(self, job_id: int) -> None:
+        self.queue.remove(job_id)
 
     @Slot()
     def _on_clear_button_clicked(self) -> None:

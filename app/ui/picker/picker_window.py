@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from PySide6.QtCore import QThreadPool, Qt, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QThreadPool, Qt, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QIcon, QShowEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QTabWidget, QVBoxLayout, QWidget
 
@@ -103,8 +103,7 @@ class ModelPickerWindow(QWidget):
         self.tabs.setObjectName("pickerTabs")
         self.library_tab = LibraryTabWidget(self.library, self.tasks,
                                             draft_max=current.speculation.draft_max)
-        self.catalog_tab = CatalogTabWidget(self.downloads, self.tasks, self._models_dir,
-                                            pairs=pairs)
+        self.catalog_tab = CatalogTabWidget(self.downloads, self.tasks, self.library, pairs=pairs)
         self.downloads_tab = DownloadsTabWidget(self.downloads)
         self.tabs.addTab(self.library_tab, "Library")
         self.tabs.addTab(self.catalog_tab, "Catalog")
@@ -159,6 +158,7 @@ class ModelPickerWindow(QWidget):
                 return
         raise ValueError(f"no tab {name!r}")
 
+    @Slot(object)
     def show_error(self, error: UserError) -> None:
         """The one place where the picker's errors reach the user."""
         if error.detail:
@@ -195,13 +195,17 @@ class ModelPickerWindow(QWidget):
     def shutdown(self, timeout_ms: int = 5000) -> bool:
         """Stop the picker's background work and wait for it (tests and app exit).
 
-        Cancels a scan, waits for the task pool, and pauses this picker's own downloads
-        (never those of a queue passed in). Returns True when everything stopped in time.
+        Cancels a scan, waits for the task pool, delivers the tasks' last results (so no
+        signal for this window is left waiting in the event queue), and pauses this
+        picker's own downloads (never those of a queue passed in). Returns True when
+        everything stopped in time.
         """
+        self._closed = True  # no rescan after a download completes from now on
         self.library_tab.cancel_scan()
         ok = bool(self.tasks.waitForDone(timeout_ms))
         if self._owns_downloads:
             ok = self.downloads.pause_all(timeout_ms) and ok
+        QCoreApplication.sendPostedEvents()
         return ok
 
     # -- state --------------------------------------------------------------------------

@@ -201,3 +201,21 @@ def test_signal_emit_cannot_use_up_the_references_to_true(qtbot) -> None:  # typ
         assert applied
     if applied:
         assert sys.getrefcount(True) > 1 << 59 and sys.getrefcount(False) > 1 << 59
+
+
+def test_the_picker_is_freed_without_the_cycle_collector(qtbot, models_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    """No reference cycle holds the window: a cycle would let Python's garbage collector
+    destroy it at an arbitrary moment, even inside one of its own slots (a crash seen with
+    a bound method of the window kept by a child)."""
+    import gc
+    import weakref
+
+    w = ModelPickerWindow()
+    assert w.shutdown()
+    ref = weakref.ref(w)
+    gc.disable()
+    try:
+        del w
+        assert ref() is None
+    finally:
+        gc.enable()
