@@ -38,10 +38,10 @@ from PySide6.QtWidgets import (
 from app.catalog.hub import Download, DownloadProgress, pending_downloads
 from app.errors import TandemError
 from app.ui.payloads import UserError
-from app.ui.picker.emit_compat import apply_emit_workaround
 from app.ui.picker.formatting import format_download
 from app.ui.picker.payloads import DownloadEnded, DownloadProgressed
 from app.ui.picker.workers import DownloadSignals, DownloadWorker
+from app.ui.qt_compat import apply_qt_workarounds
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class DownloadQueue(QObject):
 
     def __init__(self, parent: QObject | None = None, *,
                  max_parallel: int = MAX_PARALLEL_DOWNLOADS) -> None:
-        apply_emit_workaround()
+        apply_qt_workarounds()  # every emit drops a reference to True on PySide6 6.12.0
         super().__init__(parent)
         self._pool = QThreadPool(self)
         self._pool.setMaxThreadCount(max_parallel)

@@ -33,7 +33,6 @@ from app.ui.panels import MessageBarWidget
 from app.ui.payloads import UserError
 from app.ui.picker.catalog_tab import CatalogTabWidget
 from app.ui.picker.downloads import DownloadJobState, DownloadQueue, DownloadsTabWidget
-from app.ui.picker.emit_compat import apply_emit_workaround
 from app.ui.picker.library_tab import LibraryTabWidget
 from app.ui.picker.payloads import LibraryScanned, ModelsChosen
 from app.ui.qt_compat import apply_qt_workarounds
@@ -76,7 +75,6 @@ class ModelPickerWindow(QWidget):
                  library: Library | None = None, pairs: tuple[CuratedPair, ...] | None = None,
                  parent: QWidget | None = None) -> None:
         apply_qt_workarounds()
-        apply_emit_workaround()
         super().__init__(parent, Qt.WindowType.Window)
         self.setObjectName("modelPicker")
         self.setWindowTitle("Models · Tandem")

@@ -188,21 +188,6 @@ def test_closing_during_a_scan_does_not_hang(qtbot, models_dir: Path) -> None:  
     assert w.tasks.activeThreadCount() == 0
 
 
-def test_signal_emit_cannot_use_up_the_references_to_true(qtbot) -> None:  # type: ignore[no-untyped-def]
-    """PySide6 6.12.0 on Python 3.11 drops a reference to True in every emit (see
-    app/ui/picker/emit_compat.py); the picker makes True and False immortal there."""
-    import sys
-
-    from app.ui.picker.emit_compat import apply_emit_workaround, true_references_dropped_per_emit
-
-    leak = true_references_dropped_per_emit()
-    applied = apply_emit_workaround()
-    if leak >= 0.5:
-        assert applied
-    if applied:
-        assert sys.getrefcount(True) > 1 << 59 and sys.getrefcount(False) > 1 << 59
-
-
 def test_the_picker_is_freed_without_the_cycle_collector(qtbot, models_dir: Path) -> None:  # type: ignore[no-untyped-def]
     """No reference cycle holds the window: a cycle would let Python's garbage collector
     destroy it at an arbitrary moment, even inside one of its own slots (a crash seen with
