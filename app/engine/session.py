@@ -463,7 +463,7 @@ class Session:
         n_past = len(prompt) - 1
         emitted: list[int] = []
         times: list[float] = []
-        rounds = drafted = proposed = accepted = 0
+        rounds = draft_rounds = drafted = proposed = accepted = 0
         accepted_at = [0] * k
         drafted_at = [0] * k
         draft_time = target_time = 0.0
@@ -481,6 +481,7 @@ class Session:
                 prefill_tokens=prefill_tokens,
                 emitted=len(emitted),
                 rounds=rounds,
+                draft_rounds=draft_rounds,
                 drafted=drafted,
                 proposed=proposed,
                 accepted=accepted,
@@ -540,6 +541,7 @@ class Session:
                     ctx.decode(batch, n_past, logits="all")
                     rounds += 1
                     proposed += len(drafts)
+                    draft_rounds += 1 if drafts else 0
                     n_acc = 0
                     n_verified = 0
                     for i in range(len(batch)):

@@ -18,12 +18,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
-def expected_tokens_per_round(alpha: float, k: int) -> float:
+def expected_tokens_per_round(alpha: float, k: float) -> float:
     """E(α, k) = (1 − α^(k+1)) / (1 − α): expected tokens one round emits.
 
     Args:
         alpha: per-token acceptance rate in [0, 1].
-        k: draft length (tokens proposed per round), k ≥ 0.
+        k: draft length (tokens proposed per round), k ≥ 0; a mean draft length may be
+            fractional.
 
     Returns:
         Tokens per round, in [1, k + 1]. At α = 1 the limit k + 1 is returned (no 0/0).
@@ -39,7 +40,7 @@ def expected_tokens_per_round(alpha: float, k: int) -> float:
         raise ValueError(f"draft length must be >= 0, got {k}")
     if alpha >= 1.0 - 1e-12:
         return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+    return (1.0 - float(alpha ** (k + 1))) / (1.0 - alpha)
 
 
 def predicted_speedup(alpha: float, k: int, c: float) -> float:
@@ -98,6 +99,7 @@ class SpecStats:
     prefill_tokens: int = 0  # prompt tokens evaluated in the prefill (the rest were cached)
     emitted: int = 0
     rounds: int = 0
+    draft_rounds: int = 0  # rounds whose target pass carried at least one draft token
     drafted: int = 0
     proposed: int = 0
     accepted: int = 0
@@ -143,12 +145,28 @@ class SpecStats:
         return step / self.target_step_time
 
     @property
+    def mean_draft_length(self) -> float | None:
+        """Draft tokens proposed per drafting round (≤ k; less with the adaptive policy)."""
+        return self.proposed / self.draft_rounds if self.draft_rounds else None
+
+    @property
     def predicted_speedup(self) -> float | None:
-        """E(α, k) / (1 + c·k) from the measured α and c, or None until both exist."""
+        """E(α, k̄) / (1 + c·k̄) from the measured α and c, or None until both exist.
+
+        k̄ is the mean draft length actually used (:attr:`mean_draft_length`), not the
+        configured maximum; rounds that drafted nothing count as plain steps (speedup 1):
+        S = (n_d·E(α, k̄) + n_p) / (n_d·(1 + c·k̄) + n_p) with n_d drafting rounds and n_p
+        plain ones. Without any round yet, the configured k is used.
+        """
         a, c = self.acceptance_rate, self.draft_cost_ratio
         if a is None or c is None or self.draft_max <= 0:
             return None
-        return predicted_speedup(a, self.draft_max, c)
+        k_bar = self.mean_draft_length
+        if k_bar is None or not self.rounds:
+            return predicted_speedup(a, self.draft_max, c)
+        n_d, n_p = self.draft_rounds, self.rounds - self.draft_rounds
+        e = expected_tokens_per_round(a, k_bar)
+        return (n_d * e + n_p) / (n_d * (1.0 + c * k_bar) + n_p)
 
     @property
     def decode_tps(self) -> float | None:
@@ -169,6 +187,7 @@ class SpecStats:
         d["accepted_at"] = list(self.accepted_at)
         d["drafted_at"] = list(self.drafted_at)
         for name in (
+            "mean_draft_length",
             "acceptance_rate",
             "mean_acceptance_length",
             "draft_step_time",
