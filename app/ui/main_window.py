@@ -71,6 +71,7 @@ from app.ui.payloads import (
     TextStreamed,
     UserError,
 )
+from app.ui.picker import DownloadQueue, ModelPickerWindow, ModelsChosen
 from app.ui.qt_compat import apply_qt_workarounds
 from app.ui.sampling_panel import SamplingSettingsWidget
 from app.ui.worker import WorkerHost
@@ -165,6 +166,8 @@ class MainWindow(QMainWindow):
             self.store = None
             self._deferred_error = UserError("History unavailable", str(exc))
 
+        self.downloads = DownloadQueue(self)
+        self.picker: ModelPickerWindow | None = None
         self.host = WorkerHost(self)
         w = self.host.worker
         w.load_progressed.connect(self._on_worker_load_progressed)
@@ -296,6 +299,7 @@ class MainWindow(QMainWindow):
         self.model_bar.open_draft_clicked.connect(self._on_model_bar_open_draft_clicked)
         self.model_bar.speculation_changed.connect(self._on_model_bar_speculation_changed)
         self.model_bar.load_cancel_clicked.connect(self._on_model_bar_load_cancel_clicked)
+        self.model_bar.models_clicked.connect(self.open_model_picker)
         self.welcome.demo_clicked.connect(self._on_welcome_demo_clicked)
         self.welcome.open_clicked.connect(self._on_model_bar_open_target_clicked)
         self.conversations.conversation_activated.connect(self._on_conversations_conversation_activated)
@@ -325,7 +329,10 @@ class MainWindow(QMainWindow):
         stop_action = QAction("Stop", self)
         stop_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
         stop_action.triggered.connect(self.stop_reply)
-        for a in (new_action, regen_action, stop_action):
+        models_action = QAction("Models…", self)
+        models_action.setShortcut(QKeySequence("Ctrl+M"))
+        models_action.triggered.connect(self.open_model_picker)
+        for a in (new_action, regen_action, stop_action, models_action):
             self.addAction(a)
 
     def _restore_geometry(self) -> None:
@@ -586,6 +593,26 @@ class MainWindow(QMainWindow):
                 self.set_draft_model(draft)
             else:
                 self._on_model_bar_open_draft_clicked()
+
+    @Slot()
+    def open_model_picker(self) -> None:
+        """Show the model library / catalog / downloads window (one instance)."""
+        if self.picker is None:
+            self.picker = ModelPickerWindow(settings=self.settings, downloads=self.downloads,
+                                            parent=self)
+            self.picker.models_chosen.connect(self._on_picker_models_chosen)
+        self.picker.show()
+        self.picker.raise_()
+        self.picker.activateWindow()
+
+    @Slot(object)
+    def _on_picker_models_chosen(self, chosen: ModelsChosen) -> None:
+        info = self.model_info
+        if info is None or info.target_path != chosen.target_path:
+            self.load_model(chosen.target_path)  # the draft in the settings follows the target
+        elif info.draft_path != chosen.draft_path:
+            self.set_draft_model(chosen.draft_path)
+        self.set_speculation(chosen.speculation_mode, self.settings.speculation.draft_max)
 
     @Slot()
     def _on_model_bar_load_cancel_clicked(self) -> None:
@@ -945,6 +972,9 @@ class MainWindow(QMainWindow):
             self.settings.ui.splitter_state = bytes(
                 self.splitter.saveState().toBase64().data()).decode()
             self._flush_timer.stop()
+            self.downloads.shutdown()  # pauses downloads; they are offered again next start
+            if self.picker is not None:
+                self.picker.shutdown()
             self.host.shutdown()
             # The worker's last signals (the cancelled reply's Finished) are queued for
             # this thread: deliver them now so the partial reply is finalised normally.

@@ -36,6 +36,10 @@ class ModelBarWidget(QFrame):
     """The drafter mode (off / prompt-lookup / draft-model), k or "adaptive" changed."""
     load_cancel_clicked = Signal()
     """Cancel was clicked while a model loads."""
+    models_clicked = Signal()
+    """"Models…" (library, draft pairing, downloads) was clicked."""
+    race_clicked = Signal()
+    """"Race…" (speculation off vs on, side by side) was clicked."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -52,6 +56,12 @@ class ModelBarWidget(QFrame):
         self.open_button.setToolTip("Choose a target model (.gguf file)")
         self.open_button.clicked.connect(self.open_target_clicked)
         row.addWidget(self.open_button)
+        self.models_button = QPushButton("Models…")
+        self.models_button.setToolTip(
+            "Model library, which drafts fit this target, and downloads (Ctrl+M)"
+        )
+        self.models_button.clicked.connect(self.models_clicked)
+        row.addWidget(self.models_button)
         row.addWidget(self._separator())
 
         row.addWidget(self._caption("Drafter"))
@@ -86,6 +96,12 @@ class ModelBarWidget(QFrame):
         self.layers_label.setObjectName("layersLabel")
         row.addWidget(self.layers_label)
         row.addStretch(1)
+        self.race_button = QPushButton("Race…")
+        self.race_button.setToolTip(
+            "Run the same prompt and seed with speculation off and on, side by side"
+        )
+        self.race_button.clicked.connect(self.race_clicked)
+        row.addWidget(self.race_button)
 
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)

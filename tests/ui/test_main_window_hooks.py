@@ -1,0 +1,26 @@
+"""The chat window opens the model picker and applies what is chosen there."""
+
+from __future__ import annotations
+
+from app.ui.picker import ModelsChosen
+from tests.ui.conftest import LOAD_TIMEOUT_MS
+
+
+def test_models_button_opens_one_picker_and_its_choice_applies(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    w = window
+    w.model_bar.models_button.click()
+    picker = w.picker
+    assert picker is not None and picker.isVisible()
+    w.model_bar.models_button.click()
+    assert w.picker is picker  # one instance, raised again
+
+    target = w.model_info.target_path
+    # Same target, drafter switched to off: nothing reloads, the mode applies.
+    picker.models_chosen.emit(ModelsChosen(target, None, "off"))
+    assert w.settings.speculation.mode == "off"
+    assert w.model_bar.speculation()[0] == "off"
+    assert w.model_info.target_path == target and not w.loading
+
+    picker.models_chosen.emit(ModelsChosen(target, None, "prompt-lookup"))
+    assert w.model_bar.speculation()[0] == "prompt-lookup"
+    qtbot.waitUntil(lambda: not w.loading, timeout=LOAD_TIMEOUT_MS)
