@@ -168,6 +168,8 @@ class RaceViewWidget(QWidget):
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.viewport().setAutoFillBackground(False)
+        side_box.setAutoFillBackground(False)
         right = QVBoxLayout()
         right.setSpacing(6)
         right.addWidget(scroll, 1)

@@ -93,6 +93,7 @@ STYLE = """
 #statCaption { color: #718096; font-size: 11px; }
 #raceResults { background: #ffffff; border: 1px solid #dde3ea; border-radius: 8px; }
 #racePlaceholder { color: #a0aec0; }
+#raceSideScroll, #raceSide { background: transparent; }
 #raceHeadline { font-size: 17px; font-weight: 700; color: #975a16; }
 #raceHeadline[faster="true"] { color: #2b6cb0; }
 #racePrediction { color: #4a5568; font-size: 11px; }

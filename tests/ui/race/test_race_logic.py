@@ -184,3 +184,20 @@ def test_headline_and_prediction_note() -> None:
     slower = dataclasses.replace(r, on=dataclasses.replace(
         r.on, stats=dataclasses.replace(r.on.stats, decode_time=4.0, total_time=4.5)))
     assert speedup_headline(slower).startswith("Speculation was slower here: 0.50×")
+
+
+def test_recommendation_warns_when_no_k_beats_off() -> None:
+    from app.engine.bench import KSweepPoint, KSweepResult
+    from app.ui.race.sweep_view import KSweepWidget
+
+    def point(k: int, tps: float) -> KSweepPoint:
+        return KSweepPoint(k, tps, 0.9, 2.0, 0.01, 2.0, tps / 50.0, True)
+
+    slow = KSweepResult(50.0, (point(1, 45.0), point(2, 40.0)), 0.9, 0.01,
+                        ((1, 1.9), (2, 2.7)), 1, 2)
+    text = KSweepWidget.recommendation_text(slow)
+    assert text.startswith("Fastest measured: k = 1, 45.0 tok/s (0.90× speculation off).")
+    assert "No k beat speculation off" in text
+    fast = KSweepResult(50.0, (point(1, 60.0), point(2, 80.0)), 0.9, 0.01,
+                        ((1, 1.9), (2, 2.7)), 2, 2)
+    assert "No k beat" not in KSweepWidget.recommendation_text(fast)
