@@ -107,11 +107,13 @@ class SweepDone:
 
 @dataclass(frozen=True, slots=True)
 class LookupRequest:
-    """Estimate prompt lookup's n-gram hit rate over ``conversations``."""
+    """Estimate prompt lookup's n-gram hit rate over ``conversations`` (``cancel`` is
+    checked between conversations)."""
 
     request_id: int
     conversations: tuple[PastConversation, ...]
     ngram_sizes: tuple[int, ...] = (2, 3, 4, 5)
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

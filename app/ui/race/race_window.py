@@ -22,7 +22,7 @@ window is open (or call :meth:`RaceWindow.shutdown` before unloading it).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
@@ -643,8 +643,7 @@ class RaceWindow(QMainWindow):
         if path:
             self._export(self.export_markdown, Path(path))
 
-    def _export(self, fn: object, path: Path) -> None:
-        assert callable(fn)
+    def _export(self, fn: Callable[[Path], None], path: Path) -> None:
         try:
             fn(path)
         except (OSError, ValueError) as exc:

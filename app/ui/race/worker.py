@@ -95,9 +95,16 @@ class RaceWorker(QObject):
         self._warm = False
 
     def _check_session(self) -> Session:
-        if self._session.closed:
+        session = self._session
+        if session.closed:
             raise TandemError("The model was unloaded; open the race again after loading one.")
-        return self._session
+        # The engine's generate() refuses a second generation, but a race first empties
+        # the KV cache (bench.generate_once → Session.reset_cache), which does not check;
+        # Session has no public "busy" flag, so read its private one rather than clear the
+        # cache under a chat reply.
+        if getattr(session, "_busy", False):
+            raise TandemError("A chat reply is being generated; race when it has finished.")
+        return session
 
     @Slot(object)
     def run_race(self, request: RaceRequest) -> None:
@@ -176,8 +183,11 @@ class RaceWorker(QObject):
         try:
             session = self._check_session()
             tokenize: Callable[[str], list[int]] = model_tokenizer(session.target)
-            estimate = estimate_lookup_hit_rate(
-                [c.messages for c in request.conversations], tokenize, request.ngram_sizes)
+            cancel = request.cancel
+            # a generator, so that a window closing mid-estimate stops it between
+            # conversations instead of waiting for all of them
+            conversations = (c.messages for c in request.conversations if not cancel.is_set())
+            estimate = estimate_lookup_hit_rate(conversations, tokenize, request.ngram_sizes)
         except Exception as exc:
             self.lookup_estimated.emit(
                 LookupDone(rid, None, self._error(exc, "The estimate failed")))
@@ -215,6 +225,7 @@ class RaceWorkerHost(QObject):
         self._sweep_requested.connect(self.worker.run_sweep)
         self._lookup_requested.connect(self.worker.estimate_lookup)
         self._cancels: list[threading.Event] = []
+        self._lookup_cancels: list[threading.Event] = []
         self._stopped = False
         self.worker_thread.start()
 
@@ -229,7 +240,8 @@ class RaceWorkerHost(QObject):
         self._sweep_requested.emit(request)
 
     def estimate(self, request: LookupRequest) -> None:
-        """Queue a lookup estimate (pure Python over token ids: no cancel needed)."""
+        """Queue a lookup estimate (stopped only by :meth:`shutdown`)."""
+        self._lookup_cancels.append(request.cancel)
         self._lookup_requested.emit(request)
 
     def stop(self) -> None:
@@ -249,5 +261,7 @@ class RaceWorkerHost(QObject):
             return
         self._stopped = True
         self.stop()
+        for ev in self._lookup_cancels:
+            ev.set()
         self.worker_thread.quit()
         self.worker_thread.wait()

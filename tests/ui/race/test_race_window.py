@@ -233,3 +233,17 @@ def test_closing_mid_race_stops_and_joins_the_thread(qtbot, gemma_session: Sessi
     fin = list(gemma_session.generate([gemma_session.target.bos, 100], GREEDY.model_copy(
         update={"max_tokens": 2})))[-1]
     assert fin.reason in ("length", "stop")
+
+
+def test_race_refuses_while_a_chat_reply_streams(qtbot, tiny_session: Session) -> None:
+    w = _open(qtbot, tiny_session, prompt="▁def ▁x ( ▁y ) : ▁return ▁y")
+    reply = tiny_session.generate([1, 300, 301], SamplingParams(temperature=0.0, max_tokens=50))
+    next(reply)  # the chat's reply is now inside the engine loop
+    try:
+        assert w.start_race()
+        qtbot.waitUntil(lambda: not w.busy, timeout=30_000)
+        assert w.race_view.recording is None
+        assert w.message.isVisible() and "chat reply is being generated" in w.message.text()
+    finally:
+        reply.close()
+    w.close()
