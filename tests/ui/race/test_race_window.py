@@ -247,3 +247,17 @@ def test_race_refuses_while_a_chat_reply_streams(qtbot, tiny_session: Session) -
     finally:
         reply.close()
     w.close()
+
+
+def test_closing_the_parent_closes_the_race_window_and_joins_it(qtbot, tiny_session: Session) -> None:
+    from PySide6.QtWidgets import QMainWindow
+
+    parent = QMainWindow()
+    qtbot.addWidget(parent)
+    parent.show()
+    w = RaceWindow(tiny_session, sampling=GREEDY, speculation=LOOKUP, parent=parent)
+    w.show()
+    assert w.isWindow() and w.host.worker_thread.isRunning()
+    parent.close()
+    assert not w.isVisible()
+    assert not w.host.worker_thread.isRunning()
