@@ -308,9 +308,21 @@ class Session:
         """Tokens currently held in the target's KV cache."""
         return len(self._kv_tokens)
 
+    @property
+    def busy(self) -> bool:
+        """Whether a generation is in progress (its iterator not yet exhausted or closed)."""
+        return self._busy
+
     def reset_cache(self) -> None:
-        """Forget the KV cache (a new conversation does not need this; it is for tests)."""
+        """Forget the KV caches of target and draft, so the next prompt is evaluated cold.
+
+        A new conversation does not need this (prefixes are matched); benchmarks do.
+
+        Raises:
+            TandemError: a generation is in progress or the session is closed.
+        """
         with self._lock:
+            self._check_idle()
             self.ctx.clear()
             self._kv_tokens = []
             if self._draft_drafter is not None:

@@ -72,6 +72,7 @@ from app.ui.payloads import (
     UserError,
 )
 from app.ui.picker import DownloadQueue, ModelPickerWindow, ModelsChosen
+from app.ui.race import RaceWindow, conversations_from_history
 from app.ui.qt_compat import apply_qt_workarounds
 from app.ui.sampling_panel import SamplingSettingsWidget
 from app.ui.worker import WorkerHost
@@ -168,6 +169,8 @@ class MainWindow(QMainWindow):
 
         self.downloads = DownloadQueue(self)
         self.picker: ModelPickerWindow | None = None
+        self.race_window: RaceWindow | None = None
+        self._race_busy = False
         self.host = WorkerHost(self)
         w = self.host.worker
         w.load_progressed.connect(self._on_worker_load_progressed)
@@ -300,6 +303,7 @@ class MainWindow(QMainWindow):
         self.model_bar.speculation_changed.connect(self._on_model_bar_speculation_changed)
         self.model_bar.load_cancel_clicked.connect(self._on_model_bar_load_cancel_clicked)
         self.model_bar.models_clicked.connect(self.open_model_picker)
+        self.model_bar.race_clicked.connect(self.open_race)
         self.welcome.demo_clicked.connect(self._on_welcome_demo_clicked)
         self.welcome.open_clicked.connect(self._on_model_bar_open_target_clicked)
         self.conversations.conversation_activated.connect(self._on_conversations_conversation_activated)
@@ -358,11 +362,12 @@ class MainWindow(QMainWindow):
     # -- state ------------------------------------------------------------------------
     @property
     def busy(self) -> bool:
-        return self.loading or self.reply is not None
+        """Loading, streaming a reply, or the race window is using the model."""
+        return self.loading or self.reply is not None or self._race_busy
 
     def _update_state(self) -> None:
         streaming = self.reply is not None
-        can_send = self.model_info is not None and not self.loading
+        can_send = self.model_info is not None and not self.loading and not self._race_busy
         self.send_button.setText("Stop" if streaming else "Send")
         self.send_button.setEnabled(streaming or can_send)
         self.send_button.setToolTip("Stop the reply (Esc)" if streaming else
@@ -425,6 +430,7 @@ class MainWindow(QMainWindow):
             self.show_error(UserError("Busy", "Stop the reply before loading another model.",
                                       level="warning"))
             return
+        self._close_race_window()  # it borrows the session that is about to be closed
         try:
             config = SessionConfig(
                 target_path=target,
@@ -604,6 +610,50 @@ class MainWindow(QMainWindow):
         self.picker.show()
         self.picker.raise_()
         self.picker.activateWindow()
+
+    @Slot()
+    def open_race(self) -> None:
+        """Open the race window on the loaded target with this conversation's prompt."""
+        session = self.host.worker.session
+        if session is None or self.model_info is None:
+            self.show_error(UserError("No model", "Load a target model first, then race."))
+            return
+        if self.busy:
+            self.show_error(UserError("Busy", "Wait for the reply (or the load) to finish.",
+                                      level="warning"))
+            return
+        self._close_race_window()
+        spec = self.settings.speculation
+        messages = self._conversation_messages(self.current_conversation)
+        self.race_window = RaceWindow(
+            session,
+            sampling=SamplingParams(**self.settings.sampling.model_dump()),
+            speculation=SpeculationConfig(mode=spec.mode, draft_max=spec.draft_max,
+                                          adaptive=spec.adaptive),
+            messages=messages,
+            conversations=conversations_from_history(self.store) if self.store else (),
+            parent=self,
+        )
+        self.race_window.draft_length_applied.connect(self._on_race_window_draft_length_applied)
+        self.race_window.busy_changed.connect(self._on_race_window_busy_changed)
+        self.race_window.show()
+
+    def _close_race_window(self) -> None:
+        if self.race_window is not None:
+            self.race_window.shutdown()
+            self.race_window.close()
+            self.race_window.deleteLater()
+            self.race_window = None
+            self._race_busy = False
+
+    @Slot(int)
+    def _on_race_window_draft_length_applied(self, k: int) -> None:
+        self.set_speculation(self.settings.speculation.mode, k)
+
+    @Slot(bool)
+    def _on_race_window_busy_changed(self, busy: bool) -> None:
+        self._race_busy = busy
+        self._update_state()
 
     @Slot(object)
     def _on_picker_models_chosen(self, chosen: ModelsChosen) -> None:
@@ -787,10 +837,10 @@ class MainWindow(QMainWindow):
         self._start_reply()
         return True
 
-    def _start_reply(self) -> None:
-        assert self.store is not None and self.current_conversation is not None
-        assert self.model_info is not None
-        cid = self.current_conversation
+    def _conversation_messages(self, cid: int | None) -> list[ChatMessage]:
+        """The conversation as the model sees it: system prompt, then finished turns."""
+        if self.store is None or cid is None:
+            return []
         conv = self.store.conversation(cid)
         messages: list[ChatMessage] = []
         if conv.system_prompt.strip():
@@ -798,6 +848,13 @@ class MainWindow(QMainWindow):
         for m in self.store.messages(cid):
             if m.role in ("user", "assistant") and m.content and m.status == "done":
                 messages.append(ChatMessage(m.role, m.content))
+        return messages
+
+    def _start_reply(self) -> None:
+        assert self.store is not None and self.current_conversation is not None
+        assert self.model_info is not None
+        cid = self.current_conversation
+        messages = self._conversation_messages(cid)
         spec_settings = self.settings.speculation
         sampling = SamplingParams(**self.settings.sampling.model_dump())
         speculation = SpeculationConfig(mode=spec_settings.mode, draft_max=spec_settings.draft_max,
@@ -972,6 +1029,7 @@ class MainWindow(QMainWindow):
             self.settings.ui.splitter_state = bytes(
                 self.splitter.saveState().toBase64().data()).decode()
             self._flush_timer.stop()
+            self._close_race_window()  # joins its thread before the session goes
             self.downloads.shutdown()  # pauses downloads; they are offered again next start
             if self.picker is not None:
                 self.picker.shutdown()

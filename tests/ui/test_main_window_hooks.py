@@ -24,3 +24,21 @@ def test_models_button_opens_one_picker_and_its_choice_applies(qtbot, window) ->
     picker.models_chosen.emit(ModelsChosen(target, None, "prompt-lookup"))
     assert w.model_bar.speculation()[0] == "prompt-lookup"
     qtbot.waitUntil(lambda: not w.loading, timeout=LOAD_TIMEOUT_MS)
+
+
+def test_race_button_opens_a_race_on_the_loaded_session(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    w = window
+    w.model_bar.race_button.click()
+    race = w.race_window
+    assert race is not None and race.isVisible()
+    assert race.session is w.host.worker.session
+    race.draft_length_applied.emit(3)
+    assert w.settings.speculation.draft_max == 3 and w.model_bar.speculation()[1] == 3
+    race.busy_changed.emit(True)
+    assert w.busy and not w.send_button.isEnabled()
+    race.busy_changed.emit(False)
+    assert not w.busy
+    # loading another model first closes the race window (it borrows the session)
+    w.load_model(w.model_info.target_path)
+    assert w.race_window is None
+    qtbot.waitUntil(lambda: w.model_info is not None, timeout=LOAD_TIMEOUT_MS)

@@ -98,11 +98,8 @@ class RaceWorker(QObject):
         session = self._session
         if session.closed:
             raise TandemError("The model was unloaded; open the race again after loading one.")
-        # The engine's generate() refuses a second generation, but a race first empties
-        # the KV cache (bench.generate_once → Session.reset_cache), which does not check;
-        # Session has no public "busy" flag, so read its private one rather than clear the
-        # cache under a chat reply.
-        if getattr(session, "_busy", False):
+        # Checked here for a clear message before any work (the engine refuses too).
+        if session.busy:
             raise TandemError("A chat reply is being generated; race when it has finished.")
         return session
 
