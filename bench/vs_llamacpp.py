@@ -139,8 +139,11 @@ def main(argv: list[str] | None = None) -> int:
                            n_threads=args.threads, n_gpu_layers=args.n_gpu_layers)
     sampling = SamplingParams(temperature=0.0, max_tokens=args.n_predict)
     off = SpeculationConfig(mode="off")
+    # Like llama-speculative-simple: draft up to k every round (no cost-aware policy).
     on = SpeculationConfig(mode="draft-model", draft_max=args.k, draft_min=0,
-                           draft_p_min=args.draft_p_min)
+                           draft_p_min=args.draft_p_min, adaptive=False)
+    # Tandem's default, for information: verify only what the measured costs justify.
+    on_adaptive = on.model_copy(update={"adaptive": True})
     rows: list[dict[str, Any]] = []
     with Session.open(config) as session:
         prompt = PreparedPrompt(tuple(tokenize_plain(session.target, prompt_text)))
@@ -174,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
                     "identical_to_plain": (fin.token_ids == plain_ids) if plain_ids is not None else None,
                     "reply_found_in_llama_output": same_as_llama,
                 }
+                fin_a = generate_once(session, prompt, sampling, on_adaptive)
+                row["tandem_spec_adaptive"] = {
+                    "tps": fin_a.stats.decode_tps, "drafted": fin_a.stats.drafted,
+                    "acceptance_rate": fin_a.stats.acceptance_rate,
+                }
             rows.append(row)
             _progress(row)
 
@@ -202,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                                                if r["llama_spec"]["acceptance_rate"] is not None]),
             "tandem_acceptance_rate": C.median([r["tandem_spec"]["acceptance_rate"] for r in rows
                                                 if r["tandem_spec"]["acceptance_rate"] is not None]),
+            "tandem_adaptive_tps": C.median([r["tandem_spec_adaptive"]["tps"] for r in rows
+                                             if r["tandem_spec_adaptive"]["tps"]]),
         }
     result["summary"] = summary
     path = C.write_result("vs_llamacpp", result)
@@ -223,6 +233,8 @@ def _progress(row: dict[str, Any]) -> None:
         parts.append(f"spec-simple {row['llama_spec']['tps']:.1f}")
         ts = row["tandem_spec"]["tps"]
         parts.append(f"tandem spec {ts:.1f}" if ts else "tandem spec —")
+        ta = row.get("tandem_spec_adaptive", {}).get("tps")
+        parts.append(f"(adaptive {ta:.1f})" if ta else "")
     print("  ".join(parts), file=sys.stderr, flush=True)
 
 
@@ -241,6 +253,9 @@ def _print_summary(result: dict[str, Any]) -> None:
               f"{p['llama_speculative_simple_tps']:.2f} tok/s = {p['ratio']:.3f}  (goal >= 0.95)")
         print(f"               acceptance rate: tandem {p['tandem_acceptance_rate']}, "
               f"llama.cpp {p['llama_acceptance_rate']}")
+        ta = p.get("tandem_adaptive_tps")
+        if ta:
+            print(f"               tandem with its cost-aware draft length (default): {ta:.2f} tok/s")
     if result["disturbed"]:
         print(f"DISTURBED: load average before {result['machine_before']['loadavg']}, after "
               f"{result['machine_after']['loadavg']} on {result['machine_before']['cores']} cores")

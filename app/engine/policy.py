@@ -24,28 +24,61 @@ from app.engine.stats import expected_tokens_per_round
 
 
 class PassTimes:
-    """Measured time of a target pass per batch size: an exponential moving average each.
+    """Measured time of a target pass per batch size.
+
+    Timing noise on a desktop is one-sided (other work only ever makes a pass slower, and
+    the first pass of a new batch shape also builds its graph), so an estimate drops fast
+    toward a faster observation and rises slowly toward a slower one.
 
     Args:
-        smoothing: weight of a new observation (0..1).
+        down: weight of an observation faster than the estimate.
+        up: weight of an observation slower than the estimate.
     """
 
-    def __init__(self, smoothing: float = 0.15) -> None:
-        self.smoothing = smoothing
+    def __init__(self, down: float = 0.5, up: float = 0.1) -> None:
+        self.down = down
+        self.up = up
         self._t: dict[int, float] = {}
+        self._n: dict[int, int] = {}
+        self._seen: dict[int, int] = {}
+        self._tick = 0
+
+    #: the first observations of a size keep their minimum (the first pass of a new
+    #: batch shape also builds its graph); after that the asymmetric average applies
+    warmup = 3
 
     def observe(self, n_tokens: int, seconds: float) -> None:
         """A target pass over ``n_tokens`` took ``seconds`` (sampling included)."""
         old = self._t.get(n_tokens)
-        self._t[n_tokens] = seconds if old is None else old + self.smoothing * (seconds - old)
+        count = self._n.get(n_tokens, 0)
+        if old is None:
+            self._t[n_tokens] = seconds
+        elif count < self.warmup:
+            self._t[n_tokens] = min(old, seconds)
+        else:
+            w = self.down if seconds < old else self.up
+            self._t[n_tokens] = old + w * (seconds - old)
+        self._n[n_tokens] = count + 1
+        self._tick += 1
+        self._seen[n_tokens] = self._tick
+
+    def last_seen(self, n_tokens: int) -> int:
+        """When this size was last observed (observation counter; 0: never)."""
+        return self._seen.get(n_tokens, 0)
+
+    def count(self, n_tokens: int) -> int:
+        """How many passes of this size were observed."""
+        return self._n.get(n_tokens, 0)
 
     def __call__(self, n_tokens: int) -> float | None:
         """Measured (or interpolated) time of a pass over ``n_tokens``, seconds; None if nothing is known.
 
         Unmeasured sizes are interpolated linearly between the nearest measured ones;
         beyond the measured range the slope of the two nearest sizes is extended; with a
-        single measurement the cost is taken as flat (the optimistic GPU assumption), so
-        larger drafts get tried, and thereby measured.
+        single measured size the cost is taken as flat (the optimistic GPU assumption).
+        Pass times are not monotonic in the batch size on every backend (on AVX2 CPUs
+        llama.cpp's repacked kernels make 4 and 8 tokens cheaper than 3 and 7), which is
+        why :class:`DraftLengthPolicy` measures every size it may choose.
         """
         t = self._t
         if not t:
@@ -90,6 +123,7 @@ class DraftLengthPolicy:
         self.smoothing = smoothing
         self.revert = revert
         self.draft_step_time = 0.0
+        self._decisions = 0
 
     # -- observations ---------------------------------------------------------------
     def observe_draft_steps(self, steps: int, seconds: float) -> None:
@@ -119,13 +153,33 @@ class DraftLengthPolicy:
             t + d * self.draft_step_time
         )
 
+    #: passes of a batch size observed before its time is trusted (the first one of a
+    #: new shape includes building its graph)
+    min_observations = 2
+    #: every this many decisions, re-time the size observed longest ago (costs drift
+    #: with the machine's load and the context length)
+    refresh_every = 50
+
     def choose(self, k: int) -> int:
-        """The draft length in 0..k with the highest expected rate (k until t(1) is known)."""
+        """The draft length in 0..k with the highest expected rate.
+
+        Until every batch size 2..k+1 has been timed :attr:`min_observations` times, the
+        smallest untimed one is chosen instead (exploration: at most about 2k rounds per
+        session, since the times are shared by all replies). Before the one-token pass is
+        timed, k is returned.
+        """
         if k <= 0:
             return 0
         base = self.expected_rate(0)
         if base is None:
             return k
+        for n in range(2, k + 2):
+            if self.pass_times.count(n) < self.min_observations:
+                return n - 1
+        self._decisions += 1
+        if self._decisions % self.refresh_every == 0:
+            stalest = min(range(2, k + 2), key=self.pass_times.last_seen)
+            return stalest - 1
         best_d, best_rate = 0, base
         for d in range(1, k + 1):
             r = self.expected_rate(d)

@@ -202,14 +202,30 @@ def test_cancel_takes_effect_within_one_round(session: Session) -> None:
     del rounds_at_cancel
 
 
-def test_cancel_from_another_thread(session: Session) -> None:
+def test_cancel_from_another_thread(tiny_target: Path) -> None:
     cancel = threading.Event()
-    timer = threading.Timer(0.05, cancel.set)
-    timer.start()
-    r = run(session, PROMPT, SamplingParams(temperature=0.0, max_tokens=100_000), None, cancel=cancel)
-    timer.join()
-    assert r.finished.reason == "cancelled"
-    assert r.streamed == r.finished.text
+    started = threading.Event()
+
+    def canceller() -> None:
+        started.wait(30)
+        cancel.set()
+
+    t = threading.Thread(target=canceller)
+    t.start()
+    with open_session(tiny_target, n_ctx=8192) as s:
+        deltas = []
+        finished = None
+        for ev in s.generate(PROMPT, SamplingParams(temperature=0.0, max_tokens=100_000),
+                             None, cancel):
+            if isinstance(ev, TextDelta):
+                deltas.append(ev.text)
+                started.set()
+            elif isinstance(ev, Finished):
+                finished = ev
+    t.join()
+    assert finished is not None and finished.reason == "cancelled"
+    assert len(finished.token_ids) < 8000  # stopped long before the context filled
+    assert "".join(deltas) == finished.text
 
 
 def test_prefix_is_reused_across_turns(tiny_target: Path) -> None:
