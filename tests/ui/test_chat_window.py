@@ -101,7 +101,7 @@ def test_stop_mid_reply_stops_within_one_round_and_keeps_partial(
     monkeypatch.setattr(window.host, "stop_reply", stop)
     window.settings.sampling.max_tokens = 400
     window.settings.speculation.draft_max = 3
-    assert window.send_message("Count from one to one hundred: one, two, three, four,")
+    assert window.send_message("Repeat the word hello two hundred times: hello hello hello hello")
     qtbot.waitUntil(lambda: bool(window.chat.messages[-1].text.strip()), timeout=120_000)
 
     def saved_while_streaming() -> bool:
