@@ -459,10 +459,13 @@ class Download:
     # -- progress -------------------------------------------------------------------
 
     def _advance(self, n: int) -> None:
+        # http_get reports a chunk *before* writing it, so a stop is honoured here, before
+        # the chunk is counted: the count then equals the bytes on disk, and the previous
+        # chunk has been written (the partial file is never shorter than reported).
+        self._check_stop()
         with self._lock:
             self._done += n
         self._emit()
-        self._check_stop()
 
     def _emit(self, force: bool = False) -> None:
         cb = self._on_progress
