@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -120,6 +121,9 @@ def _run_generate(args: argparse.Namespace) -> int:
         else:
             events = session.generate(tokenize_plain(session.target, args.prompt), sampling, spec, cancel)
         result: Finished | None = None
+        # Ctrl-C cancels like the Stop button: the engine ends within one round and the
+        # partial reply (with its statistics) is still printed.
+        previous = signal.signal(signal.SIGINT, lambda _sig, _frame: cancel.set())
         try:
             for ev in events:
                 if isinstance(ev, TextDelta) and not args.json:
@@ -127,12 +131,10 @@ def _run_generate(args: argparse.Namespace) -> int:
                     sys.stdout.flush()
                 elif isinstance(ev, Finished):
                     result = ev
-        except KeyboardInterrupt:
-            cancel.set()
-            for ev in events:
-                if isinstance(ev, Finished):
-                    result = ev
-        assert result is not None
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        if result is None:
+            raise TandemError("The generation ended without a result.")
         if args.json:
             out = {
                 "text": result.text,

@@ -115,3 +115,27 @@ def test_bad_input_gives_one_line_and_status_2(
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith("error: ") and expect in lines[0]
     assert "Traceback" not in r.stderr
+
+
+def test_ctrl_c_prints_the_partial_reply_and_exits_cleanly(tiny_model_dir: Path) -> None:
+    import signal
+    import time
+
+    from tests.synthetic import write_tiny_llama
+
+    path = write_tiny_llama(tiny_model_dir / "tiny-sigint.gguf", seed=5, n_embd=256, n_ff=1024,
+                            n_layer=4, n_ctx_train=65536)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "generate", "--model", str(path), "--json",
+         "--n-ctx", "65536", "--max-tokens", "60000", "hello"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    time.sleep(4.0)  # loaded and generating
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    result = json.loads(out)
+    assert result["finish_reason"] == "cancelled"
+    assert 0 < len(result["token_ids"]) < 60000

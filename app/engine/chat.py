@@ -12,6 +12,7 @@ sequence starts with exactly one BOS when the vocabulary adds one.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -50,6 +51,11 @@ def _strftime_now(fmt: str) -> str:
     return _dt.datetime.now().strftime(fmt)
 
 
+def _tojson(value: object, indent: int | None = None) -> str:
+    # transformers' tojson: plain json.dumps, no HTML escaping, non-ASCII kept
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
 class ChatFormat:
     """Renders a conversation with a model's chat template and tokenizes it.
 
@@ -63,15 +69,27 @@ class ChatFormat:
 
     def __init__(self, model: LlamaModel) -> None:
         self.model = model
-        self.uses_fallback = not model.chat_template
-        source = model.chat_template or FALLBACK_TEMPLATE
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        #: why the GGUF's own template is not used (it did not compile), else None
+        self.template_error: str | None = None
+        # The environment transformers renders chat templates in (trim/lstrip blocks,
+        # loop controls, a tojson that keeps non-ASCII), but sandboxed and immutable.
+        env = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        )
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
-        try:
-            self._template = env.from_string(source)
-        except TemplateError as exc:
-            raise TandemError(f"The model's chat template is not valid Jinja: {exc}") from exc
+        env.filters["tojson"] = _tojson
+        template = None
+        if model.chat_template:
+            try:
+                template = env.from_string(model.chat_template)
+            except TemplateError as exc:
+                self.template_error = (
+                    f"The model's chat template is not valid Jinja ({exc}); a plain "
+                    "User:/Assistant: transcript is used instead."
+                )
+        self.uses_fallback = template is None
+        self._template = template or env.from_string(FALLBACK_TEMPLATE)
         self.stop: tuple[str, ...] = FALLBACK_STOP if self.uses_fallback else ()
         self._bos_text = model.token_text(model.bos).decode("utf-8", "replace") if model.bos >= 0 else ""
         self._eos_text = model.token_text(model.eos).decode("utf-8", "replace") if model.eos >= 0 else ""

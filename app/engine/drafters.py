@@ -16,10 +16,10 @@ Plain decoding is the same loop with no drafter.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from app.engine.llama import LlamaContext, LlamaModel
+from app.engine.llama import DecodeAborted, LlamaContext, LlamaModel
 from app.engine.sampling import top_probability
 
 
@@ -31,11 +31,12 @@ class Drafter(Protocol):
     #: forward passes the drafter has run so far (0 for drafters without a model)
     forward_passes: int
 
-    def begin(self, prompt: Sequence[int]) -> None:
+    def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool] | None = None) -> None:
         """A reply starts after ``prompt`` (all its tokens; the last is not yet decoded).
 
         Called during the prefill; a draft model evaluates the prompt here so that its
-        prefill time is not charged to drafting.
+        prefill time is not charged to drafting. ``should_stop`` turning True (a cancel)
+        may end that early; the drafter then re-syncs on its next call.
         """
 
     def draft(self, context: Sequence[int], n_max: int) -> list[int]:
@@ -55,6 +56,8 @@ class Drafter(Protocol):
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token sequences."""
     n = min(len(a), len(b))
+    if list(a[:n]) == list(b[:n]):  # the usual case (a turn extends the last), at C speed
+        return n
     i = 0
     while i < n and a[i] == b[i]:
         i += 1
@@ -85,17 +88,7 @@ class DraftModelDrafter:
         keep = common_prefix_length(self._kv, tokens)
         if need_logits and keep == len(tokens):
             keep -= 1  # re-evaluate the last token to get its logits
-        keep = max(keep, 0)
-        if keep < len(self._kv):
-            if not self.ctx.seq_rm(keep, -1):
-                self.ctx.clear()
-                keep = 0
-            elif keep > 0 and self.model.n_swa > 0:
-                # A sliding-window cache may already have dropped positions the next
-                # token must attend to; then only a full re-evaluation is correct.
-                if self.ctx.pos_min() > max(0, keep - self.model.n_swa):
-                    self.ctx.clear()
-                    keep = 0
+        keep = self.ctx.truncate(max(keep, 0), len(self._kv))
         del self._kv[keep:]
         todo = list(tokens[keep:])
         if todo:
@@ -108,9 +101,13 @@ class DraftModelDrafter:
         self.ctx.clear()
         self._kv = []
 
-    def begin(self, prompt: Sequence[int]) -> None:
+    def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool] | None = None) -> None:
         passes = self.forward_passes
-        self._sync(prompt[:-1], need_logits=False)
+        try:
+            with self.ctx.abortable(should_stop):
+                self._sync(prompt[:-1], need_logits=False)
+        except DecodeAborted:
+            self.reset()
         self.forward_passes = passes  # the prompt prefill is not a draft step
 
     def draft(self, context: Sequence[int], n_max: int) -> list[int]:
@@ -164,7 +161,7 @@ class PromptLookupDrafter:
         self._index: dict[tuple[int, ...], int] = {}
         self._indexed_upto = 0  # n-grams whose continuation starts before this are indexed
 
-    def begin(self, prompt: Sequence[int]) -> None:
+    def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool] | None = None) -> None:
         self._tokens = list(prompt)
         self._index.clear()
         self._indexed_upto = 0

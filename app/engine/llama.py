@@ -9,11 +9,13 @@ n_ctx × n_vocab), removes KV-cache ranges, and frees every native handle exactl
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
@@ -137,7 +139,7 @@ class LlamaModel:
         if not self.path.is_file():
             raise ModelLoadError(f"Model file not found: {self.path}")
         # llama.cpp's own loader rejects truncated files, absurd counts, lengths and
-        # offsets without crashing (tests/engine/test_malformed.py); we only add a clear
+        # offsets without crashing (tests/engine/test_edge_cases.py); we only add a clear
         # message for the commonest mistake, a file that is not a GGUF at all.
         with open(self.path, "rb") as fh:
             magic = fh.read(4)
@@ -208,6 +210,9 @@ class LlamaModel:
         self.chat_template: str | None = tmpl.decode("utf-8", "replace") if tmpl else None
         self._piece_cache: dict[int, bytes] = {}
         self._eog_cache: dict[int, bool] = {}
+        # llama.cpp requires contexts to be freed before their model; whatever order the
+        # garbage collector picks, close() frees the model's live contexts first.
+        self._contexts: weakref.WeakSet[LlamaContext] = weakref.WeakSet()
 
     # -- metadata -------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
@@ -231,6 +236,7 @@ class LlamaModel:
         """
         piece = self._piece_cache.get(token)
         if piece is None:
+            self._require()
             L = lib()
             buf = ctypes.create_string_buffer(64)
             n = L.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
@@ -243,12 +249,14 @@ class LlamaModel:
 
     def token_text(self, token: int) -> bytes:
         """The raw vocabulary entry of a token (``llama_vocab_get_text``)."""
+        self._require()
         return bytes(lib().llama_vocab_get_text(self._vocab, token) or b"")
 
     def is_eog(self, token: int) -> bool:
         """Whether the token ends generation (EOS, EOT, <end_of_turn>, <|im_end|>…)."""
         v = self._eog_cache.get(token)
         if v is None:
+            self._require()
             v = bool(lib().llama_vocab_is_eog(self._vocab, token))
             self._eog_cache[token] = v
         return v
@@ -261,6 +269,7 @@ class LlamaModel:
             parse_special: turn spelled-out control tokens (``<start_of_turn>``) into
                 their ids; only for text that we (or the chat template) produced.
         """
+        self._require()
         L = lib()
         raw = text.encode("utf-8")
         cap = len(raw) + 8
@@ -293,8 +302,10 @@ class LlamaModel:
         return self._ptr is None
 
     def close(self) -> None:
-        """Free the weights. Idempotent; contexts made from this model must be closed first."""
+        """Free the weights, after closing any context still open on them. Idempotent."""
         if self._ptr is not None:
+            for ctx in list(self._contexts):
+                ctx.close()
             lib().llama_model_free(self._ptr)
             self._ptr = None
 
@@ -312,6 +323,11 @@ class LlamaModel:
 
 
 LogitsRequest = Literal["last", "all", "none"]
+
+
+class DecodeAborted(Exception):
+    """A decode was aborted through :meth:`LlamaContext.abortable`; the KV cache may
+    hold part of the batch, so the caller must empty or resynchronise it."""
 
 
 class LlamaContext:
@@ -366,6 +382,7 @@ class LlamaContext:
             why = _take_native_errors() or "out of memory?"
             raise ModelLoadError(f"Could not create a context of {n_ctx} tokens: {why}")
         self._ptr = ptr
+        model._contexts.add(self)
         # llama.cpp may round the cache size up (to a multiple of 256); the window the
         # caller asked for is the limit we enforce, so n_ctx means the same everywhere.
         self.n_ctx: int = min(n_ctx, int(L.llama_n_ctx(ptr)))
@@ -376,6 +393,17 @@ class LlamaContext:
         self._batch = L.llama_batch_init(self.n_batch, 0, 1)
         self._n_vocab = model.n_vocab
         self._float_ptr = ctypes.POINTER(ctypes.c_float)
+        self._should_stop: Callable[[], bool] | None = None
+
+        def _abort(_data: ctypes.c_void_p) -> bool:
+            f = self._should_stop
+            try:
+                return bool(f is not None and f())
+            except Exception:  # never unwind through C
+                return False
+
+        self._abort_cb = L.ggml_abort_callback(_abort)
+        self._no_abort_cb = L.ggml_abort_callback()  # a NULL function pointer
 
     @property
     def ptr(self) -> Any:
@@ -439,6 +467,8 @@ class LlamaContext:
             b.n_tokens = m
             rc = L.llama_decode(ptr, b)
             if rc != 0:
+                if rc == 2:
+                    raise DecodeAborted()
                 if rc == 1:
                     raise ContextOverflowError(
                         "The context window is full (no KV-cache slot for the batch)."
@@ -447,6 +477,28 @@ class LlamaContext:
                 raise TandemError(f"llama_decode failed with status {rc}. {why}".strip())
             start += m
         return True
+
+    @contextlib.contextmanager
+    def abortable(self, should_stop: Callable[[], bool] | None) -> Iterator[None]:
+        """Within this block a decode stops soon after ``should_stop()`` turns True.
+
+        llama.cpp then checks the callback between graph nodes (on the CPU backend; a GPU
+        backend checks between graph splits) and :meth:`decode` raises
+        :class:`DecodeAborted`. The callback costs a Python call per node, so it is only
+        installed for long evaluations such as a prompt prefill, never per token.
+        """
+        if should_stop is None:
+            yield
+            return
+        L = lib()
+        self._should_stop = should_stop
+        L.llama_set_abort_callback(self.ptr, self._abort_cb, None)
+        try:
+            yield
+        finally:
+            self._should_stop = None
+            if self._ptr is not None:
+                L.llama_set_abort_callback(self._ptr, self._no_abort_cb, None)
 
     def logits(self, index: int) -> npt.NDArray[np.float32]:
         """Logits for output ``index`` of the last decode (-1: the last token), shape (n_vocab,).
@@ -465,19 +517,47 @@ class LlamaContext:
             False when the memory cannot remove a partial range (recurrent and hybrid
             models); the cache is then unchanged and the caller must fall back.
         """
+        self.ptr  # raises once closed: _mem belongs to the context
         return bool(lib().llama_memory_seq_rm(self._mem, 0, p0, p1))
 
     def clear(self) -> None:
         """Empty the KV cache (and recurrent state)."""
+        self.ptr
         lib().llama_memory_clear(self._mem, True)
 
     def pos_min(self) -> int:
-        """Smallest position still held for sequence 0 (> 0 once a sliding window slid)."""
+        """Smallest position still held for sequence 0 (> 0 once a sliding window slid), -1 if empty."""
+        self.ptr
         return int(lib().llama_memory_seq_pos_min(self._mem, 0))
 
     def pos_max(self) -> int:
         """Largest position held for sequence 0, or -1 when empty."""
+        self.ptr
         return int(lib().llama_memory_seq_pos_max(self._mem, 0))
+
+    def truncate(self, keep: int, held: int) -> int:
+        """Keep positions [0, keep) of sequence 0 out of the ``held`` it holds.
+
+        Returns:
+            ``keep`` when the cache can continue from there, else 0 after emptying it (the
+            caller re-evaluates everything). That happens when the memory cannot remove a
+            partial range (recurrent models), or when a sliding-window cache has already
+            evicted positions the next token must attend to: like llama-server, the
+            smallest held position is read *before* removing, and must not exceed
+            ``keep - n_swa``.
+        """
+        if keep >= held:
+            return keep
+        n_swa = self.model.n_swa
+        if keep > 0 and n_swa > 0:
+            pm = self.pos_min()
+            if pm < 0 or pm > max(0, keep - n_swa):
+                self.clear()
+                return 0
+        if keep <= 0 or not self.seq_rm(keep, -1):
+            self.clear()
+            return 0
+        return keep
 
     def set_threads(self, n_threads: int, n_threads_batch: int) -> None:
         lib().llama_set_n_threads(self.ptr, n_threads, n_threads_batch)

@@ -24,7 +24,8 @@ class SamplingParams(BaseModel):
     """Sampling and stopping settings for one reply.
 
     ``temperature`` ≤ 0 means greedy decoding. ``seed`` −1 picks a random seed, which is
-    reported back so a reply can be reproduced. ``max_tokens`` counts reply tokens (the
+    reported back so a reply can be reproduced (2³²−1 is llama.cpp's own "random seed"
+    value, so the largest fixed seed is 2³²−2). ``max_tokens`` counts reply tokens (the
     end-of-generation token is not counted).
     """
 
@@ -36,7 +37,7 @@ class SamplingParams(BaseModel):
     min_p: float = Field(0.05, ge=0.0, le=1.0)
     repeat_penalty: float = Field(1.0, gt=0.0, le=5.0)
     repeat_last_n: int = Field(64, ge=0)
-    seed: int = Field(-1, ge=-1, le=2**32 - 1)
+    seed: int = Field(-1, ge=-1, le=2**32 - 2)
     max_tokens: int = Field(512, ge=1)
     stop: tuple[str, ...] = ()
 
@@ -59,7 +60,7 @@ class TargetSampler:
 
     def __init__(self, model: LlamaModel, params: SamplingParams) -> None:
         self.params = params
-        self.seed = params.seed if params.seed >= 0 else random.randrange(2**32 - 1)
+        self.seed = params.seed if params.seed >= 0 else random.randrange(2**32 - 1)  # < 2³²−1
         self._fast_greedy = params.greedy and params.repeat_penalty == 1.0
         self._chain: Any = None
         if not self._fast_greedy:
@@ -118,10 +119,30 @@ class TargetSampler:
             pass
 
 
-def top_probability(logits: np.ndarray[Any, np.dtype[np.float32]]) -> tuple[int, float]:
-    """(argmax id, its softmax probability) of one row of logits, shape (n_vocab,)."""
+#: llama.cpp's draft sampler keeps the top 10 candidates before its softmax
+#: (common/speculative.cpp: ``params.top_k = 10``), so ``--draft-p-min`` compares with the
+#: probability among those ten.
+DRAFT_TOP_K = 10
+
+
+def top_probability(
+    logits: np.ndarray[Any, np.dtype[np.float32]], top_k: int = DRAFT_TOP_K
+) -> tuple[int, float]:
+    """(argmax id, its softmax probability among the ``top_k`` best) of one row of logits.
+
+    Args:
+        logits: shape (n_vocab,).
+        top_k: candidates kept before the softmax, as llama.cpp's draft sampler does
+            (0: the whole vocabulary).
+
+    Cost: an argmax and a partition over the vocabulary; no exponential over it.
+    """
     best = int(np.argmax(logits))
     m = float(logits[best])
-    z = float(np.exp(logits - m, dtype=np.float32).sum())
+    if 0 < top_k < logits.shape[0]:
+        vals = np.partition(logits, -top_k)[-top_k:]
+        z = float(np.exp(vals - m).sum())
+    else:
+        z = float(np.exp(logits - m, dtype=np.float32).sum())
     return best, 1.0 / z
 

@@ -46,6 +46,7 @@ from app.engine.events import Event, Finished, FinishReason, StatsUpdate, TextDe
 from app.engine.policy import DraftLengthPolicy, PassTimes
 from app.engine.llama import (
     VOCAB_TYPE_NAMES,
+    DecodeAborted,
     LlamaContext,
     LlamaModel,
     ProgressCallback,
@@ -224,7 +225,12 @@ class Session:
         except BaseException:
             target.close()
             raise
-        session = cls(config, target, ctx)
+        try:
+            session = cls(config, target, ctx)
+            session._calibrate_target_step()
+        except BaseException:
+            target.close()  # closes ctx first
+            raise
         try:
             if progress is not None and not progress(share):
                 raise LoadCancelledError("Loading was cancelled.")
@@ -336,8 +342,15 @@ class Session:
 
     # -- prompts --------------------------------------------------------------------
     def chat_prompt(self, messages: Sequence[ChatMessage]) -> list[int]:
-        """Prompt tokens for a conversation, through the model's chat template."""
-        return self.chat_format.tokenize(messages)
+        """Prompt tokens for a conversation, through the model's chat template.
+
+        Raises:
+            TandemError: the session is closed, or the template failed.
+        """
+        with self._lock:
+            if self._closed:
+                raise TandemError("The model has been unloaded.")
+            return self.chat_format.tokenize(messages)
 
     def chat(
         self,
@@ -375,28 +388,26 @@ class Session:
 
     def _sync_prefix(self, tokens: Sequence[int], cancel: threading.Event | None) -> int:
         """Make the target KV cache hold ``tokens``; returns how many were evaluated."""
-        keep = common_prefix_length(self._kv_tokens, tokens)
-        if keep < len(self._kv_tokens):
-            if not self.ctx.seq_rm(keep, -1):
-                self.ctx.clear()
-                keep = 0
-            elif keep > 0 and self.target.n_swa > 0:
-                if self.ctx.pos_min() > max(0, keep - self.target.n_swa):
-                    self.ctx.clear()
-                    keep = 0
+        keep = self.ctx.truncate(common_prefix_length(self._kv_tokens, tokens), len(self._kv_tokens))
         del self._kv_tokens[keep:]
         todo = list(tokens[keep:])
         if not todo:
             return 0
         n_batch = self.ctx.n_batch
         done = 0
-        while done < len(todo):
-            if cancel is not None and cancel.is_set():
-                break
-            chunk = todo[done : done + n_batch]
-            self.ctx.decode(chunk, keep + done, logits="none")
-            self._kv_tokens.extend(chunk)
-            done += len(chunk)
+        try:
+            with self.ctx.abortable(cancel.is_set if cancel is not None else None):
+                while done < len(todo):
+                    if cancel is not None and cancel.is_set():
+                        break
+                    chunk = todo[done : done + n_batch]
+                    self.ctx.decode(chunk, keep + done, logits="none")
+                    self._kv_tokens.extend(chunk)
+                    done += len(chunk)
+        except DecodeAborted:
+            # part of the chunk may be cached: start clean next time (the cancel is set)
+            self.ctx.clear()
+            self._kv_tokens = []
         return done
 
     def generate(
@@ -465,9 +476,7 @@ class Session:
                 if policy is None:
                     policy = self._policies[drafter.kind] = DraftLengthPolicy(self._pass_times)
             if drafter is not None and not is_cancelled():
-                drafter.begin(prompt)
-                if self.target_step_time is None:
-                    self._calibrate_target_step(prompt[-1], len(prompt) - 1, clock)
+                drafter.begin(prompt, is_cancelled)
         t_prefill = clock()
 
         stream = TextStream(sampling.stop)
@@ -534,7 +543,7 @@ class Session:
                         break
                     drafts: list[int] = []
                     if drafter is not None and policy is not None:
-                        n_draft_max = min(k, remaining - 1, room)
+                        n_draft_max = min(k, remaining - 1, room, ctx.n_outputs_max - 1)
                         if spec.adaptive and n_draft_max > 0:
                             n_draft_max = policy.choose(n_draft_max)
                         if n_draft_max > 0:
@@ -544,6 +553,11 @@ class Session:
                             dtd = clock() - td
                             draft_time += dtd
                             policy.observe_draft_steps(drafter.forward_passes - steps0, dtd)
+                            for i, t in enumerate(drafts):
+                                # vocabularies may differ by up to 128 ids (pairing rule)
+                                if not 0 <= t < model.n_vocab:
+                                    del drafts[i:]
+                                    break
                             if len(drafts) < spec.draft_min:
                                 drafts = []
                         if not drafts:
@@ -634,23 +648,24 @@ class Session:
             note=note,
         )
 
-    def _calibrate_target_step(
-        self, token: int, pos: int, clock: Callable[[], float], passes: int = 2
-    ) -> None:
+    def _calibrate_target_step(self, passes: int = 3) -> None:
         """Time a plain one-token target pass (the denominator of the draft cost ratio c).
 
-        Speculative rounds never run one-token passes, so before the first speculative
-        reply of a session the target evaluates the next token alone, twice (the first
-        pass may include graph setup), and the position is removed again. Counted in the
-        prefill time, never in decode time.
+        Speculative rounds never run one-token passes, so at load time the target
+        evaluates one token alone a few times on an empty cache (the first pass includes
+        graph setup; the fastest counts), and the cache is emptied again. This happens
+        before any reply, so it never shows in TTFT, prefill or decode times.
         """
+        token = self.target.bos if self.target.bos >= 0 else 0
+        best = float("inf")
         for _ in range(passes):
-            t = clock()
-            self.ctx.decode([token], pos, logits="last")
-            dt = clock() - t
-            self.ctx.seq_rm(pos, -1)
-        self._target_step_samples.append(dt)
-        self._pass_times.observe(1, dt)
+            t = time.perf_counter()
+            self.ctx.decode([token], 0, logits="last")
+            best = min(best, time.perf_counter() - t)
+            self.ctx.clear()
+        self._kv_tokens = []
+        self._target_step_samples.append(best)
+        self._pass_times.observe(1, best)
 
     # -- lifetime -------------------------------------------------------------------
     def close(self) -> None:

@@ -1,6 +1,6 @@
 """Speculative-decoding statistics and the speedup model.
 
-Counters are kept by the decoding loop (:mod:`app.engine.speculative`) as it runs, so
+Counters are kept by the decoding loop (:meth:`app.engine.session.Session.generate`) as it runs, so
 every figure here is exact by construction; :class:`SpecStats` is an immutable snapshot.
 
 Formulas (Leviathan, Kalman & Matias, "Fast Inference from Transformers via Speculative
@@ -86,10 +86,13 @@ class SpecStats:
     * ``mean_acceptance_length`` τ = emitted / rounds.
     * ``accepted_at[i]`` / ``drafted_at[i]``: acceptances / verifications of draft
       position i + 1 (i = 0 … k − 1).
-    * ``draft_cost_ratio`` c = (draft time / draft forward steps) / plain target step time.
+    * ``draft_cost_ratio`` c = (draft time / draft forward steps) / plain target step time
+      (prompt lookup: draft time per proposed token / target step time). The target step
+      time is the fastest of a few one-token passes timed when the model was loaded,
+      then the median with the one-token rounds of plain decoding.
     * ``predicted_speedup`` = E(α, k) / (1 + c·k) from the measured α and c.
     * ``decode_tps`` = emitted / decode time, where decode time runs from the end of the
-      prefill to the last token (as llama-speculative-simple reports it);
+      prefill to the end of generation (as llama-speculative-simple reports it);
       ``end_to_end_tps`` = emitted / total time; ``ttft`` = time to the first token.
     """
 
@@ -135,9 +138,10 @@ class SpecStats:
     def draft_cost_ratio(self) -> float | None:
         """c = draft step time / plain target step time; 0 for a drafter with no model."""
         if self.mode == "prompt-lookup":
-            # Prompt lookup runs no network; its cost is measured but tiny.
-            if self.target_step_time and self.rounds:
-                return (self.draft_time / self.rounds) / self.target_step_time
+            # No forward passes: the cost per proposed token, so that c·k̄ is the lookup
+            # time of a drafting round in units of a target step, as the formula needs.
+            if self.target_step_time and self.proposed:
+                return (self.draft_time / self.proposed) / self.target_step_time
             return None
         step = self.draft_step_time
         if step is None or not self.target_step_time:
@@ -154,7 +158,9 @@ class SpecStats:
         """E(α, k̄) / (1 + c·k̄) from the measured α and c, or None until both exist.
 
         k̄ is the mean draft length actually used (:attr:`mean_draft_length`), not the
-        configured maximum; rounds that drafted nothing count as plain steps (speedup 1):
+        configured maximum, and E is evaluated at that fractional k̄, an approximation of
+        the mean of E over the actual lengths; rounds that drafted nothing count as plain
+        steps (speedup 1):
         S = (n_d·E(α, k̄) + n_p) / (n_d·(1 + c·k̄) + n_p) with n_d drafting rounds and n_p
         plain ones. Without any round yet, the configured k is used.
         """

@@ -43,7 +43,7 @@ class TextStream:
         self._pending = ""
         self._runs: list[tuple[int, bool]] = []  # (n_chars, from_draft)
         self.stopped = False
-        self.text = ""  # everything released so far
+        self._released: list[str] = []  # everything released so far, in pieces
 
     def push(self, piece: bytes, from_draft: bool) -> list[TextChunk]:
         """Add one token's bytes; return the text that became final (maybe none).
@@ -115,5 +115,10 @@ class TextStream:
                 self._runs.pop(0)
             else:
                 self._runs[0] = (run_len - k, from_draft)
-        self.text += "".join(c.text for c in out)
+        self._released.extend(c.text for c in out)
         return out
+
+    @property
+    def text(self) -> str:
+        """Everything released so far (the reply's final text once flushed)."""
+        return "".join(self._released)

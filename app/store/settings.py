@@ -44,7 +44,7 @@ class SamplingSettings(_Section):
     top_k: Annotated[int, Field(ge=0, le=100_000)] = 40
     min_p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.05
     repeat_penalty: Annotated[float, Field(gt=0.0, le=5.0)] = 1.0
-    seed: Annotated[int, Field(ge=-1, le=2**32 - 1)] = -1
+    seed: Annotated[int, Field(ge=-1, le=2**32 - 2)] = -1
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 512
 
 

@@ -512,6 +512,9 @@ class MainWindow(QMainWindow):
         ):
             self.message_bar.clear()
         self._update_state()
+        if info.template_error:
+            self.show_error(UserError("Chat template not used", info.template_error,
+                                      level="warning"))
         draft = self.settings.model.draft_path
         if self.settings.speculation.mode == "draft-model" and draft is not None:
             if draft.is_file():

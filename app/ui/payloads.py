@@ -55,7 +55,8 @@ class ModelInfo:
 
     ``n_gpu_layers`` of ``n_layer`` run on the GPU; 0 means CPU only, and ``cpu_reason``
     says why. ``uses_fallback_template``: the GGUF has no chat template (a base model), so
-    a plain "User:/Assistant:" transcript is used. ``load_seconds``: wall time of the load.
+    a plain "User:/Assistant:" transcript is used; ``template_error`` says why when the GGUF
+has a template that could not be used. ``load_seconds``: wall time of the load.
     """
 
     target_path: Path
@@ -70,6 +71,7 @@ class ModelInfo:
     uses_fallback_template: bool
     load_seconds: float
     system_info: str = ""
+    template_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

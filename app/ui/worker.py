@@ -171,6 +171,7 @@ class GenerationWorker(QObject):
             uses_fallback_template=session.chat_format.uses_fallback,
             load_seconds=seconds,
             system_info=system_info(),
+            template_error=session.chat_format.template_error,
         )
 
     @Slot(object)

@@ -352,3 +352,33 @@ def test_malformed_ggufs_are_refused_with_a_clear_error(tiny_target: Path, tmp_p
         assert "\n" not in msg
     with pytest.raises(ModelLoadError, match="not found"):
         Session.open(SessionConfig(target_path=tmp_path / "missing.gguf"))
+
+
+def test_cancel_during_a_long_prefill_aborts_inside_the_batch(tiny_model_dir: Path) -> None:
+    # A wider model so that the prefill takes long enough to interrupt.
+    path = write_tiny_llama(tiny_model_dir / "tiny-wide.gguf", seed=3, n_embd=256, n_ff=1024,
+                            n_layer=4, n_ctx_train=8192)
+    prompt = [BOS] + [300 + (i % 150) for i in range(6000)]
+    # one decode call for the whole prompt: only the abort callback can stop it early
+    cfg = SessionConfig(target_path=path, n_ctx=8192, n_batch=8192, n_threads=2)
+    with Session.open(cfg) as s:
+        import time as _time
+
+        t0 = _time.perf_counter()
+        full = run(s, prompt, SamplingParams(temperature=0.0, max_tokens=1))
+        whole = _time.perf_counter() - t0
+        assert full.stats.prefill_tokens == len(prompt) - 1
+        s.reset_cache()
+        cancel = threading.Event()
+        timer = threading.Timer(whole / 6, cancel.set)
+        timer.start()
+        t0 = _time.perf_counter()
+        r = run(s, prompt, SamplingParams(temperature=0.0, max_tokens=1), None, cancel=cancel)
+        took = _time.perf_counter() - t0
+        timer.join()
+        assert r.finished.reason == "cancelled" and r.ids == ()
+        assert took < whole * 0.5, (took, whole)  # stopped inside the batch, not after it
+        assert s.cached_tokens == 0  # a partly evaluated batch is not trusted
+        # the session is fine afterwards
+        again = run(s, prompt[:50], GREEDY)
+        assert again.finished.reason == "length"

@@ -142,6 +142,26 @@ def test_past_the_sliding_window_identical_with_k2(gemma: Session) -> None:
     plain = run(gemma, prompt, sampling, SpeculationConfig(mode="off"))
     spec = run(gemma, prompt, sampling,
                SpeculationConfig(adaptive=False, mode="prompt-lookup", draft_max=2, ngram_min=1))
-    assert spec.stats.drafted > 0 and spec.stats.accepted < spec.stats.drafted + 1
+    assert spec.stats.drafted > 0
     assert spec.ids == plain.ids
     check_invariants(spec, 32)
+
+
+@pytest.mark.timeout(1200)
+def test_editing_far_back_after_the_window_slid_reevaluates(gemma_path: Path) -> None:
+    """With n_batch 64 the sliding-window cache holds 512 + 64 cells: after a 900-token
+    prompt, positions before ~300 are gone from it, so continuing from an edit at 300
+    would silently attend to nothing there. The session must notice and re-evaluate."""
+    code = "def mean(values):\n    return sum(values) / len(values)\n\n"
+    cfg = SessionConfig(target_path=gemma_path, n_ctx=2048, n_batch=64, n_threads=2)
+    sampling = SamplingParams(temperature=0.0, max_tokens=12)
+    with Session.open(cfg) as warm:
+        long_prompt = tokenize_plain(warm.target, code * 60)
+        assert len(long_prompt) > 900
+        run(warm, long_prompt, sampling)
+        edited = [*long_prompt[:300], *tokenize_plain(warm.target, "def median(v):\n")[1:]]
+        again = run(warm, edited, sampling)
+        assert again.stats.prefill_tokens == len(edited) - 1  # nothing stale was reused
+    with Session.open(cfg) as cold:
+        fresh = run(cold, edited, sampling)
+    assert again.ids == fresh.ids

@@ -63,7 +63,7 @@ class ReplayDrafter:
         self.forward_passes = 0
         self.calls: list[int] = []
 
-    def begin(self, prompt: Sequence[int]) -> None:
+    def begin(self, prompt: Sequence[int], should_stop: object = None) -> None:
         assert list(prompt) == self.prompt
 
     def draft(self, context: Sequence[int], n_max: int) -> list[int]:
