@@ -109,6 +109,7 @@ class _StreamingReply:
     saved_len: int = 0
     stats: SpecStats | None = None
     batches_shown: int = 0
+    next_render: float = 0.0  # time.monotonic() before which no re-render is due
 
     def apply_pending(self) -> bool:
         """Move pending deltas into the text; True when anything changed."""
@@ -948,11 +949,15 @@ class MainWindow(QMainWindow):
         if reply is None:
             self._flush_timer.stop()
             return
-        if reply.apply_pending():
+        now = time.monotonic()
+        # Each flush re-renders the reply's Markdown, which grows with the reply; keep
+        # that under a quarter of the GUI thread's time however long the reply gets.
+        if now >= reply.next_render and reply.apply_pending():
             reply.batches_shown += 1
             if reply.widget is not None:
+                t0 = time.monotonic()
                 reply.widget.set_content(reply.text, reply.spans)
-        now = time.monotonic()
+                reply.next_render = now + 3 * (time.monotonic() - t0)
         if now - reply.last_save >= SAVE_EVERY_S and len(reply.text) != reply.saved_len:
             self._save_partial(reply, now)
 

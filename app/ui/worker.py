@@ -61,6 +61,9 @@ def user_error(exc: BaseException, title: str) -> UserError:
     )
 
 
+#: the most often the worker sends streamed text to the GUI thread, seconds
+TEXT_EMIT_S = 0.03
+
 class GenerationWorker(QObject):
     """Runs the engine on the worker thread. Slots are invoked through queued signals."""
 
@@ -210,13 +213,22 @@ class GenerationWorker(QObject):
                 list(request.messages), request.sampling, request.speculation, request.cancel
             )
             pending: list[TextDelta] = []
+            last_emit = time.monotonic()
             for ev in events:
                 if isinstance(ev, TextDelta):
                     pending.append(ev)
+                    # Batches of text at most every ~30 ms: the GUI thread gets a few
+                    # dozen signals a second however fast tokens arrive.
+                    now = time.monotonic()
+                    if now - last_emit >= TEXT_EMIT_S:
+                        self.text_streamed.emit(TextStreamed(rid, tuple(pending)))
+                        pending = []
+                        last_emit = now
                     continue
                 if pending:
                     self.text_streamed.emit(TextStreamed(rid, tuple(pending)))
                     pending = []
+                    last_emit = time.monotonic()
                 if isinstance(ev, StatsUpdate):
                     self.stats_updated.emit(StatsSnapshot(rid, ev.stats))
                 elif isinstance(ev, Finished):

@@ -46,6 +46,7 @@ def _race(on_ids: tuple[int, ...] = (1, 2, 3, 4), on_text: str = "abcdefgh") -> 
     off_stats = SpecStats(mode="plain", emitted=4, prefill_time=0.5, decode_time=2.0,
                           total_time=2.5, ttft=0.7)
     on_stats = SpecStats(mode="prompt-lookup", draft_max=2, emitted=4, rounds=2, drafted=4,
+                         proposed=4, draft_rounds=2,
                          accepted=2, prefill_time=0.5, decode_time=0.5, total_time=1.0,
                          ttft=0.6, target_step_time=0.1, draft_time=0.001)
     off = _lane("off", (1, 2, 3, 4), (0.7, 1.2, 1.9, 2.5), "abcdefgh", off_stats)
