@@ -186,7 +186,6 @@ def test_stop_string_across_tokens(session: Session, plain_ids: tuple[int, ...])
 def test_cancel_takes_effect_within_one_round(session: Session) -> None:
     cancel = threading.Event()
     sp = SamplingParams(temperature=0.0, max_tokens=200)
-    rounds_at_cancel = None
     n_at_cancel = None
     finished = None
     for ev in session.generate(PROMPT, sp, SpeculationConfig(mode="off"), cancel):
@@ -199,7 +198,6 @@ def test_cancel_takes_effect_within_one_round(session: Session) -> None:
     assert finished.reason == "cancelled"
     assert len(finished.token_ids) == n_at_cancel  # no round ran after the cancel
     assert finished.text == session.target.detokenize(finished.token_ids)
-    del rounds_at_cancel
 
 
 def test_cancel_from_another_thread(tiny_target: Path) -> None:
