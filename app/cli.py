@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -150,7 +151,34 @@ def _run_generate(args: argparse.Namespace) -> int:
             sys.stdout.write("\n")
             if result.note:
                 print(result.note, file=sys.stderr)
+            print(_summary_line(result), file=sys.stderr)
     return 0
+
+
+def _summary_line(result: object) -> str:
+    """One line of statistics after a streamed reply (stderr, so stdout stays the text)."""
+    from app.engine.events import Finished
+
+    assert isinstance(result, Finished)
+    s = result.stats
+
+    def f(v: float | None, spec: str, unit: str = "") -> str:
+        return "—" if v is None else f"{v:{spec}}{unit}"
+
+    parts = [
+        f"[{result.reason}] {s.emitted} tokens",
+        f"{f(s.decode_tps, '.1f')} tok/s",
+        f"TTFT {f(s.ttft * 1000 if s.emitted else None, '.0f', ' ms')}",
+    ]
+    if s.mode != "plain":
+        parts += [
+            f"{s.mode} k≤{s.draft_max}",
+            f"α {f(s.acceptance_rate, '.2f')}",
+            f"τ {f(s.mean_acceptance_length, '.2f')}",
+            f"c {f(s.draft_cost_ratio, '.3f')}",
+            f"predicted {f(s.predicted_speedup, '.2f', '×')}",
+        ]
+    return " · ".join(parts)
 
 
 def _first_validation_error(exc: ValueError) -> str:
@@ -208,3 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader went away (``… | head``): stop quietly, as the Python docs advise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1

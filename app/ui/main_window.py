@@ -386,6 +386,7 @@ class MainWindow(QMainWindow):
             self.input.setPlaceholderText("Load a model to start chatting")
         else:
             self.input.setPlaceholderText("Message  (Enter sends, Shift+Enter adds a line)")
+        self.input.viewport().update()  # the placeholder is painted by the viewport
         self.status_label.setText(self._status_text())
 
     def _status_text(self) -> str:
@@ -506,6 +507,7 @@ class MainWindow(QMainWindow):
         self.model_info = info
         self.model_bar.set_loading(False)
         self.model_bar.set_model(info)
+        self.gauge.set_cpu_only(info.n_gpu_layers == 0)
         self.settings.model.target_path = info.target_path
         self.save_settings_soon()
         if self.message_bar.current is not None and self.message_bar.current.title.startswith(

@@ -200,6 +200,9 @@ class ModelBarWidget(QFrame):
         self.draft_button.setText(
             f"Draft: {self._draft_name}" if self._draft_name else "Choose draft…"
         )
+        speculating = self.mode_combo.currentData() != "off"
+        self.k_spin.setEnabled(speculating)
+        self.adaptive_box.setEnabled(speculating)
 
     @Slot(int)
     def _on_mode_combo_current_index_changed(self, _index: int) -> None:

@@ -80,7 +80,9 @@ class WelcomeWidget(QFrame):
         )
         blurb.setWordWrap(True)
         blurb.setAlignment(Qt.AlignmentFlag.AlignHCenter)
-        blurb.setMaximumWidth(560)
+        # A fixed width: a word-wrapped label centred by the layout is otherwise given the
+        # height of a wider line and its last line is cut off.
+        blurb.setFixedWidth(560)
         col.addWidget(blurb, 0, Qt.AlignmentFlag.AlignHCenter)
         self.demo_button = QPushButton("Try the demo model  (Gemma 3 270M, prompt lookup)")
         self.demo_button.setObjectName("primaryButton")
@@ -91,6 +93,17 @@ class WelcomeWidget(QFrame):
         self.demo_button.clicked.connect(self.demo_clicked)
         self.demo_button.setVisible(demo_available)
         col.addWidget(self.demo_button, 0, Qt.AlignmentFlag.AlignHCenter)
+        self.demo_note = QLabel(
+            "A tiny base model: it continues text (code, lists, a story you start) rather "
+            "than following instructions. Good for watching speculation work; open an "
+            "instruct GGUF for real chats."
+        )
+        self.demo_note.setObjectName("gaugeNote")
+        self.demo_note.setWordWrap(True)
+        self.demo_note.setAlignment(Qt.AlignmentFlag.AlignHCenter)
+        self.demo_note.setFixedWidth(560)
+        self.demo_note.setVisible(demo_available)
+        col.addWidget(self.demo_note, 0, Qt.AlignmentFlag.AlignHCenter)
         self.open_button = QPushButton("Open GGUF…")
         self.open_button.clicked.connect(self.open_clicked)
         col.addWidget(self.open_button, 0, Qt.AlignmentFlag.AlignHCenter)

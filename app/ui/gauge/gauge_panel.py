@@ -186,6 +186,14 @@ class SpeculationGaugeWidget(QFrame):
             self._rows[key] = value
         grid.setColumnStretch(1, 1)
         layout.addLayout(grid)
+        self.prediction_note = QLabel(
+            "The prediction assumes the target checks k + 1 tokens in the time of one, as on "
+            "a GPU. On a CPU a batch costs more, so expect the measured speedup to be lower."
+        )
+        self.prediction_note.setObjectName("gaugeNote")
+        self.prediction_note.setWordWrap(True)
+        self.prediction_note.hide()
+        layout.addWidget(self.prediction_note)
 
         bars_title = QLabel("Acceptance by draft position (%)")
         bars_title.setObjectName("gaugeName")
@@ -206,6 +214,10 @@ class SpeculationGaugeWidget(QFrame):
         self._timer.setInterval(REFRESH_MS)
         self._timer.timeout.connect(self._on_timer_timeout)
         self._timer.start()
+
+    def set_cpu_only(self, cpu_only: bool) -> None:
+        """Whether the target runs on the CPU (then the prediction caveat is shown)."""
+        self.prediction_note.setVisible(cpu_only)
 
     # -- inputs (cheap; any rate) -----------------------------------------------------
     def begin_reply(self, mode: str, draft_max: int, adaptive: bool = False) -> None:

@@ -162,7 +162,7 @@ class RaceWindow(QMainWindow):
         apply_qt_workarounds()
         super().__init__(parent)
         self.setWindowFlag(Qt.WindowType.Window, True)
-        self.setWindowTitle("Tandem — race: speculation off vs on")
+        self.setWindowTitle("Race: speculation off vs on")  # Qt appends the app name
         self.setObjectName("raceWindow")
         self.setStyleSheet(STYLE)
         self.session = session
