@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from app.engine.llama import LlamaModel
 from app.errors import TandemError
@@ -56,6 +58,50 @@ def _tojson(value: object, indent: int | None = None) -> str:
     return json.dumps(value, ensure_ascii=False, indent=indent)
 
 
+#: Limits that keep an untrusted template from hanging or exhausting memory. Real chat
+#: templates loop over the messages and build strings of a few kilobytes.
+MAX_RANGE_ITEMS = 100_000  # all range() items one render may produce
+MAX_REPEAT_LEN = 1_000_000  # longest str/list a '*' may build
+MAX_OUTPUT_CHARS = 4_000_000
+MAX_RENDER_SECONDS = 2.0
+
+
+class _TemplateSandbox(ImmutableSandboxedEnvironment):
+    """Jinja's immutable sandbox plus resource limits.
+
+    The sandbox already refuses attribute access to internals and mutation of the
+    arguments; this adds a per-render budget for ``range()`` (nested loops over big
+    ranges would never end), and caps ``*`` and ``**`` on huge operands.
+    """
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.range_budget = MAX_RANGE_ITEMS
+        self.globals["range"] = self._range
+
+    def _range(self, *args: int) -> range:
+        r = range(*args)
+        self.range_budget -= len(r)
+        if self.range_budget < 0:
+            raise SecurityError("the template loops too much (range budget exhausted)")
+        return r
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**":
+            if isinstance(right, (int, float)) and abs(right) > 1000:
+                raise SecurityError("the template computes an absurd power")
+            return left**right
+        if isinstance(left, (str, list, tuple)) and isinstance(right, int):
+            if len(left) * right > MAX_REPEAT_LEN:
+                raise SecurityError("the template builds an absurdly long string")
+        if isinstance(right, (str, list, tuple)) and isinstance(left, int):
+            if len(right) * left > MAX_REPEAT_LEN:
+                raise SecurityError("the template builds an absurdly long string")
+        return left * right
+
+
 class ChatFormat:
     """Renders a conversation with a model's chat template and tokenizes it.
 
@@ -73,9 +119,10 @@ class ChatFormat:
         self.template_error: str | None = None
         # The environment transformers renders chat templates in (trim/lstrip blocks,
         # loop controls, a tojson that keeps non-ASCII), but sandboxed and immutable.
-        env = ImmutableSandboxedEnvironment(
+        env = _TemplateSandbox(
             trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
         )
+        self._env = env
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
         env.filters["tojson"] = _tojson
@@ -121,12 +168,37 @@ class ChatFormat:
             raise TandemError(f"The model's chat template failed: {exc}") from exc
 
     def _render(self, msgs: list[dict[str, Any]], add_generation_prompt: bool) -> str:
-        return self._template.render(
-            messages=msgs,
-            add_generation_prompt=add_generation_prompt,
-            bos_token=self._bos_text,
-            eos_token=self._eos_text,
-        )
+        self._env.range_budget = MAX_RANGE_ITEMS
+        deadline = time.monotonic() + MAX_RENDER_SECONDS
+
+        def tracer(frame: Any, event: str, arg: Any) -> Any:
+            # Any Python-level loop in the compiled template passes here.
+            if time.monotonic() > deadline:
+                raise TemplateError("rendering took too long (an endless loop?)")
+            return tracer
+
+        previous = sys.gettrace()
+        if previous is None:  # never override a debugger's or coverage's tracer
+            sys.settrace(tracer)
+        try:
+            out = self._template.render(
+                messages=msgs,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self._bos_text,
+                eos_token=self._eos_text,
+            )
+        except TemplateError:
+            raise
+        except (RecursionError, OverflowError, MemoryError, ValueError, TypeError,
+                ArithmeticError, LookupError) as exc:
+            # Anything else a template can raise is the template's fault, not a crash.
+            raise TemplateError(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            if previous is None:
+                sys.settrace(None)
+        if len(out) > MAX_OUTPUT_CHARS:
+            raise TemplateError("the rendered prompt is absurdly long")
+        return out
 
     def tokenize(self, messages: Sequence[ChatMessage]) -> list[int]:
         """Prompt tokens for ``messages``, ending where the assistant's reply begins."""

@@ -172,7 +172,7 @@ class LlamaModel:
             cb = L.llama_progress_callback(_progress)
             params.progress_callback = cb
         _take_native_errors()
-        ptr = L.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
+        ptr = L.llama_model_load_from_file(os.fsencode(self.path), params)
         del cb
         if callback_error:
             if ptr:
@@ -271,7 +271,7 @@ class LlamaModel:
         """
         self._require()
         L = lib()
-        raw = text.encode("utf-8")
+        raw = text.encode("utf-8", "replace")  # lone surrogates (undecodable argv) → '?'
         cap = len(raw) + 8
         arr = (L.llama_token * cap)()
         n = L.llama_tokenize(self._vocab, raw, len(raw), arr, cap, add_special, parse_special)
@@ -306,8 +306,10 @@ class LlamaModel:
         if self._ptr is not None:
             for ctx in list(self._contexts):
                 ctx.close()
-            lib().llama_model_free(self._ptr)
-            self._ptr = None
+            # Clear the handle before the C call: a signal handled right after it returns
+            # must not leave a freed pointer behind for __del__ to free again.
+            ptr, self._ptr = self._ptr, None
+            lib().llama_model_free(ptr)
 
     def __enter__(self) -> LlamaModel:
         return self
@@ -571,11 +573,11 @@ class LlamaContext:
         """Free the batch and the context. Idempotent."""
         L = lib()
         if self._batch is not None:
-            L.llama_batch_free(self._batch)
-            self._batch = None
+            batch, self._batch = self._batch, None
+            L.llama_batch_free(batch)
         if self._ptr is not None:
-            L.llama_free(self._ptr)
-            self._ptr = None
+            ptr, self._ptr = self._ptr, None
+            L.llama_free(ptr)
 
     def __enter__(self) -> LlamaContext:
         return self

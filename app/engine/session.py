@@ -174,6 +174,7 @@ class Session:
         self._lock = threading.RLock()
         self._busy = False
         self._closed = False
+        self._closing = False  # set by close() without the lock, so a prefill can abort
         self._target_step_samples: list[float] = []
         self._pass_times = PassTimes()
         self._policies: dict[str, DraftLengthPolicy] = {}
@@ -395,10 +396,14 @@ class Session:
             return 0
         n_batch = self.ctx.n_batch
         done = 0
+
+        def should_stop() -> bool:
+            return self._closing or (cancel is not None and cancel.is_set())
+
         try:
-            with self.ctx.abortable(cancel.is_set if cancel is not None else None):
+            with self.ctx.abortable(should_stop):
                 while done < len(todo):
-                    if cancel is not None and cancel.is_set():
+                    if should_stop():
                         break
                     chunk = todo[done : done + n_batch]
                     self.ctx.decode(chunk, keep + done, logits="none")
@@ -476,7 +481,7 @@ class Session:
                 if policy is None:
                     policy = self._policies[drafter.kind] = DraftLengthPolicy(self._pass_times)
             if drafter is not None and not is_cancelled():
-                drafter.begin(prompt, is_cancelled)
+                drafter.begin(prompt, lambda: self._closing or is_cancelled())
         t_prefill = clock()
 
         stream = TextStream(sampling.stop)
@@ -524,7 +529,7 @@ class Session:
             reason = "cancelled"
         try:
             while reason is None:
-                if is_cancelled():
+                if is_cancelled() or self._closing:
                     reason = "cancelled"
                     break
                 deltas: list[TextDelta] = []
@@ -671,6 +676,7 @@ class Session:
     def close(self) -> None:
         """Free every native object. Idempotent; safe while another thread generates
         (the generation ends with ``cancelled`` at its next round)."""
+        self._closing = True  # aborts a running prefill so the lock is released soon
         with self._lock:
             if self._closed:
                 return

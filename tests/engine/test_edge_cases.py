@@ -380,3 +380,57 @@ def test_cancel_during_a_long_prefill_aborts_inside_the_batch(tiny_model_dir: Pa
         # the session is fine afterwards
         again = run(s, prompt[:50], GREEDY)
         assert again.finished.reason == "length"
+
+
+def test_close_from_another_thread_interrupts_a_long_prefill(tiny_model_dir: Path) -> None:
+    path = write_tiny_llama(tiny_model_dir / "tiny-wide-close.gguf", seed=3, n_embd=256, n_ff=1024,
+                            n_layer=4, n_ctx_train=8192)
+    prompt = [BOS] + [300 + (i % 150) for i in range(6000)]
+    s = Session.open(SessionConfig(target_path=path, n_ctx=8192, n_batch=8192, n_threads=2))
+    import time as _time
+
+    t0 = _time.perf_counter()
+    run(s, prompt, SamplingParams(temperature=0.0, max_tokens=1))
+    whole = _time.perf_counter() - t0
+    s.reset_cache()
+    result: list[object] = []
+    worker = threading.Thread(target=lambda: result.append(
+        run(s, prompt, SamplingParams(temperature=0.0, max_tokens=5))))
+    worker.start()
+    _time.sleep(whole / 6)
+    t0 = _time.perf_counter()
+    s.close()
+    closed_after = _time.perf_counter() - t0
+    worker.join(60)
+    assert closed_after < whole * 0.5, (closed_after, whole)
+    assert result and result[0].finished.reason == "cancelled"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x",
+        "{% for c in 'x' * 900000 %}{% for d in 'y' * 900000 %}{% endfor %}{% endfor %}",
+        "{{ 'x' * 10**9 }}",
+        "{{ range(10**9)|list|length }}",
+        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        "{{ 2 ** 100000000 }}",
+        "{{ messages[99] }}{{ 1 / 0 }}",
+    ],
+    ids=["nested-range", "nested-strings", "huge-string", "huge-range", "recursion", "power",
+         "division"],
+)
+def test_hostile_templates_fail_fast_with_a_clear_error(tiny_model_dir: Path, template: str) -> None:
+    import hashlib
+    import time as _time
+
+    from app.errors import TandemError
+
+    name = hashlib.sha1(template.encode()).hexdigest()[:10]
+    path = write_tiny_llama(tiny_model_dir / f"tiny-hostile-{name}.gguf", seed=0,
+                            chat_template=template)
+    with open_session(path) as s:
+        t0 = _time.perf_counter()
+        with pytest.raises(TandemError, match="chat template"):
+            s.chat_prompt([ChatMessage("user", "hi")])
+        assert _time.perf_counter() - t0 < 10
