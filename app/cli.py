@@ -22,6 +22,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from app.errors import TandemError
 
@@ -65,8 +66,6 @@ def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _run_generate(args: argparse.Namespace) -> int:
     import threading
 
-    from app.engine.chat import ChatMessage, tokenize_plain
-    from app.engine.events import Finished, TextDelta
     from app.engine.sampling import SamplingParams
     from app.engine.session import Session, SessionConfig, SpeculationConfig
 
@@ -112,47 +111,58 @@ def _run_generate(args: argparse.Namespace) -> int:
         raise TandemError(f"Invalid option: {_first_validation_error(exc)}") from exc
 
     cancel = threading.Event()
-    with Session.open(config) as session:
-        if args.chat:
-            messages = []
-            if args.system:
-                messages.append(ChatMessage("system", args.system))
-            messages.append(ChatMessage("user", args.prompt))
-            events = session.chat(messages, sampling, spec, cancel)
-        else:
-            events = session.generate(tokenize_plain(session.target, args.prompt), sampling, spec, cancel)
-        result: Finished | None = None
-        # Ctrl-C cancels like the Stop button: the engine ends within one round and the
-        # partial reply (with its statistics) is still printed.
-        previous = signal.signal(signal.SIGINT, lambda _sig, _frame: cancel.set())
-        try:
-            for ev in events:
-                if isinstance(ev, TextDelta) and not args.json:
-                    sys.stdout.write(ev.text)
-                    sys.stdout.flush()
-                elif isinstance(ev, Finished):
-                    result = ev
-        finally:
-            signal.signal(signal.SIGINT, previous)
-        if result is None:
-            raise TandemError("The generation ended without a result.")
-        if args.json:
-            out = {
-                "text": result.text,
-                "token_ids": list(result.token_ids),
-                "finish_reason": result.reason,
-                "seed": result.seed,
-                "note": result.note,
-                "stats": result.stats.to_dict(),
-            }
-            json.dump(out, sys.stdout, ensure_ascii=False)
-            sys.stdout.write("\n")
-        else:
-            sys.stdout.write("\n")
-            if result.note:
-                print(result.note, file=sys.stderr)
-            print(_summary_line(result), file=sys.stderr)
+    # Ctrl-C cancels like the Stop button, from loading to the end of the reply: a load
+    # stops with "cancelled", a reply ends within one round and is still printed. The
+    # handler stays until every native object is freed (a second Ctrl-C changes nothing).
+    previous = signal.signal(signal.SIGINT, lambda _sig, _frame: cancel.set())
+    try:
+        with Session.open(config, progress=lambda _p: not cancel.is_set()) as session:
+            result = _stream_reply(session, args, sampling, spec, cancel)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if args.json:
+        out = {
+            "text": result.text,
+            "token_ids": list(result.token_ids),
+            "finish_reason": result.reason,
+            "seed": result.seed,
+            "note": result.note,
+            "stats": result.stats.to_dict(),
+        }
+        json.dump(out, sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write("\n")
+        if result.note:
+            print(result.note, file=sys.stderr)
+        print(_summary_line(result), file=sys.stderr)
     return 0
+
+
+def _stream_reply(session: Any, args: argparse.Namespace, sampling: Any, spec: Any,
+                  cancel: Any) -> Any:
+    """Run one reply on ``session``; stream its text unless --json; return Finished."""
+    from app.engine.chat import ChatMessage, tokenize_plain
+    from app.engine.events import Finished, TextDelta
+
+    if args.chat:
+        messages = []
+        if args.system:
+            messages.append(ChatMessage("system", args.system))
+        messages.append(ChatMessage("user", args.prompt))
+        events = session.chat(messages, sampling, spec, cancel)
+    else:
+        events = session.generate(tokenize_plain(session.target, args.prompt), sampling, spec, cancel)
+    result = None
+    for ev in events:
+        if isinstance(ev, TextDelta) and not args.json:
+            sys.stdout.write(ev.text)
+            sys.stdout.flush()
+        elif isinstance(ev, Finished):
+            result = ev
+    if result is None:
+        raise TandemError("The generation ended without a result.")
+    return result
 
 
 def _summary_line(result: object) -> str:

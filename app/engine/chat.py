@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from app.engine.llama import LlamaModel
 from app.errors import TandemError

@@ -119,6 +119,9 @@ class LlamaModel:
         progress: called with progress 0..1 from the loading thread; returning False
             cancels the load.
         vocab_only: load only the vocabulary (for tokenizer work and pairing checks).
+        no_alloc: read all metadata (hyperparameters, vocabulary, tensor list) without
+            allocating or reading the weights (:mod:`app.engine.probe`); not usable for
+            inference.
 
     Raises:
         ModelLoadError: the file is missing, not a GGUF, corrupt, or does not fit in memory.
@@ -133,6 +136,7 @@ class LlamaModel:
         use_mmap: bool = True,
         progress: ProgressCallback | None = None,
         vocab_only: bool = False,
+        no_alloc: bool = False,
     ) -> None:
         self._ptr: Any = None
         self.path = Path(path)
@@ -153,6 +157,7 @@ class LlamaModel:
         params.n_gpu_layers = n_gpu_layers
         params.load_mode = 1 if use_mmap else 0  # LLAMA_LOAD_MODE_MMAP / _NONE
         params.vocab_only = vocab_only
+        params.no_alloc = no_alloc
         self.n_gpu_layers_requested = n_gpu_layers
         cancelled = False
         callback_error: list[BaseException] = []

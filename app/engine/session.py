@@ -55,7 +55,14 @@ from app.engine.llama import (
 from app.engine.sampling import SamplingParams, TargetSampler
 from app.engine.stats import SpecStats
 from app.engine.text import TextStream
-from app.errors import ContextOverflowError, IncompatibleDraftError, LoadCancelledError, TandemError
+from app.engine.probe import probe_model
+from app.errors import (
+    ContextOverflowError,
+    IncompatibleDraftError,
+    LoadCancelledError,
+    ModelLoadError,
+    TandemError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +217,9 @@ class Session:
         def target_progress(p: float) -> bool:
             return progress(p * share) if progress else True
 
+        if not Path(config.target_path).is_file():
+            raise ModelLoadError(f"Model file not found: {config.target_path}")
+        probe_model(Path(config.target_path))
         target = LlamaModel(
             config.target_path,
             n_gpu_layers=config.n_gpu_layers,
@@ -270,6 +280,9 @@ class Session:
                 self.draft_model = None
             if path is None:
                 return None
+            if not Path(path).is_file():
+                raise ModelLoadError(f"Model file not found: {path}")
+            probe_model(Path(path))
             draft = LlamaModel(
                 path,
                 n_gpu_layers=self.config.n_gpu_layers,

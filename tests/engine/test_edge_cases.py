@@ -434,3 +434,23 @@ def test_hostile_templates_fail_fast_with_a_clear_error(tiny_model_dir: Path, te
         with pytest.raises(TandemError, match="chat template"):
             s.chat_prompt([ChatMessage("user", "hi")])
         assert _time.perf_counter() - t0 < 10
+
+
+def test_ggufs_that_make_llama_cpp_abort_are_refused_not_fatal(tiny_model_dir: Path) -> None:
+    """Values llama.cpp asserts on (GGML_ASSERT → SIGABRT) are caught by the probe."""
+    cases = {
+        "no-layers": write_tiny_llama(tiny_model_dir / "tiny-l0.gguf", n_layer=0),
+        "too-many-layers": write_tiny_llama(tiny_model_dir / "tiny-l600.gguf", n_layer=0),
+    }
+    # block_count is what llama.cpp reads: rewrite it in place for the second case
+    import struct
+
+    data = bytearray(cases["too-many-layers"].read_bytes())
+    key = b"llama.block_count"
+    i = data.index(key) + len(key) + 4  # skip the value type (u32)
+    data[i : i + 4] = struct.pack("<I", 600)
+    cases["too-many-layers"].write_bytes(bytes(data))
+    for name, path in cases.items():
+        with pytest.raises(ModelLoadError, match="cannot use this file") as info:
+            Session.open(SessionConfig(target_path=path, n_ctx=64))
+        assert "n_layer" in str(info.value), name
