@@ -19,6 +19,7 @@ Single-threaded by design: the window uses one store from the GUI thread.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -123,6 +124,38 @@ class HistoryStore:
         self.path = path
 
     @classmethod
+    def open_or_set_aside(cls, path: Path | None = None) -> tuple[HistoryStore, str | None]:
+        """Open the database for the window; a corrupt one is set aside and a new one made.
+
+        Returns:
+            The store, and a sentence for the user when the old file was set aside.
+
+        Raises:
+            HistoryError: the folder is unusable, or the database is from a newer Tandem
+                (never set aside: that would lose a good history).
+        """
+        path = path or paths.history_path()
+        try:
+            return cls.open(path, recover=True), None
+        except HistoryError as exc:
+            if "newer Tandem" in str(exc) or not path.is_file():
+                raise
+            aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+            try:
+                path.replace(aside)
+                for suffix in ("-wal", "-shm"):
+                    side = path.with_name(path.name + suffix)
+                    if side.exists():
+                        side.replace(aside.with_name(aside.name + suffix))
+            except OSError:
+                raise exc from None
+            store = cls.open(path, recover=True)
+            return store, (
+                f"The chat history could not be read ({exc.__cause__ or exc}); it was moved to "
+                f"{aside.name} and a new, empty history was started."
+            )
+
+    @classmethod
     def open(cls, path: Path | None = None, *, recover: bool = False) -> HistoryStore:
         """Open (creating if needed) the database at ``path`` (default: the data folder).
 
@@ -132,8 +165,13 @@ class HistoryStore:
                 cut off a reply another connection is still streaming).
         """
         path = path or paths.history_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(path), timeout=5.0, isolation_level=None)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # A short busy timeout: the window's thread must not freeze for long when
+            # another process (a second Tandem) holds a write lock.
+            conn = sqlite3.connect(os.fsdecode(path), timeout=1.0, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise HistoryError(f"The history database {path} cannot be opened: {exc}") from exc
         try:
             conn.row_factory = sqlite3.Row
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,7 +164,10 @@ class MainWindow(QMainWindow):
         self.store: HistoryStore | None = None
         self._deferred_error: UserError | None = None
         try:
-            self.store = HistoryStore.open(recover=True)
+            self.store, history_problem = HistoryStore.open_or_set_aside()
+            if history_problem:
+                self._deferred_error = UserError("History reset", history_problem,
+                                                 level="warning")
         except HistoryError as exc:
             self.store = None
             self._deferred_error = UserError("History unavailable", str(exc))
@@ -827,21 +831,37 @@ class MainWindow(QMainWindow):
         if not text.strip() or self.busy or self.model_info is None or self.store is None:
             return False
         self.system_prompt.flush()
-        if self.current_conversation is None:
-            conv = self.store.create_conversation()
-            self.current_conversation = conv.id
-            self.settings.ui.last_conversation_id = conv.id
-            self.save_settings_soon()
-        if self.editing_message_id is not None:
-            self.store.delete_from(self.editing_message_id)
-            self.chat.remove_from(self.editing_message_id)
-            self._cancel_edit()
-        message = self.store.add_user_message(self.current_conversation, text)
+        try:
+            if self.current_conversation is None:
+                conv = self.store.create_conversation()
+                self.current_conversation = conv.id
+                self.settings.ui.last_conversation_id = conv.id
+                self.save_settings_soon()
+            if self.editing_message_id is not None:
+                self.store.delete_from(self.editing_message_id)
+                self.chat.remove_from(self.editing_message_id)
+                self._cancel_edit()
+            message = self.store.add_user_message(self.current_conversation, text)
+        except sqlite3.Error as exc:
+            # The text stays in the input box: nothing is lost, the user can send again.
+            self._history_failed(exc)
+            return False
         self.chat.add_message(_message_view(message))
         self.input.clear()
         self.refresh_conversations()
-        self._start_reply()
+        try:
+            self._start_reply()
+        except sqlite3.Error as exc:
+            self._history_failed(exc)
+            return False
         return True
+
+    def _history_failed(self, exc: Exception) -> None:
+        self.show_error(UserError(
+            "History not saved",
+            f"The chat history could not be written ({exc}). If another Tandem window is "
+            "open, close it; your text is kept.",
+        ))
 
     def _conversation_messages(self, cid: int | None) -> list[ChatMessage]:
         """The conversation as the model sees it: system prompt, then finished turns."""
@@ -970,6 +990,10 @@ class MainWindow(QMainWindow):
             self.store.save_partial(reply.message_id, reply.text, reply.spans)
         except KeyError:
             return
+        except sqlite3.Error as exc:
+            reply.last_save = now  # retry in a second, not on every flush
+            log.warning("partial reply not saved: %s", exc)
+            return
         reply.last_save = now
         reply.saved_len = len(reply.text)
 
@@ -989,6 +1013,9 @@ class MainWindow(QMainWindow):
                                                  draft_spans=spans, note=fin.note, seed=fin.seed)
             except KeyError:
                 stored = None
+            except sqlite3.Error as exc:  # the reply stays on screen; the window stays usable
+                stored = None
+                self._history_failed(exc)
         else:
             stored = None
         if reply.widget is not None:
@@ -1015,8 +1042,8 @@ class MainWindow(QMainWindow):
                                             draft_spans=reply.spans, note=payload.error.message)
                 else:
                     self.store.delete_from(reply.message_id)
-            except KeyError:
-                pass
+            except (KeyError, sqlite3.Error):
+                pass  # the error below is the one to show
         if reply.widget is not None:
             if reply.text:
                 reply.widget.set_streaming(False)
@@ -1055,8 +1082,8 @@ class MainWindow(QMainWindow):
                         self.store.finish_reply(reply.message_id, reply.text, "cancelled",
                                                 reply.stats.to_dict() if reply.stats else None,
                                                 draft_spans=reply.spans)
-                    except KeyError:
-                        pass
+                    except (KeyError, sqlite3.Error):
+                        pass  # closing anyway; the last partial save is in the database
                 self.reply = None
             self.save_settings_now()
             if self.store is not None:

@@ -185,3 +185,23 @@ def test_partial_reply_survives_sigkill(tandem_home: Path) -> None:
     assert reply.content.startswith("word0 word1 ") and "word20 " in reply.content
     assert reply.finish_reason == "interrupted"
     s.close()
+
+
+def test_a_corrupt_database_is_set_aside_and_a_new_one_started(tmp_path: Path) -> None:
+    path = tmp_path / "history.sqlite3"
+    path.write_bytes(b"this is not a database" * 100)
+    store, problem = HistoryStore.open_or_set_aside(path)
+    try:
+        assert problem is not None and "moved to" in problem
+        conv = store.create_conversation("works")
+        assert store.conversation(conv.id).title == "works"
+    finally:
+        store.close()
+    kept = list(tmp_path.glob("history.sqlite3.corrupt-*"))
+    assert len(kept) == 1 and kept[0].read_bytes().startswith(b"this is not")
+
+
+def test_an_unopenable_path_is_a_history_error(tmp_path: Path) -> None:
+    (tmp_path / "history.sqlite3").mkdir()
+    with pytest.raises(HistoryError):
+        HistoryStore.open(tmp_path / "history.sqlite3")

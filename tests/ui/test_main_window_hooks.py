@@ -42,3 +42,27 @@ def test_race_button_opens_a_race_on_the_loaded_session(qtbot, window) -> None: 
     w.load_model(w.model_info.target_path)
     assert w.race_window is None
     qtbot.waitUntil(lambda: w.model_info is not None, timeout=LOAD_TIMEOUT_MS)
+
+
+def test_a_locked_history_database_never_leaves_the_window_stuck(qtbot, window, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import sqlite3
+
+    from tests.ui.conftest import REPEAT_PROMPT, wait_reply
+
+    w = window
+
+    def locked(*_a, **_k):  # type: ignore[no-untyped-def]
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(w.store, "finish_reply", locked)
+    assert w.send_message(REPEAT_PROMPT)
+    wait_reply(qtbot, w)
+    assert w.reply is None and w.send_button.text() == "Send"
+    assert w.message_bar.current is not None
+    assert w.message_bar.current.title == "History not saved"
+    assert w.chat.messages[-1].text.strip()  # the reply is still on screen
+    # sending while the database refuses writes keeps the text in the box
+    monkeypatch.setattr(w.store, "add_user_message", locked)
+    w.input.setPlainText("keep me")
+    assert not w.send_message()
+    assert w.input.toPlainText() == "keep me"
