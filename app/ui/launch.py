@@ -77,14 +77,30 @@ def create_application(argv: Sequence[str] | None = None) -> QApplication:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Open the window and run until it is closed. Returns the exit status (0)."""
+    """Open the window and run until it is closed. Returns the exit status (0; 2 when the
+    app's folders cannot be created)."""
     _setup_logging()
     sys.excepthook = _log_uncaught
     qapp = create_application(argv)
 
     from app.ui.main_window import MainWindow
 
-    window = MainWindow()
+    try:
+        window = MainWindow()
+    except OSError as exc:
+        # Typically an unwritable home/config/data folder: say so instead of vanishing.
+        log.critical("cannot start", exc_info=True)
+        from PySide6.QtWidgets import QMessageBox
+
+        where = getattr(exc, "filename", None) or ""
+        QMessageBox.critical(
+            None,
+            "Tandem cannot start",
+            f"Tandem could not prepare its folders {where}: {exc.strerror or exc}.\n\n"
+            "Check that your home folder is writable (or set TANDEM_HOME to a writable "
+            "folder) and start Tandem again.",
+        )
+        return 2
 
     def _close_on_signal(_signum: int, _frame: types.FrameType | None) -> None:
         QTimer.singleShot(0, window.close)
