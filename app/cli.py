@@ -117,6 +117,8 @@ def _run_generate(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGINT, lambda _sig, _frame: cancel.set())
     try:
         with Session.open(config, progress=lambda _p: not cancel.is_set()) as session:
+            for note in session.notes:
+                print(f"note: {note}", file=sys.stderr)
             result = _stream_reply(session, args, sampling, spec, cancel)
     finally:
         signal.signal(signal.SIGINT, previous)

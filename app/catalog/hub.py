@@ -60,7 +60,7 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 PARTIAL_DIR = ".partial"
 MANIFEST_NAME = ".tandem-downloads.json"
 #: Bytes per read while downloading: progress and pause/cancel act at this granularity.
-DOWNLOAD_CHUNK_BYTES = 1 << 20
+DOWNLOAD_CHUNK_BYTES = 1 << 18  # 256 KiB: progress, pause and resume granularity
 #: First request of a remote header read; later ones grow from what the parse needs.
 HEADER_FIRST_REQUEST = 256 << 10
 
@@ -112,7 +112,9 @@ class RemoteFile:
     revision: str = "main"
 
     def __post_init__(self) -> None:
-        if not _REPO_RE.match(self.repo_id):
+        if not _REPO_RE.match(self.repo_id) or any(
+            part in (".", "..") for part in self.repo_id.split("/")
+        ):
             raise DownloadError(f"{self.repo_id!r} is not a repository id of the form owner/name.")
         p = PurePosixPath(self.filename)
         if not self.filename or p.is_absolute() or ".." in p.parts or "\\" in self.filename:
@@ -526,6 +528,11 @@ class Download:
             if not stop.paused:
                 self.discard_partial()
             raise
+        except OSError as exc:  # folders that cannot be made or written, outside a transfer
+            where = getattr(exc, "filename", None) or self.models_dir
+            raise DownloadError(
+                f"Cannot write into {where}: {exc.strerror or exc}. Choose another models folder."
+            ) from exc
         finally:
             self._running = False
 

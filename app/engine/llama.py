@@ -201,6 +201,9 @@ class LlamaModel:
         self.add_eos: bool = bool(L.llama_vocab_get_add_eos(self._vocab))
         self.n_layer: int = int(L.llama_model_n_layer(ptr))
         self.n_ctx_train: int = int(L.llama_model_n_ctx_train(ptr))
+        self.n_embd: int = int(L.llama_model_n_embd(ptr))
+        self.n_head: int = int(L.llama_model_n_head(ptr))
+        self.n_head_kv: int = int(L.llama_model_n_head_kv(ptr))
         self.n_swa: int = int(L.llama_model_n_swa(ptr))
         self.n_params: int = int(L.llama_model_n_params(ptr))
         self.size_bytes: int = int(L.llama_model_size(ptr))
@@ -228,6 +231,25 @@ class LlamaModel:
         if n < 0:
             return None
         return buf.value.decode("utf-8", "replace")
+
+    def kv_cache_bytes(self, n_ctx: int) -> int:
+        """Upper estimate of the KV cache for ``n_ctx`` tokens, bytes (F16 K and V).
+
+        n_layer × n_ctx × n_head_kv × (key_length + value_length) × 2 B, with the head sizes
+        from ``{arch}.attention.key_length``/``value_length`` or n_embd / n_head. Sliding-
+        window layers need less, so for such models this overestimates.
+        """
+        arch = self.meta("general.architecture") or ""
+        default = self.n_embd // max(1, self.n_head)
+
+        def dim(key: str) -> int:
+            v = self.meta(f"{arch}.attention.{key}")
+            try:
+                return int(v) if v else default
+            except ValueError:
+                return default
+
+        return self.n_layer * n_ctx * max(1, self.n_head_kv) * (dim("key_length") + dim("value_length")) * 2
 
     @property
     def name(self) -> str:

@@ -118,6 +118,42 @@ class SpeculationConfig(BaseModel):
     adaptive: bool = True
 
 
+def physical_memory_bytes() -> int | None:
+    """Total physical memory, bytes, where the OS tells (POSIX ``sysconf``), else None."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _checked_context_length(model: LlamaModel, config: SessionConfig, notes: list[str]) -> int:
+    """The context length to create: the requested one, capped at the model's training
+    context (beyond it quality collapses and memory grows for nothing), and refused when
+    its KV cache alone would not fit in this computer's memory.
+
+    Raises:
+        ModelLoadError: the KV cache of the (capped) context exceeds 90% of physical memory.
+    """
+    n_ctx = config.n_ctx
+    if model.n_ctx_train > 0 and n_ctx > model.n_ctx_train:
+        notes.append(
+            f"The context length was lowered from {n_ctx} to {model.n_ctx_train} tokens, the "
+            "length this model was trained for."
+        )
+        n_ctx = model.n_ctx_train
+    total = physical_memory_bytes()
+    on_cpu = config.n_gpu_layers == 0 or not supports_gpu_offload()
+    if total and on_cpu:
+        need = model.kv_cache_bytes(n_ctx)
+        if need > 0.9 * total:
+            raise ModelLoadError(
+                f"A context of {n_ctx} tokens needs about {need / 2**30:.1f} GiB for its KV "
+                f"cache, more than this computer's {total / 2**30:.0f} GiB of memory. Lower the "
+                "context length."
+            )
+    return n_ctx
+
+
 class ModelVocab:
     """A loaded model seen as a :class:`~app.catalog.pairing.VocabView`."""
 
@@ -187,6 +223,10 @@ class Session:
         self._policies: dict[str, DraftLengthPolicy] = {}
         #: decode tok/s of the latest plain (speculation off) reply in this session
         self.last_plain_decode_tps: float | None = None
+        #: sentences for the user about how the model was loaded (e.g. a shorter context)
+        self.notes: list[str] = []
+        if self.chat_format.template_error:
+            self.notes.append(self.chat_format.template_error)
         #: layers actually offloaded to the GPU (0: everything runs on the CPU)
         self.n_gpu_layers = target.n_layer
         if config.n_gpu_layers == 0 or not supports_gpu_offload():
@@ -226,10 +266,12 @@ class Session:
             use_mmap=config.use_mmap,
             progress=target_progress,
         )
+        notes: list[str] = []
         try:
+            n_ctx = _checked_context_length(target, config, notes)
             ctx = LlamaContext(
                 target,
-                n_ctx=config.n_ctx,
+                n_ctx=n_ctx,
                 n_batch=config.n_batch,
                 n_threads=config.n_threads or default_threads(),
             )
@@ -238,6 +280,7 @@ class Session:
             raise
         try:
             session = cls(config, target, ctx)
+            session.notes.extend(notes)
             session._calibrate_target_step()
         except BaseException:
             target.close()  # closes ctx first

@@ -519,9 +519,8 @@ class MainWindow(QMainWindow):
         ):
             self.message_bar.clear()
         self._update_state()
-        if info.template_error:
-            self.show_error(UserError("Chat template not used", info.template_error,
-                                      level="warning"))
+        if info.notes:
+            self.show_error(UserError("Note", " ".join(info.notes), level="warning"))
         draft = self.settings.model.draft_path
         if self.settings.speculation.mode == "draft-model" and draft is not None:
             if draft.is_file():

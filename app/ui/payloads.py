@@ -55,8 +55,8 @@ class ModelInfo:
 
     ``n_gpu_layers`` of ``n_layer`` run on the GPU; 0 means CPU only, and ``cpu_reason``
     says why. ``uses_fallback_template``: the GGUF has no chat template (a base model), so
-    a plain "User:/Assistant:" transcript is used; ``template_error`` says why when the GGUF
-has a template that could not be used. ``load_seconds``: wall time of the load.
+    a plain "User:/Assistant:" transcript is used; ``notes`` are sentences for the user
+about the load (a template that could not be used, a context length that was lowered). ``load_seconds``: wall time of the load.
     """
 
     target_path: Path
@@ -71,7 +71,7 @@ has a template that could not be used. ``load_seconds``: wall time of the load.
     uses_fallback_template: bool
     load_seconds: float
     system_info: str = ""
-    template_error: str | None = None
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,11 @@ def user_error(exc: BaseException, title: str) -> UserError:
     """A :class:`UserError` for an exception: TandemError messages as they are; anything
     else is a bug, reported with a short sentence and its traceback kept for the log."""
     if isinstance(exc, TandemError):
-        return UserError(title, str(exc))
+        msg = str(exc)
+        if msg.startswith(title):  # "Could not load x.gguf: …" under that same title
+            msg = msg[len(title):].lstrip(": ")
+            msg = msg[:1].upper() + msg[1:]
+        return UserError(title, msg)
     detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return UserError(
         title,
@@ -63,6 +67,7 @@ def user_error(exc: BaseException, title: str) -> UserError:
 
 #: the most often the worker sends streamed text to the GUI thread, seconds
 TEXT_EMIT_S = 0.03
+
 
 class GenerationWorker(QObject):
     """Runs the engine on the worker thread. Slots are invoked through queued signals."""
@@ -174,7 +179,7 @@ class GenerationWorker(QObject):
             uses_fallback_template=session.chat_format.uses_fallback,
             load_seconds=seconds,
             system_info=system_info(),
-            template_error=session.chat_format.template_error,
+            notes=tuple(session.notes),
         )
 
     @Slot(object)

@@ -454,3 +454,18 @@ def test_ggufs_that_make_llama_cpp_abort_are_refused_not_fatal(tiny_model_dir: P
         with pytest.raises(ModelLoadError, match="cannot use this file") as info:
             Session.open(SessionConfig(target_path=path, n_ctx=64))
         assert "n_layer" in str(info.value), name
+
+
+def test_context_beyond_training_is_capped_and_an_oversized_kv_cache_refused(
+    tiny_target: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.engine import session as session_mod
+
+    with Session.open(SessionConfig(target_path=tiny_target, n_ctx=10**6, n_gpu_layers=0)) as s:
+        assert s.n_ctx == 2048  # the tiny model's training context
+        assert any("lowered from 1000000 to 2048" in n for n in s.notes)
+        expected = 2 * 2048 * 4 * (16 + 16) * 2  # layers × ctx × kv heads × (k+v dims) × F16
+        assert s.target.kv_cache_bytes(2048) == expected
+    monkeypatch.setattr(session_mod, "physical_memory_bytes", lambda: 1_000_000)
+    with pytest.raises(ModelLoadError, match="KV cache"):
+        Session.open(SessionConfig(target_path=tiny_target, n_ctx=2048, n_gpu_layers=0))

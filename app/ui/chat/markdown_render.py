@@ -141,6 +141,10 @@ def _wrap_draft_runs(fragment: str) -> str:
     return "".join(out)
 
 
+#: longer messages are shown as plain text (see :func:`render_markdown`)
+MAX_MARKDOWN_CHARS = 100_000
+
+
 def render_markdown(
     text: str, draft_spans: Sequence[tuple[int, int]] = (), *, tint: bool = False
 ) -> RenderedMarkdown:
@@ -155,6 +159,12 @@ def render_markdown(
         The HTML body fragment and the code blocks' text.
     """
     global _md
+    if len(text) > MAX_MARKDOWN_CHARS:
+        # Python-Markdown's inline processing grows faster than linearly; a pasted
+        # megabyte would freeze the window for a minute. Show such text as it is.
+        return RenderedMarkdown(
+            f'<pre style="white-space: pre-wrap">{html.escape(text)}</pre>', ()
+        )
     text = _MARKERS.sub("", text).replace(_P0, "").replace(_P1, "")
     mask = _draft_mask(text, draft_spans) if tint and draft_spans else bytearray(len(text))
     view = memoryview(mask)
