@@ -417,6 +417,8 @@ def inspect_model_file(mf: ModelFile) -> LibraryEntry:
         return LibraryEntry(mf, inspect_gguf(mf.path))
     except TandemError as exc:
         return LibraryEntry(mf, None, str(exc))
+    except (OSError, UnicodeError, ValueError) as exc:  # one odd file never breaks a scan
+        return LibraryEntry(mf, None, f"{mf.path.name}: {exc}")
 
 
 def drafts_for(target: LibraryEntry, candidates: Sequence[LibraryEntry]) -> list[DraftCandidate[LibraryEntry]]:
