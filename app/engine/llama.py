@@ -201,9 +201,11 @@ class LlamaModel:
         self.add_eos: bool = bool(L.llama_vocab_get_add_eos(self._vocab))
         self.n_layer: int = int(L.llama_model_n_layer(ptr))
         self.n_ctx_train: int = int(L.llama_model_n_ctx_train(ptr))
-        self.n_embd: int = int(L.llama_model_n_embd(ptr))
-        self.n_head: int = int(L.llama_model_n_head(ptr))
-        self.n_head_kv: int = int(L.llama_model_n_head_kv(ptr))
+        # Per-layer hyperparameters are not loaded with vocab_only (llama.cpp asserts).
+        hp = not vocab_only
+        self.n_embd: int = int(L.llama_model_n_embd(ptr)) if hp else 0
+        self.n_head: int = int(L.llama_model_n_head(ptr)) if hp and self.n_layer > 0 else 0
+        self.n_head_kv: int = int(L.llama_model_n_head_kv(ptr)) if hp and self.n_layer > 0 else 0
         self.n_swa: int = int(L.llama_model_n_swa(ptr))
         self.n_params: int = int(L.llama_model_n_params(ptr))
         self.size_bytes: int = int(L.llama_model_size(ptr))
