@@ -37,7 +37,7 @@ from app.engine.chat import ChatMessage, tokenize_plain
 from app.engine.events import Event, Finished
 from app.engine.sampling import SamplingParams
 from app.engine.session import Session, SpeculationConfig
-from app.engine.stats import SpecStats, best_draft_length, predicted_speedup
+from app.engine.stats import SpecStats, best_draft_length, predicted_speedup, round_mix_speedup
 from app.errors import TandemError
 
 PromptFormat = Literal["auto", "plain", "chat"]
@@ -325,7 +325,8 @@ class ConfigSummary:
       (Σ accepted / Σ drafted, Σ emitted / Σ rounds), so long runs weigh more, exactly as
       if all runs were one;
     * ``draft_cost_ratio`` c: median of the runs' c;
-    * ``predicted_speedup``: E(α, k) / (1 + c·k) from the pooled α and median c;
+    * ``predicted_speedup``: from the pooled α, the median c and the pooled mean draft
+      length and share of plain rounds (:func:`app.engine.stats.round_mix_speedup`);
     * ``measured_speedup``: ``decode_tps_median`` / that of ``off`` from the same
       benchmark (ratio of medians);
     * ``identical``/``compared``: runs whose token ids equal the ``off`` run of the same
@@ -403,7 +404,15 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None)
         alpha = accepted / drafted if drafted else None
         tau = emitted / rounds if rounds else None
         c = median(cr for r in rs if (cr := r.stats.draft_cost_ratio) is not None)
-        pred = predicted_speedup(alpha, k, c) if alpha is not None and c is not None and k > 0 else None
+        draft_rounds = sum(r.stats.draft_rounds for r in rs)
+        proposed = sum(r.stats.proposed for r in rs)
+        pred = None
+        if alpha is not None and c is not None and k > 0:
+            # k̄ and the share of plain rounds as the runs actually had them (the adaptive
+            # policy drafts less than k, sometimes nothing), as SpecStats does per run.
+            pred = (round_mix_speedup(alpha, c, proposed / draft_rounds, draft_rounds,
+                                      rounds - draft_rounds)
+                    if draft_rounds else predicted_speedup(alpha, k, c))
         tps = med_tps(rs)
         gaps = [g for r in rs for g in token_latencies(r.token_times)]
         width = max((len(r.stats.drafted_at) for r in rs), default=0)

@@ -60,6 +60,20 @@ def predicted_speedup(alpha: float, k: int, c: float) -> float:
     return expected_tokens_per_round(alpha, k) / (1.0 + c * k)
 
 
+def round_mix_speedup(
+    alpha: float, c: float, k_bar: float, draft_rounds: int, plain_rounds: int
+) -> float:
+    """Predicted speedup of a run whose rounds drafted k̄ tokens on average, some none.
+
+    S = (n_d·E(α, k̄) + n_p) / (n_d·(1 + c·k̄) + n_p), with n_d drafting rounds and n_p
+    plain ones (a plain round emits one token in one target step). E at a fractional k̄
+    approximates the mean of E over the actual draft lengths. With n_p = 0 and k̄ = k
+    this is :func:`predicted_speedup`.
+    """
+    e = expected_tokens_per_round(alpha, k_bar)
+    return (draft_rounds * e + plain_rounds) / (draft_rounds * (1.0 + c * k_bar) + plain_rounds)
+
+
 def best_draft_length(alpha: float, c: float, k_max: int = 16) -> int:
     """The k in 1..k_max that maximises :func:`predicted_speedup` (ties: the smaller k)."""
     return max(range(1, k_max + 1), key=lambda k: (predicted_speedup(alpha, k, c), -k))
@@ -170,9 +184,7 @@ class SpecStats:
         k_bar = self.mean_draft_length
         if k_bar is None or not self.rounds:
             return predicted_speedup(a, self.draft_max, c)
-        n_d, n_p = self.draft_rounds, self.rounds - self.draft_rounds
-        e = expected_tokens_per_round(a, k_bar)
-        return (n_d * e + n_p) / (n_d * (1.0 + c * k_bar) + n_p)
+        return round_mix_speedup(a, c, k_bar, self.draft_rounds, self.rounds - self.draft_rounds)
 
     @property
     def decode_tps(self) -> float | None:
