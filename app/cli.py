@@ -21,9 +21,16 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
+from app.engine.cli_options import (
+    add_drafting_args,
+    add_model_args,
+    check_model_files,
+    drafter_mode,
+    session_config,
+    speculation_configs,
+)
 from app.errors import TandemError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -32,20 +39,10 @@ Handler = Callable[[argparse.Namespace], int]
 def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("generate", help="generate one reply with a GGUF target model")
     p.add_argument("prompt", help="the prompt text (with --chat: the user message)")
-    p.add_argument("--model", required=True, type=Path, help="target model GGUF")
-    drafter = p.add_mutually_exclusive_group()
-    drafter.add_argument("--draft", type=Path, help="draft model GGUF (same tokenizer)")
-    drafter.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram lookup")
+    add_model_args(p, n_ctx=4096)
     p.add_argument("--no-spec", action="store_true", help="decode without speculation")
     p.add_argument("--draft-max", type=int, default=4, metavar="K", help="draft length k (4)")
-    p.add_argument("--draft-min", type=int, default=0, metavar="N", help="discard drafts shorter than N (0)")
-    p.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
-                   help="draft model stops below this top probability (0)")
-    p.add_argument("--fixed-k", action="store_true",
-                   help="always draft up to k (default: verify only as many draft tokens as "
-                        "this machine's measured costs make worthwhile)")
-    p.add_argument("--ngram-min", type=int, default=2, help="prompt lookup: smallest n-gram (2)")
-    p.add_argument("--ngram-max", type=int, default=4, help="prompt lookup: largest n-gram (4)")
+    add_drafting_args(p)
     p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (0)")
     p.add_argument("--top-k", type=int, default=40)
     p.add_argument("--top-p", type=float, default=0.95)
@@ -54,9 +51,6 @@ def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--seed", type=int, default=-1, help="-1: random (reported in --json)")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--n-ctx", type=int, default=4096)
-    p.add_argument("--n-gpu-layers", type=int, default=None, help="default: all when a GPU backend is built in")
-    p.add_argument("--threads", type=int, default=None)
     p.add_argument("--chat", action="store_true", help="wrap the prompt with the model's chat template")
     p.add_argument("--system", default=None, help="system prompt (with --chat)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
@@ -67,29 +61,12 @@ def _run_generate(args: argparse.Namespace) -> int:
     import threading
 
     from app.engine.sampling import SamplingParams
-    from app.engine.session import Session, SessionConfig, SpeculationConfig
+    from app.engine.session import Session
 
-    for path in (args.model, args.draft):
-        if path is not None and not path.is_file():
-            raise TandemError(f"Model file not found: {path}")
-    if args.no_spec:
-        mode = "off"
-    elif args.draft is not None:
-        mode = "draft-model"
-    elif args.prompt_lookup:
-        mode = "prompt-lookup"
-    else:
-        mode = "off"
+    check_model_files(args)
+    mode = drafter_mode(args, off=args.no_spec)
     try:
-        spec = SpeculationConfig(
-            mode=mode,
-            draft_max=args.draft_max,
-            draft_min=args.draft_min,
-            draft_p_min=args.draft_p_min,
-            ngram_min=args.ngram_min,
-            ngram_max=max(args.ngram_min, args.ngram_max),
-            adaptive=not args.fixed_k,
-        )
+        [spec] = speculation_configs(args, mode, [args.draft_max])
         sampling = SamplingParams(
             temperature=args.temp,
             top_k=args.top_k,
@@ -100,13 +77,7 @@ def _run_generate(args: argparse.Namespace) -> int:
             max_tokens=args.max_tokens,
             stop=tuple(args.stop),
         )
-        config = SessionConfig(
-            target_path=args.model,
-            draft_path=args.draft if mode == "draft-model" else None,
-            n_ctx=args.n_ctx,
-            n_gpu_layers=args.n_gpu_layers,
-            n_threads=args.threads,
-        )
+        config = session_config(args, mode)
     except ValueError as exc:  # pydantic.ValidationError is a ValueError
         raise TandemError(f"Invalid option: {_first_validation_error(exc)}") from exc
 

@@ -34,6 +34,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.engine.chat import ChatMessage, tokenize_plain
+from app.engine.cli_options import (
+    add_drafting_args,
+    add_model_args,
+    check_model_files,
+    drafter_mode,
+    session_config,
+    speculation_configs,
+)
 from app.engine.events import Event, Finished
 from app.engine.sampling import SamplingParams
 from app.engine.session import Session, SpeculationConfig
@@ -916,29 +924,18 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "--draft or --prompt-lookup only 'off' runs."
         ),
     )
-    p.add_argument("--model", required=True, type=Path, help="target model GGUF")
-    drafter = p.add_mutually_exclusive_group()
-    drafter.add_argument("--draft", type=Path, help="draft model GGUF (same tokenizer)")
-    drafter.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram lookup")
+    add_model_args(p, n_ctx=4096)
+    add_drafting_args(p)
     p.add_argument("--prompts", default="builtin:code",
                    help="builtin:code, builtin:chat, or a .json/.jsonl/.txt file (builtin:code)")
     p.add_argument("--k", type=_parse_ks, default=[4], metavar="K[,K…]",
                    help="draft lengths to compare with off, e.g. 1,3,5,8 (4)")
     p.add_argument("--repeat", type=int, default=3, help="runs per prompt and configuration (3)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: engine's)")
     p.add_argument("--max-tokens", type=int, default=128, help="reply tokens per run (128)")
-    p.add_argument("--n-ctx", type=int, default=4096, help="context window (4096)")
-    p.add_argument("--n-gpu-layers", type=int, default=None)
     p.add_argument("--format", choices=("auto", "plain", "chat"), default="auto",
                    help="auto: chat template when the model has one, else plain completion")
     p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (0)")
     p.add_argument("--seed", type=int, default=1234, help="one seed for every run (1234)")
-    p.add_argument("--draft-min", type=int, default=0)
-    p.add_argument("--draft-p-min", type=float, default=0.0)
-    p.add_argument("--ngram-min", type=int, default=2)
-    p.add_argument("--ngram-max", type=int, default=4)
-    p.add_argument("--fixed-k", action="store_true",
-                   help="always draft up to k (default: the cost-aware draft length)")
     p.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
     p.add_argument("--keep-cache", action="store_true",
@@ -953,9 +950,7 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run_bench_cli(args: argparse.Namespace) -> int:
-    for path in (args.model, args.draft):
-        if path is not None and not path.is_file():
-            raise TandemError(f"Model file not found: {path}")
+    check_model_files(args)
     if args.repeat < 1:
         raise TandemError("Invalid option: --repeat must be at least 1.")
     if args.max_tokens < 1:
@@ -964,36 +959,13 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
     if args.limit is not None:
         prompts = prompts[: max(1, args.limit)]
 
-    from app.engine.session import SessionConfig
-
-    mode: Literal["off", "draft-model", "prompt-lookup"] = "off"
-    if args.draft is not None:
-        mode = "draft-model"
-    elif args.prompt_lookup:
-        mode = "prompt-lookup"
+    mode = drafter_mode(args)
     try:
-        specs = [
-            SpeculationConfig(
-                mode=mode,
-                draft_max=k,
-                draft_min=args.draft_min,
-                draft_p_min=args.draft_p_min,
-                ngram_min=args.ngram_min,
-                ngram_max=max(args.ngram_min, args.ngram_max),
-                adaptive=not args.fixed_k,
-            )
-            for k in args.k
-        ] if mode != "off" else []
+        specs = speculation_configs(args, mode, args.k) if mode != "off" else []
         sampling = SamplingParams(
             temperature=args.temp, seed=args.seed, max_tokens=args.max_tokens
         )
-        config = SessionConfig(
-            target_path=args.model,
-            draft_path=args.draft,
-            n_ctx=args.n_ctx,
-            n_gpu_layers=args.n_gpu_layers,
-            n_threads=args.threads,
-        )
+        config = session_config(args, mode)
     except ValueError as exc:  # pydantic.ValidationError is a ValueError
         raise TandemError(f"Invalid option: {str(exc).splitlines()[0]}") from exc
 

@@ -20,7 +20,7 @@ from app.engine.sampling import SamplingParams
 from app.engine.session import Session, SessionConfig, SpeculationConfig
 from app.errors import ContextOverflowError, ModelLoadError
 from tests.engine.util import ReplayDrafter, check_invariants, install_drafter, run
-from tests.synthetic import BOS, BYTE0, tiny_vocab, write_tiny_llama
+from tests.synthetic import BOS, write_tiny_llama
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
 PROMPT = [BOS, 300, 301, 302, 303, 304]

@@ -1,0 +1,88 @@
+"""Command-line options shared by ``python -m app generate`` and ``python -m app bench``.
+
+Both subcommands choose a target, a drafter and its settings the same way; the options,
+their defaults and their translation into :class:`~app.engine.session.SessionConfig` and
+:class:`~app.engine.session.SpeculationConfig` live here once.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from app.engine.session import SessionConfig, SpeculationConfig
+from app.errors import TandemError
+
+Mode = Literal["off", "draft-model", "prompt-lookup"]
+
+
+def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
+    """--model, --draft | --prompt-lookup, --n-ctx, --n-gpu-layers, --threads."""
+    p.add_argument("--model", required=True, type=Path, help="target model GGUF")
+    drafter = p.add_mutually_exclusive_group()
+    drafter.add_argument("--draft", type=Path, help="draft model GGUF (same tokenizer)")
+    drafter.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram lookup")
+    p.add_argument("--n-ctx", type=int, default=n_ctx, help=f"context window ({n_ctx})")
+    p.add_argument("--n-gpu-layers", type=int, default=None,
+                   help="layers on the GPU (default: all when a GPU backend is built in)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: engine's)")
+
+
+def add_drafting_args(p: argparse.ArgumentParser) -> None:
+    """--draft-min, --draft-p-min, --fixed-k, --ngram-min, --ngram-max."""
+    p.add_argument("--draft-min", type=int, default=0, metavar="N",
+                   help="discard drafts shorter than N (0)")
+    p.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
+                   help="draft model stops below this top-10 probability (0)")
+    p.add_argument("--fixed-k", action="store_true",
+                   help="always draft up to k (default: verify only as many draft tokens as "
+                        "this machine's measured costs make worthwhile)")
+    p.add_argument("--ngram-min", type=int, default=2, help="prompt lookup: smallest n-gram (2)")
+    p.add_argument("--ngram-max", type=int, default=4, help="prompt lookup: largest n-gram (4)")
+
+
+def drafter_mode(args: argparse.Namespace, *, off: bool = False) -> Mode:
+    """The drafter the options ask for (``off`` forces plain decoding)."""
+    if off:
+        return "off"
+    if args.draft is not None:
+        return "draft-model"
+    if args.prompt_lookup:
+        return "prompt-lookup"
+    return "off"
+
+
+def check_model_files(args: argparse.Namespace) -> None:
+    """Raises TandemError for a --model or --draft that is not a file."""
+    for path in (args.model, args.draft):
+        if path is not None and not path.is_file():
+            raise TandemError(f"Model file not found: {path}")
+
+
+def speculation_configs(args: argparse.Namespace, mode: Mode, ks: Sequence[int]) -> list[SpeculationConfig]:
+    """One SpeculationConfig per draft length k (pydantic errors propagate as ValueError)."""
+    return [
+        SpeculationConfig(
+            mode=mode,
+            draft_max=k,
+            draft_min=args.draft_min,
+            draft_p_min=args.draft_p_min,
+            ngram_min=args.ngram_min,
+            ngram_max=max(args.ngram_min, args.ngram_max),
+            adaptive=not args.fixed_k,
+        )
+        for k in ks
+    ]
+
+
+def session_config(args: argparse.Namespace, mode: Mode) -> SessionConfig:
+    """The SessionConfig for these options (the draft is loaded only in draft-model mode)."""
+    return SessionConfig(
+        target_path=args.model,
+        draft_path=args.draft if mode == "draft-model" else None,
+        n_ctx=args.n_ctx,
+        n_gpu_layers=args.n_gpu_layers,
+        n_threads=args.threads,
+    )
