@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from app.engine.drafters import PromptLookupDrafter
+
 DEFAULT_NGRAM_SIZES: tuple[int, ...] = (2, 3, 4, 5)
 
 
@@ -103,30 +105,19 @@ def lookup_hits(prompt: Sequence[int], reply: Sequence[int], n: int) -> NgramHit
     """
     if n < 1:
         raise ValueError(f"n-gram size must be >= 1, got {n}")
+    # The drafter itself, restricted to n-grams of size n, so the estimate follows
+    # exactly the lookup rule that decoding uses.
+    drafter = PromptLookupDrafter(n, n)
     seq = list(prompt)
-    # n-gram → start index of its most recent occurrence that has a continuation, i.e.
-    # that ends before the last token of the context.
-    index: dict[tuple[int, ...], int] = {}
-    indexed_upto = 0  # n-grams ending at indices < indexed_upto are in the index
-
-    def extend_index() -> None:
-        nonlocal indexed_upto
-        for end in range(indexed_upto, len(seq) - 1):
-            start = end - n + 1
-            if start >= 0:
-                index[tuple(seq[start : end + 1])] = start
-        indexed_upto = max(indexed_upto, len(seq) - 1)
-
+    drafter.begin(seq)
     positions = lookups = hits = 0
     for tok in reply:
         positions += 1
-        extend_index()
-        if len(seq) >= n:
-            start = index.get(tuple(seq[-n:]))
-            if start is not None:
-                lookups += 1
-                if seq[start + n] == tok:
-                    hits += 1
+        proposal = drafter.draft(seq, 1)
+        if proposal:
+            lookups += 1
+            if proposal[0] == tok:
+                hits += 1
         seq.append(tok)
     return NgramHits(n, positions, lookups, hits)
 
