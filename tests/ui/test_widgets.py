@@ -20,7 +20,7 @@ from app.store.history import HistoryStore
 from app.store.settings import LoadedSettings, Settings, load_settings, save_settings
 from app.ui.chat.chat_view import MessageView, MessageWidget, reply_footer
 from app.ui.chat.input_box import ChatInputWidget
-from app.ui.chat.markdown_render import TINT_COLOR, render_markdown
+from app.ui.chat.markdown_render import render_markdown
 from app.ui.gauge.gauge_panel import REFRESH_MS, SpeculationGaugeWidget
 from app.ui.gauge.rolling import RollingRate
 from tests.ui.conftest import running_threads
@@ -49,28 +49,6 @@ def test_unclosed_fence_while_streaming_is_a_code_block() -> None:
     r = render_markdown("Here:\n```bash\necho hi")
     assert r.code_blocks == ("echo hi",)
     assert "copy:0" in r.html
-
-
-def test_tint_marks_draft_text_but_not_block_syntax_or_code() -> None:
-    text = "# Title\n\n- item one\n\n```\ncode\n```\n"
-    everything = [(0, len(text))]
-    r = render_markdown(text, everything, tint=True)
-    assert "<h1>" in r.html and "<li>" in r.html  # block syntax still parsed
-    assert r.html.count(TINT_COLOR) >= 2
-    assert r.code_blocks == ("code",)
-    plain = render_markdown(text, everything, tint=False)
-    assert TINT_COLOR not in plain.html
-    # spans never cross tags: every opened span closes before the next tag
-    import re
-
-    for m in re.finditer(r'<span style="background-color:[^"]+;">([^<]*)</span>', r.html):
-        assert "\ue000" not in m.group(1) and "\ue001" not in m.group(1)
-    assert "\ue000" not in r.html and "\ue001" not in r.html
-
-
-def test_tint_follows_character_ranges() -> None:
-    r = render_markdown("Hello world", [(6, 11)], tint=True)
-    assert f'Hello <span style="background-color:{TINT_COLOR};">world</span>' in r.html
 
 
 def test_reply_footer() -> None:

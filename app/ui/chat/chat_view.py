@@ -1,9 +1,12 @@
 """The conversation as a column of message widgets in a scroll area.
 
 Each :class:`MessageWidget` shows one message: a header (who, and buttons: Edit for user
-messages; Copy and Regenerate for replies), the body rendered from Markdown by
-:mod:`app.ui.chat.markdown_render` in an auto-sizing read-only text browser, and for
-replies a footer with the reply's statistics. Only the message that streams is
+messages; Copy and Regenerate for replies), the body in an auto-sizing read-only text
+browser, and for replies a footer with the reply's statistics. A user message is shown
+as plain text, exactly as typed; a reply is rendered from Markdown by
+:mod:`app.ui.chat.markdown_render`, and the text that came from accepted drafts is tinted
+afterwards on the rendered document (:mod:`app.ui.chat.draft_tint`), so the tint never
+changes the text shown. Only the message that streams is
 re-rendered while a reply streams; the view stays scrolled to the bottom unless the user
 scrolled up.
 """
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QUrl, Qt, Signal, Slot
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QResizeEvent
+from PySide6.QtGui import QColor, QDesktopServices, QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -29,7 +32,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.ui.chat.markdown_render import render_markdown
+from app.ui.chat.draft_tint import apply_tint, tinted_ranges
+from app.ui.chat.markdown_render import TINT_COLOR, render_markdown
 
 _DOCUMENT_CSS = """
 p { margin-top: 0px; margin-bottom: 6px; }
@@ -42,6 +46,7 @@ th { background-color: #eef1f4; }
 a { color: #0969da; }
 """
 
+_TINT = QColor(TINT_COLOR)
 _MODE_LABELS = {"plain": "no speculation", "prompt-lookup": "prompt lookup",
                 "draft-model": "draft model"}
 _REASON_LABELS = {"length": "hit the token limit", "cancelled": "stopped",
@@ -243,11 +248,21 @@ class MessageWidget(QFrame):
 
     def _render(self) -> None:
         if self.role == "user":
-            rendered = render_markdown(self._text)
-        else:
-            rendered = render_markdown(self._text, self._spans, tint=self._tint)
+            # What the user typed, exactly: spaces, indentation and Markdown characters.
+            self._code_blocks = ()
+            self.body.setPlainText(self._text)
+            return
+        rendered = render_markdown(self._text)
         self._code_blocks = rendered.code_blocks
         self.body.setHtml(rendered.html)
+        if self._tint and self._spans:
+            doc = self.body.document()
+            apply_tint(doc, tinted_ranges(doc, rendered, self._text, self._spans), _TINT)
+
+    @property
+    def shown_text(self) -> str:
+        """The text the body shows (the rendered document's plain text)."""
+        return self.body.document().toPlainText()
 
     @Slot()
     def _on_copy_clicked(self) -> None:

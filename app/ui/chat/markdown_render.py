@@ -1,4 +1,4 @@
-"""Reply text → HTML for the chat view: Markdown, highlighted code blocks, draft tint.
+"""Reply text → HTML for the chat view: Markdown and highlighted code blocks.
 
 Model output is untrusted text, so raw HTML in it is shown as text (Python-Markdown's
 HTML block and inline HTML processors are removed) and images are not rendered (the view
@@ -7,10 +7,12 @@ highlighted with Pygments (inline styles, so Qt's rich-text engine can show them
 back with a header row holding the language and a ``copy:<n>`` link; an unclosed fence
 (a reply still streaming) is a code block up to the end of the text.
 
-Tinting: the character ranges that came from accepted draft tokens are marked with two
-private-use characters before Markdown runs (never inside block syntax such as ``#`` or
-``-``, and never inside code blocks), and afterwards every run of marked *text* between
-two tags is wrapped in its own ``<span>``, so spans never cross element boundaries.
+The source text is never altered in a way that changes what Markdown reads: the draft
+tint is applied afterwards to the rendered document (:mod:`app.ui.chat.draft_tint`),
+using the source ranges of the code blocks recorded here. The one rewrite is length-
+preserving: leading spaces of lines that Markdown would flatten (a paragraph's
+continuation lines, such as code pasted without a fence) become no-break spaces, so
+their indentation shows; list, quote and table lines are left alone.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from __future__ import annotations
 import functools
 import html
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import markdown
@@ -28,53 +29,69 @@ from pygments.lexers import get_lexer_by_name
 from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
 
+#: background of text that came from accepted draft tokens
 TINT_COLOR = "#fde7b0"
-_S, _E = "\ue000", "\ue001"  # draft-run start / end
 _P0, _P1 = "\ue010", "\ue011"  # code-block placeholder delimiters
-_MARKERS = re.compile(f"[{_S}{_E}]")
 _FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[^\s`]*)[^`]*$")
-_BLOCK_PREFIX = re.compile(r"^\s*(?:(?:#{1,6}|>|[-*+]|\d{1,9}[.)])(?:\s+|$))*")
-_SYNTAX_ONLY = re.compile(r"^[\s|:\-=*_#>+`~]*$")
-_TAG_OR_TEXT = re.compile(r"(<[^>]*>)")
+_LIST_OR_QUOTE = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)]|>)(?:\s|$)")
+_TABLE_ROW = re.compile(r"^\s*\|")
+_LEADING_WS = re.compile(r"^[ \t]+")
 _PLACEHOLDER = re.compile(f"(?:<p>)?{_P0}(\\d+){_P1}(?:</p>)?")
+#: no-break stand-ins of the same length: a space → U+00A0, a tab → U+2003 (em space)
+_KEEP_INDENT = str.maketrans({" ": "\u00a0", "\t": "\u2003"})
+
+
+@dataclass(frozen=True, slots=True)
+class CodeBlockSpan:
+    """Where a fenced code block sits in the source text (character offsets).
+
+    ``start``–``end`` covers the fence lines too; ``content_start``–``content_end`` is
+    the code between them (the rendered code cell shows that text).
+    """
+
+    start: int
+    content_start: int
+    content_end: int
+    end: int
 
 
 @dataclass(frozen=True, slots=True)
 class RenderedMarkdown:
-    """HTML for a message, and the text of each code block (``copy:<n>`` copies block n)."""
+    """HTML for a message, the text of each code block (``copy:<n>`` copies block n), and
+    where each code block is in the source (:class:`CodeBlockSpan`, same order)."""
 
     html: str
     code_blocks: tuple[str, ...]
+    code_spans: tuple[CodeBlockSpan, ...] = ()
 
 
-def _draft_mask(text: str, spans: Sequence[tuple[int, int]]) -> bytearray:
-    mask = bytearray(len(text))
-    for a, b in spans:
-        a, b = max(0, a), min(len(text), b)
-        if b > a:
-            mask[a:b] = b"\x01" * (b - a)
-    return mask
+def _keep_indentation(lines: list[str]) -> list[str]:
+    """Lines with the leading whitespace of flattened continuation lines made no-break.
 
-
-def _mark_line(line: str, mask: memoryview, tint: bool) -> str:
-    """The line with draft runs wrapped in markers, block syntax left unmarked."""
-    if not tint or not any(mask) or _SYNTAX_ONLY.match(line):
-        return line
-    start = _BLOCK_PREFIX.match(line)
-    p = start.end() if start else 0
-    out = [line[:p]]
-    inside = False
-    for ch, m in zip(line[p:], mask[p:], strict=True):
-        if m and not inside:
-            out.append(_S)
-            inside = True
-        elif not m and inside:
-            out.append(_E)
-            inside = False
-        out.append(ch)
-    if inside:
-        out.append(_E)
-    return "".join(out)
+    Markdown joins a paragraph's lines and drops their leading spaces; a model that
+    writes code without a fence then loses its indentation. Only lines that continue a
+    plain paragraph are touched (a line after a blank one that starts with four spaces
+    is an indented code block, which Markdown keeps as it is); paragraphs that start
+    with list, quote or table syntax are left to Markdown (nesting depends on spaces).
+    """
+    out: list[str] = []
+    block_kind = "blank"  # "blank", "plain", "structured"
+    for line in lines:
+        if not line.strip():
+            block_kind = "blank"
+            out.append(line)
+            continue
+        if block_kind == "blank":
+            block_kind = ("structured" if _LIST_OR_QUOTE.match(line) or _TABLE_ROW.match(line)
+                          else "plain")
+            out.append(line)
+            continue
+        m = _LEADING_WS.match(line)
+        if block_kind == "plain" and m and not _LIST_OR_QUOTE.match(line):
+            out.append(m.group(0).translate(_KEEP_INDENT) + line[m.end():])
+        else:
+            out.append(line)
+    return out
 
 
 @functools.lru_cache(maxsize=256)
@@ -113,50 +130,20 @@ def _new_markdown() -> markdown.Markdown:
 
 _md: markdown.Markdown | None = None
 
-
-def _wrap_draft_runs(fragment: str) -> str:
-    """Replace markers with spans that wrap only text between tags (always well nested)."""
-    if _S not in fragment and _E not in fragment:
-        return fragment
-    out: list[str] = []
-    inside = False
-    for part in _TAG_OR_TEXT.split(fragment):
-        if not part:
-            continue
-        if part.startswith("<"):
-            out.append(_MARKERS.sub("", part))  # markers never belong inside a tag
-            continue
-        buf: list[str] = []
-        for piece in re.split(f"([{_S}{_E}])", part):
-            if piece == _S:
-                inside = True
-            elif piece == _E:
-                inside = False
-            elif piece:
-                if inside:
-                    buf.append(f'<span style="background-color:{TINT_COLOR};">{piece}</span>')
-                else:
-                    buf.append(piece)
-        out.append("".join(buf))
-    return "".join(out)
-
-
 #: longer messages are shown as plain text (see :func:`render_markdown`)
 MAX_MARKDOWN_CHARS = 100_000
 
 
-def render_markdown(
-    text: str, draft_spans: Sequence[tuple[int, int]] = (), *, tint: bool = False
-) -> RenderedMarkdown:
-    """Render a message.
+def render_markdown(text: str) -> RenderedMarkdown:
+    """Render a message (Markdown) to an HTML body fragment.
 
     Args:
-        text: the message (Markdown).
-        draft_spans: ``(start, end)`` character ranges that came from accepted drafts.
-        tint: whether to tint those ranges (prose and inline code; not code blocks).
+        text: the message.
 
     Returns:
-        The HTML body fragment and the code blocks' text.
+        The HTML, the code blocks' text and their source spans. Character offsets into
+        ``text`` stay valid for the rendered document: nothing is inserted or removed
+        before Markdown runs (see the module docstring).
     """
     global _md
     if len(text) > MAX_MARKDOWN_CHARS:
@@ -165,42 +152,54 @@ def render_markdown(
         return RenderedMarkdown(
             f'<pre style="white-space: pre-wrap">{html.escape(text)}</pre>', ()
         )
-    text = _MARKERS.sub("", text).replace(_P0, "").replace(_P1, "")
-    mask = _draft_mask(text, draft_spans) if tint and draft_spans else bytearray(len(text))
-    view = memoryview(mask)
+    # The placeholder characters must not be forgeable; replaced, not removed, so that
+    # offsets into the text still hold.
+    text = text.replace(_P0, "\ufffd").replace(_P1, "\ufffd")
     lines = text.split("\n")
     out_lines: list[str] = []
+    prose: list[str] = []
     blocks: list[tuple[str, str]] = []
+    spans: list[CodeBlockSpan] = []
     pos = 0
     i = 0
     while i < len(lines):
         line = lines[i]
         m = _FENCE.match(line)
         if m:
+            out_lines.extend(_keep_indentation(prose))
+            prose = []
             fence, indent = m.group("fence"), m.group("indent")
             lang = m.group("lang")
+            start = pos
             code_lines: list[str] = []
             pos += len(line) + 1
+            content_start = content_end = min(pos, len(text))
             i += 1
             while i < len(lines):
                 inner = lines[i]
-                pos += len(inner) + 1
-                i += 1
                 stripped = inner.strip()
                 if stripped.startswith(fence[0] * len(fence)) and set(stripped) <= {fence[0]}:
+                    content_end = pos
+                    pos += len(inner) + 1
+                    i += 1
                     break
+                pos += len(inner) + 1
+                content_end = min(pos, len(text))
+                i += 1
                 code_lines.append(inner[len(indent):] if inner.startswith(indent) else inner)
             blocks.append(("\n".join(code_lines), lang))
+            spans.append(CodeBlockSpan(start, content_start, max(content_start, content_end),
+                                       min(pos, len(text))))
             out_lines.extend(["", f"{indent}{_P0}{len(blocks) - 1}{_P1}", ""])
             continue
-        out_lines.append(_mark_line(line, view[pos : pos + len(line)], tint))
+        prose.append(line)
         pos += len(line) + 1
         i += 1
+    out_lines.extend(_keep_indentation(prose))
     if _md is None:
         _md = _new_markdown()
     _md.reset()
     body = _md.convert("\n".join(out_lines))
-    body = _wrap_draft_runs(body)
     code_texts = tuple(code for code, _ in blocks)
 
     def put_block(match: re.Match[str]) -> str:
@@ -211,12 +210,12 @@ def render_markdown(
         return _code_block_html(n, code, lang)
 
     body = _PLACEHOLDER.sub(put_block, body)
-    return RenderedMarkdown(body, code_texts)
+    return RenderedMarkdown(body, code_texts, tuple(spans))
 
 
 def warm_up() -> None:
     """Import Markdown's and Pygments' lazily loaded parts now (at start-up), so the
     first streamed reply does not pause the GUI thread to load them."""
-    render_markdown("# t\n\n**b** `c`\n\n| a |\n|---|\n| 1 |\n\n```python\nx = 1\n```\n", [(0, 3)], tint=True)
+    render_markdown("# t\n\n**b** `c`\n\n| a |\n|---|\n| 1 |\n\n```python\nx = 1\n```\n")
     for lang in ("python", "bash", "javascript", "json", "c", "cpp", "rust"):
         highlight_code("x", lang)
