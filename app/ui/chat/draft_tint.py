@@ -36,11 +36,14 @@ from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextDocument, Q
 from app.ui.chat.markdown_render import RenderedMarkdown
 
 
-@dataclass(frozen=True, slots=True)
-class _DocChar:
-    pos: int  # position in the document (UTF-16 units)
-    ch: str
-    block: int  # block number: words never continue across blocks
+@dataclass(slots=True)
+class _DocText:
+    """The document's characters: text, and per character its position (UTF-16 units)
+    and block number (words never continue across blocks)."""
+
+    text: str
+    pos: list[int]
+    block: list[int]
 
 
 def _utf16_len(ch: str) -> int:
@@ -62,43 +65,49 @@ def _code_tables(doc: QTextDocument) -> dict[int, QTextTable]:
     return found
 
 
-def _document_chars(doc: QTextDocument) -> list[_DocChar]:
-    out: list[_DocChar] = []
+def _document_text(doc: QTextDocument) -> _DocText:
+    parts: list[str] = []
+    pos: list[int] = []
+    blocks: list[int] = []
     block = doc.begin()
     while block.isValid():
-        pos = block.position()
+        p = block.position()
         n = block.blockNumber()
-        for ch in block.text():
-            out.append(_DocChar(pos, ch, n))
-            pos += _utf16_len(ch)
+        text = block.text()
+        parts.append(text)
+        if text.isascii():
+            pos.extend(range(p, p + len(text)))
+        else:
+            for ch in text:
+                pos.append(p)
+                p += _utf16_len(ch)
+        blocks.extend([n] * len(text))
         block = block.next()
-    return out
+    return _DocText("".join(parts), pos, blocks)
 
 
-def _align(chars: Sequence[_DocChar], source: str, s0: int, s1: int) -> list[int | None]:
+def _align(chars: str, blocks: Sequence[int], source: str, s0: int, s1: int) -> list[int | None]:
     """For each document character, its source offset in [s0, s1) (None: unmatched)."""
     out: list[int | None] = [None] * len(chars)
     j = s0
     i = 0
     n = len(chars)
     while i < n:
-        if chars[i].ch.isspace():
+        if chars[i].isspace():
             i += 1
             continue
         k = i
-        while k < n and not chars[k].ch.isspace() and chars[k].block == chars[i].block:
+        while k < n and not chars[k].isspace() and blocks[k] == blocks[i]:
             k += 1
-        word = "".join(c.ch for c in chars[i:k])
+        word = chars[i:k]
         start = j
-        after_space = i > 0 and chars[i - 1].ch.isspace() and chars[i - 1].block == chars[i].block
-        if after_space:
+        if i > 0 and chars[i - 1].isspace() and blocks[i - 1] == blocks[i]:
             first = source.find(word[0], j, s1)
             gap = _next_space(source, j, s1)
-            if first >= 0 and gap >= 0 and gap > first:
+            if first >= 0 and gap > first and source.find(word[0], gap, s1) >= 0:
                 # The nearest match is glued to the previous word in the source; the
                 # document has a space before this word, so look after a source space.
-                if source.find(word[0], gap, s1) >= 0:
-                    start = gap
+                start = gap
         greedy: list[int | None] = []
         p = start
         for c in word:
@@ -110,7 +119,7 @@ def _align(chars: Sequence[_DocChar], source: str, s0: int, s1: int) -> list[int
             p = t + 1
         verbatim = source.find(word, start, s1)
         if verbatim >= 0 and verbatim + len(word) <= p:
-            out[i:k] = list(range(verbatim, verbatim + len(word)))
+            out[i:k] = range(verbatim, verbatim + len(word))
             j = verbatim + len(word)
         else:
             out[i:k] = greedy
@@ -126,10 +135,9 @@ def _next_space(source: str, a: int, b: int) -> int:
     return -1
 
 
-def _tinted_flags(chars: Sequence[_DocChar], where: Sequence[int | None], source: str,
-                  mask: bytearray, s0: int, s1: int) -> list[bool]:
+def _tinted_flags(chars: str, where: Sequence[int | None], source: str, mask: bytearray,
+                  s0: int, s1: int) -> list[bool]:
     flags = [False] * len(chars)
-    prev = s0 - 1
     # the next matched source offset after each index, for the spaces
     nxt: list[int] = [s1] * len(chars)
     following = s1
@@ -138,16 +146,14 @@ def _tinted_flags(chars: Sequence[_DocChar], where: Sequence[int | None], source
         w = where[idx]
         if w is not None:
             following = w
-    for idx, c in enumerate(chars):
-        w = where[idx]
+    prev = s0 - 1
+    for idx, w in enumerate(where):
         if w is not None:
             flags[idx] = bool(mask[w])
             prev = w
-            continue
-        if not c.ch.isspace():
-            continue
-        between = [t for t in range(prev + 1, nxt[idx]) if source[t].isspace()]
-        flags[idx] = bool(between) and all(mask[t] for t in between)
+        elif chars[idx].isspace():
+            between = [t for t in range(prev + 1, nxt[idx]) if source[t].isspace()]
+            flags[idx] = bool(between) and all(mask[t] for t in between)
     return flags
 
 
@@ -178,8 +184,8 @@ def tinted_ranges(doc: QTextDocument, rendered: RenderedMarkdown, source: str,
     mask = draft_mask(len(source), spans)
     if not any(mask):
         return []
-    chars = _document_chars(doc)
-    starts = [c.pos for c in chars]
+    doc_text = _document_text(doc)
+    starts = doc_text.pos
     tables = _code_tables(doc)
     # (document range, source range) pairs that correspond one to one
     segments: list[tuple[int, int, int, int]] = []
@@ -197,18 +203,21 @@ def tinted_ranges(doc: QTextDocument, rendered: RenderedMarkdown, source: str,
 
     runs: list[list[int]] = []  # [start, end, block]
     for doc_a, doc_b, src_a, src_b in segments:
-        seg = chars[bisect_left(starts, doc_a):bisect_left(starts, doc_b)]
-        if not seg or src_b <= src_a:
+        i0, i1 = bisect_left(starts, doc_a), bisect_left(starts, doc_b)
+        if i1 <= i0 or src_b <= src_a:
             continue
-        where = _align(seg, source, src_a, src_b)
-        for c, on in zip(seg, _tinted_flags(seg, where, source, mask, src_a, src_b), strict=True):
+        chars, blocks = doc_text.text[i0:i1], doc_text.block[i0:i1]
+        where = _align(chars, blocks, source, src_a, src_b)
+        flags = _tinted_flags(chars, where, source, mask, src_a, src_b)
+        for k, on in enumerate(flags):
             if not on:
                 continue
-            end = c.pos + _utf16_len(c.ch)
-            if runs and runs[-1][1] == c.pos and runs[-1][2] == c.block:
+            at, block = starts[i0 + k], blocks[k]
+            end = at + _utf16_len(chars[k])
+            if runs and runs[-1][1] == at and runs[-1][2] == block:
                 runs[-1][1] = end
             else:
-                runs.append([c.pos, end, c.block])
+                runs.append([at, end, block])
     return [(a, b) for a, b, _block in runs]
 
 
