@@ -629,12 +629,20 @@ class Session:
                     rounds += 1
                     proposed += len(drafts)
                     draft_rounds += 1 if drafts else 0
-                    n_acc = 0
-                    n_verified = 0
+                    n_acc = 0  # drafts that matched: their KV entries stay
+                    n_verified = n_counted = 0
                     for i in range(len(batch)):
                         tok = sampler.sample(ctx, i)
                         is_draft = i < len(drafts)
                         match = is_draft and tok == drafts[i]
+                        if match:
+                            n_acc += 1
+                        if model.is_eog(tok):
+                            # The end-of-generation position is not a reply token: it is
+                            # counted neither as drafted nor as accepted, whether the
+                            # draft matched it or not (SpecStats: "counting rules").
+                            reason = "stop"
+                            break
                         if is_draft:
                             n_verified += 1
                             drafted += 1
@@ -642,10 +650,7 @@ class Session:
                             if match:
                                 accepted += 1
                                 accepted_at[i] += 1
-                                n_acc += 1
-                        if model.is_eog(tok):
-                            reason = "stop"
-                            break
+                                n_counted += 1
                         now = clock()
                         if t_first is None:
                             t_first = now
@@ -666,7 +671,7 @@ class Session:
                     target_time += dt
                     self._pass_times.observe(len(batch), dt)
                     if policy is not None and n_verified:
-                        policy.observe_verification(n_verified, n_acc)
+                        policy.observe_verification(n_verified, n_counted)
                     if len(batch) == 1:
                         self._target_step_samples.append(dt)
                         del self._target_step_samples[:-64]

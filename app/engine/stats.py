@@ -74,6 +74,38 @@ def round_mix_speedup(
     return (draft_rounds * e + plain_rounds) / (draft_rounds * (1.0 + c * k_bar) + plain_rounds)
 
 
+#: Fewer verified draft tokens than this and an acceptance rate is too uncertain to
+#: build on: windows show it with its count and its 95 % interval
+#: (:func:`acceptance_interval`) and hold the figures derived from it (predicted
+#: speedup, "use the measured α"). At 30 drafts all accepted, the interval still
+#: reaches down to 0.89; at 1 of 1 it spans 0.21–1.
+MIN_DRAFTED_FOR_ESTIMATE = 30
+
+
+def acceptance_interval(accepted: int, drafted: int, z: float = 1.96) -> tuple[float, float] | None:
+    """The Wilson score interval of an acceptance rate: (low, high) in [0, 1].
+
+    Args:
+        accepted: accepted draft tokens.
+        drafted: verified draft tokens (0: no interval, None is returned).
+        z: the normal quantile (1.96: 95 %).
+
+    Treats the verifications as independent trials, which they are not quite (a round
+    stops at its first rejection), so the interval is a guide to how much the figure can
+    move, not an exact coverage. Source: E. B. Wilson, "Probable inference, the law of
+    succession, and statistical inference", JASA 22 (1927).
+    """
+    if drafted <= 0:
+        return None
+    if not 0 <= accepted <= drafted:
+        raise ValueError(f"accepted must be in [0, drafted], got {accepted}/{drafted}")
+    p = accepted / drafted
+    z2 = z * z
+    centre = (p + z2 / (2 * drafted)) / (1 + z2 / drafted)
+    half = (z / (1 + z2 / drafted)) * math.sqrt(p * (1 - p) / drafted + z2 / (4 * drafted * drafted))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def best_draft_length(alpha: float, c: float, k_max: int = 16) -> int:
     """The k in 1..k_max that maximises :func:`predicted_speedup` (ties: the smaller k)."""
     return max(range(1, k_max + 1), key=lambda k: (predicted_speedup(alpha, k, c), -k))
@@ -90,7 +122,12 @@ class SpecStats:
     * ``drafted``: draft tokens that were *verified*, i.e. compared with the target's
       sample at their position. Tokens after the first rejection in a round were
       computed by the target but never compared; they are counted in ``proposed`` only.
-    * ``accepted``: draft tokens equal to the target's sample (so ``accepted <= drafted``).
+      The position where the target samples an end-of-generation token is not counted,
+      whether the draft matched it or not: the reply ends there, nothing at or after it
+      is emitted, so an accepted end-of-turn token would otherwise show as an accepted
+      draft token that added nothing to the reply (α 1/1 next to τ 1.00).
+    * ``accepted``: draft tokens equal to the target's sample (so ``accepted <= drafted``),
+      under the same rule.
     * ``emitted``: tokens of the reply (the end-of-generation token is not part of it).
       The prefill evaluates all prompt tokens but the last; every round then evaluates
       [last token + drafts] and emits its accepted drafts plus the target's own sample,
@@ -138,6 +175,17 @@ class SpecStats:
     def acceptance_rate(self) -> float | None:
         """α = accepted / drafted, or None when nothing was drafted."""
         return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def few_drafts(self) -> bool:
+        """True when α rests on fewer than :data:`MIN_DRAFTED_FOR_ESTIMATE` verified
+        draft tokens (including none)."""
+        return self.drafted < MIN_DRAFTED_FOR_ESTIMATE
+
+    @property
+    def acceptance_interval(self) -> tuple[float, float] | None:
+        """The 95 % Wilson interval of α (:func:`acceptance_interval`), None without drafts."""
+        return acceptance_interval(self.accepted, self.drafted)
 
     @property
     def mean_acceptance_length(self) -> float | None:

@@ -68,10 +68,40 @@ def test_eog_accepted_mid_draft_ends_the_reply_there(
     assert r.ids == plain_ids[:j]  # nothing at or after the EOG token is emitted
     st = r.stats
     assert st.rounds == 1
-    assert st.drafted == j + 1  # drafts up to and including the EOG were verified
-    assert st.accepted == j + 1
-    assert st.drafted_at[j + 1 :] == (0,) * (k - j - 1)  # nothing after EOG counted
+    # The drafts before the EOG were verified and accepted; the accepted EOG itself is
+    # not a reply token and is not counted as an accepted draft token.
+    assert st.drafted == j and st.accepted == j
+    assert st.acceptance_rate == 1.0 and st.mean_acceptance_length == j
+    assert st.drafted_at[j:] == (0,) * (k - j)  # nothing at or after the EOG counted
     assert st.emitted == j
+    assert st.emitted == st.accepted + st.rounds - 1  # the round lost only its own token
+    check_invariants(r, GREEDY.max_tokens)
+
+
+def test_eog_accepted_as_the_only_draft_is_not_counted(
+    tiny_model_dir: Path, plain_ids: tuple[int, ...]
+) -> None:
+    # α 100 % (1/1) next to τ 1.00 was an accepted end-of-turn token: a reply whose
+    # only verified draft is the EOG has drafted nothing that counts.
+    j = first_fresh_index(plain_ids, 2)
+    eog = plain_ids[j]
+    path = write_tiny_llama(tiny_model_dir / f"tiny-eos{eog}.gguf", seed=0, eos_id=eog)
+
+    class EogOnlyDrafter(ReplayDrafter):
+        def draft(self, context, n_max):  # type: ignore[no-untyped-def]
+            done = len(context) - len(self.prompt)
+            self.calls.append(n_max)
+            self.forward_passes += 1
+            return [eog] if done == j else []  # proposes only the EOG, at its position
+
+    with open_session(path) as s:
+        install_drafter(s, EogOnlyDrafter(PROMPT, plain_ids))
+        r = run(s, PROMPT, GREEDY, SpeculationConfig(adaptive=False, mode="draft-model", draft_max=4))
+    st = r.stats
+    assert r.finished.reason == "stop" and r.ids == plain_ids[:j]
+    assert st.proposed == 1 and st.draft_rounds == 1  # it was proposed and verified …
+    assert st.drafted == 0 and st.accepted == 0  # … but is not a reply token
+    assert st.acceptance_rate is None
     check_invariants(r, GREEDY.max_tokens)
 
 

@@ -103,8 +103,8 @@ def check_invariants(r: Run, max_tokens: int) -> None:
     if not cut:
         assert s.emitted == s.accepted + s.rounds
     else:
-        # Only the last round can be cut. It loses its own token (EOG sampled by the
-        # target, or a stop string inside an accepted draft), or also an accepted EOG draft.
+        # Only the last round can be cut. It loses its own token (an EOG, which is never
+        # counted as accepted, or a stop string inside an accepted draft).
         assert s.accepted + s.rounds - 2 <= s.emitted <= s.accepted + s.rounds
     assert r.streamed == r.finished.text
     assert len(r.finished.token_times) == len(r.ids)
