@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE
 from app.ui.chat.draft_tint import apply_tint, tinted_ranges
 from app.ui.chat.markdown_render import TINT_COLOR, render_markdown
 
@@ -81,7 +82,10 @@ def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
         parts.append(label)
         alpha = stats.get("acceptance_rate")
         if alpha is not None:
-            parts.append(f"α {alpha * 100:.0f}%")
+            drafted = int(stats.get("drafted", 0))
+            few = drafted < MIN_DRAFTED_FOR_ESTIMATE
+            parts.append(f"α {alpha * 100:.0f}%"
+                         + (f" ({stats.get('accepted', 0)}/{drafted} drafts)" if few else ""))
         tau = stats.get("mean_acceptance_length")
         if tau is not None and mode != "plain":
             parts.append(f"τ {tau:.2f}")

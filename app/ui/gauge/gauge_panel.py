@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.stats import SpecStats
+from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE, SpecStats
 from app.ui.gauge.rolling import RollingRate
 
 REFRESH_MS = 100
@@ -42,6 +42,21 @@ _MUTED = QColor("#8a94a3")
 
 def _fmt(value: float | None, spec: str, unit: str = "", none: str = "—") -> str:
     return none if value is None else f"{value:{spec}}{unit}"
+
+
+def alpha_text(s: SpecStats, streaming: bool) -> str:
+    """The acceptance rate in words: ``75%  (30/40)``; with fewer than
+    :data:`~app.engine.stats.MIN_DRAFTED_FOR_ESTIMATE` drafts also its 95 % interval,
+    so one lucky draft does not read as 100 %; without drafts, why there is no figure."""
+    alpha = s.acceptance_rate
+    if alpha is None:
+        return "— (nothing drafted yet)" if streaming else "— (nothing was drafted in this reply)"
+    interval = s.acceptance_interval
+    if s.few_drafts and interval is not None:
+        lo, hi = interval
+        return (f"{alpha * 100:.0f}%  ({s.accepted}/{s.drafted}; few drafts, 95% range "
+                f"{lo * 100:.0f}–{hi * 100:.0f}%)")
+    return f"{alpha * 100:.0f}%  ({s.accepted}/{s.drafted})"
 
 
 class AcceptanceBarsWidget(QWidget):
@@ -165,10 +180,12 @@ class SpeculationGaugeWidget(QFrame):
         rows = [
             ("reply_tps", "This reply", "decode tok/s over the whole reply (prefill excluded)"),
             ("e2e_tps", "End to end", "tok/s including the prompt's prefill"),
-            ("alpha", "Acceptance α", "accepted draft tokens / verified draft tokens"),
+            ("alpha", "Acceptance α", "accepted draft tokens / verified draft tokens; with "
+             f"fewer than {MIN_DRAFTED_FOR_ESTIMATE} drafts the 95% Wilson interval is shown"),
             ("tau", "Mean accepted τ", "tokens emitted per target verification pass"),
             ("cost", "Draft cost c", "one draft step / one plain target step"),
-            ("predicted", "Predicted speedup", "E(α,k) / (1 + c·k), Leviathan et al. 2023"),
+            ("predicted", "Predicted speedup", "E(α,k) / (1 + c·k), Leviathan et al. 2023; "
+             f"held until α rests on {MIN_DRAFTED_FOR_ESTIMATE} drafts"),
             ("measured", "Measured speedup", "this reply's decode tok/s / the latest plain reply's"),
             ("ttft", "Time to first token", "prefill; speculation does not change it"),
         ]
@@ -309,19 +326,18 @@ class SpeculationGaugeWidget(QFrame):
         self._rows["reply_tps"].setText(_fmt(s.decode_tps, ".1f", " tok/s"))
         self._rows["e2e_tps"].setText(_fmt(s.end_to_end_tps, ".1f", " tok/s"))
         spec = s.mode != "plain"
-        alpha = s.acceptance_rate
-        if not spec:
-            self._rows["alpha"].setText("off")
-        else:
-            self._rows["alpha"].setText(
-                f"{alpha * 100:.0f}%  ({s.accepted}/{s.drafted})" if alpha is not None
-                else "— (nothing drafted yet)"
-            )
+        self._rows["alpha"].setText(alpha_text(s, self._streaming) if spec else "off")
         tau = s.mean_acceptance_length
         self._rows["tau"].setText(_fmt(tau, ".2f", " tok/round") if spec else "1 (off)")
         self._rows["cost"].setText(_fmt(s.draft_cost_ratio, ".3f") if spec else "—")
         pred = s.predicted_speedup
-        self._rows["predicted"].setText(_fmt(pred, ".2f", "×") if spec else "1× (off)")
+        if not spec:
+            self._rows["predicted"].setText("1× (off)")
+        elif pred is not None and s.few_drafts:
+            # E(α, k) from one or two drafts is an extrapolation, not a prediction.
+            self._rows["predicted"].setText(f"— (needs {MIN_DRAFTED_FOR_ESTIMATE} drafts)")
+        else:
+            self._rows["predicted"].setText(_fmt(pred, ".2f", "×"))
         self._rows["measured"].setText(self._measured_text(s))
         self._rows["ttft"].setText(_fmt(s.ttft if s.emitted else None, ".2f", " s"))
         self.bars.set_positions(s.accepted_at, s.drafted_at)

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.race import SpeedupCalculation, calculate_speedup
+from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE
 
 K_MAX = 16
 
@@ -148,16 +149,35 @@ class SpeedupCalculatorWidget(QWidget):
             spin.blockSignals(False)
         self.recalculate()
 
-    def set_measured(self, alpha: float | None, c: float | None, k: int | None = None) -> None:
-        """Offer the latest race's measured α and c (None: none yet)."""
+    def set_measured(self, alpha: float | None, c: float | None, k: int | None = None,
+                     drafted: int | None = None) -> None:
+        """Offer the latest race's measured α and c (None: none yet).
+
+        ``drafted``: the verified draft tokens α rests on. With fewer than
+        :data:`~app.engine.stats.MIN_DRAFTED_FOR_ESTIMATE` the figures are not offered
+        (one accepted draft is "α = 1.00", which would predict k + 1 times the speed).
+        """
         self._measured_k = k
         if alpha is None or c is None:
             self._measured = None
             self.measured_button.setEnabled(False)
+            self.measured_button.setText("Use the race's measured α and c")
+            self.measured_button.setToolTip("Run a race with speculation to measure them.")
+            return
+        if drafted is not None and drafted < MIN_DRAFTED_FOR_ESTIMATE:
+            self._measured = None
+            self.measured_button.setEnabled(False)
+            self.measured_button.setText(
+                f"The race drafted {drafted} token{'s' if drafted != 1 else ''}: too few to "
+                f"measure α (needs {MIN_DRAFTED_FOR_ESTIMATE})")
+            self.measured_button.setToolTip(
+                "Race with a longer reply, or a prompt the reply repeats, to measure α.")
             return
         self._measured = (alpha, c)
         self.measured_button.setEnabled(True)
-        self.measured_button.setText(f"Use the race's measured α = {alpha:.2f}, c = {c:.3f}")
+        self.measured_button.setToolTip("")
+        self.measured_button.setText(f"Use the race's measured α = {alpha:.2f}, c = {c:.3f}"
+                                     + (f" ({drafted} drafts)" if drafted is not None else ""))
 
     def recalculate(self) -> SpeedupCalculation:
         alpha, k, c = self.alpha_spin.value(), self.k_spin.value(), self.c_spin.value()

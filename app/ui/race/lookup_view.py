@@ -7,12 +7,15 @@ the hit rate (share of reply tokens lookup would have predicted), the precision 
 proposals / proposals, the figure comparable with α at draft position 1) and the coverage
 (how often lookup had anything to propose), next to any α actually measured with prompt
 lookup: in the stored statistics of the same conversations, in this window's race and in
-its k sweep.
+its k sweep. A speedup measured with prompt lookup in this window (a race, a sweep)
+decides the verdict: a high hit rate says lookup could propose the right tokens, not that
+proposing them pays on this machine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
@@ -30,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.lookup_estimate import LookupEstimate
+from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE
 from app.ui.race.history_source import PastConversation, measured_lookup_alpha
 
 #: rule of thumb for the verdict: best-n hit rate at or above which lookup clearly pays
@@ -42,18 +46,49 @@ def _pct(v: float | None) -> str:
     return "—" if v is None else f"{v * 100:.0f} %"
 
 
-def verdict(estimate: LookupEstimate) -> str:
-    """A plain-words verdict from the best n's hit rate (rule of thumb, see the
-    thresholds :data:`WORTH_IT` and :data:`NOT_WORTH_IT`)."""
+@dataclass(frozen=True, slots=True)
+class LookupMeasurement:
+    """Prompt lookup measured on this machine: where (``source``), its α, how many
+    verified drafts that α rests on (None: unknown) and the decode speedup it achieved
+    over speculation off in the same run (None: not measured)."""
+
+    source: str
+    alpha: float | None
+    drafted: int | None = None
+    speedup: float | None = None
+
+
+def verdict(estimate: LookupEstimate, measured: Sequence[LookupMeasurement] = ()) -> str:
+    """A plain-words verdict.
+
+    A speedup measured with prompt lookup on this machine (a race, a k sweep) decides:
+    what the replay finds in the stored replies says how often lookup could propose the
+    right token, not whether proposing pays here. Without one, the best n's hit rate
+    decides by rule of thumb (the thresholds :data:`WORTH_IT` and :data:`NOT_WORTH_IT`).
+    """
     best = estimate.best_n
     if best is None or not estimate.reply_tokens:
         return "No assistant replies in the chosen conversations: nothing to estimate."
     h = estimate.for_n(best).hit_rate or 0.0
     share = f"{h * 100:.0f} % of the reply tokens"
+    timed = [m for m in measured if m.speedup is not None]
+    if timed:
+        top = max(timed, key=lambda m: m.speedup or 0.0)
+        speed = top.speedup or 0.0
+        if speed < 1.0:
+            return (f"Not on this machine so far: prompt lookup decoded at {speed:.2f}× the "
+                    f"speed of speculation off in {top.source}, even at its best. The replay "
+                    f"says lookup would have predicted {share} (n = {best}), but here checking "
+                    "its drafts cost more than they saved. Race again on a prompt your replies "
+                    "repeat (code edits, rewrites) before turning it on.")
+        return (f"Worth it here: prompt lookup decoded {speed:.2f}× as fast as speculation off "
+                f"in {top.source}, and the replay says it would have predicted {share} of "
+                f"your replies (n = {best}).")
     if h >= WORTH_IT:
         return (f"Likely worth it. With n = {best}, lookup would have predicted {share}: "
                 "your replies repeat a lot of what came before (code edits, rewrites, "
-                "quotes), which is where prompt lookup shines.")
+                "quotes), which is where prompt lookup shines. Race it to measure the "
+                "speedup on this machine.")
     if h >= NOT_WORTH_IT:
         return (f"Sometimes. With n = {best}, lookup would have predicted {share}. Expect "
                 "a gain on replies that repeat the conversation and little on the rest.")
@@ -73,7 +108,7 @@ class LookupEstimateWidget(QWidget):
         self.setObjectName("lookupView")
         self._conversations: list[PastConversation] = []
         self._estimate: LookupEstimate | None = None
-        self._measured: dict[str, float] = {}
+        self._measured: dict[str, LookupMeasurement] = {}
         self._busy = False
         self._build()
 
@@ -176,14 +211,23 @@ class LookupEstimateWidget(QWidget):
             self.summary.setText("Replaying n-gram lookup over the chosen replies…")
         self._update_buttons()
 
-    def set_measured_alpha(self, source: str, alpha: float | None) -> None:
-        """Show an α measured with prompt lookup elsewhere (``source``: "this window's
-        race", "the k sweep"); None removes it."""
-        if alpha is None:
+    def set_measured_alpha(self, source: str, alpha: float | None, *,
+                           drafted: int | None = None, speedup: float | None = None) -> None:
+        """Show prompt lookup as measured elsewhere (``source``: "this window's race", "the
+        k sweep"): its α, the drafts it rests on and the decode speedup over speculation
+        off. With neither α nor a speedup the entry is removed. The verdict takes a
+        measured speedup into account."""
+        if alpha is None and speedup is None:
             self._measured.pop(source, None)
         else:
-            self._measured[source] = alpha
+            self._measured[source] = LookupMeasurement(source, alpha, drafted, speedup)
         self._update_measured()
+        if self._estimate is not None:
+            self.verdict_label.setText(verdict(self._estimate, self.measurements()))
+
+    def measurements(self) -> list[LookupMeasurement]:
+        """What was measured with prompt lookup in this window (races, sweeps)."""
+        return list(self._measured.values())
 
     def show_estimate(self, estimate: LookupEstimate) -> None:
         self._busy = False
@@ -204,7 +248,7 @@ class LookupEstimateWidget(QWidget):
                 self.table.setItem(i, j, item)
         self.summary.setText(f"{estimate.replies} assistant replies, {estimate.reply_tokens} "
                              "tokens replayed.")
-        self.verdict_label.setText(verdict(estimate))
+        self.verdict_label.setText(verdict(estimate, self.measurements()))
         self._update_measured()
         self._update_buttons()
 
@@ -219,12 +263,13 @@ class LookupEstimateWidget(QWidget):
         alpha, n = measured_lookup_alpha(self.selected_conversations())
         if alpha is not None:
             out.append(("stored prompt-lookup replies of these conversations", alpha, n))
-        out += [(src, a, None) for src, a in self._measured.items()]
+        out += [(m.source, m.alpha, None) for m in self._measured.values() if m.alpha is not None]
         return out
 
     def _update_measured(self) -> None:
         entries = self.measured_entries()
-        if not entries:
+        timed = [m for m in self._measured.values() if m.speedup is not None]
+        if not entries and not timed:
             self.measured_label.setText(
                 "No α measured with prompt lookup yet (chat with prompt lookup on, or race "
                 "with it here, to have one to compare).")
@@ -234,7 +279,13 @@ class LookupEstimateWidget(QWidget):
             self._estimate is not None and self._estimate.best_n is not None) else None
         for src, a, n in entries:
             extra = f" ({n} repl{'y' if n == 1 else 'ies'})" if n is not None else ""
+            m = self._measured.get(src)
+            if m is not None and m.drafted is not None:
+                extra = f" ({m.drafted} draft{'s' if m.drafted != 1 else ''}"
+                extra += ", too few to tell)" if m.drafted < MIN_DRAFTED_FOR_ESTIMATE else ")"
             lines.append(f"Measured α = <b>{a:.2f}</b> in {src}{extra}")
+        for m in timed:
+            lines.append(f"Measured speedup = <b>{m.speedup:.2f}×</b> in {m.source}")
         if best is not None and best.precision is not None:
             lines.append(f"Estimated precision at n = {best.n}: <b>{best.precision:.2f}</b>")
         self.measured_label.setText("<br>".join(lines))

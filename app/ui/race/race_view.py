@@ -64,6 +64,7 @@ class RaceViewWidget(QWidget):
         super().__init__(parent)
         self.setObjectName("raceView")
         self._rec: RaceRecording | None = None
+        self._next_on_subtitle = ""
         self._t0 = 0.0
         self._last_counters = 0.0
         self._replaying = False
@@ -204,13 +205,18 @@ class RaceViewWidget(QWidget):
         return self._rec is not None and not self._replaying
 
     def set_lane_titles(self, on_subtitle: str) -> None:
-        """Describe the "on" side before a race ("prompt lookup, k = 4")."""
-        self.on_pane.set_subtitle(on_subtitle)
+        """Describe the "on" side of the next race ("prompt lookup, k = 4"). While a race
+        is shown, its lane keeps the drafter and k of that run (the controls may already
+        say something else); the new words appear when the next race begins."""
+        self._next_on_subtitle = on_subtitle
+        if self._rec is None:
+            self.on_pane.set_subtitle(on_subtitle)
 
     def begin_race(self) -> None:
         """Clear both panes and the table: a new race starts running."""
         self.stop_replay()
         self._rec = None
+        self.on_pane.set_subtitle(self._next_on_subtitle)
         self.off_pane.clear("Running…")
         self.on_pane.clear("Waiting for the first run…")
         self._set_results_visible(False)

@@ -514,9 +514,11 @@ class RaceWindow(QMainWindow):
             return
         self.race_view.show_recording(rec)
         s = r.on.stats
-        self.calculator.set_measured(s.acceptance_rate, s.draft_cost_ratio, s.draft_max or None)
+        self.calculator.set_measured(s.acceptance_rate, s.draft_cost_ratio, s.draft_max or None,
+                                     drafted=s.drafted)
         if s.mode == "prompt-lookup":
-            self.lookup_view.set_measured_alpha("this window's race", s.acceptance_rate)
+            self.lookup_view.set_measured_alpha("this window's race", s.acceptance_rate,
+                                                drafted=s.drafted, speedup=r.measured_speedup)
         if s.fallback_reason:
             self._show_message(s.fallback_reason, "warning")
 
@@ -580,7 +582,10 @@ class RaceWindow(QMainWindow):
             return
         self.sweep_view.show_result(done.result)
         if self.speculation().mode == "prompt-lookup":
-            self.lookup_view.set_measured_alpha("the k sweep", done.result.acceptance_rate)
+            speedups = [p.measured_speedup for p in done.result.points
+                        if p.measured_speedup is not None]
+            self.lookup_view.set_measured_alpha("the k sweep", done.result.acceptance_rate,
+                                                speedup=max(speedups, default=None))
 
     # -- prompt-lookup estimate -------------------------------------------------------
     def start_estimate(self) -> bool:

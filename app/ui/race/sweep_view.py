@@ -48,14 +48,46 @@ _OFF = QColor("#8a94a3")
 _BEST = QColor("#2f855a")
 #: the y axis reaches at most this multiple of the fastest measured figure
 CLIP_FACTOR = 2.5
-CAPTION = (
-    "Each point is one k: the same prompt and seed, decode tok/s with the prefill excluded. "
-    "The predicted curve is E(α, k) / (1 + c·k) from the α (pooled over every k) and the "
-    "median c this sweep measured, multiplied by the decode tok/s of speculation off in the "
-    "same sweep, so a predicted 1× lies on the dotted line.")
-CLIPPED_NOTE = (
-    " The curve leaves the chart at the top: it assumes the target checks k + 1 tokens in "
-    "the time of one, which this machine does not, so it lies far above what was measured.")
+CAPTION = ("Each point is one k: the same prompt and seed, decode tok/s with the prefill "
+           "excluded.")
+
+
+def sweep_caption(result: KSweepResult, y_max: float) -> str:
+    """The words under the chart, true of the chart drawn with a y axis up to ``y_max``.
+
+    The predicted curve is described only when it is drawn, the dotted line only when
+    speculation off was measured, and "leaves the chart" is said only for the k whose
+    prediction lies above ``y_max``, with how far the measured points there fall short.
+    """
+    parts = [CAPTION]
+    predicted = list(result.predicted_tps)
+    if predicted:
+        parts.append(
+            "The predicted curve is E(α, k) / (1 + c·k) from the α (pooled over every k) and "
+            "the median c this sweep measured, multiplied by the decode tok/s of speculation "
+            "off in the same sweep, so a predicted 1× lies on the dotted line.")
+        above = [(k, y) for k, y in predicted if y > y_max]
+        if above:
+            measured = {p.k: p.decode_tps for p in result.points if p.decode_tps is not None}
+            pred = dict(predicted)
+            shares = [measured[k] / pred[k] for k, _ in above if k in measured and pred[k] > 0]
+            top_k, top_y = max(above, key=lambda kv: kv[1])
+            text = (f"The curve leaves the chart at the top for k ≥ {above[0][0]} (it reaches "
+                    f"{top_y:.0f} tok/s at k = {top_k}).")
+            if shares:
+                text += (f" The points measured there reach at most {max(shares) * 100:.0f} % "
+                         "of it: the formula assumes the target checks k + 1 tokens in the "
+                         "time of one.")
+            parts.append(text)
+    elif result.plain_decode_tps is None:
+        parts.append("No predicted curve: speculation off was not measured.")
+    elif result.acceptance_rate is None:
+        parts.append("No predicted curve: nothing was drafted, so there is no α.")
+    else:
+        parts.append("No predicted curve: the draft cost ratio c was not measured.")
+    if result.plain_decode_tps is not None:
+        parts.append("The dotted line is speculation off.")
+    return " ".join(parts)
 
 
 def parse_ks(text: str) -> tuple[int, ...]:
@@ -301,7 +333,6 @@ class KSweepWidget(QWidget):
                 best.append(QPointF(result.recommended_k, best_tps))
             series.append(best)
 
-        clipped = False
         seen = [y for _, y in measured] + ([plain] if plain else [])
         ys = seen + [y for _, y in predicted]
         y_max = max(ys, default=1.0) * 1.15 or 1.0
@@ -309,7 +340,6 @@ class KSweepWidget(QWidget):
             # The textbook curve can sit far above what a CPU measures; keep the measured
             # points readable and let the curve leave the plot at the top.
             y_max = CLIP_FACTOR * max(seen)
-            clipped = bool(predicted)
         ax = QValueAxis()
         ax.setTitleText("draft length k")
         ax.setRange(0, x_max)
@@ -328,7 +358,8 @@ class KSweepWidget(QWidget):
             chart.addSeries(s)
             s.attachAxis(ax)
             s.attachAxis(ay)
-        self.caption.setText(CAPTION + (CLIPPED_NOTE if clipped else ""))
+        # after applyNiceNumbers: the caption describes the axis actually drawn
+        self.caption.setText(sweep_caption(result, ay.max()))
         # the "measured k" dots repeat the line's points: no second legend entry
         for marker in chart.legend().markers(dots):
             marker.setVisible(False)

@@ -1,0 +1,121 @@
+"""Numbers that mislead in the race window, fixed (issue 9): the lane header keeps the k
+of the run it reports, the k-sweep caption says only what is true of the chart, the
+calculator does not offer an α measured on almost no drafts, and "Is prompt lookup worth
+it?" takes a measured race into account."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine.bench import KSweepPoint, KSweepResult
+from app.engine.lookup_estimate import LookupEstimate, NgramHits
+from app.engine.sampling import SamplingParams
+from app.engine.session import Session, SpeculationConfig
+from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE, predicted_speedup
+from app.ui.race import RaceWindow
+from app.ui.race.calculator import SpeedupCalculatorWidget
+from app.ui.race.lookup_view import LookupEstimateWidget, LookupMeasurement, verdict
+from app.ui.race.sweep_view import KSweepWidget
+
+RACE_TIMEOUT_MS = 240_000
+
+
+def test_lane_header_keeps_the_k_of_the_race_shown(qtbot, tiny_session: Session) -> None:
+    w = RaceWindow(tiny_session, sampling=SamplingParams(temperature=0.0, seed=1, max_tokens=12),
+                   speculation=SpeculationConfig(mode="draft-model", draft_max=4, adaptive=True),
+                   prompt="▁def ▁x ( ▁y ) : ▁return ▁y")
+    qtbot.addWidget(w)
+    w.show()
+    assert w.start_race()
+    qtbot.waitUntil(lambda: not w.busy, timeout=RACE_TIMEOUT_MS)
+    assert w.race_view.recording is not None
+    shown = w.race_view.on_pane.subtitle.text()
+    assert shown.startswith("draft model") and shown.endswith(", k ≤ 4 (adaptive)")
+    w.set_race_settings(k=8, adaptive=False)  # the controls now say something else …
+    assert w.race_view.on_pane.subtitle.text() == shown  # … the run shown does not
+    w.race_view.skip_replay()
+    assert w.race_view.table.horizontalHeaderItem(2).text().endswith("k ≤ 4 (adaptive)")
+    assert w.start_race()  # the next race is described by the new settings
+    assert w.race_view.on_pane.subtitle.text() == "draft model, k = 8"
+    qtbot.waitUntil(lambda: not w.busy, timeout=RACE_TIMEOUT_MS)
+    w.close()
+
+
+def _sweep(predicted_speedups: list[float], measured: list[float], plain: float = 40.0,
+           alpha: float | None = 0.9) -> KSweepResult:
+    ks = list(range(1, len(measured) + 1))
+    points = tuple(KSweepPoint(k=k, decode_tps=m, acceptance_rate=alpha,
+                               mean_acceptance_length=1.5, draft_cost_ratio=0.01,
+                               predicted_speedup=p, measured_speedup=m / plain, identical=True)
+                   for k, m, p in zip(ks, measured, predicted_speedups, strict=True))
+    curve = tuple(zip(ks, predicted_speedups, strict=True)) if alpha is not None else ()
+    return KSweepResult(plain, points, alpha, 0.01 if alpha is not None else None, curve,
+                        recommended_k=1, predicted_best_k=len(ks))
+
+
+def _y_max(view: KSweepWidget) -> float:
+    from PySide6.QtCore import Qt
+
+    [ay] = view.chart.axes(Qt.Orientation.Vertical)
+    return float(ay.max())
+
+
+def test_sweep_caption_says_the_curve_leaves_the_chart_only_when_it_does(qtbot) -> None:
+    view = KSweepWidget()
+    qtbot.addWidget(view)
+    # predictions up to 105 tok/s over points up to 46: above 2.5 × the fastest point
+    # with the margin (the old test for clipping), yet the whole curve fits the axis
+    view.show_result(_sweep([1.3, 1.9, 2.4, 2.625], [44.0, 46.0, 45.0, 43.0]))
+    y_top = _y_max(view)
+    assert max(y for _, y in view.series_points("predicted")) <= y_top
+    assert "leaves the chart" not in view.caption.text()
+    assert "predicted curve is" in view.caption.text()
+    # the textbook curve far above a CPU's points: clipped, and said for the right k
+    view.show_result(_sweep([1.9, 2.7, 3.4, 4.0], [44.0, 40.0, 36.0, 30.0]))
+    y_top = _y_max(view)
+    above = [x for x, y in view.series_points("predicted") if y > y_top]
+    assert above, "the test needs a clipped curve"
+    assert f"leaves the chart at the top for k ≥ {int(above[0])}" in view.caption.text()
+    # no α: no predicted curve, and the caption does not describe one
+    view.show_result(_sweep([1.0, 1.0], [40.0, 41.0], alpha=None))
+    assert view.series_points("predicted") == []
+    assert "predicted curve is" not in view.caption.text()
+    assert "nothing was drafted" in view.caption.text()
+
+
+def test_calculator_does_not_offer_an_alpha_from_almost_no_drafts(qtbot) -> None:
+    calc = SpeedupCalculatorWidget()
+    qtbot.addWidget(calc)
+    assert predicted_speedup(1.0, 16, 0.001) > 15  # what 1 lucky draft would predict
+    calc.set_measured(1.0, 0.001, 16, drafted=2)
+    assert not calc.measured_button.isEnabled()
+    assert "too few" in calc.measured_button.text() and "2 tokens" in calc.measured_button.text()
+    calc.set_measured(0.8, 0.01, 4, drafted=MIN_DRAFTED_FOR_ESTIMATE)
+    assert calc.measured_button.isEnabled()
+    calc.measured_button.click()
+    assert calc.alpha_spin.value() == pytest.approx(0.8) and calc.k_spin.value() == 4
+
+
+def _estimate(hit_rate: float) -> LookupEstimate:
+    n = 100
+    return LookupEstimate((NgramHits(2, positions=n, lookups=n, hits=int(hit_rate * n)),), 3, n)
+
+
+def test_lookup_verdict_takes_a_measured_race_into_account(qtbot) -> None:
+    est = _estimate(0.5)
+    assert verdict(est).startswith("Likely worth it")  # the replay alone
+    slow = [LookupMeasurement("this window's race", 0.9, drafted=40, speedup=0.46)]
+    text = verdict(est, slow)
+    assert "worth it" not in text.lower().split(".")[0] and text.startswith("Not on this machine")
+    assert "0.46×" in text
+    fast = [LookupMeasurement("the k sweep", 0.9, speedup=1.31)]
+    assert verdict(est, fast).startswith("Worth it here") and "1.31×" in verdict(est, fast)
+
+    view = LookupEstimateWidget()
+    qtbot.addWidget(view)
+    view.show_estimate(est)
+    assert view.verdict_label.text().startswith("Likely worth it")
+    view.set_measured_alpha("this window's race", 1.0, drafted=2, speedup=0.46)
+    assert view.verdict_label.text().startswith("Not on this machine")
+    assert "too few to tell" in view.measured_label.text()
+    assert "0.46×" in view.measured_label.text()

@@ -1,0 +1,62 @@
+"""Numbers that mislead, fixed (issue 9): the gauge and the reply footer say when α rests
+on few drafts or on none, and hold the predicted speedup until it means something."""
+
+from __future__ import annotations
+
+from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE, SpecStats, acceptance_interval
+from app.ui.chat.chat_view import reply_footer
+from app.ui.gauge.gauge_panel import SpeculationGaugeWidget
+
+
+def _stats(drafted: int, accepted: int, **kw: object) -> SpecStats:
+    base = dict(mode="prompt-lookup", draft_max=4, emitted=accepted + 10, rounds=10,
+                draft_rounds=max(1, drafted // 4) if drafted else 0, drafted=drafted,
+                proposed=drafted, accepted=accepted, decode_time=1.0, draft_time=0.001,
+                target_step_time=0.02, accepted_at=(accepted, 0, 0, 0),
+                drafted_at=(drafted, 0, 0, 0))
+    base.update(kw)
+    return SpecStats(**base)  # type: ignore[arg-type]
+
+
+def test_finished_reply_without_drafts_does_not_say_yet(qtbot) -> None:
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    g.begin_reply("prompt-lookup", 4)
+    g.set_stats(_stats(0, 0))
+    g.refresh()
+    assert g.value_text("alpha") == "— (nothing drafted yet)"  # still streaming
+    g.end_reply(_stats(0, 0), None)
+    assert "yet" not in g.value_text("alpha")
+    assert g.value_text("alpha") == "— (nothing was drafted in this reply)"
+
+
+def test_alpha_from_one_draft_shows_its_count_and_range_and_holds_the_prediction(qtbot) -> None:
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    g.begin_reply("prompt-lookup", 4)
+    one = _stats(1, 1)
+    assert one.predicted_speedup is not None  # the formula would extrapolate from it
+    g.end_reply(one, None)
+    lo, hi = acceptance_interval(1, 1)  # type: ignore[misc]
+    assert g.value_text("alpha") == (
+        f"100%  (1/1; few drafts, 95% range {lo * 100:.0f}–{hi * 100:.0f}%)")
+    assert g.value_text("predicted") == f"— (needs {MIN_DRAFTED_FOR_ESTIMATE} drafts)"
+    enough = _stats(MIN_DRAFTED_FOR_ESTIMATE + 10, MIN_DRAFTED_FOR_ESTIMATE)
+    g.end_reply(enough, None)
+    assert g.value_text("alpha") == f"{enough.acceptance_rate * 100:.0f}%  (30/40)"  # type: ignore[operator]
+    assert g.value_text("predicted") == f"{enough.predicted_speedup:.2f}×"
+
+
+def test_reply_footer_gives_the_count_of_a_few_drafts_alpha() -> None:
+    few = reply_footer(_stats(2, 2).to_dict(), "stop")
+    assert "α 100% (2/2 drafts)" in few
+    many = reply_footer(_stats(40, 30).to_dict(), "stop")
+    assert "α 75%" in many and "drafts)" not in many
+
+
+def test_wilson_interval() -> None:
+    assert acceptance_interval(0, 0) is None
+    lo, hi = acceptance_interval(30, 30)  # type: ignore[misc]
+    assert hi == 1.0 and 0.88 < lo < 0.89
+    lo, hi = acceptance_interval(50, 100)  # type: ignore[misc]
+    assert 0.40 < lo < 0.41 and 0.59 < hi < 0.60
