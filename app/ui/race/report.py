@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 
 from app.engine.race import RaceResult
+from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE
 from app.ui.race.recording import RaceRecording
 
 #: Why k ≤ 2 stays bit-identical on the CPU backend and k ≥ 3 may not. A round verifies
@@ -32,9 +33,19 @@ def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
 
     The engine's :meth:`RaceResult.summary_rows` (TTFT, decode tok/s, end-to-end time,
     tokens, α, τ, measured and predicted speedup, identical text) plus the end-to-end
-    speedup (end-to-end time off ÷ on, prefill included) after the measured one.
+    speedup (end-to-end time off ÷ on, prefill included) after the measured one. When α
+    rests on fewer than :data:`~app.engine.stats.MIN_DRAFTED_FOR_ESTIMATE` drafts, its
+    row gives the count and the predicted speedup is held.
     """
     rows = list(result.summary_rows())
+    s = result.on.stats
+    if s.acceptance_rate is not None and s.few_drafts:
+        # α and the prediction built on it rest on a handful of drafts: say so.
+        for i, (name, off, _on) in enumerate(rows):
+            if name == "acceptance rate α":
+                rows[i] = (name, off, f"{s.acceptance_rate:.2f} ({s.accepted}/{s.drafted} drafts)")
+            elif name == "predicted speedup":
+                rows[i] = (name, off, f"— (needs {MIN_DRAFTED_FOR_ESTIMATE} drafts)")
     e2e = result.end_to_end_speedup
     extra = ("end-to-end speedup", "1.00×", "—" if e2e is None else f"{e2e:.2f}×")
     for i, row in enumerate(rows):
@@ -94,7 +105,7 @@ def prediction_note(result: RaceResult, cpu_backend: bool) -> str | None:
     limited by memory bandwidth (GPUs); on a CPU a batch costs more.
     """
     ms, ps = result.measured_speedup, result.predicted_speedup
-    if ms is None or ps is None or ps < 1.25 * ms:
+    if ms is None or ps is None or ps < 1.25 * ms or result.on.stats.few_drafts:
         return None
     where = "on this CPU backend" if cpu_backend else "on this machine"
     return (f"The prediction ({ps:.2f}×) assumes the target checks k + 1 tokens in the time "

@@ -3,6 +3,8 @@ table and Markdown, k parsing, the lookup verdict, and reading past conversation
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from app.engine.events import StatsUpdate, TextDelta
@@ -105,8 +107,16 @@ def test_table_rows_have_every_figure_of_the_issue() -> None:
     assert rows["decode tok/s"] == ("2.0", "8.0")
     assert rows["measured speedup (decode)"][1] == "4.00×"
     assert rows["end-to-end speedup"][1] == "2.50×"
-    assert rows["acceptance rate α"][1] == "0.50"
     assert rows["identical text"][1] == "yes"
+    # α from 4 drafts: the count is shown and the prediction held
+    assert rows["acceptance rate α"][1] == "0.50 (2/4 drafts)"
+    assert rows["predicted speedup"][1] == "— (needs 30 drafts)"
+    r = _race()
+    enough = dataclasses.replace(r, on=dataclasses.replace(
+        r.on, stats=dataclasses.replace(r.on.stats, drafted=40, accepted=20, proposed=40)))
+    rows = {name: (off, on) for name, off, on in race_table_rows(enough)}
+    assert rows["acceptance rate α"][1] == "0.50"
+    assert rows["predicted speedup"][1].endswith("×")
 
 
 def test_difference_is_explained_with_the_index_and_cpu_note_for_k_3_and_up() -> None:
@@ -177,6 +187,11 @@ def test_headline_and_prediction_note() -> None:
 
     r = _race()
     assert speedup_headline(r) == "Speculation decoded 4.00× as fast, and finished 2.50× sooner."
+    few_slow = dataclasses.replace(r, on=dataclasses.replace(
+        r.on, stats=dataclasses.replace(r.on.stats, decode_time=1.5)))
+    assert prediction_note(few_slow, cpu_backend=True) is None  # 4 drafts: no prediction
+    r = dataclasses.replace(r, on=dataclasses.replace(
+        r.on, stats=dataclasses.replace(r.on.stats, drafted=40, accepted=20, proposed=40)))
     assert prediction_note(r, cpu_backend=True) is None  # measured beats predicted
     slow_on = dataclasses.replace(r.on, stats=dataclasses.replace(r.on.stats, decode_time=1.5))
     slow = dataclasses.replace(r, on=slow_on)
