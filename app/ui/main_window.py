@@ -56,6 +56,7 @@ from app.ui.chat.chat_view import ChatViewWidget, MessageView, MessageWidget, re
 from app.ui.chat.conversation_list import ConversationListWidget
 from app.ui.chat.input_box import ChatInputWidget
 from app.ui.chat.markdown_render import warm_up as warm_up_markdown
+from app.ui.chat.starter_prompts import load_starter_prompts
 from app.ui.gauge.gauge_panel import SpeculationGaugeWidget
 from app.ui.model_bar import ModelBarWidget
 from app.ui.panels import MessageBarWidget, SystemPromptWidget, WelcomeWidget
@@ -321,6 +322,7 @@ class MainWindow(QMainWindow):
         self.system_prompt.system_prompt_edited.connect(self._on_system_prompt_system_prompt_edited)
         self.chat.edit_clicked.connect(self._on_chat_edit_clicked)
         self.chat.regenerate_clicked.connect(self._on_chat_regenerate_clicked)
+        self.chat.starter_prompt_clicked.connect(self.send_message)
         self.input.submitted.connect(self._on_input_submitted)
         self.gauge.tint_toggled.connect(self._on_gauge_tint_toggled)
         self.sampling_panel.sampling_changed.connect(self._on_sampling_panel_sampling_changed)
@@ -448,6 +450,7 @@ class MainWindow(QMainWindow):
             return
         self.loading = True
         self.model_info = None
+        self.chat.set_starter_prompts(())
         self.model_bar.set_model(None)
         self.model_bar.set_loading(True, 0.0, f"Loading {target.name}")
         self.gauge.set_baseline(None)
@@ -512,6 +515,8 @@ class MainWindow(QMainWindow):
         self.model_bar.set_loading(False)
         self.model_bar.set_model(info)
         self.gauge.set_cpu_only(info.n_gpu_layers == 0)
+        self.chat.set_starter_prompts(load_starter_prompts(not info.uses_fallback_template),
+                                      base_model=info.uses_fallback_template)
         self.settings.model.target_path = info.target_path
         self.save_settings_soon()
         if self.message_bar.current is not None and self.message_bar.current.title.startswith(

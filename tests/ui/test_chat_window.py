@@ -529,3 +529,35 @@ def test_system_prompt_is_sent_and_context_overflow_is_a_message(
     assert [m.role for m in msgs] == ["user", "assistant", "user"]
     assert window.chat.messages[-1].role == "user"
     assert window.send_button.isEnabled() and window.send_button.text() == "Send"
+
+
+def test_empty_chat_offers_starters_for_a_base_model_and_one_click_sends(qtbot, window) -> None:
+    # Gemma 3 270M has no chat template: continuations are offered, and a click sends.
+    from app.ui.chat.starter_prompts import load_starter_prompts
+
+    assert window.model_info.uses_fallback_template
+    starters = window.chat.starters
+    assert starters.isVisible()
+    assert starters.prompts == load_starter_prompts(False)
+    starters.buttons[0].click()
+    assert window.reply is not None and not starters.isVisible()
+    wait_reply(qtbot, window)
+    [user, reply] = _stored_reply(window)
+    assert user.content == load_starter_prompts(False)[0].prompt and reply.status == "done"
+
+
+def test_instruct_model_gets_the_instruct_starters(qtbot, ui_settings: Settings,
+                                                   smollm_path: Path) -> None:
+    from app.ui.chat.starter_prompts import load_starter_prompts
+    from app.ui.main_window import MainWindow
+
+    ui_settings.model.target_path = smollm_path
+    w = MainWindow(LoadedSettings(ui_settings))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.model_info is not None or w.message_bar.current is not None,
+                    timeout=LOAD_TIMEOUT_MS)
+    assert w.model_info is not None and not w.model_info.uses_fallback_template
+    assert w.chat.starters.isVisible()
+    assert w.chat.starters.prompts == load_starter_prompts(True)
+    w.close()

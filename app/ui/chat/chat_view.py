@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE
 from app.ui.chat.draft_tint import apply_tint, tinted_ranges
 from app.ui.chat.markdown_render import TINT_COLOR, render_markdown
+from app.ui.chat.starter_prompts import StarterPrompt, StarterPromptsWidget
 
 _DOCUMENT_CSS = """
 p { margin-top: 0px; margin-bottom: 6px; }
@@ -293,6 +294,8 @@ class ChatViewWidget(QScrollArea):
     """A user message's Edit was clicked (message id)."""
     regenerate_clicked = Signal(int)
     """A reply's Regenerate was clicked (message id)."""
+    starter_prompt_clicked = Signal(str)
+    """A starter prompt of the empty chat was clicked (its text, to send)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -304,6 +307,10 @@ class ChatViewWidget(QScrollArea):
         self._layout = QVBoxLayout(self._container)
         self._layout.setContentsMargins(12, 12, 12, 12)
         self._layout.setSpacing(10)
+        self.starters = StarterPromptsWidget(self._container)
+        self.starters.starter_prompt_clicked.connect(self.starter_prompt_clicked)
+        self.starters.hide()
+        self._layout.addWidget(self.starters)
         self._layout.addStretch(1)
         self.setWidget(self._container)
         self._messages: list[MessageWidget] = []
@@ -329,6 +336,16 @@ class ChatViewWidget(QScrollArea):
             w.deleteLater()
         self._messages = []
         self._stick = True
+        self._update_starters()
+
+    def set_starter_prompts(self, prompts: Sequence[StarterPrompt], *,
+                            base_model: bool = False) -> None:
+        """Offer these starters while the chat is empty (none: no starters)."""
+        self.starters.set_prompts(prompts, base_model=base_model)
+        self._update_starters()
+
+    def _update_starters(self) -> None:
+        self.starters.setVisible(bool(self.starters.prompts) and not self._messages)
 
     def set_messages(self, views: Sequence[MessageView]) -> None:
         self.clear()
@@ -344,6 +361,7 @@ class ChatViewWidget(QScrollArea):
         self._messages.append(w)
         self._stick = True
         self._update_regenerate()
+        self._update_starters()
         return w
 
     def remove_from(self, message_id: int) -> None:
@@ -356,6 +374,7 @@ class ChatViewWidget(QScrollArea):
                 del self._messages[i:]
                 break
         self._update_regenerate()
+        self._update_starters()
 
     def set_tint(self, tint: bool) -> None:
         self._tint = tint
