@@ -150,7 +150,15 @@ class LibraryEntry:
 
     @property
     def name(self) -> str:
+        """The name in the GGUF metadata (``general.name``), else the file name."""
         return self.info.name if self.info is not None else self.file.path.name
+
+    @property
+    def title(self) -> str:
+        """What the library lists the model as: its file name (part 1 of a split model).
+        Metadata names are often a training run's label ("Smollm2 135M 8k Lc100K Mix1
+        Ep2"); the file name is what the user downloaded and can find on disk."""
+        return self.file.path.name
 
     @property
     def usable(self) -> bool:
@@ -306,6 +314,7 @@ class Library:
         lmstudio_dirs: Sequence[Path] | None = None,
         hf_cache_dir: Path | None = None,
     ) -> None:
+        self._from_disk = config is None
         self.config = config if config is not None else load_library_config()
         self._lmstudio_dirs = lmstudio_dirs
         self._hf_cache_dir = hf_cache_dir
@@ -337,6 +346,27 @@ class Library:
         if first not in self.config.files:
             self.config.files = [*self.config.files, first]
         return info
+
+    def covers(self, path: Path) -> bool:
+        """Whether the library already finds ``path`` without reading the disk: it is an
+        opened file, or lies in the models folder or an added folder."""
+        real = Path(os.path.realpath(path.expanduser()))
+        if any(Path(os.path.realpath(f)) == real for f in self.config.files):
+            return True
+        roots = [self.models_dir, *self.config.folders]
+        for root in roots:
+            try:
+                real.relative_to(os.path.realpath(root.expanduser()))
+                return True
+            except ValueError:
+                continue
+        return False
+
+    def reload(self) -> None:
+        """Read the saved configuration again (another window may have added a file).
+        A library made with an explicit ``config`` keeps it."""
+        if self._from_disk:
+            self.config = load_library_config()
 
     def remove(self, path: Path) -> None:
         """Forget an added folder or file (files on disk are not touched)."""
@@ -404,6 +434,30 @@ class Library:
                 continue
             entries.append(entry)
         return entries
+
+
+def remember_opened_model(path: Path) -> bool:
+    """Remember a model the user opened outside the picker (the chat window's
+    "Open GGUF…"), so that the library lists it from now on.
+
+    Nothing is read from the file (it has just loaded). A file the library finds already
+    (an opened file, or in the models folder or an added folder) is left alone. The saved
+    configuration is read and written at once, so other windows' changes are kept.
+
+    Returns:
+        True when ``library.json`` was changed. Never raises: a configuration that
+        cannot be written is logged (the model still loads; it is just not remembered).
+    """
+    try:
+        library = Library()
+        if library.covers(path):
+            return False
+        library.config.files = [*library.config.files, Path(os.path.abspath(path.expanduser()))]
+        library.save()
+        return True
+    except (OSError, ValueError) as exc:
+        log.warning("could not remember %s in the library: %s", path, exc)
+        return False
 
 
 def inspect_model_file(mf: ModelFile) -> LibraryEntry:

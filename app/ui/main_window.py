@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.catalog.library import remember_opened_model
 from app.engine.chat import ChatMessage
 from app.engine.events import TextDelta
 from app.engine.sampling import SamplingParams
@@ -519,6 +520,7 @@ class MainWindow(QMainWindow):
                                       base_model=info.uses_fallback_template)
         self.settings.model.target_path = info.target_path
         self.save_settings_soon()
+        remember_opened_model(info.target_path)  # listed in the picker's library from now on
         if self.message_bar.current is not None and self.message_bar.current.title.startswith(
             ("Could not load", "Loading cancelled", "Model not found")
         ):
@@ -550,6 +552,8 @@ class MainWindow(QMainWindow):
         self.model_bar.progress.setRange(0, 1000)
         self.model_bar.set_loading(False)
         self.model_bar.set_draft_name(change.name)
+        if change.path is not None:
+            remember_opened_model(change.path)
         if self.model_info is not None:
             from dataclasses import replace
 

@@ -172,3 +172,21 @@ def test_drafts_for_lists_compatible_first_with_reasons(gemma_path: Path, smollm
     assert ranked[0].cost_ratio == pytest.approx(gemma_path.stat().st_size / smollm_path.stat().st_size)
     assert ranked[1].result.checks[0].rule == "readable"
     assert drafts_for(gemma, [gemma]) == []
+
+
+def test_remember_opened_model_adds_a_file_once_and_skips_covered_ones(tmp_path: Path) -> None:
+    from app.catalog.library import Library, LibraryConfig, load_library_config, remember_opened_model, save_library_config
+
+    models = tmp_path / "models"
+    (models / "a").mkdir(parents=True)
+    save_library_config(LibraryConfig(models_dir=models, scan_lmstudio=False, scan_hf_cache=False))
+    outside = tmp_path / "elsewhere" / "m.gguf"
+    outside.parent.mkdir()
+    outside.write_bytes(b"GGUF")
+    assert remember_opened_model(outside)
+    assert not remember_opened_model(outside)  # once
+    assert not remember_opened_model(models / "a" / "x.gguf")  # the models folder is scanned
+    assert load_library_config().files == [outside]
+    # a library opened before sees the file after reload()
+    lib = Library(load_library_config())
+    assert lib.covers(outside)

@@ -66,3 +66,19 @@ def test_a_locked_history_database_never_leaves_the_window_stuck(qtbot, window, 
     w.input.setPlainText("keep me")
     assert not w.send_message()
     assert w.input.toPlainText() == "keep me"
+
+
+def test_a_model_opened_in_the_chat_window_is_listed_in_the_library(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    # Issue 9: a model opened with Open GGUF… was not listed until its folder was added.
+    from app.catalog.library import load_library_config
+
+    target = window.model_info.target_path  # loaded from .cache/test-models, not the models folder
+    assert target in load_library_config().files
+    window.model_bar.models_button.click()
+    picker = window.picker
+    qtbot.waitUntil(lambda: not picker.library_tab.scanning, timeout=LOAD_TIMEOUT_MS)
+    titles = [e.title for e in picker.library_tab.entries]
+    assert target.name in titles
+    row = picker.library_tab.model_table.topLevelItem(0)
+    assert row.text(0) == target.name  # the file name is the title
+    picker.close()

@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
 from app.catalog.library import Library, LibraryEntry, drafts_for
 from app.catalog.pairing import DraftCandidate
 from app.catalog.units import format_bytes
+from app.engine.stats import predicted_speedup
 from app.errors import TandemError
 from app.store.settings import SpecMode
 from app.ui.payloads import UserError
@@ -57,8 +58,8 @@ from app.ui.picker.payloads import DraftsRanked, LibraryScanned, ScanProgressed,
 from app.ui.picker.workers import TaskSignals, TaskWorker
 
 GREYED = QColor("#a0aec0")
-MODEL_COLUMNS = ["Name", "Architecture", "Parameters", "Quantization", "Size", "Context",
-                 "Tokenizer", "Chat template", "Location"]
+MODEL_COLUMNS = ["File", "Name in metadata", "Architecture", "Parameters", "Quantization",
+                 "Size", "Context", "Tokenizer", "Chat template", "Location"]
 DRAFT_COLUMNS = ["Drafter", "Size", "c (est.)", "Speedup", "Status"]
 _KIND_ROLE = Qt.ItemDataRole.UserRole
 _INDEX_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -89,8 +90,28 @@ class DrafterChoice:
     @property
     def label(self) -> str:
         if self.candidate is not None:
-            return f"{self.candidate.key.name} ({self.candidate.key.path.name})"
+            return self.candidate.key.title
         return PROMPT_LOOKUP_LABEL if self.mode == "prompt-lookup" else OFF_LABEL
+
+
+def preferred_draft(candidates: tuple[DraftCandidate[LibraryEntry], ...], k: int) -> int | None:
+    """The index of the draft model to preselect, or None for prompt lookup.
+
+    The compatible draft with the best predicted speedup E(α, k) / (1 + c·k) at the
+    assumed α (:data:`ASSUMED_ACCEPTANCE_RATE`), if that beats plain decoding and the
+    draft is small enough to help (no "too large" warning). Otherwise prompt lookup,
+    which costs almost nothing and proposes nothing when it finds no match, so it never
+    predicts a slowdown: a same-size copy of the target (c ≈ 1, about 0.6×) is never
+    preselected.
+    """
+    best: tuple[float, int] | None = None
+    for i, cand in enumerate(candidates):
+        if not cand.useful or cand.cost_ratio is None:
+            continue
+        speedup = predicted_speedup(ASSUMED_ACCEPTANCE_RATE, k, cand.cost_ratio)
+        if speedup > 1.0 and (best is None or speedup > best[0]):
+            best = (speedup, i)
+    return best[1] if best is not None else None
 
 
 def top_items(tree: QTreeWidget) -> list[QTreeWidgetItem]:
@@ -164,6 +185,10 @@ class LibraryTabWidget(QWidget):
         self._wanted_target: Path | None = None
         self._wanted_mode: SpecMode = "prompt-lookup"
         self._wanted_draft: Path | None = None
+        # The target the wanted drafter was chosen for: a saved choice, or a click here.
+        # Any other target gets the drafter with the best predicted speedup.
+        self._wanted_for: Path | None = None
+        self._wanted_clicked = False
         # Carriers owned here, connected once (see app.ui.picker.workers).
         self._scan_signals = TaskSignals(self)
         self._scan_signals.progressed.connect(self._on_scan_worker_progressed)
@@ -268,10 +293,13 @@ class LibraryTabWidget(QWidget):
 
     # -- wishes from the window --------------------------------------------------------
     def set_wanted(self, target: Path | None, mode: SpecMode, draft: Path | None) -> None:
-        """Select this target and drafter when they appear (the saved choice)."""
+        """Select this target and drafter when they appear (the saved choice). A saved draft
+        model that is too large to help is not preselected (see :func:`preferred_draft`)."""
         self._wanted_target = target
         self._wanted_mode = mode
         self._wanted_draft = draft
+        self._wanted_for = target
+        self._wanted_clicked = False
 
     def choose_target(self, path: Path) -> bool:
         """Select the model at ``path`` as the target; False when it is not listed."""
@@ -287,6 +315,8 @@ class LibraryTabWidget(QWidget):
         """Select a drafter in the list; False when it is not listed (yet)."""
         self._wanted_mode = mode
         self._wanted_draft = draft
+        self._wanted_for = self.target.path if self.target is not None else self._wanted_target
+        self._wanted_clicked = True
         item = self._drafter_item(mode, draft)
         if item is None:
             return False
@@ -316,8 +346,12 @@ class LibraryTabWidget(QWidget):
 
     # -- scanning ----------------------------------------------------------------------
     def rescan(self, *, add_file: Path | None = None) -> None:
-        """Scan the library again off the GUI thread (a running scan is cancelled)."""
+        """Scan the library again off the GUI thread (a running scan is cancelled).
+
+        The saved configuration is read again first: the chat window remembers models
+        opened there (:func:`app.catalog.library.remember_opened_model`)."""
         self.cancel_scan()
+        self.library.reload()
         self._scan_generation += 1
         cancel = threading.Event()
         self._scan_cancel = cancel
@@ -368,7 +402,7 @@ class LibraryTabWidget(QWidget):
         keep = self.target.path if self.target is not None else self._wanted_target
         self.entries = entries
         order = sorted(range(len(entries)),
-                       key=lambda i: (not entries[i].usable, entries[i].name.lower()))
+                       key=lambda i: (not entries[i].usable, entries[i].title.lower()))
         self.model_table.blockSignals(True)
         self.model_table.clear()
         for i in order:
@@ -383,7 +417,7 @@ class LibraryTabWidget(QWidget):
         where = f"{source_label(e.file.source)} · {e.file.repo_id or e.path.name}"
         info = e.info
         if info is None or e.error is not None:
-            item = QTreeWidgetItem([f"⚠ {e.path.name}", "—", "—", "—", "—", "—", "—", "—",
+            item = QTreeWidgetItem([f"⚠ {e.path.name}", "—", "—", "—", "—", "—", "—", "—", "—",
                                     e.error or "unreadable"])
             for c in range(len(MODEL_COLUMNS)):
                 item.setForeground(c, QBrush(FAIL_COLOR))
@@ -394,6 +428,7 @@ class LibraryTabWidget(QWidget):
             if info.size_label and params == "—":
                 params = info.size_label
             item = QTreeWidgetItem([
+                e.title,
                 info.name,
                 info.architecture,
                 params,
@@ -405,11 +440,12 @@ class LibraryTabWidget(QWidget):
                 where,
             ])
             item.setToolTip(0, str(e.path))
-            item.setToolTip(6, f"tokenizer model {info.tokenizer_model}, pre-tokenizer "
+            item.setToolTip(1, "general.name in the GGUF metadata")
+            item.setToolTip(7, f"tokenizer model {info.tokenizer_model}, pre-tokenizer "
                                f"{info.tokenizer_pre}; BOS {info.bos_id} (added: {info.add_bos}), "
                                f"EOS {info.eos_id} (added: {info.add_eos})")
             item.setToolTip(len(MODEL_COLUMNS) - 1, str(e.path))
-            for c in (2, 4, 5):
+            for c in (3, 5, 6):
                 item.setTextAlignment(c, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         item.setData(0, _INDEX_ROLE, index)
         return item
@@ -452,7 +488,7 @@ class LibraryTabWidget(QWidget):
         info = target.info
         assert info is not None
         self.drafts_title.setText(
-            f"Drafts for {target.name}  ·  {info.vocab_type} tokenizer, "
+            f"Drafts for {target.title}  ·  {info.vocab_type} tokenizer, "
             f"{format_count(info.n_vocab)} tokens, {format_bytes(info.file_size)}")
         self.draft_list.clear()
         waiting = QTreeWidgetItem(["Checking every model as a draft…"])
@@ -501,17 +537,28 @@ class LibraryTabWidget(QWidget):
         for i in incompatible:
             self.draft_list.addTopLevelItem(self._draft_item(i, candidates[i]))
         self.draft_list.blockSignals(False)
-        chosen = self._drafter_item(self._wanted_mode, self._wanted_draft)
-        if chosen is None or not self._item_usable(chosen):
-            useful = next((i for i in compatible if candidates[i].useful), None)
-            if useful is not None:
-                chosen = self._drafter_item("draft-model", candidates[useful].key.path)
+        chosen = None
+        if self.target is not None and _same_file(self._wanted_for, self.target.path):
+            chosen = self._drafter_item(self._wanted_mode, self._wanted_draft)
+            if chosen is not None and not (self._item_usable(chosen) and (
+                    self._wanted_clicked or self._item_helps(chosen))):
+                chosen = None  # a saved draft too large to help is not preselected
+        if chosen is None:
+            best = preferred_draft(candidates, self.draft_max)
+            if best is not None:
+                chosen = self._drafter_item("draft-model", candidates[best].key.path)
         self.draft_list.setCurrentItem(chosen or lookup)
 
     def _item_usable(self, item: QTreeWidgetItem) -> bool:
         if item.data(0, _KIND_ROLE) != "draft":
             return True
         return self.candidates[int(item.data(0, _INDEX_ROLE))].compatible
+
+    def _item_helps(self, item: QTreeWidgetItem) -> bool:
+        """Not a draft model too large to speed anything up."""
+        if item.data(0, _KIND_ROLE) != "draft":
+            return True
+        return self.candidates[int(item.data(0, _INDEX_ROLE))].useful
 
     def _draft_item(self, index: int, cand: DraftCandidate[LibraryEntry]) -> QTreeWidgetItem:
         entry = cand.key
@@ -522,10 +569,10 @@ class LibraryTabWidget(QWidget):
             status, color = "too large: no speedup to expect", WARN_COLOR
         else:
             status, color = cand.reason, GREYED
-        name = entry.name
-        if sum(1 for c in self.candidates if c.key.name == name) > 1 or (
-                self.target is not None and self.target.name == name):
-            name = f"{name} · {entry.path.name}"  # same general.name: tell the files apart
+        name = entry.title
+        if sum(1 for c in self.candidates if c.key.title == name) > 1 or (
+                self.target is not None and self.target.title == name):
+            name = f"{name} · {entry.path.parent.name}"  # same file name: tell the folders apart
         item = QTreeWidgetItem([
             name,
             size,
@@ -535,7 +582,7 @@ class LibraryTabWidget(QWidget):
         ])
         item.setData(0, _KIND_ROLE, "draft")
         item.setData(0, _INDEX_ROLE, index)
-        item.setToolTip(0, str(entry.path))
+        item.setToolTip(0, f"{entry.name}\n{entry.path}")
         tip = "\n".join((cand.reason, *cand.result.warnings))
         item.setToolTip(4, tip)
         if cand.compatible:
@@ -560,17 +607,19 @@ class LibraryTabWidget(QWidget):
             self.drafter = DrafterChoice("draft-model", cand)
             if cand.compatible:
                 self._wanted_mode, self._wanted_draft = "draft-model", cand.key.path
+                self._wanted_for, self._wanted_clicked = self.target.path, True
             note = ""
             if cand.compatible and cand.cost_ratio is not None:
                 note = (f"Estimated draft cost ratio c ≈ {cand.cost_ratio:.2f} (file sizes); "
                         f"predicted speedup {format_predicted_speedup(cand.cost_ratio, self.draft_max)}"
                         f" at an assumed α = {ASSUMED_ACCEPTANCE_RATE}, k = {self.draft_max}.")
             self.pair_check.show_result(
-                f"Pairing check: {cand.key.name} as the draft for {self.target.name}",
+                f"Pairing check: {cand.key.title} as the draft for {self.target.title}",
                 cand.result, note)
         else:
             self.drafter = DrafterChoice(kind)
             self._wanted_mode, self._wanted_draft = kind, None
+            self._wanted_for, self._wanted_clicked = self.target.path, True
             if kind == "prompt-lookup":
                 self.pair_check.show_message(
                     "Prompt lookup",
@@ -597,6 +646,7 @@ class LibraryTabWidget(QWidget):
     def add_folder(self, folder: Path) -> None:
         """Remember a folder to scan, save the library settings, and rescan."""
         try:
+            self.library.reload()
             self.library.add_folder(folder)
             self.library.save()
         except (TandemError, OSError) as exc:
@@ -608,6 +658,7 @@ class LibraryTabWidget(QWidget):
         """Use ``folder`` as the models folder (downloads go there) and rescan."""
         try:
             folder.mkdir(parents=True, exist_ok=True)
+            self.library.reload()
             self.library.config.models_dir = folder
             self.library.save()
         except (ValueError, OSError) as exc:

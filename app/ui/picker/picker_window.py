@@ -215,7 +215,7 @@ class ModelPickerWindow(QWidget):
             problem = True
         else:
             size = format_bytes(target.info.file_size) if target.info is not None else ""
-            text = f"Target: {target.name} ({size})"
+            text = f"Target: {target.title} ({size})"
             if self.library_tab.ranking:
                 text += "  ·  checking drafts…"
             elif drafter is None:

@@ -53,10 +53,12 @@ def test_library_lists_models_with_their_metadata_and_broken_files(picker: Model
     rows = _rows(picker)
     assert set(rows) == {GEMMA_FILE, GEMMA_COPY_FILE, SMOLLM_FILE, "broken.gguf"}
     gemma = rows[GEMMA_FILE]
-    assert gemma[:8] == ["Gemma 3 270m", "gemma3", "268M", "Q4_K_M", "253 MB", "32,768",
-                         "SPM · 262,144", "no"]
+    # the file name is the title, the metadata name second
+    assert gemma[:9] == [GEMMA_FILE, "Gemma 3 270m", "gemma3", "268M", "Q4_K_M", "253 MB",
+                         "32,768", "SPM · 262,144", "no"]
     smol = rows[SMOLLM_FILE]
-    assert smol[1:8] == ["llama", "135M", "Q4_1", "98.4 MB", "8,192", "BPE · 49,152", "yes"]
+    assert smol[0] == SMOLLM_FILE and smol[1].startswith("Smollm2 135M")
+    assert smol[2:9] == ["llama", "135M", "Q4_1", "98.4 MB", "8,192", "BPE · 49,152", "yes"]
     broken = rows["broken.gguf"]
     assert broken[0] == "⚠ broken.gguf" and "not a usable GGUF" in broken[-1]
     # usable models first, the broken file last
@@ -70,13 +72,15 @@ def test_gemma_target_lists_compatible_gemma_above_greyed_smollm(qtbot, picker: 
     tab = picker.library_tab
     rows = tab.draft_rows()
     names = [r[0] for r in rows]
-    gemma = next(i for i, r in enumerate(rows) if r[0].startswith("Gemma 3 270m"))
-    smol = next(i for i, r in enumerate(rows) if r[0].startswith("Smollm2"))
+    gemma = next(i for i, r in enumerate(rows) if r[0] == GEMMA_COPY_FILE)
+    smol = next(i for i, r in enumerate(rows) if r[0] == SMOLLM_FILE)
     assert gemma < names.index(PROMPT_LOOKUP_LABEL) < names.index(OFF_LABEL) < smol
     assert rows[gemma][1:] == ("too large: no speedup to expect", False)  # compatible, c = 1
     assert rows[smol][1].startswith("vocab_type: target SPM, draft BPE") and rows[smol][2]
     broken = next(r for r in rows if r[0] == "broken.gguf")
     assert broken[1].startswith("readable:") and broken[2]
+    # the same-size copy is "too large": prompt lookup is preselected, not the copy
+    assert tab.drafter is not None and tab.drafter.mode == "prompt-lookup"
     # the estimated c and the labelled prediction for the compatible draft
     item = tab.draft_list.topLevelItem(gemma)
     assert item.text(2) == "≈ 1.00" and item.text(3).endswith("×")
@@ -141,16 +145,52 @@ def test_prompt_lookup_choice_updates_a_settings_object_passed_in(qtbot, models_
 def test_saved_choice_is_selected_when_the_picker_opens(qtbot, models_dir: Path) -> None:  # type: ignore[no-untyped-def]
     s = Settings()
     s.model.target_path = models_dir / GEMMA_FILE
+    s.model.draft_path = None
+    s.speculation.mode = "off"
+    save_settings(s)
+    w = ModelPickerWindow()
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: w.library_tab.drafter is not None, timeout=SCAN_TIMEOUT_MS)
+    assert w.library_tab.target is not None and w.library_tab.target.path == models_dir / GEMMA_FILE
+    assert w.library_tab.drafter.mode == "off"  # the saved choice for this target
+    assert w.choice() is not None
+    assert w.shutdown()
+
+
+def test_a_saved_draft_too_large_to_help_is_not_preselected(qtbot, models_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    # Issue 9: for a Gemma target the preselected draft was a same-size copy marked
+    # "too large" (predicted 0.6×) instead of prompt lookup.
+    s = Settings()
+    s.model.target_path = models_dir / GEMMA_FILE
     s.model.draft_path = models_dir / GEMMA_COPY_FILE
     s.speculation.mode = "draft-model"
     save_settings(s)
     w = ModelPickerWindow()
     qtbot.addWidget(w)
     qtbot.waitUntil(lambda: w.library_tab.drafter is not None, timeout=SCAN_TIMEOUT_MS)
-    assert w.library_tab.target is not None and w.library_tab.target.path == models_dir / GEMMA_FILE
+    assert w.library_tab.drafter.mode == "prompt-lookup"
+    # choosing it by hand is still allowed, and a rescan keeps the user's choice
+    assert w.library_tab.choose_drafter("draft-model", models_dir / GEMMA_COPY_FILE)
+    with qtbot.waitSignal(w.library_tab.drafts_ranked, timeout=SCAN_TIMEOUT_MS):
+        w.library_tab.rescan()
+    qtbot.waitUntil(lambda: w.library_tab.drafter is not None, timeout=SCAN_TIMEOUT_MS)
     assert w.library_tab.drafter.draft_path == models_dir / GEMMA_COPY_FILE
-    assert w.choice() is not None
     assert w.shutdown()
+
+
+def test_preferred_draft_is_the_best_predicted_speedup(models_dir: Path) -> None:
+    from app.catalog.library import Library
+    from app.catalog.pairing import DraftCandidate, PairResult
+    from app.ui.picker.library_tab import preferred_draft
+
+    [entry] = [e for e in Library().scan() if e.path.name == GEMMA_FILE]
+    ok = PairResult(True, ())
+    big = PairResult(True, (), ("too large",))
+    cands = (DraftCandidate(entry, big, 1.0), DraftCandidate(entry, ok, 0.2),
+             DraftCandidate(entry, ok, 0.05), DraftCandidate(entry, ok, None))
+    assert preferred_draft(cands, 4) == 2  # the smallest c predicts the most at equal α
+    assert preferred_draft(cands[:1], 4) is None  # only a copy too large: prompt lookup
+    assert preferred_draft((DraftCandidate(entry, ok, 0.45),), 4) is None  # predicts < 1×
 
 
 def test_open_gguf_and_add_folder(qtbot, picker: ModelPickerWindow, tiny_target: Path,  # type: ignore[no-untyped-def]
