@@ -1,6 +1,7 @@
 """The curated catalog: target/draft pairs people run, as data in ``resources/catalog``.
 
-``resources/catalog/pairs.json`` lists pairs (Qwen2.5 7B + 0.5B, Qwen3 8B + 0.6B, …), each
+``resources/catalog/pairs.json`` lists pairs (SmolLM2 1.7B + 135M and Qwen2.5 1.5B + 0.5B for a
+CPU, Qwen2.5 7B + 0.5B, Qwen3 8B + 0.6B, Gemma 3 with 270M and 1B, …), each
 side with its GGUF repository on the Hugging Face Hub and the file for every offered
 quantization. Sizes in the file are approximate; :mod:`app.catalog.hub` reads the real
 size and sha256 from the hub before a download and verifies the file against them.
@@ -28,7 +29,10 @@ class CuratedFile(_Frozen):
     """One quantization of a model: its file in the repository.
 
     ``file`` is part 1 (``…-00001-of-0000N.gguf``) when ``parts`` > 1. ``size_bytes`` is
-    the size of all parts together, approximate when ``size_approx``.
+    the size of all parts together, approximate when ``size_approx``. ``name_confirmed``
+    records whether the repository and file name were confirmed when the catalog was
+    written, and ``confirmed_by`` how (the public material that names them); the pairing
+    check before a download reads the real file either way.
     """
 
     quant: str = Field(min_length=1)
@@ -36,6 +40,14 @@ class CuratedFile(_Frozen):
     size_bytes: int = Field(gt=0)
     size_approx: bool = True
     parts: int = Field(1, ge=1, le=999)
+    name_confirmed: bool = False
+    confirmed_by: str | None = None
+
+    @model_validator(mode="after")
+    def _confirmation_says_how(self) -> CuratedFile:
+        if self.name_confirmed and not (self.confirmed_by or "").strip():
+            raise ValueError("name_confirmed needs confirmed_by: how and against what")
+        return self
 
     @property
     def filenames(self) -> list[str]:
