@@ -180,12 +180,9 @@ def _run_pair(args: argparse.Namespace) -> int:
 
 
 def _remote(spec: str) -> Any:
-    from app.catalog.hub import RemoteFile
+    from app.catalog.hub import parse_hub_file
 
-    parts = spec.removeprefix("hf:").split("/", 2)
-    if len(parts) != 3:
-        raise TandemError(f"{spec!r}: expected hf:owner/repo/file.gguf")
-    return RemoteFile(f"{parts[0]}/{parts[1]}", parts[2])
+    return parse_hub_file(spec)
 
 
 def _run_drafts(args: argparse.Namespace) -> int:

@@ -125,6 +125,56 @@ class RemoteFile:
         return f"{self.repo_id}/{self.filename}"
 
 
+#: Where the hub endpoint is set, for messages about an unreachable or odd hub.
+ENDPOINT_SETTING_HINT = (
+    "the Hub endpoint field in Models → Catalog, `tandem-cli models config --endpoint`, or "
+    "the HF_ENDPOINT environment variable"
+)
+
+_HUB_URL_RE = re.compile(
+    r"^https?://[^/]+/(?P<repo>[^/]+/[^/]+)/(?:blob|resolve)/(?P<rev>[^/]+)/(?P<file>[^?#]+)"
+)
+
+
+def parse_hub_file(text: str) -> RemoteFile:
+    """A file on the hub from what a user pastes.
+
+    Accepted: a file's page or download link (``https://huggingface.co/owner/repo/blob/
+    main/file.gguf``, ``…/resolve/<revision>/…``, from any mirror host),
+    ``hf:owner/repo/file.gguf``, ``owner/repo/file.gguf``, ``owner/repo:file.gguf`` and
+    ``owner/repo file.gguf``.
+
+    Raises:
+        DownloadError: the text names no repository and file (the message shows the
+            accepted forms), or names a file that is not a ``.gguf``.
+    """
+    raw = text.strip()
+    m = _HUB_URL_RE.match(raw)
+    if m:
+        repo, revision, filename = m.group("repo"), m.group("rev"), m.group("file")
+    elif re.match(r"^https?://", raw):
+        raise DownloadError(
+            f"{raw!r} is not a link to a file. Open the file on the hub and copy its address "
+            "(…/owner/repo/blob/main/file.gguf).")
+    else:
+        body = raw.removeprefix("hf:").removeprefix("hf://").strip().strip("/")
+        for sep in (" ", ":"):
+            if sep in body:
+                repo, _, filename = body.partition(sep)
+                break
+        else:
+            parts = body.split("/", 2)
+            repo, filename = ("/".join(parts[:2]), parts[2]) if len(parts) == 3 else (body, "")
+        repo, filename, revision = repo.strip(), filename.strip(), "main"
+    if not repo or not filename:
+        raise DownloadError(
+            f"{raw!r} does not name a repository and a file. Paste owner/repo/file.gguf, "
+            "owner/repo file.gguf or a huggingface.co link to the file.")
+    if not filename.lower().endswith(".gguf"):
+        raise DownloadError(f"{filename!r} is not a GGUF file (its name must end in .gguf).")
+    return RemoteFile(repo, filename, revision)
+
+
 @dataclass(frozen=True, slots=True)
 class RemoteFileInfo:
     """What the hub says about a file before it is downloaded.
@@ -190,11 +240,14 @@ def _hub_error(exc: BaseException, file: RemoteFile, endpoint: str) -> DownloadE
         return DownloadError(f"{endpoint} refused {file.display} (HTTP {status}).")
     if isinstance(exc, FileMetadataError):
         return DownloadError(
-            f"{endpoint} did not answer like a Hugging Face Hub ({exc}). Check the endpoint setting"
-            " (HF_ENDPOINT)."
+            f"{endpoint} did not answer like a Hugging Face Hub ({exc}). Check the hub endpoint:"
+            f" {ENDPOINT_SETTING_HINT}."
         )
     if isinstance(exc, (httpx2.TransportError, LocalEntryNotFoundError, ConnectionError, TimeoutError)):
-        return DownloadError(f"Cannot reach {endpoint}: {exc}. Check your connection or the endpoint setting.")
+        return DownloadError(
+            f"Cannot reach {endpoint}: {exc}. Check your connection, or the hub endpoint:"
+            f" {ENDPOINT_SETTING_HINT}."
+        )
     return DownloadError(f"Talking to {endpoint} about {file.display} failed: {exc}")
 
 
@@ -445,10 +498,11 @@ class Download:
             self.discard_partial()
 
     def discard_partial(self) -> None:
-        """Delete this job's partial files and notes (never a completed file)."""
+        """Delete this job's partial files, notes and lock files (never a completed file).
+        Called when no transfer runs, so no lock is held."""
         for f in self.files:
             p = self._partial_path(f.filename)
-            for q in (p, p.with_name(p.name + ".json")):
+            for q in (p, p.with_name(p.name + ".json"), p.with_name(p.name + ".lock")):
                 try:
                     q.unlink()
                 except FileNotFoundError:

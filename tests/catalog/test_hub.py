@@ -358,3 +358,44 @@ def test_bad_names_are_refused_before_any_request(hub: FakeHub) -> None:
     with pytest.raises(DownloadError, match="not a file name"):
         Download(REPO, "../../etc/passwd")
     assert hub.requests == []
+
+
+@pytest.mark.parametrize(("text", "repo", "file", "rev"), [
+    ("bartowski/SmolLM2-135M-Instruct-GGUF/SmolLM2-135M-Instruct-Q8_0.gguf",
+     "bartowski/SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct-Q8_0.gguf", "main"),
+    ("  hf:acme/x-GGUF/sub/dir/m.gguf ", "acme/x-GGUF", "sub/dir/m.gguf", "main"),
+    ("acme/x-GGUF m-Q4_K_M.gguf", "acme/x-GGUF", "m-Q4_K_M.gguf", "main"),
+    ("acme/x-GGUF:m.gguf", "acme/x-GGUF", "m.gguf", "main"),
+    ("https://huggingface.co/acme/x-GGUF/blob/main/m.gguf", "acme/x-GGUF", "m.gguf", "main"),
+    ("https://hf-mirror.example/acme/x-GGUF/resolve/abc123/m.gguf?download=true",
+     "acme/x-GGUF", "m.gguf", "abc123"),
+])
+def test_pasted_hub_references_are_parsed(text: str, repo: str, file: str, rev: str) -> None:
+    from app.catalog.hub import parse_hub_file
+
+    f = parse_hub_file(text)
+    assert (f.repo_id, f.filename, f.revision) == (repo, file, rev)
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("", "does not name a repository"),
+    ("acme/x-GGUF", "does not name a repository"),
+    ("acme/x-GGUF/README.md", "not a GGUF file"),
+    ("https://huggingface.co/acme/x-GGUF", "not a link to a file"),
+    ("../x/m.gguf", "not a repository id"),
+])
+def test_bad_pasted_references_are_clear_errors(text: str, match: str) -> None:
+    from app.catalog.hub import parse_hub_file
+
+    with pytest.raises(DownloadError, match=match):
+        parse_hub_file(text)
+
+
+def test_an_unreachable_endpoint_says_where_the_setting_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.catalog.hub import ENDPOINT_SETTING_HINT, remote_file_info
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on port 9
+    monkeypatch.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
+    with pytest.raises(DownloadError) as err:
+        remote_file_info(RemoteFile("acme/x-GGUF", "m.gguf"))
+    assert "Models → Catalog" in str(err.value) and ENDPOINT_SETTING_HINT in str(err.value)

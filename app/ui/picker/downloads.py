@@ -9,7 +9,7 @@ kept) and joins the pool; the next start offers them again as paused downloads
 (:func:`app.catalog.hub.pending_downloads`), and Resume continues where they stopped.
 
 :class:`DownloadsTabWidget` shows the jobs: bytes, speed and ETA per job, Pause/Resume,
-Cancel, and errors in full (a gated repository's message says where to accept the
+Cancel (Remove once failed or finished), and errors in full (a gated repository's message says where to accept the
 licence). Progress arrives at most ten times a second per job; the tab repaints
 progress at most five times a second.
 """
@@ -226,10 +226,13 @@ class DownloadQueue(QObject):
             self._set(job_id, status="cancelled")
 
     def remove(self, job_id: int) -> None:
-        """Take a finished (done or cancelled) job off the list."""
+        """Take a finished (done or cancelled) or failed job off the list. A failed job's
+        partial files are deleted (no worker runs for it); a completed file never is."""
         state = self._jobs.get(job_id)
-        if state is None or not state.finished:
+        if state is None or not (state.finished or state.status == "failed"):
             return
+        if state.status == "failed":
+            self._downloads[job_id].discard_partial()
         del self._jobs[job_id]
         self._downloads.pop(job_id, None)
         self.job_removed.emit(job_id)
@@ -374,7 +377,7 @@ class DownloadRowWidget(QFrame):
     cancel_clicked = Signal(int)
     """Cancel was clicked for this job id."""
     remove_clicked = Signal(int)
-    """Remove was clicked for this (finished) job id."""
+    """Remove was clicked for this finished or failed job id."""
 
     def __init__(self, state: DownloadJobState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -434,11 +437,16 @@ class DownloadRowWidget(QFrame):
             self.pause_button.setText("Retry" if state.status == "failed" else "Resume")
         else:
             self.pause_button.setText("Pause")
+        failed = state.status == "failed"
         self.pause_button.setVisible(not state.finished)
         self.pause_button.setEnabled(state.status in ("queued", "running", "paused", "failed"))
-        self.cancel_button.setVisible(not state.finished)
+        # A failed download has nothing to cancel: Remove deletes what it left behind.
+        self.cancel_button.setVisible(not state.finished and not failed)
         self.cancel_button.setEnabled(state.status != "cancelling")
-        self.remove_button.setVisible(state.finished)
+        self.remove_button.setVisible(state.finished or failed)
+        self.remove_button.setToolTip(
+            "Delete the partial file and take this line off the list" if failed
+            else "Take this line off the list")
         if state.error is not None:
             self.error_label.setText(state.error.message)
             self.error_label.show()

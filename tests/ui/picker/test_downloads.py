@@ -190,3 +190,28 @@ def test_closing_the_picker_leaves_the_apps_downloads_running(  # type: ignore[n
     assert queue.shutdown() and w2.shutdown()
     with pytest.raises(Exception, match="quitting"):
         queue.start(SLOW_REPO, SLOW_FILE, models_dir=empty_models_dir)
+
+
+def test_a_failed_download_offers_remove_which_deletes_the_partial_file(  # type: ignore[no-untyped-def]
+        qtbot, hub: FakeHub, empty_models_dir: Path) -> None:
+    # Issue 9: a failed download offered "Cancel" where "Remove" is meant.
+    data = random.Random(1).randbytes(300_000)
+    hub.add(SLOW_REPO, SLOW_FILE, data)
+    hub.drop_after[f"{SLOW_REPO}/{SLOW_FILE}"] = 200_000
+    hub.size_claims[f"{SLOW_REPO}/{SLOW_FILE}"] = len(data) + 1  # never completes: it fails
+    w = ModelPickerWindow()
+    qtbot.addWidget(w)
+    job = w.downloads.start(SLOW_REPO, SLOW_FILE, models_dir=empty_models_dir)
+    state = _wait_status(qtbot, w.downloads, job, "failed", "done")
+    assert state.status == "failed", state
+    row = w.downloads_tab.rows[job]
+    qtbot.waitUntil(lambda: row.state.status == "failed", timeout=5000)
+    assert row.cancel_button.isHidden() and not row.remove_button.isHidden()
+    assert "partial file" in row.remove_button.toolTip()
+    assert row.pause_button.text() == "Retry"
+    partial_dir = empty_models_dir / SLOW_REPO / PARTIAL_DIR
+    assert len(list(partial_dir.glob("*.incomplete"))) == 1  # what the failure left behind
+    row.remove_button.click()
+    assert w.downloads.job(job) is None and job not in w.downloads_tab.rows
+    assert list(partial_dir.glob("*.incomplete*")) == []
+    assert w.shutdown()
