@@ -867,6 +867,16 @@ def _fetch_range(url: str, start: int, stop: int, headers: dict[str, str], out: 
     return got
 
 
+def remote_file_parts(file: RemoteFile) -> list[str]:
+    """Every file to download for ``file``: all parts of a split GGUF
+    (``…-00001-of-0000N.gguf``, in the same folder of the repository), else the file."""
+    sp = split_parts(Path(file.filename))
+    if sp is None or sp[2] <= 1:
+        return [file.filename]
+    parent = PurePosixPath(file.filename).parent
+    return [str(parent / n) if str(parent) != "." else n for n in split_part_names(sp[0].name, sp[2])]
+
+
 def read_remote_gguf(
     file: RemoteFile,
     *,
@@ -889,13 +899,10 @@ def read_remote_gguf(
     from huggingface_hub.errors import HfHubHTTPError
 
     ep = resolve_endpoint(endpoint)
-    sp = split_parts(Path(file.filename))
     meta = remote_file_info(file, endpoint=ep, token=token)
     total_size = meta.size
-    split_names: list[str] = [file.filename]
-    if sp is not None and sp[2] > 1:
-        parent = PurePosixPath(file.filename).parent
-        split_names = [str(parent / n) if str(parent) != "." else n for n in split_part_names(sp[0].name, sp[2])]
+    split_names = remote_file_parts(file)
+    if len(split_names) > 1:
         for other in split_names[1:]:
             total_size += remote_file_info(RemoteFile(file.repo_id, other, file.revision), endpoint=ep, token=token).size
     headers = _headers(token, meta.url, ep)

@@ -6,6 +6,13 @@ pair" reads both GGUF headers from the hub with HTTP range requests and runs the
 check on them (:func:`app.catalog.hub.check_curated_pair`, a few MB instead of
 gigabytes), on the picker's thread pool; "Download pair" starts both downloads in the
 :class:`~app.ui.picker.downloads.DownloadQueue`.
+
+Below the list, "From Hugging Face" takes any repository and file the user pastes
+(:func:`app.catalog.hub.parse_hub_file`), a target and optionally a draft: Check reads
+their headers the same way (the pairing rule with a draft, a readable header without
+one) and Download is offered once that check passed. The hub endpoint (a mirror instead
+of huggingface.co) is set here too, saved in the library settings; ``HF_ENDPOINT`` in the
+environment takes precedence, and the tab says so.
 """
 
 from __future__ import annotations
@@ -13,13 +20,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+import os
+
+from pydantic import ValidationError
 from PySide6.QtCore import QThreadPool, Qt, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
+    QGroupBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
     QPushButton,
     QSplitter,
     QTreeWidget,
@@ -29,7 +41,16 @@ from PySide6.QtWidgets import (
 )
 
 from app.catalog.curated import CuratedModel, CuratedPair, load_curated_pairs
-from app.catalog.hub import check_curated_pair
+from app.catalog.hub import (
+    DEFAULT_ENDPOINT,
+    RemoteFile,
+    check_curated_pair,
+    check_remote_pair,
+    parse_hub_file,
+    read_remote_gguf,
+    remote_file_parts,
+    resolve_endpoint,
+)
 from app.catalog.library import Library
 from app.catalog.units import format_bytes
 from app.errors import TandemError
@@ -37,7 +58,7 @@ from app.ui.payloads import UserError
 from app.ui.picker.downloads import DownloadQueue
 from app.ui.picker.library_tab import top_items
 from app.ui.picker.pair_check import PairCheckWidget
-from app.ui.picker.payloads import PairChecked, TaskOutcome
+from app.ui.picker.payloads import HubFilesChecked, PairChecked, TaskOutcome
 from app.ui.picker.workers import TaskSignals, TaskWorker
 
 _PAIR_ROLE = Qt.ItemDataRole.UserRole
@@ -55,6 +76,15 @@ def _check_job(pair: CuratedPair, tq: str, dq: str) -> Callable[
     return job
 
 
+def _hub_check_job(target: RemoteFile, draft: RemoteFile | None) -> Callable[
+        [Callable[[object], None], threading.Event], HubFilesChecked]:
+    def job(_report: Callable[[object], None], _cancel: threading.Event) -> HubFilesChecked:
+        if draft is None:
+            return HubFilesChecked(target, None, header=read_remote_gguf(target))
+        return HubFilesChecked(target, draft, check=check_remote_pair(target, draft))
+    return job
+
+
 class CatalogTabWidget(QWidget):
     """Curated pairs (left) and the selected pair with quantizations, check and download
     (right). See the module docstring.
@@ -67,9 +97,14 @@ class CatalogTabWidget(QWidget):
     """
 
     downloads_started = Signal(object)
-    """tuple[int, int]: "Download pair" started (or resumed) these two job ids."""
+    """tuple[int, ...]: "Download pair" (or Download from Hugging Face) started or
+    resumed these job ids."""
     pair_checked = Signal(object)
     """PairChecked: a remote pairing check finished and is shown."""
+    hub_files_checked = Signal(object)
+    """HubFilesChecked: the check of pasted Hugging Face files finished and is shown."""
+    check_started = Signal()
+    """A new check started (the window clears the banner of a failed one)."""
     failed = Signal(object)
     """UserError: the catalog could not be read, a check or a download could not start."""
 
@@ -93,6 +128,11 @@ class CatalogTabWidget(QWidget):
         self._check_generation = 0
         self._check_signals = TaskSignals(self)  # owned here: see app.ui.picker.workers
         self._check_signals.finished.connect(self._on_check_worker_finished)
+        self.hub_check: HubFilesChecked | None = None
+        self._hub_checking = False
+        self._hub_generation = 0
+        self._hub_signals = TaskSignals(self)
+        self._hub_signals.finished.connect(self._on_hub_worker_finished)
         self._build()
         if self.pairs:
             self.pair_list.setCurrentItem(top_items(self.pair_list)[0])
@@ -121,7 +161,13 @@ class CatalogTabWidget(QWidget):
             item.setData(0, _PAIR_ROLE, pair.id)
             self.pair_list.addTopLevelItem(item)
         self.pair_list.currentItemChanged.connect(self._on_pair_list_current_item_changed)
-        split.addWidget(self.pair_list)
+        left = QWidget()
+        lcol = QVBoxLayout(left)
+        lcol.setContentsMargins(0, 0, 0, 0)
+        lcol.addWidget(self.pair_list, 1)
+        lcol.addWidget(self._build_hub_box())
+        lcol.addWidget(self._build_endpoint_box())
+        split.addWidget(left)
 
         right = QWidget()
         rcol = QVBoxLayout(right)
@@ -175,6 +221,208 @@ class CatalogTabWidget(QWidget):
         split.setStretchFactor(1, 3)
         split.setSizes([600, 680])
         col.addWidget(split, 1)
+
+    def _build_hub_box(self) -> QGroupBox:
+        box = QGroupBox("From Hugging Face")
+        box.setObjectName("hubBox")
+        col = QVBoxLayout(box)
+        form = QFormLayout()
+        self.hf_target_edit = QLineEdit()
+        self.hf_target_edit.setPlaceholderText("owner/repo/file.gguf, or a link to the file")
+        self.hf_target_edit.setClearButtonEnabled(True)
+        self.hf_draft_edit = QLineEdit()
+        self.hf_draft_edit.setPlaceholderText("optional: a draft model with the same tokenizer")
+        self.hf_draft_edit.setClearButtonEnabled(True)
+        form.addRow("Target", self.hf_target_edit)
+        form.addRow("Draft", self.hf_draft_edit)
+        col.addLayout(form)
+        row = QHBoxLayout()
+        self.hf_check_button = QPushButton("Check")
+        self.hf_check_button.setToolTip("Read the GGUF headers from the hub (a few MB) and, with "
+                                        "a draft, run llama.cpp's pairing rule on them")
+        self.hf_check_button.clicked.connect(self._on_hf_check_button_clicked)
+        self.hf_download_button = QPushButton("Download")
+        self.hf_download_button.setToolTip("Download the checked files into the models folder")
+        self.hf_download_button.clicked.connect(self._on_hf_download_button_clicked)
+        row.addWidget(self.hf_check_button)
+        row.addWidget(self.hf_download_button)
+        row.addStretch(1)
+        col.addLayout(row)
+        self.hf_status = QLabel("Paste a repository and file, then Check: Download is offered "
+                                "once the check passed.")
+        self.hf_status.setObjectName("pickerHint")
+        self.hf_status.setWordWrap(True)
+        col.addWidget(self.hf_status)
+        self.hf_target_edit.textChanged.connect(self._on_hf_edit_text_changed)
+        self.hf_draft_edit.textChanged.connect(self._on_hf_edit_text_changed)
+        self.hf_target_edit.returnPressed.connect(self._on_hf_check_button_clicked)
+        self.hf_draft_edit.returnPressed.connect(self._on_hf_check_button_clicked)
+        self._update_hub_buttons()
+        return box
+
+    def _build_endpoint_box(self) -> QGroupBox:
+        box = QGroupBox("Hub endpoint")
+        box.setObjectName("endpointBox")
+        col = QVBoxLayout(box)
+        row = QHBoxLayout()
+        self.endpoint_edit = QLineEdit(self._library.config.hf_endpoint or "")
+        self.endpoint_edit.setPlaceholderText(DEFAULT_ENDPOINT)
+        self.endpoint_edit.setToolTip("A Hugging Face mirror to use instead of huggingface.co "
+                                      "(the same as the HF_ENDPOINT variable)")
+        self.endpoint_edit.returnPressed.connect(self._on_endpoint_button_clicked)
+        self.endpoint_button = QPushButton("Save")
+        self.endpoint_button.clicked.connect(self._on_endpoint_button_clicked)
+        row.addWidget(self.endpoint_edit, 1)
+        row.addWidget(self.endpoint_button)
+        col.addLayout(row)
+        self.endpoint_label = QLabel()
+        self.endpoint_label.setObjectName("pickerHint")
+        self.endpoint_label.setWordWrap(True)
+        col.addWidget(self.endpoint_label)
+        self._show_endpoint()
+        return box
+
+    # -- hub endpoint -------------------------------------------------------------------
+    def set_endpoint(self, text: str) -> bool:
+        """Save ``text`` as the hub endpoint (empty: huggingface.co). False (and the reason
+        shown) when it is not an http(s) URL or cannot be saved."""
+        value = text.strip().rstrip("/") or None
+        try:
+            self._library.reload()
+            self._library.config.hf_endpoint = value
+            self._library.save()
+        except ValidationError:
+            self.endpoint_label.setText(f"{text.strip()!r} is not an http(s) address such as "
+                                        f"{DEFAULT_ENDPOINT}.")
+            return False
+        except OSError as exc:
+            self.failed.emit(UserError("Hub endpoint not saved", str(exc)))
+            return False
+        self._show_endpoint(saved=True)
+        return True
+
+    def _show_endpoint(self, saved: bool = False) -> None:
+        env = os.environ.get("HF_ENDPOINT")
+        if env:
+            self.endpoint_label.setText(
+                f"HF_ENDPOINT is set in the environment ({env}) and takes precedence over "
+                "this setting.")
+        else:
+            self.endpoint_label.setText(("Saved. " if saved else "")
+                                        + f"Downloads and checks use {resolve_endpoint()}.")
+
+    @Slot()
+    def _on_endpoint_button_clicked(self) -> None:
+        self.set_endpoint(self.endpoint_edit.text())
+
+    # -- from Hugging Face --------------------------------------------------------------
+    def hub_files(self) -> tuple[RemoteFile, RemoteFile | None]:
+        """The pasted target and draft (None: no draft).
+
+        Raises:
+            DownloadError: a field does not name a repository and a GGUF file.
+        """
+        target = parse_hub_file(self.hf_target_edit.text())
+        draft_text = self.hf_draft_edit.text().strip()
+        return target, (parse_hub_file(draft_text) if draft_text else None)
+
+    def check_hub_files(self) -> bool:
+        """Check the pasted files on the hub off the GUI thread. False (the reason shown)
+        when a field cannot be read."""
+        try:
+            target, draft = self.hub_files()
+        except TandemError as exc:
+            self.hf_status.setText(str(exc))
+            return False
+        self.check_started.emit()
+        self._hub_generation += 1
+        self._hub_checking = True
+        self.hub_check = None
+        what = f"{target.display} with {draft.display}" if draft else target.display
+        self.hf_status.setText(f"Checking {what} on the hub…")
+        self.pair_check.show_message("Checking…", f"Reading the header{'s' if draft else ''} "
+                                     f"of {what} from the hub…")
+        self._tasks.start(TaskWorker(_hub_check_job(target, draft), self._hub_signals,
+                                     title="Check failed", generation=self._hub_generation))
+        self._update_hub_buttons()
+        return True
+
+    @Slot(object)
+    def _on_hub_worker_finished(self, outcome: TaskOutcome) -> None:
+        if outcome.generation != self._hub_generation:
+            return
+        self._hub_checking = False
+        if outcome.error is not None or not isinstance(outcome.value, HubFilesChecked):
+            error = outcome.error or UserError("Check failed", "No result.")
+            self.hf_status.setText(f"Check failed: {error.message}")
+            self.pair_check.show_message("Check failed", error.message)
+            self.failed.emit(error)
+            self._update_hub_buttons()
+            return
+        checked = outcome.value
+        self.hub_check = checked
+        if checked.check is not None:
+            c = checked.check
+            t, d = c.target, c.draft
+            note = (f"Read {format_bytes(t.bytes_fetched)} of {format_bytes(t.vocab.info.file_size)} "
+                    f"(target) and {format_bytes(d.bytes_fetched)} of "
+                    f"{format_bytes(d.vocab.info.file_size)} (draft) from the hub.")
+            self.pair_check.show_result(f"{checked.target.display} with {checked.draft.display}"
+                                        if checked.draft else checked.target.display, c.result, note)
+            self.hf_status.setText("Compatible: Download fetches both." if c.result.compatible
+                                   else f"Incompatible: {c.result.reason()}")
+        elif checked.header is not None:
+            info = checked.header.vocab.info
+            self.pair_check.show_message(
+                checked.target.display,
+                f"A readable GGUF: {info.name}, {info.architecture}, {info.quantization}, "
+                f"{info.vocab_type} tokenizer with {info.n_vocab:,} tokens, "
+                f"{format_bytes(info.file_size)} (read {format_bytes(checked.header.bytes_fetched)} "
+                "from the hub). No draft given: prompt lookup needs none.")
+            self.hf_status.setText("Readable: Download fetches it.")
+        self._update_hub_buttons()
+        self.hub_files_checked.emit(checked)
+
+    def download_hub_files(self) -> tuple[int, ...] | None:
+        """Download the pasted files once their check passed; the job ids."""
+        checked = self.hub_check
+        if checked is None or not checked.ok or self._hub_checking:
+            return None
+        folder = self._library.models_dir
+        ids: list[int] = []
+        try:
+            for f in (checked.target, checked.draft):
+                if f is not None:
+                    ids.append(self.downloads.start(f.repo_id, remote_file_parts(f),
+                                                    models_dir=folder))
+        except TandemError as exc:
+            self.failed.emit(UserError("Download not started", str(exc)))
+            return None
+        self.hf_status.setText("Downloading: see the Downloads tab.")
+        self.downloads_started.emit(tuple(ids))
+        return tuple(ids)
+
+    def _update_hub_buttons(self) -> None:
+        has_text = bool(self.hf_target_edit.text().strip())
+        self.hf_check_button.setEnabled(has_text and not self._hub_checking)
+        ok = self.hub_check is not None and self.hub_check.ok and not self._hub_checking
+        self.hf_download_button.setEnabled(ok)
+
+    @Slot(str)
+    def _on_hf_edit_text_changed(self, _text: str) -> None:
+        if self.hub_check is not None:
+            self.hub_check = None  # the check was of other files
+            self.hf_status.setText("Check the new files before downloading them.")
+        self._update_hub_buttons()
+
+    @Slot()
+    def _on_hf_check_button_clicked(self) -> None:
+        if self.hf_check_button.isEnabled():
+            self.check_hub_files()
+
+    @Slot()
+    def _on_hf_download_button_clicked(self) -> None:
+        self.download_hub_files()
 
     # -- selection ----------------------------------------------------------------------
     @property
@@ -268,6 +516,7 @@ class CatalogTabWidget(QWidget):
         if pair is None:
             return
         tq, dq = self.quants()
+        self.check_started.emit()
         self._check_generation += 1
         self._checking = (pair.id, tq, dq)
         self.status_label.setText(f"Checking {pair.target.name} {tq} with {pair.draft.name} {dq} "
@@ -283,8 +532,9 @@ class CatalogTabWidget(QWidget):
             return
         self._checking = None
         if outcome.error is not None or not isinstance(outcome.value, PairChecked):
-            self.status_label.setText("The check failed (see the message above).")
-            self.failed.emit(outcome.error or UserError("Pair check failed", "No result."))
+            error = outcome.error or UserError("Pair check failed", "No result.")
+            self.status_label.setText(f"Check failed: {error.message}")
+            self.failed.emit(error)
             self._refresh()
             return
         checked = outcome.value

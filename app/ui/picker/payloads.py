@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from app.catalog.hub import DownloadProgress, RemotePairCheck
+from app.catalog.hub import DownloadProgress, RemoteFile, RemoteGGUF, RemotePairCheck
 from app.catalog.library import LibraryEntry
 from app.catalog.pairing import DraftCandidate
 from app.store.settings import SpecMode
@@ -80,6 +80,25 @@ class PairChecked:
     target_quant: str
     draft_quant: str
     check: RemotePairCheck
+
+
+@dataclass(frozen=True, slots=True)
+class HubFilesChecked:
+    """The check of files pasted in the Catalog tab's "From Hugging Face" field: the
+    target's header alone (``header``, no draft given) or the pairing check of target
+    and draft (``check``)."""
+
+    target: RemoteFile
+    draft: RemoteFile | None
+    header: RemoteGGUF | None = None
+    check: RemotePairCheck | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The target is a readable GGUF and, with a draft, the draft fits it."""
+        if self.check is not None:
+            return self.check.result.compatible
+        return self.header is not None
 
 
 @dataclass(frozen=True, slots=True)

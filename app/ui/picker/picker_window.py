@@ -90,6 +90,9 @@ class ModelPickerWindow(QWidget):
         self._owns_downloads = downloads is None
         self.downloads = downloads if downloads is not None else DownloadQueue(self)
         self._closed = False
+        # The banner of a failed catalog check belongs to that check: it goes when the
+        # user leaves the tab, reopens the window or starts another check.
+        self._catalog_error: UserError | None = None
         current = settings if settings is not None else load_settings().settings
 
         col = QVBoxLayout(self)
@@ -128,7 +131,9 @@ class ModelPickerWindow(QWidget):
         self.library_tab.choice_activated.connect(self._on_library_tab_choice_activated)
         self.library_tab.scan_finished.connect(self._on_library_tab_scan_finished)
         self.library_tab.failed.connect(self.show_error)
-        self.catalog_tab.failed.connect(self.show_error)
+        self.catalog_tab.failed.connect(self._on_catalog_tab_failed)
+        self.catalog_tab.check_started.connect(self._on_catalog_tab_check_started)
+        self.tabs.currentChanged.connect(self._on_tabs_current_changed)
         self.catalog_tab.downloads_started.connect(self._on_catalog_tab_downloads_started)
         self.downloads.download_completed.connect(self._on_downloads_download_completed)
         self.downloads.job_changed.connect(self._on_downloads_job_changed)
@@ -254,6 +259,25 @@ class ModelPickerWindow(QWidget):
         self.open_tab("Downloads")
 
     @Slot(object)
+    def _on_catalog_tab_failed(self, error: UserError) -> None:
+        self.show_error(error)
+        self._catalog_error = error
+
+    @Slot()
+    def _on_catalog_tab_check_started(self) -> None:
+        self._clear_catalog_error()
+
+    @Slot(int)
+    def _on_tabs_current_changed(self, _index: int) -> None:
+        if self.tabs.currentWidget() is not self.catalog_tab:
+            self._clear_catalog_error()
+
+    def _clear_catalog_error(self) -> None:
+        if self._catalog_error is not None and self.message_bar.current is self._catalog_error:
+            self.message_bar.clear()
+        self._catalog_error = None
+
+    @Slot(object)
     def _on_downloads_download_completed(self, _state: DownloadJobState) -> None:
         if not self._closed:
             self.library_tab.rescan()
@@ -272,6 +296,7 @@ class ModelPickerWindow(QWidget):
         self._closed = False
         super().showEvent(event)
         if reopened:
+            self._clear_catalog_error()
             self.library_tab.rescan()
 
     def closeEvent(self, event: QCloseEvent) -> None:
