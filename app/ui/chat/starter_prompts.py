@@ -77,7 +77,7 @@ class StarterPromptsWidget(QFrame):
         self.title.setObjectName("starterTitle")
         col.addWidget(self.title)
         self.hint = QLabel()
-        self.hint.setObjectName("gaugeNote")
+        self.hint.setObjectName("starterHint")
         self.hint.setWordWrap(True)
         col.addWidget(self.hint)
         self._grid = QGridLayout()
@@ -100,7 +100,7 @@ class StarterPromptsWidget(QFrame):
         self.hint.setText(
             "A base model continues the text you give it; these show speculation at work."
             if base_model else
-            "Edits and rewrites repeat the prompt, so prompt lookup drafts much of the reply; "
+            "Edits and rewrites repeat the prompt, which is what prompt lookup drafts from: "
             "watch the tint and the gauge.")
         for i, p in enumerate(self._prompts):
             b = QPushButton(p.title)
