@@ -60,8 +60,8 @@ def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _run_generate(args: argparse.Namespace) -> int:
     import threading
 
-    from app.engine.sampling import SamplingParams
     from app.engine.session import Session
+    from app.options import SamplingParams
 
     check_model_files(args)
     mode = drafter_mode(args, off=args.no_spec)
@@ -141,6 +141,7 @@ def _stream_reply(session: Any, args: argparse.Namespace, sampling: Any, spec: A
 def _summary_line(result: object) -> str:
     """One line of statistics after a streamed reply (stderr, so stdout stays the text)."""
     from app.engine.events import Finished
+    from app.options import SpecMode
 
     assert isinstance(result, Finished)
     s = result.stats
@@ -153,7 +154,7 @@ def _summary_line(result: object) -> str:
         f"{f(s.decode_tps, '.1f')} tok/s",
         f"TTFT {f(s.ttft * 1000 if s.emitted else None, '.0f', ' ms')}",
     ]
-    if s.mode != "plain":
+    if s.mode is not SpecMode.OFF:
         parts += [
             f"{s.mode} k≤{s.draft_max}",
             f"α {f(s.acceptance_rate, '.2f')}",

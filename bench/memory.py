@@ -70,8 +70,8 @@ def child_tandem(args: argparse.Namespace) -> dict[str, Any]:
     from app.engine.bench import PreparedPrompt, generate_once
     from app.engine.chat import tokenize_plain
     from app.engine.llama import lib
-    from app.engine.sampling import SamplingParams
-    from app.engine.session import Session, SessionConfig, SpeculationConfig
+    from app.engine.session import Session, SessionConfig
+    from app.options import SamplingParams, SpeculationConfig
 
     L = lib()
     captured: list[str] = []

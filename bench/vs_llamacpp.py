@@ -41,8 +41,8 @@ import _common as C
 
 from app.engine.bench import PreparedPrompt, generate_once, load_prompts
 from app.engine.chat import tokenize_plain
-from app.engine.sampling import SamplingParams
-from app.engine.session import Session, SessionConfig, SpeculationConfig
+from app.engine.session import Session, SessionConfig
+from app.options import SamplingParams, SpeculationConfig
 
 _DECODED_RE = re.compile(r"decoded\s+(\d+)\s+tokens in\s+([\d.]+)\s+seconds, speed:\s+([\d.]+)\s+t/s")
 _ENCODED_RE = re.compile(r"encoded\s+(\d+)\s+tokens in")
@@ -172,14 +172,14 @@ def main(argv: list[str] | None = None) -> int:
                 row["llama_spec"] = spec
                 row["tandem_spec"] = {
                     "tps": s.decode_tps, "emitted": s.emitted, "reason": fin.reason,
-                    "acceptance_rate": s.acceptance_rate, "drafted": s.drafted,
+                    "acceptance_rate": s.acceptance_rate, "verified": s.verified,
                     "accepted": s.accepted, "rounds": s.rounds,
                     "identical_to_plain": (fin.token_ids == plain_ids) if plain_ids is not None else None,
                     "reply_found_in_llama_output": same_as_llama,
                 }
                 fin_a = generate_once(session, prompt, sampling, on_adaptive)
                 row["tandem_spec_adaptive"] = {
-                    "tps": fin_a.stats.decode_tps, "drafted": fin_a.stats.drafted,
+                    "tps": fin_a.stats.decode_tps, "verified": fin_a.stats.verified,
                     "acceptance_rate": fin_a.stats.acceptance_rate,
                 }
             rows.append(row)

@@ -43,10 +43,10 @@ from app.engine.cli_options import (
     speculation_configs,
 )
 from app.engine.events import Event, Finished
-from app.engine.sampling import SamplingParams
-from app.engine.session import Session, SpeculationConfig
+from app.engine.session import Session
 from app.engine.stats import SpecStats, best_draft_length, predicted_speedup, round_mix_speedup
 from app.errors import TandemError
+from app.options import SamplingParams, SpecMode, SpeculationConfig
 
 PromptFormat = Literal["auto", "plain", "chat"]
 
@@ -405,11 +405,11 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None)
             continue
         mode = rs[0].mode
         k = rs[0].draft_max
-        drafted = sum(r.stats.drafted for r in rs)
+        verified = sum(r.stats.verified for r in rs)
         accepted = sum(r.stats.accepted for r in rs)
         rounds = sum(r.stats.rounds for r in rs)
         emitted = sum(r.stats.emitted for r in rs)
-        alpha = accepted / drafted if drafted else None
+        alpha = accepted / verified if verified else None
         tau = emitted / rounds if rounds else None
         c = median(cr for r in rs if (cr := r.stats.draft_cost_ratio) is not None)
         draft_rounds = sum(r.stats.draft_rounds for r in rs)
@@ -423,10 +423,10 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None)
                     if draft_rounds else predicted_speedup(alpha, k, c))
         tps = med_tps(rs)
         gaps = [g for r in rs for g in token_latencies(r.token_times)]
-        width = max((len(r.stats.drafted_at) for r in rs), default=0)
+        width = max((len(r.stats.verified_at) for r in rs), default=0)
         at: list[float | None] = []
         for i in range(width):
-            d_i = sum(r.stats.drafted_at[i] for r in rs if i < len(r.stats.drafted_at))
+            d_i = sum(r.stats.verified_at[i] for r in rs if i < len(r.stats.verified_at))
             a_i = sum(r.stats.accepted_at[i] for r in rs if i < len(r.stats.accepted_at))
             at.append(a_i / d_i if d_i else None)
         compared = [r for r in rs if r.identical_to_off is not None]
@@ -459,7 +459,7 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None)
 
 def config_label(spec: SpeculationConfig) -> str:
     """``off`` for plain decoding, else ``k=<draft_max>``."""
-    return "off" if spec.mode == "off" else f"k={spec.draft_max}"
+    return "off" if spec.mode is SpecMode.OFF else f"k={spec.draft_max}"
 
 
 @dataclass
@@ -647,7 +647,7 @@ def run_bench(
         raise ValueError("no prompts")
     if repeat < 1:
         raise ValueError(f"repeat must be >= 1, got {repeat}")
-    configs = [SpeculationConfig(mode="off")] + [s for s in speculations if s.mode != "off"]
+    configs = [SpeculationConfig()] + [s for s in speculations if s.speculating]
     labels = [config_label(s) for s in configs]
     if len(set(labels)) != len(labels):
         raise ValueError(f"configurations must have distinct draft lengths: {labels}")
@@ -809,9 +809,9 @@ def k_sweep_from_records(records: Sequence[RunRecord], cancelled: bool = False) 
     summaries = summarize(records)
     off = next((s for s in summaries if s.label == "off"), None)
     on = sorted((s for s in summaries if s.label != "off"), key=lambda s: s.draft_max)
-    drafted = sum(r.stats.drafted for r in records if r.label != "off")
+    verified = sum(r.stats.verified for r in records if r.label != "off")
     accepted = sum(r.stats.accepted for r in records if r.label != "off")
-    alpha = accepted / drafted if drafted else None
+    alpha = accepted / verified if verified else None
     return _sweep_result(off, on, alpha, cancelled)
 
 
@@ -884,7 +884,7 @@ def run_k_sweep(
         ValueError: speculation mode "off", or an empty or invalid ``ks``.
         TandemError: the engine failed.
     """
-    if speculation.mode == "off":
+    if not speculation.speculating:
         raise ValueError("a k sweep needs a drafter (draft-model or prompt-lookup)")
     ks = sorted(set(ks))
     if not ks or ks[0] < 1:
@@ -961,7 +961,7 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
 
     mode = drafter_mode(args)
     try:
-        specs = speculation_configs(args, mode, args.k) if mode != "off" else []
+        specs = speculation_configs(args, mode, args.k) if mode is not SpecMode.OFF else []
         sampling = SamplingParams(
             temperature=args.temp, seed=args.seed, max_tokens=args.max_tokens
         )
@@ -990,8 +990,8 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
         settings: dict[str, Any] = {
             "model": str(args.model),
             "draft": str(args.draft) if args.draft else None,
-            "mode": mode,
-            "k": list(args.k) if mode != "off" else [],
+            "mode": mode.value,
+            "k": list(args.k) if mode is not SpecMode.OFF else [],
             "prompts": args.prompts,
             "n_prompts": len(prepared),
             "format": fmt,

@@ -10,12 +10,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
-from app.engine.session import SessionConfig, SpeculationConfig
+from app.engine.session import SessionConfig
 from app.errors import TandemError
-
-Mode = Literal["off", "draft-model", "prompt-lookup"]
+from app.options import K_MAX, SpecMode, SpeculationConfig
 
 
 def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
@@ -43,15 +41,15 @@ def add_drafting_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ngram-max", type=int, default=4, help="prompt lookup: largest n-gram (4)")
 
 
-def drafter_mode(args: argparse.Namespace, *, off: bool = False) -> Mode:
+def drafter_mode(args: argparse.Namespace, *, off: bool = False) -> SpecMode:
     """The drafter the options ask for (``off`` forces plain decoding)."""
     if off:
-        return "off"
+        return SpecMode.OFF
     if args.draft is not None:
-        return "draft-model"
+        return SpecMode.DRAFT_MODEL
     if args.prompt_lookup:
-        return "prompt-lookup"
-    return "off"
+        return SpecMode.PROMPT_LOOKUP
+    return SpecMode.OFF
 
 
 def check_model_files(args: argparse.Namespace) -> None:
@@ -61,7 +59,7 @@ def check_model_files(args: argparse.Namespace) -> None:
             raise TandemError(f"Model file not found: {path}")
 
 
-def speculation_configs(args: argparse.Namespace, mode: Mode, ks: Sequence[int]) -> list[SpeculationConfig]:
+def speculation_configs(args: argparse.Namespace, mode: SpecMode, ks: Sequence[int]) -> list[SpeculationConfig]:
     """One SpeculationConfig per draft length k (pydantic errors propagate as ValueError)."""
     return [
         SpeculationConfig(
@@ -77,11 +75,11 @@ def speculation_configs(args: argparse.Namespace, mode: Mode, ks: Sequence[int])
     ]
 
 
-def session_config(args: argparse.Namespace, mode: Mode) -> SessionConfig:
+def session_config(args: argparse.Namespace, mode: SpecMode) -> SessionConfig:
     """The SessionConfig for these options (the draft is loaded only in draft-model mode)."""
     return SessionConfig(
         target_path=args.model,
-        draft_path=args.draft if mode == "draft-model" else None,
+        draft_path=args.draft if mode is SpecMode.DRAFT_MODEL else None,
         n_ctx=args.n_ctx,
         n_gpu_layers=args.n_gpu_layers,
         n_threads=args.threads,

@@ -21,13 +21,14 @@ from typing import Protocol
 
 from app.engine.llama import DecodeAborted, LlamaContext, LlamaModel
 from app.engine.sampling import top_probability
+from app.options import SpecMode
 
 
 class Drafter(Protocol):
     """Proposes draft tokens. Implementations keep any state they need between calls."""
 
-    #: "draft-model" or "prompt-lookup"
-    kind: str
+    #: the mode this drafter implements
+    kind: SpecMode
     #: forward passes the drafter has run so far (0 for drafters without a model)
     forward_passes: int
 
@@ -74,7 +75,7 @@ class DraftModelDrafter:
             (llama.cpp's ``--draft-p-min``); 0 disables the check.
     """
 
-    kind = "draft-model"
+    kind = SpecMode.DRAFT_MODEL
 
     def __init__(self, model: LlamaModel, ctx: LlamaContext, p_min: float = 0.0) -> None:
         self.model = model
@@ -149,7 +150,7 @@ class PromptLookupDrafter:
     kept and extended incrementally, so a lookup costs O(ngram_max) dictionary probes.
     """
 
-    kind = "prompt-lookup"
+    kind = SpecMode.PROMPT_LOOKUP
 
     def __init__(self, ngram_min: int = 2, ngram_max: int = 4) -> None:
         if not 1 <= ngram_min <= ngram_max:

@@ -24,15 +24,14 @@ from typing import Any
 from app.engine.bench import PreparedPrompt, first_difference, generate_once
 from app.engine.events import Event, Finished
 from app.engine.llama import LlamaModel
-from app.engine.sampling import SamplingParams
-from app.engine.session import Session, SpeculationConfig
+from app.engine.session import Session
 from app.engine.stats import (
     SpecStats,
     best_draft_length,
     expected_tokens_per_round,
     predicted_speedup,
 )
-
+from app.options import SamplingParams, SpecMode, SpeculationConfig
 
 # -- the calculator ------------------------------------------------------------------
 
@@ -106,7 +105,7 @@ class RaceLane:
     """
 
     label: str
-    mode: str
+    mode: SpecMode
     draft_max: int
     text: str
     token_ids: tuple[int, ...]
@@ -289,7 +288,7 @@ def run_race(
         ValueError: ``speculation.mode`` is "off".
         TandemError: the engine failed.
     """
-    if speculation.mode == "off":
+    if not speculation.speculating:
         raise ValueError("the race needs speculation on one side")
     if sampling.seed < 0:
         sampling = sampling.model_copy(update={"seed": random.randrange(2**32 - 1)})
@@ -306,7 +305,7 @@ def run_race(
 
     lanes: dict[str, RaceLane] = {}
     cancelled = False
-    for label, spec in (("off", SpeculationConfig(mode="off")), ("on", speculation)):
+    for label, spec in (("off", SpeculationConfig()), ("on", speculation)):
         if cancel is not None and cancel.is_set():
             cancelled = True
             break
@@ -318,7 +317,8 @@ def run_race(
             break
     empty = RaceLane("on", speculation.mode, speculation.draft_max, "", (), (), (),
                      "cancelled", SpecStats(mode=speculation.mode))
-    off = lanes.get("off") or RaceLane("off", "plain", 0, "", (), (), (), "cancelled", SpecStats())
+    off = lanes.get("off") or RaceLane("off", SpecMode.OFF, 0, "", (), (), (), "cancelled",
+                                       SpecStats())
     on = lanes.get("on") or empty
     diff = first_difference(off.token_ids, on.token_ids)
     return RaceResult(

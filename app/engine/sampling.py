@@ -1,4 +1,4 @@
-"""Sampling settings and the target's sampler chain.
+"""The target's sampler chain (its settings are :class:`app.options.SamplingParams`).
 
 The target samples every verified position with the same chain it would use in plain
 decoding (llama.cpp's order: penalties → top-k → top-p → min-p → temperature → dist), and
@@ -15,35 +15,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from app.engine.llama import LlamaContext, LlamaModel, lib
-
-
-class SamplingParams(BaseModel):
-    """Sampling and stopping settings for one reply.
-
-    ``temperature`` ≤ 0 means greedy decoding. ``seed`` −1 picks a random seed, which is
-    reported back so a reply can be reproduced (2³²−1 is llama.cpp's own "random seed"
-    value, so the largest fixed seed is 2³²−2). ``max_tokens`` counts reply tokens (the
-    end-of-generation token is not counted).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    temperature: float = Field(0.8, ge=0.0, le=5.0)
-    top_k: int = Field(40, ge=0)
-    top_p: float = Field(0.95, gt=0.0, le=1.0)
-    min_p: float = Field(0.05, ge=0.0, le=1.0)
-    repeat_penalty: float = Field(1.0, gt=0.0, le=5.0)
-    repeat_last_n: int = Field(64, ge=0)
-    seed: int = Field(-1, ge=-1, le=2**32 - 2)
-    max_tokens: int = Field(512, ge=1)
-    stop: tuple[str, ...] = ()
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0.0
+from app.options import SamplingParams
 
 
 class TargetSampler:

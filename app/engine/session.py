@@ -30,20 +30,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.catalog.pairing import PairResult, check_pair
 from app.engine.chat import ChatFormat, ChatMessage
 from app.engine.drafters import (
-    DraftModelDrafter,
     Drafter,
+    DraftModelDrafter,
     PromptLookupDrafter,
     common_prefix_length,
 )
 from app.engine.events import Event, Finished, FinishReason, StatsUpdate, TextDelta
-from app.engine.policy import DraftLengthPolicy, PassTimes
 from app.engine.llama import (
     VOCAB_TYPE_NAMES,
     DecodeAborted,
@@ -52,10 +50,11 @@ from app.engine.llama import (
     ProgressCallback,
     supports_gpu_offload,
 )
-from app.engine.sampling import SamplingParams, TargetSampler
+from app.engine.policy import DraftLengthPolicy, PassTimes
+from app.engine.probe import probe_model
+from app.engine.sampling import TargetSampler
 from app.engine.stats import SpecStats
 from app.engine.text import TextStream
-from app.engine.probe import probe_model
 from app.errors import (
     ContextOverflowError,
     IncompatibleDraftError,
@@ -63,10 +62,9 @@ from app.errors import (
     ModelLoadError,
     TandemError,
 )
+from app.options import SamplingParams, SpecMode, SpeculationConfig
 
 log = logging.getLogger(__name__)
-
-SpecMode = Literal["off", "draft-model", "prompt-lookup"]
 
 
 def default_threads() -> int:
@@ -94,28 +92,6 @@ class SessionConfig(BaseModel):
     n_gpu_layers: int | None = None
     n_threads: int | None = Field(None, ge=1)
     use_mmap: bool = True
-
-
-class SpeculationConfig(BaseModel):
-    """How to draft: ``mode`` off / draft-model / prompt-lookup, and the draft length k.
-
-    ``draft_min``: a draft shorter than this is discarded and the round decodes plainly
-    (llama.cpp's ``--draft-min``). ``draft_p_min``: the draft model stops when its top
-    probability falls below this (``--draft-p-min``). ``ngram_min``/``ngram_max``: n-gram
-    sizes for prompt lookup. ``adaptive``: verify only as many draft tokens per round as
-    the measured costs on this machine make worthwhile (:mod:`app.engine.policy`); k is
-    then the maximum. Off: always draft up to k (for k sweeps).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mode: SpecMode = "off"
-    draft_max: int = Field(4, ge=1, le=64)
-    draft_min: int = Field(0, ge=0)
-    draft_p_min: float = Field(0.0, ge=0.0, le=1.0)
-    ngram_min: int = Field(2, ge=1)
-    ngram_max: int = Field(4, ge=1)
-    adaptive: bool = True
 
 
 def physical_memory_bytes() -> int | None:
@@ -426,15 +402,17 @@ class Session:
 
     # -- the loop -------------------------------------------------------------------
     def _make_drafter(self, spec: SpeculationConfig) -> tuple[Drafter | None, str | None]:
-        if spec.mode == "off":
+        if spec.mode is SpecMode.OFF:
             return None, None
         if not self.rollback_supported:
             return None, (
                 "This model's memory (recurrent or hybrid) cannot roll back rejected "
                 "draft tokens, so speculation is off for it."
             )
-        if spec.mode == "prompt-lookup":
+        if spec.mode is SpecMode.PROMPT_LOOKUP:
             return PromptLookupDrafter(spec.ngram_min, max(spec.ngram_min, spec.ngram_max)), None
+        if spec.mode is not SpecMode.DRAFT_MODEL:
+            raise TandemError(f"No drafter implements the mode {spec.mode.value!r}.")
         if self._draft_drafter is None:
             return None, "No draft model is loaded; decoding without speculation."
         assert self.draft_model is not None
@@ -520,7 +498,7 @@ class Session:
         model, ctx = self.target, self.ctx
         n_ctx = ctx.n_ctx
         drafter, note = self._make_drafter(spec)
-        mode = drafter.kind if drafter is not None else "plain"
+        mode = drafter.kind if drafter is not None else SpecMode.OFF
         k = spec.draft_max if drafter is not None else 0
         is_cancelled = cancel.is_set if cancel is not None else (lambda: False)
 
@@ -545,9 +523,9 @@ class Session:
         n_past = len(prompt) - 1
         emitted: list[int] = []
         times: list[float] = []
-        rounds = draft_rounds = drafted = proposed = accepted = 0
+        rounds = draft_rounds = verified = proposed = accepted = 0
         accepted_at = [0] * k
-        drafted_at = [0] * k
+        verified_at = [0] * k
         draft_time = target_time = 0.0
         passes0 = drafter.forward_passes if drafter is not None else 0
         t_first: float | None = None
@@ -564,11 +542,11 @@ class Session:
                 emitted=len(emitted),
                 rounds=rounds,
                 draft_rounds=draft_rounds,
-                drafted=drafted,
+                verified=verified,
                 proposed=proposed,
                 accepted=accepted,
                 accepted_at=tuple(accepted_at),
-                drafted_at=tuple(drafted_at),
+                verified_at=tuple(verified_at),
                 draft_steps=(drafter.forward_passes - passes0) if drafter is not None else 0,
                 draft_time=draft_time,
                 target_time=target_time,
@@ -645,8 +623,8 @@ class Session:
                             break
                         if is_draft:
                             n_verified += 1
-                            drafted += 1
-                            drafted_at[i] += 1
+                            verified += 1
+                            verified_at[i] += 1
                             if match:
                                 accepted += 1
                                 accepted_at[i] += 1
@@ -702,7 +680,7 @@ class Session:
                 yield TextDelta(chunk.text, chunk.from_draft, now - t0, len(emitted))
         end = clock()
         stats = snapshot(end)
-        if mode == "plain" and reason != "cancelled" and stats.decode_tps:
+        if mode is SpecMode.OFF and reason != "cancelled" and stats.decode_tps:
             self.last_plain_decode_tps = stats.decode_tps
         yield Finished(
             reason=reason or "stop",

@@ -17,6 +17,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.options import SpecMode
+
 
 def expected_tokens_per_round(alpha: float, k: float) -> float:
     """E(α, k) = (1 − α^(k+1)) / (1 − α): expected tokens one round emits.
@@ -119,23 +121,25 @@ class SpecStats:
 
     * ``rounds``: target verification passes in the decode phase, one per round; a
       round is one draft phase plus one target pass over [last token + drafts].
-    * ``drafted``: draft tokens that were *verified*, i.e. compared with the target's
-      sample at their position. Tokens after the first rejection in a round were
-      computed by the target but never compared; they are counted in ``proposed`` only.
-      The position where the target samples an end-of-generation token is not counted,
-      whether the draft matched it or not: the reply ends there, nothing at or after it
-      is emitted, so an accepted end-of-turn token would otherwise show as an accepted
-      draft token that added nothing to the reply (α 1/1 next to τ 1.00).
-    * ``accepted``: draft tokens equal to the target's sample (so ``accepted <= drafted``),
-      under the same rule.
+    * ``proposed``: draft tokens the drafter proposed and the target evaluated
+      (llama-server's ``draft_n``).
+    * ``verified``: proposed tokens that were compared with the target's sample at
+      their position. Tokens after the first rejection in a round were computed by the
+      target but never compared; they are counted in ``proposed`` only. The position
+      where the target samples an end-of-generation token is not counted, whether the
+      draft matched it or not: the reply ends there, nothing at or after it is emitted,
+      so an accepted end-of-turn token would otherwise show as an accepted draft token
+      that added nothing to the reply (α 1/1 next to τ 1.00).
+    * ``accepted``: draft tokens equal to the target's sample (so ``accepted <=
+      verified``; llama-server's ``draft_n_accepted``), under the same rule.
     * ``emitted``: tokens of the reply (the end-of-generation token is not part of it).
       The prefill evaluates all prompt tokens but the last; every round then evaluates
       [last token + drafts] and emits its accepted drafts plus the target's own sample,
       so ``emitted == accepted + rounds`` unless the last round was cut by an
       end-of-generation token, a stop string or a cancel.
-    * ``acceptance_rate`` α = accepted / drafted.
+    * ``acceptance_rate`` α = accepted / verified.
     * ``mean_acceptance_length`` τ = emitted / rounds.
-    * ``accepted_at[i]`` / ``drafted_at[i]``: acceptances / verifications of draft
+    * ``accepted_at[i]`` / ``verified_at[i]``: acceptances / verifications of draft
       position i + 1 (i = 0 … k − 1).
     * ``draft_cost_ratio`` c = (draft time / draft forward steps) / plain target step time
       (prompt lookup: draft time per proposed token / target step time). The target step
@@ -147,18 +151,18 @@ class SpecStats:
       ``end_to_end_tps`` = emitted / total time; ``ttft`` = time to the first token.
     """
 
-    mode: str = "plain"  # "plain", "draft-model", "prompt-lookup"
+    mode: SpecMode = SpecMode.OFF
     draft_max: int = 0
     prompt_tokens: int = 0
     prefill_tokens: int = 0  # prompt tokens evaluated in the prefill (the rest were cached)
     emitted: int = 0
     rounds: int = 0
     draft_rounds: int = 0  # rounds whose target pass carried at least one draft token
-    drafted: int = 0
     proposed: int = 0
+    verified: int = 0
     accepted: int = 0
     accepted_at: tuple[int, ...] = ()
-    drafted_at: tuple[int, ...] = ()
+    verified_at: tuple[int, ...] = ()
     draft_steps: int = 0
     draft_time: float = 0.0
     target_time: float = 0.0
@@ -173,19 +177,19 @@ class SpecStats:
 
     @property
     def acceptance_rate(self) -> float | None:
-        """α = accepted / drafted, or None when nothing was drafted."""
-        return self.accepted / self.drafted if self.drafted else None
+        """α = accepted / verified, or None when nothing was verified."""
+        return self.accepted / self.verified if self.verified else None
 
     @property
     def few_drafts(self) -> bool:
         """True when α rests on fewer than :data:`MIN_DRAFTED_FOR_ESTIMATE` verified
         draft tokens (including none)."""
-        return self.drafted < MIN_DRAFTED_FOR_ESTIMATE
+        return self.verified < MIN_DRAFTED_FOR_ESTIMATE
 
     @property
     def acceptance_interval(self) -> tuple[float, float] | None:
         """The 95 % Wilson interval of α (:func:`acceptance_interval`), None without drafts."""
-        return acceptance_interval(self.accepted, self.drafted)
+        return acceptance_interval(self.accepted, self.verified)
 
     @property
     def mean_acceptance_length(self) -> float | None:
@@ -199,7 +203,7 @@ class SpecStats:
     @property
     def draft_cost_ratio(self) -> float | None:
         """c = draft step time / plain target step time; 0 for a drafter with no model."""
-        if self.mode == "prompt-lookup":
+        if self.mode is SpecMode.PROMPT_LOOKUP:
             # No forward passes: the cost per proposed token, so that c·k̄ is the lookup
             # time of a drafting round in units of a target step, as the formula needs.
             if self.target_step_time and self.proposed:
@@ -250,8 +254,9 @@ class SpecStats:
     def to_dict(self) -> dict[str, Any]:
         """Every counter and every derived figure, JSON-ready."""
         d = asdict(self)
+        d["mode"] = self.mode.value
         d["accepted_at"] = list(self.accepted_at)
-        d["drafted_at"] = list(self.drafted_at)
+        d["verified_at"] = list(self.verified_at)
         for name in (
             "mean_draft_length",
             "acceptance_rate",
@@ -268,9 +273,21 @@ class SpecStats:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SpecStats:
-        """Inverse of :meth:`to_dict` (derived figures are recomputed, not trusted)."""
+        """Inverse of :meth:`to_dict` (derived figures are recomputed, not trusted).
+
+        Also reads dicts stored before the counters were renamed (``mode`` "plain",
+        ``drafted``/``drafted_at`` for what is now ``verified``/``verified_at``).
+
+        Raises:
+            ValueError: an unknown mode. TypeError: a field of the wrong kind.
+        """
+        d = dict(d)
+        if "verified" not in d and "drafted" in d:
+            d["verified"] = d.pop("drafted")
+            d["verified_at"] = d.pop("drafted_at", ())
         names = {f for f in cls.__dataclass_fields__}
         kw = {k: v for k, v in d.items() if k in names}
+        kw["mode"] = SpecMode(kw.get("mode", SpecMode.OFF.value))
         kw["accepted_at"] = tuple(kw.get("accepted_at", ()))
-        kw["drafted_at"] = tuple(kw.get("drafted_at", ()))
+        kw["verified_at"] = tuple(kw.get("verified_at", ()))
         return cls(**kw)

@@ -7,8 +7,9 @@ not validate, or was written by a newer Tandem is renamed aside
 temporary file and renames it over the old one, so a crash mid-save leaves either the
 old or the new file, never half of one.
 
-Sampling values mirror :class:`app.engine.sampling.SamplingParams` and are range-checked
-the same way, so a loaded file always produces valid engine parameters.
+Sampling and speculation are stored as the very objects the engine takes
+(:class:`app.options.SamplingParams`, :class:`app.options.SpeculationConfig`), so a
+loaded file always gives valid engine parameters and no layer keeps a translated copy.
 """
 
 from __future__ import annotations
@@ -19,33 +20,20 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.store import paths
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 
-SpecMode = Literal["off", "draft-model", "prompt-lookup"]
-
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class SamplingSettings(_Section):
-    """Sampling for new replies. ``temperature`` 0 is greedy; ``seed`` −1 is random."""
-
-    temperature: Annotated[float, Field(ge=0.0, le=5.0)] = 0.7
-    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 0.95
-    top_k: Annotated[int, Field(ge=0, le=100_000)] = 40
-    min_p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.05
-    repeat_penalty: Annotated[float, Field(gt=0.0, le=5.0)] = 1.0
-    seed: Annotated[int, Field(ge=-1, le=2**32 - 2)] = -1
-    max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 512
 
 
 class ModelSettings(_Section):
@@ -60,19 +48,6 @@ class ModelSettings(_Section):
     n_gpu_layers: Annotated[int | None, Field(ge=0)] = None
 
 
-class SpeculationSettings(_Section):
-    """The drafter for new replies and the draft length k (tokens proposed per round).
-
-    ``adaptive``: k is a maximum and the engine verifies only as many draft tokens per
-    round as the costs measured on this machine make worthwhile
-    (:mod:`app.engine.policy`); off: always draft up to k.
-    """
-
-    mode: SpecMode = "prompt-lookup"
-    draft_max: Annotated[int, Field(ge=1, le=64)] = 4
-    adaptive: bool = True
-
-
 class UiSettings(_Section):
     """Window state. ``window_geometry`` / ``splitter_state`` are Qt's saveGeometry and
     saveState bytes, base64-encoded; ``last_conversation_id`` is reopened at start-up."""
@@ -83,13 +58,21 @@ class UiSettings(_Section):
     last_conversation_id: int | None = None
 
 
+#: The drafter a new user starts with: prompt lookup needs no second model.
+DEFAULT_SPECULATION = SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP)
+
+
 class Settings(_Section):
-    """Everything the app remembers between runs (except the chat history)."""
+    """Everything the app remembers between runs (except the chat history).
+
+    ``speculation`` and ``sampling`` are frozen: replace them whole (their
+    ``with_changes`` validates), which this model validates again on assignment.
+    """
 
     schema_version: int = SCHEMA_VERSION
     model: ModelSettings = ModelSettings()
-    speculation: SpeculationSettings = SpeculationSettings()
-    sampling: SamplingSettings = SamplingSettings()
+    speculation: SpeculationConfig = DEFAULT_SPECULATION
+    sampling: SamplingParams = SamplingParams()
     ui: UiSettings = UiSettings()
 
 

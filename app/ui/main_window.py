@@ -41,9 +41,9 @@ from PySide6.QtWidgets import (
 from app.catalog.library import remember_opened_model
 from app.engine.chat import ChatMessage
 from app.engine.events import TextDelta
-from app.engine.sampling import SamplingParams
-from app.engine.session import SessionConfig, SpeculationConfig
+from app.engine.session import SessionConfig
 from app.engine.stats import SpecStats
+from app.options import SamplingParams, SpeculationConfig
 from app.store import paths
 from app.store.history import HistoryError, HistoryStore, StoredMessage
 from app.store.settings import (
@@ -75,8 +75,8 @@ from app.ui.payloads import (
     UserError,
 )
 from app.ui.picker import DownloadQueue, ModelPickerWindow, ModelsChosen
-from app.ui.race import RaceWindow, conversations_from_history
 from app.ui.qt_compat import apply_qt_workarounds
+from app.ui.race import RaceWindow, conversations_from_history
 from app.ui.sampling_panel import SamplingSettingsWidget
 from app.ui.worker import WorkerHost
 

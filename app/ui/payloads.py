@@ -14,9 +14,9 @@ from pathlib import Path
 
 from app.engine.chat import ChatMessage
 from app.engine.events import Finished, TextDelta
-from app.engine.sampling import SamplingParams
-from app.engine.session import SessionConfig, SpeculationConfig
+from app.engine.session import SessionConfig
 from app.engine.stats import SpecStats
+from app.options import SamplingParams, SpeculationConfig
 
 
 @dataclass(frozen=True, slots=True)

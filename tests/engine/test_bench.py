@@ -33,10 +33,10 @@ from app.engine.bench import (
 from app.engine.chat import tokenize_plain
 from app.engine.lookup_estimate import estimate_lookup_hit_rate, lookup_hits
 from app.engine.race import calculate_speedup, run_race
-from app.engine.sampling import SamplingParams
-from app.engine.session import Session, SessionConfig, SpeculationConfig
+from app.engine.session import Session, SessionConfig
 from app.engine.stats import SpecStats, expected_tokens_per_round, predicted_speedup
 from app.errors import TandemError
+from app.options import SamplingParams, SpeculationConfig
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,9 +16,9 @@ import pytest
 
 from app.engine.chat import ChatMessage
 from app.engine.events import Finished, TextDelta
-from app.engine.sampling import SamplingParams
-from app.engine.session import Session, SessionConfig, SpeculationConfig
+from app.engine.session import Session, SessionConfig
 from app.errors import ContextOverflowError, ModelLoadError
+from app.options import SamplingParams, SpeculationConfig
 from tests.engine.util import ReplayDrafter, check_invariants, install_drafter, run
 from tests.synthetic import BOS, write_tiny_llama
 

@@ -22,8 +22,8 @@ import pytest
 
 from app.engine.chat import tokenize_plain
 from app.engine.llama import LlamaContext
-from app.engine.sampling import SamplingParams
-from app.engine.session import Session, SessionConfig, SpeculationConfig
+from app.engine.session import Session, SessionConfig
+from app.options import SamplingParams, SpeculationConfig
 from tests.engine.util import check_invariants, run
 
 pytestmark = pytest.mark.slow

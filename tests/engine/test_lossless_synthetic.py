@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.sampling import SamplingParams
-from app.engine.session import Session, SessionConfig, SpeculationConfig
+from app.engine.session import Session, SessionConfig
+from app.options import SamplingParams, SpeculationConfig
 from tests.engine.util import check_invariants, run
 
 N_PROMPTS = 20

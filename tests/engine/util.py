@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from app.engine.events import Finished, StatsUpdate, TextDelta
-from app.engine.session import Session, SpeculationConfig
-from app.engine.sampling import SamplingParams
+from app.engine.session import Session
 from app.engine.stats import SpecStats
+from app.options import SamplingParams, SpeculationConfig
 
 
 @dataclass

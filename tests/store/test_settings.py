@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.store import paths
 from app.store.settings import SCHEMA_VERSION, Settings, load_settings, save_settings
 
@@ -22,10 +23,9 @@ def test_round_trip_with_schema_version() -> None:
     s = Settings()
     s.model.target_path = Path("/models/target.gguf")
     s.model.n_ctx = 8192
-    s.speculation.mode = "draft-model"
-    s.speculation.draft_max = 6
-    s.sampling.temperature = 0.0
-    s.sampling.seed = 42
+    s.speculation = s.speculation.with_changes(mode=SpecMode.DRAFT_MODEL, draft_max=6,
+                                               draft_min=2, ngram_max=5)
+    s.sampling = s.sampling.with_changes(temperature=0.0, seed=42)
     s.ui.tint_drafts = False
     path = save_settings(s)
     assert path == paths.settings_path()
@@ -87,12 +87,32 @@ def test_two_corrupt_files_in_the_same_second_both_kept() -> None:
 def test_assignment_is_validated() -> None:
     s = Settings()
     with pytest.raises(ValidationError):
-        s.sampling.top_p = 0.0
+        s.sampling = s.sampling.with_changes(top_p=0.0)
     with pytest.raises(ValidationError):
-        s.speculation.mode = "bogus"  # type: ignore[assignment]
+        s.speculation = s.speculation.with_changes(mode="bogus")
+    with pytest.raises(ValidationError):
+        s.speculation = "prompt-lookup"  # type: ignore[assignment]
+    with pytest.raises(ValidationError):  # frozen: no half-changed copy in the settings
+        s.sampling.temperature = 0.2  # type: ignore[misc]
 
 
-def test_sampling_defaults_are_valid_engine_params() -> None:
-    from app.engine.sampling import SamplingParams
+def test_settings_store_the_engine_objects_themselves() -> None:
+    s = Settings()
+    assert type(s.sampling) is SamplingParams and type(s.speculation) is SpeculationConfig
+    assert s.sampling == SamplingParams()  # one set of defaults, not a copy with others
+    assert s.speculation == SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP)
 
-    SamplingParams(**Settings().sampling.model_dump())
+
+def test_a_file_from_before_the_shared_vocabulary_still_loads() -> None:
+    old = {
+        "schema_version": 1,
+        "speculation": {"mode": "draft-model", "draft_max": 6, "adaptive": False},
+        "sampling": {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "min_p": 0.05,
+                     "repeat_penalty": 1.0, "seed": -1, "max_tokens": 512},
+    }
+    paths.settings_path().write_text(json.dumps(old))
+    loaded = load_settings()
+    assert loaded.problem is None
+    assert loaded.settings.speculation == SpeculationConfig(
+        mode=SpecMode.DRAFT_MODEL, draft_max=6, adaptive=False)
+    assert loaded.settings.sampling.temperature == 0.7

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QThreadPool, Qt, Signal, Slot
+from PySide6.QtCore import Qt, QThreadPool, Signal, Slot
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -43,7 +43,7 @@ from app.catalog.pairing import DraftCandidate
 from app.catalog.units import format_bytes
 from app.engine.stats import predicted_speedup
 from app.errors import TandemError
-from app.store.settings import SpecMode
+from app.options import SpecMode
 from app.ui.payloads import UserError
 from app.ui.picker.formatting import (
     ASSUMED_ACCEPTANCE_RATE,

@@ -15,7 +15,7 @@ from typing import Literal
 from app.catalog.hub import DownloadProgress, RemoteFile, RemoteGGUF, RemotePairCheck
 from app.catalog.library import LibraryEntry
 from app.catalog.pairing import DraftCandidate
-from app.store.settings import SpecMode
+from app.options import SpecMode
 from app.ui.payloads import UserError
 
 

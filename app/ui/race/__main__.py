@@ -32,8 +32,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--size", default=None, metavar="WxH", help="window size, e.g. 1400x900")
     args = p.parse_args(argv)
 
-    from app.engine.sampling import SamplingParams
-    from app.engine.session import Session, SessionConfig, SpeculationConfig
+    from app.engine.session import Session, SessionConfig
+    from app.options import SamplingParams, SpeculationConfig
     from app.store.history import HistoryError, HistoryStore
     from app.ui.launch import create_application
     from app.ui.race import RaceWindow, conversations_from_history

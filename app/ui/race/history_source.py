@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.engine.stats import SpecStats
+from app.options import SpecMode
 from app.store.history import HistoryStore
 
 
@@ -68,22 +70,24 @@ def measured_lookup_alpha(
 ) -> tuple[float | None, int]:
     """α measured on the prompt-lookup replies of ``conversations``.
 
-    Pooled as Σ accepted / Σ drafted over every assistant reply whose stored statistics
+    Pooled as Σ accepted / Σ verified over every assistant reply whose stored statistics
     say ``mode == "prompt-lookup"`` (exactly as if all were one reply).
 
     Returns:
         (α or None when no such reply drafted anything, number of such replies).
     """
-    accepted = drafted = replies = 0
+    accepted = verified = replies = 0
     for conv in conversations:
         for m in conv.messages:
-            s = m.stats
-            if m.role != "assistant" or not s or s.get("mode") != "prompt-lookup":
+            if m.role != "assistant" or not m.stats:
                 continue
-            d = int(s.get("drafted") or 0)
-            if d <= 0:
+            try:
+                s = SpecStats.from_dict(dict(m.stats))
+            except (TypeError, ValueError):
+                continue  # statistics from an unknown version: not evidence either way
+            if s.mode is not SpecMode.PROMPT_LOOKUP or s.verified <= 0:
                 continue
             replies += 1
-            drafted += d
-            accepted += int(s.get("accepted") or 0)
-    return (accepted / drafted if drafted else None), replies
+            verified += s.verified
+            accepted += s.accepted
+    return (accepted / verified if verified else None), replies

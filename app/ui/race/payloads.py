@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from app.engine.bench import KSweepResult
 from app.engine.chat import ChatMessage
 from app.engine.lookup_estimate import LookupEstimate
-from app.engine.sampling import SamplingParams
-from app.engine.session import SpeculationConfig
+from app.options import SamplingParams, SpeculationConfig
 from app.ui.payloads import UserError
 from app.ui.race.history_source import PastConversation
 from app.ui.race.recording import RaceRecording

@@ -46,9 +46,9 @@ from PySide6.QtWidgets import (
 
 from app.engine.bench import BenchPrompt, load_prompts
 from app.engine.chat import ChatMessage
-from app.engine.sampling import SamplingParams
-from app.engine.session import Session, SpeculationConfig
+from app.engine.session import Session
 from app.errors import TandemError
+from app.options import SamplingParams, SpeculationConfig
 from app.ui.payloads import UserError
 from app.ui.qt_compat import apply_qt_workarounds
 from app.ui.race.calculator import SpeedupCalculatorWidget

@@ -38,7 +38,7 @@ class AlphaPoint:
 
     t: float
     accepted: int
-    drafted: int
+    verified: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,15 +99,15 @@ class LaneRecorder:
             self.tokens = event.n_tokens
         elif isinstance(event, StatsUpdate):
             s = event.stats
-            if s.drafted:
-                self._alpha.append(AlphaPoint(s.total_time, s.accepted, s.drafted))
+            if s.verified:
+                self._alpha.append(AlphaPoint(s.total_time, s.accepted, s.verified))
 
     def finish(self, lane: RaceLane) -> LaneRecording:
         """The recording, closed with the lane's final statistics."""
         alpha = list(self._alpha)
         s = lane.stats
-        if s.drafted:
-            alpha.append(AlphaPoint(lane.duration, s.accepted, s.drafted))
+        if s.verified:
+            alpha.append(AlphaPoint(lane.duration, s.accepted, s.verified))
         segments = tuple(seg for seg in self._segments if seg.end <= len(lane.text))
         return LaneRecording(lane, segments, tuple(alpha))
 
@@ -147,7 +147,7 @@ def counters_at(rec: LaneRecording, t: float) -> LaneCounters:
         i = bisect.bisect_right([p.t for p in pts], t)
         if i:
             p = pts[i - 1]
-            alpha = p.accepted / p.drafted if p.drafted else None
+            alpha = p.accepted / p.verified if p.verified else None
     return LaneCounters(n, t, tps, alpha, False)
 
 

@@ -34,8 +34,9 @@ from app.engine.bench import (
 from app.engine.events import Event
 from app.engine.lookup_estimate import estimate_lookup_hit_rate, model_tokenizer
 from app.engine.race import run_race
-from app.engine.session import Session, SpeculationConfig
+from app.engine.session import Session
 from app.errors import TandemError
+from app.options import SpeculationConfig
 from app.ui.payloads import UserError
 from app.ui.race.payloads import (
     LookupDone,

@@ -11,13 +11,13 @@ from PySide6.QtGui import QImage
 
 from app.engine.chat import ChatMessage
 from app.engine.lookup_estimate import estimate_lookup_hit_rate, model_tokenizer
-from app.engine.sampling import SamplingParams
-from app.engine.session import Session, SpeculationConfig
+from app.engine.session import Session
 from app.engine.stats import (
     MIN_DRAFTED_FOR_ESTIMATE,
     expected_tokens_per_round,
     predicted_speedup,
 )
+from app.options import SamplingParams, SpeculationConfig
 from app.ui.race import RaceWindow
 from app.ui.race.history_source import PastConversation, PastMessage
 from app.ui.race.lane_pane import DRAFT_TINT

@@ -1,0 +1,138 @@
+"""The one speculation and sampling vocabulary that every layer imports.
+
+The lowest layer of the app (it imports nothing from it): the drafter modes
+(:class:`SpecMode`, with the words the user sees for each), the speculation settings of
+one reply (:class:`SpeculationConfig`), its sampling settings (:class:`SamplingParams`)
+and the largest draft length anywhere in the app (:data:`K_MAX`). The engine takes these
+objects as they are, the settings file stores them as they are, the widgets and the
+command line build them; no layer keeps a copy with other fields or other defaults.
+
+Both configs are frozen pydantic models with ``extra="forbid"``; change one with
+:meth:`SpeculationConfig.with_changes` / :meth:`SamplingParams.with_changes`, which
+validate (pydantic's ``model_copy(update=…)`` does not).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: The largest draft length k (tokens proposed per round) the engine, the settings, the
+#: command line and the widgets accept. Longer drafts are also capped per round by the
+#: context's outputs and the room left in n_ctx.
+K_MAX = 64
+
+#: llama.cpp's "random seed" value is 2³²−1, so the largest fixed seed is 2³²−2.
+SEED_MAX = 2**32 - 2
+
+
+class SpecMode(str, Enum):
+    """How a reply is drafted. The value is the word stored in settings, statistics and
+    JSON; :attr:`label` is what a picker shows; :attr:`words` fits inside a sentence.
+
+    To add a drafter, add one member ``NAME = (value, label, words)``.
+    """
+
+    label: str
+    words: str
+
+    OFF = ("off", "Off", "no speculation")
+    PROMPT_LOOKUP = ("prompt-lookup", "Prompt lookup", "prompt lookup")
+    DRAFT_MODEL = ("draft-model", "Draft model", "draft model")
+
+    def __new__(cls, value: str, label: str, words: str) -> SpecMode:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.label = label
+        member.words = words
+        return member
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    @classmethod
+    def _missing_(cls, value: object) -> SpecMode | None:
+        # "plain" is how statistics stored before this vocabulary existed said "off".
+        return cls.OFF if value == "plain" else None
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _with_changes(model: _M, changes: dict[str, Any]) -> _M:
+    return type(model).model_validate({**model.model_dump(), **changes})
+
+
+class SpeculationConfig(BaseModel):
+    """How one reply is drafted.
+
+    Fields:
+        mode: the drafter (:class:`SpecMode`).
+        draft_max: the draft length k, tokens proposed per round (1 … :data:`K_MAX`).
+        draft_min: a draft shorter than this is discarded and the round decodes
+            plainly (llama.cpp's ``--draft-min``).
+        draft_p_min: the draft model stops drafting when its top probability falls
+            below this (``--draft-p-min``; probability among its 10 best tokens).
+        ngram_min / ngram_max: n-gram sizes prompt lookup matches, in tokens.
+        adaptive: k is a maximum and each round verifies only as many draft tokens as
+            the costs measured on this machine make worthwhile
+            (:mod:`app.engine.policy`); False: always draft up to k (for k sweeps).
+
+    Raises:
+        pydantic.ValidationError (a ValueError): a value out of range.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: SpecMode = SpecMode.OFF
+    draft_max: int = Field(4, ge=1, le=K_MAX)
+    draft_min: int = Field(0, ge=0, le=K_MAX)
+    draft_p_min: float = Field(0.0, ge=0.0, le=1.0)
+    ngram_min: int = Field(2, ge=1, le=16)
+    ngram_max: int = Field(4, ge=1, le=16)
+    adaptive: bool = True
+
+    @property
+    def speculating(self) -> bool:
+        """Whether a drafter is chosen (mode is not off)."""
+        return self.mode is not SpecMode.OFF
+
+    def with_changes(self, **changes: Any) -> SpeculationConfig:
+        """A copy with ``changes`` applied and validated (raises ValueError)."""
+        return _with_changes(self, changes)
+
+
+class SamplingParams(BaseModel):
+    """Sampling and stopping settings for one reply.
+
+    ``temperature`` ≤ 0 means greedy decoding. ``seed`` −1 picks a random seed, which is
+    reported back so a reply can be reproduced (2³²−1 is llama.cpp's own "random seed"
+    value, so the largest fixed seed is :data:`SEED_MAX`). ``max_tokens`` counts reply
+    tokens (the end-of-generation token is not counted). Defaults are llama.cpp's
+    (``common_params_sampling``), except ``max_tokens``.
+
+    Raises:
+        pydantic.ValidationError (a ValueError): a value out of range.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = Field(0.8, ge=0.0, le=5.0)
+    top_k: int = Field(40, ge=0, le=100_000)
+    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    min_p: float = Field(0.05, ge=0.0, le=1.0)
+    repeat_penalty: float = Field(1.0, gt=0.0, le=5.0)
+    repeat_last_n: int = Field(64, ge=0)
+    seed: int = Field(-1, ge=-1, le=SEED_MAX)
+    max_tokens: int = Field(512, ge=1, le=1_000_000)
+    stop: tuple[str, ...] = ()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def with_changes(self, **changes: Any) -> SamplingParams:
+        """A copy with ``changes`` applied and validated (raises ValueError)."""
+        return _with_changes(self, changes)
