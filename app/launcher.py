@@ -14,12 +14,12 @@ What is installed, per platform (templates in ``resources/launchers/``, icons in
   script that starts this Python environment, with ``tandem.icns``.
 
 The launcher runs the interpreter that installed it (the project's virtual environment),
-so it keeps working when the terminal is closed. Qt-free: the CLI imports this module.
+so it keeps working when the terminal is closed. Qt-free: ``python -m app
+install-launcher`` (:mod:`app.cli.launcher`) calls it.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import stat
@@ -296,32 +296,3 @@ def uninstall_launcher(platform: str | None = None, home: Path | None = None) ->
     if platform == "darwin":
         return _uninstall_macos(home)
     raise TandemError(f"Launchers are not supported on {platform}.")
-
-
-def _cmd_install(args: argparse.Namespace) -> int:
-    result = install_launcher()
-    for p in result.paths:
-        print(f"wrote {p}")
-    for n in result.notes:
-        print(n)
-    where = {"win32": "the Start menu", "darwin": "~/Applications (Launchpad, Spotlight)"}
-    print(f"Tandem can now be started from {where.get(sys.platform, 'the applications menu')}.")
-    return 0
-
-
-def _cmd_uninstall(args: argparse.Namespace) -> int:
-    result = uninstall_launcher()
-    for p in result.paths:
-        print(f"removed {p}")
-    if not result.paths:
-        print("No launcher was installed.")
-    return 0
-
-
-def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``install-launcher`` and ``uninstall-launcher`` to the CLI."""
-    p = sub.add_parser("install-launcher",
-                       help="add Tandem to the applications menu / desktop / Start menu")
-    p.set_defaults(handler=_cmd_install)
-    p = sub.add_parser("uninstall-launcher", help="remove what install-launcher added")
-    p.set_defaults(handler=_cmd_uninstall)

@@ -136,3 +136,27 @@ class SamplingParams(BaseModel):
     def with_changes(self, **changes: Any) -> SamplingParams:
         """A copy with ``changes`` applied and validated (raises ValueError)."""
         return _with_changes(self, changes)
+
+
+def parse_draft_lengths(text: str) -> tuple[int, ...]:
+    """Draft lengths from text such as ``"1, 2, 3, 4, 5, 6, 8"`` (sorted, distinct).
+
+    Commas, semicolons and spaces separate the numbers. Used by ``--k`` on the command
+    line and by the race window's k sweep.
+
+    Raises:
+        ValueError: not whole numbers, none at all, or outside 1 … :data:`K_MAX` (the
+            message is written for the user).
+    """
+    parts = [p for p in text.replace(";", ",").replace(" ", ",").split(",") if p.strip()]
+    try:
+        ks = sorted({int(p) for p in parts})
+    except ValueError:
+        raise ValueError(
+            f"Draft lengths must be whole numbers separated by commas, not {text!r}."
+        ) from None
+    if not ks:
+        raise ValueError("Give at least one draft length k.")
+    if ks[0] < 1 or ks[-1] > K_MAX:
+        raise ValueError(f"Draft lengths must be between 1 and {K_MAX}.")
+    return tuple(ks)

@@ -54,7 +54,7 @@ def _status() -> dict[str, int]:
 
 
 def child_baseline() -> dict[str, Any]:
-    import app.engine.bench  # noqa: F401  (what the app imports before any model)
+    import app.engine.measure.bench  # noqa: F401  (what the app imports before any model)
     from app.engine.llama import lib
 
     lib()
@@ -67,7 +67,8 @@ def child_tandem(args: argparse.Namespace) -> dict[str, Any]:
     import tracemalloc
 
     tracemalloc.start()
-    from app.engine.bench import PreparedPrompt, generate_once
+    from app.engine.measure.bench import generate_once
+    from app.engine.measure.prompts import PreparedPrompt
     from app.engine.chat import tokenize_plain
     from app.engine.llama import lib
     from app.engine.session import Session, SessionConfig
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.draft = args.draft or args.model
     if args.prompt_text is None:
-        from app.engine.bench import load_prompts
+        from app.engine.measure.prompts import load_prompts
 
         args.prompt_text = load_prompts("builtin:code")[0].plain
 

@@ -48,7 +48,7 @@ from urllib.parse import urljoin, urlparse
 
 from app.catalog.gguf_meta import GGUFVocab, IncompleteHeaderError, parse_gguf_head, split_part_names, split_parts
 from app.catalog.pairing import PairResult, check_pair
-from app.catalog.units import format_bytes
+from app.formatting import format_bytes
 from app.errors import DownloadError, GGUFError, TandemError
 
 if TYPE_CHECKING:

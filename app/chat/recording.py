@@ -1,4 +1,4 @@
-"""What the race records beyond the engine's :class:`~app.engine.race.RaceResult`, and
+"""What the race records beyond the engine's :class:`~app.engine.measure.race.RaceResult`, and
 the lanes' state at any moment of the replay. No Qt here, so it is tested directly.
 
 The engine gives each lane its text, token ids and per-token timestamps. For a faithful
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.engine.events import StatsUpdate, TextDelta
-from app.engine.race import RaceLane, RaceResult
+from app.engine.measure.race import RaceLane, RaceResult
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 Requests go from the GUI thread to :class:`~app.ui.race.worker.RaceWorker`; results come
 back on its signals. ``request_id`` ties a result to the request that asked for it, so a
 result the window no longer waits for (stopped, superseded) is dropped. Failures arrive
-as a :class:`~app.ui.payloads.UserError` value on the ``…_finished`` signal, never as an
+as a :class:`~app.chat.events.UserError` value on the ``…_finished`` signal, never as an
 exception crossing threads.
 """
 
@@ -12,13 +12,13 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from app.engine.bench import KSweepResult
+from app.engine.measure.sweep import KSweepResult
 from app.engine.chat import ChatMessage
-from app.engine.lookup_estimate import LookupEstimate
+from app.engine.measure.lookup import LookupEstimate
 from app.options import SamplingParams, SpeculationConfig
-from app.ui.payloads import UserError
-from app.ui.race.history_source import PastConversation
-from app.ui.race.recording import RaceRecording
+from app.chat.events import UserError
+from app.chat.history_source import PastConversation
+from app.chat.recording import RaceRecording
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,12 @@ Subcommands:
 
 * ``generate``  — one reply from a target model, with or without speculation
   (:mod:`app.engine`), streamed to stdout or printed as one JSON object.
-* ``models``    — list, inspect, pair-check and download GGUF models (:mod:`app.catalog`).
-* ``bench``     — speculation off vs on, interleaved, with medians (:mod:`app.engine.bench`).
-* ``install-launcher`` / ``uninstall-launcher`` — the desktop launcher (:mod:`app.launcher`).
+* ``models``    — list, inspect, pair-check and download GGUF models (:mod:`app.cli.models`).
+* ``bench``     — speculation off vs on, interleaved, with medians (:mod:`app.cli.bench`).
+* ``install-launcher`` / ``uninstall-launcher`` — the desktop launcher
+  (:mod:`app.cli.launcher`).
+
+Every argparse parser and every ``print`` of the app lives under :mod:`app.cli`.
 
 User-facing errors (:class:`app.errors.TandemError`) print one line on stderr and exit
 with status 2; no traceback.
@@ -23,7 +26,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from app.engine.cli_options import (
+from app.cli.options import (
     add_drafting_args,
     add_model_args,
     check_model_files,
@@ -31,6 +34,7 @@ from app.engine.cli_options import (
     session_config,
     speculation_configs,
 )
+from app.cli.report import reply_stats_line
 from app.errors import TandemError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -108,7 +112,7 @@ def _run_generate(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         if result.note:
             print(result.note, file=sys.stderr)
-        print(_summary_line(result), file=sys.stderr)
+        print(reply_stats_line(result), file=sys.stderr)
     return 0
 
 
@@ -138,33 +142,6 @@ def _stream_reply(session: Any, args: argparse.Namespace, sampling: Any, spec: A
     return result
 
 
-def _summary_line(result: object) -> str:
-    """One line of statistics after a streamed reply (stderr, so stdout stays the text)."""
-    from app.engine.events import Finished
-    from app.options import SpecMode
-
-    assert isinstance(result, Finished)
-    s = result.stats
-
-    def f(v: float | None, spec: str, unit: str = "") -> str:
-        return "—" if v is None else f"{v:{spec}}{unit}"
-
-    parts = [
-        f"[{result.reason}] {s.emitted} tokens",
-        f"{f(s.decode_tps, '.1f')} tok/s",
-        f"TTFT {f(s.ttft * 1000 if s.emitted else None, '.0f', ' ms')}",
-    ]
-    if s.mode is not SpecMode.OFF:
-        parts += [
-            f"{s.mode} k≤{s.draft_max}",
-            f"α {f(s.acceptance_rate, '.2f')}",
-            f"τ {f(s.mean_acceptance_length, '.2f')}",
-            f"c {f(s.draft_cost_ratio, '.3f')}",
-            f"predicted {f(s.predicted_speedup, '.2f', '×')}",
-        ]
-    return " · ".join(parts)
-
-
 def _first_validation_error(exc: ValueError) -> str:
     errors = getattr(exc, "errors", None)
     if callable(errors):
@@ -179,11 +156,9 @@ def _first_validation_error(exc: ValueError) -> str:
 
 def _feature_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Subcommands that live with their feature; each module adds its own parsers."""
-    from app import launcher
-    from app.catalog import cli as catalog_cli
-    from app.engine import bench
+    from app.cli import bench, launcher, models
 
-    for module in (catalog_cli, bench, launcher):
+    for module in (models, bench, launcher):
         module.add_cli_parsers(sub)
 
 

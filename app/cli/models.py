@@ -1,7 +1,7 @@
 """``python -m app models …``: the model library, pairing check and downloads on the command line.
 
 Subcommands (each handler returns the exit status; user errors raise
-:class:`app.errors.TandemError`, which :mod:`app.cli` prints on one line, exit 2):
+:class:`app.errors.TandemError`, which :mod:`app.cli.main` prints on one line, exit 2):
 
 * ``models list [--json] [--folder DIR]`` — every model the library finds.
 * ``models inspect PATH [--json]`` — one file's metadata (:func:`inspect_gguf`).
@@ -30,7 +30,7 @@ from app.errors import TandemError
 
 
 def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``models`` command and its subcommands to :mod:`app.cli`'s parser."""
+    """Add the ``models`` command and its subcommands to :mod:`app.cli.main`'s parser."""
     models = sub.add_parser("models", help="list, inspect, pair-check and download GGUF models")
     msub = models.add_subparsers(dest="models_command", metavar="SUBCOMMAND")
     models.set_defaults(handler=lambda _args: _usage(models))
@@ -93,15 +93,9 @@ def _print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def _fmt_params(n: int | None) -> str:
-    if n is None:
-        return "?"
-    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
-
-
 def _run_list(args: argparse.Namespace) -> int:
     from app.catalog.library import Library, load_library_config
-    from app.catalog.units import format_bytes
+    from app.formatting import format_bytes, format_parameters
 
     config = load_library_config()
     config.folders = [*config.folders, *[f.expanduser().absolute() for f in args.folder]]
@@ -118,7 +112,7 @@ def _run_list(args: argparse.Namespace) -> int:
             continue
         i = e.info
         print(
-            f"{i.name[:40]:40}  {i.quantization:8} {format_bytes(i.file_size):>9}  {_fmt_params(i.parameter_count):>6}"
+            f"{i.name[:40]:40}  {i.quantization:8} {format_bytes(i.file_size):>9}  {format_parameters(i.parameter_count):>6}"
             f"  {i.vocab_type:4} {i.n_vocab:>7}  {e.file.source:8}  {e.path}"
         )
     return 0
@@ -126,7 +120,7 @@ def _run_list(args: argparse.Namespace) -> int:
 
 def _run_inspect(args: argparse.Namespace) -> int:
     from app.catalog.gguf_meta import inspect_gguf
-    from app.catalog.units import format_bytes
+    from app.formatting import format_bytes, format_parameters
 
     info = inspect_gguf(args.path)
     if args.json:
@@ -136,7 +130,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
         ("name", info.name),
         ("architecture", info.architecture),
         ("type", info.model_type),
-        ("parameters", f"{_fmt_params(info.parameter_count)} ({info.parameter_count})"),
+        ("parameters", f"{format_parameters(info.parameter_count)} ({info.parameter_count})"),
         ("quantization", info.quantization),
         ("file size", f"{format_bytes(info.file_size)} ({info.file_size} bytes, {info.split_count} part(s))"),
         ("context length", str(info.context_length)),
@@ -210,7 +204,7 @@ def _run_drafts(args: argparse.Namespace) -> int:
 
 def _run_catalog(args: argparse.Namespace) -> int:
     from app.catalog.curated import load_curated_pairs
-    from app.catalog.units import format_bytes
+    from app.formatting import format_bytes
 
     pairs = load_curated_pairs()
     if args.json:
@@ -237,7 +231,7 @@ class _TerminalProgress:
             self._open = False
 
     def __call__(self, p: Any) -> None:
-        from app.catalog.units import format_bytes, format_duration
+        from app.formatting import format_bytes, format_duration
 
         now = time.monotonic()
         if p.phase == "checking" or (p.phase == "downloading" and now - self._last < 0.5):

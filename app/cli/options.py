@@ -2,7 +2,8 @@
 
 Both subcommands choose a target, a drafter and its settings the same way; the options,
 their defaults and their translation into :class:`~app.engine.session.SessionConfig` and
-:class:`~app.engine.session.SpeculationConfig` live here once.
+:class:`~app.options.SpeculationConfig` live here once. An ``argparse.Namespace`` never
+leaves :mod:`app.cli`: the layers below get the configs built here.
 """
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ from pathlib import Path
 
 from app.engine.session import SessionConfig
 from app.errors import TandemError
-from app.options import K_MAX, SpecMode, SpeculationConfig
+from app.options import SpecMode, SpeculationConfig, parse_draft_lengths
+
+
+def draft_lengths_arg(text: str) -> tuple[int, ...]:
+    """``--k 1,3,5,8`` as sorted, distinct draft lengths (argparse ``type``)."""
+    try:
+        return parse_draft_lengths(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:

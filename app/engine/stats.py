@@ -114,6 +114,46 @@ def best_draft_length(alpha: float, c: float, k_max: int = 16) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeedupCalculation:
+    """What α, k and c predict.
+
+    ``expected_tokens``: E(α, k), tokens per round; ``speedup``: E / (1 + c·k);
+    ``best_k``: the k in 1..k_max with the highest predicted speedup (ties: smaller k),
+    and ``best_speedup`` its speedup.
+    """
+
+    alpha: float
+    k: int
+    c: float
+    expected_tokens: float
+    speedup: float
+    best_k: int
+    best_speedup: float
+
+
+def calculate_speedup(alpha: float, k: int, c: float, k_max: int = 16) -> SpeedupCalculation:
+    """The race view's calculator: E(α, k), predicted speedup, and the best k for α and c.
+
+    Args:
+        alpha: acceptance rate in [0, 1] (α = 1 is handled: E = k + 1).
+        k: draft length ≥ 0.
+        c: draft cost ratio ≥ 0 (draft step time / plain target step time).
+        k_max: the largest k considered for ``best_k``.
+
+    Raises:
+        ValueError: α outside [0, 1], k < 0, c < 0 or k_max < 1.
+
+    Source: Leviathan, Kalman & Matias 2023, eq. (1) and Theorem 3.8.
+    """
+    if k_max < 1:
+        raise ValueError(f"k_max must be >= 1, got {k_max}")
+    e = expected_tokens_per_round(alpha, k)
+    s = predicted_speedup(alpha, k, c)
+    best = best_draft_length(alpha, c, k_max)
+    return SpeedupCalculation(alpha, k, c, e, s, best, predicted_speedup(alpha, best, c))
+
+
+@dataclass(frozen=True, slots=True)
 class SpecStats:
     """A snapshot of one reply's decoding statistics. Times are seconds, rates per second.
 

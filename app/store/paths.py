@@ -82,14 +82,17 @@ def history_path() -> Path:
 
 
 def resources_dir() -> Path:
-    """The ``resources/`` folder: icons, stylesheets, launcher templates.
+    """The ``resources/`` folder: icons, stylesheets, launcher templates, prompt sets,
+    catalog data.
 
     In a PyInstaller bundle it is unpacked under ``sys._MEIPASS``; in a checkout or an
     editable install it sits next to the ``app`` package.
     """
     frozen_root = getattr(sys, "_MEIPASS", None)
     if frozen_root:
-        return Path(frozen_root) / "resources"
+        candidate = Path(frozen_root) / "resources"
+        if candidate.is_dir():
+            return candidate
     return Path(__file__).resolve().parents[2] / "resources"
 
 

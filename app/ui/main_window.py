@@ -61,7 +61,7 @@ from app.ui.chat.starter_prompts import load_starter_prompts
 from app.ui.gauge.gauge_panel import SpeculationGaugeWidget
 from app.ui.model_bar import ModelBarWidget
 from app.ui.panels import MessageBarWidget, SystemPromptWidget, WelcomeWidget
-from app.ui.payloads import (
+from app.chat.events import (
     DemoPrepared,
     DraftChanged,
     GenerateRequest,

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.ui.payloads import ModelInfo
+from app.chat.events import ModelInfo
 
 SPEC_MODES = [("off", "Off"), ("prompt-lookup", "Prompt lookup"), ("draft-model", "Draft model")]
 

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.ui.payloads import UserError
+from app.chat.events import UserError
 
 
 class MessageBarWidget(QFrame):

@@ -4,7 +4,7 @@
 window. It owns the engine :class:`~app.engine.session.Session` and does everything that
 blocks: loading models, loading/unloading the draft model, writing the bundled demo
 model, and generating replies. It never touches a widget; it reports through signals
-whose payloads are frozen dataclasses (:mod:`app.ui.payloads`), and a failure is a
+whose payloads are frozen dataclasses (:mod:`app.chat.events`), and a failure is a
 value on a ``…_failed`` signal, never an exception crossing threads.
 
 :class:`WorkerHost` lives on the GUI thread. It starts the thread, turns method calls
@@ -27,7 +27,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from app.engine.events import Finished, StatsUpdate, TextDelta
 from app.engine.session import Session
 from app.errors import LoadCancelledError, TandemError
-from app.ui.payloads import (
+from app.chat.events import (
     DemoPrepared,
     DraftChanged,
     DraftRequest,

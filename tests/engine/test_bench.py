@@ -16,23 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.bench import (
-    BenchPrompt,
-    PreparedPrompt,
+from app.engine.measure.bench import (
     RunRecord,
     first_difference,
-    k_sweep_from_records,
-    load_prompts,
     median,
     percentile,
-    prepare_prompt,
-    run_k_sweep,
     summarize,
     token_latencies,
 )
+from app.engine.measure.prompts import BenchPrompt, PreparedPrompt, load_prompts, prepare_prompt
+from app.engine.measure.sweep import k_sweep_from_records, run_k_sweep
 from app.engine.chat import tokenize_plain
-from app.engine.lookup_estimate import estimate_lookup_hit_rate, lookup_hits
-from app.engine.race import calculate_speedup, run_race
+from app.engine.measure.lookup import estimate_lookup_hit_rate, lookup_hits
+from app.engine.measure.race import run_race
+from app.engine.stats import calculate_speedup
 from app.engine.session import Session, SessionConfig
 from app.engine.stats import SpecStats, expected_tokens_per_round, predicted_speedup
 from app.errors import TandemError

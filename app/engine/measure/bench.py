@@ -1,219 +1,35 @@
-"""Benchmarks of speculation off vs on: ``python -m app bench`` and the k sweep.
+"""Speculation off vs on, measured: the benchmark runner and its summaries (no Qt).
 
-This module measures what speculative decoding buys on the user's own machine, with the
-engine's own :class:`~app.engine.session.Session` (no Qt). It serves three callers:
+:func:`run_bench` runs prepared prompts (:mod:`app.engine.measure.prompts`) with
+speculation off and at one or more configurations, *interleaved in one process*, and
+:func:`summarize` reduces the runs per configuration: median decode tok/s, per-token
+latency p50/p95, median TTFT, α, τ, c, predicted speedup, measured speedup against
+"off" from the same run (ratio of medians), and how many outputs were identical to "off".
+The k sweep (:mod:`app.engine.measure.sweep`) and the race
+(:mod:`app.engine.measure.race`) are built on :func:`generate_once`; ``python -m app
+bench`` (:mod:`app.cli.bench`) and the ``bench/`` scripts print what this returns.
 
-* the CLI subcommand ``python -m app bench`` (:func:`add_cli_parsers`), which runs a
-  prompt set with speculation off and at one or more draft lengths k, *interleaved in one
-  process*, and reports per configuration: median decode tok/s, per-token latency
-  p50/p95, median TTFT, α, τ, c, predicted speedup, measured speedup against "off" from
-  the same run (ratio of medians), and how many outputs were identical to "off";
-* the race view's k sweep (:func:`run_k_sweep`): one prompt over k = 1, 2, 3, 4, 5, 6, 8,
-  measured tok/s per k next to the predicted curve E(α, k) / (1 + c·k) and a
-  recommended k;
-* ``bench/`` scripts, which compare Tandem with llama.cpp's own tools.
-
-Prompt sets are data: ``builtin:code`` and ``builtin:chat`` live in
-``resources/prompts/{code,chat}.json``; a user file may be JSON, JSON Lines or plain
-text (see :func:`load_prompts`). Timings come from the engine's events
-(``time.perf_counter``); nothing here asserts on speed.
+Results are numbers, never display strings: :mod:`app.cli.report` words them. Timings
+come from the engine's events (``time.perf_counter``); nothing here asserts on speed.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import gc
-import json
 import math
 import statistics
-import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from app.engine.chat import ChatMessage, tokenize_plain
-from app.engine.cli_options import (
-    add_drafting_args,
-    add_model_args,
-    check_model_files,
-    drafter_mode,
-    session_config,
-    speculation_configs,
-)
 from app.engine.events import Event, Finished
+from app.engine.measure.prompts import PreparedPrompt
 from app.engine.session import Session
-from app.engine.stats import SpecStats, best_draft_length, predicted_speedup, round_mix_speedup
+from app.engine.stats import SpecStats, predicted_speedup, round_mix_speedup
 from app.errors import TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
-
-PromptFormat = Literal["auto", "plain", "chat"]
-
-#: Draft lengths of the race view's k sweep (issue 5).
-DEFAULT_SWEEP_KS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8)
-
-BUILTIN_SETS = ("code", "chat")
-
-
-# -- prompt sets ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class BenchPrompt:
-    """One benchmark prompt in both formats.
-
-    ``plain``: a completion prompt for base models (Gemma 3 270M has no chat template), so
-    that the model continues sensibly; ``chat``: the user message for models with a chat
-    template; ``stop``: stop strings used with ``plain`` (a chat reply ends at the
-    template's end-of-turn token instead).
-    """
-
-    name: str
-    plain: str
-    chat: str
-    stop: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedPrompt:
-    """Prompt token ids (starting with exactly one BOS where the model adds one) and the
-    stop strings that go with them."""
-
-    tokens: tuple[int, ...]
-    stop: tuple[str, ...] = ()
-    name: str = ""
-    format: Literal["plain", "chat"] = "plain"
-
-
-def resources_dir() -> Path:
-    """The ``resources/`` folder: next to the ``app`` package in a checkout, or inside a
-    PyInstaller bundle (``sys._MEIPASS``)."""
-    bundle = getattr(sys, "_MEIPASS", None)
-    if bundle:
-        candidate = Path(bundle) / "resources"
-        if candidate.is_dir():
-            return candidate
-    return Path(__file__).resolve().parents[2] / "resources"
-
-
-def _prompt_from_obj(obj: Any, index: int, source: str) -> BenchPrompt:
-    if isinstance(obj, str):
-        return BenchPrompt(name=f"prompt-{index + 1}", plain=obj, chat=obj)
-    if isinstance(obj, dict):
-        text = obj.get("text")
-        plain = obj.get("plain", text)
-        chat = obj.get("chat", text if text is not None else plain)
-        if not isinstance(plain, str) or not isinstance(chat, str):
-            raise TandemError(
-                f"{source}: prompt {index + 1} needs a 'text' string (or 'plain' and 'chat')."
-            )
-        stop = obj.get("stop", [])
-        if isinstance(stop, str):
-            stop = [stop]
-        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-            raise TandemError(f"{source}: prompt {index + 1}: 'stop' must be a list of strings.")
-        name = obj.get("name") or f"prompt-{index + 1}"
-        return BenchPrompt(name=str(name), plain=plain, chat=chat, stop=tuple(stop))
-    raise TandemError(f"{source}: prompt {index + 1} is neither a string nor an object.")
-
-
-def load_prompts(spec: str) -> list[BenchPrompt]:
-    """Load a prompt set.
-
-    Args:
-        spec: ``builtin:code`` or ``builtin:chat``, or a file path:
-
-            * ``.json``: a list of prompts, or an object with a ``prompts`` list (the
-              builtin format); each prompt is a string or an object with ``text`` (or
-              ``plain`` and ``chat``), optional ``name`` and ``stop``;
-            * ``.jsonl``: one such prompt per line;
-            * anything else: plain text, prompts separated by lines holding only ``---``.
-
-    Returns:
-        At least one prompt.
-
-    Raises:
-        TandemError: unknown builtin set, missing or unreadable file, no prompts.
-    """
-    if spec.startswith("builtin:"):
-        name = spec.split(":", 1)[1]
-        if name not in BUILTIN_SETS:
-            raise TandemError(
-                f"Unknown builtin prompt set {spec!r}; choose "
-                + " or ".join(f"builtin:{n}" for n in BUILTIN_SETS)
-                + "."
-            )
-        path = resources_dir() / "prompts" / f"{name}.json"
-    else:
-        path = Path(spec)
-    if not path.is_file():
-        raise TandemError(f"Prompt file not found: {path}")
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TandemError(f"Could not read the prompt file {path}: {exc}") from exc
-    suffix = path.suffix.lower()
-    items: list[Any]
-    try:
-        if suffix == ".json":
-            data = json.loads(raw)
-            items = data.get("prompts", []) if isinstance(data, dict) else data
-            if not isinstance(items, list):
-                raise TandemError(f"{path}: expected a list of prompts.")
-        elif suffix == ".jsonl":
-            items = [json.loads(line) for line in raw.splitlines() if line.strip()]
-        else:
-            blocks: list[list[str]] = [[]]
-            for line in raw.splitlines():
-                if line.strip() == "---":
-                    blocks.append([])
-                else:
-                    blocks[-1].append(line)
-            items = ["\n".join(b).strip("\n") for b in blocks]
-            items = [t for t in items if t.strip()]
-    except json.JSONDecodeError as exc:
-        raise TandemError(f"{path} is not valid JSON: {exc}") from exc
-    prompts = [_prompt_from_obj(obj, i, str(path)) for i, obj in enumerate(items)]
-    if not prompts:
-        raise TandemError(f"{path} holds no prompts.")
-    return prompts
-
-
-def resolve_format(session: Session, fmt: PromptFormat) -> Literal["plain", "chat"]:
-    """``auto``: ``chat`` when the model has its own chat template, else ``plain``."""
-    if fmt == "auto":
-        return "plain" if session.chat_format.uses_fallback else "chat"
-    return fmt
-
-
-def prepare_prompt(
-    session: Session, prompt: BenchPrompt, fmt: PromptFormat = "auto"
-) -> PreparedPrompt:
-    """Tokenize a benchmark prompt for this session's target in the chosen format."""
-    resolved = resolve_format(session, fmt)
-    if resolved == "chat":
-        return prepare_chat(session, [ChatMessage("user", prompt.chat)], name=prompt.name)
-    return PreparedPrompt(
-        tokens=tuple(tokenize_plain(session.target, prompt.plain)),
-        stop=prompt.stop,
-        name=prompt.name,
-        format="plain",
-    )
-
-
-def prepare_chat(
-    session: Session, messages: Sequence[ChatMessage], name: str = ""
-) -> PreparedPrompt:
-    """A conversation through the model's chat template (or the plain fallback
-    transcript), with the format's stop strings."""
-    return PreparedPrompt(
-        tokens=tuple(session.chat_prompt(messages)),
-        stop=tuple(session.chat_format.stop),
-        name=name,
-        format="chat",
-    )
-
 
 # -- statistics ----------------------------------------------------------------------
 
@@ -469,6 +285,8 @@ class BenchReport:
     ``records``: grouped by (repeat, prompt), ``off`` first in each group;
     ``summaries`` come from :func:`summarize`.
     ``settings`` is free-form (model paths, threads, prompt set…) and is printed as is.
+    ``notes``: the engine's fallback reasons (a drafter that could not run), as it gave
+    them.
     """
 
     settings: dict[str, Any]
@@ -476,6 +294,11 @@ class BenchReport:
     summaries: list[ConfigSummary]
     cancelled: bool = False
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def differs_from_off(self) -> bool:
+        """Whether some "on" run's tokens differ from the "off" run of its prompt."""
+        return any(s.compared and s.identical < s.compared for s in self.summaries)
 
     def to_dict(self, include_tokens: bool = False) -> dict[str, Any]:
         """JSON-ready: ``settings``, ``configs`` (one summary each), ``runs``, ``notes``."""
@@ -486,76 +309,6 @@ class BenchReport:
             "cancelled": self.cancelled,
             "notes": list(self.notes),
         }
-
-    def table(self) -> tuple[list[str], list[list[str]]]:
-        """Header and rows of the per-configuration table (human units: ms, ×, %)."""
-        header = [
-            "config", "runs", "decode tok/s", "lat p50 ms", "lat p95 ms", "TTFT ms",
-            "α", "τ", "c", "pred ×", "meas ×", "identical",
-        ]
-        rows: list[list[str]] = []
-        for s in self.summaries:
-            rows.append([
-                s.label,
-                str(s.runs),
-                _fmt(s.decode_tps_median, "{:.1f}"),
-                _fmt(_ms(s.token_latency_p50), "{:.1f}"),
-                _fmt(_ms(s.token_latency_p95), "{:.1f}"),
-                _fmt(_ms(s.ttft_median), "{:.0f}"),
-                _fmt(s.acceptance_rate, "{:.2f}"),
-                _fmt(s.mean_acceptance_length, "{:.2f}"),
-                _fmt(s.draft_cost_ratio, "{:.3f}"),
-                _fmt(s.predicted_speedup, "{:.2f}"),
-                _fmt(s.measured_speedup, "{:.2f}"),
-                f"{s.identical}/{s.compared}" if s.compared else "—",
-            ])
-        return header, rows
-
-    def to_markdown(self) -> str:
-        """A Markdown table plus a line of settings and the notes."""
-        header, rows = self.table()
-        lines = [
-            "| " + " | ".join(header) + " |",
-            "| " + " | ".join("---" if i == 0 else "---:" for i in range(len(header))) + " |",
-        ]
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
-        lines.append("")
-        lines.append(_settings_line(self.settings))
-        for n in self.notes:
-            lines.append("")
-            lines.append(f"> {n}")
-        return "\n".join(lines) + "\n"
-
-    def to_text(self) -> str:
-        """An aligned plain-text table for a terminal."""
-        header, rows = self.table()
-        widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
-
-        def fmt_row(r: Sequence[str]) -> str:
-            return "  ".join(
-                c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)
-            )
-
-        lines = [fmt_row(header)] + [fmt_row(r) for r in rows]
-        lines.append("")
-        lines.append(_settings_line(self.settings))
-        lines += self.notes
-        return "\n".join(lines) + "\n"
-
-
-def _ms(v: float | None) -> float | None:
-    return v * 1000.0 if v is not None else None
-
-
-def _fmt(v: float | None, spec: str) -> str:
-    return "—" if v is None else spec.format(v)
-
-
-def _settings_line(settings: dict[str, Any]) -> str:
-    keys = ("model", "draft", "mode", "prompts", "format", "repeat", "max_tokens", "threads",
-            "temperature", "seed")
-    parts = [f"{k}={settings[k]}" for k in keys if settings.get(k) is not None]
-    return "settings: " + ", ".join(parts)
 
 
 # -- running -------------------------------------------------------------------------
@@ -703,7 +456,7 @@ def run_bench(
                 rec = rec_or_none
                 if lab != "off" and off is not None:
                     diff = first_difference(off.token_ids, rec.token_ids)
-                    rec = _replace(rec, identical_to_off=diff is None, first_difference=diff)
+                    rec = dataclasses.replace(rec, identical_to_off=diff is None, first_difference=diff)
                 records.append(rec)
             if cancelled:
                 break
@@ -712,324 +465,10 @@ def run_bench(
     notes: list[str] = []
     fallback = {r.stats.fallback_reason for r in records if r.stats.fallback_reason}
     notes += sorted(fallback)
-    report = BenchReport(
+    return BenchReport(
         settings=dict(settings or {}),
         records=records,
         summaries=summarize(records, labels),
         cancelled=cancelled,
         notes=notes,
     )
-    if any(s.compared and s.identical < s.compared for s in report.summaries):
-        report.notes.append(
-            "Some outputs differ from 'off': the target verifies drafts in batches, and a "
-            "batch is computed with a different order of floating-point operations than "
-            "one token, so at a near-tie the target can pick the other token. Both are "
-            "valid outputs of the target."
-        )
-    return report
-
-
-def _replace(rec: RunRecord, **changes: Any) -> RunRecord:
-    import dataclasses
-
-    return dataclasses.replace(rec, **changes)
-
-
-# -- the k sweep ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class KSweepPoint:
-    """Measured figures at one draft length k (medians over repeats; α pooled)."""
-
-    k: int
-    decode_tps: float | None
-    acceptance_rate: float | None
-    mean_acceptance_length: float | None
-    draft_cost_ratio: float | None
-    predicted_speedup: float | None
-    measured_speedup: float | None
-    identical: bool
-
-
-@dataclass(frozen=True, slots=True)
-class KSweepResult:
-    """A k sweep: plain decode speed, one point per k, and the predicted curve.
-
-    ``acceptance_rate`` α is pooled over every k (Σ accepted / Σ drafted) and
-    ``draft_cost_ratio`` c is the median over every k; ``predicted_curve`` holds
-    (k, E(α, k) / (1 + c·k)) for k = 1 … max k, and ``predicted_tps`` the same times the
-    plain decode speed, for drawing on the measured tok/s axis. ``recommended_k`` is the
-    fastest measured k (ties: the smaller); ``predicted_best_k`` the model's choice.
-    """
-
-    plain_decode_tps: float | None
-    points: tuple[KSweepPoint, ...]
-    acceptance_rate: float | None
-    draft_cost_ratio: float | None
-    predicted_curve: tuple[tuple[int, float], ...]
-    recommended_k: int | None
-    predicted_best_k: int | None
-    cancelled: bool = False
-
-    @property
-    def predicted_tps(self) -> tuple[tuple[int, float], ...]:
-        if self.plain_decode_tps is None:
-            return ()
-        return tuple((k, s * self.plain_decode_tps) for k, s in self.predicted_curve)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "plain_decode_tps": self.plain_decode_tps,
-            "points": [
-                {
-                    "k": p.k,
-                    "decode_tps": p.decode_tps,
-                    "acceptance_rate": p.acceptance_rate,
-                    "mean_acceptance_length": p.mean_acceptance_length,
-                    "draft_cost_ratio": p.draft_cost_ratio,
-                    "predicted_speedup": p.predicted_speedup,
-                    "measured_speedup": p.measured_speedup,
-                    "identical": p.identical,
-                }
-                for p in self.points
-            ],
-            "acceptance_rate": self.acceptance_rate,
-            "draft_cost_ratio": self.draft_cost_ratio,
-            "predicted_curve": [list(x) for x in self.predicted_curve],
-            "predicted_tps": [list(x) for x in self.predicted_tps],
-            "recommended_k": self.recommended_k,
-            "predicted_best_k": self.predicted_best_k,
-            "cancelled": self.cancelled,
-        }
-
-
-def k_sweep_from_records(records: Sequence[RunRecord], cancelled: bool = False) -> KSweepResult:
-    """Build a :class:`KSweepResult` from the runs of a sweep (exact pooled α)."""
-    summaries = summarize(records)
-    off = next((s for s in summaries if s.label == "off"), None)
-    on = sorted((s for s in summaries if s.label != "off"), key=lambda s: s.draft_max)
-    verified = sum(r.stats.verified for r in records if r.label != "off")
-    accepted = sum(r.stats.accepted for r in records if r.label != "off")
-    alpha = accepted / verified if verified else None
-    return _sweep_result(off, on, alpha, cancelled)
-
-
-def _sweep_result(
-    off: ConfigSummary | None,
-    on: Sequence[ConfigSummary],
-    alpha: float | None,
-    cancelled: bool,
-) -> KSweepResult:
-    c = median(s.draft_cost_ratio for s in on if s.draft_cost_ratio is not None)
-    points = tuple(
-        KSweepPoint(
-            k=s.draft_max,
-            decode_tps=s.decode_tps_median,
-            acceptance_rate=s.acceptance_rate,
-            mean_acceptance_length=s.mean_acceptance_length,
-            draft_cost_ratio=s.draft_cost_ratio,
-            predicted_speedup=s.predicted_speedup,
-            measured_speedup=s.measured_speedup,
-            identical=s.compared > 0 and s.identical == s.compared,
-        )
-        for s in on
-    )
-    k_max = max((p.k for p in points), default=0)
-    curve: tuple[tuple[int, float], ...] = ()
-    best_pred: int | None = None
-    if alpha is not None and c is not None and k_max > 0:
-        curve = tuple((k, predicted_speedup(alpha, k, c)) for k in range(1, k_max + 1))
-        best_pred = best_draft_length(alpha, c, k_max)
-    measured = [p for p in points if p.decode_tps is not None]
-    rec = max(measured, key=lambda p: (p.decode_tps or 0.0, -p.k)).k if measured else None
-    return KSweepResult(
-        plain_decode_tps=off.decode_tps_median if off is not None else None,
-        points=points,
-        acceptance_rate=alpha,
-        draft_cost_ratio=c,
-        predicted_curve=curve,
-        recommended_k=rec,
-        predicted_best_k=best_pred,
-        cancelled=cancelled,
-    )
-
-
-def run_k_sweep(
-    session: Session,
-    prompt: PreparedPrompt,
-    sampling: SamplingParams,
-    speculation: SpeculationConfig,
-    ks: Sequence[int] = DEFAULT_SWEEP_KS,
-    *,
-    repeat: int = 1,
-    warmup: bool = True,
-    cancel: threading.Event | None = None,
-    progress: ProgressFn | None = None,
-) -> KSweepResult:
-    """Run one prompt with speculation off and at every k in ``ks`` (the race view's sweep).
-
-    Args:
-        speculation: the drafter settings (mode draft-model or prompt-lookup, draft_min,
-            draft_p_min, n-gram sizes); its ``draft_max`` is replaced by each k and the
-            cost-aware policy is switched off, so every point drafts up to exactly k.
-        ks: distinct draft lengths ≥ 1 (default 1, 2, 3, 4, 5, 6, 8).
-        repeat: runs per k (medians are taken).
-
-    Returns:
-        One :class:`KSweepPoint` per k, the predicted curve from the measured α and c,
-        and the recommended k.
-
-    Raises:
-        ValueError: speculation mode "off", or an empty or invalid ``ks``.
-        TandemError: the engine failed.
-    """
-    if not speculation.speculating:
-        raise ValueError("a k sweep needs a drafter (draft-model or prompt-lookup)")
-    ks = sorted(set(ks))
-    if not ks or ks[0] < 1:
-        raise ValueError(f"draft lengths must be >= 1, got {ks}")
-    # Each point must measure exactly k: the cost-aware policy would shorten drafts.
-    specs = [speculation.model_copy(update={"draft_max": k, "adaptive": False}) for k in ks]
-    report = run_bench(
-        session, [prompt], specs, sampling,
-        repeat=repeat, warmup=warmup, cancel=cancel, progress=progress,
-    )
-    return k_sweep_from_records(report.records, cancelled=report.cancelled)
-
-
-# -- CLI -----------------------------------------------------------------------------
-
-
-def _parse_ks(text: str) -> list[int]:
-    try:
-        ks = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"--k wants comma-separated integers, got {text!r}") from exc
-    if not ks or any(k < 1 or k > 64 for k in ks):
-        raise argparse.ArgumentTypeError(f"--k wants draft lengths in 1..64, got {text!r}")
-    return sorted(set(ks))
-
-
-def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``bench`` to ``python -m app``'s subcommands (called by :mod:`app.cli`)."""
-    p = sub.add_parser(
-        "bench",
-        help="benchmark speculation off vs on (interleaved, medians)",
-        description=(
-            "Run a prompt set with speculation off and on, interleaved in one process, and "
-            "report per configuration: decode tok/s (median), per-token latency p50/p95, "
-            "TTFT (median), acceptance rate α, mean acceptance length τ, draft cost ratio "
-            "c, predicted and measured speedup, and outputs identical to 'off'. Without "
-            "--draft or --prompt-lookup only 'off' runs."
-        ),
-    )
-    add_model_args(p, n_ctx=4096)
-    add_drafting_args(p)
-    p.add_argument("--prompts", default="builtin:code",
-                   help="builtin:code, builtin:chat, or a .json/.jsonl/.txt file (builtin:code)")
-    p.add_argument("--k", type=_parse_ks, default=[4], metavar="K[,K…]",
-                   help="draft lengths to compare with off, e.g. 1,3,5,8 (4)")
-    p.add_argument("--repeat", type=int, default=3, help="runs per prompt and configuration (3)")
-    p.add_argument("--max-tokens", type=int, default=128, help="reply tokens per run (128)")
-    p.add_argument("--format", choices=("auto", "plain", "chat"), default="auto",
-                   help="auto: chat template when the model has one, else plain completion")
-    p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (0)")
-    p.add_argument("--seed", type=int, default=1234, help="one seed for every run (1234)")
-    p.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
-    p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
-    p.add_argument("--keep-cache", action="store_true",
-                   help="reuse the KV cache across runs (TTFT then measures cache hits)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--include-tokens", action="store_true",
-                   help="with --json: add each run's token ids and times")
-    out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="print one JSON object")
-    out.add_argument("--markdown", action="store_true", help="print a Markdown table")
-    p.set_defaults(handler=_run_bench_cli)
-
-
-def _run_bench_cli(args: argparse.Namespace) -> int:
-    check_model_files(args)
-    if args.repeat < 1:
-        raise TandemError("Invalid option: --repeat must be at least 1.")
-    if args.max_tokens < 1:
-        raise TandemError("Invalid option: --max-tokens must be at least 1.")
-    prompts = load_prompts(args.prompts)
-    if args.limit is not None:
-        prompts = prompts[: max(1, args.limit)]
-
-    mode = drafter_mode(args)
-    try:
-        specs = speculation_configs(args, mode, args.k) if mode is not SpecMode.OFF else []
-        sampling = SamplingParams(
-            temperature=args.temp, seed=args.seed, max_tokens=args.max_tokens
-        )
-        config = session_config(args, mode)
-    except ValueError as exc:  # pydantic.ValidationError is a ValueError
-        raise TandemError(f"Invalid option: {str(exc).splitlines()[0]}") from exc
-
-    def progress(done: int, total: int, rec: RunRecord) -> None:
-        if args.quiet:
-            return
-        tps = rec.stats.decode_tps
-        extra = ""
-        if rec.stats.acceptance_rate is not None:
-            extra = f"  α {rec.stats.acceptance_rate:.2f}"
-        print(
-            f"[{done}/{total}] {rec.prompt_name} {rec.label}: {len(rec.token_ids)} tokens, "
-            f"{tps:.1f} tok/s{extra}" if tps else f"[{done}/{total}] {rec.prompt_name} {rec.label}",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    cancel = threading.Event()
-    with Session.open(config) as session:
-        fmt = resolve_format(session, args.format)
-        prepared = [prepare_prompt(session, pr, fmt) for pr in prompts]
-        settings: dict[str, Any] = {
-            "model": str(args.model),
-            "draft": str(args.draft) if args.draft else None,
-            "mode": mode.value,
-            "k": list(args.k) if mode is not SpecMode.OFF else [],
-            "prompts": args.prompts,
-            "n_prompts": len(prepared),
-            "format": fmt,
-            "repeat": args.repeat,
-            "max_tokens": args.max_tokens,
-            "n_ctx": session.n_ctx,
-            "threads": session.ctx.n_threads,
-            "n_gpu_layers": session.n_gpu_layers,
-            "temperature": args.temp,
-            "seed": args.seed,
-            "fresh_cache": not args.keep_cache,
-            "llama_cpp_python": _llama_cpp_version(),
-        }
-        try:
-            report = run_bench(
-                session, prepared, specs, sampling,
-                repeat=args.repeat, warmup=not args.no_warmup,
-                fresh_cache=not args.keep_cache, cancel=cancel, progress=progress,
-                settings=settings,
-            )
-        except KeyboardInterrupt:
-            cancel.set()
-            raise
-    if args.json:
-        json.dump(report.to_dict(include_tokens=args.include_tokens), sys.stdout,
-                  ensure_ascii=False, indent=1)
-        sys.stdout.write("\n")
-    elif args.markdown:
-        sys.stdout.write(report.to_markdown())
-    else:
-        sys.stdout.write(report.to_text())
-    return 0
-
-
-def _llama_cpp_version() -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version("llama-cpp-python")
-    except Exception:
-        return None

@@ -3,9 +3,8 @@
 :func:`run_race` loads nothing: it uses the session's target once for both runs, one
 after the other, records per-token timestamps, and compares the token ids. The race view
 then plays both lanes from t = 0 at their true pace with :meth:`RaceLane.tokens_at` and
-:meth:`RaceLane.text_at`, and shows :meth:`RaceResult.summary_rows` as its table;
-:meth:`RaceResult.to_markdown` is the Markdown export. :func:`calculate_speedup` is the
-small α/k/c calculator next to it.
+:meth:`RaceLane.text_at`; its table and Markdown export are worded in
+:mod:`app.ui.race.report` from the numbers of :class:`RaceResult`.
 
 Formulas: E(α, k) = (1 − α^(k+1)) / (1 − α) and S = E / (1 + c·k)
 (:mod:`app.engine.stats`, Leviathan et al. 2023).
@@ -21,60 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.bench import PreparedPrompt, first_difference, generate_once
+from app.engine.measure.bench import first_difference, generate_once
+from app.engine.measure.prompts import PreparedPrompt
 from app.engine.events import Event, Finished
 from app.engine.llama import LlamaModel
 from app.engine.session import Session
-from app.engine.stats import (
-    SpecStats,
-    best_draft_length,
-    expected_tokens_per_round,
-    predicted_speedup,
-)
+from app.engine.stats import SpecStats
 from app.options import SamplingParams, SpecMode, SpeculationConfig
-
-# -- the calculator ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SpeedupCalculation:
-    """What α, k and c predict.
-
-    ``expected_tokens``: E(α, k), tokens per round; ``speedup``: E / (1 + c·k);
-    ``best_k``: the k in 1..k_max with the highest predicted speedup (ties: smaller k),
-    and ``best_speedup`` its speedup.
-    """
-
-    alpha: float
-    k: int
-    c: float
-    expected_tokens: float
-    speedup: float
-    best_k: int
-    best_speedup: float
-
-
-def calculate_speedup(alpha: float, k: int, c: float, k_max: int = 16) -> SpeedupCalculation:
-    """The race view's calculator: E(α, k), predicted speedup, and the best k for α and c.
-
-    Args:
-        alpha: acceptance rate in [0, 1] (α = 1 is handled: E = k + 1).
-        k: draft length ≥ 0.
-        c: draft cost ratio ≥ 0 (draft step time / plain target step time).
-        k_max: the largest k considered for ``best_k``.
-
-    Raises:
-        ValueError: α outside [0, 1], k < 0, c < 0 or k_max < 1.
-
-    Source: Leviathan, Kalman & Matias 2023, eq. (1) and Theorem 3.8.
-    """
-    if k_max < 1:
-        raise ValueError(f"k_max must be >= 1, got {k_max}")
-    e = expected_tokens_per_round(alpha, k)
-    s = predicted_speedup(alpha, k, c)
-    best = best_draft_length(alpha, c, k_max)
-    return SpeedupCalculation(alpha, k, c, e, s, best, predicted_speedup(alpha, best, c))
-
 
 # -- race lanes ----------------------------------------------------------------------
 
@@ -158,16 +110,6 @@ def lane_from_finished(label: str, model: LlamaModel, fin: Finished) -> RaceLane
     )
 
 
-DIFFERENCE_EXPLANATION = (
-    "The two replies first differ at token {index}. With speculation on, the target "
-    "checks several tokens in one batch, and llama.cpp computes a batch with a different "
-    "order of floating-point operations than a single token. Where the two most likely "
-    "next tokens are nearly tied, that tiny difference can tip the choice. Both replies "
-    "are valid outputs of the target model; from that token on they simply continue "
-    "differently."
-)
-
-
 @dataclass(frozen=True, slots=True)
 class RaceResult:
     """Both lanes of a race and the comparison.
@@ -201,51 +143,6 @@ class RaceResult:
         """E(α, k) / (1 + c·k) from the "on" lane's measured α and c."""
         return self.on.stats.predicted_speedup
 
-    @property
-    def difference_explanation(self) -> str | None:
-        """A plain-words reason when the texts differ, else None."""
-        if self.identical or self.first_difference is None:
-            return None
-        return DIFFERENCE_EXPLANATION.format(index=self.first_difference)
-
-    def summary_rows(self) -> list[tuple[str, str, str]]:
-        """(figure, off, on) rows of the end-of-race table, formatted for display."""
-
-        def f(v: float | None, spec: str) -> str:
-            return "—" if v is None else spec.format(v)
-
-        so, sn = self.off.stats, self.on.stats
-        rows = [
-            ("TTFT", f(so.ttft * 1000, "{:.0f} ms"), f(sn.ttft * 1000, "{:.0f} ms")),
-            ("decode tok/s", f(so.decode_tps, "{:.1f}"), f(sn.decode_tps, "{:.1f}")),
-            ("end-to-end time", f(self.off.duration, "{:.2f} s"), f(self.on.duration, "{:.2f} s")),
-            ("tokens", str(len(self.off.token_ids)), str(len(self.on.token_ids))),
-            ("acceptance rate α", "—", f(sn.acceptance_rate, "{:.2f}")),
-            ("mean acceptance length τ", "—", f(sn.mean_acceptance_length, "{:.2f}")),
-            ("measured speedup", "1.00×", f(self.measured_speedup, "{:.2f}×")),
-            ("predicted speedup", "—", f(self.predicted_speedup, "{:.2f}×")),
-            ("identical text", "", "yes" if self.identical else f"no (from token {self.first_difference})"),
-        ]
-        return rows
-
-    def to_markdown(self, title: str = "Tandem race") -> str:
-        """The race as Markdown: settings, the table, both texts, and any difference."""
-        on_desc = f"{self.on.mode}, k = {self.on.draft_max}" if self.on.draft_max else self.on.mode
-        lines = [
-            f"# {title}",
-            "",
-            f"Seed {self.seed}, temperature {self.temperature:g}; speculation on: {on_desc}.",
-            "",
-            "| | off | on |",
-            "| --- | ---: | ---: |",
-        ]
-        lines += [f"| {a} | {b} | {c} |" for a, b, c in self.summary_rows()]
-        if self.difference_explanation:
-            lines += ["", self.difference_explanation]
-        for lane in (self.off, self.on):
-            lines += ["", f"## Speculation {lane.label}", "", "```text", lane.text, "```"]
-        return "\n".join(lines) + "\n"
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "seed": self.seed,
@@ -274,8 +171,8 @@ def run_race(
     """Decode ``prompt`` with speculation off, then on, with one seed; compare the tokens.
 
     Args:
-        prompt: from :func:`app.engine.bench.prepare_prompt` or
-            :func:`~app.engine.bench.prepare_chat`.
+        prompt: from :func:`app.engine.measure.prompts.prepare_prompt` or
+            :func:`~app.engine.measure.prompts.prepare_chat`.
         sampling: a seed of −1 is replaced by one random seed used by both runs.
         speculation: the "on" side (mode draft-model or prompt-lookup, k…).
         cancel: checked once per round; a cancelled race returns what it has, with

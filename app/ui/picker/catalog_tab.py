@@ -52,9 +52,9 @@ from app.catalog.hub import (
     resolve_endpoint,
 )
 from app.catalog.library import Library
-from app.catalog.units import format_bytes
+from app.formatting import format_bytes
 from app.errors import TandemError
-from app.ui.payloads import UserError
+from app.chat.events import UserError
 from app.ui.picker.downloads import DownloadQueue
 from app.ui.picker.library_tab import top_items
 from app.ui.picker.pair_check import PairCheckWidget

@@ -1,14 +1,14 @@
 """Text for the model picker's tables: counts, sizes, rules and predictions (no Qt).
 
 Kept apart from the widgets so the wording can be tested without a window. Sizes use
-:mod:`app.catalog.units` (decimal units, as the Hugging Face Hub shows them).
+:mod:`app.formatting` (decimal units, as the Hugging Face Hub shows them).
 """
 
 from __future__ import annotations
 
 from app.catalog.hub import DownloadProgress
 from app.catalog.library import Source
-from app.catalog.units import format_bytes, format_duration
+from app.formatting import MISSING, format_bytes, format_duration, or_dash
 from app.engine.stats import predicted_speedup
 
 #: The acceptance rate assumed for the "predicted speedup" column of the draft list.
@@ -35,20 +35,9 @@ SOURCE_LABELS: dict[str, str] = {
 }
 
 
-def format_parameters(n: int | None) -> str:
-    """``268M``, ``7.62B``, ``135M``; ``—`` when unknown."""
-    if n is None or n <= 0:
-        return "—"
-    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= div:
-            v = n / div
-            return f"{v:.2f}{unit}" if v < 10 else f"{v:.1f}{unit}" if v < 100 else f"{v:.0f}{unit}"
-    return str(n)
-
-
 def format_count(n: int | None) -> str:
     """``262,144``; ``—`` when unknown."""
-    return "—" if n is None else f"{n:,}"
+    return or_dash(n, ",")
 
 
 def source_label(source: Source | str) -> str:
@@ -61,13 +50,13 @@ def rule_label(rule: str) -> str:
 
 def format_cost_ratio(c: float | None) -> str:
     """The estimated draft cost ratio: ``c ≈ 0.39``; ``—`` when a size is unknown."""
-    return "—" if c is None else f"≈ {c:.2f}"
+    return MISSING if c is None else f"≈ {c:.2f}"
 
 
 def format_predicted_speedup(c: float | None, k: int, alpha: float = ASSUMED_ACCEPTANCE_RATE) -> str:
     """E(α, k) / (1 + c·k) as ``1.9×`` (``—`` without c). See :func:`predicted_speedup`."""
     if c is None:
-        return "—"
+        return MISSING
     return f"{predicted_speedup(alpha, k, c):.1f}×"
 
 

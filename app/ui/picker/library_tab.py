@@ -40,16 +40,15 @@ from PySide6.QtWidgets import (
 
 from app.catalog.library import Library, LibraryEntry, drafts_for
 from app.catalog.pairing import DraftCandidate
-from app.catalog.units import format_bytes
 from app.engine.stats import predicted_speedup
 from app.errors import TandemError
+from app.formatting import format_bytes, format_parameters
 from app.options import SpecMode
-from app.ui.payloads import UserError
+from app.chat.events import UserError
 from app.ui.picker.formatting import (
     ASSUMED_ACCEPTANCE_RATE,
     format_cost_ratio,
     format_count,
-    format_parameters,
     format_predicted_speedup,
     source_label,
 )

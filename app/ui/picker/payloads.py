@@ -16,7 +16,7 @@ from app.catalog.hub import DownloadProgress, RemoteFile, RemoteGGUF, RemotePair
 from app.catalog.library import LibraryEntry
 from app.catalog.pairing import DraftCandidate
 from app.options import SpecMode
-from app.ui.payloads import UserError
+from app.chat.events import UserError
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,11 +26,11 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QTabWidget, QVBo
 
 from app.catalog.curated import CuratedPair
 from app.catalog.library import Library
-from app.catalog.units import format_bytes
+from app.formatting import format_bytes
 from app.store import paths
 from app.store.settings import Settings, load_settings, save_settings
 from app.ui.panels import MessageBarWidget
-from app.ui.payloads import UserError
+from app.chat.events import UserError
 from app.ui.picker.catalog_tab import CatalogTabWidget
 from app.ui.picker.downloads import DownloadJobState, DownloadQueue, DownloadsTabWidget
 from app.ui.picker.library_tab import LibraryTabWidget

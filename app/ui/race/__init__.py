@@ -1,7 +1,7 @@
 """The race window: speculation off vs on side by side, the k sweep, the prompt-lookup
 estimate and the speedup calculator (issue 5). See :mod:`app.ui.race.race_window`."""
 
-from app.ui.race.history_source import PastConversation, conversations_from_history
+from app.chat.history_source import PastConversation, conversations_from_history
 from app.ui.race.race_window import RaceWindow
 
 __all__ = ["PastConversation", "RaceWindow", "conversations_from_history"]

@@ -1,7 +1,7 @@
 """The speedup calculator: α, k and c give E and the predicted speedup.
 
 Formulas (DESIGN.md; Leviathan, Kalman & Matias 2023, eq. 1 and Theorem 3.8), computed by
-:func:`app.engine.race.calculate_speedup`:
+:func:`app.engine.stats.calculate_speedup`:
 
 * expected tokens per round  E(α, k) = (1 − α^(k+1)) / (1 − α)   (k + 1 at α = 1)
 * predicted speedup          S = E(α, k) / (1 + c·k)
@@ -26,8 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.race import SpeedupCalculation, calculate_speedup
-from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE
+from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE, SpeedupCalculation, calculate_speedup
 
 K_MAX = 16
 

@@ -5,7 +5,7 @@ The race view drives a pane with :meth:`RaceLaneWidget.show_at` from its replay 
 accepted drafts is tinted as in the chat view, and the counters (tokens, tok/s, elapsed,
 α) are refreshed only when the caller says so (the race view does it at most 10 times a
 second). The pane never looks at the engine; it reads a
-:class:`~app.ui.race.recording.LaneRecording`.
+:class:`~app.chat.recording.LaneRecording`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.ui.race.recording import LaneCounters, LaneRecording, counters_at, draft_spans, visible_chars
+from app.chat.recording import LaneCounters, LaneRecording, counters_at, draft_spans, visible_chars
 
 #: background of text that came from accepted draft tokens (the chat view's tint)
 DRAFT_TINT = QColor("#fde7c4")

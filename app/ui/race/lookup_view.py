@@ -1,7 +1,7 @@
 """"Is prompt lookup worth it for me?": the n-gram hit rate over past conversations.
 
 The user ticks past conversations; the race worker replays n-gram lookup over their
-assistant replies with :func:`app.engine.lookup_estimate.estimate_lookup_hit_rate`
+assistant replies with :func:`app.engine.measure.lookup.estimate_lookup_hit_rate`
 (tokenized with the loaded target, no model runs) and this widget shows, per n = 2..5,
 the hit rate (share of reply tokens lookup would have predicted), the precision (right
 proposals / proposals, the figure comparable with α at draft position 1) and the coverage
@@ -32,9 +32,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.lookup_estimate import LookupEstimate
+from app.chat.history_source import PastConversation, measured_lookup_alpha
+from app.engine.measure.lookup import LookupEstimate
 from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE
-from app.ui.race.history_source import PastConversation, measured_lookup_alpha
 
 #: rule of thumb for the verdict: best-n hit rate at or above which lookup clearly pays
 WORTH_IT = 0.30

@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.race.lane_pane import RaceLaneWidget
-from app.ui.race.recording import RaceRecording
+from app.chat.recording import RaceRecording
 from app.ui.race.report import (
     difference_text,
     identical_text,

@@ -44,17 +44,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.bench import BenchPrompt, load_prompts
+from app.engine.measure.prompts import BenchPrompt, load_prompts
 from app.engine.chat import ChatMessage
 from app.engine.session import Session
 from app.errors import TandemError
 from app.options import SamplingParams, SpeculationConfig
-from app.ui.payloads import UserError
+from app.chat.events import UserError
 from app.ui.qt_compat import apply_qt_workarounds
 from app.ui.race.calculator import SpeedupCalculatorWidget
-from app.ui.race.history_source import PastConversation
+from app.chat.history_source import PastConversation
 from app.ui.race.lookup_view import LookupEstimateWidget
-from app.ui.race.payloads import (
+from app.chat.requests import (
     LookupDone,
     LookupRequest,
     PromptSpec,

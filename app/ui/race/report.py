@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from app.engine.race import RaceResult
+from app.chat.recording import RaceRecording
+from app.engine.measure.race import RaceResult
 from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE
-from app.ui.race.recording import RaceRecording
+from app.formatting import MISSING, or_dash
 
 #: Why k ≤ 2 stays bit-identical on the CPU backend and k ≥ 3 may not. A round verifies
 #: k + 1 tokens in one batch; llama.cpp's CPU matrix multiplication switches to another
@@ -28,33 +29,45 @@ def k_words(k: int, adaptive: bool) -> str:
     return f"k ≤ {k} (adaptive)" if adaptive else f"k = {k}"
 
 
-def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
-    """(figure, speculation off, speculation on) rows of the end-of-race table.
+#: Why the two texts of a race can differ (``{index}``: the first differing token).
+DIFFERENCE_EXPLANATION = (
+    "The two replies first differ at token {index}. With speculation on, the target "
+    "checks several tokens in one batch, and llama.cpp computes a batch with a different "
+    "order of floating-point operations than a single token. Where the two most likely "
+    "next tokens are nearly tied, that tiny difference can tip the choice. Both replies "
+    "are valid outputs of the target model; from that token on they simply continue "
+    "differently."
+)
 
-    The engine's :meth:`RaceResult.summary_rows` (TTFT, decode tok/s, end-to-end time,
-    tokens, α, τ, measured and predicted speedup, identical text) plus the end-to-end
-    speedup (end-to-end time off ÷ on, prefill included) after the measured one. When α
-    rests on fewer than :data:`~app.engine.stats.MIN_DRAFTED_FOR_ESTIMATE` drafts, its
-    row gives the count and the predicted speedup is held.
-    """
-    rows = list(result.summary_rows())
-    s = result.on.stats
-    if s.acceptance_rate is not None and s.few_drafts:
+
+def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
+    """(figure, speculation off, speculation on) rows of the end-of-race table: TTFT,
+    decode tok/s, end-to-end time, tokens, α, τ, measured speedup (decode), end-to-end
+    speedup (end-to-end time off ÷ on, prefill included), predicted speedup, identical
+    text, and a status row when the race was stopped. When α rests on fewer than
+    :data:`~app.engine.stats.MIN_DRAFTED_FOR_ESTIMATE` drafts, its row gives the count
+    and the predicted speedup is held."""
+    so, sn = result.off.stats, result.on.stats
+    alpha = or_dash(sn.acceptance_rate, ".2f")
+    predicted = or_dash(result.predicted_speedup, ".2f", "×")
+    if sn.acceptance_rate is not None and sn.few_drafts:
         # α and the prediction built on it rest on a handful of drafts: say so.
-        for i, (name, off, _on) in enumerate(rows):
-            if name == "acceptance rate α":
-                rows[i] = (name, off, f"{s.acceptance_rate:.2f} ({s.accepted}/{s.drafted} drafts)")
-            elif name == "predicted speedup":
-                rows[i] = (name, off, f"— (needs {MIN_DRAFTED_FOR_ESTIMATE} drafts)")
-    e2e = result.end_to_end_speedup
-    extra = ("end-to-end speedup", "1.00×", "—" if e2e is None else f"{e2e:.2f}×")
-    for i, row in enumerate(rows):
-        if row[0] == "measured speedup":
-            rows[i] = ("measured speedup (decode)", row[1], row[2])
-            rows.insert(i + 1, extra)
-            break
-    else:
-        rows.append(extra)
+        alpha = f"{sn.acceptance_rate:.2f} ({sn.accepted}/{sn.verified} drafts)"
+        predicted = f"{MISSING} (needs {MIN_DRAFTED_FOR_ESTIMATE} drafts)"
+    rows = [
+        ("TTFT", or_dash(so.ttft * 1000, ".0f", " ms"), or_dash(sn.ttft * 1000, ".0f", " ms")),
+        ("decode tok/s", or_dash(so.decode_tps, ".1f"), or_dash(sn.decode_tps, ".1f")),
+        ("end-to-end time", or_dash(result.off.duration, ".2f", " s"),
+         or_dash(result.on.duration, ".2f", " s")),
+        ("tokens", str(len(result.off.token_ids)), str(len(result.on.token_ids))),
+        ("acceptance rate α", MISSING, alpha),
+        ("mean acceptance length τ", MISSING, or_dash(sn.mean_acceptance_length, ".2f")),
+        ("measured speedup (decode)", "1.00×", or_dash(result.measured_speedup, ".2f", "×")),
+        ("end-to-end speedup", "1.00×", or_dash(result.end_to_end_speedup, ".2f", "×")),
+        ("predicted speedup", MISSING, predicted),
+        ("identical text", "",
+         "yes" if result.identical else f"no (from token {result.first_difference})"),
+    ]
     if result.cancelled:
         rows.append(("status", "", "cancelled: figures are partial"))
     return rows
@@ -63,13 +76,13 @@ def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
 def difference_text(result: RaceResult, cpu_backend: bool, draft_max: int) -> str | None:
     """Plain words for a race whose texts differ (None when identical or cancelled).
 
-    The engine's explanation (the first differing token index, floating-point differences
-    between batch sizes at a near-tie, both valid outputs of the target), plus on the CPU
-    backend :data:`CPU_KERNEL_NOTE` when k ≥ 3.
+    :data:`DIFFERENCE_EXPLANATION` (the first differing token index, floating-point
+    differences between batch sizes at a near-tie, both valid outputs of the target), plus
+    on the CPU backend :data:`CPU_KERNEL_NOTE` when k ≥ 3.
     """
-    text = result.difference_explanation
-    if text is None or result.cancelled:
+    if result.identical or result.first_difference is None or result.cancelled:
         return None
+    text = DIFFERENCE_EXPLANATION.format(index=result.first_difference)
     if cpu_backend and draft_max >= 3:
         text += " " + CPU_KERNEL_NOTE
     return text

@@ -1,8 +1,8 @@
 """The k sweep: measured decode tok/s against the draft length k, the predicted curve,
 and the recommended k applied with one click.
 
-The sweep itself is :func:`app.engine.bench.run_k_sweep`, run on the race worker; this
-widget only shows its :class:`~app.engine.bench.KSweepResult`. The chart (QtCharts) has
+The sweep itself is :func:`app.engine.measure.sweep.run_k_sweep`, run on the race worker; this
+widget only shows its :class:`~app.engine.measure.sweep.KSweepResult`. The chart (QtCharts) has
 one point per k, a dashed line for "speculation off", and the predicted curve
 E(α, k) / (1 + c·k) drawn from the α pooled over the whole sweep and the median c, scaled
 to tok/s by multiplying with the plain decode tok/s measured in the same sweep (so a
@@ -40,7 +40,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.bench import DEFAULT_SWEEP_KS, KSweepPoint, KSweepResult
+from app.engine.measure.sweep import DEFAULT_SWEEP_KS, KSweepPoint, KSweepResult
 
 _MEASURED = QColor("#2b6cb0")
 _PREDICTED = QColor("#dd6b20")

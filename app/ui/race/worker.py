@@ -3,7 +3,7 @@
 :class:`RaceWorker` lives on one QThread owned by :class:`RaceWorkerHost` for as long as
 the race window is open. It uses the :class:`~app.engine.session.Session` the main window
 already loaded (the target is never loaded twice), never touches a widget, and reports
-through signals with frozen payloads (:mod:`app.ui.race.payloads`). The engine blocks
+through signals with frozen payloads (:mod:`app.chat.requests`). The engine blocks
 inside its loop, so stopping goes through each request's ``threading.Event``, which the
 engine checks once per round; :meth:`RaceWorkerHost.shutdown` sets them, quits the
 thread's event loop and joins it.
@@ -22,23 +22,17 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from app.engine.bench import (
-    BenchPrompt,
-    PreparedPrompt,
-    RunRecord,
-    generate_once,
-    prepare_chat,
-    prepare_prompt,
-    run_k_sweep,
-)
+from app.engine.measure.bench import RunRecord, generate_once
+from app.engine.measure.prompts import BenchPrompt, PreparedPrompt, prepare_chat, prepare_prompt
+from app.engine.measure.sweep import run_k_sweep
 from app.engine.events import Event
-from app.engine.lookup_estimate import estimate_lookup_hit_rate, model_tokenizer
-from app.engine.race import run_race
+from app.engine.measure.lookup import estimate_lookup_hit_rate, model_tokenizer
+from app.engine.measure.race import run_race
 from app.engine.session import Session
 from app.errors import TandemError
 from app.options import SpeculationConfig
-from app.ui.payloads import UserError
-from app.ui.race.payloads import (
+from app.chat.events import UserError
+from app.chat.requests import (
     LookupDone,
     LookupRequest,
     PromptSpec,
@@ -49,7 +43,7 @@ from app.ui.race.payloads import (
     SweepProgressed,
     SweepRequest,
 )
-from app.ui.race.recording import LaneRecorder, RaceRecording
+from app.chat.recording import LaneRecorder, RaceRecording
 from app.ui.worker import user_error
 
 log = logging.getLogger(__name__)

@@ -8,18 +8,18 @@ import dataclasses
 import pytest
 
 from app.engine.events import StatsUpdate, TextDelta
-from app.engine.lookup_estimate import LookupEstimate, NgramHits
-from app.engine.race import RaceLane, RaceResult
+from app.engine.measure.lookup import LookupEstimate, NgramHits
+from app.engine.measure.race import RaceLane, RaceResult
 from app.engine.stats import SpecStats
 from app.store.history import HistoryStore
-from app.ui.race.history_source import (
+from app.chat.history_source import (
     PastConversation,
     PastMessage,
     conversations_from_history,
     measured_lookup_alpha,
 )
 from app.ui.race.lookup_view import verdict
-from app.ui.race.recording import (
+from app.chat.recording import (
     LaneRecorder,
     LaneRecording,
     RaceRecording,
@@ -53,7 +53,7 @@ def _race(on_ids: tuple[int, ...] = (1, 2, 3, 4), on_text: str = "abcdefgh") -> 
                          ttft=0.6, target_step_time=0.1, draft_time=0.001)
     off = _lane("off", (1, 2, 3, 4), (0.7, 1.2, 1.9, 2.5), "abcdefgh", off_stats)
     on = _lane("on", on_ids, (0.6, 0.6, 1.0, 1.0), on_text, on_stats)
-    from app.engine.bench import first_difference
+    from app.engine.measure.bench import first_difference
 
     diff = first_difference(off.token_ids, on.token_ids)
     return RaceResult(off, on, seed=7, temperature=0.0, identical=diff is None,
@@ -203,7 +203,7 @@ def test_headline_and_prediction_note() -> None:
 
 
 def test_recommendation_warns_when_no_k_beats_off() -> None:
-    from app.engine.bench import KSweepPoint, KSweepResult
+    from app.engine.measure.sweep import KSweepPoint, KSweepResult
     from app.ui.race.sweep_view import KSweepWidget
 
     def point(k: int, tps: float) -> KSweepPoint:

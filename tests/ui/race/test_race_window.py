@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtGui import QImage
 
 from app.engine.chat import ChatMessage
-from app.engine.lookup_estimate import estimate_lookup_hit_rate, model_tokenizer
+from app.engine.measure.lookup import estimate_lookup_hit_rate, model_tokenizer
 from app.engine.session import Session
 from app.engine.stats import (
     MIN_DRAFTED_FOR_ESTIMATE,
@@ -19,7 +19,7 @@ from app.engine.stats import (
 )
 from app.options import SamplingParams, SpeculationConfig
 from app.ui.race import RaceWindow
-from app.ui.race.history_source import PastConversation, PastMessage
+from app.chat.history_source import PastConversation, PastMessage
 from app.ui.race.lane_pane import DRAFT_TINT
 
 RACE_TIMEOUT_MS = 240_000

@@ -1,0 +1,154 @@
+"""``python -m app bench``: speculation off vs on on a prompt set, printed as a table.
+
+The measurement is :func:`app.engine.measure.bench.run_bench`; this module parses the
+options, loads the session, prints progress on stderr and the result on stdout (text,
+Markdown or JSON, worded by :mod:`app.cli.report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from typing import Any
+
+from app.cli.options import (
+    add_drafting_args,
+    add_model_args,
+    check_model_files,
+    draft_lengths_arg,
+    drafter_mode,
+    session_config,
+    speculation_configs,
+)
+from app.cli.report import bench_json, bench_markdown, bench_text
+from app.engine.measure.bench import RunRecord, run_bench
+from app.engine.measure.prompts import load_prompts, prepare_prompt, resolve_format
+from app.engine.session import Session
+from app.errors import TandemError
+from app.options import SamplingParams, SpecMode
+
+
+def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``bench`` to ``python -m app``'s subcommands (called by :mod:`app.cli.main`)."""
+    p = sub.add_parser(
+        "bench",
+        help="benchmark speculation off vs on (interleaved, medians)",
+        description=(
+            "Run a prompt set with speculation off and on, interleaved in one process, and "
+            "report per configuration: decode tok/s (median), per-token latency p50/p95, "
+            "TTFT (median), acceptance rate α, mean acceptance length τ, draft cost ratio "
+            "c, predicted and measured speedup, and outputs identical to 'off'. Without "
+            "--draft or --prompt-lookup only 'off' runs."
+        ),
+    )
+    add_model_args(p, n_ctx=4096)
+    add_drafting_args(p)
+    p.add_argument("--prompts", default="builtin:code",
+                   help="builtin:code, builtin:chat, or a .json/.jsonl/.txt file (builtin:code)")
+    p.add_argument("--k", type=draft_lengths_arg, default=(4,), metavar="K[,K…]",
+                   help="draft lengths to compare with off, e.g. 1,3,5,8 (4)")
+    p.add_argument("--repeat", type=int, default=3, help="runs per prompt and configuration (3)")
+    p.add_argument("--max-tokens", type=int, default=128, help="reply tokens per run (128)")
+    p.add_argument("--format", choices=("auto", "plain", "chat"), default="auto",
+                   help="auto: chat template when the model has one, else plain completion")
+    p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (0)")
+    p.add_argument("--seed", type=int, default=1234, help="one seed for every run (1234)")
+    p.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
+    p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
+    p.add_argument("--keep-cache", action="store_true",
+                   help="reuse the KV cache across runs (TTFT then measures cache hits)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--include-tokens", action="store_true",
+                   help="with --json: add each run's token ids and times")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print one JSON object")
+    out.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p.set_defaults(handler=_run_bench_cli)
+
+
+def _run_bench_cli(args: argparse.Namespace) -> int:
+    check_model_files(args)
+    if args.repeat < 1:
+        raise TandemError("Invalid option: --repeat must be at least 1.")
+    if args.max_tokens < 1:
+        raise TandemError("Invalid option: --max-tokens must be at least 1.")
+    prompts = load_prompts(args.prompts)
+    if args.limit is not None:
+        prompts = prompts[: max(1, args.limit)]
+
+    mode = drafter_mode(args)
+    try:
+        specs = speculation_configs(args, mode, args.k) if mode is not SpecMode.OFF else []
+        sampling = SamplingParams(
+            temperature=args.temp, seed=args.seed, max_tokens=args.max_tokens
+        )
+        config = session_config(args, mode)
+    except ValueError as exc:  # pydantic.ValidationError is a ValueError
+        raise TandemError(f"Invalid option: {str(exc).splitlines()[0]}") from exc
+
+    def progress(done: int, total: int, rec: RunRecord) -> None:
+        if args.quiet:
+            return
+        tps = rec.stats.decode_tps
+        extra = ""
+        if rec.stats.acceptance_rate is not None:
+            extra = f"  α {rec.stats.acceptance_rate:.2f}"
+        print(
+            f"[{done}/{total}] {rec.prompt_name} {rec.label}: {len(rec.token_ids)} tokens, "
+            f"{tps:.1f} tok/s{extra}" if tps else f"[{done}/{total}] {rec.prompt_name} {rec.label}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    cancel = threading.Event()
+    with Session.open(config) as session:
+        fmt = resolve_format(session, args.format)
+        prepared = [prepare_prompt(session, pr, fmt) for pr in prompts]
+        settings: dict[str, Any] = {
+            "model": str(args.model),
+            "draft": str(args.draft) if args.draft else None,
+            "mode": mode.value,
+            "k": list(args.k) if mode is not SpecMode.OFF else [],
+            "prompts": args.prompts,
+            "n_prompts": len(prepared),
+            "format": fmt,
+            "repeat": args.repeat,
+            "max_tokens": args.max_tokens,
+            "n_ctx": session.n_ctx,
+            "threads": session.ctx.n_threads,
+            "n_gpu_layers": session.n_gpu_layers,
+            "temperature": args.temp,
+            "seed": args.seed,
+            "fresh_cache": not args.keep_cache,
+            "llama_cpp_python": _llama_cpp_version(),
+        }
+        try:
+            report = run_bench(
+                session, prepared, specs, sampling,
+                repeat=args.repeat, warmup=not args.no_warmup,
+                fresh_cache=not args.keep_cache, cancel=cancel, progress=progress,
+                settings=settings,
+            )
+        except KeyboardInterrupt:
+            cancel.set()
+            raise
+    if args.json:
+        json.dump(bench_json(report, include_tokens=args.include_tokens), sys.stdout,
+                  ensure_ascii=False, indent=1)
+        sys.stdout.write("\n")
+    elif args.markdown:
+        sys.stdout.write(bench_markdown(report))
+    else:
+        sys.stdout.write(bench_text(report))
+    return 0
+
+
+def _llama_cpp_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("llama-cpp-python")
+    except Exception:
+        return None
