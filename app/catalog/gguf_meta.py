@@ -7,29 +7,35 @@ where a key is absent). :func:`inspect_gguf` returns a :class:`GGUFInfo`;
 :func:`load_vocab` returns a :class:`GGUFVocab`, the
 :class:`~app.catalog.pairing.VocabView` the pairing check runs on.
 
-Parsing is done by the ``gguf`` package's :class:`gguf.GGUFReader`, subclassed to make it
-safe on untrusted files and fast on large vocabularies:
+The header is parsed here, over bytes (:class:`_HeaderReader`), with only the ``gguf``
+package's public enums and constants (value and tensor types, block sizes, the default
+alignment, the versions it reads), so that it is safe on untrusted files and fast on
+large vocabularies:
 
-* every read is bounds-checked (the stock reader slices its memmap, which silently
-  returns short arrays past the end of the file), and header counts are checked against
-  the file size before parsing, so truncated files, absurd string lengths, absurd
-  tensor or key counts and tensor data outside the file raise :class:`GGUFError`;
-* arrays are read as one block instead of one numpy view per element (the stock reader
-  takes about 10 s on Gemma 3's 262,144-token vocabulary; this takes well under one);
-* tensor data is never mapped: only names, types, shapes and offsets are kept.
+* every read is bounds-checked, and header counts are checked against the file size
+  before parsing, so truncated files, absurd string lengths, absurd tensor or key counts
+  and tensor data outside the file (or misaligned, or overlapping) raise
+  :class:`GGUFError`;
+* string arrays are walked in one pass with :mod:`struct` (gguf's own ``GGUFReader``
+  builds one numpy view per element: about 10 s on Gemma 3's 262,144-token vocabulary;
+  this takes well under one);
+* tensor data is never read: only names, types, shapes and offsets are kept, and a
+  local file is memory-mapped so only the header's pages are touched.
 
 Results are cached in SQLite under the cache folder (:func:`app.store.paths.cache_dir`),
 keyed by absolute path and the size and mtime of every part, with the token texts
 stored zlib-compressed, so a second scan or pairing check of the same file is fast.
 
-The same parser reads a partial header fetched over HTTP (:func:`parse_gguf_head`), which
-is how :mod:`app.catalog.hub` checks a pair before downloading it.
+The same parser reads the first bytes of a file fetched over HTTP
+(:func:`parse_gguf_head`), which is how :mod:`app.catalog.hub` checks a pair before
+downloading it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 import re
 import sqlite3
@@ -39,11 +45,18 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType, LlamaFileType
+from gguf import (
+    GGML_QUANT_SIZES,
+    GGUF_DEFAULT_ALIGNMENT,
+    READER_SUPPORTED_VERSIONS,
+    GGMLQuantizationType,
+    GGUFValueType,
+    LlamaFileType,
+)
 
 from app.errors import GGUFError
 
@@ -106,7 +119,6 @@ _MIN_TENSOR_INFO_BYTES = 8 + 4 + 4 + 8  # name length, n_dims, type, offset (0-d
 _GGML_MAX_DIMS = 4
 _FILE_TYPE_GUESSED = 1024
 
-_SCALAR_TYPES: dict[GGUFValueType, type[np.generic]] = dict(GGUFReader.gguf_scalar_to_np)
 
 
 class IncompleteHeaderError(Exception):
@@ -309,165 +321,160 @@ class _TensorInfo:
     offset: int  # relative to the start of the data section
 
 
-class _CheckedReader(GGUFReader):
-    """:class:`GGUFReader` with bounds checks, block-read arrays and no tensor data maps.
+#: struct format of each scalar value type (GGUF spec, "gguf_type"), keyed by gguf's enum
+_SCALAR_FORMATS: dict[GGUFValueType, str] = {
+    GGUFValueType.UINT8: "B", GGUFValueType.INT8: "b",
+    GGUFValueType.UINT16: "H", GGUFValueType.INT16: "h",
+    GGUFValueType.UINT32: "I", GGUFValueType.INT32: "i",
+    GGUFValueType.FLOAT32: "f", GGUFValueType.BOOL: "?",
+    GGUFValueType.UINT64: "Q", GGUFValueType.INT64: "q", GGUFValueType.FLOAT64: "d",
+}
 
-    ``total_size`` is the real size of the file; the file at ``path`` may be a prefix of
-    it (a header fetched over HTTP). Reads past ``total_size`` raise :class:`_Malformed`;
-    reads past the prefix but inside the file raise :class:`IncompleteHeaderError`.
 
-    Arrays of scalars are kept as one part (``data == [2]``) and arrays of strings as one
-    uint8 block of the whole encoded array: :meth:`ReaderField.contents` does not apply to
-    them; the block is ``parts[-1]`` (see :func:`_string_array`).
+class _HeaderReader:
+    """Reads a GGUF header from bytes, every read bounds-checked.
+
+    ``buf`` holds the first bytes of a file whose real size is ``total_size`` (all of it
+    for a local file, mapped; a prefix fetched over HTTP for a remote one). A read past
+    ``total_size`` raises :class:`_Malformed` (the file is broken); a read past ``buf``
+    but inside the file raises :class:`IncompleteHeaderError` with the bytes needed.
+    Only gguf's public enums and constants are used; the layout is the GGUF spec's
+    (magic, version, tensor and key counts, keys, tensor infos, aligned data).
     """
 
-    def __init__(self, path: Path, total_size: int) -> None:
-        self._total = total_size
-        self.tensor_infos: list[_TensorInfo] = []
-        super().__init__(path, "r")
+    def __init__(self, buf: memoryview, total_size: int, endian: str) -> None:
+        self.buf = buf
+        self.total = total_size
+        self.pos = 0
+        self.endian = endian
+        self._u64 = struct.Struct(endian + "Q")
 
-    # The base class calls _get for every read; all bounds checks funnel through here.
-    def _get(
-        self,
-        offset: int,
-        dtype: npt.DTypeLike,
-        count: int = 1,
-        override_order: None | Literal["I", "S", "<"] = None,
-    ) -> npt.NDArray[Any]:
-        offset, count = int(offset), int(count)
-        end = offset + np.dtype(dtype).itemsize * count
-        self._require(offset, end)
-        return super()._get(offset, dtype, count, override_order)
-
-    def _require(self, offset: int, end: int) -> None:
-        if end > self._total:
+    def require(self, offset: int, end: int) -> None:
+        if end > self.total:
             raise _Malformed(
                 f"the file is truncated or corrupt: a read at byte {offset} needs {end - offset}"
-                f" bytes but the file has {self._total}"
+                f" bytes but the file has {self.total}"
             )
-        if end > len(self.data):
+        if end > len(self.buf):
             raise IncompleteHeaderError(end)
 
-    def _get_str(self, offset: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint8]]:
-        slen = self._get(offset, np.uint64)
-        n = int(slen[0])
-        if n > self._total - offset - 8:
-            raise _Malformed(
-                f"a string at byte {offset} claims {n} bytes, past the end of the file"
-                f" ({self._total} bytes; the file is truncated or corrupt)"
-            )
-        return slen, self._get(offset + 8, np.uint8, n)
+    def scalar(self, fmt: str) -> Any:
+        size = struct.calcsize(fmt)
+        self.require(self.pos, self.pos + size)
+        (value,) = struct.unpack_from(self.endian + fmt, self.buf, self.pos)
+        self.pos += size
+        return value
 
-    def _get_field_parts(
-        self, orig_offs: int, raw_type: int
-    ) -> tuple[int, list[npt.NDArray[Any]], list[int], list[GGUFValueType]]:
-        try:
-            gtype = GGUFValueType(int(raw_type))
-        except ValueError:
-            raise _Malformed(f"unknown value type {int(raw_type)} at byte {orig_offs}") from None
-        if gtype != GGUFValueType.ARRAY:
-            return super()._get_field_parts(orig_offs, raw_type)
-        raw_itype = self._get(orig_offs, np.uint32)
-        alen = self._get(orig_offs + 4, np.uint64)
-        offs = orig_offs + 12
-        try:
-            itype = GGUFValueType(int(raw_itype[0]))
-        except ValueError:
-            raise _Malformed(f"unknown array item type {int(raw_itype[0])} at byte {orig_offs}") from None
-        n = int(alen[0])
-        nptype = _SCALAR_TYPES.get(itype)
-        min_item = np.dtype(nptype).itemsize if nptype is not None else (8 if itype == GGUFValueType.STRING else 12)
-        if n * min_item > self._total - offs:
+    def string(self) -> bytes:
+        start = self.pos
+        n = self.scalar("Q")
+        if n > self.total - start - 8:
             raise _Malformed(
-                f"an array at byte {orig_offs} claims {n} items, more than the file can hold"
-                f" ({self._total} bytes; the file is truncated or corrupt)"
+                f"a string at byte {start} claims {n} bytes, past the end of the file"
+                f" ({self.total} bytes; the file is truncated or corrupt)"
             )
-        if nptype is not None:
-            block = self._get(offs, nptype, n)
-            return 12 + int(block.nbytes), [raw_itype, alen, block], [2], [gtype, itype]
+        self.require(self.pos, self.pos + n)
+        data = bytes(self.buf[self.pos : self.pos + n])
+        self.pos += n
+        return data
+
+    def value_type(self, what: str) -> GGUFValueType:
+        at = self.pos
+        raw = self.scalar("I")
+        try:
+            return GGUFValueType(raw)
+        except ValueError:
+            raise _Malformed(f"unknown {what} {raw} at byte {at}") from None
+
+    def value(self, gtype: GGUFValueType) -> Any:
+        """A scalar or string value; an array is skipped (returns None)."""
+        if gtype == GGUFValueType.STRING:
+            return self.string().decode("utf-8", "replace")
+        if gtype == GGUFValueType.ARRAY:
+            self.array(keep_strings=False)
+            return None
+        return self.scalar(_SCALAR_FORMATS[gtype])
+
+    def array(self, *, keep_strings: bool) -> tuple[GGUFValueType, list[bytes] | None]:
+        """Skip (or with ``keep_strings``, read) an array whose value type was just read;
+        returns its item type and, for a kept array of strings, the strings as bytes."""
+        start = self.pos - 4
+        itype = self.value_type("array item type")
+        n = self.scalar("Q")
+        fmt = _SCALAR_FORMATS.get(itype)
+        min_item = struct.calcsize(fmt) if fmt else (8 if itype == GGUFValueType.STRING else 12)
+        if n * min_item > self.total - self.pos:
+            raise _Malformed(
+                f"an array at byte {start} claims {n} items, more than the file can hold"
+                f" ({self.total} bytes; the file is truncated or corrupt)"
+            )
+        if fmt is not None:
+            end = self.pos + n * struct.calcsize(fmt)
+            self.require(self.pos, end)
+            self.pos = end
+            return itype, None
         if itype == GGUFValueType.STRING:
-            end = self._walk_strings(offs, n)
-            block = self._get(offs, np.uint8, end - offs)
-            return end - orig_offs, [raw_itype, alen, block], [2], [gtype, itype]
-        # Nested arrays are rare (none in llama.cpp's own keys): the base class handles
-        # them element by element, still through the checked _get.
-        return super()._get_field_parts(orig_offs, raw_type)
+            return itype, self._strings(start, n, keep_strings)
+        for _ in range(n):  # nested arrays: rare, none in llama.cpp's own keys
+            self.value(self.value_type("array item type"))
+        return itype, None
 
-    def _walk_strings(self, offs: int, n: int) -> int:
-        """Offset just past an encoded array of ``n`` strings starting at ``offs``."""
-        fmt = "<Q" if self.endianess.name == "LITTLE" else ">Q"
-        buf = self.data.data  # a memoryview of the map, no copy
-        avail, total = len(self.data), self._total
-        pos, start = offs, offs
-        unpack = struct.Struct(fmt).unpack_from
+    def _strings(self, start: int, n: int, keep: bool) -> list[bytes] | None:
+        # One pass with struct over the encoded strings, no object per element: Gemma 3's
+        # 262,144 tokens take well under a second (gguf's GGUFReader takes about 10 s).
+        buf, avail, total = self.buf, len(self.buf), self.total
+        unpack = self._u64.unpack_from
+        out: list[bytes] | None = [] if keep else None
+        pos = first = self.pos
         for i in range(n):
             if pos + 8 > avail:
                 if pos + 8 > total:
-                    self._require(pos, pos + 8)  # raises _Malformed
-                raise self._need_more(start, pos, i, n)
+                    self.require(pos, pos + 8)  # raises _Malformed
+                raise self._need_more(first, pos, i, n)
             (slen,) = unpack(buf, pos)
             if slen > total - pos - 8:
                 raise _Malformed(
                     f"string {i} of an array at byte {start} claims {slen} bytes, past the end"
                     f" of the file ({total} bytes; the file is truncated or corrupt)"
                 )
+            if pos + 8 + slen > avail:
+                raise self._need_more(first, pos + 8 + slen, i + 1, n)
+            if out is not None:
+                out.append(bytes(buf[pos + 8 : pos + 8 + slen]))
             pos += 8 + slen
-            if pos > avail:
-                raise self._need_more(start, pos, i + 1, n)
-        return pos
+        self.pos = pos
+        return out
 
     def _need_more(self, start: int, pos: int, done: int, n: int) -> IncompleteHeaderError:
         # Estimate where the array ends from the mean entry size so far, so that a remote
         # reader fetches the rest in one more request instead of many.
         mean = (pos - start) / done if done else 16.0
         estimate = pos + int(mean * (n - done) * 1.05) + 4096
-        return IncompleteHeaderError(min(max(estimate, pos + 8), self._total))
+        return IncompleteHeaderError(min(max(estimate, pos + 8), self.total))
 
-    def _build_tensors(self, start_offs: int, fields: list[Any]) -> None:
-        infos: list[_TensorInfo] = []
-        seen: set[str] = set()
-        for field in fields:
-            _name_len, name_data, _n_dims, dims, raw_dtype, offset_tensor = field.parts
-            name = bytes(name_data).decode("utf-8", "replace")
-            if name in seen:
-                raise _Malformed(f"tensor {name!r} appears twice")
-            seen.add(name)
-            if len(dims) > _GGML_MAX_DIMS:
-                raise _Malformed(f"tensor {name!r} has {len(dims)} dimensions (at most 4)")
-            try:
-                ggml_type = GGMLQuantizationType(int(raw_dtype[0]))
-                block_size, type_size = GGML_QUANT_SIZES[ggml_type]
-            except (ValueError, KeyError):
-                raise _Malformed(f"tensor {name!r} has unknown type {int(raw_dtype[0])}") from None
-            n_elements = 1
-            for d in dims.tolist():
-                n_elements *= int(d)
-            if n_elements % block_size:
-                raise _Malformed(f"tensor {name!r}: {n_elements} elements is not a whole number of blocks")
-            infos.append(
-                _TensorInfo(
-                    name,
-                    ggml_type.name,
-                    n_elements,
-                    n_elements * type_size // block_size,
-                    int(offset_tensor[0]),
-                )
-            )
-        self.tensor_infos = infos
-        self.tensors = []
-
-
-def _string_array(block: npt.NDArray[Any], n: int, big_endian: bool) -> list[bytes]:
-    raw = block.tobytes()
-    unpack = struct.Struct(">Q" if big_endian else "<Q").unpack_from
-    out: list[bytes] = []
-    pos = 0
-    for _ in range(n):
-        (slen,) = unpack(raw, pos)
-        pos += 8
-        out.append(raw[pos : pos + slen])
-        pos += slen
-    return out
+    def tensor_info(self, seen: set[str]) -> _TensorInfo:
+        name = self.string().decode("utf-8", "replace")
+        if name in seen:
+            raise _Malformed(f"tensor {name!r} appears twice")
+        seen.add(name)
+        n_dims = self.scalar("I")
+        if n_dims > _GGML_MAX_DIMS:
+            raise _Malformed(f"tensor {name!r} has {n_dims} dimensions (at most 4)")
+        n_elements = 1
+        for _ in range(n_dims):
+            n_elements *= self.scalar("Q")
+        raw_type = self.scalar("I")
+        offset = self.scalar("Q")
+        try:
+            ggml_type = GGMLQuantizationType(raw_type)
+            block_size, type_size = GGML_QUANT_SIZES[ggml_type]
+        except (ValueError, KeyError):
+            raise _Malformed(f"tensor {name!r} has unknown type {raw_type}") from None
+        if n_elements % block_size:
+            raise _Malformed(
+                f"tensor {name!r}: {n_elements} elements is not a whole number of blocks")
+        return _TensorInfo(name, ggml_type.name, n_elements,
+                           n_elements * type_size // block_size, offset)
 
 
 @dataclass(slots=True)
@@ -509,53 +516,65 @@ def _precheck(head: bytes, total_size: int) -> None:
         )
 
 
-def _read_header(path: Path, total_size: int) -> _Header:
-    """Parse one GGUF header at ``path`` (possibly a prefix of a ``total_size``-byte file).
+def _read_header(data: bytes | memoryview | mmap.mmap, total_size: int) -> _Header:
+    """Parse one GGUF header from ``data``: the file's bytes, or a prefix of a
+    ``total_size``-byte file.
 
     Raises:
         _Malformed: the file is broken.
         IncompleteHeaderError: the prefix ends inside the header.
     """
-    with path.open("rb") as f:
-        head = f.read(24)
-    _precheck(head, total_size)
-    if len(head) < 24:
-        raise IncompleteHeaderError(24)
-    try:
-        reader = _CheckedReader(path, total_size)
-    except (_Malformed, IncompleteHeaderError):
-        raise
-    except (ValueError, KeyError, IndexError, OverflowError, UnicodeDecodeError) as exc:
-        raise _Malformed(str(exc).strip("'\"") or type(exc).__name__) from None
-    try:
-        big = reader.endianess.name == "BIG"
+    with memoryview(data) as buf:
+        _precheck(bytes(buf[:24]), total_size)
+        if len(buf) < 24:
+            raise IncompleteHeaderError(24)
+        (raw_version,) = struct.unpack_from("<I", buf, 4)
+        endian = "<" if raw_version & 0xFFFF else ">"  # a big-endian file reads byte-swapped
+        r = _HeaderReader(buf, total_size, endian)
+        r.pos = 4
+        version = r.scalar("I")
+        if version not in READER_SUPPORTED_VERSIONS:
+            known = " and ".join(map(str, READER_SUPPORTED_VERSIONS))
+            raise _Malformed(f"it is GGUF version {version}; versions {known} can be read")
+        n_tensors, n_kv = r.scalar("Q"), r.scalar("Q")
         kv: dict[str, Any] = {}
         tokens: list[bytes] | None = None
         tokens_bad: str | None = None
-        for key, field in reader.fields.items():
-            if key.startswith("GGUF."):
-                continue
-            main = field.types[0] if field.types else None
-            if main == GGUFValueType.ARRAY:
-                if key == "tokenizer.ggml.tokens":
-                    if field.types[-1] == GGUFValueType.STRING and len(field.types) == 2:
-                        tokens = _string_array(field.parts[-1], int(field.parts[-2][0]), big)
+        alignment = GGUF_DEFAULT_ALIGNMENT
+        for _ in range(n_kv):
+            key = r.string().decode("utf-8", "replace")
+            gtype = r.value_type("value type")
+            if gtype == GGUFValueType.ARRAY:
+                keep = key == "tokenizer.ggml.tokens"
+                itype, strings = r.array(keep_strings=keep)
+                if keep:
+                    if itype == GGUFValueType.STRING and strings is not None:
+                        tokens = strings
                     else:
                         tokens_bad = "tokenizer.ggml.tokens is not an array of strings"
                 continue
-            if main == GGUFValueType.STRING:
-                kv[key] = bytes(field.parts[-1]).decode("utf-8", "replace")
-            elif main is not None:
-                kv[key] = field.parts[-1].tolist()[0]
-        version = int(reader.fields["GGUF.version"].parts[0][0])
-        header = _Header(
-            kv, tokens, tokens_bad, reader.tensor_infos, int(reader.data_offset), int(reader.alignment), version
-        )
-    finally:
-        # Drop every view of the memmap now: on Windows a mapped file cannot be deleted.
-        del reader
+            value = r.value(gtype)
+            if key == "general.alignment":
+                if gtype != GGUFValueType.UINT32 or value <= 0 or value & (value - 1):
+                    raise _Malformed(f"general.alignment is {value!r}, not a power of two")
+                alignment = value
+            kv[key] = value
+        seen: set[str] = set()
+        tensors = [r.tensor_info(seen) for _ in range(n_tensors)]
+        data_offset = r.pos + (-r.pos % alignment)
+    header = _Header(kv, tokens, tokens_bad, tensors, data_offset, alignment, version)
     _check_tensor_ranges(header, total_size)
     return header
+
+
+def _read_file_header(path: Path, total_size: int) -> _Header:
+    """:func:`_read_header` on a local file, memory-mapped: only the header's pages are
+    ever read, however large the tensor data behind it."""
+    with path.open("rb") as f:
+        if total_size == 0:
+            return _read_header(b"", 0)
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            return _read_header(mapped, total_size)
 
 
 def _check_tensor_ranges(h: _Header, total_size: int) -> None:
@@ -866,7 +885,7 @@ def _parse_local(parts: list[Path]) -> tuple[GGUFInfo, list[bytes]]:
     for p in parts:
         try:
             size = p.stat().st_size
-            headers.append(_read_header(p, size))
+            headers.append(_read_file_header(p, size))
         except _Malformed as exc:
             raise _fail(p, str(exc)) from None
         except IncompleteHeaderError:  # pragma: no cover - a whole file is never a prefix
@@ -932,7 +951,7 @@ def load_vocab(path: str | os.PathLike[str], *, use_cache: bool = True) -> GGUFV
     return GGUFVocab(info, tokens)
 
 
-def parse_gguf_head(head: Path, total_size: int, source: str) -> GGUFVocab:
+def parse_gguf_head(head: bytes, total_size: int, source: str) -> GGUFVocab:
     """Parse the first bytes of a (remote) GGUF file whose full size is ``total_size``.
 
     Used by :mod:`app.catalog.hub` for the pairing check before a download.
@@ -940,7 +959,7 @@ def parse_gguf_head(head: Path, total_size: int, source: str) -> GGUFVocab:
     (None then), and ``file_size`` is ``total_size`` (the caller may replace it).
 
     Args:
-        head: a local file holding the first bytes of the remote file.
+        head: the first bytes of the remote file (any number).
         total_size: the remote file's size in bytes.
         source: how to name the file in messages and in ``GGUFInfo.path``.
 

@@ -45,7 +45,7 @@ def test_smollm_metadata(smollm_path: Path) -> None:
 
 
 def test_token_texts_and_fields_match_the_stock_reader(smollm_path: Path) -> None:
-    """The block-reading subclass must read exactly what gguf's own GGUFReader reads."""
+    """Our header reader must read exactly what gguf's own GGUFReader reads."""
     stock = GGUFReader(smollm_path)
     tokens = [t.encode("utf-8") for t in stock.fields["tokenizer.ggml.tokens"].contents()]
     vocab = load_vocab(smollm_path, use_cache=False)
@@ -299,12 +299,11 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
 def test_remote_prefix_parse_asks_for_more(smollm_path: Path, tmp_path: Path) -> None:
     """parse_gguf_head on a prefix says how much it needs; on enough bytes it parses."""
     total = smollm_path.stat().st_size
-    head = tmp_path / "head.gguf"
     size = 64 << 10
     rounds = 0
     while True:
         with smollm_path.open("rb") as f:
-            head.write_bytes(f.read(size))
+            head = f.read(size)  # bytes: no temporary file
         try:
             vocab = gguf_meta.parse_gguf_head(head, total, "acme/smol/smol.gguf")
             break
@@ -326,3 +325,33 @@ def test_copy_with_other_name_has_its_own_cache_entry(tmp_path: Path) -> None:
     shutil.copy(small, other)
     assert inspect_gguf(small).path == str(small)
     assert inspect_gguf(other).path == str(other)
+
+
+def test_a_big_endian_file_reads_like_its_little_endian_twin(tmp_path: Path) -> None:
+    """The header reader follows the byte order the file announces, as gguf's does."""
+    import numpy as np
+    from gguf import GGUFEndian, GGUFWriter, TokenType
+
+    def write(path: Path, endian: GGUFEndian) -> Path:
+        w = GGUFWriter(str(path), "llama", endianess=endian)
+        w.add_name("twin")
+        w.add_context_length(2048)
+        w.add_tokenizer_model("llama")
+        toks = token_list(300)
+        w.add_token_list(toks)
+        w.add_token_scores([0.0] * len(toks))
+        w.add_token_types([int(TokenType.NORMAL)] * len(toks))
+        w.add_bos_token_id(1)
+        w.add_tensor("output_norm.weight", np.ones(64, dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return path
+
+    little = load_vocab(write(tmp_path / "le.gguf", GGUFEndian.LITTLE), use_cache=False)
+    big = load_vocab(write(tmp_path / "be.gguf", GGUFEndian.BIG), use_cache=False)
+    assert big.info.context_length == little.info.context_length == 2048
+    assert (big.bos_id, big.n_vocab, big.info.n_tensors, big.info.parameter_count) == (
+        little.bos_id, little.n_vocab, little.info.n_tensors, little.info.parameter_count)
+    assert big.token_texts(0, 300) == little.token_texts(0, 300) == token_list(300)
