@@ -7,8 +7,10 @@ signal.
 Downloads (:class:`Download`) go through ``huggingface_hub``: the file's metadata comes
 from :func:`huggingface_hub.get_hf_file_metadata` (a HEAD on the ``/resolve/`` URL, which
 gives size, ETag, commit, and the typed errors for gated, missing and private repos),
-and the bytes from :func:`huggingface_hub.file_download.http_get`, which resumes with an
-HTTP Range request after a dropped connection. ``hf_hub_download`` itself is not used:
+and the bytes through :func:`app.catalog.hf_transport.download_to` (huggingface_hub's
+HTTP client, resuming with an HTTP Range request after a dropped connection; the one
+module that touches huggingface_hub's undocumented helpers). ``hf_hub_download`` itself
+is not used:
 since huggingface_hub 1.x it downloads into a process-unique temporary file that it
 deletes on failure, so a paused download or one interrupted by closing the app could
 not resume. Here the bytes go to ``<models>/<owner>/<repo>/.partial/<file>.incomplete``
@@ -29,27 +31,27 @@ metadata parses (typically 1–3 % of a file), and runs the pairing rule on them
 from __future__ import annotations
 
 import errno
-import functools
 import hashlib
 import json
 import logging
 import os
 import re
 import shutil
-import tempfile
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urljoin, urlparse
 
+from app.catalog.hf_transport import CHUNK_BYTES, download_to, open_stream
 from app.catalog.gguf_meta import GGUFVocab, IncompleteHeaderError, parse_gguf_head, split_part_names, split_parts
 from app.catalog.pairing import PairResult, check_pair
 from app.formatting import format_bytes
 from app.errors import DownloadError, GGUFError, TandemError
+from app.store.files import write_json_atomic
 
 if TYPE_CHECKING:
     from app.catalog.curated import CuratedModel, CuratedPair
@@ -60,7 +62,7 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 PARTIAL_DIR = ".partial"
 MANIFEST_NAME = ".tandem-downloads.json"
 #: Bytes per read while downloading: progress and pause/cancel act at this granularity.
-DOWNLOAD_CHUNK_BYTES = 1 << 18  # 256 KiB: progress, pause and resume granularity
+DOWNLOAD_CHUNK_BYTES = CHUNK_BYTES  # 256 KiB
 #: First request of a remote header read; later ones grow from what the parse needs.
 HEADER_FIRST_REQUEST = 256 << 10
 
@@ -345,30 +347,6 @@ class DownloadProgress:
 ProgressCallback = Callable[[DownloadProgress], None]
 
 
-class _ProgressBar:
-    """What ``http_get`` needs of its ``tqdm_class``: a context manager with ``update``.
-
-    huggingface_hub instantiates it with tqdm's keyword arguments (``total``,
-    ``initial``, ``desc``, ``unit`` …), which are ignored: the job keeps its own counts.
-    Raising from ``update`` is how a pause or cancel stops the transfer.
-    """
-
-    def __init__(self, job: Download, **_tqdm_kwargs: Any) -> None:
-        self._job = job
-
-    def __enter__(self) -> _ProgressBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def update(self, n: float | None = 1) -> None:
-        self._job._advance(int(n or 0))
-
-    def close(self) -> None:
-        return None
-
-
 def _manifest_path(repo_dir: Path) -> Path:
     return repo_dir / MANIFEST_NAME
 
@@ -379,13 +357,6 @@ def _read_json(path: Path) -> dict[str, Any]:
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _existing_parent(path: Path) -> Path:
@@ -515,9 +486,9 @@ class Download:
     # -- progress -------------------------------------------------------------------
 
     def _advance(self, n: int) -> None:
-        # http_get reports a chunk *before* writing it, so a stop is honoured here, before
-        # the chunk is counted: the count then equals the bytes on disk, and the previous
-        # chunk has been written (the partial file is never shorter than reported).
+        # download_to reports a chunk *before* writing it, so a stop is honoured here,
+        # before the chunk is counted: the count then equals the bytes on disk, and the
+        # previous chunk has been written (the partial file is never shorter than reported).
         self._check_stop()
         with self._lock:
             self._done += n
@@ -678,37 +649,31 @@ class Download:
 
     def _transfer(self, info: RemoteFileInfo, index: int) -> None:
         import httpx2
-        from huggingface_hub import constants
         from huggingface_hub.errors import HfHubHTTPError
-        from huggingface_hub.file_download import http_get
 
         name = info.file.filename
         partial = self._partial_path(name)
         note_path = partial.with_name(partial.name + ".json")
-        _write_json(
+        write_json_atomic(
             note_path,
             {"repo_id": self.repo_id, "filename": name, "revision": info.file.revision,
              "etag": info.etag, "size": info.size, "commit": info.commit},
+            indent=1, sort_keys=True,
         )
         self._set_phase("downloading", index)
-        # huggingface_hub reads 10 MB per chunk; smaller chunks give smooth progress and
-        # a prompt pause/cancel (the chunk size is a process-wide constant there).
-        constants.DOWNLOAD_CHUNK_SIZE = min(constants.DOWNLOAD_CHUNK_SIZE, DOWNLOAD_CHUNK_BYTES)
-        bar = functools.partial(_ProgressBar, self)
         transfer_error: BaseException | None = None
         try:
             with partial.open("r+b" if partial.exists() else "w+b") as fh:
                 fh.seek(0, os.SEEK_END)
                 have = fh.tell()
                 try:
-                    http_get(
+                    download_to(
                         info.url,
                         fh,
                         resume_size=have,
                         headers=_headers(self.token, info.url, self.endpoint),
                         expected_size=info.size,
-                        displayed_filename=PurePosixPath(name).name,
-                        tqdm_class=cast(Any, bar),
+                        on_bytes=self._advance,
                     )
                 except DownloadStopped:
                     raise
@@ -731,7 +696,7 @@ class Download:
                         ) from exc
                     if exc.errno is not None:
                         raise DownloadError(f"Cannot write {partial}: {exc.strerror}.") from exc
-                    transfer_error = exc  # http_get's size consistency check
+                    transfer_error = exc  # download_to's size consistency check
         except OSError as exc:
             raise DownloadError(f"Cannot write {partial}: {exc.strerror or exc}.") from exc
         if isinstance(transfer_error, DownloadError):
@@ -783,7 +748,7 @@ class Download:
             "etag": info.etag, "size": info.size, "sha256": info.sha256, "commit": info.commit,
             "revision": info.file.revision, "completed": time.time(),
         }
-        _write_json(manifest_path, manifest)
+        write_json_atomic(manifest_path, manifest, indent=1, sort_keys=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -838,20 +803,19 @@ class RemoteGGUF:
     bytes_fetched: int
 
 
-def _fetch_range(url: str, start: int, stop: int, headers: dict[str, str], out: Any) -> int:
+def _fetch_range(url: str, start: int, stop: int, headers: dict[str, str], out: bytearray) -> int:
     """Append bytes ``start`` … ``stop - 1`` of ``url`` to ``out``; return how many came.
 
     Reads at most ``stop - start`` bytes even if the server ignores the Range header
     (then only a request from byte 0 can be served; others raise DownloadError).
     """
     from huggingface_hub import hf_raise_for_status
-    from huggingface_hub.utils import http_stream_backoff  # type: ignore[attr-defined]  # lazily exported
 
     h = dict(headers)
     h["Range"] = f"bytes={start}-{stop - 1}"
     want = stop - start
     got = 0
-    with http_stream_backoff("GET", url, headers=h, follow_redirects=True) as response:
+    with open_stream("GET", url, h) as response:
         hf_raise_for_status(response)
         if response.status_code != 206 and start > 0:
             raise DownloadError(
@@ -860,7 +824,7 @@ def _fetch_range(url: str, start: int, stop: int, headers: dict[str, str], out: 
             )
         for chunk in response.iter_bytes(64 << 10):
             take = chunk[: want - got]
-            out.write(take)
+            out += take
             got += len(take)
             if got >= want:
                 break
@@ -906,33 +870,28 @@ def read_remote_gguf(
         for other in split_names[1:]:
             total_size += remote_file_info(RemoteFile(file.repo_id, other, file.revision), endpoint=ep, token=token).size
     headers = _headers(token, meta.url, ep)
-    fetched = 0
-    with tempfile.TemporaryDirectory(prefix="tandem-head-") as tmp:
-        head = Path(tmp) / "head.gguf"
-        want = min(meta.size, first_request)
-        with head.open("wb") as out:
-            while True:
-                have = fetched
-                try:
-                    got = _fetch_range(meta.url, have, want, headers, out)
-                except HfHubHTTPError as exc:
-                    raise _hub_error(exc, file, ep) from exc
-                except httpx2.HTTPError as exc:
-                    raise _hub_error(exc, file, ep) from exc
-                out.flush()
-                fetched += got
-                if got < want - have:
-                    raise DownloadError(f"{ep} sent only {fetched} of the first {want} bytes of {file.display}.")
-                try:
-                    vocab = parse_gguf_head(head, meta.size, file.display)
-                    break
-                except IncompleteHeaderError as more:
-                    if fetched >= meta.size:  # pragma: no cover - parse of a whole file never asks for more
-                        raise GGUFError(f"{file.display} is not a usable GGUF file: the header is truncated.") from None
-                    # What the parser asked for plus a margin for the small keys that
-                    # follow, and never less than 64 KiB more (tensor infos come in many
-                    # small reads).
-                    want = min(meta.size, max(more.needed + (32 << 10), fetched + (64 << 10)))
+    head = bytearray()  # the prefix read so far; it grows until the header parses
+    want = min(meta.size, first_request)
+    while True:
+        have = len(head)
+        try:
+            got = _fetch_range(meta.url, have, want, headers, head)
+        except HfHubHTTPError as exc:
+            raise _hub_error(exc, file, ep) from exc
+        except httpx2.HTTPError as exc:
+            raise _hub_error(exc, file, ep) from exc
+        if got < want - have:
+            raise DownloadError(f"{ep} sent only {len(head)} of the first {want} bytes of {file.display}.")
+        try:
+            vocab = parse_gguf_head(bytes(head), meta.size, file.display)
+            break
+        except IncompleteHeaderError as more:
+            if len(head) >= meta.size:  # pragma: no cover - parse of a whole file never asks for more
+                raise GGUFError(f"{file.display} is not a usable GGUF file: the header is truncated.") from None
+            # What the parser asked for plus a margin for the small keys that follow, and
+            # never less than 64 KiB more (tensor infos come in many small reads).
+            want = min(meta.size, max(more.needed + (32 << 10), len(head) + (64 << 10)))
+    fetched = len(head)
     info = vocab.info
     full_info = replace(info, file_size=total_size, split_paths=tuple(f"{file.repo_id}/{n}" for n in split_names))
     log.info("read the header of %s: %d of %d bytes", file.display, fetched, meta.size)

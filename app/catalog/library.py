@@ -28,6 +28,7 @@ from app.catalog.gguf_meta import GGUFInfo, inspect_gguf, load_vocab, split_part
 from app.catalog.pairing import DraftCandidate, VocabView, rank_drafts, unreadable_candidate
 from app.errors import TandemError
 from app.store import paths
+from app.store.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -86,17 +87,13 @@ def load_library_config(path: Path | None = None) -> LibraryConfig:
 
 
 def save_library_config(config: LibraryConfig, path: Path | None = None) -> Path:
-    """Write the configuration atomically (temporary file, then rename).
+    """Write the configuration atomically (temporary file, fsync, rename).
 
     Raises:
         OSError: the config folder is not writable.
     """
-    path = path or library_config_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(config.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_text_atomic(path or library_config_path(),
+                             config.model_dump_json(indent=2) + "\n")
 
 
 def current_models_dir(config: LibraryConfig | None = None) -> Path:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.store import paths
+from app.store.files import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -167,19 +167,6 @@ def save_settings(settings: Settings, path: Path | None = None) -> Path:
     Raises:
         OSError: the folder is not writable or the disk is full (the old file is kept).
     """
-    path = path or paths.settings_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = settings.model_dump(mode="json")
     data["schema_version"] = SCHEMA_VERSION
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    return write_json_atomic(path or paths.settings_path(), data)

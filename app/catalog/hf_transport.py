@@ -1,0 +1,118 @@
+"""HTTP through huggingface_hub: the one module that uses its undocumented helpers.
+
+Tandem talks to the hub through ``huggingface_hub``'s documented API
+(``get_hf_file_metadata``, ``hf_hub_url``, ``build_hf_headers``,
+``hf_raise_for_status``, the typed errors) everywhere else. Two things it needs have no
+public form, so they live here and nowhere else, pinned by a contract test
+(tests/catalog/test_hf_transport.py) that fails loudly when an upgrade changes them:
+
+* :func:`open_stream` — ``huggingface_hub.utils.http_stream_backoff``: a streamed
+  request on the hub's configured HTTP client (proxies, certificates, user agent) with
+  its retry rules for rate limits;
+* :func:`download_to` — the resumable transfer that ``file_download.http_get`` does,
+  written here on :func:`open_stream` because ``http_get`` reads 10 MB per chunk from a
+  process-wide constant (``constants.DOWNLOAD_CHUNK_SIZE``) that Tandem must not
+  change: pause, cancel and progress act per :data:`CHUNK_BYTES` here, and no library
+  setting is touched. It keeps ``http_get``'s behaviour: resume with an HTTP Range
+  request, start over when the server ignores the range, retry a dropped connection a
+  few times from where it stopped, and a size consistency check at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO
+
+log = logging.getLogger(__name__)
+
+#: bytes per read: progress, pause and cancel act at this granularity
+CHUNK_BYTES = 1 << 18
+#: transient connection failures retried (after a second each) before giving up; the
+#: count restarts whenever data arrives (as huggingface_hub's http_get does)
+RETRIES = 5
+RETRY_WAIT_S = 1.0
+
+
+@contextlib.contextmanager
+def open_stream(method: str, url: str, headers: dict[str, str], *,
+                transfer: bool = False) -> Iterator[Any]:
+    """A streamed ``httpx`` response from the hub's HTTP client, redirects followed. The
+    caller checks the status (``huggingface_hub.hf_raise_for_status``) and reads
+    ``iter_bytes``.
+
+    Retries with backoff follow huggingface_hub's defaults (timeouts, network errors,
+    408/429/5xx), or with ``transfer`` its download rules (only 408 and 429: a long
+    transfer resumes from where it stopped instead, see :func:`download_to`).
+
+    Raises:
+        httpx2.HTTPError: the request could not be made.
+    """
+    from huggingface_hub import constants
+    from huggingface_hub.utils import http_stream_backoff  # type: ignore[attr-defined]
+
+    retry: dict[str, Any] = (
+        {"retry_on_exceptions": (), "retry_on_status_codes": (408, 429)} if transfer else {})
+    with http_stream_backoff(method, url, headers=headers, follow_redirects=True,
+                             timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT, **retry) as response:
+        yield response
+
+
+def download_to(
+    url: str,
+    fh: BinaryIO,
+    *,
+    resume_size: int,
+    headers: dict[str, str],
+    expected_size: int,
+    on_bytes: Callable[[int], None],
+    chunk_bytes: int = CHUNK_BYTES,
+) -> None:
+    """Append the rest of ``url`` to ``fh``, which holds its first ``resume_size`` bytes.
+
+    ``on_bytes(n)`` is called before each chunk of ``n`` bytes is written (so raising
+    from it stops the transfer with everything reported on disk), and with a negative
+    ``n`` when a server that ignores the Range header makes the download start over.
+
+    Raises:
+        huggingface_hub.errors.HfHubHTTPError: the server refused (416 for a range past
+            the end, 404, 5xx…).
+        httpx2.HTTPError: the connection failed and :data:`RETRIES` retries did not help.
+        OSError: writing failed, or (without an errno) the server sent a different
+            number of bytes than ``expected_size``.
+    """
+    import httpx2
+    from huggingface_hub import hf_raise_for_status
+
+    have = resume_size
+    retries = RETRIES
+    while have < expected_size:
+        h = dict(headers)
+        if have:
+            h["Range"] = f"bytes={have}-"
+        try:
+            with open_stream("GET", url, h, transfer=True) as response:
+                hf_raise_for_status(response)
+                if have and response.status_code == 200:
+                    # The server ignored the range: drop what we had and take it all.
+                    fh.seek(fh.tell() - have)
+                    fh.truncate()
+                    on_bytes(-have)
+                    have = 0
+                for chunk in response.iter_bytes(chunk_bytes):
+                    if chunk:
+                        on_bytes(len(chunk))
+                        fh.write(chunk)
+                        have += len(chunk)
+                        retries = RETRIES
+            break
+        except (httpx2.ConnectError, httpx2.TimeoutException, httpx2.RemoteProtocolError) as exc:
+            if retries <= 0:
+                raise
+            retries -= 1
+            log.warning("download of %s interrupted (%s); resuming at byte %d", url, exc, have)
+            time.sleep(RETRY_WAIT_S)
+    if have != expected_size:
+        raise OSError(f"the server sent {have} bytes of {expected_size}")

@@ -1,0 +1,47 @@
+"""Writing a small file so that a crash leaves the old one or the new one, never half.
+
+:func:`write_text_atomic` writes a temporary file next to the target, flushes it to the
+disk (``fsync``), then renames it over the target (``os.replace``, atomic on POSIX and
+Windows). Settings, the library configuration and the download notes all go through it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Replace ``path`` with ``text`` (UTF-8) atomically; the folder is created if needed.
+
+    The temporary name carries the process and thread, so concurrent writers of the same
+    file (two downloads updating one manifest) never share one.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        OSError: the folder is not writable or the disk is full (the old file is kept,
+            the temporary one removed).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def write_json_atomic(path: Path, data: Any, *, indent: int = 2, sort_keys: bool = False) -> Path:
+    """:func:`write_text_atomic` of ``data`` as JSON (non-ASCII kept, newline at the end)."""
+    return write_text_atomic(
+        path, json.dumps(data, indent=indent, sort_keys=sort_keys, ensure_ascii=False) + "\n")
