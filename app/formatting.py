@@ -50,3 +50,9 @@ def format_parameters(n: int | None) -> str:
             v = n / div
             return f"{v:.2f}{unit}" if v < 10 else f"{v:.1f}{unit}" if v < 100 else f"{v:.0f}{unit}"
     return str(n)
+
+
+def draft_length_words(k: int, adaptive: bool) -> str:
+    """The draft length in words: ``k = 4``, or ``k ≤ 4 (adaptive)`` when the engine's
+    cost-aware policy may draft fewer tokens per round."""
+    return f"k ≤ {k} (adaptive)" if adaptive else f"k = {k}"

@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,18 @@ def tandem_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     home = tmp_path_factory.mktemp("tandem-home")
     monkeypatch.setenv("TANDEM_HOME", str(home))
     return home
+
+
+@pytest.fixture(autouse=True)
+def no_dangling_service_threads() -> Iterator[None]:
+    """Fail any test that leaves a chat service's worker thread running (its models would
+    stay loaded): every ChatService must be shut down by whoever made it."""
+    before = {t for t in threading.enumerate() if t.name == "tandem-service"}
+    yield
+    alive = [t for t in threading.enumerate()
+             if t.name == "tandem-service" and t not in before and t.is_alive()]
+    if alive:
+        pytest.fail(f"test left {len(alive)} chat service thread(s) running")
 
 
 @pytest.fixture(scope="session")

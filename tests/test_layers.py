@@ -1,4 +1,5 @@
-"""The layer rules of DESIGN.md: Qt only under app/ui; imports point down.
+"""The layer rules of DESIGN.md: Qt only under app/ui; imports point down
+(ui, cli → chat → engine → catalog → store → options); every package in a contract.
 
 Two independent checks:
 
@@ -23,13 +24,23 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 APP = REPO / "app"
 
+_QT = ("PySide6", "shiboken6", "app.ui")
+_ABOVE_ENGINE = (*_QT, "app.cli", "app.chat")
+_ABOVE_CATALOG = (*_ABOVE_ENGINE, "app.engine")
+_ABOVE_STORE = (*_ABOVE_CATALOG, "app.catalog", "app.launcher")
+_ABOVE_VOCABULARY = (*_ABOVE_STORE, "app.store")
+
 #: package → packages it must never import (directly or lazily)
 FORBIDDEN = {
-    "app.engine": ("PySide6", "shiboken6", "app.ui", "app.cli"),
-    "app.catalog": ("PySide6", "shiboken6", "app.ui", "app.cli", "app.engine"),
-    "app.store": ("PySide6", "shiboken6", "app.ui", "app.cli", "app.engine", "app.catalog"),
-    "app.cli": ("PySide6", "shiboken6", "app.ui"),
-    "app.launcher": ("PySide6", "shiboken6", "app.ui"),
+    "app.cli": _QT,
+    "app.chat": (*_QT, "app.cli"),
+    "app.engine": _ABOVE_ENGINE,
+    "app.catalog": (*_ABOVE_CATALOG, "app.launcher"),
+    "app.launcher": (*_ABOVE_CATALOG, "app.catalog"),
+    "app.store": _ABOVE_STORE,
+    "app.options": (*_ABOVE_VOCABULARY, "app.formatting", "app.errors"),
+    "app.formatting": (*_ABOVE_VOCABULARY, "app.options", "app.errors"),
+    "app.errors": (*_ABOVE_VOCABULARY, "app.options", "app.formatting"),
 }
 
 
@@ -115,3 +126,24 @@ def test_import_linter_contracts(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "BROKEN" not in proc.stdout
+
+
+def _contract_modules() -> set[str]:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    named: set[str] = set()
+    for contract in config["contracts"]:
+        for key in ("layers", "source_modules", "modules", "containers"):
+            for entry in contract.get(key, []):
+                named.update(part.strip() for part in entry.replace(":", "|").split("|"))
+    return named
+
+
+def test_every_package_of_app_is_in_a_contract() -> None:
+    """Each top-level package and module of app/ is named in the layers contract, so a
+    new room cannot be added without saying where it sits."""
+    named = _contract_modules()
+    top = {f"app.{p.stem if p.is_file() else p.name}" for p in APP.iterdir()
+           if (p.is_dir() and (p / "__init__.py").exists())
+           or (p.suffix == ".py" and p.name != "__init__.py")}
+    assert top - named == set()
+    assert FORBIDDEN.keys() | {"app.ui", "app.__main__"} >= top

@@ -1,22 +1,30 @@
-"""Frozen dataclasses carried by the worker's signals and requests.
+"""What the chat service reports: frozen event values, one stream for every consumer.
 
-Everything that crosses between the GUI thread and the generation worker's thread is one
-of these (or an engine event, which is frozen too), so neither side can mutate what the
-other holds. ``request_id`` ties stream events to the reply that asked for them: events
-from a reply the window no longer waits for are dropped.
+Every job of :class:`app.chat.service.ChatService` (loading a model, a reply, a race…)
+reports through these dataclasses: zero or more progress events, then exactly one
+terminal event, :class:`JobDone` (carrying the job's value) or :class:`JobFailed`
+(carrying a :class:`UserError`). Each event names its job (``job_id``), so a consumer
+keeps the events of the jobs it asked for and ignores the rest. Events are immutable, so
+they cross threads as they are: the window receives them through a Qt signal
+(:mod:`app.ui.service_bridge`), a server iterates :meth:`Job.events
+<app.chat.service.Job.events>` on its own thread. Nothing here imports Qt.
 """
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
-from app.engine.chat import ChatMessage
 from app.engine.events import Finished, TextDelta
-from app.engine.session import SessionConfig
 from app.engine.stats import SpecStats
-from app.options import SamplingParams, SpeculationConfig
+
+JobKind = Literal[
+    "load", "draft", "demo", "unload", "reply", "completion", "race", "sweep", "lookup", "task"
+]
+"""What a job does: load a target (and draft), load or unload the draft, write the demo
+model, unload, a chat reply (``reply``) or a plain completion (``completion``), a race, a
+k sweep, a lookup estimate, or any other work run on the session (``task``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,29 +32,89 @@ class UserError:
     """A problem to show the user: a title, a sentence, and for bugs where the details went.
 
     ``level``: ``error`` (red) or ``warning`` (amber). ``detail``: traceback text, written
-    to the log only, never shown in the window.
+    to the log only, never shown in the window. ``origin``: the kind of work that failed
+    (a :data:`JobKind`, or ``history``/``settings``/``download``…), so a consumer can
+    treat errors by kind (clear a load error once a load succeeds) instead of by wording.
     """
 
     title: str
     message: str
     level: str = "error"
     detail: str | None = None
+    origin: str = ""
 
 
 @dataclass(frozen=True, slots=True)
-class LoadRequest:
-    """Load a target (and optional draft). ``cancel``: set it to cancel the load."""
+class JobStarted:
+    """Job ``job_id`` left the queue and runs now. ``origin``: who asked (``window``,
+    ``race``, ``api``…), as given when it was submitted."""
 
-    config: SessionConfig
-    cancel: threading.Event = field(default_factory=threading.Event, compare=False)
+    job_id: int
+    kind: JobKind
+    origin: str
 
 
 @dataclass(frozen=True, slots=True)
-class LoadProgress:
-    """Loading progress, 0..1, and what is being loaded."""
+class JobDone:
+    """Job ``job_id`` ended and returned ``value``: a :class:`ModelInfo` (load), a
+    :class:`DraftChanged` (draft), a :class:`DemoPrepared` (demo), a :class:`ReplyResult`
+    (reply, completion; also when cancelled), a race recording, a k sweep result, a lookup
+    estimate, or whatever a ``task`` returned (None for unload)."""
 
+    job_id: int
+    kind: JobKind
+    origin: str
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class JobFailed:
+    """Job ``job_id`` raised before it could finish; ``error`` says why in the user's words
+    (a cancelled load is a failure with level ``warning``)."""
+
+    job_id: int
+    kind: JobKind
+    origin: str
+    error: UserError
+
+
+@dataclass(frozen=True, slots=True)
+class LoadProgressed:
+    """Loading advanced to ``fraction`` (0..1) of ``what``; at most every 50 ms."""
+
+    job_id: int
     fraction: float
     what: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyStreamed:
+    """Reply text released by the engine since the previous batch: one batch about every
+    30 ms (the service's one cadence), each delta with its draft flag and token count."""
+
+    job_id: int
+    deltas: tuple[TextDelta, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyStats:
+    """A statistics snapshot of the reply in progress (at most every 0.1 s)."""
+
+    job_id: int
+    stats: SpecStats
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyResult:
+    """The value of a finished reply job: the engine's :class:`Finished` (stop, length or
+    cancelled, with the text, token ids and final statistics).
+
+    ``plain_decode_tps``: decode tok/s of the latest plain reply of this target in this
+    session (None until there is one): the basis of "measured speedup".
+    """
+
+    finished: Finished
+    plain_decode_tps: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +124,8 @@ class ModelInfo:
     ``n_gpu_layers`` of ``n_layer`` run on the GPU; 0 means CPU only, and ``cpu_reason``
     says why. ``uses_fallback_template``: the GGUF has no chat template (a base model), so
     a plain "User:/Assistant:" transcript is used; ``notes`` are sentences for the user
-about the load (a template that could not be used, a context length that was lowered). ``load_seconds``: wall time of the load.
+    about the load (a template that could not be used, a context length that was
+    lowered). ``load_seconds``: wall time of the load.
     """
 
     target_path: Path
@@ -75,13 +144,6 @@ about the load (a template that could not be used, a context length that was low
 
 
 @dataclass(frozen=True, slots=True)
-class DraftRequest:
-    """Load (path) or unload (None) the draft model without reloading the target."""
-
-    path: Path | None
-
-
-@dataclass(frozen=True, slots=True)
 class DraftChanged:
     """The draft model now loaded (None: none)."""
 
@@ -90,55 +152,12 @@ class DraftChanged:
 
 
 @dataclass(frozen=True, slots=True)
-class GenerateRequest:
-    """One reply: the conversation so far, sampling and speculation for this reply."""
-
-    request_id: int
-    messages: tuple[ChatMessage, ...]
-    sampling: SamplingParams
-    speculation: SpeculationConfig
-    cancel: threading.Event = field(default_factory=threading.Event, compare=False)
-
-
-@dataclass(frozen=True, slots=True)
-class TextStreamed:
-    """Reply text released by the engine (one or more deltas of one round)."""
-
-    request_id: int
-    deltas: tuple[TextDelta, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class StatsSnapshot:
-    """A statistics snapshot of the reply in progress."""
-
-    request_id: int
-    stats: SpecStats
-
-
-@dataclass(frozen=True, slots=True)
-class ReplyFinished:
-    """The reply ended (stop, length or cancelled) with its final statistics.
-
-    ``plain_decode_tps``: decode tok/s of the latest plain reply of this target in this
-    run of the app (None until there is one): the basis of "measured speedup".
-    """
-
-    request_id: int
-    finished: Finished
-    plain_decode_tps: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class ReplyFailed:
-    """Generation failed before finishing; ``error`` says why."""
-
-    request_id: int
-    error: UserError
-
-
-@dataclass(frozen=True, slots=True)
 class DemoPrepared:
     """The bundled demo model was written to ``path``."""
 
     path: Path
+
+
+ServiceEvent = JobStarted | JobDone | JobFailed | LoadProgressed | ReplyStreamed | ReplyStats
+"""Every event the service reports, besides the progress events of measurement jobs
+(:mod:`app.chat.requests`)."""

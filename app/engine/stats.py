@@ -215,6 +215,10 @@ class SpecStats:
     calibrated: bool = False  # whether target_step_time was measured in this session
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.mode, SpecMode):  # a mode given by its name
+            object.__setattr__(self, "mode", SpecMode(self.mode))
+
     @property
     def acceptance_rate(self) -> float | None:
         """α = accepted / verified, or None when nothing was verified."""

@@ -21,8 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat.events import ModelInfo
-
-SPEC_MODES = [("off", "Off"), ("prompt-lookup", "Prompt lookup"), ("draft-model", "Draft model")]
+from app.options import K_MAX, SpecMode, SpeculationConfig
 
 
 class ModelBarWidget(QFrame):
@@ -32,8 +31,9 @@ class ModelBarWidget(QFrame):
     """"Open GGUF…" for the target was clicked."""
     open_draft_clicked = Signal()
     """"Choose draft…" was clicked."""
-    speculation_changed = Signal(str, int, bool)
-    """The drafter mode (off / prompt-lookup / draft-model), k or "adaptive" changed."""
+    speculation_changed = Signal(object)
+    """SpeculationConfig: the drafter, k or "adaptive" changed (the other fields are those
+    last given to :meth:`set_speculation`)."""
     load_cancel_clicked = Signal()
     """Cancel was clicked while a model loads."""
     models_clicked = Signal()
@@ -66,8 +66,8 @@ class ModelBarWidget(QFrame):
 
         row.addWidget(self._caption("Drafter"))
         self.mode_combo = QComboBox()
-        for key, label in SPEC_MODES:
-            self.mode_combo.addItem(label, key)
+        for mode in SpecMode:
+            self.mode_combo.addItem(mode.label, mode)
         self.mode_combo.setToolTip(
             "Speculative decoding for the next reply: a drafter proposes k tokens and the "
             "target checks them in one pass. Applies without reloading the target."
@@ -79,7 +79,7 @@ class ModelBarWidget(QFrame):
         row.addWidget(self.draft_button)
         row.addWidget(self._caption("k"))
         self.k_spin = QSpinBox()
-        self.k_spin.setRange(1, 16)
+        self.k_spin.setRange(1, K_MAX)
         self.k_spin.setValue(4)
         self.k_spin.setToolTip("Draft length: tokens proposed per round")
         row.addWidget(self.k_spin)
@@ -118,6 +118,7 @@ class ModelBarWidget(QFrame):
         self.k_spin.valueChanged.connect(self._on_k_spin_value_changed)
         self.adaptive_box.toggled.connect(self._on_adaptive_box_toggled)
         self._draft_name: str | None = None
+        self._speculation = SpeculationConfig()
         self._update_draft_button()
 
     @staticmethod
@@ -134,22 +135,27 @@ class ModelBarWidget(QFrame):
         return line
 
     # -- state from the window --------------------------------------------------------
-    def set_speculation(self, mode: str, k: int, adaptive: bool = True) -> None:
+    def set_speculation(self, speculation: SpeculationConfig) -> None:
         """Show the drafter settings without emitting :attr:`speculation_changed`."""
+        self._speculation = speculation
         for w in (self.mode_combo, self.k_spin, self.adaptive_box):
             w.blockSignals(True)
-        index = self.mode_combo.findData(mode)
-        self.mode_combo.setCurrentIndex(max(0, index))
-        self.k_spin.setValue(k)
-        self.adaptive_box.setChecked(adaptive)
+        self.mode_combo.setCurrentIndex(max(0, self.mode_combo.findData(speculation.mode)))
+        self.k_spin.setValue(speculation.draft_max)
+        self.adaptive_box.setChecked(speculation.adaptive)
         for w in (self.mode_combo, self.k_spin, self.adaptive_box):
             w.blockSignals(False)
         self._update_draft_button()
 
-    def speculation(self) -> tuple[str, int, bool]:
-        """(mode, k, adaptive) as shown."""
-        return (str(self.mode_combo.currentData()), self.k_spin.value(),
-                self.adaptive_box.isChecked())
+    def speculation(self) -> SpeculationConfig:
+        """The settings as shown (fields the bar does not show as last given)."""
+        return self._speculation.with_changes(mode=self.mode(),
+                                              draft_max=self.k_spin.value(),
+                                              adaptive=self.adaptive_box.isChecked())
+
+    def mode(self) -> SpecMode:
+        """The drafter chosen in the combo box (Qt hands its data back as a plain str)."""
+        return SpecMode(self.mode_combo.currentData())
 
     def set_model(self, info: ModelInfo | None) -> None:
         """Show the loaded target and where its layers run (None: nothing loaded)."""
@@ -195,25 +201,28 @@ class ModelBarWidget(QFrame):
         self.draft_button.setEnabled(not busy)
 
     def _update_draft_button(self) -> None:
-        is_draft = self.mode_combo.currentData() == "draft-model"
+        is_draft = self.mode() is SpecMode.DRAFT_MODEL
         self.draft_button.setVisible(is_draft)
         self.draft_button.setText(
             f"Draft: {self._draft_name}" if self._draft_name else "Choose draft…"
         )
-        speculating = self.mode_combo.currentData() != "off"
+        speculating = self.mode() is not SpecMode.OFF
         self.k_spin.setEnabled(speculating)
         self.adaptive_box.setEnabled(speculating)
 
     @Slot(int)
     def _on_mode_combo_current_index_changed(self, _index: int) -> None:
         self._update_draft_button()
-        self.speculation_changed.emit(*self.speculation())
+        self._emit()
 
     @Slot(int)
     def _on_k_spin_value_changed(self, _value: int) -> None:
-        self.speculation_changed.emit(*self.speculation())
+        self._emit()
 
     @Slot(bool)
     def _on_adaptive_box_toggled(self, _on: bool) -> None:
-        self.speculation_changed.emit(*self.speculation())
+        self._emit()
 
+    def _emit(self) -> None:
+        self._speculation = self.speculation()
+        self.speculation_changed.emit(self._speculation)

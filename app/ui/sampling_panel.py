@@ -1,9 +1,12 @@
-"""Sampling and context settings: temperature, top-p, top-k, min-p, repeat penalty, seed,
-max tokens; context length and GPU layers (these two apply when the model is reloaded).
+"""Sampling, speculation and context settings: temperature, top-p, top-k, min-p, repeat
+penalty, seed, max tokens; the drafter's finer settings (draft_min, draft_p_min, n-gram
+sizes, as ``python -m app generate`` offers them); context length and GPU layers (these
+two apply when the model is reloaded).
 
-The panel edits a copy of the settings sections and emits them whole; the window saves
-them. Ranges are those of :class:`app.store.settings.SamplingSettings`, so every value the
-panel can produce is valid for the engine.
+The panel edits the settings' own objects (:class:`app.options.SamplingParams`,
+:class:`app.options.SpeculationConfig`) and emits them whole, validated; the window hands
+them to the controller. Widget ranges are those of the models, so every value the panel
+can produce is valid for the engine.
 """
 
 from __future__ import annotations
@@ -21,14 +24,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.store.settings import ModelSettings, SamplingSettings
+from app.options import K_MAX, SamplingParams, SpeculationConfig
+from app.store.settings import ModelSettings
 
 
 class SamplingSettingsWidget(QWidget):
-    """Form for sampling (applies to the next reply) and model options (on reload)."""
+    """Form for sampling and speculation details (next reply) and model options (reload)."""
 
     sampling_changed = Signal(object)
-    """SamplingSettings: any sampling value changed."""
+    """SamplingParams: any sampling value changed."""
+    speculation_changed = Signal(object)
+    """SpeculationConfig: draft_min, draft_p_min or an n-gram size changed."""
     model_options_changed = Signal(int, object)
     """Context length (tokens) and GPU layers (None: all when possible; 0: CPU) changed."""
     reload_clicked = Signal()
@@ -37,6 +43,8 @@ class SamplingSettingsWidget(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._filling = False
+        self._sampling = SamplingParams()
+        self._speculation = SpeculationConfig()
         outer = QVBoxLayout(self)
         outer.setContentsMargins(10, 10, 10, 10)
 
@@ -58,6 +66,20 @@ class SamplingSettingsWidget(QWidget):
         form.addRow("Seed", self.seed)
         form.addRow("Max tokens", self.max_tokens)
         outer.addWidget(box)
+
+        sbox = QGroupBox("Speculation details (next reply)")
+        sform = QFormLayout(sbox)
+        self.draft_min = self._int(0, K_MAX, "a draft shorter than this is dropped and the "
+                                   "round decodes plainly (llama.cpp's --draft-min)")
+        self.draft_p_min = self._double(0.0, 1.0, 0.05, 2, "the draft model stops when its "
+                                        "top-token probability falls below this (--draft-p-min)")
+        self.ngram_min = self._int(1, 16, "prompt lookup: the shortest n-gram it matches")
+        self.ngram_max = self._int(1, 16, "prompt lookup: the longest n-gram it matches")
+        sform.addRow("Min draft length", self.draft_min)
+        sform.addRow("Draft min probability", self.draft_p_min)
+        sform.addRow("Lookup n-gram min", self.ngram_min)
+        sform.addRow("Lookup n-gram max", self.ngram_max)
+        outer.addWidget(sbox)
 
         mbox = QGroupBox("Model (applies on reload)")
         mform = QFormLayout(mbox)
@@ -83,6 +105,8 @@ class SamplingSettingsWidget(QWidget):
             w.valueChanged.connect(self._on_sampling_value_changed)
         for s in (self.top_k, self.seed, self.max_tokens):
             s.valueChanged.connect(self._on_sampling_value_changed)
+        for w in (self.draft_min, self.draft_p_min, self.ngram_min, self.ngram_max):
+            w.valueChanged.connect(self._on_speculation_value_changed)
         self.n_ctx.valueChanged.connect(self._on_model_value_changed)
         self.gpu_layers.valueChanged.connect(self._on_model_value_changed)
         self.cpu_only.toggled.connect(self._on_model_value_changed)
@@ -101,10 +125,12 @@ class SamplingSettingsWidget(QWidget):
         w.setToolTip(tip)
         return w
 
-    def set_values(self, sampling: SamplingSettings, model: ModelSettings) -> None:
+    def set_values(self, sampling: SamplingParams, model: ModelSettings,
+                   speculation: SpeculationConfig) -> None:
         """Show settings without emitting change signals."""
         self._filling = True
         try:
+            self._sampling = sampling
             self.temperature.setValue(sampling.temperature)
             self.top_p.setValue(sampling.top_p)
             self.top_k.setValue(sampling.top_k)
@@ -118,9 +144,23 @@ class SamplingSettingsWidget(QWidget):
             self.gpu_layers.setEnabled(model.n_gpu_layers != 0)
         finally:
             self._filling = False
+        self.set_speculation(speculation)
 
-    def sampling(self) -> SamplingSettings:
-        return SamplingSettings(
+    def set_speculation(self, speculation: SpeculationConfig) -> None:
+        """Show the speculation details without emitting :attr:`speculation_changed`."""
+        self._filling = True
+        try:
+            self._speculation = speculation
+            self.draft_min.setValue(speculation.draft_min)
+            self.draft_p_min.setValue(speculation.draft_p_min)
+            self.ngram_min.setValue(speculation.ngram_min)
+            self.ngram_max.setValue(speculation.ngram_max)
+        finally:
+            self._filling = False
+
+    def sampling(self) -> SamplingParams:
+        """The sampling as shown (stop strings and the penalty window as last given)."""
+        return self._sampling.with_changes(
             temperature=round(self.temperature.value(), 4),
             top_p=round(self.top_p.value(), 4),
             top_k=self.top_k.value(),
@@ -128,6 +168,17 @@ class SamplingSettingsWidget(QWidget):
             repeat_penalty=round(self.repeat_penalty.value(), 4),
             seed=self.seed.value(),
             max_tokens=self.max_tokens.value(),
+        )
+
+    def speculation(self) -> SpeculationConfig:
+        """The speculation settings with the details as shown (an n-gram maximum below the
+        minimum is raised to it)."""
+        n_min = self.ngram_min.value()
+        return self._speculation.with_changes(
+            draft_min=self.draft_min.value(),
+            draft_p_min=round(self.draft_p_min.value(), 4),
+            ngram_min=n_min,
+            ngram_max=max(n_min, self.ngram_max.value()),
         )
 
     def gpu_layers_value(self) -> int | None:
@@ -144,7 +195,14 @@ class SamplingSettingsWidget(QWidget):
     @Slot()
     def _on_sampling_value_changed(self) -> None:
         if not self._filling:
-            self.sampling_changed.emit(self.sampling())
+            self._sampling = self.sampling()
+            self.sampling_changed.emit(self._sampling)
+
+    @Slot()
+    def _on_speculation_value_changed(self) -> None:
+        if not self._filling:
+            self._speculation = self.speculation()
+            self.speculation_changed.emit(self._speculation)
 
     @Slot()
     def _on_model_value_changed(self) -> None:

@@ -29,9 +29,13 @@ from app.engine.measure.sweep import k_sweep_from_records, run_k_sweep
 from app.engine.chat import tokenize_plain
 from app.engine.measure.lookup import estimate_lookup_hit_rate, lookup_hits
 from app.engine.measure.race import run_race
-from app.engine.stats import calculate_speedup
 from app.engine.session import Session, SessionConfig
-from app.engine.stats import SpecStats, expected_tokens_per_round, predicted_speedup
+from app.engine.stats import (
+    SpecStats,
+    calculate_speedup,
+    expected_tokens_per_round,
+    predicted_speedup,
+)
 from app.errors import TandemError
 from app.options import SamplingParams, SpeculationConfig
 
@@ -114,19 +118,19 @@ def test_first_difference_and_latencies() -> None:
     assert token_latencies([0.5]) == []
 
 
-def _rec(label: str, k: int, tps: float, *, emitted: int = 10, drafted: int = 0,
+def _rec(label: str, k: int, tps: float, *, emitted: int = 10, verified: int = 0,
          accepted: int = 0, rounds: int = 10, ids: tuple[int, ...] = (1, 2, 3),
          identical: bool | None = None, draft_time: float = 0.0, steps: int = 0,
          ttft: float = 0.1, times: tuple[float, ...] = (0.1, 0.2, 0.3),
          prompt: int = 0, rep: int = 0) -> RunRecord:
     stats = SpecStats(
-        mode="plain" if k == 0 else "draft-model",
+        mode="off" if k == 0 else "draft-model",
         draft_max=k,
         emitted=emitted,
         rounds=rounds,
-        drafted=drafted,
+        verified=verified,
         accepted=accepted,
-        drafted_at=(drafted,) if k else (),
+        verified_at=(verified,) if k else (),
         accepted_at=(accepted,) if k else (),
         draft_steps=steps,
         draft_time=draft_time,
@@ -145,11 +149,11 @@ def test_summarize_medians_pooling_and_identical_counts() -> None:
         _rec("off", 0, 50.0, ttft=0.30),
         _rec("off", 0, 44.0, ttft=0.20),
         # k=4: α pooled = (6 + 2) / (8 + 8) = 0.5, not the mean of the per-run rates
-        _rec("k=4", 4, 80.0, drafted=8, accepted=6, rounds=4, emitted=10, identical=True,
+        _rec("k=4", 4, 80.0, verified=8, accepted=6, rounds=4, emitted=10, identical=True,
              draft_time=0.004, steps=4, times=(0.1, 0.1, 0.2, 0.2)),
-        _rec("k=4", 4, 60.0, drafted=8, accepted=2, rounds=6, emitted=8, identical=False,
+        _rec("k=4", 4, 60.0, verified=8, accepted=2, rounds=6, emitted=8, identical=False,
              draft_time=0.008, steps=4, times=(0.1, 0.3)),
-        _rec("k=4", 4, 70.0, drafted=0, accepted=0, rounds=2, emitted=2, identical=True,
+        _rec("k=4", 4, 70.0, verified=0, accepted=0, rounds=2, emitted=2, identical=True,
              draft_time=0.0, steps=0, times=(0.1, 0.15)),
     ]
     off, k4 = summarize(records)
@@ -175,7 +179,7 @@ def test_summarize_medians_pooling_and_identical_counts() -> None:
 def test_k_sweep_from_records_recommends_fastest_k() -> None:
     records = [_rec("off", 0, 40.0)]
     for k, tps in [(1, 50.0), (2, 65.0), (3, 65.0), (4, 55.0)]:
-        records.append(_rec(f"k={k}", k, tps, drafted=10, accepted=7, rounds=5,
+        records.append(_rec(f"k={k}", k, tps, verified=10, accepted=7, rounds=5,
                             draft_time=0.001 * k, steps=k, identical=True))
     sweep = k_sweep_from_records(records)
     assert [p.k for p in sweep.points] == [1, 2, 3, 4]
@@ -347,7 +351,6 @@ def test_race_on_tiny_model_is_identical(self_draft_session: Session) -> None:
                     SpeculationConfig(mode="draft-model", draft_max=3),
                     on_event=lambda lane, ev: events.append(lane))
     assert race.identical and race.first_difference is None
-    assert race.difference_explanation is None
     assert race.off.token_ids == race.on.token_ids and len(race.on.token_ids) > 0
     assert race.on.stats.acceptance_rate == 1.0  # draft = target
     assert race.off.text == race.on.text
@@ -357,8 +360,6 @@ def test_race_on_tiny_model_is_identical(self_draft_session: Session) -> None:
     assert lane.tokens_at(lane.token_times[-1]) == len(lane.token_ids)
     assert lane.text_at(lane.duration) == lane.text
     assert list(lane.text_offsets) == sorted(lane.text_offsets)
-    md = race.to_markdown()
-    assert "| identical text |  | yes |" in md
     json.dumps(race.to_dict())
 
 

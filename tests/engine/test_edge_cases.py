@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -70,9 +71,9 @@ def test_eog_accepted_mid_draft_ends_the_reply_there(
     assert st.rounds == 1
     # The drafts before the EOG were verified and accepted; the accepted EOG itself is
     # not a reply token and is not counted as an accepted draft token.
-    assert st.drafted == j and st.accepted == j
+    assert st.verified == j and st.accepted == j
     assert st.acceptance_rate == 1.0 and st.mean_acceptance_length == j
-    assert st.drafted_at[j:] == (0,) * (k - j)  # nothing at or after the EOG counted
+    assert st.verified_at[j:] == (0,) * (k - j)  # nothing at or after the EOG counted
     assert st.emitted == j
     assert st.emitted == st.accepted + st.rounds - 1  # the round lost only its own token
     check_invariants(r, GREEDY.max_tokens)
@@ -120,7 +121,7 @@ def test_max_tokens_is_never_exceeded(session: Session, plain_ids: tuple[int, ..
         # a 4-token draft with max_tokens 1: the one round drafts nothing
         r = run(session, PROMPT, GREEDY.model_copy(update={"max_tokens": 1}),
                 SpeculationConfig(adaptive=False, mode="draft-model", draft_max=4))
-        assert r.stats.drafted == 0 and len(r.ids) == 1
+        assert r.stats.verified == 0 and len(r.ids) == 1
     finally:
         del session._make_drafter
 
@@ -323,7 +324,174 @@ def test_no_rollback_falls_back_to_plain_and_says_so(session: Session) -> None:
     session.rollback_supported = False
     try:
         r = run(session, PROMPT, GREEDY, SpeculationConfig(adaptive=False, mode="prompt-lookup"))
-        assert r.stats.mode == "plain" and r.stats.drafted == 0
+        assert r.stats.mode == "off" and r.stats.verified == 0
+        assert r.finished.note and "roll back" in r.finished.note
+        assert r.stats.fallback_reason == r.finished.note
+        plain = run(session, PROMPT, GREEDY)
+        assert r.ids == plain.ids
+    finally:
+        session.rollback_supported = True
+
+
+def test_close_is_idempotent_and_generation_after_close_fails(tiny_target: Path) -> None:
+    from app.errors import TandemError
+
+    s = open_session(tiny_target)
+    s.close()
+    s.close()
+    with pytest.raises(TandemError, match="unloaded"):
+        list(s.generate(PROMPT, GREEDY))
+
+
+def _malformed(tmp: Path, good: Path) -> dict[str, Path]:
+    data = good.read_bytes()
+    out: dict[str, bytes] = {
+        "truncated": data[: len(data) // 2],
+        "header-only": data[:100],
+        "wrong-magic": b"GGML" + data[4:],
+        "empty": b"",
+    }
+    b = bytearray(data)
+    b[8:16] = struct.pack("<Q", 2**60)
+    out["absurd-tensor-count"] = bytes(b)
+    b = bytearray(data)
+    b[24:32] = struct.pack("<Q", 2**62)
+    out["absurd-string-length"] = bytes(b)
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(good)).tensors[-1].field
+    pos = field.offset + sum(int(p.nbytes) for p in field.parts[:5])
+    b = bytearray(data)
+    b[pos : pos + 8] = struct.pack("<Q", 10**12)
+    out["wrong-tensor-offset"] = bytes(b)
+    paths = {}
+    for name, blob in out.items():
+        p = tmp / f"{name}.gguf"
+        p.write_bytes(blob)
+        paths[name] = p
+    return paths
+
+
+def test_malformed_ggufs_are_refused_with_a_clear_error(tiny_target: Path, tmp_path: Path) -> None:
+    for name, path in _malformed(tmp_path, tiny_target).items():
+        with pytest.raises(ModelLoadError) as info:
+            Session.open(SessionConfig(target_path=path, n_ctx=64))
+        msg = str(info.value)
+        assert path.name in msg, name
+        assert "\n" not in msg
+    with pytest.raises(ModelLoadError, match="not found"):
+        Session.open(SessionConfig(target_path=tmp_path / "missing.gguf"))
+
+
+def _on_first_abort_check(session: Session, action: Callable[[], None]) -> None:
+    """Run ``action`` the first time llama.cpp asks the abort callback, i.e. while the
+    prefill's one ``llama_decode`` is running; the callback then answers as usual."""
+    ctx = session.ctx
+    original = ctx.abortable
+
+    @contextmanager
+    def abortable(should_stop: Callable[[], bool] | None) -> Iterator[None]:
+        fired = False
+
+        def check() -> bool:
+            nonlocal fired
+            if not fired and should_stop is not None:
+                fired = True
+                action()
+            return should_stop() if should_stop is not None else False
+
+        with original(check if should_stop is not None else None):
+            yield
+
+    ctx.abortable = abortable  # type: ignore[method-assign]
+
+
+def test_cancel_during_a_long_prefill_aborts_inside_the_batch(tiny_model_dir: Path) -> None:
+    # A wider model, and the whole prompt in one decode call: only the abort callback can
+    # stop it before it ends.
+    path = write_tiny_llama(tiny_model_dir / "tiny-wide.gguf", seed=3, n_embd=256, n_ff=1024,
+                            n_layer=4, n_ctx_train=8192)
+    prompt = [BOS] + [300 + (i % 150) for i in range(6000)]
+    cfg = SessionConfig(target_path=path, n_ctx=8192, n_batch=8192, n_threads=2)
+    with Session.open(cfg) as s:
+        full = run(s, prompt, SamplingParams(temperature=0.0, max_tokens=1))
+        assert full.stats.prefill_tokens == len(prompt) - 1  # one batch, all of it
+        s.reset_cache()
+        cancel = threading.Event()
+        _on_first_abort_check(s, cancel.set)  # cancel while that one batch is computed
+        r = run(s, prompt, SamplingParams(temperature=0.0, max_tokens=1), None, cancel=cancel)
+        assert r.finished.reason == "cancelled" and r.ids == ()
+        assert r.stats.prefill_tokens == 0  # stopped inside the batch, not after it
+        assert s.cached_tokens == 0  # a partly evaluated batch is not trusted
+        # the session is fine afterwards
+        again = run(s, prompt[:50], GREEDY)
+        assert again.finished.reason == "length"
+
+
+def test_close_from_another_thread_interrupts_a_long_prefill(tiny_model_dir: Path) -> None:
+    path = write_tiny_llama(tiny_model_dir / "tiny-wide-close.gguf", seed=3, n_embd=256, n_ff=1024,
+                            n_layer=4, n_ctx_train=8192)
+    prompt = [BOS] + [300 + (i % 150) for i in range(6000)]
+    s = Session.open(SessionConfig(target_path=path, n_ctx=8192, n_batch=8192, n_threads=2))
+    closer = threading.Thread(target=s.close)
+
+    def close_now() -> None:
+        # close() from another thread while the prefill's one decode runs; wait until it
+        # has announced itself (it sets the flag first, then waits for the round's lock)
+        closer.start()
+        while not s._closing and closer.is_alive():
+            closer.join(0.001)
+
+    _on_first_abort_check(s, close_now)
+    result = run(s, prompt, SamplingParams(temperature=0.0, max_tokens=5))
+    closer.join(60)
+    assert not closer.is_alive() and s.closed
+    assert result.finished.reason == "cancelled" and result.ids == ()
+    assert result.stats.prefill_tokens == 0  # the batch was interrupted, not finished
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>",
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>",
+        "{{ bos_token }}{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}",
+    ],
+    ids=["template-adds-bos", "template-without-bos", "template-adds-two"],
+)
+def test_prompt_starts_with_exactly_one_bos(tiny_model_dir: Path, template: str) -> None:
+    path = write_tiny_llama(tiny_model_dir / f"tiny-tmpl-{abs(hash(template))}.gguf", seed=0,
+                            chat_template=template)
+    with open_session(path) as s:
+        toks = s.chat_prompt([ChatMessage("user", "hello world")])
+        assert toks[0] == BOS
+        assert toks.count(BOS) == 1
+
+
+def test_chat_template_is_sandboxed(tiny_model_dir: Path) -> None:
+    evil = "{{ ''.__class__.__mro__[1].__subclasses__() }}"
+    path = write_tiny_llama(tiny_model_dir / "tiny-evil.gguf", seed=0, chat_template=evil)
+    from app.errors import TandemError
+
+    with open_session(path) as s, pytest.raises(TandemError, match="chat template"):
+        s.chat_prompt([ChatMessage("user", "hi")])
+
+
+def test_base_model_without_template_uses_the_plain_transcript(tiny_target: Path) -> None:
+    with open_session(tiny_target) as s:
+        assert s.chat_format.uses_fallback
+        text = s.chat_format.render(
+            [ChatMessage("system", "Be brief."), ChatMessage("user", "hi")]
+        )
+        assert text == "Be brief.\n\nUser: hi\nAssistant:"
+        assert s.chat_format.stop == ("\nUser:", "\nAssistant:")
+
+
+def test_no_rollback_falls_back_to_plain_and_says_so(session: Session) -> None:
+    session.rollback_supported = False
+    try:
+        r = run(session, PROMPT, GREEDY, SpeculationConfig(adaptive=False, mode="prompt-lookup"))
+        assert r.stats.mode == "off" and r.stats.verified == 0
         assert r.finished.note and "roll back" in r.finished.note
         assert r.stats.fallback_reason == r.finished.note
         plain = run(session, PROMPT, GREEDY)

@@ -69,11 +69,11 @@ def test_draft_equal_to_target_accepts_everything_and_changes_nothing(
         assert spec.finished.text == plain.finished.text
         check_invariants(plain, MAX_TOKENS)
         check_invariants(spec, MAX_TOKENS)
-        if spec.stats.drafted and sampling.temperature == 0.0:
+        if spec.stats.verified and sampling.temperature == 0.0:
             assert spec.stats.acceptance_rate == 1.0
-        assert plain.stats.drafted == 0 and plain.stats.acceptance_rate is None
+        assert plain.stats.verified == 0 and plain.stats.acceptance_rate is None
     if sampling.temperature == 0.0:
-        assert spec.stats.drafted > 0
+        assert spec.stats.verified > 0
 
 
 @pytest.mark.parametrize("sampling", SAMPLINGS[:2], ids=["greedy", "t0.8"])
@@ -87,7 +87,7 @@ def test_perturbed_draft_partial_acceptance_same_tokens(
         spec = run(s, prompt, sampling, SpeculationConfig(adaptive=False, mode="draft-model", draft_max=5))
         assert spec.ids == plain.ids
         check_invariants(spec, MAX_TOKENS)
-        drafted += spec.stats.drafted
+        drafted += spec.stats.verified
         accepted += spec.stats.accepted
     alpha = accepted / drafted
     assert 0.0 < alpha < 1.0
@@ -103,7 +103,7 @@ def test_prompt_lookup_same_tokens(self_draft_session: Session, sampling: Sampli
         spec = run(s, prompt, sampling, SpeculationConfig(adaptive=False, mode="prompt-lookup", draft_max=k, ngram_min=1))
         assert spec.ids == plain.ids
         check_invariants(spec, MAX_TOKENS)
-        drafted += spec.stats.drafted
+        drafted += spec.stats.verified
     assert drafted > 0
 
 

@@ -90,15 +90,15 @@ def install_drafter(session: Session, drafter: object) -> None:
 def check_invariants(r: Run, max_tokens: int) -> None:
     """The statistics invariants of issue 2, for any finished generation."""
     s = r.stats
-    assert s.accepted <= s.drafted <= s.proposed
+    assert s.accepted <= s.verified <= s.proposed
     assert s.emitted == len(r.ids) <= max_tokens
     assert sum(s.accepted_at) == s.accepted
-    assert sum(s.drafted_at) == s.drafted
-    for i in range(len(s.drafted_at)):
-        assert s.accepted_at[i] <= s.drafted_at[i]
-        if i + 1 < len(s.drafted_at):
+    assert sum(s.verified_at) == s.verified
+    for i in range(len(s.verified_at)):
+        assert s.accepted_at[i] <= s.verified_at[i]
+        if i + 1 < len(s.verified_at):
             # position i+2 is verified only after position i+1 was accepted
-            assert s.drafted_at[i + 1] <= s.accepted_at[i]
+            assert s.verified_at[i + 1] <= s.accepted_at[i]
     cut = r.finished.reason in ("stop", "cancelled")
     if not cut:
         assert s.emitted == s.accepted + s.rounds

@@ -14,6 +14,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QThread  # noqa: E402
 
+from app.options import SamplingParams, SpecMode, SpeculationConfig  # noqa: E402
 from app.store.settings import LoadedSettings, Settings, save_settings  # noqa: E402
 
 from app.ui.qt_compat import apply_qt_workarounds  # noqa: E402
@@ -66,35 +67,32 @@ def ui_settings(gemma_path: Path) -> Settings:
     s = Settings()
     s.model.target_path = gemma_path
     s.model.n_ctx = 512
-    s.sampling.temperature = 0.0
-    s.sampling.max_tokens = 24
-    s.speculation.mode = "prompt-lookup"
-    s.speculation.draft_max = 4
+    s.sampling = SamplingParams(temperature=0.0, max_tokens=24)
     # Always draft up to k: on a busy 2-core machine the adaptive policy may rightly
     # decide that drafting does not pay, and these tests need drafts to look at.
-    s.speculation.adaptive = False
+    s.speculation = SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP, draft_max=4, adaptive=False)
     save_settings(s)
     return s
 
 
 @pytest.fixture
 def window(qtbot, ui_settings: Settings):  # type: ignore[no-untyped-def]
-    """A shown main window with the model loaded; closed (workers joined) afterwards."""
+    """A shown main window with the model loaded; closed (service joined) afterwards."""
     from app.ui.main_window import MainWindow
 
     w = MainWindow(LoadedSettings(ui_settings))
     qtbot.addWidget(w)
     w.show()
-    qtbot.waitUntil(lambda: w.model_info is not None or w.message_bar.current is not None,
-                    timeout=LOAD_TIMEOUT_MS)
-    assert w.model_info is not None, w.message_bar.current
+    qtbot.waitUntil(lambda: w.controller.model_info is not None
+                    or w.message_bar.current is not None, timeout=LOAD_TIMEOUT_MS)
+    assert w.controller.model_info is not None, w.message_bar.current
     yield w
     w.close()
 
 
 def wait_reply(qtbot, w) -> None:  # type: ignore[no-untyped-def]
     """Wait until the window's reply (if any) has finished."""
-    qtbot.waitUntil(lambda: w.reply is None, timeout=REPLY_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.controller.reply is None, timeout=REPLY_TIMEOUT_MS)
 
 
 #: a prompt the base model continues by repeating, so prompt lookup has drafts to verify

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _stored_reply(window):  # type: ignore[no-untyped-def]
     store = HistoryStore.open()
     try:
-        return store.messages(window.current_conversation)
+        return store.messages(window.controller.current_conversation)
     finally:
         store.close()
 
@@ -35,7 +35,7 @@ def test_send_streams_in_steps_gauge_shows_alpha_and_stats_are_stored(qtbot, win
     assert window.send_message(REPEAT_PROMPT)
     # The user message was stored before generation started.
     store = HistoryStore.open()
-    msgs = store.messages(window.current_conversation)
+    msgs = store.messages(window.controller.current_conversation)
     store.close()
     assert msgs[0].role == "user" and msgs[0].content == REPEAT_PROMPT
     assert msgs[1].role == "assistant" and msgs[1].status == "streaming"
@@ -48,7 +48,7 @@ def test_send_streams_in_steps_gauge_shows_alpha_and_stats_are_stored(qtbot, win
         if not seen or seen[-1] != reply_widget.text:
             seen.append(reply_widget.text)
         alpha_seen.append(window.gauge.value_text("alpha"))
-        return window.reply is None
+        return window.controller.reply is None
 
     qtbot.waitUntil(observe, timeout=120_000)
     texts = [t for t in seen if t]
@@ -70,7 +70,7 @@ def test_send_streams_in_steps_gauge_shows_alpha_and_stats_are_stored(qtbot, win
     stats = reply.stats
     assert stats is not None
     assert stats["mode"] == "prompt-lookup" and stats["draft_max"] == 4
-    assert stats["drafted"] > 0 and stats["acceptance_rate"] is not None
+    assert stats["verified"] > 0 and stats["acceptance_rate"] is not None
     assert stats["decode_tps"] > 0 and stats["emitted"] <= 24
     assert len(stats["accepted_at"]) == 4
     assert reply.seed is not None
@@ -92,15 +92,15 @@ def test_stop_mid_reply_stops_within_one_round_and_keeps_partial(
 
     monkeypatch.setattr(Session, "chat", recording_chat)
     cancel_times: list[float] = []
-    original_stop = window.host.stop_reply
+    original_stop = window.controller.stop_reply
 
     def stop() -> None:
         cancel_times.append(time.perf_counter())
         original_stop()
 
-    monkeypatch.setattr(window.host, "stop_reply", stop)
-    window.settings.sampling.max_tokens = 400
-    window.settings.speculation.draft_max = 3
+    monkeypatch.setattr(window.controller, "stop_reply", stop)
+    window.settings.sampling = window.settings.sampling.with_changes(max_tokens=400)
+    window.settings.speculation = window.settings.speculation.with_changes(draft_max=3)
     assert window.send_message("Repeat the word hello two hundred times: hello hello hello hello")
     qtbot.waitUntil(lambda: bool(window.chat.messages[-1].text.strip()), timeout=120_000)
 
@@ -134,18 +134,18 @@ def test_stop_mid_reply_stops_within_one_round_and_keeps_partial(
 def test_toggle_off_gives_plain_reply_without_reloading_then_measured_speedup(
     qtbot, window
 ) -> None:
-    session = window.host.worker.session
+    session = window.bridge.service._session
     combo = window.model_bar.mode_combo
     combo.setCurrentIndex(combo.findData("off"))
     assert window.settings.speculation.mode == "off"
     assert window.send_message(REPEAT_PROMPT)
     assert window.gauge.value_text("measured") in ("measuring the plain baseline", "—")
     wait_reply(qtbot, window)
-    assert window.host.worker.session is session  # the target was not reloaded
+    assert window.bridge.service._session is session  # the target was not reloaded
     [_, plain] = _stored_reply(window)
     assert plain.stats is not None
-    assert plain.stats["mode"] == "plain"
-    assert plain.stats["drafted"] == 0 and plain.stats["acceptance_rate"] is None
+    assert plain.stats["mode"] == "off"
+    assert plain.stats["verified"] == 0 and plain.stats["acceptance_rate"] is None
     assert plain.stats["draft_max"] == 0 and plain.stats["accepted_at"] == []
     assert window.gauge.value_text("alpha") == "off"
     assert window.gauge.value_text("measured").startswith("baseline:")
@@ -155,10 +155,10 @@ def test_toggle_off_gives_plain_reply_without_reloading_then_measured_speedup(
     window.new_conversation()
     assert window.send_message(REPEAT_PROMPT)
     wait_reply(qtbot, window)
-    assert window.host.worker.session is session
+    assert window.bridge.service._session is session
     [_, spec] = _stored_reply(window)
     assert spec.stats is not None and spec.stats["mode"] == "prompt-lookup"
-    assert spec.stats["drafted"] > 0
+    assert spec.stats["verified"] > 0
     measured = window.gauge.value_text("measured")
     assert "×" in measured and "plain" in measured, measured
     # The choice was persisted (settings are saved 0.4 s after the last change).
@@ -172,7 +172,7 @@ def test_conversation_is_there_after_a_restart(qtbot, window, ui_settings: Setti
     window.system_prompt.set_text("")
     assert window.send_message("Hello there, my name is Ada.")
     wait_reply(qtbot, window)
-    conv_id = window.current_conversation
+    conv_id = window.controller.current_conversation
     texts = [m.text for m in window.chat.messages]
     footer = window.chat.messages[-1]._footer.text()
     window.close()
@@ -180,7 +180,7 @@ def test_conversation_is_there_after_a_restart(qtbot, window, ui_settings: Setti
     again = MainWindow(load_settings(), autoload=False)
     qtbot.addWidget(again)
     try:
-        assert again.current_conversation == conv_id
+        assert again.controller.current_conversation == conv_id
         assert again.conversations.ids() == [conv_id]
         assert again.conversations.titles() == ["Hello there, my name is Ada."]
         assert [m.text for m in again.chat.messages] == texts
@@ -205,14 +205,14 @@ def test_regenerate_and_edit_resend(qtbot, window) -> None:
 
     user_id = window.chat.messages[0].message_id
     window.edit_message(user_id)
-    assert window.input.toPlainText() == "Say hello." and window.edit_banner.isVisibleTo(window)
+    assert window.input.toPlainText() == "Say hello." and window.composer.edit_banner.isVisibleTo(window)
     window.input.setPlainText("Say goodbye.")
     qtbot.keyClick(window.input, Qt.Key.Key_Return)
     wait_reply(qtbot, window)
     msgs = _stored_reply(window)
     assert [(m.role, m.content) for m in msgs][0] == ("user", "Say goodbye.")
     assert len(msgs) == 2 and msgs[1].status == "done"
-    assert not window.edit_banner.isVisibleTo(window)
+    assert not window.composer.edit_banner.isVisibleTo(window)
 
 
 def test_event_loop_never_stalls_while_loading_or_streaming(qtbot, ui_settings: Settings) -> None:
@@ -237,16 +237,16 @@ def test_event_loop_never_stalls_while_loading_or_streaming(qtbot, ui_settings: 
     w = MainWindow(LoadedSettings(ui_settings), autoload=False)
     qtbot.addWidget(w)
     w.show()
-    qtbot.wait(300)  # let the worker warm up (imports llama.cpp on its own thread)
+    w.bridge.service.submit("task", lambda ctx: None).wait(60)  # the service warmed up llama.cpp
     try:
         timer.start()
         last[0] = time.perf_counter()
         phase[0] = "load"
         assert ui_settings.model.target_path is not None
-        w.load_model(ui_settings.model.target_path)
-        qtbot.waitUntil(lambda: w.model_info is not None, timeout=LOAD_TIMEOUT_MS)
+        w.controller.load_model(ui_settings.model.target_path)
+        qtbot.waitUntil(lambda: w.controller.model_info is not None, timeout=LOAD_TIMEOUT_MS)
         phase[0] = "stream"
-        w.settings.sampling.max_tokens = 64
+        w.settings.sampling = w.settings.sampling.with_changes(max_tokens=64)
         assert w.send_message(REPEAT_PROMPT)
         wait_reply(qtbot, w)
         timer.stop()
@@ -280,14 +280,14 @@ def test_closing_during_generation_exits_0(tmp_path: Path, ui_settings: Settings
 
         def poll():
             w = find_window()
-            if w is None or w.model_info is None:
+            if w is None or w.controller.model_info is None:
                 return
             if not state["sent"]:
-                w.settings.sampling.max_tokens = 2000
+                w.settings.sampling = w.settings.sampling.with_changes(max_tokens=2000)
                 state["sent"] = w.send_message(
                     "Count to five hundred: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,")
                 print("sent", state["sent"], flush=True)
-            elif w.reply is not None and len(w.reply.text) > 20:
+            elif w.controller.reply is not None and len(w.controller.reply.text) > 20:
                 print("closing mid-reply", flush=True)
                 timer.stop()
                 w.close()
@@ -319,25 +319,26 @@ def test_closing_during_generation_exits_0(tmp_path: Path, ui_settings: Settings
 def test_draft_model_from_disk_and_an_incompatible_draft(
     qtbot, window, gemma_path: Path, smollm_path: Path
 ) -> None:
-    session = window.host.worker.session
+    session = window.bridge.service._session
     window.settings.model.draft_path = gemma_path  # same tokenizer: a valid (if silly) draft
-    window.set_speculation("draft-model", 3)
-    qtbot.waitUntil(lambda: not window.loading and window.model_info.draft_path is not None,
+    c = window.controller
+    c.set_speculation(window.settings.speculation.with_changes(mode="draft-model", draft_max=3))
+    qtbot.waitUntil(lambda: not c.loading and c.model_info.draft_path is not None,
                     timeout=LOAD_TIMEOUT_MS)
-    assert window.model_bar.draft_button.text() == f"Draft: {window.model_info.draft_name}"
+    assert window.model_bar.draft_button.text() == f"Draft: {c.model_info.draft_name}"
     assert window.send_message(REPEAT_PROMPT)
     wait_reply(qtbot, window)
-    assert window.host.worker.session is session  # the target stayed loaded
+    assert window.bridge.service._session is session  # the target stayed loaded
     [_, reply] = _stored_reply(window)
     assert reply.stats is not None and reply.stats["mode"] == "draft-model"
-    assert reply.stats["draft_max"] == 3 and reply.stats["drafted"] > 0
+    assert reply.stats["draft_max"] == 3 and reply.stats["verified"] > 0
     assert reply.stats["draft_steps"] > 0
 
-    window.set_draft_model(smollm_path)  # a different tokenizer
-    qtbot.waitUntil(lambda: not window.loading, timeout=LOAD_TIMEOUT_MS)
+    c.set_draft_model(smollm_path)  # a different tokenizer
+    qtbot.waitUntil(lambda: not c.loading, timeout=LOAD_TIMEOUT_MS)
     err = window.message_bar.current
     assert err is not None and "cannot draft for" in err.message
-    assert window.model_info is not None and window.host.worker.session is session
+    assert c.model_info is not None and window.bridge.service._session is session
     assert window.send_button.isEnabled()
 
 
@@ -348,11 +349,11 @@ def test_cancel_loading_leaves_a_clear_message(qtbot, ui_settings: Settings) -> 
     qtbot.addWidget(w)
     try:
         assert ui_settings.model.target_path is not None
-        w.load_model(ui_settings.model.target_path)
+        w.controller.load_model(ui_settings.model.target_path)
         assert w.model_bar.cancel_button.isVisibleTo(w)
         qtbot.mouseClick(w.model_bar.cancel_button, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: not w.loading, timeout=LOAD_TIMEOUT_MS)
-        assert w.model_info is None
+        qtbot.waitUntil(lambda: not w.controller.loading, timeout=LOAD_TIMEOUT_MS)
+        assert w.controller.model_info is None
         err = w.message_bar.current
         assert err is not None and err.title == "Loading cancelled" and err.level == "warning"
         assert not w.model_bar.progress.isVisibleTo(w)
@@ -371,12 +372,13 @@ def test_first_run_demo_model_in_one_click(qtbot) -> None:
         assert w.stack.currentWidget() is w.welcome
         w.settings.model.n_ctx = 512
         qtbot.mouseClick(w.welcome.demo_button, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: w.model_info is not None or w.message_bar.current is not None,
+        c = w.controller
+        qtbot.waitUntil(lambda: c.model_info is not None or w.message_bar.current is not None,
                         timeout=300_000)
-        assert w.model_info is not None, w.message_bar.current
-        assert w.model_info.target_path == paths.models_dir() / "gemma-3-270m-q4_k_m.gguf"
+        assert c.model_info is not None, w.message_bar.current
+        assert c.model_info.target_path == paths.models_dir() / "gemma-3-270m-q4_k_m.gguf"
         assert w.settings.speculation.mode == "prompt-lookup"
-        assert w.model_bar.speculation()[0] == "prompt-lookup"
+        assert w.model_bar.speculation().mode == "prompt-lookup"
         assert w.stack.currentWidget() is w.chat
         assert not list(paths.models_dir().glob("*.incomplete"))
     finally:
@@ -398,14 +400,14 @@ _STREAM_SCRIPT = textwrap.dedent(
     def poll():
         from app.ui.main_window import MainWindow
         w = next((w for w in qapp.topLevelWidgets() if isinstance(w, MainWindow)), None)
-        if w is None or w.model_info is None:
+        if w is None or w.controller.model_info is None:
             return
         if not state["sent"]:
-            w.settings.sampling.max_tokens = 4000
-            w.settings.speculation.mode = "off"
+            w.settings.sampling = w.settings.sampling.with_changes(max_tokens=4000)
+            w.settings.speculation = w.settings.speculation.with_changes(mode="off")
             state["sent"] = w.send_message(COUNTING)
-        elif w.reply is not None:
-            print(f"len {len(w.reply.text)}", flush=True)
+        elif w.controller.reply is not None:
+            print(f"len {len(w.controller.reply.text)}", flush=True)
         else:
             print("finished", flush=True)
             timer.stop()
@@ -493,12 +495,12 @@ def test_closing_while_a_model_loads_joins_the_worker(qtbot, ui_settings: Settin
     w = MainWindow(LoadedSettings(ui_settings), autoload=True)
     qtbot.addWidget(w)
     w.show()
-    assert w.loading
-    qtbot.waitUntil(lambda: w.model_bar.progress.value() > 0 or w.model_info is not None,
+    assert w.controller.loading
+    qtbot.waitUntil(lambda: w.model_bar.progress.value() > 0 or w.controller.model_info is not None,
                     timeout=LOAD_TIMEOUT_MS)
-    w.close()  # cancels the load and waits for the worker thread
-    assert not w.host.worker_thread.isRunning()
-    assert w.host.worker.session is None  # nothing left loaded
+    w.close()  # cancels the load and waits for the service's thread
+    assert not w.bridge.service._thread.is_alive()
+    assert w.bridge.service._session is None  # nothing left loaded
 
 
 def test_system_prompt_is_sent_and_context_overflow_is_a_message(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.options import SpecMode
 from app.ui.picker import ModelsChosen
 from tests.ui.conftest import LOAD_TIMEOUT_MS
 
@@ -14,34 +15,36 @@ def test_models_button_opens_one_picker_and_its_choice_applies(qtbot, window) ->
     w.model_bar.models_button.click()
     assert w.picker is picker  # one instance, raised again
 
-    target = w.model_info.target_path
+    c = w.controller
+    target = c.model_info.target_path
     # Same target, drafter switched to off: nothing reloads, the mode applies.
-    picker.models_chosen.emit(ModelsChosen(target, None, "off"))
-    assert w.settings.speculation.mode == "off"
-    assert w.model_bar.speculation()[0] == "off"
-    assert w.model_info.target_path == target and not w.loading
+    picker.models_chosen.emit(ModelsChosen(target, None, SpecMode.OFF))
+    assert w.settings.speculation.mode is SpecMode.OFF
+    assert w.model_bar.speculation().mode is SpecMode.OFF
+    assert c.model_info.target_path == target and not c.loading
 
-    picker.models_chosen.emit(ModelsChosen(target, None, "prompt-lookup"))
-    assert w.model_bar.speculation()[0] == "prompt-lookup"
-    qtbot.waitUntil(lambda: not w.loading, timeout=LOAD_TIMEOUT_MS)
+    picker.models_chosen.emit(ModelsChosen(target, None, SpecMode.PROMPT_LOOKUP))
+    assert w.model_bar.speculation().mode is SpecMode.PROMPT_LOOKUP
+    qtbot.waitUntil(lambda: not c.loading, timeout=LOAD_TIMEOUT_MS)
 
 
 def test_race_button_opens_a_race_on_the_loaded_session(qtbot, window) -> None:  # type: ignore[no-untyped-def]
     w = window
     w.model_bar.race_button.click()
     race = w.race_window
+    c = w.controller
     assert race is not None and race.isVisible()
-    assert race.session is w.host.worker.session
+    assert race.service is w.bridge.service and race.model == c.model_info
     race.draft_length_applied.emit(3)
-    assert w.settings.speculation.draft_max == 3 and w.model_bar.speculation()[1] == 3
+    assert w.settings.speculation.draft_max == 3 and w.model_bar.speculation().draft_max == 3
     race.busy_changed.emit(True)
-    assert w.busy and not w.send_button.isEnabled()
+    assert c.busy and not w.send_button.isEnabled()
     race.busy_changed.emit(False)
-    assert not w.busy
-    # loading another model first closes the race window (it borrows the session)
-    w.load_model(w.model_info.target_path)
+    assert not c.busy
+    # loading another model first closes the race window (it describes the loaded one)
+    c.load_model(c.model_info.target_path)
     assert w.race_window is None
-    qtbot.waitUntil(lambda: w.model_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: c.model_info is not None, timeout=LOAD_TIMEOUT_MS)
 
 
 def test_a_locked_history_database_never_leaves_the_window_stuck(qtbot, window, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -54,15 +57,15 @@ def test_a_locked_history_database_never_leaves_the_window_stuck(qtbot, window, 
     def locked(*_a, **_k):  # type: ignore[no-untyped-def]
         raise sqlite3.OperationalError("database is locked")
 
-    monkeypatch.setattr(w.store, "finish_reply", locked)
+    monkeypatch.setattr(w.controller.store, "finish_reply", locked)
     assert w.send_message(REPEAT_PROMPT)
     wait_reply(qtbot, w)
-    assert w.reply is None and w.send_button.text() == "Send"
+    assert w.controller.reply is None and w.send_button.text() == "Send"
     assert w.message_bar.current is not None
     assert w.message_bar.current.title == "History not saved"
     assert w.chat.messages[-1].text.strip()  # the reply is still on screen
     # sending while the database refuses writes keeps the text in the box
-    monkeypatch.setattr(w.store, "add_user_message", locked)
+    monkeypatch.setattr(w.controller.store, "add_user_message", locked)
     w.input.setPlainText("keep me")
     assert not w.send_message()
     assert w.input.toPlainText() == "keep me"

@@ -52,7 +52,7 @@ def test_unclosed_fence_while_streaming_is_a_code_block() -> None:
 
 
 def test_reply_footer() -> None:
-    stats = SpecStats(mode="prompt-lookup", draft_max=4, emitted=24, rounds=8, drafted=16,
+    stats = SpecStats(mode="prompt-lookup", draft_max=4, emitted=24, rounds=8, verified=16,
                       accepted=12, decode_time=1.0).to_dict()
     line = reply_footer(stats, "cancelled", "note here")
     assert "24 tokens" in line and "24.0 tok/s" in line and "prompt lookup k=4" in line
@@ -109,8 +109,8 @@ def test_gauge_repaints_at_most_ten_times_a_second(qtbot) -> None:
     while time.monotonic() - t0 < 0.6:
         n += 1
         g.set_stats(SpecStats(mode="prompt-lookup", draft_max=4, emitted=n, rounds=n,
-                              drafted=n, accepted=n // 2, decode_time=n / 40,
-                              accepted_at=(n // 2, 0, 0, 0), drafted_at=(n, 0, 0, 0)))
+                              verified=n, accepted=n // 2, decode_time=n / 40,
+                              accepted_at=(n // 2, 0, 0, 0), verified_at=(n, 0, 0, 0)))
         g.add_tokens(n / 40, n)
         QApplication.processEvents()
     elapsed = time.monotonic() - t0
@@ -123,7 +123,7 @@ def test_gauge_repaints_at_most_ten_times_a_second(qtbot) -> None:
 def test_gauge_measured_speedup_needs_a_plain_baseline(qtbot) -> None:
     g = SpeculationGaugeWidget()
     qtbot.addWidget(g)
-    spec = SpecStats(mode="prompt-lookup", draft_max=4, emitted=60, rounds=20, drafted=40,
+    spec = SpecStats(mode="prompt-lookup", draft_max=4, emitted=60, rounds=20, verified=40,
                      accepted=40, decode_time=1.0)
     g.end_reply(spec, None)
     assert g.value_text("measured").startswith("no plain reply yet")
@@ -171,13 +171,13 @@ def test_a_file_that_is_not_gguf_gives_a_clear_message(qtbot, tmp_path: Path) ->
     bad.write_text("hello, I am not a model")
     w = _window(qtbot)
     try:
-        w.load_model(bad)
+        w.controller.load_model(bad)
         assert w.model_bar.progress.isVisibleTo(w) or w.message_bar.current is not None
         qtbot.waitUntil(lambda: w.message_bar.current is not None, timeout=30_000)
         err = w.message_bar.current
         assert err.title == "Could not load notes.gguf"
         assert "not a GGUF file" in err.message and "Traceback" not in err.message
-        assert w.model_info is None and not w.loading
+        assert w.controller.model_info is None and not w.controller.loading
         assert not w.model_bar.progress.isVisibleTo(w)
         assert w.message_bar.text.text() == err.message
     finally:
@@ -191,7 +191,7 @@ def test_missing_model_from_settings_is_reported(qtbot, tmp_path: Path) -> None:
     try:
         assert w.message_bar.current is not None
         assert w.message_bar.current.title == "Model not found"
-        assert not w.loading
+        assert not w.controller.loading
     finally:
         w.close()
 
@@ -207,7 +207,7 @@ def test_conversations_rename_delete_search_and_system_prompt_persist(qtbot) -> 
     try:
         assert w.conversations.ids() == [b.id, a.id]
         w.conversations.list.setCurrentRow(1)
-        assert w.current_conversation == a.id
+        assert w.controller.current_conversation == a.id
         assert [m.text for m in w.chat.messages] == ["about foxes"]
         assert w.stack.currentWidget() is w.chat
 
@@ -223,7 +223,7 @@ def test_conversations_rename_delete_search_and_system_prompt_persist(qtbot) -> 
         w.system_prompt.toggle.setChecked(True)
         w.system_prompt.editor.setPlainText("You are a fox expert.")
         w.system_prompt.flush()
-        w.delete_conversation(b.id)
+        w.controller.delete_conversation(b.id)
         assert w.conversations.ids() == [a.id]
     finally:
         w.close()
@@ -247,6 +247,10 @@ def test_sampling_and_speculation_settings_persist(qtbot) -> None:
         w.model_bar.k_spin.setValue(6)
         w.model_bar.adaptive_box.setChecked(False)
         w.model_bar.mode_combo.setCurrentIndex(w.model_bar.mode_combo.findData("off"))
+        # the finer settings the command line has, in the Sampling tab
+        w.sampling_panel.draft_min.setValue(2)
+        w.sampling_panel.draft_p_min.setValue(0.4)
+        w.sampling_panel.ngram_max.setValue(6)
         w.gauge.tint_box.setChecked(False)
         qtbot.waitUntil(lambda: load_settings().settings.sampling.max_tokens == 77, timeout=3000)
     finally:
@@ -256,6 +260,9 @@ def test_sampling_and_speculation_settings_persist(qtbot) -> None:
     assert s.model.n_ctx == 2048 and s.model.n_gpu_layers == 0
     assert s.speculation.mode == "off" and s.speculation.draft_max == 6
     assert s.speculation.adaptive is False
+    assert (s.speculation.draft_min, s.speculation.draft_p_min, s.speculation.ngram_max) == (
+        2, pytest.approx(0.4), 6)
+    assert w.model_bar.speculation() == s.speculation  # both widgets hold the one config
     assert s.ui.tint_drafts is False and s.ui.window_geometry and s.ui.splitter_state
 
 

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE
+from app.options import SpecMode
 from app.ui.chat.draft_tint import apply_tint, tinted_ranges
 from app.ui.chat.markdown_render import TINT_COLOR, render_markdown
 from app.ui.chat.starter_prompts import StarterPrompt, StarterPromptsWidget
@@ -49,8 +50,6 @@ a { color: #0969da; }
 """
 
 _TINT = QColor(TINT_COLOR)
-_MODE_LABELS = {"plain": "no speculation", "prompt-lookup": "prompt lookup",
-                "draft-model": "draft model"}
 _REASON_LABELS = {"length": "hit the token limit", "cancelled": "stopped",
                   "interrupted": "interrupted (the app closed)", "error": "failed"}
 
@@ -76,19 +75,23 @@ def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
         tps = stats.get("decode_tps")
         if tps:
             parts.append(f"{tps:.1f} tok/s")
-        mode = str(stats.get("mode", "plain"))
-        label = _MODE_LABELS.get(mode, mode)
-        if mode != "plain":
+        try:
+            mode: SpecMode | None = SpecMode(stats.get("mode", SpecMode.OFF.value))
+        except ValueError:  # written by a newer Tandem with a drafter this one lacks
+            mode = None
+        label = mode.words if mode is not None else str(stats.get("mode"))
+        if mode is not SpecMode.OFF:
             label += f" k={stats.get('draft_max', 0)}"
         parts.append(label)
         alpha = stats.get("acceptance_rate")
         if alpha is not None:
-            drafted = int(stats.get("drafted", 0))
-            few = drafted < MIN_DRAFTED_FOR_ESTIMATE
+            # "drafted": the name of this count in replies stored before it was renamed
+            verified = int(stats.get("verified", stats.get("drafted", 0)))
+            few = verified < MIN_DRAFTED_FOR_ESTIMATE
             parts.append(f"α {alpha * 100:.0f}%"
-                         + (f" ({stats.get('accepted', 0)}/{drafted} drafts)" if few else ""))
+                         + (f" ({stats.get('accepted', 0)}/{verified} drafts)" if few else ""))
         tau = stats.get("mean_acceptance_length")
-        if tau is not None and mode != "plain":
+        if tau is not None and mode is not SpecMode.OFF:
             parts.append(f"τ {tau:.2f}")
     if finish_reason in _REASON_LABELS:
         parts.append(_REASON_LABELS[finish_reason])

@@ -1,10 +1,22 @@
-"""The message input: Enter sends, Shift+Enter adds a line; grows with its text."""
+"""The message input: Enter sends, Shift+Enter adds a line; grows with its text.
+
+:class:`ComposerWidget` is the strip under the conversation: the "editing a message"
+banner, the input box, and the Send/Stop and Regenerate buttons.
+"""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QKeyEvent
-from PySide6.QtWidgets import QPlainTextEdit, QSizePolicy, QWidget
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 _MIN_LINES, _MAX_LINES = 2, 8
 
@@ -43,3 +55,61 @@ class ChatInputWidget(QPlainTextEdit):
         margins = self.contentsMargins()
         h = lines * line_h + 2 * int(self.document().documentMargin()) + margins.top() + margins.bottom() + 4
         self.setFixedHeight(h)
+
+
+class ComposerWidget(QWidget):
+    """Edit banner, input box, Send/Stop and Regenerate (see the module docstring)."""
+
+    send_clicked = Signal()
+    """Send (or Stop, while a reply streams) was clicked."""
+    regenerate_clicked = Signal()
+    """Regenerate was clicked."""
+    cancel_edit_clicked = Signal()
+    """"Cancel edit" was clicked in the banner."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        col = QVBoxLayout(self)
+        col.setContentsMargins(0, 0, 0, 0)
+        col.setSpacing(0)
+        self.edit_banner = QWidget()
+        self.edit_banner.setObjectName("editBanner")
+        eb = QHBoxLayout(self.edit_banner)
+        eb.setContentsMargins(12, 4, 12, 4)
+        eb.addWidget(QLabel("Editing a message: Send replaces it and every message after it."), 1)
+        cancel_edit = QPushButton("Cancel edit")
+        cancel_edit.clicked.connect(self.cancel_edit_clicked)
+        eb.addWidget(cancel_edit)
+        self.edit_banner.hide()
+        col.addWidget(self.edit_banner)
+
+        row = QWidget()
+        row.setObjectName("inputRow")
+        ir = QHBoxLayout(row)
+        ir.setContentsMargins(12, 8, 12, 10)
+        self.input = ChatInputWidget()
+        ir.addWidget(self.input, 1)
+        buttons = QVBoxLayout()
+        self.send_button = QPushButton("Send")
+        self.send_button.setObjectName("primaryButton")
+        self.send_button.clicked.connect(self.send_clicked)
+        self.regenerate_button = QPushButton("Regenerate")
+        self.regenerate_button.setToolTip("Generate the last reply again (Ctrl+R)")
+        self.regenerate_button.clicked.connect(self.regenerate_clicked)
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.regenerate_button)
+        ir.addLayout(buttons)
+        col.addWidget(row)
+
+    def set_state(self, *, streaming: bool, can_send: bool, can_regenerate: bool,
+                  editing: bool, model_loaded: bool) -> None:
+        """Buttons, banner and placeholder for the window's state."""
+        self.send_button.setText("Stop" if streaming else "Send")
+        self.send_button.setEnabled(streaming or can_send)
+        self.send_button.setToolTip("Stop the reply (Esc)" if streaming else
+                                    "Send (Enter)" if can_send else "Load a model first")
+        self.regenerate_button.setEnabled(can_send and not streaming and can_regenerate)
+        self.edit_banner.setVisible(editing)
+        self.input.setPlaceholderText("Message  (Enter sends, Shift+Enter adds a line)"
+                                      if model_loaded else "Load a model to start chatting")
+        self.input.viewport().update()  # the placeholder is painted by the viewport

@@ -30,18 +30,14 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE, SpecStats
+from app.formatting import MISSING, draft_length_words, or_dash
+from app.options import SpecMode
 from app.ui.gauge.rolling import RollingRate
 
 REFRESH_MS = 100
-_MODE_TITLES = {"plain": "Speculation off", "prompt-lookup": "Prompt lookup",
-                "draft-model": "Draft model"}
 _ACCENT = QColor("#2b6cb0")
 _DRAFT = QColor("#f0a63a")
 _MUTED = QColor("#8a94a3")
-
-
-def _fmt(value: float | None, spec: str, unit: str = "", none: str = "—") -> str:
-    return none if value is None else f"{value:{spec}}{unit}"
 
 
 def alpha_text(s: SpecStats, streaming: bool) -> str:
@@ -50,13 +46,14 @@ def alpha_text(s: SpecStats, streaming: bool) -> str:
     so one lucky draft does not read as 100 %; without drafts, why there is no figure."""
     alpha = s.acceptance_rate
     if alpha is None:
-        return "— (nothing drafted yet)" if streaming else "— (nothing was drafted in this reply)"
+        return (f"{MISSING} (nothing drafted yet)" if streaming
+                else f"{MISSING} (nothing was drafted in this reply)")
     interval = s.acceptance_interval
     if s.few_drafts and interval is not None:
         lo, hi = interval
-        return (f"{alpha * 100:.0f}%  ({s.accepted}/{s.drafted}; few drafts, 95% range "
+        return (f"{alpha * 100:.0f}%  ({s.accepted}/{s.verified}; few drafts, 95% range "
                 f"{lo * 100:.0f}–{hi * 100:.0f}%)")
-    return f"{alpha * 100:.0f}%  ({s.accepted}/{s.drafted})"
+    return f"{alpha * 100:.0f}%  ({s.accepted}/{s.verified})"
 
 
 class AcceptanceBarsWidget(QWidget):
@@ -68,9 +65,10 @@ class AcceptanceBarsWidget(QWidget):
         self.setMinimumHeight(74)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
 
-    def set_positions(self, accepted_at: Sequence[int], drafted_at: Sequence[int]) -> None:
+    def set_positions(self, accepted_at: Sequence[int], verified_at: Sequence[int]) -> None:
         """Per-position counts from :class:`SpecStats`; a position never verified is None."""
-        self._rates = [a / d if d else None for a, d in zip(accepted_at, drafted_at, strict=False)]
+        self._rates = [a / v if v else None
+                       for a, v in zip(accepted_at, verified_at, strict=False)]
         self.update()
 
     @property
@@ -237,19 +235,16 @@ class SpeculationGaugeWidget(QFrame):
         self.prediction_note.setVisible(cpu_only)
 
     # -- inputs (cheap; any rate) -----------------------------------------------------
-    def begin_reply(self, mode: str, draft_max: int, adaptive: bool = False) -> None:
-        """A reply starts with this drafter mode (``plain`` for off), k, and whether k is
-        only a maximum (adaptive draft length)."""
+    def begin_reply(self, mode: SpecMode, draft_max: int, adaptive: bool = False) -> None:
+        """A reply starts with this drafter mode, k, and whether k is only a maximum
+        (adaptive draft length)."""
         self._adaptive = adaptive
         self._streaming = True
         self._rolling.reset()
         self.sparkline.clear()
-        self._stats = SpecStats(
-            mode=mode,
-            draft_max=draft_max if mode != "plain" else 0,
-            accepted_at=(0,) * (draft_max if mode != "plain" else 0),
-            drafted_at=(0,) * (draft_max if mode != "plain" else 0),
-        )
+        k = draft_max if mode is not SpecMode.OFF else 0
+        self._stats = SpecStats(mode=mode, draft_max=k, accepted_at=(0,) * k,
+                                verified_at=(0,) * k)
         self.note_label.setText("")
         self._dirty = True
 
@@ -309,47 +304,47 @@ class SpeculationGaugeWidget(QFrame):
         s = self._stats
         if s is None:
             return
-        title = _MODE_TITLES.get(s.mode, s.mode)
-        if s.mode != "plain":
-            title += f" · k ≤ {s.draft_max} (adaptive)" if self._adaptive else f" · k = {s.draft_max}"
+        spec = s.mode is not SpecMode.OFF
+        title = s.mode.label if spec else "Speculation off"
+        if spec:
+            title += " · " + draft_length_words(s.draft_max, self._adaptive)
         self.mode_label.setText(title + ("  ● live" if self._streaming else "  · last reply"))
 
         rolling = self._rolling.rate() if self._streaming else None
         big = rolling if rolling is not None else s.decode_tps
-        self.tps_label.setText(_fmt(big, ".1f"))
+        self.tps_label.setText(or_dash(big, ".1f"))
         self.tps_caption.setText(
             "decode tok/s (last second)" if rolling is not None else "decode tok/s (whole reply)"
         )
         if rolling is not None:
             self.sparkline.add(rolling)
 
-        self._rows["reply_tps"].setText(_fmt(s.decode_tps, ".1f", " tok/s"))
-        self._rows["e2e_tps"].setText(_fmt(s.end_to_end_tps, ".1f", " tok/s"))
-        spec = s.mode != "plain"
+        self._rows["reply_tps"].setText(or_dash(s.decode_tps, ".1f", " tok/s"))
+        self._rows["e2e_tps"].setText(or_dash(s.end_to_end_tps, ".1f", " tok/s"))
         self._rows["alpha"].setText(alpha_text(s, self._streaming) if spec else "off")
         tau = s.mean_acceptance_length
-        self._rows["tau"].setText(_fmt(tau, ".2f", " tok/round") if spec else "1 (off)")
-        self._rows["cost"].setText(_fmt(s.draft_cost_ratio, ".3f") if spec else "—")
+        self._rows["tau"].setText(or_dash(tau, ".2f", " tok/round") if spec else "1 (off)")
+        self._rows["cost"].setText(or_dash(s.draft_cost_ratio, ".3f") if spec else MISSING)
         pred = s.predicted_speedup
         if not spec:
             self._rows["predicted"].setText("1× (off)")
         elif pred is not None and s.few_drafts:
             # E(α, k) from one or two drafts is an extrapolation, not a prediction.
-            self._rows["predicted"].setText(f"— (needs {MIN_DRAFTED_FOR_ESTIMATE} drafts)")
+            self._rows["predicted"].setText(f"{MISSING} (needs {MIN_DRAFTED_FOR_ESTIMATE} drafts)")
         else:
-            self._rows["predicted"].setText(_fmt(pred, ".2f", "×"))
+            self._rows["predicted"].setText(or_dash(pred, ".2f", "×"))
         self._rows["measured"].setText(self._measured_text(s))
-        self._rows["ttft"].setText(_fmt(s.ttft if s.emitted else None, ".2f", " s"))
-        self.bars.set_positions(s.accepted_at, s.drafted_at)
+        self._rows["ttft"].setText(or_dash(s.ttft if s.emitted else None, ".2f", " s"))
+        self.bars.set_positions(s.accepted_at, s.verified_at)
 
     def _measured_text(self, s: SpecStats) -> str:
         tps = s.decode_tps
-        if s.mode == "plain":
+        if s.mode is SpecMode.OFF:
             if self._streaming:
                 return "measuring the plain baseline"
-            return f"baseline: {tps:.1f} tok/s" if tps else "—"
+            return f"baseline: {tps:.1f} tok/s" if tps else MISSING
         if self._baseline is None:
             return "no plain reply yet: turn speculation off for one reply to measure"
         if not tps:
-            return "—"
+            return MISSING
         return f"{tps / self._baseline:.2f}×  (plain {self._baseline:.1f} tok/s)"

@@ -90,7 +90,7 @@ class DrafterChoice:
     def label(self) -> str:
         if self.candidate is not None:
             return self.candidate.key.title
-        return PROMPT_LOOKUP_LABEL if self.mode == "prompt-lookup" else OFF_LABEL
+        return PROMPT_LOOKUP_LABEL if self.mode is SpecMode.PROMPT_LOOKUP else OFF_LABEL
 
 
 def preferred_draft(candidates: tuple[DraftCandidate[LibraryEntry], ...], k: int) -> int | None:
@@ -182,7 +182,7 @@ class LibraryTabWidget(QWidget):
         self._scan_cancel: threading.Event | None = None
         self._rank_generation = 0
         self._wanted_target: Path | None = None
-        self._wanted_mode: SpecMode = "prompt-lookup"
+        self._wanted_mode: SpecMode = SpecMode.PROMPT_LOOKUP
         self._wanted_draft: Path | None = None
         # The target the wanted drafter was chosen for: a saved choice, or a click here.
         # Any other target gets the drafter with the best predicted speedup.
@@ -291,11 +291,11 @@ class LibraryTabWidget(QWidget):
                 f"Speedup at α = {ASSUMED_ACCEPTANCE_RATE}, k = {self.draft_max}", "Status"]
 
     # -- wishes from the window --------------------------------------------------------
-    def set_wanted(self, target: Path | None, mode: SpecMode, draft: Path | None) -> None:
+    def set_wanted(self, target: Path | None, mode: SpecMode | str, draft: Path | None) -> None:
         """Select this target and drafter when they appear (the saved choice). A saved draft
         model that is too large to help is not preselected (see :func:`preferred_draft`)."""
         self._wanted_target = target
-        self._wanted_mode = mode
+        self._wanted_mode = SpecMode(mode)
         self._wanted_draft = draft
         self._wanted_for = target
         self._wanted_clicked = False
@@ -310,8 +310,10 @@ class LibraryTabWidget(QWidget):
                 return True
         return False
 
-    def choose_drafter(self, mode: SpecMode, draft: Path | None = None) -> bool:
-        """Select a drafter in the list; False when it is not listed (yet)."""
+    def choose_drafter(self, mode: SpecMode | str, draft: Path | None = None) -> bool:
+        """Select a drafter in the list (``mode`` or its name); False when it is not
+        listed (yet)."""
+        mode = SpecMode(mode)
         self._wanted_mode = mode
         self._wanted_draft = draft
         self._wanted_for = self.target.path if self.target is not None else self._wanted_target
@@ -328,7 +330,7 @@ class LibraryTabWidget(QWidget):
             if kind is None:
                 continue
             if kind == "draft":
-                if mode == "draft-model" and _same_file(
+                if mode is SpecMode.DRAFT_MODEL and _same_file(
                         self.candidates[item.data(0, _INDEX_ROLE)].key.path, draft):
                     return item
             elif kind == mode:
@@ -525,12 +527,12 @@ class LibraryTabWidget(QWidget):
             self.draft_list.addTopLevelItem(self._draft_item(i, candidates[i]))
         lookup = QTreeWidgetItem([PROMPT_LOOKUP_LABEL, "—", "≈ 0", "depends on repetition",
                                   "always available: drafts from text already in the chat"])
-        lookup.setData(0, _KIND_ROLE, "prompt-lookup")
+        lookup.setData(0, _KIND_ROLE, SpecMode.PROMPT_LOOKUP.value)
         lookup.setToolTip(0, "Drafts by matching the last tokens against the conversation "
                              "(n-gram lookup); no second model. Best when the reply repeats "
                              "the prompt: code edits, summaries, quotes.")
         off = QTreeWidgetItem([OFF_LABEL, "—", "—", "1.0×", "no speculation"])
-        off.setData(0, _KIND_ROLE, "off")
+        off.setData(0, _KIND_ROLE, SpecMode.OFF.value)
         for item in (lookup, off):
             self.draft_list.addTopLevelItem(item)
         for i in incompatible:
@@ -545,7 +547,7 @@ class LibraryTabWidget(QWidget):
         if chosen is None:
             best = preferred_draft(candidates, self.draft_max)
             if best is not None:
-                chosen = self._drafter_item("draft-model", candidates[best].key.path)
+                chosen = self._drafter_item(SpecMode.DRAFT_MODEL, candidates[best].key.path)
         self.draft_list.setCurrentItem(chosen or lookup)
 
     def _item_usable(self, item: QTreeWidgetItem) -> bool:
@@ -603,9 +605,9 @@ class LibraryTabWidget(QWidget):
             self.drafter = None
         elif kind == "draft" and current is not None:
             cand = self.candidates[int(current.data(0, _INDEX_ROLE))]
-            self.drafter = DrafterChoice("draft-model", cand)
+            self.drafter = DrafterChoice(SpecMode.DRAFT_MODEL, cand)
             if cand.compatible:
-                self._wanted_mode, self._wanted_draft = "draft-model", cand.key.path
+                self._wanted_mode, self._wanted_draft = SpecMode.DRAFT_MODEL, cand.key.path
                 self._wanted_for, self._wanted_clicked = self.target.path, True
             note = ""
             if cand.compatible and cand.cost_ratio is not None:
@@ -616,10 +618,11 @@ class LibraryTabWidget(QWidget):
                 f"Pairing check: {cand.key.title} as the draft for {self.target.title}",
                 cand.result, note)
         else:
-            self.drafter = DrafterChoice(kind)
-            self._wanted_mode, self._wanted_draft = kind, None
+            mode = SpecMode(kind)  # Qt hands item data back as a plain str
+            self.drafter = DrafterChoice(mode)
+            self._wanted_mode, self._wanted_draft = mode, None
             self._wanted_for, self._wanted_clicked = self.target.path, True
-            if kind == "prompt-lookup":
+            if mode is SpecMode.PROMPT_LOOKUP:
                 self.pair_check.show_message(
                     "Prompt lookup",
                     "Drafts come from the conversation itself: the last few tokens are looked "

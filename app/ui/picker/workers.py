@@ -28,7 +28,7 @@ from PySide6.QtCore import QObject, QRunnable, Signal
 
 from app.catalog.hub import Download, DownloadProgress, DownloadStopped
 from app.ui.picker.payloads import DownloadEnded, DownloadProgressed, TaskOutcome
-from app.ui.worker import user_error
+from app.chat.failures import user_error
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +77,7 @@ class TaskWorker(QRunnable):
         try:
             outcome = TaskOutcome(self._generation, self._job(self._report, self.cancel))
         except BaseException as exc:  # reported as a value, never raised across threads
-            error = user_error(exc, self._title)
-            if error.detail:
-                log.error("%s: %s", self._title, error.detail)
+            error = user_error(exc, self._title)  # logs the traceback of a bug
             outcome = TaskOutcome(self._generation, None, error)
         try:
             self.signals.finished.emit(outcome)
@@ -124,9 +122,7 @@ class DownloadWorker(QRunnable):
         except DownloadStopped as stop:
             ended = DownloadEnded(self.job_id, None, stopped="paused" if stop.paused else "cancelled")
         except BaseException as exc:
-            error = user_error(exc, "Download failed")
-            if error.detail:
-                log.error("download %s failed: %s", self.download.repo_id, error.detail)
+            error = user_error(exc, "Download failed", origin="download")
             ended = DownloadEnded(self.job_id, None, error=error)
         try:
             self.signals.finished.emit(ended)

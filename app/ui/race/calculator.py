@@ -28,7 +28,9 @@ from PySide6.QtWidgets import (
 
 from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE, SpeedupCalculation, calculate_speedup
 
-K_MAX = 16
+#: the longest draft the calculator charts and searches for the best k (a display range:
+#: the speedup model keeps falling well before the app's K_MAX)
+CHART_K_MAX = 16
 
 
 class SpeedupCalculatorWidget(QWidget):
@@ -108,7 +110,7 @@ class SpeedupCalculatorWidget(QWidget):
         self.best.setColor(QColor("#2f855a"))
         self.best.setMarkerSize(15)
         self.ax = QValueAxis()
-        self.ax.setRange(0, K_MAX + 1)
+        self.ax.setRange(0, CHART_K_MAX + 1)
         self.ax.setTickType(QValueAxis.TickType.TicksDynamic)
         self.ax.setTickAnchor(0)
         self.ax.setTickInterval(2)
@@ -180,17 +182,17 @@ class SpeedupCalculatorWidget(QWidget):
 
     def recalculate(self) -> SpeedupCalculation:
         alpha, k, c = self.alpha_spin.value(), self.k_spin.value(), self.c_spin.value()
-        calc = calculate_speedup(alpha, k, c, k_max=K_MAX)
+        calc = calculate_speedup(alpha, k, c, k_max=CHART_K_MAX)
         self._calc = calc
         self.e_label.setText(f"{calc.expected_tokens:.2f} tokens")
         self.s_label.setText(f"{calc.speedup:.2f}×")
         self.best_label.setText(
-            f"Best k for this α and c (1–{K_MAX}): k = {calc.best_k}, "
+            f"Best k for this α and c (1–{CHART_K_MAX}): k = {calc.best_k}, "
             f"{calc.best_speedup:.2f}×.")
         curve = [QPointF(kk, calculate_speedup(alpha, kk, c, k_max=1).speedup)
-                 for kk in range(1, K_MAX + 1)]
+                 for kk in range(1, CHART_K_MAX + 1)]
         self.curve.replace(curve)
-        self.chosen.replace([QPointF(k, calc.speedup)] if k <= K_MAX else [])
+        self.chosen.replace([QPointF(k, calc.speedup)] if k <= CHART_K_MAX else [])
         self.best.replace([QPointF(calc.best_k, calc.best_speedup)])
         top = max([p.y() for p in curve] + [calc.speedup, 1.0])
         self.ay.setRange(0, top * 1.15)

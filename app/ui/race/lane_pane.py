@@ -30,16 +30,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.formatting import or_dash
 from app.chat.recording import LaneCounters, LaneRecording, counters_at, draft_spans, visible_chars
 
 #: background of text that came from accepted draft tokens (the chat view's tint)
 DRAFT_TINT = QColor("#fde7c4")
 _ACCENT_OFF = QColor("#718096")
 _ACCENT_ON = QColor("#2b6cb0")
-
-
-def _fmt(value: float | None, spec: str, unit: str = "") -> str:
-    return "—" if value is None else f"{value:{spec}}{unit}"
 
 
 class StatWidget(QWidget):
@@ -237,9 +234,9 @@ class RaceLaneWidget(QFrame):
 
     def _show_counters(self, c: LaneCounters) -> None:
         self.tokens.set_text(str(c.tokens))
-        self.tps.set_text(_fmt(c.tps, ".1f"))
+        self.tps.set_text(or_dash(c.tps, ".1f"))
         self.elapsed.set_text(f"{c.elapsed:.2f} s")
-        self.alpha.set_text(_fmt(c.alpha, ".2f"))
+        self.alpha.set_text(or_dash(c.alpha, ".2f"))
 
     def _append(self, rec: LaneRecording, start: int, end: int) -> None:
         bar = self.text.verticalScrollBar()

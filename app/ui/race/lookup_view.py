@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.formatting import or_dash
 from app.chat.history_source import PastConversation, measured_lookup_alpha
 from app.engine.measure.lookup import LookupEstimate
 from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE
@@ -43,7 +44,7 @@ NOT_WORTH_IT = 0.10
 
 
 def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{v * 100:.0f} %"
+    return or_dash(v * 100 if v is not None else None, ".0f", " %")
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,10 +36,10 @@ from PySide6.QtWidgets import (
 
 from app.ui.race.lane_pane import RaceLaneWidget
 from app.chat.recording import RaceRecording
+from app.formatting import draft_length_words
 from app.ui.race.report import (
     difference_text,
     identical_text,
-    k_words,
     prediction_note,
     race_markdown,
     race_table_rows,
@@ -255,7 +255,7 @@ class RaceViewWidget(QWidget):
         self._rec = rec
         self.progress.hide()
         r = rec.result
-        self.on_pane.set_subtitle(f"{rec.drafter}, {k_words(r.on.draft_max, rec.adaptive)}")
+        self.on_pane.set_subtitle(f"{rec.drafter}, {draft_length_words(r.on.draft_max, rec.adaptive)}")
         self.off_pane.set_recording(rec.off, rec.duration)
         self.on_pane.set_recording(rec.on, rec.duration)
         self._fill_results(rec)
@@ -352,7 +352,7 @@ class RaceViewWidget(QWidget):
         r = rec.result
         rows = race_table_rows(r)
         self.table.setHorizontalHeaderLabels(
-            ["", "speculation off", f"on: {rec.drafter}, {k_words(r.on.draft_max, rec.adaptive)}"])
+            ["", "speculation off", f"on: {rec.drafter}, {draft_length_words(r.on.draft_max, rec.adaptive)}"])
         self.table.setRowCount(len(rows))
         bold_rows = {"decode tok/s", "measured speedup (decode)", "identical text"}
         for i, (name, off, on) in enumerate(rows):

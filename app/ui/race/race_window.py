@@ -1,8 +1,9 @@
 """The race window: what speculative decoding buys, on the user's own machine.
 
-A separate top-level window that the chat window opens with its loaded
-:class:`~app.engine.session.Session` (the target is never loaded twice), the current
-conversation or a prompt, and its sampling and speculation settings. Four tabs:
+A separate top-level window that the chat window opens with its chat service (the
+target is never loaded twice: races, sweeps and estimates are jobs on the session the
+service already holds, queued with the chat's own replies), the current conversation or
+a prompt, and its sampling and speculation settings. Four tabs:
 
 * **Race**: the same prompt and seed with speculation off, then on (the chosen drafter
   and k), run one after the other on the race worker thread; then both replies replay
@@ -13,10 +14,11 @@ conversation or a prompt, and its sampling and speculation settings. Four tabs:
 * **Prompt lookup**: would n-gram lookup have helped on past conversations?
 * **Calculator**: α, k and c give E and the predicted speedup.
 
-Everything that touches the model runs on :class:`~app.ui.race.worker.RaceWorker`'s
-thread. Closing the window stops a race or sweep within one engine round and joins the
-thread. The session belongs to the chat window: it must keep the model loaded while this
-window is open (or call :meth:`RaceWindow.shutdown` before unloading it).
+Everything that touches the model runs as a job of :class:`~app.chat.service.ChatService`
+(:mod:`app.chat.measure`); results arrive through the window's
+:class:`~app.ui.service_bridge.ServiceBridge`. Closing the window cancels its jobs, which
+stop within one engine round. The chat window closes this one before it loads another
+model (the drafter list and the target name describe the loaded one).
 """
 
 from __future__ import annotations
@@ -44,31 +46,32 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.chat.events import JobDone, JobFailed, ModelInfo, UserError
+from app.chat.measure import start_lookup_estimate, start_race, start_sweep
+from app.chat.recording import RaceRecording
+from app.chat.service import Job
+from app.engine.measure.lookup import LookupEstimate
 from app.engine.measure.prompts import BenchPrompt, load_prompts
+from app.engine.measure.sweep import KSweepResult
 from app.engine.chat import ChatMessage
-from app.engine.session import Session
 from app.errors import TandemError
-from app.options import SamplingParams, SpeculationConfig
-from app.chat.events import UserError
+from app.options import K_MAX, SamplingParams, SpecMode, SpeculationConfig
 from app.ui.qt_compat import apply_qt_workarounds
 from app.ui.race.calculator import SpeedupCalculatorWidget
 from app.chat.history_source import PastConversation
 from app.ui.race.lookup_view import LookupEstimateWidget
 from app.chat.requests import (
-    LookupDone,
     LookupRequest,
     PromptSpec,
-    RaceDone,
     RaceProgressed,
     RaceRequest,
-    SweepDone,
     SweepProgressed,
     SweepRequest,
 )
 from app.ui.race.race_view import RaceViewWidget
-from app.ui.race.report import k_words
+from app.formatting import draft_length_words
 from app.ui.race.sweep_view import KSweepWidget
-from app.ui.race.worker import RaceWorkerHost
+from app.ui.service_bridge import ServiceBridge
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +127,9 @@ class RaceWindow(QMainWindow):
     """The race window (see the module docstring).
 
     Args:
-        session: the loaded target (and draft model, if any); shared with the chat
-            window, which must not unload it while this window is open.
+        bridge: the chat window's service bridge: jobs go to its service, events come
+            back on its signal.
+        model: what is loaded (target name, draft model, CPU or GPU).
         sampling: the chat window's sampling settings (temperature, seed, max tokens and
             the sampler chain); the race window lets the user change temperature, seed
             and max tokens for the race.
@@ -150,7 +154,8 @@ class RaceWindow(QMainWindow):
 
     def __init__(
         self,
-        session: Session,
+        bridge: ServiceBridge,
+        model: ModelInfo,
         *,
         sampling: SamplingParams | None = None,
         speculation: SpeculationConfig | None = None,
@@ -165,31 +170,26 @@ class RaceWindow(QMainWindow):
         self.setWindowTitle("Race: speculation off vs on")  # Qt appends the app name
         self.setObjectName("raceWindow")
         self.setStyleSheet(STYLE)
-        self.session = session
+        self.bridge = bridge
+        self.service = bridge.service
+        self.model = model
         self._sampling = sampling or SamplingParams()
-        spec = speculation or SpeculationConfig(mode="prompt-lookup")
-        if spec.mode == "off":
-            spec = spec.model_copy(update={"mode": "prompt-lookup"})
+        spec = speculation or SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP)
+        if not spec.speculating:  # a race needs a drafter
+            spec = spec.with_changes(mode=SpecMode.PROMPT_LOOKUP)
         self._speculation = spec
         msgs = list(messages)
         while msgs and msgs[-1].role == "assistant":
             msgs.pop()
         self._messages = tuple(msgs) if any(m.role == "user" for m in msgs) else ()
         self._examples = _examples()
-        self._seq = 0
-        self._race_id: int | None = None
-        self._sweep_id: int | None = None
-        self._lookup_id: int | None = None
+        self._race: Job | None = None
+        self._sweep: Job | None = None
+        self._lookup: Job | None = None
+        self._warm = False  # the first race or sweep warms the model up
         self._closed = False
         self._filling_prompt = False
-
-        self.host = RaceWorkerHost(session, self)
-        w = self.host.worker
-        w.race_progressed.connect(self._on_worker_race_progressed)
-        w.race_finished.connect(self._on_worker_race_finished)
-        w.sweep_progressed.connect(self._on_worker_sweep_progressed)
-        w.sweep_finished.connect(self._on_worker_sweep_finished)
-        w.lookup_estimated.connect(self._on_worker_lookup_estimated)
+        bridge.event_received.connect(self._on_bridge_event_received)
 
         self._build(prompt)
         self.lookup_view.set_conversations(conversations)
@@ -211,7 +211,7 @@ class RaceWindow(QMainWindow):
         hc.setContentsMargins(12, 8, 12, 8)
         hc.setSpacing(6)
         top = QHBoxLayout()
-        self.target_label = QLabel(f"Target: {self.session.config.target_path.name}")
+        self.target_label = QLabel(f"Target: {self.model.target_path.name}")
         self.target_label.setObjectName("raceTarget")
         top.addWidget(self.target_label)
         top.addSpacing(16)
@@ -239,17 +239,17 @@ class RaceWindow(QMainWindow):
         row.setSpacing(8)
         row.addWidget(QLabel("Drafter"))
         self.drafter_combo = QComboBox()
-        self.drafter_combo.addItem("Prompt lookup", "prompt-lookup")
-        draft = self.session.draft_model
-        if draft is not None:
-            self.drafter_combo.addItem(f"Draft model · {draft.path.name}", "draft-model")
+        self.drafter_combo.addItem(SpecMode.PROMPT_LOOKUP.label, SpecMode.PROMPT_LOOKUP)
+        if self.model.draft_path is not None:
+            self.drafter_combo.addItem(f"{SpecMode.DRAFT_MODEL.label} · {self.model.draft_path.name}",
+                                       SpecMode.DRAFT_MODEL)
         idx = self.drafter_combo.findData(self._speculation.mode)
         self.drafter_combo.setCurrentIndex(max(0, idx))
         row.addWidget(self.drafter_combo)
         row.addWidget(QLabel("k"))
         self.k_spin = QSpinBox()
-        self.k_spin.setRange(1, 16)
-        self.k_spin.setValue(min(16, self._speculation.draft_max))
+        self.k_spin.setRange(1, K_MAX)
+        self.k_spin.setValue(self._speculation.draft_max)
         self.k_spin.setToolTip("Draft length: tokens proposed per round. On the CPU, k ≤ 2 "
                                "keeps the two texts bit-identical.")
         row.addWidget(self.k_spin)
@@ -338,7 +338,7 @@ class RaceWindow(QMainWindow):
             elif kind == "example":
                 assert isinstance(example, BenchPrompt)
                 self.prompt_edit.setReadOnly(False)
-                plain = self.session.chat_format.uses_fallback
+                plain = self.model.uses_fallback_template
                 self.prompt_edit.setPlainText(example.plain if plain else example.chat)
             else:
                 self.prompt_edit.setReadOnly(False)
@@ -379,19 +379,15 @@ class RaceWindow(QMainWindow):
     # -- settings ---------------------------------------------------------------------
     def sampling(self) -> SamplingParams:
         """The chat window's sampling with this window's temperature, seed, max tokens."""
-        return self._sampling.model_copy(update={
-            "temperature": self.temp_spin.value(),
-            "seed": self.seed_spin.value(),
-            "max_tokens": self.max_spin.value(),
-        })
+        return self._sampling.with_changes(temperature=self.temp_spin.value(),
+                                           seed=self.seed_spin.value(),
+                                           max_tokens=self.max_spin.value())
 
     def speculation(self) -> SpeculationConfig:
         """The "on" side: the chosen drafter and k (other settings from the chat window)."""
-        return self._speculation.model_copy(update={
-            "mode": self.drafter_combo.currentData(),
-            "draft_max": self.k_spin.value(),
-            "adaptive": self.adaptive_check.isChecked(),
-        })
+        return self._speculation.with_changes(mode=SpecMode(self.drafter_combo.currentData()),
+                                              draft_max=self.k_spin.value(),
+                                              adaptive=self.adaptive_check.isChecked())
 
     def set_race_settings(self, *, k: int | None = None, seed: int | None = None,
                           temperature: float | None = None, max_tokens: int | None = None,
@@ -414,20 +410,19 @@ class RaceWindow(QMainWindow):
             self.drafter_combo.setCurrentIndex(idx)
 
     def _update_on_subtitle(self) -> None:
-        mode = self.drafter_combo.currentData()
-        words = "prompt lookup" if mode == "prompt-lookup" else "draft model"
+        words = SpecMode(self.drafter_combo.currentData()).words
         self.race_view.set_lane_titles(
-            f"{words}, {k_words(self.k_spin.value(), self.adaptive_check.isChecked())}")
+            f"{words}, {draft_length_words(self.k_spin.value(), self.adaptive_check.isChecked())}")
 
     # -- state ------------------------------------------------------------------------
     @property
     def busy(self) -> bool:
         """A race or a k sweep is running on the model."""
-        return self._race_id is not None or self._sweep_id is not None
+        return self._race is not None or self._sweep is not None
 
     def _update_state(self) -> None:
-        racing = self._race_id is not None
-        sweeping = self._sweep_id is not None
+        racing = self._race is not None
+        sweeping = self._sweep is not None
         self.start_button.setText("Stop" if racing else "Start race")
         self.start_button.setEnabled(not sweeping)
         for w in (self.prompt_combo, self.prompt_edit, self.drafter_combo, self.k_spin,
@@ -435,9 +430,9 @@ class RaceWindow(QMainWindow):
             w.setEnabled(not self.busy)
         self.sweep_view.set_enabled_to_run(not racing)
 
-    def _set_busy(self, race_id: int | None = None, sweep_id: int | None = None) -> None:
+    def _set_busy(self, race: Job | None = None, sweep: Job | None = None) -> None:
         was = self.busy
-        self._race_id, self._sweep_id = race_id, sweep_id
+        self._race, self._sweep = race, sweep
         self._update_state()
         if was != self.busy:
             self.busy_changed.emit(self.busy)
@@ -471,43 +466,70 @@ class RaceWindow(QMainWindow):
             self.show_error(UserError("No prompt", "Type a prompt or choose an example.",
                                       level="warning"))
             return False
-        self._clear_message()
-        self._seq += 1
-        request = RaceRequest(self._seq, spec, self.sampling(), self.speculation())
-        self._set_busy(race_id=self._seq)
+        request = RaceRequest(spec, self.sampling(), self.speculation(), warm_up=not self._warm)
+        if (job := self._submit(lambda: start_race(self.service, request))) is None:
+            return False
+        self._set_busy(race=job)
         self.tabs.setCurrentWidget(self.race_view)
         self.race_view.begin_race()
-        self.host.race(request)
         return True
+
+    def _submit(self, start: Callable[[], Job]) -> Job | None:
+        self._clear_message()
+        try:
+            return start()
+        except TandemError as exc:  # the queue is full or the app is closing
+            self.show_error(UserError("Not now", str(exc), level="warning"))
+            return None
 
     def stop(self) -> None:
         """Stop the running race or sweep; the engine stops within one round and what
         ran so far is shown."""
-        self.host.stop()
+        for job in (self._race, self._sweep):
+            if job is not None:
+                job.cancel()
 
     @Slot()
     def _on_start_button_clicked(self) -> None:
-        if self._race_id is not None:
+        if self._race is not None:
             self.stop()
         else:
             self.start_race()
 
     @Slot(object)
-    def _on_worker_race_progressed(self, p: RaceProgressed) -> None:
-        if p.request_id == self._race_id and not self._closed:
-            self.race_view.show_progress(p.lane, p.tokens, p.max_tokens)
+    def _on_bridge_event_received(self, event: object) -> None:
+        """Every event of the service; this window keeps those of its own jobs."""
+        if self._closed:
+            return
+        job_id = getattr(event, "job_id", None)
+        race, sweep, lookup = (j.id if j is not None else None
+                               for j in (self._race, self._sweep, self._lookup))
+        if job_id is None or job_id not in (race, sweep, lookup):
+            return
+        if isinstance(event, RaceProgressed):
+            self.race_view.show_progress(event.lane, event.tokens, event.max_tokens)
+        elif isinstance(event, SweepProgressed):
+            self.sweep_view.show_progress(event.done, event.total, event.label, event.decode_tps)
+        elif isinstance(event, (JobDone, JobFailed)):
+            error = event.error if isinstance(event, JobFailed) else None
+            value = event.value if isinstance(event, JobDone) else None
+            if job_id == race:
+                self._set_busy()
+                self._race_ended(value, error)
+            elif job_id == sweep:
+                self._set_busy()
+                self._sweep_ended(value, error)
+            else:
+                self._lookup = None
+                self._lookup_ended(value, error)
 
-    @Slot(object)
-    def _on_worker_race_finished(self, done: RaceDone) -> None:
-        if done.request_id != self._race_id or self._closed:
-            return
-        self._set_busy()
-        if done.error is not None or done.recording is None:
+    def _race_ended(self, rec: RaceRecording | None, error: UserError | None) -> None:
+        if error is not None or rec is None:
             self.race_view.end_without_race("The race did not run.")
-            if done.error is not None:
-                self.show_error(done.error)
+            if error is not None:
+                self.show_error(error)
             return
-        rec = done.recording
+        self._warm = True
         r = rec.result
         if r.cancelled and not r.on.token_ids and not r.off.token_ids:
             self.race_view.end_without_race("Stopped before any token was produced.")
@@ -515,10 +537,10 @@ class RaceWindow(QMainWindow):
         self.race_view.show_recording(rec)
         s = r.on.stats
         self.calculator.set_measured(s.acceptance_rate, s.draft_cost_ratio, s.draft_max or None,
-                                     drafted=s.drafted)
-        if s.mode == "prompt-lookup":
+                                     drafted=s.verified)
+        if s.mode is SpecMode.PROMPT_LOOKUP:
             self.lookup_view.set_measured_alpha("this window's race", s.acceptance_rate,
-                                                drafted=s.drafted, speedup=r.measured_speedup)
+                                                drafted=s.verified, speedup=r.measured_speedup)
         if s.fallback_reason:
             self._show_message(s.fallback_reason, "warning")
 
@@ -537,14 +559,13 @@ class RaceWindow(QMainWindow):
         if not spec.messages and not spec.text.strip():
             self.sweep_view.show_error("Type a prompt or choose an example above.")
             return False
-        self._clear_message()
-        self._seq += 1
         repeat = self.sweep_view.repeat()
-        request = SweepRequest(self._seq, spec, self.sampling(), self.speculation(), ks,
+        request = SweepRequest(spec, self.sampling(), self.speculation(), ks,
                                repeat=repeat, warm_up=self.sweep_view.warm_up())
-        self._set_busy(sweep_id=self._seq)
+        if (job := self._submit(lambda: start_sweep(self.service, request))) is None:
+            return False
+        self._set_busy(sweep=job)
         self.sweep_view.begin(repeat * (len(ks) + 1))
-        self.host.sweep(request)
         return True
 
     @Slot()
@@ -565,56 +586,45 @@ class RaceWindow(QMainWindow):
         self.draft_length_applied.emit(k)
         self._show_message(f"Draft length k = {k} applied.", "info")
 
-    @Slot(object)
-    def _on_worker_sweep_progressed(self, p: SweepProgressed) -> None:
-        if p.request_id == self._sweep_id and not self._closed:
-            self.sweep_view.show_progress(p.done, p.total, p.label, p.decode_tps)
-
-    @Slot(object)
-    def _on_worker_sweep_finished(self, done: SweepDone) -> None:
-        if done.request_id != self._sweep_id or self._closed:
+    def _sweep_ended(self, result: KSweepResult | None, error: UserError | None) -> None:
+        if error is not None or result is None:
+            self.sweep_view.show_error(error.message if error else "The sweep failed.")
+            if error is not None:
+                self.show_error(error)
             return
-        self._set_busy()
-        if done.error is not None or done.result is None:
-            self.sweep_view.show_error(done.error.message if done.error else "The sweep failed.")
-            if done.error is not None:
-                self.show_error(done.error)
-            return
-        self.sweep_view.show_result(done.result)
-        if self.speculation().mode == "prompt-lookup":
-            speedups = [p.measured_speedup for p in done.result.points
+        self._warm = True
+        self.sweep_view.show_result(result)
+        if self.speculation().mode is SpecMode.PROMPT_LOOKUP:
+            speedups = [p.measured_speedup for p in result.points
                         if p.measured_speedup is not None]
-            self.lookup_view.set_measured_alpha("the k sweep", done.result.acceptance_rate,
+            self.lookup_view.set_measured_alpha("the k sweep", result.acceptance_rate,
                                                 speedup=max(speedups, default=None))
 
     # -- prompt-lookup estimate -------------------------------------------------------
     def start_estimate(self) -> bool:
         """Estimate the lookup hit rate over the ticked conversations."""
-        if self._closed or self._lookup_id is not None:
+        if self._closed or self._lookup is not None:
             return False
         convs = self.lookup_view.selected_conversations()
         if not convs:
             self.lookup_view.show_error("Tick at least one conversation.")
             return False
-        self._seq += 1
-        self._lookup_id = self._seq
+        request = LookupRequest(tuple(convs))
+        if (job := self._submit(lambda: start_lookup_estimate(self.service, request))) is None:
+            return False
+        self._lookup = job
         self.lookup_view.set_busy(True)
-        self.host.estimate(LookupRequest(self._seq, tuple(convs)))
         return True
 
     @Slot()
     def _on_lookup_view_estimate_clicked(self) -> None:
         self.start_estimate()
 
-    @Slot(object)
-    def _on_worker_lookup_estimated(self, done: LookupDone) -> None:
-        if done.request_id != self._lookup_id or self._closed:
+    def _lookup_ended(self, estimate: LookupEstimate | None, error: UserError | None) -> None:
+        if error is not None or estimate is None:
+            self.lookup_view.show_error(error.message if error else "No estimate.")
             return
-        self._lookup_id = None
-        if done.error is not None or done.estimate is None:
-            self.lookup_view.show_error(done.error.message if done.error else "No estimate.")
-            return
-        self.lookup_view.show_estimate(done.estimate)
+        self.lookup_view.show_estimate(estimate)
 
     # -- export -----------------------------------------------------------------------
     def export_png(self, path: Path) -> None:
@@ -630,7 +640,7 @@ class RaceWindow(QMainWindow):
         self.race_view.export_markdown(path)
 
     def _default_export_path(self, suffix: str) -> str:
-        stem = self.session.config.target_path.stem
+        stem = self.model.target_path.stem
         return str(Path.home() / f"tandem-race-{stem}{suffix}")
 
     @Slot()
@@ -687,25 +697,28 @@ class RaceWindow(QMainWindow):
 
     # -- lifetime ---------------------------------------------------------------------
     def shutdown(self) -> None:
-        """Stop a race or sweep (within one engine round) and join the worker thread.
-        Idempotent; the window can no longer run anything afterwards."""
+        """Cancel this window's jobs (a running one stops within one engine round) and
+        stop listening. Idempotent; the window can no longer run anything afterwards."""
         if self._closed:
             return
         self._closed = True
         self.race_view.stop_replay()
-        self.host.shutdown()
+        for job in (self._race, self._sweep, self._lookup):
+            if job is not None:
+                job.cancel()
+        self.bridge.event_received.disconnect(self._on_bridge_event_received)
         if self.busy:
-            self._race_id = self._sweep_id = None
+            self._race = self._sweep = None
             self.busy_changed.emit(False)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        """Close with the parent (the chat window), so the thread is joined in time."""
+        """Close with the parent (the chat window), so its jobs end in time."""
         if watched is self.parent() and event.type() == QEvent.Type.Close:
             self.close()
         return False
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        """Stop and join the worker, then close."""
+        """Cancel this window's jobs, then close."""
         parent = self.parent()
         if parent is not None:
             parent.removeEventFilter(self)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from app.chat.recording import RaceRecording
 from app.engine.measure.race import RaceResult
 from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE
-from app.formatting import MISSING, or_dash
+from app.formatting import MISSING, draft_length_words, or_dash
 
 #: Why k ≤ 2 stays bit-identical on the CPU backend and k ≥ 3 may not. A round verifies
 #: k + 1 tokens in one batch; llama.cpp's CPU matrix multiplication switches to another
@@ -21,12 +21,6 @@ CPU_KERNEL_NOTE = (
     "different kernel than single tokens, so with k ≥ 3 (batches of k + 1 ≥ 4 tokens) the "
     "two runs can part at a near-tie, while with k ≤ 2 they are bit-identical."
 )
-
-
-def k_words(k: int, adaptive: bool) -> str:
-    """The draft length in words: "k = 4", or "k ≤ 4 (adaptive)" when the engine's
-    cost-aware policy may draft fewer tokens per round."""
-    return f"k ≤ {k} (adaptive)" if adaptive else f"k = {k}"
 
 
 #: Why the two texts of a race can differ (``{index}``: the first differing token).
@@ -140,7 +134,7 @@ def race_markdown(rec: RaceRecording) -> str:
     """The race as Markdown: the settings, the table, any difference explanation, the
     prompt and both texts (each in a fence longer than any backticks inside it)."""
     r = rec.result
-    on_label = f"on ({rec.drafter}, {k_words(r.on.draft_max, rec.adaptive)})"
+    on_label = f"on ({rec.drafter}, {draft_length_words(r.on.draft_max, rec.adaptive)})"
     lines = [
         f"# Tandem race: {rec.model_name}",
         "",

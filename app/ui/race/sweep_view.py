@@ -1,7 +1,7 @@
 """The k sweep: measured decode tok/s against the draft length k, the predicted curve,
 and the recommended k applied with one click.
 
-The sweep itself is :func:`app.engine.measure.sweep.run_k_sweep`, run on the race worker; this
+The sweep itself is :func:`app.engine.measure.sweep.run_k_sweep`, a job of the chat service; this
 widget only shows its :class:`~app.engine.measure.sweep.KSweepResult`. The chart (QtCharts) has
 one point per k, a dashed line for "speculation off", and the predicted curve
 E(α, k) / (1 + c·k) drawn from the α pooled over the whole sweep and the median c, scaled
@@ -40,6 +40,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.formatting import or_dash
+from app.options import parse_draft_lengths
 from app.engine.measure.sweep import DEFAULT_SWEEP_KS, KSweepPoint, KSweepResult
 
 _MEASURED = QColor("#2b6cb0")
@@ -88,28 +90,6 @@ def sweep_caption(result: KSweepResult, y_max: float) -> str:
     if result.plain_decode_tps is not None:
         parts.append("The dotted line is speculation off.")
     return " ".join(parts)
-
-
-def parse_ks(text: str) -> tuple[int, ...]:
-    """Draft lengths from text such as "1, 2, 3, 4, 5, 6, 8" (sorted, distinct).
-
-    Raises:
-        ValueError: not integers, none, or outside 1..64 (the message is for the user).
-    """
-    parts = [p for p in text.replace(";", ",").replace(" ", ",").split(",") if p.strip()]
-    try:
-        ks = sorted({int(p) for p in parts})
-    except ValueError:
-        raise ValueError(f"Draft lengths must be whole numbers separated by commas, not {text!r}.") from None
-    if not ks:
-        raise ValueError("Give at least one draft length k.")
-    if ks[0] < 1 or ks[-1] > 64:
-        raise ValueError("Draft lengths must be between 1 and 64.")
-    return tuple(ks)
-
-
-def _fmt(value: float | None, spec: str, unit: str = "") -> str:
-    return "—" if value is None else f"{value:{spec}}{unit}"
 
 
 class KSweepWidget(QWidget):
@@ -199,7 +179,7 @@ class KSweepWidget(QWidget):
     # -- public -----------------------------------------------------------------------
     def ks(self) -> tuple[int, ...]:
         """The draft lengths typed in (raises ValueError with a message for the user)."""
-        return parse_ks(self.ks_edit.text())
+        return parse_draft_lengths(self.ks_edit.text())
 
     def repeat(self) -> int:
         return self.repeat_spin.value()
@@ -230,7 +210,7 @@ class KSweepWidget(QWidget):
     def show_progress(self, done: int, total: int, label: str, tps: float | None) -> None:
         self.progress.setRange(0, max(1, total))
         self.progress.setValue(done)
-        self.recommendation.setText(f"Measured {label}: {_fmt(tps, '.1f', ' tok/s')}")
+        self.recommendation.setText(f"Measured {label}: {or_dash(tps, '.1f', ' tok/s')}")
 
     def show_error(self, message: str) -> None:
         """The sweep failed or the input is invalid: say so next to the button."""
@@ -257,8 +237,8 @@ class KSweepWidget(QWidget):
             return "No k finished; nothing to recommend." if not result.cancelled else \
                 "Stopped before any k finished."
         best = next(p for p in result.points if p.k == result.recommended_k)
-        text = (f"Fastest measured: k = {best.k}, {_fmt(best.decode_tps, '.1f')} tok/s "
-                f"({_fmt(best.measured_speedup, '.2f', '×')} speculation off).")
+        text = (f"Fastest measured: k = {best.k}, {or_dash(best.decode_tps, '.1f')} tok/s "
+                f"({or_dash(best.measured_speedup, '.2f', '×')} speculation off).")
         if best.measured_speedup is not None and best.measured_speedup < 1.0:
             text += (" No k beat speculation off on this prompt here: keep speculation off "
                      "(or adaptive) for prompts like it.")
@@ -370,11 +350,11 @@ class KSweepWidget(QWidget):
         for i, p in enumerate(pts):
             cells = [
                 str(p.k),
-                _fmt(p.decode_tps, ".1f"),
-                _fmt(p.measured_speedup, ".2f", "×"),
-                _fmt(p.acceptance_rate, ".2f"),
-                _fmt(p.mean_acceptance_length, ".2f"),
-                _fmt(p.predicted_speedup, ".2f", "×"),
+                or_dash(p.decode_tps, ".1f"),
+                or_dash(p.measured_speedup, ".2f", "×"),
+                or_dash(p.acceptance_rate, ".2f"),
+                or_dash(p.mean_acceptance_length, ".2f"),
+                or_dash(p.predicted_speedup, ".2f", "×"),
                 "yes" if p.identical else "no",
             ]
             for j, text in enumerate(cells):

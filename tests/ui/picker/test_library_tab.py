@@ -126,7 +126,7 @@ def test_choice_is_saved_and_signalled(qtbot, picker: ModelPickerWindow) -> None
 
 def test_prompt_lookup_choice_updates_a_settings_object_passed_in(qtbot, models_dir: Path) -> None:  # type: ignore[no-untyped-def]
     settings = Settings()
-    settings.sampling.max_tokens = 77  # the rest of the object is left as it is
+    settings.sampling = settings.sampling.with_changes(max_tokens=77)  # left as it is
     w = ModelPickerWindow(settings=settings)
     qtbot.addWidget(w)
     wait_scanned(qtbot, w)
@@ -163,7 +163,7 @@ def test_a_saved_draft_too_large_to_help_is_not_preselected(qtbot, models_dir: P
     s = Settings()
     s.model.target_path = models_dir / GEMMA_FILE
     s.model.draft_path = models_dir / GEMMA_COPY_FILE
-    s.speculation.mode = "draft-model"
+    s.speculation = s.speculation.with_changes(mode="draft-model")
     save_settings(s)
     w = ModelPickerWindow()
     qtbot.addWidget(w)

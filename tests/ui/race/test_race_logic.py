@@ -34,7 +34,7 @@ from app.ui.race.report import (
     race_markdown,
     race_table_rows,
 )
-from app.ui.race.sweep_view import parse_ks
+from app.options import parse_draft_lengths as parse_ks
 
 
 def _lane(label: str, ids: tuple[int, ...], times: tuple[float, ...], text: str,
@@ -45,9 +45,9 @@ def _lane(label: str, ids: tuple[int, ...], times: tuple[float, ...], text: str,
 
 
 def _race(on_ids: tuple[int, ...] = (1, 2, 3, 4), on_text: str = "abcdefgh") -> RaceResult:
-    off_stats = SpecStats(mode="plain", emitted=4, prefill_time=0.5, decode_time=2.0,
+    off_stats = SpecStats(mode="off", emitted=4, prefill_time=0.5, decode_time=2.0,
                           total_time=2.5, ttft=0.7)
-    on_stats = SpecStats(mode="prompt-lookup", draft_max=2, emitted=4, rounds=2, drafted=4,
+    on_stats = SpecStats(mode="prompt-lookup", draft_max=2, emitted=4, rounds=2, verified=4,
                          proposed=4, draft_rounds=2,
                          accepted=2, prefill_time=0.5, decode_time=0.5, total_time=1.0,
                          ttft=0.6, target_step_time=0.1, draft_time=0.001)
@@ -79,7 +79,7 @@ def test_recorder_keeps_draft_segments_and_the_alpha_history() -> None:
     rec = LaneRecorder()
     rec.add(TextDelta("ab", False, 0.6, 1))
     rec.add(TextDelta("cd", True, 0.6, 2))
-    rec.add(StatsUpdate(SpecStats(mode="prompt-lookup", drafted=2, accepted=1, total_time=0.7)))
+    rec.add(StatsUpdate(SpecStats(mode="prompt-lookup", verified=2, accepted=1, total_time=0.7)))
     rec.add(TextDelta("efgh", False, 1.0, 4))
     lane = rec.finish(r.on)
     assert [(s.start, s.end, s.from_draft) for s in lane.segments] == [
@@ -166,7 +166,7 @@ def test_conversations_from_history_and_measured_alpha() -> None:
         a = store.create_conversation("code edit")
         store.add_user_message(a.id, "rename x")
         reply = store.begin_reply(a.id)
-        stats = SpecStats(mode="prompt-lookup", draft_max=4, drafted=10, accepted=7).to_dict()
+        stats = SpecStats(mode="prompt-lookup", draft_max=4, verified=10, accepted=7).to_dict()
         store.finish_reply(reply.id, "def f(count): return count", "stop", stats)
         b = store.create_conversation("no reply yet")
         store.add_user_message(b.id, "hello")

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from PySide6.QtGui import QImage
 
+from app.chat.events import JobDone, JobStarted
+from app.chat.history_source import PastConversation, PastMessage
+from app.chat.requests import RaceProgressed
 from app.engine.chat import ChatMessage
 from app.engine.measure.lookup import estimate_lookup_hit_rate, model_tokenizer
-from app.engine.session import Session
 from app.engine.stats import (
     MIN_DRAFTED_FOR_ESTIMATE,
     expected_tokens_per_round,
@@ -19,20 +21,28 @@ from app.engine.stats import (
 )
 from app.options import SamplingParams, SpeculationConfig
 from app.ui.race import RaceWindow
-from app.chat.history_source import PastConversation, PastMessage
 from app.ui.race.lane_pane import DRAFT_TINT
+from app.ui.service_bridge import ServiceBridge
+from tests.ui.race.conftest import session_of
 
 RACE_TIMEOUT_MS = 240_000
 GREEDY = SamplingParams(temperature=0.0, seed=1234, max_tokens=24)
 LOOKUP = SpeculationConfig(mode="prompt-lookup", draft_max=2, adaptive=False)
 
 
-def _open(qtbot, session: Session, **kwargs) -> RaceWindow:  # type: ignore[no-untyped-def]
-    w = RaceWindow(session, sampling=kwargs.pop("sampling", GREEDY),
+def _open(qtbot, bridge: ServiceBridge, **kwargs) -> RaceWindow:  # type: ignore[no-untyped-def]
+    info = _model_info(bridge)
+    w = RaceWindow(bridge, info, sampling=kwargs.pop("sampling", GREEDY),
                    speculation=kwargs.pop("speculation", LOOKUP), **kwargs)
     qtbot.addWidget(w)
     w.show()
     return w
+
+
+def _model_info(bridge: ServiceBridge):  # type: ignore[no-untyped-def]
+    from app.chat.service import describe_session
+
+    return describe_session(session_of(bridge), 0.0)
 
 
 def _table(w: RaceWindow) -> dict[str, tuple[str, str]]:
@@ -46,9 +56,9 @@ def _table(w: RaceWindow) -> dict[str, tuple[str, str]]:
     (0.6, 3, 0.05, 2.18, 1.9), (0.7, 4, 0.05, 2.77, 2.3), (0.8, 5, 0.05, 3.69, 3.0),
     (0.75, 6, 0.05, None, 2.7), (1.0, 4, 0.0, 5.0, 5.0),
 ])
-def test_calculator_matches_the_formula(qtbot, tiny_session: Session, alpha: float, k: int,
+def test_calculator_matches_the_formula(qtbot, tiny_bridge: ServiceBridge, alpha: float, k: int,
                                         c: float, e: float | None, s: float) -> None:
-    w = _open(qtbot, tiny_session)
+    w = _open(qtbot, tiny_bridge)
     calc = w.calculator
     calc.set_inputs(alpha, k, c)
     r = calc.calculation
@@ -64,9 +74,9 @@ def test_calculator_matches_the_formula(qtbot, tiny_session: Session, alpha: flo
     w.close()
 
 
-def test_conversation_prompt_drops_the_trailing_reply(qtbot, tiny_session: Session) -> None:
+def test_conversation_prompt_drops_the_trailing_reply(qtbot, tiny_bridge: ServiceBridge) -> None:
     msgs = [ChatMessage("user", "▁def x"), ChatMessage("assistant", "▁return")]
-    w = _open(qtbot, tiny_session, messages=msgs)
+    w = _open(qtbot, tiny_bridge, messages=msgs)
     spec = w.prompt_spec()
     assert spec.messages == (msgs[0],)
     assert w.prompt_combo.currentText().startswith("This conversation")
@@ -74,8 +84,8 @@ def test_conversation_prompt_drops_the_trailing_reply(qtbot, tiny_session: Sessi
     w.close()
 
 
-def test_speculation_off_in_the_chat_races_with_prompt_lookup(qtbot, tiny_session: Session) -> None:
-    w = _open(qtbot, tiny_session,
+def test_speculation_off_in_the_chat_races_with_prompt_lookup(qtbot, tiny_bridge: ServiceBridge) -> None:
+    w = _open(qtbot, tiny_bridge,
               speculation=SpeculationConfig(mode="off", draft_max=3, adaptive=False),
               prompt="▁hello ▁world")
     assert w.speculation().mode == "prompt-lookup" and w.speculation().draft_max == 3
@@ -88,8 +98,8 @@ def test_speculation_off_in_the_chat_races_with_prompt_lookup(qtbot, tiny_sessio
 
 
 # -- tiny model: sweep and lookup ------------------------------------------------------
-def test_k_sweep_gives_one_point_per_k_and_applies_the_best(qtbot, tiny_session: Session) -> None:
-    w = _open(qtbot, tiny_session, prompt="▁def ▁x ( ▁y ) : ▁return ▁y",
+def test_k_sweep_gives_one_point_per_k_and_applies_the_best(qtbot, tiny_bridge: ServiceBridge) -> None:
+    w = _open(qtbot, tiny_bridge, prompt="▁def ▁x ( ▁y ) : ▁return ▁y",
               speculation=SpeculationConfig(mode="draft-model", draft_max=2),
               sampling=SamplingParams(temperature=0.0, seed=1, max_tokens=16))
     w.set_race_settings(max_tokens=16)
@@ -122,19 +132,19 @@ def test_k_sweep_gives_one_point_per_k_and_applies_the_best(qtbot, tiny_session:
     w.close()
 
 
-def test_lookup_estimate_over_chosen_conversations(qtbot, tiny_session: Session) -> None:
+def test_lookup_estimate_over_chosen_conversations(qtbot, tiny_bridge: ServiceBridge) -> None:
     reply = "▁def ▁x ( ▁y ) : ▁return ▁y"
     convs = [
         PastConversation(1, "repeat", (
             PastMessage("user", f"copy this: {reply}"),
-            PastMessage("assistant", reply, {"mode": "prompt-lookup", "drafted": 8,
+            PastMessage("assistant", reply, {"mode": "prompt-lookup", "verified": 8,
                                              "accepted": 6}),
         )),
         PastConversation(2, "other", (
             PastMessage("user", "▁hello"), PastMessage("assistant", "▁world ▁model"),
         )),
     ]
-    w = _open(qtbot, tiny_session, conversations=convs)
+    w = _open(qtbot, tiny_bridge, conversations=convs)
     view = w.lookup_view
     assert view.list.count() == 2
     view.list.item(1).setCheckState(view.list.item(1).checkState().Unchecked)
@@ -142,7 +152,8 @@ def test_lookup_estimate_over_chosen_conversations(qtbot, tiny_session: Session)
     assert "0.75" in view.measured_label.text()  # stored α of the chosen conversation
     assert w.start_estimate()
     qtbot.waitUntil(lambda: view.estimate is not None, timeout=30_000)
-    expected = estimate_lookup_hit_rate([convs[0].messages], model_tokenizer(tiny_session.target))
+    expected = estimate_lookup_hit_rate([convs[0].messages],
+                                        model_tokenizer(session_of(tiny_bridge).target))
     assert view.estimate == expected
     assert view.table.rowCount() == 4
     assert [view.table.item(i, 0).text() for i in range(4)] == ["2", "3", "4", "5"]
@@ -152,9 +163,9 @@ def test_lookup_estimate_over_chosen_conversations(qtbot, tiny_session: Session)
 
 # -- Gemma 3 270M: the race ------------------------------------------------------------
 @pytest.mark.slow
-def test_gemma_race_is_identical_replays_and_exports(qtbot, gemma_session: Session,
+def test_gemma_race_is_identical_replays_and_exports(qtbot, gemma_bridge: ServiceBridge,
                                                      tmp_path: Path) -> None:
-    w = _open(qtbot, gemma_session)
+    w = _open(qtbot, gemma_bridge)
     w.select_example("rename-variable")
     w.set_race_settings(k=2, seed=1234, temperature=0.0, max_tokens=24)
     assert w.start_race()
@@ -221,48 +232,64 @@ def _fragments(doc):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.slow
-def test_closing_mid_race_stops_and_joins_the_thread(qtbot, gemma_session: Session,
-                                                     no_dangling_qthreads) -> None:
-    w = _open(qtbot, gemma_session)
+def test_closing_mid_race_stops_its_job_and_frees_the_session(qtbot, gemma_bridge: ServiceBridge) -> None:
+    w = _open(qtbot, gemma_bridge)
     w.select_example("rename-variable")
     w.set_race_settings(k=2, max_tokens=300)
     progress: list[tuple[str, int]] = []
-    w.host.worker.race_progressed.connect(lambda p: progress.append((p.lane, p.tokens)))
+    gemma_bridge.event_received.connect(
+        lambda e: progress.append((e.lane, e.tokens)) if isinstance(e, RaceProgressed) else None)
     assert w.start_race()
+    job = w._race
+    assert job is not None
     qtbot.waitUntil(lambda: any(lane == "off" and n > 0 for lane, n in progress),
                     timeout=RACE_TIMEOUT_MS)
     w.close()
-    assert not w.host.worker_thread.isRunning()
     assert not w.busy
-    # the engine left its loop: the session is free for the next user
-    fin = list(gemma_session.generate([gemma_session.target.bos, 100], GREEDY.model_copy(
-        update={"max_tokens": 2})))[-1]
+    rec = job.result(60)  # the race stopped within a round and returned what it had
+    assert rec.result.cancelled
+    # the engine left its loop: the session is free for the next job
+    fin = gemma_bridge.service.complete([1, 100], GREEDY.with_changes(max_tokens=2),
+                                        SpeculationConfig()).result(60).finished
     assert fin.reason in ("length", "stop")
 
 
-def test_race_refuses_while_a_chat_reply_streams(qtbot, tiny_session: Session) -> None:
-    w = _open(qtbot, tiny_session, prompt="▁def ▁x ( ▁y ) : ▁return ▁y")
-    reply = tiny_session.generate([1, 300, 301], SamplingParams(temperature=0.0, max_tokens=50))
-    next(reply)  # the chat's reply is now inside the engine loop
+def test_a_race_waits_in_the_queue_behind_a_chat_reply(qtbot, tiny_bridge: ServiceBridge) -> None:
+    service = tiny_bridge.service
+    order: list[object] = []
+    unsubscribe = service.subscribe(order.append)
+    w = _open(qtbot, tiny_bridge, prompt="▁def ▁x ( ▁y ) : ▁return ▁y")
     try:
-        assert w.start_race()
-        qtbot.waitUntil(lambda: not w.busy, timeout=30_000)
-        assert w.race_view.recording is None
-        assert w.message.isVisible() and "chat reply is being generated" in w.message.text()
+        reply = service.complete([1, 300, 301], SamplingParams(temperature=0.0, max_tokens=50),
+                                 SpeculationConfig(), origin="window")
+        assert w.start_race()  # no refusal: it queues
+        race = w._race
+        assert race is not None
+        qtbot.waitUntil(lambda: not w.busy, timeout=60_000)
+        assert w.race_view.recording is not None and w.message.isHidden()
+        reply_done = next(i for i, e in enumerate(order)
+                          if isinstance(e, JobDone) and e.job_id == reply.id)
+        race_started = next(i for i, e in enumerate(order)
+                            if isinstance(e, JobStarted) and e.job_id == race.id)
+        assert reply_done < race_started  # one generation at a time, in order
     finally:
-        reply.close()
+        unsubscribe()
     w.close()
 
 
-def test_closing_the_parent_closes_the_race_window_and_joins_it(qtbot, tiny_session: Session) -> None:
+def test_closing_the_parent_closes_the_race_window_and_cancels_its_job(
+        qtbot, tiny_bridge: ServiceBridge) -> None:
     from PySide6.QtWidgets import QMainWindow
 
     parent = QMainWindow()
     qtbot.addWidget(parent)
     parent.show()
-    w = RaceWindow(tiny_session, sampling=GREEDY, speculation=LOOKUP, parent=parent)
+    w = RaceWindow(tiny_bridge, _model_info(tiny_bridge), sampling=GREEDY.with_changes(max_tokens=200),
+                   speculation=LOOKUP, prompt="▁def ▁x ( ▁y ) : ▁return ▁y", parent=parent)
     w.show()
-    assert w.isWindow() and w.host.worker_thread.isRunning()
+    assert w.isWindow() and w.start_race()
+    job = w._race
+    assert job is not None
     parent.close()
-    assert not w.isVisible()
-    assert not w.host.worker_thread.isRunning()
+    assert not w.isVisible() and job.cancelled
+    assert job.wait(60) is not None

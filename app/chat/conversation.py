@@ -1,0 +1,700 @@
+"""The chat window's logic without the window: conversations, replies, models, settings.
+
+:class:`ChatController` is what the main window used to be apart from its widgets. It
+runs on the thread of its consumer (the GUI thread) and drives three things:
+
+* the history store (:class:`~app.store.history.HistoryStore`): sending stores the user
+  message first, then an empty ``streaming`` reply, then asks for the reply; the reply
+  is saved at least every 0.5 s while it streams (:class:`~app.chat.reply.ReplyBuffer`)
+  and finalised with its statistics and finish reason;
+* the chat service (:class:`~app.chat.service.ChatService`): a stored conversation
+  becomes a request (:meth:`ChatController.prompt_messages`), loading and replies are
+  jobs, and every event of the service comes back through :meth:`ChatController.handle`;
+* the settings (:class:`~app.store.settings.Settings`), which hold the speculation and
+  sampling objects the engine takes, unchanged.
+
+What it decides, it tells a view (:class:`ChatView`): the window implements it with
+widgets, a test with a list of calls. Every failure ends in :meth:`ChatController.report`,
+which logs it and hands it to :meth:`ChatView.show_error`: never a traceback on screen.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+from app.chat.demo import DEMO_FILE
+from app.chat.events import (
+    DemoPrepared,
+    DraftChanged,
+    JobDone,
+    JobFailed,
+    LoadProgressed,
+    ModelInfo,
+    ReplyResult,
+    ReplyStats,
+    ReplyStreamed,
+    UserError,
+)
+from app.chat.reply import ReplyBuffer, clip_spans
+from app.chat.service import ChatService, Job
+from app.catalog.library import remember_opened_model
+from app.engine.chat import ChatMessage
+from app.engine.session import SessionConfig
+from app.engine.stats import SpecStats
+from app.errors import TandemError
+from app.options import SamplingParams, SpecMode, SpeculationConfig
+from app.store import paths
+from app.store.history import Conversation, HistoryStore, StoredMessage
+from app.store.settings import Settings, save_settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class ActiveReply:
+    """The reply being generated for the window (consumer thread only).
+
+    ``conversation_id`` is −1 once its conversation was deleted (nothing more is
+    written). ``speculation``: what the reply was asked to use.
+    """
+
+    job: Job
+    conversation_id: int
+    message_id: int
+    speculation: SpeculationConfig
+    buffer: ReplyBuffer = field(default_factory=ReplyBuffer)
+    stats: SpecStats | None = None
+
+    @property
+    def text(self) -> str:
+        return self.buffer.text
+
+    @property
+    def spans(self) -> list[tuple[int, int]]:
+        return self.buffer.spans
+
+
+class ChatView(Protocol):
+    """What the controller tells its window. Every method is called on the consumer's
+    thread; none may call back into the controller synchronously except for reading
+    state."""
+
+    def show_error(self, error: UserError) -> None:
+        """Show ``error`` (already logged) where the user sees it."""
+
+    def clear_errors(self, origin: str) -> None:
+        """A shown error of this origin no longer applies (a load succeeded)."""
+
+    def state_changed(self) -> None:
+        """Busy, loading, model or reply state changed: re-read it and update buttons."""
+
+    def loading_changed(self, loading: bool, fraction: float | None, what: str) -> None:
+        """Show or hide load progress (``fraction`` None: no estimate)."""
+
+    def model_changed(self, info: ModelInfo | None) -> None:
+        """The loaded model (None: none, or being replaced)."""
+
+    def model_will_change(self) -> None:
+        """A load is about to replace the session: close what uses the old one."""
+
+    def speculation_changed(self, speculation: SpeculationConfig) -> None:
+        """The speculation settings changed (show them)."""
+
+    def conversations_changed(self) -> None:
+        """The conversation list must be read again."""
+
+    def conversation_opened(self, conversation: Conversation | None,
+                            messages: Sequence[StoredMessage],
+                            last_stats: SpecStats | None) -> None:
+        """Show this conversation (None: a fresh one) and its latest reply's statistics."""
+
+    def message_added(self, message: StoredMessage) -> None:
+        """A message was stored in the open conversation (a streaming reply included)."""
+
+    def messages_removed(self, from_message_id: int) -> None:
+        """This message and every later one of the open conversation are gone."""
+
+    def reply_started(self, reply: ActiveReply) -> None:
+        """The reply's message is stored and generation was asked for."""
+
+    def reply_progressed(self, reply: ActiveReply) -> None:
+        """More text arrived (``reply.buffer``)."""
+
+    def reply_stats(self, reply: ActiveReply) -> None:
+        """New statistics (``reply.stats``)."""
+
+    def reply_finished(self, reply: ActiveReply, result: ReplyResult,
+                       stored: StoredMessage | None) -> None:
+        """The reply ended (stop, length or cancelled); ``stored``: as saved (None when
+        the history could not be written or the conversation is gone)."""
+
+    def reply_failed(self, reply: ActiveReply, error: UserError) -> None:
+        """Generation failed; the text so far (if any) was kept with an error footer."""
+
+    def choose_draft_file(self) -> Path | None:
+        """Ask the user for a draft GGUF (None: cancelled)."""
+
+    def save_settings_soon(self) -> None:
+        """Settings changed: call :meth:`ChatController.save_settings` soon (debounced)."""
+
+
+class _NoView:
+    """What a closed controller talks to: nothing (so the window it served can go)."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args: None
+
+
+class ChatController:
+    """The window's logic (see the module docstring).
+
+    Args:
+        settings: the user's settings; changed in place and saved through the view.
+        store: the history, or None when it could not be opened (chatting is then off).
+        service: the chat service whose events reach :meth:`handle`.
+        view: what shows the results.
+        origin: the ``origin`` of this controller's jobs.
+        clock: seconds, for the partial-save schedule (tests pass their own).
+    """
+
+    def __init__(self, settings: Settings, store: HistoryStore | None, service: ChatService,
+                 view: ChatView, *, origin: str = "window",
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.store = store
+        self.service = service
+        self.view = view
+        self.origin = origin
+        self.model_info: ModelInfo | None = None
+        self.reply: ActiveReply | None = None
+        self.current_conversation: int | None = None
+        self.editing_message_id: int | None = None
+        self.pending_reload = False
+        self._race_busy = False
+        self._model_job: Job | None = None  # a load, draft change or demo in progress
+        self._roles: list[tuple[int, str]] = []  # (id, role) of the open conversation
+        self._closed = False
+
+    # -- state ------------------------------------------------------------------------
+    @property
+    def loading(self) -> bool:
+        """A model load, draft change or demo write is in progress."""
+        return self._model_job is not None
+
+    @property
+    def busy(self) -> bool:
+        """Loading, generating a reply, or the race window is using the model."""
+        return self.loading or self.reply is not None or self._race_busy
+
+    @property
+    def can_send(self) -> bool:
+        return self.model_info is not None and not self.loading and not self._race_busy
+
+    @property
+    def race_busy(self) -> bool:
+        return self._race_busy
+
+    @race_busy.setter
+    def race_busy(self, busy: bool) -> None:
+        self._race_busy = busy
+        self.view.state_changed()
+
+    @property
+    def last_reply_id(self) -> int | None:
+        """The open conversation's last message when it is a reply."""
+        if self._roles and self._roles[-1][1] == "assistant":
+            return self._roles[-1][0]
+        return None
+
+    @property
+    def has_messages(self) -> bool:
+        return bool(self._roles)
+
+    # -- the one place errors go ------------------------------------------------------
+    def report(self, error: UserError) -> None:
+        """Log ``error`` (with its traceback detail, if any) and show it."""
+        if error.detail:
+            log.error("%s: %s\n%s", error.title, error.message, error.detail)
+        else:
+            log.log(logging.WARNING if error.level == "warning" else logging.ERROR,
+                    "%s: %s", error.title, error.message)
+        self.view.show_error(error)
+
+    def _history_failed(self, exc: Exception) -> None:
+        self.report(UserError(
+            "History not saved",
+            f"The chat history could not be written ({exc}). If another Tandem window is "
+            "open, close it; your text is kept.", origin="history",
+        ))
+
+    # -- start and settings -----------------------------------------------------------
+    def start(self, *, autoload: bool = True, problems: Sequence[UserError] = ()) -> None:
+        """Reopen the last conversation, show start-up ``problems``, and load the target
+        named in the settings (when ``autoload``)."""
+        last = self.settings.ui.last_conversation_id
+        if last is not None and self.store is not None and self.store.has_conversation(last):
+            self.open_conversation(last)
+        self.view.state_changed()
+        for problem in problems:
+            self.report(problem)
+        target = self.settings.model.target_path
+        if autoload and target is not None:
+            if target.is_file():
+                self.load_model(target)
+            else:
+                self.report(UserError(
+                    "Model not found",
+                    f"The last model, {target}, is no longer there. Open a GGUF file.",
+                    origin="load",
+                ))
+
+    def save_settings(self) -> bool:
+        """Write the settings now; a failure is reported (the app goes on)."""
+        try:
+            save_settings(self.settings)
+        except OSError as exc:
+            self.report(UserError("Settings not saved", f"Could not write the settings: {exc}",
+                                  origin="settings"))
+            return False
+        return True
+
+    def set_speculation(self, speculation: SpeculationConfig) -> None:
+        """Drafter, k and its finer settings for the next reply (the target is not
+        reloaded). Choosing the draft-model mode without a draft loaded loads the one in
+        the settings, or asks for one."""
+        self.settings.speculation = speculation
+        self.view.speculation_changed(speculation)
+        self.view.save_settings_soon()
+        if (speculation.mode is SpecMode.DRAFT_MODEL and self.model_info is not None
+                and self.model_info.draft_path is None and not self.busy):
+            draft = self.settings.model.draft_path
+            if draft is None or not draft.is_file():
+                draft = self.view.choose_draft_file()
+            if draft is not None:
+                self.set_draft_model(draft)
+
+    def set_draft_length(self, k: int) -> None:
+        """Use draft length ``k`` (the race window's k sweep applies one)."""
+        self.set_speculation(self.settings.speculation.with_changes(draft_max=k))
+
+    def set_sampling(self, sampling: SamplingParams) -> None:
+        """Sampling for the next reply."""
+        self.settings.sampling = sampling
+        self.view.save_settings_soon()
+
+    def set_model_options(self, n_ctx: int, n_gpu_layers: int | None) -> None:
+        """Context length and GPU layers; they apply when the model is reloaded."""
+        self.settings.model.n_ctx = n_ctx
+        self.settings.model.n_gpu_layers = n_gpu_layers
+        self.view.save_settings_soon()
+        self.pending_reload = self.model_info is not None
+        self.view.state_changed()
+
+    # -- models -----------------------------------------------------------------------
+    def load_model(self, target: Path) -> None:
+        """Load ``target`` (unloading the current model first)."""
+        if self.reply is not None:
+            self.report(UserError("Busy", "Stop the reply before loading another model.",
+                                  level="warning", origin="load"))
+            return
+        self.view.model_will_change()
+        try:
+            config = SessionConfig(target_path=target, n_ctx=self.settings.model.n_ctx,
+                                   n_gpu_layers=self.settings.model.n_gpu_layers)
+        except ValueError as exc:
+            self.report(UserError("Invalid model options", str(exc), origin="load"))
+            return
+        self.model_info = None
+        self.pending_reload = False
+        self.view.model_changed(None)
+        self._start_model_job(self.service.load(config, origin=self.origin),
+                              f"Loading {target.name}")
+
+    def reload_model(self) -> None:
+        """Load the current target again (to apply context length and GPU layers)."""
+        target = self.settings.model.target_path
+        if target is not None and not self.busy:
+            self.load_model(target)
+
+    def cancel_load(self) -> None:
+        """Ask the load in progress to stop (it ends with a "Loading cancelled" warning)."""
+        if self._model_job is not None:
+            self._model_job.cancel()
+
+    def set_draft_model(self, path: Path | None) -> None:
+        """Load (or with None unload) the draft model next to the loaded target."""
+        self.settings.model.draft_path = path
+        self.view.save_settings_soon()
+        if self.model_info is None or self.busy:
+            return
+        what = f"Loading draft {path.name}" if path else ""
+        self._start_model_job(self.service.set_draft_model(path, origin=self.origin), what,
+                              fraction=None)
+
+    def use_models(self, target: Path, draft: Path | None, mode: SpecMode) -> None:
+        """Apply a choice from the model picker: load ``target`` unless it is loaded (the
+        draft in the settings follows it), else load or unload ``draft`` if it differs;
+        then use ``mode``."""
+        info = self.model_info
+        if info is None or info.target_path != target:
+            self.load_model(target)
+        elif info.draft_path != draft:
+            self.set_draft_model(draft)
+        self.set_speculation(self.settings.speculation.with_changes(mode=mode))
+
+    def prepare_demo(self) -> None:
+        """First run: write the bundled demo model, then load it with prompt lookup."""
+        dest = paths.models_dir() / DEMO_FILE
+        self.set_speculation(self.settings.speculation.with_changes(mode=SpecMode.PROMPT_LOOKUP))
+        if dest.is_file():
+            self.load_model(dest)
+            return
+        self._start_model_job(self.service.prepare_demo(dest, origin=self.origin),
+                              "Writing the demo model", fraction=None)
+
+    def _start_model_job(self, job: Job, what: str, fraction: float | None = 0.0) -> None:
+        self._model_job = job
+        self.view.loading_changed(True, fraction, what)
+        self.view.state_changed()
+
+    def _end_model_job(self) -> None:
+        self._model_job = None
+        self.view.loading_changed(False, None, "")
+
+    def _on_model_job_done(self, done: JobDone) -> None:
+        self._end_model_job()
+        value = done.value
+        if isinstance(value, ModelInfo):
+            self.model_info = value
+            self.settings.model.target_path = value.target_path
+            self.view.save_settings_soon()
+            remember_opened_model(value.target_path)  # listed in the picker's library
+            self.view.clear_errors("load")
+            self.view.model_changed(value)
+            self.view.state_changed()
+            if value.notes:
+                self.report(UserError("Note", " ".join(value.notes), level="warning",
+                                      origin="load"))
+            draft = self.settings.model.draft_path
+            if self.settings.speculation.mode is SpecMode.DRAFT_MODEL and draft is not None:
+                if draft.is_file():
+                    self.set_draft_model(draft)
+                else:
+                    self.report(UserError("Draft model not found",
+                                          f"{draft} is no longer there; choose another draft.",
+                                          origin="draft"))
+        elif isinstance(value, DraftChanged):
+            if value.path is not None:
+                remember_opened_model(value.path)
+            if self.model_info is not None:
+                self.model_info = replace(self.model_info, draft_path=value.path,
+                                          draft_name=value.name)
+                self.view.model_changed(self.model_info)
+            self.view.state_changed()
+        elif isinstance(value, DemoPrepared):
+            self.load_model(value.path)
+
+    def _on_model_job_failed(self, failed: JobFailed) -> None:
+        self._end_model_job()
+        if failed.kind == "draft":
+            if self.model_info is not None:  # a failed draft change leaves no draft loaded
+                self.model_info = replace(self.model_info, draft_path=None, draft_name=None)
+                self.view.model_changed(self.model_info)
+        elif failed.kind == "load":
+            self.model_info = None
+            self.view.model_changed(None)
+        self.view.state_changed()
+        self.report(failed.error)
+
+    # -- conversations ----------------------------------------------------------------
+    def conversations(self, search: str = "") -> list[Conversation]:
+        """Conversations matching ``search`` (newest first); [] without a store."""
+        return self.store.list_conversations(search) if self.store is not None else []
+
+    def open_conversation(self, conversation_id: int | None) -> None:
+        """Show a conversation (None: a fresh, not yet stored one)."""
+        self.current_conversation = conversation_id
+        self.cancel_edit()
+        conv: Conversation | None = None
+        stored: list[StoredMessage] = []
+        last_stats: SpecStats | None = None
+        if conversation_id is not None and self.store is not None:
+            conv = self.store.conversation(conversation_id)
+            stored = self.store.messages(conversation_id)
+            raw = next((m.stats for m in reversed(stored)
+                        if m.role == "assistant" and m.stats), None)
+            if raw is not None and self.reply is None:
+                try:
+                    last_stats = SpecStats.from_dict(raw)
+                except (TypeError, ValueError):
+                    log.warning("stored statistics of conversation %s are unreadable",
+                                conversation_id)
+        self._roles = [(m.id, m.role) for m in stored]
+        self.view.conversation_opened(conv, stored, last_stats)
+        self.settings.ui.last_conversation_id = conversation_id
+        self.view.save_settings_soon()
+        self.view.conversations_changed()
+        self.view.state_changed()
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        if self.store is not None:
+            self.store.rename_conversation(conversation_id, title)
+        self.view.conversations_changed()
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        """Delete a conversation (stopping its reply if one streams)."""
+        if self.store is None:
+            return
+        if self.reply is not None and self.reply.conversation_id == conversation_id:
+            self.stop_reply()
+            self.reply.conversation_id = -1
+        self.store.delete_conversation(conversation_id)
+        if self.current_conversation == conversation_id:
+            self.open_conversation(None)
+        else:
+            self.view.conversations_changed()
+
+    def set_system_prompt(self, text: str) -> None:
+        """The open conversation's system prompt (a fresh conversation is stored once it
+        has one)."""
+        if self.store is None:
+            return
+        if self.current_conversation is None:
+            if not text.strip():
+                return
+            conv = self.store.create_conversation(system_prompt=text)
+            self.current_conversation = conv.id
+            self.settings.ui.last_conversation_id = conv.id
+            self.view.conversations_changed()
+        else:
+            self.store.set_system_prompt(self.current_conversation, text)
+
+    def prompt_messages(self, conversation_id: int | None = None) -> list[ChatMessage]:
+        """The conversation as the model sees it: system prompt, then finished turns
+        (default: the open conversation)."""
+        cid = self.current_conversation if conversation_id is None else conversation_id
+        if self.store is None or cid is None:
+            return []
+        conv = self.store.conversation(cid)
+        messages: list[ChatMessage] = []
+        if conv.system_prompt.strip():
+            messages.append(ChatMessage("system", conv.system_prompt))
+        for m in self.store.messages(cid):
+            if m.role in ("user", "assistant") and m.content and m.status == "done":
+                messages.append(ChatMessage(m.role, m.content))
+        return messages
+
+    # -- sending ----------------------------------------------------------------------
+    def send_message(self, text: str) -> bool:
+        """Store ``text`` as a user message and start the reply.
+
+        Returns:
+            Whether a reply was started (False: empty text, no model, busy, no store, or
+            the history could not be written; the caller keeps the text then).
+        """
+        if not text.strip() or self.busy or self.model_info is None or self.store is None:
+            return False
+        try:
+            if self.current_conversation is None:
+                conv = self.store.create_conversation()
+                self.current_conversation = conv.id
+                self.settings.ui.last_conversation_id = conv.id
+                self.view.save_settings_soon()
+            if self.editing_message_id is not None:
+                self._remove_from(self.editing_message_id)
+                self.cancel_edit()
+            message = self.store.add_user_message(self.current_conversation, text)
+        except sqlite3.Error as exc:
+            self._history_failed(exc)
+            return False
+        self._roles.append((message.id, message.role))
+        self.view.message_added(message)
+        self.view.conversations_changed()
+        return self._start_reply()
+
+    def regenerate(self, message_id: int | None = None) -> bool:
+        """Generate the last reply (or ``message_id`` and everything after it) again."""
+        if self.busy or self.model_info is None or self.store is None:
+            return False
+        message_id = message_id if message_id is not None else self.last_reply_id
+        if message_id is None or self.current_conversation is None:
+            return False
+        try:
+            self._remove_from(message_id)
+        except sqlite3.Error as exc:
+            self._history_failed(exc)
+            return False
+        return self._start_reply()
+
+    def begin_edit(self, message_id: int) -> str | None:
+        """Edit a user message: returns its text for the input box (None: not now). The
+        next :meth:`send_message` replaces it and every message after it."""
+        if self.store is None or self.reply is not None:
+            return None
+        self.editing_message_id = message_id
+        return self.store.message(message_id).content
+
+    def cancel_edit(self) -> None:
+        self.editing_message_id = None
+
+    def stop_reply(self) -> None:
+        """Stop the reply; it ends within one round and keeps its text."""
+        if self.reply is not None:
+            self.reply.job.cancel()
+
+    def _remove_from(self, message_id: int) -> None:
+        assert self.store is not None
+        self.store.delete_from(message_id)
+        self._roles = [(i, r) for i, r in self._roles if i < message_id]
+        self.view.messages_removed(message_id)
+
+    def _start_reply(self) -> bool:
+        assert self.store is not None and self.current_conversation is not None
+        assert self.model_info is not None
+        cid = self.current_conversation
+        speculation = self.settings.speculation
+        try:
+            messages = self.prompt_messages(cid)
+            stored = self.store.begin_reply(cid, model=self.model_info.target_path.name)
+        except sqlite3.Error as exc:
+            self._history_failed(exc)
+            return False
+        try:
+            job = self.service.reply(messages, self.settings.sampling, speculation,
+                                     origin=self.origin)
+        except TandemError as exc:  # the queue is full (API traffic) or shutting down
+            self.store.delete_from(stored.id)
+            self.report(UserError("Not now", str(exc), level="warning", origin="reply"))
+            return False
+        self.reply = ActiveReply(job, cid, stored.id, speculation, ReplyBuffer(clock=self.clock))
+        self._roles.append((stored.id, stored.role))
+        self.view.message_added(stored)
+        self.view.reply_started(self.reply)
+        self.view.state_changed()
+        return True
+
+    # -- events from the service ------------------------------------------------------
+    def handle(self, event: object) -> None:
+        """Take one event of the service (on the consumer's thread). Events of jobs this
+        controller did not ask for are ignored."""
+        job_id = getattr(event, "job_id", None)
+        if self._closed or job_id is None:
+            return
+        reply = self.reply
+        if reply is not None and job_id == reply.job.id:
+            self._handle_reply(reply, event)
+        elif self._model_job is not None and job_id == self._model_job.id:
+            if isinstance(event, LoadProgressed):
+                self.view.loading_changed(True, event.fraction, event.what)
+            elif isinstance(event, JobDone):
+                self._on_model_job_done(event)
+            elif isinstance(event, JobFailed):
+                self._on_model_job_failed(event)
+
+    def _handle_reply(self, reply: ActiveReply, event: object) -> None:
+        if isinstance(event, ReplyStreamed):
+            if reply.buffer.add(event.deltas):
+                self.view.reply_progressed(reply)
+            if reply.buffer.save_due():
+                self._save_partial(reply)
+        elif isinstance(event, ReplyStats):
+            reply.stats = event.stats
+            self.view.reply_stats(reply)
+        elif isinstance(event, JobDone) and isinstance(event.value, ReplyResult):
+            self._finish_reply(reply, event.value)
+        elif isinstance(event, JobFailed):
+            self._fail_reply(reply, event.error)
+
+    def _save_partial(self, reply: ActiveReply) -> None:
+        if self.store is None or reply.conversation_id < 0:
+            return
+        try:
+            self.store.save_partial(reply.message_id, reply.text, reply.spans)
+        except KeyError:
+            reply.buffer.saved(ok=False)
+            return
+        except sqlite3.Error as exc:
+            reply.buffer.saved(ok=False)  # retried after SAVE_EVERY_S, not on every batch
+            log.warning("partial reply not saved: %s", exc)
+            return
+        reply.buffer.saved()
+
+    def _finish_reply(self, reply: ActiveReply, result: ReplyResult) -> None:
+        fin = result.finished
+        spans = clip_spans(reply.spans, len(fin.text))
+        stored: StoredMessage | None = None
+        if self.store is not None and reply.conversation_id >= 0:
+            try:
+                stored = self.store.finish_reply(reply.message_id, fin.text, fin.reason,
+                                                 fin.stats.to_dict(), draft_spans=spans,
+                                                 note=fin.note, seed=fin.seed)
+            except KeyError:
+                stored = None
+            except sqlite3.Error as exc:  # the reply stays on screen; the window stays usable
+                self._history_failed(exc)
+        reply.buffer.text = fin.text
+        reply.buffer.spans = spans
+        reply.stats = fin.stats
+        self.reply = None
+        self.view.reply_finished(reply, result, stored)
+        self.view.conversations_changed()
+        self.view.state_changed()
+
+    def _fail_reply(self, reply: ActiveReply, error: UserError) -> None:
+        if self.store is not None and reply.conversation_id >= 0:
+            try:
+                if reply.text:
+                    self.store.finish_reply(reply.message_id, reply.text, "error",
+                                            draft_spans=reply.spans, note=error.message)
+                else:
+                    self.store.delete_from(reply.message_id)
+            except (KeyError, sqlite3.Error):
+                pass  # the error below is the one to show
+        if not reply.text:
+            self._roles = [(i, r) for i, r in self._roles if i != reply.message_id]
+        self.reply = None
+        self.view.reply_failed(reply, error)
+        self.view.state_changed()
+        self.report(error)
+
+    # -- closing ----------------------------------------------------------------------
+    def close(self, flush: Callable[[], None] | None = None) -> None:
+        """Stop the reply and every job, join the service, finalise a streaming reply,
+        save the settings and close the store. Idempotent.
+
+        Args:
+            flush: delivers events the service sent but the consumer has not taken yet
+                (the window passes Qt's ``sendPostedEvents``), so a cancelled reply is
+                finalised normally.
+        """
+        if self._closed:
+            return
+        self.service.shutdown()
+        if flush is not None:
+            flush()
+        reply = self.reply
+        if reply is not None and reply.job.outcome is not None:
+            self.handle(reply.job.outcome)  # its last events were not delivered
+        reply = self.reply
+        if reply is not None and self.store is not None and reply.conversation_id >= 0:
+            try:  # no outcome (should not happen): keep the text
+                self.store.finish_reply(reply.message_id, reply.text, "cancelled",
+                                        reply.stats.to_dict() if reply.stats else None,
+                                        draft_spans=reply.spans)
+            except (KeyError, sqlite3.Error):
+                pass  # closing anyway; the last partial save is in the database
+        self.reply = None
+        self._closed = True
+        self.save_settings()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        # No reference back to the window: it is freed as soon as its owner lets go.
+        self.view = _NoView()  # type: ignore[assignment]

@@ -1,0 +1,564 @@
+"""The chat service: the one owner of the loaded session, shared by every front end.
+
+:class:`ChatService` keeps the engine's :class:`~app.engine.session.Session` on one
+worker thread and runs jobs on it one at a time, in the order they were submitted:
+loading a model, a chat reply for the window, a race or k sweep for the race window,
+and (issue 11) a completion for the local API. Whoever asks gets a :class:`Job` back at
+once; the job waits in a bounded queue (:class:`QueueFullError` when it is full), then
+runs, and reports through events (:mod:`app.chat.events`) that every consumer can use
+without Qt:
+
+* **iterate**: ``for event in job.events(): …`` on any thread (a server streaming a
+  reply); the iteration ends after the job's terminal event;
+* **wait**: ``job.wait()`` returns the terminal event, ``job.result()`` its value;
+* **subscribe**: :meth:`ChatService.subscribe` calls a function with every event of
+  every job, on the worker thread (the window's Qt bridge re-emits them as a signal).
+
+Every job ends with exactly one terminal event: :class:`~app.chat.events.JobDone` with
+its value, or :class:`~app.chat.events.JobFailed` with a
+:class:`~app.chat.events.UserError` (made by :func:`app.chat.failures.user_error`, the
+one failure path): an exception never crosses threads. :meth:`Job.cancel` stops one job:
+a queued job then ends without running (a reply as "cancelled"), a running reply within
+one engine round (the engine checks the job's ``threading.Event`` once per round and
+between prefill chunks), a running load at its next progress report.
+:meth:`ChatService.shutdown` cancels everything, joins the thread and frees the models.
+
+Reply text is batched here, once: deltas are sent about every 30 ms
+(:data:`TEXT_BATCH_S`), whatever the token rate, so no consumer throttles again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from app.chat.demo import write_demo_model
+from app.chat.events import (
+    DraftChanged,
+    JobDone,
+    JobFailed,
+    JobKind,
+    JobStarted,
+    LoadProgressed,
+    ModelInfo,
+    ReplyResult,
+    ReplyStats,
+    ReplyStreamed,
+    UserError,
+)
+from app.chat.failures import user_error
+from app.engine.chat import ChatMessage, tokenize_plain
+from app.engine.events import Event, Finished, StatsUpdate, TextDelta
+from app.engine.session import Session, SessionConfig
+from app.errors import LoadCancelledError, TandemError
+from app.options import SamplingParams, SpeculationConfig
+
+log = logging.getLogger(__name__)
+
+#: reply text is sent to consumers in batches about this often, seconds (one cadence)
+TEXT_BATCH_S = 0.03
+#: load progress is reported at most this often, seconds (llama.cpp reports per tensor)
+PROGRESS_INTERVAL_S = 0.05
+#: jobs that may wait behind the running one before submitting raises QueueFullError
+DEFAULT_QUEUE_LIMIT = 16
+
+Listener = Callable[[object], None]
+Opener = Callable[..., Session]
+Describer = Callable[[Session, float], ModelInfo]
+
+
+class QueueFullError(TandemError):
+    """Too many jobs are waiting; nothing was queued. ``waiting``: jobs in the queue."""
+
+    def __init__(self, waiting: int) -> None:
+        super().__init__(
+            f"Tandem is busy: {waiting} requests are already waiting. Try again shortly."
+        )
+        self.waiting = waiting
+
+
+class JobError(TandemError):
+    """Raised by :meth:`Job.result` for a job that failed; ``error`` is the value the
+    service reported."""
+
+    def __init__(self, error: UserError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class JobContext:
+    """What a job's work function gets on the worker thread.
+
+    ``session``: the loaded session (raises :class:`~app.errors.TandemError` "No model
+    is loaded" when there is none); ``cancel``: the job's cancel event, to hand to the
+    engine; :meth:`emit` reports a progress event to every consumer.
+    """
+
+    def __init__(self, service: ChatService, job: Job) -> None:
+        self._service = service
+        self.job = job
+        self.cancel = job.cancel_event
+
+    @property
+    def job_id(self) -> int:
+        return self.job.id
+
+    @property
+    def session(self) -> Session:
+        session = self._service._session
+        if session is None or session.closed:
+            raise TandemError("No model is loaded. Load a target model first.")
+        return session
+
+    @property
+    def has_session(self) -> bool:
+        session = self._service._session
+        return session is not None and not session.closed
+
+    def emit(self, event: object) -> None:
+        """Send a progress event (built with this job's ``job_id``) to every consumer."""
+        self._service._publish(self.job, event)
+
+
+Work = Callable[[JobContext], Any]
+
+
+class Job:
+    """One request to the service. Made by :meth:`ChatService.submit` (or a helper
+    built on it); every method is thread-safe.
+
+    Attributes:
+        id: unique in this service; every event of the job carries it as ``job_id``.
+        kind: what the job does (:data:`~app.chat.events.JobKind`).
+        origin: who asked (``window``, ``race``, ``api``…), repeated on its events.
+        cancel_event: set by :meth:`cancel`; the work hands it to the engine.
+    """
+
+    def __init__(self, job_id: int, kind: JobKind, origin: str, work: Work, title: str) -> None:
+        self.id = job_id
+        self.kind: JobKind = kind
+        self.origin = origin
+        self.title = title
+        self.cancel_event = threading.Event()
+        self._work = work
+        self._events: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._done = threading.Event()
+        self._outcome: JobDone | JobFailed | None = None
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id} {self.kind} from {self.origin}>"
+
+    def cancel(self) -> None:
+        """Ask the job to stop (see the module docstring); it still ends with one
+        terminal event."""
+        self.cancel_event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel_event.is_set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def outcome(self) -> JobDone | JobFailed | None:
+        """The terminal event once the job ended, else None."""
+        return self._outcome
+
+    def wait(self, timeout: float | None = None) -> JobDone | JobFailed:
+        """Block until the job ends; return its terminal event.
+
+        Raises:
+            TimeoutError: it did not end within ``timeout`` seconds.
+        """
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"{self!r} did not end within {timeout} s")
+        assert self._outcome is not None
+        return self._outcome
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The job's value (:attr:`JobDone.value`).
+
+        Raises:
+            JobError: the job failed (its ``error`` is the reported value).
+            TimeoutError: as :meth:`wait`.
+        """
+        outcome = self.wait(timeout)
+        if isinstance(outcome, JobFailed):
+            raise JobError(outcome.error)
+        return outcome.value
+
+    def events(self, timeout: float | None = None) -> Iterator[object]:
+        """This job's events in order, ending with (and including) its terminal event.
+
+        Each event is yielded once, to one iteration: iterate from one thread. Blocks
+        between events; ``timeout`` bounds each wait (TimeoutError).
+        """
+        while True:
+            try:
+                event = self._events.get(timeout=timeout)
+            except queue.Empty:
+                raise TimeoutError(f"{self!r} sent nothing for {timeout} s") from None
+            yield event
+            if isinstance(event, (JobDone, JobFailed)):
+                return
+
+    def _push(self, event: object) -> None:
+        self._events.put(event)
+
+    def _finish(self, outcome: JobDone | JobFailed) -> None:
+        self._outcome = outcome
+        self._events.put(outcome)
+        self._done.set()
+
+
+def describe_session(session: Session, seconds: float) -> ModelInfo:
+    """A :class:`ModelInfo` for a freshly loaded session (``seconds``: load time)."""
+    from app.engine.llama import supports_gpu_offload, system_info
+
+    gpu = supports_gpu_offload()
+    reason: str | None = None
+    if session.n_gpu_layers == 0:
+        reason = (
+            "this llama.cpp build has no GPU backend (CUDA, Metal or Vulkan)"
+            if not gpu
+            else "GPU layers are set to 0"
+        )
+    draft = session.draft_model
+    return ModelInfo(
+        target_path=session.config.target_path,
+        target_name=session.target.name,
+        draft_path=draft.path if draft is not None else None,
+        draft_name=draft.name if draft is not None else None,
+        n_ctx=session.n_ctx,
+        n_layer=session.target.n_layer,
+        n_gpu_layers=session.n_gpu_layers,
+        gpu_supported=gpu,
+        cpu_reason=reason,
+        uses_fallback_template=session.chat_format.uses_fallback,
+        load_seconds=seconds,
+        system_info=system_info(),
+        notes=tuple(session.notes),
+    )
+
+
+def _warm_up_llama() -> None:
+    """Import llama.cpp's library on the worker thread, so the first load does not pay
+    for it and no consumer's thread ever does."""
+    from app.engine.llama import lib
+
+    lib()
+
+
+class ChatService:
+    """Owns the session on one worker thread; runs jobs one at a time from a bounded
+    queue. See the module docstring.
+
+    Args:
+        queue_limit: jobs that may wait behind the running one (≥ 0).
+        opener: opens a session, ``opener(config, progress=callback)``; default
+            :meth:`Session.open` (tests pass a fake engine).
+        describe: builds the :class:`ModelInfo` of a loaded session.
+        warm_up: run once on the worker thread before the first job (default: import
+            llama.cpp's library); None: nothing.
+        name: the worker thread's name.
+    """
+
+    def __init__(
+        self,
+        *,
+        queue_limit: int = DEFAULT_QUEUE_LIMIT,
+        opener: Opener = Session.open,
+        describe: Describer = describe_session,
+        warm_up: Callable[[], None] | None = _warm_up_llama,
+        name: str = "tandem-service",
+    ) -> None:
+        if queue_limit < 0:
+            raise ValueError(f"queue_limit must be >= 0, got {queue_limit}")
+        self.queue_limit = queue_limit
+        self._opener = opener
+        self._describe = describe
+        self._warm_up = warm_up
+        self._session: Session | None = None
+        self._ids = itertools.count(1)
+        self._cond = threading.Condition()
+        self._waiting: deque[Job] = deque()
+        self._current: Job | None = None
+        self._closing = False
+        self._listeners: list[Listener] = []
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    # -- consumers ----------------------------------------------------------------------
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(event)`` with every event of every job, on the worker thread,
+        in order. It must return quickly and not block on the service; an exception
+        from it is logged and ignored. Returns a function that unsubscribes."""
+        with self._cond:
+            self._listeners = [*self._listeners, listener]
+
+        def unsubscribe() -> None:
+            with self._cond:
+                self._listeners = [f for f in self._listeners if f is not listener]
+
+        return unsubscribe
+
+    @property
+    def waiting(self) -> int:
+        """Jobs in the queue (not counting the running one)."""
+        with self._cond:
+            return len(self._waiting)
+
+    @property
+    def running(self) -> Job | None:
+        """The job running now, if any."""
+        return self._current
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    # -- submitting ---------------------------------------------------------------------
+    def submit(self, kind: JobKind, work: Work, *, origin: str = "", title: str = "") -> Job:
+        """Queue ``work(context)`` to run on the worker thread; its return value becomes
+        the job's :class:`JobDone` value, an exception its :class:`JobFailed` (with
+        ``title`` as the error's title).
+
+        Raises:
+            QueueFullError: :attr:`queue_limit` jobs are already waiting.
+            TandemError: the service has shut down.
+        """
+        with self._cond:
+            if self._closing:
+                raise TandemError("Tandem is shutting down; nothing more can run.")
+            if len(self._waiting) >= self.queue_limit:
+                raise QueueFullError(len(self._waiting))
+            job = Job(next(self._ids), kind, origin, work, title or _TITLES.get(kind, "Failed"))
+            self._waiting.append(job)
+            self._cond.notify_all()
+        return job
+
+    def load(self, config: SessionConfig, *, origin: str = "window") -> Job:
+        """Unload any session, then load ``config`` (target, and draft when it names one).
+        Value: :class:`ModelInfo`; progress: :class:`LoadProgressed`. Cancelling stops
+        the load at its next progress report (JobFailed, level warning)."""
+        return self.submit("load", lambda ctx: self._load(ctx, config), origin=origin,
+                           title=f"Could not load {Path(config.target_path).name}")
+
+    def set_draft_model(self, path: Path | None, *, origin: str = "window") -> Job:
+        """Load (a path) or unload (None) the draft model next to the loaded target.
+        Value: :class:`DraftChanged`. On failure no draft model is loaded."""
+        name = path.name if path is not None else "the draft model"
+        return self.submit("draft", lambda ctx: self._set_draft(ctx, path), origin=origin,
+                           title=f"Could not use {name} as draft model")
+
+    def prepare_demo(self, destination: Path, *, origin: str = "window") -> Job:
+        """Write the bundled demo GGUF (the ``demo`` extra) to ``destination``.
+        Value: :class:`~app.chat.events.DemoPrepared`."""
+        return self.submit("demo", lambda ctx: write_demo_model(destination), origin=origin,
+                           title="Could not write the demo model")
+
+    def unload(self, *, origin: str = "window") -> Job:
+        """Free the loaded session (value None)."""
+
+        def work(_ctx: JobContext) -> None:
+            self._close_session()
+
+        return self.submit("unload", work, origin=origin)
+
+    def reply(
+        self,
+        messages: Sequence[ChatMessage],
+        sampling: SamplingParams,
+        speculation: SpeculationConfig,
+        *,
+        origin: str = "window",
+        batch_s: float = TEXT_BATCH_S,
+    ) -> Job:
+        """A chat reply to ``messages`` through the model's chat template (the template's
+        stop strings are added). Progress: :class:`ReplyStreamed` (text batches) and
+        :class:`ReplyStats`; value: :class:`ReplyResult` (also when cancelled, with the
+        text so far)."""
+        msgs = tuple(messages)
+
+        def start(session: Session, cancel: threading.Event) -> Iterator[Event]:
+            return session.chat(msgs, sampling, speculation, cancel)
+
+        return self.submit("reply", lambda ctx: self._stream(ctx, start, batch_s),
+                           origin=origin, title="The reply failed")
+
+    def complete(
+        self,
+        prompt: str | Sequence[int],
+        sampling: SamplingParams,
+        speculation: SpeculationConfig,
+        *,
+        origin: str = "api",
+        batch_s: float = TEXT_BATCH_S,
+    ) -> Job:
+        """A plain completion of ``prompt`` (text, tokenized with the target's BOS rule,
+        or token ids). Events and value as :meth:`reply`."""
+
+        def start(session: Session, cancel: threading.Event) -> Iterator[Event]:
+            tokens = (tokenize_plain(session.target, prompt) if isinstance(prompt, str)
+                      else list(prompt))
+            return session.generate(tokens, sampling, speculation, cancel)
+
+        return self.submit("completion", lambda ctx: self._stream(ctx, start, batch_s),
+                           origin=origin, title="The completion failed")
+
+    # -- lifetime -----------------------------------------------------------------------
+    def cancel_all(self, origin: str | None = None) -> None:
+        """Cancel the running and every waiting job (of ``origin`` only, when given)."""
+        with self._cond:
+            jobs = [*self._waiting, *([self._current] if self._current else [])]
+        for job in jobs:
+            if origin is None or job.origin == origin:
+                job.cancel()
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Cancel every job, wait for the worker thread, free the models. Idempotent.
+        Blocks for at most one engine round (or prefill chunk, or model-loading step);
+        every job still gets its terminal event."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self.cancel_all()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self._close_session()
+
+    # -- the worker thread --------------------------------------------------------------
+    def _run(self) -> None:
+        if self._warm_up is not None:
+            try:
+                self._warm_up()
+            except Exception:  # reported properly by the first load
+                log.exception("warm-up of the worker thread failed")
+        while True:
+            with self._cond:
+                while not self._waiting and not self._closing:
+                    self._cond.wait()
+                if not self._waiting:
+                    return  # closing and nothing left
+                job = self._waiting.popleft()
+                self._current = job
+            try:
+                self._execute(job)
+            finally:
+                with self._cond:
+                    self._current = None
+
+    def _execute(self, job: Job) -> None:
+        self._publish(job, JobStarted(job.id, job.kind, job.origin))
+        outcome: JobDone | JobFailed
+        try:
+            value = job._work(JobContext(self, job))
+            outcome = JobDone(job.id, job.kind, job.origin, value)
+        except BaseException as exc:  # reported as a value, never raised across threads
+            outcome = JobFailed(job.id, job.kind, job.origin,
+                                user_error(exc, job.title, origin=job.kind))
+        job._finish(outcome)
+        self._notify(outcome)
+
+    def _publish(self, job: Job, event: object) -> None:
+        job._push(event)
+        self._notify(event)
+
+    def _notify(self, event: object) -> None:
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:
+                log.exception("a listener of the chat service failed")
+
+    def _close_session(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+
+    # -- the jobs -----------------------------------------------------------------------
+    def _load(self, ctx: JobContext, config: SessionConfig) -> ModelInfo:
+        self._close_session()
+        what = f"Loading {Path(config.target_path).name}"
+        last_emit = 0.0
+
+        def progress(p: float) -> bool:
+            nonlocal last_emit
+            now = time.monotonic()
+            if now - last_emit >= PROGRESS_INTERVAL_S or p >= 1.0:
+                last_emit = now
+                ctx.emit(LoadProgressed(ctx.job_id, min(1.0, max(0.0, p)), what))
+            return not ctx.cancel.is_set()
+
+        t0 = time.monotonic()
+        ctx.emit(LoadProgressed(ctx.job_id, 0.0, what))
+        session = self._opener(config, progress=progress)
+        if ctx.cancel.is_set():
+            session.close()
+            raise LoadCancelledError("Loading was cancelled.")
+        self._session = session
+        return self._describe(session, time.monotonic() - t0)
+
+    def _set_draft(self, ctx: JobContext, path: Path | None) -> DraftChanged:
+        session = ctx.session
+        session.set_draft_model(path)
+        draft = session.draft_model
+        return DraftChanged(draft.path, draft.name) if draft is not None else DraftChanged(None, None)
+
+    def _stream(
+        self,
+        ctx: JobContext,
+        start: Callable[[Session, threading.Event], Iterator[Event]],
+        batch_s: float,
+    ) -> ReplyResult:
+        session = ctx.session
+        pending: list[TextDelta] = []
+        last_emit = time.monotonic()
+        finished: Finished | None = None
+        for ev in start(session, ctx.cancel):
+            if isinstance(ev, TextDelta):
+                pending.append(ev)
+                now = time.monotonic()
+                if now - last_emit >= batch_s:
+                    ctx.emit(ReplyStreamed(ctx.job_id, tuple(pending)))
+                    pending = []
+                    last_emit = now
+                continue
+            if pending:
+                ctx.emit(ReplyStreamed(ctx.job_id, tuple(pending)))
+                pending = []
+                last_emit = time.monotonic()
+            if isinstance(ev, StatsUpdate):
+                ctx.emit(ReplyStats(ctx.job_id, ev.stats))
+            elif isinstance(ev, Finished):
+                finished = ev
+        if pending:  # pragma: no cover - the engine always ends with Finished
+            ctx.emit(ReplyStreamed(ctx.job_id, tuple(pending)))
+        if finished is None:
+            raise TandemError("The generation ended without a result.")
+        return ReplyResult(finished, session.last_plain_decode_tps)
+
+
+_TITLES: dict[str, str] = {
+    "load": "Could not load the model",
+    "draft": "Could not use the draft model",
+    "demo": "Could not write the demo model",
+    "unload": "Could not unload the model",
+    "reply": "The reply failed",
+    "completion": "The completion failed",
+    "race": "The race failed",
+    "sweep": "The k sweep failed",
+    "lookup": "The estimate failed",
+    "task": "The task failed",
+}
+

@@ -1,0 +1,270 @@
+"""The chat window's logic without a window: ChatController on the chat service, with a
+fake engine (scripted replies, a gate to stop at a chosen moment) and with a real
+synthetic model. Events are delivered on the test's thread, as the Qt bridge does on the
+GUI thread; nothing here imports Qt."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.chat.conversation import ChatController
+from app.chat.events import JobFailed, ReplyStreamed
+from app.chat.reply import SAVE_EVERY_S
+from app.chat.service import ChatService
+from app.engine.chat import ChatMessage
+from app.errors import ModelLoadError, TandemError
+from app.options import SamplingParams, SpecMode, SpeculationConfig
+from app.store.history import HistoryStore
+from app.store.settings import Settings
+from tests.chat.fakes import Pump, RecordingView, Script, fake_service
+
+
+class Clock:
+    """Seconds that pass only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Rig:
+    """A controller with its service, store, view, event pump and clock."""
+
+    def __init__(self, tmp_path: Path, script: Script, service: ChatService | None = None) -> None:
+        self.script = script
+        self.target = tmp_path / "target.gguf"
+        self.target.write_bytes(b"GGUF")
+        self.settings = Settings()
+        self.settings.model.target_path = self.target
+        self.settings.sampling = SamplingParams(temperature=0.0, max_tokens=100)
+        self.store = HistoryStore.open(tmp_path / "history.sqlite3")
+        self.service = service or fake_service(script)
+        self.view = RecordingView()
+        self.pump = Pump(self.service)
+        self.clock = Clock()
+        self.c = ChatController(self.settings, self.store, self.service, self.view,
+                                clock=self.clock)
+
+    def start(self) -> None:
+        self.c.start()
+        self.pump.until(self.c, lambda: not self.c.loading)
+        assert self.c.model_info is not None, self.view.errors
+
+    def reply_done(self) -> None:
+        self.pump.until(self.c, lambda: self.c.reply is None)
+
+    def stored(self) -> list[tuple[str, str, str, str | None]]:
+        cid = self.c.current_conversation
+        assert cid is not None
+        return [(m.role, m.content, m.status, m.finish_reason) for m in self.store.messages(cid)]
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    r = Rig(tmp_path, Script())
+    r.start()
+    yield r
+    r.c.close()
+
+
+def test_sending_stores_the_message_then_the_reply_with_its_figures(rig: Rig) -> None:
+    rig.script.replies = ["one two three four"]
+    assert rig.c.send_message("hello there")
+    reply = rig.c.reply
+    assert reply is not None and rig.c.busy
+    # the user message and an empty streaming reply are stored before any text arrives
+    assert rig.stored() == [("user", "hello there", "done", None),
+                            ("assistant", "", "streaming", None)]
+    rig.reply_done()
+    assert rig.stored() == [("user", "hello there", "done", None),
+                            ("assistant", "one two three four", "done", "stop")]
+    msg = rig.store.messages(reply.conversation_id)[-1]
+    assert msg.stats is not None and msg.stats["mode"] == "prompt-lookup"
+    assert msg.stats["verified"] == 3 and msg.stats["accepted"] == 2
+    assert msg.draft_spans == ((3, 7), (13, 18))  # " two" and " four" came from drafts
+    names = rig.view.names()
+    assert names.index("reply_started") < names.index("reply_progressed") < names.index("reply_finished")
+    # the engine was asked with the conversation turned into a request
+    messages, speculation = rig.script.calls[-1]
+    assert messages == (ChatMessage("user", "hello there"),)
+    assert speculation == rig.settings.speculation
+    assert rig.c.last_reply_id == msg.id
+
+
+def test_the_conversation_becomes_the_request_with_system_prompt_and_finished_turns(
+        rig: Rig) -> None:
+    rig.c.set_system_prompt("Be brief.")
+    rig.c.send_message("first")
+    rig.reply_done()
+    rig.c.send_message("second")
+    rig.reply_done()
+    messages, _ = rig.script.calls[-1]
+    assert messages == (ChatMessage("system", "Be brief."), ChatMessage("user", "first"),
+                        ChatMessage("assistant", "a short reply"), ChatMessage("user", "second"))
+
+
+def test_a_streaming_reply_is_saved_every_half_second_of_the_clock(rig: Rig) -> None:
+    rig.script.gate = threading.Event()
+    rig.script.replies = ["partial words then more"]
+    rig.c.send_message("go")
+    reply = rig.c.reply
+    assert reply is not None and rig.script.at_gate.wait(30)
+    rig.pump.until(rig.c, lambda: reply.text == "partial")
+    assert rig.store.message(reply.message_id).content == ""  # not due yet
+    rig.clock.now += SAVE_EVERY_S
+    rig.c.handle(ReplyStreamed(reply.job.id, ()))  # the next batch finds the save due
+    assert rig.store.message(reply.message_id).content == "partial"
+    assert rig.store.message(reply.message_id).status == "streaming"
+    rig.script.gate.set()
+    rig.reply_done()
+    assert rig.store.message(reply.message_id).content == "partial words then more"
+
+
+def test_stop_keeps_the_text_so_far_as_a_cancelled_reply(rig: Rig) -> None:
+    rig.script.gate = threading.Event()
+    rig.script.replies = ["kept and then the rest"]
+    rig.c.send_message("go")
+    assert rig.script.at_gate.wait(30)
+    rig.c.stop_reply()
+    rig.reply_done()
+    assert rig.stored()[-1] == ("assistant", "kept", "done", "cancelled")
+    assert rig.c.can_send
+
+
+def test_a_failed_reply_keeps_its_text_with_the_error_and_reports_it_once(rig: Rig) -> None:
+    rig.script.fail_after = TandemError("The context window is full.")
+    rig.script.replies = ["started"]
+    rig.c.send_message("go")
+    rig.reply_done()
+    assert rig.stored()[-1] == ("assistant", "started", "done", "error")
+    assert [e.message for e in rig.view.errors] == ["The context window is full."]
+    assert "reply_failed" in rig.view.names()
+
+
+def test_a_reply_that_fails_before_any_text_leaves_no_empty_message(rig: Rig, tmp_path: Path) -> None:
+    rig.service.unload().wait(30)  # no session: the reply job fails at once
+    rig.c.send_message("go")
+    rig.reply_done()
+    assert rig.stored() == [("user", "go", "done", None)]
+    assert "No model is loaded" in rig.view.errors[-1].message
+    assert rig.c.last_reply_id is None
+
+
+def test_regenerate_and_edit_replace_what_follows(rig: Rig) -> None:
+    rig.script.replies = ["first answer", "second answer", "third answer"]
+    rig.c.send_message("question")
+    rig.reply_done()
+    assert rig.c.regenerate()
+    rig.reply_done()
+    assert [m[1] for m in rig.stored()] == ["question", "second answer"]
+    user_id = rig.store.messages(rig.c.current_conversation)[0].id  # type: ignore[arg-type]
+    assert rig.c.begin_edit(user_id) == "question"
+    assert rig.c.send_message("better question")
+    rig.reply_done()
+    assert [m[1] for m in rig.stored()] == ["better question", "third answer"]
+    assert rig.c.editing_message_id is None
+
+
+def test_a_locked_history_never_leaves_the_controller_stuck(rig: Rig, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    def locked(*_a, **_k):  # type: ignore[no-untyped-def]
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(rig.store, "add_user_message", locked)
+    assert not rig.c.send_message("kept in the box")  # the caller keeps the text
+    assert rig.view.errors[-1].title == "History not saved" and not rig.c.busy
+    monkeypatch.undo()
+    monkeypatch.setattr(rig.store, "finish_reply", locked)
+    assert rig.c.send_message("now it goes")
+    rig.reply_done()
+    assert rig.c.reply is None and rig.c.can_send
+    assert rig.view.errors[-1].title == "History not saved"
+
+
+def test_the_window_reply_waits_in_the_queue_behind_an_api_request(rig: Rig) -> None:
+    rig.script.gate = threading.Event()
+    rig.script.replies = ["api answer", "window answer"]
+    api = rig.service.complete("from the api", rig.settings.sampling, SpeculationConfig(),
+                               origin="api")
+    assert rig.script.at_gate.wait(30)
+    rig.c.send_message("from the window")
+    assert rig.c.reply is not None and rig.service.waiting == 1
+    rig.script.gate.set()
+    rig.reply_done()
+    assert api.result(30).finished.text == "api answer"
+    assert rig.stored()[-1] == ("assistant", "window answer", "done", "stop")
+
+
+def test_closing_while_a_reply_streams_finalises_it(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, Script(gate=threading.Event(), replies=["saved on close and more"]))
+    rig.start()
+    rig.c.send_message("go")
+    reply = rig.c.reply
+    assert reply is not None and rig.script.at_gate.wait(30)
+    rig.c.close(flush=lambda: rig.pump.drain(rig.c))
+    with HistoryStore.open(tmp_path / "history.sqlite3") as store:
+        msg = store.message(reply.message_id)
+    assert (msg.content, msg.status, msg.finish_reason) == ("saved", "done", "cancelled")
+    assert not rig.service._thread.is_alive()
+
+
+def test_load_failure_then_success_clears_the_load_error(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, Script(load_error=ModelLoadError("target.gguf is not a GGUF file.")))
+    rig.c.start()
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.c.model_info is None and rig.view.errors[-1].origin == "load"
+    assert not rig.c.send_message("nothing loaded")
+    rig.script.load_error = None
+    rig.c.load_model(rig.target)
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.c.model_info is not None
+    assert ("clear_errors", ("load",)) in rig.view.calls
+    rig.c.close()
+
+
+def test_choosing_the_draft_model_mode_loads_the_draft_or_asks_for_one(rig: Rig, tmp_path: Path) -> None:
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(b"GGUF")
+    rig.view.draft_choice = draft
+    rig.c.set_speculation(rig.settings.speculation.with_changes(mode=SpecMode.DRAFT_MODEL))
+    assert "choose_draft_file" in rig.view.names() and rig.c.loading
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.c.model_info is not None and rig.c.model_info.draft_path == draft
+    assert rig.settings.model.draft_path == draft
+    missing = tmp_path / "gone.gguf"
+    rig.c.set_draft_model(missing)
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.c.model_info.draft_path is None  # a failed draft load leaves none
+    assert isinstance(rig.pump.seen[-1], JobFailed) and rig.view.errors[-1].origin == "draft"
+
+
+def test_deleting_the_conversation_of_a_streaming_reply_stops_it_cleanly(rig: Rig) -> None:
+    rig.script.gate = threading.Event()
+    rig.c.send_message("go")
+    cid = rig.c.current_conversation
+    assert cid is not None and rig.script.at_gate.wait(30)
+    rig.c.delete_conversation(cid)
+    rig.reply_done()
+    assert rig.c.current_conversation is None and not rig.store.has_conversation(cid)
+    assert rig.c.conversations() == []
+
+
+def test_a_real_model_replies_through_the_controller(tmp_path: Path, tiny_target: Path) -> None:
+    rig = Rig(tmp_path, Script(), service=ChatService())
+    rig.settings.model.target_path = tiny_target
+    rig.settings.model.n_ctx = 256
+    rig.settings.sampling = SamplingParams(temperature=0.0, max_tokens=6)
+    rig.start()
+    assert rig.c.send_message("hello")
+    rig.reply_done()
+    role, text, status, reason = rig.stored()[-1]
+    assert (role, status) == ("assistant", "done") and reason in ("stop", "length")
+    msg = rig.store.messages(rig.c.current_conversation)[-1]  # type: ignore[arg-type]
+    assert msg.stats is not None and msg.stats["emitted"] <= 6
+    rig.c.close()
