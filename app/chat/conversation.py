@@ -50,10 +50,21 @@ from app.engine.stats import SpecStats
 from app.errors import TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.store import paths
-from app.store.history import Conversation, HistoryStore, StoredMessage
+from app.store.history import Conversation, HistoryError, HistoryStore, StoredMessage
 from app.store.settings import Settings, save_settings
 
 log = logging.getLogger(__name__)
+
+
+def open_history() -> tuple[HistoryStore | None, list[UserError]]:
+    """The window's history store, and what to tell the user about it: a corrupt
+    database set aside (warning), or one that cannot be used at all (None, error)."""
+    try:
+        store, problem = HistoryStore.open_or_set_aside()
+    except HistoryError as exc:
+        return None, [UserError("History unavailable", str(exc), origin="history")]
+    return store, ([UserError("History reset", problem, level="warning", origin="history")]
+                   if problem else [])
 
 
 @dataclass(eq=False)
@@ -412,6 +423,19 @@ class ChatController:
             self.view.model_changed(None)
         self.view.state_changed()
         self.report(failed.error)
+
+    def can_race(self) -> bool:
+        """Whether the race window may open now (a model loaded, nothing running); the
+        reason is reported when not."""
+        if self.model_info is None:
+            self.report(UserError("No model", "Load a target model first, then race.",
+                                  origin="race"))
+            return False
+        if self.busy:
+            self.report(UserError("Busy", "Wait for the reply (or the load) to finish.",
+                                  level="warning", origin="race"))
+            return False
+        return True
 
     # -- conversations ----------------------------------------------------------------
     def conversations(self, search: str = "") -> list[Conversation]:

@@ -5,16 +5,13 @@ Everything the window decides lives in :class:`~app.chat.conversation.ChatContro
 actions to the controller, shows what the controller tells it (it is the controller's
 :class:`~app.chat.conversation.ChatView`), and delivers the chat service's events, which
 arrive on the GUI thread through :class:`~app.ui.service_bridge.ServiceBridge`. Streamed
-text comes in the service's 30 ms batches and is rendered when it arrives, unless the
-last render of a long reply was costly (then at most a quarter of the GUI thread's time
-goes to rendering). Closing stops and joins the service, finalises a streaming reply,
-saves the settings and closes the store.
+text comes in the service's 30 ms batches and goes to the chat view as it arrives (the
+view skips renders only while the last one was costly). Closing stops and joins the
+service, finalises a streaming reply, saves the settings and closes the store.
 """
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,16 +29,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.chat.conversation import ActiveReply, ChatController
+from app.chat.conversation import ActiveReply, ChatController, open_history
 from app.chat.demo import demo_available
 from app.chat.events import ModelInfo, ReplyResult, UserError
 from app.chat.service import ChatService
 from app.engine.stats import SpecStats
 from app.options import SpeculationConfig
 from app.store import paths
-from app.store.history import Conversation, HistoryError, HistoryStore, StoredMessage
+from app.store.history import Conversation, StoredMessage
 from app.store.settings import LoadedSettings, load_settings
-from app.ui.chat.chat_view import ChatViewWidget, MessageView, MessageWidget, reply_footer
+from app.ui.chat.chat_view import ChatViewWidget, message_view, reply_footer
 from app.ui.chat.conversation_list import ConversationListWidget
 from app.ui.chat.input_box import ComposerWidget
 from app.ui.chat.markdown_render import warm_up as warm_up_markdown
@@ -54,25 +51,6 @@ from app.ui.qt_compat import apply_qt_workarounds
 from app.ui.race import RaceWindow, conversations_from_history
 from app.ui.sampling_panel import SamplingSettingsWidget
 from app.ui.service_bridge import ServiceBridge
-
-log = logging.getLogger(__name__)
-
-
-def _message_view(m: StoredMessage) -> MessageView:
-    footer = ""
-    if m.role == "assistant" and m.status == "done":
-        footer = reply_footer(m.stats, m.finish_reason, m.note)
-    return MessageView(m.id, m.role, m.content, m.draft_spans, footer, m.model)
-
-
-def _open_history() -> tuple[HistoryStore | None, list[UserError]]:
-    try:
-        store, problem = HistoryStore.open_or_set_aside()
-    except HistoryError as exc:
-        return None, [UserError("History unavailable", str(exc), origin="history")]
-    return store, ([UserError("History reset", problem, level="warning", origin="history")]
-                   if problem else [])
-
 
 class MainWindow(QMainWindow):
     """Tandem's window. See the module docstring.
@@ -93,31 +71,26 @@ class MainWindow(QMainWindow):
             self.setWindowIcon(QIcon(str(icon)))
         loaded = loaded or load_settings()
         self.settings = loaded.settings
-        problems = ([UserError("Settings reset", loaded.problem, level="warning",
-                               origin="settings")] if loaded.problem else [])
-        store, history_problems = _open_history()
+        store, problems = open_history()
+        if loaded.problem:
+            problems.insert(0, UserError("Settings reset", loaded.problem, level="warning",
+                                         origin="settings"))
         self.downloads = DownloadQueue(self)
         self.picker: ModelPickerWindow | None = None
         self.race_window: RaceWindow | None = None
         self.bridge = ServiceBridge(service, self)
         self.controller = ChatController(self.settings, store, self.bridge.service, self)
         self._closed = False
-        self._next_render = 0.0  # time.monotonic() before which no re-render is due
         self._build()
-        self._settings_timer = self._timer(400, self.controller.save_settings)
-        self._render_timer = self._timer(0, self._render_reply)
+        self._settings_timer = QTimer(self)
+        self._settings_timer.setSingleShot(True)
+        self._settings_timer.setInterval(400)
+        self._settings_timer.timeout.connect(self.controller.save_settings)
         self.bridge.event_received.connect(self._on_bridge_event_received)
         warm_up_markdown()
         self._restore_geometry()
         self.conversations_changed()
-        self.controller.start(autoload=autoload, problems=[*problems, *history_problems])
-
-    def _timer(self, ms: int, slot: object) -> QTimer:
-        timer = QTimer(self)
-        timer.setSingleShot(True)
-        timer.setInterval(ms)
-        timer.timeout.connect(slot)
-        return timer
+        self.controller.start(autoload=autoload, problems=problems)
 
     # -- layout -----------------------------------------------------------------------
     def _build(self) -> None:
@@ -177,7 +150,7 @@ class MainWindow(QMainWindow):
         mb = self.model_bar
         mb.open_target_clicked.connect(self._on_model_bar_open_target_clicked)
         mb.open_draft_clicked.connect(self._on_model_bar_open_draft_clicked)
-        mb.speculation_changed.connect(self._on_speculation_edited)
+        mb.speculation_changed.connect(c.set_speculation)
         mb.load_cancel_clicked.connect(self._on_model_bar_load_cancel_clicked)
         mb.models_clicked.connect(self.open_model_picker)
         mb.race_clicked.connect(self.open_race)
@@ -193,14 +166,14 @@ class MainWindow(QMainWindow):
         self.chat.edit_clicked.connect(self.edit_message)
         self.chat.regenerate_clicked.connect(self.regenerate)
         self.chat.starter_prompt_clicked.connect(self.send_message)
-        self.input.submitted.connect(self._on_input_submitted)
-        self.composer.send_clicked.connect(self._on_composer_send_clicked)
+        self.composer.send_clicked.connect(self.send_message)
+        self.composer.stop_clicked.connect(c.stop_reply)
         self.composer.regenerate_clicked.connect(lambda: self.regenerate())
         self.composer.cancel_edit_clicked.connect(self._on_composer_cancel_edit_clicked)
         self.gauge.tint_toggled.connect(self._on_gauge_tint_toggled)
         sp = self.sampling_panel
         sp.sampling_changed.connect(c.set_sampling)
-        sp.speculation_changed.connect(self._on_speculation_edited)
+        sp.speculation_changed.connect(c.set_speculation)
         sp.model_options_changed.connect(c.set_model_options)
         sp.reload_clicked.connect(c.reload_model)
         for text, keys, slot in (
@@ -286,17 +259,15 @@ class MainWindow(QMainWindow):
                             messages: Sequence[StoredMessage],
                             last_stats: SpecStats | None) -> None:
         self.system_prompt.set_text(conversation.system_prompt if conversation else "")
-        self.chat.set_messages([_message_view(m) for m in messages])
+        self.chat.set_messages([message_view(m) for m in messages])
         if last_stats is not None:
             self.gauge.show_stored(last_stats)
         reply = self.controller.reply
         if reply is not None and conversation is not None and reply.conversation_id == conversation.id:
-            if (widget := self.chat.message(reply.message_id)) is not None:
-                widget.set_streaming(True)
-                widget.set_content(reply.text, reply.spans)
+            self.chat.begin_stream(reply.message_id, reply.text, reply.spans)
 
     def message_added(self, message: StoredMessage) -> None:
-        self.chat.add_message(_message_view(message))
+        self.chat.add_message(message_view(message))
         if message.role == "user":
             self.input.clear()
 
@@ -304,37 +275,15 @@ class MainWindow(QMainWindow):
         self.chat.remove_from(from_message_id)
 
     def reply_started(self, reply: ActiveReply) -> None:
-        if (widget := self.chat.message(reply.message_id)) is not None:
-            widget.set_streaming(True)
-        self.chat.scroll_to_bottom()
+        self.chat.begin_stream(reply.message_id)
         spec = reply.speculation
         self.gauge.begin_reply(spec.mode, spec.draft_max, spec.adaptive)
-        self._next_render = 0.0
 
     def reply_progressed(self, reply: ActiveReply) -> None:
         if (last := reply.buffer.last) is not None:
             self.gauge.add_tokens(last.t, last.n_tokens)
-        self._render_reply()
-
-    def _reply_widget(self, reply: ActiveReply) -> MessageWidget | None:
-        if reply.conversation_id != self.controller.current_conversation:
-            return None
-        return self.chat.message(reply.message_id)
-
-    @Slot()
-    def _render_reply(self) -> None:
-        reply = self.controller.reply
-        if reply is None or (widget := self._reply_widget(reply)) is None:
-            return
-        now = time.monotonic()
-        if now < self._next_render:  # the last render was costly: render the latest later
-            if not self._render_timer.isActive():
-                self._render_timer.start(max(1, int((self._next_render - now) * 1000)))
-            return
-        widget.set_content(reply.text, reply.spans)
-        # Each render re-parses the reply's Markdown, which grows with the reply; keep
-        # that under a quarter of the GUI thread's time however long the reply gets.
-        self._next_render = now + 3 * (time.monotonic() - now)
+        if reply.conversation_id == self.controller.current_conversation:
+            self.chat.stream(reply.message_id, reply.text, reply.spans)
 
     def reply_stats(self, reply: ActiveReply) -> None:
         if reply.stats is not None:
@@ -342,24 +291,18 @@ class MainWindow(QMainWindow):
 
     def reply_finished(self, reply: ActiveReply, result: ReplyResult,
                        stored: StoredMessage | None) -> None:
-        self._render_timer.stop()
         fin = result.finished
-        if (widget := self._reply_widget(reply)) is not None:
-            widget.set_content(reply.text, reply.spans)
-            widget.set_streaming(False)
-            widget.set_footer(_message_view(stored).footer if stored is not None else
-                              reply_footer(fin.stats.to_dict(), fin.reason, fin.note))
+        footer = (message_view(stored).footer if stored is not None
+                  else reply_footer(fin.stats.to_dict(), fin.reason, fin.note))
+        self.chat.end_stream(reply.message_id, reply.text, reply.spans, footer)
         self.gauge.end_reply(fin.stats, result.plain_decode_tps, fin.note)
 
     def reply_failed(self, reply: ActiveReply, error: UserError) -> None:
-        self._render_timer.stop()
-        if (widget := self._reply_widget(reply)) is None:
-            return
-        if reply.text:
-            widget.set_streaming(False)
-            widget.set_footer(reply_footer(None, "error", error.message))
-        else:
+        if not reply.text:
             self.chat.remove_from(reply.message_id)
+        else:
+            self.chat.end_stream(reply.message_id, reply.text, reply.spans,
+                                 reply_footer(None, "error", error.message))
 
     def choose_draft_file(self) -> Path | None:
         return self._choose_gguf("Choose a draft model (same tokenizer as the target)")
@@ -375,7 +318,6 @@ class MainWindow(QMainWindow):
         return self.controller.send_message(self.input.toPlainText() if text is None else text)
 
     def regenerate(self, message_id: int | None = None) -> bool:
-        """Generate the last reply (or ``message_id`` and what follows) again."""
         return self.controller.regenerate(message_id)
 
     def edit_message(self, message_id: int) -> None:
@@ -391,7 +333,6 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def new_conversation(self) -> None:
-        """Start a new conversation (stored when its first message is sent)."""
         self.open_conversation(None)
         self.input.setFocus()
 
@@ -411,10 +352,6 @@ class MainWindow(QMainWindow):
     def _on_model_bar_open_draft_clicked(self) -> None:
         if (path := self.choose_draft_file()) is not None:
             self.controller.set_draft_model(path)
-
-    @Slot(object)
-    def _on_speculation_edited(self, speculation: SpeculationConfig) -> None:
-        self.controller.set_speculation(speculation)
 
     @Slot()
     def _on_model_bar_load_cancel_clicked(self) -> None:
@@ -437,18 +374,6 @@ class MainWindow(QMainWindow):
                                       "Delete this conversation and all its messages?")
         if answer == QMessageBox.StandardButton.Yes:
             self.controller.delete_conversation(conversation_id)
-
-    @Slot()
-    def _on_input_submitted(self) -> None:
-        if self.controller.reply is None:
-            self.send_message()
-
-    @Slot()
-    def _on_composer_send_clicked(self) -> None:
-        if self.controller.reply is not None:
-            self.controller.stop_reply()
-        else:
-            self.send_message()
 
     @Slot()
     def _on_composer_cancel_edit_clicked(self) -> None:
@@ -486,13 +411,8 @@ class MainWindow(QMainWindow):
     def open_race(self) -> None:
         """Open the race window on the loaded target with this conversation's prompt."""
         c = self.controller
-        if c.model_info is None:
-            return self.controller.report(UserError(
-                "No model", "Load a target model first, then race.", origin="race"))
-        if c.busy:
-            return self.controller.report(UserError(
-                "Busy", "Wait for the reply (or the load) to finish.", level="warning",
-                origin="race"))
+        if not c.can_race() or c.model_info is None:
+            return
         self._close_race_window()
         self.race_window = RaceWindow(
             self.bridge, c.model_info, sampling=self.settings.sampling,
@@ -524,7 +444,6 @@ class MainWindow(QMainWindow):
             ui.window_geometry = bytes(self.saveGeometry().toBase64().data()).decode()
             ui.splitter_state = bytes(self.splitter.saveState().toBase64().data()).decode()
             self._settings_timer.stop()
-            self._render_timer.stop()
             self._close_race_window()
             self.downloads.shutdown()  # pauses downloads; they are offered again next start
             if self.picker is not None:

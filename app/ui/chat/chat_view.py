@@ -14,11 +14,12 @@ scrolled up.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QUrl, Qt, Signal, Slot
+from PySide6.QtCore import QTimer, QUrl, Qt, Signal, Slot
 from PySide6.QtGui import QColor, QDesktopServices, QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
@@ -34,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE
 from app.options import SpecMode
+from app.store.history import StoredMessage
 from app.ui.chat.draft_tint import apply_tint, tinted_ranges
 from app.ui.chat.markdown_render import TINT_COLOR, render_markdown
 from app.ui.chat.starter_prompts import StarterPrompt, StarterPromptsWidget
@@ -99,6 +101,15 @@ def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
     if note:
         line = f"{line}\n{note}" if line else note
     return line
+
+
+def message_view(m: StoredMessage) -> MessageView:
+    """What a stored message shows: its text, draft spans, and for a finished reply the
+    statistics footer."""
+    footer = ""
+    if m.role == "assistant" and m.status == "done":
+        footer = reply_footer(m.stats, m.finish_reason, m.note)
+    return MessageView(m.id, m.role, m.content, m.draft_spans, footer, m.model)
 
 
 class MarkdownBrowserWidget(QTextBrowser):
@@ -291,7 +302,13 @@ class MessageWidget(QFrame):
 
 
 class ChatViewWidget(QScrollArea):
-    """The messages of the current conversation, newest at the bottom."""
+    """The messages of the current conversation, newest at the bottom.
+
+    A streaming reply (:meth:`stream`) is re-rendered as its text grows, except that
+    after a costly render (its Markdown grows with the reply) the next one waits, so
+    rendering takes at most a quarter of the GUI thread's time; the latest text is then
+    shown when the wait is over.
+    """
 
     edit_clicked = Signal(int)
     """A user message's Edit was clicked (message id)."""
@@ -319,6 +336,11 @@ class ChatViewWidget(QScrollArea):
         self._messages: list[MessageWidget] = []
         self._tint = True
         self._stick = True
+        self._next_render = 0.0  # time.monotonic() before which no re-render is due
+        self._pending: tuple[int, str, Sequence[tuple[int, int]]] | None = None
+        self._render_timer = QTimer(self)
+        self._render_timer.setSingleShot(True)
+        self._render_timer.timeout.connect(self._on_render_timer_timeout)
         bar = self.verticalScrollBar()
         bar.rangeChanged.connect(self._on_scrollbar_range_changed)
         bar.valueChanged.connect(self._on_scrollbar_value_changed)
@@ -383,6 +405,48 @@ class ChatViewWidget(QScrollArea):
         self._tint = tint
         for w in self._messages:
             w.set_tint(tint)
+
+    # -- a streaming reply --------------------------------------------------------------
+    def begin_stream(self, message_id: int, text: str = "",
+                     spans: Sequence[tuple[int, int]] = ()) -> None:
+        """Mark a reply as streaming (and show its text so far)."""
+        if (w := self.message(message_id)) is not None:
+            w.set_streaming(True)
+            w.set_content(text, spans)
+        self._next_render = 0.0
+        self.scroll_to_bottom()
+
+    def stream(self, message_id: int, text: str, spans: Sequence[tuple[int, int]]) -> None:
+        """The reply's text so far (see the class docstring for when it is rendered)."""
+        self._pending = (message_id, text, spans)
+        now = time.monotonic()
+        if now < self._next_render:
+            if not self._render_timer.isActive():
+                self._render_timer.start(max(1, int((self._next_render - now) * 1000)))
+            return
+        self._render_pending()
+
+    def end_stream(self, message_id: int, text: str, spans: Sequence[tuple[int, int]],
+                   footer: str) -> None:
+        """The reply ended: its final text and footer."""
+        self._render_timer.stop()
+        self._pending = None
+        if (w := self.message(message_id)) is not None:
+            w.set_content(text, spans)
+            w.set_streaming(False)
+            w.set_footer(footer)
+
+    @Slot()
+    def _on_render_timer_timeout(self) -> None:
+        self._render_pending()
+
+    def _render_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is None or (w := self.message(pending[0])) is None:
+            return
+        t0 = time.monotonic()
+        w.set_content(pending[1], pending[2])
+        self._next_render = t0 + 4 * (time.monotonic() - t0)
 
     def set_busy(self, busy: bool) -> None:
         """While a reply streams, Edit and Regenerate are disabled."""

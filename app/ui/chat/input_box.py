@@ -61,7 +61,9 @@ class ComposerWidget(QWidget):
     """Edit banner, input box, Send/Stop and Regenerate (see the module docstring)."""
 
     send_clicked = Signal()
-    """Send (or Stop, while a reply streams) was clicked."""
+    """Send was clicked, or Enter pressed in the box, while no reply streams."""
+    stop_clicked = Signal()
+    """Stop (the Send button while a reply streams) was clicked."""
     regenerate_clicked = Signal()
     """Regenerate was clicked."""
     cancel_edit_clicked = Signal()
@@ -92,7 +94,7 @@ class ComposerWidget(QWidget):
         buttons = QVBoxLayout()
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("primaryButton")
-        self.send_button.clicked.connect(self.send_clicked)
+        self.send_button.clicked.connect(self._on_send_button_clicked)
         self.regenerate_button = QPushButton("Regenerate")
         self.regenerate_button.setToolTip("Generate the last reply again (Ctrl+R)")
         self.regenerate_button.clicked.connect(self.regenerate_clicked)
@@ -100,10 +102,13 @@ class ComposerWidget(QWidget):
         buttons.addWidget(self.regenerate_button)
         ir.addLayout(buttons)
         col.addWidget(row)
+        self._streaming = False
+        self.input.submitted.connect(self._on_input_submitted)
 
     def set_state(self, *, streaming: bool, can_send: bool, can_regenerate: bool,
                   editing: bool, model_loaded: bool) -> None:
         """Buttons, banner and placeholder for the window's state."""
+        self._streaming = streaming
         self.send_button.setText("Stop" if streaming else "Send")
         self.send_button.setEnabled(streaming or can_send)
         self.send_button.setToolTip("Stop the reply (Esc)" if streaming else
@@ -113,3 +118,12 @@ class ComposerWidget(QWidget):
         self.input.setPlaceholderText("Message  (Enter sends, Shift+Enter adds a line)"
                                       if model_loaded else "Load a model to start chatting")
         self.input.viewport().update()  # the placeholder is painted by the viewport
+
+    @Slot()
+    def _on_send_button_clicked(self) -> None:
+        (self.stop_clicked if self._streaming else self.send_clicked).emit()
+
+    @Slot()
+    def _on_input_submitted(self) -> None:
+        if not self._streaming:
+            self.send_clicked.emit()
