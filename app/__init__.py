@@ -1,9 +1,11 @@
 """Tandem: a desktop chat app for local GGUF models built around speculative decoding.
 
-Layers (see DESIGN.md): ``app.engine`` (llama.cpp sessions, drafters, the speculative
-loop), ``app.catalog`` (GGUF metadata, draft pairing, downloads), ``app.store`` (history,
-settings, paths) are Qt-free; ``app.ui`` holds every widget; ``app.cli`` drives the same
-services from a terminal.
+Layers, top to bottom (docs/architecture.md): ``app.ui`` (every widget) and ``app.cli``
+(argparse and printing); ``app.chat`` (the service that owns the session and the chat
+logic); ``app.engine`` (llama.cpp sessions, drafters, the speculative loop, measurement);
+``app.catalog`` (GGUF headers, pairing, downloads) and ``app.launcher``; ``app.store``
+(history, settings, paths); ``app.options``, ``app.formatting``, ``app.errors``. Only
+``app.ui`` imports Qt.
 """
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""``python -m app.ui.picker``: the model picker on its own (no chat window).
+"""``python tools/picker_window.py``: the model picker on its own (no chat window).
 
 For trying the picker and for its screenshot: ``--target`` selects a model once the
 library is scanned, ``--drafter`` a drafter (``prompt-lookup``, ``off`` or a GGUF path),
@@ -13,13 +13,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from PySide6.QtCore import QTimer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from app.ui.launch import create_application
+from PySide6.QtCore import QTimer  # noqa: E402
+
+from app.ui.launch import create_application  # noqa: E402
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.ui.picker", description=__doc__)
+    parser = argparse.ArgumentParser(prog="tools/picker_window.py", description=__doc__)
     parser.add_argument("--target", type=Path, help="select this model as the target")
     parser.add_argument("--drafter", help="prompt-lookup, off, or the path of a draft GGUF")
     parser.add_argument("--tab", choices=["Library", "Catalog", "Downloads"], default="Library")

@@ -1,7 +1,7 @@
-"""Open the race window on its own: ``python -m app.ui.race --model M [options]``.
+"""Open the race window on its own: ``python tools/race_window.py --model M [options]``.
 
 For trying the race without the chat window (and for screenshots): loads the target (and
-optional draft model) on the GUI thread, offers the history store's conversations to the
+optional draft model) on a chat service, offers the history store's conversations to the
 prompt-lookup estimate, and with ``--start`` starts a race at once.
 """
 
@@ -12,10 +12,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the options, open the window, run until it is closed. Returns 0."""
-    p = argparse.ArgumentParser(prog="python -m app.ui.race", description=__doc__)
+    p = argparse.ArgumentParser(prog="tools/race_window.py", description=__doc__)
     p.add_argument("--model", required=True, type=Path, help="target model GGUF")
     p.add_argument("--draft", type=Path, help="draft model GGUF (default: prompt lookup)")
     p.add_argument("--example", default=None, help="a builtin example prompt, e.g. rename-variable")
@@ -32,24 +34,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--size", default=None, metavar="WxH", help="window size, e.g. 1400x900")
     args = p.parse_args(argv)
 
-    from app.engine.session import Session, SessionConfig
-    from app.options import SamplingParams, SpeculationConfig
+    from app.chat.service import ChatService
+    from app.engine.session import SessionConfig
+    from app.options import SamplingParams, SpecMode, SpeculationConfig
     from app.store.history import HistoryError, HistoryStore
     from app.ui.launch import create_application
     from app.ui.race import RaceWindow, conversations_from_history
+    from app.ui.service_bridge import ServiceBridge
 
     qapp = create_application(sys.argv[:1])
-    session = Session.open(SessionConfig(target_path=args.model, draft_path=args.draft,
-                                         n_ctx=args.n_ctx, n_threads=args.threads))
+    service = ChatService()
+    bridge = ServiceBridge(service)
     try:
+        model = service.load(SessionConfig(target_path=args.model, draft_path=args.draft,
+                                           n_ctx=args.n_ctx, n_threads=args.threads)).result()
         try:
             with HistoryStore.open() as store:
                 conversations = conversations_from_history(store)
         except HistoryError:
             conversations = []
-        mode = "draft-model" if args.draft else "prompt-lookup"
+        mode = SpecMode.DRAFT_MODEL if args.draft else SpecMode.PROMPT_LOOKUP
         window = RaceWindow(
-            session,
+            bridge, model,
             sampling=SamplingParams(temperature=args.temp, seed=args.seed,
                                     max_tokens=args.max_tokens),
             speculation=SpeculationConfig(mode=mode, draft_max=args.k, adaptive=args.adaptive),
@@ -67,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = qapp.exec()
         window.shutdown()
     finally:
-        session.close()
+        bridge.shutdown()
     return int(status)
 
 
