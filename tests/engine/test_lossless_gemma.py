@@ -1,7 +1,7 @@
 """Speculation on equals off on the real Gemma 3 270M Q4_K_M, 20 prompts.
 
 On this CPU backend, passes of 1–3 tokens give bit-identical logits while passes of 4 or
-more take another kernel path (ENV.md: "8- and 16-token passes disagreed once"), so the
+more take another kernel path (8- and 16-token passes were seen to disagree), so the
 exact-equality test uses k = 2 (verification batches of 3). With a draft model equal to
 the target and with prompt lookup, greedy and at temperature 0.8 with a fixed seed, the
 token ids must be identical. For k = 4 the outputs may part at a near-tie; that test

@@ -5,7 +5,7 @@ every 0.1 s), but the panel repaints from a 100 ms timer and only when something
 so it never repaints more than 10 times a second. While a reply streams it shows that
 reply; afterwards it keeps the last reply's final figures.
 
-Figures (see DESIGN.md): decode tok/s rolling over the last second and for the whole
+Figures (the field's terms, :mod:`app.engine.stats`): decode tok/s rolling over the last second and for the whole
 reply; acceptance rate α; mean acceptance length τ; acceptance by draft position 1..k;
 draft cost ratio c; predicted speedup E(α, k) / (1 + c·k) next to the measured speedup,
 which is this reply's decode tok/s over the decode tok/s of the latest plain reply of the

@@ -27,7 +27,7 @@ class ModelsChosen:
         target_path: the target model (part 1 of a split model).
         draft_path: the draft model, or None when the drafter is prompt lookup or off.
         speculation_mode: ``draft-model``, ``prompt-lookup`` or ``off``
-            (:attr:`app.store.settings.SpeculationSettings.mode`).
+            (:class:`app.options.SpecMode`).
     """
 
     target_path: Path

@@ -1,6 +1,6 @@
 """The speedup calculator: α, k and c give E and the predicted speedup.
 
-Formulas (DESIGN.md; Leviathan, Kalman & Matias 2023, eq. 1 and Theorem 3.8), computed by
+Formulas (Leviathan, Kalman & Matias 2023, eq. 1 and Theorem 3.8), computed by
 :func:`app.engine.stats.calculate_speedup`:
 
 * expected tokens per round  E(α, k) = (1 − α^(k+1)) / (1 − α)   (k + 1 at α = 1)
