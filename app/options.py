@@ -32,22 +32,12 @@ class SpecMode(str, Enum):
     """How a reply is drafted. The value is the word stored in settings, statistics and
     JSON; :attr:`label` is what a picker shows; :attr:`words` fits inside a sentence.
 
-    To add a drafter, add one member ``NAME = (value, label, words)``.
+    To add a drafter, add a member here and its two texts to :data:`_TEXTS` below.
     """
 
-    label: str
-    words: str
-
-    OFF = ("off", "Off", "no speculation")
-    PROMPT_LOOKUP = ("prompt-lookup", "Prompt lookup", "prompt lookup")
-    DRAFT_MODEL = ("draft-model", "Draft model", "draft model")
-
-    def __new__(cls, value: str, label: str, words: str) -> SpecMode:
-        member = str.__new__(cls, value)
-        member._value_ = value
-        member.label = label
-        member.words = words
-        return member
+    OFF = "off"
+    PROMPT_LOOKUP = "prompt-lookup"
+    DRAFT_MODEL = "draft-model"
 
     def __str__(self) -> str:
         return str(self.value)
@@ -56,6 +46,24 @@ class SpecMode(str, Enum):
     def _missing_(cls, value: object) -> SpecMode | None:
         # "plain" is how statistics stored before this vocabulary existed said "off".
         return cls.OFF if value == "plain" else None
+
+    @property
+    def label(self) -> str:
+        """The mode in a picker: "Off", "Prompt lookup", "Draft model"."""
+        return _TEXTS[self][0]
+
+    @property
+    def words(self) -> str:
+        """The mode inside a sentence: "no speculation", "prompt lookup", "draft model"."""
+        return _TEXTS[self][1]
+
+
+#: (label, words) of every mode
+_TEXTS: dict[SpecMode, tuple[str, str]] = {
+    SpecMode.OFF: ("Off", "no speculation"),
+    SpecMode.PROMPT_LOOKUP: ("Prompt lookup", "prompt lookup"),
+    SpecMode.DRAFT_MODEL: ("Draft model", "draft model"),
+}
 
 
 _M = TypeVar("_M", bound=BaseModel)

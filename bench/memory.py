@@ -67,10 +67,10 @@ def child_tandem(args: argparse.Namespace) -> dict[str, Any]:
     import tracemalloc
 
     tracemalloc.start()
-    from app.engine.measure.bench import generate_once
-    from app.engine.measure.prompts import PreparedPrompt
     from app.engine.chat import tokenize_plain
     from app.engine.llama import lib
+    from app.engine.measure.bench import generate_once
+    from app.engine.measure.prompts import PreparedPrompt
     from app.engine.session import Session, SessionConfig
     from app.options import SamplingParams, SpeculationConfig
 

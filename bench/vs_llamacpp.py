@@ -39,9 +39,9 @@ from typing import Any
 
 import _common as C
 
+from app.engine.chat import tokenize_plain
 from app.engine.measure.bench import generate_once
 from app.engine.measure.prompts import PreparedPrompt, load_prompts
-from app.engine.chat import tokenize_plain
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpeculationConfig
 

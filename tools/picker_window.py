@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from PySide6.QtCore import QTimer  # noqa: E402
+from PySide6.QtCore import QTimer
 
-from app.ui.launch import create_application  # noqa: E402
+from app.ui.launch import create_application
 
 
 def main(argv: Sequence[str] | None = None) -> int:

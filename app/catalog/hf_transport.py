@@ -24,7 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ RETRY_WAIT_S = 1.0
 
 
 @contextlib.contextmanager
-def open_stream(method: str, url: str, headers: dict[str, str], *,
+def open_stream(method: Literal["GET", "HEAD"], url: str, headers: dict[str, str], *,
                 transfer: bool = False) -> Iterator[Any]:
     """A streamed ``httpx`` response from the hub's HTTP client, redirects followed. The
     caller checks the status (``huggingface_hub.hf_raise_for_status``) and reads

@@ -46,11 +46,17 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urljoin, urlparse
 
+from app.catalog.gguf_meta import (
+    GGUFVocab,
+    IncompleteHeaderError,
+    parse_gguf_head,
+    split_part_names,
+    split_parts,
+)
 from app.catalog.hf_transport import CHUNK_BYTES, download_to, open_stream
-from app.catalog.gguf_meta import GGUFVocab, IncompleteHeaderError, parse_gguf_head, split_part_names, split_parts
 from app.catalog.pairing import PairResult, check_pair
-from app.formatting import format_bytes
 from app.errors import DownloadError, GGUFError, TandemError
+from app.formatting import format_bytes
 from app.store.files import write_json_atomic
 
 if TYPE_CHECKING:

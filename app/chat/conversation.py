@@ -721,4 +721,4 @@ class ChatController:
             self.store.close()
             self.store = None
         # No reference back to the window: it is freed as soon as its owner lets go.
-        self.view = _NoView()  # type: ignore[assignment]
+        self.view = _NoView()

@@ -180,8 +180,7 @@ def _remote(spec: str) -> Any:
 
 
 def _run_drafts(args: argparse.Namespace) -> int:
-    from app.catalog.library import Library, drafts_for, inspect_model_file
-    from app.catalog.library import ModelFile
+    from app.catalog.library import Library, ModelFile, drafts_for, inspect_model_file
 
     target_path = args.target.expanduser().absolute()
     target = inspect_model_file(ModelFile(target_path, (target_path,), (), "file"))
@@ -299,7 +298,12 @@ def _run_download(args: argparse.Namespace) -> int:
 
 
 def _run_config(args: argparse.Namespace) -> int:
-    from app.catalog.library import Library, current_models_dir, load_library_config, save_library_config
+    from app.catalog.library import (
+        Library,
+        current_models_dir,
+        load_library_config,
+        save_library_config,
+    )
 
     config = load_library_config()
     changed = False

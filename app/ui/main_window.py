@@ -52,6 +52,7 @@ from app.ui.race import RaceWindow, conversations_from_history
 from app.ui.sampling_panel import SamplingSettingsWidget
 from app.ui.service_bridge import ServiceBridge
 
+
 class MainWindow(QMainWindow):
     """Tandem's window. See the module docstring.
 

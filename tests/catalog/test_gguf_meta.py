@@ -14,7 +14,14 @@ from gguf import GGUFReader, GGUFValueType
 from app.catalog import gguf_meta
 from app.catalog.gguf_meta import GGUFInfo, inspect_gguf, load_vocab
 from app.errors import GGUFError
-from tests.catalog.ggufs import patch, tensor_offset_field, token_list, u64, write_small_model, write_vocab_gguf
+from tests.catalog.ggufs import (
+    patch,
+    tensor_offset_field,
+    token_list,
+    u64,
+    write_small_model,
+    write_vocab_gguf,
+)
 from tests.synthetic import write_tiny_llama
 
 

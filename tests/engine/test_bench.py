@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from app.engine.chat import tokenize_plain
 from app.engine.measure.bench import (
     RunRecord,
     first_difference,
@@ -24,11 +25,10 @@ from app.engine.measure.bench import (
     summarize,
     token_latencies,
 )
-from app.engine.measure.prompts import BenchPrompt, PreparedPrompt, load_prompts, prepare_prompt
-from app.engine.measure.sweep import k_sweep_from_records, run_k_sweep
-from app.engine.chat import tokenize_plain
 from app.engine.measure.lookup import estimate_lookup_hit_rate, lookup_hits
+from app.engine.measure.prompts import BenchPrompt, PreparedPrompt, load_prompts, prepare_prompt
 from app.engine.measure.race import run_race
+from app.engine.measure.sweep import k_sweep_from_records, run_k_sweep
 from app.engine.session import Session, SessionConfig
 from app.engine.stats import (
     SpecStats,

@@ -12,12 +12,11 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QThread  # noqa: E402
+from PySide6.QtCore import QThread
 
-from app.options import SamplingParams, SpecMode, SpeculationConfig  # noqa: E402
-from app.store.settings import LoadedSettings, Settings, save_settings  # noqa: E402
-
-from app.ui.qt_compat import apply_qt_workarounds  # noqa: E402
+from app.options import SamplingParams, SpecMode, SpeculationConfig
+from app.store.settings import LoadedSettings, Settings, save_settings
+from app.ui.qt_compat import apply_qt_workarounds
 
 # PySide6 6.12.0 on Python 3.11 drops a reference to None in every void call (see
 # app/ui/qt_compat.py); pytest-qt's own waiting makes thousands of such calls.

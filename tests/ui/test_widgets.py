@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QThread, Qt
+from PySide6.QtCore import Qt, QThread
 from PySide6.QtWidgets import QApplication
 
 from app.engine.stats import SpecStats

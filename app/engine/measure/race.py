@@ -20,10 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.measure.bench import first_difference, generate_once
-from app.engine.measure.prompts import PreparedPrompt
 from app.engine.events import Event, Finished
 from app.engine.llama import LlamaModel
+from app.engine.measure.bench import first_difference, generate_once
+from app.engine.measure.prompts import PreparedPrompt
 from app.engine.session import Session
 from app.engine.stats import SpecStats
 from app.options import SamplingParams, SpecMode, SpeculationConfig

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QTimer, QUrl, Qt, Signal, Slot
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal, Slot
 from PySide6.QtGui import QColor, QDesktopServices, QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
@@ -139,7 +139,7 @@ class MarkdownBrowserWidget(QTextBrowser):
         self.anchorClicked.connect(self._on_self_anchor_clicked)
         self.setFixedHeight(24)
 
-    def loadResource(self, type: int, name: QUrl | str) -> Any:  # noqa: A002 (Qt's name)
+    def loadResource(self, type: int, name: QUrl | str) -> Any:
         return None
 
     @Slot(QUrl)

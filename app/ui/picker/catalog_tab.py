@@ -17,13 +17,12 @@ environment takes precedence, and the tab says so.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 
-import os
-
 from pydantic import ValidationError
-from PySide6.QtCore import QThreadPool, Qt, Signal, Slot
+from PySide6.QtCore import Qt, QThreadPool, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
@@ -52,9 +51,9 @@ from app.catalog.hub import (
     resolve_endpoint,
 )
 from app.catalog.library import Library
-from app.formatting import format_bytes
-from app.errors import TandemError
 from app.chat.events import UserError
+from app.errors import TandemError
+from app.formatting import format_bytes
 from app.ui.picker.downloads import DownloadQueue
 from app.ui.picker.library_tab import top_items
 from app.ui.picker.pair_check import PairCheckWidget

@@ -36,8 +36,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.catalog.hub import Download, DownloadProgress, pending_downloads
-from app.errors import TandemError
 from app.chat.events import UserError
+from app.errors import TandemError
 from app.ui.picker.formatting import format_download
 from app.ui.picker.payloads import DownloadEnded, DownloadProgressed
 from app.ui.picker.workers import DownloadSignals, DownloadWorker

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from app.catalog.hub import DownloadProgress
 from app.catalog.library import Source
-from app.formatting import MISSING, format_bytes, format_duration, or_dash
 from app.engine.stats import predicted_speedup
+from app.formatting import MISSING, format_bytes, format_duration, or_dash
 
 #: The acceptance rate assumed for the "predicted speedup" column of the draft list.
 #: α depends on the text (code and repetition: high; free prose: lower); 0.7 is a

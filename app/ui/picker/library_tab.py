@@ -40,11 +40,11 @@ from PySide6.QtWidgets import (
 
 from app.catalog.library import Library, LibraryEntry, drafts_for
 from app.catalog.pairing import DraftCandidate
+from app.chat.events import UserError
 from app.engine.stats import predicted_speedup
 from app.errors import TandemError
 from app.formatting import format_bytes, format_parameters
 from app.options import SpecMode
-from app.chat.events import UserError
 from app.ui.picker.formatting import (
     ASSUMED_ACCEPTANCE_RATE,
     format_cost_ratio,

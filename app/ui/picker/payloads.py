@@ -15,8 +15,8 @@ from typing import Literal
 from app.catalog.hub import DownloadProgress, RemoteFile, RemoteGGUF, RemotePairCheck
 from app.catalog.library import LibraryEntry
 from app.catalog.pairing import DraftCandidate
-from app.options import SpecMode
 from app.chat.events import UserError
+from app.options import SpecMode
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,17 +20,17 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QThreadPool, Qt, Signal, Slot
+from PySide6.QtCore import QCoreApplication, Qt, QThreadPool, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QIcon, QShowEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QTabWidget, QVBoxLayout, QWidget
 
 from app.catalog.curated import CuratedPair
 from app.catalog.library import Library
+from app.chat.events import UserError
 from app.formatting import format_bytes
 from app.store import paths
 from app.store.settings import Settings, load_settings, save_settings
 from app.ui.panels import MessageBarWidget
-from app.chat.events import UserError
 from app.ui.picker.catalog_tab import CatalogTabWidget
 from app.ui.picker.downloads import DownloadJobState, DownloadQueue, DownloadsTabWidget
 from app.ui.picker.library_tab import LibraryTabWidget

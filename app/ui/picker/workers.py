@@ -27,8 +27,8 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, QRunnable, Signal
 
 from app.catalog.hub import Download, DownloadProgress, DownloadStopped
-from app.ui.picker.payloads import DownloadEnded, DownloadProgressed, TaskOutcome
 from app.chat.failures import user_error
+from app.ui.picker.payloads import DownloadEnded, DownloadProgressed, TaskOutcome
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.formatting import or_dash
 from app.chat.recording import LaneCounters, LaneRecording, counters_at, draft_spans, visible_chars
+from app.formatting import or_dash
 
 #: background of text that came from accepted draft tokens (the chat view's tint)
 DRAFT_TINT = QColor("#fde7c4")

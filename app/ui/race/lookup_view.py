@@ -32,10 +32,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.formatting import or_dash
 from app.chat.history_source import PastConversation, measured_lookup_alpha
 from app.engine.measure.lookup import LookupEstimate
 from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE
+from app.formatting import or_dash
 
 #: rule of thumb for the verdict: best-n hit rate at or above which lookup clearly pays
 WORTH_IT = 0.30

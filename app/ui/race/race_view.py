@@ -34,9 +34,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.ui.race.lane_pane import RaceLaneWidget
 from app.chat.recording import RaceRecording
 from app.formatting import draft_length_words
+from app.ui.race.lane_pane import RaceLaneWidget
 from app.ui.race.report import (
     difference_text,
     identical_text,

@@ -47,19 +47,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat.events import JobDone, JobFailed, ModelInfo, UserError
+from app.chat.history_source import PastConversation
 from app.chat.measure import start_lookup_estimate, start_race, start_sweep
 from app.chat.recording import RaceRecording
-from app.chat.service import Job
-from app.engine.measure.lookup import LookupEstimate
-from app.engine.measure.prompts import BenchPrompt, load_prompts
-from app.engine.measure.sweep import KSweepResult
-from app.engine.chat import ChatMessage
-from app.errors import TandemError
-from app.options import K_MAX, SamplingParams, SpecMode, SpeculationConfig
-from app.ui.qt_compat import apply_qt_workarounds
-from app.ui.race.calculator import SpeedupCalculatorWidget
-from app.chat.history_source import PastConversation
-from app.ui.race.lookup_view import LookupEstimateWidget
 from app.chat.requests import (
     LookupRequest,
     PromptSpec,
@@ -68,8 +58,18 @@ from app.chat.requests import (
     SweepProgressed,
     SweepRequest,
 )
-from app.ui.race.race_view import RaceViewWidget
+from app.chat.service import Job
+from app.engine.chat import ChatMessage
+from app.engine.measure.lookup import LookupEstimate
+from app.engine.measure.prompts import BenchPrompt, load_prompts
+from app.engine.measure.sweep import KSweepResult
+from app.errors import TandemError
 from app.formatting import draft_length_words
+from app.options import K_MAX, SamplingParams, SpecMode, SpeculationConfig
+from app.ui.qt_compat import apply_qt_workarounds
+from app.ui.race.calculator import SpeedupCalculatorWidget
+from app.ui.race.lookup_view import LookupEstimateWidget
+from app.ui.race.race_view import RaceViewWidget
 from app.ui.race.sweep_view import KSweepWidget
 from app.ui.service_bridge import ServiceBridge
 

@@ -40,9 +40,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.measure.sweep import DEFAULT_SWEEP_KS, KSweepPoint, KSweepResult
 from app.formatting import or_dash
 from app.options import parse_draft_lengths
-from app.engine.measure.sweep import DEFAULT_SWEEP_KS, KSweepPoint, KSweepResult
 
 _MEASURED = QColor("#2b6cb0")
 _PREDICTED = QColor("#dd6b20")

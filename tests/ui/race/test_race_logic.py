@@ -7,18 +7,12 @@ import dataclasses
 
 import pytest
 
-from app.engine.events import StatsUpdate, TextDelta
-from app.engine.measure.lookup import LookupEstimate, NgramHits
-from app.engine.measure.race import RaceLane, RaceResult
-from app.engine.stats import SpecStats
-from app.store.history import HistoryStore
 from app.chat.history_source import (
     PastConversation,
     PastMessage,
     conversations_from_history,
     measured_lookup_alpha,
 )
-from app.ui.race.lookup_view import verdict
 from app.chat.recording import (
     LaneRecorder,
     LaneRecording,
@@ -28,13 +22,19 @@ from app.chat.recording import (
     draft_spans,
     visible_chars,
 )
+from app.engine.events import StatsUpdate, TextDelta
+from app.engine.measure.lookup import LookupEstimate, NgramHits
+from app.engine.measure.race import RaceLane, RaceResult
+from app.engine.stats import SpecStats
+from app.options import parse_draft_lengths as parse_ks
+from app.store.history import HistoryStore
+from app.ui.race.lookup_view import verdict
 from app.ui.race.report import (
     CPU_KERNEL_NOTE,
     difference_text,
     race_markdown,
     race_table_rows,
 )
-from app.options import parse_draft_lengths as parse_ks
 
 
 def _lane(label: str, ids: tuple[int, ...], times: tuple[float, ...], text: str,

@@ -1,0 +1,44 @@
+"""The one speculation and sampling vocabulary (app/options.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.engine.stats import SpecStats
+from app.options import K_MAX, SamplingParams, SpecMode, SpeculationConfig, parse_draft_lengths
+
+
+def test_every_mode_has_its_words_and_reads_back_from_its_value() -> None:
+    for mode in SpecMode:
+        assert mode.label and mode.words
+        assert SpecMode(mode.value) is mode and json.dumps(mode) == f'"{mode.value}"'
+    assert SpecMode("plain") is SpecMode.OFF  # statistics stored before the rename
+
+
+def test_with_changes_validates_and_model_copy_would_not() -> None:
+    spec = SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP)
+    assert spec.with_changes(draft_max=K_MAX).draft_max == K_MAX
+    with pytest.raises(ValueError):
+        spec.with_changes(draft_max=K_MAX + 1)
+    with pytest.raises(ValueError):
+        SamplingParams().with_changes(top_p=0.0)
+    assert spec.with_changes(mode="draft-model").mode is SpecMode.DRAFT_MODEL
+
+
+def test_draft_lengths_parse_with_the_one_limit() -> None:
+    assert parse_draft_lengths("8, 1;2 2") == (1, 2, 8)
+    for bad in ("", "x", "0", str(K_MAX + 1)):
+        with pytest.raises(ValueError):
+            parse_draft_lengths(bad)
+
+
+def test_statistics_stored_before_the_counters_were_renamed_still_read() -> None:
+    old = {"mode": "plain", "emitted": 5, "drafted": 0, "drafted_at": []}
+    assert SpecStats.from_dict(old).mode is SpecMode.OFF
+    lookup = SpecStats.from_dict({"mode": "prompt-lookup", "drafted": 8, "accepted": 6,
+                                  "proposed": 10, "drafted_at": [4, 4]})
+    assert (lookup.verified, lookup.verified_at, lookup.acceptance_rate) == (8, (4, 4), 0.75)
+    again = SpecStats.from_dict(lookup.to_dict())
+    assert again == lookup and lookup.to_dict()["mode"] == "prompt-lookup"
