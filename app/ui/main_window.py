@@ -139,6 +139,7 @@ class MainWindow(QMainWindow):
                                        self.settings.speculation)
         self.side_tabs.addTab(self.gauge, "Speculation")
         self.side_tabs.addTab(self.sampling_panel, "Sampling")
+        self.splitter.addWidget(self.side_tabs)
         for i, stretch in enumerate((0, 1, 0)):
             self.splitter.setStretchFactor(i, stretch)
         self.splitter.setSizes([220, 760, 320])

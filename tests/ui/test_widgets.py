@@ -148,6 +148,9 @@ def test_first_run_offers_the_demo_model_and_open_gguf(qtbot) -> None:
         assert w.welcome.demo_button.isVisibleTo(w) and w.welcome.open_button.isVisibleTo(w)
         assert not w.send_button.isEnabled()
         assert w.message_bar.current is None
+        # the three panes are laid out: conversations, chat, and the gauge/sampling tabs
+        assert [w.splitter.widget(i) for i in (0, 2)] == [w.conversations, w.side_tabs]
+        assert w.gauge.isVisibleTo(w) and min(w.splitter.sizes()) > 0
     finally:
         w.close()
 
