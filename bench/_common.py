@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,19 @@ def write_result(name: str, data: dict[str, Any]) -> Path:
     path = OUT / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     return path
+
+
+def report(name: str, data: dict[str, Any], as_json: bool,
+           print_text: Callable[[dict[str, Any]], None]) -> int:
+    """Write the result (:func:`write_result`), print it as JSON or with ``print_text``,
+    say where it went on stderr; returns the exit status 0."""
+    path = write_result(name, data)
+    if as_json:
+        print(json.dumps(data, indent=1))
+    else:
+        print_text(data)
+    print(f"written: {path}", file=sys.stderr)
+    return 0
 
 
 def median(values: list[float]) -> float | None:

@@ -202,13 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         t["after_generate"].get("VmPeak", 0) < full and t["tracemalloc_peak"] < full // 8
         for t in (t1, t2)
     )
-    path = C.write_result("memory", result)
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        _print(result)
-    print(f"written: {path}", file=sys.stderr)
-    return 0
+    return C.report("memory", result, args.json, _print)
 
 
 def _mb(b: float) -> str:

@@ -215,13 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                                              if r["tandem_spec_adaptive"]["tps"]]),
         }
     result["summary"] = summary
-    path = C.write_result("vs_llamacpp", result)
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        _print_summary(result)
-    print(f"written: {path}", file=sys.stderr)
-    return 0
+    return C.report("vs_llamacpp", result, args.json, _print_summary)
 
 
 def _progress(row: dict[str, Any]) -> None:
