@@ -92,13 +92,15 @@ def test_stop_mid_reply_stops_within_one_round_and_keeps_partial(
 
     monkeypatch.setattr(Session, "chat", recording_chat)
     cancel_times: list[float] = []
-    original_stop = window.controller.stop_reply
+    from app.chat.service import Job
 
-    def stop() -> None:
+    original_cancel = Job.cancel
+
+    def cancel(self: Job) -> None:  # the Stop button cancels the reply's job
         cancel_times.append(time.perf_counter())
-        original_stop()
+        original_cancel(self)
 
-    monkeypatch.setattr(window.controller, "stop_reply", stop)
+    monkeypatch.setattr(Job, "cancel", cancel)
     window.settings.sampling = window.settings.sampling.with_changes(max_tokens=400)
     window.settings.speculation = window.settings.speculation.with_changes(draft_max=3)
     assert window.send_message("Repeat the word hello two hundred times: hello hello hello hello")
