@@ -45,7 +45,7 @@ from app.ui.chat.markdown_render import warm_up as warm_up_markdown
 from app.ui.chat.starter_prompts import load_starter_prompts
 from app.ui.gauge.gauge_panel import SpeculationGaugeWidget
 from app.ui.model_bar import ModelBarWidget
-from app.ui.panels import MessageBarWidget, SystemPromptWidget, WelcomeWidget
+from app.ui.panels import MessageBarWidget, SystemPromptWidget, WelcomeWidget, status_text
 from app.ui.picker import DownloadQueue, ModelPickerWindow, ModelsChosen
 from app.ui.qt_compat import apply_qt_workarounds
 from app.ui.race import RaceWindow, conversations_from_history
@@ -217,19 +217,8 @@ class MainWindow(QMainWindow):
         show_welcome = c.model_info is None and not c.loading and not c.has_messages
         self.stack.setCurrentWidget(self.welcome if show_welcome else self.chat)
         self.sampling_panel.set_pending_reload(c.pending_reload)
-        self.status_label.setText(self._status_text())
-
-    def _status_text(self) -> str:
-        c = self.controller
-        if c.loading:
-            return "Loading…"
-        if (info := c.model_info) is None:
-            return "No model loaded"
-        where = f"GPU {info.n_gpu_layers}/{info.n_layer} layers" if info.n_gpu_layers else "CPU only"
-        text = f"{info.target_path.name} · context {info.n_ctx} · {where}"
-        if info.uses_fallback_template:
-            text += " · base model: plain User/Assistant transcript"
-        return text + (" · generating…" if c.reply is not None else "")
+        self.status_label.setText(status_text(c.model_info, loading=c.loading,
+                                              generating=c.reply is not None))
 
     def loading_changed(self, loading: bool, fraction: float | None, what: str) -> None:
         self.model_bar.progress.setRange(0, 0 if fraction is None else 1000)

@@ -1,5 +1,5 @@
 """Small panels of the main window: the message bar (errors and warnings), the first-run
-welcome, and the per-conversation system prompt editor."""
+welcome, the per-conversation system prompt editor, and the status line's text."""
 
 from __future__ import annotations
 
@@ -15,7 +15,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.chat.events import UserError
+from app.chat.events import ModelInfo, UserError
+
+
+def status_text(info: ModelInfo | None, *, loading: bool, generating: bool) -> str:
+    """The status bar: the model, its context and where it runs (or what is going on)."""
+    if loading:
+        return "Loading…"
+    if info is None:
+        return "No model loaded"
+    where = f"GPU {info.n_gpu_layers}/{info.n_layer} layers" if info.n_gpu_layers else "CPU only"
+    text = f"{info.target_path.name} · context {info.n_ctx} · {where}"
+    if info.uses_fallback_template:
+        text += " · base model: plain User/Assistant transcript"
+    return text + (" · generating…" if generating else "")
 
 
 class MessageBarWidget(QFrame):

@@ -539,12 +539,12 @@ def test_empty_chat_offers_starters_for_a_base_model_and_one_click_sends(qtbot, 
     # Gemma 3 270M has no chat template: continuations are offered, and a click sends.
     from app.ui.chat.starter_prompts import load_starter_prompts
 
-    assert window.model_info.uses_fallback_template
+    assert window.controller.model_info.uses_fallback_template
     starters = window.chat.starters
     assert starters.isVisible()
     assert starters.prompts == load_starter_prompts(False)
     starters.buttons[0].click()
-    assert window.reply is not None and not starters.isVisible()
+    assert window.controller.reply is not None and not starters.isVisible()
     wait_reply(qtbot, window)
     [user, reply] = _stored_reply(window)
     assert user.content == load_starter_prompts(False)[0].prompt and reply.status == "done"
@@ -559,9 +559,10 @@ def test_instruct_model_gets_the_instruct_starters(qtbot, ui_settings: Settings,
     w = MainWindow(LoadedSettings(ui_settings))
     qtbot.addWidget(w)
     w.show()
-    qtbot.waitUntil(lambda: w.model_info is not None or w.message_bar.current is not None,
+    c = w.controller
+    qtbot.waitUntil(lambda: c.model_info is not None or w.message_bar.current is not None,
                     timeout=LOAD_TIMEOUT_MS)
-    assert w.model_info is not None and not w.model_info.uses_fallback_template
+    assert c.model_info is not None and not c.model_info.uses_fallback_template
     assert w.chat.starters.isVisible()
     assert w.chat.starters.prompts == load_starter_prompts(True)
     w.close()

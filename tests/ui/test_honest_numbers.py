@@ -10,10 +10,10 @@ from app.ui.gauge.gauge_panel import SpeculationGaugeWidget
 
 def _stats(drafted: int, accepted: int, **kw: object) -> SpecStats:
     base = dict(mode="prompt-lookup", draft_max=4, emitted=accepted + 10, rounds=10,
-                draft_rounds=max(1, drafted // 4) if drafted else 0, drafted=drafted,
+                draft_rounds=max(1, drafted // 4) if drafted else 0, verified=drafted,
                 proposed=drafted, accepted=accepted, decode_time=1.0, draft_time=0.001,
                 target_step_time=0.02, accepted_at=(accepted, 0, 0, 0),
-                drafted_at=(drafted, 0, 0, 0))
+                verified_at=(drafted, 0, 0, 0))
     base.update(kw)
     return SpecStats(**base)  # type: ignore[arg-type]
 

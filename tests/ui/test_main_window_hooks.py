@@ -75,7 +75,7 @@ def test_a_model_opened_in_the_chat_window_is_listed_in_the_library(qtbot, windo
     # Issue 9: a model opened with Open GGUF… was not listed until its folder was added.
     from app.catalog.library import load_library_config
 
-    target = window.model_info.target_path  # loaded from .cache/test-models, not the models folder
+    target = window.controller.model_info.target_path  # loaded from .cache/test-models, not the models folder
     assert target in load_library_config().files
     window.model_bar.models_button.click()
     picker = window.picker

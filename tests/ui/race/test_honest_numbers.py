@@ -7,21 +7,24 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.bench import KSweepPoint, KSweepResult
-from app.engine.lookup_estimate import LookupEstimate, NgramHits
-from app.engine.sampling import SamplingParams
-from app.engine.session import Session, SpeculationConfig
+from app.chat.service import describe_session
+from app.engine.measure.lookup import LookupEstimate, NgramHits
+from app.engine.measure.sweep import KSweepPoint, KSweepResult
 from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE, predicted_speedup
+from app.options import SamplingParams, SpeculationConfig
 from app.ui.race import RaceWindow
 from app.ui.race.calculator import SpeedupCalculatorWidget
 from app.ui.race.lookup_view import LookupEstimateWidget, LookupMeasurement, verdict
 from app.ui.race.sweep_view import KSweepWidget
+from app.ui.service_bridge import ServiceBridge
+from tests.ui.race.conftest import session_of
 
 RACE_TIMEOUT_MS = 240_000
 
 
-def test_lane_header_keeps_the_k_of_the_race_shown(qtbot, tiny_session: Session) -> None:
-    w = RaceWindow(tiny_session, sampling=SamplingParams(temperature=0.0, seed=1, max_tokens=12),
+def test_lane_header_keeps_the_k_of_the_race_shown(qtbot, tiny_bridge: ServiceBridge) -> None:
+    info = describe_session(session_of(tiny_bridge), 0.0)
+    w = RaceWindow(tiny_bridge, info, sampling=SamplingParams(temperature=0.0, seed=1, max_tokens=12),
                    speculation=SpeculationConfig(mode="draft-model", draft_max=4, adaptive=True),
                    prompt="▁def ▁x ( ▁y ) : ▁return ▁y")
     qtbot.addWidget(w)

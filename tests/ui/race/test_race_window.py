@@ -209,7 +209,7 @@ def test_gemma_race_is_identical_replays_and_exports(qtbot, gemma_bridge: Servic
     assert "acceptance rate α" in text and "predicted speedup" in text
     assert r.off.text in text and "## Speculation off" in text
     # the calculator was offered the measured α and c, unless they rest on few drafts
-    enough = r.on.stats.drafted >= MIN_DRAFTED_FOR_ESTIMATE
+    enough = r.on.stats.verified >= MIN_DRAFTED_FOR_ESTIMATE
     assert w.calculator.measured_button.isEnabled() == enough
     w.close()
 
