@@ -146,7 +146,7 @@ def test_saved_choice_is_selected_when_the_picker_opens(qtbot, models_dir: Path)
     s = Settings()
     s.model.target_path = models_dir / GEMMA_FILE
     s.model.draft_path = None
-    s.speculation.mode = "off"
+    s.speculation = s.speculation.with_changes(mode="off")
     save_settings(s)
     w = ModelPickerWindow()
     qtbot.addWidget(w)

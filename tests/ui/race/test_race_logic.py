@@ -113,7 +113,7 @@ def test_table_rows_have_every_figure_of_the_issue() -> None:
     assert rows["predicted speedup"][1] == "— (needs 30 drafts)"
     r = _race()
     enough = dataclasses.replace(r, on=dataclasses.replace(
-        r.on, stats=dataclasses.replace(r.on.stats, drafted=40, accepted=20, proposed=40)))
+        r.on, stats=dataclasses.replace(r.on.stats, verified=40, accepted=20, proposed=40)))
     rows = {name: (off, on) for name, off, on in race_table_rows(enough)}
     assert rows["acceptance rate α"][1] == "0.50"
     assert rows["predicted speedup"][1].endswith("×")
@@ -191,7 +191,7 @@ def test_headline_and_prediction_note() -> None:
         r.on, stats=dataclasses.replace(r.on.stats, decode_time=1.5)))
     assert prediction_note(few_slow, cpu_backend=True) is None  # 4 drafts: no prediction
     r = dataclasses.replace(r, on=dataclasses.replace(
-        r.on, stats=dataclasses.replace(r.on.stats, drafted=40, accepted=20, proposed=40)))
+        r.on, stats=dataclasses.replace(r.on.stats, verified=40, accepted=20, proposed=40)))
     assert prediction_note(r, cpu_backend=True) is None  # measured beats predicted
     slow_on = dataclasses.replace(r.on, stats=dataclasses.replace(r.on.stats, decode_time=1.5))
     slow = dataclasses.replace(r, on=slow_on)
