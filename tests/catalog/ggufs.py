@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType, GGUFWriter, TokenType
+from gguf import GGUFEndian, GGUFReader, GGUFValueType, GGUFWriter, TokenType
 
 
 def token_list(n: int, *, prefix: str = "▁t", specials: Sequence[str] = ("<unk>", "<s>", "</s>")) -> list[bytes]:
@@ -47,10 +47,11 @@ def write_vocab_gguf(
     hparams: bool = False,
     merges: Sequence[str] | None = None,
     extra: dict[str, tuple[Any, GGUFValueType]] | None = None,
+    endian: GGUFEndian = GGUFEndian.LITTLE,
 ) -> Path:
     """A GGUF with tokenizer metadata and no tensors. Keys left None are not written."""
     toks = token_list(tokens) if isinstance(tokens, int) else list(tokens)
-    w = GGUFWriter(str(path), arch)
+    w = GGUFWriter(str(path), arch, endianess=endian)
     if name is not None:
         w.add_name(name)
     if general_type is not None:
