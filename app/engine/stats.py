@@ -81,15 +81,15 @@ def round_mix_speedup(
 #: (:func:`acceptance_interval`) and hold the figures derived from it (predicted
 #: speedup, "use the measured α"). At 30 drafts all accepted, the interval still
 #: reaches down to 0.89; at 1 of 1 it spans 0.21–1.
-MIN_DRAFTED_FOR_ESTIMATE = 30
+MIN_VERIFIED_FOR_ESTIMATE = 30
 
 
-def acceptance_interval(accepted: int, drafted: int, z: float = 1.96) -> tuple[float, float] | None:
+def acceptance_interval(accepted: int, verified: int, z: float = 1.96) -> tuple[float, float] | None:
     """The Wilson score interval of an acceptance rate: (low, high) in [0, 1].
 
     Args:
         accepted: accepted draft tokens.
-        drafted: verified draft tokens (0: no interval, None is returned).
+        verified: verified draft tokens (0: no interval, None is returned).
         z: the normal quantile (1.96: 95 %).
 
     Treats the verifications as independent trials, which they are not quite (a round
@@ -97,14 +97,14 @@ def acceptance_interval(accepted: int, drafted: int, z: float = 1.96) -> tuple[f
     move, not an exact coverage. Source: E. B. Wilson, "Probable inference, the law of
     succession, and statistical inference", JASA 22 (1927).
     """
-    if drafted <= 0:
+    if verified <= 0:
         return None
-    if not 0 <= accepted <= drafted:
-        raise ValueError(f"accepted must be in [0, drafted], got {accepted}/{drafted}")
-    p = accepted / drafted
+    if not 0 <= accepted <= verified:
+        raise ValueError(f"accepted must be in [0, verified], got {accepted}/{verified}")
+    p = accepted / verified
     z2 = z * z
-    centre = (p + z2 / (2 * drafted)) / (1 + z2 / drafted)
-    half = (z / (1 + z2 / drafted)) * math.sqrt(p * (1 - p) / drafted + z2 / (4 * drafted * drafted))
+    centre = (p + z2 / (2 * verified)) / (1 + z2 / verified)
+    half = (z / (1 + z2 / verified)) * math.sqrt(p * (1 - p) / verified + z2 / (4 * verified * verified))
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
@@ -226,9 +226,9 @@ class SpecStats:
 
     @property
     def few_drafts(self) -> bool:
-        """True when α rests on fewer than :data:`MIN_DRAFTED_FOR_ESTIMATE` verified
+        """True when α rests on fewer than :data:`MIN_VERIFIED_FOR_ESTIMATE` verified
         draft tokens (including none)."""
-        return self.verified < MIN_DRAFTED_FOR_ESTIMATE
+        return self.verified < MIN_VERIFIED_FOR_ESTIMATE
 
     @property
     def acceptance_interval(self) -> tuple[float, float] | None:

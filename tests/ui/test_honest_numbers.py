@@ -3,7 +3,7 @@ on few drafts or on none, and hold the predicted speedup until it means somethin
 
 from __future__ import annotations
 
-from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE, SpecStats, acceptance_interval
+from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE, SpecStats, acceptance_interval
 from app.ui.chat.chat_view import reply_footer
 from app.ui.gauge.gauge_panel import SpeculationGaugeWidget
 
@@ -40,8 +40,8 @@ def test_alpha_from_one_draft_shows_its_count_and_range_and_holds_the_prediction
     lo, hi = acceptance_interval(1, 1)  # type: ignore[misc]
     assert g.value_text("alpha") == (
         f"100%  (1/1; few drafts, 95% range {lo * 100:.0f}–{hi * 100:.0f}%)")
-    assert g.value_text("predicted") == f"— (needs {MIN_DRAFTED_FOR_ESTIMATE} drafts)"
-    enough = _stats(MIN_DRAFTED_FOR_ESTIMATE + 10, MIN_DRAFTED_FOR_ESTIMATE)
+    assert g.value_text("predicted") == f"— (needs {MIN_VERIFIED_FOR_ESTIMATE} drafts)"
+    enough = _stats(MIN_VERIFIED_FOR_ESTIMATE + 10, MIN_VERIFIED_FOR_ESTIMATE)
     g.end_reply(enough, None)
     assert g.value_text("alpha") == f"{enough.acceptance_rate * 100:.0f}%  (30/40)"  # type: ignore[operator]
     assert g.value_text("predicted") == f"{enough.predicted_speedup:.2f}×"

@@ -146,7 +146,7 @@ class ConfigSummary:
       pooled over all runs (:func:`token_latencies`, :func:`percentile`);
     * ``ttft_median``: median time to first token;
     * ``acceptance_rate`` α and ``mean_acceptance_length`` τ: pooled over runs
-      (Σ accepted / Σ drafted, Σ emitted / Σ rounds), so long runs weigh more, exactly as
+      (Σ accepted / Σ verified, Σ emitted / Σ rounds), so long runs weigh more, exactly as
       if all runs were one;
     * ``draft_cost_ratio`` c: median of the runs' c;
     * ``predicted_speedup``: from the pooled α, the median c and the pooled mean draft

@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE
+from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE
 from app.options import SpecMode
 from app.store.history import StoredMessage
 from app.ui.chat.draft_tint import apply_tint, tinted_ranges
@@ -89,7 +89,7 @@ def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
         if alpha is not None:
             # "drafted": the name of this count in replies stored before it was renamed
             verified = int(stats.get("verified", stats.get("drafted", 0)))
-            few = verified < MIN_DRAFTED_FOR_ESTIMATE
+            few = verified < MIN_VERIFIED_FOR_ESTIMATE
             parts.append(f"α {alpha * 100:.0f}%"
                          + (f" ({stats.get('accepted', 0)}/{verified} drafts)" if few else ""))
         tau = stats.get("mean_acceptance_length")

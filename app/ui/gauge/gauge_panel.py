@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE, SpecStats
+from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE, SpecStats
 from app.formatting import MISSING, draft_length_words, or_dash
 from app.options import SpecMode
 from app.ui.gauge.rolling import RollingRate
@@ -42,7 +42,7 @@ _MUTED = QColor("#8a94a3")
 
 def alpha_text(s: SpecStats, streaming: bool) -> str:
     """The acceptance rate in words: ``75%  (30/40)``; with fewer than
-    :data:`~app.engine.stats.MIN_DRAFTED_FOR_ESTIMATE` drafts also its 95 % interval,
+    :data:`~app.engine.stats.MIN_VERIFIED_FOR_ESTIMATE` drafts also its 95 % interval,
     so one lucky draft does not read as 100 %; without drafts, why there is no figure."""
     alpha = s.acceptance_rate
     if alpha is None:
@@ -179,11 +179,11 @@ class SpeculationGaugeWidget(QFrame):
             ("reply_tps", "This reply", "decode tok/s over the whole reply (prefill excluded)"),
             ("e2e_tps", "End to end", "tok/s including the prompt's prefill"),
             ("alpha", "Acceptance α", "accepted draft tokens / verified draft tokens; with "
-             f"fewer than {MIN_DRAFTED_FOR_ESTIMATE} drafts the 95% Wilson interval is shown"),
+             f"fewer than {MIN_VERIFIED_FOR_ESTIMATE} drafts the 95% Wilson interval is shown"),
             ("tau", "Mean accepted τ", "tokens emitted per target verification pass"),
             ("cost", "Draft cost c", "one draft step / one plain target step"),
             ("predicted", "Predicted speedup", "E(α,k) / (1 + c·k), Leviathan et al. 2023; "
-             f"held until α rests on {MIN_DRAFTED_FOR_ESTIMATE} drafts"),
+             f"held until α rests on {MIN_VERIFIED_FOR_ESTIMATE} drafts"),
             ("measured", "Measured speedup", "this reply's decode tok/s / the latest plain reply's"),
             ("ttft", "Time to first token", "prefill; speculation does not change it"),
         ]
@@ -330,7 +330,7 @@ class SpeculationGaugeWidget(QFrame):
             self._rows["predicted"].setText("1× (off)")
         elif pred is not None and s.few_drafts:
             # E(α, k) from one or two drafts is an extrapolation, not a prediction.
-            self._rows["predicted"].setText(f"{MISSING} (needs {MIN_DRAFTED_FOR_ESTIMATE} drafts)")
+            self._rows["predicted"].setText(f"{MISSING} (needs {MIN_VERIFIED_FOR_ESTIMATE} drafts)")
         else:
             self._rows["predicted"].setText(or_dash(pred, ".2f", "×"))
         self._rows["measured"].setText(self._measured_text(s))

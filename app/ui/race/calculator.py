@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE, SpeedupCalculation, calculate_speedup
+from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE, SpeedupCalculation, calculate_speedup
 
 #: the longest draft the calculator charts and searches for the best k (a display range:
 #: the speedup model keeps falling well before the app's K_MAX)
@@ -151,11 +151,11 @@ class SpeedupCalculatorWidget(QWidget):
         self.recalculate()
 
     def set_measured(self, alpha: float | None, c: float | None, k: int | None = None,
-                     drafted: int | None = None) -> None:
+                     verified: int | None = None) -> None:
         """Offer the latest race's measured α and c (None: none yet).
 
-        ``drafted``: the verified draft tokens α rests on. With fewer than
-        :data:`~app.engine.stats.MIN_DRAFTED_FOR_ESTIMATE` the figures are not offered
+        ``verified``: the verified draft tokens α rests on. With fewer than
+        :data:`~app.engine.stats.MIN_VERIFIED_FOR_ESTIMATE` the figures are not offered
         (one accepted draft is "α = 1.00", which would predict k + 1 times the speed).
         """
         self._measured_k = k
@@ -165,12 +165,12 @@ class SpeedupCalculatorWidget(QWidget):
             self.measured_button.setText("Use the race's measured α and c")
             self.measured_button.setToolTip("Run a race with speculation to measure them.")
             return
-        if drafted is not None and drafted < MIN_DRAFTED_FOR_ESTIMATE:
+        if verified is not None and verified < MIN_VERIFIED_FOR_ESTIMATE:
             self._measured = None
             self.measured_button.setEnabled(False)
             self.measured_button.setText(
-                f"The race drafted {drafted} token{'s' if drafted != 1 else ''}: too few to "
-                f"measure α (needs {MIN_DRAFTED_FOR_ESTIMATE})")
+                f"The race drafted {verified} token{'s' if verified != 1 else ''}: too few to "
+                f"measure α (needs {MIN_VERIFIED_FOR_ESTIMATE})")
             self.measured_button.setToolTip(
                 "Race with a longer reply, or a prompt the reply repeats, to measure α.")
             return
@@ -178,7 +178,7 @@ class SpeedupCalculatorWidget(QWidget):
         self.measured_button.setEnabled(True)
         self.measured_button.setToolTip("")
         self.measured_button.setText(f"Use the race's measured α = {alpha:.2f}, c = {c:.3f}"
-                                     + (f" ({drafted} drafts)" if drafted is not None else ""))
+                                     + (f" ({verified} drafts)" if verified is not None else ""))
 
     def recalculate(self) -> SpeedupCalculation:
         alpha, k, c = self.alpha_spin.value(), self.k_spin.value(), self.c_spin.value()

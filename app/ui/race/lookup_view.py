@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 
 from app.chat.history_source import PastConversation, measured_lookup_alpha
 from app.engine.measure.lookup import LookupEstimate
-from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE
+from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE
 from app.formatting import or_dash
 
 #: rule of thumb for the verdict: best-n hit rate at or above which lookup clearly pays
@@ -55,7 +55,7 @@ class LookupMeasurement:
 
     source: str
     alpha: float | None
-    drafted: int | None = None
+    verified: int | None = None
     speedup: float | None = None
 
 
@@ -213,7 +213,7 @@ class LookupEstimateWidget(QWidget):
         self._update_buttons()
 
     def set_measured_alpha(self, source: str, alpha: float | None, *,
-                           drafted: int | None = None, speedup: float | None = None) -> None:
+                           verified: int | None = None, speedup: float | None = None) -> None:
         """Show prompt lookup as measured elsewhere (``source``: "this window's race", "the
         k sweep"): its α, the drafts it rests on and the decode speedup over speculation
         off. With neither α nor a speedup the entry is removed. The verdict takes a
@@ -221,7 +221,7 @@ class LookupEstimateWidget(QWidget):
         if alpha is None and speedup is None:
             self._measured.pop(source, None)
         else:
-            self._measured[source] = LookupMeasurement(source, alpha, drafted, speedup)
+            self._measured[source] = LookupMeasurement(source, alpha, verified, speedup)
         self._update_measured()
         if self._estimate is not None:
             self.verdict_label.setText(verdict(self._estimate, self.measurements()))
@@ -281,9 +281,9 @@ class LookupEstimateWidget(QWidget):
         for src, a, n in entries:
             extra = f" ({n} repl{'y' if n == 1 else 'ies'})" if n is not None else ""
             m = self._measured.get(src)
-            if m is not None and m.drafted is not None:
-                extra = f" ({m.drafted} draft{'s' if m.drafted != 1 else ''}"
-                extra += ", too few to tell)" if m.drafted < MIN_DRAFTED_FOR_ESTIMATE else ")"
+            if m is not None and m.verified is not None:
+                extra = f" ({m.verified} draft{'s' if m.verified != 1 else ''}"
+                extra += ", too few to tell)" if m.verified < MIN_VERIFIED_FOR_ESTIMATE else ")"
             lines.append(f"Measured α = <b>{a:.2f}</b> in {src}{extra}")
         for m in timed:
             lines.append(f"Measured speedup = <b>{m.speedup:.2f}×</b> in {m.source}")

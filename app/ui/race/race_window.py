@@ -537,10 +537,10 @@ class RaceWindow(QMainWindow):
         self.race_view.show_recording(rec)
         s = r.on.stats
         self.calculator.set_measured(s.acceptance_rate, s.draft_cost_ratio, s.draft_max or None,
-                                     drafted=s.verified)
+                                     verified=s.verified)
         if s.mode is SpecMode.PROMPT_LOOKUP:
             self.lookup_view.set_measured_alpha("this window's race", s.acceptance_rate,
-                                                drafted=s.verified, speedup=r.measured_speedup)
+                                                verified=s.verified, speedup=r.measured_speedup)
         if s.fallback_reason:
             self._show_message(s.fallback_reason, "warning")
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from app.chat.recording import RaceRecording
 from app.engine.measure.race import RaceResult
-from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE
+from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE
 from app.formatting import MISSING, draft_length_words, or_dash
 
 #: Why k ≤ 2 stays bit-identical on the CPU backend and k ≥ 3 may not. A round verifies
@@ -39,7 +39,7 @@ def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
     decode tok/s, end-to-end time, tokens, α, τ, measured speedup (decode), end-to-end
     speedup (end-to-end time off ÷ on, prefill included), predicted speedup, identical
     text, and a status row when the race was stopped. When α rests on fewer than
-    :data:`~app.engine.stats.MIN_DRAFTED_FOR_ESTIMATE` drafts, its row gives the count
+    :data:`~app.engine.stats.MIN_VERIFIED_FOR_ESTIMATE` drafts, its row gives the count
     and the predicted speedup is held."""
     so, sn = result.off.stats, result.on.stats
     alpha = or_dash(sn.acceptance_rate, ".2f")
@@ -47,7 +47,7 @@ def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
     if sn.acceptance_rate is not None and sn.few_drafts:
         # α and the prediction built on it rest on a handful of drafts: say so.
         alpha = f"{sn.acceptance_rate:.2f} ({sn.accepted}/{sn.verified} drafts)"
-        predicted = f"{MISSING} (needs {MIN_DRAFTED_FOR_ESTIMATE} drafts)"
+        predicted = f"{MISSING} (needs {MIN_VERIFIED_FOR_ESTIMATE} drafts)"
     rows = [
         ("TTFT", or_dash(so.ttft * 1000, ".0f", " ms"), or_dash(sn.ttft * 1000, ".0f", " ms")),
         ("decode tok/s", or_dash(so.decode_tps, ".1f"), or_dash(sn.decode_tps, ".1f")),

@@ -10,7 +10,7 @@ import pytest
 from app.chat.service import describe_session
 from app.engine.measure.lookup import LookupEstimate, NgramHits
 from app.engine.measure.sweep import KSweepPoint, KSweepResult
-from app.engine.stats import MIN_DRAFTED_FOR_ESTIMATE, predicted_speedup
+from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE, predicted_speedup
 from app.options import SamplingParams, SpeculationConfig
 from app.ui.race import RaceWindow
 from app.ui.race.calculator import SpeedupCalculatorWidget
@@ -90,10 +90,10 @@ def test_calculator_does_not_offer_an_alpha_from_almost_no_drafts(qtbot) -> None
     calc = SpeedupCalculatorWidget()
     qtbot.addWidget(calc)
     assert predicted_speedup(1.0, 16, 0.001) > 15  # what 1 lucky draft would predict
-    calc.set_measured(1.0, 0.001, 16, drafted=2)
+    calc.set_measured(1.0, 0.001, 16, verified=2)
     assert not calc.measured_button.isEnabled()
     assert "too few" in calc.measured_button.text() and "2 tokens" in calc.measured_button.text()
-    calc.set_measured(0.8, 0.01, 4, drafted=MIN_DRAFTED_FOR_ESTIMATE)
+    calc.set_measured(0.8, 0.01, 4, verified=MIN_VERIFIED_FOR_ESTIMATE)
     assert calc.measured_button.isEnabled()
     calc.measured_button.click()
     assert calc.alpha_spin.value() == pytest.approx(0.8) and calc.k_spin.value() == 4
@@ -107,7 +107,7 @@ def _estimate(hit_rate: float) -> LookupEstimate:
 def test_lookup_verdict_takes_a_measured_race_into_account(qtbot) -> None:
     est = _estimate(0.5)
     assert verdict(est).startswith("Likely worth it")  # the replay alone
-    slow = [LookupMeasurement("this window's race", 0.9, drafted=40, speedup=0.46)]
+    slow = [LookupMeasurement("this window's race", 0.9, verified=40, speedup=0.46)]
     text = verdict(est, slow)
     assert "worth it" not in text.lower().split(".")[0] and text.startswith("Not on this machine")
     assert "0.46×" in text
@@ -118,7 +118,7 @@ def test_lookup_verdict_takes_a_measured_race_into_account(qtbot) -> None:
     qtbot.addWidget(view)
     view.show_estimate(est)
     assert view.verdict_label.text().startswith("Likely worth it")
-    view.set_measured_alpha("this window's race", 1.0, drafted=2, speedup=0.46)
+    view.set_measured_alpha("this window's race", 1.0, verified=2, speedup=0.46)
     assert view.verdict_label.text().startswith("Not on this machine")
     assert "too few to tell" in view.measured_label.text()
     assert "0.46×" in view.measured_label.text()

@@ -15,7 +15,7 @@ from app.chat.requests import RaceProgressed
 from app.engine.chat import ChatMessage
 from app.engine.measure.lookup import estimate_lookup_hit_rate, model_tokenizer
 from app.engine.stats import (
-    MIN_DRAFTED_FOR_ESTIMATE,
+    MIN_VERIFIED_FOR_ESTIMATE,
     expected_tokens_per_round,
     predicted_speedup,
 )
@@ -209,7 +209,7 @@ def test_gemma_race_is_identical_replays_and_exports(qtbot, gemma_bridge: Servic
     assert "acceptance rate α" in text and "predicted speedup" in text
     assert r.off.text in text and "## Speculation off" in text
     # the calculator was offered the measured α and c, unless they rest on few drafts
-    enough = r.on.stats.verified >= MIN_DRAFTED_FOR_ESTIMATE
+    enough = r.on.stats.verified >= MIN_VERIFIED_FOR_ESTIMATE
     assert w.calculator.measured_button.isEnabled() == enough
     w.close()
 
