@@ -101,7 +101,7 @@ def test_eog_accepted_as_the_only_draft_is_not_counted(
     st = r.stats
     assert r.finished.reason == "stop" and r.ids == plain_ids[:j]
     assert st.proposed == 1 and st.draft_rounds == 1  # it was proposed and verified …
-    assert st.drafted == 0 and st.accepted == 0  # … but is not a reply token
+    assert st.verified == 0 and st.accepted == 0  # … but is not a reply token
     assert st.acceptance_rate is None
     check_invariants(r, GREEDY.max_tokens)
 
