@@ -36,3 +36,14 @@ class GGUFError(TandemError):
 
 class DownloadError(TandemError):
     """A model download failed; the message says why and what to do."""
+
+
+class ModelPathError(ModelLoadError, GGUFError):
+    """The path given as a model is not a readable regular file (missing, a folder, a
+    pipe or device, a dangling link); the message says which and what to do.
+
+    Both a load error and a GGUF error, so callers that catch either keep working."""
+
+
+class ChatTemplateError(TandemError):
+    """A model's chat template failed while rendering a conversation."""

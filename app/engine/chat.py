@@ -1,8 +1,10 @@
 """Chat messages → prompt tokens, through the model's own chat template.
 
 The template is the GGUF's ``tokenizer.chat_template`` (a Jinja template written for
-Hugging Face transformers). It is untrusted input, so it is rendered only in Jinja's
-:class:`~jinja2.sandbox.ImmutableSandboxedEnvironment`. A base model without a template
+Hugging Face transformers). It is untrusted input, so it is compiled and rendered only in
+:class:`~app.engine.template_sandbox.TemplateSandbox` (Jinja's immutable sandbox with
+size budgets, a deadline and a memory ceiling); a template that does not compile or
+fails on a sample conversation is replaced by the fallback below, with a note. A base model without a template
 gets :data:`FALLBACK_TEMPLATE`, a plain "User:/Assistant:" transcript whose turns end at
 the stop strings ``"\\nUser:"`` and ``"\\nAssistant:"`` (a base model happily writes
 the next turns itself). Whatever the template does with ``bos_token``, the token
@@ -13,18 +15,21 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from jinja2 import TemplateError
-from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from app.engine.llama import LlamaModel
-from app.errors import TandemError
+from app.engine.template_sandbox import (
+    MAX_STRING_CHARS,
+    MAX_TEMPLATE_CHARS,
+    TemplateLimitError,
+    TemplateSandbox,
+    guarded,
+)
+from app.errors import ChatTemplateError
 
 Role = Literal["system", "user", "assistant"]
 
@@ -46,8 +51,13 @@ class ChatMessage:
     content: str
 
 
+class TemplateRaised(TemplateError):
+    """The template refused the conversation itself (``raise_exception``), for example
+    "Conversation roles must alternate": its words are shown, the template is kept."""
+
+
 def _raise_exception(message: str) -> None:
-    raise TemplateError(message)
+    raise TemplateRaised(message)
 
 
 def _strftime_now(fmt: str) -> str:
@@ -57,50 +67,6 @@ def _strftime_now(fmt: str) -> str:
 def _tojson(value: object, indent: int | None = None) -> str:
     # transformers' tojson: plain json.dumps, no HTML escaping, non-ASCII kept
     return json.dumps(value, ensure_ascii=False, indent=indent)
-
-
-#: Limits that keep an untrusted template from hanging or exhausting memory. Real chat
-#: templates loop over the messages and build strings of a few kilobytes.
-MAX_RANGE_ITEMS = 100_000  # all range() items one render may produce
-MAX_REPEAT_LEN = 1_000_000  # longest str/list a '*' may build
-MAX_OUTPUT_CHARS = 4_000_000
-MAX_RENDER_SECONDS = 2.0
-
-
-class _TemplateSandbox(ImmutableSandboxedEnvironment):
-    """Jinja's immutable sandbox plus resource limits.
-
-    The sandbox already refuses attribute access to internals and mutation of the
-    arguments; this adds a per-render budget for ``range()`` (nested loops over big
-    ranges would never end), and caps ``*`` and ``**`` on huge operands.
-    """
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.range_budget = MAX_RANGE_ITEMS
-        self.globals["range"] = self._range
-
-    def _range(self, *args: int) -> range:
-        r = range(*args)
-        self.range_budget -= len(r)
-        if self.range_budget < 0:
-            raise SecurityError("the template loops too much (range budget exhausted)")
-        return r
-
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "**":
-            if isinstance(right, (int, float)) and abs(right) > 1000:
-                raise SecurityError("the template computes an absurd power")
-            return left**right
-        if isinstance(left, (str, list, tuple)) and isinstance(right, int):
-            if len(left) * right > MAX_REPEAT_LEN:
-                raise SecurityError("the template builds an absurdly long string")
-        if isinstance(right, (str, list, tuple)) and isinstance(left, int):
-            if len(right) * left > MAX_REPEAT_LEN:
-                raise SecurityError("the template builds an absurdly long string")
-        return left * right
 
 
 class ChatFormat:
@@ -116,31 +82,61 @@ class ChatFormat:
 
     def __init__(self, model: LlamaModel) -> None:
         self.model = model
-        #: why the GGUF's own template is not used (it did not compile), else None
+        #: why the GGUF's own template is not used (it did not compile, or failed on a
+        #: sample conversation), else None
         self.template_error: str | None = None
         # The environment transformers renders chat templates in (trim/lstrip blocks,
-        # loop controls, a tojson that keeps non-ASCII), but sandboxed and immutable.
-        env = _TemplateSandbox(
+        # loop controls, a tojson that keeps non-ASCII), but sandboxed, immutable and
+        # with size budgets on everything that builds strings (app.engine.template_sandbox).
+        env = TemplateSandbox(
             trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
         )
         self._env = env
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
-        env.filters["tojson"] = _tojson
-        template = None
-        if model.chat_template:
-            try:
-                template = env.from_string(model.chat_template)
-            except TemplateError as exc:
-                self.template_error = (
-                    f"The model's chat template is not valid Jinja ({exc}); a plain "
-                    "User:/Assistant: transcript is used instead."
-                )
-        self.uses_fallback = template is None
-        self._template = template or env.from_string(FALLBACK_TEMPLATE)
-        self.stop: tuple[str, ...] = FALLBACK_STOP if self.uses_fallback else ()
+        env.add_filter("tojson", _tojson)
         self._bos_text = model.token_text(model.bos).decode("utf-8", "replace") if model.bos >= 0 else ""
         self._eos_text = model.token_text(model.eos).decode("utf-8", "replace") if model.eos >= 0 else ""
+        self._template = env.from_string(FALLBACK_TEMPLATE)
+        self.uses_fallback = True
+        source = model.chat_template
+        if source:
+            problem = self._adopt(source)
+            if problem is not None:
+                self.template_error = (
+                    f"The model's chat template cannot be used ({problem}); a plain "
+                    "User:/Assistant: transcript is used instead."
+                )
+        self.stop: tuple[str, ...] = FALLBACK_STOP if self.uses_fallback else ()
+
+    def _adopt(self, source: str) -> str | None:
+        """Compile ``source`` and render a sample conversation with it, both under the
+        sandbox's limits; use it when both work. Returns why not, else None.
+
+        The sample render finds templates that fail or blow up whatever the conversation
+        (most hostile ones) when the model loads, not at the first message. A template
+        that refuses the sample through ``raise_exception`` is still used: it checks the
+        conversation, and its message is shown when a real one fails the check.
+        """
+        if len(source) > MAX_TEMPLATE_CHARS:
+            return f"it is {len(source)} characters long"
+        try:
+            with guarded(self._env, "compiling the chat template"):
+                template = self._env.from_string(source)
+        except TemplateError as exc:
+            return f"it is not valid Jinja: {exc}"
+        previous = self._template
+        self._template = template
+        sample = [ChatMessage("system", "You are helpful."), ChatMessage("user", "Hi"),
+                  ChatMessage("assistant", "Hello."), ChatMessage("user", "Thanks")]
+        try:
+            self.render(sample)
+        except ChatTemplateError as exc:
+            if not isinstance(exc.__cause__, TemplateRaised):
+                self._template = previous
+                return str(exc.__cause__ or exc)
+        self.uses_fallback = False
+        return None
 
     def render(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> str:
         """The prompt text for ``messages``.
@@ -149,12 +145,13 @@ class ChatFormat:
         not supported"); then the system text is folded into the first user message.
 
         Raises:
-            TandemError: the template failed for another reason (its message is shown).
+            ChatTemplateError: the template failed (its own message, or which limit it
+                hit); the template's error is the exception's ``__cause__``.
         """
         msgs = [{"role": m.role, "content": m.content} for m in messages]
         try:
             return self._render(msgs, add_generation_prompt)
-        except TemplateError as exc:
+        except TemplateRaised as exc:
             if msgs and msgs[0]["role"] == "system" and len(msgs) > 1:
                 system = msgs[0]["content"]
                 rest = [dict(m) for m in msgs[1:]]
@@ -166,39 +163,20 @@ class ChatFormat:
                     return self._render(rest, add_generation_prompt)
                 except TemplateError:
                     pass
-            raise TandemError(f"The model's chat template failed: {exc}") from exc
+            raise ChatTemplateError(f"The model's chat template failed: {exc}") from exc
+        except TemplateError as exc:
+            raise ChatTemplateError(f"The model's chat template failed: {exc}") from exc
 
     def _render(self, msgs: list[dict[str, Any]], add_generation_prompt: bool) -> str:
-        self._env.range_budget = MAX_RANGE_ITEMS
-        deadline = time.monotonic() + MAX_RENDER_SECONDS
-
-        def tracer(frame: Any, event: str, arg: Any) -> Any:
-            # Any Python-level loop in the compiled template passes here.
-            if time.monotonic() > deadline:
-                raise TemplateError("rendering took too long (an endless loop?)")
-            return tracer
-
-        previous = sys.gettrace()
-        if previous is None:  # never override a debugger's or coverage's tracer
-            sys.settrace(tracer)
-        try:
+        with guarded(self._env, "rendering the chat template"):
             out = self._template.render(
                 messages=msgs,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self._bos_text,
                 eos_token=self._eos_text,
             )
-        except TemplateError:
-            raise
-        except (RecursionError, OverflowError, MemoryError, ValueError, TypeError,
-                ArithmeticError, LookupError) as exc:
-            # Anything else a template can raise is the template's fault, not a crash.
-            raise TemplateError(f"{type(exc).__name__}: {exc}") from exc
-        finally:
-            if previous is None:
-                sys.settrace(None)
-        if len(out) > MAX_OUTPUT_CHARS:
-            raise TemplateError("the rendered prompt is absurdly long")
+        if len(out) > MAX_STRING_CHARS:
+            raise TemplateLimitError("the rendered prompt is absurdly long")
         return out
 
     def tokenize(self, messages: Sequence[ChatMessage]) -> list[int]:

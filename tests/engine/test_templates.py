@@ -1,0 +1,121 @@
+"""Chat templates are untrusted code: compile and render within limits (no model needed).
+
+A stand-in model gives :class:`ChatFormat` a template and BOS/EOS texts, so each case
+runs in milliseconds. The figures (peak memory of each hostile template in a fresh
+process) come from bench/robustness/hostile_templates.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from jinja2 import Environment, pass_context, pass_environment, pass_eval_context
+
+from app.engine.chat import FALLBACK_STOP, ChatFormat, ChatMessage
+from app.engine.template_sandbox import TemplateSandbox, _pass_arg, guarded
+from app.errors import ChatTemplateError
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+class StandInModel:
+    """What ChatFormat reads from a model: its template and special-token texts."""
+
+    bos, eos = 1, 2
+
+    def __init__(self, template: str | None) -> None:
+        self.chat_template = template
+
+    def token_text(self, token: int) -> bytes:
+        return b"<s>" if token == 1 else b"</s>"
+
+
+def fmt(template: str | None) -> ChatFormat:
+    return ChatFormat(StandInModel(template))  # type: ignore[arg-type]
+
+
+HOSTILE = {
+    # folded at compile time by Jinja before any render limit existed (issue 12)
+    "center-filter": "{{ 'x'|center(5000000000) }}",
+    "format-filter": "{{ '%10000000000s'|format('x') }}",
+    "percent-format": "{{ '%0999999999d' % 1 }}",
+    "replace-growth": "{% set s = 'x' * 1000000 %}{{ s|replace('x', s) }}",
+    "str-method": "{{ 'x'.center(5000000000) }}",
+    "str-format-width": "{{ '{:>9999999999}'.format('x') }}",
+    "join-growth": "{{ (['x' * 1000000] * 1000)|join }}",
+    "concat-doubling": "{% set ns = namespace(s='x' * 1000000) %}{% for i in range(40) %}"
+                       "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+    "output-loop": "{% set s = 'x' * 4000000 %}{% for i in range(100000) %}{{ s }}{% endfor %}",
+    "nested-range": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x",
+    "power": "{{ 2 ** 100000000 }}",
+    "recursion": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+    "sandbox-escape": "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "not-jinja": "{% for %}",
+}
+
+
+@pytest.mark.parametrize("template", HOSTILE.values(), ids=HOSTILE.keys())
+def test_hostile_templates_are_refused_and_the_fallback_is_used(template: str) -> None:
+    f = fmt(template)
+    assert f.uses_fallback and f.stop == FALLBACK_STOP
+    assert f.template_error is not None and "chat template cannot be used" in f.template_error
+    assert f.render([ChatMessage("user", "hi")]) == "User: hi\nAssistant:"
+
+
+def test_compiling_runs_no_filter_and_no_operator() -> None:
+    """Constant expressions are not evaluated by ``from_string`` (Jinja folds them unless
+    a filter takes a context and an operator is intercepted)."""
+    env = TemplateSandbox()
+    calls: list[str] = []
+
+    def spy(value: str) -> str:
+        calls.append(value)
+        return value
+
+    env.add_filter("spy", spy)
+    t = env.from_string("{{ 'a'|spy }}{{ ('b' * 3)|spy }}{{ '%s' % 'c' }}")
+    assert calls == []
+    with guarded(env, "rendering"):
+        assert t.render() == "abbbc"
+    assert calls == ["a", "bbb"]
+
+
+def test_real_templates_render_as_plain_jinja_does() -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi 😀"},
+                {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "2 + 2?"}]
+    extra = "{{ messages|length }} {{ 'x'|center(9) }} {{ '%5.1f'|format(3.14159) }} {{ '{:>4}'.format(7) }}"
+    for template in (CHATML, CHATML + extra):
+        plain = Environment(trim_blocks=True, lstrip_blocks=True).from_string(template)
+        sandboxed = TemplateSandbox(trim_blocks=True, lstrip_blocks=True).from_string(template)
+        with guarded(sandboxed.environment, "rendering"):  # type: ignore[arg-type]
+            got = sandboxed.render(messages=messages, add_generation_prompt=True)
+        assert got == plain.render(messages=messages, add_generation_prompt=True)
+    f = fmt(CHATML)
+    assert not f.uses_fallback and f.template_error is None
+
+
+def test_a_template_that_refuses_a_conversation_is_kept_and_its_words_shown() -> None:
+    """``raise_exception`` is the template checking the conversation, not a fault."""
+    strict = ("{% if messages[-1].role != 'user' %}{{ raise_exception('Last turn must be the user') }}"
+              "{% endif %}" + CHATML)
+    f = fmt(strict)
+    assert not f.uses_fallback
+    with pytest.raises(ChatTemplateError, match="Last turn must be the user"):
+        f.render([ChatMessage("user", "a"), ChatMessage("assistant", "b")])
+
+
+def test_a_template_failing_on_one_conversation_is_a_chat_template_error() -> None:
+    f = fmt("{% if messages|length > 4 %}{{ 1 / 0 }}{% endif %}" + CHATML)
+    assert not f.uses_fallback
+    with pytest.raises(ChatTemplateError, match="chat template failed"):
+        f.render([ChatMessage("user", str(i)) for i in range(5)])
+
+
+def test_pass_arg_adapter_reads_jinjas_decorators() -> None:
+    """_pass_arg reads a private Jinja attribute; this pins what it must return."""
+    assert _pass_arg(pass_context(lambda c, v: v)) == "context"
+    assert _pass_arg(pass_eval_context(lambda c, v: v)) == "eval_context"
+    assert _pass_arg(pass_environment(lambda e, v: v)) == "environment"
+    assert _pass_arg(lambda v: v) is None
