@@ -66,6 +66,8 @@ def write_tiny_llama(
     tokens: Sequence[bytes] | None = None,
     token_types: Sequence[int] | None = None,
     weight_scale: float = 0.3,
+    tensor_types: dict[str, str] | None = None,
+    add_bos: bool = True,
 ) -> Path:
     """Write a loadable tiny llama GGUF (F32) and return its path.
 
@@ -74,6 +76,11 @@ def write_tiny_llama(
             model for this seed).
         eos_id: which token id the vocabulary calls EOS (an end-of-generation token).
         tokens, token_types: replace the vocabulary's texts and types (``n_vocab`` each).
+        add_bos: ``tokenizer.ggml.add_bos_token`` (whether tokenizing adds BOS).
+        tensor_types: store the named tensors (``"output_norm.weight"``, or a suffix such
+            as ``"attn_norm.weight"`` for every layer) in another GGML type: ``F16``,
+            ``BF16``, ``F64``, ``I8``, ``I16``, ``I32``, ``I64`` or a quantization such as
+            ``Q8_0`` — a well-formed file whose types llama.cpp may not expect.
     """
     rng = np.random.default_rng(seed)
     noise = np.random.default_rng(perturb_seed)
@@ -106,29 +113,61 @@ def write_tiny_llama(
     writer.add_token_types(types)
     writer.add_bos_token_id(BOS)
     writer.add_eos_token_id(eos_id)
-    writer.add_add_bos_token(True)
+    writer.add_add_bos_token(add_bos)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
 
-    writer.add_tensor("token_embd.weight", w(n_vocab, n_embd, scale=1.0))
-    writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    writer.add_tensor("output.weight", w(n_vocab, n_embd, scale=4.0))
+    def add(name: str, data: np.ndarray) -> None:
+        kind = None
+        for key, k in (tensor_types or {}).items():
+            if name == key or name.endswith("." + key):
+                kind = k
+        add_typed_tensor(writer, name, data, kind)
+
+    add("token_embd.weight", w(n_vocab, n_embd, scale=1.0))
+    add("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    add("output.weight", w(n_vocab, n_embd, scale=4.0))
     for i in range(n_layer):
         p = f"blk.{i}."
-        writer.add_tensor(p + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(p + "attn_q.weight", w(n_embd, n_embd))
-        writer.add_tensor(p + "attn_k.weight", w(n_embd, n_embd))
-        writer.add_tensor(p + "attn_v.weight", w(n_embd, n_embd))
-        writer.add_tensor(p + "attn_output.weight", w(n_embd, n_embd))
-        writer.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(p + "ffn_gate.weight", w(n_ff, n_embd))
-        writer.add_tensor(p + "ffn_up.weight", w(n_ff, n_embd))
-        writer.add_tensor(p + "ffn_down.weight", w(n_embd, n_ff))
+        add(p + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        add(p + "attn_q.weight", w(n_embd, n_embd))
+        add(p + "attn_k.weight", w(n_embd, n_embd))
+        add(p + "attn_v.weight", w(n_embd, n_embd))
+        add(p + "attn_output.weight", w(n_embd, n_embd))
+        add(p + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        add(p + "ffn_gate.weight", w(n_ff, n_embd))
+        add(p + "ffn_up.weight", w(n_ff, n_embd))
+        add(p + "ffn_down.weight", w(n_embd, n_ff))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+_NUMPY_TYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I8": np.int8,
+                "I16": np.int16, "I32": np.int32, "I64": np.int64}
+
+
+def add_typed_tensor(writer: GGUFWriter, name: str, data: np.ndarray, kind: str | None) -> None:
+    """Add ``data`` (F32) to ``writer`` stored as GGML type ``kind`` (None: F32).
+
+    Integer types hold the values rounded (norm weights of ones stay ones); ``BF16`` and
+    quantized types are written with :func:`gguf.quants.quantize`.
+    """
+    if kind is None or kind == "F32":
+        writer.add_tensor(name, data.astype(np.float32))
+        return
+    if kind in _NUMPY_TYPES:
+        dtype = _NUMPY_TYPES[kind]
+        arr = np.rint(data).astype(dtype) if np.issubdtype(dtype, np.integer) else data.astype(dtype)
+        writer.add_tensor(name, arr)
+        return
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    qtype = GGMLQuantizationType[kind]
+    writer.add_tensor(name, quantize(data.astype(np.float32), qtype), raw_dtype=qtype)
 
 
 def byte_token(b: int) -> int:

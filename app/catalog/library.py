@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -135,11 +135,17 @@ class ModelFile:
 
 @dataclass(frozen=True, slots=True)
 class LibraryEntry:
-    """A model in the library: where it is, and its metadata or why it cannot be read."""
+    """A model in the library: where it is, and its metadata or why it cannot be used.
+
+    ``loads``: whether llama.cpp loads and decodes with it (:mod:`app.catalog.loadcheck`),
+    None when that was not checked. A file that does not load has ``error`` set (with
+    its ``info`` kept), so the library and ``generate`` agree on what is usable.
+    """
 
     file: ModelFile
     info: GGUFInfo | None
     error: str | None = None
+    loads: bool | None = None
 
     @property
     def path(self) -> Path:
@@ -169,6 +175,7 @@ class LibraryEntry:
             "repo_id": self.file.repo_id,
             "parts": [str(p) for p in self.file.parts],
             "error": self.error,
+            "loads": self.loads,
             "info": self.info.to_dict() if self.info is not None else None,
         }
 
@@ -408,12 +415,16 @@ class Library:
         *,
         on_progress: ScanProgress | None = None,
         cancel: threading.Event | None = None,
+        check_loads: bool = False,
     ) -> list[LibraryEntry]:
         """Discover and inspect every model.
 
         Args:
             on_progress: called as ``(done, total, path)`` before each file is read.
             cancel: when set, stop and return the entries read so far.
+            check_loads: also find out whether llama.cpp loads each model (a child
+                process per file not checked before; see :mod:`app.catalog.loadcheck`).
+                The window and ``models list`` do; header-only callers need not.
 
         Returns:
             Entries in discovery order. Unreadable files are entries with ``error`` set;
@@ -429,6 +440,8 @@ class Library:
             entry = inspect_model_file(mf)
             if entry.info is not None and not is_chat_model(entry.info):
                 continue
+            if check_loads and entry.usable:
+                entry = check_entry_loads(entry, cancel)
             entries.append(entry)
         return entries
 
@@ -470,6 +483,22 @@ def inspect_model_file(mf: ModelFile) -> LibraryEntry:
         return LibraryEntry(mf, None, str(exc))
     except (OSError, UnicodeError, ValueError) as exc:  # one odd file never breaks a scan
         return LibraryEntry(mf, None, f"{mf.path.name}: {exc}")
+
+
+def check_entry_loads(entry: LibraryEntry, cancel: threading.Event | None = None) -> LibraryEntry:
+    """``entry`` with :attr:`LibraryEntry.loads` found out (a child process, or the
+    verdict remembered for its content); a refusal becomes its ``error``. A cancelled or
+    unfinished check leaves ``loads`` None and the entry usable (loading probes again)."""
+    from app.catalog.loadcheck import check_loads
+
+    try:
+        verdict = check_loads(entry.path, should_stop=(cancel.is_set if cancel is not None else None))
+    except TandemError as exc:
+        log.info("load check of %s gave no verdict: %s", entry.path, exc)
+        return entry
+    if verdict.loads:
+        return replace(entry, loads=True)
+    return replace(entry, loads=False, error=verdict.message(entry.path.name))
 
 
 def drafts_for(target: LibraryEntry, candidates: Sequence[LibraryEntry]) -> list[DraftCandidate[LibraryEntry]]:

@@ -4,7 +4,8 @@ Subcommands (each handler returns the exit status; user errors raise
 :class:`app.errors.TandemError`, which :mod:`app.cli.main` prints on one line, exit 2):
 
 * ``models list [--json] [--folder DIR]`` — every model the library finds.
-* ``models inspect PATH [--json]`` — one file's metadata (:func:`inspect_gguf`).
+* ``models inspect PATH [--json]`` — one file's metadata (:func:`inspect_gguf`) and
+  whether llama.cpp loads it (exit 2 when it does not, as ``generate`` would refuse it).
 * ``models pair TARGET DRAFT [--json]`` — llama.cpp's pairing rule, every check with its
   detail; exit 0 whether compatible or not, 2 when a file cannot be read. ``TARGET`` and
   ``DRAFT`` may be ``hf:owner/repo/file.gguf`` to check files still on the hub (headers
@@ -37,11 +38,15 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = msub.add_parser("list", help="models found in the models folder, added folders, LM Studio, HF cache")
     p.add_argument("--folder", action="append", type=Path, default=[], help="also scan this folder")
+    p.add_argument("--no-load-check", action="store_true",
+                   help="read headers only; do not check that llama.cpp loads each model")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_run_list)
 
-    p = msub.add_parser("inspect", help="metadata of one GGUF file")
+    p = msub.add_parser("inspect", help="metadata of one GGUF file, and whether llama.cpp loads it")
     p.add_argument("path", type=Path)
+    p.add_argument("--no-load-check", action="store_true",
+                   help="read the header only; do not check that llama.cpp loads it")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_run_inspect)
 
@@ -99,7 +104,7 @@ def _run_list(args: argparse.Namespace) -> int:
 
     config = load_library_config()
     config.folders = [*config.folders, *[f.expanduser().absolute() for f in args.folder]]
-    entries = Library(config).scan()
+    entries = Library(config).scan(check_loads=not args.no_load_check)
     if args.json:
         _print_json([e.to_dict() for e in entries])
         return 0
@@ -107,7 +112,7 @@ def _run_list(args: argparse.Namespace) -> int:
         print("No models found. Download one (`models download`) or add a folder (`models config --add-folder`).")
         return 0
     for e in entries:
-        if e.info is None:
+        if e.info is None or e.error is not None:
             print(f"!  {e.path}  ({e.error})")
             continue
         i = e.info
@@ -123,9 +128,21 @@ def _run_inspect(args: argparse.Namespace) -> int:
     from app.formatting import format_bytes, format_parameters
 
     info = inspect_gguf(args.path)
+    loads: bool | None = None
+    load_error: str | None = None
+    if not args.no_load_check:
+        from app.catalog.loadcheck import check_loads
+
+        verdict = check_loads(Path(info.path))
+        loads = verdict.loads
+        load_error = verdict.message(Path(info.path).name) or None
+    # the exit status says whether the model can be used, as `generate` would find
+    status = 2 if loads is False else 0
     if args.json:
-        _print_json(info.to_dict())
-        return 0
+        _print_json({**info.to_dict(), "loads": loads, "load_error": load_error})
+        if load_error:
+            print(f"error: {load_error}", file=sys.stderr)
+        return status
     rows = [
         ("name", info.name),
         ("architecture", info.architecture),
@@ -138,10 +155,13 @@ def _run_inspect(args: argparse.Namespace) -> int:
         ("BOS", f"{info.bos_id} (added: {info.add_bos})"),
         ("EOS", f"{info.eos_id} (added: {info.add_eos})"),
         ("chat template", "yes" if info.has_chat_template else "no"),
+        ("loads", "not checked" if loads is None else "yes" if loads else "no"),
     ]
     for k, v in rows:
         print(f"{k:15} {v}")
-    return 0
+    if load_error:
+        print(f"error: {load_error}", file=sys.stderr)
+    return status
 
 
 def _run_pair(args: argparse.Namespace) -> int:

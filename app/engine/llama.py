@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from app.catalog.model_file import check_model_file
 from app.errors import ContextOverflowError, LoadCancelledError, ModelLoadError, TandemError
 
 log = logging.getLogger(__name__)
@@ -139,9 +140,8 @@ class LlamaModel:
         no_alloc: bool = False,
     ) -> None:
         self._ptr: Any = None
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise ModelLoadError(f"Model file not found: {self.path}")
+        # a folder, a pipe (opening one would block) or a dangling link is refused here
+        self.path = check_model_file(path)
         # llama.cpp's own loader rejects truncated files, absurd counts, lengths and
         # offsets without crashing (tests/engine/test_edge_cases.py); we only add a clear
         # message for the commonest mistake, a file that is not a GGUF at all.

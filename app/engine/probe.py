@@ -1,154 +1,135 @@
-"""Check that llama.cpp can read a GGUF's metadata, in a child process, before loading it.
+"""The load check's child process: load a GGUF, create a small context, decode.
 
-llama.cpp rejects structural damage (truncation, absurd counts, offsets) with an error,
-but some *values* make it abort the whole process instead: ``block_count`` 0 or above
-its layer limit, more experts used than exist, an unknown RoPE scaling type, a tokenizer
-model that does not fit the architecture (``GGML_ASSERT`` → SIGABRT). An abort cannot be
-caught in-process, so before a file is loaded for the first time a child process loads
-its hyperparameters, vocabulary and tensor list (``no_alloc``: no weights are read or
-allocated; about a second for a 262k vocabulary); if the child dies, the file is refused with the assertion text as the
-reason. A file that passed is remembered by path, size and modification time (in this
-process and in the cache folder), so the probe runs once per file.
+:mod:`app.catalog.loadcheck` starts this module in a child process before the app
+touches a model file (``python -m app.engine.probe PATH [--gpu-layers N]``, or the frozen
+app's own executable with :data:`FROZEN_FLAG`). Here llama.cpp loads the model (weights
+memory-mapped), creates a context of :data:`PROBE_N_CTX` tokens and decodes one token
+and then a batch of :data:`PROBE_BATCH` tokens with logits at every position: every
+tensor of the model passes through the kernels that a prefill, a plain step and a
+verification pass use, so a tensor type llama.cpp cannot compute with kills this child,
+not the app.
 
-Run as ``python -m app.engine.probe PATH``: exit 0 when the metadata loads, 2 with the
-error on stderr when llama.cpp refuses it; any other status means it crashed.
+Protocol on stdout (lines starting with :data:`app.catalog.loadcheck.MARK`): the stage
+reached (``stage load``, ``stage context``, ``stage decode``), then one JSON answer.
+Exit status 0: it loads and decodes; 2: llama.cpp refused it with an error (the answer
+says why); 3: a Python exception here (a bug in Tandem, reported as such); death by a
+signal: llama.cpp crashed, and the parent reads the reason from stderr.
+
+:func:`probe_model` is the engine's entry: it raises unless the file loads.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
-import re
-import subprocess
 import sys
 import threading
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
-from app.errors import LoadCancelledError, ModelLoadError
+from app.catalog import loadcheck
+from app.errors import TandemError
 
-log = logging.getLogger(__name__)
-
-#: seconds before a probe is considered hung (loading metadata takes well under one)
-PROBE_TIMEOUT_S = 120.0
-
-_ok: set[tuple[str, int, int]] = set()
-_lock = threading.Lock()
-
-
-def _key(path: Path) -> tuple[str, int, int]:
-    st = path.stat()
-    return (os.fsdecode(path.resolve()), st.st_size, st.st_mtime_ns)
+#: context length of the probe's context (tokens): enough for the batch below
+PROBE_N_CTX = 64
+#: tokens in the second decode (a verification-sized batch with logits at every position)
+PROBE_BATCH = 8
+#: the argument that makes a frozen executable run this child instead of the app
+FROZEN_FLAG = "--tandem-probe"
 
 
-def _cache_file() -> Path:
-    from app.store import paths
+def probe_model(
+    path: Path,
+    cancel: threading.Event | None = None,
+    *,
+    n_gpu_layers: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> None:
+    """Raise unless llama.cpp loads ``path`` and decodes with it (checked in a child).
 
-    return paths.cache_dir() / "probed-ggufs.json"
-
-
-def _load_cache() -> set[tuple[str, int, int]]:
-    try:
-        raw = json.loads(_cache_file().read_text(encoding="utf-8"))
-        return {(str(p), int(s), int(m)) for p, s, m in raw}
-    except (OSError, ValueError, TypeError):
-        return set()
-
-
-def _save_cache(entries: set[tuple[str, int, int]]) -> None:
-    try:
-        f = _cache_file()
-        tmp = f.with_suffix(".tmp")
-        tmp.write_text(json.dumps(sorted(entries)[-500:]), encoding="utf-8")
-        tmp.replace(f)
-    except OSError as exc:  # a read-only cache folder only costs a re-probe next time
-        log.info("could not record a probed GGUF: %s", exc)
-
-
-def _reason(stderr: str) -> str:
-    """The most telling line of a crashed child's stderr."""
-    for pattern in (r"GGML_ASSERT\((.*)\) failed", r"fatal error[:\s]*(.*)", r"error[:\s]+(.*)"):
-        m = re.search(pattern, stderr)
-        if m and m.group(1).strip():
-            return m.group(1).strip()
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    return lines[-1] if lines else "llama.cpp stopped the process"
-
-
-def probe_model(path: Path, cancel: threading.Event | None = None) -> None:
-    """Raise unless llama.cpp can read ``path``'s hyperparameters and vocabulary.
+    Args:
+        cancel: when set, the check stops (LoadCancelledError).
+        n_gpu_layers: as the load will use it.
+        should_stop: a callable polled while the child runs; True cancels.
 
     Raises:
-        ModelLoadError: the file makes llama.cpp fail or abort (the message says why).
-        LoadCancelledError: ``cancel`` was set while the probe ran.
+        ModelLoadError: the file makes llama.cpp fail or crash; the message says why.
+        ModelPathError: the path is not a readable file.
+        LoadCancelledError: cancelled while the probe ran.
     """
-    try:
-        key = _key(path)
-    except OSError as exc:
-        raise ModelLoadError(f"Cannot read {path}: {exc.strerror or exc}") from exc
-    with _lock:
-        if key in _ok:
-            return
-        disk = _load_cache()
-        if key in disk:
-            _ok.add(key)
-            return
-    if getattr(sys, "frozen", False):
-        return  # a frozen app has no "python -m"; it relies on llama.cpp's own checks
-    cmd = [sys.executable, "-m", "app.engine.probe", os.fsdecode(path)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    waited = 0.0
-    try:
-        while True:
-            try:
-                _, err_b = proc.communicate(timeout=0.1)
-                break
-            except subprocess.TimeoutExpired:
-                waited += 0.1
-                if waited > PROBE_TIMEOUT_S:
-                    raise ModelLoadError(
-                        f"Could not load {path.name}: reading its metadata did not finish."
-                    ) from None
-                if cancel is not None and cancel.is_set():
-                    proc.kill()
-                    proc.communicate()
-                    raise LoadCancelledError(f"Loading {path.name} was cancelled.") from None
-    except BaseException:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        raise
-    err = err_b.decode("utf-8", "replace")
-    if proc.returncode == 0:
-        with _lock:
-            _ok.add(key)
-            disk = _load_cache()
-            disk.add(key)
-            _save_cache(disk)
-        return
-    if proc.returncode == 2:
-        msg = err.strip().splitlines()[-1] if err.strip() else "llama.cpp could not read it"
-        raise ModelLoadError(msg)
-    raise ModelLoadError(
-        f"Could not load {path.name}: llama.cpp cannot use this file ({_reason(err)}). "
-        "Its metadata holds values llama.cpp does not support; the file may be corrupt or "
-        "made for another program."
-    )
+
+    def stop() -> bool:
+        if cancel is not None and cancel.is_set():
+            return True
+        return should_stop is not None and should_stop()
+
+    loadcheck.require_loads(path, n_gpu_layers=n_gpu_layers, should_stop=stop)
+
+
+def dispatch_frozen_child(argv: list[str]) -> None:
+    """For a frozen app's entry script, first thing: run the probe child and exit when
+    ``argv`` asks for it (``<exe> --tandem-probe PATH …``); otherwise record that this
+    executable can run probes and return (see :func:`app.catalog.loadcheck.probe_child_command`)."""
+    if len(argv) > 1 and argv[1] == FROZEN_FLAG:
+        sys.exit(_main(argv[2:]))
+    loadcheck.set_frozen_child_flag(FROZEN_FLAG)
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(f"{loadcheck.MARK} {line}\n")
+    sys.stdout.flush()  # the parent must see the stage even if the next call kills us
+
+
+def _answer(**fields: object) -> None:
+    _say(json.dumps(fields))
 
 
 def _main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m app.engine.probe PATH", file=sys.stderr)
-        return 2
-    from app.engine.llama import LlamaModel
-    from app.errors import TandemError
-
+    n_gpu_layers: int | None = None
+    args = list(argv)
+    if len(args) == 3 and args[1] == "--gpu-layers":
+        n_gpu_layers = int(args[2])
+        args = args[:1]
+    if len(args) != 1:
+        print("usage: python -m app.engine.probe PATH [--gpu-layers N]", file=sys.stderr)
+        return loadcheck.EXIT_PYTHON_ERROR
+    path = Path(os.fsdecode(args[0]))
+    stage = "load"
     try:
-        LlamaModel(Path(os.fsdecode(argv[0])), n_gpu_layers=0, use_mmap=False, no_alloc=True).close()
+        from app.engine.llama import LlamaContext, LlamaModel
+
+        _say("stage load")
+        model = LlamaModel(path, n_gpu_layers=n_gpu_layers, use_mmap=True)
+        try:
+            stage = "context"
+            _say("stage context")
+            ctx = LlamaContext(
+                model, n_ctx=PROBE_N_CTX, n_batch=PROBE_N_CTX, n_threads=min(4, os.cpu_count() or 1),
+                n_outputs_max=PROBE_BATCH,
+            )
+            try:
+                stage = "decode"
+                _say("stage decode")
+                first = model.bos if 0 <= model.bos < model.n_vocab else 0
+                ctx.decode([first], 0, logits="last")
+                ctx.logits(-1)
+                batch = [(first + 1 + i) % max(1, model.n_vocab) for i in range(PROBE_BATCH)]
+                ctx.decode(batch, 1, logits="all")
+                ctx.logits(PROBE_BATCH - 1)
+            finally:
+                ctx.close()
+        finally:
+            model.close()
     except TandemError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    return 0
+        _answer(ok=False, stage=stage, why=str(exc).replace(path.name, loadcheck.NAME_MARK))
+        return loadcheck.EXIT_REFUSED
+    except Exception as exc:  # a bug here, not the file's fault: say so, with the traceback
+        traceback.print_exc()
+        _answer(ok=False, stage=stage, python_error=True, why=f"{type(exc).__name__}: {exc}")
+        return loadcheck.EXIT_PYTHON_ERROR
+    _answer(ok=True)
+    return loadcheck.EXIT_OK
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.catalog.model_file import model_entry_path
 from app.catalog.pairing import PairResult, check_pair
 from app.engine.chat import ChatFormat, ChatMessage
 from app.engine.drafters import (
@@ -233,16 +234,16 @@ class Session:
         def target_progress(p: float) -> bool:
             return progress(p * share) if progress else True
 
-        if not Path(config.target_path).is_file():
-            raise ModelLoadError(f"Model file not found: {config.target_path}")
-        probe_model(Path(config.target_path))
+        target_path, part_note = model_entry_path(config.target_path)
+        probe_model(target_path, n_gpu_layers=config.n_gpu_layers,
+                    should_stop=lambda: progress is not None and not progress(0.0))
         target = LlamaModel(
-            config.target_path,
+            target_path,
             n_gpu_layers=config.n_gpu_layers,
             use_mmap=config.use_mmap,
             progress=target_progress,
         )
-        notes: list[str] = []
+        notes: list[str] = [part_note] if part_note else []
         try:
             n_ctx = _checked_context_length(target, config, notes)
             ctx = LlamaContext(
@@ -299,9 +300,11 @@ class Session:
                 self.draft_model = None
             if path is None:
                 return None
-            if not Path(path).is_file():
-                raise ModelLoadError(f"Model file not found: {path}")
-            probe_model(Path(path))
+            path, part_note = model_entry_path(path)
+            probe_model(path, n_gpu_layers=self.config.n_gpu_layers,
+                        should_stop=lambda: progress is not None and not progress(0.0))
+            if part_note:
+                self.notes.append(part_note)
             draft = LlamaModel(
                 path,
                 n_gpu_layers=self.config.n_gpu_layers,
