@@ -188,15 +188,20 @@ class ChatFormat:
 
 
 def with_single_bos(model: LlamaModel, tokens: Sequence[int]) -> list[int]:
-    """``tokens`` with any leading BOS removed and exactly one added when the vocab adds BOS."""
+    """``tokens`` starting with exactly one BOS when the vocabulary adds BOS; unchanged
+    when it does not.
+
+    llama.cpp's rule (``llama_vocab::impl::tokenize`` warns about, and llama-server
+    removes, a duplicate BOS only when ``add_bos`` is set): a vocabulary that does not add
+    BOS may use the BOS id as ordinary text — SmolLM2's BOS is ``<|im_start|>``, which
+    opens every ChatML turn, so stripping it would cut the first turn's header.
+    """
     out = list(tokens)
-    if model.bos >= 0:
+    if model.bos >= 0 and model.add_bos:
         i = 0
         while i < len(out) and out[i] == model.bos:
             i += 1
-        out = out[i:]
-        if model.add_bos:
-            out.insert(0, model.bos)
+        out = [model.bos, *out[i:]]
     return out
 
 
