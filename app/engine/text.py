@@ -3,10 +3,10 @@
 Tokens carry bytes, not characters: an emoji or a CJK character is often split across two
 or three byte-fallback tokens, and a stop string ("\\nUser:") usually spans several
 tokens. :class:`TextStream` takes token pieces as they are accepted and releases text
-only when it is final: incomplete UTF-8 sequences are held back (never U+FFFD, nothing
-dropped), and text that could be the start of a stop string is held until it either
-completes the stop string (then it is cut there and never emitted) or stops matching
-(then it is emitted in full). Every released chunk carries whether it came from an
+only when it is final: incomplete UTF-8 sequences are held back (never U+FFFD; a
+character still incomplete when the reply ends is dropped), and text that could be the
+start of a stop string is held until it either completes the stop string (then it is cut
+there and never emitted) or stops matching (then it is emitted in full). Every released chunk carries whether it came from an
 accepted draft, so the chat view can tint it.
 """
 
@@ -58,12 +58,15 @@ class TextStream:
         return self._release(final=False)
 
     def flush(self) -> list[TextChunk]:
-        """End of generation: release everything still held (incomplete bytes included)."""
+        """End of generation: release everything still held.
+
+        Bytes of a character that never completed (a reply cut by ``max_tokens`` or a
+        stop inside a multi-byte character) are dropped, not turned into U+FFFD: they are
+        not text, and the next reply's prompt must not carry a replacement character.
+        """
         if self.stopped:
             return []
-        tail = self._decoder.decode(b"", final=True)
-        if tail:
-            self._append(tail, self._runs[-1][1] if self._runs else False)
+        self._decoder.reset()  # discards the incomplete sequence it holds
         return self._release(final=True)
 
     def _append(self, text: str, from_draft: bool) -> None:

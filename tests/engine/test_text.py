@@ -73,9 +73,14 @@ def test_draft_provenance_is_kept_per_character_run() -> None:
     assert [(c.text, c.from_draft) for c in chunks] == [("ab", True), ("c", False), ("de", True)]
 
 
-def test_invalid_bytes_become_replacement_only_at_flush() -> None:
-    s = TextStream()
-    got = [c.text for c in s.push(b"x\xe4\xb8", False)]
-    assert "".join(got) == "x"
-    got += [c.text for c in s.flush()]
-    assert "".join(got) == "x\ufffd"  # truly truncated input: nothing silently dropped
+def test_a_character_cut_at_the_end_is_dropped_not_replaced() -> None:
+    """A reply cut by max_tokens inside a multi-byte character (issue 12, item 8): the
+    incomplete bytes are not text; neither the stream nor the final text shows U+FFFD."""
+    for cut in ("中".encode(), "😀".encode()):
+        for n in range(1, len(cut)):
+            s = TextStream()
+            got = [c.text for c in s.push(b"x" + cut[:n], False)] + [c.text for c in s.flush()]
+            assert "".join(got) == s.text == "x"
+    s = TextStream()  # bytes that can never be UTF-8 in the middle still show as U+FFFD
+    got = [c.text for c in s.push(b"a\xffb", False)] + [c.text for c in s.flush()]
+    assert "".join(got) == "a\ufffdb"
