@@ -160,28 +160,36 @@ class DraftLengthPolicy:
     #: with the machine's load and the context length)
     refresh_every = 50
 
-    def choose(self, k: int) -> int:
-        """The draft length in 0..k with the highest expected rate.
+    def choose(self, k: int, draft_min: int = 0) -> int:
+        """The draft length in {0} ∪ [max(1, draft_min), k] with the highest expected rate.
 
-        Until every batch size 2..k+1 has been timed :attr:`min_observations` times, the
-        smallest untimed one is chosen instead (exploration: at most about 2k rounds per
-        session, since the times are shared by all replies). Before the one-token pass is
-        timed, k is returned.
+        Args:
+            k: the most draft tokens this round may verify.
+            draft_min: drafts shorter than this are discarded (llama.cpp's
+                ``--draft-min``), so lengths below it are never explored nor chosen:
+                their passes would never be timed.
+
+        Until every batch size d + 1 for the allowed d has been timed
+        :attr:`min_observations` times, the smallest untimed one is chosen instead
+        (exploration: at most about 2k rounds per session, since the times are shared by
+        all replies). Before the one-token pass is timed, k is returned; 0 when no
+        allowed length exists (k < draft_min).
         """
-        if k <= 0:
+        lo = max(1, draft_min)
+        if k < lo:
             return 0
         base = self.expected_rate(0)
         if base is None:
             return k
-        for n in range(2, k + 2):
+        for n in range(lo + 1, k + 2):
             if self.pass_times.count(n) < self.min_observations:
                 return n - 1
         self._decisions += 1
         if self._decisions % self.refresh_every == 0:
-            stalest = min(range(2, k + 2), key=self.pass_times.last_seen)
+            stalest = min(range(lo + 1, k + 2), key=self.pass_times.last_seen)
             return stalest - 1
         best_d, best_rate = 0, base
-        for d in range(1, k + 1):
+        for d in range(lo, k + 1):
             r = self.expected_rate(d)
             if r is not None and r > best_rate * (1.0 + 1e-9):
                 best_d, best_rate = d, r

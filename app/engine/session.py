@@ -586,8 +586,10 @@ class Session:
                     drafts: list[int] = []
                     if drafter is not None and policy is not None:
                         n_draft_max = min(k, remaining - 1, room, ctx.n_outputs_max - 1)
+                        if n_draft_max < spec.draft_min:
+                            n_draft_max = 0  # the draft would be discarded: do not pay for it
                         if spec.adaptive and n_draft_max > 0:
-                            n_draft_max = policy.choose(n_draft_max)
+                            n_draft_max = policy.choose(n_draft_max, spec.draft_min)
                         if n_draft_max > 0:
                             steps0 = drafter.forward_passes
                             td = clock()
