@@ -8,7 +8,12 @@ is its own committed transaction; with ``journal_mode=WAL`` and ``synchronous=NO
 committed transaction survives the process being killed (only a power cut can lose the
 last ones), so a kill loses at most the text streamed since the last partial save. On
 the next start ``HistoryStore.open(recover=True)`` marks replies still ``streaming`` as
-``interrupted``.
+``interrupted`` — only those whose writer is gone. Several windows may share one data
+folder: each store that begins a reply holds an exclusive lock on a file of its own
+(``<history>.owners/<token>.lock``, :mod:`filelock`; the OS drops it when the process dies,
+even by SIGKILL) and records its token with the reply (table ``reply_owners``, which an
+older Tandem ignores). Recovery claims a streaming reply only when its owner's lock can be
+taken, so a second window never cuts off the first one's reply.
 
 ``draft_spans`` are ``(start, end)`` character offsets of reply text that came from
 accepted draft tokens, kept so the chat view can tint them after a restart too.
@@ -19,7 +24,9 @@ Single-threaded by design: the window uses one store from the GUI thread.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import secrets
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -29,6 +36,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.store import paths
+
+log = logging.getLogger(__name__)
 
 Role = Literal["system", "user", "assistant"]
 MessageStatus = Literal["streaming", "done"]
@@ -60,6 +69,10 @@ CREATE TABLE IF NOT EXISTS messages (
     updated_at      REAL    NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation_id, id);
+CREATE TABLE IF NOT EXISTS reply_owners (
+    message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+    owner      TEXT    NOT NULL
+);
 """
 
 
@@ -122,6 +135,53 @@ class HistoryStore:
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self._conn = conn
         self.path = path
+        self._owner: tuple[str, Any] | None = None  # (token, held FileLock)
+
+    @property
+    def owners_dir(self) -> Path:
+        """Where writers keep their liveness locks (next to the database)."""
+        return self.path.with_name(self.path.name + ".owners")
+
+    def _owner_token(self) -> str | None:
+        """This store's writer token, its lock taken on first use (None: no lock could
+        be made, e.g. a read-only folder; then its replies are recovered as before)."""
+        if self._owner is not None:
+            return self._owner[0]
+        from filelock import FileLock, Timeout
+
+        token = f"{os.getpid()}-{secrets.token_hex(6)}"
+        try:
+            self.owners_dir.mkdir(exist_ok=True)
+            lock = FileLock(str(self.owners_dir / f"{token}.lock"), timeout=0)
+            lock.acquire()
+        except (OSError, Timeout) as exc:
+            log.warning("no liveness lock for the history (%s); another window's start-up may"
+                        " mark this window's streaming reply interrupted", exc)
+            return None
+        self._owner = (token, lock)
+        return token
+
+    def _owner_alive(self, token: str) -> bool:
+        """Whether the store that wrote ``token`` still holds its lock (is running)."""
+        from filelock import FileLock, Timeout
+
+        if self._owner is not None and self._owner[0] == token:
+            return True
+        path = self.owners_dir / f"{token}.lock"
+        if not path.exists():
+            return False
+        probe = FileLock(str(path), timeout=0)
+        try:
+            probe.acquire()
+        except Timeout:
+            return True
+        except OSError:
+            return False  # cannot even open it: no live process can be holding it here
+        try:
+            path.unlink(missing_ok=True)
+        finally:
+            probe.release()
+        return False
 
     @classmethod
     def open_or_set_aside(cls, path: Path | None = None) -> tuple[HistoryStore, str | None]:
@@ -199,8 +259,17 @@ class HistoryStore:
         return store
 
     def close(self) -> None:
-        """Close the connection (checkpoints the WAL into the main file)."""
+        """Close the connection (checkpoints the WAL into the main file) and give up this
+        store's liveness lock."""
         self._conn.close()
+        if self._owner is not None:
+            token, lock = self._owner
+            self._owner = None
+            try:
+                (self.owners_dir / f"{token}.lock").unlink(missing_ok=True)
+            except OSError:
+                pass
+            lock.release()
 
     def __enter__(self) -> HistoryStore:
         return self
@@ -349,6 +418,7 @@ class HistoryStore:
     def begin_reply(self, conversation_id: int, model: str | None = None) -> StoredMessage:
         """Create an empty assistant message in ``streaming`` state; returns it."""
         now = time.time()
+        owner = self._owner_token()
         with self._tx() as c:
             self._touch(c, conversation_id, now)
             cur = c.execute(
@@ -357,16 +427,28 @@ class HistoryStore:
                 (conversation_id, model, now, now),
             )
             mid = int(cur.lastrowid or 0)
+            if owner is not None:
+                c.execute("INSERT OR REPLACE INTO reply_owners (message_id, owner) VALUES (?, ?)",
+                          (mid, owner))
         return self.message(mid)
 
     def save_partial(
         self, message_id: int, content: str, draft_spans: Sequence[tuple[int, int]] = ()
     ) -> None:
-        """Overwrite a streaming reply's text so far (one committed transaction)."""
+        """Overwrite a streaming reply's text so far (one committed transaction).
+
+        A reply that a recovery marked ``interrupted`` while its writer still ran (a
+        Tandem without owner records, or a lock that could not be made) is streaming
+        again: the text is saved, never dropped.
+
+        Raises:
+            KeyError: the reply no longer exists (deleted) or was finished.
+        """
         with self._tx() as c:
             cur = c.execute(
-                "UPDATE messages SET content = ?, draft_spans = ?, updated_at = ?"
-                " WHERE id = ? AND status = 'streaming'",
+                "UPDATE messages SET content = ?, draft_spans = ?, updated_at = ?,"
+                " status = 'streaming', finish_reason = NULL"
+                " WHERE id = ? AND (status = 'streaming' OR finish_reason = 'interrupted')",
                 (content, _spans_json(draft_spans), time.time(), message_id),
             )
             if cur.rowcount == 0:
@@ -426,17 +508,46 @@ class HistoryStore:
             return int(cur.rowcount)
 
     def recover_interrupted(self) -> int:
-        """Mark replies left ``streaming`` (the app died mid-reply) as ``interrupted``.
+        """Mark replies left ``streaming`` by a process that is gone as ``interrupted``.
+
+        A reply whose owner (the store that began it) still holds its lock is being
+        streamed by another window right now and is left alone. Replies without an owner
+        record (written by an older Tandem) are claimed, as before.
 
         Returns:
             How many were marked.
         """
+        rows = self._conn.execute(
+            "SELECT m.id, o.owner FROM messages m LEFT JOIN reply_owners o ON o.message_id = m.id"
+            " WHERE m.status = 'streaming'"
+        ).fetchall()
+        alive: dict[str, bool] = {}
+        try:  # sweep the locks of writers that ended without close(); their replies follow
+            for lock_file in self.owners_dir.glob("*.lock"):
+                alive[lock_file.stem] = self._owner_alive(lock_file.stem)
+        except OSError:
+            pass
+        gone = []
+        for row in rows:
+            owner = row[1]
+            if owner is not None:
+                if owner not in alive:
+                    alive[owner] = self._owner_alive(str(owner))
+                if alive[owner]:
+                    continue
+            gone.append(int(row[0]))
+        if not gone:
+            return 0
         with self._tx() as c:
-            cur = c.execute(
-                "UPDATE messages SET status = 'done', finish_reason = 'interrupted'"
-                " WHERE status = 'streaming'"
-            )
-            return int(cur.rowcount)
+            marked = 0
+            for mid in gone:
+                cur = c.execute(
+                    "UPDATE messages SET status = 'done', finish_reason = 'interrupted'"
+                    " WHERE id = ? AND status = 'streaming'",
+                    (mid,),
+                )
+                marked += int(cur.rowcount)
+            return marked
 
     # -- rows -------------------------------------------------------------------------
     @staticmethod

@@ -205,3 +205,57 @@ def test_an_unopenable_path_is_a_history_error(tmp_path: Path) -> None:
     (tmp_path / "history.sqlite3").mkdir()
     with pytest.raises(HistoryError):
         HistoryStore.open(tmp_path / "history.sqlite3")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a POSIX subprocess protocol")
+def test_a_second_instance_never_claims_a_reply_still_streaming(tandem_home: Path) -> None:
+    """Two windows on one data folder: the second one's start-up recovery leaves the
+    first one's streaming reply alone, and the first one's later saves land (issue 12,
+    item 5). Replies whose writer is gone, or that an older Tandem wrote, are claimed."""
+    script = textwrap.dedent(
+        """
+        import sys
+        from app.store.history import HistoryStore
+        s = HistoryStore.open(recover=True)
+        c = s.create_conversation()
+        s.add_user_message(c.id, "question")
+        r = s.begin_reply(c.id)
+        s.save_partial(r.id, "first half")
+        print(c.id, r.id, flush=True)
+        sys.stdin.readline()  # the other window starts now
+        s.save_partial(r.id, "first half, second half")
+        s.finish_reply(r.id, "first half, second half.", "stop")
+        print("finished", flush=True)
+        sys.stdin.readline()
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    first = subprocess.Popen([sys.executable, "-c", script], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert first.stdin is not None and first.stdout is not None
+    cid, rid = (int(x) for x in first.stdout.readline().split())
+
+    second = HistoryStore.open(recover=True)
+    assert second.recover_interrupted() == 0
+    assert second.message(rid).status == "streaming"
+    first.stdin.write("go\n")
+    first.stdin.flush()
+    assert first.stdout.readline().strip() == "finished"
+    reply = second.message(rid)
+    assert (reply.content, reply.status, reply.finish_reason) == ("first half, second half.", "done", "stop")
+
+    orphan = second.begin_reply(cid)  # this store's own reply: alive while it is open
+    assert second.recover_interrupted() == 0
+    with sqlite3.connect(second.path) as conn:  # a reply written by a Tandem without owners
+        conn.execute("DELETE FROM reply_owners WHERE message_id = ?", (orphan.id,))
+    assert second.recover_interrupted() == 1
+    assert second.message(orphan.id).finish_reason == "interrupted"
+    second.save_partial(orphan.id, "still streaming after all")  # its writer's saves are kept
+    assert second.message(orphan.id).status == "streaming"
+    first.stdin.write("bye\n")
+    first.stdin.flush()
+    first.wait(30)
+    second.close()
+    third = HistoryStore.open(recover=True)
+    assert not any(third.owners_dir.glob("*.lock"))  # the locks of both writers are gone
+    third.close()
