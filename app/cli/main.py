@@ -18,6 +18,7 @@ with status 2; no traceback.
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from app.cli.models import json_safe
 from app.cli.options import (
     add_drafting_args,
     add_model_args,
@@ -106,8 +108,7 @@ def _run_generate(args: argparse.Namespace) -> int:
             "note": result.note,
             "stats": result.stats.to_dict(),
         }
-        json.dump(out, sys.stdout, ensure_ascii=False)
-        sys.stdout.write("\n")
+        sys.stdout.write(json.dumps(json_safe(out), ensure_ascii=False) + "\n")
     else:
         sys.stdout.write("\n")
         if result.note:
@@ -174,8 +175,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_ESCAPE_ERRORS = "tandem-escape"
+
+
+def _escape_unencodable(exc: UnicodeError) -> tuple[str, int]:
+    """Codec error handler: an undecodable byte of a file name (a surrogate escape,
+    U+DC80…U+DCFF) prints as ``\\xNN``, the byte it stands for; any other character the
+    terminal cannot show prints as Python's backslash escape."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    out = []
+    for ch in exc.object[exc.start:exc.end]:
+        cp = ord(ch)
+        if 0xDC80 <= cp <= 0xDCFF:
+            out.append(f"\\x{cp - 0xDC00:02x}")
+        else:
+            out.append(ch.encode("ascii", "backslashreplace").decode("ascii"))
+    return "".join(out), exc.end
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit status (0 ok, 2 user-facing error)."""
+    # A file name that is not valid UTF-8 (surrogate escapes, PEP 383) must print, not
+    # end in UnicodeEncodeError: its odd bytes are written as \xNN.
+    codecs.register_error(_ESCAPE_ERRORS, _escape_unencodable)
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors=_ESCAPE_ERRORS)
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,

@@ -93,9 +93,48 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
+def json_safe(data: Any) -> Any:
+    """``data`` with every string made valid Unicode, for JSON that is valid UTF-8.
+
+    A file name that is not valid UTF-8 reaches Python as a string with surrogate escapes
+    (PEP 383); such a string is written with each undecodable byte as ``\\xNN`` text, and
+    the dict that holds it gets ``"<key>_undecodable": true`` next to it, so a reader
+    knows the name is not the exact bytes on disk.
+    """
+    if isinstance(data, str):
+        return _text(data)
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            safe = json_safe(v)
+            out[_text(str(k))] = safe
+            if _has_surrogates(v):
+                out[f"{_text(str(k))}_undecodable"] = True
+        return out
+    if isinstance(data, (list, tuple)):
+        return [json_safe(v) for v in data]
+    return data
+
+
+def _text(s: str) -> str:
+    return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _has_surrogates(v: Any) -> bool:
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(v, (list, tuple)):
+        return any(_has_surrogates(x) for x in v)
+    return False
+
+
 def _print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, ensure_ascii=False, indent=1)
-    sys.stdout.write("\n")
+    text = json.dumps(json_safe(data), ensure_ascii=False, indent=1)
+    sys.stdout.write(text + "\n")
 
 
 def _run_list(args: argparse.Namespace) -> int:

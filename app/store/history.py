@@ -418,6 +418,8 @@ class HistoryStore:
     def begin_reply(self, conversation_id: int, model: str | None = None) -> StoredMessage:
         """Create an empty assistant message in ``streaming`` state; returns it."""
         now = time.time()
+        if model is not None:  # a name from a file name that is not UTF-8 (PEP 383 escapes)
+            model = model.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
         owner = self._owner_token()
         with self._tx() as c:
             self._touch(c, conversation_id, now)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -147,3 +148,34 @@ def test_catalog_package_never_imports_qt() -> None:
     for py in (REPO_ROOT / "app" / "catalog").glob("*.py"):
         text = py.read_text(encoding="utf-8")
         assert "PySide6" not in text and "app.ui" not in text, py
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file names are bytes")
+def test_file_names_that_are_not_utf8_list_and_inspect_cleanly(tmp_path: Path, tiny_target: Path) -> None:
+    """Under en_US.UTF-8 (strict stdout) the name used to end in UnicodeEncodeError, and
+    under C.UTF-8 (surrogateescape) --json printed invalid UTF-8 (issue 12, item 4)."""
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    odd = os.fsdecode(os.fsencode(str(folder)) + b"/mod\xffel.gguf")
+    Path(odd).write_bytes(tiny_target.read_bytes())
+    locales = {
+        "en_US.UTF-8": {"PYTHONIOENCODING": "utf-8:strict"},  # what that locale gives Python
+        "C.UTF-8": {"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": ""},
+    }
+    for name, extra in locales.items():
+        env = {**os.environ, **extra, "PYTHONPATH": str(REPO_ROOT)}
+        for argv in (["models", "list", "--json", "--folder", str(folder)],
+                     ["models", "inspect", odd, "--json"],
+                     ["models", "list", "--folder", str(folder)],
+                     ["models", "inspect", odd]):
+            r = subprocess.run([sys.executable, "-m", "app", *argv], cwd=REPO_ROOT, env=env,
+                               capture_output=True, timeout=300)
+            assert r.returncode == 0 and b"Traceback" not in r.stderr, (name, argv, r.stderr[-2000:])
+            text = r.stdout.decode("utf-8")  # strict: valid UTF-8 whatever the locale
+            if argv[1] == "list" and "--json" not in argv:
+                assert "mod\\xffel.gguf" in text, (name, argv)  # the byte it stands for
+            elif "--json" in argv:
+                data = json.loads(text)
+                entry = data[0] if isinstance(data, list) else data
+                assert entry["path"].endswith("mod\\xffel.gguf") and entry["path_undecodable"] is True
+                assert entry.get("loads") is True

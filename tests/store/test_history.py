@@ -259,3 +259,9 @@ def test_a_second_instance_never_claims_a_reply_still_streaming(tandem_home: Pat
     third = HistoryStore.open(recover=True)
     assert not any(third.owners_dir.glob("*.lock"))  # the locks of both writers are gone
     third.close()
+
+
+def test_a_model_named_after_an_undecodable_file_name_is_stored(store: HistoryStore) -> None:
+    c = store.create_conversation()
+    r = store.begin_reply(c.id, model="mod\udcffel")  # what os.fsdecode gives for b"mod\xffel"
+    assert store.message(r.id).model == "mod\\xffel"
