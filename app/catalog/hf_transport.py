@@ -69,12 +69,17 @@ def download_to(
     expected_size: int,
     on_bytes: Callable[[int], None],
     chunk_bytes: int = CHUNK_BYTES,
+    resume: bool = True,
 ) -> None:
     """Append the rest of ``url`` to ``fh``, which holds its first ``resume_size`` bytes.
 
     ``on_bytes(n)`` is called before each chunk of ``n`` bytes is written (so raising
     from it stops the transfer with everything reported on disk), and with a negative
     ``n`` when a server that ignores the Range header makes the download start over.
+
+    With ``resume=False`` a connection dropped after data arrived is not retried from where
+    it stopped (the error is raised): for a file whose resumed bytes nothing could check
+    afterwards.
 
     Raises:
         huggingface_hub.errors.HfHubHTTPError: the server refused (416 for a range past
@@ -109,7 +114,7 @@ def download_to(
                         retries = RETRIES
             break
         except (httpx2.ConnectError, httpx2.TimeoutException, httpx2.RemoteProtocolError) as exc:
-            if retries <= 0:
+            if retries <= 0 or (have and not resume):
                 raise
             retries -= 1
             log.warning("download of %s interrupted (%s); resuming at byte %d", url, exc, have)

@@ -16,8 +16,12 @@ deletes on failure, so a paused download or one interrupted by closing the app c
 not resume. Here the bytes go to ``<models>/<owner>/<repo>/.partial/<file>.incomplete``
 with a small JSON note of the ETag and size next to it; a later run (same session or
 after a restart) continues from there when the remote file is unchanged. A file enters
-the models folder, and so the library, only after its size, and its sha256 when the
-hub gives one (the ETag of an LFS file), match. Xet storage is not used: plain HTTP
+the models folder, and so the library, only after its size and its hash match: the
+sha256 the hub gives for an LFS file, or the git object id it gives for a file kept in
+git (or, from a mirror without LFS headers, the id of the LFS pointer, which the
+content's sha256 and size determine). A file with neither is never resumed: its bytes
+are taken in one request from byte 0, since nothing could check resumed ones. The lock
+file of a transfer is removed when it ends. Xet storage is not used: plain HTTP
 through the hub's redirect works for every file and is what makes resuming ours.
 
 Tokens: huggingface_hub's own storage (``hf auth login``) and ``HF_TOKEN``. Endpoint: see
@@ -73,6 +77,7 @@ DOWNLOAD_CHUNK_BYTES = CHUNK_BYTES  # 256 KiB
 HEADER_FIRST_REQUEST = 256 << 10
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
 _REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _PROGRESS_INTERVAL_S = 0.1
 _METADATA_RETRY_WAITS_S = (1.0, 3.0)
@@ -193,6 +198,9 @@ class RemoteFileInfo:
         etag: the ETag without quotes; for LFS files it is the sha256 of the content.
         sha256: the expected sha256 (hex) when the ETag is one, else None.
         commit: the repository commit the file was resolved at.
+        git_sha1: the ETag when it is a git object id (40 hex digits): what the hub sends
+            for a file kept in git itself, and what a mirror without LFS headers sends
+            for an LFS file (then it names the LFS pointer, not the content).
     """
 
     file: RemoteFile
@@ -201,6 +209,12 @@ class RemoteFileInfo:
     etag: str
     sha256: str | None
     commit: str | None
+    git_sha1: str | None = None
+
+    @property
+    def checkable(self) -> bool:
+        """Whether the downloaded bytes can be verified (sha256, or a git object id)."""
+        return self.sha256 is not None or self.git_sha1 is not None
 
 
 def _hub_error(exc: BaseException, file: RemoteFile, endpoint: str) -> DownloadError:
@@ -211,6 +225,7 @@ def _hub_error(exc: BaseException, file: RemoteFile, endpoint: str) -> DownloadE
         GatedRepoError,
         HfHubHTTPError,
         LocalEntryNotFoundError,
+        OfflineModeIsEnabled,
         RemoteEntryNotFoundError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
@@ -246,17 +261,43 @@ def _hub_error(exc: BaseException, file: RemoteFile, endpoint: str) -> DownloadE
         if status is not None and status >= 500:
             return DownloadError(f"{endpoint} had a server error (HTTP {status}); try again later.")
         return DownloadError(f"{endpoint} refused {file.display} (HTTP {status}).")
+    if isinstance(exc, OfflineModeIsEnabled):
+        return DownloadError(
+            "Downloads are switched off: the HF_HUB_OFFLINE environment variable is set. Unset it"
+            " to download models."
+        )
     if isinstance(exc, FileMetadataError):
         return DownloadError(
-            f"{endpoint} did not answer like a Hugging Face Hub ({exc}). Check the hub endpoint:"
-            f" {ENDPOINT_SETTING_HINT}."
+            f"{endpoint} did not answer like a Hugging Face Hub (no commit or ETag for"
+            f" {file.display}). Check the hub endpoint: {ENDPOINT_SETTING_HINT}."
         )
     if isinstance(exc, (httpx2.TransportError, LocalEntryNotFoundError, ConnectionError, TimeoutError)):
         return DownloadError(
-            f"Cannot reach {endpoint}: {exc}. Check your connection, or the hub endpoint:"
-            f" {ENDPOINT_SETTING_HINT}."
+            f"Cannot reach {endpoint} ({_network_cause(exc)}). Check your connection, or the hub"
+            f" endpoint: {ENDPOINT_SETTING_HINT}."
         )
-    return DownloadError(f"Talking to {endpoint} about {file.display} failed: {exc}")
+    return DownloadError(
+        f"Talking to {endpoint} about {file.display} failed ({type(exc).__name__}). Try again; if it"
+        f" keeps failing, check the hub endpoint: {ENDPOINT_SETTING_HINT}."
+    )
+
+
+def _network_cause(exc: BaseException) -> str:
+    """A few words for why a connection failed, from the OS where it says (never a
+    library's advice to its own callers)."""
+    import httpx2
+
+    if isinstance(exc, (httpx2.TimeoutException, TimeoutError)):
+        return "no answer in time"
+    for e in (exc, exc.__cause__, exc.__context__):
+        if isinstance(e, OSError) and e.strerror:
+            return e.strerror.lower()
+        m = re.search(r"\[Errno -?\d+\] ([^\]\n]+)", str(e or ""))
+        if m:
+            return m.group(1).strip().rstrip(".").lower()
+    if isinstance(exc, httpx2.RemoteProtocolError):
+        return "the server closed the connection"
+    return "the connection failed"
 
 
 def _headers(token: str | bool | None, url: str, endpoint: str) -> dict[str, str]:
@@ -313,6 +354,7 @@ def remote_file_info(
         etag=meta.etag,
         sha256=etag if _SHA256_RE.match(etag) else None,
         commit=meta.commit_hash,
+        git_sha1=etag if _SHA1_RE.match(etag) else None,
     )
 
 
@@ -372,13 +414,48 @@ def _existing_parent(path: Path) -> Path:
     return path
 
 
-def _hash_file(path: Path, on_bytes: Callable[[int], None]) -> str:
+def _hash_file(path: Path, on_bytes: Callable[[int], None]) -> tuple[str, str]:
+    """``(sha256, git blob sha1)`` of a file's content, in one pass.
+
+    The git object id of a blob is sha1(``b"blob <size>\\0"`` + content) (git's object
+    format, the ETag the hub gives for a file stored in git itself).
+    """
+    size = path.stat().st_size
     h = hashlib.sha256()
+    g = hashlib.sha1(f"blob {size}\0".encode())
     with path.open("rb") as f:
         while chunk := f.read(DOWNLOAD_CHUNK_BYTES * 4):
             h.update(chunk)
+            g.update(chunk)
             on_bytes(len(chunk))
-    return h.hexdigest()
+    return h.hexdigest(), g.hexdigest()
+
+
+def lfs_pointer_sha1(sha256: str, size: int) -> str:
+    """The git object id of the LFS pointer file for content with this sha256 and size.
+
+    A mirror that serves an LFS file without the hub's ``X-Linked-Etag`` header sends the
+    pointer's id as the ETag; the pointer's text is fixed by the LFS spec
+    (https://github.com/git-lfs/git-lfs/blob/main/docs/spec.md), so the content's sha256
+    and size determine it and the download can still be verified.
+    """
+    pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n".encode()
+    return hashlib.sha1(b"blob %d\0" % len(pointer) + pointer).hexdigest()
+
+
+def _ordered_names(names: Sequence[str]) -> list[str]:
+    """File names with every split part's siblings added, each split model's parts in
+    order (part 1 first), duplicates dropped; the first model named stays first."""
+    out: list[str] = []
+    for name in names:
+        sp = split_parts(Path(name))
+        if sp is None:
+            group = [name]
+        else:
+            parent = PurePosixPath(name).parent
+            group = [str(parent / n) if str(parent) != "." else n for n in split_part_names(sp[0].name, sp[2])]
+        out.extend(n for n in group if n not in out)
+    return out
 
 
 class Download:
@@ -414,12 +491,7 @@ class Download:
         revision: str = "main",
         token: str | bool | None = None,
     ) -> None:
-        names = [filenames] if isinstance(filenames, str) else list(filenames)
-        if len(names) == 1:
-            sp = split_parts(Path(names[0]))
-            if sp is not None:
-                parent = PurePosixPath(names[0]).parent
-                names = [str(parent / n) if str(parent) != "." else n for n in split_part_names(sp[0].name, sp[2])]
+        names = _ordered_names([filenames] if isinstance(filenames, str) else list(filenames))
         if not names:
             raise DownloadError("Nothing to download: no file names given.")
         self.files = tuple(RemoteFile(repo_id, n, revision) for n in names)
@@ -456,7 +528,8 @@ class Download:
 
     @property
     def model_path(self) -> Path:
-        """The file to load when done (part 1 of a split model)."""
+        """The file to load when done (part 1 of a split model, whatever order the names
+        were given in)."""
         return self.final_path(self.files[0].filename)
 
     # -- control --------------------------------------------------------------------
@@ -619,6 +692,11 @@ class Download:
             log.info("discarding stale partial download %s", partial)
             partial.unlink(missing_ok=True)
             return 0
+        if have and not info.checkable:
+            # Nothing can check resumed bytes of this file afterwards: start over.
+            log.info("no checksum for %s: not resuming %s", info.file.display, partial)
+            partial.unlink(missing_ok=True)
+            return 0
         return have
 
     def _check_free_space(self, need: int) -> None:
@@ -645,18 +723,27 @@ class Download:
 
         partial = self._partial_path(info.file.filename)
         partial.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = partial.with_name(partial.name + ".lock")
         try:
-            with FileLock(str(partial.with_name(partial.name + ".lock")), timeout=0):
-                self._transfer(info, index)
+            with FileLock(str(lock_path), timeout=0):
+                try:
+                    self._transfer(info, index)
+                finally:
+                    # A lock file means something only while it is held; leaving it would
+                    # litter .partial/ with one per file ever downloaded.
+                    lock_path.unlink(missing_ok=True)
         except Timeout:
             raise DownloadError(
                 f"{info.file.display} is already being downloaded (by another window or process)."
             ) from None
+        try:
+            partial.parent.rmdir()  # only when empty: other partial downloads stay
+        except OSError:
+            pass
 
     def _transfer(self, info: RemoteFileInfo, index: int) -> None:
         import httpx2
         from huggingface_hub.errors import HfHubHTTPError
-
         name = info.file.filename
         partial = self._partial_path(name)
         note_path = partial.with_name(partial.name + ".json")
@@ -673,6 +760,12 @@ class Download:
                 fh.seek(0, os.SEEK_END)
                 have = fh.tell()
                 try:
+                    if not info.checkable:
+                        # nothing can check resumed bytes of this file afterwards: they are
+                        # only ever taken in one piece from byte 0
+                        fh.truncate(0)
+                        fh.seek(0)
+                        have = 0
                     download_to(
                         info.url,
                         fh,
@@ -680,6 +773,7 @@ class Download:
                         headers=_headers(self.token, info.url, self.endpoint),
                         expected_size=info.size,
                         on_bytes=self._advance,
+                        resume=info.checkable,
                     )
                 except DownloadStopped:
                     raise
@@ -709,6 +803,14 @@ class Download:
             partial.unlink(missing_ok=True)
             raise transfer_error
         self._emit(force=True)  # the final count, which throttling may have skipped
+        if transfer_error is not None and not info.checkable and partial.stat().st_size < info.size:
+            partial.unlink(missing_ok=True)
+            note_path.unlink(missing_ok=True)
+            raise DownloadError(
+                f"The connection was lost while downloading {name}. The hub gives no checksum for this"
+                " file, so a resumed download could not be checked; the partial file was discarded."
+                " Try again."
+            )
         self._verify_and_place(info, partial, note_path, transfer_error)
 
     def _verify_and_place(
@@ -717,7 +819,7 @@ class Download:
         name = info.file.filename
         size = partial.stat().st_size
         if size < info.size:
-            why = f" ({transfer_error})" if transfer_error is not None else ""
+            why = " (the connection was lost)" if transfer_error is not None else ""
             raise DownloadError(
                 f"The download of {name} stopped at {format_bytes(size)} of {format_bytes(info.size)}"
                 f"{why}. The partial file is kept: resume the download to continue."
@@ -728,7 +830,8 @@ class Download:
                 f"{name} arrived larger than the hub says ({size} bytes instead of {info.size});"
                 " the file was discarded. Try again."
             )
-        if info.sha256 is not None:
+        verified = "size"
+        if info.checkable:
             self._set_phase("verifying")
             with self._lock:
                 self._samples.clear()
@@ -736,14 +839,22 @@ class Download:
             def tick(_n: int) -> None:
                 self._check_stop()
 
-            digest = _hash_file(partial, tick)
-            if digest != info.sha256:
+            digest, blob_sha1 = _hash_file(partial, tick)
+            if info.sha256 is not None:
+                ok, want, got, kind = digest == info.sha256, info.sha256, digest, "sha256"
+            else:
+                assert info.git_sha1 is not None
+                # the content's own git id, or (a mirror without LFS headers) its pointer's
+                ok = info.git_sha1 in (blob_sha1, lfs_pointer_sha1(digest, size))
+                want, got, kind = info.git_sha1, blob_sha1, "git hash"
+            if not ok:
                 partial.unlink(missing_ok=True)
                 note_path.unlink(missing_ok=True)
                 raise DownloadError(
-                    f"{name} is corrupt: its sha256 does not match the hub's ({digest[:12]}… instead of"
-                    f" {info.sha256[:12]}…). The file was discarded; try again."
+                    f"{name} is corrupt: its {kind} does not match the hub's ({got[:12]}… instead of"
+                    f" {want[:12]}…). The file was discarded; try again."
                 )
+            verified = kind
         final = self.final_path(name)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(partial, final)
@@ -752,7 +863,7 @@ class Download:
         manifest = _read_json(manifest_path)
         manifest[name] = {
             "etag": info.etag, "size": info.size, "sha256": info.sha256, "commit": info.commit,
-            "revision": info.file.revision, "completed": time.time(),
+            "revision": info.file.revision, "completed": time.time(), "verified": verified,
         }
         write_json_atomic(manifest_path, manifest, indent=1, sort_keys=True)
 

@@ -13,7 +13,8 @@ It speaks what the real ``huggingface_hub`` client uses for a download:
   ``GatedRepo`` with 401/403/404.
 
 Faults can be injected per file: drop the connection after n body bytes (once), claim a
-wrong size, serve corrupted bytes, or answer a status code a number of times first; and
+wrong size, serve corrupted bytes (always, or only to resumed requests), describe it by
+another kind of ETag (``etag_kind``), or answer a status code a number of times first; and
 ``rate`` slows bodies down to a given number of bytes per second, like a real network.
 Every body byte sent is counted per file (:attr:`FakeHub.sent`).
 """
@@ -69,6 +70,12 @@ class FakeHub:
     fail_first: dict[str, list[int]] = field(default_factory=dict)  # statuses answered first
     rate: float | None = None  # bytes per second for file bodies (None: as fast as possible)
     ignore_range: bool = False  # answer 200 with the whole file, as some proxies do
+    # How /resolve/ describes a file: "lfs" (default: 302 to the CDN with X-Linked-Etag =
+    # sha256), "git" (a file kept in git: 200 with ETag = its git blob id), "pointer" (a
+    # mirror without LFS headers: 200 with ETag = the LFS pointer's git id), "opaque" (an
+    # ETag that is no hash at all).
+    etag_kind: dict[str, str] = field(default_factory=dict)
+    corrupt_resumed: dict[str, bytes] = field(default_factory=dict)  # served to Range requests only
     sent: Counter[str] = field(default_factory=Counter)
     requests: list[Request] = field(default_factory=list)
 
@@ -84,6 +91,20 @@ class FakeHub:
         self.repos.add(repo)
         self.files[f"{repo}/{filename}"] = hosted
         return hosted
+
+    def etag_of(self, key: str, hosted: HostedFile) -> str:
+        """The ETag /resolve/ sends for a file answered directly (see ``etag_kind``)."""
+        kind = self.etag_kind.get(key, "lfs")
+        data = hosted.read(0, hosted.size)
+        if kind == "git":
+            return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        if kind == "pointer":
+            pointer = (f"version https://git-lfs.github.com/spec/v1\noid sha256:{hosted.sha256}\n"
+                       f"size {hosted.size}\n").encode()
+            return hashlib.sha1(b"blob %d\0" % len(pointer) + pointer).hexdigest()
+        if kind == "opaque":
+            return hashlib.md5(data).hexdigest() + "-1"
+        return hosted.sha256
 
     # -- server ---------------------------------------------------------------------
 
@@ -187,6 +208,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, "EntryNotFound", f"{filename} does not exist on \"main\"", {"X-Repo-Commit": COMMIT})
             return
         size = hub.size_claims.get(key, hosted.size)
+        if hub.etag_kind.get(key, "lfs") != "lfs":
+            self._send_bytes(key, hosted, head, claim=size, hub_headers=True)
+            return
         if hub.redirect:
             self.send_response(302)
             self.send_header("X-Repo-Commit", COMMIT)
@@ -219,7 +243,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         if hub_headers:
             self.send_header("X-Repo-Commit", COMMIT)
-            self.send_header("ETag", f'"{hosted.sha256}"')
+            self.send_header("ETag", f'"{hub.etag_of(key, hosted)}"')
         self.send_header("Accept-Ranges", "bytes")
         length = stop - start
         if status == 206:
@@ -229,6 +253,8 @@ class _Handler(BaseHTTPRequestHandler):
         if head:
             return
         body_source = hub.corrupt.get(key)
+        if start > 0 and key in hub.corrupt_resumed:
+            body_source = hub.corrupt_resumed[key]
         drop = hub.drop_after.pop(key, None)
         pos = start
         while pos < stop:

@@ -3,6 +3,7 @@ local imitation of the hub (tests/catalog/fake_hub.py) reached through HF_ENDPOI
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from collections import namedtuple
@@ -399,3 +400,62 @@ def test_an_unreachable_endpoint_says_where_the_setting_is(monkeypatch: pytest.M
     with pytest.raises(DownloadError) as err:
         remote_file_info(RemoteFile("acme/x-GGUF", "m.gguf"))
     assert "Models → Catalog" in str(err.value) and ENDPOINT_SETTING_HINT in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["git", "pointer", "opaque"])
+def test_resumed_bytes_without_a_sha256_are_checked_or_never_used(hub: FakeHub, payload: bytes, kind: str) -> None:
+    """No sha256 (a file kept in git, a mirror without LFS headers, an opaque ETag) and a
+    resumed range that returns wrong bytes of the right length: the file used to be
+    verified by size only and entered the library (issue 12, item 3)."""
+    hub.add(REPO, FILE, payload)
+    hub.etag_kind[KEY] = kind
+    hub.drop_after[KEY] = 2_500_000
+    hub.corrupt_resumed[KEY] = bytes(b ^ 0x5A for b in payload)
+    with pytest.raises(DownloadError) as err:
+        Download(REPO, FILE).run()
+    if kind == "opaque":  # nothing to check a resume against: no resume, the partial is dropped
+        assert "no checksum" in str(err.value) and [r for r in hub.ranges(KEY) if r] == []
+    else:  # resumed, then the git object id (of the content, or of its LFS pointer) caught it
+        assert "git hash does not match" in str(err.value)
+    assert not _final().exists() and _library_paths() == [] and _partials() == []
+    path = Download(REPO, FILE).run()  # the next try, without faults: from the start
+    assert path.read_bytes() == payload
+    expected = "size" if kind == "opaque" else "git hash"
+    assert json.loads((path.parent / ".tandem-downloads.json").read_text())[FILE]["verified"] == expected
+
+
+def test_no_lock_files_are_left_behind(hub: FakeHub, tmp_path: Path) -> None:
+    parts = write_small_model(tmp_path / "model.gguf", split_max_tensors=3)
+    for p in parts:
+        hub.add("acme/split-GGUF", p.name, p)
+    Download("acme/split-GGUF", parts[0].name).run()
+    repo_dir = paths.models_dir() / "acme/split-GGUF"
+    assert not (repo_dir / PARTIAL_DIR).exists() and not list(repo_dir.rglob("*.lock"))
+
+
+def test_split_parts_are_ordered_whatever_order_they_are_named_in(tmp_path: Path) -> None:
+    names = ["m-00002-of-00003.gguf", "m-00001-of-00003.gguf"]
+    job = Download("acme/split-GGUF", names, models_dir=tmp_path, endpoint="http://127.0.0.1:9")
+    assert [f.filename for f in job.files] == ["m-00001-of-00003.gguf", "m-00002-of-00003.gguf",
+                                               "m-00003-of-00003.gguf"]
+    assert job.model_path.name == "m-00001-of-00003.gguf"
+    job = Download("acme/split-GGUF", "sub/m-00003-of-00003.gguf", models_dir=tmp_path, endpoint="http://127.0.0.1:9")
+    assert job.model_path == tmp_path / "acme/split-GGUF/sub/m-00001-of-00003.gguf"
+
+
+def test_hub_messages_are_in_the_apps_words(hub: FakeHub, payload: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    hub.add(REPO, FILE, payload)
+    hub.size_claims[KEY] = SIZE + 100  # huggingface_hub's own "Consistency check failed"
+    with pytest.raises(DownloadError) as err:
+        Download(REPO, FILE).run()
+    assert "force_download" not in str(err.value) and "connection was lost" in str(err.value)
+    with pytest.raises(DownloadError) as err:
+        Download(REPO, FILE, endpoint="http://127.0.0.1:9").run()
+    assert str(err.value).startswith("Cannot reach http://127.0.0.1:9 (connection refused). Check")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(DownloadError) as err:
+        Download(REPO, FILE).run()
+    assert str(err.value) == ("Downloads are switched off: the HF_HUB_OFFLINE environment variable is set."
+                              " Unset it to download models.")
