@@ -17,7 +17,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 #: The largest draft length k (tokens proposed per round) the engine, the settings, the
 #: command line and the widgets accept. Longer drafts are also capped per round by the
@@ -89,7 +89,8 @@ class SpeculationConfig(BaseModel):
             (:mod:`app.engine.policy`); False: always draft up to k (for k sweeps).
 
     Raises:
-        pydantic.ValidationError (a ValueError): a value out of range.
+        pydantic.ValidationError (a ValueError): a value out of range, or draft_min
+            above k while a drafter is chosen.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -101,6 +102,18 @@ class SpeculationConfig(BaseModel):
     ngram_min: int = Field(2, ge=1, le=16)
     ngram_max: int = Field(4, ge=1, le=16)
     adaptive: bool = True
+
+    @field_validator("draft_min")
+    @classmethod
+    def _draft_min_within_k(cls, v: int, info: ValidationInfo) -> int:
+        # every draft would be discarded: the "speculation" would only cost draft steps
+        k = info.data.get("draft_max")  # declared above, so validated first
+        if info.data.get("mode", SpecMode.OFF) is not SpecMode.OFF and k is not None and v > k:
+            raise ValueError(
+                f"draft_min ({v}) is larger than the draft length k ({k}), so every draft would "
+                "be discarded; lower draft_min or raise k"
+            )
+        return v
 
     @property
     def speculating(self) -> bool:

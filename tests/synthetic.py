@@ -68,6 +68,7 @@ def write_tiny_llama(
     weight_scale: float = 0.3,
     tensor_types: dict[str, str] | None = None,
     add_bos: bool = True,
+    split_max_tensors: int = 0,
 ) -> Path:
     """Write a loadable tiny llama GGUF (F32) and return its path.
 
@@ -77,6 +78,8 @@ def write_tiny_llama(
         eos_id: which token id the vocabulary calls EOS (an end-of-generation token).
         tokens, token_types: replace the vocabulary's texts and types (``n_vocab`` each).
         add_bos: ``tokenizer.ggml.add_bos_token`` (whether tokenizing adds BOS).
+        split_max_tensors: split into parts of at most this many tensors, named as
+            llama.cpp's gguf-split names them (``path`` then names part 1's stem).
         tensor_types: store the named tensors (``"output_norm.weight"``, or a suffix such
             as ``"attn_norm.weight"`` for every layer) in another GGML type: ``F16``,
             ``BF16``, ``F64``, ``I8``, ``I16``, ``I32``, ``I64`` or a quantization such as
@@ -91,7 +94,7 @@ def write_tiny_llama(
             a = a + (noise.standard_normal(shape) * perturb * scale / np.sqrt(shape[-1])).astype(np.float32)
         return a
 
-    writer = GGUFWriter(str(path), "llama")
+    writer = GGUFWriter(str(path), "llama", split_max_tensors=split_max_tensors)
     writer.add_name("tiny-llama-test")
     writer.add_context_length(n_ctx_train)
     writer.add_embedding_length(n_embd)
@@ -138,11 +141,12 @@ def write_tiny_llama(
         add(p + "ffn_gate.weight", w(n_ff, n_embd))
         add(p + "ffn_up.weight", w(n_ff, n_embd))
         add(p + "ffn_down.weight", w(n_embd, n_ff))
+    parts = writer.format_shard_names(path) if split_max_tensors else [path]
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return path
+    return Path(parts[0])
 
 
 _NUMPY_TYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I8": np.int8,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -85,11 +86,40 @@ def test_generate_streams_text_without_json(tiny_target: Path) -> None:
     assert not r.stdout.lstrip().startswith("{")
 
 
-@pytest.mark.parametrize("case", ["missing", "not-gguf", "truncated", "incompatible", "bad-option"])
+BAD_INPUT = ["missing", "not-gguf", "truncated", "incompatible", "bad-option", "folder", "fifo",
+             "dangling-link", "draft-min-over-k", "system-without-chat", "absurd-threads"]
+
+
+@pytest.mark.parametrize("case", BAD_INPUT)
 def test_bad_input_gives_one_line_and_status_2(
     case: str, tmp_path: Path, tiny_target: Path, smollm_path: Path
 ) -> None:
-    if case == "missing":
+    """Each says what happened and what to do, in the app's words (issue 12, item 10)."""
+    extra: list[str] = []
+    if case == "folder":
+        (tmp_path / "inside.gguf").write_bytes(b"")
+        args = ["--model", str(tmp_path)]
+        expect = "is a folder, not a GGUF file: choose a .gguf file inside it. It holds inside.gguf"
+    elif case == "fifo":
+        if not hasattr(os, "mkfifo"):
+            pytest.skip("no named pipes here")
+        os.mkfifo(tmp_path / "pipe.gguf")  # opening it to read would block forever
+        args = ["--model", str(tmp_path / "pipe.gguf")]
+        expect = "is a named pipe, not a GGUF file"
+    elif case == "dangling-link":
+        (tmp_path / "link.gguf").symlink_to(tmp_path / "gone.gguf")
+        args = ["--model", str(tmp_path / "link.gguf")]
+        expect = "is a link to"
+    elif case == "draft-min-over-k":
+        args = ["--model", str(tiny_target), "--prompt-lookup", "--draft-max", "2", "--draft-min", "3"]
+        expect = "Invalid option --draft-min: draft_min (3) is larger than the draft length k (2)"
+    elif case == "system-without-chat":
+        args = ["--model", str(tiny_target), "--system", "Be brief."]
+        expect = "Invalid option --system: a system prompt needs a chat prompt: add --chat"
+    elif case == "absurd-threads":
+        args = ["--model", str(tiny_target), "--threads", "1000"]
+        expect = "Invalid option --threads: 1000 threads is more than this computer can use"
+    elif case == "missing":
         args = ["--model", str(tmp_path / "nope.gguf")]
         expect = "not found"
     elif case == "not-gguf":
@@ -106,10 +136,10 @@ def test_bad_input_gives_one_line_and_status_2(
     elif case == "incompatible":
         args = ["--model", str(tiny_target), "--draft", str(smollm_path)]
         expect = "cannot draft"
-    else:
+    elif case == "bad-option":
         args = ["--model", str(tiny_target), "--draft-max", "0"]
-        expect = "draft_max"
-    r = cli("generate", *args, "--max-tokens", "4", "hi")
+        expect = "Invalid option --draft-max"
+    r = cli("generate", *args, *extra, "--max-tokens", "4", "hi")
     assert r.returncode == 2
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, r.stderr

@@ -293,7 +293,8 @@ class ChatController:
 
     def set_draft_length(self, k: int) -> None:
         """Use draft length ``k`` (the race window's k sweep applies one)."""
-        self.set_speculation(self.settings.speculation.with_changes(draft_max=k))
+        current = self.settings.speculation
+        self.set_speculation(current.with_changes(draft_max=k, draft_min=min(current.draft_min, k)))
 
     def set_sampling(self, sampling: SamplingParams) -> None:
         """Sampling for the next reply."""

@@ -13,12 +13,15 @@ import sys
 import threading
 from typing import Any
 
+from pydantic import ValidationError
+
 from app.cli.options import (
     add_drafting_args,
     add_model_args,
     check_model_files,
     draft_lengths_arg,
     drafter_mode,
+    option_error,
     session_config,
     speculation_configs,
 )
@@ -85,8 +88,8 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
             temperature=args.temp, seed=args.seed, max_tokens=args.max_tokens
         )
         config = session_config(args, mode)
-    except ValueError as exc:  # pydantic.ValidationError is a ValueError
-        raise TandemError(f"Invalid option: {str(exc).splitlines()[0]}") from exc
+    except ValidationError as exc:
+        raise option_error(exc) from exc
 
     def progress(done: int, total: int, rec: RunRecord) -> None:
         if args.quiet:

@@ -27,12 +27,16 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
 from app.cli.models import json_safe
 from app.cli.options import (
+    PromptOptions,
     add_drafting_args,
     add_model_args,
     check_model_files,
     drafter_mode,
+    option_error,
     session_config,
     speculation_configs,
 )
@@ -72,6 +76,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     check_model_files(args)
     mode = drafter_mode(args, off=args.no_spec)
     try:
+        PromptOptions(prompt=args.prompt, chat=args.chat, system=args.system)
         [spec] = speculation_configs(args, mode, [args.draft_max])
         sampling = SamplingParams(
             temperature=args.temp,
@@ -84,8 +89,8 @@ def _run_generate(args: argparse.Namespace) -> int:
             stop=tuple(args.stop),
         )
         config = session_config(args, mode)
-    except ValueError as exc:  # pydantic.ValidationError is a ValueError
-        raise TandemError(f"Invalid option: {_first_validation_error(exc)}") from exc
+    except ValidationError as exc:
+        raise option_error(exc) from exc
 
     cancel = threading.Event()
     # Ctrl-C cancels like the Stop button, from loading to the end of the reply: a load
@@ -143,16 +148,6 @@ def _stream_reply(session: Any, args: argparse.Namespace, sampling: Any, spec: A
     return result
 
 
-def _first_validation_error(exc: ValueError) -> str:
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        try:
-            e = errors()[0]
-            loc = ".".join(str(x) for x in e.get("loc", ()))
-            return f"{loc}: {e.get('msg')}"
-        except Exception:
-            pass
-    return str(exc).splitlines()[0]
 
 
 def _feature_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -12,6 +12,9 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+
+from app.catalog.model_file import check_model_file
 from app.engine.session import SessionConfig
 from app.errors import TandemError
 from app.options import SpecMode, SpeculationConfig, parse_draft_lengths
@@ -62,10 +65,54 @@ def drafter_mode(args: argparse.Namespace, *, off: bool = False) -> SpecMode:
 
 
 def check_model_files(args: argparse.Namespace) -> None:
-    """Raises TandemError for a --model or --draft that is not a file."""
+    """Raises ModelPathError for a --model or --draft that is not a readable file (missing,
+    a folder, a pipe, a dangling link; see :func:`app.catalog.model_file.check_model_file`)."""
     for path in (args.model, args.draft):
-        if path is not None and not path.is_file():
-            raise TandemError(f"Model file not found: {path}")
+        if path is not None:
+            check_model_file(path)
+
+
+class PromptOptions(BaseModel):
+    """How ``generate`` turns its prompt text into a prompt (validated once, here).
+
+    ``chat``: wrap the text as a user message in the model's chat template; ``system``:
+    a system message, which only a chat prompt has.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: str
+    chat: bool = False
+    system: str | None = None
+
+    @field_validator("system")
+    @classmethod
+    def _system_needs_chat(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and not info.data.get("chat"):
+            raise ValueError("a system prompt needs a chat prompt: add --chat, or drop --system")
+        return v
+
+
+#: config field → the command-line option that sets it, for error messages
+OPTION_NAMES = {
+    "n_threads": "--threads", "n_ctx": "--n-ctx", "n_gpu_layers": "--n-gpu-layers",
+    "draft_max": "--draft-max", "draft_min": "--draft-min", "draft_p_min": "--draft-p-min",
+    "ngram_min": "--ngram-min", "ngram_max": "--ngram-max", "temperature": "--temp",
+    "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p", "seed": "--seed",
+    "repeat_penalty": "--repeat-penalty", "max_tokens": "--max-tokens", "system": "--system",
+}
+
+
+def option_error(exc: ValidationError) -> TandemError:
+    """A pydantic error of an options config as one sentence naming the option."""
+    try:
+        e = exc.errors()[0]
+    except (IndexError, TypeError):
+        return TandemError(f"Invalid option: {str(exc).splitlines()[0]}")
+    field = ".".join(str(x) for x in e.get("loc", ()))
+    msg = str(e.get("msg", "")).removeprefix("Value error, ")
+    name = OPTION_NAMES.get(field, field)
+    return TandemError(f"Invalid option {name}: {msg}." if name else f"Invalid options: {msg}.")
 
 
 def speculation_configs(args: argparse.Namespace, mode: SpecMode, ks: Sequence[int]) -> list[SpeculationConfig]:

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from app.catalog.model_file import model_entry_path
 from app.catalog.pairing import PairResult, check_pair
@@ -68,6 +68,11 @@ from app.options import SamplingParams, SpecMode, SpeculationConfig
 log = logging.getLogger(__name__)
 
 
+def max_threads() -> int:
+    """The most CPU threads a config may ask for: 4 × the logical CPUs, at most 512."""
+    return min(512, 4 * (os.cpu_count() or 1))
+
+
 def default_threads() -> int:
     """CPU threads for decoding: all cores up to 4, else half (skip hyper-threads)."""
     try:
@@ -93,6 +98,18 @@ class SessionConfig(BaseModel):
     n_gpu_layers: int | None = None
     n_threads: int | None = Field(None, ge=1)
     use_mmap: bool = True
+
+    @field_validator("n_threads")
+    @classmethod
+    def _threads_this_computer_can_use(cls, v: int | None) -> int | None:
+        # More threads than cores only make the threads wait on each other; far more is a
+        # typo. llama.cpp itself stops at GGML_MAX_N_THREADS (512).
+        if v is not None and v > max_threads():
+            raise ValueError(
+                f"{v} threads is more than this computer can use: it has {os.cpu_count() or 1} CPU "
+                f"threads, so at most {max_threads()} are allowed"
+            )
+        return v
 
 
 def physical_memory_bytes() -> int | None:

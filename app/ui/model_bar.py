@@ -149,8 +149,10 @@ class ModelBarWidget(QFrame):
 
     def speculation(self) -> SpeculationConfig:
         """The settings as shown (fields the bar does not show as last given)."""
-        return self._speculation.with_changes(mode=self.mode(),
-                                              draft_max=self.k_spin.value(),
+        k = self.k_spin.value()
+        # a k below draft_min takes draft_min down with it (draft_min > k drafts nothing)
+        return self._speculation.with_changes(mode=self.mode(), draft_max=k,
+                                              draft_min=min(self._speculation.draft_min, k),
                                               adaptive=self.adaptive_box.isChecked())
 
     def mode(self) -> SpecMode:

@@ -172,10 +172,10 @@ class SamplingSettingsWidget(QWidget):
 
     def speculation(self) -> SpeculationConfig:
         """The speculation settings with the details as shown (an n-gram maximum below the
-        minimum is raised to it)."""
+        minimum is raised to it, a draft_min above k is lowered to k)."""
         n_min = self.ngram_min.value()
         return self._speculation.with_changes(
-            draft_min=self.draft_min.value(),
+            draft_min=min(self.draft_min.value(), self._speculation.draft_max),
             draft_p_min=round(self.draft_p_min.value(), 4),
             ngram_min=n_min,
             ngram_max=max(n_min, self.ngram_max.value()),

@@ -485,3 +485,15 @@ def test_context_beyond_training_is_capped_and_an_oversized_kv_cache_refused(
     monkeypatch.setattr(session_mod, "physical_memory_bytes", lambda: 1_000_000)
     with pytest.raises(ModelLoadError, match="KV cache"):
         Session.open(SessionConfig(target_path=tiny_target, n_ctx=2048, n_gpu_layers=0))
+
+
+def test_a_later_split_part_opens_part_1_or_says_to(tmp_path: Path) -> None:
+    """generate --model …-00002-of-00002.gguf used to say the file may be corrupt."""
+    first = write_tiny_llama(tmp_path / "split.gguf", split_max_tensors=12)
+    second = first.with_name("split-00002-of-00002.gguf")
+    with Session.open(SessionConfig(target_path=second, n_ctx=64, n_threads=2)) as s:
+        assert s.target.path == first
+        assert f"{second.name} is part 2 of 2 of a split model; part 1 ({first.name}) was opened." in s.notes
+    first.unlink()
+    with pytest.raises(ModelLoadError, match=r"is part 2 of 2 of a split model; open part 1 \(split-00001"):
+        Session.open(SessionConfig(target_path=second, n_ctx=64))

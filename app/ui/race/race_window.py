@@ -385,8 +385,10 @@ class RaceWindow(QMainWindow):
 
     def speculation(self) -> SpeculationConfig:
         """The "on" side: the chosen drafter and k (other settings from the chat window)."""
+        k = self.k_spin.value()
         return self._speculation.with_changes(mode=SpecMode(self.drafter_combo.currentData()),
-                                              draft_max=self.k_spin.value(),
+                                              draft_max=k,
+                                              draft_min=min(self._speculation.draft_min, k),
                                               adaptive=self.adaptive_check.isChecked())
 
     def set_race_settings(self, *, k: int | None = None, seed: int | None = None,
