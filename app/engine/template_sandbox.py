@@ -317,7 +317,6 @@ class TemplateSandbox(ImmutableSandboxedEnvironment):
     def _budgeted_filter(self, name: str, func: Callable[..., Any]) -> Callable[..., Any]:
         wants = _pass_arg(func)
 
-        @pass_context
         def budgeted(context: Context, value: Any, *args: Any, **kwargs: Any) -> Any:
             self._check_size(_estimate_filter(name, value, args, kwargs), f"string with |{name}")
             if wants == "context":
@@ -333,7 +332,9 @@ class TemplateSandbox(ImmutableSandboxedEnvironment):
             self.charge(n)
             return out
 
-        return update_wrapper(budgeted, func)
+        # pass_context last: update_wrapper copies the filter's own jinja_pass_arg, and a
+        # filter that does not take a context could be folded while compiling
+        return pass_context(update_wrapper(budgeted, func))
 
     def _range(self, *args: int) -> range:
         r = range(*args)
