@@ -820,9 +820,19 @@ class Download:
         size = partial.stat().st_size
         if size < info.size:
             why = " (the connection was lost)" if transfer_error is not None else ""
+            got, want = format_bytes(size), format_bytes(info.size)
+            if got == want:
+                got, want = f"{size}", f"{info.size} bytes"
+            if not info.checkable:
+                partial.unlink(missing_ok=True)
+                note_path.unlink(missing_ok=True)
+                raise DownloadError(
+                    f"The download of {name} stopped at {got} of {want}{why}. The hub gives no checksum"
+                    " for this file, so it cannot be resumed; the partial file was discarded. Try again."
+                )
             raise DownloadError(
-                f"The download of {name} stopped at {format_bytes(size)} of {format_bytes(info.size)}"
-                f"{why}. The partial file is kept: resume the download to continue."
+                f"The download of {name} stopped at {got} of {want}{why}. The partial file is kept:"
+                " resume the download to continue."
             )
         if size > info.size:
             partial.unlink(missing_ok=True)
