@@ -391,7 +391,7 @@ class LibraryTabWidget(QWidget):
         n = len(scanned.entries)
         text = f"{n} model{'s' if n != 1 else ''}"
         if broken:
-            text += f" ({broken} unreadable)"
+            text += f" ({broken} cannot be used)"
         text += f" · scanned in {scanned.seconds:.1f} s"
         if scanned.cancelled:
             text += " · stopped early"
@@ -461,7 +461,9 @@ class LibraryTabWidget(QWidget):
             self._show_no_target()
         elif not entry.usable:
             self.target = None
-            self._show_no_target(f"{entry.path.name} cannot be used: {entry.error}")
+            why = entry.error or "unreadable"
+            # a load-check refusal already names the file
+            self._show_no_target(why if entry.path.name in why else f"{entry.path.name} cannot be used: {why}")
         else:
             self.target = entry
             self._wanted_target = entry.path

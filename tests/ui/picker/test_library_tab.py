@@ -63,7 +63,7 @@ def test_library_lists_models_with_their_metadata_and_broken_files(picker: Model
     assert broken[0] == "⚠ broken.gguf" and "not a usable GGUF" in broken[-1]
     # usable models first, the broken file last
     assert picker.library_tab.model_table.topLevelItem(3).text(0) == "⚠ broken.gguf"
-    assert "4 models (1 unreadable)" in picker.library_tab.scan_label.text()
+    assert "4 models (1 cannot be used)" in picker.library_tab.scan_label.text()
     assert not picker.use_button.isEnabled()  # no target yet
 
 
