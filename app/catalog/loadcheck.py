@@ -331,9 +331,15 @@ def _crash_detail(stderr: str) -> str | None:
     for pattern in (
         r"GGML_ASSERT\((.*)\) failed",
         r"(\w+: unsupported types?:.*)",
-        r"fatal error[:\s]*(.*)",
-        r"error[:\s]+(.*)",
     ):
+        m = re.search(pattern, stderr)
+        if m and m.group(1).strip():
+            return m.group(1).strip()[:300]
+    # GGML_ABORT("fatal error") and friends: "…/ggml-cpu/ops.cpp:5422: fatal error"
+    m = re.search(r"([\w.+-]+\.(?:c|cc|cpp|cu|h|m|mm)):(\d+): ([^\n]+)", stderr)
+    if m:
+        return f"{m.group(3).strip()[:240]} at {m.group(1)}:{m.group(2)}"
+    for pattern in (r"fatal error[: \t]*([^\n]*)", r"error[: \t]+([^\n]+)"):
         m = re.search(pattern, stderr)
         if m and m.group(1).strip():
             return m.group(1).strip()[:300]
