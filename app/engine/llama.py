@@ -16,7 +16,6 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 

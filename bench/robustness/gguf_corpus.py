@@ -39,7 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
-from gguf import GGUFValueType, GGUFWriter  # noqa: E402
+from gguf import GGUFWriter  # noqa: E402
 
 from bench.robustness._run import OUT, run_app  # noqa: E402
 from tests.synthetic import add_typed_tensor, tiny_vocab, write_tiny_llama  # noqa: E402
