@@ -462,8 +462,8 @@ class LibraryTabWidget(QWidget):
         elif not entry.usable:
             self.target = None
             why = entry.error or "unreadable"
-            # a load-check refusal already names the file
-            self._show_no_target(why if entry.path.name in why else f"{entry.path.name} cannot be used: {why}")
+            # a load-check refusal is a sentence that already names the file
+            self._show_no_target(why if entry.loads is False else f"{entry.path.name} cannot be used: {why}")
         else:
             self.target = entry
             self._wanted_target = entry.path

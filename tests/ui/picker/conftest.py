@@ -14,7 +14,7 @@ from app.catalog.curated import CuratedFile, CuratedModel, CuratedPair
 from app.catalog.library import LibraryConfig, save_library_config
 from tests.catalog.fake_hub import FakeHub
 
-SCAN_TIMEOUT_MS = 60_000
+SCAN_TIMEOUT_MS = 180_000  # a first scan also runs the load check of each model (a child each)
 
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
 GEMMA_COPY_FILE = "gemma-3-270m-copy.gguf"
