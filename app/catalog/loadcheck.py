@@ -7,7 +7,7 @@ that does not fit the architecture: ``GGML_ASSERT`` → SIGABRT) and, in well-fo
 tensor types its compute kernels do not expect (an F16 ``output_norm``, Q8_0 norms, I32
 token embeddings, I8/I16/F64 weights: ``binary_op: unsupported types`` → SIGABRT, or a
 SIGSEGV with no message at the first decode). Neither can be caught in-process, so before
-the app touches a file, a child process (:func:`probe_child_command`, which runs
+the app touches a file, a child process (:func:`probe_command`, which runs
 :mod:`app.engine.probe`) loads it, creates a small context and decodes one token and then
 a short batch, which runs every tensor of the model through the kernels a reply uses. If
 the child dies, the file is refused with the reason (the assertion or kernel message and
@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 
 #: the module the child runs (``python -m``); it prints :data:`MARK` lines on stdout
 PROBE_MODULE = "app.engine.probe"
+#: hidden first argument with which a frozen Tandem executable runs the probe child
+PROBE_ARG = "--tandem-probe-gguf"
 #: prefix of the child's protocol lines on stdout (stage reached, final answer as JSON)
 MARK = "tandem-probe:"
 #: exit statuses of the child: loads / llama.cpp refused it with an error / Python error
@@ -129,32 +131,22 @@ class LoadVerdict:
 # --------------------------------------------------------------------------- child command
 
 
-def probe_child_command() -> list[str] | None:
-    """The command that starts a probe child (the model path and options are appended).
+def probe_command(path: Path, *, n_gpu_layers: int | None = None) -> list[str]:
+    """The probe child's command line for ``path``: the one place it is built.
 
-    ``[sys.executable, "-m", "app.engine.probe"]`` when running from source or an
-    installed package. A frozen (PyInstaller) app has no ``-m``; it runs the probe
-    through its own executable with :data:`app.engine.probe.FROZEN_FLAG` once its entry
-    point dispatches that flag (``app.engine.probe.dispatch_frozen_child`` at the top of
-    the entry script, which records the flag through :func:`set_frozen_child_flag`).
-    Until an entry point does, this returns None and the probe is skipped with a
-    warning: never a second window started by mistake.
+    ``python -m app.engine.probe PATH [--gpu-layers N]`` from source or an installed
+    package. A frozen (PyInstaller) app has no ``-m``: it runs its own executable with
+    the hidden first argument :data:`PROBE_ARG`, which its entry point hands to
+    :func:`app.engine.probe.child_main` before anything else (so the probe never opens
+    a second window). Tests and packaging hook the probe here.
     """
-    if not getattr(sys, "frozen", False):
-        return [sys.executable, "-m", PROBE_MODULE]
-    if _frozen_flag is not None:
-        return [sys.executable, _frozen_flag]
-    return None
-
-
-_frozen_flag: str | None = None
-
-
-def set_frozen_child_flag(flag: str) -> None:
-    """Record that this frozen executable runs the probe when started with ``flag``
-    (called by :func:`app.engine.probe.dispatch_frozen_child`)."""
-    global _frozen_flag
-    _frozen_flag = flag
+    if getattr(sys, "frozen", False):
+        cmd = [sys.executable, PROBE_ARG, os.fsdecode(path)]
+    else:
+        cmd = [sys.executable, "-m", PROBE_MODULE, os.fsdecode(path)]
+    if n_gpu_layers is not None:
+        cmd += ["--gpu-layers", str(n_gpu_layers)]
+    return cmd
 
 
 def _child_env() -> dict[str, str]:
@@ -404,13 +396,7 @@ def check_loads(
             hit = _verdicts.get(key)
         if hit is not None:
             return hit
-    cmd = probe_child_command()
-    if cmd is None:
-        log.warning("this frozen build cannot start a probe child; %s is loaded unprobed", p.name)
-        return LoadVerdict("loads")
-    args = [*cmd, os.fsdecode(p)]
-    if n_gpu_layers is not None:
-        args += ["--gpu-layers", str(n_gpu_layers)]
+    args = probe_command(p, n_gpu_layers=n_gpu_layers)
     try:
         size = sum(q.stat().st_size for q in _model_parts(p) if q.exists())
     except OSError:

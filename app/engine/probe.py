@@ -2,8 +2,9 @@
 
 :mod:`app.catalog.loadcheck` starts this module in a child process before the app
 touches a model file (``python -m app.engine.probe PATH [--gpu-layers N]``, or the frozen
-app's own executable with :data:`FROZEN_FLAG`). Here llama.cpp loads the model (weights
-memory-mapped), creates a context of :data:`PROBE_N_CTX` tokens and decodes one token
+app's own executable with :data:`PROBE_ARG`, which its entry point dispatches to
+:func:`child_main`; :func:`app.catalog.loadcheck.probe_command` builds the command line).
+Here llama.cpp loads the model (weights memory-mapped), creates a context of :data:`PROBE_N_CTX` tokens and decodes one token
 and then a batch of :data:`PROBE_BATCH` tokens with logits at every position: every
 tensor of the model passes through the kernels that a prefill, a plain step and a
 verification pass use, so a tensor type llama.cpp cannot compute with kills this child,
@@ -35,8 +36,8 @@ from app.errors import TandemError
 PROBE_N_CTX = 64
 #: tokens in the second decode (a verification-sized batch with logits at every position)
 PROBE_BATCH = 8
-#: the argument that makes a frozen executable run this child instead of the app
-FROZEN_FLAG = "--tandem-probe"
+#: the first argument that makes a frozen executable run this child instead of the app
+PROBE_ARG = loadcheck.PROBE_ARG
 
 
 def probe_model(
@@ -67,15 +68,6 @@ def probe_model(
     loadcheck.require_loads(path, n_gpu_layers=n_gpu_layers, should_stop=stop)
 
 
-def dispatch_frozen_child(argv: list[str]) -> None:
-    """For a frozen app's entry script, first thing: run the probe child and exit when
-    ``argv`` asks for it (``<exe> --tandem-probe PATH …``); otherwise record that this
-    executable can run probes and return (see :func:`app.catalog.loadcheck.probe_child_command`)."""
-    if len(argv) > 1 and argv[1] == FROZEN_FLAG:
-        sys.exit(_main(argv[2:]))
-    loadcheck.set_frozen_child_flag(FROZEN_FLAG)
-
-
 def _say(line: str) -> None:
     sys.stdout.write(f"{loadcheck.MARK} {line}\n")
     sys.stdout.flush()  # the parent must see the stage even if the next call kills us
@@ -85,7 +77,10 @@ def _answer(**fields: object) -> None:
     _say(json.dumps(fields))
 
 
-def _main(argv: list[str]) -> int:
+def child_main(argv: list[str]) -> int:
+    """The child: ``argv`` is ``PATH [--gpu-layers N]``; returns the exit status (see the
+    module docstring). For a frozen app's entry point, given the arguments after
+    :data:`PROBE_ARG`."""
     n_gpu_layers: int | None = None
     args = list(argv)
     if len(args) == 3 and args[1] == "--gpu-layers":
@@ -133,4 +128,4 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    sys.exit(child_main(sys.argv[1:]))

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.catalog.model_file import model_entry_path
 from app.catalog.pairing import PairResult, check_pair

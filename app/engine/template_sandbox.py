@@ -366,7 +366,7 @@ class TemplateSandbox(ImmutableSandboxedEnvironment):
         self.charge(_size(out))
         return out
 
-    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         owner = getattr(__obj, "__self__", None)
         if isinstance(owner, str) and isinstance(__obj, (BuiltinMethodType, MethodType)):
             name = getattr(__obj, "__name__", "")

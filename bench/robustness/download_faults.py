@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.robustness._run import OUT  # noqa: E402
+from bench.robustness._run import OUT
 
 REPO_ID, FILE = "acme/faults-GGUF", "model-Q4_0.gguf"
 KEY = f"{REPO_ID}/{FILE}"

@@ -38,11 +38,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import numpy as np  # noqa: E402
-from gguf import GGUFWriter  # noqa: E402
+import numpy as np
+from gguf import GGUFWriter
 
-from bench.robustness._run import OUT, run_app  # noqa: E402
-from tests.synthetic import add_typed_tensor, tiny_vocab, write_tiny_llama  # noqa: E402
+from bench.robustness._run import OUT, run_app
+from tests.synthetic import add_typed_tensor, tiny_vocab, write_tiny_llama
 
 ROLES = ["token_embd.weight", "output_norm.weight", "output.weight", "attn_norm.weight",
          "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",

@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.robustness._run import OUT, run_app  # noqa: E402
-from tests.synthetic import write_tiny_llama  # noqa: E402
+from bench.robustness._run import OUT, run_app
+from tests.synthetic import write_tiny_llama
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")

@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.robustness._run import OUT, REPO  # noqa: E402
+from bench.robustness._run import OUT, REPO
 
 SAVE_EVERY_S = 0.5  # app/ui/main_window.py saves a streaming reply this often
 

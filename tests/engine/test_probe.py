@@ -108,8 +108,8 @@ def test_a_python_error_in_the_child_is_not_called_a_crash(tiny_target: Path, tm
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "fresh.gguf"
     write_tiny_llama(path, seed=7)
-    monkeypatch.setattr(loadcheck, "probe_child_command",
-                        lambda: [sys.executable, "-c", "raise RuntimeError('probe bug')"])
+    monkeypatch.setattr(loadcheck, "probe_command",
+                        lambda p, **kw: [sys.executable, "-c", "raise RuntimeError('probe bug')"])
     with pytest.raises(ModelLoadError) as info:
         loadcheck.check_loads(path)
     msg = str(info.value)
@@ -118,11 +118,11 @@ def test_a_python_error_in_the_child_is_not_called_a_crash(tiny_target: Path, tm
 
 def test_frozen_app_runs_the_probe_through_its_own_executable(tiny_target: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    name = tiny_target.parent / "n\udcffme.gguf"  # not UTF-8: passed through as bytes
+    assert loadcheck.probe_command(name, n_gpu_layers=0) == [
+        sys.executable, "-m", "app.engine.probe", os.fsdecode(name), "--gpu-layers", "0"]
     monkeypatch.setattr(sys, "frozen", True, raising=False)
-    monkeypatch.setattr(loadcheck, "_frozen_flag", None)
-    assert loadcheck.probe_child_command() is None  # no entry point dispatches: never a 2nd window
-    probe.dispatch_frozen_child(["tandem"])  # what the entry script does first
-    assert loadcheck.probe_child_command() == [sys.executable, probe.FROZEN_FLAG]
-    with pytest.raises(SystemExit) as exit_info:  # and how the child starts
-        probe.dispatch_frozen_child(["tandem", probe.FROZEN_FLAG, str(tiny_target)])
-    assert exit_info.value.code == loadcheck.EXIT_OK
+    cmd = loadcheck.probe_command(tiny_target)
+    assert cmd == [sys.executable, probe.PROBE_ARG, str(tiny_target)]  # no -m in a frozen app
+    # what the frozen entry point does with the arguments after PROBE_ARG
+    assert probe.child_main(cmd[2:]) == loadcheck.EXIT_OK

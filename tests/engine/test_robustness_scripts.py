@@ -8,7 +8,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from bench.robustness import download_faults, gguf_corpus, hostile_templates, sigkill  # noqa: E402
+from bench.robustness import download_faults, gguf_corpus, hostile_templates, sigkill
 
 
 def test_corpus_sizes(tmp_path: Path) -> None:
@@ -22,5 +22,5 @@ def test_corpus_sizes(tmp_path: Path) -> None:
     import re
 
     window = (REPO / "app/ui/main_window.py").read_text(encoding="utf-8")
-    m = re.search(r"^SAVE_EVERY_S = ([\d.]+)", window, re.M)
+    m = re.search(r"^SAVE_EVERY_S = ([\d.]+)", window, re.MULTILINE)
     assert m is not None and float(m.group(1)) == sigkill.SAVE_EVERY_S  # mirrors the window's saves
