@@ -38,6 +38,7 @@ class SpecMode(str, Enum):
     OFF = "off"
     PROMPT_LOOKUP = "prompt-lookup"
     DRAFT_MODEL = "draft-model"
+    SUFFIX = "suffix"
 
     def __str__(self) -> str:
         return str(self.value)
@@ -49,7 +50,7 @@ class SpecMode(str, Enum):
 
     @property
     def label(self) -> str:
-        """The mode in a picker: "Off", "Prompt lookup", "Draft model"."""
+        """The mode in a picker: "Off", "Prompt lookup", "Draft model", "Suffix lookup"."""
         return _TEXTS[self][0]
 
     @property
@@ -63,6 +64,7 @@ _TEXTS: dict[SpecMode, tuple[str, str]] = {
     SpecMode.OFF: ("Off", "no speculation"),
     SpecMode.PROMPT_LOOKUP: ("Prompt lookup", "prompt lookup"),
     SpecMode.DRAFT_MODEL: ("Draft model", "draft model"),
+    SpecMode.SUFFIX: ("Suffix lookup", "suffix lookup"),
 }
 
 
@@ -84,6 +86,11 @@ class SpeculationConfig(BaseModel):
         draft_p_min: the draft model stops drafting when its top probability falls
             below this (``--draft-p-min``; probability among its 10 best tokens).
         ngram_min / ngram_max: n-gram sizes prompt lookup matches, in tokens.
+        suffix_spec_factor: the suffix drafter proposes at most this many tokens per
+            matched context token (vLLM's ``suffix_decoding_max_spec_factor``).
+        suffix_min_prob: the suffix drafter stops where its count-estimated probability
+            of the next token falls below this (``suffix_decoding_min_token_prob``;
+            :mod:`app.engine.suffix`).
         adaptive: k is a maximum and each round verifies only as many draft tokens as
             the costs measured on this machine make worthwhile
             (:mod:`app.engine.policy`); False: always draft up to k (for k sweeps).
@@ -101,6 +108,8 @@ class SpeculationConfig(BaseModel):
     draft_p_min: float = Field(0.0, ge=0.0, le=1.0)
     ngram_min: int = Field(2, ge=1, le=16)
     ngram_max: int = Field(4, ge=1, le=16)
+    suffix_spec_factor: float = Field(1.0, gt=0.0, le=float(K_MAX))
+    suffix_min_prob: float = Field(0.1, ge=0.0, le=1.0)
     adaptive: bool = True
 
     @field_validator("draft_min")

@@ -29,11 +29,13 @@ def draft_lengths_arg(text: str) -> tuple[int, ...]:
 
 
 def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
-    """--model, --draft | --prompt-lookup, --n-ctx, --n-gpu-layers, --threads."""
+    """--model, --draft | --prompt-lookup | --suffix, --n-ctx, --n-gpu-layers, --threads."""
     p.add_argument("--model", required=True, type=Path, help="target model GGUF")
     drafter = p.add_mutually_exclusive_group()
     drafter.add_argument("--draft", type=Path, help="draft model GGUF (same tokenizer)")
     drafter.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram lookup")
+    drafter.add_argument("--suffix", action="store_true",
+                         help="draft by suffix match over the conversation and earlier replies")
     p.add_argument("--n-ctx", type=int, default=n_ctx, help=f"context window ({n_ctx})")
     p.add_argument("--n-gpu-layers", type=int, default=None,
                    help="layers on the GPU (default: all when a GPU backend is built in)")
@@ -61,6 +63,8 @@ def drafter_mode(args: argparse.Namespace, *, off: bool = False) -> SpecMode:
         return SpecMode.DRAFT_MODEL
     if args.prompt_lookup:
         return SpecMode.PROMPT_LOOKUP
+    if getattr(args, "suffix", False):
+        return SpecMode.SUFFIX
     return SpecMode.OFF
 
 

@@ -55,6 +55,7 @@ from app.engine.policy import DraftLengthPolicy, PassTimes
 from app.engine.probe import probe_model
 from app.engine.sampling import TargetSampler
 from app.engine.stats import SpecStats
+from app.engine.suffix import SuffixDrafter, SuffixIndex
 from app.engine.text import TextStream
 from app.errors import (
     ContextOverflowError,
@@ -215,6 +216,10 @@ class Session:
         self._target_step_samples: list[float] = []
         self._pass_times = PassTimes()
         self._policies: dict[str, DraftLengthPolicy] = {}
+        #: earlier replies for the suffix drafter; the chat layer fills it
+        #: (:meth:`SuffixIndex.load_replies` at start, :meth:`SuffixIndex.add_reply` as
+        #: replies finish). Token ids of this target's vocabulary.
+        self.suffix_index = SuffixIndex()
         #: decode tok/s of the latest plain (speculation off) reply in this session
         self.last_plain_decode_tps: float | None = None
         #: sentences for the user about how the model was loaded (e.g. a shorter context)
@@ -431,6 +436,12 @@ class Session:
             )
         if spec.mode is SpecMode.PROMPT_LOOKUP:
             return PromptLookupDrafter(spec.ngram_min, max(spec.ngram_min, spec.ngram_max)), None
+        if spec.mode is SpecMode.SUFFIX:
+            return SuffixDrafter(
+                self.suffix_index,
+                spec_factor=spec.suffix_spec_factor,
+                min_token_prob=spec.suffix_min_prob,
+            ), None
         if spec.mode is not SpecMode.DRAFT_MODEL:
             raise TandemError(f"No drafter implements the mode {spec.mode.value!r}.")
         if self._draft_drafter is None:

@@ -182,7 +182,7 @@ class SpecStats:
     * ``accepted_at[i]`` / ``verified_at[i]``: acceptances / verifications of draft
       position i + 1 (i = 0 … k − 1).
     * ``draft_cost_ratio`` c = (draft time / draft forward steps) / plain target step time
-      (prompt lookup: draft time per proposed token / target step time). The target step
+      (prompt lookup and suffix: draft time per proposed token / target step time). The target step
       time is the fastest of a few one-token passes timed when the model was loaded,
       then the median with the one-token rounds of plain decoding.
     * ``predicted_speedup`` = E(α, k) / (1 + c·k) from the measured α and c.
@@ -247,7 +247,7 @@ class SpecStats:
     @property
     def draft_cost_ratio(self) -> float | None:
         """c = draft step time / plain target step time; 0 for a drafter with no model."""
-        if self.mode is SpecMode.PROMPT_LOOKUP:
+        if self.mode in (SpecMode.PROMPT_LOOKUP, SpecMode.SUFFIX):
             # No forward passes: the cost per proposed token, so that c·k̄ is the lookup
             # time of a drafting round in units of a target step, as the formula needs.
             if self.target_step_time and self.proposed:

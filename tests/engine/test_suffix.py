@@ -1,0 +1,265 @@
+"""The suffix drafter on token lists: exact drafts, against a plain re-implementation of
+SuffixDecoding's rules, and the reply index's memory bound."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from app.engine.suffix import (
+    SuffixCandidate,
+    SuffixDrafter,
+    SuffixIndex,
+    reversed_suffix_order,
+)
+
+# -- a slow, obviously correct reference --------------------------------------------
+
+
+def _ref_walk(
+    texts: Sequence[Sequence[int]], ends: list[tuple[int, int]], cap: int, min_prob: float
+) -> tuple[list[int], list[float]]:
+    """Suffix-tree path from the occurrences (text index, end position) — lists only."""
+    out: list[int] = []
+    probs: list[float] = []
+    alive = [(t, p + 1) for t, p in ends]
+    prob = 1.0
+    while len(out) < cap and alive:
+        counts: dict[int, int] = {}
+        latest: dict[int, tuple[int, int]] = {}
+        for t, p in alive:
+            if p < len(texts[t]):
+                tok = texts[t][p]
+                counts[tok] = counts.get(tok, 0) + 1
+                latest[tok] = max(latest.get(tok, (-1, -1)), (t, p))
+        if not counts:
+            break
+        best = max(counts, key=lambda x: (counts[x], latest[x]))
+        p_new = prob * counts[best] / len(alive)
+        if p_new < min_prob:
+            break
+        prob = p_new
+        out.append(best)
+        probs.append(prob)
+        alive = [(t, p + 1) for t, p in alive if p < len(texts[t]) and texts[t][p] == best]
+    return out, probs
+
+
+def _ref_best(
+    texts: Sequence[Sequence[int]],
+    context: Sequence[int],
+    n_max: int,
+    *,
+    exclude_last: bool,
+    max_match: int = 32,
+    factor: float = 1.0,
+    offset: float = 0.0,
+    min_prob: float = 0.1,
+) -> tuple[tuple[int, ...], float, int]:
+    """ArcticInference's rule: every match length, longest wins ties."""
+    best: tuple[tuple[int, ...], float, int] = ((), 0.0, 0)
+    for m in range(1, min(max_match, len(context)) + 1):
+        pat = list(context[-m:])
+        ends = []
+        for ti, text in enumerate(texts):
+            stop = len(text) - 1 if exclude_last else len(text)
+            for p in range(m - 1, stop):
+                if list(text[p - m + 1 : p + 1]) == pat:
+                    ends.append((ti, p))
+        if not ends:
+            break
+        cap = min(n_max, int(m * factor + offset + 1e-6))
+        toks, probs = _ref_walk(texts, ends, cap, min_prob)
+        score = sum(probs)
+        if toks and score >= best[1]:
+            best = (tuple(toks), score, m)
+    return best
+
+
+# -- exact behaviour ------------------------------------------------------------------
+
+
+def test_context_match_copies_the_continuation_and_caps_it_by_match_length() -> None:
+    d = SuffixDrafter()
+    ctx = [1, 5, 6, 7, 8, 9, 2, 5, 6, 7]
+    d.begin(ctx)
+    assert d.draft(ctx, 8) == [8, 9, 2]  # match "5 6 7" (3 tokens) allows 3
+    assert d.last.match_len == 3 and d.last.source == "context"
+    assert d.last.probs == (1.0, 1.0, 1.0)
+    assert d.draft(ctx, 2) == [8, 9]  # n_max caps it
+    wide = SuffixDrafter(spec_factor=2.0)
+    wide.begin(ctx)
+    assert wide.draft(ctx, 8) == [8, 9, 2, 5, 6, 7]  # up to 6 = 2 × 3, ends at the context
+
+
+def test_no_match_no_draft_and_no_self_match() -> None:
+    d = SuffixDrafter()
+    d.begin([1, 2, 3, 4])
+    assert d.draft([1, 2, 3, 4], 4) == []
+    assert d.last == SuffixCandidate()
+    assert d.draft([1, 2, 3, 4], 0) == []
+
+
+def test_frequencies_choose_the_continuation_and_set_its_probability() -> None:
+    idx = SuffixIndex()
+    idx.add_reply([10, 11, 12, 13, 14, 15])
+    idx.add_reply([10, 11, 12, 99])
+    idx.add_reply([10, 11, 12, 13, 14, 16])
+    d = SuffixDrafter(idx)
+    ctx = [1, 3, 10, 11, 12]
+    d.begin(ctx)
+    assert d.draft(ctx, 8) == [13, 14, 16]  # 13 twice of 3; 15/16 tie → the latest
+    assert d.last.source == "history"
+    assert d.last.probs == pytest.approx((2 / 3, 2 / 3, 1 / 3))
+    assert d.last.score == pytest.approx(5 / 3)
+    strict = SuffixDrafter(idx, min_token_prob=0.5)
+    strict.begin(ctx)
+    assert strict.draft(ctx, 8) == [13, 14]  # 1/3 < 0.5 stops the draft
+
+
+def test_history_wins_only_with_a_higher_score() -> None:
+    idx = SuffixIndex()
+    idx.add_reply([7, 8, 9, 40, 41, 42])
+    d = SuffixDrafter(idx)
+    ctx = [1, 7, 8, 9, 50, 2, 7, 8, 9]  # the context says 50, history says 40 41 42
+    d.begin(ctx)
+    assert d.draft(ctx, 8) == [50, 2, 7]
+    assert d.last.source == "context"  # equal scores (3.0): the context is kept
+
+
+def test_drafts_equal_the_reference_on_random_token_lists() -> None:
+    rng = random.Random(7)
+    for trial in range(60):
+        vocab = rng.choice([3, 5, 12])
+        replies = [[rng.randrange(vocab) for _ in range(rng.randrange(1, 30))]
+                   for _ in range(rng.randrange(0, 6))]
+        ctx = [rng.randrange(vocab) for _ in range(rng.randrange(1, 40))]
+        n_max = rng.choice([1, 3, 8, 16])
+        factor = rng.choice([0.5, 1.0, 2.0])
+        min_prob = rng.choice([0.0, 0.1, 0.4])
+        max_match = rng.choice([4, 32])
+        idx = SuffixIndex(max_match=max_match)
+        if replies and rng.random() < 0.5:
+            idx.load_replies(replies)  # sorted
+        else:
+            for r in replies:
+                idx.add_reply(r)  # tail
+        d = SuffixDrafter(idx, spec_factor=factor, min_token_prob=min_prob)
+        d.begin(ctx)
+        got = d.draft(ctx, n_max)
+        local = _ref_best([ctx], ctx, n_max, exclude_last=True, max_match=max_match,
+                          factor=factor, min_prob=min_prob)
+        hist = _ref_best(replies, ctx, n_max, exclude_last=False, max_match=max_match,
+                         factor=factor, min_prob=min_prob)
+        want = hist if hist[1] > local[1] else local
+        assert tuple(got) == want[0], (trial, replies, ctx, n_max, factor, min_prob)
+        if got:
+            assert d.last.score == pytest.approx(want[1])
+            assert d.last.match_len == want[2]
+
+
+def test_sorted_and_unsorted_replies_give_the_same_drafts() -> None:
+    rng = random.Random(3)
+    replies = [[rng.randrange(6) for _ in range(rng.randrange(5, 40))] for _ in range(40)]
+    a = SuffixIndex()
+    a.load_replies(replies)
+    b = SuffixIndex()
+    for r in replies:
+        b.add_reply(r)
+    assert a.stats().tail_tokens == 0 and b.stats().tail_tokens > 0
+    for _ in range(100):
+        ctx = [rng.randrange(6) for _ in range(rng.randrange(1, 12))]
+        assert a.candidate(ctx, 8) == b.candidate(ctx, 8)
+
+
+def test_reversed_suffix_order_matches_a_naive_sort() -> None:
+    rng = np.random.default_rng(0)
+    tok = rng.integers(0, 4, 300).astype(np.int32)
+    tok[0] = -1
+    tok[rng.integers(1, 300, 20)] = -1
+    for depth in (1, 3, 8):
+        got = reversed_suffix_order(tok, depth).tolist()
+        full = 1 << (depth - 1).bit_length()  # sorted this deep, ties by position
+
+        def key(p: int, d: int) -> list[int]:
+            return [int(tok[p - j]) if p - j >= 0 else -2 for j in range(d)]
+
+        want = sorted((p for p in range(len(tok)) if tok[p] >= 0), key=lambda p: (key(p, full), p))
+        assert got == want
+        assert [key(p, depth) for p in got] == sorted(key(p, depth) for p in got)
+
+
+def test_followed_tokens_are_counted_from_the_next_context() -> None:
+    d = SuffixDrafter()
+    ctx = [1, 5, 6, 7, 8, 9, 2, 5, 6, 7]
+    d.begin(ctx)
+    assert d.draft(ctx, 3) == [8, 9, 2]
+    d.draft([*ctx, 8, 9, 4], 3)  # two of three were followed, then a correction
+    s = d.stats
+    assert s.rounds == 2 and s.hits >= 1 and s.followed == 2
+    assert s.predicted >= 3.0
+
+
+def test_peek_does_not_count_a_round() -> None:
+    d = SuffixDrafter()
+    ctx = [1, 5, 6, 7, 8, 9, 2, 5, 6, 7]
+    d.begin(ctx)
+    cand = d.peek(ctx, 8)
+    assert cand.tokens == (8, 9, 2) and cand.score == 3.0
+    assert d.stats.rounds == 0
+
+
+def test_bad_input_is_refused() -> None:
+    idx = SuffixIndex()
+    with pytest.raises(ValueError):
+        idx.add_reply([1, -3])
+    assert len(idx) == 0  # nothing half-added
+    with pytest.raises(ValueError):
+        SuffixIndex(max_tokens=0)
+    with pytest.raises(ValueError):
+        SuffixDrafter(spec_factor=0)
+    with pytest.raises(ValueError):
+        SuffixDrafter(min_token_prob=1.5)
+    idx.add_reply([])
+    assert len(idx) == 0
+
+
+# -- the memory bound -------------------------------------------------------------------
+
+
+def test_token_cap_evicts_oldest_replies_and_bounds_memory() -> None:
+    cap = 5_000
+    idx = SuffixIndex(max_tokens=cap)
+    rng = np.random.default_rng(1)
+    first = [900, 901, 902, 903, 904, 905, 906, 907]
+    idx.add_reply(first)
+    peak_tokens = peak_bytes = 0
+    for _ in range(400):
+        idx.add_reply(rng.integers(0, 500, int(rng.integers(20, 120))).tolist())
+        s = idx.stats()
+        peak_tokens = max(peak_tokens, s.tokens)
+        peak_bytes = max(peak_bytes, s.memory_bytes)
+    s = idx.stats()
+    assert peak_tokens <= cap
+    assert s.evicted_replies > 0
+    # 4 bytes of text (buffer at most 2.5× the text and separators) + 4 of suffix array
+    # per token, 16 per reply
+    assert peak_bytes <= 4 * 2.5 * 2 * cap + 4 * 2 * cap + 16 * s.replies + 1024
+    # the oldest reply went first: its continuation is no longer proposed
+    assert idx.candidate([900, 901, 902, 903], 4).tokens == ()
+
+
+def test_reply_cap_and_oversized_reply() -> None:
+    idx = SuffixIndex(max_tokens=100, max_replies=10)
+    for i in range(30):
+        idx.add_reply([i, i + 1])
+    assert len(idx) <= 10
+    idx.add_reply(list(range(1000, 1300)))  # longer than the cap: its last 90 kept
+    s = idx.stats()
+    assert s.tokens <= 100
+    assert idx.candidate([1250, 1251], 2).tokens == (1252, 1253)
+    idx.clear()
+    assert len(idx) == 0 and idx.candidate([1250, 1251], 2).tokens == ()
