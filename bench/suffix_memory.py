@@ -34,9 +34,8 @@ import time
 import tracemalloc
 from typing import Any
 
+import _common as C  # puts the repository on sys.path
 import numpy as np
-
-import _common as C  # noqa: F401  (puts the repository on sys.path)
 
 from app.engine.suffix import SuffixDrafter, SuffixIndex
 
