@@ -47,3 +47,7 @@ class ModelPathError(ModelLoadError, GGUFError):
 
 class ChatTemplateError(TandemError):
     """A model's chat template failed while rendering a conversation."""
+
+
+class PromptSetError(TandemError):
+    """A benchmark prompt set is missing, unreadable or malformed (the message says where)."""

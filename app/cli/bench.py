@@ -27,6 +27,7 @@ from app.cli.options import (
 )
 from app.cli.report import bench_json, bench_markdown, bench_text
 from app.engine.measure.bench import RunRecord, run_bench
+from app.engine.measure.multiturn import is_multiturn, load_conversations, run_conversations
 from app.engine.measure.prompts import load_prompts, prepare_prompt, resolve_format
 from app.engine.session import Session
 from app.errors import TandemError
@@ -43,13 +44,16 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "report per configuration: decode tok/s (median), per-token latency p50/p95, "
             "TTFT (median), acceptance rate α, mean acceptance length τ, draft cost ratio "
             "c, predicted and measured speedup, and outputs identical to 'off'. Without "
-            "--draft or --prompt-lookup only 'off' runs."
+            "--draft, --prompt-lookup or --suffix only 'off' runs. Multi-turn sets "
+            "(builtin:agent) and --suffix run as conversations: each turn's prompt holds "
+            "the earlier replies, which also feed the suffix drafter's index."
         ),
     )
     add_model_args(p, n_ctx=4096)
     add_drafting_args(p)
     p.add_argument("--prompts", default="builtin:code",
-                   help="builtin:code, builtin:chat, or a .json/.jsonl/.txt file (builtin:code)")
+                   help="builtin:code, builtin:chat, builtin:agent (multi-turn), or a "
+                        ".json/.jsonl/.txt file (builtin:code)")
     p.add_argument("--k", type=draft_lengths_arg, default=(4,), metavar="K[,K…]",
                    help="draft lengths to compare with off, e.g. 1,3,5,8 (4)")
     p.add_argument("--repeat", type=int, default=3, help="runs per prompt and configuration (3)")
@@ -77,11 +81,16 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
         raise TandemError("Invalid option: --repeat must be at least 1.")
     if args.max_tokens < 1:
         raise TandemError("Invalid option: --max-tokens must be at least 1.")
-    prompts = load_prompts(args.prompts)
+    mode = drafter_mode(args)
+    # Multi-turn sets, and the suffix drafter on any set, run as conversations with the
+    # history shared across turns as the app does (app.engine.measure.multiturn).
+    conversational = mode is SpecMode.SUFFIX or is_multiturn(args.prompts)
+    conversations = load_conversations(args.prompts) if conversational else []
+    prompts = [] if conversational else load_prompts(args.prompts)
     if args.limit is not None:
         prompts = prompts[: max(1, args.limit)]
+        conversations = conversations[: max(1, args.limit)]
 
-    mode = drafter_mode(args)
     try:
         specs = speculation_configs(args, mode, args.k) if mode is not SpecMode.OFF else []
         sampling = SamplingParams(
@@ -109,13 +118,15 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
     with Session.open(config) as session:
         fmt = resolve_format(session, args.format)
         prepared = [prepare_prompt(session, pr, fmt) for pr in prompts]
+        n_turns = sum(len(c.turns) for c in conversations)
         settings: dict[str, Any] = {
             "model": str(args.model),
             "draft": str(args.draft) if args.draft else None,
             "mode": mode.value,
             "k": list(args.k) if mode is not SpecMode.OFF else [],
             "prompts": args.prompts,
-            "n_prompts": len(prepared),
+            "n_prompts": n_turns if conversational else len(prepared),
+            "conversations": len(conversations) if conversational else None,
             "format": fmt,
             "repeat": args.repeat,
             "max_tokens": args.max_tokens,
@@ -128,12 +139,20 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
             "llama_cpp_python": _llama_cpp_version(),
         }
         try:
-            report = run_bench(
-                session, prepared, specs, sampling,
-                repeat=args.repeat, warmup=not args.no_warmup,
-                fresh_cache=not args.keep_cache, cancel=cancel, progress=progress,
-                settings=settings,
-            )
+            if conversational:
+                report = run_conversations(
+                    session, conversations, specs, sampling, fmt=fmt,
+                    repeat=args.repeat, warmup=not args.no_warmup,
+                    fresh_cache=not args.keep_cache, cancel=cancel, progress=progress,
+                    settings=settings,
+                )
+            else:
+                report = run_bench(
+                    session, prepared, specs, sampling,
+                    repeat=args.repeat, warmup=not args.no_warmup,
+                    fresh_cache=not args.keep_cache, cancel=cancel, progress=progress,
+                    settings=settings,
+                )
         except KeyboardInterrupt:
             cancel.set()
             raise

@@ -23,6 +23,14 @@ DIFFERS_FROM_OFF_NOTE = (
     "a near-tie the target can pick the other token. Both are valid outputs of the target."
 )
 
+#: Said under a multi-turn benchmark (:mod:`app.engine.measure.multiturn`).
+MULTITURN_NOTE = (
+    "Multi-turn: each turn's prompt holds the conversation so far with the 'off' run's "
+    "replies; "
+)
+MULTITURN_SHARED = "finished replies feed the suffix index (emptied each repeat)."
+MULTITURN_UNSHARED = "the suffix index stays empty."
+
 BENCH_HEADER = (
     "config", "runs", "decode tok/s", "lat p50 ms", "lat p95 ms", "TTFT ms",
     "α", "τ", "c", "pred ×", "meas ×", "identical",
@@ -55,8 +63,12 @@ def bench_rows(report: BenchReport) -> list[list[str]]:
 
 
 def bench_notes(report: BenchReport) -> list[str]:
-    """The engine's notes, then :data:`DIFFERS_FROM_OFF_NOTE` when it applies."""
+    """The engine's notes, then :data:`MULTITURN_NOTE` and :data:`DIFFERS_FROM_OFF_NOTE`
+    where they apply."""
     notes = list(report.notes)
+    if report.settings.get("multiturn"):
+        shared = report.settings.get("share_history", True)
+        notes.append(MULTITURN_NOTE + (MULTITURN_SHARED if shared else MULTITURN_UNSHARED))
     if report.differs_from_off:
         notes.append(DIFFERS_FROM_OFF_NOTE)
     return notes

@@ -1,7 +1,8 @@
 """Prompt sets for measurement: the builtin ones, a user's file, and their tokenization.
 
-Prompt sets are data: ``builtin:code`` and ``builtin:chat`` live in
-``resources/prompts/{code,chat}.json``; a user file may be JSON, JSON Lines or plain text
+Prompt sets are data: ``builtin:code``, ``builtin:chat`` and the multi-turn
+``builtin:agent`` live in ``resources/prompts/{code,chat,agent}.json`` (conversations are
+loaded by :mod:`app.engine.measure.multiturn`); a user file may be JSON, JSON Lines or plain text
 (see :func:`load_prompts`). Each prompt has a completion form for base models and a
 chat form for models with a chat template; :func:`prepare_prompt` picks one for a loaded
 session and tokenizes it. The benchmark, the k sweep and the race all run on the
@@ -18,12 +19,14 @@ from typing import Any, Literal
 
 from app.engine.chat import ChatMessage, tokenize_plain
 from app.engine.session import Session
-from app.errors import TandemError
+from app.errors import PromptSetError, TandemError
 from app.store import paths
 
 PromptFormat = Literal["auto", "plain", "chat"]
 
-BUILTIN_SETS = ("code", "chat")
+BUILTIN_SETS = ("code", "chat", "agent")
+#: The builtin sets that are multi-turn conversations (:mod:`app.engine.measure.multiturn`).
+MULTITURN_SETS = ("agent",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +117,11 @@ def load_prompts(spec: str) -> list[BenchPrompt]:
     try:
         if suffix == ".json":
             data = json.loads(raw)
+            if isinstance(data, dict) and "conversations" in data:
+                raise PromptSetError(
+                    f"{path} is a multi-turn set; load it with "
+                    "app.engine.measure.multiturn.load_conversations."
+                )
             items = data.get("prompts", []) if isinstance(data, dict) else data
             if not isinstance(items, list):
                 raise TandemError(f"{path}: expected a list of prompts.")

@@ -1,0 +1,423 @@
+"""Multi-turn benchmark sets: conversations in which each reply feeds the next turn.
+
+Agentic work repeats itself across turns (a tool call keeps its JSON shape, a fix
+rewrites the same code, a summary quotes what it summarises) and across conversations
+(the same agent, another day). A single-turn prompt set cannot show what a drafter gains
+from that, so ``builtin:agent`` (``resources/prompts/agent.json``) is a set of
+conversations, and :func:`run_conversations` runs them the way the app holds a chat:
+
+* each turn's prompt is the conversation so far, including the model's own earlier
+  replies (with a chat template: system, user and assistant messages; for a base model
+  the plain transcript ``plain_1 + reply_1 + … + plain_t``);
+* the earlier replies are those of the ``off`` run of the same repeat, so every
+  configuration answers exactly the same prompts (speculation is lossless, so the
+  configurations' own replies are the same up to near-ties);
+* the suffix drafter's index of earlier replies is filled as the app fills it: empty at
+  the start of each repeat, and each reply is added when its turn ends, so later turns
+  and later conversations draft from earlier replies but never from their own. The
+  session's own index is set aside for the run and put back afterwards.
+
+The file format (JSON, or JSON Lines with one conversation per line)::
+
+    {"conversations": [
+        {"name": "tool-calls", "system": "optional, chat only",
+         "turns": ["same text for both formats",
+                   {"plain": "base-model text", "chat": "user message", "stop": ["\\n"]}]}]}
+
+A turn is a string or an object with ``text`` (or ``plain`` and ``chat``) and optional
+``stop`` (used with ``plain``; a chat reply ends at the template's end-of-turn token).
+Unknown keys are refused, so a misspelt key is an error, not a silently ignored field.
+A single-turn set (``builtin:code``…) is read as one-turn conversations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from app.engine.chat import ChatMessage, tokenize_plain
+from app.engine.measure.bench import (
+    BenchReport,
+    ProgressFn,
+    RunRecord,
+    config_label,
+    first_difference,
+    generate_once,
+    summarize,
+)
+from app.engine.measure.prompts import (
+    MULTITURN_SETS,
+    BenchPrompt,
+    PreparedPrompt,
+    load_prompts,
+    prepare_chat,
+)
+from app.engine.session import Session
+from app.engine.suffix import SuffixIndex
+from app.errors import PromptSetError
+from app.options import SamplingParams, SpecMode, SpeculationConfig
+from app.store.paths import resources_dir
+
+_TOP_KEYS = {"name", "description", "format", "conversations"}
+_CONV_KEYS = {"name", "system", "turns"}
+_TURN_KEYS = {"text", "plain", "chat", "stop"}
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One user turn: ``plain`` text appended to a base model's transcript, ``chat`` the
+    user message for a chat template, ``stop`` the stop strings used with ``plain``."""
+
+    plain: str
+    chat: str
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """A named conversation: its turns in order and an optional system message."""
+
+    name: str
+    turns: tuple[Turn, ...]
+    system: str | None = None
+
+
+# -- loading and validation ----------------------------------------------------------
+
+
+def _set_path(spec: str) -> Path:
+    if spec.startswith("builtin:"):
+        name = spec.split(":", 1)[1]
+        return resources_dir() / "prompts" / f"{name}.json"
+    return Path(spec)
+
+
+def is_multiturn(spec: str) -> bool:
+    """Whether ``spec`` names a multi-turn set (``builtin:agent``, or a file whose JSON has
+    ``conversations``, or JSON Lines whose first object has ``turns``). Unreadable or
+    malformed files count as single-turn: :func:`load_conversations` then says why."""
+    if spec.startswith("builtin:"):
+        return spec.split(":", 1)[1] in MULTITURN_SETS
+    path = Path(spec)
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    try:
+        if path.suffix.lower() == ".jsonl":
+            first = next((ln for ln in raw.splitlines() if ln.strip()), "")
+            obj = json.loads(first) if first else None
+            return isinstance(obj, dict) and "turns" in obj
+        data = json.loads(raw) if path.suffix.lower() == ".json" else None
+    except json.JSONDecodeError:
+        return False
+    return isinstance(data, dict) and "conversations" in data
+
+
+def _strings(value: Any, where: str, key: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        return tuple(value)
+    raise PromptSetError(f"{where}: '{key}' must be a string or a list of strings.")
+
+
+def _turn(obj: Any, where: str) -> Turn:
+    if isinstance(obj, str):
+        if not obj:
+            raise PromptSetError(f"{where} is empty.")
+        return Turn(plain=obj, chat=obj)
+    if not isinstance(obj, dict):
+        raise PromptSetError(f"{where} is neither a string nor an object.")
+    unknown = set(obj) - _TURN_KEYS
+    if unknown:
+        raise PromptSetError(f"{where}: unknown key(s) {sorted(unknown)}; use text, plain, chat, stop.")
+    text = obj.get("text")
+    plain = obj.get("plain", text)
+    chat = obj.get("chat", text if text is not None else plain)
+    if plain is None and isinstance(chat, str):
+        plain = chat
+    if not isinstance(plain, str) or not isinstance(chat, str) or not (plain or chat):
+        raise PromptSetError(f"{where} needs a non-empty 'text' string (or 'plain' and 'chat').")
+    stop = _strings(obj.get("stop", []), where, "stop")
+    return Turn(plain=plain, chat=chat, stop=stop)
+
+
+def _conversation(obj: Any, index: int, source: str) -> Conversation:
+    where = f"{source}: conversation {index + 1}"
+    if not isinstance(obj, dict):
+        raise PromptSetError(f"{where} is not an object.")
+    unknown = set(obj) - _CONV_KEYS
+    if unknown:
+        raise PromptSetError(f"{where}: unknown key(s) {sorted(unknown)}; use name, system, turns.")
+    name = obj.get("name", f"conversation-{index + 1}")
+    if not isinstance(name, str) or not name:
+        raise PromptSetError(f"{where}: 'name' must be a non-empty string.")
+    where = f"{source}: conversation {index + 1} ({name!r})"
+    system = obj.get("system")
+    if system is not None and not isinstance(system, str):
+        raise PromptSetError(f"{where}: 'system' must be a string.")
+    turns = obj.get("turns")
+    if not isinstance(turns, list) or not turns:
+        raise PromptSetError(f"{where} needs a non-empty 'turns' list.")
+    return Conversation(
+        name=name,
+        turns=tuple(_turn(t, f"{where}, turn {i + 1}") for i, t in enumerate(turns)),
+        system=system,
+    )
+
+
+def parse_conversations(data: Any, source: str) -> list[Conversation]:
+    """Validate parsed JSON of the multi-turn format (see the module docstring).
+
+    Raises:
+        PromptSetError: the structure is wrong; the message names the conversation, the
+            turn and the key.
+    """
+    if isinstance(data, dict):
+        unknown = set(data) - _TOP_KEYS
+        if unknown:
+            raise PromptSetError(
+                f"{source}: unknown key(s) {sorted(unknown)}; a multi-turn set has "
+                "'conversations' (and optional name, description, format)."
+            )
+        items = data.get("conversations")
+    else:
+        items = data
+    if not isinstance(items, list) or not items:
+        raise PromptSetError(f"{source} holds no conversations (expected a 'conversations' list).")
+    return [_conversation(obj, i, source) for i, obj in enumerate(items)]
+
+
+def conversations_from_prompts(prompts: Sequence[BenchPrompt]) -> list[Conversation]:
+    """A single-turn set as one-turn conversations (same names, texts and stops)."""
+    return [
+        Conversation(name=p.name, turns=(Turn(plain=p.plain, chat=p.chat, stop=p.stop),))
+        for p in prompts
+    ]
+
+
+def load_conversations(spec: str) -> list[Conversation]:
+    """Load a prompt set as conversations.
+
+    Args:
+        spec: ``builtin:agent`` (multi-turn), another builtin or a file. A multi-turn file
+            is ``.json`` with a ``conversations`` list or ``.jsonl`` with one conversation
+            object per line; anything else is read by
+            :func:`app.engine.measure.prompts.load_prompts` as one-turn conversations.
+
+    Returns:
+        At least one conversation, each with at least one turn.
+
+    Raises:
+        PromptSetError: missing, unreadable or malformed file.
+        TandemError: an unknown builtin set (from ``load_prompts``).
+    """
+    if not is_multiturn(spec):
+        path = _set_path(spec)
+        if path.suffix.lower() == ".json" and path.is_file():
+            try:
+                single: Any = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                single = None
+            if isinstance(single, dict) and "turns" in single:
+                raise PromptSetError(
+                    f"{path}: a multi-turn set needs its conversations in a "
+                    "'conversations' list."
+                )
+        return conversations_from_prompts(load_prompts(spec))
+    path = _set_path(spec)
+    if not path.is_file():
+        raise PromptSetError(f"Prompt file not found: {path}")
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PromptSetError(f"Could not read the prompt file {path}: {exc}") from exc
+    try:
+        if path.suffix.lower() == ".jsonl":
+            data: Any = [json.loads(ln) for ln in raw.splitlines() if ln.strip()]
+        else:
+            data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise PromptSetError(f"{path} is not valid JSON: {exc}") from exc
+    return parse_conversations(data, str(path))
+
+
+# -- prompts of a turn ---------------------------------------------------------------
+
+
+def prepare_turn(
+    session: Session,
+    conversation: Conversation,
+    turn: int,
+    replies: Sequence[str],
+    fmt: Literal["plain", "chat"],
+) -> PreparedPrompt:
+    """The prompt of turn ``turn`` (0-based) given the texts of the earlier replies.
+
+    ``plain``: ``plain_1 + reply_1 + … + plain_turn`` as one completion prompt with the
+    turn's stop strings; ``chat``: the messages through the model's chat template (or the
+    plain transcript a base model gets), with the format's stop strings.
+
+    Raises:
+        ValueError: fewer replies than earlier turns.
+        TandemError: the chat template failed.
+    """
+    if len(replies) < turn:
+        raise ValueError(f"turn {turn + 1} needs {turn} earlier replies, got {len(replies)}")
+    name = f"{conversation.name}#{turn + 1}"
+    turns = conversation.turns
+    if fmt == "plain":
+        text = "".join(turns[i].plain + replies[i] for i in range(turn)) + turns[turn].plain
+        return PreparedPrompt(
+            tokens=tuple(tokenize_plain(session.target, text)),
+            stop=turns[turn].stop,
+            name=name,
+            format="plain",
+        )
+    messages: list[ChatMessage] = []
+    if conversation.system:
+        messages.append(ChatMessage("system", conversation.system))
+    for i in range(turn):
+        messages += [ChatMessage("user", turns[i].chat), ChatMessage("assistant", replies[i])]
+    messages.append(ChatMessage("user", turns[turn].chat))
+    return prepare_chat(session, messages, name=name)
+
+
+# -- running -------------------------------------------------------------------------
+
+
+def run_conversations(
+    session: Session,
+    conversations: Sequence[Conversation],
+    speculations: Sequence[SpeculationConfig],
+    sampling: SamplingParams,
+    *,
+    fmt: Literal["plain", "chat"],
+    repeat: int = 3,
+    warmup: bool = True,
+    fresh_cache: bool = True,
+    share_history: bool = True,
+    cancel: threading.Event | None = None,
+    progress: ProgressFn | None = None,
+    settings: dict[str, Any] | None = None,
+) -> BenchReport:
+    """Run every turn of every conversation with speculation off and each configuration.
+
+    Per repeat, conversations run in order and turns in order; at each turn ``off`` and
+    every configuration run back to back on the same prompt, in an order rotated by one
+    each turn (slow drifts of the machine spread over all configurations). The ``off``
+    reply becomes the conversation's next assistant message and, with
+    ``share_history``, is added to the suffix index (see the module docstring).
+
+    Args:
+        speculations: the "on" configurations (distinct draft lengths per mode label).
+        fmt: ``plain`` or ``chat`` (:func:`app.engine.measure.prompts.resolve_format`).
+        repeat: runs of the whole set (≥ 1); the reply index restarts empty each time.
+        warmup: first run each configuration once on the first turn (16 tokens,
+            not recorded).
+        share_history: fill the suffix index with finished replies as the app does;
+            False leaves it empty (the drafter then sees the conversation only).
+        cancel: stops after the current run; the report is marked ``cancelled``.
+
+    Returns:
+        A :class:`~app.engine.measure.bench.BenchReport` whose records are named
+        ``<conversation>#<turn>``, grouped by (repeat, turn), ``off`` first.
+
+    Raises:
+        ValueError: no conversations, repeat < 1, or two configurations with one label.
+        TandemError: the engine failed (e.g. a turn no longer fits the context window).
+    """
+    if not conversations:
+        raise ValueError("no conversations")
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1, got {repeat}")
+    configs = [SpeculationConfig()] + [s for s in speculations if s.speculating]
+    labels = [config_label(s) for s in configs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"configurations must have distinct draft lengths: {labels}")
+    if sampling.seed < 0:
+        sampling = sampling.model_copy(update={"seed": 0})
+    n_turns = sum(len(c.turns) for c in conversations)
+    saved_index = session.suffix_index
+    run_index = SuffixIndex(saved_index.max_match, saved_index.max_tokens, saved_index.max_replies)
+    session.suffix_index = run_index
+    records: list[RunRecord] = []
+    cancelled = False
+    try:
+        if warmup:
+            first = prepare_turn(session, conversations[0], 0, [], fmt)
+            warm = sampling.model_copy(update={"max_tokens": min(16, sampling.max_tokens)})
+            for spec in configs:
+                if cancel is not None and cancel.is_set():
+                    break
+                generate_once(session, first, warm, spec, cancel, fresh_cache=fresh_cache)
+        total = repeat * n_turns * len(configs)
+        step = 0
+        for rep in range(repeat):
+            run_index.clear()
+            flat = 0
+            for conv in conversations:
+                replies: list[str] = []
+                for ti in range(len(conv.turns)):
+                    prompt = prepare_turn(session, conv, ti, replies, fmt)
+                    rot = (rep * n_turns + flat) % len(configs)
+                    group: dict[str, RunRecord] = {}
+                    off_text: str | None = None
+                    for spec in configs[rot:] + configs[:rot]:
+                        if cancel is not None and cancel.is_set():
+                            cancelled = True
+                            break
+                        fin = generate_once(session, prompt, sampling, spec, cancel,
+                                            fresh_cache=fresh_cache)
+                        if fin.reason == "cancelled":
+                            cancelled = True
+                            break
+                        rec = RunRecord(
+                            label=config_label(spec), prompt_name=prompt.name,
+                            prompt_index=flat, repeat=rep, mode=fin.stats.mode,
+                            draft_max=fin.stats.draft_max, finish_reason=fin.reason,
+                            token_ids=fin.token_ids, token_times=fin.token_times,
+                            stats=fin.stats,
+                        )
+                        group[rec.label] = rec
+                        step += 1
+                        if progress is not None:
+                            progress(step, total, rec)
+                        if rec.label == "off":
+                            off_text = fin.text
+                    off = group.get("off")
+                    for lab in labels:
+                        r = group.get(lab)
+                        if r is None:
+                            continue
+                        if lab != "off" and off is not None:
+                            diff = first_difference(off.token_ids, r.token_ids)
+                            r = dataclasses.replace(r, identical_to_off=diff is None,
+                                                    first_difference=diff)
+                        records.append(r)
+                    if cancelled or off is None or off_text is None:
+                        break
+                    replies.append(off_text)
+                    if share_history:
+                        run_index.add_reply(off.token_ids)
+                    flat += 1
+                if cancelled:
+                    break
+            if cancelled:
+                break
+    finally:
+        session.suffix_index = saved_index
+    notes = sorted({r.stats.fallback_reason for r in records if r.stats.fallback_reason})
+    return BenchReport(
+        settings={**(settings or {}), "multiturn": True, "share_history": share_history},
+        records=records,
+        summaries=summarize(records, labels),
+        cancelled=cancelled,
+        notes=notes,
+    )
