@@ -1,6 +1,7 @@
 """Shared helpers of the bench/ scripts (not part of the app).
 
-* where the test models and the llama.cpp tools are (``bench/.llama-tools/bin``);
+* where the test models and the llama.cpp tools are (``bench/.llama-tools/bin``, or
+  ``$LLAMA_TOOLS_DIR/bin``);
 * running a child process and reading its peak resident memory (``wait4`` rusage);
 * reading llama.cpp's logged buffer sizes ("model buffer size = … MiB");
 * a note on how busy the machine was, because a disturbed machine disturbs timings.
@@ -31,7 +32,8 @@ if str(REPO) not in sys.path:
 # llama.cpp's loader warnings (routed to this logger by the engine) are noise here.
 logging.getLogger("app.engine.llama").setLevel(logging.ERROR)
 
-TOOLS = BENCH / ".llama-tools" / "bin"
+# LLAMA_TOOLS_DIR: where bench/build_llama_tools.sh installed the tools (as there)
+TOOLS = Path(os.environ.get("LLAMA_TOOLS_DIR") or BENCH / ".llama-tools") / "bin"
 OUT = BENCH / "out"
 MODELS = REPO / ".cache" / "test-models"
 GEMMA = MODELS / "gemma-3-270m-q4_k_m.gguf"
