@@ -263,3 +263,38 @@ def test_reply_cap_and_oversized_reply() -> None:
     assert idx.candidate([1250, 1251], 2).tokens == (1252, 1253)
     idx.clear()
     assert len(idx) == 0 and idx.candidate([1250, 1251], 2).tokens == ()
+
+
+# -- replay: the estimate an auto chooser uses ------------------------------------------
+
+
+def test_replay_counts_rounds_as_the_engine_does() -> None:
+    from app.engine.draft_replay import replay_reply
+
+    prompt = [1, 5, 6, 7, 8, 9, 2]
+    reply = [5, 6, 7, 8, 9, 2, 5, 6, 4]
+    c = replay_reply(SuffixDrafter(spec_factor=4.0), prompt, reply, k=8)
+    assert c.emitted == len(reply) == c.accepted + c.rounds
+    assert c.drafted <= c.proposed and c.accepted <= c.drafted
+    assert c.verified_sizes and sum(c.verified_sizes) == c.rounds + c.proposed
+    # first round: "2" matches at the prompt's end, the drafter proposes "5" (1 token,
+    # match length 1 × 4 = up to 4 tokens: 5 6 7 8), all right; and so on
+    assert c.acceptance_rate is not None and c.acceptance_rate > 0.5
+    assert c.predicted_speedup(lambda n: 1.0) == pytest.approx(c.emitted / c.rounds)
+    assert c.predicted_speedup(lambda n: None) is None
+    nothing = replay_reply(SuffixDrafter(), [1, 2, 3], [4, 5, 6], k=4)
+    assert nothing.draft_rounds == 0 and nothing.rounds == 3 and nothing.hit_rate == 0.0
+    both = c + nothing
+    assert both.rounds == c.rounds + 3 and both.emitted == c.emitted + 3
+
+
+def test_replay_with_the_history_index_predicts_a_copy() -> None:
+    from app.engine.draft_replay import replay_reply
+
+    reply = [40, 41, 42, 43, 44, 45, 46, 47, 48, 49]
+    idx = SuffixIndex()
+    idx.add_reply(reply)
+    c = replay_reply(SuffixDrafter(idx, spec_factor=8.0), [1, 2], reply, k=8)
+    # the first token cannot be drafted (nothing matches "2"); then the copy is exact
+    assert c.accepted == len(reply) - c.rounds and c.acceptance_rate == 1.0
+    assert c.rounds <= 3

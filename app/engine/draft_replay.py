@@ -1,0 +1,116 @@
+"""What would a model-free drafter have bought on replies already written? A replay.
+
+An "auto" drafter choice has to predict, before a reply, whether prompt lookup or the
+suffix drafter can win. Their drafts depend only on tokens, so replaying a stored reply
+through one of them gives, without running any model, the rounds speculative decoding
+would have taken with greedy verification: each round the drafter proposes up to k
+tokens after the context, the longest prefix that equals what the model actually wrote
+is accepted, and one more token (the target's own) follows. That is exactly what the
+engine does with temperature 0 when the target reproduces the reply, so the counts give
+the acceptance rate α, the mean acceptance length τ and the share of rounds that drafted
+anything; with measured pass times t(n) they predict the speedup
+Σ_rounds t(1) / Σ_rounds t(1 + drafted) (:meth:`ReplayCounts.predicted_speedup`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from app.engine.drafters import Drafter
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayCounts:
+    """Rounds of a replay (greedy, as the engine's loop counts them).
+
+    ``rounds``: target passes; ``draft_rounds``: rounds that carried a draft;
+    ``proposed``: draft tokens in the passes; ``drafted``: draft tokens verified (up to
+    and including the first rejected one, as :class:`app.engine.stats.SpecStats` counts);
+    ``accepted``: of those, equal to the reply; ``emitted``: reply tokens (= accepted +
+    rounds); ``verified_sizes``: the pass size (1 + proposed) of every round.
+    """
+
+    rounds: int = 0
+    draft_rounds: int = 0
+    proposed: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    emitted: int = 0
+    verified_sizes: tuple[int, ...] = ()
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        return self.emitted / self.rounds if self.rounds else None
+
+    @property
+    def hit_rate(self) -> float | None:
+        """draft_rounds / rounds: how often the drafter had anything to propose."""
+        return self.draft_rounds / self.rounds if self.rounds else None
+
+    def predicted_speedup(self, pass_time: Callable[[int], float | None]) -> float | None:
+        """Plain time ÷ speculative time for these rounds, with t(n) = ``pass_time(n)``
+        seconds for a target pass over n tokens (e.g. a
+        :class:`app.engine.policy.PassTimes`); drafting itself is taken as free (true for
+        model-free drafters to within a few percent). None when a time is unknown."""
+        t1 = pass_time(1)
+        if t1 is None or not self.rounds:
+            return None
+        spec = 0.0
+        for n in self.verified_sizes:
+            t = pass_time(n)
+            if t is None:
+                return None
+            spec += t
+        return (self.emitted * t1) / spec if spec > 0 else None
+
+    def __add__(self, other: ReplayCounts) -> ReplayCounts:
+        return ReplayCounts(
+            self.rounds + other.rounds,
+            self.draft_rounds + other.draft_rounds,
+            self.proposed + other.proposed,
+            self.drafted + other.drafted,
+            self.accepted + other.accepted,
+            self.emitted + other.emitted,
+            self.verified_sizes + other.verified_sizes,
+        )
+
+
+def replay_reply(drafter: Drafter, prompt: Sequence[int], reply: Sequence[int], k: int) -> ReplayCounts:
+    """Replay one reply through ``drafter`` with draft length k (see the module doc).
+
+    Args:
+        drafter: a model-free drafter (prompt lookup, suffix); its ``begin`` is called.
+        prompt: the tokens the reply was written after.
+        reply: the reply's tokens.
+        k: most tokens drafted per round (≥ 0), also capped by the tokens left.
+
+    Returns:
+        The rounds' counts. ``emitted == len(reply)``.
+    """
+    context = list(prompt)
+    drafter.begin(context)
+    rounds = draft_rounds = proposed = drafted = accepted = 0
+    sizes: list[int] = []
+    i = 0
+    n = len(reply)
+    while i < n:
+        n_max = min(k, n - i - 1)
+        d = drafter.draft(context, n_max)[:n_max] if n_max > 0 else []
+        acc = 0
+        while acc < len(d) and d[acc] == reply[i + acc]:
+            acc += 1
+        step = acc + 1  # the accepted drafts and the target's own token
+        context.extend(reply[i : i + step])
+        i += step
+        rounds += 1
+        draft_rounds += 1 if d else 0
+        proposed += len(d)
+        drafted += min(len(d), acc + 1)
+        accepted += acc
+        sizes.append(1 + len(d))
+    return ReplayCounts(rounds, draft_rounds, proposed, drafted, accepted, n, tuple(sizes))
