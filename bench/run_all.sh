@@ -8,7 +8,9 @@
 # 2. bench/vs_llamacpp.py: Tandem ÷ llama-bench (plain) and ÷ llama-speculative-simple
 #    (draft model = the target itself, k 4, 2 threads), medians of 5 rounds;
 # 3. bench/memory.py: peak RSS at n_ctx 8192 vs llama.cpp's own tool;
-# 4. python -m app bench with prompt lookup on builtin:code and builtin:chat.
+# 4. bench/vs_ngram.py (issue 14): prompt lookup and suffix vs llama.cpp's n-gram modes;
+#    the suffix index's memory; multi-candidate pass times; app bench --suffix on agent;
+# 5. python -m app bench with prompt lookup on builtin:code and builtin:chat.
 # Every result is also written as JSON under bench/out/.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -26,6 +28,21 @@ echo "== Tandem vs llama.cpp (plain and speculative) =="
 
 echo "== memory at n_ctx 8192 =="
 "$PY" bench/memory.py --model "$MODEL" --n-ctx 8192 --threads "$THREADS"
+
+echo "== peers: Tandem prompt lookup / suffix vs llama.cpp n-gram modes (k 8) =="
+for set in code agent; do
+    "$PY" bench/vs_ngram.py --model "$MODEL" --prompts "builtin:$set" --k 8 --threads "$THREADS" \
+        --n-predict 128 --repeat 3
+done
+
+echo "== suffix index memory at 1,000 replies; multi-candidate pass times =="
+"$PY" bench/suffix_memory.py --replies 1000
+"$PY" bench/multi_candidate.py --model "$MODEL" --threads "$THREADS" --repeat 25
+
+echo "== python -m app bench --suffix --prompts builtin:agent =="
+"$PY" -m app bench --model "$MODEL" --suffix --prompts builtin:agent --threads "$THREADS" \
+    --json -q > "bench/out/app-bench-suffix-agent-$stamp.json"
+echo "written: bench/out/app-bench-suffix-agent-$stamp.json"
 
 for set in code chat; do
     echo "== python -m app bench --prompt-lookup --prompts builtin:$set =="
