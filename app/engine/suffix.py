@@ -272,9 +272,13 @@ def _walk(
     return out, probs
 
 
+def _const(value: IntArray) -> Callable[[], IntArray]:
+    return lambda: value
+
+
 def _best_of_levels(
     tok: npt.NDArray[np.int32],
-    levels: Sequence[tuple[int, IntArray]],
+    levels: Sequence[tuple[int, int, Callable[[], IntArray]]],
     n_max: int,
     factor: float,
     offset: float,
@@ -283,8 +287,10 @@ def _best_of_levels(
 ) -> SuffixCandidate:
     """The highest-scoring draft over the distinct occurrence sets of ``levels``.
 
-    ``levels``: (match length, end positions), longest match first; sets are nested, so a
-    set equal in size to the one before (longer match) is the same set and is skipped.
+    ``levels``: (match length, number of occurrences, a function returning their end
+    positions), longest match first; the positions are gathered only for sets that are
+    walked. Sets are nested, so a set equal in size to the one before (longer match) is
+    the same set and is skipped.
     A draft from match length m has at most ``min(n_max, ⌊factor·m + offset⌋)`` tokens,
     so once the best score reaches that bound no shorter match can beat it. Ties keep the
     longer match (ArcticInference's rule).
@@ -292,15 +298,14 @@ def _best_of_levels(
     best = NO_CANDIDATE
     tokv = tok.data
     last_size = -1
-    for m, ends in levels:
-        size = len(ends)
+    for m, size, get_ends in levels:
         if size == last_size:
             continue
         last_size = size
         cap = min(n_max, int(m * factor + offset + 1e-6))
         if cap <= 0 or best.score >= cap:
             break  # caps only shrink from here on: no shorter match can do better
-        toks, probs = _walk(tok, tokv, ends, cap, min_prob)
+        toks, probs = _walk(tok, tokv, get_ends(), cap, min_prob)
         score = float(sum(probs))
         if toks and score > best.score:
             best = SuffixCandidate(tuple(toks), tuple(probs), score, m, source, size)
@@ -502,16 +507,19 @@ class SuffixIndex:
         # Tail: replies added since the last sort, scanned.
         tail = _scan_levels(tok, snap.n_indexed, snap.n, pattern, self.max_match)
         depth = max(len(ranges), len(tail))
-        levels: list[tuple[int, IntArray]] = []
-        for m in range(depth, 0, -1):
-            parts: list[IntArray] = []
-            if m <= len(ranges):
-                lo, hi = ranges[m - 1]
-                parts.append(snap.sa[lo:hi].astype(np.int64))
-            if m <= len(tail):
-                parts.append(tail[m - 1])
-            ends = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            levels.append((m, ends))
+        sa = snap.sa
+
+        def level(m: int) -> tuple[int, int, Callable[[], IntArray]]:
+            lo, hi = ranges[m - 1] if m <= len(ranges) else (0, 0)
+            extra = tail[m - 1] if m <= len(tail) else None
+
+            def ends() -> IntArray:
+                part = sa[lo:hi].astype(np.int64)
+                return part if extra is None else np.concatenate([part, extra])
+
+            return m, (hi - lo) + (len(extra) if extra is not None else 0), ends
+
+        levels = [level(m) for m in range(depth, 0, -1)]
         return _best_of_levels(tok, levels, n_max, factor, offset, min_prob, "history")
 
 
@@ -686,7 +694,7 @@ class SuffixDrafter:
         levels = _scan_levels(buf, 0, n - 1, pattern, self.max_match)
         local = _best_of_levels(
             buf,
-            [(m, levels[m - 1]) for m in range(len(levels), 0, -1)],
+            [(m, len(levels[m - 1]), _const(levels[m - 1])) for m in range(len(levels), 0, -1)],
             n_max,
             self.spec_factor,
             self.spec_offset,
