@@ -295,7 +295,13 @@ def _vs_llama(args: argparse.Namespace, session: Session, target: Path, draft: P
     for _ in range(args.repeat):
         lb = run_llama_bench(ns, depth=len(tokens.tokens))
         fin_off = generate_once(session, tokens, sampling, off)
-        sp = run_spec_simple(ns, text)
+        for attempt in range(3):  # its summary lines can be lost at exit (see vs_ngram.py)
+            try:
+                sp = run_spec_simple(ns, text)
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
         fin_on = generate_once(session, tokens, sampling, on)
         rows.append((lb["tg_tps"], fin_off.stats.decode_tps, sp["tps"], fin_on.stats.decode_tps,
                      sp["prompt_tokens"]))

@@ -93,9 +93,15 @@ def run_llama_spec(args: argparse.Namespace, mode: str, prompt: str) -> dict[str
     ]
     if args.n_gpu_layers is not None:
         argv += ["-ngl", str(args.n_gpu_layers)]
-    res = C.run_child(argv)
-    log = res.stdout + "\n" + res.stderr
-    m = _DECODED_RE.search(log)
+    # llama.cpp's common log is written by a worker thread that is not flushed at exit
+    # (common/log.cpp, llama.cpp issue 22142): on a busy machine the summary lines can be
+    # lost although the run succeeded. Such a run is repeated (at most twice).
+    for attempt in range(3):
+        res = C.run_child(argv)
+        log = res.stdout + "\n" + res.stderr
+        m = _DECODED_RE.search(log)
+        if res.returncode != 0 or m is not None:
+            break
     if res.returncode != 0 or m is None:
         raise RuntimeError(f"llama-speculative-simple --spec-type {mode} failed "
                            f"({res.returncode}): {res.stderr[-2000:]}")
@@ -109,6 +115,7 @@ def run_llama_spec(args: argparse.Namespace, mode: str, prompt: str) -> dict[str
         "drafted": int(dr.group(1)) if dr else 0,
         "accepted": int(ac.group(1)) if ac else 0,
         "stdout": res.stdout,
+        "attempts": attempt + 1,
         "argv": [a if a != prompt else "<prompt>" for a in argv],
     }
 
@@ -236,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                             r = run_llama_spec(args, mode, text)
                             row.update(tps=r["tps"], emitted=r["decoded"], drafted=r["drafted"],
                                        accepted=r["accepted"], llama_prompt_tokens=r["prompt_tokens"],
-                                       stdout=r["stdout"], argv=r["argv"])
+                                       stdout=r["stdout"], argv=r["argv"], attempts=r["attempts"])
                         rows.append(row)
                     assert plain_fin is not None
                     ref = plain_fin.text
