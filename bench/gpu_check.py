@@ -39,9 +39,10 @@ import _common as C
 import numpy as np
 from gguf import GGUFWriter
 
-from app.engine.bench import PreparedPrompt, generate_once, run_bench
-from app.engine.sampling import SamplingParams
-from app.engine.session import Session, SessionConfig, SpeculationConfig
+from app.engine.measure.bench import generate_once, run_bench
+from app.engine.measure.prompts import PreparedPrompt
+from app.engine.session import Session, SessionConfig
+from app.options import SamplingParams, SpeculationConfig
 from tests.synthetic import BOS, EOS, N_SPECIAL, tiny_vocab
 
 FIRST_WORD = N_SPECIAL + 256  # ids below are control and byte tokens

@@ -36,7 +36,7 @@ from typing import Any
 
 import _common as C
 
-from app.engine.bench import load_prompts
+from app.engine.measure.prompts import load_prompts
 from app.engine.chat import tokenize_plain
 from app.engine.llama import LlamaModel, lib
 

@@ -54,10 +54,11 @@ from typing import Any
 import _common as C
 from vs_llamacpp import _ACCEPT_RE, _DECODED_RE, _DRAFTED_RE, _ENCODED_RE, run_llama_bench
 
-from app.engine.bench import generate_once, resolve_format
-from app.engine.multiturn import Conversation, load_conversations, prepare_turn
-from app.engine.sampling import SamplingParams
-from app.engine.session import Session, SessionConfig, SpeculationConfig
+from app.engine.measure.bench import generate_once
+from app.engine.measure.multiturn import Conversation, load_conversations, prepare_turn
+from app.engine.measure.prompts import resolve_format
+from app.engine.session import Session, SessionConfig
+from app.options import SamplingParams, SpeculationConfig
 
 LLAMA_NGRAM_MODES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")
 TANDEM_MODES = ("prompt-lookup", "suffix")
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                         if label in specs:
                             fin = generate_once(session, prompt, sampling, specs[label])
                             s = fin.stats
-                            row.update(tps=s.decode_tps, emitted=s.emitted, drafted=s.drafted,
+                            row.update(tps=s.decode_tps, emitted=s.emitted, drafted=s.verified,
                                        accepted=s.accepted, rounds=s.rounds, text=fin.text)
                             if label == "tandem plain":
                                 plain_fin = fin

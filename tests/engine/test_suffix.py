@@ -269,14 +269,14 @@ def test_reply_cap_and_oversized_reply() -> None:
 
 
 def test_replay_counts_rounds_as_the_engine_does() -> None:
-    from app.engine.draft_replay import replay_reply
+    from app.engine.measure.draft_replay import replay_reply
 
     prompt = [1, 5, 6, 7, 8, 9, 2]
     reply = [5, 6, 7, 8, 9, 2, 5, 6, 4]
     c = replay_reply(SuffixDrafter(spec_factor=4.0), prompt, reply, k=8)
     assert c.emitted == len(reply) == c.accepted + c.rounds
-    assert c.drafted <= c.proposed and c.accepted <= c.drafted
-    assert c.verified_sizes and sum(c.verified_sizes) == c.rounds + c.proposed
+    assert c.verified <= c.proposed and c.accepted <= c.verified
+    assert c.pass_sizes and sum(c.pass_sizes) == c.rounds + c.proposed
     # first round: "2" matches at the prompt's end, the drafter proposes "5" (1 token,
     # match length 1 × 4 = up to 4 tokens: 5 6 7 8), all right; and so on
     assert c.acceptance_rate is not None and c.acceptance_rate > 0.5
@@ -289,7 +289,7 @@ def test_replay_counts_rounds_as_the_engine_does() -> None:
 
 
 def test_replay_with_the_history_index_predicts_a_copy() -> None:
-    from app.engine.draft_replay import replay_reply
+    from app.engine.measure.draft_replay import replay_reply
 
     reply = [40, 41, 42, 43, 44, 45, 46, 47, 48, 49]
     idx = SuffixIndex()

@@ -60,7 +60,7 @@ from app.engine.measure.prompts import (
 from app.engine.session import Session
 from app.engine.suffix import SuffixIndex
 from app.errors import PromptSetError
-from app.options import SamplingParams, SpecMode, SpeculationConfig
+from app.options import SamplingParams, SpeculationConfig
 from app.store.paths import resources_dir
 
 _TOP_KEYS = {"name", "description", "format", "conversations"}

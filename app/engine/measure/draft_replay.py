@@ -9,7 +9,7 @@ is accepted, and one more token (the target's own) follows. That is exactly what
 engine does with temperature 0 when the target reproduces the reply, so the counts give
 the acceptance rate α, the mean acceptance length τ and the share of rounds that drafted
 anything; with measured pass times t(n) they predict the speedup
-Σ_rounds t(1) / Σ_rounds t(1 + drafted) (:meth:`ReplayCounts.predicted_speedup`).
+Σ_rounds t(1) / Σ_rounds t(1 + proposed) (:meth:`ReplayCounts.predicted_speedup`).
 """
 
 from __future__ import annotations
@@ -25,23 +25,23 @@ class ReplayCounts:
     """Rounds of a replay (greedy, as the engine's loop counts them).
 
     ``rounds``: target passes; ``draft_rounds``: rounds that carried a draft;
-    ``proposed``: draft tokens in the passes; ``drafted``: draft tokens verified (up to
+    ``proposed``: draft tokens in the passes; ``verified``: draft tokens verified (up to
     and including the first rejected one, as :class:`app.engine.stats.SpecStats` counts);
     ``accepted``: of those, equal to the reply; ``emitted``: reply tokens (= accepted +
-    rounds); ``verified_sizes``: the pass size (1 + proposed) of every round.
+    rounds); ``pass_sizes``: the pass size (1 + proposed) of every round.
     """
 
     rounds: int = 0
     draft_rounds: int = 0
     proposed: int = 0
-    drafted: int = 0
+    verified: int = 0
     accepted: int = 0
     emitted: int = 0
-    verified_sizes: tuple[int, ...] = ()
+    pass_sizes: tuple[int, ...] = ()
 
     @property
     def acceptance_rate(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
+        return self.accepted / self.verified if self.verified else None
 
     @property
     def mean_acceptance_length(self) -> float | None:
@@ -61,7 +61,7 @@ class ReplayCounts:
         if t1 is None or not self.rounds:
             return None
         spec = 0.0
-        for n in self.verified_sizes:
+        for n in self.pass_sizes:
             t = pass_time(n)
             if t is None:
                 return None
@@ -73,10 +73,10 @@ class ReplayCounts:
             self.rounds + other.rounds,
             self.draft_rounds + other.draft_rounds,
             self.proposed + other.proposed,
-            self.drafted + other.drafted,
+            self.verified + other.verified,
             self.accepted + other.accepted,
             self.emitted + other.emitted,
-            self.verified_sizes + other.verified_sizes,
+            self.pass_sizes + other.pass_sizes,
         )
 
 
@@ -94,7 +94,7 @@ def replay_reply(drafter: Drafter, prompt: Sequence[int], reply: Sequence[int], 
     """
     context = list(prompt)
     drafter.begin(context)
-    rounds = draft_rounds = proposed = drafted = accepted = 0
+    rounds = draft_rounds = proposed = verified = accepted = 0
     sizes: list[int] = []
     i = 0
     n = len(reply)
@@ -110,7 +110,7 @@ def replay_reply(drafter: Drafter, prompt: Sequence[int], reply: Sequence[int], 
         rounds += 1
         draft_rounds += 1 if d else 0
         proposed += len(d)
-        drafted += min(len(d), acc + 1)
+        verified += min(len(d), acc + 1)
         accepted += acc
         sizes.append(1 + len(d))
-    return ReplayCounts(rounds, draft_rounds, proposed, drafted, accepted, n, tuple(sizes))
+    return ReplayCounts(rounds, draft_rounds, proposed, verified, accepted, n, tuple(sizes))
