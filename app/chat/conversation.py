@@ -47,6 +47,7 @@ from app.catalog.library import remember_opened_model
 from app.engine.chat import ChatMessage
 from app.engine.session import SessionConfig
 from app.engine.stats import SpecStats
+from app.engine.suffix import DEFAULT_MAX_REPLIES
 from app.errors import TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.store import paths
@@ -326,8 +327,21 @@ class ChatController:
         self.model_info = None
         self.pending_reload = False
         self.view.model_changed(None)
-        self._start_model_job(self.service.load(config, origin=self.origin),
-                              f"Loading {target.name}")
+        self._start_model_job(
+            self.service.load(config, origin=self.origin, earlier_replies=self.earlier_replies()),
+            f"Loading {target.name}")
+
+    def earlier_replies(self) -> list[str]:
+        """Stored reply texts for the suffix drafter's index, oldest first: the newest
+        :data:`~app.engine.suffix.DEFAULT_MAX_REPLIES` (the index's own cap on replies;
+        its token cap evicts the oldest beyond that). A history error gives []."""
+        if self.store is None:
+            return []
+        try:
+            return self.store.recent_replies(DEFAULT_MAX_REPLIES)
+        except sqlite3.Error as exc:
+            log.warning("Earlier replies not read for the suffix drafter: %s", exc)
+            return []
 
     def reload_model(self) -> None:
         """Load the current target again (to apply context length and GPU layers)."""

@@ -23,6 +23,12 @@ one engine round (the engine checks the job's ``threading.Event`` once per round
 between prefill chunks), a running load at its next progress report.
 :meth:`ChatService.shutdown` cancels everything, joins the thread and frees the models.
 
+The service also keeps the suffix drafter's index of earlier replies
+(:class:`~app.engine.suffix.SuffixIndex`, on the session): a load fills it from the
+reply texts it is given (the stored history, tokenized for the new target), and every
+reply or completion that produced tokens is added as it finishes, so a new conversation
+drafts from what earlier ones wrote, whichever front end asked.
+
 Reply text is batched here, once: deltas are sent about every 30 ms
 (:data:`TEXT_BATCH_S`), whatever the token rate, so no consumer throttles again.
 """
@@ -250,6 +256,18 @@ def describe_session(session: Session, seconds: float) -> ModelInfo:
     )
 
 
+def index_earlier_replies(session: Session, texts: Sequence[str]) -> int:
+    """Tokenize reply texts (oldest first) with the session's target and add them to its
+    suffix index in one re-sort; returns the replies added. Token ids belong to one
+    vocabulary, so this runs after every load, never across models."""
+    if not texts:
+        return 0
+    target = session.target
+    replies = [target.tokenize(t, add_special=False, parse_special=False) for t in texts if t]
+    session.suffix_index.load_replies(replies)
+    return sum(1 for r in replies if r)
+
+
 def _warm_up_llama() -> None:
     """Import llama.cpp's library on the worker thread, so the first load does not pay
     for it and no consumer's thread ever does."""
@@ -346,11 +364,17 @@ class ChatService:
             self._cond.notify_all()
         return job
 
-    def load(self, config: SessionConfig, *, origin: str = "window") -> Job:
+    def load(self, config: SessionConfig, *, origin: str = "window",
+             earlier_replies: Sequence[str] = ()) -> Job:
         """Unload any session, then load ``config`` (target, and draft when it names one).
         Value: :class:`ModelInfo`; progress: :class:`LoadProgressed`. Cancelling stops
-        the load at its next progress report (JobFailed, level warning)."""
-        return self.submit("load", lambda ctx: self._load(ctx, config), origin=origin,
+        the load at its next progress report (JobFailed, level warning).
+
+        ``earlier_replies``: reply texts of earlier conversations, oldest first (the
+        stored history); they are tokenized with the new target and fill its suffix
+        index in one re-sort (the index's caps bound what is kept)."""
+        texts = tuple(earlier_replies)
+        return self.submit("load", lambda ctx: self._load(ctx, config, texts), origin=origin,
                            title=f"Could not load {Path(config.target_path).name}")
 
     def set_draft_model(self, path: Path | None, *, origin: str = "window") -> Job:
@@ -414,6 +438,12 @@ class ChatService:
 
         return self.submit("completion", lambda ctx: self._stream(ctx, start, batch_s),
                            origin=origin, title="The completion failed")
+
+    def suffix_index_stats(self, *, origin: str = "window") -> Job:
+        """The loaded session's suffix index of earlier replies, measured on the worker.
+        Value: :class:`~app.engine.suffix.SuffixIndexStats` (replies, tokens, bytes)."""
+        return self.submit("task", lambda ctx: ctx.session.suffix_index.stats(),
+                           origin=origin, title="The suffix index could not be read")
 
     # -- lifetime -----------------------------------------------------------------------
     def cancel_all(self, origin: str | None = None) -> None:
@@ -487,7 +517,8 @@ class ChatService:
             session.close()
 
     # -- the jobs -----------------------------------------------------------------------
-    def _load(self, ctx: JobContext, config: SessionConfig) -> ModelInfo:
+    def _load(self, ctx: JobContext, config: SessionConfig,
+              earlier_replies: Sequence[str] = ()) -> ModelInfo:
         self._close_session()
         what = f"Loading {Path(config.target_path).name}"
         last_emit = 0.0
@@ -507,6 +538,7 @@ class ChatService:
             session.close()
             raise LoadCancelledError("Loading was cancelled.")
         self._session = session
+        index_earlier_replies(session, earlier_replies)
         return self._describe(session, time.monotonic() - t0)
 
     def _set_draft(self, ctx: JobContext, path: Path | None) -> DraftChanged:
@@ -546,6 +578,9 @@ class ChatService:
             ctx.emit(ReplyStreamed(ctx.job_id, tuple(pending)))
         if finished is None:
             raise TandemError("The generation ended without a result.")
+        if finished.token_ids:
+            # The next reply, in this conversation or another, may draft from this one.
+            session.suffix_index.add_reply(finished.token_ids)
         return ReplyResult(finished, session.last_plain_decode_tps)
 
 

@@ -383,6 +383,19 @@ class HistoryStore:
         ).fetchall()
         return [self._message(r) for r in rows]
 
+    def recent_replies(self, limit: int) -> list[str]:
+        """The texts of the newest ``limit`` finished assistant replies of every
+        conversation, oldest first (empty and still-streaming replies and failed ones are
+        left out). The suffix drafter's index is built from these at start."""
+        if limit <= 0:
+            return []
+        rows = self._conn.execute(
+            "SELECT content FROM messages WHERE role = 'assistant' AND status = 'done' "
+            "AND content != '' AND (finish_reason IS NULL OR finish_reason != 'error') "
+            "ORDER BY id DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [r[0] for r in reversed(rows)]
+
     def message(self, message_id: int) -> StoredMessage:
         """One message. Raises KeyError when it does not exist."""
         row = self._conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()

@@ -1,6 +1,7 @@
 """The model bar: target, drafter and k, where the layers run, and load progress.
 
-The drafter choice (off / prompt lookup / draft model) and k apply from the next reply;
+The drafter choice (every :class:`~app.options.SpecMode`: off, prompt lookup, draft
+model, suffix lookup…) and k apply from the next reply;
 they never reload the target. Choosing a draft GGUF loads it next to the loaded target.
 The widget reports clicks; the window opens file dialogs and talks to the worker.
 """

@@ -24,6 +24,7 @@ from app.engine.chat import ChatMessage
 from app.engine.events import Event, Finished, StatsUpdate, TextDelta
 from app.engine.session import SessionConfig
 from app.engine.stats import SpecStats
+from app.engine.suffix import SuffixIndex
 from app.errors import ModelLoadError, TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 
@@ -84,6 +85,7 @@ class FakeSession:
         self.notes: list[str] = []
         self.closed = False
         self.last_plain_decode_tps: float | None = None
+        self.suffix_index = SuffixIndex()
 
     def set_draft_model(self, path: Path | None, progress: Any = None) -> None:
         if path is not None and not Path(path).is_file():

@@ -133,6 +133,25 @@ def test_stop_mid_reply_stops_within_one_round_and_keeps_partial(
     assert window.send_button.text() == "Send"
 
 
+def test_suffix_lookup_in_the_drafter_picker_drafts_from_the_earlier_reply(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    combo = window.model_bar.mode_combo
+    labels = [combo.itemText(i) for i in range(combo.count())]
+    assert "Suffix lookup" in labels
+    combo.setCurrentIndex(combo.findData("suffix"))
+    assert window.settings.speculation.mode == "suffix"
+    assert window.send_message(REPEAT_PROMPT)
+    wait_reply(qtbot, window)
+    [_, first] = _stored_reply(window)
+    # a new conversation with the same question: the first reply is in the index
+    window.new_conversation()
+    assert window.send_message(REPEAT_PROMPT)
+    wait_reply(qtbot, window)
+    [_, again] = _stored_reply(window)
+    assert first.stats is not None and again.stats is not None
+    assert first.stats["mode"] == again.stats["mode"] == "suffix"
+    assert again.stats["accepted"] > 0 and again.stats["verified"] > 0
+
+
 def test_toggle_off_gives_plain_reply_without_reloading_then_measured_speedup(
     qtbot, window
 ) -> None:

@@ -64,6 +64,7 @@ _KIND_ROLE = Qt.ItemDataRole.UserRole
 _INDEX_ROLE = Qt.ItemDataRole.UserRole + 1
 
 PROMPT_LOOKUP_LABEL = "Prompt lookup (no draft model)"
+SUFFIX_LABEL = "Suffix lookup (no draft model)"
 OFF_LABEL = "Off (plain decoding)"
 
 
@@ -90,7 +91,9 @@ class DrafterChoice:
     def label(self) -> str:
         if self.candidate is not None:
             return self.candidate.key.title
-        return PROMPT_LOOKUP_LABEL if self.mode is SpecMode.PROMPT_LOOKUP else OFF_LABEL
+        if self.mode is SpecMode.PROMPT_LOOKUP:
+            return PROMPT_LOOKUP_LABEL
+        return SUFFIX_LABEL if self.mode is SpecMode.SUFFIX else OFF_LABEL
 
 
 def preferred_draft(candidates: tuple[DraftCandidate[LibraryEntry], ...], k: int) -> int | None:
@@ -533,9 +536,16 @@ class LibraryTabWidget(QWidget):
         lookup.setToolTip(0, "Drafts by matching the last tokens against the conversation "
                              "(n-gram lookup); no second model. Best when the reply repeats "
                              "the prompt: code edits, summaries, quotes.")
+        suffix = QTreeWidgetItem([SUFFIX_LABEL, "—", "≈ 0", "depends on repetition",
+                                  "always available: drafts from this chat and earlier replies"])
+        suffix.setData(0, _KIND_ROLE, SpecMode.SUFFIX.value)
+        suffix.setToolTip(0, "Drafts by matching the text so far against this conversation "
+                             "and the replies of earlier ones (suffix decoding); no second "
+                             "model. Best for repeated work: tool calls, fixes to the same "
+                             "code, summaries.")
         off = QTreeWidgetItem([OFF_LABEL, "—", "—", "1.0×", "no speculation"])
         off.setData(0, _KIND_ROLE, SpecMode.OFF.value)
-        for item in (lookup, off):
+        for item in (lookup, suffix, off):
             self.draft_list.addTopLevelItem(item)
         for i in incompatible:
             self.draft_list.addTopLevelItem(self._draft_item(i, candidates[i]))
@@ -631,6 +641,14 @@ class LibraryTabWidget(QWidget):
                     "up in the text so far and what followed them is proposed (n-gram lookup). "
                     "No second model and nothing to check; it helps most when the reply "
                     "repeats the prompt (code edits, summaries, quotes).")
+            elif mode is SpecMode.SUFFIX:
+                self.pair_check.show_message(
+                    "Suffix lookup",
+                    "Drafts come from this conversation and the replies of earlier ones: the "
+                    "longest match of the text so far is found in them and what most often "
+                    "followed it is proposed, as long as the match supports it (suffix "
+                    "decoding). No second model; it helps most with repeated work (tool "
+                    "calls, fixes to the same code, summaries).")
             else:
                 self.pair_check.show_message(
                     "Plain decoding", "No drafter: the target generates one token per pass.")

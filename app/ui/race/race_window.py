@@ -240,6 +240,7 @@ class RaceWindow(QMainWindow):
         row.addWidget(QLabel("Drafter"))
         self.drafter_combo = QComboBox()
         self.drafter_combo.addItem(SpecMode.PROMPT_LOOKUP.label, SpecMode.PROMPT_LOOKUP)
+        self.drafter_combo.addItem(SpecMode.SUFFIX.label, SpecMode.SUFFIX)
         if self.model.draft_path is not None:
             self.drafter_combo.addItem(f"{SpecMode.DRAFT_MODEL.label} · {self.model.draft_path.name}",
                                        SpecMode.DRAFT_MODEL)

@@ -12,7 +12,7 @@ import pytest
 from app.catalog.library import load_library_config
 from app.store.settings import Settings, load_settings, save_settings
 from app.ui.picker import ModelPickerWindow, ModelsChosen
-from app.ui.picker.library_tab import OFF_LABEL, PROMPT_LOOKUP_LABEL
+from app.ui.picker.library_tab import OFF_LABEL, PROMPT_LOOKUP_LABEL, SUFFIX_LABEL
 from tests.ui.picker.conftest import (
     GEMMA_COPY_FILE,
     GEMMA_FILE,
@@ -74,7 +74,7 @@ def test_gemma_target_lists_compatible_gemma_above_greyed_smollm(qtbot, picker: 
     names = [r[0] for r in rows]
     gemma = next(i for i, r in enumerate(rows) if r[0] == GEMMA_COPY_FILE)
     smol = next(i for i, r in enumerate(rows) if r[0] == SMOLLM_FILE)
-    assert gemma < names.index(PROMPT_LOOKUP_LABEL) < names.index(OFF_LABEL) < smol
+    assert gemma < names.index(PROMPT_LOOKUP_LABEL) < names.index(SUFFIX_LABEL) < names.index(OFF_LABEL) < smol
     assert rows[gemma][1:] == ("too large: no speedup to expect", False)  # compatible, c = 1
     assert rows[smol][1].startswith("vocab_type: target SPM, draft BPE") and rows[smol][2]
     broken = next(r for r in rows if r[0] == "broken.gguf")
