@@ -39,6 +39,7 @@ class SpecMode(str, Enum):
     PROMPT_LOOKUP = "prompt-lookup"
     DRAFT_MODEL = "draft-model"
     SUFFIX = "suffix"
+    AUTO = "auto"
 
     def __str__(self) -> str:
         return str(self.value)
@@ -65,6 +66,7 @@ _TEXTS: dict[SpecMode, tuple[str, str]] = {
     SpecMode.PROMPT_LOOKUP: ("Prompt lookup", "prompt lookup"),
     SpecMode.DRAFT_MODEL: ("Draft model", "draft model"),
     SpecMode.SUFFIX: ("Suffix lookup", "suffix lookup"),
+    SpecMode.AUTO: ("Auto", "the drafter measured fastest here"),
 }
 
 
@@ -126,7 +128,7 @@ class SpeculationConfig(BaseModel):
 
     @property
     def speculating(self) -> bool:
-        """Whether a drafter is chosen (mode is not off)."""
+        """Whether a drafter is chosen (mode is not off; auto counts as chosen)."""
         return self.mode is not SpecMode.OFF
 
     def with_changes(self, **changes: Any) -> SpeculationConfig:

@@ -46,6 +46,7 @@ from app.chat.service import ChatService, Job
 from app.catalog.library import remember_opened_model
 from app.engine.chat import ChatMessage
 from app.engine.session import SessionConfig
+from app.engine.auto import ReplyObservation
 from app.engine.stats import SpecStats
 from app.engine.suffix import DEFAULT_MAX_REPLIES
 from app.errors import TandemError
@@ -331,6 +332,19 @@ class ChatController:
             self.service.load(config, origin=self.origin, earlier_replies=self.earlier_replies()),
             f"Loading {target.name}")
 
+    def auto_observations(self, conversation_id: int) -> list[ReplyObservation]:
+        """The measured statistics of the conversation's finished replies, oldest first,
+        for the auto drafter choice (:mod:`app.engine.auto`)."""
+        if self.store is None:
+            return []
+        out: list[ReplyObservation] = []
+        for m in self.store.messages(conversation_id):
+            if m.role == "assistant" and m.status == "done" and m.stats:
+                obs = ReplyObservation.from_stats(m.stats)
+                if obs is not None:
+                    out.append(obs)
+        return out
+
     def earlier_replies(self) -> list[str]:
         """Stored reply texts for the suffix drafter's index, oldest first: the newest
         :data:`~app.engine.suffix.DEFAULT_MAX_REPLIES` (the index's own cap on replies;
@@ -601,13 +615,15 @@ class ChatController:
         speculation = self.settings.speculation
         try:
             messages = self.prompt_messages(cid)
+            observations = (self.auto_observations(cid)
+                            if speculation.mode is SpecMode.AUTO else [])
             stored = self.store.begin_reply(cid, model=self.model_info.target_path.name)
         except sqlite3.Error as exc:
             self._history_failed(exc)
             return False
         try:
             job = self.service.reply(messages, self.settings.sampling, speculation,
-                                     origin=self.origin)
+                                     origin=self.origin, observations=observations)
         except TandemError as exc:  # the queue is full (API traffic) or shutting down
             self.store.delete_from(stored.id)
             self.report(UserError("Not now", str(exc), level="warning", origin="reply"))
@@ -669,10 +685,15 @@ class ChatController:
         fin = result.finished
         spans = clip_spans(reply.spans, len(fin.text))
         stored: StoredMessage | None = None
+        stats = fin.stats.to_dict()
+        if result.auto is not None:
+            # the auto choice is recorded with the reply: the next one in this
+            # conversation learns from it (auto_observations), a reader sees why
+            stats["auto"] = result.auto.to_dict()
         if self.store is not None and reply.conversation_id >= 0:
             try:
                 stored = self.store.finish_reply(reply.message_id, fin.text, fin.reason,
-                                                 fin.stats.to_dict(), draft_spans=spans,
+                                                 stats, draft_spans=spans,
                                                  note=fin.note, seed=fin.seed)
             except KeyError:
                 stored = None

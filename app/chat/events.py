@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from app.engine.auto import AutoChoice
 from app.engine.events import Finished, TextDelta
 from app.engine.stats import SpecStats
 
@@ -111,10 +112,13 @@ class ReplyResult:
 
     ``plain_decode_tps``: decode tok/s of the latest plain reply of this target in this
     session (None until there is one): the basis of "measured speedup".
+    ``auto``: the drafter and k the auto choice picked (:mod:`app.engine.auto`).
     """
 
     finished: Finished
     plain_decode_tps: float | None
+    #: with the auto drafter choice: what it chose for this reply and why
+    auto: AutoChoice | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ Reply text is batched here, once: deltas are sent about every 30 ms
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import queue
@@ -60,11 +61,12 @@ from app.chat.events import (
     UserError,
 )
 from app.chat.failures import user_error
+from app.engine.auto import AutoChoice, ReplyObservation, resolve_auto
 from app.engine.chat import ChatMessage, tokenize_plain
 from app.engine.events import Event, Finished, StatsUpdate, TextDelta
 from app.engine.session import Session, SessionConfig
 from app.errors import LoadCancelledError, TandemError
-from app.options import SamplingParams, SpeculationConfig
+from app.options import SamplingParams, SpecMode, SpeculationConfig
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +258,18 @@ def describe_session(session: Session, seconds: float) -> ModelInfo:
     )
 
 
+def conversation_turns(session: Session, messages: Sequence[ChatMessage]
+                       ) -> list[tuple[list[int], list[int]]]:
+    """(prompt tokens, reply tokens) of every assistant message in ``messages``: the
+    conversation up to it through the chat template, and its text tokenized."""
+    turns: list[tuple[list[int], list[int]]] = []
+    for i, m in enumerate(messages):
+        if m.role == "assistant" and m.content:
+            reply = session.target.tokenize(m.content, add_special=False, parse_special=False)
+            turns.append((session.chat_prompt(messages[:i]), reply))
+    return turns
+
+
 def index_earlier_replies(session: Session, texts: Sequence[str]) -> int:
     """Tokenize reply texts (oldest first) with the session's target and add them to its
     suffix index in one re-sort; returns the replies added. Token ids belong to one
@@ -406,18 +420,34 @@ class ChatService:
         *,
         origin: str = "window",
         batch_s: float = TEXT_BATCH_S,
+        observations: Sequence[ReplyObservation] = (),
     ) -> Job:
         """A chat reply to ``messages`` through the model's chat template (the template's
         stop strings are added). Progress: :class:`ReplyStreamed` (text batches) and
         :class:`ReplyStats`; value: :class:`ReplyResult` (also when cancelled, with the
-        text so far)."""
+        text so far).
+
+        With ``speculation.mode`` auto the drafter and k are chosen on the worker, before
+        the reply, from the conversation's earlier replies in ``messages`` (replayed) and
+        ``observations`` (their measured statistics, oldest first); the choice comes back
+        in :attr:`ReplyResult.auto` (:mod:`app.engine.auto`)."""
         msgs = tuple(messages)
+        observed = tuple(observations)
+        chosen: list[AutoChoice] = []
 
         def start(session: Session, cancel: threading.Event) -> Iterator[Event]:
-            return session.chat(msgs, sampling, speculation, cancel)
+            spec = speculation
+            if spec.mode is SpecMode.AUTO:
+                spec, choice = resolve_auto(session, conversation_turns(session, msgs),
+                                            observed, spec)
+                chosen.append(choice)
+            return session.chat(msgs, sampling, spec, cancel)
 
-        return self.submit("reply", lambda ctx: self._stream(ctx, start, batch_s),
-                           origin=origin, title="The reply failed")
+        def work(ctx: JobContext) -> ReplyResult:
+            result = self._stream(ctx, start, batch_s)
+            return dataclasses.replace(result, auto=chosen[0]) if chosen else result
+
+        return self.submit("reply", work, origin=origin, title="The reply failed")
 
     def complete(
         self,
@@ -434,7 +464,10 @@ class ChatService:
         def start(session: Session, cancel: threading.Event) -> Iterator[Event]:
             tokens = (tokenize_plain(session.target, prompt) if isinstance(prompt, str)
                       else list(prompt))
-            return session.generate(tokens, sampling, speculation, cancel)
+            spec = speculation
+            if spec.mode is SpecMode.AUTO:  # nothing earlier to learn from: estimates only
+                spec, _ = resolve_auto(session, (), (), spec)
+            return session.generate(tokens, sampling, spec, cancel)
 
         return self.submit("completion", lambda ctx: self._stream(ctx, start, batch_s),
                            origin=origin, title="The completion failed")

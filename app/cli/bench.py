@@ -84,7 +84,7 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
     mode = drafter_mode(args)
     # Multi-turn sets, and the suffix drafter on any set, run as conversations with the
     # history shared across turns as the app does (app.engine.measure.multiturn).
-    conversational = mode is SpecMode.SUFFIX or is_multiturn(args.prompts)
+    conversational = mode in (SpecMode.SUFFIX, SpecMode.AUTO) or is_multiturn(args.prompts)
     conversations = load_conversations(args.prompts) if conversational else []
     prompts = [] if conversational else load_prompts(args.prompts)
     if args.limit is not None:
@@ -92,7 +92,8 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
         conversations = conversations[: max(1, args.limit)]
 
     try:
-        specs = speculation_configs(args, mode, args.k) if mode is not SpecMode.OFF else []
+        ks = [max(args.k)] if mode is SpecMode.AUTO else args.k  # auto: k is its maximum
+        specs = speculation_configs(args, mode, ks) if mode is not SpecMode.OFF else []
         sampling = SamplingParams(
             temperature=args.temp, seed=args.seed, max_tokens=args.max_tokens
         )

@@ -127,7 +127,14 @@ def _stream_reply(session: Any, args: argparse.Namespace, sampling: Any, spec: A
     """Run one reply on ``session``; stream its text unless --json; return Finished."""
     from app.engine.chat import ChatMessage, tokenize_plain
     from app.engine.events import Finished, TextDelta
+    from app.options import SpecMode
 
+    if spec.mode is SpecMode.AUTO:  # one reply, nothing earlier: the estimates alone
+        from app.engine.auto import resolve_auto
+
+        spec, choice = resolve_auto(session, (), (), spec)
+        print(f"auto: {spec.mode.words}" + (f", k={spec.draft_max}" if spec.speculating else "")
+              + f" ({choice.reason})", file=sys.stderr)
     if args.chat:
         messages = []
         if args.system:

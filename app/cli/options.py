@@ -29,13 +29,17 @@ def draft_lengths_arg(text: str) -> tuple[int, ...]:
 
 
 def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
-    """--model, --draft | --prompt-lookup | --suffix, --n-ctx, --n-gpu-layers, --threads."""
+    """--model, --draft | --prompt-lookup | --suffix, --auto, --n-ctx, --n-gpu-layers,
+    --threads."""
     p.add_argument("--model", required=True, type=Path, help="target model GGUF")
     drafter = p.add_mutually_exclusive_group()
     drafter.add_argument("--draft", type=Path, help="draft model GGUF (same tokenizer)")
     drafter.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram lookup")
     drafter.add_argument("--suffix", action="store_true",
                          help="draft by suffix match over the conversation and earlier replies")
+    p.add_argument("--auto", action="store_true",
+                   help="choose the drafter (off, prompt lookup, suffix, and --draft if given) "
+                        "and k per conversation from measured rates")
     p.add_argument("--n-ctx", type=int, default=n_ctx, help=f"context window ({n_ctx})")
     p.add_argument("--n-gpu-layers", type=int, default=None,
                    help="layers on the GPU (default: all when a GPU backend is built in)")
@@ -59,6 +63,8 @@ def drafter_mode(args: argparse.Namespace, *, off: bool = False) -> SpecMode:
     """The drafter the options ask for (``off`` forces plain decoding)."""
     if off:
         return SpecMode.OFF
+    if getattr(args, "auto", False):
+        return SpecMode.AUTO
     if args.draft is not None:
         return SpecMode.DRAFT_MODEL
     if args.prompt_lookup:
@@ -139,7 +145,7 @@ def session_config(args: argparse.Namespace, mode: SpecMode) -> SessionConfig:
     """The SessionConfig for these options (the draft is loaded only in draft-model mode)."""
     return SessionConfig(
         target_path=args.model,
-        draft_path=args.draft if mode is SpecMode.DRAFT_MODEL else None,
+        draft_path=args.draft if mode in (SpecMode.DRAFT_MODEL, SpecMode.AUTO) else None,
         n_ctx=args.n_ctx,
         n_gpu_layers=args.n_gpu_layers,
         n_threads=args.threads,

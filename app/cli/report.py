@@ -63,12 +63,21 @@ def bench_rows(report: BenchReport) -> list[list[str]]:
 
 
 def bench_notes(report: BenchReport) -> list[str]:
-    """The engine's notes, then :data:`MULTITURN_NOTE` and :data:`DIFFERS_FROM_OFF_NOTE`
-    where they apply."""
+    """The engine's notes, then :data:`MULTITURN_NOTE`, what auto chose, and
+    :data:`DIFFERS_FROM_OFF_NOTE` where they apply."""
     notes = list(report.notes)
     if report.settings.get("multiturn"):
         shared = report.settings.get("share_history", True)
         notes.append(MULTITURN_NOTE + (MULTITURN_SHARED if shared else MULTITURN_UNSHARED))
+    choices = report.settings.get("auto_choices")
+    if choices:
+        counts: dict[str, int] = {}
+        for c in choices:
+            key = "off" if c["mode"] == SpecMode.OFF.value else f"{c['mode']} k={c['draft_max']}"
+            counts[key] = counts.get(key, 0) + 1
+        worst = max(c.get("choose_s", 0.0) for c in choices)
+        notes.append("auto chose: " + ", ".join(f"{k} ×{n}" for k, n in sorted(counts.items()))
+                     + f" (deciding took up to {worst * 1000:.0f} ms, not in decode tok/s)")
     if report.differs_from_off:
         notes.append(DIFFERS_FROM_OFF_NOTE)
     return notes

@@ -215,6 +215,7 @@ class Session:
         self._closing = False  # set by close() without the lock, so a prefill can abort
         self._target_step_samples: list[float] = []
         self._pass_times = PassTimes()
+        self._draft_step_probe: float | None = None  # see draft_step_time
         self._policies: dict[str, DraftLengthPolicy] = {}
         #: earlier replies for the suffix drafter; the chat layer fills it
         #: (:meth:`SuffixIndex.load_replies` at start, :meth:`SuffixIndex.add_reply` as
@@ -317,6 +318,7 @@ class Session:
             if self._draft_drafter is not None:
                 self._draft_drafter.close()
                 self._draft_drafter = None
+            self._draft_step_probe = None
             if self.draft_model is not None:
                 self.draft_model.close()
                 self.draft_model = None
@@ -391,6 +393,66 @@ class Session:
             self._kv_tokens = []
             if self._draft_drafter is not None:
                 self._draft_drafter.reset()
+
+    # -- measured costs (for the auto drafter choice, app.engine.auto) ---------------
+    def pass_time(self, n_tokens: int) -> float | None:
+        """Measured (or interpolated) time of a target pass over ``n_tokens``, seconds
+        (:class:`~app.engine.policy.PassTimes`); None before anything was timed."""
+        return self._pass_times(n_tokens)
+
+    def measure_pass_times(self, sizes: Sequence[int], passes: int = 2) -> None:
+        """Time target passes over each of ``sizes`` tokens never timed in this session
+        (fastest of ``passes``, logits for every position as a verification needs), on
+        an empty cache that is emptied again: the next reply re-evaluates its prompt.
+
+        Raises:
+            TandemError: a generation is in progress or the session is closed.
+        """
+        with self._lock:
+            self._check_idle()
+            token = self.target.bos if self.target.bos >= 0 else 0
+            todo = [n for n in sorted(set(sizes))
+                    if 1 <= n <= min(self.n_ctx, self.ctx.n_outputs_max)
+                    and self._pass_times.count(n) == 0]
+            for n in todo:
+                best = float("inf")
+                for _ in range(max(1, passes)):
+                    self.ctx.clear()
+                    t = time.perf_counter()
+                    self.ctx.decode([token] * n, 0, logits="all")
+                    best = min(best, time.perf_counter() - t)
+                self._pass_times.observe(n, best)
+            if todo:
+                self.ctx.clear()
+                self._kv_tokens = []
+
+    def draft_step_time(self) -> float | None:
+        """Seconds per draft-model forward step: as measured while drafting in this
+        session, else one one-token pass of the draft timed now (fastest of 3, its cache
+        emptied again); None without a draft model.
+
+        Raises:
+            TandemError: a generation is in progress or the session is closed.
+        """
+        with self._lock:
+            self._check_idle()
+            policy = self._policies.get(SpecMode.DRAFT_MODEL)
+            if policy is not None and policy.draft_step_time > 0.0:
+                return policy.draft_step_time
+            drafter = self._draft_drafter
+            if drafter is None:
+                return None
+            if self._draft_step_probe is None:
+                token = drafter.model.bos if drafter.model.bos >= 0 else 0
+                best = float("inf")
+                for _ in range(3):
+                    drafter.reset()
+                    t = time.perf_counter()
+                    drafter.ctx.decode([token], 0, logits="last")
+                    best = min(best, time.perf_counter() - t)
+                drafter.reset()
+                self._draft_step_probe = best
+            return self._draft_step_probe
 
     def _check_idle(self) -> None:
         if self._closed:

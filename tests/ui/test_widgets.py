@@ -59,6 +59,8 @@ def test_reply_footer() -> None:
     assert "α 75%" in line and "τ 3.00" in line and "stopped" in line and "note here" in line
     plain = reply_footer(SpecStats(emitted=5, rounds=5, decode_time=0.5).to_dict(), "stop")
     assert "no speculation" in plain and "α" not in plain
+    auto = {**stats, "mode": "suffix", "auto": {"mode": "suffix", "reason": "estimate"}}
+    assert "Auto: suffix lookup k=4" in reply_footer(auto, "stop")
 
 
 # -- widgets --------------------------------------------------------------------------

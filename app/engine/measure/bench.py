@@ -274,8 +274,10 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None)
 
 
 def config_label(spec: SpeculationConfig) -> str:
-    """``off`` for plain decoding, else ``k=<draft_max>``."""
-    return "off" if spec.mode is SpecMode.OFF else f"k={spec.draft_max}"
+    """``off`` for plain decoding, ``auto`` for the auto choice, else ``k=<draft_max>``."""
+    if spec.mode is SpecMode.OFF:
+        return "off"
+    return "auto" if spec.mode is SpecMode.AUTO else f"k={spec.draft_max}"
 
 
 @dataclass

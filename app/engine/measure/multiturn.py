@@ -35,11 +35,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from app.engine.auto import ReplyObservation, resolve_auto
 from app.engine.chat import ChatMessage, tokenize_plain
 from app.engine.measure.bench import (
     BenchReport,
@@ -60,7 +62,7 @@ from app.engine.measure.prompts import (
 from app.engine.session import Session
 from app.engine.suffix import SuffixIndex
 from app.errors import PromptSetError
-from app.options import SamplingParams, SpeculationConfig
+from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.store.paths import resources_dir
 
 _TOP_KEYS = {"name", "description", "format", "conversations"}
@@ -348,6 +350,7 @@ def run_conversations(
     run_index = SuffixIndex(saved_index.max_match, saved_index.max_tokens, saved_index.max_replies)
     session.suffix_index = run_index
     records: list[RunRecord] = []
+    auto_choices: list[dict[str, Any]] = []
     cancelled = False
     try:
         if warmup:
@@ -356,6 +359,8 @@ def run_conversations(
             for spec in configs:
                 if cancel is not None and cancel.is_set():
                     break
+                if spec.mode is SpecMode.AUTO:
+                    spec, _ = resolve_auto(session, (), (), spec)
                 generate_once(session, first, warm, spec, cancel, fresh_cache=fresh_cache)
         total = repeat * n_turns * len(configs)
         step = 0
@@ -364,6 +369,10 @@ def run_conversations(
             flat = 0
             for conv in conversations:
                 replies: list[str] = []
+                # the auto choice learns per conversation: its earlier turns (prompt and
+                # reply tokens) and its own runs' statistics in this conversation
+                turns_so_far: list[tuple[Sequence[int], Sequence[int]]] = []
+                observed: list[ReplyObservation] = []
                 for ti in range(len(conv.turns)):
                     prompt = prepare_turn(session, conv, ti, replies, fmt)
                     rot = (rep * n_turns + flat) % len(configs)
@@ -373,11 +382,24 @@ def run_conversations(
                         if cancel is not None and cancel.is_set():
                             cancelled = True
                             break
-                        fin = generate_once(session, prompt, sampling, spec, cancel,
+                        run_spec, choice = spec, None
+                        if spec.mode is SpecMode.AUTO:
+                            if fresh_cache:  # the decision's probes run on a cold cache too
+                                session.reset_cache()
+                            t_choose = time.perf_counter()
+                            run_spec, choice = resolve_auto(session, turns_so_far, observed, spec)
+                            choose_s = time.perf_counter() - t_choose
+                        fin = generate_once(session, prompt, sampling, run_spec, cancel,
                                             fresh_cache=fresh_cache)
                         if fin.reason == "cancelled":
                             cancelled = True
                             break
+                        if choice is not None:
+                            observed.append(ReplyObservation(
+                                fin.stats.mode, fin.stats.emitted, fin.stats.decode_time,
+                                fin.stats.verified, fin.stats.accepted))
+                            auto_choices.append({"prompt": prompt.name, "repeat": rep,
+                                                 "choose_s": choose_s, **choice.to_dict()})
                         rec = RunRecord(
                             label=config_label(spec), prompt_name=prompt.name,
                             prompt_index=flat, repeat=rep, mode=fin.stats.mode,
@@ -404,6 +426,7 @@ def run_conversations(
                     if cancelled or off is None or off_text is None:
                         break
                     replies.append(off_text)
+                    turns_so_far.append((prompt.tokens, off.token_ids))
                     if share_history:
                         run_index.add_reply(off.token_ids)
                     flat += 1
@@ -415,7 +438,8 @@ def run_conversations(
         session.suffix_index = saved_index
     notes = sorted({r.stats.fallback_reason for r in records if r.stats.fallback_reason})
     return BenchReport(
-        settings={**(settings or {}), "multiturn": True, "share_history": share_history},
+        settings={**(settings or {}), "multiturn": True, "share_history": share_history,
+                  **({"auto_choices": auto_choices} if auto_choices else {})},
         records=records,
         summaries=summarize(records, labels),
         cancelled=cancelled,

@@ -84,6 +84,8 @@ def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
         label = mode.words if mode is not None else str(stats.get("mode"))
         if mode is not SpecMode.OFF:
             label += f" k={stats.get('draft_max', 0)}"
+        if isinstance(stats.get("auto"), dict):  # chosen by the auto drafter choice
+            label = f"{SpecMode.AUTO.label}: {label}"
         parts.append(label)
         alpha = stats.get("acceptance_rate")
         if alpha is not None:

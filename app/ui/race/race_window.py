@@ -175,7 +175,7 @@ class RaceWindow(QMainWindow):
         self.model = model
         self._sampling = sampling or SamplingParams()
         spec = speculation or SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP)
-        if not spec.speculating:  # a race needs a drafter
+        if spec.mode in (SpecMode.OFF, SpecMode.AUTO):  # a race needs one named drafter
             spec = spec.with_changes(mode=SpecMode.PROMPT_LOOKUP)
         self._speculation = spec
         msgs = list(messages)

@@ -1,0 +1,274 @@
+"""The "auto" drafter choice: which drafter and draft length k for the next reply of a
+conversation, from what was measured, so that speculation never makes a reply slower
+than decoding without it (issue 14: a costly draft made decoding 0.84× plain).
+
+Per reply, every drafter gets a score, an estimated speedup over plain decoding:
+
+* **prompt lookup and suffix lookup** (no model): the conversation's earlier replies are
+  replayed through the drafter at each k (:mod:`app.engine.measure.draft_replay`), and
+  the rounds priced with this machine's measured target pass times t(n):
+  Σ t(1) / Σ t(pass size). The suffix drafter is replayed with an index of the
+  conversation's own earlier replies only (the live index already holds the replayed
+  replies themselves, which would predict perfect copying), so its prediction is a floor;
+* **draft model**: E(α, k) · t(1) / (t(k + 1) + k · t_draft) with the measured draft
+  step t_draft and the α it measured over this conversation; before it has drafted here
+  α = 1, the most it could reach. A draft as costly as the target cannot beat plain
+  decoding even then, so it is never tried;
+* **measured**: once a drafter has produced at least :data:`MIN_MEASURED_TOKENS` reply
+  tokens in this conversation, its measured speedup (its tokens ÷ its decode time,
+  over plain decoding's rate) replaces the estimate, and a drafter measuring below
+  :data:`FLOOR` × plain is dropped for the rest of the conversation.
+
+The best score wins if it reaches :data:`MARGIN` (an estimate must promise more than
+noise); otherwise the reply decodes without speculation. :func:`choose_drafter` is the
+pure decision (tested with made-up figures), :func:`estimate_drafters` gathers the
+figures from a session, :func:`resolve_auto` does both. The chat layer
+(:mod:`app.chat.service`) records the choice with each reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from app.engine.drafters import PromptLookupDrafter
+from app.engine.measure.draft_replay import ReplayCounts, replay_reply
+from app.engine.session import Session
+from app.engine.stats import expected_tokens_per_round
+from app.engine.suffix import SuffixDrafter, SuffixIndex
+from app.options import SpecMode, SpeculationConfig
+
+#: a drafter measured below this × plain over the conversation is not used again in it
+FLOOR = 0.97
+#: an estimated speedup must reach this to be chosen over plain decoding
+MARGIN = 1.03
+#: reply tokens a drafter must have produced in a conversation before its measured
+#: speedup replaces the estimate (fewer: one short reply is mostly noise)
+MIN_MEASURED_TOKENS = 32
+#: draft lengths auto chooses among (capped by the configuration's draft_max)
+AUTO_KS: tuple[int, ...] = (2, 4, 8)
+#: the drafters auto chooses among, in order of preference at equal scores
+CANDIDATES: tuple[SpecMode, ...] = (SpecMode.SUFFIX, SpecMode.PROMPT_LOOKUP,
+                                    SpecMode.DRAFT_MODEL)
+
+Reason = Literal["estimate", "measured", "no-gain", "no-drafter"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyObservation:
+    """One finished reply of the conversation, as its statistics record it: the drafter
+    that ran (``mode``), reply tokens, decode seconds, draft tokens verified/accepted."""
+
+    mode: SpecMode
+    emitted: int
+    decode_time: float
+    verified: int = 0
+    accepted: int = 0
+
+    @classmethod
+    def from_stats(cls, stats: Mapping[str, Any]) -> ReplyObservation | None:
+        """From a stored ``SpecStats.to_dict()``; None when it lacks the figures."""
+        try:
+            return cls(SpecMode(stats.get("mode", "off")), int(stats.get("emitted", 0)),
+                       float(stats.get("decode_time", 0.0)), int(stats.get("verified", 0)),
+                       int(stats.get("accepted", 0)))
+        except (TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class DrafterEstimate:
+    """What is known of one drafter in this conversation.
+
+    ``predicted``: k → estimated speedup over plain decoding (missing k: no estimate);
+    ``optimistic``: the estimates assume α = 1 (a draft model that has not drafted here);
+    ``measured_speedup``: over its ``measured_tokens`` reply tokens in this conversation.
+    """
+
+    mode: SpecMode
+    predicted: Mapping[int, float] = field(default_factory=dict)
+    optimistic: bool = False
+    measured_speedup: float | None = None
+    measured_tokens: int = 0
+
+    @property
+    def measured(self) -> bool:
+        return self.measured_speedup is not None and self.measured_tokens >= MIN_MEASURED_TOKENS
+
+
+@dataclass(frozen=True, slots=True)
+class AutoChoice:
+    """The drafter and k auto chose, why, and every score it compared.
+
+    ``reason``: ``estimate`` / ``measured`` (how the winner was scored), ``no-gain``
+    (nothing reached :data:`MARGIN`: off), ``no-drafter`` (nothing to score: off).
+    ``scores``: (mode, k, score) of every candidate; ``dropped``: drafters measured
+    below :data:`FLOOR` in this conversation.
+    """
+
+    mode: SpecMode
+    draft_max: int
+    reason: Reason
+    score: float | None = None
+    scores: tuple[tuple[SpecMode, int, float], ...] = ()
+    dropped: tuple[SpecMode, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (stored with the reply's statistics)."""
+        return {
+            "mode": self.mode.value, "draft_max": self.draft_max, "reason": self.reason,
+            "score": self.score,
+            "scores": [[m.value, k, s] for m, k, s in self.scores],
+            "dropped": [m.value for m in self.dropped],
+        }
+
+
+def choose_drafter(estimates: Iterable[DrafterEstimate], *, floor: float = FLOOR,
+                   margin: float = MARGIN) -> AutoChoice:
+    """The decision (see the module docstring), from figures alone.
+
+    A measured drafter below ``floor`` is dropped; a measured one scores its measured
+    speedup at the k with its best estimate (the largest k without estimates); an
+    unmeasured one scores its best estimate; an optimistic estimate (α = 1) is tried only
+    when nothing realistic reaches ``margin``. Ties go to the earlier of
+    :data:`CANDIDATES`.
+    """
+    scores: list[tuple[SpecMode, int, float]] = []
+    dropped: list[SpecMode] = []
+    best: tuple[float, int, SpecMode, int, Reason] | None = None  # score, -rank, mode, k
+    best_optimistic: tuple[float, int, SpecMode, int, Reason] | None = None
+    for est in estimates:
+        rank = CANDIDATES.index(est.mode) if est.mode in CANDIDATES else len(CANDIDATES)
+        if est.measured and est.measured_speedup is not None and est.measured_speedup < floor:
+            dropped.append(est.mode)
+            continue
+        if est.predicted:
+            k, predicted = max(est.predicted.items(), key=lambda kv: (kv[1], -kv[0]))
+        elif est.measured:
+            k, predicted = max(AUTO_KS), 0.0
+        else:
+            continue
+        reason: Reason
+        if est.measured and est.measured_speedup is not None:
+            score, reason = est.measured_speedup, "measured"
+        else:
+            score, reason = predicted, "estimate"
+        scores.append((est.mode, k, score))
+        entry = (score, -rank, est.mode, k, reason)
+        if est.optimistic and not est.measured:
+            if best_optimistic is None or entry[:2] > best_optimistic[:2]:
+                best_optimistic = entry
+        elif best is None or entry[:2] > best[:2]:
+            best = entry
+    # an untried draft model (α = 1 assumed) only when nothing realistic pays
+    if ((best is None or best[0] < margin)
+            and best_optimistic is not None and best_optimistic[0] >= margin):
+        best = best_optimistic
+    if best is None:
+        return AutoChoice(SpecMode.OFF, 0, "no-drafter", None, tuple(scores), tuple(dropped))
+    if best[0] < margin:
+        return AutoChoice(SpecMode.OFF, 0, "no-gain", best[0], tuple(scores), tuple(dropped))
+    return AutoChoice(best[2], best[3], best[4], best[0], tuple(scores), tuple(dropped))
+
+
+# -- the figures, from a session ------------------------------------------------------
+
+
+def _replay_speedup(counts: ReplayCounts, pass_time: Callable[[int], float | None]) -> float | None:
+    return counts.predicted_speedup(pass_time) if counts.rounds else None
+
+
+def measured_speedups(observations: Sequence[ReplyObservation], plain_tps: float | None
+                      ) -> dict[SpecMode, tuple[float, int]]:
+    """Per drafter: (its reply tokens ÷ decode seconds ÷ ``plain_tps``, its tokens) over
+    ``observations``; empty without a plain rate."""
+    out: dict[SpecMode, tuple[float, int]] = {}
+    if not plain_tps:
+        return out
+    tokens: dict[SpecMode, int] = {}
+    seconds: dict[SpecMode, float] = {}
+    for o in observations:
+        if o.mode is SpecMode.OFF or o.emitted <= 0 or o.decode_time <= 0:
+            continue
+        tokens[o.mode] = tokens.get(o.mode, 0) + o.emitted
+        seconds[o.mode] = seconds.get(o.mode, 0.0) + o.decode_time
+    for mode, n in tokens.items():
+        out[mode] = (n / seconds[mode] / plain_tps, n)
+    return out
+
+
+def estimate_drafters(
+    session: Session,
+    turns: Sequence[tuple[Sequence[int], Sequence[int]]],
+    observations: Sequence[ReplyObservation],
+    speculation: SpeculationConfig,
+) -> list[DrafterEstimate]:
+    """Every candidate drafter's figures for this conversation.
+
+    Args:
+        turns: (prompt tokens, reply tokens) of the conversation's earlier replies.
+        observations: the statistics of those replies (any drafter).
+        speculation: the auto configuration (its draft_max caps k; n-gram sizes, suffix
+            settings and draft_p_min are used as given).
+
+    Times the target passes the estimates need once per session
+    (:meth:`Session.measure_pass_times`) and the draft step when a draft is loaded.
+    """
+    ks = tuple(k for k in AUTO_KS if k <= speculation.draft_max) or (speculation.draft_max,)
+    session.measure_pass_times([1] + [k + 1 for k in ks])
+    t1 = session.pass_time(1)
+    plain_tps = session.last_plain_decode_tps or (1.0 / t1 if t1 else None)
+    measured = measured_speedups(observations, plain_tps)
+
+    def with_measured(mode: SpecMode, predicted: dict[int, float], optimistic: bool = False
+                      ) -> DrafterEstimate:
+        m = measured.get(mode)
+        return DrafterEstimate(mode, predicted, optimistic,
+                               m[0] if m else None, m[1] if m else 0)
+
+    out: list[DrafterEstimate] = []
+    for mode in (SpecMode.PROMPT_LOOKUP, SpecMode.SUFFIX):
+        predicted: dict[int, float] = {}
+        for k in ks:
+            total = ReplayCounts()
+            index = SuffixIndex()
+            for prompt, reply in turns:
+                drafter = (PromptLookupDrafter(speculation.ngram_min,
+                                               max(speculation.ngram_min, speculation.ngram_max))
+                           if mode is SpecMode.PROMPT_LOOKUP
+                           else SuffixDrafter(index, spec_factor=speculation.suffix_spec_factor,
+                                              min_token_prob=speculation.suffix_min_prob))
+                total = total + replay_reply(drafter, prompt, reply, k)
+                index.add_reply(reply)
+            speedup = _replay_speedup(total, session.pass_time)
+            if speedup is not None:
+                predicted[k] = speedup
+        out.append(with_measured(mode, predicted))
+
+    t_draft = session.draft_step_time() if session.draft_model is not None else None
+    if t_draft is not None and t1:
+        verified = sum(o.verified for o in observations if o.mode is SpecMode.DRAFT_MODEL)
+        accepted = sum(o.accepted for o in observations if o.mode is SpecMode.DRAFT_MODEL)
+        alpha = accepted / verified if verified else 1.0
+        predicted = {}
+        for k in ks:
+            tk = session.pass_time(k + 1)
+            if tk:
+                predicted[k] = expected_tokens_per_round(alpha, k) * t1 / (tk + k * t_draft)
+        out.append(with_measured(SpecMode.DRAFT_MODEL, predicted, optimistic=not verified))
+    return out
+
+
+def resolve_auto(
+    session: Session,
+    turns: Sequence[tuple[Sequence[int], Sequence[int]]],
+    observations: Sequence[ReplyObservation],
+    speculation: SpeculationConfig,
+) -> tuple[SpeculationConfig, AutoChoice]:
+    """The concrete configuration for the next reply and the choice behind it (the
+    configuration's other fields are kept; ``adaptive`` stays as given)."""
+    choice = choose_drafter(estimate_drafters(session, turns, observations, speculation))
+    if choice.mode is SpecMode.OFF:
+        return speculation.with_changes(mode=SpecMode.OFF), choice
+    return speculation.with_changes(mode=choice.mode, draft_max=choice.draft_max), choice

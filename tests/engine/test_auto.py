@@ -1,0 +1,140 @@
+"""The auto drafter choice: the decision from made-up figures (no timing), and the
+figures gathered from a real (synthetic) session without asserting on their values."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.engine.auto import (
+    FLOOR,
+    MARGIN,
+    MIN_MEASURED_TOKENS,
+    AutoChoice,
+    DrafterEstimate,
+    ReplyObservation,
+    choose_drafter,
+    estimate_drafters,
+    measured_speedups,
+    resolve_auto,
+)
+from app.engine.session import Session, SessionConfig
+from app.options import SamplingParams, SpecMode, SpeculationConfig
+
+LOOKUP, SUFFIX, DRAFT, OFF = (SpecMode.PROMPT_LOOKUP, SpecMode.SUFFIX, SpecMode.DRAFT_MODEL,
+                              SpecMode.OFF)
+ENOUGH = MIN_MEASURED_TOKENS
+
+
+def test_the_best_estimate_wins_with_its_k() -> None:
+    c = choose_drafter([
+        DrafterEstimate(LOOKUP, {2: 1.10, 4: 1.25, 8: 1.20}),
+        DrafterEstimate(SUFFIX, {2: 1.15, 4: 1.40, 8: 1.55}),
+    ])
+    assert (c.mode, c.draft_max, c.reason) == (SUFFIX, 8, "estimate")
+    assert c.score == pytest.approx(1.55)
+    assert {(m, k) for m, k, _ in c.scores} == {(LOOKUP, 4), (SUFFIX, 8)}
+
+
+def test_nothing_worth_it_decodes_plainly() -> None:
+    c = choose_drafter([DrafterEstimate(LOOKUP, {4: 1.01}), DrafterEstimate(SUFFIX, {4: 0.9})])
+    assert (c.mode, c.draft_max, c.reason) == (OFF, 0, "no-gain")
+    assert choose_drafter([]).reason == "no-drafter"
+    assert choose_drafter([DrafterEstimate(LOOKUP, {})]).mode is OFF  # nothing replayed yet
+    # the margin is the edge: just above it, the drafter is used
+    assert choose_drafter([DrafterEstimate(LOOKUP, {4: MARGIN})]).mode is LOOKUP
+
+
+def test_a_drafter_measured_below_the_floor_is_dropped_for_the_conversation() -> None:
+    estimates = [
+        DrafterEstimate(SUFFIX, {4: 1.6}, measured_speedup=FLOOR - 0.01, measured_tokens=ENOUGH),
+        DrafterEstimate(LOOKUP, {4: 1.2}),
+    ]
+    c = choose_drafter(estimates)
+    assert c.mode is LOOKUP and c.dropped == (SUFFIX,)
+    # too few tokens: the measurement does not count yet, the estimate does
+    few = [DrafterEstimate(SUFFIX, {4: 1.6}, measured_speedup=0.5, measured_tokens=ENOUGH - 1)]
+    assert choose_drafter(few).mode is SUFFIX
+
+
+def test_a_measured_speedup_replaces_the_estimate() -> None:
+    c = choose_drafter([
+        DrafterEstimate(SUFFIX, {4: 1.1}, measured_speedup=1.8, measured_tokens=200),
+        DrafterEstimate(LOOKUP, {4: 1.5}),
+    ])
+    assert (c.mode, c.draft_max, c.reason) == (SUFFIX, 4, "measured")
+    # measured at 1.00×: no better than plain (below the margin), so off
+    c = choose_drafter([DrafterEstimate(SUFFIX, {4: 1.4}, measured_speedup=1.0,
+                                        measured_tokens=200)])
+    assert c.mode is OFF and c.reason == "no-gain"
+
+
+def test_an_untried_draft_model_is_tried_only_when_nothing_else_pays() -> None:
+    hopeful = DrafterEstimate(DRAFT, {4: 2.0}, optimistic=True)
+    assert choose_drafter([DrafterEstimate(LOOKUP, {4: 1.2}), hopeful]).mode is LOOKUP
+    c = choose_drafter([DrafterEstimate(LOOKUP, {4: 1.0}), hopeful])
+    assert (c.mode, c.draft_max) == (DRAFT, 4)
+    # a draft as costly as the target: even α = 1 cannot beat plain, never tried
+    costly = DrafterEstimate(DRAFT, {2: 3 / 3.1, 4: 5 / 5.2}, optimistic=True)
+    assert choose_drafter([costly]).mode is OFF
+    # once it has run here, its measurement decides
+    tried = DrafterEstimate(DRAFT, {4: 2.0}, optimistic=True, measured_speedup=0.84,
+                            measured_tokens=300)
+    c = choose_drafter([tried, DrafterEstimate(LOOKUP, {4: 1.0})])
+    assert c.mode is OFF and c.dropped == (DRAFT,)
+
+
+def test_ties_prefer_the_earlier_candidate() -> None:
+    c = choose_drafter([DrafterEstimate(LOOKUP, {4: 1.3}), DrafterEstimate(SUFFIX, {4: 1.3})])
+    assert c.mode is SUFFIX
+
+
+def test_measured_speedups_pool_tokens_and_time_per_drafter() -> None:
+    obs = [
+        ReplyObservation(SUFFIX, emitted=100, decode_time=1.0),
+        ReplyObservation(SUFFIX, emitted=50, decode_time=1.0),
+        ReplyObservation(OFF, emitted=100, decode_time=2.0),
+        ReplyObservation(LOOKUP, emitted=0, decode_time=0.0),
+    ]
+    m = measured_speedups(obs, plain_tps=50.0)
+    assert m == {SUFFIX: (pytest.approx(1.5), 150)}
+    assert measured_speedups(obs, plain_tps=None) == {}
+
+
+def test_observations_read_stored_statistics() -> None:
+    o = ReplyObservation.from_stats({"mode": "suffix", "emitted": 12, "decode_time": 0.5,
+                                     "verified": 8, "accepted": 6, "auto": {"mode": "suffix"}})
+    assert o == ReplyObservation(SUFFIX, 12, 0.5, 8, 6)
+    assert ReplyObservation.from_stats({"mode": "no such drafter"}) is None
+    assert AutoChoice(SUFFIX, 4, "estimate", 1.2, ((SUFFIX, 4, 1.2),)).to_dict() == {
+        "mode": "suffix", "draft_max": 4, "reason": "estimate", "score": 1.2,
+        "scores": [["suffix", 4, 1.2]], "dropped": []}
+
+
+@pytest.fixture(scope="module")
+def session(tiny_target: Path) -> Iterator[Session]:
+    s = Session.open(SessionConfig(target_path=tiny_target, n_ctx=256, n_threads=2))
+    yield s
+    s.close()
+
+
+def test_estimates_from_a_session_replay_both_lookups(session: Session) -> None:
+    reply = [300, 301, 302, 303, 304, 305] * 4
+    turns = [([1, 5, 6, 7], reply), ([1, 5, 6, 7] + reply + [8, 9], reply)]
+    spec = SpeculationConfig(mode=SpecMode.AUTO, draft_max=8)
+    est = {e.mode: e for e in estimate_drafters(session, turns, [], spec)}
+    assert set(est) == {LOOKUP, SUFFIX}  # no draft model loaded
+    for e in est.values():
+        assert set(e.predicted) == {2, 4, 8} and all(v > 0 for v in e.predicted.values())
+        assert e.measured_speedup is None
+    for n in (1, 3, 5, 9):
+        assert session.pass_time(n) is not None  # timed once for the estimates
+    chosen, choice = resolve_auto(session, turns, [], spec)
+    assert chosen.mode is choice.mode and chosen.mode is not SpecMode.AUTO
+    assert chosen.mode is OFF or chosen.draft_max == choice.draft_max
+    # the chosen configuration runs
+    events = list(session.generate([1, 5, 6, 7], SamplingParams(temperature=0.0, max_tokens=8), chosen))
+    assert events[-1].stats.mode is chosen.mode
+
