@@ -10,6 +10,7 @@
 # 3. bench/memory.py: peak RSS at n_ctx 8192 vs llama.cpp's own tool;
 # 4. bench/vs_ngram.py (issue 14): prompt lookup and suffix vs llama.cpp's n-gram modes;
 #    the suffix index's memory; multi-candidate pass times; app bench --suffix on agent;
+#    app bench --auto with a costly draft (the target itself) on agent and chat;
 # 5. python -m app bench with prompt lookup on builtin:code and builtin:chat.
 # Every result is also written as JSON under bench/out/.
 set -euo pipefail
@@ -20,7 +21,8 @@ THREADS="${THREADS:-2}"
 mkdir -p bench/out
 stamp="$(date +%Y%m%d-%H%M%S)"
 
-[[ -x bench/.llama-tools/bin/llama-bench && -x bench/.llama-tools/bin/llama-speculative-simple ]] \
+TOOLS_BIN="${LLAMA_TOOLS_DIR:-bench/.llama-tools}/bin"
+[[ -x "$TOOLS_BIN/llama-bench" && -x "$TOOLS_BIN/llama-speculative-simple" ]] \
     || bench/build_llama_tools.sh
 
 echo "== Tandem vs llama.cpp (plain and speculative) =="
@@ -43,6 +45,14 @@ echo "== python -m app bench --suffix --prompts builtin:agent =="
 "$PY" -m app bench --model "$MODEL" --suffix --prompts builtin:agent --threads "$THREADS" \
     --json -q > "bench/out/app-bench-suffix-agent-$stamp.json"
 echo "written: bench/out/app-bench-suffix-agent-$stamp.json"
+
+# never slower than off: auto with a draft as costly as the target (the target itself)
+for set in agent chat; do
+    echo "== python -m app bench --auto --draft <the target> --prompts builtin:$set =="
+    "$PY" -m app bench --model "$MODEL" --draft "$MODEL" --auto --k 8 --prompts "builtin:$set" \
+        --repeat 3 --threads "$THREADS" --json -q > "bench/out/app-bench-auto-costly-$set-$stamp.json"
+    echo "written: bench/out/app-bench-auto-costly-$set-$stamp.json"
+done
 
 for set in code chat; do
     echo "== python -m app bench --prompt-lookup --prompts builtin:$set =="

@@ -74,6 +74,8 @@ log = logging.getLogger(__name__)
 TEXT_BATCH_S = 0.03
 #: load progress is reported at most this often, seconds (llama.cpp reports per tensor)
 PROGRESS_INTERVAL_S = 0.05
+#: chat replies kept for the auto choice of a new conversation (see ChatService._recent)
+RECENT_REPLIES = 4
 #: jobs that may wait behind the running one before submitting raises QueueFullError
 DEFAULT_QUEUE_LIMIT = 16
 
@@ -326,6 +328,11 @@ class ChatService:
         self._current: Job | None = None
         self._closing = False
         self._listeners: list[Listener] = []
+        #: the latest chat replies of this session, any conversation (messages, reply
+        #: token ids), oldest first: what the auto choice replays for a conversation
+        #: that has no earlier reply of its own (worker thread only)
+        self._recent: deque[tuple[tuple[ChatMessage, ...], tuple[int, ...]]] = deque(
+            maxlen=RECENT_REPLIES)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -438,13 +445,17 @@ class ChatService:
         def start(session: Session, cancel: threading.Event) -> Iterator[Event]:
             spec = speculation
             if spec.mode is SpecMode.AUTO:
-                spec, choice = resolve_auto(session, conversation_turns(session, msgs),
-                                            observed, spec)
+                turns = conversation_turns(session, msgs)
+                if not turns:  # a new conversation: the session's latest replies instead
+                    turns = [(session.chat_prompt(m), list(r)) for m, r in self._recent]
+                spec, choice = resolve_auto(session, turns, observed, spec)
                 chosen.append(choice)
             return session.chat(msgs, sampling, spec, cancel)
 
         def work(ctx: JobContext) -> ReplyResult:
             result = self._stream(ctx, start, batch_s)
+            if result.finished.token_ids:
+                self._recent.append((msgs, result.finished.token_ids))
             return dataclasses.replace(result, auto=chosen[0]) if chosen else result
 
         return self.submit("reply", work, origin=origin, title="The reply failed")
@@ -553,6 +564,7 @@ class ChatService:
     def _load(self, ctx: JobContext, config: SessionConfig,
               earlier_replies: Sequence[str] = ()) -> ModelInfo:
         self._close_session()
+        self._recent.clear()  # token ids of the model being unloaded
         what = f"Loading {Path(config.target_path).name}"
         last_emit = 0.0
 

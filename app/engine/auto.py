@@ -4,7 +4,8 @@ than decoding without it (issue 14: a costly draft made decoding 0.84× plain).
 
 Per reply, every drafter gets a score, an estimated speedup over plain decoding:
 
-* **prompt lookup and suffix lookup** (no model): the conversation's earlier replies are
+* **prompt lookup and suffix lookup** (no model): the conversation's earlier replies (for
+  a new conversation, the caller passes the session's latest replies instead) are
   replayed through the drafter at each k (:mod:`app.engine.measure.draft_replay`), and
   the rounds priced with this machine's measured target pass times t(n):
   Σ t(1) / Σ t(pass size). The suffix drafter is replayed with an index of the

@@ -50,5 +50,20 @@ def test_auto_records_its_choice_per_reply_and_learns_within_the_conversation(
         assert [len(s) for s in seen] == [0, 1]
         assert seen[1][0].mode is SpecMode(replies[0].stats["mode"])  # type: ignore[index]
         assert seen[1][0].emitted == replies[0].stats["emitted"]  # type: ignore[index]
+        # the session's first reply had nothing to learn from; the second was scored
+        # from the first (replayed through both lookups)
+        assert replies[0].stats["auto"]["reason"] == "no-drafter"  # type: ignore[index]
+        assert {m for m, _, _ in replies[1].stats["auto"]["scores"]} == {  # type: ignore[index]
+            "prompt-lookup", "suffix"}
+        # a new conversation has no reply of its own: it is scored from the session's
+        # latest replies (the chat service keeps a few)
+        rig.c.open_conversation(None)
+        assert rig.c.send_message("something else")
+        rig.reply_done()
+        new = rig.c.current_conversation
+        assert new is not None and new != cid
+        [fresh] = [m for m in rig.store.messages(new) if m.role == "assistant"]
+        assert fresh.stats is not None and seen[-1] == []
+        assert {m for m, _, _ in fresh.stats["auto"]["scores"]} == {"prompt-lookup", "suffix"}
     finally:
         rig.c.close()

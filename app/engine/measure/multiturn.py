@@ -366,6 +366,7 @@ def run_conversations(
         step = 0
         for rep in range(repeat):
             run_index.clear()
+            recent: list[tuple[Sequence[int], Sequence[int]]] = []
             flat = 0
             for conv in conversations:
                 replies: list[str] = []
@@ -387,7 +388,10 @@ def run_conversations(
                             if fresh_cache:  # the decision's probes run on a cold cache too
                                 session.reset_cache()
                             t_choose = time.perf_counter()
-                            run_spec, choice = resolve_auto(session, turns_so_far, observed, spec)
+                            # a new conversation replays the latest replies of earlier
+                            # ones, as the chat service does (RECENT_REPLIES = 4)
+                            evidence = turns_so_far or recent[-4:]
+                            run_spec, choice = resolve_auto(session, evidence, observed, spec)
                             choose_s = time.perf_counter() - t_choose
                         fin = generate_once(session, prompt, sampling, run_spec, cancel,
                                             fresh_cache=fresh_cache)
@@ -427,6 +431,7 @@ def run_conversations(
                         break
                     replies.append(off_text)
                     turns_so_far.append((prompt.tokens, off.token_ids))
+                    recent.append((prompt.tokens, off.token_ids))
                     if share_history:
                         run_index.add_reply(off.token_ids)
                     flat += 1
