@@ -258,15 +258,17 @@ def check(group: str, name: str, path: Path, home: Path, timeout: float) -> dict
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=2, help="files checked at once (2)")
-    ap.add_argument("--limit", type=int, default=None, help="check only the first N files (dry run)")
+    ap.add_argument("--limit", type=int, default=None,
+                    help="check only N files spread evenly over the corpus (dry run)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a process counts as hung")
     ap.add_argument("--json", action="store_true", help="print the whole result as JSON")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tandem-gguf-corpus-"))
     try:
         files = build_corpus(work / "corpus")
-        if args.limit:
-            files = files[: args.limit]
+        if args.limit and args.limit < len(files):
+            step = len(files) / args.limit  # every group is represented
+            files = [files[int(i * step)] for i in range(args.limit)]
         homes = [work / f"home-{i}" for i in range(len(files))]  # no verdict shared by two files
         def one(fh: tuple[tuple[str, str, Path], Path]) -> dict[str, Any]:
             row = check(*fh[0], fh[1], args.timeout)

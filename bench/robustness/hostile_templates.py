@@ -84,12 +84,15 @@ HOSTILE: dict[str, str] = {
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--limit", type=int, default=None,
+                    help="run only the baselines and the first N hostile templates (dry run)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tandem-templates-"))
     rows = []
+    hostile_cases = dict(list(HOSTILE.items())[: args.limit]) if args.limit else HOSTILE
     try:
-        for group, cases in (("baseline", BASELINE), ("hostile", HOSTILE)):
+        for group, cases in (("baseline", BASELINE), ("hostile", hostile_cases)):
             for name, template in cases.items():
                 model = write_tiny_llama(work / f"{name}.gguf", chat_template=template)
                 o = run_app(["generate", "--chat", "--model", str(model), "--max-tokens", "1",

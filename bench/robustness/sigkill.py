@@ -1,8 +1,9 @@
 """SIGKILL mid-reply and mid-download: what survives, and is anything corrupt?
 
 Mid-reply: a child process streams a reply of the tiny synthetic model into the chat
-history the way the window does (the reply row created as ``streaming``, its text saved
-every :data:`SAVE_EVERY_S`), printing what it has streamed. While it streams, a second
+history through the window's own Qt-free path (``ChatController`` on a ``ChatService``:
+the reply row created as ``streaming``, its text saved every
+:data:`app.chat.reply.SAVE_EVERY_S`), printing what it has streamed. While it streams, a second
 instance opens the same history with start-up recovery (it must leave the reply alone).
 Then the child is killed with SIGKILL at a random moment. Checked: the database passes
 ``PRAGMA integrity_check``, the reply is marked ``interrupted`` by the next start, its
@@ -41,38 +42,63 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.robustness._run import OUT, REPO
 
-SAVE_EVERY_S = 0.5  # app/ui/main_window.py saves a streaming reply this often
+from app.chat.reply import SAVE_EVERY_S  # how often the chat controller saves a streaming reply
 
+# The window's own path without Qt: ChatController on a ChatService with the real engine,
+# events handed over on the main thread as the window's bridge does. The service calls
+# subscribers on its worker thread; pausing there 20 ms per token streamed holds the
+# engine at about 50 tokens/s, as a real model streams (the tiny one is far faster).
 REPLY_CHILD = textwrap.dedent(
     """
-    import sys, time
+    import queue, sys, time
     from pathlib import Path
-    from app.engine.events import TextDelta
-    from app.engine.sampling import SamplingParams
-    from app.engine.session import Session, SessionConfig
-    from app.store.history import HistoryStore
-    SAVE_EVERY_S = float(sys.argv[2])
-    store = HistoryStore.open(recover=True)
-    c = store.create_conversation()
-    store.add_user_message(c.id, "tell me a long story")
-    with Session.open(SessionConfig(target_path=Path(sys.argv[1]), n_ctx=2048, n_threads=1)) as s:
-        reply = store.begin_reply(c.id, model="tiny")
-        print("begin", reply.id, flush=True)
-        text, last_save = "", time.monotonic()
-        side = open(sys.argv[3], "w", encoding="utf-8", newline="")  # everything streamed, for the check
-        prompt = [1] + [300 + (i % 40) for i in range(16)]
-        for ev in s.generate(prompt, SamplingParams(temperature=0.8, seed=3, max_tokens=1800)):
-            if isinstance(ev, TextDelta):
-                time.sleep(0.02)  # about 50 tokens/s, as a real model streams (the tiny one is far faster)
-                text += ev.text
-                side.write(ev.text)
-                side.flush()
-                print("streamed", len(text), time.monotonic(), flush=True)
-                if time.monotonic() - last_save >= SAVE_EVERY_S:
-                    store.save_partial(reply.id, text)
-                    last_save = time.monotonic()
-                    print("saved", len(text), last_save, flush=True)
-    print("finished", flush=True)
+    from app.chat.conversation import ChatController, open_history
+    from app.chat.events import ReplyStreamed
+    from app.chat.service import ChatService
+    from app.options import SamplingParams
+    from app.store.settings import Settings
+
+    class View:  # what the window does with a reply, as far as this check cares
+        def __init__(self, side):
+            self.side, self.written = side, 0
+        def reply_started(self, reply):
+            print("begin", reply.message_id, flush=True)
+        def reply_progressed(self, reply):
+            self.side.write(reply.text[self.written:])  # everything streamed, for the check
+            self.side.flush()
+            self.written = len(reply.text)
+            print("streamed", len(reply.text), time.monotonic(), flush=True)
+        def reply_finished(self, *args):
+            print("finished", flush=True)
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: None
+
+    emitted = [0]
+    def pace(event):
+        if isinstance(event, ReplyStreamed) and event.deltas:
+            n = event.deltas[-1].n_tokens  # reply tokens so far
+            time.sleep(0.02 * max(1, n - emitted[0]))
+            emitted[0] = n
+
+    settings = Settings()
+    settings.model.target_path = Path(sys.argv[1])
+    settings.model.n_ctx = 2048
+    settings.sampling = SamplingParams(temperature=0.8, seed=3, max_tokens=1800)
+    store, problems = open_history()  # with start-up recovery, as the window opens it
+    side = open(sys.argv[2], "w", encoding="utf-8", newline="")
+    service = ChatService()
+    events = queue.Queue()
+    service.subscribe(pace)
+    service.subscribe(events.put)
+    c = ChatController(settings, store, service, View(side))
+    c.start(problems=problems)
+    while c.loading:
+        c.handle(events.get(timeout=60))
+    assert c.model_info is not None
+    assert c.send_message("tell me a long story")
+    while c.reply is not None:
+        c.handle(events.get(timeout=60))
+    c.close()
     """
 )
 
@@ -95,7 +121,7 @@ def kill_mid_reply(model: Path, home: Path, rng: random.Random) -> dict[str, Any
     env = {**os.environ, "TANDEM_HOME": str(home), "PYTHONPATH": str(REPO)}
     db = home / "data" / "history.sqlite3"
     side = home / "streamed.txt"
-    proc = subprocess.Popen([sys.executable, "-c", REPLY_CHILD, str(model), str(SAVE_EVERY_S), str(side)], env=env,
+    proc = subprocess.Popen([sys.executable, "-c", REPLY_CHILD, str(model), str(side)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     streamed: list[tuple[int, float]] = []
