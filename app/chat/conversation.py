@@ -466,6 +466,32 @@ class ChatController:
             return False
         return True
 
+    def plain_baseline_tps(self, conversation_id: int | None = None) -> float | None:
+        """The baseline of "measured speedup": decode tok/s of the latest plain reply
+        (speculation off, finished by itself or by ``max_tokens``) in this conversation
+        (default: the current one) from the loaded target; None when there is none.
+
+        Only the same conversation and model: another conversation's plain reply ran on
+        another prompt and context length (and perhaps another model), so the ratio of
+        the two would not measure speculation.
+        """
+        cid = self.current_conversation if conversation_id is None else conversation_id
+        if cid is None or self.store is None or self.model_info is None:
+            return None
+        model = self.model_info.target_path.name
+        try:
+            stored = self.store.messages(cid)
+        except (KeyError, sqlite3.Error):
+            return None
+        for m in reversed(stored):
+            s = m.stats
+            if (m.role != "assistant" or m.model != model or s is None
+                    or m.finish_reason not in ("stop", "length")):
+                continue
+            if s.get("mode") in (SpecMode.OFF.value, "plain") and (tps := s.get("decode_tps")):
+                return float(tps)
+        return None
+
     # -- conversations ----------------------------------------------------------------
     def conversations(self, search: str = "") -> list[Conversation]:
         """Conversations matching ``search`` (newest first); [] without a store."""

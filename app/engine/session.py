@@ -770,7 +770,8 @@ class Session:
         finally:
             sampler.close()
         with self._lock:
-            for chunk in stream.flush():
+            # a cut reply (Stop, max_tokens) drops a held-back start of a stop string
+            for chunk in stream.flush(cut=reason in ("cancelled", "length")):
                 now = clock()
                 yield TextDelta(chunk.text, chunk.from_draft, now - t0, len(emitted))
         end = clock()

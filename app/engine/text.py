@@ -57,16 +57,29 @@ class TextStream:
             self._append(decoded, from_draft)
         return self._release(final=False)
 
-    def flush(self) -> list[TextChunk]:
+    def flush(self, *, cut: bool = False) -> list[TextChunk]:
         """End of generation: release everything still held.
 
         Bytes of a character that never completed (a reply cut by ``max_tokens`` or a
         stop inside a multi-byte character) are dropped, not turned into U+FFFD: they are
         not text, and the next reply's prompt must not carry a replacement character.
+
+        Args:
+            cut: the reply was cut before it ended by itself (Stop, or ``max_tokens``).
+                Text held back as the possible start of a stop string (``"\nUser"`` of
+                ``"\nUser:"``) is then dropped as well: the model was most likely writing
+                the stop string, and a saved reply ending in it would feed it into the
+                next prompt. (A reply that ended by itself releases it: it was text.)
         """
         if self.stopped:
             return []
         self._decoder.reset()  # discards the incomplete sequence it holds
+        if cut and self._stop:
+            keep = len(self._pending) - self._partial_stop_len(self._pending)
+            self.stopped = True  # nothing after this
+            chunks = self._take(keep) if keep > 0 else []
+            self._pending, self._runs = "", []
+            return chunks
         return self._release(final=True)
 
     def _append(self, text: str, from_draft: bool) -> None:

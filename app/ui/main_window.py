@@ -53,6 +53,10 @@ from app.ui.sampling_panel import SamplingSettingsWidget
 from app.ui.service_bridge import ServiceBridge
 
 
+#: the narrowest the conversation list gets (pixels)
+SIDEBAR_MIN_PX = 180
+
+
 class MainWindow(QMainWindow):
     """Tandem's window. See the module docstring.
 
@@ -107,6 +111,8 @@ class MainWindow(QMainWindow):
         col.addWidget(self.message_bar)
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.conversations = ConversationListWidget()
+        # a sidebar that stays usable (titles readable, buttons whole) at 1024 px wide
+        self.conversations.setMinimumWidth(SIDEBAR_MIN_PX)
         self.splitter.addWidget(self.conversations)
 
         chat_col = QWidget()
@@ -142,6 +148,7 @@ class MainWindow(QMainWindow):
         self.splitter.addWidget(self.side_tabs)
         for i, stretch in enumerate((0, 1, 0)):
             self.splitter.setStretchFactor(i, stretch)
+            self.splitter.setCollapsible(i, False)
         self.splitter.setSizes([220, 760, 320])
         col.addWidget(self.splitter, 1)
         self.setCentralWidget(central)
@@ -178,16 +185,20 @@ class MainWindow(QMainWindow):
         sp.speculation_changed.connect(c.set_speculation)
         sp.model_options_changed.connect(c.set_model_options)
         sp.reload_clicked.connect(c.reload_model)
+        self.actions_by_name: dict[str, QAction] = {}
         for text, keys, slot in (
-            ("New chat", QKeySequence.StandardKey.New, self.new_conversation),
-            ("Regenerate", QKeySequence("Ctrl+R"), lambda: self.regenerate()),
-            ("Stop", QKeySequence(Qt.Key.Key_Escape), c.stop_reply),
-            ("Models…", QKeySequence("Ctrl+M"), self.open_model_picker),
+            ("New chat", [QKeySequence(QKeySequence.StandardKey.New)], self.new_conversation),
+            ("Regenerate", [QKeySequence("Ctrl+R")], lambda: self.regenerate()),
+            # Ctrl+. as well as Esc: what macOS and many chat apps use for "stop"
+            ("Stop", [QKeySequence(Qt.Key.Key_Escape), QKeySequence("Ctrl+.")], c.stop_reply),
+            ("Models…", [QKeySequence("Ctrl+M")], self.open_model_picker),
         ):
             action = QAction(text, self)
-            action.setShortcut(keys)
+            action.setShortcuts(keys)
+            action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
             action.triggered.connect(slot)
             self.addAction(action)
+            self.actions_by_name[text] = action
 
     def _restore_geometry(self) -> None:
         ui = self.settings.ui
@@ -226,8 +237,9 @@ class MainWindow(QMainWindow):
 
     def model_changed(self, info: ModelInfo | None) -> None:
         self.model_bar.set_model(info)
+        # a new target needs its own plain baseline (from this conversation)
+        self.gauge.set_baseline(self.controller.plain_baseline_tps())
         if info is None:
-            self.gauge.set_baseline(None)  # a new target needs its own plain baseline
             self.chat.set_starter_prompts(())
         else:
             self.gauge.set_cpu_only(info.n_gpu_layers == 0)
@@ -251,6 +263,8 @@ class MainWindow(QMainWindow):
                             last_stats: SpecStats | None) -> None:
         self.system_prompt.set_text(conversation.system_prompt if conversation else "")
         self.chat.set_messages([message_view(m) for m in messages])
+        self.gauge.set_baseline(self.controller.plain_baseline_tps(
+            conversation.id if conversation is not None else None))
         if last_stats is not None:
             self.gauge.show_stored(last_stats)
         reply = self.controller.reply
@@ -286,7 +300,10 @@ class MainWindow(QMainWindow):
         footer = (message_view(stored).footer if stored is not None
                   else reply_footer(fin.stats.to_dict(), fin.reason, fin.note))
         self.chat.end_stream(reply.message_id, reply.text, reply.spans, footer)
-        self.gauge.end_reply(fin.stats, result.plain_decode_tps, fin.note)
+        # the baseline comes from this conversation's plain replies, not the session's
+        # latest (which may be another conversation's)
+        self.gauge.end_reply(fin.stats, self.controller.plain_baseline_tps(reply.conversation_id),
+                             fin.note)
 
     def reply_failed(self, reply: ActiveReply, error: UserError) -> None:
         if not reply.text:

@@ -4,11 +4,16 @@ The drafter choice (every :class:`~app.options.SpecMode`: off, prompt lookup, dr
 model, suffix lookup…) and k apply from the next reply;
 they never reload the target. Choosing a draft GGUF loads it next to the loaded target.
 The widget reports clicks; the window opens file dialogs and talks to the worker.
+
+Its width never depends on a file name: model names are elided (the full name is in the
+tooltip), and load progress takes a row of its own under the bar while a model loads,
+with its label on one line, so the window fits 1024 px and never widens itself.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal, Slot
+from PySide6.QtCore import QSize, Qt, Signal, Slot
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -17,12 +22,103 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
+    QVBoxLayout,
     QWidget,
 )
 
 from app.chat.events import ModelInfo
 from app.options import K_MAX, SpecMode, SpeculationConfig
+
+
+#: the most pixels a model's file name takes in the bar (the rest is elided)
+NAME_MAX_PX = 200
+
+
+def elided(widget: QWidget, text: str, width: int) -> str:
+    """``text`` shortened in the middle with "…" to fit ``width`` pixels in ``widget``'s font."""
+    return widget.fontMetrics().elidedText(text, Qt.TextElideMode.ElideMiddle, max(0, width))
+
+
+class ElidedLabelWidget(QLabel):
+    """A one-line label that elides its text (in the middle, "…") to the width it gets:
+    it asks for its text's width up to ``max_px`` and shrinks to ``min_px`` when space is
+    short, never wraps and never widens its window. The whole text is :meth:`full_text`
+    and the tooltip."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None, *,
+                 max_px: int = 10_000, min_px: int = 60) -> None:
+        super().__init__(parent)
+        self.setWordWrap(False)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        self._max_px, self._min_px = max_px, min_px
+        self._full = ""
+        self.set_full_text(text)
+
+    def set_full_text(self, text: str, tooltip: str | None = None) -> None:
+        self._full = " ".join(text.split())  # one line, whatever the text holds
+        self.setToolTip(self._full if tooltip is None else tooltip)
+        self.updateGeometry()
+        self._elide()
+
+    def full_text(self) -> str:
+        return self._full
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        h = super().sizeHint()
+        want = self.fontMetrics().horizontalAdvance(self._full) + 4
+        return QSize(max(self._min_px, min(self._max_px, want)), h.height())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        return QSize(self._min_px, super().minimumSizeHint().height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        self.setText(elided(self, self._full, self.contentsRect().width()))
+
+
+class ElidedButtonWidget(QPushButton):
+    """A push button whose text is elided like :class:`ElidedLabelWidget`'s."""
+
+    #: pixels of the button's frame and padding around its text
+    PADDING_PX = 24
+
+    def __init__(self, text: str = "", parent: QWidget | None = None, *,
+                 max_px: int = 10_000, min_px: int = 90) -> None:
+        super().__init__(parent)
+        # Preferred, not QPushButton's Minimum: the layout may shrink it below its text
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self._max_px, self._min_px = max_px, min_px
+        self._full = ""
+        self.set_full_text(text)
+
+    def set_full_text(self, text: str) -> None:
+        self._full = text
+        self.updateGeometry()
+        self._elide()
+
+    def full_text(self) -> str:
+        return self._full
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        h = super().sizeHint()
+        want = self.fontMetrics().horizontalAdvance(self._full) + self.PADDING_PX
+        return QSize(max(self._min_px, min(self._max_px, want)), h.height())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        return QSize(self._min_px, super().minimumSizeHint().height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        self.setText(elided(self, self._full, self.width() - self.PADDING_PX))
 
 
 class ModelBarWidget(QFrame):
@@ -45,12 +141,15 @@ class ModelBarWidget(QFrame):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("modelBar")
-        row = QHBoxLayout(self)
-        row.setContentsMargins(10, 6, 10, 6)
+        rows = QVBoxLayout(self)
+        rows.setContentsMargins(10, 6, 10, 6)
+        rows.setSpacing(4)
+        row = QHBoxLayout()
         row.setSpacing(8)
+        rows.addLayout(row)
 
         row.addWidget(self._caption("Target"))
-        self.target_label = QLabel("no model")
+        self.target_label = ElidedLabelWidget("no model", max_px=NAME_MAX_PX)
         self.target_label.setObjectName("targetName")
         row.addWidget(self.target_label)
         self.open_button = QPushButton("Open GGUF…")
@@ -74,7 +173,7 @@ class ModelBarWidget(QFrame):
             "target checks them in one pass. Applies without reloading the target."
         )
         row.addWidget(self.mode_combo)
-        self.draft_button = QPushButton("Choose draft…")
+        self.draft_button = ElidedButtonWidget("Choose draft…", max_px=NAME_MAX_PX)
         self.draft_button.setToolTip("A small GGUF with the same tokenizer as the target")
         self.draft_button.clicked.connect(self.open_draft_clicked)
         row.addWidget(self.draft_button)
@@ -104,21 +203,33 @@ class ModelBarWidget(QFrame):
         self.race_button.clicked.connect(self.race_clicked)
         row.addWidget(self.race_button)
 
+        # Load progress: a row of its own, shown only while a model loads, so it adds
+        # no width to the bar; the bar shows the percentage, the label what loads.
+        self.loading_row = QWidget()
+        self.loading_row.setObjectName("loadingRow")
+        lr = QHBoxLayout(self.loading_row)
+        lr.setContentsMargins(0, 0, 0, 0)
+        lr.setSpacing(8)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setTextVisible(True)
-        self.progress.setFixedWidth(220)
-        self.progress.hide()
-        row.addWidget(self.progress)
+        self.progress.setFormat("%p%")
+        self.progress.setFixedWidth(160)
+        lr.addWidget(self.progress)
+        self.progress_label = ElidedLabelWidget()
+        self.progress_label.setObjectName("progressLabel")
+        lr.addWidget(self.progress_label, 1)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.clicked.connect(self.load_cancel_clicked)
-        self.cancel_button.hide()
-        row.addWidget(self.cancel_button)
+        lr.addWidget(self.cancel_button)
+        self.loading_row.hide()
+        rows.addWidget(self.loading_row)
 
         self.mode_combo.currentIndexChanged.connect(self._on_mode_combo_current_index_changed)
         self.k_spin.valueChanged.connect(self._on_k_spin_value_changed)
         self.adaptive_box.toggled.connect(self._on_adaptive_box_toggled)
         self._draft_name: str | None = None
+        self._draft_detail: str | None = None
         self._speculation = SpeculationConfig()
         self._update_draft_button()
 
@@ -163,17 +274,16 @@ class ModelBarWidget(QFrame):
     def set_model(self, info: ModelInfo | None) -> None:
         """Show the loaded target and where its layers run (None: nothing loaded)."""
         if info is None:
-            self.target_label.setText("no model")
-            self.target_label.setToolTip("")
+            self.target_label.set_full_text("no model", tooltip="")
             self.layers_label.setText("")
             self.layers_label.setToolTip("")
             return
-        self.target_label.setText(info.target_path.name)
-        self.target_label.setToolTip(
-            f"{info.target_name}\n{info.target_path}\ncontext {info.n_ctx} tokens"
+        self.target_label.set_full_text(info.target_path.name, tooltip=(
+            f"{info.target_path.name}\n{info.target_name}\n{info.target_path}\n"
+            f"context {info.n_ctx} tokens"
             + ("\nno chat template in the GGUF: a plain User/Assistant transcript is used"
                if info.uses_fallback_template else "")
-        )
+        ))
         if info.n_gpu_layers > 0:
             self.layers_label.setText(f"GPU · {info.n_gpu_layers}/{info.n_layer} layers")
             self.layers_label.setToolTip(info.system_info)
@@ -183,20 +293,25 @@ class ModelBarWidget(QFrame):
                 f"All {info.n_layer} layers run on the CPU because {info.cpu_reason}."
                 f"\n\n{info.system_info}"
             )
-        self.set_draft_name(info.draft_name)
+        # the file name, as for the target (the metadata name is in the tooltip)
+        self.set_draft_name(info.draft_path.name if info.draft_path is not None else None,
+                            info.draft_name)
 
-    def set_draft_name(self, name: str | None) -> None:
+    def set_draft_name(self, name: str | None, detail: str | None = None) -> None:
+        """Show the loaded draft model's file ``name`` (``detail``: its metadata name)."""
         self._draft_name = name
+        self._draft_detail = detail if detail and detail != name else None
         self._update_draft_button()
 
     def set_loading(self, loading: bool, fraction: float = 0.0, what: str = "") -> None:
-        """Show or hide the progress bar and its Cancel button."""
+        """Show or hide the loading row: progress, what loads (one line), Cancel."""
+        self.loading_row.setVisible(loading)
         self.progress.setVisible(loading)
         self.cancel_button.setVisible(loading)
         self.cancel_button.setEnabled(True)
         if loading:
             self.progress.setValue(int(fraction * 1000))
-            self.progress.setFormat(f"{what}  {fraction * 100:.0f}%" if what else "%p%")
+            self.progress_label.set_full_text(what or "Loading…")
 
     def set_busy(self, busy: bool) -> None:
         """While a model loads or a reply streams, models cannot be swapped."""
@@ -206,9 +321,13 @@ class ModelBarWidget(QFrame):
     def _update_draft_button(self) -> None:
         is_draft = self.mode() is SpecMode.DRAFT_MODEL
         self.draft_button.setVisible(is_draft)
-        self.draft_button.setText(
-            f"Draft: {self._draft_name}" if self._draft_name else "Choose draft…"
-        )
+        text = f"Draft: {self._draft_name}" if self._draft_name else "Choose draft…"
+        # elided: a long draft file name must not widen the bar (and so the window)
+        self.draft_button.set_full_text(text)
+        self.draft_button.setToolTip(
+            (f"{text}\n" if self._draft_name else "")
+            + (f"{self._draft_detail}\n" if self._draft_detail else "")
+            + "A small GGUF with the same tokenizer as the target")
         speculating = self.mode() is not SpecMode.OFF
         self.k_spin.setEnabled(speculating)
         self.adaptive_box.setEnabled(speculating)

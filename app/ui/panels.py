@@ -69,6 +69,24 @@ class MessageBarWidget(QFrame):
         self.hide()
 
 
+#: the widest a paragraph of the welcome page gets (pixels)
+WELCOME_TEXT_MAX_PX = 560
+
+
+def _centred(label: QLabel) -> QHBoxLayout:
+    """A word-wrapped label, at most :data:`WELCOME_TEXT_MAX_PX` wide and narrower when the
+    column is, centred. (Filling a row between stretches, not centred by an alignment
+    flag: a wrapped label centred by the layout is given the height of a wider line and
+    its last line is cut off; a fixed width made the chat column 640 px wide at least.)"""
+    label.setMaximumWidth(WELCOME_TEXT_MAX_PX)
+    label.setMinimumWidth(240)
+    row = QHBoxLayout()
+    row.addStretch(1)
+    row.addWidget(label, 100)
+    row.addStretch(1)
+    return row
+
+
 class WelcomeWidget(QFrame):
     """First run: try the bundled demo model in one click, or open a GGUF file."""
 
@@ -93,10 +111,7 @@ class WelcomeWidget(QFrame):
         )
         blurb.setWordWrap(True)
         blurb.setAlignment(Qt.AlignmentFlag.AlignHCenter)
-        # A fixed width: a word-wrapped label centred by the layout is otherwise given the
-        # height of a wider line and its last line is cut off.
-        blurb.setFixedWidth(560)
-        col.addWidget(blurb, 0, Qt.AlignmentFlag.AlignHCenter)
+        col.addLayout(_centred(blurb))
         self.demo_button = QPushButton("Try the demo model  (Gemma 3 270M, prompt lookup)")
         self.demo_button.setObjectName("primaryButton")
         self.demo_button.setToolTip(
@@ -114,9 +129,8 @@ class WelcomeWidget(QFrame):
         self.demo_note.setObjectName("gaugeNote")
         self.demo_note.setWordWrap(True)
         self.demo_note.setAlignment(Qt.AlignmentFlag.AlignHCenter)
-        self.demo_note.setFixedWidth(560)
         self.demo_note.setVisible(demo_available)
-        col.addWidget(self.demo_note, 0, Qt.AlignmentFlag.AlignHCenter)
+        col.addLayout(_centred(self.demo_note))
         self.open_button = QPushButton("Open GGUF…")
         self.open_button.clicked.connect(self.open_clicked)
         col.addWidget(self.open_button, 0, Qt.AlignmentFlag.AlignHCenter)

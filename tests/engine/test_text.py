@@ -84,3 +84,22 @@ def test_a_character_cut_at_the_end_is_dropped_not_replaced() -> None:
     s = TextStream()  # bytes that can never be UTF-8 in the middle still show as U+FFFD
     got = [c.text for c in s.push(b"a\xffb", False)] + [c.text for c in s.flush()]
     assert "".join(got) == "a\ufffdb"
+
+
+def test_a_cut_reply_drops_a_held_back_start_of_a_stop_string() -> None:
+    # Stop (or max_tokens) while "\nUser" of "\nUser:" is held back: it is not released,
+    # so it is neither saved nor fed into the next prompt. A reply that ended by itself
+    # releases it (above): it was text.
+    for pieces in ([b" I want to eat bread.", b"\n", b"User"], [b" I want", b" to eat bread.\nUs", b"er"]):
+        ts = TextStream(stop=["\nUser:"])
+        out = [c.text for p in pieces for c in ts.push(p, False)]
+        out += [c.text for c in ts.flush(cut=True)]
+        assert "".join(out) == ts.text == " I want to eat bread."
+        assert ts.push(b"more", False) == []  # nothing after the cut
+    ts = TextStream(stop=["<end_of_turn>"])
+    ts.push("ok ".encode(), True)
+    ts.push(b"<end_of", False)
+    assert [c.text for c in ts.flush(cut=True)] == [] and ts.text == "ok "
+    ts = TextStream()  # without stop strings a cut drops nothing but an incomplete character
+    ts.push("done \xe2\x9c".encode("latin-1"), False)
+    assert "".join(c.text for c in ts.flush(cut=True)) == "" and ts.text == "done "

@@ -128,7 +128,7 @@ def test_gauge_measured_speedup_needs_a_plain_baseline(qtbot) -> None:
     spec = SpecStats(mode="prompt-lookup", draft_max=4, emitted=60, rounds=20, verified=40,
                      accepted=40, decode_time=1.0)
     g.end_reply(spec, None)
-    assert g.value_text("measured").startswith("no plain reply yet")
+    assert g.value_text("measured").startswith("no plain reply in this conversation yet")
     g.end_reply(spec, 30.0)
     assert g.value_text("measured").startswith("2.00×")
 

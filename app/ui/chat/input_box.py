@@ -111,7 +111,7 @@ class ComposerWidget(QWidget):
         self._streaming = streaming
         self.send_button.setText("Stop" if streaming else "Send")
         self.send_button.setEnabled(streaming or can_send)
-        self.send_button.setToolTip("Stop the reply (Esc)" if streaming else
+        self.send_button.setToolTip("Stop the reply (Esc or Ctrl+.)" if streaming else
                                     "Send (Enter)" if can_send else "Load a model first")
         self.regenerate_button.setEnabled(can_send and not streaming and can_regenerate)
         self.edit_banner.setVisible(editing)

@@ -260,7 +260,8 @@ class SpeculationGaugeWidget(QFrame):
 
     def end_reply(self, stats: SpecStats, plain_decode_tps: float | None,
                   note: str | None = None) -> None:
-        """The reply ended: show its final figures; ``plain_decode_tps`` is the baseline."""
+        """The reply ended: show its final figures; ``plain_decode_tps`` is the baseline
+        (decode tok/s of a plain reply of the same conversation and model, or None)."""
         self._streaming = False
         self._stats = stats
         self._baseline = plain_decode_tps
@@ -344,7 +345,8 @@ class SpeculationGaugeWidget(QFrame):
                 return "measuring the plain baseline"
             return f"baseline: {tps:.1f} tok/s" if tps else MISSING
         if self._baseline is None:
-            return "no plain reply yet: turn speculation off for one reply to measure"
+            return ("no plain reply in this conversation yet: turn speculation off for one "
+                    "reply to measure")
         if not tps:
             return MISSING
         return f"{tps / self._baseline:.2f}×  (plain {self._baseline:.1f} tok/s)"

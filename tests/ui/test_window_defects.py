@@ -1,0 +1,207 @@
+"""Window defects of issue 9, each with the real window on the tiny synthetic model: Stop by
+Ctrl+. as by Esc, a window that fits 1024 px and does not widen itself, a loading label on
+one line, no partial stop string saved by Stop, and a measured speedup whose baseline is a
+plain reply of the same conversation and model."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app.engine import session as session_module
+from app.engine.events import TextDelta
+from app.engine.session import Session
+from app.engine.text import TextStream
+from app.options import SamplingParams, SpecMode, SpeculationConfig
+from app.store.history import StoredMessage
+from app.store.settings import LoadedSettings, Settings
+from tests.ui.conftest import LOAD_TIMEOUT_MS, wait_reply
+
+
+def _settings(target: Path, *, max_tokens: int = 24) -> Settings:
+    s = Settings()
+    s.model.target_path = target
+    s.model.n_ctx = 2048
+    s.sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    s.speculation = SpeculationConfig(mode=SpecMode.OFF)
+    return s
+
+
+@pytest.fixture
+def tiny_window(qtbot, tiny_target: Path):  # type: ignore[no-untyped-def]
+    """A shown main window with the tiny synthetic target loaded."""
+    from app.ui.main_window import MainWindow
+
+    w = MainWindow(LoadedSettings(_settings(tiny_target)))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.controller.model_info is not None
+                    or w.message_bar.current is not None, timeout=LOAD_TIMEOUT_MS)
+    assert w.controller.model_info is not None, w.message_bar.current
+    yield w
+    w.close()
+
+
+def _last_reply(w) -> StoredMessage:  # type: ignore[no-untyped-def]
+    return w.controller.store.messages(w.controller.current_conversation)[-1]
+
+
+def _hold_after_first_text(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Session.chat pauses after its first text until the reply is cancelled, so a key
+    pressed 'during the reply' is pressed during it on any machine. Returns an event set
+    once the reply is paused."""
+    paused = threading.Event()
+    original = Session.chat
+
+    def chat(self, messages, sampling, speculation, cancel=None):  # type: ignore[no-untyped-def]
+        for ev in original(self, messages, sampling, speculation, cancel):
+            yield ev
+            if isinstance(ev, TextDelta) and cancel is not None and not paused.is_set():
+                paused.set()
+                cancel.wait(60)
+
+    monkeypatch.setattr(Session, "chat", chat)
+    return paused
+
+
+@pytest.mark.parametrize("key, modifier", [
+    (Qt.Key.Key_Period, Qt.KeyboardModifier.ControlModifier),
+    (Qt.Key.Key_Escape, Qt.KeyboardModifier.NoModifier),
+], ids=["ctrl+.", "esc"])
+def test_ctrl_period_stops_a_reply_as_esc_does(qtbot, tiny_window, monkeypatch, key,  # type: ignore[no-untyped-def]
+                                               modifier) -> None:
+    w = tiny_window
+    w.controller.set_sampling(w.settings.sampling.with_changes(max_tokens=1000))
+    paused = _hold_after_first_text(monkeypatch)
+    w.activateWindow()
+    qtbot.waitUntil(w.isActiveWindow, timeout=5000)
+    assert w.send_message("hello")
+    qtbot.waitUntil(paused.is_set, timeout=60_000)
+    qtbot.keyClick(w.input, key, modifier)
+    wait_reply(qtbot, w)
+    reply = _last_reply(w)
+    assert reply.finish_reason == "cancelled"
+    assert reply.stats is not None and reply.stats["emitted"] < 1000
+
+
+def test_stop_never_saves_a_held_back_start_of_a_stop_string(qtbot, tiny_window,  # type: ignore[no-untyped-def]
+                                                             monkeypatch) -> None:
+    w = tiny_window
+    assert w.send_message("hello")
+    wait_reply(qtbot, w)
+    full = _last_reply(w).content  # the greedy reply, as regenerating gives it again
+    assert len(full) > 4
+    mark = full[len(full) // 2]
+    # A stop string that starts with a character of the reply: when the reply reaches it,
+    # the text is held back (it may be the stop string), as Gemma's "\nUser" of "\nUser:".
+    w.controller.set_sampling(w.settings.sampling.with_changes(stop=(mark + "\x01\x02",)))
+
+    seen: dict[str, str] = {}
+    held = threading.Event()
+    cancels: list[threading.Event] = []
+    original_chat = Session.chat
+
+    def chat(self, messages, sampling, speculation, cancel=None):  # type: ignore[no-untyped-def]
+        cancels.append(cancel)
+        yield from original_chat(self, messages, sampling, speculation, cancel)
+
+    class HoldingStream(TextStream):
+        def push(self, piece: bytes, from_draft: bool):  # type: ignore[no-untyped-def]
+            out = super().push(piece, from_draft)
+            if self._pending and not held.is_set():
+                seen["released"] = self.text  # (includes what this push released)
+                seen["held"] = self._pending
+                held.set()
+                cancels[-1].wait(60)  # the reply stands here until Stop is pressed
+            return out
+
+    monkeypatch.setattr(Session, "chat", chat)
+    monkeypatch.setattr(session_module, "TextStream", HoldingStream)
+    assert w.regenerate()
+    qtbot.waitUntil(held.is_set, timeout=60_000)
+    assert w.send_button.text() == "Stop"
+    qtbot.mouseClick(w.send_button, Qt.MouseButton.LeftButton)
+    wait_reply(qtbot, w)
+    reply = _last_reply(w)
+    assert reply.finish_reason == "cancelled"
+    assert seen["held"] and full.startswith(seen["released"] + seen["held"])
+    # what was released before Stop, and not the held-back start of a stop string
+    assert reply.content == seen["released"]
+    assert w.chat.messages[-1].text == reply.content
+
+
+def test_the_window_fits_1024_px_and_a_draft_does_not_widen_it(qtbot, tiny_window,  # type: ignore[no-untyped-def]
+                                                               tiny_target: Path,
+                                                               tmp_path: Path) -> None:
+    from app.ui.main_window import SIDEBAR_MIN_PX
+
+    w = tiny_window
+    assert w.minimumSizeHint().width() <= 1024
+    w.resize(1024, 720)
+    qtbot.waitUntil(lambda: w.width() == 1024, timeout=5000)
+    assert w.conversations.width() >= SIDEBAR_MIN_PX  # the sidebar is not squeezed
+    assert w.side_tabs.width() >= w.side_tabs.minimumSizeHint().width()
+
+    # a draft with a long file name, loaded next to the target
+    long_name = tmp_path / ("a-draft-model-with-a-very-long-file-name-" * 3 + "q8_0.gguf")
+    long_name.write_bytes(tiny_target.read_bytes())
+    c = w.controller
+    w.settings.model.draft_path = long_name
+    c.set_speculation(w.settings.speculation.with_changes(mode=SpecMode.DRAFT_MODEL, draft_max=3))
+    qtbot.waitUntil(lambda: not c.loading and c.model_info is not None
+                    and c.model_info.draft_path is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.wait(50)  # let the layout settle (resizes are posted events)
+    assert w.model_bar.draft_button.isVisibleTo(w)
+    assert long_name.name in w.model_bar.draft_button.toolTip()
+    assert w.width() == 1024 and w.minimumSizeHint().width() <= 1024
+
+
+def test_the_loading_label_stays_on_one_line(qtbot, tiny_window) -> None:  # type: ignore[no-untyped-def]
+    w = tiny_window
+    w.resize(1024, 720)
+    what = "Loading " + "a-model-with-a-rather-long-file-name-" * 4 + "q4_k_m.gguf"
+    w.loading_changed(True, 0.4, what)
+    qtbot.waitUntil(lambda: w.model_bar.loading_row.isVisible(), timeout=5000)
+    label = w.model_bar.progress_label
+    assert not label.wordWrap() and "\n" not in label.text()
+    assert label.full_text() == what and label.toolTip() == what
+    # one line: the label is no taller than a line of its font, and its text fits its width
+    assert label.height() < 2 * label.fontMetrics().lineSpacing()
+    assert label.fontMetrics().horizontalAdvance(label.text()) <= label.contentsRect().width()
+    assert w.width() == 1024 and w.minimumSizeHint().width() <= 1024
+    w.loading_changed(False, None, "")
+    assert not w.model_bar.loading_row.isVisibleTo(w)
+
+
+def test_measured_speedup_baseline_is_this_conversations_plain_reply_of_this_model(  # type: ignore[no-untyped-def]
+    qtbot, tiny_window
+) -> None:
+    w = tiny_window
+    c = w.controller
+    assert w.send_message("hello")  # speculation off: the plain baseline of this conversation
+    wait_reply(qtbot, w)
+    plain = _last_reply(w)
+    assert plain.stats is not None and plain.stats["mode"] == "off"
+    assert c.plain_baseline_tps() == pytest.approx(plain.stats["decode_tps"])
+
+    c.set_speculation(w.settings.speculation.with_changes(mode=SpecMode.PROMPT_LOOKUP))
+    first = c.current_conversation
+    w.new_conversation()
+    assert w.send_message("hello")
+    wait_reply(qtbot, w)
+    assert c.plain_baseline_tps() is None  # another conversation's plain reply is not used
+    assert w.gauge.value_text("measured").startswith("no plain reply in this conversation")
+
+    w.open_conversation(first)
+    assert w.send_message("hello again")
+    wait_reply(qtbot, w)
+    measured = w.gauge.value_text("measured")
+    assert "×" in measured and f"plain {plain.stats['decode_tps']:.1f} tok/s" in measured
+
+    # the same conversation with another model: that model has no baseline here
+    with c.store._tx() as conn:
+        conn.execute("UPDATE messages SET model = 'another.gguf' WHERE id = ?", (plain.id,))
+    assert c.plain_baseline_tps() is None
