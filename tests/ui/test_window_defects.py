@@ -145,10 +145,24 @@ def test_the_window_fits_1024_px_and_a_draft_does_not_widen_it(qtbot, tiny_windo
     assert w.conversations.width() >= SIDEBAR_MIN_PX  # the sidebar is not squeezed
     assert w.side_tabs.width() >= w.side_tabs.minimumSizeHint().width()
 
+    c = w.controller
+    # a target with a long file name: the bar and each reply's header elide it
+    long_target = tmp_path / ("a-target-model-with-a-very-long-file-name-" * 3 + "f32.gguf")
+    long_target.write_bytes(tiny_target.read_bytes())
+    c.load_model(long_target)
+    qtbot.waitUntil(lambda: not c.loading and c.model_info is not None
+                    and c.model_info.target_path == long_target, timeout=LOAD_TIMEOUT_MS)
+    assert w.send_message("hello")
+    wait_reply(qtbot, w)
+    qtbot.wait(50)
+    assert w.width() == 1024
+    viewport = w.chat.viewport().width()
+    assert w.chat.messages and all(m.width() <= viewport for m in w.chat.messages)
+    assert long_target.name in w.model_bar.target_label.toolTip()
+
     # a draft with a long file name, loaded next to the target
     long_name = tmp_path / ("a-draft-model-with-a-very-long-file-name-" * 3 + "q8_0.gguf")
     long_name.write_bytes(tiny_target.read_bytes())
-    c = w.controller
     w.settings.model.draft_path = long_name
     c.set_speculation(w.settings.speculation.with_changes(mode=SpecMode.DRAFT_MODEL, draft_max=3))
     qtbot.waitUntil(lambda: not c.loading and c.model_info is not None

@@ -39,6 +39,7 @@ from app.store.history import StoredMessage
 from app.ui.chat.draft_tint import apply_tint, tinted_ranges
 from app.ui.chat.markdown_render import TINT_COLOR, render_markdown
 from app.ui.chat.starter_prompts import StarterPrompt, StarterPromptsWidget
+from app.ui.elided import ElidedLabelWidget
 
 _DOCUMENT_CSS = """
 p { margin-top: 0px; margin-bottom: 6px; }
@@ -193,7 +194,8 @@ class MessageWidget(QFrame):
         who = "You" if view.role == "user" else "Assistant"
         if view.role == "assistant" and view.model:
             who += f" · {view.model}"
-        self._who = QLabel(who)
+        # elided: a long model name must not make the message (and the chat) wider
+        self._who = ElidedLabelWidget(who, min_px=40)
         self._who.setObjectName("messageRole")
         header.addWidget(self._who)
         self._streaming = QLabel("● writing…")

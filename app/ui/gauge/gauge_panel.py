@@ -184,7 +184,9 @@ class SpeculationGaugeWidget(QFrame):
             ("cost", "Draft cost c", "one draft step / one plain target step"),
             ("predicted", "Predicted speedup", "E(α,k) / (1 + c·k), Leviathan et al. 2023; "
              f"held until α rests on {MIN_VERIFIED_FOR_ESTIMATE} drafts"),
-            ("measured", "Measured speedup", "this reply's decode tok/s / the latest plain reply's"),
+            ("measured", "Measured speedup", "this reply's decode tok/s / that of the latest plain "
+             "reply of this conversation and model (turn speculation off for one reply to "
+             "measure it)"),
             ("ttft", "Time to first token", "prefill; speculation does not change it"),
         ]
         for i, (key, title, tip) in enumerate(rows):
@@ -345,8 +347,8 @@ class SpeculationGaugeWidget(QFrame):
                 return "measuring the plain baseline"
             return f"baseline: {tps:.1f} tok/s" if tps else MISSING
         if self._baseline is None:
-            return ("no plain reply in this conversation yet: turn speculation off for one "
-                    "reply to measure")
+            # (how to get one is in the row's tooltip)
+            return "no plain reply in this conversation yet"
         if not tps:
             return MISSING
         return f"{tps / self._baseline:.2f}×  (plain {self._baseline:.1f} tok/s)"
