@@ -43,15 +43,15 @@ class ElidedLabelWidget(QLabel):
     def full_text(self) -> str:
         return self._full
 
-    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+    def sizeHint(self) -> QSize:
         h = super().sizeHint()
         want = self.fontMetrics().horizontalAdvance(self._full) + 4
         return QSize(max(self._min_px, min(self._max_px, want)), h.height())
 
-    def minimumSizeHint(self) -> QSize:  # noqa: N802
+    def minimumSizeHint(self) -> QSize:
         return QSize(self._min_px, super().minimumSizeHint().height())
 
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
+    def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self._elide()
 
@@ -82,15 +82,15 @@ class ElidedButtonWidget(QPushButton):
     def full_text(self) -> str:
         return self._full
 
-    def sizeHint(self) -> QSize:  # noqa: N802
+    def sizeHint(self) -> QSize:
         h = super().sizeHint()
         want = self.fontMetrics().horizontalAdvance(self._full) + self.PADDING_PX
         return QSize(max(self._min_px, min(self._max_px, want)), h.height())
 
-    def minimumSizeHint(self) -> QSize:  # noqa: N802
+    def minimumSizeHint(self) -> QSize:
         return QSize(self._min_px, super().minimumSizeHint().height())
 
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
+    def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self._elide()
 

@@ -30,7 +30,6 @@ from app.chat.events import ModelInfo
 from app.options import K_MAX, SpecMode, SpeculationConfig
 from app.ui.elided import ElidedButtonWidget, ElidedLabelWidget
 
-
 #: the most pixels a model's file name takes in the bar (the rest is elided)
 NAME_MAX_PX = 260
 
