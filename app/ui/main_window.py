@@ -185,7 +185,6 @@ class MainWindow(QMainWindow):
         sp.speculation_changed.connect(c.set_speculation)
         sp.model_options_changed.connect(c.set_model_options)
         sp.reload_clicked.connect(c.reload_model)
-        self.actions_by_name: dict[str, QAction] = {}
         for text, keys, slot in (
             ("New chat", [QKeySequence(QKeySequence.StandardKey.New)], self.new_conversation),
             ("Regenerate", [QKeySequence("Ctrl+R")], lambda: self.regenerate()),
@@ -198,7 +197,6 @@ class MainWindow(QMainWindow):
             action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
             action.triggered.connect(slot)
             self.addAction(action)
-            self.actions_by_name[text] = action
 
     def _restore_geometry(self) -> None:
         ui = self.settings.ui
