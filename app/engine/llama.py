@@ -119,6 +119,9 @@ class LlamaModel:
         progress: called with progress 0..1 from the loading thread; returning False
             cancels the load.
         vocab_only: load only the vocabulary (for tokenizer work and pairing checks).
+        use_extra_bufts: let the CPU backend repack weights into its faster layouts
+            (llama.cpp's default). Off, every batch size uses the same dot-product kernels
+            for repackable types (docs/proof.md).
         no_alloc: read all metadata (hyperparameters, vocabulary, tensor list) without
             allocating or reading the weights (:mod:`app.engine.probe`); not usable for
             inference.
@@ -137,6 +140,7 @@ class LlamaModel:
         progress: ProgressCallback | None = None,
         vocab_only: bool = False,
         no_alloc: bool = False,
+        use_extra_bufts: bool = True,
     ) -> None:
         self._ptr: Any = None
         # a folder, a pipe (opening one would block) or a dangling link is refused here
@@ -157,6 +161,7 @@ class LlamaModel:
         params.load_mode = 1 if use_mmap else 0  # LLAMA_LOAD_MODE_MMAP / _NONE
         params.vocab_only = vocab_only
         params.no_alloc = no_alloc
+        params.use_extra_bufts = use_extra_bufts
         self.n_gpu_layers_requested = n_gpu_layers
         cancelled = False
         callback_error: list[BaseException] = []
@@ -372,6 +377,11 @@ class LlamaContext:
         n_outputs_max: the most positions one decode returns logits for. llama.cpp sizes
             its output buffer n_outputs_max × n_vocab floats (by default n_batch: 512 MiB
             for a 262k vocabulary); verification needs k + 1 ≤ 65.
+        n_ubatch: the most tokens computed in one graph (None: min(n_batch, 512)).
+        flash_attn: ``LLAMA_FLASH_ATTN_TYPE_*`` (−1 auto, 0 off, 1 on); None: llama.cpp's
+            default (auto).
+        type_k, type_v: KV cache element types (``GGML_TYPE_*``, e.g. 1 F16, 8 Q8_0);
+            None: llama.cpp's default (F16). A quantized V cache needs flash attention.
 
     Raises:
         ModelLoadError: llama.cpp could not create the context (usually out of memory).
@@ -386,6 +396,10 @@ class LlamaContext:
         n_threads: int | None = None,
         n_threads_batch: int | None = None,
         n_outputs_max: int = 65,
+        n_ubatch: int | None = None,
+        flash_attn: int | None = None,
+        type_k: int | None = None,
+        type_v: int | None = None,
     ) -> None:
         self._ptr: Any = None
         self._batch: Any = None
@@ -394,7 +408,13 @@ class LlamaContext:
         params = L.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
-        params.n_ubatch = min(n_batch, 512)
+        params.n_ubatch = min(n_batch, 512) if n_ubatch is None else min(n_batch, n_ubatch)
+        if flash_attn is not None:
+            params.flash_attn_type = flash_attn
+        if type_k is not None:
+            params.type_k = type_k
+        if type_v is not None:
+            params.type_v = type_v
         if n_threads is not None:
             params.n_threads = n_threads
             params.n_threads_batch = n_threads_batch or n_threads

@@ -10,12 +10,15 @@ batch sizes).
 
 from __future__ import annotations
 
+import ctypes
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from app.engine.divergence import TOP_N, SamplingTrace, TokenRecord
 from app.engine.llama import LlamaContext, LlamaModel, lib
 from app.options import SamplingParams
 
@@ -37,6 +40,9 @@ class TargetSampler:
         self.seed = params.seed if params.seed >= 0 else random.randrange(2**32 - 1)  # < 2³²−1
         self._fast_greedy = params.greedy and params.repeat_penalty == 1.0
         self._chain: Any = None
+        self._n_vocab = model.n_vocab
+        self._candidates: npt.NDArray[Any] | None = None  # made on the first traced sample
+        self._p_full: npt.NDArray[np.float64] | None = None
         if not self._fast_greedy:
             L = lib()
             sp = L.llama_sampler_chain_default_params()
@@ -80,6 +86,107 @@ class TargetSampler:
         if self._fast_greedy:
             return int(np.argmax(ctx.logits(index)))
         return int(lib().llama_sampler_sample(self._chain, ctx.ptr, index))
+
+    def traced(self, trace: SamplingTrace) -> Callable[[LlamaContext, int], int]:
+        """A :meth:`sample` that also appends a :class:`TokenRecord` to ``trace``.
+
+        It draws exactly what :meth:`sample` draws: for a sampler chain it does what
+        ``llama_sampler_sample`` does on the CPU (fill a candidate array with the logits,
+        ``llama_sampler_apply``, ``llama_sampler_accept`` the selected token), but on an
+        array it can read afterwards, which holds the final probabilities in the order
+        the dist sampler walked them. Costs about an n_vocab-sized pass or two per token.
+        """
+        trace.begin(None if self.params.greedy else self.seed,
+                    0.0 if self.params.greedy else self.params.temperature)
+        records = trace.records
+
+        def sample(ctx: LlamaContext, index: int) -> int:
+            tok, rec = self._sample_recorded(ctx, index)
+            records.append(rec)
+            return tok
+
+        return sample
+
+    def _sample_recorded(self, ctx: LlamaContext, index: int) -> tuple[int, TokenRecord]:
+        raw = ctx.logits(index)
+        n = raw.shape[0]
+        # the best TOP_N + 1 by raw logit: TOP_N are listed, the next bounds the rest
+        best = np.argpartition(raw, n - TOP_N - 1)[n - TOP_N - 1 :] if n > TOP_N + 1 else np.arange(n)
+        best = best[np.argsort(-raw[best], kind="stable")]
+        top = best[:TOP_N]
+        logit_rest = float(raw[best[TOP_N]]) if len(best) > TOP_N else -np.inf
+        if self._fast_greedy:
+            tok = int(np.argmax(raw))
+            m = float(raw[tok])
+            z = float(np.exp(raw - m, dtype=np.float32).sum(dtype=np.float64))
+            probs_top = np.exp(raw[top].astype(np.float64) - m) / z
+            return tok, TokenRecord(
+                token=tok,
+                logit=m,
+                prob=1.0 / z,
+                top_ids=tuple(int(t) for t in top),
+                top_logits=tuple(float(v) for v in raw[top]),
+                top_probs=tuple(float(v) for v in probs_top),
+                logit_rest=logit_rest,
+                prob_rest=float(np.exp(logit_rest - m) / z),
+                n_candidates=n,
+            )
+        L = lib()
+        cand = self._candidates
+        if cand is None:
+            cand = np.zeros(n, dtype=np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]))
+            self._candidates = cand
+        cand["id"] = np.arange(n, dtype=np.int32)
+        cand["logit"] = raw
+        cand["p"] = 0.0
+        arr = L.llama_token_data_array(
+            data=cand.ctypes.data_as(ctypes.POINTER(L.llama_token_data)),
+            size=n,
+            selected=-1,
+            sorted=False,
+        )
+        L.llama_sampler_apply(self._chain, ctypes.byref(arr))
+        size, sel = int(arr.size), int(arr.selected)
+        if not 0 <= sel < size:
+            raise RuntimeError(f"the sampler chain selected index {sel} of {size}")
+        # Samplers may move ``data`` (llama.h: "this pointer can be modified"): read it back.
+        buf = (L.llama_token_data * size).from_address(ctypes.addressof(arr.data.contents))
+        out = np.frombuffer(buf, dtype=cand.dtype, count=size)
+        tok = int(out["id"][sel])
+        L.llama_sampler_accept(self._chain, tok)
+        if self.params.greedy:
+            # greedy with penalties: the distribution is the softmax of the penalized logits
+            lg = out["logit"].astype(np.float64)
+            m = float(lg.max())
+            p = np.exp(lg - m)
+            p /= p.sum()
+        else:
+            p = out["p"].astype(np.float64)
+        ids = out["id"]
+        p_full = self._p_full
+        if p_full is None:
+            p_full = self._p_full = np.zeros(n, dtype=np.float64)
+        p_full[ids] = p
+        top_probs = p_full[top]
+        p_full[ids] = 0.0  # left all-zero for the next position: O(candidates), not O(n_vocab)
+        unlisted = ~np.isin(ids, top)
+        draw_low = draw_high = None
+        if not self.params.greedy:
+            draw_low = float(p[:sel].sum())
+            draw_high = draw_low + float(p[sel])
+        return tok, TokenRecord(
+            token=tok,
+            logit=float(raw[tok]),
+            prob=float(p[sel]),
+            top_ids=tuple(int(t) for t in top),
+            top_logits=tuple(float(v) for v in raw[top]),
+            top_probs=tuple(float(v) for v in top_probs),
+            logit_rest=logit_rest,
+            prob_rest=float(p[unlisted].max()) if unlisted.any() else 0.0,
+            n_candidates=int(np.count_nonzero(p)),
+            draw_low=draw_low,
+            draw_high=draw_high,
+        )
 
     def close(self) -> None:
         if self._chain is not None:

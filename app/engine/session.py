@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from app.catalog.model_file import model_entry_path
 from app.catalog.pairing import PairResult, check_pair
 from app.engine.chat import ChatFormat, ChatMessage
+from app.engine.divergence import SamplingTrace
 from app.engine.drafters import (
     Drafter,
     DraftModelDrafter,
@@ -67,6 +68,14 @@ from app.errors import (
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 
 log = logging.getLogger(__name__)
+
+#: Deliberate bugs that tests inject (``Session._fault``) to show that the divergence
+#: check calls them suspect (issue 8). ``keep-rejected-kv``: after a rejection the
+#: rejected draft tokens stay in the target's KV cache and the positions move past them,
+#: so the model attends to tokens that are not in the text (a stale cache after a
+#: rollback). ``extra-draw``: after a rejection the sampler also samples the next batch
+#: position and throws the token away, so every later draw is one step out of line.
+EngineFault = Literal["keep-rejected-kv", "extra-draw"]
 
 
 def max_threads() -> int:
@@ -234,6 +243,8 @@ class Session:
         elif config.n_gpu_layers is not None and config.n_gpu_layers >= 0:
             self.n_gpu_layers = min(config.n_gpu_layers, target.n_layer)
         self.rollback_supported = not target.is_recurrent
+        #: tests only: a deliberate bug in the loop (:data:`EngineFault`); never set otherwise
+        self._fault: EngineFault | None = None
 
     # -- loading --------------------------------------------------------------------
     @classmethod
@@ -551,11 +562,16 @@ class Session:
         *,
         stats_interval: float = 0.1,
         clock: Callable[[], float] = time.perf_counter,
+        trace: SamplingTrace | None = None,
     ) -> Iterator[Event]:
         """Generate a reply to ``prompt`` (token ids, starting with BOS where the model adds one).
 
         Yields :class:`TextDelta` as text becomes final, :class:`StatsUpdate` at most every
         ``stats_interval`` seconds, and exactly one :class:`Finished` last.
+
+        ``trace``: when given, every sampled position is recorded in it (what the sampler
+        drew from and chose, :mod:`app.engine.divergence`), for comparing this run with
+        another; it costs time per token, so only comparisons pass one.
 
         Raises:
             ContextOverflowError: the prompt does not fit in the context window.
@@ -574,7 +590,7 @@ class Session:
                 )
             self._busy = True
         try:
-            yield from self._generate(prompt, sampling, spec, cancel, stats_interval, clock)
+            yield from self._generate(prompt, sampling, spec, cancel, stats_interval, clock, trace)
         finally:
             self._busy = False
 
@@ -586,6 +602,7 @@ class Session:
         cancel: threading.Event | None,
         stats_interval: float,
         clock: Callable[[], float],
+        trace: SamplingTrace | None,
     ) -> Iterator[Event]:
         t0 = clock()
         model, ctx = self.target, self.ctx
@@ -602,6 +619,9 @@ class Session:
             prefill_tokens = self._sync_prefix(prompt[:-1], cancel)
             sampler = TargetSampler(model, sampling)
             sampler.accept_prompt(prompt)
+            # chosen once: without a trace the loop calls the plain sampler, nothing more
+            sample = sampler.sample if trace is None else sampler.traced(trace)
+            fault = self._fault
             policy: DraftLengthPolicy | None = None
             if drafter is not None:
                 policy = self._policies.get(drafter.kind)
@@ -705,7 +725,7 @@ class Session:
                     n_acc = 0  # drafts that matched: their KV entries stay
                     n_verified = n_counted = 0
                     for i in range(len(batch)):
-                        tok = sampler.sample(ctx, i)
+                        tok = sample(ctx, i)
                         is_draft = i < len(drafts)
                         match = is_draft and tok == drafts[i]
                         if match:
@@ -739,6 +759,8 @@ class Session:
                             reason = "length"
                             break
                         if not match:
+                            if fault == "extra-draw" and i + 1 < len(batch):
+                                sampler.sample(ctx, i + 1)  # the injected bug: one draw too many
                             break
                     dt = clock() - tt
                     target_time += dt
@@ -750,6 +772,8 @@ class Session:
                         del self._target_step_samples[:-64]
                     # Keep [last token + accepted drafts]; drop the rejected positions.
                     n_keep = 1 + n_acc
+                    if fault == "keep-rejected-kv" and len(batch) > n_keep:
+                        n_keep = len(batch)  # the injected bug: rejected tokens stay cached
                     if len(batch) > n_keep and not ctx.seq_rm(n_past + n_keep, -1):
                         # Should not happen (recurrent models never draft); stay correct.
                         log.warning("KV cache refused a partial removal; re-evaluating")
