@@ -245,6 +245,12 @@ class LlamaModel:
         from ``{arch}.attention.key_length``/``value_length`` or n_embd / n_head. Sliding-
         window layers need less, so for such models this overestimates.
         """
+        k, v = self.head_dims()
+        return self.n_layer * n_ctx * max(1, self.n_head_kv) * (k + v) * 2
+
+    def head_dims(self) -> tuple[int, int]:
+        """(key, value) size of one attention head: ``{arch}.attention.key_length`` and
+        ``value_length``, else n_embd / n_head."""
         arch = self.meta("general.architecture") or ""
         default = self.n_embd // max(1, self.n_head)
 
@@ -255,7 +261,7 @@ class LlamaModel:
             except ValueError:
                 return default
 
-        return self.n_layer * n_ctx * max(1, self.n_head_kv) * (dim("key_length") + dim("value_length")) * 2
+        return dim("key_length"), dim("value_length")
 
     @property
     def name(self) -> str:

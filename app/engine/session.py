@@ -44,6 +44,7 @@ from app.engine.drafters import (
     common_prefix_length,
 )
 from app.engine.events import Event, Finished, FinishReason, StatsUpdate, TextDelta
+from app.engine.exact import EXACT_CONTEXT, EXACT_KV_BLOCK, exact_blockers
 from app.engine.llama import (
     VOCAB_TYPE_NAMES,
     DecodeAborted,
@@ -97,6 +98,10 @@ class SessionConfig(BaseModel):
 
     ``n_gpu_layers`` None: all layers on the GPU when the build supports offload, else 0.
     ``n_threads`` None: :func:`default_threads`.
+    ``exact_verification``: compute verification batches bit for bit like one-token
+    passes, so speculation never changes the output (flash attention on, a Q8_0 KV
+    cache, no weight repacking; the target's weights must be Q4_1 or Q5_1, CPU backend:
+    :mod:`app.engine.exact`). Otherwise a note says why it is not exact.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -108,6 +113,7 @@ class SessionConfig(BaseModel):
     n_gpu_layers: int | None = None
     n_threads: int | None = Field(None, ge=1)
     use_mmap: bool = True
+    exact_verification: bool = False
 
     @field_validator("n_threads")
     @classmethod
@@ -120,6 +126,26 @@ class SessionConfig(BaseModel):
                 f"threads, so at most {max_threads()} are allowed"
             )
         return v
+
+
+def _exact_possible(config: SessionConfig, notes: list[str]) -> bool:
+    """Whether exact verification holds for this target here; a note says why not."""
+    on_gpu = config.n_gpu_layers != 0 and supports_gpu_offload()
+    blockers = exact_blockers(config.target_path)
+    name = Path(config.target_path).name
+    if blockers:
+        notes.append(
+            f"Exact verification needs a model whose weights are all Q4_1 or Q5_1; {name} has "
+            f"{', '.join(blockers)} weights, whose CPU kernels change with the batch size, so "
+            "speculative output can still part from plain decoding at near-ties. Convert it "
+            f"with: python -m app.engine.exact {name} <new file> Q5_1"
+        )
+    if on_gpu:
+        notes.append(
+            "Exact verification is measured on the CPU backend only; with layers on the GPU "
+            "speculative output can part from plain decoding at near-ties."
+        )
+    return not blockers and not on_gpu
 
 
 def physical_memory_bytes() -> int | None:
@@ -243,6 +269,8 @@ class Session:
         elif config.n_gpu_layers is not None and config.n_gpu_layers >= 0:
             self.n_gpu_layers = min(config.n_gpu_layers, target.n_layer)
         self.rollback_supported = not target.is_recurrent
+        #: whether verification is batch-invariant here (see SessionConfig.exact_verification)
+        self.exact_verification = False
         #: tests only: a deliberate bug in the loop (:data:`EngineFault`); never set otherwise
         self._fault: EngineFault | None = None
 
@@ -271,26 +299,39 @@ class Session:
         target_path, part_note = model_entry_path(config.target_path)
         probe_model(target_path, n_gpu_layers=config.n_gpu_layers,
                     should_stop=lambda: progress is not None and not progress(0.0))
+        notes: list[str] = [part_note] if part_note else []
+        # exact settings only where they make verification exact (a Q8_0 cache otherwise
+        # changes the numerics for nothing)
+        exact = config.exact_verification and _exact_possible(config, notes)
         target = LlamaModel(
             target_path,
             n_gpu_layers=config.n_gpu_layers,
             use_mmap=config.use_mmap,
             progress=target_progress,
+            use_extra_bufts=not exact,
         )
-        notes: list[str] = [part_note] if part_note else []
         try:
             n_ctx = _checked_context_length(target, config, notes)
+            if exact and any(d % EXACT_KV_BLOCK for d in target.head_dims()):
+                exact = False
+                notes.append(
+                    f"Exact verification needs attention heads whose size is a multiple of "
+                    f"{EXACT_KV_BLOCK} (for its Q8_0 KV cache); this model's are "
+                    f"{'/'.join(map(str, target.head_dims()))}."
+                )
             ctx = LlamaContext(
                 target,
                 n_ctx=n_ctx,
                 n_batch=config.n_batch,
                 n_threads=config.n_threads or default_threads(),
+                **(EXACT_CONTEXT if exact else {}),
             )
         except BaseException:
             target.close()
             raise
         try:
             session = cls(config, target, ctx)
+            session.exact_verification = exact
             session.notes.extend(notes)
             session._calibrate_target_step()
         except BaseException:

@@ -1,0 +1,67 @@
+"""Exact verification (app/engine/exact.py): which weights allow it, converting a model,
+and that a session asked for it either provides it or says why not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.engine.exact import exact_blockers, requantize, weight_types
+from app.engine.session import Session, SessionConfig
+from app.errors import ModelLoadError
+from tests.synthetic import write_tiny_llama
+
+
+def test_f32_weights_block_exact_verification(tiny_target: Path) -> None:
+    counts = weight_types(tiny_target)
+    assert set(counts) == {"F32"} and counts["F32"] > 0
+    assert exact_blockers(tiny_target) == ["F32"]
+
+
+def test_requantized_copy_allows_it_and_the_session_uses_it(tmp_path: Path) -> None:
+    src = write_tiny_llama(tmp_path / "tiny-h32.gguf", n_head=2)  # Q8_0 KV needs heads of 32k
+    dst = tmp_path / "tiny-q5_1.gguf"
+    requantize(src, dst, "Q5_1")
+    assert dst.is_file() and not (tmp_path / "tiny-q5_1.gguf.partial").exists()
+    assert set(weight_types(dst)) == {"Q5_1"} and exact_blockers(dst) == []
+    with Session.open(SessionConfig(target_path=dst, n_ctx=128, n_threads=2, n_gpu_layers=0,
+                                    exact_verification=True)) as s:
+        assert s.exact_verification is True
+        assert not any("Exact verification" in n for n in s.notes)
+    q4 = tmp_path / "tiny-q4_1.gguf"
+    requantize(src, q4, "Q4_1")
+    assert set(weight_types(q4)) == {"Q4_1"}
+    with Session.open(SessionConfig(target_path=q4, n_ctx=128, n_threads=2, n_gpu_layers=0,
+                                    exact_verification=True)) as s:
+        assert s.exact_verification is True
+
+
+def test_heads_too_small_for_a_q8_0_cache_get_a_note(tiny_target: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "tiny-h16-q5_1.gguf"
+    requantize(tiny_target, dst, "Q5_1")  # 4 heads of 16
+    with Session.open(SessionConfig(target_path=dst, n_ctx=128, n_threads=2, n_gpu_layers=0,
+                                    exact_verification=True)) as s:
+        assert s.exact_verification is False
+        assert any("multiple of 32" in n for n in s.notes)
+
+
+def test_a_model_that_cannot_be_exact_gets_a_note(tiny_target: Path) -> None:
+    with Session.open(SessionConfig(target_path=tiny_target, n_ctx=128, n_threads=2, n_gpu_layers=0,
+                                    exact_verification=True)) as s:
+        assert s.exact_verification is False
+        assert any("Q4_1 or Q5_1" in n and "F32" in n for n in s.notes)
+    with Session.open(SessionConfig(target_path=tiny_target, n_ctx=128, n_threads=2)) as s:
+        assert s.exact_verification is False and not any("Exact" in n for n in s.notes)
+
+
+def test_requantize_errors(tiny_target: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        requantize(tiny_target, tmp_path / "x.gguf", "Q4_K")
+    with pytest.raises(ModelLoadError):
+        requantize(tmp_path / "missing.gguf", tmp_path / "x.gguf")
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(ModelLoadError):
+        requantize(junk, tmp_path / "y.gguf")
+    assert not (tmp_path / "y.gguf").exists() and not (tmp_path / "y.gguf.partial").exists()
