@@ -108,7 +108,8 @@ def requantize(src: Path, dst: Path, kind: str = "Q5_1", *, threads: int | None 
     if threads:
         argv.append(str(threads))
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=REQUANTIZE_TIMEOUT_S)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=REQUANTIZE_TIMEOUT_S,
+                              check=False)
     except subprocess.TimeoutExpired as exc:
         partial.unlink(missing_ok=True)
         raise ModelLoadError(f"Converting {src.name} took longer than {REQUANTIZE_TIMEOUT_S:.0f} s.") from exc
