@@ -94,6 +94,11 @@ CONFIGS: list[tuple[str, list[str], dict[str, str]]] = [
     ("Q4_K_M repack off, FA off", ["--model", "Q4_K_M", "--no-repack", "--flash-attn", "off"], {}),
     ("Q4_K_M repack off, tiled K-quant matmul off (env)", ["--model", "Q4_K_M", "--no-repack"],
      {"GGML_CPU_TILED_MM": "0"}),
+    ("Q4_K_M repack off, tiled off (env), long prompt", ["--model", "Q4_K_M", "--no-repack", "--long"],
+     {"GGML_CPU_TILED_MM": "0"}),
+    ("Q4_K_M repack off, tiled off (env), KV Q8_0, FA on, long prompt",
+     ["--model", "Q4_K_M", "--no-repack", "--kv-type", "q8_0", "--flash-attn", "on", "--long"],
+     {"GGML_CPU_TILED_MM": "0"}),
     ("Q4_K_M n_ubatch 1", ["--model", "Q4_K_M", "--ubatch", "1"], {}),
     ("Q4_K_M 1 thread", ["--model", "Q4_K_M", "--threads", "1"], {}),
     ("Q4_K_M repack off, KV Q8_0, FA on", ["--model", "Q4_K_M", "--no-repack", "--kv-type", "q8_0",
@@ -123,6 +128,7 @@ def model_path(name: str) -> Path:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--all", action="store_true")
+    ap.add_argument("--only", default=None, help="with --all: only configurations whose label contains this")
     ap.add_argument("--model", default="Q4_K_M", help="Q4_K_M, F32, F16, Q8_0, Q5_1, Q4_1 or a .gguf path")
     ap.add_argument("--no-repack", action="store_true")
     ap.add_argument("--flash-attn", choices=sorted(FLASH), default="auto")
@@ -140,6 +146,8 @@ def main() -> int:
         return 0
     rows = []
     for label, argv, env in CONFIGS:
+        if args.only and args.only not in label:
+            continue
         path = model_path(argv[1])
         if not path.is_file():
             print(f"| {label} | (missing {path.name}; see docs/proof.md to make it) |")

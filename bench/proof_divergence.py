@@ -175,8 +175,12 @@ def _stats(v: list[float]) -> dict[str, float | int | None]:
     if not v:
         return {"n": 0, "max": None, "p99": None, "median": None}
     s = sorted(v)
-    return {"n": len(s), "max": s[-1], "p99": s[min(len(s) - 1, int(0.99 * len(s)))],
-            "median": statistics.median(s)}
+    out: dict[str, float | int | None] = {
+        "n": len(s), "max": s[-1], "p99": s[min(len(s) - 1, int(0.99 * len(s)))],
+        "p999": s[min(len(s) - 1, int(0.999 * len(s)))], "median": statistics.median(s)}
+    for t in (0.5, 1.0, 1.5, 2.0):
+        out[f"above_{t:g}"] = sum(1 for x in s if x > t)
+    return out
 
 
 def summary(rows: list[dict[str, Any]], temps: list[float], ks: list[int],
@@ -204,7 +208,8 @@ def summary(rows: list[dict[str, Any]], temps: list[float], ks: list[int],
         s = _stats(v)
         if s["n"]:
             lines.append(f"agreeing positions, T={t}: n={s['n']} shift median {s['median']:.4f} "
-                         f"p99 {s['p99']:.4f} max {s['max']:.4f}")
+                         f"p99 {s['p99']:.4f} p99.9 {s['p999']:.4f} max {s['max']:.4f}; above "
+                         f"0.5/1/1.5/2: {s['above_0.5']}/{s['above_1']}/{s['above_1.5']}/{s['above_2']}")
     return "\n".join(lines)
 
 

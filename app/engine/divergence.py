@@ -43,7 +43,7 @@ TOP_N = 32
 #: The largest change between the runs of the two parting tokens' raw logit difference
 #: (logit units, before temperature) that still counts as floating-point noise between
 #: batch sizes. docs/proof.md gives the measurements behind it.
-NEAR_TIE_LOGIT_SHIFT = 1.0
+NEAR_TIE_LOGIT_SHIFT = 1.5
 
 #: Slack for comparing a replayed uniform with a recorded cumulative probability: the
 #: recorded probabilities are float32 and re-summed here in another order (≈ 1e-7).

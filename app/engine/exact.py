@@ -1,18 +1,23 @@
 """Exact verification: a CPU configuration in which a verification batch is computed bit
 for bit like one-token passes, so speculation's output equals plain decoding exactly.
 
-Why outputs part otherwise (ggml-cpu in the vendored llama.cpp, docs/proof.md): a
-matrix product over more than one token takes other kernels than over one token —
-llamafile's tinyBLAS for F32/F16/BF16/Q8_0/Q4_0/Q5_0/IQ4_NL weights (``n ≥ 2``), the
-repacked gemm for Q4_0/Q4_K/Q5_K/Q6_K/IQ4_NL/Q8_0 (weight repacking), the tiled K-quant
-kernel (``n ≥ 8``) — and flash attention over an F16/F32 KV cache splits the cache across
-threads for one query once it holds 512 cells. Each sums in another order; activations
-are then re-quantized to 8 bits, which turns last-bit differences into whole
-quantization steps. What stays on the per-row ``vec_dot`` kernels at every batch size:
-weights in Q4_1 or Q5_1 (no tinyBLAS, repack or tiled kernel for them), flash attention
-on, and a quantized (Q8_0) KV cache. Measured bit-identical on Gemma 3 270M
-(bench/batch_invariance.py) and token-identical over builtin:code at k = 1..8
-(bench/proof_divergence.py).
+Why outputs part otherwise (ggml-cpu in the vendored llama.cpp, docs/proof.md): the
+matrix kernels change with the number of tokens in a pass — weight repacking (Q4_0,
+Q4_K, Q5_K, Q6_K, IQ4_NL, Q8_0) has a gemm for ≥ 4 rows and a gemv for fewer; the tiled
+K-quant kernel takes batches of ≥ 8; llamafile's tinyBLAS takes ≥ 2 (bit-identical to
+the one-token ``vec_dot`` for the Q5_0 and Q8_0 weights measured, not for F16/F32); flash
+attention over an F16/F32 KV cache splits the cache across threads for a single query
+once it holds 512 cells; attention without flash attention goes through tinyBLAS. Each
+sums in another order, and activations are re-quantized to 8 bits before the next
+product, which turns last-bit differences into whole quantization steps.
+
+Exact verification therefore loads with weight repacking off, flash attention on and a
+Q8_0 KV cache, and needs weights whose kernels do not change with the batch size: Q4_1,
+Q5_1, Q5_0 and Q8_0 always; Q4_K and Q6_K only with the tiled kernel off
+(``GGML_CPU_TILED_MM=0`` in the environment before the process starts). Measured
+bit-identical on Gemma 3 270M (bench/batch_invariance.py; x86-64 AVX2 portable build) and
+token-identical over builtin:code at k = 1..8 (bench/proof_divergence.py). Other types
+(F16, F32, BF16, unmeasured quantizations) and GPU backends are not claimed.
 
 This module says whether a GGUF's weights allow it (:func:`exact_blockers`), what to
 load with (:data:`EXACT_CONTEXT`), and converts a model (:func:`requantize`, in a child
@@ -28,8 +33,11 @@ from pathlib import Path
 
 from app.errors import ModelLoadError
 
-#: Weight types measured batch-invariant on the CPU backend (docs/proof.md).
-EXACT_WEIGHT_TYPES: frozenset[str] = frozenset({"Q4_1", "Q5_1"})
+#: Weight types measured batch-invariant on the CPU backend, repacking off (docs/proof.md).
+EXACT_WEIGHT_TYPES: frozenset[str] = frozenset({"Q4_1", "Q5_1", "Q5_0", "Q8_0"})
+
+#: Weight types measured batch-invariant when the tiled K-quant kernel is off as well.
+EXACT_WEIGHT_TYPES_TILED_OFF: frozenset[str] = EXACT_WEIGHT_TYPES | {"Q4_K", "Q6_K"}
 
 #: Context settings of exact verification: flash attention on (``LLAMA_FLASH_ATTN_TYPE_
 #: ENABLED``), K and V cache in Q8_0 (``GGML_TYPE_Q8_0`` = 8). Weight repacking is off too.
@@ -80,10 +88,16 @@ def weight_types(path: str | os.PathLike[str]) -> dict[str, int]:
     return counts
 
 
-def exact_blockers(path: str | os.PathLike[str]) -> list[str]:
+def exact_blockers(path: str | os.PathLike[str], *, tiled_off: bool = False) -> list[str]:
     """The weight types of ``path`` that make verification batch-dependent (sorted);
-    empty when exact verification is possible."""
-    return sorted(t for t in weight_types(path) if t not in EXACT_WEIGHT_TYPES)
+    empty when exact verification is possible.
+
+    Args:
+        tiled_off: the tiled K-quant kernel is off in this process
+            (:func:`app.engine.llama.tiled_kquant_matmul_disabled`).
+    """
+    ok = EXACT_WEIGHT_TYPES_TILED_OFF if tiled_off else EXACT_WEIGHT_TYPES
+    return sorted(t for t in weight_types(path) if t not in ok)
 
 
 def requantize(src: Path, dst: Path, kind: str = "Q5_1", *, threads: int | None = None) -> None:

@@ -31,6 +31,9 @@ _lib: ModuleType | None = None
 _lib_lock = threading.Lock()
 _log_callback: Any = None  # kept alive for the life of the process
 _recent_native_errors: list[str] = []
+#: ``GGML_CPU_TILED_MM`` as it was when llama.cpp was first imported: ggml reads it once,
+#: at its first matrix product, so later changes to the environment do not count.
+_tiled_mm_env: str | None = None
 
 #: llama.cpp's vocabulary types (``enum llama_vocab_type`` in llama.h).
 VOCAB_TYPE_NAMES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
@@ -46,12 +49,13 @@ def lib() -> ModuleType:
     Raises:
         ModelLoadError: llama-cpp-python is not installed or its library cannot load.
     """
-    global _lib, _log_callback
+    global _lib, _log_callback, _tiled_mm_env
     if _lib is not None:
         return _lib
     with _lib_lock:
         if _lib is not None:
             return _lib
+        _tiled_mm_env = os.environ.get("GGML_CPU_TILED_MM")
         try:
             import llama_cpp
         except Exception as exc:  # ImportError, or OSError from a broken shared library
@@ -73,6 +77,17 @@ def lib() -> ModuleType:
         llama_cpp.llama_backend_init()
         _lib = llama_cpp
         return _lib
+
+
+def tiled_kquant_matmul_disabled() -> bool:
+    """Whether ggml-cpu's tiled K-quant matrix kernel (taken for batches of ≥ 8 tokens)
+    is switched off in this process: ``GGML_CPU_TILED_MM=0`` was set before llama.cpp was
+    first used (ggml-cpu/tiled/tiled.cpp reads it once)."""
+    lib()
+    try:
+        return _tiled_mm_env is not None and int(_tiled_mm_env) == 0
+    except ValueError:
+        return False
 
 
 def supports_gpu_offload() -> bool:

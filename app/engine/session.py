@@ -52,6 +52,7 @@ from app.engine.llama import (
     LlamaModel,
     ProgressCallback,
     supports_gpu_offload,
+    tiled_kquant_matmul_disabled,
 )
 from app.engine.policy import DraftLengthPolicy, PassTimes
 from app.engine.probe import probe_model
@@ -100,8 +101,9 @@ class SessionConfig(BaseModel):
     ``n_threads`` None: :func:`default_threads`.
     ``exact_verification``: compute verification batches bit for bit like one-token
     passes, so speculation never changes the output (flash attention on, a Q8_0 KV
-    cache, no weight repacking; the target's weights must be Q4_1 or Q5_1, CPU backend:
-    :mod:`app.engine.exact`). Otherwise a note says why it is not exact.
+    cache, no weight repacking; CPU backend, weights of the types in
+    :mod:`app.engine.exact`). Where that is not possible a note says why and llama.cpp's
+    defaults are kept.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -131,14 +133,18 @@ class SessionConfig(BaseModel):
 def _exact_possible(config: SessionConfig, notes: list[str]) -> bool:
     """Whether exact verification holds for this target here; a note says why not."""
     on_gpu = config.n_gpu_layers != 0 and supports_gpu_offload()
-    blockers = exact_blockers(config.target_path)
+    tiled_off = tiled_kquant_matmul_disabled()
+    blockers = exact_blockers(config.target_path, tiled_off=tiled_off)
     name = Path(config.target_path).name
     if blockers:
+        kquant = not tiled_off and not set(blockers) - {"Q4_K", "Q6_K"}
         notes.append(
-            f"Exact verification needs a model whose weights are all Q4_1 or Q5_1; {name} has "
-            f"{', '.join(blockers)} weights, whose CPU kernels change with the batch size, so "
-            "speculative output can still part from plain decoding at near-ties. Convert it "
-            f"with: python -m app.engine.exact {name} <new file> Q5_1"
+            f"Exact verification needs weights whose CPU kernels do not change with the batch "
+            f"size; {name} has {', '.join(blockers)} weights, so speculative output can still "
+            "part from plain decoding at near-ties. "
+            + ("Start Tandem with GGML_CPU_TILED_MM=0 for them, or convert the model"
+               if kquant else "Convert the model")
+            + f": python -m app.engine.exact {name} <new file> Q5_1"
         )
     if on_gpu:
         notes.append(

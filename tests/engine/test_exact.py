@@ -3,6 +3,9 @@ and that a session asked for it either provides it or says why not."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,8 @@ from app.engine.exact import exact_blockers, requantize, weight_types
 from app.engine.session import Session, SessionConfig
 from app.errors import ModelLoadError
 from tests.synthetic import write_tiny_llama
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_f32_weights_block_exact_verification(tiny_target: Path) -> None:
@@ -50,7 +55,7 @@ def test_a_model_that_cannot_be_exact_gets_a_note(tiny_target: Path) -> None:
     with Session.open(SessionConfig(target_path=tiny_target, n_ctx=128, n_threads=2, n_gpu_layers=0,
                                     exact_verification=True)) as s:
         assert s.exact_verification is False
-        assert any("Q4_1 or Q5_1" in n and "F32" in n for n in s.notes)
+        assert any("F32 weights" in n and "python -m app.engine.exact" in n for n in s.notes)
     with Session.open(SessionConfig(target_path=tiny_target, n_ctx=128, n_threads=2)) as s:
         assert s.exact_verification is False and not any("Exact" in n for n in s.notes)
 
@@ -65,3 +70,30 @@ def test_requantize_errors(tiny_target: Path, tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError):
         requantize(junk, tmp_path / "y.gguf")
     assert not (tmp_path / "y.gguf").exists() and not (tmp_path / "y.gguf.partial").exists()
+
+
+@pytest.mark.slow
+def test_gemma_q4_k_m_needs_the_tiled_kernel_off(gemma_path: Path) -> None:
+    assert set(weight_types(gemma_path)) == {"Q4_K", "Q5_0", "Q6_K", "Q8_0"}
+    assert exact_blockers(gemma_path) == ["Q4_K", "Q6_K"]
+    assert exact_blockers(gemma_path, tiled_off=True) == []
+
+
+@pytest.mark.slow
+def test_with_the_tiled_kernel_off_at_start_gemma_q4_k_m_is_exact(gemma_path: Path) -> None:
+    code = (
+        "import sys; from pathlib import Path; from app.engine.session import Session, SessionConfig\n"
+        "s = Session.open(SessionConfig(target_path=Path(sys.argv[1]), n_ctx=256, n_threads=2,"
+        " n_gpu_layers=0, exact_verification=True))\n"
+        "print(s.exact_verification, len(s.notes)); s.close()\n"
+    )
+    out = {}
+    for env in ("0", None):
+        e = {k: v for k, v in os.environ.items() if k != "GGML_CPU_TILED_MM"}
+        if env is not None:
+            e["GGML_CPU_TILED_MM"] = env
+        proc = subprocess.run([sys.executable, "-c", code, str(gemma_path)], capture_output=True,
+                              text=True, env=e, cwd=REPO, check=True, timeout=600)
+        out[env] = proc.stdout.split()
+    assert out["0"] == ["True", "0"]
+    assert out[None][0] == "False"
