@@ -26,8 +26,8 @@ from pathlib import Path
 import _common  # puts the repo on sys.path
 import numpy as np
 
-from app.engine.bench import load_prompts, prepare_prompt
 from app.engine.llama import LlamaContext, LlamaModel
+from app.engine.measure.prompts import load_prompts, prepare_prompt
 from app.engine.session import Session, SessionConfig
 
 PROOF_MODELS = _common.REPO / ".cache" / "proof-models"

@@ -29,11 +29,11 @@ from typing import Any
 
 import _common  # puts the repo on sys.path
 
-from app.engine.bench import load_prompts, prepare_prompt
 from app.engine.divergence import SamplingTrace
 from app.engine.events import Finished
-from app.engine.sampling import SamplingParams
-from app.engine.session import Session, SessionConfig, SpeculationConfig
+from app.engine.measure.prompts import load_prompts, prepare_prompt
+from app.engine.session import Session, SessionConfig
+from app.options import SamplingParams, SpeculationConfig
 
 
 def decode_tps(session: Session, tokens: list[int], sampling: SamplingParams,

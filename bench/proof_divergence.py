@@ -31,12 +31,12 @@ from typing import Any
 
 import _common  # puts the repo on sys.path
 
-from app.engine.bench import load_prompts, prepare_prompt
 from app.engine.divergence import SamplingTrace, compare_traces
 from app.engine.events import Finished
 from app.engine.llama import LlamaContext, LlamaModel
-from app.engine.sampling import SamplingParams
-from app.engine.session import Session, SessionConfig, SpeculationConfig
+from app.engine.measure.prompts import load_prompts, prepare_prompt
+from app.engine.session import Session, SessionConfig
+from app.options import SamplingParams, SpeculationConfig
 
 GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
 FLASH = {"auto": -1, "off": 0, "on": 1}

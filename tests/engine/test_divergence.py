@@ -23,8 +23,8 @@ from app.engine.divergence import (
     dist_uniforms,
 )
 from app.engine.events import Finished
-from app.engine.sampling import SamplingParams
-from app.engine.session import Session, SessionConfig, SpeculationConfig
+from app.engine.session import Session, SessionConfig
+from app.options import SamplingParams, SpeculationConfig
 
 CPP_UNIFORMS = {
     5489: [0.1354770042967805, 0.8350085899945795, 0.96886777112423139, 0.2210340429827049],
