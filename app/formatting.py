@@ -8,6 +8,8 @@ or a duration the same way. Sizes use decimal units, as the Hugging Face Hub sho
 
 from __future__ import annotations
 
+from typing import Protocol
+
 #: What a figure that was not measured (or cannot be computed) is shown as.
 MISSING = "—"
 
@@ -56,3 +58,71 @@ def draft_length_words(k: int, adaptive: bool) -> str:
     """The draft length in words: ``k = 4``, or ``k ≤ 4 (adaptive)`` when the engine's
     cost-aware policy may draft fewer tokens per round."""
     return f"k ≤ {k} (adaptive)" if adaptive else f"k = {k}"
+
+
+class DivergenceLike(Protocol):
+    """The fields of :class:`app.engine.divergence.Divergence` the wording reads (this
+    module sits below the engine, so it names the shape, not the class)."""
+
+    verdict: str
+    reason: str
+    index: int | None
+    off_text: str | None
+    on_text: str | None
+    off_probs: tuple[float, float] | None
+    on_probs: tuple[float, float] | None
+    sampled: bool
+    logit_shift: float | None
+    threshold: float
+
+
+def percent(p: float) -> str:
+    """A probability for people: ``41 %``, ``2.5 %``, ``0.3 %``, ``< 0.1 %``."""
+    v = 100.0 * p
+    if v >= 9.95:
+        return f"{v:.0f} %"
+    if v >= 0.1:
+        return f"{v:.1f} %"
+    return "< 0.1 %" if v > 0 else "0 %"
+
+
+def token_words(text: str | None) -> str:
+    """A token's text in quotes with its spaces and newlines visible: ``' x'``, ``'\\n'``."""
+    return repr(text if text is not None else "")
+
+
+def divergence_words(d: DivergenceLike) -> str:
+    """The first difference of a plain and a speculative run, and the verdict, in words.
+
+    For example: "At token 14 plain decoding chose ' >' (27 %), speculation chose ' <'
+    (27 % in the plain run; 26 % and 28 % in the speculative run): a near-tie — the runs'
+    preference between the two moved by 0.08 logits, within the 1.5 that counts as a
+    floating-point difference between batch sizes." Sampled runs say "drew" and that both
+    drew the same random number. Probabilities are each run's final sampling
+    distribution. ``identical`` runs: "identical to plain decoding, token for token".
+    """
+    if d.verdict == "identical" or d.index is None or d.off_probs is None or d.on_probs is None:
+        return "identical to plain decoding, token for token"
+    chose = "drew" if d.sampled else "chose"
+    a, b = token_words(d.off_text), token_words(d.on_text)
+    head = (
+        f"At token {d.index + 1} plain decoding {chose} {a} ({percent(d.off_probs[0])}), "
+        f"speculation {chose} {b} ({percent(d.off_probs[1])} in the plain run; "
+        f"{percent(d.on_probs[0])} and {percent(d.on_probs[1])} in the speculative run)"
+    )
+    if d.sampled:
+        head += ", with the same random number"
+    shift = or_dash(d.logit_shift, ".2f")
+    if d.verdict == "near-tie":
+        return (f"{head}: a near-tie — the runs' preference between the two moved by {shift} "
+                f"logits, within the {d.threshold:g} that counts as a floating-point "
+                "difference between batch sizes.")
+    why = {
+        "logit-shift": (f"the runs' preference between the two moved by {shift} logits, more "
+                        f"than the {d.threshold:g} that counts as a floating-point difference "
+                        "between batch sizes"),
+        "unlisted-token": "one token was not among the other run's best candidates at all",
+        "draw-out-of-step": "a choice does not follow the random number both runs drew: the "
+                            "sampler is out of step",
+    }.get(d.reason, "the measurement does not fit a floating-point difference")
+    return f"{head}: suspect — {why}. Treat it as a bug until shown otherwise."

@@ -79,6 +79,41 @@ def test_generate_with_prompt_lookup_on_a_code_edit(gemma_path: Path) -> None:
     assert plain_out["stats"]["acceptance_rate"] is None
 
 
+@pytest.mark.slow
+def test_generate_compare_measures_the_first_difference(gemma_path: Path) -> None:
+    from app.engine.measure.prompts import load_prompts
+
+    # type-hints at k = 4, greedy, 40 tokens: parted from plain decoding when measured
+    text = next(p for p in load_prompts("builtin:code") if p.name == "type-hints").plain
+    r = cli("generate", "--model", str(gemma_path), "--prompt-lookup", "--fixed-k",
+            "--draft-max", "4", "--max-tokens", "40", "--threads", "2", "--compare", "--json",
+            text)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["off"]["stats"]["mode"] == "off" and out["on"]["stats"]["mode"] == "prompt-lookup"
+    if out["identical"]:
+        assert out["divergence"] is None and out["off"]["token_ids"] == out["on"]["token_ids"]
+    else:
+        d = out["divergence"]
+        assert set(d) == {"index", "off_token", "on_token", "off_text", "on_text",
+                          "off_probs", "on_probs", "verdict"}
+        i = d["index"]
+        assert out["off"]["token_ids"][:i] == out["on"]["token_ids"][:i]
+        assert out["off"]["token_ids"][i] == d["off_token"] != d["on_token"] == out["on"]["token_ids"][i]
+        assert all(0.0 <= p <= 1.0 for p in d["off_probs"] + d["on_probs"])
+        assert d["verdict"] == "near-tie", out["words"]  # never suspect on a sound engine
+        assert out["words"].startswith(f"At token {i + 1} plain decoding chose ")
+    words = cli("generate", "--model", str(gemma_path), "--prompt-lookup", "--fixed-k",
+                "--draft-max", "4", "--max-tokens", "40", "--threads", "2", "--compare", text)
+    assert words.returncode == 0, words.stderr
+    assert "--- speculation off ---" in words.stdout and "--- speculation on" in words.stdout
+    assert ("Identical" in words.stdout) == out["identical"]
+    if not out["identical"]:
+        assert out["words"] in words.stdout
+    bad = cli("generate", "--model", str(gemma_path), "--no-spec", "--compare", "x")
+    assert bad.returncode == 2 and "--compare" in bad.stderr
+
+
 def test_generate_streams_text_without_json(tiny_target: Path) -> None:
     r = cli("generate", "--model", str(tiny_target), "--max-tokens", "8", "hello")
     assert r.returncode == 0, r.stderr

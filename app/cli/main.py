@@ -3,7 +3,9 @@
 Subcommands:
 
 * ``generate``  — one reply from a target model, with or without speculation
-  (:mod:`app.engine`), streamed to stdout or printed as one JSON object.
+  (:mod:`app.engine`), streamed to stdout or printed as one JSON object; with
+  ``--compare`` the prompt is decoded with speculation off and then on, with one seed,
+  and the first difference is measured and said in words (:mod:`app.engine.divergence`).
 * ``models``    — list, inspect, pair-check and download GGUF models (:mod:`app.cli.models`).
 * ``bench``     — speculation off vs on, interleaved, with medians (:mod:`app.cli.bench`).
 * ``install-launcher`` / ``uninstall-launcher`` — the desktop launcher
@@ -64,6 +66,10 @@ def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--chat", action="store_true", help="wrap the prompt with the model's chat template")
     p.add_argument("--system", default=None, help="system prompt (with --chat)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
+    p.add_argument("--compare", action="store_true",
+                   help="decode the prompt with speculation off, then on (same seed), and "
+                        "say where the two replies first differ and whether that is a "
+                        "near-tie or suspect")
     p.set_defaults(handler=_run_generate)
 
 
@@ -74,6 +80,8 @@ def _run_generate(args: argparse.Namespace) -> int:
     from app.options import SamplingParams
 
     check_model_files(args)
+    if args.compare and args.no_spec:
+        raise TandemError("Invalid option: --compare needs speculation (drop --no-spec).")
     mode = drafter_mode(args, off=args.no_spec)
     try:
         PromptOptions(prompt=args.prompt, chat=args.chat, system=args.system)
@@ -101,6 +109,8 @@ def _run_generate(args: argparse.Namespace) -> int:
         with Session.open(config, progress=lambda _p: not cancel.is_set()) as session:
             for note in session.notes:
                 print(f"note: {note}", file=sys.stderr)
+            if args.compare:
+                return _compare(session, args, sampling, spec, cancel)
             result = _stream_reply(session, args, sampling, spec, cancel)
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -119,6 +129,29 @@ def _run_generate(args: argparse.Namespace) -> int:
         if result.note:
             print(result.note, file=sys.stderr)
         print(reply_stats_line(result), file=sys.stderr)
+    return 0
+
+
+def _compare(session: Any, args: argparse.Namespace, sampling: Any, spec: Any,
+             cancel: Any) -> int:
+    """``generate --compare``: the race of the window on the command line."""
+    from app.cli.report import compare_json, compare_text
+    from app.engine.chat import ChatMessage, tokenize_plain
+    from app.engine.measure.prompts import PreparedPrompt, prepare_chat
+    from app.engine.measure.race import run_race
+
+    if args.chat:
+        messages = [ChatMessage("system", args.system)] if args.system else []
+        messages.append(ChatMessage("user", args.prompt))
+        prompt = prepare_chat(session, messages)
+    else:
+        prompt = PreparedPrompt(tokens=tuple(tokenize_plain(session.target, args.prompt)))
+    result = run_race(session, prompt, sampling, spec, cancel)
+    if args.json:
+        json.dump(compare_json(result), sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(compare_text(result))
     return 0
 
 

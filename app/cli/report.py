@@ -13,15 +13,9 @@ from typing import Any
 
 from app.engine.events import Finished
 from app.engine.measure.bench import BenchReport
-from app.formatting import MISSING, or_dash
+from app.engine.measure.race import RaceResult
+from app.formatting import MISSING, divergence_words, or_dash
 from app.options import SpecMode
-
-#: Said under a benchmark in which some "on" run's tokens differ from "off".
-DIFFERS_FROM_OFF_NOTE = (
-    "Some outputs differ from 'off': the target verifies drafts in batches, and a batch is "
-    "computed with a different order of floating-point operations than one token, so at "
-    "a near-tie the target can pick the other token. Both are valid outputs of the target."
-)
 
 #: Said under a multi-turn benchmark (:mod:`app.engine.measure.multiturn`).
 MULTITURN_NOTE = (
@@ -33,7 +27,7 @@ MULTITURN_UNSHARED = "the suffix index stays empty."
 
 BENCH_HEADER = (
     "config", "runs", "decode tok/s", "lat p50 ms", "lat p95 ms", "TTFT ms",
-    "α", "τ", "c", "pred ×", "meas ×", "identical",
+    "α", "τ", "c", "pred ×", "meas ×", "identical", "near-tie", "suspect",
 )
 
 
@@ -58,13 +52,42 @@ def bench_rows(report: BenchReport) -> list[list[str]]:
             or_dash(s.predicted_speedup, ".2f"),
             or_dash(s.measured_speedup, ".2f"),
             f"{s.identical}/{s.compared}" if s.compared else MISSING,
+            str(s.near_tie) if s.compared else MISSING,
+            str(s.suspect) if s.compared else MISSING,
         ])
     return rows
 
 
+def comparison_note(report: BenchReport) -> str | None:
+    """The closing note: how many "on" runs were identical to their "off" run, and how
+    many of the others were measured as near-ties or are suspect; None without "on" runs."""
+    identical, near, suspect, compared = report.counts
+    if not compared:
+        return None
+    unmeasured = sum(s.unmeasured for s in report.summaries)
+    parts = [f"{identical} identical", f"{near} near-tie{'' if near == 1 else 's'}",
+             f"{suspect} suspect"]
+    if unmeasured:
+        parts.append(f"{unmeasured} not measured")
+    note = (f"Compared with plain decoding of the same prompt: {', '.join(parts)} "
+            f"(of {compared} runs).")
+    if near or suspect:
+        note += (" Each difference is measured at its first differing token from both runs' "
+                 "sampling distributions; near-tie and suspect are defined in docs/proof.md.")
+    if suspect:
+        note += " A suspect difference does not fit floating-point noise: treat it as a bug."
+    return note
+
+
+def divergence_lines(report: BenchReport) -> list[str]:
+    """One line per run that differs from its off run: where, which tokens, the verdict."""
+    return [f"{r.prompt_name} {r.label}: {divergence_words(r.divergence)}"
+            for r in report.records if r.divergence is not None]
+
+
 def bench_notes(report: BenchReport) -> list[str]:
-    """The engine's notes, then :data:`MULTITURN_NOTE`, what auto chose, and
-    :data:`DIFFERS_FROM_OFF_NOTE` where they apply."""
+    """The engine's notes, then :data:`MULTITURN_NOTE` and what auto chose where they
+    apply, then the comparison counts (:func:`comparison_note`)."""
     notes = list(report.notes)
     if report.settings.get("multiturn"):
         shared = report.settings.get("share_history", True)
@@ -78,8 +101,9 @@ def bench_notes(report: BenchReport) -> list[str]:
         worst = max(c.get("choose_s", 0.0) for c in choices)
         notes.append("auto chose: " + ", ".join(f"{k} ×{n}" for k, n in sorted(counts.items()))
                      + f" (deciding took up to {worst * 1000:.0f} ms, not in decode tok/s)")
-    if report.differs_from_off:
-        notes.append(DIFFERS_FROM_OFF_NOTE)
+    note = comparison_note(report)
+    if note is not None:
+        notes.append(note)
     return notes
 
 
@@ -107,6 +131,10 @@ def bench_markdown(report: BenchReport) -> str:
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines.append("")
     lines.append(_settings_line(report.settings))
+    diffs = divergence_lines(report)
+    if diffs:
+        lines.append("")
+        lines += [f"- {d}" for d in diffs]
     for n in bench_notes(report):
         lines.append("")
         lines.append(f"> {n}")
@@ -126,6 +154,10 @@ def bench_text(report: BenchReport) -> str:
     lines = [fmt_row(header)] + [fmt_row(r) for r in rows]
     lines.append("")
     lines.append(_settings_line(report.settings))
+    diffs = divergence_lines(report)
+    if diffs:
+        lines.append("")
+        lines += diffs
     lines += bench_notes(report)
     return "\n".join(lines) + "\n"
 
@@ -147,3 +179,40 @@ def reply_stats_line(result: Finished) -> str:
             f"predicted {or_dash(s.predicted_speedup, '.2f', '×')}",
         ]
     return " · ".join(parts)
+
+
+def compare_text(result: RaceResult) -> str:
+    """``generate --compare``: both replies, then where they first differ in words."""
+    lines = ["--- speculation off ---", result.off.text, "",
+             f"--- speculation on ({result.on.mode.words}, k = {result.on.draft_max}) ---",
+             result.on.text, ""]
+    if result.cancelled:
+        lines.append("Stopped before both runs finished: nothing was compared.")
+    elif result.identical:
+        lines.append(f"Identical: both runs produced the same {len(result.off.token_ids)} "
+                     f"tokens (seed {result.seed}, temperature {result.temperature:g}).")
+    elif result.divergence is None:
+        lines.append(f"The replies differ from token {(result.first_difference or 0) + 1} "
+                     "on; the difference could not be measured.")
+    else:
+        lines.append(divergence_words(result.divergence))
+    return "\n".join(lines) + "\n"
+
+
+def compare_json(result: RaceResult) -> dict[str, Any]:
+    """``generate --compare --json``: both runs, and ``divergence`` as in ``bench --json``
+    (null when identical) with its evidence."""
+    d = result.divergence
+    return {
+        "seed": result.seed,
+        "temperature": result.temperature,
+        "identical": result.identical,
+        "cancelled": result.cancelled,
+        "divergence": d.to_dict() if d is not None else None,
+        "divergence_evidence": d.evidence() if d is not None else None,
+        "words": divergence_words(d) if d is not None else None,
+        "off": {"text": result.off.text, "token_ids": list(result.off.token_ids),
+                "stats": result.off.stats.to_dict()},
+        "on": {"text": result.on.text, "token_ids": list(result.on.token_ids),
+               "stats": result.on.stats.to_dict()},
+    }

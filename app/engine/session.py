@@ -767,9 +767,7 @@ class Session:
                     batch = [history[-1], *drafts]
                     tt = clock()
                     ctx.decode(batch, n_past, logits="all")
-                    rounds += 1
-                    proposed += len(drafts)
-                    draft_rounds += 1 if drafts else 0
+                    n_emitted_before = len(emitted)
                     n_acc = 0  # drafts that matched: their KV entries stay
                     n_verified = n_counted = 0
                     for i in range(len(batch)):
@@ -810,6 +808,13 @@ class Session:
                             if fault == "extra-draw" and i + 1 < len(batch):
                                 sampler.sample(ctx, i + 1)  # the injected bug: one draw too many
                             break
+                    proposed += len(drafts)
+                    if len(emitted) > n_emitted_before:
+                        # A pass that only sampled the end-of-generation token emitted
+                        # nothing: it is no round, drafting or plain (τ = emitted /
+                        # rounds stays ≥ 1); its drafts were proposed but never verified.
+                        rounds += 1
+                        draft_rounds += 1 if drafts else 0
                     dt = clock() - tt
                     target_time += dt
                     self._pass_times.observe(len(batch), dt)

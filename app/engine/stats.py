@@ -159,10 +159,12 @@ class SpecStats:
 
     Counting rules (all exact):
 
-    * ``rounds``: target verification passes in the decode phase, one per round; a
-      round is one draft phase plus one target pass over [last token + drafts].
+    * ``rounds``: target verification passes in the decode phase that emitted at least
+      one token, one per round; a round is one draft phase plus one target pass over
+      [last token + drafts]. The final pass whose first sample is the end-of-generation
+      token emits nothing and is not counted (a drafting round neither), so τ ≥ 1.
     * ``proposed``: draft tokens the drafter proposed and the target evaluated
-      (llama-server's ``draft_n``).
+      (llama-server's ``draft_n``), that final pass's included.
     * ``verified``: proposed tokens that were compared with the target's sample at
       their position. Tokens after the first rejection in a round were computed by the
       target but never compared; they are counted in ``proposed`` only. The position
@@ -178,7 +180,7 @@ class SpecStats:
       so ``emitted == accepted + rounds`` unless the last round was cut by an
       end-of-generation token, a stop string or a cancel.
     * ``acceptance_rate`` α = accepted / verified.
-    * ``mean_acceptance_length`` τ = emitted / rounds.
+    * ``mean_acceptance_length`` τ = emitted / rounds (≥ 1 by the rule for rounds).
     * ``accepted_at[i]`` / ``verified_at[i]``: acceptances / verifications of draft
       position i + 1 (i = 0 … k − 1).
     * ``draft_cost_ratio`` c = (draft time / draft forward steps) / plain target step time

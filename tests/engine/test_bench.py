@@ -399,11 +399,14 @@ def test_bench_cli_json_on_tiny_model(tiny_target: Path) -> None:
         # draft = target on an F32 model: everything accepted, every output identical
         assert c["acceptance_rate"] == 1.0
         assert (c["identical_to_off"], c["compared_to_off"]) == (4, 4)
+        assert (c["near_tie"], c["suspect"], c["unmeasured"]) == (0, 0, 0)
         assert c["mean_acceptance_length"] > 1.0
         assert c["predicted_speedup"] is not None and c["draft_cost_ratio"] is not None
     assert configs["off"]["compared_to_off"] == 0
     assert len(out["runs"]) == 12
     assert all(r["identical_to_off"] is True for r in out["runs"] if r["label"] != "off")
+    assert not any("divergence" in r for r in out["runs"])  # only runs that differ carry one
+    assert any("8 identical, 0 near-ties, 0 suspect (of 8 runs)" in n for n in out["notes"])
 
 
 def test_bench_cli_errors(tiny_target: Path, tmp_path: Path) -> None:

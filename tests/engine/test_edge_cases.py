@@ -100,9 +100,13 @@ def test_eog_accepted_as_the_only_draft_is_not_counted(
         r = run(s, PROMPT, GREEDY, SpeculationConfig(adaptive=False, mode="draft-model", draft_max=4))
     st = r.stats
     assert r.finished.reason == "stop" and r.ids == plain_ids[:j]
-    assert st.proposed == 1 and st.draft_rounds == 1  # it was proposed and verified …
+    assert st.proposed == 1  # it was proposed and evaluated …
     assert st.verified == 0 and st.accepted == 0  # … but is not a reply token
     assert st.acceptance_rate is None
+    # … and the pass that only sampled it emitted nothing: no round, no drafting round,
+    # so τ is j tokens over j plain rounds, not below 1 (issue 8).
+    assert st.draft_rounds == 0 and st.rounds == j
+    assert st.mean_acceptance_length == 1.0
     check_invariants(r, GREEDY.max_tokens)
 
 

@@ -99,6 +99,8 @@ def check_invariants(r: Run, max_tokens: int) -> None:
         if i + 1 < len(s.verified_at):
             # position i+2 is verified only after position i+1 was accepted
             assert s.verified_at[i + 1] <= s.accepted_at[i]
+    if s.rounds:
+        assert s.emitted >= s.rounds  # every counted round emitted a token: τ ≥ 1
     cut = r.finished.reason in ("stop", "cancelled")
     if not cut:
         assert s.emitted == s.accepted + s.rounds

@@ -4,7 +4,10 @@
 speculation off and at one or more configurations, *interleaved in one process*, and
 :func:`summarize` reduces the runs per configuration: median decode tok/s, per-token
 latency p50/p95, median TTFT, α, τ, c, predicted speedup, measured speedup against
-"off" from the same run (ratio of medians), and how many outputs were identical to "off".
+"off" from the same run (ratio of medians), and how many outputs were identical to "off"
+and, of those that differ, how many were measured as a near-tie or are suspect (each
+run's sampler is recorded, :mod:`app.engine.divergence`, and the first difference from
+its off run measured).
 The k sweep (:mod:`app.engine.measure.sweep`) and the race
 (:mod:`app.engine.measure.race`) are built on :func:`generate_once`; ``python -m app
 bench`` (:mod:`app.cli.bench`) and the ``bench/`` scripts print what this returns.
@@ -24,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.engine.divergence import Divergence, SamplingTrace, compare_traces
 from app.engine.events import Event, Finished
 from app.engine.measure.prompts import PreparedPrompt
 from app.engine.session import Session
@@ -92,7 +96,9 @@ class RunRecord:
     ``label``: the configuration (``off``, ``k=4``…). ``token_times``: seconds since the
     request started, one per reply token. ``identical_to_off``: the token ids equal those
     of the ``off`` run of the same prompt and repeat (None for ``off`` itself or when no
-    such run exists); ``first_difference``: the first differing token index.
+    such run exists); ``first_difference``: the first differing token index;
+    ``divergence``: that difference measured from both runs' recorded samplers
+    (:func:`app.engine.divergence.compare_traces`), None when identical or not recorded.
     """
 
     label: str
@@ -107,6 +113,7 @@ class RunRecord:
     stats: SpecStats
     identical_to_off: bool | None = None
     first_difference: int | None = None
+    divergence: Divergence | None = None
 
     @property
     def decode_tps(self) -> float | None:
@@ -129,6 +136,9 @@ class RunRecord:
             "first_difference": self.first_difference,
             "stats": self.stats.to_dict(),
         }
+        if self.divergence is not None:
+            d["divergence"] = self.divergence.to_dict()
+            d["divergence_evidence"] = self.divergence.evidence()
         if include_tokens:
             d["token_ids"] = list(self.token_ids)
             d["token_times"] = list(self.token_times)
@@ -154,7 +164,10 @@ class ConfigSummary:
     * ``measured_speedup``: ``decode_tps_median`` / that of ``off`` from the same
       benchmark (ratio of medians);
     * ``identical``/``compared``: runs whose token ids equal the ``off`` run of the same
-      prompt and repeat / runs that had one to compare with.
+      prompt and repeat / runs that had one to compare with;
+    * ``near_tie``/``suspect``: runs that differ, by the verdict on their first
+      difference (:mod:`app.engine.divergence`); ``unmeasured``: runs that differ but
+      were not recorded (``record=False``).
     """
 
     label: str
@@ -175,6 +188,9 @@ class ConfigSummary:
     identical: int
     compared: int
     acceptance_at: tuple[float | None, ...] = ()
+    near_tie: int = 0
+    suspect: int = 0
+    unmeasured: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -195,6 +211,9 @@ class ConfigSummary:
             "measured_speedup": self.measured_speedup,
             "identical_to_off": self.identical,
             "compared_to_off": self.compared,
+            "near_tie": self.near_tie,
+            "suspect": self.suspect,
+            "unmeasured": self.unmeasured,
             "acceptance_at": list(self.acceptance_at),
         }
 
@@ -268,6 +287,12 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None)
                 identical=sum(1 for r in compared if r.identical_to_off),
                 compared=len(compared),
                 acceptance_at=tuple(at),
+                near_tie=sum(1 for r in compared
+                             if r.divergence is not None and r.divergence.verdict == "near-tie"),
+                suspect=sum(1 for r in compared
+                            if r.divergence is not None and r.divergence.verdict == "suspect"),
+                unmeasured=sum(1 for r in compared
+                               if not r.identical_to_off and r.divergence is None),
             )
         )
     return out
@@ -298,6 +323,12 @@ class BenchReport:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def counts(self) -> tuple[int, int, int, int]:
+        """(identical, near-tie, suspect, compared) over every configuration."""
+        return (sum(s.identical for s in self.summaries), sum(s.near_tie for s in self.summaries),
+                sum(s.suspect for s in self.summaries), sum(s.compared for s in self.summaries))
+
+    @property
     def differs_from_off(self) -> bool:
         """Whether some "on" run's tokens differ from the "off" run of its prompt."""
         return any(s.compared and s.identical < s.compared for s in self.summaries)
@@ -325,6 +356,7 @@ def generate_once(
     *,
     fresh_cache: bool = True,
     on_event: Callable[[Event], None] | None = None,
+    trace: SamplingTrace | None = None,
 ) -> Finished:
     """Run one generation to completion and return its :class:`Finished` event.
 
@@ -334,6 +366,8 @@ def generate_once(
             prefill and TTFT compares like with like (otherwise a repeated prompt is
             served from the cache).
         on_event: called with every event (text deltas, stats updates, the finish).
+        trace: when given, what the target's sampler drew from at every position is
+            recorded in it (for :func:`app.engine.divergence.compare_traces`).
 
     Raises:
         TandemError: the engine failed (see :meth:`Session.generate`).
@@ -346,7 +380,7 @@ def generate_once(
     finished: Finished | None = None
     interval = 0.1 if on_event is not None else math.inf
     for ev in session.generate(list(prompt.tokens), sampling, speculation, cancel,
-                               stats_interval=interval):
+                               stats_interval=interval, trace=trace):
         if on_event is not None:
             on_event(ev)
         if isinstance(ev, Finished):
@@ -354,6 +388,16 @@ def generate_once(
     if finished is None:  # the engine guarantees one; stay explicit for type checkers
         raise TandemError("The generation ended without a result.")
     return finished
+
+
+def measure_divergence(session: Session, off: SamplingTrace, on: SamplingTrace) -> Divergence | None:
+    """The first difference of two recorded runs on ``session``'s target, measured; None
+    when one run ended before they differ (cancelled), so there is nothing to measure."""
+    try:
+        return compare_traces(off, on, lambda t: session.target.token_to_piece(t).decode(
+            "utf-8", "backslashreplace"))
+    except ValueError:
+        return None
 
 
 ProgressFn = Callable[[int, int, RunRecord], None]
@@ -372,6 +416,7 @@ def run_bench(
     cancel: threading.Event | None = None,
     progress: ProgressFn | None = None,
     settings: dict[str, Any] | None = None,
+    record: bool = True,
 ) -> BenchReport:
     """Run every prompt with speculation off and with each configuration, interleaved.
 
@@ -389,6 +434,9 @@ def run_bench(
         warmup: first run each configuration once on the first prompt (16 tokens,
             not recorded), which maps the weights in and builds the compute graphs.
         cancel: stops after the current run; the report is marked ``cancelled``.
+        record: record every run's sampler (:class:`SamplingTrace`) and measure each
+            run's first difference from its off run (``RunRecord.divergence``). False
+            skips the recording, for measuring its cost (``bench/proof_cost.py``).
 
     Returns:
         The report. Its records are grouped by (repeat, prompt) and listed in
@@ -426,11 +474,16 @@ def run_bench(
             rot = (rep * len(prompts) + pi) % len(configs)
             order = configs[rot:] + configs[:rot]
             group: dict[str, RunRecord] = {}
+            traces: dict[str, SamplingTrace] = {}
             for spec in order:
                 if cancel is not None and cancel.is_set():
                     cancelled = True
                     break
-                fin = generate_once(session, prompt, sampling, spec, cancel, fresh_cache=fresh_cache)
+                trace = SamplingTrace() if record else None
+                fin = generate_once(session, prompt, sampling, spec, cancel,
+                                    fresh_cache=fresh_cache, trace=trace)
+                if trace is not None:
+                    traces[config_label(spec)] = trace
                 if fin.reason == "cancelled":
                     cancelled = True
                     break
@@ -458,7 +511,11 @@ def run_bench(
                 rec = rec_or_none
                 if lab != "off" and off is not None:
                     diff = first_difference(off.token_ids, rec.token_ids)
-                    rec = dataclasses.replace(rec, identical_to_off=diff is None, first_difference=diff)
+                    div = None
+                    if diff is not None and lab in traces and "off" in traces:
+                        div = measure_divergence(session, traces["off"], traces[lab])
+                    rec = dataclasses.replace(rec, identical_to_off=diff is None,
+                                              first_difference=diff, divergence=div)
                 records.append(rec)
             if cancelled:
                 break

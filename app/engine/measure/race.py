@@ -1,7 +1,9 @@
 """The race: the same prompt and seed decoded with speculation off, then on (Qt-free).
 
 :func:`run_race` loads nothing: it uses the session's target once for both runs, one
-after the other, records per-token timestamps, and compares the token ids. The race view
+after the other, records per-token timestamps and what the target's sampler drew from
+(:class:`~app.engine.divergence.SamplingTrace`), and compares the token ids; where they
+differ, the first difference is measured (:attr:`RaceResult.divergence`). The race view
 then plays both lanes from t = 0 at their true pace with :meth:`RaceLane.tokens_at` and
 :meth:`RaceLane.text_at`; its table and Markdown export are worded in
 :mod:`app.ui.race.report` from the numbers of :class:`RaceResult`.
@@ -20,9 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.engine.divergence import Divergence, SamplingTrace
 from app.engine.events import Event, Finished
 from app.engine.llama import LlamaModel
-from app.engine.measure.bench import first_difference, generate_once
+from app.engine.measure.bench import first_difference, generate_once, measure_divergence
 from app.engine.measure.prompts import PreparedPrompt
 from app.engine.session import Session
 from app.engine.stats import SpecStats
@@ -116,6 +119,8 @@ class RaceResult:
 
     ``identical``: the token ids are equal; ``first_difference``: the first differing
     token index (None when identical). ``seed``: the seed both runs used.
+    ``divergence``: the first difference measured from both runs' samplers (None when
+    identical, cancelled or not recorded).
     """
 
     off: RaceLane
@@ -125,6 +130,16 @@ class RaceResult:
     identical: bool
     first_difference: int | None
     cancelled: bool = False
+    divergence: Divergence | None = None
+
+    def difference_span(self, lane: RaceLane) -> tuple[int, int] | None:
+        """Characters [start, end) of ``lane.text`` taken by the first differing token
+        (the same start in both lanes: the texts agree before it); None when identical."""
+        i = self.first_difference
+        if i is None or i >= len(lane.text_offsets):
+            return None
+        start = lane.text_offsets[i - 1] if i > 0 else 0
+        return start, max(start, lane.text_offsets[i])
 
     @property
     def measured_speedup(self) -> float | None:
@@ -153,6 +168,7 @@ class RaceResult:
             "end_to_end_speedup": self.end_to_end_speedup,
             "predicted_speedup": self.predicted_speedup,
             "cancelled": self.cancelled,
+            "divergence": self.divergence.to_dict() if self.divergence is not None else None,
             "off": self.off.to_dict(),
             "on": self.on.to_dict(),
         }
@@ -167,6 +183,7 @@ def run_race(
     *,
     on_event: Callable[[str, Event], None] | None = None,
     fresh_cache: bool = True,
+    record: bool = True,
 ) -> RaceResult:
     """Decode ``prompt`` with speculation off, then on, with one seed; compare the tokens.
 
@@ -180,6 +197,8 @@ def run_race(
         on_event: called with ("off" | "on", event) for live progress in a worker.
         fresh_cache: empty the KV cache before each run so both pay the same prefill
             (the next chat turn then re-evaluates its prompt once).
+        record: record both runs' samplers to measure a difference (a little slower per
+            token; ``bench/proof_cost.py`` measures by how much).
 
     Raises:
         ValueError: ``speculation.mode`` is "off".
@@ -201,13 +220,15 @@ def run_race(
         return call
 
     lanes: dict[str, RaceLane] = {}
+    traces: dict[str, SamplingTrace | None] = {}
     cancelled = False
     for label, spec in (("off", SpeculationConfig()), ("on", speculation)):
         if cancel is not None and cancel.is_set():
             cancelled = True
             break
+        trace = traces[label] = SamplingTrace() if record else None
         fin = generate_once(session, prompt, sampling, spec, cancel,
-                            fresh_cache=fresh_cache, on_event=forward(label))
+                            fresh_cache=fresh_cache, on_event=forward(label), trace=trace)
         lanes[label] = lane_from_finished(label, session.target, fin)
         if fin.reason == "cancelled":
             cancelled = True
@@ -218,6 +239,10 @@ def run_race(
                                        SpecStats())
     on = lanes.get("on") or empty
     diff = first_difference(off.token_ids, on.token_ids)
+    divergence = None
+    t_off, t_on = traces.get("off"), traces.get("on")
+    if diff is not None and not cancelled and t_off is not None and t_on is not None:
+        divergence = measure_divergence(session, t_off, t_on)
     return RaceResult(
         off=off,
         on=on,
@@ -226,4 +251,5 @@ def run_race(
         identical=diff is None and not cancelled,
         first_difference=diff,
         cancelled=cancelled,
+        divergence=divergence,
     )

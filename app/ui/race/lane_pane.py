@@ -35,6 +35,8 @@ from app.formatting import or_dash
 
 #: background of text that came from accepted draft tokens (the chat view's tint)
 DRAFT_TINT = QColor("#fde7c4")
+#: The first token where the two runs differ (both panes), distinct from the draft tint.
+DIFFERENCE_MARK = QColor("#f4a3a3")
 _ACCENT_OFF = QColor("#718096")
 _ACCENT_ON = QColor("#2b6cb0")
 
@@ -119,6 +121,7 @@ class RaceLaneWidget(QFrame):
         self.setObjectName("raceLane")
         self.setProperty("side", side)
         self._rec: LaneRecording | None = None
+        self.marked: tuple[int, int] | None = None  # the marked first difference
         self._shown = 0
         self._finished = False
         col = QVBoxLayout(self)
@@ -172,6 +175,7 @@ class RaceLaneWidget(QFrame):
         self._rec = None
         self._shown = 0
         self._finished = False
+        self.marked: tuple[int, int] | None = None
         self.text.clear()
         self.text.setPlaceholderText(placeholder)
         self.badge.setText("")
@@ -212,6 +216,7 @@ class RaceLaneWidget(QFrame):
         if n < self._shown:  # the replay went back to the start
             self.text.clear()
             self._shown = 0
+            self.marked = None
         if n > self._shown:
             self._append(rec, self._shown, n)
             self._shown = n
@@ -231,6 +236,34 @@ class RaceLaneWidget(QFrame):
         self.badge.show()
         self.badge.setProperty("winner", True)
         self._repolish(self.badge)
+
+    def mark_difference(self, start: int, end: int) -> None:
+        """Mark characters [start, end) of the lane's text (the first token where the two
+        runs differ) and scroll to them. Offsets are Python string indices; the document
+        counts UTF-16 units, so they are converted."""
+        text = self.shown_text
+        start = min(start, len(text))
+        end = max(start + 1, min(end, len(text)))  # an empty piece still gets one mark
+        end = min(end, len(text))
+        if end <= start:
+            return
+
+        def units(i: int) -> int:
+            return len(text[:i].encode("utf-16-le")) // 2
+
+        cursor = QTextCursor(self.text.document())
+        cursor.setPosition(units(start))
+        cursor.setPosition(units(end), QTextCursor.MoveMode.KeepAnchor)
+        mark = QTextCharFormat()
+        mark.setBackground(DIFFERENCE_MARK)
+        mark.setFontUnderline(True)
+        mark.setToolTip("first token where the two runs differ")
+        cursor.mergeCharFormat(mark)
+        self.marked = (start, end)
+        shown = QTextCursor(self.text.document())
+        shown.setPosition(units(start))
+        self.text.setTextCursor(shown)
+        self.text.ensureCursorVisible()
 
     def _show_counters(self, c: LaneCounters) -> None:
         self.tokens.set_text(str(c.tokens))

@@ -335,6 +335,10 @@ class RaceViewWidget(QWidget):
             return
         self._show_at(float("inf"))
         r = rec.result
+        for pane in (self.off_pane, self.on_pane):
+            span = r.difference_span(pane.recording.lane) if pane.recording is not None else None
+            if span is not None and not r.cancelled:
+                pane.mark_difference(*span)
         off_d, on_d = rec.off.duration, rec.on.duration
         if not r.cancelled and off_d > 0 and on_d > 0:
             faster, slower = (self.on_pane, off_d / on_d) if on_d < off_d else (
@@ -377,7 +381,7 @@ class RaceViewWidget(QWidget):
         for label in (self.verdict, self.headline):
             label.style().unpolish(label)
             label.style().polish(label)
-        diff = difference_text(r, rec.cpu_backend, r.on.draft_max)
+        diff = difference_text(r)
         self.explanation.setText(diff or "")
         self.explanation.setVisible(bool(diff))
         self.settings_line.setText(

@@ -251,8 +251,9 @@ class RaceWindow(QMainWindow):
         self.k_spin = QSpinBox()
         self.k_spin.setRange(1, K_MAX)
         self.k_spin.setValue(self._speculation.draft_max)
-        self.k_spin.setToolTip("Draft length: tokens proposed per round. On the CPU, k ≤ 2 "
-                               "keeps the two texts bit-identical.")
+        self.k_spin.setToolTip("Draft length: tokens proposed per round. Where the two texts "
+                               "differ, the race measures the first difference and says "
+                               "whether it is a near-tie or suspect.")
         row.addWidget(self.k_spin)
         self.adaptive_check = QCheckBox("adaptive")
         self.adaptive_check.setChecked(self._speculation.adaptive)

@@ -1,4 +1,4 @@
-"""The end-of-race table, the plain-words difference explanation, and the Markdown
+"""The end-of-race table, the measured first difference in words, and the Markdown
 export. No Qt here: the race view shows :func:`race_table_rows` in a table widget and the
 Markdown export writes :func:`race_markdown`, so both always show the same figures.
 """
@@ -11,28 +11,7 @@ from collections.abc import Sequence
 from app.chat.recording import RaceRecording
 from app.engine.measure.race import RaceResult
 from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE
-from app.formatting import MISSING, draft_length_words, or_dash
-
-#: Why k ≤ 2 stays bit-identical on the CPU backend and k ≥ 3 may not. A round verifies
-#: k + 1 tokens in one batch; llama.cpp's CPU matrix multiplication switches to another
-#: kernel for batches of 4 tokens or more, with a different order of additions.
-CPU_KERNEL_NOTE = (
-    "On this CPU backend llama.cpp multiplies batches of 4 or more tokens with a "
-    "different kernel than single tokens, so with k ≥ 3 (batches of k + 1 ≥ 4 tokens) the "
-    "two runs can part at a near-tie, while with k ≤ 2 they are bit-identical."
-)
-
-
-#: Why the two texts of a race can differ (``{index}``: the first differing token).
-DIFFERENCE_EXPLANATION = (
-    "The two replies first differ at token {index}. With speculation on, the target "
-    "checks several tokens in one batch, and llama.cpp computes a batch with a different "
-    "order of floating-point operations than a single token. Where the two most likely "
-    "next tokens are nearly tied, that tiny difference can tip the choice. Both replies "
-    "are valid outputs of the target model; from that token on they simply continue "
-    "differently."
-)
-
+from app.formatting import MISSING, divergence_words, draft_length_words, or_dash
 
 def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
     """(figure, speculation off, speculation on) rows of the end-of-race table: TTFT,
@@ -60,26 +39,24 @@ def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
         ("end-to-end speedup", "1.00×", or_dash(result.end_to_end_speedup, ".2f", "×")),
         ("predicted speedup", MISSING, predicted),
         ("identical text", "",
-         "yes" if result.identical else f"no (from token {result.first_difference})"),
+         "yes" if result.identical else f"no (from token {(result.first_difference or 0) + 1})"),
     ]
     if result.cancelled:
         rows.append(("status", "", "cancelled: figures are partial"))
     return rows
 
 
-def difference_text(result: RaceResult, cpu_backend: bool, draft_max: int) -> str | None:
-    """Plain words for a race whose texts differ (None when identical or cancelled).
-
-    :data:`DIFFERENCE_EXPLANATION` (the first differing token index, floating-point
-    differences between batch sizes at a near-tie, both valid outputs of the target), plus
-    on the CPU backend :data:`CPU_KERNEL_NOTE` when k ≥ 3.
-    """
+def difference_text(result: RaceResult) -> str | None:
+    """The first difference of the two texts in words, measured (None when identical or
+    cancelled): where, which token each run chose, both runs' probabilities of both
+    tokens and the verdict (:func:`app.formatting.divergence_words`). A difference that
+    could not be measured says so."""
     if result.identical or result.first_difference is None or result.cancelled:
         return None
-    text = DIFFERENCE_EXPLANATION.format(index=result.first_difference)
-    if cpu_backend and draft_max >= 3:
-        text += " " + CPU_KERNEL_NOTE
-    return text
+    if result.divergence is None:
+        return (f"The texts differ from token {result.first_difference + 1} on; the "
+                "difference was not measured, so nothing is said about its cause.")
+    return divergence_words(result.divergence)
 
 
 def identical_text(result: RaceResult) -> str:
@@ -89,7 +66,13 @@ def identical_text(result: RaceResult) -> str:
     if result.identical:
         n = len(result.off.token_ids)
         return f"Identical text: both runs produced the same {n} tokens."
-    return f"The texts differ from token {result.first_difference} on (see below)."
+    n = (result.first_difference or 0) + 1
+    d = result.divergence
+    if d is not None and d.verdict == "suspect":
+        return f"The texts differ from token {n} on, and the difference is suspect (see below)."
+    if d is not None:
+        return f"The texts differ from token {n} on, at a near-tie (see below)."
+    return f"The texts differ from token {n} on (see below)."
 
 
 def speedup_headline(result: RaceResult) -> str:
@@ -97,6 +80,10 @@ def speedup_headline(result: RaceResult) -> str:
     ms, e2e = result.measured_speedup, result.end_to_end_speedup
     if result.cancelled or ms is None:
         return "No speedup to report: the race did not finish."
+    if result.on.stats.proposed == 0:
+        # Both runs decoded plainly: their ratio is run-to-run variation, not a drafter's.
+        return (f"Nothing was drafted, so both runs decoded plainly: the {ms:.2f}× between "
+                "their decode speeds is run-to-run variation, not a speedup.")
     sooner = f", and finished {e2e:.2f}× sooner" if e2e is not None and e2e >= 1.0 else (
         f", and took {1 / e2e:.2f}× as long end to end" if e2e else "")
     if ms >= 1.0:
@@ -148,8 +135,7 @@ def race_markdown(rec: RaceRecording) -> str:
         "| --- | ---: | ---: |",
     ]
     lines += [f"| {_cell(a)} | {_cell(b)} | {_cell(c)} |" for a, b, c in race_table_rows(r)]
-    for note in (prediction_note(r, rec.cpu_backend),
-                 difference_text(r, rec.cpu_backend, r.on.draft_max)):
+    for note in (prediction_note(r, rec.cpu_backend), difference_text(r)):
         if note:
             lines += ["", note]
     sections: Sequence[tuple[str, str]] = (

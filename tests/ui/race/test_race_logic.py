@@ -29,11 +29,13 @@ from app.engine.stats import SpecStats
 from app.options import parse_draft_lengths as parse_ks
 from app.store.history import HistoryStore
 from app.ui.race.lookup_view import verdict
+from app.engine.divergence import Divergence
 from app.ui.race.report import (
-    CPU_KERNEL_NOTE,
     difference_text,
+    identical_text,
     race_markdown,
     race_table_rows,
+    speedup_headline,
 )
 
 
@@ -119,15 +121,51 @@ def test_table_rows_have_every_figure_of_the_issue() -> None:
     assert rows["predicted speedup"][1].endswith("×")
 
 
-def test_difference_is_explained_with_the_index_and_cpu_note_for_k_3_and_up() -> None:
-    r = _race(on_ids=(1, 2, 9, 4))
+def _diverged(verdict: str = "near-tie", sampled: bool = False) -> RaceResult:
+    r = _race(on_ids=(1, 2, 9, 4), on_text="abcdXYgh")
+    d = Divergence(verdict=verdict, reason="within-threshold" if verdict == "near-tie" else "logit-shift",  # type: ignore[arg-type]
+                   index=2, off_token=3, on_token=9, off_text=" x", on_text=" y",
+                   off_probs=(0.41, 0.39), on_probs=(0.38, 0.43), sampled=sampled,
+                   logit_shift=0.2 if verdict == "near-tie" else 4.0)
+    return dataclasses.replace(r, divergence=d)
+
+
+def test_difference_is_said_with_the_four_probabilities_and_the_verdict() -> None:
+    r = _diverged()
     assert not r.identical and r.first_difference == 2
-    text = difference_text(r, cpu_backend=True, draft_max=4)
+    text = difference_text(r)
     assert text is not None
-    assert "token 2" in text and "valid outputs of the target" in text
-    assert CPU_KERNEL_NOTE in text
-    assert CPU_KERNEL_NOTE not in (difference_text(r, cpu_backend=True, draft_max=2) or "")
-    assert difference_text(_race(), cpu_backend=True, draft_max=4) is None
+    assert text.startswith("At token 3 plain decoding chose ' x' (41 %), speculation chose "
+                           "' y' (39 % in the plain run; 38 % and 43 % in the speculative run)")
+    assert "a near-tie" in text and "0.20 logits" in text and "suspect" not in text
+    assert "near-tie" in identical_text(r) and "token 3" in identical_text(r)
+    sampled = difference_text(_diverged(sampled=True)) or ""
+    assert "plain decoding drew ' x'" in sampled and "same random number" in sampled
+    bad = difference_text(_diverged("suspect")) or ""
+    assert "suspect" in bad and "4.00 logits" in bad and "near-tie" not in bad
+    assert "suspect" in identical_text(_diverged("suspect"))
+    # no fixed paragraph: unmeasured differences say that they were not measured
+    unmeasured = difference_text(dataclasses.replace(r, divergence=None)) or ""
+    assert "not measured" in unmeasured and "near-tie" not in unmeasured
+    assert difference_text(_race()) is None
+
+
+def test_difference_span_covers_the_first_differing_token_in_both_lanes() -> None:
+    r = _diverged()
+    # _lane gives each token two characters: token 2 (0-based) is characters 4..6
+    assert r.difference_span(r.off) == (4, 6) and r.difference_span(r.on) == (4, 6)
+    assert r.on.text[4:6] == "XY" and r.off.text[4:6] == "ef"
+    assert _race().difference_span(_race().off) is None
+
+
+def test_headline_says_nothing_was_drafted_instead_of_a_drafter_speedup() -> None:
+    r = _race()
+    assert speedup_headline(r).startswith("Speculation decoded 4.00× as fast")
+    plain = dataclasses.replace(r, on=dataclasses.replace(r.on, stats=dataclasses.replace(
+        r.on.stats, proposed=0, verified=0, accepted=0, draft_rounds=0, rounds=4)))
+    words = speedup_headline(plain)
+    assert words.startswith("Nothing was drafted") and "4.00×" in words
+    assert "not a speedup" in words and "as fast" not in words
 
 
 def test_markdown_has_table_texts_and_safe_fences() -> None:
