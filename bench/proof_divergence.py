@@ -54,6 +54,15 @@ def parse_ks(text: str) -> list[int]:
 
 
 def open_session(args: argparse.Namespace) -> Session:
+    if args.exact:
+        # the app's own exact-verification path (SessionConfig.exact_verification)
+        s = Session.open(SessionConfig(target_path=args.model, n_ctx=args.n_ctx,
+                                       n_threads=args.threads, n_gpu_layers=0,
+                                       exact_verification=True))
+        if not s.exact_verification:
+            s.close()
+            raise SystemExit("exact verification is not possible for this model here")
+        return s
     target = LlamaModel(args.model, n_gpu_layers=0, use_extra_bufts=not args.no_repack)
     kv = GGML_TYPES[args.kv_type] if args.kv_type else None
     ctx = LlamaContext(
@@ -111,6 +120,8 @@ def main() -> int:
     ap.add_argument("--flash-attn", choices=sorted(FLASH), default="auto")
     ap.add_argument("--ubatch", type=int, default=None)
     ap.add_argument("--kv-type", choices=sorted(GGML_TYPES), default=None)
+    ap.add_argument("--exact", action="store_true",
+                    help="open the session with exact verification (the app's settings)")
     ap.add_argument("--fault", choices=("keep-rejected-kv", "extra-draw"), default=None)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--quiet", action="store_true")
