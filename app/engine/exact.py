@@ -15,9 +15,11 @@ Exact verification therefore loads with weight repacking off, flash attention on
 Q8_0 KV cache, and needs weights whose kernels do not change with the batch size: Q4_1,
 Q5_1, Q5_0 and Q8_0 always; Q4_K and Q6_K only with the tiled kernel off
 (``GGML_CPU_TILED_MM=0`` in the environment before the process starts). Measured
-bit-identical on Gemma 3 270M (bench/batch_invariance.py; x86-64 AVX2 portable build) and
-token-identical over builtin:code at k = 1..8 (bench/proof_divergence.py). Other types
-(F16, F32, BF16, unmeasured quantizations) and GPU backends are not claimed.
+bit-identical logits on Gemma 3 270M (bench/batch_invariance.py; x86-64 AVX2 portable
+build). Token identity over builtin:code at k = 1..8, greedy and seeded, is measured by
+``bench/proof_divergence.py --exact`` (the run so far was cut short: docs/proof.md says
+how far it got); until it is complete the app does not offer the mode to users. Other
+types (F16, F32, BF16, unmeasured quantizations) and GPU backends are not claimed.
 
 This module says whether a GGUF's weights allow it (:func:`exact_blockers`), what to
 load with (:data:`EXACT_CONTEXT`), and converts a model (:func:`requantize`, in a child
