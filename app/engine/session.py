@@ -100,8 +100,8 @@ class SessionConfig(BaseModel):
 
     ``n_gpu_layers`` None: all layers on the GPU when the build supports offload, else 0.
     ``n_threads`` None: :func:`default_threads`.
-    ``exact_verification``: compute verification batches bit for bit like one-token
-    passes, so speculation never changes the output (flash attention on, a Q8_0 KV
+    ``exact_verification``: load the configuration in which verification batches were
+    measured bit for bit like one-token passes (docs/proof.md; flash attention on, a Q8_0 KV
     cache, no weight repacking; CPU backend, weights of the types in
     :mod:`app.engine.exact`). Where that is not possible a note says why and llama.cpp's
     defaults are kept.

@@ -183,8 +183,11 @@ def run_k_sweep(
         raise ValueError(f"draft lengths must be >= 1, got {ks}")
     # Each point must measure exactly k: the cost-aware policy would shorten drafts.
     specs = [speculation.model_copy(update={"draft_max": k, "adaptive": False}) for k in ks]
+    # The sweep compares speeds and only says whether each output is identical; it does
+    # not measure differences, so its runs are not recorded (recording costs time per
+    # token, bench/proof_cost.py).
     report = run_bench(
         session, [prompt], specs, sampling,
-        repeat=repeat, warmup=warmup, cancel=cancel, progress=progress,
+        repeat=repeat, warmup=warmup, cancel=cancel, progress=progress, record=False,
     )
     return k_sweep_from_records(report.records, cancelled=report.cancelled)
