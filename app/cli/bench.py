@@ -43,7 +43,9 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Run a prompt set with speculation off and on, interleaved in one process, and "
             "report per configuration: decode tok/s (median), per-token latency p50/p95, "
             "TTFT (median), acceptance rate α, mean acceptance length τ, draft cost ratio "
-            "c, predicted and measured speedup, and outputs identical to 'off'. Without "
+            "c, predicted and measured speedup, and outputs identical to 'off'; on single "
+            "prompts each run that differs from 'off' is measured at its first differing "
+            "token and called a near-tie or suspect (docs/proof.md). Without "
             "--draft, --prompt-lookup or --suffix only 'off' runs. Multi-turn sets "
             "(builtin:agent) and --suffix run as conversations: each turn's prompt holds "
             "the earlier replies, which also feed the suffix drafter's index."
@@ -67,6 +69,9 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--keep-cache", action="store_true",
                    help="reuse the KV cache across runs (TTFT then measures cache hits)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--no-divergence", action="store_true",
+                   help="do not record what the sampler drew from: differences from 'off' "
+                        "are counted but not measured (saves the recorder's time per token)")
     p.add_argument("--include-tokens", action="store_true",
                    help="with --json: add each run's token ids and times")
     out = p.add_mutually_exclusive_group()
@@ -137,6 +142,7 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
             "temperature": args.temp,
             "seed": args.seed,
             "fresh_cache": not args.keep_cache,
+            "divergence_recorded": not args.no_divergence,
             "llama_cpp_python": _llama_cpp_version(),
         }
         try:
@@ -152,7 +158,7 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
                     session, prepared, specs, sampling,
                     repeat=args.repeat, warmup=not args.no_warmup,
                     fresh_cache=not args.keep_cache, cancel=cancel, progress=progress,
-                    settings=settings,
+                    settings=settings, record=not args.no_divergence,
                 )
         except KeyboardInterrupt:
             cancel.set()

@@ -387,6 +387,7 @@ def test_bench_cli_json_on_tiny_model(tiny_target: Path) -> None:
     out = json.loads(proc.stdout)
     assert set(out) >= {"settings", "configs", "runs", "notes"}
     assert out["settings"]["mode"] == "draft-model" and out["settings"]["repeat"] == 2
+    assert out["settings"]["divergence_recorded"] is True
     configs = {c["label"]: c for c in out["configs"]}
     assert list(configs) == ["off", "k=1", "k=2"]
     for c in out["configs"]:

@@ -218,3 +218,39 @@ def test_injected_extra_draw_is_caught_as_suspect(tiny: Session) -> None:
         tiny._fault = None
     assert ("suspect", "draw-out-of-step") in verdicts
     assert all(v in (("identical", "identical"), ("suspect", "draw-out-of-step")) for v in verdicts), verdicts
+
+
+def test_bench_measures_and_counts_the_injected_fault(tiny: Session) -> None:
+    """Through ``run_bench``: each run that differs carries its measured divergence in
+    the JSON, and the configuration's summary counts it as suspect (issue 8)."""
+    from app.engine.measure.bench import run_bench
+    from app.engine.measure.prompts import PreparedPrompt
+
+    sampling = SamplingParams(temperature=0.8, seed=11, max_tokens=40)
+    prepared = [PreparedPrompt(tokens=tuple(p), name=f"p{i}") for i, p in enumerate(prompts(6))]
+    tiny._fault = "extra-draw"  # harmless to plain runs: it acts only after a rejection
+    try:
+        report = run_bench(tiny, prepared, [SPEC], sampling, repeat=1, warmup=False)
+    finally:
+        tiny._fault = None
+    on = report.summaries[1]
+    assert on.compared == 6 and on.suspect >= 1 and on.near_tie == 0
+    assert on.identical + on.suspect == 6 and on.unmeasured == 0
+    runs = report.to_dict()["runs"]
+    for r in runs:
+        if r["label"] == "off" or r["identical_to_off"]:
+            assert "divergence" not in r
+        else:
+            d = r["divergence"]
+            assert set(d) == {"index", "off_token", "on_token", "off_text", "on_text",
+                              "off_probs", "on_probs", "verdict"}
+            assert d["verdict"] == "suspect" and d["index"] == r["first_difference"]
+            assert len(d["off_probs"]) == len(d["on_probs"]) == 2
+            assert r["divergence_evidence"]["reason"] == "draw-out-of-step"
+    # unrecorded: differences are counted, not measured
+    tiny._fault = "extra-draw"
+    try:
+        bare = run_bench(tiny, prepared, [SPEC], sampling, repeat=1, warmup=False, record=False)
+    finally:
+        tiny._fault = None
+    assert bare.summaries[1].unmeasured == on.suspect and bare.summaries[1].suspect == 0
