@@ -13,6 +13,7 @@ from app.engine.measure.race import RaceResult
 from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE
 from app.formatting import MISSING, divergence_words, draft_length_words, or_dash
 
+
 def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
     """(figure, speculation off, speculation on) rows of the end-of-race table: TTFT,
     decode tok/s, end-to-end time, tokens, α, τ, measured speedup (decode), end-to-end

@@ -22,6 +22,7 @@ from app.chat.recording import (
     draft_spans,
     visible_chars,
 )
+from app.engine.divergence import Divergence
 from app.engine.events import StatsUpdate, TextDelta
 from app.engine.measure.lookup import LookupEstimate, NgramHits
 from app.engine.measure.race import RaceLane, RaceResult
@@ -29,7 +30,6 @@ from app.engine.stats import SpecStats
 from app.options import parse_draft_lengths as parse_ks
 from app.store.history import HistoryStore
 from app.ui.race.lookup_view import verdict
-from app.engine.divergence import Divergence
 from app.ui.race.report import (
     difference_text,
     identical_text,
