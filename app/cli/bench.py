@@ -142,7 +142,7 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
             "temperature": args.temp,
             "seed": args.seed,
             "fresh_cache": not args.keep_cache,
-            "divergence_recorded": not args.no_divergence,
+            "divergence_recorded": not args.no_divergence and not conversational,
             "llama_cpp_python": _llama_cpp_version(),
         }
         try:
