@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 APP = REPO / "app"
 
 _QT = ("PySide6", "shiboken6", "app.ui")
-_ABOVE_ENGINE = (*_QT, "app.cli", "app.chat")
+_ABOVE_ENGINE = (*_QT, "app.cli", "app.api", "app.chat")
 _ABOVE_CATALOG = (*_ABOVE_ENGINE, "app.engine")
 _ABOVE_STORE = (*_ABOVE_CATALOG, "app.catalog", "app.launcher")
 _ABOVE_VOCABULARY = (*_ABOVE_STORE, "app.store")
@@ -33,7 +33,8 @@ _ABOVE_VOCABULARY = (*_ABOVE_STORE, "app.store")
 #: package → packages it must never import (directly or lazily)
 FORBIDDEN = {
     "app.cli": _QT,
-    "app.chat": (*_QT, "app.cli"),
+    "app.api": (*_QT, "app.cli"),
+    "app.chat": (*_QT, "app.cli", "app.api"),
     "app.engine": _ABOVE_ENGINE,
     "app.catalog": (*_ABOVE_CATALOG, "app.launcher"),
     "app.launcher": (*_ABOVE_CATALOG, "app.catalog"),

@@ -36,6 +36,9 @@ class UserError:
     to the log only, never shown in the window. ``origin``: the kind of work that failed
     (a :data:`JobKind`, or ``history``/``settings``/``download``…), so a consumer can
     treat errors by kind (clear a load error once a load succeeds) instead of by wording.
+    ``cause``: the class of the exception behind it (None when none was raised), so a
+    consumer can dispatch on the type (the local API answers a
+    :class:`~app.errors.ContextOverflowError` with 400, a bug with 500).
     """
 
     title: str
@@ -43,6 +46,7 @@ class UserError:
     level: str = "error"
     detail: str | None = None
     origin: str = ""
+    cause: type[BaseException] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,13 +27,14 @@ def user_error(exc: BaseException, title: str, origin: str = "") -> UserError:
     ``detail`` and in the log.
     """
     if isinstance(exc, LoadCancelledError):
-        return UserError("Loading cancelled", str(exc), level="warning", origin=origin)
+        return UserError("Loading cancelled", str(exc), level="warning", origin=origin,
+                         cause=type(exc))
     if isinstance(exc, TandemError):
         msg = str(exc)
         if msg.startswith(title):
             msg = msg[len(title):].lstrip(": ")
             msg = msg[:1].upper() + msg[1:]
-        return UserError(title, msg, origin=origin)
+        return UserError(title, msg, origin=origin, cause=type(exc))
     detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     log.error("%s\n%s", title, detail)
     return UserError(
@@ -41,4 +42,5 @@ def user_error(exc: BaseException, title: str, origin: str = "") -> UserError:
         f"Unexpected error: {type(exc).__name__}: {exc}. The details are in the log file.",
         detail=detail,
         origin=origin,
+        cause=type(exc),
     )

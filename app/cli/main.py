@@ -8,6 +8,7 @@ Subcommands:
   and the first difference is measured and said in words (:mod:`app.engine.divergence`).
 * ``models``    — list, inspect, pair-check and download GGUF models (:mod:`app.cli.models`).
 * ``bench``     — speculation off vs on, interleaved, with medians (:mod:`app.cli.bench`).
+* ``serve``     — the local OpenAI-compatible API (:mod:`app.cli.serve`, :mod:`app.api`).
 * ``install-launcher`` / ``uninstall-launcher`` — the desktop launcher
   (:mod:`app.cli.launcher`).
 
@@ -192,9 +193,9 @@ def _stream_reply(session: Any, args: argparse.Namespace, sampling: Any, spec: A
 
 def _feature_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Subcommands that live with their feature; each module adds its own parsers."""
-    from app.cli import bench, launcher, models
+    from app.cli import bench, launcher, models, serve
 
-    for module in (models, bench, launcher):
+    for module in (models, bench, serve, launcher):
         module.add_cli_parsers(sub)
 
 
