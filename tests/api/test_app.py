@@ -1,0 +1,171 @@
+"""The API's HTTP behaviour on a real uvicorn server over the fake engine: queue sharing,
+disconnect-cancels, security. Fast (no model); the real model and the real openai client
+are in test_openai_client.py."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.api.app import ApiSettings
+from app.api.server import ApiAddressError, ApiServer, bind, check_address, is_loopback
+from app.chat.events import JobDone, ReplyResult
+from app.engine.session import SessionConfig
+from app.options import SpecMode, SpeculationConfig
+from tests.chat.fakes import Script, fake_service
+
+MODEL = "fake-target"
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[ApiServer, Script, queue.Queue[object]]]:
+    script = Script(default="one two three four five six")
+    service = fake_service(script, queue_limit=1)
+    events: queue.Queue[object] = queue.Queue()
+    service.subscribe(events.put)
+    info = service.load(SessionConfig(target_path=tmp_path / f"{MODEL}.gguf")).result(timeout=30)
+    server = ApiServer(service, port=0, model=info,
+                       settings=ApiSettings(speculation=SpeculationConfig(
+                           mode=SpecMode.PROMPT_LOOKUP)))
+    server.start()
+    try:
+        yield server, script, events
+    finally:
+        if script.gate is not None:
+            script.gate.set()
+        server.stop()
+        service.shutdown()
+
+
+def _chat(**extra: object) -> dict[str, object]:
+    return {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+def _job_done(events: queue.Queue[object], origin: str = "api") -> JobDone:
+    while True:
+        event = events.get(timeout=30)
+        if isinstance(event, JobDone) and event.origin == origin and event.kind in (
+                "reply", "completion"):
+            return event
+
+
+def test_a_reply_and_its_figures(served: tuple[ApiServer, Script, queue.Queue[object]]) -> None:
+    server, script, _ = served
+    r = httpx.post(server.base_url + "/chat/completions", json=_chat(
+        speculation={"mode": "off"}))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["choices"][0]["message"]["content"] == "one two three four five six"
+    assert body["usage"]["completion_tokens"] == 6
+    assert body["timings"]["predicted_n"] == 6 and body["timings"]["draft_n"] == 0
+    assert body["tandem"]["mode"] == "off"
+    # the per-request field reached the engine; without it the server's default is used
+    assert script.calls[-1][1].mode is SpecMode.OFF
+    httpx.post(server.base_url + "/chat/completions", json=_chat())
+    assert script.calls[-1][1].mode is SpecMode.PROMPT_LOOKUP
+
+
+def test_the_windows_replies_and_the_api_share_one_queue(
+        served: tuple[ApiServer, Script, queue.Queue[object]]) -> None:
+    server, script, events = served
+    service = server.service
+    script.gate = threading.Event()
+    running = service.reply([], server.settings.sampling, SpeculationConfig(), origin="window")
+    assert script.at_gate.wait(30)
+    waiting = service.reply([], server.settings.sampling, SpeculationConfig(), origin="window")
+    r = httpx.post(server.base_url + "/chat/completions", json=_chat())
+    assert r.status_code == 429
+    assert int(r.headers["retry-after"]) >= 1
+    assert r.json()["error"]["code"] == "queue_full"
+    script.gate.set()
+    assert running.wait(30) and waiting.wait(30)
+
+
+def test_a_client_that_disconnects_mid_stream_cancels_its_reply(
+        served: tuple[ApiServer, Script, queue.Queue[object]]) -> None:
+    server, script, events = served
+    script.gate = threading.Event()  # the reply waits after its first word, until cancelled
+    with httpx.stream("POST", server.base_url + "/chat/completions",
+                      json=_chat(stream=True)) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        first = next(line for line in lines if line.startswith("data: "))
+        assert json.loads(first[6:])["choices"][0]["delta"]["content"] == "one"
+    # the connection is closed; the job ends cancelled although the gate never opened
+    done = _job_done(events)
+    assert isinstance(done.value, ReplyResult)
+    assert done.value.finished.reason == "cancelled"
+    assert not script.gate.is_set()
+    record = server.state.log.get(done.job_id)
+    assert record is not None and record.disconnected
+
+
+def test_a_client_that_disconnects_from_a_plain_request_cancels_it(
+        served: tuple[ApiServer, Script, queue.Queue[object]]) -> None:
+    server, script, events = served
+    script.gate = threading.Event()
+    client = httpx.Client()
+    sent = threading.Thread(target=lambda: _swallow(client, server.base_url))
+    sent.start()
+    assert script.at_gate.wait(30)
+    client.close()  # drops the connection while the reply is held
+    done = _job_done(events)
+    assert done.value.finished.reason == "cancelled"
+    sent.join(30)
+
+
+def _swallow(client: httpx.Client, base: str) -> None:
+    try:
+        client.post(base + "/chat/completions", json=_chat())
+    except Exception:
+        pass
+
+
+def test_only_loopback_without_a_key() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")
+    with pytest.raises(ApiAddressError, match="API key"):
+        check_address("0.0.0.0", None)
+    check_address("0.0.0.0", "secret")
+    sock = bind("127.0.0.1", 0)
+    try:
+        with pytest.raises(ApiAddressError, match="Cannot listen"):
+            bind("127.0.0.1", sock.getsockname()[1])
+    finally:
+        sock.close()
+
+
+def test_api_key_cors_and_host(tmp_path: Path) -> None:
+    script = Script()
+    service = fake_service(script)
+    info = service.load(SessionConfig(target_path=tmp_path / f"{MODEL}.gguf")).result(timeout=30)
+    server = ApiServer(service, port=0, model=info, settings=ApiSettings(
+        api_key="s3cret", cors_origins=("http://editor.local",)))
+    server.start()
+    try:
+        url = server.base_url
+        assert httpx.get(url.removesuffix("/v1") + "/health").status_code == 200  # open
+        r = httpx.get(url + "/models")
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.get(url + "/models", headers={"Authorization": "Bearer wrong"}
+                         ).status_code == 401
+        ok = httpx.get(url + "/models", headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and ok.json()["data"][0]["id"] == MODEL
+        pre = httpx.options(url + "/chat/completions", headers={
+            "Origin": "http://editor.local", "Access-Control-Request-Method": "POST"})
+        assert pre.headers.get("access-control-allow-origin") == "http://editor.local"
+        other = httpx.options(url + "/chat/completions", headers={
+            "Origin": "http://evil.example", "Access-Control-Request-Method": "POST"})
+        assert "access-control-allow-origin" not in other.headers
+        # DNS rebinding: a page on another name that resolves to 127.0.0.1 is refused
+        assert httpx.get(url + "/models", headers={"Authorization": "Bearer s3cret",
+                                                    "Host": "evil.example"}).status_code == 400
+    finally:
+        server.stop()
+        service.shutdown()

@@ -1,0 +1,192 @@
+"""``python -m app serve`` on a real model, driven by the real ``openai`` client: replies
+streamed and not, llama-server's timings, per-request speculation, and OpenAI's errors for
+every kind of bad input. One server for the whole module (SmolLM2-135M-Instruct, prompt
+lookup, a 512-token context so that an over-long prompt is cheap)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import REPO
+
+MODEL = "SmolLM2-135M-Instruct.Q4_1"
+CODE = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
+
+
+@pytest.fixture(scope="module")
+def server(smollm_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    home = tmp_path_factory.mktemp("serve-home")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--model", str(smollm_path), "--prompt-lookup",
+         "--port", "0", "--n-ctx", "512", "--max-body-bytes", "65536"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**__import__("os").environ, "TANDEM_HOME": str(home)})
+    assert proc.stdout is not None
+    base = proc.stdout.readline().strip()  # the first line once it serves
+    if not base.startswith("http://"):
+        proc.kill()
+        pytest.fail(f"serve did not start: {proc.stderr.read() if proc.stderr else ''}")
+    try:
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
+@pytest.fixture(scope="module")
+def client(server: str) -> openai.OpenAI:
+    # no retries: a 429 must reach the test, not be retried away
+    return openai.OpenAI(base_url=server, api_key="unused", max_retries=0)
+
+
+def test_models_and_health(client: openai.OpenAI, server: str) -> None:
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    health = httpx.get(server.removesuffix("/v1") + "/health")
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+
+
+def test_chat_completion_with_timings(client: openai.OpenAI) -> None:
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Say hello."}], max_tokens=12,
+        temperature=0, seed=1)
+    choice = r.choices[0]
+    assert choice.message.role == "assistant" and choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    assert r.usage is not None and 0 < r.usage.completion_tokens <= 12
+    extra = r.model_extra or {}
+    t = extra["timings"]
+    assert t["predicted_n"] == r.usage.completion_tokens
+    assert t["prompt_n"] + t["cache_n"] == r.usage.prompt_tokens
+    assert t["predicted_ms"] > 0 and t["predicted_per_second"] > 0
+    assert 0 <= t["draft_n_accepted"] <= t["draft_n"]
+    assert extra["tandem"]["mode"] == "prompt-lookup" and extra["tandem"]["draft_max"] == 4
+
+
+def test_streamed_completion_ends_with_timings_and_usage(client: openai.OpenAI) -> None:
+    chunks = list(client.completions.create(
+        model=MODEL, prompt=CODE + "def mul(a, b):\n", max_tokens=24, temperature=0,
+        stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text
+    finish = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finish) == 1
+    last = chunks[-1]
+    assert last.choices == [] and last.usage is not None
+    timings = (last.model_extra or {})["timings"]
+    assert timings["predicted_n"] == last.usage.completion_tokens
+    assert (finish[0].model_extra or {})["timings"] == timings
+    # code that repeats itself: prompt lookup drafts from it
+    assert timings["draft_n"] > 0
+
+
+def test_streamed_chat_and_per_request_speculation(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Count: 1, 2, 3,"}], max_tokens=16,
+        temperature=0, stream=True, extra_body={"speculation": {"mode": "off"}})
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    extra = chunks[-1].model_extra or {}
+    assert extra["tandem"]["mode"] == "off" and extra["timings"]["draft_n"] == 0
+
+
+def _error(exc: openai.APIStatusError) -> dict[str, object]:
+    body = exc.response.json()
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    return body["error"]
+
+
+@pytest.mark.parametrize(("body", "status", "param", "code"), [
+    ({"messages": [{"role": "user", "content": "x"}]}, 400, "model",
+     "missing_required_parameter"),
+    ({"model": MODEL}, 400, "messages", "missing_required_parameter"),
+    ({"model": MODEL, "messages": "x"}, 400, "messages", "invalid_type"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "temperature": "hot"},
+     400, "temperature", "invalid_type"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 0},
+     400, "max_tokens", "invalid_value"),
+    ({"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]}, 404, "model",
+     "model_not_found"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "n": 2}, 400, "n",
+     "unsupported_parameter"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools",
+     "unsupported_parameter"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "logprobs": True},
+     400, "logprobs", "unsupported_parameter"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+      "speculation": {"draft_max": 0}}, 400, "speculation.draft_max", "invalid_value"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+      "speculation": {"mode": "draft-model"}}, 400, "speculation.mode", "invalid_value"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "word " * 600}]}, 400,
+     "messages", "context_length_exceeded"),
+])
+def test_bad_input_gets_openais_error(server: str, body: dict[str, object], status: int,
+                                      param: str, code: str) -> None:
+    r = httpx.post(server + "/chat/completions", json=body, timeout=60)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert (error["param"], error["code"]) == (param, code)
+    if code == "unsupported_parameter":
+        assert f"'{param}'" in str(error["message"])  # the parameter is named
+
+
+def test_bad_input_through_the_openai_client(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as nf:
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user",
+                                                                  "content": "x"}])
+    assert _error(nf.value)["code"] == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as br:
+        client.completions.create(model=MODEL, prompt="x", n=3)
+    assert _error(br.value)["param"] == "n"
+
+
+def test_invalid_json_wrong_media_type_and_a_body_over_the_limit(server: str) -> None:
+    url = server + "/chat/completions"
+    r = httpx.post(url, content=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    r = httpx.post(url, content=b"{}", headers={"Content-Type": "text/plain"})
+    assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_media_type"
+    big = b'{"model": "' + b"x" * 70_000 + b'"}'
+    r = httpx.post(url, content=big, headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+
+    def chunked() -> Iterator[bytes]:  # no Content-Length: counted while it arrives
+        yield b'{"model": "'
+        for _ in range(10):
+            yield b"x" * 10_000
+        yield b'"}'
+
+    r = httpx.post(url, content=chunked(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 413
+    assert httpx.get(server + "/nowhere").json()["error"]["type"] == "not_found_error"
+
+
+def test_disconnect_mid_stream_cancels_the_generation(server: str) -> None:
+    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 400, "stream": True,
+            "temperature": 0.8, "seed": 3}
+    with httpx.stream("POST", server + "/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                break  # one token arrived; now hang up
+    log_url = server.removesuffix("/v1") + "/tandem/requests"
+    while True:  # wait for the server to record the end of that request
+        latest = httpx.get(log_url).json()["requests"][0]
+        if latest["status"] != "running" and latest["status"] != "queued":
+            break
+        time.sleep(0.05)
+    assert latest["disconnected"] is True
+    assert latest["status"] == "cancelled" and latest["finish_reason"] == "cancelled"
+    assert latest["completion_tokens"] < 400
+    # and the server goes on serving
+    assert httpx.get(server.removesuffix("/v1") + "/health").status_code == 200
