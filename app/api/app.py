@@ -279,8 +279,12 @@ def _failure(event: JobFailed) -> ApiError:
 
 
 # -- the application ------------------------------------------------------------------
+Defaults = Callable[[], tuple[SamplingParams, SpeculationConfig]]
+
+
 def create_app(service: ChatService, settings: ApiSettings | None = None,
-               model: ModelInfo | None = None) -> tuple[Starlette, ApiState]:
+               model: ModelInfo | None = None,
+               defaults: Defaults | None = None) -> tuple[Starlette, ApiState]:
     """The Starlette application serving ``service``, and its shared state.
 
     Args:
@@ -288,10 +292,13 @@ def create_app(service: ChatService, settings: ApiSettings | None = None,
             by the app).
         settings: defaults and security (default :class:`ApiSettings`).
         model: what is loaded now (later loads are followed from the service's events).
+        defaults: called for each request, returns the sampling and speculation to use
+            where the request does not say (the window's current settings); default
+            ``settings.sampling`` and ``settings.speculation``.
 
     Returns:
-        ``(app, state)``; call ``state_unsubscribe = service.subscribe(state.on_event)``
-        is done here, and undone by :func:`close_app`.
+        ``(app, state)``. The state follows the service's events from now on;
+        :func:`close_app` stops that.
     """
     settings = settings or ApiSettings()
     state = ApiState(service, settings, model)
@@ -348,7 +355,9 @@ def create_app(service: ChatService, settings: ApiSettings | None = None,
             data.append({"id": model_id(info), "object": "model", "created": state.loaded_at,
                          "owned_by": "tandem",
                          "meta": {"n_ctx": info.n_ctx, "draft_model": info.draft_name,
-                                  "speculation": settings.speculation.model_dump(mode="json")}})
+                                  "speculation": (defaults()[1] if defaults is not None
+                                                  else settings.speculation
+                                                  ).model_dump(mode="json")}})
         return JSONResponse({"object": "list", "data": data})
 
     async def requests_log(_request: Request) -> Response:
@@ -366,8 +375,9 @@ def create_app(service: ChatService, settings: ApiSettings | None = None,
             body = await read_json_body(request)
             info = current_model()
             parse = parse_chat_request if endpoint == "chat" else parse_completion_request
-            req = parse(body, settings.sampling, settings.speculation,
-                        max_tokens_default=info.n_ctx)
+            sampling, speculation = (defaults() if defaults is not None
+                                     else (settings.sampling, settings.speculation))
+            req = parse(body, sampling, speculation, max_tokens_default=info.n_ctx)
             current_model(req.model)
             if req.speculation.mode is SpecMode.DRAFT_MODEL and info.draft_path is None:
                 raise ApiError(400, "'speculation.mode' is 'draft-model' but this server has "

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from app.api.app import ApiSettings, ApiState, close_app, create_app
+from app.api.app import ApiSettings, ApiState, Defaults, close_app, create_app
 from app.chat.events import ModelInfo
 from app.chat.service import ChatService
 from app.errors import TandemError
@@ -80,6 +80,8 @@ class ApiServer:
         service: the chat service (not shut down by the server).
         settings: defaults and security; ``loopback_only`` is set from ``host``.
         model: what is loaded now.
+        defaults: the sampling and speculation for requests that do not say (the
+            window's live settings); see :func:`app.api.app.create_app`.
 
     Raises:
         ApiAddressError: from :meth:`start` / :meth:`serve_forever`.
@@ -87,13 +89,13 @@ class ApiServer:
 
     def __init__(self, service: ChatService, *, host: str = DEFAULT_HOST,
                  port: int = DEFAULT_PORT, settings: ApiSettings | None = None,
-                 model: ModelInfo | None = None) -> None:
+                 model: ModelInfo | None = None, defaults: Defaults | None = None) -> None:
         settings = settings or ApiSettings()
         check_address(host, settings.api_key)
         self.service = service
         self.host = host
         self.settings = settings.model_copy(update={"loopback_only": is_loopback(host)})
-        self.app, self.state = create_app(service, self.settings, model)
+        self.app, self.state = create_app(service, self.settings, model, defaults)
         self._sock: socket.socket | None = None
         self._server: Any = None
         self._thread: threading.Thread | None = None

@@ -1,11 +1,11 @@
-"""The recent requests of the local API: what the window's list and ``GET /tandem/requests``
-show.
+"""The recent requests of the local API: what ``GET /tandem/requests`` and the window show.
 
 :class:`RequestLog` keeps the last :data:`KEEP` requests the server accepted (newest
 first), each an :class:`ApiRequestRecord` updated as its job runs and finished with its
 outcome; it is thread-safe (the server records from its job threads, the window reads on
 the GUI thread). Refused requests (bad input, a full queue) never reach the model and
-are counted, not listed.
+are counted, not listed. :class:`ApiTrafficFollower` picks the API's replies out of the
+service's event stream for the window (its gauge and its list of recent requests).
 """
 
 from __future__ import annotations
@@ -16,6 +16,14 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any
 
+from app.chat.events import (
+    JobDone,
+    JobFailed,
+    JobStarted,
+    ReplyResult,
+    ReplyStats,
+    ReplyStreamed,
+)
 from app.engine.stats import SpecStats
 
 #: requests kept in the log
@@ -108,3 +116,92 @@ class RequestLog:
         """Newest first."""
         with self._lock:
             return list(self._records)
+
+
+# -- following the API's replies in the service's event stream (for the window) --------
+@dataclass(frozen=True, slots=True)
+class ApiReplyBegan:
+    """An API job left the queue and runs: ``endpoint`` is ``chat`` or ``completion``."""
+
+    job_id: int
+    endpoint: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApiReplyTokens:
+    """``n_tokens`` reply tokens existed at ``t`` (seconds since the request started)."""
+
+    job_id: int
+    t: float
+    n_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApiReplyStatsChanged:
+    """The latest statistics of the running API reply."""
+
+    job_id: int
+    stats: SpecStats
+
+
+@dataclass(frozen=True, slots=True)
+class ApiReplyEnded:
+    """An API job ended. ``stats`` is None when it failed (``error`` says why)."""
+
+    job_id: int
+    endpoint: str
+    ended: float
+    finish_reason: str
+    stats: SpecStats | None
+    plain_decode_tps: float | None = None
+    error: str | None = None
+
+    @property
+    def tokens(self) -> int:
+        return self.stats.emitted if self.stats is not None else 0
+
+
+ApiTrafficUpdate = ApiReplyBegan | ApiReplyTokens | ApiReplyStatsChanged | ApiReplyEnded
+
+
+class ApiTrafficFollower:
+    """Picks the API's replies out of the chat service's events, for a window that shows
+    them (its own controller ignores jobs it did not submit). Feed it every event;
+    :meth:`handle` returns what changed for API traffic, or None."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[int, str] = {}
+
+    @property
+    def active(self) -> bool:
+        """Whether an API reply is running now."""
+        return bool(self._jobs)
+
+    def handle(self, event: object) -> ApiTrafficUpdate | None:
+        if isinstance(event, JobStarted):
+            if event.origin == "api" and event.kind in ("reply", "completion"):
+                endpoint = "chat" if event.kind == "reply" else "completion"
+                self._jobs[event.job_id] = endpoint
+                return ApiReplyBegan(event.job_id, endpoint)
+            return None
+        job_id = getattr(event, "job_id", None)
+        if job_id not in self._jobs:
+            return None
+        if isinstance(event, ReplyStreamed) and event.deltas:
+            last = event.deltas[-1]
+            return ApiReplyTokens(job_id, last.t, last.n_tokens)
+        if isinstance(event, ReplyStats):
+            return ApiReplyStatsChanged(job_id, event.stats)
+        if isinstance(event, JobDone):
+            endpoint = self._jobs.pop(job_id)
+            if isinstance(event.value, ReplyResult):
+                fin = event.value.finished
+                return ApiReplyEnded(job_id, endpoint, time.time(), fin.reason, fin.stats,
+                                     event.value.plain_decode_tps)
+            return ApiReplyEnded(job_id, endpoint, time.time(), "error", None, None,
+                                 "no result")
+        if isinstance(event, JobFailed):
+            endpoint = self._jobs.pop(job_id)
+            return ApiReplyEnded(job_id, endpoint, time.time(), "error", None, None,
+                                 event.error.message)
+        return None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QByteArray, QCoreApplication, Qt, QTimer, Slot
 from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
@@ -29,15 +30,24 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.api.traffic import (
+    ApiReplyBegan,
+    ApiReplyEnded,
+    ApiReplyStatsChanged,
+    ApiReplyTokens,
+    ApiTrafficFollower,
+)
 from app.chat.conversation import ActiveReply, ChatController, open_history
 from app.chat.demo import demo_available
 from app.chat.events import ModelInfo, ReplyResult, UserError
 from app.chat.service import ChatService
 from app.engine.stats import SpecStats
+from app.errors import TandemError
 from app.options import SpeculationConfig
 from app.store import paths
 from app.store.history import Conversation, StoredMessage
 from app.store.settings import LoadedSettings, load_settings
+from app.ui.api import ApiPanelWidget
 from app.ui.chat.chat_view import ChatViewWidget, message_view, reply_footer
 from app.ui.chat.conversation_list import ConversationListWidget
 from app.ui.chat.input_box import ComposerWidget
@@ -84,6 +94,8 @@ class MainWindow(QMainWindow):
         self.picker: ModelPickerWindow | None = None
         self.race_window: RaceWindow | None = None
         self.bridge = ServiceBridge(service, self)
+        self.api_server: Any = None  # an app.api.server.ApiServer while "Serve API" is on
+        self.api_traffic = ApiTrafficFollower()
         self.controller = ChatController(self.settings, store, self.bridge.service, self)
         self._closed = False
         self._build()
@@ -145,6 +157,8 @@ class MainWindow(QMainWindow):
                                        self.settings.speculation)
         self.side_tabs.addTab(self.gauge, "Speculation")
         self.side_tabs.addTab(self.sampling_panel, "Sampling")
+        self.api_panel = ApiPanelWidget()
+        self.side_tabs.addTab(self.api_panel, "API")
         self.splitter.addWidget(self.side_tabs)
         for i, stretch in enumerate((0, 1, 0)):
             self.splitter.setStretchFactor(i, stretch)
@@ -154,6 +168,9 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
         self.status_label = QLabel()
         self.statusBar().addWidget(self.status_label, 1)
+        self.api_status_label = QLabel()
+        self.api_status_label.hide()
+        self.statusBar().addPermanentWidget(self.api_status_label)
 
         c = self.controller
         mb = self.model_bar
@@ -180,6 +197,7 @@ class MainWindow(QMainWindow):
         self.composer.regenerate_clicked.connect(lambda: self.regenerate())
         self.composer.cancel_edit_clicked.connect(self._on_composer_cancel_edit_clicked)
         self.gauge.tint_toggled.connect(self._on_gauge_tint_toggled)
+        self.api_panel.serve_toggled.connect(self._on_api_panel_serve_toggled)
         sp = self.sampling_panel
         sp.sampling_changed.connect(c.set_sampling)
         sp.speculation_changed.connect(c.set_speculation)
@@ -396,6 +414,60 @@ class MainWindow(QMainWindow):
     @Slot(object)
     def _on_bridge_event_received(self, event: object) -> None:
         self.controller.handle(event)
+        update = self.api_traffic.handle(event)
+        if update is not None:
+            self._show_api_traffic(update)
+
+    # -- the local API ----------------------------------------------------------------
+    @Slot(bool)
+    def _on_api_panel_serve_toggled(self, on: bool) -> None:
+        if on:
+            self.start_api(self.api_panel.port.value())
+        else:
+            self.stop_api()
+
+    def start_api(self, port: int) -> bool:
+        """Serve the loaded session as an OpenAI-compatible API on 127.0.0.1:``port``
+        (0: any free port), with this window's sampling and speculation as defaults."""
+        from app.api.server import ApiServer
+
+        self.stop_api()
+        try:
+            server = ApiServer(self.bridge.service, port=port, model=self.controller.model_info,
+                               defaults=lambda: (self.settings.sampling,
+                                                 self.settings.speculation))
+            server.start()
+        except TandemError as exc:
+            self.show_error(UserError("Could not serve the API", str(exc), origin="api"))
+            self.api_panel.set_serving(None)
+            return False
+        self.api_server = server
+        self.api_panel.set_serving(server.base_url)
+        self.api_status_label.setText(f"API on {server.base_url}")
+        self.api_status_label.show()
+        return True
+
+    def stop_api(self) -> None:
+        """Stop serving (the API's running and waiting requests are cancelled)."""
+        if self.api_server is not None:
+            self.api_server.stop()
+            self.api_server = None
+        self.api_panel.set_serving(None)
+        self.api_status_label.hide()
+
+    def _show_api_traffic(self, update: object) -> None:
+        if isinstance(update, ApiReplyBegan):
+            spec = self.settings.speculation
+            self.gauge.begin_reply(spec.mode, spec.draft_max, spec.adaptive,
+                                   source=f"API traffic · {update.endpoint} request")
+        elif isinstance(update, ApiReplyTokens):
+            self.gauge.add_tokens(update.t, update.n_tokens)
+        elif isinstance(update, ApiReplyStatsChanged):
+            self.gauge.set_stats(update.stats)
+        elif isinstance(update, ApiReplyEnded):
+            if update.stats is not None:
+                self.gauge.end_reply(update.stats, update.plain_decode_tps)
+            self.api_panel.add_request(update)
 
     # -- other windows ----------------------------------------------------------------
     @Slot()
@@ -451,6 +523,7 @@ class MainWindow(QMainWindow):
             ui.splitter_state = bytes(self.splitter.saveState().toBase64().data()).decode()
             self._settings_timer.stop()
             self._close_race_window()
+            self.stop_api()
             self.downloads.shutdown()  # pauses downloads; they are offered again next start
             if self.picker is not None:
                 self.picker.shutdown()

@@ -158,6 +158,10 @@ class SpeculationGaugeWidget(QFrame):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 10, 12, 10)
         layout.setSpacing(6)
+        self.source_label = QLabel()
+        self.source_label.setObjectName("gaugeSource")
+        self.source_label.hide()
+        layout.addWidget(self.source_label)
         self.mode_label = QLabel("No reply yet")
         self.mode_label.setObjectName("gaugeMode")
         layout.addWidget(self.mode_label)
@@ -237,9 +241,13 @@ class SpeculationGaugeWidget(QFrame):
         self.prediction_note.setVisible(cpu_only)
 
     # -- inputs (cheap; any rate) -----------------------------------------------------
-    def begin_reply(self, mode: SpecMode, draft_max: int, adaptive: bool = False) -> None:
+    def begin_reply(self, mode: SpecMode, draft_max: int, adaptive: bool = False,
+                    source: str | None = None) -> None:
         """A reply starts with this drafter mode, k, and whether k is only a maximum
-        (adaptive draft length)."""
+        (adaptive draft length). ``source``: who asked, when not this window (``"API
+        traffic · chat"``); shown above the figures until the next reply begins."""
+        self.source_label.setText(source or "")
+        self.source_label.setVisible(source is not None)
         self._adaptive = adaptive
         self._streaming = True
         self._rolling.reset()
@@ -275,6 +283,7 @@ class SpeculationGaugeWidget(QFrame):
         """Show a stored reply's statistics (opening a conversation); no-op while streaming."""
         if self._streaming:
             return
+        self.source_label.hide()
         self._stats = stats
         self._adaptive = adaptive
         self.note_label.setText(stats.fallback_reason or "")

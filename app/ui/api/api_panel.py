@@ -1,0 +1,142 @@
+"""The "Serve API" panel of the main window (layout only; the window starts and stops the
+server, :mod:`app.api.server`, on its own chat service).
+
+A switch with its port, the base URL with a Copy button, one status line, and the last
+:data:`ROWS` API requests (time, endpoint, tokens, decode tok/s, acceptance rate α).
+"""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QFrame,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.api.traffic import ApiReplyEnded
+from app.formatting import MISSING, or_dash
+
+#: rows of recent requests shown
+ROWS = 20
+
+
+def alpha_cell(row: ApiReplyEnded) -> str:
+    """α as a percentage, ``off`` without speculation, a dash without drafts."""
+    if row.stats is None:
+        return MISSING
+    if not row.stats.mode or row.stats.mode.value == "off":
+        return "off"
+    a = row.stats.acceptance_rate
+    return MISSING if a is None else f"{a * 100:.0f}%"
+
+
+class ApiPanelWidget(QFrame):
+    """Serve the loaded model as an OpenAI-compatible API (see the module docstring)."""
+
+    serve_toggled = Signal(bool)
+    """The switch was flipped by the user (True: serve)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("apiPanel")
+        col = QVBoxLayout(self)
+        col.setContentsMargins(12, 10, 12, 10)
+        col.setSpacing(6)
+        row = QHBoxLayout()
+        self.switch = QCheckBox("Serve API")
+        self.switch.setObjectName("gaugeMode")
+        self.switch.setToolTip("Serve the loaded model as an OpenAI-compatible API on this "
+                               "computer (127.0.0.1): editors and scripts get its speculation.")
+        self.switch.toggled.connect(self._on_switch_toggled)
+        row.addWidget(self.switch)
+        row.addStretch(1)
+        row.addWidget(QLabel("Port"))
+        self.port = QSpinBox()
+        self.port.setRange(1024, 65535)
+        self.port.setValue(8080)
+        row.addWidget(self.port)
+        col.addLayout(row)
+        url_row = QHBoxLayout()
+        self.url = QLineEdit()
+        self.url.setReadOnly(True)
+        self.url.setPlaceholderText("off")
+        url_row.addWidget(self.url, 1)
+        self.copy_button = QPushButton("Copy")
+        self.copy_button.setToolTip("Copy the base URL (for the openai client or an editor)")
+        self.copy_button.setEnabled(False)
+        self.copy_button.clicked.connect(self._on_copy_button_clicked)
+        url_row.addWidget(self.copy_button)
+        col.addLayout(url_row)
+        self.status = QLabel("Requests wait in the same queue as this window's replies.")
+        self.status.setObjectName("gaugeCaption")
+        self.status.setWordWrap(True)
+        col.addWidget(self.status)
+        title = QLabel("Recent API requests")
+        title.setObjectName("gaugeName")
+        col.addWidget(title)
+        self.table = QTableWidget(0, 5)
+        self.table.setHorizontalHeaderLabels(["Time", "Endpoint", "Tokens", "tok/s", "α"])
+        self.table.verticalHeader().hide()
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        col.addWidget(self.table, 1)
+
+    # -- what the window tells it ------------------------------------------------------
+    def set_serving(self, base_url: str | None) -> None:
+        """Show the server as on (its base URL) or off (None), without emitting."""
+        self.switch.blockSignals(True)
+        self.switch.setChecked(base_url is not None)
+        self.switch.blockSignals(False)
+        self.url.setText(base_url or "")
+        self.copy_button.setEnabled(base_url is not None)
+        self.port.setEnabled(base_url is None)
+        self.status.setText(
+            f"Serving at {base_url} (no API key: this computer only). Requests wait in the "
+            "same queue as this window's replies." if base_url else
+            "Requests wait in the same queue as this window's replies.")
+
+    def set_status(self, text: str) -> None:
+        self.status.setText(text)
+
+    def add_request(self, row: ApiReplyEnded) -> None:
+        """Put a finished API request at the top of the list (at most :data:`ROWS`)."""
+        self.table.insertRow(0)
+        tps = row.stats.decode_tps if row.stats is not None else None
+        cells = [time.strftime("%H:%M:%S", time.localtime(row.ended)), row.endpoint,
+                 str(row.tokens) if row.stats is not None else row.finish_reason,
+                 or_dash(tps, ".1f"), alpha_cell(row)]
+        for i, text in enumerate(cells):
+            item = QTableWidgetItem(text)
+            if i >= 2:
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            if row.error:
+                item.setToolTip(row.error)
+            self.table.setItem(0, i, item)
+        while self.table.rowCount() > ROWS:
+            self.table.removeRow(self.table.rowCount() - 1)
+
+    # -- the user's actions ------------------------------------------------------------
+    @Slot(bool)
+    def _on_switch_toggled(self, on: bool) -> None:
+        self.serve_toggled.emit(on)
+
+    @Slot()
+    def _on_copy_button_clicked(self) -> None:
+        QGuiApplication.clipboard().setText(self.url.text())
