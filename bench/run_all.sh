@@ -12,6 +12,7 @@
 #    the suffix index's memory; multi-candidate pass times; app bench --suffix on agent;
 #    app bench --auto with a costly draft (the target itself) on agent and chat;
 # 5. python -m app bench with prompt lookup on builtin:code and builtin:chat.
+# 6. bench/api_vs_inprocess.py and bench/api_load.py: the local API.
 # Every result is also written as JSON under bench/out/.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -69,3 +70,10 @@ for c in d["configs"]:
 print("written:", sys.argv[1])
 PYEOF
 done
+
+echo "== local API vs in process (prompt lookup, k 4) =="
+"$PY" bench/api_vs_inprocess.py --model "$MODEL" --prompt-lookup --k 4 --max-tokens 128 \
+    --repeat 5 --threads "$THREADS"
+
+echo "== local API under load (40 clients, 200 requests, twice) =="
+"$PY" bench/api_load.py --model "$MODEL" --clients 40 --requests 200 --max-tokens 16
