@@ -165,3 +165,27 @@ def test_api_key_cors_and_host(tmp_path: Path) -> None:
     finally:
         server.stop()
         service.shutdown()
+
+
+def test_no_model_is_503_until_one_loads(tmp_path: Path) -> None:
+    service = fake_service(Script())
+    server = ApiServer(service, port=0)  # nothing loaded yet
+    server.start()
+    try:
+        health = server.base_url.removesuffix("/v1") + "/health"
+        assert httpx.get(health).status_code == 503
+        r = httpx.post(server.base_url + "/chat/completions", json=_chat())
+        assert r.status_code == 503 and r.headers["retry-after"]
+        assert r.json()["error"]["code"] == "model_not_loaded"
+        # a load by anyone (here: the window's way) is followed from the service's events;
+        # listeners run in order, so once this one has the JobDone the server has it too
+        events: queue.Queue[object] = queue.Queue()
+        service.subscribe(events.put)
+        service.load(SessionConfig(target_path=tmp_path / f"{MODEL}.gguf"))
+        while not (isinstance(ev := events.get(timeout=30), JobDone) and ev.kind == "load"):
+            pass
+        assert httpx.get(health).json()["model"] == MODEL
+        assert httpx.post(server.base_url + "/chat/completions", json=_chat()).status_code == 200
+    finally:
+        server.stop()
+        service.shutdown()

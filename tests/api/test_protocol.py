@@ -1,0 +1,95 @@
+"""The wire format without a server: llama-server's timings from SpecStats, request
+parsing into the engine's configs, and following API jobs in the service's events."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.api.protocol import ApiError, parse_chat_request, parse_completion_request, timings
+from app.api.traffic import ApiReplyBegan, ApiReplyEnded, ApiReplyTokens, ApiTrafficFollower
+from app.chat.events import JobDone, JobStarted, ReplyResult, ReplyStreamed
+from app.engine.events import Finished, TextDelta
+from app.engine.stats import SpecStats
+from app.options import SamplingParams, SpecMode, SpeculationConfig
+from tests.conftest import REPO
+
+DEFAULTS = (SamplingParams(), SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP, draft_max=4))
+
+
+def test_timings_use_llama_servers_meanings() -> None:
+    s = SpecStats(mode=SpecMode.PROMPT_LOOKUP, draft_max=4, prompt_tokens=100,
+                  prefill_tokens=9, emitted=50, rounds=20, proposed=40, verified=36,
+                  accepted=30, prefill_time=0.5, decode_time=2.0)
+    t = timings(s)
+    # 99 prompt tokens go to the prefill, 9 of them evaluated: 90 came from the cache
+    assert t["cache_n"] == 90 and t["prompt_n"] == 10
+    assert t["prompt_ms"] == 500.0 and t["predicted_ms"] == 2000.0
+    assert t["predicted_n"] == 50 and t["predicted_per_second"] == 25.0
+    assert (t["draft_n"], t["draft_n_accepted"]) == (40, 30)
+
+
+def test_a_request_becomes_the_engines_configs() -> None:
+    body = {"model": "m", "messages": [{"role": "developer", "content": "Be brief."},
+                                       {"role": "user", "content": [{"type": "text",
+                                                                     "text": "Hi"}]}],
+            "max_completion_tokens": 7, "temperature": 0, "seed": 5, "stop": "\n",
+            "speculation": {"draft_max": 8, "adaptive": False}}
+    req = parse_chat_request(json.dumps(body).encode(), *DEFAULTS, max_tokens_default=512)
+    assert [(m.role, m.content) for m in req.messages] == [("system", "Be brief."),
+                                                           ("user", "Hi")]
+    assert req.sampling.max_tokens == 7 and req.sampling.greedy and req.sampling.seed == 5
+    assert req.sampling.stop == ("\n",)
+    assert req.speculation.mode is SpecMode.PROMPT_LOOKUP  # the server's, kept
+    assert req.speculation.draft_max == 8 and not req.speculation.adaptive
+    plain = parse_completion_request(b'{"model": "m", "prompt": ["x"]}', *DEFAULTS,
+                                     max_tokens_default=512)
+    assert plain.prompt == "x" and plain.sampling.max_tokens == 512
+
+
+@pytest.mark.parametrize(("body", "param", "code"), [
+    ({"model": "m", "prompt": [1, 2, 3]}, "prompt", "unsupported_parameter"),
+    ({"model": "m", "prompt": "x", "echo": True}, "echo", "unsupported_parameter"),
+    ({"model": "m", "prompt": "x", "seed": 2**40}, "seed", "invalid_value"),
+    ({"model": "m", "prompt": "x", "stream_options": {"include_usage": True}},
+     "stream_options", "invalid_value"),
+    ({"model": 3, "prompt": "x"}, "model", "invalid_type"),
+])
+def test_completion_refusals_name_the_parameter(body: dict[str, object], param: str,
+                                                code: str) -> None:
+    with pytest.raises(ApiError) as err:
+        parse_completion_request(json.dumps(body).encode(), *DEFAULTS, max_tokens_default=64)
+    assert (err.value.status, err.value.param, err.value.code) == (400, param, code)
+
+
+def test_an_image_part_is_refused() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}]}]}
+    with pytest.raises(ApiError) as err:
+        parse_chat_request(json.dumps(body).encode(), *DEFAULTS, max_tokens_default=64)
+    assert err.value.param == "messages[0].content[0].type"
+
+
+def test_the_follower_keeps_only_api_jobs() -> None:
+    f = ApiTrafficFollower()
+    assert f.handle(JobStarted(1, "reply", "window")) is None
+    assert f.handle(ReplyStreamed(1, (TextDelta("x", False, 0.1, 1),))) is None
+    assert f.handle(JobStarted(2, "completion", "api")) == ApiReplyBegan(2, "completion")
+    assert f.handle(ReplyStreamed(2, (TextDelta("a", False, 0.1, 1),
+                                      TextDelta("b", True, 0.2, 3)))) == ApiReplyTokens(2, 0.2, 3)
+    stats = SpecStats(mode=SpecMode.PROMPT_LOOKUP, emitted=3, verified=2, accepted=2)
+    done = f.handle(JobDone(2, "completion", "api", ReplyResult(
+        Finished("stop", "ab", (1, 2, 3), (0.1, 0.2, 0.2), stats, 1), None)))
+    assert isinstance(done, ApiReplyEnded) and done.tokens == 3 and not f.active
+
+
+def test_serve_refuses_another_host_without_a_key(smollm_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "app", "serve", "--model", str(smollm_path),
+                           "--host", "0.0.0.0"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env={k: v for k, v in __import__("os").environ.items()
+                                            if k != "TANDEM_API_KEY"})
+    assert proc.returncode == 2 and "API key" in proc.stderr and not proc.stdout
