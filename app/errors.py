@@ -26,6 +26,10 @@ class IncompatibleDraftError(TandemError):
     """The draft model cannot draft for the target (tokenizers differ)."""
 
 
+class ModelNotLoadedError(TandemError):
+    """Work that needs the loaded model was asked for while none is loaded."""
+
+
 class ContextOverflowError(TandemError):
     """The prompt does not fit in the context window."""
 

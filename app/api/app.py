@@ -78,7 +78,7 @@ from app.chat.events import (
     ReplyStreamed,
 )
 from app.chat.service import ChatService, Job, QueueFullError
-from app.errors import ContextOverflowError, TandemError
+from app.errors import ContextOverflowError, ModelNotLoadedError, TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 
 log = logging.getLogger(__name__)
@@ -270,10 +270,10 @@ def _failure(event: JobFailed) -> ApiError:
     if cause is not None and issubclass(cause, ContextOverflowError):
         return ApiError(400, event.error.message, code="context_length_exceeded",
                         param="messages" if event.kind == "reply" else "prompt")
+    if cause is not None and issubclass(cause, ModelNotLoadedError):
+        return ApiError(503, event.error.message, type="unavailable_error",
+                        code="model_not_loaded", headers={"Retry-After": "5"})
     if cause is not None and issubclass(cause, TandemError):
-        if "No model is loaded" in event.error.message or "unloaded" in event.error.message:
-            return ApiError(503, event.error.message, type="unavailable_error",
-                            code="model_not_loaded", headers={"Retry-After": "5"})
         return ApiError(400, event.error.message, code="generation_failed")
     return ApiError(500, f"{event.error.title}: {event.error.message}", type="server_error")
 

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from app.api.app import ApiSettings, ApiState, Defaults, close_app, create_app
+from app.api.app import ApiSettings, Defaults, close_app, create_app
 from app.chat.events import ModelInfo
 from app.chat.service import ChatService
 from app.errors import TandemError
@@ -101,10 +101,6 @@ class ApiServer:
         self._thread: threading.Thread | None = None
         self._requested_port = port
         self.port = port
-
-    @property
-    def api_state(self) -> ApiState:
-        return self.state
 
     @property
     def base_url(self) -> str:

@@ -65,7 +65,7 @@ from app.engine.auto import AutoChoice, ReplyObservation, resolve_auto
 from app.engine.chat import ChatMessage, tokenize_plain
 from app.engine.events import Event, Finished, StatsUpdate, TextDelta
 from app.engine.session import Session, SessionConfig
-from app.errors import LoadCancelledError, TandemError
+from app.errors import LoadCancelledError, ModelNotLoadedError, TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 
 log = logging.getLogger(__name__)
@@ -106,8 +106,8 @@ class JobError(TandemError):
 class JobContext:
     """What a job's work function gets on the worker thread.
 
-    ``session``: the loaded session (raises :class:`~app.errors.TandemError` "No model
-    is loaded" when there is none); ``cancel``: the job's cancel event, to hand to the
+    ``session``: the loaded session (raises :class:`~app.errors.ModelNotLoadedError`
+    when there is none); ``cancel``: the job's cancel event, to hand to the
     engine; :meth:`emit` reports a progress event to every consumer.
     """
 
@@ -124,7 +124,7 @@ class JobContext:
     def session(self) -> Session:
         session = self._service._session
         if session is None or session.closed:
-            raise TandemError("No model is loaded. Load a target model first.")
+            raise ModelNotLoadedError("No model is loaded. Load a target model first.")
         return session
 
     @property

@@ -7,7 +7,10 @@ actions to the controller, shows what the controller tells it (it is the control
 arrive on the GUI thread through :class:`~app.ui.service_bridge.ServiceBridge`. Streamed
 text comes in the service's 30 ms batches and goes to the chat view as it arrives (the
 view skips renders only while the last one was costly). Closing stops and joins the
-service, finalises a streaming reply, saves the settings and closes the store.
+service, finalises a streaming reply, saves the settings and closes the store. The API
+tab's "Serve API" switch runs :class:`app.api.server.ApiServer` on the same service; the
+gauge follows API replies (labelled "API traffic") through
+:class:`app.api.traffic.ApiTrafficFollower`.
 """
 
 from __future__ import annotations
