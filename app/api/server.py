@@ -136,6 +136,14 @@ class ApiServer:
             await asyncio.sleep(0.01)
         if server.started and on_ready is not None:
             on_ready(self.base_url)
+        # When uvicorn is told to stop (Ctrl-C, SIGTERM, stop()), end the API's replies
+        # first: their streams then close with "cancelled" within one round, inside
+        # uvicorn's graceful-shutdown time, instead of being cut.
+        while not task.done():
+            if server.should_exit:
+                self.service.cancel_all(origin="api")
+                break
+            await asyncio.sleep(0.1)
         await task
 
     def start(self) -> None:
