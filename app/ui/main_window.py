@@ -459,6 +459,12 @@ class MainWindow(QMainWindow):
         self.api_status_label.hide()
 
     def _show_api_traffic(self, update: object) -> None:
+        if isinstance(update, ApiReplyEnded):
+            self.api_panel.add_request(update)
+        if self.controller.reply is not None:
+            # this window's own reply is queued behind the API's: the gauge is already
+            # its, and shows it as soon as it runs
+            return
         if isinstance(update, ApiReplyBegan):
             spec = self.settings.speculation
             self.gauge.begin_reply(spec.mode, spec.draft_max, spec.adaptive,
@@ -470,7 +476,6 @@ class MainWindow(QMainWindow):
         elif isinstance(update, ApiReplyEnded):
             if update.stats is not None:
                 self.gauge.end_reply(update.stats, update.plain_decode_tps)
-            self.api_panel.add_request(update)
 
     # -- other windows ----------------------------------------------------------------
     @Slot()

@@ -65,3 +65,50 @@ def test_a_port_in_use_is_reported(qtbot, window) -> None:  # type: ignore[no-un
         assert not window.api_panel.switch.isChecked()
     finally:
         taken.close()
+
+
+def test_a_window_reply_queued_behind_an_api_reply_keeps_the_gauge(qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Over the fake engine: the API reply runs (held at a gate), the user sends a
+    message, which waits in the same queue; the gauge belongs to the window's reply from
+    then on and the API reply still lands in the list."""
+    from app.options import SamplingParams
+    from app.store.settings import LoadedSettings, Settings
+    from app.ui.main_window import MainWindow
+    from tests.chat.fakes import Script, fake_service
+
+    target = tmp_path / "fake-target.gguf"
+    target.write_bytes(b"GGUF")
+    script = Script(default="alpha beta gamma delta")
+    settings = Settings()
+    settings.model.target_path = target
+    settings.sampling = SamplingParams(max_tokens=16)
+    w = MainWindow(LoadedSettings(settings), service=fake_service(script))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.controller.model_info is not None, timeout=30_000)
+    try:
+        assert w.start_api(0)
+        script.gate = threading.Event()
+        base = w.api_panel.url.text()
+        sender = threading.Thread(target=lambda: httpx.post(
+            base + "/chat/completions", timeout=60,
+            json={"model": "fake-target", "messages": [{"role": "user", "content": "x"}]}))
+        sender.start()
+        qtbot.waitUntil(lambda: w.gauge.source_label.isVisible(), timeout=30_000)
+        assert w.send_message("hello")  # queued behind the API reply
+        assert not w.gauge.source_label.isVisible()
+        api_gate, script.gate = script.gate, threading.Event()  # the next reply waits too
+        api_gate.set()  # the API reply ends; the window's runs and holds after one word
+        qtbot.waitUntil(lambda: w.api_panel.table.rowCount() == 1 and w.controller.reply
+                        is not None and w.controller.reply.text == "alpha", timeout=30_000)
+        w.gauge.refresh()
+        # the API reply's end did not end the window's live gauge
+        assert "live" in w.gauge.mode_label.text() and not w.gauge.source_label.isVisible()
+        script.gate.set()
+        qtbot.waitUntil(lambda: w.controller.reply is None, timeout=30_000)
+        sender.join(30)
+        assert w.chat.messages[-1].text == "alpha beta gamma delta"
+    finally:
+        if script.gate is not None:
+            script.gate.set()
+        w.close()
