@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import threading
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -133,7 +133,7 @@ def main() -> int:
                     b = through_api(client, child.base_url, mid, p.plain, sampling, spec)
                     rows.append({"prompt": p.name, "run": i, "in_process": a, "api": b})
                     print(f"{p.name} #{i}: in process {a['consumer_tps'] or 0:.1f} tok/s, "
-                          f"API {b['consumer_tps'] or 0:.1f} tok/s", file=__import__("sys").stderr)
+                          f"API {b['consumer_tps'] or 0:.1f} tok/s", file=sys.stderr)
     finally:
         service.shutdown()
         child.stop()

@@ -5,6 +5,7 @@ lookup, a 512-token context so that an over-long prompt is cheap)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -28,7 +29,7 @@ def server(smollm_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
         [sys.executable, "-m", "app", "serve", "--model", str(smollm_path), "--prompt-lookup",
          "--port", "0", "--n-ctx", "512", "--max-body-bytes", "65536"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**__import__("os").environ, "TANDEM_HOME": str(home)})
+        env={**os.environ, "TANDEM_HOME": str(home)})
     assert proc.stdout is not None
     base = proc.stdout.readline().strip()  # the first line once it serves
     if not base.startswith("http://"):

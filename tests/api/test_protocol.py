@@ -4,6 +4,7 @@ parsing into the engine's configs, and following API jobs in the service's event
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +91,6 @@ def test_the_follower_keeps_only_api_jobs() -> None:
 def test_serve_refuses_another_host_without_a_key(smollm_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "app", "serve", "--model", str(smollm_path),
                            "--host", "0.0.0.0"], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, env={k: v for k, v in __import__("os").environ.items()
+                          timeout=120, env={k: v for k, v in os.environ.items()
                                             if k != "TANDEM_API_KEY"})
     assert proc.returncode == 2 and "API key" in proc.stderr and not proc.stdout

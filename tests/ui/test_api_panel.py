@@ -52,9 +52,16 @@ def test_serve_api_gauge_follows_an_api_request(qtbot, window) -> None:  # type:
         httpx.get(base + "/models")
 
 
-def test_a_port_in_use_is_reported(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+def test_a_port_in_use_is_reported(qtbot) -> None:  # type: ignore[no-untyped-def]
     import socket
 
+    from app.store.settings import LoadedSettings, Settings
+    from app.ui.main_window import MainWindow
+    from tests.chat.fakes import Script, fake_service
+
+    window = MainWindow(LoadedSettings(Settings()), autoload=False,
+                        service=fake_service(Script()))
+    qtbot.addWidget(window)
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen(1)
@@ -65,6 +72,7 @@ def test_a_port_in_use_is_reported(qtbot, window) -> None:  # type: ignore[no-un
         assert not window.api_panel.switch.isChecked()
     finally:
         taken.close()
+        window.close()
 
 
 def test_a_window_reply_queued_behind_an_api_reply_keeps_the_gauge(qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
