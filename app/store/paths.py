@@ -5,7 +5,8 @@ Folders follow the platform's conventions through :mod:`platformdirs` (app name
 ``~/.cache/Tandem``; on macOS ``~/Library/Application Support/Tandem`` and
 ``~/Library/Caches/Tandem``; on Windows ``%LOCALAPPDATA%\\Tandem``. When the environment
 variable ``TANDEM_HOME`` is set, every folder lives under it instead (``config/``,
-``data/``, ``cache/``), which is how tests and portable installs isolate themselves.
+``data/``, ``cache/``, ``logs/``), which is how tests and portable installs isolate
+themselves. Logs go to platformdirs' user log folder (see :func:`log_dir`).
 
 Every function reads the environment when called (nothing is cached), so a test that
 changes ``TANDEM_HOME`` sees its own folders. Folders are created on first use.
@@ -14,7 +15,6 @@ changes ``TANDEM_HOME`` sees its own folders. Folders are created on first use.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 APP_NAME = "Tandem"
@@ -67,8 +67,16 @@ def models_dir() -> Path:
 
 
 def log_dir() -> Path:
-    """Where the window writes its log file (tracebacks of bugs go there, not on screen)."""
-    return _ensure(cache_dir() / "logs")
+    """Where the window and the CLI write their log files (``tandem.log``,
+    ``tandem-cli.log``): platformdirs' user log folder, which users do not clear as they
+    may a cache (Linux ``~/.local/state/Tandem/log``, macOS ``~/Library/Logs/Tandem``,
+    Windows ``%LOCALAPPDATA%\\Tandem\\Logs``); ``<TANDEM_HOME>/logs`` when that is set."""
+    home = _home_override()
+    if home is not None:
+        return _ensure(home / "logs")
+    from platformdirs import user_log_path
+
+    return _ensure(user_log_path(APP_NAME, appauthor=False))
 
 
 def settings_path() -> Path:
@@ -82,23 +90,37 @@ def history_path() -> Path:
 
 
 def resources_dir() -> Path:
-    """The ``resources/`` folder: icons, stylesheets, launcher templates, prompt sets,
-    catalog data.
+    """The data files (icons, style sheet, catalog, prompts, templates, notices).
 
-    In a PyInstaller bundle it is unpacked under ``sys._MEIPASS``; in a checkout or an
-    editable install it sits next to the ``app`` package.
+    They are the package ``app.resources`` (``setup.py`` maps the repository's
+    ``resources/`` folder to it), found through :mod:`importlib.resources`: the same call
+    finds them in an editable install (the repository folder), an installed wheel
+    (``site-packages/app/resources``) and a PyInstaller bundle (``_internal/app/resources``).
+
+    Raises:
+        TandemError: the package is missing or not a folder on disk (a broken install).
     """
-    frozen_root = getattr(sys, "_MEIPASS", None)
-    if frozen_root:
-        candidate = Path(frozen_root) / "resources"
-        if candidate.is_dir():
-            return candidate
-    return Path(__file__).resolve().parents[2] / "resources"
+    from importlib import resources
+
+    from app.errors import TandemError
+
+    try:
+        root = resources.files("app.resources")
+    except ModuleNotFoundError as exc:
+        raise TandemError(
+            "Tandem's data files (the app.resources package) are not installed; "
+            "reinstall Tandem."
+        ) from exc
+    if not isinstance(root, Path):  # e.g. a zip import: the callers need real files
+        raise TandemError(f"Tandem's data files are not a folder on disk ({root}).")
+    return root
 
 
 def icon_path(kind: str = "png") -> Path:
-    """The app icon: ``png`` (256 px), ``svg``, ``ico`` (Windows) or ``icns`` (macOS)."""
-    names = {"png": "tandem-256.png", "svg": "tandem.svg", "ico": "tandem.ico", "icns": "tandem.icns"}
+    """The app icon: ``png`` (256 px), ``png48`` (48 px), ``svg``, ``ico`` (Windows) or
+    ``icns`` (macOS)."""
+    names = {"png": "tandem-256.png", "png48": "tandem-48.png", "svg": "tandem.svg",
+             "ico": "tandem.ico", "icns": "tandem.icns"}
     if kind not in names:
         raise ValueError(f"unknown icon kind {kind!r}; one of {sorted(names)}")
     return resources_dir() / "icons" / names[kind]
