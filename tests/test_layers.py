@@ -24,24 +24,28 @@ import tomllib
 REPO = Path(__file__).resolve().parents[1]
 APP = REPO / "app"
 
-_QT = ("PySide6", "shiboken6", "app.ui")
-_ABOVE_ENGINE = (*_QT, "app.cli", "app.api", "app.chat")
+_QT = ("PySide6", "shiboken6", "app.ui", "app.entry")
+_ABOVE_ENGINE = (*_QT, "app.cli", "app.api", "app.chat", "app.diagnostics")
 _ABOVE_CATALOG = (*_ABOVE_ENGINE, "app.engine")
 _ABOVE_STORE = (*_ABOVE_CATALOG, "app.catalog", "app.launcher")
 _ABOVE_VOCABULARY = (*_ABOVE_STORE, "app.store")
 
 #: package → packages it must never import (directly or lazily)
 FORBIDDEN = {
+    "app.entry": ("app.__main__",),
     "app.cli": _QT,
     "app.api": (*_QT, "app.cli"),
-    "app.chat": (*_QT, "app.cli", "app.api"),
+    "app.chat": (*_QT, "app.cli", "app.api", "app.diagnostics"),
+    "app.diagnostics": (*_QT, "app.cli", "app.api", "app.chat"),  # read before Qt is loaded
     "app.engine": _ABOVE_ENGINE,
     "app.catalog": (*_ABOVE_CATALOG, "app.launcher"),
     "app.launcher": (*_ABOVE_CATALOG, "app.catalog"),
     "app.store": _ABOVE_STORE,
-    "app.options": (*_ABOVE_VOCABULARY, "app.formatting", "app.errors"),
-    "app.formatting": (*_ABOVE_VOCABULARY, "app.options", "app.errors"),
-    "app.errors": (*_ABOVE_VOCABULARY, "app.options", "app.formatting"),
+    "app.options": (*_ABOVE_VOCABULARY, "app.formatting", "app.errors", "app.system_libs"),
+    "app.formatting": (*_ABOVE_VOCABULARY, "app.options", "app.errors", "app.system_libs"),
+    "app.errors": (*_ABOVE_VOCABULARY, "app.options", "app.formatting", "app.system_libs"),
+    # runs before Qt can load (the window's first check, install-launcher, install.sh)
+    "app.system_libs": (*_ABOVE_VOCABULARY, "app.options", "app.formatting", "app.errors"),
 }
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from app import __version__
 from app.cli.models import json_safe
 from app.cli.options import (
     PromptOptions,
@@ -205,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Tandem: local GGUF chat with speculative decoding.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
+    parser.add_argument("--version", action="version", version=f"Tandem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_generate(sub)
     _feature_parsers(sub)
@@ -251,6 +253,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
+    from app.diagnostics import log_fields
+    from app.store.logs import start_log
+
+    start_log("cli", log_fields())  # tandem-cli.log in the user log folder, with a header
+    logging.getLogger("app.cli").info("command: %s", " ".join(sys.argv[1:] if argv is None else argv))
     try:
         return handler(args)
     except TandemError as exc:

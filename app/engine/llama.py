@@ -16,6 +16,8 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
@@ -659,3 +661,85 @@ class LlamaContext:
             self.close()
         except Exception:
             pass
+
+
+# -- build information (log header, About) -------------------------------------------
+#: Backend names as ggml registers them (``ggml_backend_reg_name``), GPU ones first.
+GPU_BACKENDS = ("CUDA", "Metal", "Vulkan", "ROCm", "HIP", "SYCL", "MUSA", "CANN", "OpenCL")
+
+
+@dataclass(frozen=True, slots=True)
+class BuildInfo:
+    """What llama.cpp this process runs.
+
+    Attributes:
+        llama_cpp_python: the llama-cpp-python version.
+        ggml_version: ggml's version (``ggml_version()``), None if the library has none.
+        ggml_commit: the llama.cpp/ggml commit it was built from (``ggml_commit()``;
+            ``-dirty`` when built from an sdist with local changes), None if unknown.
+        backends: ggml's registered backends (``ggml_backend_reg_name``), e.g.
+            ``("CUDA", "CPU")``.
+        gpu_offload: ``llama_supports_gpu_offload()``.
+    """
+
+    llama_cpp_python: str
+    ggml_version: str | None
+    ggml_commit: str | None
+    backends: tuple[str, ...]
+    gpu_offload: bool
+
+    @property
+    def backend(self) -> str:
+        """The backend layers go to: the first GPU backend registered, else ``CPU``."""
+        for name in GPU_BACKENDS:
+            if any(b.upper().startswith(name.upper()) for b in self.backends):
+                return name
+        return "CPU"
+
+
+def _ggml_library() -> Any:
+    """The loaded ``libggml`` (llama-cpp-python keeps it in its private ``_ggml`` module;
+    this is the one place that reaches for it)."""
+    from llama_cpp import _ggml  # private: adapter with a contract test (tests/engine)
+
+    return _ggml.libggml
+
+
+def build_info() -> BuildInfo:
+    """Versions, commit and backends of the llama.cpp in this process.
+
+    Raises:
+        ModelLoadError: llama-cpp-python cannot be loaded (see :func:`lib`).
+    """
+    L = lib()
+    version = getattr(L, "__version__", "unknown")
+    ggml = _ggml_library()
+
+    def text(fn_name: str) -> str | None:
+        fn = getattr(ggml, fn_name, None)  # missing in older llama.cpp builds
+        if fn is None:
+            return None
+        fn.argtypes, fn.restype = [], ctypes.c_char_p
+        raw = fn()
+        return raw.decode("utf-8", "replace") if raw else None
+
+    backends: list[str] = []
+    try:
+        ggml.ggml_backend_reg_count.argtypes, ggml.ggml_backend_reg_count.restype = [], ctypes.c_size_t
+        ggml.ggml_backend_reg_get.argtypes = [ctypes.c_size_t]
+        ggml.ggml_backend_reg_get.restype = ctypes.c_void_p
+        ggml.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
+        ggml.ggml_backend_reg_name.restype = ctypes.c_char_p
+        for i in range(int(ggml.ggml_backend_reg_count())):
+            name = ggml.ggml_backend_reg_name(ggml.ggml_backend_reg_get(i))
+            if name:
+                backends.append(name.decode("utf-8", "replace"))
+    except AttributeError:  # a build without the backend registry
+        pass
+    return BuildInfo(
+        llama_cpp_python=str(version),
+        ggml_version=text("ggml_version"),
+        ggml_commit=text("ggml_commit"),
+        backends=tuple(backends),
+        gpu_offload=bool(L.llama_supports_gpu_offload()),
+    )

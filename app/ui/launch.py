@@ -1,44 +1,38 @@
-"""Start the desktop app: ``tandem`` (GUI entry point) and ``python -m app`` with no
-arguments both call :func:`main`.
+"""Start the desktop app: :mod:`app.entry` calls :func:`main` for ``tandem`` (the GUI
+script and the frozen app) and ``python -m app`` with no arguments or one GGUF file.
 
-Sets up logging to a file in the cache folder (bugs' tracebacks go there, never on
-screen), the application's name, icon and style sheet, creates the main window, and
-turns SIGINT/SIGTERM into a normal window close (workers stopped and joined, exit
-status 0).
+Starts the window's log file (``tandem.log`` in the user log folder, with a header; bugs'
+tracebacks go there, never on screen), sets the application's name, desktop id, icon and
+style sheet, creates the main window, loads a GGUF given on the command line, and turns
+SIGINT/SIGTERM into a normal window close (workers stopped and joined, exit status 0).
 """
 
 from __future__ import annotations
 
 import logging
-import logging.handlers
 import signal
 import sys
 import types
 from collections.abc import Sequence
+from pathlib import Path
 
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 import app
-from app.store import paths
+from app.launcher import APP_ID
+from app.store import logs, paths
 from app.ui.qt_compat import apply_qt_workarounds
 
 log = logging.getLogger("app.ui")
 
 
 def _setup_logging() -> None:
-    handler: logging.Handler
-    try:
-        handler = logging.handlers.RotatingFileHandler(
-            paths.log_dir() / "tandem.log", maxBytes=2_000_000, backupCount=2, encoding="utf-8"
-        )
-    except OSError:
-        handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    from app.diagnostics import log_fields
+
+    if logs.start_log("gui", log_fields()) is None:
+        logging.basicConfig(level=logging.INFO)  # no writable log folder: stderr then
     # llama.cpp's loader warnings are kept in the log, not the terminal.
     logging.getLogger("app.engine.llama").setLevel(logging.WARNING)
 
@@ -67,7 +61,7 @@ def create_application(argv: Sequence[str] | None = None) -> QApplication:
     qapp.setApplicationDisplayName("Tandem")
     qapp.setApplicationVersion(app.__version__)
     qapp.setOrganizationName("Tandem")
-    qapp.setDesktopFileName("tandem")
+    qapp.setDesktopFileName(APP_ID)  # Wayland matches the window to the desktop entry
     icon = paths.icon_path("png")
     if icon.is_file():
         qapp.setWindowIcon(QIcon(str(icon)))
@@ -76,17 +70,27 @@ def create_application(argv: Sequence[str] | None = None) -> QApplication:
     return qapp
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Open the window and run until it is closed. Returns the exit status (0; 2 when the
-    app's folders cannot be created)."""
+def main(argv: Sequence[str] | None = None, open_path: Path | None = None) -> int:
+    """Open the window and run until it is closed.
+
+    Args:
+        argv: Qt's command line (default ``sys.argv``).
+        open_path: a GGUF to load instead of the last model (``tandem model.gguf``).
+
+    Returns:
+        The exit status: 0; 2 when the app's folders cannot be created.
+    """
     _setup_logging()
     sys.excepthook = _log_uncaught
     qapp = create_application(argv)
+    from PySide6.QtCore import qVersion
+
+    log.info("Qt %s, platform %s", qVersion(), qapp.platformName())
 
     from app.ui.main_window import MainWindow
 
     try:
-        window = MainWindow()
+        window = MainWindow(autoload=open_path is None)
     except OSError as exc:
         # Typically an unwritable home/config/data folder: say so instead of vanishing.
         log.critical("cannot start", exc_info=True)
@@ -114,6 +118,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     wake.timeout.connect(lambda: None)
 
     window.show()
+    log.info("window shown")
+    if open_path is not None:
+        _open_from_command_line(window, open_path)
     status = qapp.exec()
     log.info("exit with status %s", status)
     return int(status)
+
+
+def _open_from_command_line(window: object, path: Path) -> None:
+    """Load the GGUF named on the command line, or say why not (in the window)."""
+    from app.ui.main_window import MainWindow
+    from app.ui.payloads import UserError
+
+    assert isinstance(window, MainWindow)
+    log.info("opening %s from the command line", path)
+    if path.is_file():
+        window.load_model(path)
+    else:
+        window.show_error(UserError("Model not found", f"{path} does not exist or is not a file."))

@@ -1,0 +1,86 @@
+"""The one entry point of every Tandem executable: the ``tandem`` GUI script, ``python -m
+app`` and the frozen (PyInstaller) ``tandem`` / ``tandem-cli``.
+
+It decides, from the command line alone and before Qt is imported, what this process is:
+
+* ``tandem`` with no arguments, or with one GGUF file (``tandem model.gguf``, what a
+  desktop entry's ``Exec=tandem %f`` runs when a GGUF is opened from a file manager):
+  the window, which loads that file. Qt's system libraries are checked first
+  (:mod:`app.system_libs`): when some are missing the user gets a readable message with
+  the install command instead of Qt's abort (exit status 134).
+* Anything else (``tandem --help``, ``tandem --version``, ``tandem models list``), and
+  every command line of an executable named ``tandem-cli``: the command line interface
+  (:mod:`app.cli`). So a frozen app has its CLI without a second Python program.
+* The hidden first argument :data:`app.engine.probe.PROBE_ARG`: the GGUF probe's child
+  process (:mod:`app.engine.probe`). A frozen app has no ``python -m``, so the probe
+  launches the app's own executable with this argument.
+* The hidden first argument :data:`CHECK_SYSTEM_ARG`: print which of Qt's system
+  libraries are missing and the install lines (exit 0 when none, 1 otherwise); the Linux
+  tarball's install script runs it.
+
+Qt-free: nothing from :mod:`app.ui` is imported until the window is chosen.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+#: hidden argument: report Qt's missing system libraries and exit
+CHECK_SYSTEM_ARG = "--check-system-libs"
+
+
+def wants_window(args: Sequence[str], program: str) -> bool:
+    """Whether a command line opens the window (True) or runs the CLI (False).
+
+    Args:
+        args: the arguments after the program name.
+        program: the program name as invoked (``sys.argv[0]``); ``tandem-cli`` is
+            always the CLI.
+    """
+    if Path(program).name.lower().startswith("tandem-cli"):
+        return False
+    if not args:
+        return True
+    return len(args) == 1 and args[0].lower().endswith(".gguf") and not args[0].startswith("-")
+
+
+def main(argv: Sequence[str] | None = None, program: str | None = None) -> int:
+    """Run Tandem: the window, the CLI, or a hidden helper (see the module docstring).
+
+    Returns the process exit status.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    program = program if program is not None else (sys.argv[0] if sys.argv else "tandem")
+    from app.engine import probe  # light: llama_cpp is imported by the child only
+
+    if args[:1] == [probe.PROBE_ARG]:
+        return probe.child_main(args[1:])
+    if args[:1] == [CHECK_SYSTEM_ARG]:
+        from app import system_libs
+
+        return system_libs.main()
+    if wants_window(args, program):
+        return _gui(Path(args[0]) if args else None)
+    from app.cli import main as cli_main
+
+    return cli_main(args)
+
+
+def _gui(open_path: Path | None) -> int:
+    from app import system_libs
+
+    problem = system_libs.gui_problem()
+    if problem is not None:
+        system_libs.report_problem(problem)
+        return 2
+    try:
+        from app.ui.launch import main as gui_main
+    except ImportError as exc:  # Qt's own libraries (libEGL, libfontconfig …) are missing
+        system_libs.report_problem(system_libs.import_problem(exc))
+        return 2
+    if open_path is not None:
+        open_path = Path(os.path.abspath(open_path.expanduser()))
+    return gui_main(open_path=open_path)
