@@ -31,6 +31,11 @@ def tandem_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     """Every test gets its own TANDEM_HOME: settings, history and caches live there."""
     home = tmp_path_factory.mktemp("tandem-home")
     monkeypatch.setenv("TANDEM_HOME", str(home))
+    # other apps' model folders (app.catalog.discovery) point into the test's own folder,
+    # so that models on the developer's machine never show up in a test's library
+    monkeypatch.setenv("OLLAMA_MODELS", str(home / "other-apps" / "ollama"))
+    monkeypatch.setenv("LLAMA_CACHE", str(home / "other-apps" / "llama.cpp"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "other-apps" / "xdg-data"))
     return home
 
 

@@ -2,7 +2,8 @@
 
 Models come from the models folder (in the data folder by default, changeable), folders
 the user added ("Add folder…", scanned recursively), single files the user opened
-("Open GGUF…"), LM Studio's models folders and the Hugging Face cache. A split GGUF
+("Open GGUF…"), other apps' downloads (LM Studio, Ollama, llama.cpp's ``-hf`` cache, Jan;
+where each keeps them is :mod:`app.catalog.discovery`) and the Hugging Face cache. A split GGUF
 (``…-00001-of-0000N.gguf``) is one model; ``mmproj`` (vision projector), ``imatrix``
 and adapter files are not offered as models. Metadata comes from
 :mod:`app.catalog.gguf_meta` (cached, so a rescan is fast).
@@ -24,6 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.catalog import discovery
 from app.catalog.gguf_meta import GGUFInfo, inspect_gguf, load_vocab, split_part_names, split_parts
 from app.catalog.pairing import DraftCandidate, VocabView, rank_drafts, unreadable_candidate
 from app.errors import TandemError
@@ -32,7 +34,7 @@ from app.store.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 
-Source = Literal["models", "folder", "file", "lmstudio", "hf-cache"]
+Source = Literal["models", "folder", "file", "lmstudio", "ollama", "llama.cpp", "jan", "hf-cache"]
 
 #: ``general.type`` values and architectures that are not language models to chat with.
 NON_MODEL_TYPES = frozenset({"mmproj", "adapter", "imatrix", "vocab"})
@@ -50,6 +52,9 @@ class LibraryConfig(BaseModel):
         folders: folders added with "Add folder…" (scanned recursively).
         files: single files opened with "Open GGUF…".
         scan_lmstudio: include LM Studio's models folders.
+        scan_ollama: include Ollama's models (its blobs, named by its manifests).
+        scan_llama_cpp: include llama.cpp's ``-hf`` download cache.
+        scan_jan: include Jan's models.
         scan_hf_cache: include GGUF files in the Hugging Face cache.
         hf_endpoint: a hub mirror (``https://hf-mirror.example``); None means the
             ``HF_ENDPOINT`` environment variable, else https://huggingface.co.
@@ -61,6 +66,9 @@ class LibraryConfig(BaseModel):
     folders: list[Path] = Field(default_factory=list)
     files: list[Path] = Field(default_factory=list)
     scan_lmstudio: bool = True
+    scan_ollama: bool = True
+    scan_llama_cpp: bool = True
+    scan_jan: bool = True
     scan_hf_cache: bool = True
     hf_endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$")
 
@@ -107,10 +115,9 @@ def current_models_dir(config: LibraryConfig | None = None) -> Path:
 
 
 def lmstudio_models_dirs() -> list[Path]:
-    """LM Studio's models folders that exist: ``~/.lmstudio/models`` (current versions)
-    and ``~/.cache/lm-studio/models`` (older versions)."""
-    home = Path.home()
-    return [d for d in (home / ".lmstudio" / "models", home / ".cache" / "lm-studio" / "models") if d.is_dir()]
+    """LM Studio's models folders that exist, the one its settings name when the user
+    moved it included (see :func:`app.catalog.discovery.lmstudio_models_dirs`)."""
+    return discovery.lmstudio_models_dirs()
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +131,8 @@ class ModelFile:
         source: where it was found.
         repo_id: ``owner/name`` when the location says it (hub cache, LM Studio,
             a download into the models folder), else None.
+        label: the name the app it came from gives it (Ollama's ``llama3.2:1b``, Jan's
+            model name, llama.cpp's ``owner/repo:tag``), else None.
     """
 
     path: Path
@@ -131,6 +140,7 @@ class ModelFile:
     missing_parts: tuple[str, ...]
     source: Source
     repo_id: str | None = None
+    label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +170,9 @@ class LibraryEntry:
     def title(self) -> str:
         """What the library lists the model as: its file name (part 1 of a split model).
         Metadata names are often a training run's label ("Smollm2 135M 8k Lc100K Mix1
-        Ep2"); the file name is what the user downloaded and can find on disk."""
-        return self.file.path.name
+        Ep2"); the file name is what the user downloaded and can find on disk. Where the
+        app the model came from names it (an Ollama blob is ``sha256-…``), that name."""
+        return self.file.label or self.file.path.name
 
     @property
     def usable(self) -> bool:
@@ -173,6 +184,7 @@ class LibraryEntry:
             "path": str(self.file.path),
             "source": self.file.source,
             "repo_id": self.file.repo_id,
+            "label": self.file.label,
             "parts": [str(p) for p in self.file.parts],
             "error": self.error,
             "loads": self.loads,
@@ -304,6 +316,11 @@ class Library:
     Args:
         config: where to look; default :func:`load_library_config`.
         lmstudio_dirs: LM Studio folders to scan (default :func:`lmstudio_models_dirs`).
+        ollama_dirs: Ollama models folders (default
+            :func:`app.catalog.discovery.ollama_models_dirs`).
+        llama_cpp_dirs: llama.cpp cache folders (default
+            :func:`app.catalog.discovery.llama_cpp_cache_dirs`).
+        jan_dirs: Jan data folders (default :func:`app.catalog.discovery.jan_data_folders`).
         hf_cache_dir: the Hugging Face cache (default: huggingface_hub's, from ``HF_HOME``
             / ``HF_HUB_CACHE``).
 
@@ -316,11 +333,17 @@ class Library:
         config: LibraryConfig | None = None,
         *,
         lmstudio_dirs: Sequence[Path] | None = None,
+        ollama_dirs: Sequence[Path] | None = None,
+        llama_cpp_dirs: Sequence[Path] | None = None,
+        jan_dirs: Sequence[Path] | None = None,
         hf_cache_dir: Path | None = None,
     ) -> None:
         self._from_disk = config is None
         self.config = config if config is not None else load_library_config()
         self._lmstudio_dirs = lmstudio_dirs
+        self._ollama_dirs = ollama_dirs
+        self._llama_cpp_dirs = llama_cpp_dirs
+        self._jan_dirs = jan_dirs
         self._hf_cache_dir = hf_cache_dir
 
     @property
@@ -386,8 +409,9 @@ class Library:
         """Every model file from every source, without reading headers.
 
         A model reachable from several sources (an added folder inside the models folder,
-        a symlink) is listed once, under the first source in the order models folder,
-        added folders, opened files, LM Studio, Hugging Face cache.
+        a symlink, two Ollama tags of one blob) is listed once, under the first source in
+        the order models folder, added folders, opened files, LM Studio, Ollama,
+        llama.cpp, Jan, Hugging Face cache.
         """
         found: list[ModelFile] = []
         found += find_models_in_folder(self.models_dir, "models")
@@ -399,6 +423,7 @@ class Library:
             dirs = self._lmstudio_dirs if self._lmstudio_dirs is not None else lmstudio_models_dirs()
             for d in dirs:
                 found += find_models_in_folder(d, "lmstudio")
+        found += self._other_apps()
         if self.config.scan_hf_cache:
             found += find_models_in_hf_cache(self._hf_cache_dir)
         unique: list[ModelFile] = []
@@ -409,6 +434,28 @@ class Library:
                 seen.add(key)
                 unique.append(m)
         return unique
+
+    def _other_apps(self) -> list[ModelFile]:
+        """Ollama's, llama.cpp's and Jan's models, as configured."""
+        found: list[ModelFile] = []
+        if self.config.scan_ollama:
+            dirs = self._ollama_dirs if self._ollama_dirs is not None else discovery.ollama_models_dirs()
+            for d in dirs:
+                found += _from_discovery(discovery.find_ollama_models(d), "ollama")
+        if self.config.scan_llama_cpp:
+            dirs = (self._llama_cpp_dirs if self._llama_cpp_dirs is not None
+                    else discovery.llama_cpp_cache_dirs())
+            for d in dirs:
+                if discovery.is_hf_cache_layout(d):  # recent llama.cpp under $LLAMA_CACHE
+                    found += [_with_source(m, "llama.cpp") for m in find_models_in_hf_cache(d)]
+                found += _from_discovery(discovery.find_llama_cpp_flat_models(d), "llama.cpp")
+        if self.config.scan_jan:
+            dirs = self._jan_dirs if self._jan_dirs is not None else discovery.jan_data_folders()
+            for d in dirs:
+                found += _from_discovery(discovery.find_jan_models(d), "jan")
+                for legacy in discovery.jan_legacy_model_folders(d):
+                    found += find_models_in_folder(legacy, "jan")
+        return found
 
     def scan(
         self,
@@ -468,6 +515,22 @@ def remember_opened_model(path: Path) -> bool:
     except (OSError, ValueError) as exc:
         log.warning("could not remember %s in the library: %s", path, exc)
         return False
+
+
+def _from_discovery(found: Sequence[discovery.FoundModel], source: Source) -> list[ModelFile]:
+    """Another app's files as models: split parts grouped, labels and repo ids kept."""
+    by_path = {m.path: m for m in found}
+    models = _group([m.path for m in found], source, lambda p: by_path[p].repo_id if p in by_path else None)
+    out: list[ModelFile] = []
+    for mf in models:
+        origin = by_path.get(mf.path)
+        out.append(mf if origin is None or origin.label is None else
+                   ModelFile(mf.path, mf.parts, mf.missing_parts, mf.source, mf.repo_id, origin.label))
+    return out
+
+
+def _with_source(mf: ModelFile, source: Source) -> ModelFile:
+    return ModelFile(mf.path, mf.parts, mf.missing_parts, source, mf.repo_id, mf.label)
 
 
 def inspect_model_file(mf: ModelFile) -> LibraryEntry:

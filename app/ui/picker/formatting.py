@@ -31,6 +31,9 @@ SOURCE_LABELS: dict[str, str] = {
     "folder": "added folder",
     "file": "opened file",
     "lmstudio": "LM Studio",
+    "ollama": "Ollama",
+    "llama.cpp": "llama.cpp cache",
+    "jan": "Jan",
     "hf-cache": "Hugging Face cache",
 }
 
