@@ -216,6 +216,7 @@ def main(loader: Callable[[str], bool] = loads) -> int:
     if not missing:
         print("Qt's system libraries for the window (X11/xcb) are installed.")
         return 0
+    print(f"Qt's system libraries for the window (X11/xcb): {len(missing)} missing.\n")
     print(_problem(missing).text)
     return 1
 

@@ -4,6 +4,11 @@
 #   bash packaging/install.sh          app + bundled demo model (Gemma 3 270M)
 #   bash packaging/install.sh --test   the above + test tools + the test models
 #
+# At the end it checks the system libraries Qt's window needs (X11/xcb, EGL; see
+# app/system_libs.py) and prints the apt / dnf / pacman line that installs the missing
+# ones. With --test it also installs, as root on Debian/Ubuntu, the system tools the
+# packaging tests run (desktop-file-validate, appstreamcli, update-mime-database).
+#
 # llama-cpp-python is compiled from source. The GPU backend is chosen here:
 #   TANDEM_BACKEND=cuda|metal|cpu overrides the guess (CUDA when nvidia-smi and nvcc
 #   are both present, Metal on Apple Silicon, otherwise a portable CPU build).
@@ -82,4 +87,26 @@ PY
 else
   "${PIP[@]}" install -q -e ".[demo]"
 fi
+
+if [ "$want_test" = 1 ]; then
+  # tools the packaging tests call (tests/packaging); dpkg-deb comes with dpkg itself
+  need=()
+  command -v desktop-file-validate >/dev/null 2>&1 || need+=(desktop-file-utils)
+  command -v appstreamcli >/dev/null 2>&1 || need+=(appstream)
+  command -v update-mime-database >/dev/null 2>&1 || need+=(shared-mime-info)
+  if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "Installing ${need[*]} for the packaging tests."
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null; }
+    else
+      echo "The packaging tests need: ${need[*]} (sudo apt install ${need[*]})." >&2
+    fi
+  fi
+fi
+
+# Qt's window needs system libraries that PySide6's wheels do not carry: say which are
+# missing and how to install them (the tests run Qt offscreen and do not need them).
+.venv/bin/python -m app.system_libs || true
 echo "Tandem is installed in $(pwd)/.venv"

@@ -583,6 +583,7 @@ class ChatService:
             session.close()
             raise LoadCancelledError("Loading was cancelled.")
         self._session = session
+        log.info("model loaded: %s in %.1f s", config.target_path, time.monotonic() - t0)
         index_earlier_replies(session, earlier_replies)
         return self._describe(session, time.monotonic() - t0)
 

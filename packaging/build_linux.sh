@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Build the Linux bundle of Tandem and pack it as a .deb and a tarball.
+#
+#   bash packaging/build_linux.sh [--out DIR]      (default DIR: build/linux)
+#
+# Needs the project's .venv (bash packaging/install.sh; the demo model is bundled when
+# its package is installed) and, on the build host, dpkg-deb and Debian's
+# /usr/share/common-licenses. Writes DIR/dist/tandem (the PyInstaller folder, runnable as
+# it is), DIR/tandem_<version>_<arch>.deb and DIR/tandem-<version>-linux-<arch>.tar.gz,
+# and prints one JSON line with their sizes and the glibc floor
+# (packaging/linux/make_packages.py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=build/linux
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out="$2"; shift 2 ;;
+    *) echo "usage: $0 [--out DIR]" >&2; exit 2 ;;
+  esac
+done
+PY=.venv/bin/python
+if [ ! -x "$PY" ]; then echo "run bash packaging/install.sh first" >&2; exit 2; fi
+if ! "$PY" -c "import PyInstaller, elftools" >/dev/null 2>&1; then
+  "$PY" -m pip install -q --disable-pip-version-check "pyinstaller>=6.10" "pyelftools>=0.31"
+fi
+command -v dpkg-deb >/dev/null || { echo "dpkg-deb is needed to build the .deb" >&2; exit 2; }
+
+mkdir -p "$out"
+"$PY" -m PyInstaller packaging/tandem.spec --noconfirm --log-level WARN \
+  --workpath "$out/work" --distpath "$out/dist"
+"$PY" packaging/linux/make_packages.py --bundle "$out/dist/tandem" --out "$out"

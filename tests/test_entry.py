@@ -1,0 +1,96 @@
+"""app.entry: which command lines open the window, which run the CLI, and the hidden
+helpers of a frozen app (the probe child, the system-library check)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app import entry, system_libs
+from app.engine import probe
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(("args", "program", "window"), [
+    ([], "tandem", True),
+    (["model.gguf"], "/usr/bin/tandem", True),
+    (["/models/Model.GGUF"], "tandem", True),
+    (["--help"], "tandem", False),
+    (["--version"], "tandem", False),
+    (["models", "list"], "tandem", False),
+    (["generate", "--model", "x.gguf", "hi"], "tandem", False),
+    (["-x.gguf"], "tandem", False),
+    ([], "/usr/bin/tandem-cli", False),
+    (["model.gguf"], "tandem-cli", False),
+])
+def test_window_or_cli(args: list[str], program: str, window: bool) -> None:
+    assert entry.wants_window(args, program) is window
+
+
+def test_cli_runs_for_tandem_cli_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+    monkeypatch.setattr("app.cli.main", lambda argv: seen.append(list(argv)) or 7)
+    monkeypatch.setattr(entry, "_gui", lambda path: pytest.fail("the window must not open"))
+    assert entry.main(["--help"], "tandem") == 7
+    assert entry.main([], "/opt/tandem/tandem-cli") == 7
+    assert seen == [["--help"], []]
+
+
+def test_the_window_gets_the_gguf_as_an_absolute_path(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    opened: list[Path | None] = []
+    monkeypatch.setattr(system_libs, "gui_problem", lambda: None)
+    monkeypatch.setattr("app.ui.launch.main", lambda open_path=None: opened.append(open_path) or 0)
+    monkeypatch.chdir(tmp_path)
+    assert entry.main(["model.gguf"], "tandem") == 0
+    assert entry.main([], "tandem") == 0
+    assert opened == [tmp_path / "model.gguf", None]
+
+
+def test_missing_qt_libraries_give_a_message_and_status_2(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    fake = system_libs.SystemLibrary("libxcb-cursor.so.0", "libxcb-cursor0", "xcb-util-cursor",
+                                     "xcb-util-cursor")
+    monkeypatch.setattr(system_libs, "gui_problem", lambda: system_libs._problem([fake]))
+    shown: list[tuple[str, str]] = []
+    monkeypatch.setattr(system_libs, "_desktop_dialog", lambda t, x: shown.append((t, x)))
+    monkeypatch.setattr("app.ui.launch.main", lambda open_path=None: pytest.fail("Qt must not start"))
+    assert entry.main([], "tandem") == 2
+    err = capsys.readouterr().err
+    assert "libxcb-cursor.so.0" in err and "sudo apt install libxcb-cursor0" in err
+    assert "sudo dnf install xcb-util-cursor" in err and "sudo pacman -S --needed xcb-util-cursor" in err
+    assert shown and shown[0][0] == "Tandem cannot open its window"  # stderr is no terminal here
+
+
+def test_probe_child_runs_through_the_entry_point(tiny_target: Path, tiny_model_dir: Path) -> None:
+    """What a frozen app does: its own executable with the hidden argument."""
+    from tests.synthetic import write_tiny_llama
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    ok = subprocess.run([sys.executable, "-c", "import sys; from app.entry import main; sys.exit(main())",
+                         probe.PROBE_ARG, str(tiny_target)], env=env, capture_output=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    broken = write_tiny_llama(tiny_model_dir / "entry-no-layers.gguf", n_layer=0)
+    bad = subprocess.run([sys.executable, "-c", "import sys; from app.entry import main; sys.exit(main())",
+                          probe.PROBE_ARG, str(broken)], env=env, capture_output=True, timeout=120)
+    assert bad.returncode not in (0, 2)  # llama.cpp aborts in the child, which is the point
+
+
+def test_probe_command_in_a_frozen_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert probe.probe_command(Path("/m/x.gguf"))[1:] == ["-m", "app.engine.probe", "/m/x.gguf"]
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", "/opt/tandem/tandem")
+    assert probe.probe_command(Path("/m/x.gguf")) == ["/opt/tandem/tandem", probe.PROBE_ARG, "/m/x.gguf"]
+
+
+def test_python_m_app_version() -> None:
+    out = subprocess.run([sys.executable, "-m", "app", "--version"], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+    from app import __version__
+
+    assert out.returncode == 0 and out.stdout.strip() == f"Tandem {__version__}"
