@@ -71,7 +71,10 @@ def main(argv: Sequence[str] | None = None, program: str | None = None) -> int:
 
 def _gui(open_path: Path | None) -> int:
     from app import system_libs
+    from app.diagnostics import log_fields
+    from app.store.logs import start_log
 
+    start_log("gui", log_fields())  # first, so that a window that cannot open is logged too
     problem = system_libs.gui_problem()
     if problem is not None:
         system_libs.report_problem(problem)

@@ -85,3 +85,32 @@ def test_main_prints_the_report(capsys: pytest.CaptureFixture[str]) -> None:
     assert system_libs.main(loader=lambda so: so != "libEGL.so.1") == 1
     out = capsys.readouterr().out
     assert "1 missing" in out and "sudo apt install libegl1" in out
+
+
+def test_a_really_missing_library_gives_the_message_not_an_abort(tmp_path) -> None:
+    """libxcb-cursor hidden from one process (a private mount namespace): ``python -m
+    app`` prints the install line and exits 2 instead of Qt's abort (134)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    real = Path("/usr/lib/x86_64-linux-gnu/libxcb-cursor.so.0").resolve()
+    if not (sys.platform.startswith("linux") and real.is_file() and shutil.which("unshare")
+            and os.geteuid() == 0):
+        pytest.skip("needs root, unshare and an installed libxcb-cursor")
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("mount namespaces are not allowed here")
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(repo), QT_QPA_PLATFORM="xcb", TANDEM_HOME=str(tmp_path))
+    env.pop("DISPLAY", None)  # no dialog: the message goes to stderr and the log
+    script = f'mount --bind /dev/null "{real}" && exec "{sys.executable}" -m app'
+    out = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True,
+                         env=env, timeout=120, stdin=subprocess.DEVNULL)
+    assert out.returncode == 2, out.stderr
+    assert "libxcb-cursor.so.0" in out.stderr and "sudo apt install libxcb-cursor0" in out.stderr
+    assert "Aborted" not in out.stderr and out.stderr.count("sudo apt install") == 1
+    log = (tmp_path / "logs" / "tandem.log").read_text()
+    assert "Tandem cannot open its window" in log and "==== Tandem" in log
