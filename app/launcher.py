@@ -208,6 +208,13 @@ def _install_linux(home: Path, run: Runner) -> LauncherResult:
         # GNOME shows untrusted desktop files as text until they are marked trusted.
         run(["gio", "set", str(desktop / f"{APP_ID}.desktop"), "metadata::trusted", "true"])
     _refresh_linux_caches(where, run)
+    from app import system_libs
+
+    missing = system_libs.missing_libraries()
+    if missing:  # the launcher would only show Qt's abort: say it now
+        notes.append("The window needs system libraries that are missing ("
+                     + ", ".join(lib.soname for lib in missing) + "). Install them with:\n  "
+                     + "\n  ".join(system_libs.install_lines(missing)))
     return LauncherResult(tuple(written), tuple(notes))
 
 

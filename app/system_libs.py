@@ -89,8 +89,10 @@ def loads(soname: str) -> bool:
 
 
 def missing_libraries(libraries: Iterable[SystemLibrary] = QT_XCB_LIBRARIES,
-                      loader: Callable[[str], bool] = loads) -> list[SystemLibrary]:
-    """The libraries among ``libraries`` that the loader cannot load, in order."""
+                      loader: Callable[[str], bool] | None = None) -> list[SystemLibrary]:
+    """The libraries among ``libraries`` that ``loader`` (default :func:`loads`) cannot
+    load, in order."""
+    loader = loader or loads
     return [lib for lib in libraries if not loader(lib.soname)]
 
 
@@ -157,7 +159,7 @@ def _problem(missing: Sequence[SystemLibrary], detail: str = "") -> GuiProblem:
 
 
 def gui_problem(environ: Mapping[str, str] | None = None,
-                loader: Callable[[str], bool] = loads,
+                loader: Callable[[str], bool] | None = None,
                 platform: str | None = None) -> GuiProblem | None:
     """None when the window can open here, else what is missing (see the module doc)."""
     if not needs_xcb(environ, platform):
@@ -210,7 +212,7 @@ def report_problem(problem: GuiProblem, notifier: Notifier | None = None) -> Non
     notifier(problem.title, problem.text)
 
 
-def main(loader: Callable[[str], bool] = loads) -> int:
+def main(loader: Callable[[str], bool] | None = None) -> int:
     """Print which of Qt's system libraries are missing; 0 when none, 1 otherwise."""
     missing = missing_libraries(loader=loader)
     if not missing:

@@ -146,14 +146,28 @@ def host_sonames(bundle: Path) -> set[str]:
     return {s for s in wanted - carried if s not in GLIBC_SONAMES}
 
 
+def _known_packages() -> dict[str, str]:
+    """soname → Debian package for libraries a build host may lack (a minimal image has
+    no X11 runtime): Qt's xcb set from :mod:`app.system_libs`, and the Wayland client."""
+    from app.system_libs import QT_XCB_LIBRARIES
+
+    known = {lib.soname: lib.apt for lib in QT_XCB_LIBRARIES}
+    known.update({"libwayland-client.so.0": "libwayland-client0",
+                  "libwayland-cursor.so.0": "libwayland-cursor0",
+                  "libwayland-egl.so.1": "libwayland-egl1", "libxcb-glx.so.0": "libxcb-glx0"})
+    return known
+
+
 def debian_packages(sonames: set[str]) -> list[str]:
-    """The Debian packages that ship ``sonames`` on this host (``dpkg -S``).
+    """The Debian packages that ship ``sonames``: asked of dpkg (``dpkg -S``) where the
+    library is installed on this host, else from :func:`_known_packages`.
 
     Raises:
-        SystemExit: a library is not installed here (it cannot be mapped).
+        SystemExit: a library is neither installed here nor known.
     """
     packages: set[str] = set()
     missing = []
+    known = _known_packages()
     for soname in sorted(sonames):
         found = None
         for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
@@ -162,7 +176,10 @@ def debian_packages(sonames: set[str]) -> list[str]:
                 found = Path(d) / soname
                 break
         if found is None:
-            missing.append(soname)
+            if soname in known:
+                packages.add(known[soname])
+            else:
+                missing.append(soname)
             continue
         try:
             owner = _run(["dpkg", "-S", str(found)]).stdout
@@ -171,12 +188,15 @@ def debian_packages(sonames: set[str]) -> list[str]:
                 alt = str(found)[4:] if str(found).startswith("/usr/") else "/usr" + str(found)
                 owner = _run(["dpkg", "-S", alt]).stdout
             except (OSError, subprocess.CalledProcessError):
-                missing.append(soname)
+                if soname in known:
+                    packages.add(known[soname])
+                else:
+                    missing.append(soname)
                 continue
         packages.add(owner.split(":", 1)[0].strip())
     if missing:
         raise SystemExit("cannot tell which Debian package ships " + ", ".join(missing)
-                         + " (install them on the build host)")
+                         + " (install it on the build host, or name it in _known_packages)")
     return sorted(packages)
 
 

@@ -151,3 +151,12 @@ def test_cli_subcommands(home: Path, tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "removed" in out.stdout
     assert not (home / f".local/share/applications/{APP_ID}.desktop").exists()
+
+
+def test_linux_launcher_warns_of_missing_qt_libraries(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app import system_libs
+
+    monkeypatch.setattr(system_libs, "loads", lambda so: so != "libxcb-cursor.so.0")
+    result = launcher.install_launcher("linux", home, lambda cmd: 0)
+    [note] = [n for n in result.notes if "system libraries" in n]
+    assert "libxcb-cursor.so.0" in note and "sudo apt install libxcb-cursor0" in note
