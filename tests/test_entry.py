@@ -16,6 +16,15 @@ from app.engine import probe
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _no_log_file_left_open():
+    """entry starts the window's log file; close it so later tests do not write to it."""
+    yield
+    from app.store import logs
+
+    logs.stop_log("gui")
+
+
 @pytest.mark.parametrize(("args", "program", "window"), [
     ([], "tandem", True),
     (["model.gguf"], "/usr/bin/tandem", True),
