@@ -128,12 +128,12 @@ def main(argv: Sequence[str] | None = None, open_path: Path | None = None) -> in
 
 def _open_from_command_line(window: object, path: Path) -> None:
     """Load the GGUF named on the command line, or say why not (in the window)."""
+    from app.chat.events import UserError
     from app.ui.main_window import MainWindow
-    from app.ui.payloads import UserError
 
     assert isinstance(window, MainWindow)
     log.info("opening %s from the command line", path)
     if path.is_file():
-        window.load_model(path)
+        window.controller.load_model(path)
     else:
         window.show_error(UserError("Model not found", f"{path} does not exist or is not a file."))

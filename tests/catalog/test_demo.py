@@ -43,9 +43,9 @@ def test_the_window_loads_the_bundled_demo_without_copying(monkeypatch: pytest.M
     w = MainWindow(autoload=False)
     qtbot.addWidget(w)
     loaded: list[Path] = []
-    monkeypatch.setattr(w, "load_model", loaded.append)
+    monkeypatch.setattr(w.controller, "load_model", loaded.append)
     try:
-        w.prepare_demo()
+        w.welcome.demo_button.click()
         assert loaded == [gguf]
         assert not (paths.models_dir() / demo.DEMO_FILE).exists()
     finally:
