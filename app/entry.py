@@ -65,8 +65,9 @@ def main(argv: Sequence[str] | None = None, program: str | None = None) -> int:
     if wants_window(args, program):
         return _gui(Path(args[0]) if args else None)
     from app.cli import main as cli_main
+    from app.cli.main import program_name
 
-    return cli_main(args)
+    return cli_main(args, prog=program_name(program))
 
 
 def _gui(open_path: Path | None) -> int:

@@ -43,7 +43,7 @@ def test_window_or_cli(args: list[str], program: str, window: bool) -> None:
 
 def test_cli_runs_for_tandem_cli_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[list[str]] = []
-    monkeypatch.setattr("app.cli.main", lambda argv: seen.append(list(argv)) or 7)
+    monkeypatch.setattr("app.cli.main", lambda argv, prog=None: seen.append(list(argv)) or 7)
     monkeypatch.setattr(entry, "_gui", lambda path: pytest.fail("the window must not open"))
     assert entry.main(["--help"], "tandem") == 7
     assert entry.main([], "/opt/tandem/tandem-cli") == 7

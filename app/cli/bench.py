@@ -8,7 +8,6 @@ Markdown or JSON, worded by :mod:`app.cli.report`).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 from typing import Any
@@ -25,6 +24,7 @@ from app.cli.options import (
     session_config,
     speculation_configs,
 )
+from app.cli.json_output import print_json
 from app.cli.report import bench_json, bench_markdown, bench_text
 from app.engine.measure.bench import RunRecord, run_bench
 from app.engine.measure.multiturn import is_multiturn, load_conversations, run_conversations
@@ -164,9 +164,7 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
             cancel.set()
             raise
     if args.json:
-        json.dump(bench_json(report, include_tokens=args.include_tokens), sys.stdout,
-                  ensure_ascii=False, indent=1)
-        sys.stdout.write("\n")
+        print_json(bench_json(report, include_tokens=args.include_tokens))
     elif args.markdown:
         sys.stdout.write(bench_markdown(report))
     else:

@@ -14,26 +14,32 @@ Subcommands:
 
 Every argparse parser and every ``print`` of the app lives under :mod:`app.cli`.
 
-User-facing errors (:class:`app.errors.TandemError`) print one line on stderr and exit
-with status 2; no traceback.
+Exit status (the same for every subcommand, see ``docs/cli.md``): 0 success; 1 a
+negative answer that is not an error (``models pair``: not compatible); 2 a user-facing
+error (:class:`app.errors.TandemError`: one line on stderr, no traceback) or a usage
+error; 130 interrupted (Ctrl-C). ``--json`` outputs carry ``schema_version`` and are
+documented in ``docs/json.md``.
+
+The program name in help and usage lines is the one the user typed: ``tandem-cli``,
+``tandem`` (a frozen app or the GUI script given arguments) or ``python -m app``
+(:func:`program_name`).
 """
 
 from __future__ import annotations
 
 import argparse
 import codecs
-import json
 import logging
 import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from app import __version__
-from app.cli.models import json_safe
 from app.cli.options import (
     PromptOptions,
     add_drafting_args,
@@ -44,6 +50,7 @@ from app.cli.options import (
     session_config,
     speculation_configs,
 )
+from app.cli.json_output import print_json
 from app.cli.report import reply_stats_line
 from app.errors import TandemError
 
@@ -52,7 +59,8 @@ Handler = Callable[[argparse.Namespace], int]
 
 def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("generate", help="generate one reply with a GGUF target model")
-    p.add_argument("prompt", help="the prompt text (with --chat: the user message)")
+    p.add_argument("prompt", help="the prompt text (with --chat: the user message); "
+                                  "'-' reads it from standard input")
     add_model_args(p, n_ctx=4096)
     p.add_argument("--no-spec", action="store_true", help="decode without speculation")
     p.add_argument("--draft-max", type=int, default=4, metavar="K", help="draft length k (4)")
@@ -84,6 +92,8 @@ def _run_generate(args: argparse.Namespace) -> int:
     check_model_files(args)
     if args.compare and args.no_spec:
         raise TandemError("Invalid option: --compare needs speculation (drop --no-spec).")
+    if args.prompt == "-":
+        args.prompt = read_prompt(sys.stdin)
     mode = drafter_mode(args, off=args.no_spec)
     try:
         PromptOptions(prompt=args.prompt, chat=args.chat, system=args.system)
@@ -117,15 +127,14 @@ def _run_generate(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGINT, previous)
     if args.json:
-        out = {
+        print_json({
             "text": result.text,
             "token_ids": list(result.token_ids),
             "finish_reason": result.reason,
             "seed": result.seed,
             "note": result.note,
             "stats": result.stats.to_dict(),
-        }
-        sys.stdout.write(json.dumps(json_safe(out), ensure_ascii=False) + "\n")
+        }, indent=None)
     else:
         sys.stdout.write("\n")
         if result.note:
@@ -150,11 +159,28 @@ def _compare(session: Any, args: argparse.Namespace, sampling: Any, spec: Any,
         prompt = PreparedPrompt(tokens=tuple(tokenize_plain(session.target, args.prompt)))
     result = run_race(session, prompt, sampling, spec, cancel)
     if args.json:
-        json.dump(compare_json(result), sys.stdout, ensure_ascii=False)
-        sys.stdout.write("\n")
+        print_json(compare_json(result), indent=None)
     else:
         sys.stdout.write(compare_text(result))
     return 0
+
+
+def read_prompt(stream: Any) -> str:
+    """The prompt given as ``-``: all of ``stream`` (standard input), without the one
+    trailing newline that ``echo`` or a file's last line adds.
+
+    Raises:
+        TandemError: the stream is empty or cannot be decoded.
+    """
+    try:
+        text = stream.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TandemError(f"Could not read the prompt from standard input: {exc}") from exc
+    if text.endswith("\n"):
+        text = text[:-2] if text.endswith("\r\n") else text[:-1]
+    if not text.strip():
+        raise TandemError("The prompt read from standard input is empty.")
+    return text
 
 
 def _stream_reply(session: Any, args: argparse.Namespace, sampling: Any, spec: Any,
@@ -200,13 +226,35 @@ def _feature_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         module.add_cli_parsers(sub)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def program_name(argv0: str | None = None) -> str:
+    """How the user started Tandem, for help and usage lines.
+
+    ``argv0`` (default ``sys.argv[0]``): ``/usr/bin/tandem-cli`` → ``tandem-cli``,
+    ``tandem.exe`` → ``tandem``, ``…/app/__main__.py`` (``python -m app``) or any other
+    Python file → ``python -m app``.
+    """
+    argv0 = (sys.argv[0] if sys.argv else "") if argv0 is None else argv0
+    name = Path(argv0).name
+    if not name or name in ("-c", "-m") or name.endswith((".py", ".pyc")):
+        return "python -m app"
+    return name[:-4] if name.lower().endswith(".exe") else name
+
+
+def version_text() -> str:
+    """``--version``'s line: ``Tandem 0.1.0``."""
+    return f"Tandem {__version__}"
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; ``prog`` is the name shown in help (:func:`program_name`)."""
     parser = argparse.ArgumentParser(
-        prog="python -m app",
+        prog=prog or program_name(),
         description="Tandem: local GGUF chat with speculative decoding.",
+        epilog="exit status: 0 ok, 1 a negative answer (models pair: not compatible), "
+               "2 error, 130 interrupted. JSON outputs: docs/json.md.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
-    parser.add_argument("--version", action="version", version=f"Tandem {__version__}")
+    parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_generate(sub)
     _feature_parsers(sub)
@@ -232,8 +280,13 @@ def _escape_unencodable(exc: UnicodeError) -> tuple[str, int]:
     return "".join(out), exc.end
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit status (0 ok, 2 user-facing error)."""
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """Run the CLI; returns the process exit status (module docstring: 0, 1, 2, 130).
+
+    Args:
+        argv: the arguments (default ``sys.argv[1:]``).
+        prog: the program name for help (default from ``sys.argv[0]``, :func:`program_name`).
+    """
     # A file name that is not valid UTF-8 (surrogate escapes, PEP 383) must print, not
     # end in UnicodeEncodeError: its odd bytes are written as \xNN.
     codecs.register_error(_ESCAPE_ERRORS, _escape_unencodable)
@@ -241,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors=_ESCAPE_ERRORS)
-    parser = build_parser()
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")

@@ -7,7 +7,8 @@ Subcommands (each handler returns the exit status; user errors raise
 * ``models inspect PATH [--json]`` — one file's metadata (:func:`inspect_gguf`) and
   whether llama.cpp loads it (exit 2 when it does not, as ``generate`` would refuse it).
 * ``models pair TARGET DRAFT [--json]`` — llama.cpp's pairing rule, every check with its
-  detail; exit 0 whether compatible or not, 2 when a file cannot be read. ``TARGET`` and
+  detail; exit 0 when compatible, 1 when not, 2 when a file cannot be read (the same
+  output either way, so scripts can test the status). ``TARGET`` and
   ``DRAFT`` may be ``hf:owner/repo/file.gguf`` to check files still on the hub (headers
   only, by HTTP range requests).
 * ``models drafts TARGET [--json]`` — the library's models ranked as drafts for a target.
@@ -21,13 +22,19 @@ Subcommands (each handler returns the exit status; user errors raise
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from app.cli.json_output import print_json
 from app.errors import TandemError
+
+
+#: ``models pair`` exit status: the draft can draft for the target
+PAIR_COMPATIBLE = 0
+#: ``models pair`` exit status: both files were read and the pair is not compatible
+PAIR_NOT_COMPATIBLE = 1
 
 
 def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,7 +57,9 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_run_inspect)
 
-    p = msub.add_parser("pair", help="can DRAFT draft for TARGET? (llama.cpp's rule)")
+    p = msub.add_parser(
+        "pair", help="can DRAFT draft for TARGET? (llama.cpp's rule)",
+        epilog="exit status: 0 compatible, 1 not compatible, 2 error (a file cannot be read)")
     p.add_argument("target", help="a GGUF path, or hf:owner/repo/file.gguf")
     p.add_argument("draft", help="a GGUF path, or hf:owner/repo/file.gguf")
     p.add_argument("--endpoint", default=None, help="hub endpoint for hf: files (default: HF_ENDPOINT)")
@@ -93,48 +102,8 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def json_safe(data: Any) -> Any:
-    """``data`` with every string made valid Unicode, for JSON that is valid UTF-8.
-
-    A file name that is not valid UTF-8 reaches Python as a string with surrogate escapes
-    (PEP 383); such a string is written with each undecodable byte as ``\\xNN`` text, and
-    the dict that holds it gets ``"<key>_undecodable": true`` next to it, so a reader
-    knows the name is not the exact bytes on disk.
-    """
-    if isinstance(data, str):
-        return _text(data)
-    if isinstance(data, dict):
-        out: dict[str, Any] = {}
-        for k, v in data.items():
-            safe = json_safe(v)
-            out[_text(str(k))] = safe
-            if _has_surrogates(v):
-                out[f"{_text(str(k))}_undecodable"] = True
-        return out
-    if isinstance(data, (list, tuple)):
-        return [json_safe(v) for v in data]
-    return data
-
-
-def _text(s: str) -> str:
-    return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-def _has_surrogates(v: Any) -> bool:
-    if isinstance(v, str):
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError:
-            return True
-        return False
-    if isinstance(v, (list, tuple)):
-        return any(_has_surrogates(x) for x in v)
-    return False
-
-
-def _print_json(data: Any) -> None:
-    text = json.dumps(json_safe(data), ensure_ascii=False, indent=1)
-    sys.stdout.write(text + "\n")
+def _print_json(data: dict[str, Any]) -> None:
+    print_json(data)
 
 
 def _run_list(args: argparse.Namespace) -> int:
@@ -145,7 +114,7 @@ def _run_list(args: argparse.Namespace) -> int:
     config.folders = [*config.folders, *[f.expanduser().absolute() for f in args.folder]]
     entries = Library(config).scan(check_loads=not args.no_load_check)
     if args.json:
-        _print_json([e.to_dict() for e in entries])
+        _print_json({"models": [e.to_dict() for e in entries]})
         return 0
     if not entries:
         print("No models found. Download one (`models download`) or add a folder (`models config --add-folder`).")
@@ -221,15 +190,16 @@ def _run_pair(args: argparse.Namespace) -> int:
         t, d = Path(args.target), Path(args.draft)
         t_info, d_info = inspect_gguf(t), inspect_gguf(d)
         result = check_pair(load_vocab(t), load_vocab(d), target_size=t_info.file_size, draft_size=d_info.file_size)
+    status = PAIR_COMPATIBLE if result.compatible else PAIR_NOT_COMPATIBLE
     if args.json:
         _print_json({**result.to_dict(), **extra})
-        return 0
+        return status
     for c in result.checks:
         print(f"{'ok  ' if c.ok else 'FAIL'} {c.rule:11} {c.detail}")
     for w in result.warnings:
         print(f"note {w}")
     print("compatible" if result.compatible else "not compatible")
-    return 0
+    return status
 
 
 def _remote(spec: str) -> Any:
@@ -247,11 +217,11 @@ def _run_drafts(args: argparse.Namespace) -> int:
         raise TandemError(target.error or f"{target_path} cannot be read.")
     ranked = drafts_for(target, [e for e in Library().scan() if e.usable])
     if args.json:
-        _print_json([
+        _print_json({"target": str(target_path), "drafts": [
             {"path": str(c.key.path), "name": c.key.name, "compatible": c.compatible, "useful": c.useful,
              "cost_ratio": c.cost_ratio, "reason": c.reason, "checks": c.result.to_dict()["checks"]}
             for c in ranked
-        ])
+        ]})
         return 0
     for c in ranked:
         mark = "ok " if c.useful else "big" if c.compatible else "no "
@@ -266,7 +236,7 @@ def _run_catalog(args: argparse.Namespace) -> int:
 
     pairs = load_curated_pairs()
     if args.json:
-        _print_json([p.model_dump(mode="json") for p in pairs])
+        _print_json({"pairs": [p.model_dump(mode="json") for p in pairs]})
         return 0
     for p in pairs:
         t, d = p.target.file_for(), p.draft.file_for()

@@ -41,9 +41,9 @@ def test_inspect_json(capsys: pytest.CaptureFixture[str], smollm_path: Path) -> 
     assert (data["vocab_type"], data["n_vocab"], data["has_chat_template"], data["quantization"]) == ("BPE", 49152, True, "Q4_1")
 
 
-def test_pair_json_exit_zero_either_way(capsys: pytest.CaptureFixture[str], gemma_path: Path, smollm_path: Path) -> None:
+def test_pair_exits_0_compatible_1_not(capsys: pytest.CaptureFixture[str], gemma_path: Path, smollm_path: Path) -> None:
     code, out, _ = run(capsys, "models", "pair", str(gemma_path), str(smollm_path), "--json")
-    assert code == 0
+    assert code == 1
     data = json.loads(out)
     assert data["compatible"] is False
     assert [c["rule"] for c in data["checks"]] == ["vocab_type", "bos_token", "eos_token", "vocab_size", "token_text"]
@@ -51,6 +51,8 @@ def test_pair_json_exit_zero_either_way(capsys: pytest.CaptureFixture[str], gemm
                                  "detail": "target SPM, draft BPE (tokenizers of different kinds)"}
     code, out, _ = run(capsys, "models", "pair", str(gemma_path), str(gemma_path), "--json")
     assert code == 0 and json.loads(out)["compatible"] is True
+    code, out, _ = run(capsys, "models", "pair", str(gemma_path), str(smollm_path))  # text: same status
+    assert code == 1 and out.rstrip().endswith("not compatible")
 
 
 def test_pair_unreadable_input_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path, smollm_path: Path) -> None:
@@ -70,7 +72,7 @@ def test_list_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     extra = write_vocab_gguf(tmp_path / "extra.gguf", 300, name="Extra")
     code, out, _ = run(capsys, "models", "list", "--json", "--folder", str(tmp_path))
     assert code == 0
-    entries = {Path(e["path"]): e for e in json.loads(out)}
+    entries = {Path(e["path"]): e for e in json.loads(out)["models"]}
     assert entries[model]["repo_id"] == "acme/x-GGUF" and entries[model]["info"]["name"] == "Listed"
     assert entries[extra]["source"] == "folder"
 
@@ -110,7 +112,7 @@ def test_remote_pair_on_the_command_line(capsys: pytest.CaptureFixture[str], hub
     hub.add("a/t-GGUF", "t.gguf", write_vocab_gguf(tmp_path / "t.gguf", 1000))
     hub.add("a/d-GGUF", "d.gguf", write_vocab_gguf(tmp_path / "d.gguf", 1000, model="gpt2", pre="default"))
     code, out, _ = run(capsys, "models", "pair", "hf:a/t-GGUF/t.gguf", "hf:a/d-GGUF/d.gguf", "--json")
-    assert code == 0
+    assert code == 1
     data = json.loads(out)
     assert data["compatible"] is False and data["checks"][0]["rule"] == "vocab_type"
     assert data["target"]["file"] == "a/t-GGUF/t.gguf"
@@ -130,7 +132,7 @@ def test_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
 def test_catalog_lists_the_curated_pairs(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "models", "catalog", "--json")
     assert code == 0
-    ids = [p["id"] for p in json.loads(out)]
+    ids = [p["id"] for p in json.loads(out)["pairs"]]
     assert {"qwen2.5-7b-instruct", "qwen2.5-coder-7b-instruct", "qwen3-8b", "llama-3.1-8b-instruct",
             "gemma-3-12b-it"} <= set(ids)
 
