@@ -22,6 +22,7 @@ from typing import Any
 from PySide6.QtCore import QByteArray, QCoreApplication, Qt, QTimer, Slot
 from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
 from PySide6.QtWidgets import (
+    QDialog,
     QFileDialog,
     QLabel,
     QMainWindow,
@@ -218,6 +219,17 @@ class MainWindow(QMainWindow):
             action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
             action.triggered.connect(slot)
             self.addAction(action)
+        self.about_action = self.menuBar().addMenu("&Help").addAction("About Tandem")
+        self.about_action.triggered.connect(self.show_about)
+
+    def show_about(self) -> QDialog:
+        """Help → About: versions, backend, folders, "Open log folder" (app/ui/about.py)."""
+        from app.ui.about import AboutDialog
+
+        dialog = AboutDialog(parent=self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
 
     def _restore_geometry(self) -> None:
         ui = self.settings.ui
