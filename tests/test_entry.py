@@ -91,10 +91,12 @@ def test_probe_child_runs_through_the_entry_point(tiny_target: Path, tiny_model_
 
 
 def test_probe_command_in_a_frozen_app(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert probe.probe_command(Path("/m/x.gguf"))[1:] == ["-m", "app.engine.probe", "/m/x.gguf"]
+    from app.catalog import loadcheck
+
+    assert loadcheck.probe_command(Path("/m/x.gguf"))[1:] == ["-m", "app.engine.probe", "/m/x.gguf"]
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     monkeypatch.setattr(sys, "executable", "/opt/tandem/tandem")
-    assert probe.probe_command(Path("/m/x.gguf")) == ["/opt/tandem/tandem", probe.PROBE_ARG, "/m/x.gguf"]
+    assert loadcheck.probe_command(Path("/m/x.gguf")) == ["/opt/tandem/tandem", probe.PROBE_ARG, "/m/x.gguf"]
 
 
 def test_python_m_app_version() -> None:

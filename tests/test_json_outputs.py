@@ -76,7 +76,7 @@ def collect_outputs(capsys: pytest.CaptureFixture[str], tmp_path: Path, tiny_tar
     listed = run_json(capsys, "models", "list")
     out["models list"], out["library entry"] = listed, listed["models"][0]
     out["gguf info"] = listed["models"][0]["info"]
-    info = run_json(capsys, "models", "inspect", str(target))
+    info = run_json(capsys, "models", "inspect", str(tiny_target))  # a model that loads
     out["models inspect"] = info
     pair = run_json(capsys, "models", "pair", str(target), str(other), status=1)
     out["models pair"], out["pair check"] = pair, pair["checks"][0]

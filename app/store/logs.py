@@ -93,7 +93,8 @@ def start_log(kind: str, fields: Mapping[str, str] | None = None,
         return path
     try:
         handler = logging.handlers.RotatingFileHandler(
-            path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8"
+            path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8",
+            errors="backslashreplace",  # a file name that is not UTF-8 must not break logging
         )
     except OSError:
         return None

@@ -178,6 +178,6 @@ def test_file_names_that_are_not_utf8_list_and_inspect_cleanly(tmp_path: Path, t
                 assert "mod\\xffel.gguf" in text, (name, argv)  # the byte it stands for
             elif "--json" in argv:
                 data = json.loads(text)
-                entry = data[0] if isinstance(data, list) else data
+                entry = data["models"][0] if "models" in data else data
                 assert entry["path"].endswith("mod\\xffel.gguf") and entry["path_undecodable"] is True
                 assert entry.get("loads") is True
