@@ -189,7 +189,9 @@ def test_past_the_sliding_window_no_suspect_difference_with_k2(gemma: Session) -
         "def mean(values):\n    total = 0\n    for v in values:\n        total += v\n"
         "    return total / len(values)\n\n"
     )
-    text = code * 20 + "def median(values):\n"
+    # a tail the pattern does not predict, so some drafts are rejected (measured: 22
+    # verified, 21 accepted at 32 tokens; a bare "def median(values):" is copied whole)
+    text = code * 20 + "def median(values):\n    values = sorted(values)\n"
     prompt = tokenize_plain(gemma.target, text)
     assert len(prompt) > 600 > gemma.target.n_swa == 512
     sampling = SamplingParams(temperature=0.0, max_tokens=32)
