@@ -404,6 +404,25 @@ ProgressFn = Callable[[int, int, RunRecord], None]
 """Called after each timed run with (runs done, runs total, the run's record)."""
 
 
+def bench_plan(speculations: Sequence[SpeculationConfig], sampling: SamplingParams,
+               repeat: int) -> tuple[list[SpeculationConfig], SamplingParams]:
+    """The configurations a bench runs (``off`` first, then each speculating one) and the
+    sampling every run uses (one seed for all, so off and on draw the same random numbers).
+
+    Raises:
+        ValueError: repeat < 1, or two configurations with the same label.
+    """
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1, got {repeat}")
+    configs = [SpeculationConfig()] + [s for s in speculations if s.speculating]
+    labels = [config_label(s) for s in configs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"configurations must have distinct draft lengths: {labels}")
+    if sampling.seed < 0:
+        sampling = sampling.model_copy(update={"seed": 0})
+    return configs, sampling
+
+
 def run_bench(
     session: Session,
     prompts: Sequence[PreparedPrompt],
@@ -448,15 +467,8 @@ def run_bench(
     """
     if not prompts:
         raise ValueError("no prompts")
-    if repeat < 1:
-        raise ValueError(f"repeat must be >= 1, got {repeat}")
-    configs = [SpeculationConfig()] + [s for s in speculations if s.speculating]
+    configs, sampling = bench_plan(speculations, sampling, repeat)
     labels = [config_label(s) for s in configs]
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"configurations must have distinct draft lengths: {labels}")
-    if sampling.seed < 0:
-        # One seed for every run, so that off and on draw the same random numbers.
-        sampling = sampling.model_copy(update={"seed": 0})
 
     if warmup:
         warm = sampling.model_copy(update={"max_tokens": min(16, sampling.max_tokens)})

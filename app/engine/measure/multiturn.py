@@ -44,6 +44,7 @@ from typing import Any, Literal
 from app.engine.auto import ReplyObservation, resolve_auto
 from app.engine.chat import ChatMessage, tokenize_plain
 from app.engine.measure.bench import (
+    bench_plan,
     BenchReport,
     ProgressFn,
     RunRecord,
@@ -337,14 +338,8 @@ def run_conversations(
     """
     if not conversations:
         raise ValueError("no conversations")
-    if repeat < 1:
-        raise ValueError(f"repeat must be >= 1, got {repeat}")
-    configs = [SpeculationConfig()] + [s for s in speculations if s.speculating]
+    configs, sampling = bench_plan(speculations, sampling, repeat)
     labels = [config_label(s) for s in configs]
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"configurations must have distinct draft lengths: {labels}")
-    if sampling.seed < 0:
-        sampling = sampling.model_copy(update={"seed": 0})
     n_turns = sum(len(c.turns) for c in conversations)
     saved_index = session.suffix_index
     run_index = SuffixIndex(saved_index.max_match, saved_index.max_tokens, saved_index.max_replies)
