@@ -129,7 +129,8 @@ def parse_buffers(log: str) -> dict[str, float]:
 
 def machine_note() -> dict[str, Any]:
     """Load average and core count, with a ``disturbed`` flag when the machine is busy
-    (1-minute load above half the cores before the run starts)."""
+    (1-minute load above half the cores). Take it before a run only: afterwards the load
+    average holds the run's own threads; :class:`OtherCpu` measures the run itself."""
     try:
         load = os.getloadavg()
     except OSError:
@@ -137,6 +138,46 @@ def machine_note() -> dict[str, Any]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return {"loadavg": [round(x, 2) for x in load], "cores": cores,
             "disturbed": bool(load[0] > cores * 0.5)}
+
+
+class OtherCpu:
+    """CPU time that processes other than this one (and its waited-for children) used
+    while a benchmark ran, from ``/proc/stat`` and :func:`os.times`.
+
+    The load average cannot tell: it counts the benchmark's own threads, so a 2-thread
+    run on 2 cores always looks busy. ``other_cores`` is the mean number of cores other
+    work kept busy over the run's wall time; above :attr:`LIMIT` the run is disturbed.
+    Where ``/proc/stat`` is missing (macOS) the figure is None and only the load average
+    speaks.
+    """
+
+    #: cores of other work, averaged over the run, above which timings are disturbed
+    LIMIT = 0.2
+
+    def __init__(self) -> None:
+        self._start = self._sample()
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float] | None:
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        # user nice system idle iowait irq softirq steal: busy = all but idle and iowait
+        busy = sum(fields[:8]) - fields[3] - fields[4]
+        t = os.times()
+        own = t.user + t.system + t.children_user + t.children_system
+        return busy / os.sysconf("SC_CLK_TCK"), own, time.monotonic()
+
+    def note(self) -> dict[str, Any]:
+        """``{"other_cores": float | None, "disturbed": bool}`` since construction."""
+        end = self._sample()
+        if self._start is None or end is None or end[2] <= self._start[2]:
+            return {"other_cores": None, "disturbed": False}
+        other = ((end[0] - self._start[0]) - (end[1] - self._start[1])) / (end[2] - self._start[2])
+        other = max(0.0, other)
+        return {"other_cores": round(other, 3), "disturbed": other > self.LIMIT}
 
 
 def write_result(name: str, data: dict[str, Any]) -> Path:

@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     n_seq = max(s for s, _ in shapes)
     chains = sorted({1 + s * length for s, length in shapes} | {1 + length for _, length in shapes} | {1})
     before = C.machine_note()
+    other_cpu = C.OtherCpu()
     model = LlamaModel(args.model, n_gpu_layers=0)
     ctx = _Ctx(model, 2048, n_seq, args.threads, max(chains) + 1)
     prompt = tokenize_plain(model, load_prompts("builtin:code")[0].plain)
@@ -151,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx.close()
     model.close()
     after = C.machine_note()
+    during = other_cpu.note()
     med = {k: statistics.median(v) for k, v in times.items()}
     rows = []
     for s, length in shapes:
@@ -166,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         "model": str(args.model), "threads": args.threads, "repeat": args.repeat,
         "context_tokens": P, "chain_ms": {k: v * 1e3 for k, v in med.items() if k.startswith("chain")},
         "shapes": rows, "machine_before": before, "machine_after": after,
-        "disturbed": before["disturbed"] or after["disturbed"],
+        "machine_during": during,
+        "disturbed": before["disturbed"] or during["disturbed"],
     }
     C.write_result("multi_candidate", result)
     if args.json:
@@ -184,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     print("break-even: S−1 alternatives pay only if they add ≥ (÷ 1+L − 1) × E_chain accepted "
           "tokens per round")
     if result["disturbed"]:
-        print(f"DISTURBED: load average before {before['loadavg']}, after {after['loadavg']} "
-              f"on {before['cores']} cores")
+        print(f"DISTURBED: load average before {before['loadavg']}; other processes kept "
+              f"{during['other_cores']} of {before['cores']} cores busy during the run")
     return 0
 
 

@@ -25,7 +25,8 @@ Usage:
     .venv/bin/python bench/vs_llamacpp.py --model A.gguf --draft B.gguf --json
 
 Timings on a machine where other work runs are disturbed; the script records the load
-average before and after and marks such a run ``disturbed``.
+average before and other processes' CPU time during the run (``_common.OtherCpu``)
+and marks such a run ``disturbed``.
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     C.require_model(args.draft)
     prompt_text = args.prompt or default_prompt()
     before = C.machine_note()
+    other_cpu = C.OtherCpu()
 
     config = SessionConfig(target_path=args.model, draft_path=args.draft, n_ctx=args.n_ctx,
                            n_threads=args.threads, n_gpu_layers=args.n_gpu_layers)
@@ -187,12 +189,14 @@ def main(argv: list[str] | None = None) -> int:
             _progress(row)
 
     after = C.machine_note()
+    during = other_cpu.note()
     result: dict[str, Any] = {
         "model": str(args.model), "draft": str(args.draft), "k": args.k,
         "threads": args.threads, "n_predict": args.n_predict, "n_ctx": args.n_ctx,
         "prompt_tokens": n_prompt, "repeat": args.repeat,
         "machine_before": before, "machine_after": after,
-        "disturbed": before["disturbed"] or after["disturbed"],
+        "machine_during": during,
+        "disturbed": before["disturbed"] or during["disturbed"],
         "rounds": rows,
     }
     summary: dict[str, Any] = {}
@@ -252,8 +256,9 @@ def _print_summary(result: dict[str, Any]) -> None:
         if ta:
             print(f"               tandem with its cost-aware draft length (default): {ta:.2f} tok/s")
     if result["disturbed"]:
-        print(f"DISTURBED: load average before {result['machine_before']['loadavg']}, after "
-              f"{result['machine_after']['loadavg']} on {result['machine_before']['cores']} cores")
+        print(f"DISTURBED: load average before {result['machine_before']['loadavg']}; other "
+              f"processes kept {result['machine_during']['other_cores']} of "
+              f"{result['machine_before']['cores']} cores busy during the run")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ each configuration's speedup over its own tool's plain decoding and over Tandem 
 and the lines the issue's goals need (Tandem best ÷ Tandem plain, Tandem best ÷ llama.cpp
 best n-gram mode, Tandem plain ÷ llama-bench tg, Tandem draft model ÷ draft-simple).
 Results also go to bench/out/vs_ngram-*.json. A run on a busy machine is marked
-``disturbed`` (load average before and after).
+``disturbed`` (load average before it, or other processes' CPU time during it:
+``_common.OtherCpu``).
 
 Usage:
     .venv/bin/python bench/vs_ngram.py --prompts builtin:code --k 8 --threads 2 --n-predict 128 --repeat 3
@@ -191,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit is not None:
         conversations = conversations[: max(1, args.limit)]
     before = C.machine_note()
+    other_cpu = C.OtherCpu()
 
     config = SessionConfig(target_path=args.model, draft_path=args.draft_model,
                            n_ctx=args.n_ctx, n_threads=args.threads,
@@ -261,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
                     session.suffix_index.add_reply(
                         session.target.tokenize(reply, add_special=False, parse_special=False))
     after = C.machine_note()
-    result = _summarize(args, labels, rows, skipped, before, after, fmt)
+    during = other_cpu.note()
+    result = _summarize(args, labels, rows, skipped, before, after, during, fmt)
     path = C.write_result("vs_ngram", result)
     if args.json:
         print(json.dumps(result, indent=1))
@@ -282,7 +285,7 @@ def _median(v: list[float]) -> float | None:
 
 def _summarize(args: argparse.Namespace, labels: list[str], rows: list[dict[str, Any]],
                skipped: list[str], before: dict[str, Any], after: dict[str, Any],
-               fmt: str) -> dict[str, Any]:
+               during: dict[str, Any], fmt: str) -> dict[str, Any]:
     med = {lab: _median([r["tps"] for r in rows if r["config"] == lab and r.get("tps")])
            for lab in labels}
     t_plain = med.get("tandem plain")
@@ -326,7 +329,8 @@ def _summarize(args: argparse.Namespace, labels: list[str], rows: list[dict[str,
         "n_predict": args.n_predict, "repeat": args.repeat, "fixed_k": args.fixed_k,
         "ngram_n": args.ngram_n, "ngram_mod_n_match": args.ngram_mod_n_match,
         "skipped": skipped, "machine_before": before, "machine_after": after,
-        "disturbed": before["disturbed"] or after["disturbed"],
+        "machine_during": during,
+        "disturbed": before["disturbed"] or during["disturbed"],
         "prompt_token_mismatch": sorted(set(prompt_mismatch)),
         "configs": configs, "goals": goals, "runs": rows,
     }
@@ -370,8 +374,9 @@ def _print(result: dict[str, Any]) -> None:
     if result["prompt_token_mismatch"]:
         print(f"prompt token counts differ for: {', '.join(result['prompt_token_mismatch'])}")
     if result["disturbed"]:
-        print(f"DISTURBED: load average before {result['machine_before']['loadavg']}, after "
-              f"{result['machine_after']['loadavg']} on {result['machine_before']['cores']} cores")
+        print(f"DISTURBED: load average before {result['machine_before']['loadavg']}; other "
+              f"processes kept {result['machine_during']['other_cores']} of "
+              f"{result['machine_before']['cores']} cores busy during the run")
 
 
 if __name__ == "__main__":

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QByteArray, QCoreApplication, Qt, QTimer, Slot
-from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
+from PySide6.QtGui import QCloseEvent, QIcon
 from PySide6.QtWidgets import (
-    QDialog,
     QFileDialog,
     QLabel,
     QMainWindow,
@@ -34,24 +32,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.api.traffic import (
-    ApiReplyBegan,
-    ApiReplyEnded,
-    ApiReplyStatsChanged,
-    ApiReplyTokens,
-    ApiTrafficFollower,
-)
 from app.chat.conversation import ActiveReply, ChatController, open_history
 from app.chat.demo import GEMMA3, demo_available
 from app.chat.events import ModelInfo, ReplyResult, UserError
 from app.chat.service import ChatService
 from app.engine.stats import SpecStats
-from app.errors import TandemError
 from app.options import SpeculationConfig
 from app.store import paths
 from app.store.history import Conversation, StoredMessage
 from app.store.settings import LoadedSettings, load_settings
 from app.ui.api import ApiPanelWidget
+from app.ui.api.serving import ApiServing
 from app.ui.chat.chat_view import ChatViewWidget, message_view, reply_footer
 from app.ui.chat.conversation_list import ConversationListWidget
 from app.ui.chat.input_box import ComposerWidget
@@ -60,11 +51,12 @@ from app.ui.chat.starter_prompts import load_starter_prompts
 from app.ui.gauge.gauge_panel import SpeculationGaugeWidget
 from app.ui.model_bar import ModelBarWidget
 from app.ui.panels import MessageBarWidget, SystemPromptWidget, WelcomeWidget, status_text
-from app.ui.picker import DownloadQueue, ModelPickerWindow, ModelsChosen
+from app.ui.picker import DownloadQueue
 from app.ui.qt_compat import apply_qt_workarounds
-from app.ui.race import RaceWindow, conversations_from_history
 from app.ui.sampling_panel import SamplingSettingsWidget
 from app.ui.service_bridge import ServiceBridge
+from app.ui.side_windows import SideWindows
+from app.ui.window_actions import install_window_actions
 
 
 #: the narrowest the conversation list gets (pixels)
@@ -95,12 +87,10 @@ class MainWindow(QMainWindow):
             problems.insert(0, UserError("Settings reset", loaded.problem, level="warning",
                                          origin="settings"))
         self.downloads = DownloadQueue(self)
-        self.picker: ModelPickerWindow | None = None
-        self.race_window: RaceWindow | None = None
         self.bridge = ServiceBridge(service, self)
-        self.api_server: Any = None  # an app.api.server.ApiServer while "Serve API" is on
-        self.api_traffic = ApiTrafficFollower()
         self.controller = ChatController(self.settings, store, self.bridge.service, self)
+        self.windows = SideWindows(self, self.controller, self.bridge, self.settings,
+                                   self.downloads)
         self._closed = False
         self._build()
         self._settings_timer = QTimer(self)
@@ -174,8 +164,10 @@ class MainWindow(QMainWindow):
         self.status_label = QLabel()
         self.statusBar().addWidget(self.status_label, 1)
         self.api_status_label = QLabel()
-        self.api_status_label.hide()
         self.statusBar().addPermanentWidget(self.api_status_label)
+        self.api = ApiServing(self.api_panel, self.api_status_label, self.gauge,
+                              self.bridge.service, self.controller, self.settings,
+                              self.show_error, self)
 
         c = self.controller
         mb = self.model_bar
@@ -183,8 +175,8 @@ class MainWindow(QMainWindow):
         mb.open_draft_clicked.connect(self._on_model_bar_open_draft_clicked)
         mb.speculation_changed.connect(c.set_speculation)
         mb.load_cancel_clicked.connect(self._on_model_bar_load_cancel_clicked)
-        mb.models_clicked.connect(self.open_model_picker)
-        mb.race_clicked.connect(self.open_race)
+        mb.models_clicked.connect(self.windows.open_model_picker)
+        mb.race_clicked.connect(self.windows.open_race)
         self.welcome.demo_clicked.connect(c.prepare_demo)
         self.welcome.open_clicked.connect(self._on_model_bar_open_target_clicked)
         cv = self.conversations
@@ -202,35 +194,14 @@ class MainWindow(QMainWindow):
         self.composer.regenerate_clicked.connect(lambda: self.regenerate())
         self.composer.cancel_edit_clicked.connect(self._on_composer_cancel_edit_clicked)
         self.gauge.tint_toggled.connect(self._on_gauge_tint_toggled)
-        self.api_panel.serve_toggled.connect(self._on_api_panel_serve_toggled)
         sp = self.sampling_panel
         sp.sampling_changed.connect(c.set_sampling)
         sp.speculation_changed.connect(c.set_speculation)
         sp.model_options_changed.connect(c.set_model_options)
         sp.reload_clicked.connect(c.reload_model)
-        for text, keys, slot in (
-            ("New chat", [QKeySequence(QKeySequence.StandardKey.New)], self.new_conversation),
-            ("Regenerate", [QKeySequence("Ctrl+R")], lambda: self.regenerate()),
-            # Ctrl+. as well as Esc: what macOS and many chat apps use for "stop"
-            ("Stop", [QKeySequence(Qt.Key.Key_Escape), QKeySequence("Ctrl+.")], c.stop_reply),
-            ("Models…", [QKeySequence("Ctrl+M")], self.open_model_picker),
-        ):
-            action = QAction(text, self)
-            action.setShortcuts(keys)
-            action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-            action.triggered.connect(slot)
-            self.addAction(action)
-        self.about_action = self.menuBar().addMenu("&Help").addAction("About Tandem")
-        self.about_action.triggered.connect(self.show_about)
-
-    def show_about(self) -> QDialog:
-        """Help → About: versions, backend, folders, "Open log folder" (app/ui/about.py)."""
-        from app.ui.about import AboutDialog
-
-        dialog = AboutDialog(parent=self)
-        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.open()
-        return dialog
+        self.about_action = install_window_actions(
+            self, new_chat=self.new_conversation, regenerate=self.regenerate,
+            stop=c.stop_reply, models=self.windows.open_model_picker)
 
     def _restore_geometry(self) -> None:
         ui = self.settings.ui
@@ -280,7 +251,7 @@ class MainWindow(QMainWindow):
             self.input.setFocus()
 
     def model_will_change(self) -> None:
-        self._close_race_window()
+        self.windows.close_race()
 
     def speculation_changed(self, speculation: SpeculationConfig) -> None:
         self.model_bar.set_speculation(speculation)
@@ -430,108 +401,7 @@ class MainWindow(QMainWindow):
     @Slot(object)
     def _on_bridge_event_received(self, event: object) -> None:
         self.controller.handle(event)
-        update = self.api_traffic.handle(event)
-        if update is not None:
-            self._show_api_traffic(update)
-
-    # -- the local API ----------------------------------------------------------------
-    @Slot(bool)
-    def _on_api_panel_serve_toggled(self, on: bool) -> None:
-        if on:
-            self.start_api(self.api_panel.port.value())
-        else:
-            self.stop_api()
-
-    def start_api(self, port: int) -> bool:
-        """Serve the loaded session as an OpenAI-compatible API on 127.0.0.1:``port``
-        (0: any free port), with this window's sampling and speculation as defaults."""
-        from app.api.server import ApiServer
-
-        self.stop_api()
-        try:
-            server = ApiServer(self.bridge.service, port=port, model=self.controller.model_info,
-                               defaults=lambda: (self.settings.sampling,
-                                                 self.settings.speculation))
-            server.start()
-        except TandemError as exc:
-            self.show_error(UserError("Could not serve the API", str(exc), origin="api"))
-            self.api_panel.set_serving(None)
-            return False
-        self.api_server = server
-        self.api_panel.set_serving(server.base_url)
-        self.api_status_label.setText(f"API on {server.base_url}")
-        self.api_status_label.show()
-        return True
-
-    def stop_api(self) -> None:
-        """Stop serving (the API's running and waiting requests are cancelled)."""
-        if self.api_server is not None:
-            self.api_server.stop()
-            self.api_server = None
-        self.api_panel.set_serving(None)
-        self.api_status_label.hide()
-
-    def _show_api_traffic(self, update: object) -> None:
-        if isinstance(update, ApiReplyEnded):
-            self.api_panel.add_request(update)
-        if self.controller.reply is not None:
-            # this window's own reply is queued behind the API's: the gauge is already
-            # its, and shows it as soon as it runs
-            return
-        if isinstance(update, ApiReplyBegan):
-            spec = self.settings.speculation
-            self.gauge.begin_reply(spec.mode, spec.draft_max, spec.adaptive,
-                                   source=f"API traffic · {update.endpoint} request")
-        elif isinstance(update, ApiReplyTokens):
-            self.gauge.add_tokens(update.t, update.n_tokens)
-        elif isinstance(update, ApiReplyStatsChanged):
-            self.gauge.set_stats(update.stats)
-        elif isinstance(update, ApiReplyEnded):
-            if update.stats is not None:
-                self.gauge.end_reply(update.stats, update.plain_decode_tps)
-
-    # -- other windows ----------------------------------------------------------------
-    @Slot()
-    def open_model_picker(self) -> None:
-        """Show the model library / catalog / downloads window (one instance)."""
-        if self.picker is None:
-            self.picker = ModelPickerWindow(settings=self.settings, downloads=self.downloads,
-                                            parent=self)
-            self.picker.models_chosen.connect(self._on_picker_models_chosen)
-        self.picker.show()
-        self.picker.raise_()
-        self.picker.activateWindow()
-
-    @Slot(object)
-    def _on_picker_models_chosen(self, chosen: ModelsChosen) -> None:
-        self.controller.use_models(chosen.target_path, chosen.draft_path, chosen.speculation_mode)
-
-    @Slot()
-    def open_race(self) -> None:
-        """Open the race window on the loaded target with this conversation's prompt."""
-        c = self.controller
-        if not c.can_race() or c.model_info is None:
-            return
-        self._close_race_window()
-        self.race_window = RaceWindow(
-            self.bridge, c.model_info, sampling=self.settings.sampling,
-            speculation=self.settings.speculation, messages=c.prompt_messages(),
-            conversations=conversations_from_history(c.store), parent=self)
-        self.race_window.draft_length_applied.connect(c.set_draft_length)
-        self.race_window.busy_changed.connect(self._on_race_window_busy_changed)
-        self.race_window.show()
-
-    @Slot(bool)
-    def _on_race_window_busy_changed(self, busy: bool) -> None:
-        self.controller.race_busy = busy
-
-    def _close_race_window(self) -> None:
-        if self.race_window is not None:
-            self.race_window.shutdown()
-            self.race_window.close()
-            self.race_window.deleteLater()
-            self.race_window = None
-            self.controller.race_busy = False
+        self.api.handle(event)
 
     # -- closing ----------------------------------------------------------------------
     def closeEvent(self, event: QCloseEvent) -> None:
@@ -543,11 +413,9 @@ class MainWindow(QMainWindow):
             ui.window_geometry = bytes(self.saveGeometry().toBase64().data()).decode()
             ui.splitter_state = bytes(self.splitter.saveState().toBase64().data()).decode()
             self._settings_timer.stop()
-            self._close_race_window()
-            self.stop_api()
+            self.windows.shutdown()
+            self.api.stop()
             self.downloads.shutdown()  # pauses downloads; they are offered again next start
-            if self.picker is not None:
-                self.picker.shutdown()
             # The service's last events (the cancelled reply's end) are queued for this
             # thread: the controller delivers them after joining, then finalises.
             self.controller.close(flush=QCoreApplication.sendPostedEvents)

@@ -125,8 +125,8 @@ def main() -> None:
     shot("tint-markdown-off.png")
     w.gauge.tint_box.setChecked(True)
     # the catalog's paste field
-    w.open_model_picker()
-    p = w.picker
+    w.windows.open_model_picker()
+    p = w.windows.picker
     p.resize(1380, 840)
     p.move(10, 40)
     wait(lambda: not p.library_tab.scanning)
@@ -144,8 +144,8 @@ def main() -> None:
     shot("library.png")
     p.close()
     # the race, labels from the run shown
-    w.open_race()
-    r = w.race_window
+    w.windows.open_race()
+    r = w.windows.race
     r.resize(1380, 840)
     r.move(10, 40)
     r.select_example("rename-variable")

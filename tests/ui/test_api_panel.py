@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 def test_serve_api_gauge_follows_an_api_request(qtbot, window) -> None:  # type: ignore[no-untyped-def]
     panel = window.api_panel
-    assert window.start_api(0)  # any free port
+    assert window.api.start(0)  # any free port
     base = panel.url.text()
     assert base.startswith("http://127.0.0.1:") and base.endswith("/v1")
     assert panel.copy_button.isEnabled() and panel.switch.isChecked()
@@ -47,7 +47,7 @@ def test_serve_api_gauge_follows_an_api_request(qtbot, window) -> None:  # type:
     assert window.controller.reply is None and not window.chat.messages
 
     panel.switch.setChecked(False)  # the user turns it off
-    assert window.api_server is None and not panel.copy_button.isEnabled()
+    assert window.api.server is None and not panel.copy_button.isEnabled()
     with pytest.raises(httpx.ConnectError):
         httpx.get(base + "/models")
 
@@ -66,7 +66,7 @@ def test_a_port_in_use_is_reported(qtbot) -> None:  # type: ignore[no-untyped-de
     taken.bind(("127.0.0.1", 0))
     taken.listen(1)
     try:
-        assert not window.start_api(taken.getsockname()[1])
+        assert not window.api.start(taken.getsockname()[1])
         assert window.message_bar.current is not None
         assert "Cannot listen" in window.message_bar.current.message
         assert not window.api_panel.switch.isChecked()
@@ -95,7 +95,7 @@ def test_a_window_reply_queued_behind_an_api_reply_keeps_the_gauge(qtbot, tmp_pa
     w.show()
     qtbot.waitUntil(lambda: w.controller.model_info is not None, timeout=30_000)
     try:
-        assert w.start_api(0)
+        assert w.api.start(0)
         script.gate = threading.Event()
         base = w.api_panel.url.text()
         sender = threading.Thread(target=lambda: httpx.post(

@@ -10,10 +10,10 @@ from tests.ui.conftest import LOAD_TIMEOUT_MS
 def test_models_button_opens_one_picker_and_its_choice_applies(qtbot, window) -> None:  # type: ignore[no-untyped-def]
     w = window
     w.model_bar.models_button.click()
-    picker = w.picker
+    picker = w.windows.picker
     assert picker is not None and picker.isVisible()
     w.model_bar.models_button.click()
-    assert w.picker is picker  # one instance, raised again
+    assert w.windows.picker is picker  # one instance, raised again
 
     c = w.controller
     target = c.model_info.target_path
@@ -31,7 +31,7 @@ def test_models_button_opens_one_picker_and_its_choice_applies(qtbot, window) ->
 def test_race_button_opens_a_race_on_the_loaded_session(qtbot, window) -> None:  # type: ignore[no-untyped-def]
     w = window
     w.model_bar.race_button.click()
-    race = w.race_window
+    race = w.windows.race
     c = w.controller
     assert race is not None and race.isVisible()
     assert race.service is w.bridge.service and race.model == c.model_info
@@ -43,7 +43,7 @@ def test_race_button_opens_a_race_on_the_loaded_session(qtbot, window) -> None: 
     assert not c.busy
     # loading another model first closes the race window (it describes the loaded one)
     c.load_model(c.model_info.target_path)
-    assert w.race_window is None
+    assert w.windows.race is None
     qtbot.waitUntil(lambda: c.model_info is not None, timeout=LOAD_TIMEOUT_MS)
 
 
@@ -78,7 +78,7 @@ def test_a_model_opened_in_the_chat_window_is_listed_in_the_library(qtbot, windo
     target = window.controller.model_info.target_path  # loaded from .cache/test-models, not the models folder
     assert target in load_library_config().files
     window.model_bar.models_button.click()
-    picker = window.picker
+    picker = window.windows.picker
     qtbot.waitUntil(lambda: not picker.library_tab.scanning, timeout=LOAD_TIMEOUT_MS)
     titles = [e.title for e in picker.library_tab.entries]
     assert target.name in titles

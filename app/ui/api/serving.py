@@ -1,0 +1,127 @@
+"""The window's local API: the "Serve API" switch, the server it runs, and the gauge
+following API traffic.
+
+:class:`ApiServing` runs :class:`app.api.server.ApiServer` on the window's
+:class:`~app.chat.service.ChatService` (the same queue as the window's own replies) when
+the API panel's switch is turned on, shows the base URL in the panel and the status bar,
+and passes the service's events through :class:`app.api.traffic.ApiTrafficFollower` so
+that the gauge follows an API reply, labelled "API traffic", unless the window's own
+reply holds the gauge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, Slot
+from PySide6.QtWidgets import QLabel
+
+from app.api.traffic import (
+    ApiReplyBegan,
+    ApiReplyEnded,
+    ApiReplyStatsChanged,
+    ApiReplyTokens,
+    ApiTrafficFollower,
+)
+from app.chat.conversation import ChatController
+from app.chat.events import UserError
+from app.chat.service import ChatService
+from app.errors import TandemError
+from app.store.settings import Settings
+from app.ui.api.api_panel import ApiPanelWidget
+from app.ui.gauge.gauge_panel import SpeculationGaugeWidget
+
+
+class ApiServing(QObject):
+    """Starts and stops the API for one window and routes API traffic to its gauge.
+
+    Args:
+        panel: the API tab (its switch and port drive :meth:`start` and :meth:`stop`).
+        status_label: a status-bar label, shown with the base URL while serving.
+        gauge: the window's gauge.
+        service: the window's chat service; the API's requests go through its queue.
+        controller: the window's controller (the loaded model, the window's own reply).
+        settings: the window's settings (the API's default sampling and speculation).
+        show_error: where a failure to start is reported.
+    """
+
+    def __init__(self, panel: ApiPanelWidget, status_label: QLabel,
+                 gauge: SpeculationGaugeWidget, service: ChatService,
+                 controller: ChatController, settings: Settings,
+                 show_error: Callable[[UserError], None], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.panel = panel
+        self.status_label = status_label
+        self.gauge = gauge
+        self.service = service
+        self.controller = controller
+        self.settings = settings
+        self._show_error = show_error
+        self.server: Any = None  # an app.api.server.ApiServer while serving
+        self.traffic = ApiTrafficFollower()
+        status_label.hide()
+        panel.serve_toggled.connect(self._on_panel_serve_toggled)
+
+    @Slot(bool)
+    def _on_panel_serve_toggled(self, on: bool) -> None:
+        if on:
+            self.start(self.panel.port.value())
+        else:
+            self.stop()
+
+    def start(self, port: int) -> bool:
+        """Serve the loaded session as an OpenAI-compatible API on 127.0.0.1:``port``
+        (0: any free port), with the window's sampling and speculation as defaults.
+
+        Returns:
+            whether it serves; a failure (a port in use) is shown as a
+            :class:`~app.chat.events.UserError` with origin ``"api"``.
+        """
+        from app.api.server import ApiServer
+
+        self.stop()
+        try:
+            server = ApiServer(self.service, port=port, model=self.controller.model_info,
+                               defaults=lambda: (self.settings.sampling,
+                                                 self.settings.speculation))
+            server.start()
+        except TandemError as exc:
+            self._show_error(UserError("Could not serve the API", str(exc), origin="api"))
+            self.panel.set_serving(None)
+            return False
+        self.server = server
+        self.panel.set_serving(server.base_url)
+        self.status_label.setText(f"API on {server.base_url}")
+        self.status_label.show()
+        return True
+
+    def stop(self) -> None:
+        """Stop serving (the API's running and waiting requests are cancelled)."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        self.panel.set_serving(None)
+        self.status_label.hide()
+
+    def handle(self, event: object) -> None:
+        """Follow one service event (any kind; those of API replies move the gauge)."""
+        update = self.traffic.handle(event)
+        if update is None:
+            return
+        if isinstance(update, ApiReplyEnded):
+            self.panel.add_request(update)
+        if self.controller.reply is not None:
+            # the window's own reply is queued behind the API's: the gauge is already
+            # its, and shows it as soon as it runs
+            return
+        if isinstance(update, ApiReplyBegan):
+            spec = self.settings.speculation
+            self.gauge.begin_reply(spec.mode, spec.draft_max, spec.adaptive,
+                                   source=f"API traffic · {update.endpoint} request")
+        elif isinstance(update, ApiReplyTokens):
+            self.gauge.add_tokens(update.t, update.n_tokens)
+        elif isinstance(update, ApiReplyStatsChanged):
+            self.gauge.set_stats(update.stats)
+        elif isinstance(update, ApiReplyEnded) and update.stats is not None:
+            self.gauge.end_reply(update.stats, update.plain_decode_tps)
