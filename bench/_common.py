@@ -180,6 +180,15 @@ class OtherCpu:
         return {"other_cores": round(other, 3), "disturbed": other > self.LIMIT}
 
 
+def disturbed(before: dict[str, Any], during: dict[str, Any]) -> bool:
+    """Whether a run's timings are disturbed: by other processes' CPU time during it
+    (:class:`OtherCpu`) where that was measured, else by the load average before it (which
+    also holds the previous benchmark's own threads, so it over-reports)."""
+    if during.get("other_cores") is not None:
+        return bool(during["disturbed"])
+    return bool(before["disturbed"])
+
+
 def write_result(name: str, data: dict[str, Any]) -> Path:
     """Write ``data`` as JSON to bench/out/<name>-<timestamp>.json and return the path."""
     OUT.mkdir(parents=True, exist_ok=True)

@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         "context_tokens": P, "chain_ms": {k: v * 1e3 for k, v in med.items() if k.startswith("chain")},
         "shapes": rows, "machine_before": before, "machine_after": after,
         "machine_during": during,
-        "disturbed": before["disturbed"] or during["disturbed"],
+        "disturbed": C.disturbed(before, during),
     }
     C.write_result("multi_candidate", result)
     if args.json:

@@ -28,6 +28,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                 n_plain = args.n_predict
                 for label in order:
                     if label == "tandem plain":
-                        fin = generate_once(session, prompt, sampling, off)
+                        # no stop strings: n_predict tokens, as the other two decode
+                        fin = generate_once(session, replace(prompt, stop=()), sampling, off)
                         row[label] = fin.stats.decode_tps
                         n_plain = fin.stats.emitted
                         row["tandem_emitted"] = n_plain
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
               "threads": args.threads, "n_predict": args.n_predict, "repeat": args.repeat,
               "median_tps": med, "median_ratios": ratio, "machine_before": before,
               "machine_during": during,
-              "disturbed": before["disturbed"] or during["disturbed"], "runs": rows}
+              "disturbed": C.disturbed(before, during), "runs": rows}
     path = C.write_result("plain_overhead", result)
     if args.json:
         print(json.dumps(result, indent=1))

@@ -10,7 +10,8 @@ exact verification on ``--exact-model`` (a Q5_1/Q4_1 file, docs/proof.md); each 
 is decoded by both, alternating, plain and with prompt lookup at k. Printed: median
 decode tok/s of each and the ratios exact / default.
 
-Timings on a busy machine are disturbed; the load average is printed before and after.
+Timings on a busy machine are disturbed: the load average before and other processes' CPU
+time during the run (``_common.OtherCpu``) are printed.
 
     .venv/bin/python bench/proof_cost.py --what recorder --repeat 3
     .venv/bin/python bench/proof_cost.py --what exact \\
@@ -65,6 +66,7 @@ def main() -> int:
     args = ap.parse_args()
     prompts = load_prompts(args.prompts)[: args.limit]
     load0 = os.getloadavg()
+    other_cpu = _common.OtherCpu()
     specs = {"off": SpeculationConfig(),
              f"k={args.k}": SpeculationConfig(mode="prompt-lookup", draft_max=args.k, adaptive=False)}
     tps: dict[tuple[str, str], list[float]] = {}
@@ -99,10 +101,13 @@ def main() -> int:
         for s in set(sessions.values()):
             s.close()
     load1 = os.getloadavg()
+    during = other_cpu.note()
     result: dict[str, Any] = {"what": args.what, "loadavg_before": load0, "loadavg_after": load1,
+                              "machine_during": during,
                               "settings": {k: str(v) for k, v in vars(args).items()}, "rows": []}
-    print(f"load average before {load0[0]:.2f}, after {load1[0]:.2f}"
-          + (" (busy machine: a dry figure)" if max(load0[0], load1[0]) > 1.5 else ""))
+    print(f"load average before {load0[0]:.2f}; other processes kept "
+          f"{during['other_cores']} cores busy during the run"
+          + (" (disturbed: a dry figure)" if during["disturbed"] else ""))
     base, other = arms
     for label in specs:
         a = statistics.median(tps[(base, label)])

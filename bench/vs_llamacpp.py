@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         "prompt_tokens": n_prompt, "repeat": args.repeat,
         "machine_before": before, "machine_after": after,
         "machine_during": during,
-        "disturbed": before["disturbed"] or during["disturbed"],
+        "disturbed": C.disturbed(before, during),
         "rounds": rows,
     }
     summary: dict[str, Any] = {}

@@ -49,6 +49,7 @@ import argparse
 import json
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -232,7 +233,10 @@ def main(argv: list[str] | None = None) -> int:
                         row: dict[str, Any] = {"config": label, "prompt": prompt.name,
                                                "repeat": rep, "prompt_tokens": len(prompt.tokens)}
                         if label in specs:
-                            fin = generate_once(session, prompt, sampling, specs[label])
+                            # as llama.cpp's tools decode: n_predict tokens or up to
+                            # the end-of-generation token, no stop strings
+                            fin = generate_once(session, replace(prompt, stop=()), sampling,
+                                                specs[label])
                             s = fin.stats
                             row.update(tps=s.decode_tps, emitted=s.emitted, drafted=s.verified,
                                        accepted=s.accepted, rounds=s.rounds, text=fin.text)
@@ -318,6 +322,22 @@ def _summarize(args: argparse.Namespace, labels: list[str], rows: list[dict[str,
         "tandem_best_over_llama_best_ngram": tb_tps / lb_tps if tb_tps and lb_tps else None,
         "tandem_plain_over_llama_bench_tg": t_plain / l_plain if t_plain and l_plain else None,
     }
+    # the same ratios as medians of per-turn pairs (both configurations ran back to back
+    # on the same prompt, so drift of the machine cancels within a pair)
+    turns: dict[tuple[Any, Any], dict[str, float]] = {}
+    for r in rows:
+        if r.get("tps"):
+            turns.setdefault((r["prompt"], r["repeat"]), {})[r["config"]] = r["tps"]
+
+    def paired(a: str | None, b: str | None) -> float | None:
+        v = [t[a] / t[b] for t in turns.values() if a in t and b in t] if a and b else []
+        return statistics.median(v) if v else None
+
+    goals["paired_median"] = {
+        "tandem_best_over_tandem_plain": paired(tb, "tandem plain"),
+        "tandem_best_over_llama_best_ngram": paired(tb, lbest),
+        "tandem_plain_over_llama_bench_tg": paired("tandem plain", "llama-bench tg"),
+    }
     if med.get("tandem draft-model") and med.get("llama draft-simple"):
         goals["tandem_draft_model_over_draft_simple"] = (
             med["tandem draft-model"] / med["llama draft-simple"])
@@ -330,7 +350,7 @@ def _summarize(args: argparse.Namespace, labels: list[str], rows: list[dict[str,
         "ngram_n": args.ngram_n, "ngram_mod_n_match": args.ngram_mod_n_match,
         "skipped": skipped, "machine_before": before, "machine_after": after,
         "machine_during": during,
-        "disturbed": before["disturbed"] or during["disturbed"],
+        "disturbed": C.disturbed(before, during),
         "prompt_token_mismatch": sorted(set(prompt_mismatch)),
         "configs": configs, "goals": goals, "runs": rows,
     }
@@ -366,6 +386,11 @@ def _print(result: dict[str, Any]) -> None:
     print(f"Tandem best ÷ llama.cpp best n-gram ({g['llama_best_ngram']}): "
           f"{_fmt(g['tandem_best_over_llama_best_ngram'], '{:.2f}')}")
     print(f"Tandem plain ÷ llama-bench tg: {_fmt(g['tandem_plain_over_llama_bench_tg'], '{:.3f}')}")
+    pm = g["paired_median"]
+    print("the same as medians of per-turn pairs: "
+          f"{_fmt(pm['tandem_best_over_tandem_plain'], '{:.2f}')}, "
+          f"{_fmt(pm['tandem_best_over_llama_best_ngram'], '{:.3f}')}, "
+          f"{_fmt(pm['tandem_plain_over_llama_bench_tg'], '{:.3f}')}")
     if "tandem_draft_model_over_draft_simple" in g:
         print(f"Tandem draft model ÷ llama draft-simple: "
               f"{g['tandem_draft_model_over_draft_simple']:.3f}")

@@ -14,9 +14,11 @@ import pytest
 
 from app.cli import main
 from app.cli.json_output import SCHEMA_VERSION
+from app.engine.divergence import compare_traces
 from app.store import paths
 from tests.catalog.fake_hub import FakeHub
 from tests.catalog.ggufs import write_vocab_gguf
+from tests.engine.test_divergence import rec, trace
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "json.md"
 
@@ -68,6 +70,15 @@ def collect_outputs(capsys: pytest.CaptureFixture[str], tmp_path: Path, tiny_tar
     gen = run_json(capsys, "generate", "--model", str(tiny_target), "--prompt-lookup",
                    "--max-tokens", "6", "--threads", "1", "hello hello hello")
     out["generate"], out["stats"] = gen, gen["stats"]
+    compared = run_json(capsys, "generate", "--model", str(tiny_target), "--prompt-lookup",
+                        "--max-tokens", "6", "--threads", "1", "--compare", "hello hello hello")
+    assert compared["identical"]  # synthetic F32 weights: speculation is exact
+    out["generate --compare"], out["compare run"] = compared, compared["on"]
+    assert set(compared["off"]) == set(compared["on"])
+    # a difference, measured by the same code on hand-made records (tests/engine)
+    d = compare_traces(trace([rec(1, {1: 2.00, 2: 1.95, 3: 0.0})]),
+                       trace([rec(2, {1: 1.97, 2: 2.01, 3: 0.0})]), str)
+    out["divergence"], out["divergence evidence"] = d.to_dict(), d.evidence()
     bench = run_json(capsys, "bench", "--model", str(tiny_target), "--prompt-lookup",
                      "--prompts", "builtin:chat", "--limit", "1", "--k", "2", "--repeat", "1",
                      "--max-tokens", "4", "--threads", "1", "--no-warmup", "-q")

@@ -303,10 +303,14 @@ class ChatController:
         self.settings.sampling = sampling
         self.view.save_settings_soon()
 
-    def set_model_options(self, n_ctx: int, n_gpu_layers: int | None) -> None:
-        """Context length and GPU layers; they apply when the model is reloaded."""
+    def set_model_options(self, n_ctx: int, n_gpu_layers: int | None,
+                          exact_verification: bool | None = None) -> None:
+        """Context length, GPU layers and exact verification (None: unchanged); they apply
+        when the model is reloaded."""
         self.settings.model.n_ctx = n_ctx
         self.settings.model.n_gpu_layers = n_gpu_layers
+        if exact_verification is not None:
+            self.settings.model.exact_verification = exact_verification
         self.view.save_settings_soon()
         self.pending_reload = self.model_info is not None
         self.view.state_changed()
@@ -320,8 +324,10 @@ class ChatController:
             return
         self.view.model_will_change()
         try:
-            config = SessionConfig(target_path=target, n_ctx=self.settings.model.n_ctx,
-                                   n_gpu_layers=self.settings.model.n_gpu_layers)
+            config = SessionConfig(
+                target_path=target, n_ctx=self.settings.model.n_ctx,
+                n_gpu_layers=self.settings.model.n_gpu_layers,
+                exact_verification=self.settings.model.exact_verification)
         except ValueError as exc:
             self.report(UserError("Invalid model options", str(exc), origin="load"))
             return
@@ -362,6 +368,13 @@ class ChatController:
         target = self.settings.model.target_path
         if target is not None and not self.busy:
             self.load_model(target)
+
+    def set_exact_verification(self, on: bool) -> None:
+        """Exact verification on or off (:mod:`app.engine.exact`); the loaded target is
+        reloaded to apply it (the race window's option)."""
+        self.settings.model.exact_verification = on
+        self.view.save_settings_soon()
+        self.reload_model()
 
     def cancel_load(self) -> None:
         """Ask the load in progress to stop (it ends with a "Loading cancelled" warning)."""

@@ -133,7 +133,8 @@ class ModelInfo:
     says why. ``uses_fallback_template``: the GGUF has no chat template (a base model), so
     a plain "User:/Assistant:" transcript is used; ``notes`` are sentences for the user
     about the load (a template that could not be used, a context length that was
-    lowered). ``load_seconds``: wall time of the load.
+    lowered). ``load_seconds``: wall time of the load. ``exact_verification``: the target
+    was loaded so that verification is exact (asked for and possible with its weights).
     """
 
     target_path: Path
@@ -149,6 +150,7 @@ class ModelInfo:
     load_seconds: float
     system_info: str = ""
     notes: tuple[str, ...] = ()
+    exact_verification: bool = False
 
 
 @dataclass(frozen=True, slots=True)

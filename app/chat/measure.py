@@ -124,6 +124,7 @@ def _race(ctx: JobContext, request: RaceRequest) -> RaceRecording:
         max_tokens=max_tokens,
         cpu_backend=session.n_gpu_layers == 0,
         adaptive=request.speculation.adaptive,
+        exact_verification=session.exact_verification,
     )
 
 

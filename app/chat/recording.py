@@ -62,7 +62,8 @@ class RaceRecording:
     ("prompt lookup", "draft model gemma-…"); ``prompt_text``: what was raced, for the
     export; ``cpu_backend``: the target ran on the CPU (0 GPU layers), which decides the
     wording of the difference explanation; ``adaptive``: the "on" run let the engine's
-    cost-aware policy draft fewer than k tokens per round.
+    cost-aware policy draft fewer than k tokens per round; ``exact_verification``: the
+    target was loaded for exact verification (:mod:`app.engine.exact`).
     """
 
     result: RaceResult
@@ -74,6 +75,7 @@ class RaceRecording:
     max_tokens: int
     cpu_backend: bool = True
     adaptive: bool = False
+    exact_verification: bool = False
 
     @property
     def duration(self) -> float:

@@ -257,6 +257,7 @@ def describe_session(session: Session, seconds: float) -> ModelInfo:
         load_seconds=seconds,
         system_info=system_info(),
         notes=tuple(session.notes),
+        exact_verification=session.exact_verification,
     )
 
 

@@ -139,6 +139,7 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
             "n_ctx": session.n_ctx,
             "threads": session.ctx.n_threads,
             "n_gpu_layers": session.n_gpu_layers,
+            "exact_verification": session.exact_verification,
             "temperature": args.temp,
             "seed": args.seed,
             "fresh_cache": not args.keep_cache,

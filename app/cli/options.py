@@ -30,7 +30,7 @@ def draft_lengths_arg(text: str) -> tuple[int, ...]:
 
 def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
     """--model, --draft | --prompt-lookup | --suffix, --auto, --n-ctx, --n-gpu-layers,
-    --threads."""
+    --threads, --exact."""
     p.add_argument("--model", required=True, type=Path, help="target model GGUF")
     drafter = p.add_mutually_exclusive_group()
     drafter.add_argument("--draft", type=Path, help="draft model GGUF (same tokenizer)")
@@ -44,6 +44,10 @@ def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
     p.add_argument("--n-gpu-layers", type=int, default=None,
                    help="layers on the GPU (default: all when a GPU backend is built in)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: engine's)")
+    p.add_argument("--exact", action="store_true",
+                   help="exact verification: load so that speculation's output equals plain "
+                        "decoding's (CPU; Q4_1/Q5_1/Q5_0/Q8_0 weights; docs/proof.md); a note "
+                        "says why when the model does not allow it")
 
 
 def add_drafting_args(p: argparse.ArgumentParser) -> None:
@@ -149,4 +153,5 @@ def session_config(args: argparse.Namespace, mode: SpecMode) -> SessionConfig:
         n_ctx=args.n_ctx,
         n_gpu_layers=args.n_gpu_layers,
         n_threads=args.threads,
+        exact_verification=getattr(args, "exact", False),
     )

@@ -40,12 +40,16 @@ class ModelSettings(_Section):
     """What to load. ``n_gpu_layers`` None: all layers on the GPU when the build can; 0: CPU.
 
     ``n_ctx`` is the context length in tokens; it applies when the target is (re)loaded.
+    ``exact_verification``: load the target in the configuration whose verification
+    batches compute like one-token passes (:mod:`app.engine.exact`; CPU, Q4_1/Q5_1/Q5_0/
+    Q8_0 weights), so speculation's output equals plain decoding's; applies on reload.
     """
 
     target_path: Path | None = None
     draft_path: Path | None = None
     n_ctx: Annotated[int, Field(ge=256, le=1_048_576)] = 4096
     n_gpu_layers: Annotated[int | None, Field(ge=0)] = None
+    exact_verification: bool = False
 
 
 class UiSettings(_Section):

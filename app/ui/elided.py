@@ -18,7 +18,40 @@ def elided(widget: QWidget, text: str, width: int) -> str:
     return widget.fontMetrics().elidedText(text, Qt.TextElideMode.ElideMiddle, max(0, width))
 
 
-class ElidedLabelWidget(QLabel):
+class _ElidedText:
+    """What the label and the button share: the whole text, size hints that ask for the
+    text's width between ``_min_px`` and ``_max_px``, and eliding again on every resize.
+    The widget class sets :attr:`PADDING_PX` and :meth:`_text_width`."""
+
+    #: pixels around the text (frame, padding)
+    PADDING_PX = 4
+    _full: str
+    _max_px: int
+    _min_px: int
+
+    def full_text(self) -> str:
+        return self._full
+
+    def sizeHint(self) -> QSize:
+        h = super().sizeHint()  # type: ignore[misc]
+        want = self.fontMetrics().horizontalAdvance(self._full) + self.PADDING_PX  # type: ignore[attr-defined]
+        return QSize(max(self._min_px, min(self._max_px, want)), h.height())
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(self._min_px, super().minimumSizeHint().height())  # type: ignore[misc]
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)  # type: ignore[misc]
+        self._elide()
+
+    def _text_width(self) -> int:
+        raise NotImplementedError
+
+    def _elide(self) -> None:
+        self.setText(elided(self, self._full, self._text_width()))  # type: ignore[attr-defined, arg-type]
+
+
+class ElidedLabelWidget(_ElidedText, QLabel):
     """A one-line label that elides its text (in the middle, "…") to the width it gets:
     it asks for its text's width up to ``max_px`` and shrinks to ``min_px`` when space is
     short, never wraps and never widens its window. The whole text is :meth:`full_text`
@@ -26,7 +59,7 @@ class ElidedLabelWidget(QLabel):
 
     def __init__(self, text: str = "", parent: QWidget | None = None, *,
                  max_px: int = 10_000, min_px: int = 60) -> None:
-        super().__init__(parent)
+        QLabel.__init__(self, parent)
         self.setWordWrap(False)
         self.setTextFormat(Qt.TextFormat.PlainText)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
@@ -40,34 +73,18 @@ class ElidedLabelWidget(QLabel):
         self.updateGeometry()
         self._elide()
 
-    def full_text(self) -> str:
-        return self._full
-
-    def sizeHint(self) -> QSize:
-        h = super().sizeHint()
-        want = self.fontMetrics().horizontalAdvance(self._full) + 4
-        return QSize(max(self._min_px, min(self._max_px, want)), h.height())
-
-    def minimumSizeHint(self) -> QSize:
-        return QSize(self._min_px, super().minimumSizeHint().height())
-
-    def resizeEvent(self, event: QResizeEvent) -> None:
-        super().resizeEvent(event)
-        self._elide()
-
-    def _elide(self) -> None:
-        self.setText(elided(self, self._full, self.contentsRect().width()))
+    def _text_width(self) -> int:
+        return self.contentsRect().width()
 
 
-class ElidedButtonWidget(QPushButton):
+class ElidedButtonWidget(_ElidedText, QPushButton):
     """A push button whose text is elided like :class:`ElidedLabelWidget`'s."""
 
-    #: pixels of the button's frame and padding around its text
     PADDING_PX = 24
 
     def __init__(self, text: str = "", parent: QWidget | None = None, *,
                  max_px: int = 10_000, min_px: int = 90) -> None:
-        super().__init__(parent)
+        QPushButton.__init__(self, parent)
         # Preferred, not QPushButton's Minimum: the layout may shrink it below its text
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         self._max_px, self._min_px = max_px, min_px
@@ -79,20 +96,5 @@ class ElidedButtonWidget(QPushButton):
         self.updateGeometry()
         self._elide()
 
-    def full_text(self) -> str:
-        return self._full
-
-    def sizeHint(self) -> QSize:
-        h = super().sizeHint()
-        want = self.fontMetrics().horizontalAdvance(self._full) + self.PADDING_PX
-        return QSize(max(self._min_px, min(self._max_px, want)), h.height())
-
-    def minimumSizeHint(self) -> QSize:
-        return QSize(self._min_px, super().minimumSizeHint().height())
-
-    def resizeEvent(self, event: QResizeEvent) -> None:
-        super().resizeEvent(event)
-        self._elide()
-
-    def _elide(self) -> None:
-        self.setText(elided(self, self._full, self.width() - self.PADDING_PX))
+    def _text_width(self) -> int:
+        return self.width() - self.PADDING_PX

@@ -240,6 +240,7 @@ class MainWindow(QMainWindow):
 
     def model_changed(self, info: ModelInfo | None) -> None:
         self.model_bar.set_model(info)
+        self.sampling_panel.show_exact_verification(self.settings.model.exact_verification)
         # a new target needs its own plain baseline (from this conversation)
         self.gauge.set_baseline(self.controller.plain_baseline_tps())
         if info is None:
@@ -249,6 +250,7 @@ class MainWindow(QMainWindow):
             base = info.uses_fallback_template
             self.chat.set_starter_prompts(load_starter_prompts(not base), base_model=base)
             self.input.setFocus()
+        self.windows.model_loaded(info)
 
     def model_will_change(self) -> None:
         self.windows.close_race()

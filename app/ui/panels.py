@@ -27,6 +27,8 @@ def status_text(info: ModelInfo | None, *, loading: bool, generating: bool) -> s
         return "No model loaded"
     where = f"GPU {info.n_gpu_layers}/{info.n_layer} layers" if info.n_gpu_layers else "CPU only"
     text = f"{info.target_path.name} · context {info.n_ctx} · {where}"
+    if info.exact_verification:
+        text += " · exact verification"
     if info.uses_fallback_template:
         text += " · base model: plain User/Assistant transcript"
     return text + (" · generating…" if generating else "")

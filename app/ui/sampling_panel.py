@@ -35,10 +35,11 @@ class SamplingSettingsWidget(QWidget):
     """SamplingParams: any sampling value changed."""
     speculation_changed = Signal(object)
     """SpeculationConfig: draft_min, draft_p_min or an n-gram size changed."""
-    model_options_changed = Signal(int, object)
-    """Context length (tokens) and GPU layers (None: all when possible; 0: CPU) changed."""
+    model_options_changed = Signal(int, object, bool)
+    """Context length (tokens), GPU layers (None: all when possible; 0: CPU) or exact
+    verification changed."""
     reload_clicked = Signal()
-    """"Reload model" was clicked (to apply context length / GPU layers)."""
+    """"Reload model" was clicked (to apply context length / GPU layers / exact)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -91,6 +92,13 @@ class SamplingSettingsWidget(QWidget):
         mform.addRow("Context length", self.n_ctx)
         mform.addRow("GPU layers", self.gpu_layers)
         mform.addRow("", self.cpu_only)
+        self.exact = QCheckBox("Exact verification")
+        self.exact.setToolTip(
+            "Load so that a verification batch computes exactly like one-token passes: "
+            "speculation's output then equals plain decoding's (measured 128/128 on "
+            "builtin:code, docs/proof.md). CPU only; needs Q4_1, Q5_1, Q5_0 or Q8_0 weights "
+            "(python -m app.engine.exact converts a model). Costs speed.")
+        mform.addRow("", self.exact)
         self.reload_button = QPushButton("Reload model")
         self.reload_button.clicked.connect(self.reload_clicked)
         mform.addRow("", self.reload_button)
@@ -110,6 +118,7 @@ class SamplingSettingsWidget(QWidget):
         self.n_ctx.valueChanged.connect(self._on_model_value_changed)
         self.gpu_layers.valueChanged.connect(self._on_model_value_changed)
         self.cpu_only.toggled.connect(self._on_model_value_changed)
+        self.exact.toggled.connect(self._on_model_value_changed)
 
     def _double(self, lo: float, hi: float, step: float, decimals: int, tip: str) -> QDoubleSpinBox:
         w = QDoubleSpinBox()
@@ -142,9 +151,18 @@ class SamplingSettingsWidget(QWidget):
             self.cpu_only.setChecked(model.n_gpu_layers == 0)
             self.gpu_layers.setValue(999 if model.n_gpu_layers is None else model.n_gpu_layers)
             self.gpu_layers.setEnabled(model.n_gpu_layers != 0)
+            self.exact.setChecked(model.exact_verification)
         finally:
             self._filling = False
         self.set_speculation(speculation)
+
+    def show_exact_verification(self, on: bool) -> None:
+        """Show the exact-verification setting (changed elsewhere) without emitting."""
+        self._filling = True
+        try:
+            self.exact.setChecked(on)
+        finally:
+            self._filling = False
 
     def set_speculation(self, speculation: SpeculationConfig) -> None:
         """Show the speculation details without emitting :attr:`speculation_changed`."""
@@ -208,4 +226,5 @@ class SamplingSettingsWidget(QWidget):
     def _on_model_value_changed(self) -> None:
         self.gpu_layers.setEnabled(not self.cpu_only.isChecked())
         if not self._filling:
-            self.model_options_changed.emit(self.n_ctx.value(), self.gpu_layers_value())
+            self.model_options_changed.emit(self.n_ctx.value(), self.gpu_layers_value(),
+                                            self.exact.isChecked())

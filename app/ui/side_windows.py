@@ -13,6 +13,7 @@ from PySide6.QtCore import QObject, Slot
 from PySide6.QtWidgets import QWidget
 
 from app.chat.conversation import ChatController
+from app.chat.events import ModelInfo, UserError
 from app.store.settings import Settings
 from app.ui.picker import DownloadQueue, ModelPickerWindow, ModelsChosen
 from app.ui.race import RaceWindow, conversations_from_history
@@ -40,6 +41,7 @@ class SideWindows(QObject):
         self.downloads = downloads
         self.picker: ModelPickerWindow | None = None
         self.race: RaceWindow | None = None
+        self._reopen_race = False  # the race asked for a reload (exact verification)
 
     @Slot()
     def open_model_picker(self) -> None:
@@ -70,7 +72,27 @@ class SideWindows(QObject):
             conversations=conversations_from_history(c.store), parent=self._window)
         self.race.draft_length_applied.connect(c.set_draft_length)
         self.race.busy_changed.connect(self._on_race_busy_changed)
+        self.race.exact_verification_requested.connect(self._on_race_exact_verification_requested)
         self.race.show()
+
+    @Slot(bool)
+    def _on_race_exact_verification_requested(self, on: bool) -> None:
+        self._reopen_race = True
+        self.controller.set_exact_verification(on)  # reloads: the race window closes
+
+    def model_loaded(self, info: ModelInfo | None) -> None:
+        """A target finished loading (None: unloaded): reopen the race the user was in
+        when its exact-verification option reloaded the model."""
+        if info is not None and self._reopen_race:
+            self._reopen_race = False
+            self.open_race()
+            if self.race is not None and self.settings.model.exact_verification \
+                    and not info.exact_verification:
+                why = " ".join(n for n in info.notes if "xact verification" in n)
+                self.race.show_error(UserError(
+                    "Exact verification is not possible with this model",
+                    why or "The model was loaded with llama.cpp's defaults.", level="warning",
+                    origin="load"))
 
     @Slot(bool)
     def _on_race_busy_changed(self, busy: bool) -> None:

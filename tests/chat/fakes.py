@@ -37,7 +37,8 @@ class Script:
     "token", and with speculation on every second word counts as an accepted draft.
     ``gate``: when set, a reply stops after its first word until the gate opens (or the
     reply is cancelled). ``fail_after``: raise this error after the first word.
-    ``load_error``: opening a session raises it. ``calls``: (messages or prompt,
+    ``load_error``: opening a session raises it. ``exact_possible``: False makes an
+    exact-verification load fall back with a note, as real weights may. ``calls``: (messages or prompt,
     speculation) of every generation, in order.
     """
 
@@ -46,6 +47,7 @@ class Script:
     gate: threading.Event | None = None
     fail_after: Exception | None = None
     load_error: Exception | None = None
+    exact_possible: bool = True
     calls: list[tuple[object, SpeculationConfig]] = field(default_factory=list)
     at_gate: threading.Event = field(default_factory=threading.Event)
 
@@ -82,7 +84,10 @@ class FakeSession:
         self.chat_format = FakeChatFormat()
         self.n_ctx = config.n_ctx
         self.n_gpu_layers = 0
+        self.exact_verification = config.exact_verification and script.exact_possible
         self.notes: list[str] = []
+        if config.exact_verification and not script.exact_possible:
+            self.notes.append("Exact verification needs other weights (a fake engine).")
         self.closed = False
         self.last_plain_decode_tps: float | None = None
         self.suffix_index = SuffixIndex()
@@ -177,7 +182,7 @@ def fake_describe(session: Any, seconds: float) -> ModelInfo:
         draft_path=draft.path if draft else None, draft_name=draft.name if draft else None,
         n_ctx=session.n_ctx, n_layer=2, n_gpu_layers=0, gpu_supported=False,
         cpu_reason="a fake engine", uses_fallback_template=False, load_seconds=seconds,
-        notes=tuple(session.notes),
+        notes=tuple(session.notes), exact_verification=session.exact_verification,
     )
 
 

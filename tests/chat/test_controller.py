@@ -228,6 +228,25 @@ def test_load_failure_then_success_clears_the_load_error(tmp_path: Path) -> None
     rig.c.close()
 
 
+def test_exact_verification_is_a_model_option_applied_on_reload(rig: Rig) -> None:
+    assert rig.c.model_info is not None and not rig.c.model_info.exact_verification
+    # from the sampling panel: remembered, applied by Reload
+    rig.c.set_model_options(4096, None, True)
+    assert rig.settings.model.exact_verification and rig.c.pending_reload
+    assert not rig.c.model_info.exact_verification
+    rig.c.reload_model()
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.c.model_info.exact_verification and not rig.c.pending_reload
+    # from the race window: reloads at once
+    rig.c.set_exact_verification(False)
+    assert rig.c.loading
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert not rig.c.model_info.exact_verification
+    assert not rig.settings.model.exact_verification
+    rig.c.set_model_options(2048, 0)  # None: exact verification unchanged
+    assert not rig.settings.model.exact_verification
+
+
 def test_choosing_the_draft_model_mode_loads_the_draft_or_asks_for_one(rig: Rig, tmp_path: Path) -> None:
     draft = tmp_path / "draft.gguf"
     draft.write_bytes(b"GGUF")

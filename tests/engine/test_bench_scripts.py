@@ -59,3 +59,17 @@ def test_speculative_simple_lines(common: ModuleType) -> None:
     assert enc is not None and enc.group(1) == "156"
     d, a = v._DRAFTED_RE.search(text), v._ACCEPT_RE.search(text)
     assert d is not None and a is not None and (d.group(1), a.group(1)) == ("29", "28")
+
+
+def test_disturbed_trusts_the_cpu_time_measured_during_the_run(common: ModuleType) -> None:
+    """The load average before a run holds the previous benchmark's own threads; where
+    other processes' CPU time during the run was measured, it decides."""
+    busy_before = {"loadavg": [1.9, 1.9, 1.9], "cores": 2, "disturbed": True}
+    quiet_before = {"loadavg": [0.1, 0.1, 0.1], "cores": 2, "disturbed": False}
+    assert not common.disturbed(busy_before, {"other_cores": 0.01, "disturbed": False})
+    assert common.disturbed(quiet_before, {"other_cores": 0.9, "disturbed": True})
+    # not measured (no /proc/stat): the load average is all there is
+    assert common.disturbed(busy_before, {"other_cores": None, "disturbed": False})
+    note = common.OtherCpu().note()
+    assert set(note) == {"other_cores", "disturbed"}
+    assert note["other_cores"] is None or note["other_cores"] >= 0.0

@@ -97,3 +97,24 @@ def test_with_the_tiled_kernel_off_at_start_gemma_q4_k_m_is_exact(gemma_path: Pa
         out[env] = proc.stdout.split()
     assert out["0"] == ["True", "0"]
     assert out[None][0] == "False"
+
+
+def test_the_exact_flag_reaches_the_session(tiny_target: Path, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``--exact`` on the command line: exact where the weights allow it (bench's JSON
+    says so), and a note naming the blocking weights where they do not."""
+    import json
+
+    from app.cli import main
+
+    assert main(["generate", "--model", str(tiny_target), "--prompt-lookup", "--exact",
+                 "--max-tokens", "4", "--threads", "1", "hello hello"]) == 0
+    assert "F32 weights" in capsys.readouterr().err
+    src = write_tiny_llama(tmp_path / "tiny-h32.gguf", n_head=2)
+    dst = tmp_path / "tiny-q5_1.gguf"
+    requantize(src, dst, "Q5_1")
+    assert main(["bench", "--model", str(dst), "--prompt-lookup", "--exact", "--prompts",
+                 "builtin:chat", "--limit", "1", "--k", "2", "--repeat", "1", "--max-tokens",
+                 "4", "--threads", "1", "--no-warmup", "-q", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["settings"]["exact_verification"] is True

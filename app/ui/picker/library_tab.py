@@ -66,6 +66,7 @@ _INDEX_ROLE = Qt.ItemDataRole.UserRole + 1
 PROMPT_LOOKUP_LABEL = "Prompt lookup (no draft model)"
 SUFFIX_LABEL = "Suffix lookup (no draft model)"
 OFF_LABEL = "Off (plain decoding)"
+AUTO_LABEL = "Auto (chosen per conversation)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +92,8 @@ class DrafterChoice:
     def label(self) -> str:
         if self.candidate is not None:
             return self.candidate.key.title
-        if self.mode is SpecMode.PROMPT_LOOKUP:
-            return PROMPT_LOOKUP_LABEL
-        return SUFFIX_LABEL if self.mode is SpecMode.SUFFIX else OFF_LABEL
+        return {SpecMode.PROMPT_LOOKUP: PROMPT_LOOKUP_LABEL, SpecMode.SUFFIX: SUFFIX_LABEL,
+                SpecMode.AUTO: AUTO_LABEL}.get(self.mode, OFF_LABEL)
 
 
 def preferred_draft(candidates: tuple[DraftCandidate[LibraryEntry], ...], k: int) -> int | None:
@@ -543,9 +543,15 @@ class LibraryTabWidget(QWidget):
                              "and the replies of earlier ones (suffix decoding); no second "
                              "model. Best for repeated work: tool calls, fixes to the same "
                              "code, summaries.")
+        auto = QTreeWidgetItem([AUTO_LABEL, "—", "≈ 0", "learned per conversation",
+                                "always available: the drafter measured fastest here"])
+        auto.setData(0, _KIND_ROLE, SpecMode.AUTO.value)
+        auto.setToolTip(0, "Chooses off, prompt lookup or suffix lookup (and the draft model "
+                           "loaded in the chat window, if any) and the draft length per "
+                           "conversation from the rates measured in it.")
         off = QTreeWidgetItem([OFF_LABEL, "—", "—", "1.0×", "no speculation"])
         off.setData(0, _KIND_ROLE, SpecMode.OFF.value)
-        for item in (lookup, suffix, off):
+        for item in (lookup, suffix, auto, off):
             self.draft_list.addTopLevelItem(item)
         for i in incompatible:
             self.draft_list.addTopLevelItem(self._draft_item(i, candidates[i]))
@@ -649,6 +655,13 @@ class LibraryTabWidget(QWidget):
                     "followed it is proposed, as long as the match supports it (suffix "
                     "decoding). No second model; it helps most with repeated work (tool "
                     "calls, fixes to the same code, summaries).")
+            elif mode is SpecMode.AUTO:
+                self.pair_check.show_message(
+                    "Auto",
+                    "Tandem measures, per conversation, how fast each drafter it can use "
+                    "decodes here (off, prompt lookup, suffix lookup, and the draft model "
+                    "loaded in the chat window, if any) and uses the fastest with a draft "
+                    "length learned from its rates. A reply or two are needed to learn.")
             else:
                 self.pair_check.show_message(
                     "Plain decoding", "No drafter: the target generates one token per pass.")

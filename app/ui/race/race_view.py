@@ -386,8 +386,8 @@ class RaceViewWidget(QWidget):
         self.explanation.setVisible(bool(diff))
         self.settings_line.setText(
             f"Target {rec.model_name} · seed {r.seed} · temperature {r.temperature:g} · "
-            f"at most {rec.max_tokens} tokens · {'CPU' if rec.cpu_backend else 'GPU'} backend. "
-            "Decode tok/s excludes the prefill; α and τ are for the speculating run.")
+            f"at most {rec.max_tokens} tokens · {'CPU' if rec.cpu_backend else 'GPU'} backend"
+            f"{' · exact verification' if rec.exact_verification else ''}. Decode tok/s excludes the prefill; α and τ are for the speculating run.")
 
     def _set_results_visible(self, visible: bool) -> None:
         self._results_stack.setCurrentWidget(self._results_page if visible else self.placeholder)

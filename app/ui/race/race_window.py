@@ -148,6 +148,9 @@ class RaceWindow(QMainWindow):
     draft_length_applied = Signal(int)
     """k: the user applied this draft length from the k sweep (the chat window should
     set its speculation's draft_max to it)."""
+    exact_verification_requested = Signal(bool)
+    """The user turned exact verification on or off here: the chat window reloads the
+    target that way (which closes this window) and opens the race again."""
     busy_changed = Signal(bool)
     """True while a race or k sweep uses the model, False when it is free again (the chat
     window should not start a reply meanwhile: the engine would refuse it)."""
@@ -262,6 +265,15 @@ class RaceWindow(QMainWindow):
             "measured costs on this machine make worthwhile (as in the chat). Off: every "
             "round drafts up to exactly k.")
         row.addWidget(self.adaptive_check)
+        self.exact_check = QCheckBox("exact verification")
+        self.exact_check.setChecked(self.model.exact_verification)
+        self.exact_check.setToolTip(
+            "Reload the target so that a verification batch computes exactly like one-token "
+            "passes: the two texts are then identical (measured 128 of 128 on builtin:code, "
+            "k 1-8, greedy and seeded; docs/proof.md). CPU only, Q4_1/Q5_1/Q5_0/Q8_0 "
+            "weights; slower. Changing it reloads the model and reopens this window.")
+        self.exact_check.toggled.connect(self.exact_verification_requested)
+        row.addWidget(self.exact_check)
         row.addSpacing(10)
         row.addWidget(QLabel("Seed"))
         self.seed_spin = QSpinBox()
@@ -430,7 +442,8 @@ class RaceWindow(QMainWindow):
         self.start_button.setText("Stop" if racing else "Start race")
         self.start_button.setEnabled(not sweeping)
         for w in (self.prompt_combo, self.prompt_edit, self.drafter_combo, self.k_spin,
-                  self.adaptive_check, self.seed_spin, self.temp_spin, self.max_spin):
+                  self.adaptive_check, self.exact_check, self.seed_spin, self.temp_spin,
+                  self.max_spin):
             w.setEnabled(not self.busy)
         self.sweep_view.set_enabled_to_run(not racing)
 

@@ -128,7 +128,8 @@ def race_markdown(rec: RaceRecording) -> str:
         "",
         f"Target {rec.model_name}; speculation {on_label}; seed {r.seed}, temperature "
         f"{r.temperature:g}, at most {rec.max_tokens} tokens; "
-        f"{'CPU' if rec.cpu_backend else 'GPU'} backend.",
+        f"{'CPU' if rec.cpu_backend else 'GPU'} backend"
+        f"{', exact verification' if rec.exact_verification else ''}.",
         "",
         speedup_headline(r) + " " + identical_text(r),
         "",

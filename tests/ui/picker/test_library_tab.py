@@ -12,7 +12,8 @@ import pytest
 from app.catalog.library import load_library_config
 from app.store.settings import Settings, load_settings, save_settings
 from app.ui.picker import ModelPickerWindow, ModelsChosen
-from app.ui.picker.library_tab import OFF_LABEL, PROMPT_LOOKUP_LABEL, SUFFIX_LABEL
+from app.options import SpecMode
+from app.ui.picker.library_tab import AUTO_LABEL, OFF_LABEL, PROMPT_LOOKUP_LABEL, SUFFIX_LABEL
 from tests.ui.picker.conftest import (
     GEMMA_COPY_FILE,
     GEMMA_FILE,
@@ -74,7 +75,8 @@ def test_gemma_target_lists_compatible_gemma_above_greyed_smollm(qtbot, picker: 
     names = [r[0] for r in rows]
     gemma = next(i for i, r in enumerate(rows) if r[0] == GEMMA_COPY_FILE)
     smol = next(i for i, r in enumerate(rows) if r[0] == SMOLLM_FILE)
-    assert gemma < names.index(PROMPT_LOOKUP_LABEL) < names.index(SUFFIX_LABEL) < names.index(OFF_LABEL) < smol
+    assert (gemma < names.index(PROMPT_LOOKUP_LABEL) < names.index(SUFFIX_LABEL)
+            < names.index(AUTO_LABEL) < names.index(OFF_LABEL) < smol)
     assert rows[gemma][1:] == ("too large: no speedup to expect", False)  # compatible, c = 1
     assert rows[smol][1].startswith("vocab_type: target SPM, draft BPE") and rows[smol][2]
     broken = next(r for r in rows if r[0] == "broken.gguf")
@@ -100,6 +102,11 @@ def test_gemma_target_lists_compatible_gemma_above_greyed_smollm(qtbot, picker: 
     assert all(ok for _, ok, _ in tab.pair_check.rule_rows())
     assert "expect no speedup" in tab.pair_check.note_label.text()
     assert picker.use_button.isEnabled()
+    # Auto is offered here too (issue 14)
+    assert tab.choose_drafter("auto") and tab.drafter is not None
+    assert tab.drafter.mode is SpecMode.AUTO and tab.drafter.label == AUTO_LABEL
+    assert tab.pair_check.title_label.text() == "Auto"
+    assert "per conversation" in tab.pair_check.verdict_label.text()
 
 
 def test_broken_file_cannot_be_the_target(qtbot, picker: ModelPickerWindow) -> None:  # type: ignore[no-untyped-def]
