@@ -97,14 +97,12 @@ def main(argv: list[str] | None = None) -> int:
                                        "prompt_tokens": len(toks)}
                 order = labels[step % 3:] + labels[: step % 3]
                 step += 1
-                n_plain = args.n_predict
                 for label in order:
                     if label == "tandem plain":
                         # no stop strings: n_predict tokens, as the other two decode
                         fin = generate_once(session, replace(prompt, stop=()), sampling, off)
                         row[label] = fin.stats.decode_tps
-                        n_plain = fin.stats.emitted
-                        row["tandem_emitted"] = n_plain
+                        row["tandem_emitted"] = fin.stats.emitted
                     elif label == "bare decode":
                         row[label] = _bare_decode(session, toks, args.n_predict)
                     else:

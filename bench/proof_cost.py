@@ -105,8 +105,9 @@ def main() -> int:
     result: dict[str, Any] = {"what": args.what, "loadavg_before": load0, "loadavg_after": load1,
                               "machine_during": during,
                               "settings": {k: str(v) for k, v in vars(args).items()}, "rows": []}
+    busy = during["other_cores"]
     print(f"load average before {load0[0]:.2f}; other processes kept "
-          f"{during['other_cores']} cores busy during the run"
+          + (f"{busy} cores busy during the run" if busy is not None else "(not measured here)")
           + (" (disturbed: a dry figure)" if during["disturbed"] else ""))
     base, other = arms
     for label in specs:

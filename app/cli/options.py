@@ -46,8 +46,9 @@ def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: engine's)")
     p.add_argument("--exact", action="store_true",
                    help="exact verification: load so that speculation's output equals plain "
-                        "decoding's (CPU; Q4_1/Q5_1/Q5_0/Q8_0 weights; docs/proof.md); a note "
-                        "says why when the model does not allow it")
+                        "decoding's (CPU: with a GPU build add --n-gpu-layers 0; Q4_1/Q5_1/"
+                        "Q5_0/Q8_0 weights; docs/proof.md); a note says why when the model "
+                        "does not allow it")
 
 
 def add_drafting_args(p: argparse.ArgumentParser) -> None:

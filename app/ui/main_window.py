@@ -237,6 +237,8 @@ class MainWindow(QMainWindow):
     def loading_changed(self, loading: bool, fraction: float | None, what: str) -> None:
         self.model_bar.progress.setRange(0, 0 if fraction is None else 1000)
         self.model_bar.set_loading(loading, fraction or 0.0, what)
+        if not loading:
+            self.windows.load_ended()
 
     def model_changed(self, info: ModelInfo | None) -> None:
         self.model_bar.set_model(info)
@@ -250,7 +252,6 @@ class MainWindow(QMainWindow):
             base = info.uses_fallback_template
             self.chat.set_starter_prompts(load_starter_prompts(not base), base_model=base)
             self.input.setFocus()
-        self.windows.model_loaded(info)
 
     def model_will_change(self) -> None:
         self.windows.close_race()

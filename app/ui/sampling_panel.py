@@ -95,8 +95,9 @@ class SamplingSettingsWidget(QWidget):
         self.exact = QCheckBox("Exact verification")
         self.exact.setToolTip(
             "Load so that a verification batch computes exactly like one-token passes: "
-            "speculation's output then equals plain decoding's (measured 128/128 on "
-            "builtin:code, docs/proof.md). CPU only; needs Q4_1, Q5_1, Q5_0 or Q8_0 weights "
+            "speculation's output then equals plain decoding's (measured with Gemma 3 270M "
+            "on an x86-64 build: 128 of 128 on builtin:code, docs/proof.md). CPU only (tick "
+            "CPU only on a GPU build); needs Q4_1, Q5_1, Q5_0 or Q8_0 weights "
             "(python -m app.engine.exact converts a model). Costs speed.")
         mform.addRow("", self.exact)
         self.reload_button = QPushButton("Reload model")

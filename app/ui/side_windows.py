@@ -9,11 +9,11 @@ is running (the window does not send while it is).
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Slot
+from PySide6.QtCore import QObject, QTimer, Slot
 from PySide6.QtWidgets import QWidget
 
 from app.chat.conversation import ChatController
-from app.chat.events import ModelInfo, UserError
+from app.chat.events import UserError
 from app.store.settings import Settings
 from app.ui.picker import DownloadQueue, ModelPickerWindow, ModelsChosen
 from app.ui.race import RaceWindow, conversations_from_history
@@ -42,6 +42,7 @@ class SideWindows(QObject):
         self.picker: ModelPickerWindow | None = None
         self.race: RaceWindow | None = None
         self._reopen_race = False  # the race asked for a reload (exact verification)
+        self._race_controls: dict[str, object] = {}
 
     @Slot()
     def open_model_picker(self) -> None:
@@ -73,26 +74,52 @@ class SideWindows(QObject):
         self.race.draft_length_applied.connect(c.set_draft_length)
         self.race.busy_changed.connect(self._on_race_busy_changed)
         self.race.exact_verification_requested.connect(self._on_race_exact_verification_requested)
+        # the box shows the setting (what is asked for); whether the loaded model honours
+        # it is on the race's settings line, and said when it does not
+        self.race.show_exact_requested(self.settings.model.exact_verification)
         self.race.show()
 
     @Slot(bool)
     def _on_race_exact_verification_requested(self, on: bool) -> None:
-        self._reopen_race = True
-        self.controller.set_exact_verification(on)  # reloads: the race window closes
+        race, c = self.race, self.controller
+        if race is None:
+            return
+        if c.loading or c.reply is not None:
+            race.show_exact_requested(not on)
+            race.show_error(UserError(
+                "Busy", "Exact verification reloads the model: wait for the load, or stop "
+                "the reply in the chat window, then try again.", level="warning",
+                origin="load"))
+            return
+        self._race_controls = race.controls_state()
+        c.set_exact_verification(on)  # reloads: model_will_change closes this race window
+        self._reopen_race = c.loading
 
-    def model_loaded(self, info: ModelInfo | None) -> None:
-        """A target finished loading (None: unloaded): reopen the race the user was in
-        when its exact-verification option reloaded the model."""
-        if info is not None and self._reopen_race:
-            self._reopen_race = False
-            self.open_race()
-            if self.race is not None and self.settings.model.exact_verification \
-                    and not info.exact_verification:
-                why = " ".join(n for n in info.notes if "xact verification" in n)
-                self.race.show_error(UserError(
-                    "Exact verification is not possible with this model",
-                    why or "The model was loaded with llama.cpp's defaults.", level="warning",
-                    origin="load"))
+    def load_ended(self) -> None:
+        """A model job ended (loaded, failed or cancelled): reopen the race the user was in
+        when its exact-verification box reloaded the model, once no job follows (a draft
+        model loads after its target)."""
+        if self._reopen_race:
+            QTimer.singleShot(0, self._reopen_after_load)
+
+    def _reopen_after_load(self) -> None:
+        c = self.controller
+        if not self._reopen_race or c.loading:
+            return  # another job (the draft) runs: its end calls load_ended again
+        self._reopen_race = False
+        info = c.model_info
+        if info is None:
+            return  # the load failed or was cancelled: the chat window says why
+        self.open_race()
+        if self.race is None:
+            return
+        self.race.restore_controls(self._race_controls)
+        if self.settings.model.exact_verification and not info.exact_verification:
+            why = " ".join(n for n in info.notes if "xact verification" in n)
+            self.race.show_error(UserError(
+                "Exact verification is not possible with this model",
+                why or "The model was loaded with llama.cpp's defaults.", level="warning",
+                origin="load"))
 
     @Slot(bool)
     def _on_race_busy_changed(self, busy: bool) -> None:

@@ -245,8 +245,9 @@ def test_regenerate_and_edit_resend(qtbot, window) -> None:
 def test_event_loop_never_stalls_while_loading_or_streaming(qtbot, ui_settings: Settings) -> None:
     """Loading and streaming leave the GUI thread free: between two ticks of a 5 ms timer
     it computes for less than 50 ms (its own CPU time, ``time.thread_time``, which a busy
-    machine does not inflate) and never waits for a second (wall time: work moved to the
-    GUI thread, or the GUI thread waiting on the engine, would show as seconds)."""
+    machine does not inflate) and never waits 300 ms (wall time: a load or a generation
+    step run on the GUI thread, or the GUI thread waiting on the engine's lock, takes
+    longer; the margin is for preemption on a loaded 2-core machine)."""
     from PySide6.QtCore import QTimer
 
     from app.ui.main_window import MainWindow
@@ -289,7 +290,7 @@ def test_event_loop_never_stalls_while_loading_or_streaming(qtbot, ui_settings: 
     cpu = max(gaps)
     assert cpu[0] < 0.050, f"the GUI thread computed {cpu[0] * 1000:.0f} ms during {cpu[2]}"
     wall = max(gaps, key=lambda g: g[1])
-    assert wall[1] < 1.0, f"the GUI thread waited {wall[1] * 1000:.0f} ms during {wall[2]}"
+    assert wall[1] < 0.3, f"the GUI thread waited {wall[1] * 1000:.0f} ms during {wall[2]}"
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX process handling")

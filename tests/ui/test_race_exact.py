@@ -51,9 +51,78 @@ def test_a_model_that_cannot_be_exact_is_said_in_the_race(qtbot, tmp_path: Path)
         qtbot.waitUntil(lambda: w.windows.race is not None and w.windows.race is not first,
                         timeout=30_000)
         race = w.windows.race
-        assert not race.model.exact_verification and not race.exact_check.isChecked()
+        # the box shows what is asked for (as the Sampling tab does); the race says why
+        # the loaded model does not honour it
+        assert not race.model.exact_verification and race.exact_check.isChecked()
+        assert w.sampling_panel.exact.isChecked()
         assert race.message.isVisible()
         assert "not possible" in race.message.text() and "other weights" in race.message.text()
         assert "exact verification" not in w.status_label.text()
     finally:
+        w.close()
+
+
+def test_a_failed_reload_does_not_reopen_the_race_later(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from app.errors import ModelLoadError
+
+    script = Script()
+    w = _window(qtbot, tmp_path, script)
+    try:
+        w.model_bar.race_button.click()
+        first = w.windows.race
+        first.set_race_settings(k=3, seed=77, max_tokens=50)
+        script.load_error = ModelLoadError("fake-target.gguf is not a GGUF file.")
+        first.exact_check.setChecked(True)
+        qtbot.waitUntil(lambda: not w.controller.loading, timeout=30_000)
+        qtbot.wait(50)  # the reopen check runs after the load's end
+        assert w.windows.race is None and w.controller.model_info is None
+        assert w.message_bar.current is not None and w.message_bar.current.origin == "load"
+        # a later, unrelated load does not pop the race window open
+        script.load_error = None
+        w.controller.load_model(w.settings.model.target_path)
+        qtbot.waitUntil(lambda: w.controller.model_info is not None, timeout=30_000)
+        qtbot.wait(50)
+        assert w.windows.race is None
+    finally:
+        w.close()
+
+
+def test_the_reopened_race_keeps_its_controls(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    w = _window(qtbot, tmp_path, Script())
+    try:
+        w.model_bar.race_button.click()
+        first = w.windows.race
+        first.select_prompt("my own prompt")
+        first.set_race_settings(k=3, seed=77, max_tokens=50, temperature=0.5, adaptive=False)
+        first.exact_check.setChecked(True)
+        qtbot.waitUntil(lambda: w.windows.race is not None and w.windows.race is not first,
+                        timeout=30_000)
+        race = w.windows.race
+        assert race.prompt_edit.toPlainText() == "my own prompt"
+        assert (race.k_spin.value(), race.seed_spin.value(), race.max_spin.value()) == (3, 77, 50)
+        assert race.temp_spin.value() == 0.5 and not race.adaptive_check.isChecked()
+    finally:
+        w.close()
+
+
+def test_a_busy_chat_refuses_the_reload(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    script = Script(default="alpha beta gamma")
+    w = _window(qtbot, tmp_path, script)
+    try:
+        w.model_bar.race_button.click()
+        race = w.windows.race
+        script.gate = threading.Event()
+        assert w.send_message("hello")  # a reply runs (held after its first word)
+        qtbot.waitUntil(lambda: w.controller.reply is not None, timeout=30_000)
+        race.exact_check.setChecked(True)
+        assert not race.exact_check.isChecked()  # put back
+        assert race.message.isVisible() and "Busy" in race.message.text()
+        assert not w.settings.model.exact_verification and w.windows.race is race
+        script.gate.set()
+        qtbot.waitUntil(lambda: w.controller.reply is None, timeout=30_000)
+    finally:
+        if script.gate is not None:
+            script.gate.set()
         w.close()

@@ -546,9 +546,8 @@ class LibraryTabWidget(QWidget):
         auto = QTreeWidgetItem([AUTO_LABEL, "—", "≈ 0", "learned per conversation",
                                 "always available: the drafter measured fastest here"])
         auto.setData(0, _KIND_ROLE, SpecMode.AUTO.value)
-        auto.setToolTip(0, "Chooses off, prompt lookup or suffix lookup (and the draft model "
-                           "loaded in the chat window, if any) and the draft length per "
-                           "conversation from the rates measured in it.")
+        auto.setToolTip(0, "Chooses off, prompt lookup or suffix lookup and the draft length "
+                           "per conversation from the rates measured in it.")
         off = QTreeWidgetItem([OFF_LABEL, "—", "—", "1.0×", "no speculation"])
         off.setData(0, _KIND_ROLE, SpecMode.OFF.value)
         for item in (lookup, suffix, auto, off):
@@ -659,9 +658,10 @@ class LibraryTabWidget(QWidget):
                 self.pair_check.show_message(
                     "Auto",
                     "Tandem measures, per conversation, how fast each drafter it can use "
-                    "decodes here (off, prompt lookup, suffix lookup, and the draft model "
-                    "loaded in the chat window, if any) and uses the fastest with a draft "
-                    "length learned from its rates. A reply or two are needed to learn.")
+                    "decodes here (off, prompt lookup, suffix lookup) and uses the fastest "
+                    "with a draft length learned from its rates; a reply or two are needed "
+                    "to learn. To let Auto weigh a draft model too, choose the draft model "
+                    "here, then Auto in the chat window's drafter menu.")
             else:
                 self.pair_check.show_message(
                     "Plain decoding", "No drafter: the target generates one token per pass.")

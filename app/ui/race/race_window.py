@@ -269,8 +269,9 @@ class RaceWindow(QMainWindow):
         self.exact_check.setChecked(self.model.exact_verification)
         self.exact_check.setToolTip(
             "Reload the target so that a verification batch computes exactly like one-token "
-            "passes: the two texts are then identical (measured 128 of 128 on builtin:code, "
-            "k 1-8, greedy and seeded; docs/proof.md). CPU only, Q4_1/Q5_1/Q5_0/Q8_0 "
+            "passes (measured with Gemma 3 270M on an x86-64 build: 128 of 128 outputs "
+            "identical on builtin:code, k 1-8, greedy and seeded; docs/proof.md). CPU "
+            "only (GPU layers 0), Q4_1/Q5_1/Q5_0/Q8_0 "
             "weights; slower. Changing it reloads the model and reopens this window.")
         self.exact_check.toggled.connect(self.exact_verification_requested)
         row.addWidget(self.exact_check)
@@ -424,6 +425,37 @@ class RaceWindow(QMainWindow):
             if idx < 0:
                 raise ValueError(f"drafter {drafter!r} is not available")
             self.drafter_combo.setCurrentIndex(idx)
+
+    def controls_state(self) -> dict[str, object]:
+        """What the user set here (prompt, drafter, k, adaptive, seed, temperature, max
+        tokens), for :meth:`restore_controls` on a new race window."""
+        return {"prompt_index": self.prompt_combo.currentIndex(),
+                "prompt_text": self.prompt_edit.toPlainText(),
+                "drafter": self.drafter_combo.currentData(), "k": self.k_spin.value(),
+                "adaptive": self.adaptive_check.isChecked(), "seed": self.seed_spin.value(),
+                "temperature": self.temp_spin.value(), "max_tokens": self.max_spin.value()}
+
+    def restore_controls(self, state: dict[str, object]) -> None:
+        """Set the controls from :meth:`controls_state` of an earlier window (a drafter
+        this model does not offer, or a prompt entry that is gone, is left as it is)."""
+        index = int(state["prompt_index"])  # type: ignore[call-overload]
+        if 0 <= index < self.prompt_combo.count():
+            self.prompt_combo.setCurrentIndex(index)
+            if self.prompt_combo.itemData(index)[0] == "custom":
+                self.prompt_edit.setPlainText(str(state["prompt_text"]))
+        drafter = state["drafter"]
+        self.set_race_settings(
+            k=int(state["k"]), adaptive=bool(state["adaptive"]),  # type: ignore[call-overload]
+            seed=int(state["seed"]), temperature=float(state["temperature"]),  # type: ignore[call-overload, arg-type]
+            max_tokens=int(state["max_tokens"]),  # type: ignore[call-overload]
+            drafter=drafter if self.drafter_combo.findData(drafter) >= 0 else None)  # type: ignore[arg-type]
+
+    def show_exact_requested(self, on: bool) -> None:
+        """Show whether exact verification is asked for (the setting), without emitting
+        :attr:`exact_verification_requested`."""
+        self.exact_check.blockSignals(True)
+        self.exact_check.setChecked(on)
+        self.exact_check.blockSignals(False)
 
     def _update_on_subtitle(self) -> None:
         words = SpecMode(self.drafter_combo.currentData()).words
