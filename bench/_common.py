@@ -189,6 +189,14 @@ def disturbed(before: dict[str, Any], during: dict[str, Any]) -> bool:
     return bool(before["disturbed"])
 
 
+def disturbed_line(before: dict[str, Any], during: dict[str, Any]) -> str:
+    """The one line a script prints when :func:`disturbed` says so."""
+    busy = during.get("other_cores")
+    return (f"DISTURBED: load average before {before['loadavg']}; other processes kept "
+            + (f"{busy} of {before['cores']} cores busy during the run" if busy is not None
+               else "an unmeasured share of the cores busy (no /proc/stat)"))
+
+
 def write_result(name: str, data: dict[str, Any]) -> Path:
     """Write ``data`` as JSON to bench/out/<name>-<timestamp>.json and return the path."""
     OUT.mkdir(parents=True, exist_ok=True)

@@ -187,8 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     print("break-even: S−1 alternatives pay only if they add ≥ (÷ 1+L − 1) × E_chain accepted "
           "tokens per round")
     if result["disturbed"]:
-        print(f"DISTURBED: load average before {before['loadavg']}; other processes kept "
-              f"{during['other_cores']} of {before['cores']} cores busy during the run")
+        print(C.disturbed_line(before, during))
     return 0
 
 

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in ratio.items():
             print(f"{k:<34} {v:.3f}")
         if result["disturbed"]:
-            print(f"DISTURBED: other processes kept {during['other_cores']} cores busy")
+            print(C.disturbed_line(before, during))
     print(f"written: {path}", file=sys.stderr)
     return 0
 

@@ -256,9 +256,7 @@ def _print_summary(result: dict[str, Any]) -> None:
         if ta:
             print(f"               tandem with its cost-aware draft length (default): {ta:.2f} tok/s")
     if result["disturbed"]:
-        print(f"DISTURBED: load average before {result['machine_before']['loadavg']}; other "
-              f"processes kept {result['machine_during']['other_cores']} of "
-              f"{result['machine_before']['cores']} cores busy during the run")
+        print(C.disturbed_line(result["machine_before"], result["machine_during"]))
 
 
 if __name__ == "__main__":

@@ -399,9 +399,7 @@ def _print(result: dict[str, Any]) -> None:
     if result["prompt_token_mismatch"]:
         print(f"prompt token counts differ for: {', '.join(result['prompt_token_mismatch'])}")
     if result["disturbed"]:
-        print(f"DISTURBED: load average before {result['machine_before']['loadavg']}; other "
-              f"processes kept {result['machine_during']['other_cores']} of "
-              f"{result['machine_before']['cores']} cores busy during the run")
+        print(C.disturbed_line(result["machine_before"], result["machine_during"]))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.catalog.fake_hub import FakeHub
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,6 +51,16 @@ def no_dangling_service_threads() -> Iterator[None]:
              if t.name == "tandem-service" and t not in before and t.is_alive()]
     if alive:
         pytest.fail(f"test left {len(alive)} chat service thread(s) running")
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    """The fake hub (tests/catalog/fake_hub.py), reached through HF_ENDPOINT, with no
+    token sent."""
+    with FakeHub() as h:
+        monkeypatch.setenv("HF_ENDPOINT", h.endpoint)
+        monkeypatch.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
+        yield h
 
 
 @pytest.fixture(scope="session")

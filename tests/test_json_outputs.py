@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +43,6 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str, status: int = 0) ->
     assert isinstance(data, dict) and next(iter(data)) == "schema_version"
     assert data["schema_version"] == SCHEMA_VERSION
     return data
-
-
-@pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    with FakeHub() as h:
-        monkeypatch.setenv("HF_ENDPOINT", h.endpoint)
-        monkeypatch.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
-        yield h
 
 
 def collect_outputs(capsys: pytest.CaptureFixture[str], tmp_path: Path, tiny_target: Path,

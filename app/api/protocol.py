@@ -314,13 +314,8 @@ def parse_chat_request(body: bytes, sampling: SamplingParams, speculation: Specu
     """
     parsed = _load(body, _ChatBody)
     assert isinstance(parsed, _ChatBody)
-    _refuse_unsupported(parsed)
-    stream, include = _stream_flags(parsed)
-    return GenerationRequest(
-        model=parsed.model,
-        sampling=_sampling(parsed, sampling, max_tokens_default),
-        speculation=_speculation(parsed, speculation),
-        stream=stream, include_usage=include, messages=_messages(parsed))
+    return _request(parsed, sampling, speculation, max_tokens_default,
+                    messages=_messages(parsed))
 
 
 def parse_completion_request(body: bytes, sampling: SamplingParams,
@@ -331,13 +326,23 @@ def parse_completion_request(body: bytes, sampling: SamplingParams,
     ``max_tokens_default``, as llama-server)."""
     parsed = _load(body, _CompletionBody)
     assert isinstance(parsed, _CompletionBody)
+    return _request(parsed, sampling, speculation, max_tokens_default,
+                    prompt=_prompt(parsed))
+
+
+def _request(parsed: _Common, sampling: SamplingParams,
+             speculation: SpeculationConfig, max_tokens_default: int,
+             **payload: Any) -> GenerationRequest:
+    """What both endpoints share: refuse unsupported parameters, then the request with
+    the client's sampling, speculation and stream flags over the server's defaults;
+    ``payload`` is ``messages=`` or ``prompt=``."""
     _refuse_unsupported(parsed)
     stream, include = _stream_flags(parsed)
     return GenerationRequest(
         model=parsed.model,
         sampling=_sampling(parsed, sampling, max_tokens_default),
         speculation=_speculation(parsed, speculation),
-        stream=stream, include_usage=include, prompt=_prompt(parsed))
+        stream=stream, include_usage=include, **payload)
 
 
 # -- figures --------------------------------------------------------------------------

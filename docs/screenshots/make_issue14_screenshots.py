@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path.cwd()
@@ -26,7 +24,7 @@ shutil.rmtree(HOME, ignore_errors=True)
 os.environ["TANDEM_HOME"] = str(HOME)
 sys.path.insert(0, str(ROOT))
 
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from shots import make_shot, settle, wait  # noqa: E402
 
 from app.options import SamplingParams, SpecMode, SpeculationConfig  # noqa: E402
 from app.store.settings import LoadedSettings, Settings, save_settings  # noqa: E402
@@ -34,26 +32,7 @@ from app.store.settings import LoadedSettings, Settings, save_settings  # noqa: 
 SMOL = ROOT / ".cache/test-models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def wait(cond, timeout=300.0):  # type: ignore[no-untyped-def]
-    t0 = time.monotonic()
-    while not cond():
-        QApplication.processEvents()
-        time.sleep(0.01)
-        if time.monotonic() - t0 > timeout:
-            raise TimeoutError(cond)
-
-
-def settle(s: float = 0.8) -> None:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < s:
-        QApplication.processEvents()
-        time.sleep(0.01)
-
-
-def shot(name: str) -> None:
-    settle()
-    subprocess.run(["import", "-window", "root", str(OUT / name)], check=True)
-    print("saved", name, flush=True)
+shot = make_shot(OUT)
 
 
 def main() -> None:

@@ -14,9 +14,7 @@ depend on the machine.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path.cwd()
@@ -25,33 +23,14 @@ HOME = Path("/tmp/tandem-round3-screenshots")
 os.environ["TANDEM_HOME"] = str(HOME)
 sys.path.insert(0, str(ROOT))
 
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from shots import make_shot, settle, wait  # noqa: E402
 
 from app.store.settings import LoadedSettings, Settings, save_settings  # noqa: E402
 
 Q51 = ROOT / ".cache/proof-models/gemma-3-270m-Q5_1.gguf"
 
 
-def wait(cond, timeout=300.0):
-    t0 = time.monotonic()
-    while not cond():
-        QApplication.processEvents()
-        time.sleep(0.01)
-        if time.monotonic() - t0 > timeout:
-            raise TimeoutError(cond)
-
-
-def settle(s=0.8):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < s:
-        QApplication.processEvents()
-        time.sleep(0.01)
-
-
-def shot(name):
-    settle()
-    subprocess.run(["import", "-window", "root", str(OUT / name)], check=True)
-    print("saved", name, flush=True)
+shot = make_shot(OUT)
 
 
 def main() -> None:

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,14 +23,6 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-@pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    with FakeHub() as h:
-        monkeypatch.setenv("HF_ENDPOINT", h.endpoint)
-        monkeypatch.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
-        yield h
 
 
 def test_inspect_json(capsys: pytest.CaptureFixture[str], smollm_path: Path) -> None:

@@ -7,7 +7,6 @@ import json
 import random
 import shutil
 from collections import namedtuple
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,14 +40,6 @@ SIZE = 5_000_000
 @pytest.fixture
 def payload() -> bytes:
     return random.Random(0).randbytes(SIZE)
-
-
-@pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    with FakeHub() as h:
-        monkeypatch.setenv("HF_ENDPOINT", h.endpoint)
-        monkeypatch.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
-        yield h
 
 
 def _final(repo: str = REPO, file: str = FILE) -> Path:

@@ -73,3 +73,10 @@ def test_disturbed_trusts_the_cpu_time_measured_during_the_run(common: ModuleTyp
     note = common.OtherCpu().note()
     assert set(note) == {"other_cores", "disturbed"}
     assert note["other_cores"] is None or note["other_cores"] >= 0.0
+
+
+def test_the_disturbed_line_says_what_was_measured(common: ModuleType) -> None:
+    before = {"loadavg": [1.9, 1.9, 1.9], "cores": 2, "disturbed": True}
+    line = common.disturbed_line(before, {"other_cores": 0.9, "disturbed": True})
+    assert line.startswith("DISTURBED:") and "0.9 of 2 cores" in line
+    assert "unmeasured" in common.disturbed_line(before, {"other_cores": None, "disturbed": False})

@@ -74,17 +74,24 @@ def ui_settings(gemma_path: Path) -> Settings:
     return s
 
 
-@pytest.fixture
-def window(qtbot, ui_settings: Settings):  # type: ignore[no-untyped-def]
-    """A shown main window with the model loaded; closed (service joined) afterwards."""
+def loaded_window(qtbot, settings: Settings):  # type: ignore[no-untyped-def]
+    """A shown main window on ``settings`` with its target loaded, for a fixture to yield
+    and then close (which joins the service)."""
     from app.ui.main_window import MainWindow
 
-    w = MainWindow(LoadedSettings(ui_settings))
+    w = MainWindow(LoadedSettings(settings))
     qtbot.addWidget(w)
     w.show()
     qtbot.waitUntil(lambda: w.controller.model_info is not None
                     or w.message_bar.current is not None, timeout=LOAD_TIMEOUT_MS)
     assert w.controller.model_info is not None, w.message_bar.current
+    return w
+
+
+@pytest.fixture
+def window(qtbot, ui_settings: Settings):  # type: ignore[no-untyped-def]
+    """A shown main window with the model loaded; closed (service joined) afterwards."""
+    w = loaded_window(qtbot, ui_settings)
     yield w
     w.close()
 

@@ -17,8 +17,8 @@ from app.engine.session import Session
 from app.engine.text import TextStream
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.store.history import StoredMessage
-from app.store.settings import LoadedSettings, Settings
-from tests.ui.conftest import LOAD_TIMEOUT_MS, wait_reply
+from app.store.settings import Settings
+from tests.ui.conftest import LOAD_TIMEOUT_MS, loaded_window, wait_reply
 
 
 def _settings(target: Path, *, max_tokens: int = 24) -> Settings:
@@ -33,14 +33,7 @@ def _settings(target: Path, *, max_tokens: int = 24) -> Settings:
 @pytest.fixture
 def tiny_window(qtbot, tiny_target: Path):  # type: ignore[no-untyped-def]
     """A shown main window with the tiny synthetic target loaded."""
-    from app.ui.main_window import MainWindow
-
-    w = MainWindow(LoadedSettings(_settings(tiny_target)))
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.controller.model_info is not None
-                    or w.message_bar.current is not None, timeout=LOAD_TIMEOUT_MS)
-    assert w.controller.model_info is not None, w.message_bar.current
+    w = loaded_window(qtbot, _settings(tiny_target))
     yield w
     w.close()
 

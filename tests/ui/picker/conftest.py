@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,15 +59,6 @@ def empty_models_dir(tmp_path: Path) -> Path:
 
 def wait_scanned(qtbot, picker) -> None:  # type: ignore[no-untyped-def]
     qtbot.waitUntil(lambda: not picker.library_tab.scanning, timeout=SCAN_TIMEOUT_MS)
-
-
-@pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    """The fake hub, reached through HF_ENDPOINT, with no token sent."""
-    with FakeHub() as h:
-        monkeypatch.setenv("HF_ENDPOINT", h.endpoint)
-        monkeypatch.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
-        yield h
 
 
 def _model(name: str, repo: str, file: str, size: int) -> CuratedModel:
