@@ -21,7 +21,12 @@ Per reply, every drafter gets a score, an estimated speedup over plain decoding:
   :data:`FLOOR` × plain is dropped for the rest of the conversation.
 
 The best score wins if it reaches :data:`MARGIN` (an estimate must promise more than
-noise); otherwise the reply decodes without speculation. :func:`choose_drafter` is the
+noise); otherwise the reply decodes without speculation. With nothing to score at all
+(the session's first reply, or an API completion: no earlier reply to replay), the
+model-free :data:`PRIOR` drafter runs at the largest k: drafting costs it nothing and
+its cost-aware draft length (:class:`app.engine.policy.DraftLengthPolicy`) stops
+verifying drafts that do not pay, so it risks little where plain decoding would have
+learned nothing (reason ``prior``). :func:`choose_drafter` is the
 pure decision (tested with made-up figures), :func:`estimate_drafters` gathers the
 figures from a session, :func:`resolve_auto` does both. The chat layer
 (:mod:`app.chat.service`) records the choice with each reply.
@@ -53,7 +58,10 @@ AUTO_KS: tuple[int, ...] = (2, 4, 8)
 CANDIDATES: tuple[SpecMode, ...] = (SpecMode.SUFFIX, SpecMode.PROMPT_LOOKUP,
                                     SpecMode.DRAFT_MODEL)
 
-Reason = Literal["estimate", "measured", "no-gain", "no-drafter"]
+#: the drafter used when nothing can be scored (no earlier reply to replay)
+PRIOR: SpecMode = SpecMode.SUFFIX
+
+Reason = Literal["estimate", "measured", "prior", "no-gain", "no-drafter"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +110,9 @@ class DrafterEstimate:
 class AutoChoice:
     """The drafter and k auto chose, why, and every score it compared.
 
-    ``reason``: ``estimate`` / ``measured`` (how the winner was scored), ``no-gain``
-    (nothing reached :data:`MARGIN`: off), ``no-drafter`` (nothing to score: off).
+    ``reason``: ``estimate`` / ``measured`` (how the winner was scored), ``prior``
+    (nothing could be scored: :data:`PRIOR` at the largest k), ``no-gain`` (nothing
+    reached :data:`MARGIN`: off), ``no-drafter`` (no candidate at all: off).
     ``scores``: (mode, k, score) of every candidate; ``dropped``: drafters measured
     below :data:`FLOOR` in this conversation.
     """
@@ -126,15 +135,22 @@ class AutoChoice:
 
 
 def choose_drafter(estimates: Iterable[DrafterEstimate], *, floor: float = FLOOR,
-                   margin: float = MARGIN) -> AutoChoice:
+                   margin: float = MARGIN, prior_k: int = max(AUTO_KS)) -> AutoChoice:
     """The decision (see the module docstring), from figures alone.
 
     A measured drafter below ``floor`` is dropped; a measured one scores its measured
     speedup at the k with its best estimate (the largest k without estimates); an
     unmeasured one scores its best estimate; an optimistic estimate (α = 1) is tried only
     when nothing realistic reaches ``margin``. Ties go to the earlier of
-    :data:`CANDIDATES`.
+    :data:`CANDIDATES`. When the :data:`PRIOR` drafter is among the estimates but no
+    drafter has any figure (nothing replayed, nothing measured), it is chosen at
+    ``prior_k`` (reason ``prior``).
     """
+    estimates = list(estimates)
+    if any(e.mode is PRIOR for e in estimates) and not any(
+            e.predicted or e.measured_speedup is not None for e in estimates
+            if not e.optimistic):
+        return AutoChoice(PRIOR, prior_k, "prior")
     scores: list[tuple[SpecMode, int, float]] = []
     dropped: list[SpecMode] = []
     best: tuple[float, int, SpecMode, int, Reason] | None = None  # score, -rank, mode, k
@@ -269,7 +285,9 @@ def resolve_auto(
 ) -> tuple[SpeculationConfig, AutoChoice]:
     """The concrete configuration for the next reply and the choice behind it (the
     configuration's other fields are kept; ``adaptive`` stays as given)."""
-    choice = choose_drafter(estimate_drafters(session, turns, observations, speculation))
+    ks = [k for k in AUTO_KS if k <= speculation.draft_max] or [speculation.draft_max]
+    choice = choose_drafter(estimate_drafters(session, turns, observations, speculation),
+                            prior_k=max(ks))
     if choice.mode is SpecMode.OFF:
         return speculation.with_changes(mode=SpecMode.OFF), choice
     return speculation.with_changes(mode=choice.mode, draft_max=choice.draft_max), choice

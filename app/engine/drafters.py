@@ -16,7 +16,7 @@ Plain decoding is the same loop with no drafter.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Protocol
 
 from app.engine.llama import DecodeAborted, LlamaContext, LlamaModel
@@ -52,6 +52,20 @@ class Drafter(Protocol):
 
     def close(self) -> None:
         """Free native resources. Idempotent."""
+
+
+def draft_token_keys(drafter: object) -> tuple[Hashable, ...] | None:
+    """The keys of the latest draft's tokens, for :meth:`DraftLengthPolicy.trim`, or None.
+
+    A drafter without a model may define ``token_keys()``: one hashable per token of its
+    latest draft, grouping tokens that the target tends to accept equally often (for
+    prompt lookup, the matched n-gram size; for suffix lookup, its probability estimate,
+    match length and source). Drafting then costs nothing, so the session proposes the
+    longest draft and lets the policy cut it. A drafter without ``token_keys`` (the
+    draft model) has its length chosen before drafting.
+    """
+    fn = getattr(drafter, "token_keys", None)
+    return fn() if callable(fn) else None
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -161,6 +175,7 @@ class PromptLookupDrafter:
         self._tokens: list[int] = []
         self._index: dict[tuple[int, ...], int] = {}
         self._indexed_upto = 0  # n-grams whose continuation starts before this are indexed
+        self._last: tuple[int, int] = (0, 0)  # (matched n-gram size, draft length)
 
     def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool] | None = None) -> None:
         self._tokens = list(prompt)
@@ -197,8 +212,15 @@ class PromptLookupDrafter:
             if start is not None:
                 cont = toks[start + n : start + n + n_max]
                 if cont:
+                    self._last = (n, len(cont))
                     return list(cont)
+        self._last = (0, 0)
         return []
+
+    def token_keys(self) -> tuple[Hashable, ...]:
+        """Per token of the latest draft: (matched n-gram size, position, capped at 3)."""
+        n, length = self._last
+        return tuple((n, min(i, 3)) for i in range(length))
 
     def close(self) -> None:
         self._index.clear()

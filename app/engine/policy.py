@@ -14,11 +14,27 @@ time of one draft step (0 for prompt lookup) and α̂ a running estimate of the 
 acceptance rate. While a drafter is not drafting, α̂ drifts back to its prior so it is
 tried again. On a GPU, where t(n) is flat, this always picks d = k.
 
+For a drafter without a model (prompt lookup, suffix lookup) drafting costs nothing, so
+the draft is proposed first at the longest allowed length and :meth:`DraftLengthPolicy.trim`
+then cuts it where the expected rate peaks, using what is known about *this* draft: each
+token carries a key from its drafter (for the suffix drafter: its estimated probability,
+match length and source, :meth:`app.engine.suffix.SuffixDrafter.token_keys`), and the
+policy keeps, per key, the measured rate at which the target accepted such tokens
+(exponentially forgotten counts, with α̂ as the prior). With c_i the acceptance estimate
+of draft token i, the expected tokens of a round that verifies d of them are
+
+    E(d) = 1 + Σ_{i=1..d} Π_{j≤i} c_j          (SpecInfer / Medusa-style tree cost, for a chain)
+
+and rate(d) = E(d) / t(d + 1). A draft model's tokens cost a forward pass each, so its
+length is still chosen before drafting (:meth:`DraftLengthPolicy.choose`).
+
 Which tokens are verified never changes which tokens are emitted: the target samples
 every position either way, so the policy cannot affect the output, only the speed.
 """
 
 from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
 
 from app.engine.stats import expected_tokens_per_round
 
@@ -124,6 +140,8 @@ class DraftLengthPolicy:
         self.revert = revert
         self.draft_step_time = 0.0
         self._decisions = 0
+        #: per token key: (accepted, verified), exponentially forgotten
+        self._cells: dict[Hashable, tuple[float, float]] = {}
 
     # -- observations ---------------------------------------------------------------
     def observe_draft_steps(self, steps: int, seconds: float) -> None:
@@ -133,11 +151,20 @@ class DraftLengthPolicy:
             old = self.draft_step_time
             self.draft_step_time = per if old == 0.0 else old + self.smoothing * (per - old)
 
-    def observe_verification(self, verified: int, accepted: int) -> None:
-        """``verified`` draft tokens were compared with the target, ``accepted`` matched."""
+    def observe_verification(
+        self, verified: int, accepted: int, keys: Sequence[Hashable] | None = None
+    ) -> None:
+        """``verified`` draft tokens were compared with the target, ``accepted`` matched.
+
+        ``keys``: the drafter's key of each verified token (:meth:`trim`); the counts of
+        each key's acceptance are updated with them.
+        """
         for i in range(verified):
             hit = 1.0 if i < accepted else 0.0
             self.alpha += self.smoothing * (hit - self.alpha)
+            if keys is not None and i < len(keys):
+                h, n = self._cells.get(keys[i], (0.0, 0.0))
+                self._cells[keys[i]] = (h * self.forget + hit, n * self.forget + 1.0)
 
     def observe_no_draft(self) -> None:
         """A round verified nothing: let α̂ recover toward the prior (so we retry)."""
@@ -152,6 +179,28 @@ class DraftLengthPolicy:
         return expected_tokens_per_round(min(max(self.alpha, 0.0), 1.0), d) / (
             t + d * self.draft_step_time
         )
+
+    #: :meth:`trim` verifies a draft only when its expected rate beats plain decoding's
+    #: by this fraction: the estimates are noisy, and the best of noisy estimates is
+    #: biased upward (measured: bench/trim_ab.py, see docs/closing-note-round4.md)
+    margin = 0.10
+
+    #: weight of α̂ in a key's acceptance estimate, in verified tokens
+    prior_weight = 3.0
+    #: per verification, the counts of a key are multiplied by this (a window of ~200)
+    forget = 0.995
+
+    @property
+    def keys_measured(self) -> int:
+        """How many distinct draft-token keys have acceptance counts (:meth:`trim`)."""
+        return len(self._cells)
+
+    def acceptance(self, key: Hashable) -> float:
+        """Estimated probability that the target accepts a draft token with this key,
+        given that the tokens before it were accepted: (accepted + w·α̂) / (verified + w)."""
+        a = min(max(self.alpha, 0.0), 1.0)
+        h, n = self._cells.get(key, (0.0, 0.0))
+        return (h + self.prior_weight * a) / (n + self.prior_weight)
 
     #: passes of a batch size observed before its time is trusted (the first one of a
     #: new shape includes building its graph)
@@ -178,8 +227,63 @@ class DraftLengthPolicy:
         lo = max(1, draft_min)
         if k < lo:
             return 0
+        forced = self._exploration(k, lo)
+        if forced is not None:
+            return forced
         base = self.expected_rate(0)
-        if base is None:
+        assert base is not None  # _exploration returns k while nothing is timed
+        best_d, best_rate = 0, base
+        for d in range(lo, k + 1):
+            r = self.expected_rate(d)
+            if r is not None and r > best_rate * (1.0 + 1e-9):
+                best_d, best_rate = d, r
+        return best_d
+
+    def trim(self, keys: Sequence[Hashable | None], draft_min: int = 0) -> int:
+        """How many tokens of an already proposed draft to verify.
+
+        Args:
+            keys: one key per draft token (its length is the draft's); a None key has
+                no measured history and is estimated by α̂ alone.
+            draft_min: as in :meth:`choose`.
+
+        Returns the d in {0} ∪ [max(1, draft_min), len(keys)] with the highest
+        E(d) / t(d + 1) (module doc), or the length that :meth:`choose` would explore or
+        re-time now (capped at the draft's length). When 0 is chosen, the first token's
+        key recovers toward the prior as :meth:`observe_no_draft` does for α̂, so that
+        keys which were unlucky are tried again.
+        """
+        k = len(keys)
+        lo = max(1, draft_min)
+        if k < lo:
+            return 0
+        forced = self._exploration(k, lo)
+        if forced is not None:
+            return forced
+        t1 = self.pass_times(1)
+        assert t1 is not None
+        best_d, best_rate = 0, 1.0 / t1
+        expected, reach = 1.0, 1.0
+        for d in range(1, k + 1):
+            key = keys[d - 1]
+            reach *= self.acceptance(key) if key is not None else min(max(self.alpha, 0.0), 1.0)
+            expected += reach
+            if d < lo:
+                continue
+            t = self.pass_times(d + 1)
+            if (t is not None and expected / t > best_rate * (1.0 + 1e-9)
+                    and expected / t * t1 > 1.0 + self.margin):
+                best_d, best_rate = d, expected / t
+        if best_d == 0 and keys[0] is not None:
+            h, n = self._cells.get(keys[0], (0.0, 0.0))
+            if n > 0:
+                keep = 1.0 - self.revert
+                self._cells[keys[0]] = (h * keep, n * keep)
+        return best_d
+
+    def _exploration(self, k: int, lo: int) -> int | None:
+        """The draft length to time now instead of choosing, or None (see :meth:`choose`)."""
+        if self.pass_times(1) is None:
             return k
         for n in range(lo + 1, k + 2):
             if self.pass_times.count(n) < self.min_observations:
@@ -188,9 +292,4 @@ class DraftLengthPolicy:
         if self._decisions % self.refresh_every == 0:
             stalest = min(range(lo + 1, k + 2), key=self.pass_times.last_seen)
             return stalest - 1
-        best_d, best_rate = 0, base
-        for d in range(lo, k + 1):
-            r = self.expected_rate(d)
-            if r is not None and r > best_rate * (1.0 + 1e-9):
-                best_d, best_rate = d, r
-        return best_d
+        return None

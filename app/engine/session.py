@@ -28,7 +28,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -43,6 +43,7 @@ from app.engine.drafters import (
     DraftModelDrafter,
     PromptLookupDrafter,
     common_prefix_length,
+    draft_token_keys,
 )
 from app.engine.events import Event, Finished, FinishReason, StatsUpdate, TextDelta
 from app.engine.exact import EXACT_CONTEXT, EXACT_KV_BLOCK, exact_blockers
@@ -71,6 +72,16 @@ from app.errors import (
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 
 log = logging.getLogger(__name__)
+
+#: How a drafter without a model (``token_keys``: prompt lookup, suffix lookup) gets its
+#: draft length. Cut after drafting (:meth:`DraftLengthPolicy.trim`, from each token's
+#: measured acceptance) when sampling; chosen before drafting from α̂
+#: (:meth:`DraftLengthPolicy.choose`, as for a draft model) when greedy. Measured with
+#: bench/trim_ab.py on Gemma 3 270M, 2 threads, k = 8 (docs/closing-note-round4.md): at
+#: temperature 0.8 the suffix drafter on builtin:chat went from 0.85× to 1.00× plain with
+#: the cut, others unchanged; greedy, the cut gained nothing on builtin:agent and
+#: builtin:code. True / False force one rule (for that A/B); None: the measured rule.
+TRIM_FREE_DRAFTS: bool | None = None
 
 #: Deliberate bugs that tests inject (``Session._fault``) to show that the divergence
 #: check calls them suspect (issue 8). ``keep-rejected-kv``: after a rejection the
@@ -677,6 +688,9 @@ class Session:
                     policy = self._policies[drafter.kind] = DraftLengthPolicy(self._pass_times)
             if drafter is not None and not is_cancelled():
                 drafter.begin(prompt, lambda: self._closing or is_cancelled())
+            # a drafter without a model may draft at full length for the policy to cut
+            trims = drafter is not None and hasattr(drafter, "token_keys") and (
+                not sampling.greedy if TRIM_FREE_DRAFTS is None else TRIM_FREE_DRAFTS)
         t_prefill = clock()
 
         stream = TextStream(sampling.stop)
@@ -742,16 +756,19 @@ class Session:
                         )
                         break
                     drafts: list[int] = []
+                    keys: tuple[Hashable, ...] | None = None
                     if drafter is not None and policy is not None:
                         n_draft_max = min(k, remaining - 1, room, ctx.n_outputs_max - 1)
                         if n_draft_max < spec.draft_min:
                             n_draft_max = 0  # the draft would be discarded: do not pay for it
-                        if spec.adaptive and n_draft_max > 0:
+                        if spec.adaptive and n_draft_max > 0 and not trims:
                             n_draft_max = policy.choose(n_draft_max, spec.draft_min)
                         if n_draft_max > 0:
                             steps0 = drafter.forward_passes
                             td = clock()
                             drafts = drafter.draft(history, n_draft_max)[:n_draft_max]
+                            if trims:
+                                keys = draft_token_keys(drafter)
                             dtd = clock() - td
                             draft_time += dtd
                             policy.observe_draft_steps(drafter.forward_passes - steps0, dtd)
@@ -760,6 +777,12 @@ class Session:
                                 if not 0 <= t < model.n_vocab:
                                     del drafts[i:]
                                     break
+                            if keys is not None:
+                                keys = keys[: len(drafts)]
+                                if spec.adaptive and drafts:
+                                    # a free draft is proposed at full length and cut
+                                    # where its expected rate peaks (policy module doc)
+                                    del drafts[policy.trim(keys, spec.draft_min):]
                             if len(drafts) < spec.draft_min:
                                 drafts = []
                         if not drafts:
@@ -819,7 +842,7 @@ class Session:
                     target_time += dt
                     self._pass_times.observe(len(batch), dt)
                     if policy is not None and n_verified:
-                        policy.observe_verification(n_verified, n_counted)
+                        policy.observe_verification(n_verified, n_counted, keys)
                     if len(batch) == 1:
                         self._target_step_samples.append(dt)
                         del self._target_step_samples[:-64]

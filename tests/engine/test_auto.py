@@ -47,6 +47,23 @@ def test_nothing_worth_it_decodes_plainly() -> None:
     assert choose_drafter([DrafterEstimate(LOOKUP, {4: MARGIN})]).mode is LOOKUP
 
 
+def test_with_nothing_to_score_the_model_free_prior_runs_at_the_largest_k() -> None:
+    nothing = [DrafterEstimate(LOOKUP, {}), DrafterEstimate(SUFFIX, {})]
+    c = choose_drafter(nothing, prior_k=4)
+    assert (c.mode, c.draft_max, c.reason) == (SUFFIX, 4, "prior")
+    assert choose_drafter(nothing).draft_max == 8
+    # an untried draft model's α = 1 hope is no evidence: the prior still runs first
+    hopeful = DrafterEstimate(DRAFT, {4: 2.0}, optimistic=True)
+    assert choose_drafter([*nothing, hopeful]).reason == "prior"
+    # any figure at all is evidence: the usual decision applies
+    c = choose_drafter([DrafterEstimate(LOOKUP, {4: 1.01}), DrafterEstimate(SUFFIX, {})])
+    assert (c.mode, c.reason) == (OFF, "no-gain")
+    c = choose_drafter([DrafterEstimate(LOOKUP, {}),
+                        DrafterEstimate(SUFFIX, {}, measured_speedup=0.9,
+                                        measured_tokens=ENOUGH)])
+    assert c.mode is OFF and c.dropped == (SUFFIX,)
+
+
 def test_a_drafter_measured_below_the_floor_is_dropped_for_the_conversation() -> None:
     estimates = [
         DrafterEstimate(SUFFIX, {4: 1.6}, measured_speedup=FLOOR - 0.01, measured_tokens=ENOUGH),

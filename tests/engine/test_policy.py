@@ -27,6 +27,35 @@ def test_exploration_and_choice_respect_draft_min() -> None:
     assert policy.choose(1, draft_min=2) == 0  # no length allowed
 
 
+def _timed(policy: DraftLengthPolicy, times: PassTimes, k: int) -> None:
+    """Time every size up to k + 1 as the policy asks (its exploration), 10 ms + 2 ms/token."""
+    for _ in range(4 * k):
+        d = policy.choose(k)
+        times.observe(d + 1, 0.010 + 0.002 * d)
+
+
+def test_trim_cuts_a_draft_where_its_tokens_stop_paying() -> None:
+    times = PassTimes()
+    times.observe(1, 0.010)
+    policy = DraftLengthPolicy(times, prior_alpha=0.9)
+    _timed(policy, times, 6)
+    sure, unsure = ("ctx", 3, 3), ("ctx", 0, 0)
+    for _ in range(60):  # measured: "sure" tokens are accepted, "unsure" ones never
+        policy.observe_verification(2, 1, [sure, unsure])
+    assert policy.acceptance(sure) > 0.95 and policy.acceptance(unsure) < 0.1
+    assert policy.keys_measured == 2
+    # cut before the first unsure token; an unsure first token: nothing verified
+    assert policy.trim([sure, sure, sure, unsure, sure, sure]) == 3
+    assert policy.trim([unsure, sure, sure]) == 0
+    assert policy.trim([sure] * 6) == 6
+    # a draft must beat plain decoding by the margin: a token of unknown key (α̂ 0.28)
+    # is worth (1 + 0.28) / 12 ms, 1.07 × plain's 1 / 10 ms: below the 10 % margin
+    policy.alpha = 0.28
+    assert policy.margin == 0.10 and policy.trim([None]) == 0
+    policy.margin = 0.0
+    assert policy.trim([None]) == 1
+
+
 def test_prompt_lookup_with_draft_min_2_drafts(tiny_target: Path) -> None:
     """With draft_min 2 the default adaptive length used to explore d = 1 forever, which
     draft_min discards: a draft step every round and never a draft (issue 12, item 6)."""

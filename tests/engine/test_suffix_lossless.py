@@ -59,3 +59,21 @@ def test_suffix_adaptive_default_is_lossless(session: Session) -> None:
         assert got.ids == plain.ids
         check_invariants(got, MAX_TOKENS)
     session.suffix_index.clear()
+
+
+@pytest.mark.parametrize("mode", [SpecMode.SUFFIX, SpecMode.PROMPT_LOOKUP])
+def test_free_drafts_cut_by_the_policy_when_sampling_are_lossless(
+        session: Session, mode: SpecMode) -> None:
+    """Sampling, the session drafts at full length and the policy cuts each draft by its
+    tokens' measured acceptance (DraftLengthPolicy.trim): the same tokens as plain."""
+    sampling = SAMPLINGS[1]
+    session.suffix_index.clear()
+    for p in prompts()[:6]:
+        plain = run(session, p, sampling, SpeculationConfig(mode=SpecMode.OFF))
+        session.suffix_index.add_reply(plain.ids)
+        got = run(session, p, sampling, SpeculationConfig(mode=mode, draft_max=8, ngram_min=1))
+        assert got.ids == plain.ids
+        check_invariants(got, MAX_TOKENS)
+    policy = session._policies[mode]  # white box: the cut, not the choice, ran
+    assert policy.keys_measured > 0
+    session.suffix_index.clear()
