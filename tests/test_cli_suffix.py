@@ -31,9 +31,9 @@ def test_generate_with_the_auto_choice(tiny_target: Path) -> None:
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     check_stats(out, 12)
-    # one reply with nothing earlier: auto picks from its estimates (off included)
-    assert out["stats"]["mode"] in ("off", "prompt-lookup", "suffix")
-    assert "auto: " in r.stderr
+    # one reply with nothing earlier: nothing to score, so auto's prior (suffix) runs
+    assert (out["stats"]["mode"], out["stats"]["draft_max"]) == ("suffix", 4)  # CLI's k
+    assert "(prior)" in r.stderr
 
 
 def test_bench_auto_with_a_costly_draft_runs_as_conversations(tiny_target: Path) -> None:

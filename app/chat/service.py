@@ -479,7 +479,7 @@ class ChatService:
             tokens = (tokenize_plain(session.target, prompt) if isinstance(prompt, str)
                       else list(prompt))
             spec = speculation
-            if spec.mode is SpecMode.AUTO:  # nothing earlier to learn from: estimates only
+            if spec.mode is SpecMode.AUTO:  # nothing earlier to learn from: auto's prior
                 spec, _ = resolve_auto(session, (), (), spec)
             return session.generate(tokens, sampling, spec, cancel)
 

@@ -190,7 +190,7 @@ def _stream_reply(session: Any, args: argparse.Namespace, sampling: Any, spec: A
     from app.engine.events import Finished, TextDelta
     from app.options import SpecMode
 
-    if spec.mode is SpecMode.AUTO:  # one reply, nothing earlier: the estimates alone
+    if spec.mode is SpecMode.AUTO:  # one reply, nothing earlier: auto's prior
         from app.engine.auto import resolve_auto
 
         spec, choice = resolve_auto(session, (), (), spec)

@@ -248,10 +248,12 @@ class DraftLengthPolicy:
             draft_min: as in :meth:`choose`.
 
         Returns the d in {0} ∪ [max(1, draft_min), len(keys)] with the highest
-        E(d) / t(d + 1) (module doc), or the length that :meth:`choose` would explore or
-        re-time now (capped at the draft's length). When 0 is chosen, the first token's
-        key recovers toward the prior as :meth:`observe_no_draft` does for α̂, so that
-        keys which were unlucky are tried again.
+        E(d) / t(d + 1) (module doc), provided it beats plain decoding's 1 / t(1) by
+        :attr:`margin`; or, while pass sizes up to the draft's length + 1 are not timed
+        yet, the length to time (the exploration of :meth:`choose`, over the draft's
+        length instead of k). When 0 is chosen, the first token's measured rate, if below
+        the prior, moves toward it as :meth:`observe_no_draft` moves α̂, so that keys
+        which were unlucky are tried again; a well-measured key is not dragged down.
         """
         k = len(keys)
         lo = max(1, draft_min)
@@ -276,9 +278,9 @@ class DraftLengthPolicy:
                 best_d, best_rate = d, expected / t
         if best_d == 0 and keys[0] is not None:
             h, n = self._cells.get(keys[0], (0.0, 0.0))
-            if n > 0:
-                keep = 1.0 - self.revert
-                self._cells[keys[0]] = (h * keep, n * keep)
+            if n > 0 and h < self.prior_alpha * n:
+                # the measured rate moves toward the prior, its weight stays
+                self._cells[keys[0]] = (h + self.revert * (self.prior_alpha * n - h), n)
         return best_d
 
     def _exploration(self, k: int, lo: int) -> int | None:

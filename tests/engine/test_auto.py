@@ -14,6 +14,7 @@ from app.engine.auto import (
     MIN_MEASURED_TOKENS,
     AutoChoice,
     DrafterEstimate,
+    auto_ks,
     ReplyObservation,
     choose_drafter,
     estimate_drafters,
@@ -62,6 +63,16 @@ def test_with_nothing_to_score_the_model_free_prior_runs_at_the_largest_k() -> N
                         DrafterEstimate(SUFFIX, {}, measured_speedup=0.9,
                                         measured_tokens=ENOUGH)])
     assert c.mode is OFF and c.dropped == (SUFFIX,)
+
+
+def test_auto_lengths_respect_draft_min_and_draft_max() -> None:
+    """A k below draft_min would be refused by the configuration (the prior used to pick
+    4 for draft_max 7, draft_min 5: a validation error on every first reply)."""
+    spec = SpeculationConfig(mode="auto", draft_max=7, draft_min=5)
+    assert auto_ks(spec) == (7,)
+    assert spec.with_changes(mode=SUFFIX, draft_max=max(auto_ks(spec))).draft_max == 7
+    assert auto_ks(SpeculationConfig(mode="auto", draft_max=8)) == (2, 4, 8)
+    assert auto_ks(SpeculationConfig(mode="auto", draft_max=8, draft_min=3)) == (4, 8)
 
 
 def test_a_drafter_measured_below_the_floor_is_dropped_for_the_conversation() -> None:

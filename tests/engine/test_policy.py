@@ -54,6 +54,22 @@ def test_trim_cuts_a_draft_where_its_tokens_stop_paying() -> None:
     assert policy.margin == 0.10 and policy.trim([None]) == 0
     policy.margin = 0.0
     assert policy.trim([None]) == 1
+    # a cut to nothing lets an unlucky key recover toward the prior (0.9), never drags a
+    # well-measured one down
+    policy.margin, policy.alpha = 0.10, 0.9
+    before = policy.acceptance(unsure)
+    assert policy.trim([unsure]) == 0 and policy.acceptance(unsure) > before
+    for _ in range(100):
+        policy.trim([unsure])
+    assert policy.acceptance(unsure) > 0.3  # from < 0.1: worth trying again
+    good = ("ctx", 2, 3)
+    for _ in range(40):
+        policy.observe_verification(1, 1, [good])
+    times.observe(2, 0.050)  # a 1-token draft now costs more than it can win
+    times.observe(2, 0.050)
+    times.observe(2, 0.050)
+    level = policy.acceptance(good)
+    assert policy.trim([good]) == 0 and policy.acceptance(good) == level
 
 
 def test_prompt_lookup_with_draft_min_2_drafts(tiny_target: Path) -> None:

@@ -4,11 +4,12 @@ and from an index of earlier replies."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
+from app.engine.policy import DraftLengthPolicy
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from tests.engine.test_lossless_synthetic import MAX_TOKENS, SAMPLINGS, prompts
@@ -63,17 +64,30 @@ def test_suffix_adaptive_default_is_lossless(session: Session) -> None:
 
 @pytest.mark.parametrize("mode", [SpecMode.SUFFIX, SpecMode.PROMPT_LOOKUP])
 def test_free_drafts_cut_by_the_policy_when_sampling_are_lossless(
-        session: Session, mode: SpecMode) -> None:
+        session: Session, mode: SpecMode, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sampling, the session drafts at full length and the policy cuts each draft by its
     tokens' measured acceptance (DraftLengthPolicy.trim): the same tokens as plain."""
+    cuts: list[tuple[int, int]] = []  # (draft length, verified length)
+    original = DraftLengthPolicy.trim
+
+    def trim(self: DraftLengthPolicy, keys: Sequence[Hashable | None], draft_min: int = 0) -> int:
+        d = original(self, keys, draft_min)
+        cuts.append((len(keys), d))
+        return d
+
+    monkeypatch.setattr(DraftLengthPolicy, "trim", trim)
+    session._policies.pop(mode, None)  # white box: this drafter's policy starts afresh
     sampling = SAMPLINGS[1]
     session.suffix_index.clear()
+    verified = 0
     for p in prompts()[:6]:
         plain = run(session, p, sampling, SpeculationConfig(mode=SpecMode.OFF))
         session.suffix_index.add_reply(plain.ids)
         got = run(session, p, sampling, SpeculationConfig(mode=mode, draft_max=8, ngram_min=1))
         assert got.ids == plain.ids
         check_invariants(got, MAX_TOKENS)
-    policy = session._policies[mode]  # white box: the cut, not the choice, ran
-    assert policy.keys_measured > 0
+        verified += got.stats.verified
+    assert verified > 0 and cuts, "the cut never ran"
+    assert any(d < n for n, d in cuts), cuts  # some draft was verified only in part
+    assert session._policies[mode].keys_measured > 0
     session.suffix_index.clear()
