@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.policy import DraftLengthPolicy
+from app.engine.policy import DraftLengthPolicy, PassTimes
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from tests.engine.test_lossless_synthetic import MAX_TOKENS, SAMPLINGS, prompts
@@ -76,7 +76,18 @@ def test_free_drafts_cut_by_the_policy_when_sampling_are_lossless(
         return d
 
     monkeypatch.setattr(DraftLengthPolicy, "trim", trim)
-    session._policies.pop(mode, None)  # white box: this drafter's policy starts afresh
+    # White box: the policy starts afresh on a fixed table of pass times (10 ms + 1 ms a
+    # token, never re-timed), so that its cuts depend on the counted acceptance alone and
+    # not on how busy the machine is.
+    table = PassTimes()
+    for n in range(1, 10):
+        for _ in range(DraftLengthPolicy.min_observations):
+            table.observe(n, 0.010 + 0.001 * (n - 1))
+    monkeypatch.setattr(PassTimes, "observe", lambda self, n, seconds: None)
+    monkeypatch.setattr(session, "_pass_times", table)
+    monkeypatch.setattr(DraftLengthPolicy, "margin", 0.0)
+    monkeypatch.setattr(DraftLengthPolicy, "refresh_every", 10**9)
+    session._policies.pop(mode, None)
     sampling = SAMPLINGS[1]
     session.suffix_index.clear()
     verified = 0
@@ -89,5 +100,5 @@ def test_free_drafts_cut_by_the_policy_when_sampling_are_lossless(
         verified += got.stats.verified
     assert verified > 0 and cuts, "the cut never ran"
     assert any(d < n for n, d in cuts), cuts  # some draft was verified only in part
-    assert session._policies[mode].keys_measured > 0
+    assert session._policies.pop(mode).keys_measured > 0  # (popped: it used the table)
     session.suffix_index.clear()
