@@ -27,7 +27,7 @@ model-free :data:`PRIOR` drafter runs at the largest k (reason ``prior``): draft
 costs it nothing and its cost-aware draft length
 (:class:`app.engine.policy.DraftLengthPolicy`) stops verifying drafts that do not pay.
 Measured on a 2-core CPU (docs/closing-note-round4.md): 1.77× plain on ``builtin:code``,
-1.98× on ``builtin:agent``, 1.36× on ``builtin:chat`` greedy, 0.955× (pairs 0.982) on
+1.98× on ``builtin:agent``, 1.36× on ``builtin:chat`` greedy, 0.955–0.995× on
 ``builtin:chat`` at temperature 0.8. The price: no reply of the session decodes plainly
 first, so a measured speedup is taken over 1 / t(1) (the fastest one-token pass, which
 leaves out the loop's ~2 % overhead) until one does, and reads a little low. :func:`choose_drafter` is the

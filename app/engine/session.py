@@ -79,8 +79,8 @@ log = logging.getLogger(__name__)
 #: (:meth:`DraftLengthPolicy.choose`, as for a draft model) when greedy. Measured with
 #: bench/trim_ab.py and bench on Gemma 3 270M, 2 threads, k = 8
 #: (docs/closing-note-round4.md): at temperature 0.8 the suffix drafter on builtin:chat
-#: went from 0.85× to 1.00× plain with the cut in the A/B, from 0.86× to 0.955× (median
-#: of pairs 0.982) in bench; the other sets did not change; greedy, the cut gained
+#: went from 0.85× to 1.00× plain with the cut in the A/B, from 0.86× to 0.955–0.995×
+#: in three bench runs; the other sets did not change; greedy, the cut gained
 #: nothing on builtin:agent and builtin:code. True / False force one rule (for the A/B);
 #: None: the measured rule.
 TRIM_FREE_DRAFTS: bool | None = None
