@@ -25,7 +25,15 @@ from app.options import SpecMode
 
 
 class Drafter(Protocol):
-    """Proposes draft tokens. Implementations keep any state they need between calls."""
+    """Proposes draft tokens. Implementations keep any state they need between calls.
+
+    A drafter without a model may also define ``token_keys() -> tuple[Hashable, ...]``:
+    one key per token of its latest draft, grouping tokens that the target tends to
+    accept equally often (prompt lookup: the matched n-gram size and the position; suffix
+    lookup: its probability estimate, match length and source). Its drafts cost nothing,
+    so when sampling the session proposes the longest draft and lets
+    :meth:`app.engine.policy.DraftLengthPolicy.trim` cut it by those keys.
+    """
 
     #: the mode this drafter implements
     kind: SpecMode
@@ -53,19 +61,6 @@ class Drafter(Protocol):
     def close(self) -> None:
         """Free native resources. Idempotent."""
 
-
-def draft_token_keys(drafter: object) -> tuple[Hashable, ...] | None:
-    """The keys of the latest draft's tokens, for :meth:`DraftLengthPolicy.trim`, or None.
-
-    A drafter without a model may define ``token_keys()``: one hashable per token of its
-    latest draft, grouping tokens that the target tends to accept equally often (for
-    prompt lookup, the matched n-gram size; for suffix lookup, its probability estimate,
-    match length and source). Drafting then costs nothing, so the session proposes the
-    longest draft and lets the policy cut it. A drafter without ``token_keys`` (the
-    draft model) has its length chosen before drafting.
-    """
-    fn = getattr(drafter, "token_keys", None)
-    return fn() if callable(fn) else None
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:

@@ -225,8 +225,6 @@ class DraftLengthPolicy:
         allowed length exists (k < draft_min).
         """
         lo = max(1, draft_min)
-        if k < lo:
-            return 0
         forced = self._exploration(k, lo)
         if forced is not None:
             return forced
@@ -243,8 +241,8 @@ class DraftLengthPolicy:
         """How many tokens of an already proposed draft to verify.
 
         Args:
-            keys: one key per draft token (its length is the draft's); a None key has
-                no measured history and is estimated by α̂ alone.
+            keys: one key per draft token (its length is the draft's); a key without
+                counts (None, for one) is estimated by α̂ alone (:meth:`acceptance`).
             draft_min: as in :meth:`choose`.
 
         Returns the d in {0} ∪ [max(1, draft_min), len(keys)] with the highest
@@ -257,8 +255,6 @@ class DraftLengthPolicy:
         """
         k = len(keys)
         lo = max(1, draft_min)
-        if k < lo:
-            return 0
         forced = self._exploration(k, lo)
         if forced is not None:
             return forced
@@ -267,8 +263,7 @@ class DraftLengthPolicy:
         best_d, best_rate = 0, 1.0 / t1
         expected, reach = 1.0, 1.0
         for d in range(1, k + 1):
-            key = keys[d - 1]
-            reach *= self.acceptance(key) if key is not None else min(max(self.alpha, 0.0), 1.0)
+            reach *= self.acceptance(keys[d - 1])
             expected += reach
             if d < lo:
                 continue
@@ -276,7 +271,7 @@ class DraftLengthPolicy:
             if (t is not None and expected / t > best_rate * (1.0 + 1e-9)
                     and expected / t * t1 > 1.0 + self.margin):
                 best_d, best_rate = d, expected / t
-        if best_d == 0 and keys[0] is not None:
+        if best_d == 0:
             h, n = self._cells.get(keys[0], (0.0, 0.0))
             if n > 0 and h < self.prior_alpha * n:
                 # the measured rate moves toward the prior, its weight stays
@@ -284,7 +279,10 @@ class DraftLengthPolicy:
         return best_d
 
     def _exploration(self, k: int, lo: int) -> int | None:
-        """The draft length to time now instead of choosing, or None (see :meth:`choose`)."""
+        """The draft length to return now instead of choosing one, or None: 0 when no
+        length is allowed (k < lo), else the length to time (see :meth:`choose`)."""
+        if k < lo:
+            return 0
         if self.pass_times(1) is None:
             return k
         for n in range(lo + 1, k + 2):

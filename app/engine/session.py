@@ -43,7 +43,6 @@ from app.engine.drafters import (
     DraftModelDrafter,
     PromptLookupDrafter,
     common_prefix_length,
-    draft_token_keys,
 )
 from app.engine.events import Event, Finished, FinishReason, StatsUpdate, TextDelta
 from app.engine.exact import EXACT_CONTEXT, EXACT_KV_BLOCK, exact_blockers
@@ -691,8 +690,9 @@ class Session:
             if drafter is not None and not is_cancelled():
                 drafter.begin(prompt, lambda: self._closing or is_cancelled())
             # a drafter without a model may draft at full length for the policy to cut
-            trims = drafter is not None and hasattr(drafter, "token_keys") and (
-                not sampling.greedy if TRIM_FREE_DRAFTS is None else TRIM_FREE_DRAFTS)
+            cut = not sampling.greedy if TRIM_FREE_DRAFTS is None else TRIM_FREE_DRAFTS
+            token_keys: Callable[[], tuple[Hashable, ...]] | None = (
+                getattr(drafter, "token_keys", None) if cut else None)
         t_prefill = clock()
 
         stream = TextStream(sampling.stop)
@@ -763,14 +763,14 @@ class Session:
                         n_draft_max = min(k, remaining - 1, room, ctx.n_outputs_max - 1)
                         if n_draft_max < spec.draft_min:
                             n_draft_max = 0  # the draft would be discarded: do not pay for it
-                        if spec.adaptive and n_draft_max > 0 and not trims:
+                        if spec.adaptive and n_draft_max > 0 and token_keys is None:
                             n_draft_max = policy.choose(n_draft_max, spec.draft_min)
                         if n_draft_max > 0:
                             steps0 = drafter.forward_passes
                             td = clock()
                             drafts = drafter.draft(history, n_draft_max)[:n_draft_max]
-                            if trims:
-                                keys = draft_token_keys(drafter)
+                            if token_keys is not None:
+                                keys = token_keys()
                             dtd = clock() - td
                             draft_time += dtd
                             policy.observe_draft_steps(drafter.forward_passes - steps0, dtd)
