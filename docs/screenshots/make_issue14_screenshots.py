@@ -24,10 +24,10 @@ shutil.rmtree(HOME, ignore_errors=True)
 os.environ["TANDEM_HOME"] = str(HOME)
 sys.path.insert(0, str(ROOT))
 
-from shots import make_shot, settle, wait  # noqa: E402
+from shots import make_shot, open_main_window, wait  # noqa: E402
 
 from app.options import SamplingParams, SpecMode, SpeculationConfig  # noqa: E402
-from app.store.settings import LoadedSettings, Settings, save_settings  # noqa: E402
+from app.store.settings import Settings  # noqa: E402
 
 SMOL = ROOT / ".cache/test-models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -36,22 +36,12 @@ shot = make_shot(OUT)
 
 
 def main() -> None:
-    from app.ui.launch import create_application
-
-    app = create_application(sys.argv[:1])
     s = Settings()
     s.model.target_path = SMOL
     s.model.n_ctx = 2048
     s.sampling = SamplingParams(temperature=0.0, max_tokens=120)
     s.speculation = SpeculationConfig(mode=SpecMode.AUTO, draft_max=8)
-    save_settings(s)
-    from app.ui.main_window import MainWindow
-
-    w = MainWindow(LoadedSettings(s))
-    w.resize(1380, 860)
-    w.move(10, 10)
-    w.show()
-    wait(lambda: w.controller.model_info is not None)
+    app, w = open_main_window(s)
     w.new_conversation()
     for text in ("Write a Python function add(a, b) that returns a + b, with a docstring.",
                  "Rename it to add_numbers and keep everything else the same."):

@@ -23,10 +23,10 @@ HOME = Path("/tmp/tandem-issue9-screenshots")
 os.environ["TANDEM_HOME"] = str(HOME)
 sys.path.insert(0, str(ROOT))
 
-from shots import make_shot, settle, wait  # noqa: E402
+from shots import make_shot, open_main_window, settle, wait  # noqa: E402
 
 from app.store.history import HistoryStore  # noqa: E402
-from app.store.settings import LoadedSettings, Settings, save_settings  # noqa: E402
+from app.store.settings import Settings  # noqa: E402
 
 SMOL = ROOT / ".cache/test-models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -70,24 +70,14 @@ def seed_store():
 
 
 def main() -> None:
-    from app.ui.launch import create_application
-
-    app = create_application(sys.argv[:1])
     s = Settings()
     s.model.target_path = SMOL
     s.model.n_ctx = 2048
     s.sampling = s.sampling.with_changes(temperature=0.0, max_tokens=160)
     s.speculation = s.speculation.with_changes(mode="prompt-lookup", draft_max=4,
                                                adaptive=True)
-    save_settings(s)
     conv_id = seed_store()
-    from app.ui.main_window import MainWindow
-
-    w = MainWindow(LoadedSettings(s))
-    w.resize(1380, 860)
-    w.move(10, 10)
-    w.show()
-    wait(lambda: w.controller.model_info is not None)
+    app, w = open_main_window(s)
     w.new_conversation()
     settle(1.5)
     shot("starter-prompts.png")

@@ -23,9 +23,9 @@ HOME = Path("/tmp/tandem-round3-screenshots")
 os.environ["TANDEM_HOME"] = str(HOME)
 sys.path.insert(0, str(ROOT))
 
-from shots import make_shot, settle, wait  # noqa: E402
+from shots import make_shot, open_main_window, settle, wait  # noqa: E402
 
-from app.store.settings import LoadedSettings, Settings, save_settings  # noqa: E402
+from app.store.settings import Settings  # noqa: E402
 
 Q51 = ROOT / ".cache/proof-models/gemma-3-270m-Q5_1.gguf"
 
@@ -34,9 +34,6 @@ shot = make_shot(OUT)
 
 
 def main() -> None:
-    from app.ui.launch import create_application
-
-    app = create_application(sys.argv[:1])
     s = Settings()
     s.model.target_path = Q51
     s.model.n_ctx = 2048
@@ -44,15 +41,8 @@ def main() -> None:
     s.sampling = s.sampling.model_copy(update={"temperature": 0.0, "max_tokens": 128})
     s.speculation = s.speculation.with_changes(mode="prompt-lookup", draft_max=4,
                                                adaptive=False)
-    save_settings(s)
-    from app.ui.main_window import MainWindow
-
-    w = MainWindow(LoadedSettings(s))
-    w.resize(1380, 860)
-    w.move(10, 10)
-    w.show()
+    app, w = open_main_window(s)
     c = w.controller
-    wait(lambda: c.model_info is not None)
     # the race, then its exact-verification box: the model reloads and the race reopens
     w.windows.open_race()
     first = w.windows.race

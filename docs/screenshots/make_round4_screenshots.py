@@ -24,9 +24,9 @@ shutil.rmtree(HOME, ignore_errors=True)
 os.environ["TANDEM_HOME"] = str(HOME)
 sys.path.insert(0, str(ROOT))
 
-from shots import make_shot, wait  # noqa: E402
+from shots import make_shot, open_main_window, wait  # noqa: E402
 
-from app.store.settings import LoadedSettings, Settings, save_settings  # noqa: E402
+from app.store.settings import Settings  # noqa: E402
 
 GEMMA = ROOT / ".cache/test-models/gemma-3-270m-q4_k_m.gguf"
 
@@ -34,24 +34,14 @@ shot = make_shot(OUT)
 
 
 def main() -> None:
-    from app.ui.launch import create_application
-
-    app = create_application(sys.argv[:1])
     s = Settings()
     s.model.target_path = GEMMA
     s.model.n_ctx = 2048
     s.model.n_gpu_layers = 0
     s.sampling = s.sampling.model_copy(update={"seed": 11, "max_tokens": 96})
     s.speculation = s.speculation.with_changes(mode="auto", draft_max=8)
-    save_settings(s)
-    from app.ui.main_window import MainWindow
-
-    w = MainWindow(LoadedSettings(s))
-    w.resize(1380, 860)
-    w.move(10, 10)
-    w.show()
+    app, w = open_main_window(s)
     c = w.controller
-    wait(lambda: c.model_info is not None)
     assert c.send_message("Write a short Python function that returns the squares of a list, "
                           "then show it once more with type hints.")
     wait(lambda: c.reply is None and c.last_reply_id is not None)

@@ -5,11 +5,17 @@ while, and save the Xvfb screen with ImageMagick's ``import``. A script run as
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QApplication
+
+if TYPE_CHECKING:
+    from app.store.settings import Settings
+    from app.ui.main_window import MainWindow
 
 
 def wait(cond: Callable[[], object], timeout: float = 300.0) -> None:
@@ -42,3 +48,20 @@ def make_shot(out: Path) -> Callable[[str], None]:
         print("saved", name, flush=True)
 
     return shot
+
+
+def open_main_window(settings: Settings) -> tuple[QApplication, MainWindow]:
+    """Create the application, save ``settings`` as the scratch home's, and show a
+    1380 × 860 main window at (10, 10) once its model has loaded (waits up to 300 s)."""
+    from app.store.settings import LoadedSettings, save_settings
+    from app.ui.launch import create_application
+    from app.ui.main_window import MainWindow
+
+    app = create_application(sys.argv[:1])
+    save_settings(settings)
+    w = MainWindow(LoadedSettings(settings))
+    w.resize(1380, 860)
+    w.move(10, 10)
+    w.show()
+    wait(lambda: w.controller.model_info is not None)
+    return app, w
