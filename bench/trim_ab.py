@@ -76,47 +76,49 @@ def main(argv: list[str] | None = None) -> int:
     n_arms = len(ARMS)
     ons = ARMS[1:]
     rows: list[dict[str, Any]] = []
-    with ExitStack() as stack:
-        # one session per arm: each has its own pass times, α̂ and suffix index
-        sess = {arm: stack.enter_context(Session.open(SessionConfig(
-            target_path=args.model, n_ctx=4096, n_threads=args.threads))) for arm in ARMS}
-        s = sess["off"]
-        fmt = resolve_format(s, "auto")
-        first = prepare_turn(s, conversations[0], 0, [], fmt)
-        for arm in ARMS:  # warm-up: graphs and pass times for every arm
-            session_module.TRIM_FREE_DRAFTS = arm in margins
-            DraftLengthPolicy.margin = margins.get(arm, default_margin)
-            generate_once(sess[arm], first, sampling.model_copy(update={"max_tokens": 16}), spec[arm])
-        step = 0
-        for rep in range(args.repeat):
-            for x in sess.values():
-                x.suffix_index.clear()
-            for conv in conversations:
-                replies: list[str] = []
-                for ti in range(len(conv.turns)):
-                    p = prepare_turn(s, conv, ti, replies, fmt)
-                    order = ARMS[step % n_arms:] + ARMS[: step % n_arms]
-                    step += 1
-                    row: dict[str, Any] = {"prompt": p.name, "repeat": rep}
-                    texts: dict[str, tuple[int, ...]] = {}
-                    for arm in order:
-                        session_module.TRIM_FREE_DRAFTS = arm in margins
-                        DraftLengthPolicy.margin = margins.get(arm, default_margin)
-                        fin = generate_once(sess[arm], p, sampling, spec[arm])
-                        row[arm] = fin.stats.decode_tps
-                        row[arm + "_tau"] = fin.stats.emitted / max(1, fin.stats.rounds)
-                        texts[arm] = tuple(fin.token_ids)
-                        if arm == "off":
-                            off_text = fin.text
-                    row["identical"] = {a: texts[a] == texts["off"] for a in ons}
-                    rows.append(row)
-                    replies.append(off_text)
-                    for x in sess.values():
-                        x.suffix_index.add_reply(list(texts["off"]))
-                    print(f"  {p.name:<28} " + "  ".join(
-                        f"{a} {row[a]:6.1f}" for a in ARMS), file=sys.stderr, flush=True)
-    session_module.TRIM_FREE_DRAFTS = None
-    DraftLengthPolicy.margin = default_margin
+    try:
+        with ExitStack() as stack:
+            # one session per arm: each has its own pass times, α̂ and suffix index
+            sess = {arm: stack.enter_context(Session.open(SessionConfig(
+                target_path=args.model, n_ctx=4096, n_threads=args.threads))) for arm in ARMS}
+            s = sess["off"]
+            fmt = resolve_format(s, "auto")
+            first = prepare_turn(s, conversations[0], 0, [], fmt)
+            for arm in ARMS:  # warm-up: graphs and pass times for every arm
+                session_module.TRIM_FREE_DRAFTS = arm in margins
+                DraftLengthPolicy.margin = margins.get(arm, default_margin)
+                generate_once(sess[arm], first, sampling.model_copy(update={"max_tokens": 16}), spec[arm])
+            step = 0
+            for rep in range(args.repeat):
+                for x in sess.values():
+                    x.suffix_index.clear()
+                for conv in conversations:
+                    replies: list[str] = []
+                    for ti in range(len(conv.turns)):
+                        p = prepare_turn(s, conv, ti, replies, fmt)
+                        order = ARMS[step % n_arms:] + ARMS[: step % n_arms]
+                        step += 1
+                        row: dict[str, Any] = {"prompt": p.name, "repeat": rep}
+                        texts: dict[str, tuple[int, ...]] = {}
+                        for arm in order:
+                            session_module.TRIM_FREE_DRAFTS = arm in margins
+                            DraftLengthPolicy.margin = margins.get(arm, default_margin)
+                            fin = generate_once(sess[arm], p, sampling, spec[arm])
+                            row[arm] = fin.stats.decode_tps
+                            row[arm + "_tau"] = fin.stats.emitted / max(1, fin.stats.rounds)
+                            texts[arm] = tuple(fin.token_ids)
+                            if arm == "off":
+                                off_text = fin.text
+                        row["identical"] = {a: texts[a] == texts["off"] for a in ons}
+                        rows.append(row)
+                        replies.append(off_text)
+                        for x in sess.values():
+                            x.suffix_index.add_reply(list(texts["off"]))
+                        print(f"  {p.name:<28} " + "  ".join(
+                            f"{a} {row[a]:6.1f}" for a in ARMS), file=sys.stderr, flush=True)
+    finally:  # the module switches are process-wide
+        session_module.TRIM_FREE_DRAFTS = None
+        DraftLengthPolicy.margin = default_margin
     during = other.note()
     off_med = statistics.median(r["off"] for r in rows)
     summary = {
