@@ -7,40 +7,60 @@ longest draft and let :meth:`DraftLengthPolicy.trim` cut it where E(d) / t(d + 1
 policy's ``margin``): the ``trim-m<margin>`` arms. The ``choose`` arm picks d from α̂
 before drafting (:meth:`DraftLengthPolicy.choose`). The session uses the cut when
 sampling and the choice when greedy (``app.engine.session.TRIM_FREE_DRAFTS``); this
-script forces one rule per arm.
+script forces one rule per arm. ``--refresh`` runs every arm once per value of
+:attr:`DraftLengthPolicy.refresh_every` (how often a batch size the policy does not pick
+is timed again) and ``--only`` keeps one rule.
 
 Every arm, and plain decoding (``off``), has a session of its own (its own pass times,
 α̂, key counts and suffix index), so that one arm's learning cannot help another. Each
 turn of the prompt set runs on every arm, the order rotated per turn; multi-turn sets
 share history as ``bench`` does (every index receives the plain reply). Reported:
-median decode tok/s, ratio of medians and median of per-turn ratios over plain, τ, and
-how many replies were token-identical to plain decoding's. A run with other work on the
+each arm's :class:`~app.engine.measure.bench.ConfigSummary` (median decode tok/s; over
+plain: ratio of medians, median of per-turn pairs, and the set's throughput per repeat; τ),
+and how many replies were token-identical to plain decoding's. A run with other work on the
 machine is marked disturbed (``_common.OtherCpu``).
 
 Usage:
     .venv/bin/python bench/trim_ab.py --prompts builtin:chat --drafter suffix --temp 0.8 --repeat 3
     .venv/bin/python bench/trim_ab.py --prompts builtin:agent --drafter suffix --margins 0,0.1
+    .venv/bin/python bench/trim_ab.py --prompts builtin:code --only choose --refresh 50,400 --repeat 2
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from contextlib import ExitStack
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import _common as C
 
 from app.engine import session as session_module
-from app.engine.measure.bench import generate_once
+from app.engine.measure.bench import RunRecord, generate_once, summarize
 from app.engine.measure.multiturn import load_conversations, prepare_turn
 from app.engine.measure.prompts import resolve_format
 from app.engine.policy import DraftLengthPolicy
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpeculationConfig
 
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One way of setting a free draft's length: the cut (``trim``) or the choice before
+    drafting, with the policy's margin and refresh interval for this arm."""
+
+    trim: bool
+    margin: float
+    refresh_every: int
+
+    def apply(self) -> None:
+        """Set the process-wide switches for this arm's next reply."""
+        session_module.TRIM_FREE_DRAFTS = self.trim
+        DraftLengthPolicy.margin = self.margin
+        DraftLengthPolicy.refresh_every = self.refresh_every
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--margins", default="",
                     help="one trim arm per margin, e.g. 0,0.1 (default: the policy's margin)")
+    ap.add_argument("--refresh", default="",
+                    help="DraftLengthPolicy.refresh_every values, e.g. 50,400: every arm is run "
+                         "once per value (default: the policy's)")
+    ap.add_argument("--only", choices=("choose", "trim"), default=None,
+                    help="run only the choose arms or only the trim arms (beside off)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     C.require_model(args.model)
@@ -65,17 +90,26 @@ def main(argv: list[str] | None = None) -> int:
     other = C.OtherCpu()
     conversations = load_conversations(args.prompts)
     sampling = SamplingParams(temperature=args.temp, seed=args.seed, max_tokens=args.n_predict)
-    default_margin = DraftLengthPolicy.margin
-    spec = {"off": SpeculationConfig(mode="off"),
-            "choose": SpeculationConfig(mode=args.drafter, draft_max=args.k)}
-    margins: dict[str, float] = {}
-    for mg in (args.margins.split(",") if args.margins else [str(default_margin)]):
-        spec[f"trim-m{mg}"] = SpeculationConfig(mode=args.drafter, draft_max=args.k)
-        margins[f"trim-m{mg}"] = float(mg)
-    ARMS = tuple(spec)
+    default = Arm(trim=False, margin=DraftLengthPolicy.margin,
+                  refresh_every=DraftLengthPolicy.refresh_every)
+    refresh = [int(r) for r in args.refresh.split(",")] if args.refresh else [default.refresh_every]
+    margin_values = ([float(m) for m in args.margins.split(",")] if args.margins
+                     else [default.margin])
+    arms: dict[str, Arm] = {"off": default}
+    for r in refresh:
+        tail = f"-r{r}" if len(refresh) > 1 else ""
+        if args.only != "trim":
+            arms[f"choose{tail}"] = replace(default, refresh_every=r)
+        if args.only != "choose":
+            for mg in margin_values:
+                arms[f"trim-m{mg:g}{tail}"] = Arm(trim=True, margin=mg, refresh_every=r)
+    spec = {name: SpeculationConfig(mode="off") if name == "off"
+            else SpeculationConfig(mode=args.drafter, draft_max=args.k) for name in arms}
+    ARMS = tuple(arms)
     n_arms = len(ARMS)
     ons = ARMS[1:]
     rows: list[dict[str, Any]] = []
+    records: list[RunRecord] = []
     try:
         with ExitStack() as stack:
             # one session per arm: each has its own pass times, α̂ and suffix index
@@ -85,13 +119,13 @@ def main(argv: list[str] | None = None) -> int:
             fmt = resolve_format(s, "auto")
             first = prepare_turn(s, conversations[0], 0, [], fmt)
             for arm in ARMS:  # warm-up: graphs and pass times for every arm
-                session_module.TRIM_FREE_DRAFTS = arm in margins
-                DraftLengthPolicy.margin = margins.get(arm, default_margin)
+                arms[arm].apply()
                 generate_once(sess[arm], first, sampling.model_copy(update={"max_tokens": 16}), spec[arm])
             step = 0
             for rep in range(args.repeat):
                 for x in sess.values():
                     x.suffix_index.clear()
+                turn_index = 0  # the turn's place in the set: the same in every repeat
                 for conv in conversations:
                     replies: list[str] = []
                     for ti in range(len(conv.turns)):
@@ -100,37 +134,41 @@ def main(argv: list[str] | None = None) -> int:
                         step += 1
                         row: dict[str, Any] = {"prompt": p.name, "repeat": rep}
                         texts: dict[str, tuple[int, ...]] = {}
+                        turn: dict[str, RunRecord] = {}
                         for arm in order:
-                            session_module.TRIM_FREE_DRAFTS = arm in margins
-                            DraftLengthPolicy.margin = margins.get(arm, default_margin)
+                            arms[arm].apply()
                             fin = generate_once(sess[arm], p, sampling, spec[arm])
                             row[arm] = fin.stats.decode_tps
-                            row[arm + "_tau"] = fin.stats.emitted / max(1, fin.stats.rounds)
                             texts[arm] = tuple(fin.token_ids)
+                            turn[arm] = RunRecord(arm, p.name, turn_index, rep, fin.stats.mode,
+                                                  fin.stats.draft_max, fin.reason, fin.token_ids,
+                                                  fin.token_times, fin.stats)
                             if arm == "off":
                                 off_text = fin.text
-                        row["identical"] = {a: texts[a] == texts["off"] for a in ons}
+                        for a in ons:
+                            turn[a] = replace(turn[a], identical_to_off=texts[a] == texts["off"])
+                        records.extend(turn[a] for a in ARMS)
                         rows.append(row)
+                        turn_index += 1
                         replies.append(off_text)
                         for x in sess.values():
                             x.suffix_index.add_reply(list(texts["off"]))
                         print(f"  {p.name:<28} " + "  ".join(
                             f"{a} {row[a]:6.1f}" for a in ARMS), file=sys.stderr, flush=True)
     finally:  # the module switches are process-wide
+        default.apply()
         session_module.TRIM_FREE_DRAFTS = None
-        DraftLengthPolicy.margin = default_margin
     during = other.note()
-    off_med = statistics.median(r["off"] for r in rows)
     summary = {
-        arm: {"median_tps": statistics.median(r[arm] for r in rows),
-              "ratio_of_medians": statistics.median(r[arm] for r in rows) / off_med,
-              "median_of_pairs": statistics.median(r[arm] / r["off"] for r in rows),
-              "median_tau": statistics.median(r[arm + "_tau"] for r in rows),
-              "identical": sum(r["identical"][arm] for r in rows) if arm != "off" else None}
-        for arm in ARMS}
+        c.label: {"median_tps": c.decode_tps_median, "ratio_of_medians": c.measured_speedup,
+                  "median_of_pairs": c.paired_speedup, "set_speedup": c.set_speedup,
+                  "tau": c.mean_acceptance_length,
+                  "identical": c.identical if c.label != "off" else None}
+        for c in summarize(records, ARMS)}
     result = {"schema_version": 1, "model": str(args.model), "prompts": args.prompts,
               "drafter": args.drafter, "k": args.k, "threads": args.threads,
-              "temperature": args.temp, "seed": args.seed, "margins": margins,
+              "temperature": args.temp, "seed": args.seed,
+              "arms": {name: asdict(a) for name, a in arms.items() if name != "off"},
               "n_predict": args.n_predict, "repeat": args.repeat, "turns": len(rows),
               "summary": summary, "machine_before": before, "machine_during": during,
               "disturbed": C.disturbed(before, during), "runs": rows}
@@ -139,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         for arm, v in data["summary"].items():
             ident = "" if v["identical"] is None else f"  identical {v['identical']}/{len(rows)}"
             print(f"{arm:<7} median {v['median_tps']:6.1f} tok/s  × off {v['ratio_of_medians']:.3f}"
-                  f" (pairs {v['median_of_pairs']:.3f})  τ {v['median_tau']:.2f}{ident}")
+                  f" (pairs {v['median_of_pairs']:.3f}, set {v['set_speedup']:.3f})"
+                  f"  τ {v['tau']:.2f}{ident}")
         if data["disturbed"]:
             print(C.disturbed_line(before, during))
         else:

@@ -27,7 +27,7 @@ MULTITURN_UNSHARED = "the suffix index stays empty."
 
 BENCH_HEADER = (
     "config", "runs", "decode tok/s", "lat p50 ms", "lat p95 ms", "TTFT ms",
-    "α", "τ", "c", "pred ×", "meas ×", "identical", "near-tie", "suspect",
+    "α", "τ", "c", "pred ×", "meas ×", "pairs ×", "set ×", "identical", "near-tie", "suspect",
 )
 
 
@@ -51,6 +51,8 @@ def bench_rows(report: BenchReport) -> list[list[str]]:
             or_dash(s.draft_cost_ratio, ".3f"),
             or_dash(s.predicted_speedup, ".2f"),
             or_dash(s.measured_speedup, ".2f"),
+            or_dash(s.paired_speedup, ".2f"),
+            or_dash(s.set_speedup, ".2f"),
             f"{s.identical}/{s.compared}" if s.compared else MISSING,
             str(s.near_tie) if s.compared else MISSING,
             str(s.suspect) if s.compared else MISSING,

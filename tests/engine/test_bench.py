@@ -176,6 +176,31 @@ def test_summarize_medians_pooling_and_identical_counts() -> None:
     assert k4.acceptance_at == (pytest.approx(0.5),)
 
 
+def test_paired_and_set_speedups_compare_the_same_turns() -> None:
+    # Two prompts, two repeats. Prompt 0 is short and noisy, prompt 1 long.
+    # decode time = emitted / tps, so each repeat's set throughput is exact to work out.
+    records = [
+        _rec("off", 0, 40.0, emitted=10, prompt=0, rep=0),
+        _rec("off", 0, 50.0, emitted=100, prompt=1, rep=0),
+        _rec("off", 0, 30.0, emitted=10, prompt=0, rep=1),
+        _rec("off", 0, 50.0, emitted=100, prompt=1, rep=1),
+        _rec("k=4", 4, 36.0, emitted=10, prompt=0, rep=0),
+        _rec("k=4", 4, 60.0, emitted=100, prompt=1, rep=0),
+        _rec("k=4", 4, 33.0, emitted=12, prompt=0, rep=1),  # a reply of another length
+        _rec("k=4", 4, 55.0, emitted=90, prompt=1, rep=1),
+    ]
+    off, k4 = summarize(records)
+    assert off.paired_speedup == pytest.approx(1.0) and off.set_speedup == pytest.approx(1.0)
+    # pairs: 36/40, 60/50, 33/30, 55/50 → 0.9, 1.2, 1.1, 1.1
+    assert k4.paired_speedup == pytest.approx(1.1)
+    rep0 = (110 / (10 / 36 + 100 / 60)) / (110 / (10 / 40 + 100 / 50))
+    rep1 = (102 / (12 / 33 + 90 / 55)) / (110 / (10 / 30 + 100 / 50))
+    assert k4.set_speedup == pytest.approx((rep0 + rep1) / 2)
+    # the ratio of medians is a different figure: (median 45.5) / (median 45.0)
+    assert k4.measured_speedup == pytest.approx(45.5 / 45.0)
+    assert summarize([_rec("k=4", 4, 36.0)])[0].set_speedup is None  # no off run
+
+
 def test_k_sweep_from_records_recommends_fastest_k() -> None:
     records = [_rec("off", 0, 40.0)]
     for k, tps in [(1, 50.0), (2, 65.0), (3, 65.0), (4, 55.0)]:

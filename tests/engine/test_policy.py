@@ -34,6 +34,23 @@ def _timed(policy: DraftLengthPolicy, times: PassTimes, k: int) -> None:
         times.observe(d + 1, 0.010 + 0.002 * d)
 
 
+def test_a_size_the_policy_does_not_pick_is_timed_again_every_refresh_decisions() -> None:
+    times = PassTimes()
+    times.observe(1, 0.010)
+    policy = DraftLengthPolicy(times, prior_alpha=0.0)  # drafting never pays: d = 0
+    _timed(policy, times, 4)
+    picks = []
+    for _ in range(4 * policy.refresh_every):
+        picks.append(policy.choose(4))
+        times.observe(picks[-1] + 1, 0.010 + 0.002 * picks[-1])
+    forced = [i for i, d in enumerate(picks) if d > 0]
+    # one re-timing per refresh_every decisions, each of the size seen longest ago: the
+    # four draft lengths in turn
+    assert len(forced) == 4
+    assert all(b - a == policy.refresh_every for a, b in zip(forced, forced[1:]))
+    assert sorted(picks[i] for i in forced) == [1, 2, 3, 4]
+
+
 def test_trim_cuts_a_draft_where_its_tokens_stop_paying() -> None:
     times = PassTimes()
     times.observe(1, 0.010)

@@ -163,6 +163,13 @@ class ConfigSummary:
       length and share of plain rounds (:func:`app.engine.stats.round_mix_speedup`);
     * ``measured_speedup``: ``decode_tps_median`` / that of ``off`` from the same
       benchmark (ratio of medians);
+    * ``paired_speedup``: the median over (prompt, repeat) of this run's decode tok/s over
+      the ``off`` run's of the same prompt and repeat (pairs cancel slow and fast prompts);
+    * ``set_speedup``: per repeat, the whole set's decode throughput (Σ emitted / Σ decode
+      time) over ``off``'s in that repeat; the median over repeats. Every token weighs the
+      same, so short replies (a few noisy passes) cannot outvote long ones. When sampling,
+      the on and off replies of a prompt soon differ and so differ in length; this is the
+      figure that compares the same work (None where no repeat has an ``off`` run);
     * ``identical``/``compared``: runs whose token ids equal the ``off`` run of the same
       prompt and repeat / runs that had one to compare with;
     * ``near_tie``/``suspect``: runs that differ, by the verdict on their first
@@ -191,6 +198,8 @@ class ConfigSummary:
     near_tie: int = 0
     suspect: int = 0
     unmeasured: int = 0
+    paired_speedup: float | None = None
+    set_speedup: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -209,6 +218,8 @@ class ConfigSummary:
             "draft_cost_ratio": self.draft_cost_ratio,
             "predicted_speedup": self.predicted_speedup,
             "measured_speedup": self.measured_speedup,
+            "paired_speedup": self.paired_speedup,
+            "set_speedup": self.set_speedup,
             "identical_to_off": self.identical,
             "compared_to_off": self.compared,
             "near_tie": self.near_tie,
@@ -232,7 +243,20 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None)
     def med_tps(rs: Sequence[RunRecord]) -> float | None:
         return median(t for r in rs if (t := r.stats.decode_tps) is not None)
 
-    off_tps = med_tps(by_label.get("off", []))
+    off_runs = by_label.get("off", [])
+    off_tps = med_tps(off_runs)
+    off_by_turn = {(r.prompt_index, r.repeat): r for r in off_runs}
+
+    def throughput(rs: Sequence[RunRecord]) -> dict[int, float]:
+        # repeat → Σ emitted / Σ decode time over that repeat's runs
+        tokens: dict[int, int] = {}
+        seconds: dict[int, float] = {}
+        for r in rs:
+            tokens[r.repeat] = tokens.get(r.repeat, 0) + r.stats.emitted
+            seconds[r.repeat] = seconds.get(r.repeat, 0.0) + r.stats.decode_time
+        return {rep: tokens[rep] / t for rep, t in seconds.items() if t > 0}
+
+    off_set = throughput(off_runs)
     out: list[ConfigSummary] = []
     for lab in order:
         rs = by_label[lab]
@@ -265,6 +289,12 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None)
             a_i = sum(r.stats.accepted_at[i] for r in rs if i < len(r.stats.accepted_at))
             at.append(a_i / d_i if d_i else None)
         compared = [r for r in rs if r.identical_to_off is not None]
+        pairs = [t / o for r in rs
+                 if (t := r.stats.decode_tps) is not None
+                 and (off := off_by_turn.get((r.prompt_index, r.repeat))) is not None
+                 and (o := off.stats.decode_tps)]
+        on_set = throughput(rs)
+        set_ratios = [v / off_set[rep] for rep, v in on_set.items() if off_set.get(rep)]
         out.append(
             ConfigSummary(
                 label=lab,
@@ -293,6 +323,8 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None)
                             if r.divergence is not None and r.divergence.verdict == "suspect"),
                 unmeasured=sum(1 for r in compared
                                if not r.identical_to_off and r.divergence is None),
+                paired_speedup=median(pairs),
+                set_speedup=median(set_ratios),
             )
         )
     return out
