@@ -38,11 +38,12 @@ from typing import Any
 import _common as C
 
 from app.engine import session as session_module
-from app.engine.measure.bench import RunRecord, generate_once, summarize
+from app.engine.measure.bench import RunRecord, first_difference, generate_once, summarize
 from app.engine.measure.multiturn import load_conversations, prepare_turn
 from app.engine.measure.prompts import resolve_format
 from app.engine.policy import DraftLengthPolicy
 from app.engine.session import Session, SessionConfig
+from app.formatting import or_dash
 from app.options import SamplingParams, SpeculationConfig
 
 
@@ -95,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     refresh = [int(r) for r in args.refresh.split(",")] if args.refresh else [default.refresh_every]
     margin_values = ([float(m) for m in args.margins.split(",")] if args.margins
                      else [default.margin])
+    if min(refresh) < 1 or len(set(refresh)) < len(refresh):
+        ap.error("--refresh: distinct values ≥ 1")
+    if len({f"{m:g}" for m in margin_values}) < len(margin_values):
+        ap.error("--margins: distinct values")
     arms: dict[str, Arm] = {"off": default}
     for r in refresh:
         tail = f"-r{r}" if len(refresh) > 1 else ""
@@ -140,13 +145,14 @@ def main(argv: list[str] | None = None) -> int:
                             fin = generate_once(sess[arm], p, sampling, spec[arm])
                             row[arm] = fin.stats.decode_tps
                             texts[arm] = tuple(fin.token_ids)
-                            turn[arm] = RunRecord(arm, p.name, turn_index, rep, fin.stats.mode,
-                                                  fin.stats.draft_max, fin.reason, fin.token_ids,
-                                                  fin.token_times, fin.stats)
+                            turn[arm] = RunRecord.from_finished(arm, p.name, turn_index,
+                                                                rep, fin)
                             if arm == "off":
                                 off_text = fin.text
                         for a in ons:
-                            turn[a] = replace(turn[a], identical_to_off=texts[a] == texts["off"])
+                            diff = first_difference(texts["off"], texts[a])
+                            turn[a] = replace(turn[a], identical_to_off=diff is None,
+                                              first_difference=diff)
                         records.extend(turn[a] for a in ARMS)
                         rows.append(row)
                         turn_index += 1
@@ -154,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                         for x in sess.values():
                             x.suffix_index.add_reply(list(texts["off"]))
                         print(f"  {p.name:<28} " + "  ".join(
-                            f"{a} {row[a]:6.1f}" for a in ARMS), file=sys.stderr, flush=True)
+                            f"{a} {or_dash(row[a], '6.1f')}" for a in ARMS), file=sys.stderr, flush=True)
     finally:  # the module switches are process-wide
         default.apply()
         session_module.TRIM_FREE_DRAFTS = None
@@ -165,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                   "tau": c.mean_acceptance_length,
                   "identical": c.identical if c.label != "off" else None}
         for c in summarize(records, ARMS)}
-    result = {"schema_version": 1, "model": str(args.model), "prompts": args.prompts,
+    result = {"schema_version": 2, "model": str(args.model), "prompts": args.prompts,
               "drafter": args.drafter, "k": args.k, "threads": args.threads,
               "temperature": args.temp, "seed": args.seed,
               "arms": {name: asdict(a) for name, a in arms.items() if name != "off"},
@@ -174,11 +180,14 @@ def main(argv: list[str] | None = None) -> int:
               "disturbed": C.disturbed(before, during), "runs": rows}
 
     def text(data: dict[str, Any]) -> None:
+        width = max(len(a) for a in data["summary"])
         for arm, v in data["summary"].items():
             ident = "" if v["identical"] is None else f"  identical {v['identical']}/{len(rows)}"
-            print(f"{arm:<7} median {v['median_tps']:6.1f} tok/s  × off {v['ratio_of_medians']:.3f}"
-                  f" (pairs {v['median_of_pairs']:.3f}, set {v['set_speedup']:.3f})"
-                  f"  τ {v['tau']:.2f}{ident}")
+            print(f"{arm:<{width}}  median {or_dash(v['median_tps'], '6.1f')} tok/s"
+                  f"  × off {or_dash(v['ratio_of_medians'], '.3f')}"
+                  f" (pairs {or_dash(v['median_of_pairs'], '.3f')},"
+                  f" set {or_dash(v['set_speedup'], '.3f')})"
+                  f"  τ {or_dash(v['tau'], '.2f')}{ident}")
         if data["disturbed"]:
             print(C.disturbed_line(before, during))
         else:

@@ -207,10 +207,11 @@ class DraftLengthPolicy:
     min_observations = 2
     #: every this many decisions, re-time the size observed longest ago (costs drift
     #: with the machine's load and the context length). A re-timing verifies a draft the
-    #: policy would not have verified, so it costs (t(n) − t(1)) less what is accepted:
-    #: every 50 decisions this cost 1–3 % of chat decoding at temperature 0.8 and gained
-    #: nothing on code or agent sets (bench/trim_ab.py --refresh 50,400;
-    #: docs/closing-note-round5.md)
+    #: policy would not have verified, so it costs (t(n) − t(1)) less what is accepted.
+    #: Against every 50 decisions, 400 gave 0.7–2.7 % more set throughput on chat at
+    #: temperature 0.8 (three runs), +2.5 % on code and −1.1 % on agent (greedy), each
+    #: one run and within this CPU's noise (docs/closing-note-round5.md; reproduce with
+    #: bench/trim_ab.py --refresh 50,400)
     refresh_every = 400
 
     def choose(self, k: int, draft_min: int = 0) -> int:

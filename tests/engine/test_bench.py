@@ -177,29 +177,35 @@ def test_summarize_medians_pooling_and_identical_counts() -> None:
 
 
 def test_paired_and_set_speedups_compare_the_same_turns() -> None:
-    # Two prompts, two repeats. Prompt 0 is short and noisy, prompt 1 long.
-    # decode time = emitted / tps, so each repeat's set throughput is exact to work out.
+    # Two prompts, three repeats. Prompt 0 is short and noisy, prompt 1 long; decode time
+    # = emitted / tps, so each repeat's set throughput is exact to work out.
     records = [
         _rec("off", 0, 40.0, emitted=10, prompt=0, rep=0),
         _rec("off", 0, 50.0, emitted=100, prompt=1, rep=0),
         _rec("off", 0, 30.0, emitted=10, prompt=0, rep=1),
         _rec("off", 0, 50.0, emitted=100, prompt=1, rep=1),
+        _rec("off", 0, 45.0, emitted=20, prompt=0, rep=2),
         _rec("k=4", 4, 36.0, emitted=10, prompt=0, rep=0),
         _rec("k=4", 4, 60.0, emitted=100, prompt=1, rep=0),
         _rec("k=4", 4, 33.0, emitted=12, prompt=0, rep=1),  # a reply of another length
         _rec("k=4", 4, 55.0, emitted=90, prompt=1, rep=1),
+        _rec("k=4", 4, 63.0, emitted=20, prompt=0, rep=2),
+        _rec("k=4", 4, 99.0, emitted=100, prompt=1, rep=2),  # its off run is missing
     ]
     off, k4 = summarize(records)
     assert off.paired_speedup == pytest.approx(1.0) and off.set_speedup == pytest.approx(1.0)
-    # pairs: 36/40, 60/50, 33/30, 55/50 → 0.9, 1.2, 1.1, 1.1
+    # pairs: 36/40, 60/50, 33/30, 55/50, 63/45 → 0.9, 1.2, 1.1, 1.1, 1.4; the unpaired
+    # run of repeat 2 counts in neither figure
     assert k4.paired_speedup == pytest.approx(1.1)
     rep0 = (110 / (10 / 36 + 100 / 60)) / (110 / (10 / 40 + 100 / 50))
     rep1 = (102 / (12 / 33 + 90 / 55)) / (110 / (10 / 30 + 100 / 50))
-    assert k4.set_speedup == pytest.approx((rep0 + rep1) / 2)
-    # the ratio of medians is a different figure: (median 45.5) / (median 45.0)
-    assert k4.measured_speedup == pytest.approx(45.5 / 45.0)
-    assert summarize([_rec("k=4", 4, 36.0)])[0].set_speedup is None  # no off run
-
+    rep2 = 63.0 / 45.0
+    assert sorted([rep0, rep1, rep2])[1] == rep0  # the median is repeat 0's, not a mean
+    assert k4.set_speedup == pytest.approx(rep0)
+    # the ratio of medians is a different figure, over every run: (median 57.5) / (median 45)
+    assert k4.measured_speedup == pytest.approx(57.5 / 45.0)
+    alone = summarize([_rec("k=4", 4, 36.0)])[0]  # no off run at all
+    assert alone.set_speedup is None and alone.paired_speedup is None
 
 def test_k_sweep_from_records_recommends_fastest_k() -> None:
     records = [_rec("off", 0, 40.0)]

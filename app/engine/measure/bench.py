@@ -4,7 +4,8 @@
 speculation off and at one or more configurations, *interleaved in one process*, and
 :func:`summarize` reduces the runs per configuration: median decode tok/s, per-token
 latency p50/p95, median TTFT, α, τ, c, predicted speedup, measured speedup against
-"off" from the same run (ratio of medians), and how many outputs were identical to "off"
+"off" from the same run (ratio of medians, median of per-turn ratios, and the set's
+throughput per repeat), and how many outputs were identical to "off"
 and, of those that differ, how many were measured as a near-tie or are suspect (each
 run's sampler is recorded, :mod:`app.engine.divergence`, and the first difference from
 its off run measured).
@@ -115,6 +116,15 @@ class RunRecord:
     first_difference: int | None = None
     divergence: Divergence | None = None
 
+    @classmethod
+    def from_finished(cls, label: str, prompt_name: str, prompt_index: int, repeat: int,
+                      fin: Finished) -> RunRecord:
+        """The record of one finished run (not yet compared with its off run)."""
+        return cls(label=label, prompt_name=prompt_name, prompt_index=prompt_index,
+                   repeat=repeat, mode=fin.stats.mode, draft_max=fin.stats.draft_max,
+                   finish_reason=fin.reason, token_ids=fin.token_ids,
+                   token_times=fin.token_times, stats=fin.stats)
+
     @property
     def decode_tps(self) -> float | None:
         return self.stats.decode_tps
@@ -165,11 +175,11 @@ class ConfigSummary:
       benchmark (ratio of medians);
     * ``paired_speedup``: the median over (prompt, repeat) of this run's decode tok/s over
       the ``off`` run's of the same prompt and repeat (pairs cancel slow and fast prompts);
-    * ``set_speedup``: per repeat, the whole set's decode throughput (Σ emitted / Σ decode
-      time) over ``off``'s in that repeat; the median over repeats. Every token weighs the
-      same, so short replies (a few noisy passes) cannot outvote long ones. When sampling,
-      the on and off replies of a prompt soon differ and so differ in length; this is the
-      figure that compares the same work (None where no repeat has an ``off`` run);
+    * ``set_speedup``: per repeat, the decode throughput (Σ emitted / Σ decode time) of
+      the runs that have an ``off`` run of their turn, over that of those ``off`` runs;
+      the median over repeats. The same prompts, every token weighted alike, so short
+      replies (a few noisy passes) cannot outvote long ones; when sampling, a prompt's on
+      and off replies soon differ in length. None where no turn has an ``off`` run;
     * ``identical``/``compared``: runs whose token ids equal the ``off`` run of the same
       prompt and repeat / runs that had one to compare with;
     * ``near_tie``/``suspect``: runs that differ, by the verdict on their first
@@ -247,16 +257,23 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None)
     off_tps = med_tps(off_runs)
     off_by_turn = {(r.prompt_index, r.repeat): r for r in off_runs}
 
-    def throughput(rs: Sequence[RunRecord]) -> dict[int, float]:
-        # repeat → Σ emitted / Σ decode time over that repeat's runs
-        tokens: dict[int, int] = {}
-        seconds: dict[int, float] = {}
-        for r in rs:
-            tokens[r.repeat] = tokens.get(r.repeat, 0) + r.stats.emitted
-            seconds[r.repeat] = seconds.get(r.repeat, 0.0) + r.stats.decode_time
-        return {rep: tokens[rep] / t for rep, t in seconds.items() if t > 0}
+    def turn_pairs(rs: Sequence[RunRecord]) -> list[tuple[RunRecord, RunRecord, float]]:
+        # (run, the off run of its turn, the ratio of their decode rates)
+        return [(r, off, t / o) for r in rs if (t := r.stats.decode_tps) is not None
+                and (off := off_by_turn.get((r.prompt_index, r.repeat))) is not None
+                and (o := off.stats.decode_tps)]
 
-    off_set = throughput(off_runs)
+    def set_ratios(pairs: Sequence[tuple[RunRecord, RunRecord, float]]) -> list[float]:
+        # per repeat: Σ emitted / Σ decode time of the runs over that of their off runs
+        sums: dict[int, list[float]] = {}
+        for r, off, _ in pairs:
+            acc = sums.setdefault(r.repeat, [0.0, 0.0, 0.0, 0.0])
+            acc[0] += r.stats.emitted
+            acc[1] += r.stats.decode_time
+            acc[2] += off.stats.emitted
+            acc[3] += off.stats.decode_time
+        return [(on_n / on_t) / (off_n / off_t) for on_n, on_t, off_n, off_t in sums.values()]
+
     out: list[ConfigSummary] = []
     for lab in order:
         rs = by_label[lab]
@@ -289,12 +306,7 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None)
             a_i = sum(r.stats.accepted_at[i] for r in rs if i < len(r.stats.accepted_at))
             at.append(a_i / d_i if d_i else None)
         compared = [r for r in rs if r.identical_to_off is not None]
-        pairs = [t / o for r in rs
-                 if (t := r.stats.decode_tps) is not None
-                 and (off := off_by_turn.get((r.prompt_index, r.repeat))) is not None
-                 and (o := off.stats.decode_tps)]
-        on_set = throughput(rs)
-        set_ratios = [v / off_set[rep] for rep, v in on_set.items() if off_set.get(rep)]
+        pairs = turn_pairs(rs)
         out.append(
             ConfigSummary(
                 label=lab,
@@ -323,8 +335,8 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None)
                             if r.divergence is not None and r.divergence.verdict == "suspect"),
                 unmeasured=sum(1 for r in compared
                                if not r.identical_to_off and r.divergence is None),
-                paired_speedup=median(pairs),
-                set_speedup=median(set_ratios),
+                paired_speedup=median(ratio for _, _, ratio in pairs),
+                set_speedup=median(set_ratios(pairs)),
             )
         )
     return out
@@ -531,18 +543,8 @@ def run_bench(
                 if fin.reason == "cancelled":
                     cancelled = True
                     break
-                rec = RunRecord(
-                    label=config_label(spec),
-                    prompt_name=prompt.name or f"prompt-{pi + 1}",
-                    prompt_index=pi,
-                    repeat=rep,
-                    mode=fin.stats.mode,
-                    draft_max=fin.stats.draft_max,
-                    finish_reason=fin.reason,
-                    token_ids=fin.token_ids,
-                    token_times=fin.token_times,
-                    stats=fin.stats,
-                )
+                rec = RunRecord.from_finished(config_label(spec),
+                                              prompt.name or f"prompt-{pi + 1}", pi, rep, fin)
                 group[rec.label] = rec
                 step += 1
                 if progress is not None:

@@ -399,13 +399,8 @@ def run_conversations(
                                 fin.stats.verified, fin.stats.accepted))
                             auto_choices.append({"prompt": prompt.name, "repeat": rep,
                                                  "choose_s": choose_s, **choice.to_dict()})
-                        rec = RunRecord(
-                            label=config_label(spec), prompt_name=prompt.name,
-                            prompt_index=flat, repeat=rep, mode=fin.stats.mode,
-                            draft_max=fin.stats.draft_max, finish_reason=fin.reason,
-                            token_ids=fin.token_ids, token_times=fin.token_times,
-                            stats=fin.stats,
-                        )
+                        rec = RunRecord.from_finished(config_label(spec), prompt.name,
+                                                      flat, rep, fin)
                         group[rec.label] = rec
                         step += 1
                         if progress is not None:
