@@ -30,10 +30,11 @@ Measured on a 2-core CPU (docs/closing-note-round4.md): 1.77× plain on ``builti
 1.98× on ``builtin:agent``, 1.36× on ``builtin:chat`` greedy, 0.955–0.995× on
 ``builtin:chat`` at temperature 0.8. The price: no reply of the session decodes plainly
 first, so a measured speedup is taken over 1 / t(1) (the fastest one-token pass, which
-leaves out the loop's ~2 % overhead) until one does, and reads a little low. :func:`choose_drafter` is the
-pure decision (tested with made-up figures), :func:`estimate_drafters` gathers the
-figures from a session, :func:`resolve_auto` does both. The chat layer
-(:mod:`app.chat.service`) records the choice with each reply.
+leaves out the loop's ~2 % overhead) until one does, and reads a little low.
+
+:func:`choose_drafter` is the pure decision (tested with made-up figures),
+:func:`estimate_drafters` gathers the figures from a session, :func:`resolve_auto` does
+both. The chat layer (:mod:`app.chat.service`) records the choice with each reply.
 """
 
 from __future__ import annotations

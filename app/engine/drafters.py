@@ -62,7 +62,6 @@ class Drafter(Protocol):
         """Free native resources. Idempotent."""
 
 
-
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token sequences."""
     n = min(len(a), len(b))

@@ -12,19 +12,9 @@ the machine (taken on a busy one: not figures for the record).
 """
 from __future__ import annotations
 
-import os
-import shutil
-import sys
-from pathlib import Path
+from shots import make_shot, open_main_window, scratch_home, wait
 
-ROOT = Path.cwd()
-OUT = Path(sys.argv[1])
-HOME = Path("/tmp/tandem-issue14-screenshots")
-shutil.rmtree(HOME, ignore_errors=True)
-os.environ["TANDEM_HOME"] = str(HOME)
-sys.path.insert(0, str(ROOT))
-
-from shots import make_shot, open_main_window, wait  # noqa: E402
+ROOT, OUT = scratch_home("issue14")
 
 from app.options import SamplingParams, SpecMode, SpeculationConfig  # noqa: E402
 from app.store.settings import Settings  # noqa: E402

@@ -13,17 +13,9 @@ depend on the machine.
 """
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
+from shots import make_shot, open_main_window, scratch_home, settle, wait
 
-ROOT = Path.cwd()
-OUT = Path(sys.argv[1])
-HOME = Path("/tmp/tandem-round3-screenshots")
-os.environ["TANDEM_HOME"] = str(HOME)
-sys.path.insert(0, str(ROOT))
-
-from shots import make_shot, open_main_window, settle, wait  # noqa: E402
+ROOT, OUT = scratch_home("round3")
 
 from app.store.settings import Settings  # noqa: E402
 

@@ -12,19 +12,9 @@ temperature (0.8, seed 11). Speeds shown depend on the machine.
 """
 from __future__ import annotations
 
-import os
-import shutil
-import sys
-from pathlib import Path
+from shots import make_shot, open_main_window, scratch_home, wait
 
-ROOT = Path.cwd()
-OUT = Path(sys.argv[1])
-HOME = Path("/tmp/tandem-round4-screenshots")
-shutil.rmtree(HOME, ignore_errors=True)
-os.environ["TANDEM_HOME"] = str(HOME)
-sys.path.insert(0, str(ROOT))
-
-from shots import make_shot, open_main_window, wait  # noqa: E402
+ROOT, OUT = scratch_home("round4")
 
 from app.store.settings import Settings  # noqa: E402
 

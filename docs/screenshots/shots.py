@@ -4,6 +4,8 @@ while, and save the Xvfb screen with ImageMagick's ``import``. A script run as
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -16,6 +18,19 @@ from PySide6.QtWidgets import QApplication
 if TYPE_CHECKING:
     from app.store.settings import Settings
     from app.ui.main_window import MainWindow
+
+
+def scratch_home(name: str) -> tuple[Path, Path]:
+    """Start a screenshot script: an empty ``/tmp/tandem-<name>-screenshots`` as
+    ``TANDEM_HOME`` (before ``app`` is imported: its paths read it) and the repository
+    root (the working directory) on ``sys.path``. Returns (root, output folder from
+    ``sys.argv[1]``)."""
+    root = Path.cwd()
+    home = Path(f"/tmp/tandem-{name}-screenshots")
+    shutil.rmtree(home, ignore_errors=True)
+    os.environ["TANDEM_HOME"] = str(home)
+    sys.path.insert(0, str(root))
+    return root, Path(sys.argv[1])
 
 
 def wait(cond: Callable[[], object], timeout: float = 300.0) -> None:
