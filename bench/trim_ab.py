@@ -1,15 +1,15 @@
-"""How a free draft's length is set: cut after drafting by each token's measured acceptance,
-against chosen before drafting from the running α̂, as an A/B in one run.
+"""How a free draft's length is set: chosen before drafting, cut after drafting, or both,
+as an A/B in one run.
 
 For a drafter without a model (prompt lookup, suffix lookup) the session can propose the
 longest draft and let :meth:`DraftLengthPolicy.trim` cut it where E(d) / t(d + 1) peaks
 (per-token acceptance kept per drafter key; a draft must beat plain decoding by the
 policy's ``margin``): the ``trim-m<margin>`` arms. The ``choose`` arm picks d from α̂
-before drafting (:meth:`DraftLengthPolicy.choose`). The session uses the cut when
-sampling and the choice when greedy (``app.engine.session.TRIM_FREE_DRAFTS``); this
-script forces one rule per arm. ``--refresh`` runs every arm once per value of
+before drafting (:meth:`DraftLengthPolicy.choose`); ``both-m<margin>`` chooses, then cuts.
+The session's own rule is :func:`app.engine.session.free_draft_rule`; this script forces
+one rule per arm (``--rules``). ``--refresh`` runs every arm once per value of
 :attr:`DraftLengthPolicy.refresh_every` (how often a batch size the policy does not pick
-is timed again) and ``--only`` keeps one rule.
+is timed again).
 
 Every arm, and plain decoding (``off``), has a session of its own (its own pass times,
 α̂, key counts and suffix index), so that one arm's learning cannot help another. Each
@@ -23,7 +23,8 @@ machine is marked disturbed (``_common.OtherCpu``).
 Usage:
     .venv/bin/python bench/trim_ab.py --prompts builtin:chat --drafter suffix --temp 0.8 --repeat 3
     .venv/bin/python bench/trim_ab.py --prompts builtin:agent --drafter suffix --margins 0,0.1
-    .venv/bin/python bench/trim_ab.py --prompts builtin:code --only choose --refresh 50,400 --repeat 2
+    .venv/bin/python bench/trim_ab.py --prompts builtin:code --rules choose --refresh 50,400 --repeat 2
+    .venv/bin/python bench/trim_ab.py --prompts builtin:agent --rules choose,both --repeat 2
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import sys
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import _common as C
 
@@ -42,7 +43,7 @@ from app.engine.measure.bench import RunRecord, first_difference, generate_once,
 from app.engine.measure.multiturn import load_conversations, prepare_turn
 from app.engine.measure.prompts import resolve_format
 from app.engine.policy import DraftLengthPolicy
-from app.engine.session import Session, SessionConfig
+from app.engine.session import FreeDraftRule, Session, SessionConfig
 from app.formatting import or_dash
 from app.options import SamplingParams, SpeculationConfig
 
@@ -50,16 +51,17 @@ from app.options import SamplingParams, SpeculationConfig
 
 @dataclass(frozen=True)
 class Arm:
-    """One way of setting a free draft's length: the cut (``trim``) or the choice before
-    drafting, with the policy's margin and refresh interval for this arm."""
+    """One way of setting a free draft's length (:data:`app.engine.session.FreeDraftRule`:
+    the choice before drafting, the cut, or both), with the policy's margin and refresh
+    interval for this arm."""
 
-    trim: bool
+    rule: FreeDraftRule
     margin: float
     refresh_every: int
 
     def apply(self) -> None:
         """Set the process-wide switches for this arm's next reply."""
-        session_module.TRIM_FREE_DRAFTS = self.trim
+        session_module.FREE_DRAFT_RULE = self.rule
         DraftLengthPolicy.margin = self.margin
         DraftLengthPolicy.refresh_every = self.refresh_every
 
@@ -81,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--refresh", default="",
                     help="DraftLengthPolicy.refresh_every values, e.g. 50,400: every arm is run "
                          "once per value (default: the policy's)")
-    ap.add_argument("--only", choices=("choose", "trim"), default=None,
-                    help="run only the choose arms or only the trim arms (beside off)")
+    ap.add_argument("--rules", default="choose,trim",
+                    help="the rules to run (beside off): choose, trim, both; trim and both "
+                         "once per margin")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     C.require_model(args.model)
@@ -91,8 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     other = C.OtherCpu()
     conversations = load_conversations(args.prompts)
     sampling = SamplingParams(temperature=args.temp, seed=args.seed, max_tokens=args.n_predict)
-    default = Arm(trim=False, margin=DraftLengthPolicy.margin,
+    default = Arm(rule="choose", margin=DraftLengthPolicy.margin,
                   refresh_every=DraftLengthPolicy.refresh_every)
+    rules = args.rules.split(",")
+    if not rules or any(r not in ("choose", "trim", "both") for r in rules) \
+            or len(set(rules)) < len(rules):
+        ap.error("--rules: distinct values of choose, trim, both")
     refresh = [int(r) for r in args.refresh.split(",")] if args.refresh else [default.refresh_every]
     margin_values = ([float(m) for m in args.margins.split(",")] if args.margins
                      else [default.margin])
@@ -103,11 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     arms: dict[str, Arm] = {"off": default}
     for r in refresh:
         tail = f"-r{r}" if len(refresh) > 1 else ""
-        if args.only != "trim":
-            arms[f"choose{tail}"] = replace(default, refresh_every=r)
-        if args.only != "choose":
+        for rule in rules:
+            if rule == "choose":
+                arms[f"choose{tail}"] = replace(default, refresh_every=r)
+                continue
             for mg in margin_values:
-                arms[f"trim-m{mg:g}{tail}"] = Arm(trim=True, margin=mg, refresh_every=r)
+                arms[f"{rule}-m{mg:g}{tail}"] = Arm(rule=cast(FreeDraftRule, rule),
+                                                    margin=mg, refresh_every=r)
     spec = {name: SpeculationConfig(mode="off") if name == "off"
             else SpeculationConfig(mode=args.drafter, draft_max=args.k) for name in arms}
     ARMS = tuple(arms)
@@ -163,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                             f"{a} {or_dash(row[a], '6.1f')}" for a in ARMS), file=sys.stderr, flush=True)
     finally:  # the module switches are process-wide
         default.apply()
-        session_module.TRIM_FREE_DRAFTS = None
+        session_module.FREE_DRAFT_RULE = None
     during = other.note()
     summary = {
         c.label: {"median_tps": c.decode_tps_median, "ratio_of_medians": c.measured_speedup,

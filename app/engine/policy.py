@@ -185,6 +185,17 @@ class DraftLengthPolicy:
     #: biased upward (measured: bench/trim_ab.py, see docs/closing-note-round4.md)
     margin = 0.10
 
+    #: fraction of the distance to the prior that a key's measured rate recovers per
+    #: round in which :meth:`trim` verified nothing after it (the first key of the
+    #: draft). 0.01 against α̂'s 0.05, replayed on recorded replies at temperature 0.8
+    #: (bench/policy_replay.py --temp 0.8 --key-revert 0.05,0.01 --repeat 5): on
+    #: builtin:chat 1.032× against 1.023× plain over all tokens with seed 11 (replies
+    #: below 0.97×: 0 against 18 of 40) and 1.077× against 1.065× with seed 3 (7 against
+    #: 14); builtin:code 1.473× against 1.466×, builtin:agent 1.616× against 1.612×.
+    #: Timed, chat at 0.8 (one A/B, 40 turns): 1.031 / 1.006 / 1.026 against 0.996 /
+    #: 0.981 / 1.015 (ratio of medians / pairs / set; docs/closing-note-round6.md)
+    key_revert = 0.01
+
     #: weight of α̂ in a key's acceptance estimate, in verified tokens
     prior_weight = 3.0
     #: per verification, the counts of a key are multiplied by this (a window of ~200)
@@ -255,8 +266,8 @@ class DraftLengthPolicy:
         :attr:`margin`; or, while pass sizes up to the draft's length + 1 are not timed
         yet, the length to time (the exploration of :meth:`choose`, over the draft's
         length instead of k). When 0 is chosen, the first token's measured rate, if below
-        the prior, moves toward it as :meth:`observe_no_draft` moves α̂, so that keys
-        which were unlucky are tried again; a well-measured key is not dragged down.
+        the prior, moves toward it by :attr:`key_revert`, so that keys which were unlucky
+        are tried again; a well-measured key is not dragged down.
         """
         k = len(keys)
         lo = max(1, draft_min)
@@ -280,7 +291,7 @@ class DraftLengthPolicy:
             h, n = self._cells.get(keys[0], (0.0, 0.0))
             if n > 0 and h < self.prior_alpha * n:
                 # the measured rate moves toward the prior, its weight stays
-                self._cells[keys[0]] = (h + self.revert * (self.prior_alpha * n - h), n)
+                self._cells[keys[0]] = (h + self.key_revert * (self.prior_alpha * n - h), n)
         return best_d
 
     def _exploration(self, k: int, lo: int) -> int | None:

@@ -60,7 +60,7 @@ from app.engine.probe import probe_model
 from app.engine.sampling import TargetSampler
 from app.engine.stats import SpecStats
 from app.engine.suffix import SuffixDrafter, SuffixIndex
-from app.engine.text import TextStream
+from app.engine.text import TextStream, emittable_draft_length
 from app.errors import (
     ContextOverflowError,
     IncompatibleDraftError,
@@ -73,16 +73,32 @@ from app.options import SamplingParams, SpecMode, SpeculationConfig
 log = logging.getLogger(__name__)
 
 #: How a drafter without a model (``token_keys``: prompt lookup, suffix lookup) gets its
-#: draft length. Cut after drafting (:meth:`DraftLengthPolicy.trim`, from each token's
-#: measured acceptance) when sampling; chosen before drafting from α̂
-#: (:meth:`DraftLengthPolicy.choose`, as for a draft model) when greedy. Measured with
-#: bench/trim_ab.py and bench on Gemma 3 270M, 2 threads, k = 8
-#: (docs/closing-note-round4.md): at temperature 0.8 the suffix drafter on builtin:chat
-#: went from 0.85× to 1.00× plain with the cut in the A/B, from 0.86× to 0.955–0.995×
-#: in three bench runs; the other sets did not change; greedy, the cut gained
-#: nothing on builtin:agent and builtin:code. True / False force one rule (for the A/B);
-#: None: the measured rule.
-TRIM_FREE_DRAFTS: bool | None = None
+#: draft length: ``choose`` (before drafting, from α̂: :meth:`DraftLengthPolicy.choose`,
+#: as for a draft model), ``trim`` (the longest draft, cut after drafting where each
+#: token's measured acceptance stops paying: :meth:`DraftLengthPolicy.trim`) or ``both``
+#: (chosen, then cut).
+FreeDraftRule = Literal["choose", "trim", "both"]
+
+#: None: the measured rule (:func:`free_draft_rule`); a rule: that one always (for an A/B).
+FREE_DRAFT_RULE: FreeDraftRule | None = None
+
+
+def free_draft_rule(greedy: bool) -> FreeDraftRule:
+    """The draft-length rule of a free drafter: ``both`` when greedy, ``trim`` when sampling
+    (unless :data:`FREE_DRAFT_RULE` forces one).
+
+    Measured on Gemma 3 270M, 2 threads, k = 8. Sampling, temperature 0.8: the cut took
+    the suffix drafter on builtin:chat from 0.85× to 1.00× plain in a timed A/B
+    (bench/trim_ab.py, docs/closing-note-round4.md). Greedy, replayed on recorded replies
+    with measured pass times (bench/policy_replay.py --rules choose,trim,both --repeat 3,
+    docs/closing-note-round6.md), ``both`` against ``choose``: 1.821× against 1.823× on
+    builtin:code, 1.740× against 1.704× on builtin:agent, 1.568× against 1.527× on
+    builtin:chat (``trim``: 1.799×, 1.736×, 1.598×). Timed A/Bs (bench/trim_ab.py
+    --rules choose,both) could not tell them apart: within ±3 % in either direction.
+    """
+    if FREE_DRAFT_RULE is not None:
+        return FREE_DRAFT_RULE
+    return "both" if greedy else "trim"
 
 #: Deliberate bugs that tests inject (``Session._fault``) to show that the divergence
 #: check calls them suspect (issue 8). ``keep-rejected-kv``: after a rejection the
@@ -690,9 +706,10 @@ class Session:
             if drafter is not None and not is_cancelled():
                 drafter.begin(prompt, lambda: self._closing or is_cancelled())
             # a drafter without a model may draft at full length for the policy to cut
-            cut = not sampling.greedy if TRIM_FREE_DRAFTS is None else TRIM_FREE_DRAFTS
+            rule = free_draft_rule(sampling.greedy)
             token_keys: Callable[[], tuple[Hashable, ...]] | None = (
-                getattr(drafter, "token_keys", None) if cut else None)
+                getattr(drafter, "token_keys", None) if rule != "choose" else None)
+            choose_first = token_keys is None or rule == "both"
         t_prefill = clock()
 
         stream = TextStream(sampling.stop)
@@ -763,7 +780,7 @@ class Session:
                         n_draft_max = min(k, remaining - 1, room, ctx.n_outputs_max - 1)
                         if n_draft_max < spec.draft_min:
                             n_draft_max = 0  # the draft would be discarded: do not pay for it
-                        if spec.adaptive and n_draft_max > 0 and token_keys is None:
+                        if spec.adaptive and n_draft_max > 0 and choose_first:
                             n_draft_max = policy.choose(n_draft_max, spec.draft_min)
                         if n_draft_max > 0:
                             steps0 = drafter.forward_passes
@@ -779,6 +796,10 @@ class Session:
                                 if not 0 <= t < model.n_vocab:
                                     del drafts[i:]
                                     break
+                            # nothing after an end-of-generation token or a stop string
+                            # can be emitted: do not verify it
+                            del drafts[emittable_draft_length(
+                                drafts, stream, model.token_to_piece, model.is_eog):]
                             if keys is not None:
                                 keys = keys[: len(drafts)]
                                 if spec.adaptive and drafts:

@@ -13,7 +13,7 @@ accepted draft, so the chat view can tint it.
 from __future__ import annotations
 
 import codecs
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 
@@ -82,6 +82,30 @@ class TextStream:
             return chunks
         return self._release(final=True)
 
+    @property
+    def has_stop_strings(self) -> bool:
+        return bool(self._stop)
+
+    def stop_within(self, pieces: Sequence[bytes]) -> int | None:
+        """How many of ``pieces``, pushed next, would end the reply at a stop string.
+
+        Returns the 1-based index of the piece that completes a stop string, or None
+        when none does (or there are none, or the stream has stopped). Nothing is pushed:
+        the speculative loop uses it to verify no draft token after one that would end the
+        reply (such a token could never be emitted).
+        """
+        if not self._stop or self.stopped:
+            return None
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        decoder.setstate(self._decoder.getstate())
+        text = self._pending
+        for j, piece in enumerate(pieces):
+            start = max(0, len(text) - self._max_stop + 1)  # matches may span the seam
+            text += decoder.decode(piece)
+            if any(text.find(s, start) >= 0 for s in self._stop):
+                return j + 1
+        return None
+
     def _append(self, text: str, from_draft: bool) -> None:
         self._pending += text
         if self._runs and self._runs[-1][1] == from_draft:
@@ -138,3 +162,30 @@ class TextStream:
     def text(self) -> str:
         """Everything released so far (the reply's final text once flushed)."""
         return "".join(self._released)
+
+
+def emittable_draft_length(
+    drafts: Sequence[int],
+    stream: TextStream,
+    piece: Callable[[int], bytes],
+    is_eog: Callable[[int], bool],
+) -> int:
+    """How many leading draft tokens could be emitted at all, pushed after ``stream``:
+    through the first end-of-generation token or the token that completes a stop string
+    (whichever comes first); ``len(drafts)`` when neither occurs. Verifying a token after
+    that point costs a batch position and can never be emitted.
+
+    Args:
+        piece: a token's bytes (``LlamaModel.token_to_piece``).
+        is_eog: whether a token ends generation (``LlamaModel.is_eog``).
+    """
+    n = len(drafts)
+    for i, t in enumerate(drafts):
+        if is_eog(t):
+            n = i + 1
+            break
+    if n and stream.has_stop_strings:
+        end = stream.stop_within([piece(t) for t in drafts[:n]])
+        if end is not None:
+            n = end
+    return n

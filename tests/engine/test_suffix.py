@@ -298,3 +298,49 @@ def test_replay_with_the_history_index_predicts_a_copy() -> None:
     # the first token cannot be drafted (nothing matches "2"); then the copy is exact
     assert c.accepted == len(reply) - c.rounds and c.acceptance_rate == 1.0
     assert c.rounds <= 3
+
+
+def test_policy_replay_verifies_as_its_rule_says() -> None:
+    from app.engine.measure.draft_replay import replay_policy, replay_reply
+    from app.engine.policy import DraftLengthPolicy, PassTimes
+
+    prompt = [1, 5, 6, 7, 8, 9, 2]
+    reply = [5, 6, 7, 8, 9, 2, 5, 6, 4]
+    n = len(reply)
+
+    def policy(cost: dict[int, float]) -> DraftLengthPolicy:
+        pt = PassTimes()
+        for size, t in cost.items():
+            for _ in range(3):
+                pt.observe(size, t)
+        return DraftLengthPolicy(pt)
+
+    flat = {s: 1.0 for s in range(1, 10)}
+    dearer = {s: s + (0.5 if s > 1 else 0.0) for s in range(1, 10)}  # > t(1) per token
+
+    def run(rule: str, cost: dict[int, float], eog: bool = False, pol: DraftLengthPolicy | None = None):
+        return replay_policy(SuffixDrafter(spec_factor=4.0), pol or policy(cost), prompt, reply,
+                             8, rule, cost.__getitem__, ends_with_eog=eog, max_tokens=n)  # type: ignore[arg-type]
+
+    # "full" verifies every proposed token: the fixed-k replay's rounds exactly
+    full = run("full", flat)
+    assert full.counts == replay_reply(SuffixDrafter(spec_factor=4.0), prompt, reply, k=8)
+    assert full.target_s == len(full.counts.pass_sizes) and full.plain_s == n
+    # the oracle never verifies a token the target rejects where a pass costs the same
+    # for any size, and verifies nothing where a token costs more in a batch than alone
+    cheap = run("oracle", flat)
+    assert cheap.counts.verified == cheap.counts.accepted == full.counts.accepted
+    dear = run("oracle", dearer)
+    assert dear.counts.verified == 0 and dear.counts.rounds == n and dear.target_s == dear.plain_s
+    # the end-of-generation position is sampled like any other, never counted as verified
+    end = run("full", flat, eog=True)
+    assert end.plain_s == n + 1 and end.counts.emitted == n
+    assert end.counts.verified <= end.counts.proposed
+    # the rules that ask the policy feed it what was verified
+    pol = policy(flat)
+    chosen = run("choose", flat, pol=pol)
+    assert chosen.counts.emitted == n and chosen.counts.verified > 0
+    assert pol.alpha != pol.prior_alpha
+    assert run("trim", flat).counts.emitted == n
+    with pytest.raises(ValueError):
+        run("nonsense", flat)
