@@ -16,10 +16,11 @@ the rule (up to rounding, below), so this script
    take here, and plain decoding costs t(1) per position.
 
 Every rule sees the same replies and the same pass times, so their difference is theirs
-alone. The ``oracle`` rule cuts each draft where that round's tokens per second peak
-knowing what the target accepts: no cut of these drafts does better round by round, so
-it bounds what any draft-length rule can get out of this drafter at this k on this
-machine. Sampling works as well with a fixed seed (``--temp``, ``--seed``): speculation
+alone. The ``oracle`` rule (:func:`~app.engine.measure.draft_replay.oracle_replay`) is
+the least target time in which the reply can be verified from the drafter's drafts,
+knowing what the target accepts: no rule that verifies a prefix of each round's draft
+does better, so it bounds what any draft-length rule can get out of this drafter at this
+k on this machine. Sampling works as well with a fixed seed (``--temp``, ``--seed``): speculation
 draws the same random numbers as plain decoding.
 
 What it does not model: a timed run's reply can differ from plain decoding's where a
@@ -47,7 +48,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, cast, get_args
 
 import _common as C
 
@@ -61,10 +62,10 @@ from app.engine.drafters import PromptLookupDrafter
 from app.engine.sampling import TargetSampler
 from app.engine.session import Session, SessionConfig
 from app.engine.suffix import DEFAULT_MIN_TOKEN_PROB, SuffixDrafter, SuffixIndex
-from app.engine.text import TextStream, emittable_draft_length
+from app.engine.text import TextStream, draft_length_before_end
 from app.options import SamplingParams, SpeculationConfig
 
-RULES: tuple[ReplayRule, ...] = ("choose", "trim", "both", "full", "oracle")
+RULES: tuple[ReplayRule, ...] = get_args(ReplayRule)
 
 
 def record(session: Session, prompts: str, sampling: SamplingParams,
@@ -80,8 +81,6 @@ def record(session: Session, prompts: str, sampling: SamplingParams,
             if not stop_strings:
                 p = dataclasses.replace(p, stop=())
             fin = generate_once(session, p, sampling, SpeculationConfig(mode="off"))
-            # a stop string ends the reply on its own token; only the EOG token is a
-            # further sampled position (approximation: "stop" is taken as EOG)
             turns.append({"name": p.name, "conversation": conv.name, "prompt": list(p.tokens),
                           "reply": list(fin.token_ids), "reason": fin.reason,
                           "stop": [*sampling.stop, *p.stop]})
@@ -118,7 +117,7 @@ def time_passes(session: Session, context: list[int], sizes: range, threads: int
 def stop_cut(model: LlamaModel, turn: dict[str, Any]) -> tuple[bool, Callable[[int, Sequence[int]], int]]:
     """Whether the turn's reply ended with the end-of-generation token (not at a stop
     string), and the engine's cut of a draft after i reply tokens
-    (:func:`~app.engine.text.emittable_draft_length`)."""
+    (:func:`~app.engine.text.draft_length_before_end`)."""
     reply, stop = turn["reply"], turn["stop"]
     whole = TextStream(stop)
     for t in reply:
@@ -131,22 +130,21 @@ def stop_cut(model: LlamaModel, turn: dict[str, Any]) -> tuple[bool, Callable[[i
         for t in reply[fed:i]:
             stream.push(model.token_to_piece(t), False)
         fed = max(fed, i)
-        return emittable_draft_length(draft, stream, model.token_to_piece, model.is_eog)
+        return draft_length_before_end(draft, stream, model.token_to_piece, model.is_eog)
 
     return by_eog, cut
 
 
-def replay_set(turns: list[dict[str, Any]], times: dict[int, float], *, drafter_kind: str,
-               rule: ReplayRule, k: int, min_prob: float, n_predict: int,
-               margin: float, repeat: int = 1, model: LlamaModel | None = None,
+def replay_set(turns: list[dict[str, Any]], times: dict[int, float], model: LlamaModel, *,
+               drafter_kind: str, rule: ReplayRule, k: int, min_prob: float, n_predict: int,
+               margin: float, repeat: int = 1, cut: bool = True,
                key_revert: float = DraftLengthPolicy.key_revert) -> list[PolicyReplay]:
     """One rule over the whole set ``repeat`` times, one replay per turn and repeat.
 
     History is shared across turns in recorded order and the reply index restarts empty
-    each repeat, while the policy carries over, as in one ``bench`` session. With
-    ``model`` (its vocabulary), drafts are cut after an end-of-generation token or a
-    stop string as the engine cuts them; without it, a reply that ended by "stop" is
-    taken to end with the end-of-generation token."""
+    each repeat, while the policy carries over, as in one ``bench`` session. ``model``:
+    the target's vocabulary (which replies ended with the end-of-generation token, and
+    the engine's cut of drafts before the end of the reply; ``cut`` False: no cut)."""
     pt = PassTimes()
     for n, t in times.items():
         for _ in range(max(DraftLengthPolicy.min_observations, PassTimes.warmup)):
@@ -161,11 +159,10 @@ def replay_set(turns: list[dict[str, Any]], times: dict[int, float], *, drafter_
         for t in turns:
             drafter = (SuffixDrafter(index, min_token_prob=min_prob) if drafter_kind == "suffix"
                        else PromptLookupDrafter())
-            by_eog, cut = (stop_cut(model, t) if model is not None
-                           else (t["reason"] == "stop", None))
+            by_eog, end = stop_cut(model, t)
             out.append(replay_policy(drafter, policy, t["prompt"], t["reply"], k, rule,
                                      lambda n: times[n], ends_with_eog=by_eog,
-                                     max_tokens=n_predict, emittable=cut))
+                                     max_tokens=n_predict, draft_end=end if cut else None))
             index.add_reply(t["reply"])
     return out
 
@@ -196,8 +193,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="record without the set's stop strings (replies run to --n-predict "
                          "or the end-of-generation token, as in bench/vs_ngram.py)")
     ap.add_argument("--no-cut", action="store_true",
-                    help="verify drafts past an end-of-generation token or a stop string "
-                         "(the engine before round 6)")
+                    help="also verify draft tokens from the one that ends the reply on (an "
+                         "end-of-generation token or a stop string; the engine before round 6)")
     ap.add_argument("--rerecord", action="store_true",
                     help="record the replies and pass times again instead of reusing them")
     ap.add_argument("--json", action="store_true")
@@ -240,13 +237,13 @@ def main(argv: list[str] | None = None) -> int:
     if any("stop" not in t for t in turns):
         sys.exit(f"error: {cache} predates stop strings in the record; use --rerecord")
     t1 = times[1]
-    vocab = None if args.no_cut else LlamaModel(args.model, vocab_only=True)
+    vocab = LlamaModel(args.model, vocab_only=True)
 
     rows = []
     for k, mp, kr, rule in itertools.product(ks, probs, reverts, rules):
-        per = replay_set(turns, times, drafter_kind=args.drafter, rule=rule, k=k,
+        per = replay_set(turns, times, vocab, drafter_kind=args.drafter, rule=rule, k=k,
                          min_prob=mp, n_predict=args.n_predict, margin=args.margin,
-                         repeat=args.repeat, model=vocab, key_revert=kr)
+                         repeat=args.repeat, cut=not args.no_cut, key_revert=kr)
         r = sum(per[1:], per[0])
         c = r.counts
         turn_x = [x for p in per if (x := p.speedup) is not None]

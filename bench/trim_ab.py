@@ -9,7 +9,8 @@ before drafting (:meth:`DraftLengthPolicy.choose`); ``both-m<margin>`` chooses, 
 The session's own rule is :func:`app.engine.session.free_draft_rule`; this script forces
 one rule per arm (``--rules``). ``--refresh`` runs every arm once per value of
 :attr:`DraftLengthPolicy.refresh_every` (how often a batch size the policy does not pick
-is timed again).
+is timed again), ``--key-revert`` every cutting arm once per value of
+:attr:`DraftLengthPolicy.key_revert`.
 
 Every arm, and plain decoding (``off``), has a session of its own (its own pass times,
 α̂, key counts and suffix index), so that one arm's learning cannot help another. Each
@@ -25,16 +26,18 @@ Usage:
     .venv/bin/python bench/trim_ab.py --prompts builtin:agent --drafter suffix --margins 0,0.1
     .venv/bin/python bench/trim_ab.py --prompts builtin:code --rules choose --refresh 50,400 --repeat 2
     .venv/bin/python bench/trim_ab.py --prompts builtin:agent --rules choose,both --repeat 2
+    .venv/bin/python bench/trim_ab.py --prompts builtin:chat --temp 0.8 --rules trim --key-revert 0.05,0.01 --repeat 5
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, cast, get_args
 
 import _common as C
 
@@ -52,18 +55,20 @@ from app.options import SamplingParams, SpeculationConfig
 @dataclass(frozen=True)
 class Arm:
     """One way of setting a free draft's length (:data:`app.engine.session.FreeDraftRule`:
-    the choice before drafting, the cut, or both), with the policy's margin and refresh
-    interval for this arm."""
+    the choice before drafting, the cut, or both), with the policy's margin, refresh
+    interval and key recovery rate for this arm."""
 
     rule: FreeDraftRule
     margin: float
     refresh_every: int
+    key_revert: float = DraftLengthPolicy.key_revert
 
     def apply(self) -> None:
         """Set the process-wide switches for this arm's next reply."""
         session_module.FREE_DRAFT_RULE = self.rule
         DraftLengthPolicy.margin = self.margin
         DraftLengthPolicy.refresh_every = self.refresh_every
+        DraftLengthPolicy.key_revert = self.key_revert
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--refresh", default="",
                     help="DraftLengthPolicy.refresh_every values, e.g. 50,400: every arm is run "
                          "once per value (default: the policy's)")
+    ap.add_argument("--key-revert", default="",
+                    help="DraftLengthPolicy.key_revert values, e.g. 0.05,0.01: every trim and "
+                         "both arm once per value (default: the policy's)")
     ap.add_argument("--rules", default="choose,trim",
                     help="the rules to run (beside off): choose, trim, both; trim and both "
                          "once per margin")
@@ -97,9 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     default = Arm(rule="choose", margin=DraftLengthPolicy.margin,
                   refresh_every=DraftLengthPolicy.refresh_every)
     rules = args.rules.split(",")
-    if not rules or any(r not in ("choose", "trim", "both") for r in rules) \
+    if not rules or any(r not in get_args(FreeDraftRule) for r in rules) \
             or len(set(rules)) < len(rules):
-        ap.error("--rules: distinct values of choose, trim, both")
+        ap.error(f"--rules: distinct values of {', '.join(get_args(FreeDraftRule))}")
+    reverts = ([float(x) for x in args.key_revert.split(",")] if args.key_revert
+               else [default.key_revert])
+    if len({f"{x:g}" for x in reverts}) < len(reverts):
+        ap.error("--key-revert: distinct values")
     refresh = [int(r) for r in args.refresh.split(",")] if args.refresh else [default.refresh_every]
     margin_values = ([float(m) for m in args.margins.split(",")] if args.margins
                      else [default.margin])
@@ -114,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
             if rule == "choose":
                 arms[f"choose{tail}"] = replace(default, refresh_every=r)
                 continue
-            for mg in margin_values:
-                arms[f"{rule}-m{mg:g}{tail}"] = Arm(rule=cast(FreeDraftRule, rule),
-                                                    margin=mg, refresh_every=r)
+            for mg, kr in itertools.product(margin_values, reverts):
+                kr_tail = f"-kr{kr:g}" if len(reverts) > 1 else ""
+                arms[f"{rule}-m{mg:g}{kr_tail}{tail}"] = Arm(
+                    rule=cast(FreeDraftRule, rule), margin=mg, refresh_every=r, key_revert=kr)
     spec = {name: SpeculationConfig(mode="off") if name == "off"
             else SpeculationConfig(mode=args.drafter, draft_max=args.k) for name in arms}
     ARMS = tuple(arms)

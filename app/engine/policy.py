@@ -15,8 +15,10 @@ acceptance rate. While a drafter is not drafting, α̂ drifts back to its prior 
 tried again. On a GPU, where t(n) is flat, this always picks d = k.
 
 For a drafter without a model (prompt lookup, suffix lookup) drafting costs nothing, so
-the draft is proposed first at the longest allowed length and :meth:`DraftLengthPolicy.trim`
-then cuts it where the expected rate peaks, using what is known about *this* draft: each
+the draft is proposed at the longest allowed length (when greedy, the length
+:meth:`DraftLengthPolicy.choose` allows: :func:`app.engine.session.free_draft_rule`) and
+:meth:`DraftLengthPolicy.trim` then cuts it where the expected rate peaks, using what is
+known about *this* draft: each
 token carries a key from its drafter (for the suffix drafter: its estimated probability,
 match length and source, :meth:`app.engine.suffix.SuffixDrafter.token_keys`), and the
 policy keeps, per key, the measured rate at which the target accepted such tokens
@@ -140,6 +142,7 @@ class DraftLengthPolicy:
         self.revert = revert
         self.draft_step_time = 0.0
         self._decisions = 0
+        self._chose_to_time = False  # the latest choose() returned a length to time
         #: per token key: (accepted, verified), exponentially forgotten
         self._cells: dict[Hashable, tuple[float, float]] = {}
 
@@ -242,6 +245,7 @@ class DraftLengthPolicy:
         """
         lo = max(1, draft_min)
         forced = self._exploration(k, lo)
+        self._chose_to_time = forced is not None
         if forced is not None:
             return forced
         base = self.expected_rate(0)
@@ -253,13 +257,17 @@ class DraftLengthPolicy:
                 best_d, best_rate = d, r
         return best_d
 
-    def trim(self, keys: Sequence[Hashable | None], draft_min: int = 0) -> int:
+    def trim(self, keys: Sequence[Hashable | None], draft_min: int = 0, *,
+             after_choose: bool = False) -> int:
         """How many tokens of an already proposed draft to verify.
 
         Args:
             keys: one key per draft token (its length is the draft's); a key without
                 counts (None, for one) is estimated by α̂ alone (:meth:`acceptance`).
             draft_min: as in :meth:`choose`.
+            after_choose: :meth:`choose` already set this round's length: its decision
+                is the round's one (:attr:`refresh_every` counts rounds), and a length it
+                chose to time a batch size is kept whole.
 
         Returns the d in {0} ∪ [max(1, draft_min), len(keys)] with the highest
         E(d) / t(d + 1) (module doc), provided it beats plain decoding's 1 / t(1) by
@@ -271,7 +279,9 @@ class DraftLengthPolicy:
         """
         k = len(keys)
         lo = max(1, draft_min)
-        forced = self._exploration(k, lo)
+        if after_choose and self._chose_to_time and k >= lo:
+            return k
+        forced = self._exploration(k, lo, count=not after_choose)
         if forced is not None:
             return forced
         t1 = self.pass_times(1)
@@ -294,9 +304,10 @@ class DraftLengthPolicy:
                 self._cells[keys[0]] = (h + self.key_revert * (self.prior_alpha * n - h), n)
         return best_d
 
-    def _exploration(self, k: int, lo: int) -> int | None:
+    def _exploration(self, k: int, lo: int, count: bool = True) -> int | None:
         """The draft length to return now instead of choosing one, or None: 0 when no
-        length is allowed (k < lo), else the length to time (see :meth:`choose`)."""
+        length is allowed (k < lo), else the length to time (see :meth:`choose`).
+        ``count``: this is the round's decision (the refresh counts decisions)."""
         if k < lo:
             return 0
         if self.pass_times(1) is None:
@@ -304,6 +315,8 @@ class DraftLengthPolicy:
         for n in range(lo + 1, k + 2):
             if self.pass_times.count(n) < self.min_observations:
                 return n - 1
+        if not count:
+            return None
         self._decisions += 1
         if self._decisions % self.refresh_every == 0:
             stalest = min(range(lo + 1, k + 2), key=self.pass_times.last_seen)

@@ -60,7 +60,7 @@ from app.engine.probe import probe_model
 from app.engine.sampling import TargetSampler
 from app.engine.stats import SpecStats
 from app.engine.suffix import SuffixDrafter, SuffixIndex
-from app.engine.text import TextStream, emittable_draft_length
+from app.engine.text import TextStream, draft_length_before_end
 from app.errors import (
     ContextOverflowError,
     IncompatibleDraftError,
@@ -796,16 +796,17 @@ class Session:
                                 if not 0 <= t < model.n_vocab:
                                     del drafts[i:]
                                     break
-                            # nothing after an end-of-generation token or a stop string
-                            # can be emitted: do not verify it
-                            del drafts[emittable_draft_length(
+                            # a token that would end the reply is the pass's own last
+                            # sample anyway, and nothing after it is emitted
+                            del drafts[draft_length_before_end(
                                 drafts, stream, model.token_to_piece, model.is_eog):]
                             if keys is not None:
                                 keys = keys[: len(drafts)]
                                 if spec.adaptive and drafts:
                                     # a free draft is proposed at full length and cut
                                     # where its expected rate peaks (policy module doc)
-                                    del drafts[policy.trim(keys, spec.draft_min):]
+                                    del drafts[policy.trim(keys, spec.draft_min,
+                                                           after_choose=choose_first):]
                             if len(drafts) < spec.draft_min:
                                 drafts = []
                         if not drafts:

@@ -164,16 +164,20 @@ class TextStream:
         return "".join(self._released)
 
 
-def emittable_draft_length(
+def draft_length_before_end(
     drafts: Sequence[int],
     stream: TextStream,
     piece: Callable[[int], bytes],
     is_eog: Callable[[int], bool],
 ) -> int:
-    """How many leading draft tokens could be emitted at all, pushed after ``stream``:
-    through the first end-of-generation token or the token that completes a stop string
-    (whichever comes first); ``len(drafts)`` when neither occurs. Verifying a token after
-    that point costs a batch position and can never be emitted.
+    """How many leading draft tokens are worth verifying, pushed after ``stream``: those
+    before the first token that would end the reply (an end-of-generation token, or the
+    token that completes a stop string); ``len(drafts)`` when none would.
+
+    A pass samples one position more than it has draft tokens, so the token that ends
+    the reply, where the target agrees, is that pass's own sample either way; verifying
+    it as a draft token, or anything after it, costs batch positions whose samples are
+    never used.
 
     Args:
         piece: a token's bytes (``LlamaModel.token_to_piece``).
@@ -182,10 +186,10 @@ def emittable_draft_length(
     n = len(drafts)
     for i, t in enumerate(drafts):
         if is_eog(t):
-            n = i + 1
+            n = i
             break
     if n and stream.has_stop_strings:
         end = stream.stop_within([piece(t) for t in drafts[:n]])
         if end is not None:
-            n = end
+            n = end - 1
     return n

@@ -100,8 +100,9 @@ def test_eog_accepted_as_the_only_draft_is_not_counted(
         r = run(s, PROMPT, GREEDY, SpeculationConfig(adaptive=False, mode="draft-model", draft_max=4))
     st = r.stats
     assert r.finished.reason == "stop" and r.ids == plain_ids[:j]
-    assert st.proposed == 1  # it was proposed and evaluated …
-    assert st.verified == 0 and st.accepted == 0  # … but is not a reply token
+    # it is cut before verification (the pass's own sample is the EOG anyway) …
+    assert st.proposed == 0
+    assert st.verified == 0 and st.accepted == 0  # … and is not a reply token
     assert st.acceptance_rate is None
     # … and the pass that only sampled it emitted nothing: no round, no drafting round,
     # so τ is j tokens over j plain rounds, not below 1 (issue 8).
@@ -216,6 +217,38 @@ def test_stop_string_across_tokens(session: Session, plain_ids: tuple[int, ...])
         r2 = run(session, PROMPT, sp2, SpeculationConfig(adaptive=False, mode=mode, ngram_min=1))  # type: ignore[arg-type]
         assert r2.finished.text == text and r2.streamed == text
         assert r2.finished.reason == "length"
+
+
+def test_no_draft_token_from_the_one_that_ends_the_reply_on_is_verified(
+    session: Session, plain_ids: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.engine import session as session_module
+
+    pieces = [session.target.token_to_piece(t).decode("utf-8", "replace") for t in plain_ids]
+    j = next(i for i in range(3, len(pieces)) if pieces[i].strip()
+             and pieces[i] not in "".join(pieces[:i]) + pieces[i][:-1])
+    sp = GREEDY.model_copy(update={"stop": (pieces[j],)})  # the reply ends at token j
+    off = run(session, PROMPT, sp)
+    assert off.finished.reason == "stop" and off.ids == plain_ids[: j + 1]
+    spec = SpeculationConfig(adaptive=False, mode="draft-model", draft_max=8)
+
+    def drafted() -> tuple[tuple[int, ...], str, int, list[int]]:
+        drafter = ReplayDrafter(PROMPT, plain_ids)  # knows the reply and what follows it
+        install_drafter(session, drafter)
+        try:
+            r = run(session, PROMPT, sp, spec)
+        finally:
+            del session._make_drafter  # back to the class's own
+        check_invariants(r, sp.max_tokens)
+        return r.ids, r.finished.text, r.stats.proposed, drafter.calls
+
+    ids, text, proposed, _ = drafted()
+    monkeypatch.setattr(session_module, "draft_length_before_end", lambda d, *a: len(d))
+    ids_uncut, text_uncut, proposed_uncut, _ = drafted()
+    # the same reply either way; with the cut, the token that completes the stop string
+    # (the pass's own sample) and everything after it are not verified
+    assert ids == ids_uncut == off.ids and text == text_uncut == off.finished.text
+    assert proposed_uncut >= j + 1 and proposed == j
 
 
 def test_cancel_takes_effect_within_one_round(session: Session) -> None:

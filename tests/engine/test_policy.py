@@ -51,6 +51,27 @@ def test_a_size_the_policy_does_not_pick_is_timed_again_every_refresh_decisions(
     assert [picks[i] for i in forced] == [1, 2, 3, 4]
 
 
+def test_choose_then_trim_is_one_decision_and_keeps_a_length_chosen_to_time() -> None:
+    # greedy free drafts are chosen, then cut (session.free_draft_rule: "both")
+    times = PassTimes()
+    times.observe(1, 0.010)
+    policy = DraftLengthPolicy(times, prior_alpha=0.0)  # drafting never pays
+    _timed(policy, times, 4)
+    verified = []
+    for _ in range(2 * policy.refresh_every):
+        d = policy.choose(4)
+        d = policy.trim([("ctx", 0, 0)] * d, after_choose=True) if d else 0
+        verified.append(d)
+        times.observe(d + 1, 0.010 + 0.002 * d)
+    forced = [i for i, d in enumerate(verified) if d > 0]
+    # the cut keeps the re-timing choose() asked for, and the refresh still comes every
+    # refresh_every rounds, not every refresh_every / 2 (one decision per round)
+    assert len(forced) == 2 and forced[1] - forced[0] == policy.refresh_every
+    # on its own, the cut is the round's decision: one re-timing per refresh_every cuts
+    alone = [policy.trim([("ctx", 0, 0)] * 4) for _ in range(policy.refresh_every)]
+    assert sum(d > 0 for d in alone) == 1
+
+
 def test_trim_cuts_a_draft_where_its_tokens_stop_paying() -> None:
     times = PassTimes()
     times.observe(1, 0.010)

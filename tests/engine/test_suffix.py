@@ -300,47 +300,101 @@ def test_replay_with_the_history_index_predicts_a_copy() -> None:
     assert c.rounds <= 3
 
 
-def test_policy_replay_verifies_as_its_rule_says() -> None:
-    from app.engine.measure.draft_replay import replay_policy, replay_reply
+class _Scripted:
+    """A model-free drafter that proposes a fixed draft per context length."""
+
+    kind = "scripted"
+    forward_passes = 0
+
+    def __init__(self, script: dict[int, list[int]]) -> None:
+        self.script = script
+
+    def begin(self, prompt: Sequence[int], should_stop: object = None) -> None:
+        pass
+
+    def draft(self, context: Sequence[int], n_max: int) -> list[int]:
+        return list(self.script.get(len(context), []))[:n_max]
+
+    def token_keys(self) -> tuple[str, ...]:
+        return ("k",) * 8
+
+    def close(self) -> None:
+        pass
+
+
+def test_policy_replay_counts_as_the_engine_does() -> None:
+    from app.engine.measure.draft_replay import replay_policy
     from app.engine.policy import DraftLengthPolicy, PassTimes
 
-    prompt = [1, 5, 6, 7, 8, 9, 2]
-    reply = [5, 6, 7, 8, 9, 2, 5, 6, 4]
-    n = len(reply)
+    prompt, reply = [0], [1, 2, 3, 4, 5, 6]
+    # at position 0: "1 2 9" (2 accepted, then 3 is the target's); at 3: "4" (then 5);
+    # at 5: nothing; at 6, the end-of-generation position: "7 7", past the reply
+    script = {1: [1, 2, 9], 4: [4], 7: [7, 7]}
+    t = {1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5}
 
-    def policy(cost: dict[int, float]) -> DraftLengthPolicy:
+    def run(rule: str, cost: dict[int, float] = t, **kw: object):
         pt = PassTimes()
-        for size, t in cost.items():
+        for size, sec in cost.items():
             for _ in range(3):
-                pt.observe(size, t)
-        return DraftLengthPolicy(pt)
+                pt.observe(size, sec)
+        return replay_policy(_Scripted(script), DraftLengthPolicy(pt), prompt, reply, 8, rule,  # type: ignore[arg-type]
+                             cost.__getitem__, ends_with_eog=True, max_tokens=64, **kw)  # type: ignore[arg-type]
 
-    flat = {s: 1.0 for s in range(1, 10)}
-    dearer = {s: s + (0.5 if s > 1 else 0.0) for s in range(1, 10)}  # > t(1) per token
-
-    def run(rule: str, cost: dict[int, float], eog: bool = False, pol: DraftLengthPolicy | None = None):
-        return replay_policy(SuffixDrafter(spec_factor=4.0), pol or policy(cost), prompt, reply,
-                             8, rule, cost.__getitem__, ends_with_eog=eog, max_tokens=n)  # type: ignore[arg-type]
-
-    # "full" verifies every proposed token: the fixed-k replay's rounds exactly
-    full = run("full", flat)
-    assert full.counts == replay_reply(SuffixDrafter(spec_factor=4.0), prompt, reply, k=8)
-    assert full.target_s == len(full.counts.pass_sizes) and full.plain_s == n
-    # the oracle never verifies a token the target rejects where a pass costs the same
-    # for any size, and verifies nothing where a token costs more in a batch than alone
-    cheap = run("oracle", flat)
-    assert cheap.counts.verified == cheap.counts.accepted == full.counts.accepted
-    dear = run("oracle", dearer)
-    assert dear.counts.verified == 0 and dear.counts.rounds == n and dear.target_s == dear.plain_s
-    # the end-of-generation position is sampled like any other, never counted as verified
-    end = run("full", flat, eog=True)
-    assert end.plain_s == n + 1 and end.counts.emitted == n
-    assert end.counts.verified <= end.counts.proposed
-    # the rules that ask the policy feed it what was verified
-    pol = policy(flat)
-    chosen = run("choose", flat, pol=pol)
-    assert chosen.counts.emitted == n and chosen.counts.verified > 0
-    assert pol.alpha != pol.prior_alpha
-    assert run("trim", flat).counts.emitted == n
+    full = run("full")
+    c = full.counts
+    # the pass that only samples the end-of-generation token is no round, and its
+    # drafts are proposed, never verified
+    assert (c.rounds, c.draft_rounds, c.proposed, c.verified, c.accepted, c.emitted) == (3, 2, 6, 4, 3, 6)
+    assert c.pass_sizes == (4, 2, 1, 3)
+    assert full.target_s == 2.5 + 1.5 + 1.0 + 2.0 and full.plain_s == 7.0
+    # the engine's cut before the end of the reply drops that last draft
+    cut = run("full", draft_end=lambda i, d: min(len(d), len(reply) - i))
+    assert cut.counts.pass_sizes == (4, 2, 1, 1) and cut.target_s == full.target_s - 1.0
     with pytest.raises(ValueError):
-        run("nonsense", flat)
+        run("nonsense")
+
+
+def test_the_oracle_is_the_least_time_any_cut_takes() -> None:
+    from app.engine.measure.draft_replay import replay_policy
+    from app.engine.policy import DraftLengthPolicy, PassTimes
+
+    def run(rule: str, script: dict[int, list[int]], reply: list[int], cost: dict[int, float]):
+        return replay_policy(_Scripted(script), DraftLengthPolicy(PassTimes()), [0], reply, 8,
+                             rule, cost.__getitem__, ends_with_eog=False,  # type: ignore[arg-type]
+                             max_tokens=len(reply))
+
+    # a round that looks worse on its own can be the faster whole: verifying both draft
+    # tokens (1.7 s for 3 tokens) beats 1 token a round (1.1 + 1.0 s)
+    cost = {1: 1.0, 2: 1.1, 3: 1.7}
+    assert run("oracle", {1: [1, 2]}, [1, 2, 3], cost).target_s == 1.7
+    # flat costs: every accepted token verified, no rejected one; costs above a token's
+    # time per token: nothing verified
+    script = {1: [1, 2, 9], 4: [4, 8]}
+    flat = run("oracle", script, [1, 2, 3, 4, 5, 6], {n: 1.0 for n in range(1, 4)})
+    assert flat.counts.verified == flat.counts.accepted == 3 and flat.target_s == 3.0
+    dear = run("oracle", script, [1, 2, 3, 4, 5, 6], {1: 1.0, 2: 2.5, 3: 3.5})
+    assert dear.counts.verified == 0 and dear.target_s == dear.plain_s == 6.0
+    # no rule takes less target time than the oracle
+    cost = {1: 1.0, 2: 1.1, 3: 1.7, 4: 2.4}
+    best = run("oracle", script, [1, 2, 3, 4, 5, 6], cost).target_s
+    assert best == pytest.approx(1.7 + 1.1 + 1.0)  # 3 tokens, then 2, then the last one
+    for rule in ("full", "choose", "trim", "both"):
+        assert run(rule, script, [1, 2, 3, 4, 5, 6], cost).target_s >= best
+
+
+def test_the_replay_policy_rules_feed_the_policy() -> None:
+    from app.engine.measure.draft_replay import replay_policy
+    from app.engine.policy import DraftLengthPolicy, PassTimes
+
+    pt = PassTimes()
+    for size in range(1, 10):
+        for _ in range(3):
+            pt.observe(size, 1.0)  # flat: drafting always pays
+    prompt, reply = [0], list(range(1, 30))
+    script = {i: list(range(i, i + 8)) for i in range(1, 30)}  # always right
+    for rule in ("choose", "trim", "both"):
+        pol = DraftLengthPolicy(pt)
+        r = replay_policy(_Scripted(script), pol, prompt, reply, 8, rule, pt,  # type: ignore[arg-type]
+                          ends_with_eog=False, max_tokens=len(reply))
+        assert r.counts.accepted > 0 and pol.alpha > pol.prior_alpha
+        assert pol.keys_measured == (0 if rule == "choose" else 1)  # keys only when cutting

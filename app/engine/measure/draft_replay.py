@@ -24,21 +24,24 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from app.engine.drafters import Drafter
-from app.engine.policy import DraftLengthPolicy
+from app.engine.policy import DraftLengthPolicy, PassTimes
 
 
 @dataclass(frozen=True, slots=True)
 class ReplayCounts:
     """Rounds of a replay (greedy, as the engine's loop counts them).
 
-    ``rounds``: target passes; ``draft_rounds``: rounds that carried a draft;
-    ``proposed``: draft tokens in the passes; ``verified``: draft tokens verified (up to
-    and including the first rejected one, as :class:`app.engine.stats.SpecStats` counts);
-    ``accepted``: of those, equal to the reply; ``emitted``: reply tokens (= accepted +
-    rounds); ``pass_sizes``: the pass size (1 + proposed) of every round.
+    ``rounds``: target passes that emitted a token; ``draft_rounds``: those that
+    carried a draft; ``proposed``: draft tokens in the passes; ``verified``: draft tokens
+    verified (up to and including the first rejected one, as
+    :class:`app.engine.stats.SpecStats` counts); ``accepted``: of those, equal to the
+    reply; ``emitted``: reply tokens (= accepted + rounds, less one where the last
+    round's own sample was the end-of-generation token); ``pass_sizes``: the size
+    (1 + proposed) of every target pass, including one that only sampled the
+    end-of-generation token.
     """
 
     rounds: int = 0
@@ -91,7 +94,8 @@ class ReplayCounts:
 
 
 def replay_reply(drafter: Drafter, prompt: Sequence[int], reply: Sequence[int], k: int) -> ReplayCounts:
-    """Replay one reply through ``drafter`` with draft length k (see the module doc).
+    """Replay one reply through ``drafter`` with draft length k, every proposed token
+    verified (see the module doc).
 
     Args:
         drafter: a model-free drafter (prompt lookup, suffix); its ``begin`` is called.
@@ -102,36 +106,16 @@ def replay_reply(drafter: Drafter, prompt: Sequence[int], reply: Sequence[int], 
     Returns:
         The rounds' counts. ``emitted == len(reply)``.
     """
-    context = list(prompt)
-    drafter.begin(context)
-    rounds = draft_rounds = proposed = verified = accepted = 0
-    sizes: list[int] = []
-    i = 0
-    n = len(reply)
-    while i < n:
-        n_max = min(k, n - i - 1)
-        d = drafter.draft(context, n_max)[:n_max] if n_max > 0 else []
-        acc = 0
-        while acc < len(d) and d[acc] == reply[i + acc]:
-            acc += 1
-        step = acc + 1  # the accepted drafts and the target's own token
-        context.extend(reply[i : i + step])
-        i += step
-        rounds += 1
-        draft_rounds += 1 if d else 0
-        proposed += len(d)
-        verified += min(len(d), acc + 1)
-        accepted += acc
-        sizes.append(1 + len(d))
-    return ReplayCounts(rounds, draft_rounds, proposed, verified, accepted, n, tuple(sizes))
+    return replay_policy(drafter, DraftLengthPolicy(PassTimes()), prompt, reply, k, "full",
+                         lambda n: 1.0, ends_with_eog=False, max_tokens=len(reply)).counts
 
 
 #: How a replay sets each round's draft length: the session's rules
 #: (:data:`app.engine.session.FreeDraftRule`: ``choose`` before drafting by
 #: :meth:`DraftLengthPolicy.choose`, ``trim`` the full draft cut by
 #: :meth:`DraftLengthPolicy.trim`, ``both`` chosen then cut), ``full`` (every proposed
-#: token verified) or ``oracle`` (the cut that maximises this round's tokens per second
-#: knowing which tokens the target accepts: no rule can do better round by round).
+#: token verified) or ``oracle`` (:func:`oracle_replay`: the least target time any rule
+#: could take with these drafts).
 ReplayRule = Literal["choose", "trim", "both", "full", "oracle"]
 
 
@@ -169,20 +153,20 @@ def replay_policy(
     *,
     ends_with_eog: bool,
     max_tokens: int,
+    draft_end: Callable[[int, Sequence[int]], int] | None = None,
     clock: Callable[[], float] = time.perf_counter,
-    on_round: Callable[[int, int, int], None] | None = None,
-    emittable: Callable[[int, Sequence[int]], int] | None = None,
 ) -> PolicyReplay:
-    """Replay one greedy reply as the engine's loop would run it under ``rule``.
+    """Replay one reply as the engine's loop would run it under ``rule``.
 
-    Each round: the draft length d ≤ min(k, max_tokens − emitted − 1) is set by the rule, the
-    longest prefix of the draft equal to the reply is accepted, the target's own token
+    Each round: the draft length d ≤ min(k, max_tokens − emitted − 1) is set by the rule,
+    the longest prefix of the draft equal to the reply is accepted, the target's own token
     follows, the pass costs ``pass_time(1 + d)`` seconds, and the policy observes what
-    was verified (with the drafter's token keys where it has them), as in
+    was verified (with the drafter's token keys under ``trim`` and ``both``), as in
     :meth:`app.engine.session.Session.generate`. With ``ends_with_eog`` the position
     after the reply is the end-of-generation token: sampled by a pass like any other,
-    never accepted and never counted as verified. The policy's pass times are not
-    updated (every rule sees the same ``pass_time``).
+    never accepted, never counted as verified, and a pass that samples only it is no
+    round. The policy's pass times are not updated (every rule sees the same
+    ``pass_time``). ``oracle`` is :func:`oracle_replay`.
 
     Args:
         drafter: a model-free drafter; ``begin`` is called with ``prompt``.
@@ -191,11 +175,9 @@ def replay_policy(
         max_tokens: the reply's token limit (drafts may run past an end-of-generation
             token the drafter cannot foresee, as in the engine).
         pass_time: seconds of a target pass over n tokens (sampling included).
-        on_round: called each round with (tokens the drafter proposed, how many of them
-            the target would accept, how many the rule verified).
-        emittable: (reply tokens emitted so far, draft) → how many leading draft tokens
-            could be emitted at all; the draft is cut there before the rule applies, as
-            the engine does (:func:`app.engine.text.emittable_draft_length`).
+        draft_end: (reply tokens emitted so far, draft) → how many leading draft tokens
+            are worth verifying; the draft is cut there before the rule applies, as the
+            engine cuts it (:func:`app.engine.text.draft_length_before_end`).
 
     Returns:
         The rounds, and the target, drafting and plain seconds.
@@ -205,9 +187,12 @@ def replay_policy(
     """
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
-    if rule not in ("choose", "trim", "full", "oracle", "both"):
+    if rule not in get_args(ReplayRule):
         raise ValueError(f"unknown rule {rule!r}")
-    keyed = getattr(drafter, "token_keys", None)
+    if rule == "oracle":
+        return oracle_replay(drafter, prompt, reply, k, pass_time, ends_with_eog=ends_with_eog,
+                             max_tokens=max_tokens, draft_end=draft_end)
+    keyed = getattr(drafter, "token_keys", None) if rule in ("trim", "both") else None
     context = list(prompt)
     drafter.begin(context)
     n = len(reply)
@@ -215,7 +200,6 @@ def replay_policy(
     rounds = draft_rounds = proposed = verified = accepted = 0
     sizes: list[int] = []
     target_s = draft_s = 0.0
-    t1 = pass_time(1)
     i = 0
     while i < end:
         t0 = clock()
@@ -227,39 +211,92 @@ def replay_policy(
                 n_max = policy.choose(n_max)
             if n_max > 0:
                 d = drafter.draft(context, n_max)[:n_max]
-                if emittable is not None and d:
-                    del d[emittable(i, d):]
+                if draft_end is not None and d:
+                    del d[draft_end(i, d):]
                 if keyed is not None:
                     keys = tuple(keyed())[: len(d)]
-        acc = 0
-        while acc < len(d) and i + acc < n and d[acc] == reply[i + acc]:
-            acc += 1
-        n_proposed, n_acceptable = len(d), acc
-        if d and rule in ("trim", "both") and keys is not None:
-            del d[policy.trim(keys):]
-        elif d and rule == "oracle":
-            best = max(range(min(acc, len(d)) + 1),
-                       key=lambda m: ((m + 1) / pass_time(m + 1), m))
-            del d[best:]
+        if d and keys is not None:
+            del d[policy.trim(keys, after_choose=rule == "both"):]
         if not d:
             policy.observe_no_draft()
         draft_s += clock() - t0
-        if on_round is not None:
-            on_round(n_proposed, n_acceptable, len(d))
-        acc = min(acc, len(d))
+        acc = 0
+        while acc < len(d) and i + acc < n and d[acc] == reply[i + acc]:
+            acc += 1
         # draft positions compared: through the first mismatch; the EOG one is not counted
         n_verified = min(len(d), acc + 1, n - i)
         if n_verified:
             policy.observe_verification(n_verified, acc, keys)
         step = min(acc + 1, end - i)
         context.extend(reply[i : min(i + step, n)])
+        if min(i + step, n) > i:  # it emitted something: a round (the engine's rule)
+            rounds += 1
+            draft_rounds += 1 if d else 0
         i += step
         target_s += pass_time(1 + len(d))
-        rounds += 1
-        draft_rounds += 1 if d else 0
         proposed += len(d)
         verified += n_verified
         accepted += acc
         sizes.append(1 + len(d))
     counts = ReplayCounts(rounds, draft_rounds, proposed, verified, accepted, n, tuple(sizes))
-    return PolicyReplay(counts, target_s, draft_s, end * t1)
+    return PolicyReplay(counts, target_s, draft_s, end * pass_time(1))
+
+
+def oracle_replay(
+    drafter: Drafter,
+    prompt: Sequence[int],
+    reply: Sequence[int],
+    k: int,
+    pass_time: Callable[[int], float],
+    *,
+    ends_with_eog: bool,
+    max_tokens: int,
+    draft_end: Callable[[int, Sequence[int]], int] | None = None,
+) -> PolicyReplay:
+    """The least target time in which the reply can be verified from this drafter's
+    drafts: a lower bound for every draft-length rule that verifies, each round, a prefix
+    of the draft the drafter proposes at that position with length min(k, tokens left).
+
+    At each reply position i the drafter proposes once (after prompt + reply[:i]); let
+    a_i be how many of its tokens equal the reply. A round at i verifying m ≤ a_i of them
+    emits m + 1 tokens (verifying more emits no more) and costs t(1 + m), so the least
+    time from i on is T(i) = min over m of t(1 + m) + T(i + m + 1), with T = 0 once every
+    position (and the end-of-generation one, with ``ends_with_eog``) is sampled: a
+    dynamic programme over positions, O(n · k). Arguments as :func:`replay_policy`;
+    ``draft_s`` is 0 (the bound is on target time).
+    """
+    context = list(prompt)
+    drafter.begin(context)
+    n = len(reply)
+    end = n + 1 if ends_with_eog else n
+    usable = [0] * end  # a_i
+    for i in range(end):
+        n_max = min(k, max_tokens - i - 1)
+        if i < n and n_max > 0:
+            d = drafter.draft(context, n_max)[:n_max]
+            if draft_end is not None and d:
+                del d[draft_end(i, d):]
+            a = 0
+            while a < len(d) and i + a < n and d[a] == reply[i + a]:
+                a += 1
+            usable[i] = a
+        if i < n:
+            context.append(reply[i])
+    best = [0.0] * (end + 1)
+    pick = [0] * end
+    for i in range(end - 1, -1, -1):
+        best[i], pick[i] = min((pass_time(1 + m) + best[min(i + m + 1, end)], m)
+                               for m in range(usable[i] + 1))
+    rounds = draft_rounds = accepted = 0
+    sizes: list[int] = []
+    i = 0
+    while i < end:
+        m = pick[i]
+        if i < n:
+            rounds += 1
+            draft_rounds += 1 if m else 0
+        accepted += m
+        sizes.append(1 + m)
+        i += m + 1
+    counts = ReplayCounts(rounds, draft_rounds, accepted, accepted, accepted, n, tuple(sizes))
+    return PolicyReplay(counts, best[0], 0.0, end * pass_time(1))
