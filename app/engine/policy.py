@@ -192,11 +192,11 @@ class DraftLengthPolicy:
     #: round in which :meth:`trim` verified nothing after it (the first key of the
     #: draft). 0.01 against α̂'s 0.05, replayed on recorded replies at temperature 0.8
     #: (bench/policy_replay.py --temp 0.8 --key-revert 0.05,0.01 --repeat 5): on
-    #: builtin:chat 1.032× against 1.023× plain over all tokens with seed 11 (replies
-    #: below 0.97×: 0 against 18 of 40) and 1.077× against 1.065× with seed 3 (7 against
-    #: 14); builtin:code 1.473× against 1.466×, builtin:agent 1.616× against 1.612×.
-    #: Timed, chat at 0.8 (one A/B, 40 turns): 1.031 / 1.006 / 1.026 against 0.996 /
-    #: 0.981 / 1.015 (ratio of medians / pairs / set; docs/closing-note-round6.md)
+    #: builtin:chat 1.031× against 1.027× plain over all tokens with seed 11 (replies
+    #: below 0.97×: 0 against 14 of 40) and 1.100× against 1.080× with seed 3 (9 against
+    #: 18); builtin:code 1.472× against 1.465×, builtin:agent 1.629× against 1.623×.
+    #: Timed: bench/trim_ab.py --prompts builtin:chat --temp 0.8 --rules trim
+    #: --key-revert 0.05,0.01 --repeat 5 (docs/closing-note-round6.md)
     key_revert = 0.01
 
     #: weight of α̂ in a key's acceptance estimate, in verified tokens

@@ -91,10 +91,11 @@ def free_draft_rule(greedy: bool) -> FreeDraftRule:
     the suffix drafter on builtin:chat from 0.85× to 1.00× plain in a timed A/B
     (bench/trim_ab.py, docs/closing-note-round4.md). Greedy, replayed on recorded replies
     with measured pass times (bench/policy_replay.py --rules choose,trim,both --repeat 3,
-    docs/closing-note-round6.md), ``both`` against ``choose``: 1.821× against 1.823× on
-    builtin:code, 1.740× against 1.704× on builtin:agent, 1.568× against 1.527× on
-    builtin:chat (``trim``: 1.799×, 1.736×, 1.598×). Timed A/Bs (bench/trim_ab.py
-    --rules choose,both) could not tell them apart: within ±3 % in either direction.
+    docs/closing-note-round6.md), ``both`` against ``choose``: 1.814× against 1.816× on
+    builtin:code, 1.745× against 1.721× on builtin:agent, 1.571× against 1.534× on
+    builtin:chat (``trim``: 1.799×, 1.742×, 1.598×). Timed A/Bs (bench/trim_ab.py
+    --rules choose,both, one run each on code and agent) differed by −3.0 % to +3.8 %
+    between the two, within this CPU's noise.
     """
     if FREE_DRAFT_RULE is not None:
         return FREE_DRAFT_RULE
