@@ -90,9 +90,8 @@ class TextStream:
         """How many of ``pieces``, pushed next, would end the reply at a stop string.
 
         Returns the 1-based index of the piece that completes a stop string, or None
-        when none does (or there are none, or the stream has stopped). Nothing is pushed:
-        the speculative loop uses it to verify no draft token after one that would end the
-        reply (such a token could never be emitted).
+        when none does (or there are none, or the stream has stopped). Nothing is pushed
+        (:func:`draft_length_before_end` uses it to cut drafts).
         """
         if not self._stop or self.stopped:
             return None

@@ -70,8 +70,9 @@ def test_free_drafts_cut_by_the_policy_when_sampling_are_lossless(
     cuts: list[tuple[int, int]] = []  # (draft length, verified length)
     original = DraftLengthPolicy.trim
 
-    def trim(self: DraftLengthPolicy, keys: Sequence[Hashable | None], draft_min: int = 0) -> int:
-        d = original(self, keys, draft_min)
+    def trim(self: DraftLengthPolicy, keys: Sequence[Hashable | None], draft_min: int = 0,
+             **kw: bool) -> int:
+        d = original(self, keys, draft_min, **kw)
         cuts.append((len(keys), d))
         return d
 
