@@ -205,6 +205,22 @@ def write_result(name: str, data: dict[str, Any]) -> Path:
     return path
 
 
+def value_list(ap: Any, option: str, text: str, cast: Callable[[str], Any],
+               default: Any = None) -> list[Any]:
+    """The comma-separated values of ``option`` (``[default]`` when ``text`` is empty),
+    each read with ``cast`` (``int``, ``float``, ``str``); a value that does not read or
+    comes twice ends the script through ``ap.error`` (an ``argparse.ArgumentParser``)."""
+    if not text:
+        return [default]
+    try:
+        values = [cast(x) for x in text.split(",")]
+    except ValueError:
+        ap.error(f"{option}: comma-separated values, got {text!r}")
+    if len({str(v) for v in values}) < len(values):
+        ap.error(f"{option}: distinct values, got {text!r}")
+    return values
+
+
 def report(name: str, data: dict[str, Any], as_json: bool,
            print_text: Callable[[dict[str, Any]], None]) -> int:
     """Write the result (:func:`write_result`), print it as JSON or with ``print_text``,

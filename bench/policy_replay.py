@@ -200,10 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     C.require_model(args.model)
-    ks = [int(x) for x in args.k.split(",")]
-    rules = [cast(ReplayRule, r) for r in args.rules.split(",")]
-    probs = [float(x) for x in args.min_prob.split(",")]
-    reverts = [float(x) for x in args.key_revert.split(",")]
+    ks = C.value_list(ap, "--k", args.k, int)
+    rules = [cast(ReplayRule, r) for r in C.value_list(ap, "--rules", args.rules, str)]
+    probs = C.value_list(ap, "--min-prob", args.min_prob, float)
+    reverts = C.value_list(ap, "--key-revert", args.key_revert, float)
     if min(ks) < 1 or any(r not in RULES for r in rules):
         ap.error(f"--k: values ≥ 1; --rules: a subset of {','.join(RULES)}")
 

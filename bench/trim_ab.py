@@ -104,21 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     sampling = SamplingParams(temperature=args.temp, seed=args.seed, max_tokens=args.n_predict)
     default = Arm(rule="choose", margin=DraftLengthPolicy.margin,
                   refresh_every=DraftLengthPolicy.refresh_every)
-    rules = args.rules.split(",")
-    if not rules or any(r not in get_args(FreeDraftRule) for r in rules) \
-            or len(set(rules)) < len(rules):
-        ap.error(f"--rules: distinct values of {', '.join(get_args(FreeDraftRule))}")
-    reverts = ([float(x) for x in args.key_revert.split(",")] if args.key_revert
-               else [default.key_revert])
-    if len({f"{x:g}" for x in reverts}) < len(reverts):
-        ap.error("--key-revert: distinct values")
-    refresh = [int(r) for r in args.refresh.split(",")] if args.refresh else [default.refresh_every]
-    margin_values = ([float(m) for m in args.margins.split(",")] if args.margins
-                     else [default.margin])
-    if min(refresh) < 1 or len(set(refresh)) < len(refresh):
-        ap.error("--refresh: distinct values ≥ 1")
-    if len({f"{m:g}" for m in margin_values}) < len(margin_values):
-        ap.error("--margins: distinct values")
+    rules = C.value_list(ap, "--rules", args.rules, str)
+    if any(r not in get_args(FreeDraftRule) for r in rules):
+        ap.error(f"--rules: values of {', '.join(get_args(FreeDraftRule))}")
+    reverts = C.value_list(ap, "--key-revert", args.key_revert, float, default.key_revert)
+    refresh = C.value_list(ap, "--refresh", args.refresh, int, default.refresh_every)
+    margin_values = C.value_list(ap, "--margins", args.margins, float, default.margin)
+    if min(refresh) < 1:
+        ap.error("--refresh: values ≥ 1")
     arms: dict[str, Arm] = {"off": default}
     for r in refresh:
         tail = f"-r{r}" if len(refresh) > 1 else ""

@@ -101,9 +101,13 @@ class TextStream:
         for j, piece in enumerate(pieces):
             start = max(0, len(text) - self._max_stop + 1)  # matches may span the seam
             text += decoder.decode(piece)
-            if any(text.find(s, start) >= 0 for s in self._stop):
+            if self._find_stop(text, start) >= 0:
                 return j + 1
         return None
+
+    def _find_stop(self, text: str, start: int = 0) -> int:
+        """Where the first stop string in ``text[start:]`` begins, or −1."""
+        return min((i for i in (text.find(s, start) for s in self._stop) if i >= 0), default=-1)
 
     def _append(self, text: str, from_draft: bool) -> None:
         self._pending += text
@@ -117,7 +121,7 @@ class TextStream:
         pending = self._pending
         cut = len(pending)
         if self._stop:
-            hit = min((i for i in (pending.find(s) for s in self._stop) if i >= 0), default=-1)
+            hit = self._find_stop(pending)
             if hit >= 0:
                 self.stopped = True
                 cut = hit

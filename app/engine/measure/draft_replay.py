@@ -220,9 +220,7 @@ def replay_policy(
         if not d:
             policy.observe_no_draft()
         draft_s += clock() - t0
-        acc = 0
-        while acc < len(d) and i + acc < n and d[acc] == reply[i + acc]:
-            acc += 1
+        acc = _matching_prefix(d, reply, i)
         # draft positions compared: through the first mismatch; the EOG one is not counted
         n_verified = min(len(d), acc + 1, n - i)
         if n_verified:
@@ -276,10 +274,7 @@ def oracle_replay(
             d = drafter.draft(context, n_max)[:n_max]
             if draft_end is not None and d:
                 del d[draft_end(i, d):]
-            a = 0
-            while a < len(d) and i + a < n and d[a] == reply[i + a]:
-                a += 1
-            usable[i] = a
+            usable[i] = _matching_prefix(d, reply, i)
         if i < n:
             context.append(reply[i])
     best = [0.0] * (end + 1)
@@ -300,3 +295,11 @@ def oracle_replay(
         i += m + 1
     counts = ReplayCounts(rounds, draft_rounds, accepted, accepted, accepted, n, tuple(sizes))
     return PolicyReplay(counts, best[0], 0.0, end * pass_time(1))
+
+
+def _matching_prefix(draft: Sequence[int], reply: Sequence[int], i: int) -> int:
+    """How many leading draft tokens equal the reply from position i on (none past its end)."""
+    m = 0
+    while m < len(draft) and i + m < len(reply) and draft[m] == reply[i + m]:
+        m += 1
+    return m
