@@ -17,7 +17,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 #: The largest draft length k (tokens proposed per round) the engine, the settings, the
 #: command line and the widgets accept. Longer drafts are also capped per round by the
@@ -70,6 +70,30 @@ _TEXTS: dict[SpecMode, tuple[str, str]] = {
 }
 
 
+#: The draft length k of a drafter that costs no forward pass per draft token (prompt
+#: lookup, suffix lookup, and auto, which picks among them): llama.cpp's own n-gram
+#: drafters propose up to 48–64 tokens by default (``common_params_speculative``), and
+#: with the cost-aware policy (:mod:`app.engine.policy`) a longer k is only a ceiling.
+#: Measured on Gemma 3 270M, 2 threads, suffix lookup, 16 against 8: replayed on recorded
+#: replies (bench/policy_replay.py --k 8,16 --repeat 3) builtin:agent 2.080× against
+#: 2.032× plain, builtin:code 1.962× against 1.855×, builtin:chat 1.655× against 1.608×,
+#: builtin:chat at temperature 0.8 1.044× against 1.045×; timed in one run each
+#: (python -m app bench --suffix --k 8,16 --repeat 3, docs/closing-note-round7.md)
+#: builtin:agent 1.972× against 1.947× (ratio of median reply rates), builtin:code
+#: 1.725× against 1.658×.
+FREE_DRAFTER_K = 16
+#: The draft length k of a draft model: every draft token is a forward pass of the
+#: draft, and a round whose draft is rejected early wastes them (llama.cpp's default for
+#: a draft model is 3, ``common_params_speculative_draft.n_max``).
+DRAFT_MODEL_K = 4
+
+
+def default_draft_max(mode: SpecMode | str) -> int:
+    """The draft length k a configuration of this drafter gets unless one is given:
+    :data:`DRAFT_MODEL_K` for the draft model, :data:`FREE_DRAFTER_K` otherwise."""
+    return DRAFT_MODEL_K if SpecMode(mode) is SpecMode.DRAFT_MODEL else FREE_DRAFTER_K
+
+
 _M = TypeVar("_M", bound=BaseModel)
 
 
@@ -82,7 +106,8 @@ class SpeculationConfig(BaseModel):
 
     Fields:
         mode: the drafter (:class:`SpecMode`).
-        draft_max: the draft length k, tokens proposed per round (1 … :data:`K_MAX`).
+        draft_max: the draft length k, tokens proposed per round (1 … :data:`K_MAX`);
+            when not given, the drafter's default (:func:`default_draft_max`).
         draft_min: a draft shorter than this is discarded and the round decodes
             plainly (llama.cpp's ``--draft-min``).
         draft_p_min: the draft model stops drafting when its top probability falls
@@ -105,7 +130,7 @@ class SpeculationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mode: SpecMode = SpecMode.OFF
-    draft_max: int = Field(4, ge=1, le=K_MAX)
+    draft_max: int = Field(FREE_DRAFTER_K, ge=1, le=K_MAX)
     draft_min: int = Field(0, ge=0, le=K_MAX)
     draft_p_min: float = Field(0.0, ge=0.0, le=1.0)
     ngram_min: int = Field(2, ge=1, le=16)
@@ -113,6 +138,16 @@ class SpeculationConfig(BaseModel):
     suffix_spec_factor: float = Field(1.0, gt=0.0, le=float(K_MAX))
     suffix_min_prob: float = Field(0.1, ge=0.0, le=1.0)
     adaptive: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_k_of_the_drafter(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "draft_max" not in data:
+            try:
+                return {**data, "draft_max": default_draft_max(data.get("mode", SpecMode.OFF))}
+            except (ValueError, TypeError):
+                return data  # an unknown mode: the field's own error says so
+        return data
 
     @field_validator("draft_min")
     @classmethod
@@ -130,6 +165,17 @@ class SpeculationConfig(BaseModel):
     def speculating(self) -> bool:
         """Whether a drafter is chosen (mode is not off; auto counts as chosen)."""
         return self.mode is not SpecMode.OFF
+
+    def k_for(self, mode: SpecMode | str) -> int:
+        """The k to keep when the drafter changes to ``mode``: a k at this drafter's
+        default becomes the new drafter's default, a k chosen by hand stays.
+
+        Raises:
+            ValueError: an unknown mode.
+        """
+        if self.draft_max == default_draft_max(self.mode):
+            return default_draft_max(mode)
+        return self.draft_max
 
     def with_changes(self, **changes: Any) -> SpeculationConfig:
         """A copy with ``changes`` applied and validated (raises ValueError)."""

@@ -38,7 +38,7 @@ Results also go to bench/out/vs_ngram-*.json. A run on a busy machine is marked
 ``_common.OtherCpu``).
 
 Usage:
-    .venv/bin/python bench/vs_ngram.py --prompts builtin:code --k 8 --threads 2 --n-predict 128 --repeat 3
+    .venv/bin/python bench/vs_ngram.py --prompts builtin:code --k 16 --threads 2 --n-predict 128 --repeat 3
     .venv/bin/python bench/vs_ngram.py --prompts builtin:agent --k 8 --draft-model self
     .venv/bin/python bench/vs_ngram.py --limit 1 --repeat 1 --n-predict 16      # dry run
 """
@@ -60,7 +60,7 @@ from app.engine.measure.bench import generate_once
 from app.engine.measure.multiturn import Conversation, load_conversations, prepare_turn
 from app.engine.measure.prompts import resolve_format
 from app.engine.session import Session, SessionConfig
-from app.options import SamplingParams, SpeculationConfig
+from app.options import FREE_DRAFTER_K, SamplingParams, SpeculationConfig
 
 LLAMA_NGRAM_MODES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")
 TANDEM_MODES = ("prompt-lookup", "suffix")
@@ -157,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", type=Path, default=C.GEMMA)
     ap.add_argument("--prompts", default="builtin:code", help="builtin:code / chat / agent or a file")
     ap.add_argument("--limit", type=int, default=None, help="first N prompts (conversations)")
-    ap.add_argument("--k", type=int, default=8, help="draft length (8)")
+    ap.add_argument("--k", type=int, default=FREE_DRAFTER_K,
+                    help=f"draft length, both sides ({FREE_DRAFTER_K}: Tandem's default for "
+                         "model-free drafters)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-predict", type=int, default=128)
     ap.add_argument("--n-ctx", type=int, default=4096)

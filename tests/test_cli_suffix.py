@@ -32,7 +32,7 @@ def test_generate_with_the_auto_choice(tiny_target: Path) -> None:
     out = json.loads(r.stdout)
     check_stats(out, 12)
     # one reply with nothing earlier: nothing to score, so auto's prior (suffix) runs
-    assert (out["stats"]["mode"], out["stats"]["draft_max"]) == ("suffix", 4)  # CLI's k
+    assert (out["stats"]["mode"], out["stats"]["draft_max"]) == ("suffix", 16)  # default k
     assert "(prior)" in r.stderr
 
 

@@ -7,7 +7,16 @@ import json
 import pytest
 
 from app.engine.stats import SpecStats
-from app.options import K_MAX, SamplingParams, SpecMode, SpeculationConfig, parse_draft_lengths
+from app.options import (
+    DRAFT_MODEL_K,
+    FREE_DRAFTER_K,
+    K_MAX,
+    SamplingParams,
+    SpecMode,
+    SpeculationConfig,
+    default_draft_max,
+    parse_draft_lengths,
+)
 
 
 def test_every_mode_has_its_words_and_reads_back_from_its_value() -> None:
@@ -25,6 +34,22 @@ def test_with_changes_validates_and_model_copy_would_not() -> None:
     with pytest.raises(ValueError):
         SamplingParams().with_changes(top_p=0.0)
     assert spec.with_changes(mode="draft-model").mode is SpecMode.DRAFT_MODEL
+
+
+def test_k_not_given_is_the_drafters_default_and_a_given_k_is_kept() -> None:
+    assert (FREE_DRAFTER_K, DRAFT_MODEL_K) == (16, 4)
+    for mode in SpecMode:
+        want = DRAFT_MODEL_K if mode is SpecMode.DRAFT_MODEL else FREE_DRAFTER_K
+        assert default_draft_max(mode) == default_draft_max(mode.value) == want
+        assert SpeculationConfig(mode=mode).draft_max == want
+        assert SpeculationConfig.model_validate({"mode": mode.value}).draft_max == want
+        assert SpeculationConfig(mode=mode, draft_max=7).draft_max == 7
+    # a stored configuration keeps its k; changing the drafter keeps an explicit k
+    stored = SpeculationConfig(mode=SpecMode.SUFFIX, draft_max=4)
+    assert SpeculationConfig.model_validate_json(stored.model_dump_json()).draft_max == 4
+    assert stored.with_changes(mode=SpecMode.DRAFT_MODEL).draft_max == 4
+    with pytest.raises(ValueError, match="mode"):
+        SpeculationConfig.model_validate({"mode": "telepathy"})
 
 
 def test_draft_lengths_parse_with_the_one_limit() -> None:

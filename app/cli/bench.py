@@ -31,7 +31,7 @@ from app.engine.measure.multiturn import is_multiturn, load_conversations, run_c
 from app.engine.measure.prompts import load_prompts, prepare_prompt, resolve_format
 from app.engine.session import Session
 from app.errors import TandemError
-from app.options import SamplingParams, SpecMode
+from app.options import SamplingParams, SpecMode, default_draft_max
 
 
 def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,8 +56,9 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--prompts", default="builtin:code",
                    help="builtin:code, builtin:chat, builtin:agent (multi-turn), or a "
                         ".json/.jsonl/.txt file (builtin:code)")
-    p.add_argument("--k", type=draft_lengths_arg, default=(4,), metavar="K[,K…]",
-                   help="draft lengths to compare with off, e.g. 1,3,5,8 (4)")
+    p.add_argument("--k", type=draft_lengths_arg, default=None, metavar="K[,K…]",
+                   help="draft lengths to compare with off, e.g. 1,3,5,8 (the drafter's "
+                        "default: 16, or 4 with --draft)")
     p.add_argument("--repeat", type=int, default=3, help="runs per prompt and configuration (3)")
     p.add_argument("--max-tokens", type=int, default=128, help="reply tokens per run (128)")
     p.add_argument("--format", choices=("auto", "plain", "chat"), default="auto",
@@ -97,6 +98,8 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
         conversations = conversations[: max(1, args.limit)]
 
     try:
+        if args.k is None:
+            args.k = (default_draft_max(mode),)
         ks = [max(args.k)] if mode is SpecMode.AUTO else args.k  # auto: k is its maximum
         specs = speculation_configs(args, mode, ks) if mode is not SpecMode.OFF else []
         sampling = SamplingParams(

@@ -53,6 +53,7 @@ from app.cli.options import (
 from app.cli.json_output import print_json
 from app.cli.report import reply_stats_line
 from app.errors import TandemError
+from app.options import default_draft_max
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -63,7 +64,8 @@ def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                                   "'-' reads it from standard input")
     add_model_args(p, n_ctx=4096)
     p.add_argument("--no-spec", action="store_true", help="decode without speculation")
-    p.add_argument("--draft-max", type=int, default=4, metavar="K", help="draft length k (4)")
+    p.add_argument("--draft-max", type=int, default=None, metavar="K",
+                   help="draft length k (the drafter's default: 16, or 4 with --draft)")
     add_drafting_args(p)
     p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (0)")
     p.add_argument("--top-k", type=int, default=40)
@@ -97,7 +99,8 @@ def _run_generate(args: argparse.Namespace) -> int:
     mode = drafter_mode(args, off=args.no_spec)
     try:
         PromptOptions(prompt=args.prompt, chat=args.chat, system=args.system)
-        [spec] = speculation_configs(args, mode, [args.draft_max])
+        k = default_draft_max(mode) if args.draft_max is None else args.draft_max
+        [spec] = speculation_configs(args, mode, [k])
         sampling = SamplingParams(
             temperature=args.temp,
             top_k=args.top_k,

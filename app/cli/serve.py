@@ -22,6 +22,7 @@ from app.cli.options import (
     speculation_configs,
 )
 from app.errors import TandemError
+from app.options import default_draft_max
 
 
 def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,7 +38,8 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     add_model_args(p, n_ctx=4096)
-    p.add_argument("--draft-max", type=int, default=4, metavar="K", help="draft length k (4)")
+    p.add_argument("--draft-max", type=int, default=None, metavar="K",
+                   help="draft length k (the drafter's default: 16, or 4 with --draft)")
     add_drafting_args(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (8080; 0: any free port)")
@@ -63,7 +65,8 @@ def run_serve(args: argparse.Namespace) -> int:
     check_address(args.host, args.api_key)
     mode = drafter_mode(args)
     try:
-        [spec] = speculation_configs(args, mode, [args.draft_max])
+        k = default_draft_max(mode) if args.draft_max is None else args.draft_max
+        [spec] = speculation_configs(args, mode, [k])
         config = session_config(args, mode)
         extra = {} if args.max_body_bytes is None else {"max_body_bytes": args.max_body_bytes}
         settings = ApiSettings(sampling=SamplingParams(), speculation=spec,

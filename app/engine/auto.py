@@ -58,7 +58,7 @@ MARGIN = 1.03
 #: speedup replaces the estimate (fewer: one short reply is mostly noise)
 MIN_MEASURED_TOKENS = 32
 #: draft lengths auto chooses among (capped by the configuration's draft_max)
-AUTO_KS: tuple[int, ...] = (2, 4, 8)
+AUTO_KS: tuple[int, ...] = (2, 4, 8, 16)
 #: the drafters auto chooses among, in order of preference at equal scores
 CANDIDATES: tuple[SpecMode, ...] = (SpecMode.SUFFIX, SpecMode.PROMPT_LOOKUP,
                                     SpecMode.DRAFT_MODEL)

@@ -139,6 +139,8 @@ class DraftModelDrafter:
             out.append(tok)
             if len(out) >= n_max:
                 break  # the last draft token is evaluated next round if accepted
+            if self.model.is_eog(tok):
+                break  # nothing after the end of the reply can be emitted
             self.ctx.decode([tok], len(self._kv), logits="last")
             self._kv.append(tok)
             self.forward_passes += 1

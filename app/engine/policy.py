@@ -57,6 +57,7 @@ class PassTimes:
         self.down = down
         self.up = up
         self._t: dict[int, float] = {}
+        self._best: dict[int, float] = {}
         self._n: dict[int, int] = {}
         self._seen: dict[int, int] = {}
         self._tick = 0
@@ -76,6 +77,7 @@ class PassTimes:
         else:
             w = self.down if seconds < old else self.up
             self._t[n_tokens] = old + w * (seconds - old)
+        self._best[n_tokens] = min(seconds, self._best.get(n_tokens, seconds))
         self._n[n_tokens] = count + 1
         self._tick += 1
         self._seen[n_tokens] = self._tick
@@ -83,6 +85,15 @@ class PassTimes:
     def last_seen(self, n_tokens: int) -> int:
         """When this size was last observed (observation counter; 0: never)."""
         return self._seen.get(n_tokens, 0)
+
+    def age(self, n_tokens: int) -> int:
+        """Passes observed (of any size) since this size was last observed."""
+        return self._tick - self._seen.get(n_tokens, 0)
+
+    def slowdown(self, n_tokens: int) -> float:
+        """This size's estimate ÷ its fastest observation (1.0 when never observed)."""
+        best = self._best.get(n_tokens)
+        return self._t[n_tokens] / best if best else 1.0
 
     def count(self, n_tokens: int) -> int:
         """How many passes of this size were observed."""
@@ -227,6 +238,17 @@ class DraftLengthPolicy:
     #: one run and within this CPU's noise (docs/closing-note-round5.md; reproduce with
     #: bench/trim_ab.py --refresh 50,400)
     refresh_every = 400
+    #: a size whose estimate, relative to its fastest pass, has risen this much more than
+    #: the one-token pass's has is timed again (:meth:`_exploration`): passes timed while
+    #: other work ran stay slow in the estimate while the policy, believing them slow,
+    #: stops verifying drafts, so nothing would bring them down again. Seen in a timed
+    #: run (docs/closing-note-round7.md): after a minute of other work, suffix lookup
+    #: verified no draft for 15 replies in a row, on a prompt set it runs 1.7× on.
+    #: A load that slows every size alike (t(1) included) changes no ratio and triggers
+    #: nothing.
+    retime_above = 1.25
+    #: ... at most once per this many passes per size
+    retime_after = 32
 
     def choose(self, k: int, draft_min: int = 0) -> int:
         """The draft length in {0} ∪ [max(1, draft_min), k] with the highest expected rate.
@@ -306,7 +328,9 @@ class DraftLengthPolicy:
 
     def _exploration(self, k: int, lo: int, count: bool = True) -> int | None:
         """The draft length to return now instead of choosing one, or None: 0 when no
-        length is allowed (k < lo), else the length to time (see :meth:`choose`).
+        length is allowed (k < lo), else the length to time (see :meth:`choose`; also
+        every :attr:`refresh_every` decisions the size seen longest ago, and a size that
+        :attr:`retime_above` calls slowed down).
         ``count``: this is the round's decision (the refresh counts decisions)."""
         if k < lo:
             return 0
@@ -318,7 +342,12 @@ class DraftLengthPolicy:
         if not count:
             return None
         self._decisions += 1
+        pt = self.pass_times
+        sizes = range(lo + 1, k + 2)
         if self._decisions % self.refresh_every == 0:
-            stalest = min(range(lo + 1, k + 2), key=self.pass_times.last_seen)
-            return stalest - 1
+            return min(sizes, key=pt.last_seen) - 1
+        limit = self.retime_above * pt.slowdown(1)
+        slow = [n for n in sizes if pt.age(n) >= self.retime_after and pt.slowdown(n) > limit]
+        if slow:
+            return min(slow, key=pt.last_seen) - 1
         return None

@@ -93,8 +93,9 @@ class ModelBarWidget(QFrame):
         row.addWidget(self._caption("k"))
         self.k_spin = QSpinBox()
         self.k_spin.setRange(1, K_MAX)
-        self.k_spin.setValue(4)
-        self.k_spin.setToolTip("Draft length: tokens proposed per round")
+        self.k_spin.setValue(SpeculationConfig().draft_max)
+        self.k_spin.setToolTip("Draft length k: the most tokens proposed per round (adaptive: "
+                               "each round verifies only as many as pay on this machine)")
         row.addWidget(self.k_spin)
         self.adaptive_box = QCheckBox("adaptive")
         self.adaptive_box.setChecked(True)
@@ -247,6 +248,12 @@ class ModelBarWidget(QFrame):
 
     @Slot(int)
     def _on_mode_combo_current_index_changed(self, _index: int) -> None:
+        # k left at the previous drafter's default follows the new drafter's default
+        # (16 for the model-free drafters, 4 for a draft model: app.options)
+        self.k_spin.blockSignals(True)
+        shown = self._speculation.model_copy(update={"draft_max": self.k_spin.value()})
+        self.k_spin.setValue(shown.k_for(self.mode()))
+        self.k_spin.blockSignals(False)
         self._update_draft_button()
         self._emit()
 

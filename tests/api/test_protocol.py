@@ -52,6 +52,22 @@ def test_a_request_becomes_the_engines_configs() -> None:
     assert plain.prompt == "x" and plain.sampling.max_tokens == 512
 
 
+def test_another_drafter_without_a_k_gets_its_default_unless_the_servers_k_was_chosen() -> None:
+    def k(server: SpeculationConfig, speculation: dict[str, object]) -> int:
+        body = {"model": "m", "prompt": "x", "speculation": speculation}
+        return parse_completion_request(json.dumps(body).encode(), SamplingParams(), server,
+                                        max_tokens_default=8).speculation.draft_max
+
+    at_default = SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP)  # k = 16
+    assert k(at_default, {"mode": "draft-model"}) == 4
+    assert k(at_default, {"mode": "draft-model", "draft_max": 6}) == 6
+    assert k(at_default, {"mode": "suffix"}) == 16
+    assert k(SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP, draft_max=5),
+             {"mode": "draft-model"}) == 5  # the server's own choice
+    with pytest.raises(ApiError, match="speculation"):
+        k(at_default, {"mode": "telepathy"})
+
+
 @pytest.mark.parametrize(("body", "param", "code"), [
     ({"model": "m", "prompt": [1, 2, 3]}, "prompt", "unsupported_parameter"),
     ({"model": "m", "prompt": "x", "echo": True}, "echo", "unsupported_parameter"),

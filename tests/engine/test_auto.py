@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.auto import (
+    AUTO_KS,
     FLOOR,
     MARGIN,
     MIN_MEASURED_TOKENS,
@@ -52,7 +53,7 @@ def test_with_nothing_to_score_the_model_free_prior_runs_at_the_largest_k() -> N
     nothing = [DrafterEstimate(LOOKUP, {}), DrafterEstimate(SUFFIX, {})]
     c = choose_drafter(nothing, prior_k=4)
     assert (c.mode, c.draft_max, c.reason) == (SUFFIX, 4, "prior")
-    assert choose_drafter(nothing).draft_max == 8
+    assert choose_drafter(nothing).draft_max == max(AUTO_KS) == 16
     # an untried draft model's α = 1 hope is no evidence: the prior still runs first
     hopeful = DrafterEstimate(DRAFT, {4: 2.0}, optimistic=True)
     assert choose_drafter([*nothing, hopeful]).reason == "prior"

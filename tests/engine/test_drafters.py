@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.drafters import PromptLookupDrafter, common_prefix_length
+from app.engine.drafters import DraftModelDrafter, PromptLookupDrafter, common_prefix_length
 
 
 def test_proposes_what_followed_the_most_recent_match() -> None:
@@ -60,3 +60,40 @@ def test_common_prefix_length() -> None:
     assert common_prefix_length([1, 2, 3], [1, 2, 4]) == 2
     assert common_prefix_length([], [1]) == 0
     assert common_prefix_length([1, 2], [1, 2]) == 2
+
+
+class _ScriptedContext:
+    """A draft context whose next-token argmax follows a script (no model)."""
+
+    n_ctx = 64
+
+    def __init__(self, script: list[int], n_vocab: int = 8) -> None:
+        self.script, self.n_vocab, self.decoded = script, n_vocab, 0
+
+    def logits(self, _index: int):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        row = np.zeros(self.n_vocab, dtype=np.float32)
+        row[self.script[min(self.decoded, len(self.script) - 1)]] = 1.0
+        return row
+
+    def decode(self, tokens, _pos, logits="last") -> None:  # type: ignore[no-untyped-def]
+        self.decoded += 1 if len(tokens) == 1 else 0
+
+    def truncate(self, keep: int, _n: int) -> int:
+        return keep
+
+
+class _Vocab:
+    def is_eog(self, token: int) -> bool:
+        return token == 7
+
+
+def test_the_draft_model_stops_drafting_at_the_end_of_the_reply() -> None:
+    # nothing after an end-of-generation token can be emitted, so no forward pass of the
+    # draft is spent on it (the session then cuts the draft before that token)
+    ctx = _ScriptedContext([0, 3, 4, 7, 5, 6])  # after each decode: the next entry
+    d = DraftModelDrafter(_Vocab(), ctx)  # type: ignore[arg-type]
+    d._kv = [1, 2]  # the context is already in the draft's cache
+    assert d.draft([1, 2], 8) == [3, 4, 7]
+    assert d.forward_passes == 1 + 2  # re-evaluating the last context token, then 3 and 4

@@ -51,6 +51,52 @@ def test_a_size_the_policy_does_not_pick_is_timed_again_every_refresh_decisions(
     assert [picks[i] for i in forced] == [1, 2, 3, 4]
 
 
+def test_sizes_timed_while_the_machine_was_busy_are_timed_again_when_it_is_not() -> None:
+    """Passes timed during a burst of other work keep the estimates of the sizes the
+    policy then stops verifying high: with nothing to bring them down, speculation
+    stayed off long after the burst (retime_above)."""
+
+    def rounds(retime_above: float) -> list[int]:
+        times = PassTimes()
+        times.observe(1, 0.010)
+        policy = DraftLengthPolicy(times, prior_alpha=0.9)
+        policy.retime_above = retime_above
+        _timed(policy, times, 4)
+        for _ in range(12):  # the burst: every pass 3× slower, the one-token ones too
+            for n in range(1, 6):
+                times.observe(n, 3 * (0.010 + 0.002 * (n - 1)))
+        for _ in range(4):  # over: one-token passes are fast again at once
+            times.observe(1, 0.010)
+        verified = []
+        for _ in range(200):
+            d = policy.trim([None] * 4)
+            verified.append(d)
+            times.observe(d + 1, 0.010 + 0.002 * d)  # the machine is quiet now
+        return verified
+
+    stuck = rounds(float("inf"))
+    assert stuck[:50] == [0] * 50  # without the re-timing: no draft verified at all
+    back = rounds(DraftLengthPolicy.retime_above)
+    first = next(i for i, d in enumerate(back) if d)
+    assert first <= DraftLengthPolicy.retime_after
+    assert back[-20:] == [4] * 20  # drafting again at the length that pays
+
+
+def test_a_load_that_slows_every_size_alike_times_nothing_again() -> None:
+    times = PassTimes()
+    times.observe(1, 0.010)
+    policy = DraftLengthPolicy(times, prior_alpha=0.0)  # drafting never pays: d = 0
+    _timed(policy, times, 4)
+    for _ in range(12):
+        for n in range(1, 6):
+            times.observe(n, 2 * (0.010 + 0.002 * (n - 1)))
+    picks = []
+    for _ in range(4 * DraftLengthPolicy.retime_after):  # the load goes on
+        picks.append(policy.choose(4))
+        times.observe(picks[-1] + 1, 2 * (0.010 + 0.002 * picks[-1]))
+    assert picks == [0] * len(picks)
+
+
 def test_choose_then_trim_is_one_decision_and_keeps_a_length_chosen_to_time() -> None:
     # greedy free drafts are chosen, then cut (session.free_draft_rule: "both")
     times = PassTimes()

@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt, QThread
 from PySide6.QtWidgets import QApplication
 
 from app.engine.stats import SpecStats
+from app.options import SpeculationConfig
 from app.store import paths
 from app.store.history import HistoryStore
 from app.store.settings import LoadedSettings, Settings, load_settings, save_settings
@@ -23,6 +24,7 @@ from app.ui.chat.input_box import ChatInputWidget
 from app.ui.chat.markdown_render import render_markdown
 from app.ui.gauge.gauge_panel import REFRESH_MS, SpeculationGaugeWidget
 from app.ui.gauge.rolling import RollingRate
+from app.ui.model_bar import ModelBarWidget
 from tests.ui.conftest import running_threads
 
 REPO = Path(__file__).resolve().parents[2]
@@ -269,6 +271,23 @@ def test_sampling_and_speculation_settings_persist(qtbot) -> None:
         2, pytest.approx(0.4), 6)
     assert w.model_bar.speculation() == s.speculation  # both widgets hold the one config
     assert s.ui.tint_drafts is False and s.ui.window_geometry and s.ui.splitter_state
+
+
+def test_k_at_the_drafters_default_follows_the_drafter_and_a_chosen_k_stays(qtbot) -> None:
+    bar = ModelBarWidget()
+    qtbot.addWidget(bar)
+    seen: list[SpeculationConfig] = []
+    bar.speculation_changed.connect(seen.append)
+    bar.set_speculation(SpeculationConfig(mode="prompt-lookup"))
+    assert bar.k_spin.value() == 16
+    pick = bar.mode_combo.findData
+    bar.mode_combo.setCurrentIndex(pick("draft-model"))
+    assert bar.k_spin.value() == 4 and [s.draft_max for s in seen] == [4]  # one signal
+    bar.mode_combo.setCurrentIndex(pick("suffix"))
+    assert bar.k_spin.value() == 16 and seen[-1].mode == "suffix"
+    bar.k_spin.setValue(9)
+    bar.mode_combo.setCurrentIndex(pick("draft-model"))
+    assert bar.k_spin.value() == 9 and seen[-1].draft_max == 9  # the user's k is kept
 
 
 # -- the QThread guard ----------------------------------------------------------------

@@ -28,6 +28,7 @@ from app.catalog.curated import CuratedPair
 from app.catalog.library import Library
 from app.chat.events import UserError
 from app.formatting import format_bytes
+from app.options import SpecMode
 from app.store import paths
 from app.store.settings import Settings, load_settings, save_settings
 from app.ui.panels import MessageBarWidget
@@ -102,8 +103,9 @@ class ModelPickerWindow(QWidget):
         col.addWidget(self.message_bar)
         self.tabs = QTabWidget()
         self.tabs.setObjectName("pickerTabs")
-        self.library_tab = LibraryTabWidget(self.library, self.tasks,
-                                            draft_max=current.speculation.draft_max)
+        # the draft models' predicted speedups at the k a draft model would run with
+        k = current.speculation.k_for(SpecMode.DRAFT_MODEL)
+        self.library_tab = LibraryTabWidget(self.library, self.tasks, draft_max=k)
         self.catalog_tab = CatalogTabWidget(self.downloads, self.tasks, self.library, pairs=pairs)
         self.downloads_tab = DownloadsTabWidget(self.downloads)
         self.tabs.addTab(self.library_tab, "Library")
