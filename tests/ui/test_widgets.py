@@ -22,7 +22,13 @@ from app.store.settings import LoadedSettings, Settings, load_settings, save_set
 from app.ui.chat.chat_view import MessageView, MessageWidget, reply_footer
 from app.ui.chat.input_box import ChatInputWidget
 from app.ui.chat.markdown_render import render_markdown
-from app.ui.gauge.gauge_panel import REFRESH_MS, SpeculationGaugeWidget
+from app.ui.gauge.gauge_panel import (
+    MIN_LABEL_SIZE,
+    REFRESH_MS,
+    AcceptanceBarsWidget,
+    SpeculationGaugeWidget,
+    bar_labels,
+)
 from app.ui.gauge.rolling import RollingRate
 from app.ui.model_bar import ModelBarWidget
 from tests.ui.conftest import running_threads
@@ -271,6 +277,24 @@ def test_sampling_and_speculation_settings_persist(qtbot) -> None:
         2, pytest.approx(0.4), 6)
     assert w.model_bar.speculation() == s.speculation  # both widgets hold the one config
     assert s.ui.tint_drafts is False and s.ui.window_geometry and s.ui.splitter_state
+
+
+def test_bar_labels_never_run_into_each_other_at_large_k(qtbot) -> None:
+    # wide slots: values at the font's size, every position numbered
+    assert bar_labels(40.0, 20.0, 10.0, 9.0) == (9.0, 1)
+    # 16 bars in a narrow panel: values shrink to fit, numbers every other bar
+    size, step = bar_labels(18.0, 20.0, 12.0, 9.0)
+    assert size is not None and MIN_LABEL_SIZE <= size < 9.0 and 20.0 * size / 9.0 <= 18.0
+    assert step == 1 and bar_labels(14.0, 20.0, 12.0, 9.0)[1] == 2
+    # k = 64: too narrow for any value; the tooltip carries them
+    assert bar_labels(4.0, 20.0, 12.0, 9.0) == (None, 4)
+    bars = AcceptanceBarsWidget()
+    qtbot.addWidget(bars)
+    bars.resize(300, 74)
+    bars.set_positions([9] * 16, [10] * 15 + [0])
+    assert bars.grab().width() == 300  # paints
+    tip = bars.toolTip().splitlines()
+    assert len(tip) == 15 and tip[0] == "position 1: 90 % accepted (9 of 10)"
 
 
 def test_k_at_the_drafters_default_follows_the_drafter_and_a_chosen_k_stays(qtbot) -> None:

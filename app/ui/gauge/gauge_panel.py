@@ -14,11 +14,12 @@ same target in this run of the app (until there is one, the panel says so).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPen, QPolygonF
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPaintEvent, QPen, QPolygonF
 from PySide6.QtWidgets import (
     QCheckBox,
     QFrame,
@@ -56,6 +57,34 @@ def alpha_text(s: SpecStats, streaming: bool) -> str:
     return f"{alpha * 100:.0f}%  ({s.accepted}/{s.verified})"
 
 
+#: below this font size (points, or pixels for a pixel-sized font) the bar values are
+#: left to the tooltip
+MIN_LABEL_SIZE = 6.0
+
+
+def bar_labels(slot: float, value_width: float, number_width: float, font_size: float
+               ) -> tuple[float | None, int]:
+    """How to label bars ``slot`` pixels apart so that labels never run into each other.
+
+    Args:
+        slot: pixels per bar; value_width: width of "100" in the font; number_width:
+            width of the largest position number; font_size: the font's size.
+
+    Returns:
+        (font size for the values, shrunk to fit their slot; None below
+        :data:`MIN_LABEL_SIZE`: no values, the tooltip has them; write the position
+        numbers 1, 1 + step, 1 + 2·step, …).
+    """
+    value_size: float | None = font_size
+    need = value_width + 3
+    if slot < need:
+        value_size = font_size * slot / need
+        if value_size < MIN_LABEL_SIZE:
+            value_size = None
+    step = max(1, math.ceil((number_width + 4) / slot)) if slot > 0 else 1
+    return value_size, step
+
+
 class AcceptanceBarsWidget(QWidget):
     """Acceptance rate per draft position 1..k as small vertical bars (0–100 %)."""
 
@@ -69,6 +98,10 @@ class AcceptanceBarsWidget(QWidget):
         """Per-position counts from :class:`SpecStats`; a position never verified is None."""
         self._rates = [a / v if v else None
                        for a, v in zip(accepted_at, verified_at, strict=False)]
+        self.setToolTip("\n".join(
+            f"position {i + 1}: {rate * 100:.0f} % accepted ({a} of {v})"
+            for i, (rate, a, v) in enumerate(zip(self._rates, accepted_at, verified_at))
+            if rate is not None))
         self.update()
 
     @property
@@ -90,17 +123,33 @@ class AcceptanceBarsWidget(QWidget):
             return
         slot = chart.width() / n
         bar_w = min(28.0, slot * 0.7)
+        base = p.font()
+        fm = QFontMetricsF(base)
+        size = base.pointSizeF() if base.pointSizeF() > 0 else float(base.pixelSize())
+        value_size, step = bar_labels(slot, fm.horizontalAdvance("100"),
+                                      fm.horizontalAdvance(str(n)), size)
+        value_font = QFont(base)
+        if value_size is not None and value_size != size:
+            if base.pointSizeF() > 0:
+                value_font.setPointSizeF(value_size)
+            else:
+                value_font.setPixelSize(max(1, round(value_size)))
+        show_values = value_size is not None
         for i, rate in enumerate(self._rates):
             x = chart.left() + i * slot + (slot - bar_w) / 2
             if rate is not None:
                 h = chart.height() * rate
                 p.fillRect(QRectF(x, chart.bottom() - h, bar_w, h), _DRAFT)
-                p.setPen(QColor("#4a5568"))
-                p.drawText(QRectF(x - 8, r.top(), bar_w + 16, label_h),
-                           Qt.AlignmentFlag.AlignCenter, f"{rate * 100:.0f}")
-            p.setPen(_MUTED)
-            p.drawText(QRectF(x - 8, chart.bottom() + 1, bar_w + 16, label_h),
-                       Qt.AlignmentFlag.AlignCenter, str(i + 1))
+                if show_values:
+                    p.setFont(value_font)
+                    p.setPen(QColor("#4a5568"))
+                    p.drawText(QRectF(x - (slot - bar_w) / 2, r.top(), slot, label_h),
+                               Qt.AlignmentFlag.AlignCenter, f"{rate * 100:.0f}")
+                    p.setFont(base)
+            if i % step == 0:
+                p.setPen(_MUTED)
+                p.drawText(QRectF(x - 8, chart.bottom() + 1, bar_w + 16, label_h),
+                           Qt.AlignmentFlag.AlignCenter, str(i + 1))
 
 
 class SparklineWidget(QWidget):
