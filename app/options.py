@@ -14,6 +14,7 @@ validate (pydantic's ``model_copy(update=…)`` does not).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -90,7 +91,11 @@ DRAFT_MODEL_K = 4
 
 def default_draft_max(mode: SpecMode | str) -> int:
     """The draft length k a configuration of this drafter gets unless one is given:
-    :data:`DRAFT_MODEL_K` for the draft model, :data:`FREE_DRAFTER_K` otherwise."""
+    :data:`DRAFT_MODEL_K` for the draft model, :data:`FREE_DRAFTER_K` otherwise.
+
+    Raises:
+        ValueError: ``mode`` is no :class:`SpecMode` value.
+    """
     return DRAFT_MODEL_K if SpecMode(mode) is SpecMode.DRAFT_MODEL else FREE_DRAFTER_K
 
 
@@ -142,7 +147,7 @@ class SpeculationConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _default_k_of_the_drafter(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "draft_max" not in data:
+        if isinstance(data, Mapping) and "draft_max" not in data:
             try:
                 return {**data, "draft_max": default_draft_max(data.get("mode", SpecMode.OFF))}
             except (ValueError, TypeError):

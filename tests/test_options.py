@@ -45,9 +45,13 @@ def test_k_not_given_is_the_drafters_default_and_a_given_k_is_kept() -> None:
         assert SpeculationConfig.model_validate({"mode": mode.value}).draft_max == want
         assert SpeculationConfig(mode=mode, draft_max=7).draft_max == 7
     # a stored configuration keeps its k; changing the drafter keeps an explicit k
-    stored = SpeculationConfig(mode=SpecMode.SUFFIX, draft_max=4)
-    assert SpeculationConfig.model_validate_json(stored.model_dump_json()).draft_max == 4
-    assert stored.with_changes(mode=SpecMode.DRAFT_MODEL).draft_max == 4
+    stored = SpeculationConfig(mode=SpecMode.SUFFIX, draft_max=7)
+    assert SpeculationConfig.model_validate_json(stored.model_dump_json()).draft_max == 7
+    assert stored.with_changes(mode=SpecMode.DRAFT_MODEL).draft_max == 7
+    # k_for: a default k follows the drafter, a chosen one stays
+    assert stored.k_for(SpecMode.DRAFT_MODEL) == 7
+    assert SpeculationConfig(mode=SpecMode.SUFFIX).k_for(SpecMode.DRAFT_MODEL) == 4
+    assert SpeculationConfig(mode=SpecMode.DRAFT_MODEL).k_for("prompt-lookup") == 16
     with pytest.raises(ValueError, match="mode"):
         SpeculationConfig.model_validate({"mode": "telepathy"})
 

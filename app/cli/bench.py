@@ -57,8 +57,8 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="builtin:code, builtin:chat, builtin:agent (multi-turn), or a "
                         ".json/.jsonl/.txt file (builtin:code)")
     p.add_argument("--k", type=draft_lengths_arg, default=None, metavar="K[,K…]",
-                   help="draft lengths to compare with off, e.g. 1,3,5,8 (the drafter's "
-                        "default: 16, or 4 with --draft)")
+                   help="draft lengths to compare with off, e.g. 1,3,5,8 (default 16; 4 "
+                        "for a draft model)")
     p.add_argument("--repeat", type=int, default=3, help="runs per prompt and configuration (3)")
     p.add_argument("--max-tokens", type=int, default=128, help="reply tokens per run (128)")
     p.add_argument("--format", choices=("auto", "plain", "chat"), default="auto",

@@ -65,7 +65,7 @@ def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_model_args(p, n_ctx=4096)
     p.add_argument("--no-spec", action="store_true", help="decode without speculation")
     p.add_argument("--draft-max", type=int, default=None, metavar="K",
-                   help="draft length k (the drafter's default: 16, or 4 with --draft)")
+                   help="draft length k (default 16; 4 for a draft model)")
     add_drafting_args(p)
     p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (0)")
     p.add_argument("--top-k", type=int, default=40)

@@ -39,7 +39,7 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_model_args(p, n_ctx=4096)
     p.add_argument("--draft-max", type=int, default=None, metavar="K",
-                   help="draft length k (the drafter's default: 16, or 4 with --draft)")
+                   help="draft length k (default 16; 4 for a draft model)")
     add_drafting_args(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (8080; 0: any free port)")

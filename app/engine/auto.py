@@ -59,6 +59,8 @@ MARGIN = 1.03
 MIN_MEASURED_TOKENS = 32
 #: draft lengths auto chooses among (capped by the configuration's draft_max)
 AUTO_KS: tuple[int, ...] = (2, 4, 8, 16)
+#: the longest of :data:`AUTO_KS` auto prices a draft model at
+DRAFT_MODEL_AUTO_K_MAX = 8
 #: the drafters auto chooses among, in order of preference at equal scores
 CANDIDATES: tuple[SpecMode, ...] = (SpecMode.SUFFIX, SpecMode.PROMPT_LOOKUP,
                                     SpecMode.DRAFT_MODEL)
@@ -276,12 +278,15 @@ def estimate_drafters(
         out.append(with_measured(mode, predicted))
 
     t_draft = session.draft_step_time() if session.draft_model is not None else None
+    # a draft model pays a forward pass per draft token: priced at the lengths auto
+    # offered it before k = 16 was added for the model-free drafters
+    draft_ks = tuple(k for k in ks if k <= DRAFT_MODEL_AUTO_K_MAX) or ks[:1]
     if t_draft is not None and t1:
         verified = sum(o.verified for o in observations if o.mode is SpecMode.DRAFT_MODEL)
         accepted = sum(o.accepted for o in observations if o.mode is SpecMode.DRAFT_MODEL)
         alpha = accepted / verified if verified else 1.0
         predicted = {}
-        for k in ks:
+        for k in draft_ks:
             tk = session.pass_time(k + 1)
             if tk:
                 predicted[k] = expected_tokens_per_round(alpha, k) * t1 / (tk + k * t_draft)

@@ -58,6 +58,7 @@ class PassTimes:
         self.up = up
         self._t: dict[int, float] = {}
         self._best: dict[int, float] = {}
+        self._restart: set[int] = set()
         self._n: dict[int, int] = {}
         self._seen: dict[int, int] = {}
         self._tick = 0
@@ -77,6 +78,9 @@ class PassTimes:
         else:
             w = self.down if seconds < old else self.up
             self._t[n_tokens] = old + w * (seconds - old)
+        if n_tokens in self._restart:
+            self._restart.discard(n_tokens)
+            self._t[n_tokens] = self._best[n_tokens] = seconds
         self._best[n_tokens] = min(seconds, self._best.get(n_tokens, seconds))
         self._n[n_tokens] = count + 1
         self._tick += 1
@@ -86,12 +90,19 @@ class PassTimes:
         """When this size was last observed (observation counter; 0: never)."""
         return self._seen.get(n_tokens, 0)
 
-    def age(self, n_tokens: int) -> int:
-        """Passes observed (of any size) since this size was last observed."""
-        return self._tick - self._seen.get(n_tokens, 0)
+    @property
+    def ticks(self) -> int:
+        """Passes observed so far, of any size (the clock of :meth:`last_seen`)."""
+        return self._tick
+
+    def restart(self, n_tokens: int) -> None:
+        """The next observation of this size replaces its estimate and its fastest pass
+        (a re-timing: what was timed before no longer counts)."""
+        self._restart.add(n_tokens)
 
     def slowdown(self, n_tokens: int) -> float:
-        """This size's estimate ÷ its fastest observation (1.0 when never observed)."""
+        """This size's estimate ÷ its fastest observation since it was first timed or
+        last :meth:`restart`-ed (1.0 when never observed)."""
         best = self._best.get(n_tokens)
         return self._t[n_tokens] / best if best else 1.0
 
@@ -153,7 +164,10 @@ class DraftLengthPolicy:
         self.revert = revert
         self.draft_step_time = 0.0
         self._decisions = 0
-        self._chose_to_time = False  # the latest choose() returned a length to time
+        #: the length the latest choose() returned to time a batch size (None: it chose)
+        self._timing: int | None = None
+        #: per batch size, when (PassTimes.ticks) it was last asked for to be re-timed
+        self._retimed: dict[int, int] = {}
         #: per token key: (accepted, verified), exponentially forgotten
         self._cells: dict[Hashable, tuple[float, float]] = {}
 
@@ -247,7 +261,8 @@ class DraftLengthPolicy:
     #: A load that slows every size alike (t(1) included) changes no ratio and triggers
     #: nothing.
     retime_above = 1.25
-    #: ... at most once per this many passes per size
+    #: ... at most once per this many passes per size (counted from its last pass, or
+    #: from when it was last asked for: a drafter may propose less than was asked)
     retime_after = 32
 
     def choose(self, k: int, draft_min: int = 0) -> int:
@@ -261,13 +276,15 @@ class DraftLengthPolicy:
 
         Until every batch size d + 1 for the allowed d has been timed
         :attr:`min_observations` times, the smallest untimed one is chosen instead
-        (exploration: at most about 2k rounds per session, since the times are shared by
-        all replies). Before the one-token pass is timed, k is returned; 0 when no
-        allowed length exists (k < draft_min).
+        (exploration; the times are shared by all replies of a session). A drafter that
+        proposes less than asked (a free drafter) times a size only when a draft reaches
+        it, so until then this returns that length as a ceiling, and :meth:`trim` cuts
+        the shorter drafts as usual. Before the one-token pass is timed, k is returned;
+        0 when no allowed length exists (k < draft_min).
         """
         lo = max(1, draft_min)
         forced = self._exploration(k, lo)
-        self._chose_to_time = forced is not None
+        self._timing = forced
         if forced is not None:
             return forced
         base = self.expected_rate(0)
@@ -288,8 +305,9 @@ class DraftLengthPolicy:
                 counts (None, for one) is estimated by α̂ alone (:meth:`acceptance`).
             draft_min: as in :meth:`choose`.
             after_choose: :meth:`choose` already set this round's length: its decision
-                is the round's one (:attr:`refresh_every` counts rounds), and a length it
-                chose to time a batch size is kept whole.
+                is the round's one (:attr:`refresh_every` counts rounds), and a draft as
+                long as the length it chose to time a batch size is kept whole (a
+                shorter one cannot time that size and is cut as any other).
 
         Returns the d in {0} ∪ [max(1, draft_min), len(keys)] with the highest
         E(d) / t(d + 1) (module doc), provided it beats plain decoding's 1 / t(1) by
@@ -301,7 +319,7 @@ class DraftLengthPolicy:
         """
         k = len(keys)
         lo = max(1, draft_min)
-        if after_choose and self._chose_to_time and k >= lo:
+        if after_choose and self._timing is not None and k == self._timing and k >= lo:
             return k
         forced = self._exploration(k, lo, count=not after_choose)
         if forced is not None:
@@ -347,7 +365,12 @@ class DraftLengthPolicy:
         if self._decisions % self.refresh_every == 0:
             return min(sizes, key=pt.last_seen) - 1
         limit = self.retime_above * pt.slowdown(1)
-        slow = [n for n in sizes if pt.age(n) >= self.retime_after and pt.slowdown(n) > limit]
+        slow = [n for n in sizes
+                if pt.ticks - max(pt.last_seen(n), self._retimed.get(n, 0)) >= self.retime_after
+                and pt.slowdown(n) > limit]
         if slow:
-            return min(slow, key=pt.last_seen) - 1
+            n = min(slow, key=pt.last_seen)
+            self._retimed[n] = pt.ticks
+            pt.restart(n)  # a lasting change of this size's cost is then taken as it is
+            return n - 1
         return None

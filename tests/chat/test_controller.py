@@ -263,6 +263,24 @@ def test_choosing_the_draft_model_mode_loads_the_draft_or_asks_for_one(rig: Rig,
     assert isinstance(rig.pump.seen[-1], JobFailed) and rig.view.errors[-1].origin == "draft"
 
 
+def test_a_model_choice_gives_the_drafter_its_default_k_unless_k_was_chosen(
+        rig: Rig, tmp_path: Path) -> None:
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(b"GGUF")
+    assert rig.settings.speculation.draft_max == 16  # a new user's prompt lookup
+    rig.c.use_models(rig.target, draft, SpecMode.DRAFT_MODEL)
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert (rig.settings.speculation.mode, rig.settings.speculation.draft_max) == (
+        SpecMode.DRAFT_MODEL, 4)
+    rig.c.use_models(rig.target, None, SpecMode.SUFFIX)
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.settings.speculation.draft_max == 16
+    rig.c.set_speculation(rig.settings.speculation.with_changes(draft_max=9))
+    rig.c.use_models(rig.target, draft, SpecMode.DRAFT_MODEL)
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.settings.speculation.draft_max == 9  # the user's k stays
+
+
 def test_deleting_the_conversation_of_a_streaming_reply_stops_it_cleanly(rig: Rig) -> None:
     rig.script.gate = threading.Event()
     rig.c.send_message("go")

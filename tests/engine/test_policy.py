@@ -82,6 +82,45 @@ def test_sizes_timed_while_the_machine_was_busy_are_timed_again_when_it_is_not()
     assert back[-20:] == [4] * 20  # drafting again at the length that pays
 
 
+def test_a_lasting_change_of_one_sizes_cost_is_timed_again_once() -> None:
+    times = PassTimes()
+    times.observe(1, 0.010)
+    policy = DraftLengthPolicy(times, prior_alpha=0.0)  # drafting never pays: d = 0
+    _timed(policy, times, 4)
+    for _ in range(12):  # from now on a 5-token pass costs twice as much
+        times.observe(5, 2 * 0.018)
+    forced = []
+    for i in range(20 * DraftLengthPolicy.retime_after):
+        d = policy.choose(4)
+        forced += [i] if d else []
+        times.observe(d + 1, 2 * 0.018 if d == 4 else 0.010 + 0.002 * d)
+    # re-timed once, then taken as it is (not every retime_after passes for ever); the
+    # refresh (every refresh_every decisions) comes on top
+    assert len(forced) == 1 + 20 * DraftLengthPolicy.retime_after // policy.refresh_every
+
+
+def test_a_size_asked_for_but_not_reached_is_not_asked_for_every_round() -> None:
+    # greedy free drafts ("both"): choose() asks for a length to re-time a slow size, but
+    # the drafter proposes less; the short draft is cut as usual, and the size is not
+    # asked for again before retime_after passes
+    times = PassTimes()
+    times.observe(1, 0.010)
+    policy = DraftLengthPolicy(times, prior_alpha=0.9)
+    _timed(policy, times, 8)
+    for _ in range(12):
+        times.observe(9, 3 * 0.026)  # the burst hit only the 9-token passes
+    asked, cut = [], []
+    for _ in range(4 * DraftLengthPolicy.retime_after):
+        d = policy.choose(8)
+        asked.append(d)
+        draft = min(d, 3)  # the drafter has 3 tokens
+        v = policy.trim([None] * draft, after_choose=True) if draft else 0
+        cut.append(v)
+        times.observe(v + 1, 0.010 + 0.002 * v)
+    assert 1 <= asked.count(8) <= 4  # once per retime_after passes at most
+    assert max(cut) <= 3
+
+
 def test_a_load_that_slows_every_size_alike_times_nothing_again() -> None:
     times = PassTimes()
     times.observe(1, 0.010)

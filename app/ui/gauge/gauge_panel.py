@@ -67,8 +67,9 @@ def bar_labels(slot: float, value_width: float, number_width: float, font_size: 
     """How to label bars ``slot`` pixels apart so that labels never run into each other.
 
     Args:
-        slot: pixels per bar; value_width: width of "100" in the font; number_width:
-            width of the largest position number; font_size: the font's size.
+        slot: pixels per bar; value_width: width of "100" in the font, pixels;
+            number_width: width of the largest position number, pixels; font_size: the
+            font's size (points, or pixels for a pixel-sized font; the result's unit).
 
     Returns:
         (font size for the values, shrunk to fit their slot; None below

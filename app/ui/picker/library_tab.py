@@ -44,7 +44,7 @@ from app.chat.events import UserError
 from app.engine.stats import predicted_speedup
 from app.errors import TandemError
 from app.formatting import format_bytes, format_parameters
-from app.options import SpecMode
+from app.options import DRAFT_MODEL_K, SpecMode
 from app.ui.picker.formatting import (
     ASSUMED_ACCEPTANCE_RATE,
     format_cost_ratio,
@@ -169,7 +169,7 @@ class LibraryTabWidget(QWidget):
     failed = Signal(object)
     """UserError: a scan, an added file or folder, or the draft ranking failed."""
 
-    def __init__(self, library: Library, tasks: QThreadPool, *, draft_max: int = 4,
+    def __init__(self, library: Library, tasks: QThreadPool, *, draft_max: int = DRAFT_MODEL_K,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.library = library

@@ -249,6 +249,7 @@ class RaceWindow(QMainWindow):
                                        SpecMode.DRAFT_MODEL)
         idx = self.drafter_combo.findData(self._speculation.mode)
         self.drafter_combo.setCurrentIndex(max(0, idx))
+        self._shown_drafter = SpecMode(self.drafter_combo.currentData())
         row.addWidget(self.drafter_combo)
         row.addWidget(QLabel("k"))
         self.k_spin = QSpinBox()
@@ -410,6 +411,11 @@ class RaceWindow(QMainWindow):
                           temperature: float | None = None, max_tokens: int | None = None,
                           drafter: str | None = None, adaptive: bool | None = None) -> None:
         """Set the race's controls from code (tests, the standalone launcher)."""
+        if drafter is not None:  # first: a drafter change moves a default k
+            idx = self.drafter_combo.findData(drafter)
+            if idx < 0:
+                raise ValueError(f"drafter {drafter!r} is not available")
+            self.drafter_combo.setCurrentIndex(idx)
         if k is not None:
             self.k_spin.setValue(k)
         if adaptive is not None:
@@ -420,11 +426,6 @@ class RaceWindow(QMainWindow):
             self.temp_spin.setValue(temperature)
         if max_tokens is not None:
             self.max_spin.setValue(max_tokens)
-        if drafter is not None:
-            idx = self.drafter_combo.findData(drafter)
-            if idx < 0:
-                raise ValueError(f"drafter {drafter!r} is not available")
-            self.drafter_combo.setCurrentIndex(idx)
 
     def controls_state(self) -> dict[str, object]:
         """What the user set here (prompt, drafter, k, adaptive, seed, temperature, max
@@ -734,6 +735,14 @@ class RaceWindow(QMainWindow):
 
     @Slot(int)
     def _on_drafter_combo_current_index_changed(self, _index: int) -> None:
+        # k left at the previous drafter's default follows the new drafter's (16 ↔ 4)
+        new = SpecMode(self.drafter_combo.currentData())
+        shown = self._speculation.model_copy(
+            update={"mode": self._shown_drafter, "draft_max": self.k_spin.value()})
+        self._shown_drafter = new
+        self.k_spin.blockSignals(True)
+        self.k_spin.setValue(shown.k_for(new))
+        self.k_spin.blockSignals(False)
         self._update_on_subtitle()
 
     @Slot(int)

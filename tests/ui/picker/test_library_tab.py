@@ -128,6 +128,7 @@ def test_choice_is_saved_and_signalled(qtbot, picker: ModelPickerWindow) -> None
     s = load_settings().settings
     assert (s.model.target_path, s.model.draft_path, s.speculation.mode) == (
         chosen.target_path, copy, "draft-model")
+    assert s.speculation.draft_max == 4  # the draft model's default k, not prompt lookup's
     assert not picker.isVisible()  # "Use these models" closes the picker
 
 

@@ -97,6 +97,18 @@ def test_speculation_off_in_the_chat_races_with_prompt_lookup(qtbot, tiny_bridge
     w.close()
 
 
+def test_the_race_drafter_keeps_a_chosen_k_and_settings_set_the_drafter_first(
+        qtbot, tiny_bridge: ServiceBridge) -> None:  # type: ignore[no-untyped-def]
+    w = _open(qtbot, tiny_bridge, speculation=SpeculationConfig(mode="prompt-lookup"))
+    assert w.speculation().draft_max == 16  # the model-free drafters' default
+    w.k_spin.setValue(7)
+    w.drafter_combo.setCurrentIndex(w.drafter_combo.findData("suffix"))
+    assert (w.speculation().mode, w.speculation().draft_max) == ("suffix", 7)
+    w.set_race_settings(drafter="prompt-lookup", k=5)
+    assert (w.speculation().mode, w.speculation().draft_max) == ("prompt-lookup", 5)
+    w.close()
+
+
 # -- tiny model: sweep and lookup ------------------------------------------------------
 def test_k_sweep_gives_one_point_per_k_and_applies_the_best(qtbot, tiny_bridge: ServiceBridge) -> None:
     w = _open(qtbot, tiny_bridge, prompt="▁def ▁x ( ▁y ) : ▁return ▁y",
