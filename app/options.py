@@ -80,8 +80,9 @@ _TEXTS: dict[SpecMode, tuple[str, str]] = {
 #: 2.032× plain, builtin:code 1.962× against 1.855×, builtin:chat 1.655× against 1.608×,
 #: builtin:chat at temperature 0.8 1.044× against 1.045×; timed in one run each
 #: (python -m app bench --suffix --k 8,16 --repeat 3, docs/closing-note-round7.md)
-#: builtin:agent 1.972× against 1.947× (ratio of median reply rates), builtin:code
-#: 1.725× against 1.658×.
+#: builtin:code 1.725× against 1.658× (ratio of median reply rates), builtin:chat
+#: greedy 1.356× against 1.325×; builtin:agent even within noise (1.972× against 1.947×
+#: in one run, 1.943× against 2.019× in another).
 FREE_DRAFTER_K = 16
 #: The draft length k of a draft model: every draft token is a forward pass of the
 #: draft, and a round whose draft is rejected early wastes them (llama.cpp's default for
