@@ -184,7 +184,13 @@ class SpeculationConfig(BaseModel):
         return self.draft_max
 
     def with_changes(self, **changes: Any) -> SpeculationConfig:
-        """A copy with ``changes`` applied and validated (raises ValueError)."""
+        """A copy with ``changes`` applied and validated (raises ValueError). Another
+        ``mode`` without a ``draft_max`` takes the k :meth:`k_for` keeps."""
+        if "mode" in changes and "draft_max" not in changes:
+            try:
+                changes["draft_max"] = self.k_for(changes["mode"])
+            except (ValueError, TypeError):
+                pass  # an unknown mode: validation names it
         return _with_changes(self, changes)
 
 

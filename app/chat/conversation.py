@@ -400,8 +400,7 @@ class ChatController:
             self.load_model(target)
         elif info.draft_path != draft:
             self.set_draft_model(draft)
-        spec = self.settings.speculation
-        self.set_speculation(spec.with_changes(mode=mode, draft_max=spec.k_for(mode)))
+        self.set_speculation(self.settings.speculation.with_changes(mode=mode))
 
     def prepare_demo(self, key: str = DEFAULT_DEMO.key) -> None:
         """First run: write a demo model (default SmolLM2 135M Instruct; ``gemma3`` for
@@ -409,9 +408,7 @@ class ChatController:
         bundle's copy is loaded in place)."""
         model = find_demo(key)
         dest = bundled_demo_path(model) or paths.models_dir() / model.file
-        spec = self.settings.speculation
-        self.set_speculation(spec.with_changes(mode=SpecMode.PROMPT_LOOKUP,
-                                               draft_max=spec.k_for(SpecMode.PROMPT_LOOKUP)))
+        self.set_speculation(self.settings.speculation.with_changes(mode=SpecMode.PROMPT_LOOKUP))
         if dest.is_file():
             self.load_model(dest)
             return

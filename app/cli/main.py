@@ -53,7 +53,6 @@ from app.cli.options import (
 from app.cli.json_output import print_json
 from app.cli.report import reply_stats_line
 from app.errors import TandemError
-from app.options import default_draft_max
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -99,8 +98,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     mode = drafter_mode(args, off=args.no_spec)
     try:
         PromptOptions(prompt=args.prompt, chat=args.chat, system=args.system)
-        k = default_draft_max(mode) if args.draft_max is None else args.draft_max
-        [spec] = speculation_configs(args, mode, [k])
+        [spec] = speculation_configs(args, mode, [args.draft_max])
         sampling = SamplingParams(
             temperature=args.temp,
             top_k=args.top_k,

@@ -130,12 +130,14 @@ def option_error(exc: ValidationError) -> TandemError:
     return TandemError(f"Invalid option {name}: {msg}." if name else f"Invalid options: {msg}.")
 
 
-def speculation_configs(args: argparse.Namespace, mode: SpecMode, ks: Sequence[int]) -> list[SpeculationConfig]:
-    """One SpeculationConfig per draft length k (pydantic errors propagate as ValueError)."""
+def speculation_configs(args: argparse.Namespace, mode: SpecMode,
+                        ks: Sequence[int | None]) -> list[SpeculationConfig]:
+    """One SpeculationConfig per draft length k; None: the drafter's default k
+    (:func:`app.options.default_draft_max`). Pydantic errors propagate as ValueError."""
     return [
         SpeculationConfig(
             mode=mode,
-            draft_max=k,
+            **({} if k is None else {"draft_max": k}),
             draft_min=args.draft_min,
             draft_p_min=args.draft_p_min,
             ngram_min=args.ngram_min,

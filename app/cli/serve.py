@@ -22,7 +22,6 @@ from app.cli.options import (
     speculation_configs,
 )
 from app.errors import TandemError
-from app.options import default_draft_max
 
 
 def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,8 +64,7 @@ def run_serve(args: argparse.Namespace) -> int:
     check_address(args.host, args.api_key)
     mode = drafter_mode(args)
     try:
-        k = default_draft_max(mode) if args.draft_max is None else args.draft_max
-        [spec] = speculation_configs(args, mode, [k])
+        [spec] = speculation_configs(args, mode, [args.draft_max])
         config = session_config(args, mode)
         extra = {} if args.max_body_bytes is None else {"max_body_bytes": args.max_body_bytes}
         settings = ApiSettings(sampling=SamplingParams(), speculation=spec,

@@ -12,7 +12,7 @@ the machine (taken on a busy one: not figures for the record).
 """
 from __future__ import annotations
 
-from shots import make_shot, open_main_window, scratch_home, wait
+from shots import CODE_EDIT_TURNS, converse, make_shot, open_main_window, scratch_home
 
 ROOT, OUT = scratch_home("issue14")
 
@@ -32,11 +32,7 @@ def main() -> None:
     s.sampling = SamplingParams(temperature=0.0, max_tokens=120)
     s.speculation = SpeculationConfig(mode=SpecMode.AUTO, draft_max=8)
     app, w = open_main_window(s)
-    w.new_conversation()
-    for text in ("Write a Python function add(a, b) that returns a + b, with a docstring.",
-                 "Rename it to add_numbers and keep everything else the same."):
-        assert w.send_message(text)
-        wait(lambda: w.controller.reply is None)
+    converse(w, CODE_EDIT_TURNS)
     shot("auto-conversation.png")
     w.model_bar.mode_combo.showPopup()
     shot("drafter-picker.png")

@@ -11,7 +11,7 @@ speeds shown depend on the machine (not figures for the record).
 """
 from __future__ import annotations
 
-from shots import make_shot, open_main_window, scratch_home, wait
+from shots import CODE_EDIT_TURNS, converse, make_shot, open_main_window, scratch_home
 
 ROOT, OUT = scratch_home("round7")
 
@@ -31,11 +31,7 @@ def main() -> None:
     s.sampling = SamplingParams(temperature=0.0, max_tokens=120)
     app, w = open_main_window(s)
     assert w.model_bar.k_spin.value() == 16
-    w.new_conversation()
-    for text in ("Write a Python function add(a, b) that returns a + b, with a docstring.",
-                 "Rename it to add_numbers and keep everything else the same."):
-        assert w.send_message(text)
-        wait(lambda: w.controller.reply is None)
+    converse(w, CODE_EDIT_TURNS)
     shot("default-k16.png")
     w.close()
     app.quit()

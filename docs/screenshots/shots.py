@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -80,3 +80,16 @@ def open_main_window(settings: Settings) -> tuple[QApplication, MainWindow]:
     w.show()
     wait(lambda: w.controller.model_info is not None)
     return app, w
+
+
+#: a two-turn code conversation where lookup drafts well: a function, then an edit of it
+CODE_EDIT_TURNS = ("Write a Python function add(a, b) that returns a + b, with a docstring.",
+                   "Rename it to add_numbers and keep everything else the same.")
+
+
+def converse(w: MainWindow, turns: Sequence[str]) -> None:
+    """Start a new conversation in ``w`` and send each turn, waiting for its reply."""
+    w.new_conversation()
+    for text in turns:
+        assert w.send_message(text)
+        wait(lambda: w.controller.reply is None)

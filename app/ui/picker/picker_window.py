@@ -186,8 +186,7 @@ class ModelPickerWindow(QWidget):
         s = self.settings if self.settings is not None else load_settings().settings
         s.model.target_path = chosen.target_path
         s.model.draft_path = chosen.draft_path
-        m = chosen.speculation_mode
-        s.speculation = s.speculation.with_changes(mode=m, draft_max=s.speculation.k_for(m))
+        s.speculation = s.speculation.with_changes(mode=chosen.speculation_mode)
         try:
             save_settings(s)
         except OSError as exc:
