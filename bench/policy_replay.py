@@ -138,16 +138,22 @@ def stop_cut(model: LlamaModel, turn: dict[str, Any]) -> tuple[bool, Callable[[i
 def replay_set(turns: list[dict[str, Any]], times: dict[int, float], model: LlamaModel, *,
                drafter_kind: str, rule: ReplayRule, k: int, min_prob: float, n_predict: int,
                margin: float, repeat: int = 1, cut: bool = True,
-               key_revert: float = DraftLengthPolicy.key_revert) -> list[PolicyReplay]:
+               key_revert: float = DraftLengthPolicy.key_revert,
+               cold: bool = False) -> list[PolicyReplay]:
     """One rule over the whole set ``repeat`` times, one replay per turn and repeat.
 
     History is shared across turns in recorded order and the reply index restarts empty
     each repeat, while the policy carries over, as in one ``bench`` session. ``model``:
     the target's vocabulary (which replies ended with the end-of-generation token, and
-    the engine's cut of drafts before the end of the reply; ``cut`` False: no cut)."""
+    the engine's cut of drafts before the end of the reply; ``cut`` False: no cut).
+    ``cold``: the policy starts as in a freshly loaded session, with only the one-token
+    pass timed (as :meth:`Session._calibrate_target_step` leaves it), and observes every
+    replayed pass, so it pays the exploration of batch sizes that a new session pays."""
     pt = PassTimes()
     for n, t in times.items():
-        for _ in range(max(DraftLengthPolicy.min_observations, PassTimes.warmup)):
+        if cold and n > 1:
+            continue
+        for _ in range(1 if cold else max(DraftLengthPolicy.min_observations, PassTimes.warmup)):
             pt.observe(n, t)
     policy = DraftLengthPolicy(pt)
     policy.margin = margin
@@ -162,9 +168,47 @@ def replay_set(turns: list[dict[str, Any]], times: dict[int, float], model: Llam
             by_eog, end = stop_cut(model, t)
             out.append(replay_policy(drafter, policy, t["prompt"], t["reply"], k, rule,
                                      lambda n: times[n], ends_with_eog=by_eog,
-                                     max_tokens=n_predict, draft_end=end if cut else None))
+                                     max_tokens=n_predict, draft_end=end if cut else None,
+                                     observe_passes=cold))
             index.add_reply(t["reply"])
     return out
+
+
+def load_recording(model: Path, prompts: str, sampling: SamplingParams, threads: int,
+                   k_max: int, *, no_stop: bool, rerecord: bool
+                   ) -> tuple[dict[str, Any], dict[int, float], list[dict[str, Any]]]:
+    """The set's recorded plain replies and pass times t(1)…t(k_max + 1): read from
+    bench/out/replay-<set>-<model>-n<max_tokens>-t<threads>[-temp…][-nostop].json, or
+    recorded there first (``rerecord``: always). Exits with a message when the file has
+    too few pass sizes. Returns (the file's data, pass seconds per size, the turns)."""
+    set_name = prompts.replace("builtin:", "").replace("/", "_")
+    tag = (f"-temp{sampling.temperature:g}-s{sampling.seed}" if sampling.temperature > 0
+           else "") + ("-nostop" if no_stop else "")
+    cache = C.OUT / (f"replay-{set_name}-{model.stem}-n{sampling.max_tokens}-t{threads}"
+                     f"{tag}.json")
+    other = C.OtherCpu()
+    if cache.is_file() and not rerecord:
+        recorded = json.loads(cache.read_text())
+    else:
+        with Session.open(SessionConfig(target_path=model, n_ctx=4096,
+                                        n_threads=threads)) as s:
+            turns = record(s, prompts, sampling, stop_strings=not no_stop)
+            depth = int(statistics.median(len(t["prompt"]) for t in turns))
+            deepest = max(turns, key=lambda t: len(t["prompt"]))
+            context = (deepest["prompt"] + deepest["reply"])[:max(depth, 17)]
+            times = time_passes(s, context, range(1, k_max + 2), threads, sampling)
+        recorded = {"model": str(model), "prompts": prompts, "depth": len(context),
+                    "threads": threads, "n_predict": sampling.max_tokens,
+                    "pass_s": {str(n): t for n, t in times.items()}, "turns": turns,
+                    "recorded_while": other.note()}
+        C.OUT.mkdir(exist_ok=True)
+        cache.write_text(json.dumps(recorded))
+    times = {int(n): t for n, t in recorded["pass_s"].items()}
+    if k_max + 1 > max(times):
+        sys.exit(f"error: {cache} has pass times up to {max(times)} tokens; use --rerecord")
+    if any("stop" not in t for t in recorded["turns"]):
+        sys.exit(f"error: {cache} predates stop strings in the record; use --rerecord")
+    return recorded, times, recorded["turns"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-cut", action="store_true",
                     help="also verify draft tokens from the one that ends the reply on (an "
                          "end-of-generation token or a stop string; the engine before round 6)")
+    ap.add_argument("--cold", action="store_true",
+                    help="start the policy with only t(1) timed, as a freshly loaded session, "
+                         "and let it time sizes as it goes (the cost of exploration); "
+                         "per-turn speedups of the first repeat are listed")
     ap.add_argument("--rerecord", action="store_true",
                     help="record the replies and pass times again instead of reusing them")
     ap.add_argument("--json", action="store_true")
@@ -207,35 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     if min(ks) < 1 or any(r not in RULES for r in rules):
         ap.error(f"--k: values ≥ 1; --rules: a subset of {','.join(RULES)}")
 
-    set_name = args.prompts.replace("builtin:", "").replace("/", "_")
     sampling = SamplingParams(temperature=args.temp, seed=args.seed, max_tokens=args.n_predict)
-    tag = (f"-temp{args.temp:g}-s{args.seed}" if args.temp > 0 else "") + (
-        "-nostop" if args.no_stop else "")
-    cache = C.OUT / (f"replay-{set_name}-{args.model.stem}-n{args.n_predict}-t{args.threads}"
-                     f"{tag}.json")
-    other = C.OtherCpu()
-    if cache.is_file() and not args.rerecord:
-        recorded = json.loads(cache.read_text())
-    else:
-        with Session.open(SessionConfig(target_path=args.model, n_ctx=4096,
-                                        n_threads=args.threads)) as s:
-            turns = record(s, args.prompts, sampling, stop_strings=not args.no_stop)
-            depth = int(statistics.median(len(t["prompt"]) for t in turns))
-            deepest = max(turns, key=lambda t: len(t["prompt"]))
-            context = (deepest["prompt"] + deepest["reply"])[:max(depth, 17)]
-            times = time_passes(s, context, range(1, max(ks) + 2), args.threads, sampling)
-        recorded = {"model": str(args.model), "prompts": args.prompts, "depth": len(context),
-                    "threads": args.threads, "n_predict": args.n_predict,
-                    "pass_s": {str(n): t for n, t in times.items()}, "turns": turns,
-                    "recorded_while": other.note()}
-        C.OUT.mkdir(exist_ok=True)
-        cache.write_text(json.dumps(recorded))
-    times = {int(n): t for n, t in recorded["pass_s"].items()}
-    if max(ks) + 1 > max(times):
-        sys.exit(f"error: {cache} has pass times up to {max(times)} tokens; use --rerecord")
-    turns = recorded["turns"]
-    if any("stop" not in t for t in turns):
-        sys.exit(f"error: {cache} predates stop strings in the record; use --rerecord")
+    recorded, times, turns = load_recording(args.model, args.prompts, sampling, args.threads,
+                                            max(ks), no_stop=args.no_stop,
+                                            rerecord=args.rerecord)
     t1 = times[1]
     vocab = LlamaModel(args.model, vocab_only=True)
 
@@ -243,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     for k, mp, kr, rule in itertools.product(ks, probs, reverts, rules):
         per = replay_set(turns, times, vocab, drafter_kind=args.drafter, rule=rule, k=k,
                          min_prob=mp, n_predict=args.n_predict, margin=args.margin,
-                         repeat=args.repeat, cut=not args.no_cut, key_revert=kr)
+                         repeat=args.repeat, cut=not args.no_cut, key_revert=kr,
+                         cold=args.cold)
         r = sum(per[1:], per[0])
         c = r.counts
         turn_x = [x for p in per if (x := p.speedup) is not None]
@@ -255,8 +279,11 @@ def main(argv: list[str] | None = None) -> int:
                      "mean_acceptance_length": c.mean_acceptance_length,
                      "draft_rounds": c.draft_rounds, "rounds": c.rounds,
                      "verified": c.verified, "accepted": c.accepted,
-                     "draft_ms_per_round": 1000 * r.draft_s / c.rounds})
-    out = {"schema_version": 1, "prompts": args.prompts, "drafter": args.drafter,
+                     "draft_ms_per_round": 1000 * r.draft_s / c.rounds,
+                     "first_turns": [round(x, 3) if (x := p.speedup) is not None else None
+                                     for p in per[:len(turns)]][:8]})
+    out = {"schema_version": 2, "prompts": args.prompts, "drafter": args.drafter,
+           "cold": args.cold,
            "temperature": args.temp, "seed": args.seed, "repeat": args.repeat,
            "cut_at_end": not args.no_cut,
            "turns": len(turns), "tokens": sum(len(t["reply"]) for t in turns),
@@ -277,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['turns_below_0_97']:>5} {r['acceptance_rate'] or 0:>6.3f} "
                   f"{r['mean_acceptance_length']:>5.2f} "
                   f"{r['draft_rounds']:>4}/{r['rounds']:<4} {r['draft_ms_per_round']:>7.2f}")
+            if data["cold"]:
+                print("      first turns ×plain: "
+                      + " ".join(f"{x:.2f}" if x is not None else "-" for x in r["first_turns"]))
 
     return C.report("policy_replay", out, args.json, text)
 

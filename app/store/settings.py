@@ -23,13 +23,18 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.options import SamplingParams, SpecMode, SpeculationConfig
+from app.options import SamplingParams, SpecMode, SpeculationConfig, default_draft_max
 from app.store import paths
 from app.store.files import write_json_atomic
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+#: 2: a model-free drafter's stored k of 4 (version 1's default for every drafter)
+#: becomes its own default, :data:`app.options.FREE_DRAFTER_K` (see :func:`_migrate`).
+SCHEMA_VERSION = 2
+
+#: The k every drafter got by default in settings version 1.
+_V1_DEFAULT_K = 4
 
 
 class _Section(BaseModel):
@@ -102,6 +107,28 @@ def _migrate(raw: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"it was written by a newer Tandem (settings version {version})")
     if version < 1:
         raise ValueError(f"unknown settings version {version}")
+    if version == 1:
+        raw = _raise_v1_default_k(raw)
+    return raw
+
+
+def _raise_v1_default_k(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 stored k = 4 for every drafter, chosen or not; since version 2 a drafter
+    without a model defaults to k = 16, a ceiling that the cost-aware draft length cuts
+    each round (:data:`app.options.FREE_DRAFTER_K` gives the measurements). A version-1
+    file with such a drafter at 4 and the cost-aware length on gets 16; a draft model, a
+    fixed k or any other k is kept (only 4 could be the old default). "off" and "auto"
+    are raised too: their default is 16, and a later switch to another drafter keeps a k
+    at the old drafter's default (:meth:`app.options.SpeculationConfig.k_for`). A file
+    written by this version is set aside by an older Tandem ("written by a newer Tandem").
+    """
+    spec = raw.get("speculation")
+    if not isinstance(spec, dict):
+        return raw
+    if (spec.get("draft_max") == _V1_DEFAULT_K
+            and spec.get("mode") != SpecMode.DRAFT_MODEL.value
+            and spec.get("adaptive", True) is True):
+        raw = {**raw, "speculation": {**spec, "draft_max": default_draft_max(SpecMode.SUFFIX)}}
     return raw
 
 

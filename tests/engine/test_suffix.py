@@ -130,6 +130,57 @@ def test_history_wins_only_with_a_higher_score() -> None:
     assert d.last.source == "context"  # equal scores (3.0): the context is kept
 
 
+def test_a_draft_tree_branches_where_continuations_differ_and_adds_nodes_best_first() -> None:
+    d = SuffixDrafter()
+    ctx = [1, 2, 3, 1, 2, 4, 1, 2]  # "1 2" went on with 3 once and with 4 once (latest)
+    d.begin(ctx)
+    assert d.draft(ctx, 8) == [4, 1]  # match of 2 tokens caps the chain at 2
+    tree = d.draft_tree(ctx, 8, 4)
+    # both first tokens (p 1/2, the latest first), then each one's own continuation
+    assert tree.tokens == (4, 3, 1, 1)
+    assert tree.parents == (-1, -1, 0, 1)
+    assert tree.probs == pytest.approx((0.5, 0.5, 0.5, 0.5))
+    assert tree.accepted([3, 1, 9]) == 2  # the second branch, whole
+    assert tree.accepted([4, 1]) == 2
+    assert tree.accepted([3, 1], budget=2) == 1  # its "1" is the fourth node
+    assert tree.accepted([5, 1]) == 0
+    assert len(d.draft_tree(ctx, 8, 1)) == 1
+    assert len(d.draft_tree([1, 2, 3], 8, 4)) == 0  # no match, no tree
+    assert d.stats.rounds == 1  # a tree is not a drafting round
+
+
+def test_a_draft_tree_holds_the_chain_draft_as_a_path() -> None:
+    rng = random.Random(11)
+    for trial in range(60):
+        vocab = rng.choice([3, 5, 12])
+        replies = [[rng.randrange(vocab) for _ in range(rng.randrange(1, 30))]
+                   for _ in range(rng.randrange(0, 6))]
+        ctx = [rng.randrange(vocab) for _ in range(rng.randrange(1, 40))]
+        n_max = rng.choice([1, 3, 8])
+        idx = SuffixIndex()
+        idx.load_replies(replies)
+        d = SuffixDrafter(idx, min_token_prob=rng.choice([0.0, 0.1, 0.4]))
+        d.begin(ctx)
+        chain = d.draft(ctx, n_max)
+        probs = d.last.probs
+        tree = d.draft_tree(ctx, n_max, 10_000)
+        assert tree.accepted(chain) == len(chain), (trial, chain, tree)
+        # the first-added child of each node, from the root, is the chain, with its
+        # probabilities (the same counts, tie-break and order of multiplication)
+        path, path_probs, node = [], [], -1
+        while True:
+            children = [i for i, p in enumerate(tree.parents) if p == node]
+            if not children:
+                break
+            node = children[0]
+            path.append(tree.tokens[node])
+            path_probs.append(tree.probs[node])
+        assert path == chain and tuple(path_probs) == probs, (trial, chain, path)
+        assert all(p >= d.min_token_prob for p in tree.probs)
+        assert list(tree.probs) == sorted(tree.probs, reverse=True)  # added best first
+        assert all(p < i for i, p in enumerate(tree.parents))
+
+
 def test_drafts_equal_the_reference_on_random_token_lists() -> None:
     rng = random.Random(7)
     for trial in range(60):
@@ -354,6 +405,29 @@ def test_policy_replay_counts_as_the_engine_does() -> None:
         run("nonsense")
 
 
+def test_a_cold_replay_times_each_batch_size_it_verifies() -> None:
+    from app.engine.measure.draft_replay import replay_policy
+    from app.engine.policy import DraftLengthPolicy, PassTimes
+
+    prompt, reply = [0], [1, 2, 3, 4, 5, 6]
+    script = {1: [1, 2, 9], 4: [4], 7: [7, 7]}
+    cost = {1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5}
+    warm, cold = PassTimes(), PassTimes()
+    for size, sec in cost.items():
+        for _ in range(3):
+            warm.observe(size, sec)
+    cold.observe(1, 1.0)  # a fresh session has timed one-token passes only
+    for pt, observe in ((warm, False), (cold, True)):
+        before = {n: pt.count(n) for n in cost}
+        r = replay_policy(_Scripted(script), DraftLengthPolicy(pt), prompt, reply, 8, "full",  # type: ignore[arg-type]
+                          cost.__getitem__, ends_with_eog=True, max_tokens=64,
+                          observe_passes=observe)
+        assert r.counts.pass_sizes == (4, 2, 1, 3)
+        grown = {n: pt.count(n) - before[n] for n in cost}
+        assert grown == ({1: 1, 2: 1, 3: 1, 4: 1} if observe else {1: 0, 2: 0, 3: 0, 4: 0})
+    assert cold(4) == 2.5 and cold(2) == 1.5
+
+
 def test_the_oracle_is_the_least_time_any_cut_takes() -> None:
     from app.engine.measure.draft_replay import replay_policy
     from app.engine.policy import DraftLengthPolicy, PassTimes
@@ -370,9 +444,9 @@ def test_the_oracle_is_the_least_time_any_cut_takes() -> None:
     # flat costs: every accepted token verified, no rejected one; costs above a token's
     # time per token: nothing verified
     script = {1: [1, 2, 9], 4: [4, 8]}
-    flat = run("oracle", script, [1, 2, 3, 4, 5, 6], {n: 1.0 for n in range(1, 4)})
+    flat = run("oracle", script, [1, 2, 3, 4, 5, 6], {n: 1.0 for n in range(1, 5)})
     assert flat.counts.verified == flat.counts.accepted == 3 and flat.target_s == 3.0
-    dear = run("oracle", script, [1, 2, 3, 4, 5, 6], {1: 1.0, 2: 2.5, 3: 3.5})
+    dear = run("oracle", script, [1, 2, 3, 4, 5, 6], {1: 1.0, 2: 2.5, 3: 3.5, 4: 4.5})
     assert dear.counts.verified == 0 and dear.target_s == dear.plain_s == 6.0
     # no rule takes less target time than the oracle
     cost = {1: 1.0, 2: 1.1, 3: 1.7, 4: 2.4}
@@ -380,6 +454,12 @@ def test_the_oracle_is_the_least_time_any_cut_takes() -> None:
     assert best == pytest.approx(1.7 + 1.1 + 1.0)  # 3 tokens, then 2, then the last one
     for rule in ("full", "choose", "trim", "both"):
         assert run(rule, script, [1, 2, 3, 4, 5, 6], cost).target_s >= best
+    # pass times that are not monotonic (4 tokens cheaper than 3): verifying the rejected
+    # third token too is the cheaper way to emit 3 tokens, and the bound knows it
+    odd = run("oracle", {1: [1, 2, 9]}, [1, 2, 3, 4, 5], {1: 1.0, 2: 1.5, 3: 2.0, 4: 1.8})
+    assert odd.target_s == pytest.approx(1.8 + 1.0 + 1.0)
+    c = odd.counts
+    assert (c.proposed, c.verified, c.accepted, c.pass_sizes) == (3, 3, 2, (4, 1, 1))
 
 
 def test_the_replay_policy_rules_feed_the_policy() -> None:

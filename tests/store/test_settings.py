@@ -116,3 +116,39 @@ def test_a_file_from_before_the_shared_vocabulary_still_loads() -> None:
     assert loaded.settings.speculation == SpeculationConfig(
         mode=SpecMode.DRAFT_MODEL, draft_max=6, adaptive=False)
     assert loaded.settings.sampling.temperature == 0.7
+
+
+@pytest.mark.parametrize(
+    ("stored", "k"),
+    [
+        ({"mode": "prompt-lookup", "draft_max": 4}, 16),  # version 1's default: raised
+        ({"mode": "auto", "draft_max": 4}, 16),
+        ({"mode": "off", "draft_max": 4}, 16),  # so a later switch to lookup keeps 16
+        ({"draft_max": 4}, 16),  # no mode stored: "off"
+        ({"mode": "prompt-lookup", "draft_max": 6}, 6),  # chosen by hand: kept
+        ({"mode": "prompt-lookup", "draft_max": 4, "adaptive": False}, 4),  # fixed k: kept
+        ({"mode": "draft-model", "draft_max": 4}, 4),  # a draft model's default is 4
+    ],
+)
+def test_a_version_1_file_gets_the_model_free_drafters_k(stored: dict[str, object], k: int) -> None:
+    paths.settings_path().write_text(json.dumps({"schema_version": 1, "speculation": stored}))
+    loaded = load_settings()
+    assert loaded.problem is None
+    assert loaded.settings.speculation.draft_max == k
+    assert loaded.settings.speculation.mode.value == stored.get("mode", "off")
+    save_settings(loaded.settings)
+    assert json.loads(paths.settings_path().read_text())["schema_version"] == SCHEMA_VERSION == 2
+
+
+def test_a_version_2_file_keeps_k_4() -> None:
+    paths.settings_path().write_text(json.dumps(
+        {"schema_version": 2, "speculation": {"mode": "suffix", "draft_max": 4}}))
+    assert load_settings().settings.speculation.draft_max == 4
+
+
+@pytest.mark.parametrize("spec", ['null', '{"draft_max": null}', '{"draft_max": "x"}'])
+def test_a_bad_version_1_speculation_is_set_aside_not_migrated(spec: str) -> None:
+    paths.settings_path().write_text('{"schema_version": 1, "speculation": %s}' % spec)
+    loaded = load_settings()
+    assert loaded.problem is not None and "speculation" in loaded.problem
+    assert loaded.settings == Settings()

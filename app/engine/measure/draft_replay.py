@@ -155,6 +155,7 @@ def replay_policy(
     max_tokens: int,
     draft_end: Callable[[int, Sequence[int]], int] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    observe_passes: bool = False,
 ) -> PolicyReplay:
     """Replay one reply as the engine's loop would run it under ``rule``.
 
@@ -166,7 +167,10 @@ def replay_policy(
     after the reply is the end-of-generation token: sampled by a pass like any other,
     never accepted, never counted as verified, and a pass that samples only it is no
     round. The policy's pass times are not updated (every rule sees the same
-    ``pass_time``). ``oracle`` is :func:`oracle_replay`.
+    ``pass_time``) unless ``observe_passes``: then each pass is observed with its
+    ``pass_time``, as the engine observes its timed passes, so a policy that starts with
+    nothing timed explores batch sizes as in a fresh session. ``oracle`` is
+    :func:`oracle_replay`.
 
     Args:
         drafter: a model-free drafter; ``begin`` is called with ``prompt``.
@@ -232,6 +236,8 @@ def replay_policy(
             draft_rounds += 1 if d else 0
         i += step
         target_s += pass_time(1 + len(d))
+        if observe_passes:
+            policy.pass_times.observe(1 + len(d), pass_time(1 + len(d)))
         proposed += len(d)
         verified += n_verified
         accepted += acc
@@ -255,10 +261,12 @@ def oracle_replay(
     drafts: a lower bound for every draft-length rule that verifies, each round, a prefix
     of the draft the drafter proposes at that position with length min(k, tokens left).
 
-    At each reply position i the drafter proposes once (after prompt + reply[:i]); let
-    a_i be how many of its tokens equal the reply. A round at i verifying m ≤ a_i of them
-    emits m + 1 tokens (verifying more emits no more) and costs t(1 + m), so the least
-    time from i on is T(i) = min over m of t(1 + m) + T(i + m + 1), with T = 0 once every
+    At each reply position i the drafter proposes once (after prompt + reply[:i]) a draft
+    of length L_i; let a_i be how many of its leading tokens equal the reply. A round at
+    i verifying m ≤ L_i of them emits min(m, a_i) + 1 tokens and costs t(1 + m) (m may
+    exceed a_i: pass times are not monotonic on every backend, so a longer pass can be
+    the cheaper one), so the least time from i on is
+    T(i) = min over m of t(1 + m) + T(i + min(m, a_i) + 1), with T = 0 once every
     position (and the end-of-generation one, with ``ends_with_eog``) is sampled: a
     dynamic programme over positions, O(n · k). Arguments as :func:`replay_policy`;
     ``draft_s`` is 0 (the bound is on target time).
@@ -268,6 +276,7 @@ def oracle_replay(
     n = len(reply)
     end = n + 1 if ends_with_eog else n
     usable = [0] * end  # a_i
+    lengths = [0] * end  # L_i
     for i in range(end):
         n_max = min(k, max_tokens - i - 1)
         if i < n and n_max > 0:
@@ -275,25 +284,30 @@ def oracle_replay(
             if draft_end is not None and d:
                 del d[draft_end(i, d):]
             usable[i] = _matching_prefix(d, reply, i)
+            lengths[i] = len(d)
         if i < n:
             context.append(reply[i])
     best = [0.0] * (end + 1)
     pick = [0] * end
     for i in range(end - 1, -1, -1):
-        best[i], pick[i] = min((pass_time(1 + m) + best[min(i + m + 1, end)], m)
-                               for m in range(usable[i] + 1))
-    rounds = draft_rounds = accepted = 0
+        best[i], pick[i] = min(
+            (pass_time(1 + m) + best[min(i + min(m, usable[i]) + 1, end)], m)
+            for m in range(lengths[i] + 1))
+    rounds = draft_rounds = proposed = verified = accepted = 0
     sizes: list[int] = []
     i = 0
     while i < end:
         m = pick[i]
+        acc = min(m, usable[i])
         if i < n:
             rounds += 1
             draft_rounds += 1 if m else 0
-        accepted += m
+        proposed += m
+        verified += min(m, acc + 1, n - i)
+        accepted += acc
         sizes.append(1 + m)
-        i += m + 1
-    counts = ReplayCounts(rounds, draft_rounds, accepted, accepted, accepted, n, tuple(sizes))
+        i += acc + 1
+    counts = ReplayCounts(rounds, draft_rounds, proposed, verified, accepted, n, tuple(sizes))
     return PolicyReplay(counts, best[0], 0.0, end * pass_time(1))
 
 
