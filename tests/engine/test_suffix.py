@@ -181,6 +181,28 @@ def test_a_draft_tree_holds_the_chain_draft_as_a_path() -> None:
         assert all(p < i for i, p in enumerate(tree.parents))
 
 
+def test_token_keys_classify_source_match_step_probability_and_occurrences() -> None:
+    idx = SuffixIndex()
+    idx.add_reply([10, 11, 12, 13, 14, 15])
+    idx.add_reply([10, 11, 12, 99])
+    idx.add_reply([10, 11, 12, 13, 14, 16])
+    d = SuffixDrafter(idx)
+    ctx = [1, 3, 10, 11, 12]
+    d.begin(ctx)
+    assert d.draft(ctx, 8) == [13, 14, 16]  # 3 occurrences of "10 11 12"; p 2/3, 2/3, 1/3
+    assert d.token_keys() == (("history", 1, 1, 1), ("history", 1, 3, 1), ("history", 1, 1, 1))
+    copy = SuffixDrafter()
+    ctx = [1, 5, 6, 7, 8, 9, 2, 5, 6, 7]
+    copy.begin(ctx)
+    assert copy.draft(ctx, 8) == [8, 9, 2]  # one earlier "5 6 7": a copy
+    assert copy.token_keys() == (("context", 1, 3, 0),) * 3
+    many = SuffixDrafter()
+    ctx = [9, 1, 2, 3, 8, 1, 2, 3, 7, 1, 2, 3, 6, 1, 2, 3, 5, 1, 2]  # "1 2 3" four times
+    many.begin(ctx)
+    assert many.draft(ctx, 8) == [3, 5]
+    assert many.last.occurrences == 4 and many.token_keys()[0] == ("context", 0, 3, 2)
+
+
 def test_drafts_equal_the_reference_on_random_token_lists() -> None:
     rng = random.Random(7)
     for trial in range(60):

@@ -18,7 +18,13 @@ from app.engine.stats import SpecStats
 from app.options import SpeculationConfig
 from app.store import paths
 from app.store.history import HistoryStore
-from app.store.settings import LoadedSettings, Settings, load_settings, save_settings
+from app.store.settings import (
+    SCHEMA_VERSION,
+    LoadedSettings,
+    Settings,
+    load_settings,
+    save_settings,
+)
 from app.ui.chat.chat_view import MessageView, MessageWidget, reply_footer
 from app.ui.chat.input_box import ChatInputWidget
 from app.ui.chat.markdown_render import render_markdown
@@ -352,7 +358,7 @@ def test_settings_file_written_by_window_is_valid_json(qtbot) -> None:
     w = _window(qtbot)
     w.close()
     data = json.loads(paths.settings_path().read_text())
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == SCHEMA_VERSION
 
 
 def test_void_qt_calls_cannot_free_none() -> None:
