@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cold", action="store_true",
                     help="start the policy with only t(1) timed, as a freshly loaded session, "
                          "and let it time sizes as it goes (the cost of exploration); "
-                         "per-turn speedups of the first repeat are listed")
+                         "the first repeat's first 8 per-turn speedups are listed")
     ap.add_argument("--rerecord", action="store_true",
                     help="record the replies and pass times again instead of reusing them")
     ap.add_argument("--json", action="store_true")

@@ -20,7 +20,8 @@ the draft is proposed at the longest allowed length (when greedy, the length
 :meth:`DraftLengthPolicy.trim` then cuts it where the expected rate peaks, using what is
 known about *this* draft: each
 token carries a key from its drafter (for the suffix drafter: its estimated probability,
-match length and source, :meth:`app.engine.suffix.SuffixDrafter.token_keys`), and the
+match length, source and how often the matched stretch occurred,
+:meth:`app.engine.suffix.SuffixDrafter.token_keys`), and the
 policy keeps, per key, the measured rate at which the target accepted such tokens
 (exponentially forgotten counts, with α̂ as the prior). With c_i the acceptance estimate
 of draft token i, the expected tokens of a round that verifies d of them are

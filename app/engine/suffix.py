@@ -751,10 +751,10 @@ class SuffixDrafter:
         from a continuation seen 2–3 times (1) or 4 times or more (2).
 
         The occurrence class, replayed on recorded replies (bench/policy_replay.py, k = 16,
-        --repeat 3, docs/closing-note-round8.md): builtin:code 2.274× against 2.224×
-        plain, chat at temperature 0.8 1.078× against 1.063×, agent and greedy chat
-        within 0.001×; splitting occurrences as 1 | ≥ 2 or 1 | 2 | 3–7 | ≥ 8 gave about
-        half the gain on code.
+        --repeat 3, docs/closing-note-round8.md): on builtin:code 2.275× plain against
+        2.224× without it, chat at temperature 0.8 1.078× against 1.063×, agent and greedy
+        chat within 0.001×; splitting occurrences as 1 | ≥ 2 or 1 | 2 | 3–7 | ≥ 8 gave
+        about half the gain on code.
         """
         c = self.last
         m = c.match_len
@@ -841,6 +841,8 @@ class SuffixDrafter:
         )
         if self.index is None or len(self.index) == 0:
             return local, buf, ends, cap
+        # the index's matching with its occurrence set, which draft_tree walks (one
+        # module's two halves of one search; not part of SuffixIndex's public API)
         hist = self.index._match(
             pattern, n_max, self.spec_factor, self.spec_offset, self.min_token_prob
         )

@@ -197,10 +197,15 @@ def test_token_keys_classify_source_match_step_probability_and_occurrences() -> 
     assert copy.draft(ctx, 8) == [8, 9, 2]  # one earlier "5 6 7": a copy
     assert copy.token_keys() == (("context", 1, 3, 0),) * 3
     many = SuffixDrafter()
-    ctx = [9, 1, 2, 3, 8, 1, 2, 3, 7, 1, 2, 3, 6, 1, 2, 3, 5, 1, 2]  # "1 2 3" four times
+    ctx = [9, 1, 2, 3, 8, 1, 2, 3, 7, 1, 2, 3, 6, 1, 2, 3, 5, 1, 2]  # "1 2" 4 times before
     many.begin(ctx)
     assert many.draft(ctx, 8) == [3, 5]
     assert many.last.occurrences == 4 and many.token_keys()[0] == ("context", 0, 3, 2)
+    two = SuffixDrafter()
+    ctx = [9, 1, 2, 3, 8, 1, 2, 3, 5, 1, 2]  # "1 2" twice before: the lower edge of class 1
+    two.begin(ctx)
+    assert two.draft(ctx, 8) == [3, 5]
+    assert two.last.occurrences == 2 and two.token_keys()[0] == ("context", 0, 3, 1)
 
 
 def test_drafts_equal_the_reference_on_random_token_lists() -> None:

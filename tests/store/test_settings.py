@@ -122,6 +122,7 @@ def test_a_file_from_before_the_shared_vocabulary_still_loads() -> None:
     ("stored", "k"),
     [
         ({"mode": "prompt-lookup", "draft_max": 4}, 16),  # version 1's default: raised
+        ({"mode": "suffix", "draft_max": 4, "adaptive": True}, 16),
         ({"mode": "auto", "draft_max": 4}, 16),
         ({"mode": "off", "draft_max": 4}, 16),  # so a later switch to lookup keeps 16
         ({"draft_max": 4}, 16),  # no mode stored: "off"
