@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt, QThread
 from PySide6.QtWidgets import QApplication
 
 from app.engine.stats import SpecStats
-from app.options import SpeculationConfig
+from app.options import SpecMode, SpeculationConfig
 from app.store import paths
 from app.store.history import HistoryStore
 from app.store.settings import (
@@ -383,3 +383,21 @@ def test_void_qt_calls_cannot_free_none() -> None:
     for i in range(100_000):  # more than True's natural reference count
         f.flag.emit(i % 2 == 0)
     assert sys.getrefcount(True) > 0 and sys.getrefcount(False) > 0
+
+
+def test_the_gauge_keeps_its_width_when_a_reply_starts_and_ends(qtbot) -> None:
+    """The header changes from "● live" to "· last reply"; seen on a new user's screen, the
+    side panel widened by its text when a reply ended and narrowed when the next began,
+    and the chat column reflowed each time."""
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    g.begin_reply(SpecMode.PROMPT_LOOKUP, 16, adaptive=True)
+    g.refresh()
+    live = g.minimumSizeHint().width()
+    stats = SpecStats(mode=SpecMode.PROMPT_LOOKUP, draft_max=16, emitted=34, rounds=16,
+                      verified=21, accepted=18, decode_time=1.0,
+                      accepted_at=(11, 7) + (0,) * 14, verified_at=(14, 7) + (0,) * 14)
+    g.end_reply(stats, None)
+    assert "last reply" in g.mode_label.text()
+    assert g.minimumSizeHint().width() == live
+    assert live <= 320  # the panel's default width in the window (MainWindow's splitter)

@@ -214,6 +214,9 @@ class SpeculationGaugeWidget(QFrame):
         layout.addWidget(self.source_label)
         self.mode_label = QLabel("No reply yet")
         self.mode_label.setObjectName("gaugeMode")
+        # wraps rather than widening the panel: "· last reply" is longer than "● live",
+        # and an unwrapped header made the side panel grow and shrink with every reply
+        self.mode_label.setWordWrap(True)
         layout.addWidget(self.mode_label)
 
         self.tps_label = QLabel("—")
@@ -406,8 +409,8 @@ class SpeculationGaugeWidget(QFrame):
                 return "measuring the plain baseline"
             return f"baseline: {tps:.1f} tok/s" if tps else MISSING
         if self._baseline is None:
-            # (how to get one is in the row's tooltip)
-            return "no plain reply in this conversation yet"
+            # a new user saw this on every reply without knowing what to do about it
+            return "no plain reply in this conversation yet: send one with the drafter Off"
         if not tps:
             return MISSING
         return f"{tps / self._baseline:.2f}×  (plain {self._baseline:.1f} tok/s)"
