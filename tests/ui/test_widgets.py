@@ -398,6 +398,6 @@ def test_the_gauge_keeps_its_width_when_a_reply_starts_and_ends(qtbot) -> None:
                       verified=21, accepted=18, decode_time=1.0,
                       accepted_at=(11, 7) + (0,) * 14, verified_at=(14, 7) + (0,) * 14)
     g.end_reply(stats, None)
-    assert "last reply" in g.mode_label.text()
+    assert "last\u00a0reply" in g.mode_label.text()
     assert g.minimumSizeHint().width() == live
     assert live <= 320  # the panel's default width in the window (MainWindow's splitter)

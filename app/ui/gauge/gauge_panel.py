@@ -373,7 +373,9 @@ class SpeculationGaugeWidget(QFrame):
         title = s.mode.label if spec else "Speculation off"
         if spec:
             title += " · " + draft_length_words(s.draft_max, self._adaptive)
-        self.mode_label.setText(title + ("  ● live" if self._streaming else "  · last reply"))
+        # no-break spaces: when the header wraps, the state moves to the next line whole
+        self.mode_label.setText(title + ("  ●\u00a0live" if self._streaming
+                                         else "  ·\u00a0last\u00a0reply"))
 
         rolling = self._rolling.rate() if self._streaming else None
         big = rolling if rolling is not None else s.decode_tps
