@@ -70,7 +70,11 @@ def comparison_note(report: BenchReport) -> str | None:
     parts = [f"{identical} identical", f"{near} near-tie{'' if near == 1 else 's'}",
              f"{suspect} suspect"]
     if unmeasured:
-        parts.append(f"{unmeasured} not measured")
+        # a new user read "not measured" as a failure: say why when nothing was recorded
+        why = (" (this run recorded no divergence: runs played as conversations and "
+               "--no-divergence do not)"
+               if report.settings.get("divergence_recorded") is False else "")
+        parts.append(f"{unmeasured} not measured{why}")
     note = (f"Compared with plain decoding of the same prompt: {', '.join(parts)} "
             f"(of {compared} runs).")
     if near or suspect:

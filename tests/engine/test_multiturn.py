@@ -204,3 +204,19 @@ def test_bench_cli_suffix_on_a_multiturn_set(tiny_target: Path, tmp_path: Path) 
     assert [c["label"] for c in out["configs"]] == ["off", "k=4"]
     assert [r["prompt"] for r in out["runs"]] == ["a#1", "a#1", "a#2", "a#2"]
     assert all(r["mode"] == "suffix" for r in out["runs"] if r["label"] == "k=4")
+
+
+def test_the_comparison_note_says_why_differences_were_not_measured() -> None:
+    from types import SimpleNamespace
+
+    from app.cli.report import comparison_note
+
+    def note(recorded: bool | None) -> str | None:
+        settings = {} if recorded is None else {"divergence_recorded": recorded}
+        report = SimpleNamespace(counts=(17, 0, 0, 21), settings=settings,
+                                 summaries=[SimpleNamespace(unmeasured=4)])
+        return comparison_note(report)  # type: ignore[arg-type]
+
+    assert "4 not measured (this run recorded no divergence" in (note(False) or "")
+    assert "4 not measured (of 21 runs)" in (note(True) or "")
+    assert "4 not measured (of 21 runs)" in (note(None) or "")
