@@ -46,6 +46,7 @@ import _common as C
 import policy_replay as PR
 
 from app.engine.llama import LlamaModel
+from app.engine.measure.draft_replay import least_time, matching_prefix
 from app.engine.suffix import SuffixDrafter, SuffixIndex
 from app.options import SamplingParams
 
@@ -69,21 +70,20 @@ def tree_oracle(drafter: SuffixDrafter, prompt: Sequence[int], reply: Sequence[i
     drafter.begin(context)
     n = len(reply)
     end = n + 1 if ends_with_eog else n
-    chain_opts: list[list[tuple[float, int]]] = []  # (cost, advance) per position
-    tree_opts: list[list[tuple[float, int]]] = []
+    # (seconds, advance, is a tree round) per position
+    chain_opts: list[list[tuple[float, int, bool]]] = []
+    tree_opts: list[list[tuple[float, int, bool]]] = []
     longer = 0
     for i in range(end):
-        chain = [(pass_time(1), 1)]
-        trees: list[tuple[float, int]] = []
+        chain = [(pass_time(1), 1, False)]
+        trees: list[tuple[float, int, bool]] = []
         n_max = min(k, max_tokens - i - 1)
         if i < n and n_max > 0:
             d = drafter.draft(context, n_max)[:n_max]
             if draft_end is not None and d:
                 del d[draft_end(i, d):]
-            a = 0
-            while a < len(d) and i + a < n and d[a] == reply[i + a]:
-                a += 1
-            chain += [(pass_time(1 + m), min(m, a) + 1) for m in range(1, len(d) + 1)]
+            a = matching_prefix(d, reply, i)
+            chain += [(pass_time(1 + m), min(m, a) + 1, False) for m in range(1, len(d) + 1)]
             tree = drafter.draft_tree(context, n_max, n_max)
             rest = list(reply[i:i + n_max])
             if draft_end is not None and rest:
@@ -96,34 +96,18 @@ def tree_oracle(drafter: SuffixDrafter, prompt: Sequence[int], reply: Sequence[i
                     continue  # an unbranched prefix is a chain option already
                 acc = tree.accepted(rest, b)
                 best_tree = max(best_tree, acc)
-                trees.append((tree_cost * pass_time(1 + b), acc + 1))
+                trees.append((tree_cost * pass_time(1 + b), acc + 1, True))
             longer += best_tree > a
         chain_opts.append(chain)
         tree_opts.append(trees)
         if i < n:
             context.append(reply[i])
 
-    def solve(use_trees: bool) -> tuple[float, int, int]:
-        best = [0.0] * (end + 1)
-        pick: list[tuple[int, bool]] = [(1, False)] * end
-        for i in range(end - 1, -1, -1):
-            opts = [(c + best[min(i + s, end)], s, False) for c, s in chain_opts[i]]
-            if use_trees:
-                opts += [(c + best[min(i + s, end)], s, True) for c, s in tree_opts[i]]
-            best[i], adv, is_tree = min(opts)
-            pick[i] = (adv, is_tree)
-        tree_rounds = chain_rounds = 0
-        i = 0
-        while i < end:
-            adv, is_tree = pick[i]
-            if i < n:
-                tree_rounds += is_tree
-                chain_rounds += not is_tree
-            i += adv
-        return best[0], tree_rounds, chain_rounds
-
-    chain_s, _, _ = solve(False)
-    tree_s, tree_rounds, chain_rounds = solve(True)
+    chain_s, _ = least_time(chain_opts)
+    tree_s, path = least_time([c + t for c, t in zip(chain_opts, tree_opts)])
+    # a pass that samples only the end-of-generation position (i = n) is no round
+    tree_rounds = sum(is_tree for i, is_tree in path if i < n)
+    chain_rounds = sum(not is_tree for i, is_tree in path if i < n)
     assert tree_s <= chain_s + 1e-12
     return chain_s, tree_s, end * pass_time(1), {
         "positions": end, "tree_longer": longer, "tree_rounds": tree_rounds,

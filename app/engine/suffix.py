@@ -381,14 +381,15 @@ def _walk_tree(
         valid = nxt >= 0
         if not valid.any():
             return
-        vals, counts = np.unique(nxt[valid], return_counts=True)
+        vals = np.unique(nxt[valid])
+        children = [(int(v), pos[nxt == v]) for v in vals]
         # most frequent first, then the most recent occurrence (as _walk breaks ties)
-        order = sorted(range(len(vals)), key=lambda j: (-counts[j], -int(pos[nxt == vals[j]].max())))
-        for j in order:
-            p = prob * int(counts[j]) / len(pos)
+        children.sort(key=lambda c: (-len(c[1]), -int(c[1].max())))
+        for t, at in children:
+            p = prob * len(at) / len(pos)
             if p < min_prob:
                 break
-            heapq.heappush(heap, (-p, serial, node, int(vals[j]), depth + 1, pos[nxt == vals[j]] + 1))
+            heapq.heappush(heap, (-p, serial, node, t, depth + 1, at + 1))
             serial += 1
 
     expand(-1, 0, 1.0, ends + 1)

@@ -23,7 +23,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.options import SamplingParams, SpecMode, SpeculationConfig, default_draft_max
+from app.options import FREE_DRAFTER_K, SamplingParams, SpecMode, SpeculationConfig
 from app.store import paths
 from app.store.files import write_json_atomic
 
@@ -128,7 +128,7 @@ def _raise_v1_default_k(raw: dict[str, Any]) -> dict[str, Any]:
     if (spec.get("draft_max") == _V1_DEFAULT_K
             and spec.get("mode") != SpecMode.DRAFT_MODEL.value
             and spec.get("adaptive", True) is True):
-        raw = {**raw, "speculation": {**spec, "draft_max": default_draft_max(SpecMode.SUFFIX)}}
+        raw = {**raw, "speculation": {**spec, "draft_max": FREE_DRAFTER_K}}
     return raw
 
 

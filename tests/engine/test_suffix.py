@@ -79,6 +79,16 @@ def _ref_best(
     return best
 
 
+def _random_replies_and_context(rng: random.Random) -> tuple[list[list[int]], list[int]]:
+    """Up to 5 earlier replies and a context over a small vocabulary (3, 5 or 12 ids), so
+    that matches, ties and branches are common."""
+    vocab = rng.choice([3, 5, 12])
+    replies = [[rng.randrange(vocab) for _ in range(rng.randrange(1, 30))]
+               for _ in range(rng.randrange(0, 6))]
+    ctx = [rng.randrange(vocab) for _ in range(rng.randrange(1, 40))]
+    return replies, ctx
+
+
 # -- exact behaviour ------------------------------------------------------------------
 
 
@@ -89,6 +99,7 @@ def test_context_match_copies_the_continuation_and_caps_it_by_match_length() -> 
     assert d.draft(ctx, 8) == [8, 9, 2]  # match "5 6 7" (3 tokens) allows 3
     assert d.last.match_len == 3 and d.last.source == "context"
     assert d.last.probs == (1.0, 1.0, 1.0)
+    assert d.token_keys() == (("context", 1, 3, 0),) * 3  # one earlier "5 6 7": a copy
     assert d.draft(ctx, 2) == [8, 9]  # n_max caps it
     wide = SuffixDrafter(spec_factor=2.0)
     wide.begin(ctx)
@@ -115,6 +126,8 @@ def test_frequencies_choose_the_continuation_and_set_its_probability() -> None:
     assert d.last.source == "history"
     assert d.last.probs == pytest.approx((2 / 3, 2 / 3, 1 / 3))
     assert d.last.score == pytest.approx(5 / 3)
+    # keys: (source, match class of 3 tokens, step-probability class, 3 occurrences)
+    assert d.token_keys() == (("history", 1, 1, 1), ("history", 1, 3, 1), ("history", 1, 1, 1))
     strict = SuffixDrafter(idx, min_token_prob=0.5)
     strict.begin(ctx)
     assert strict.draft(ctx, 8) == [13, 14]  # 1/3 < 0.5 stops the draft
@@ -152,10 +165,7 @@ def test_a_draft_tree_branches_where_continuations_differ_and_adds_nodes_best_fi
 def test_a_draft_tree_holds_the_chain_draft_as_a_path() -> None:
     rng = random.Random(11)
     for trial in range(60):
-        vocab = rng.choice([3, 5, 12])
-        replies = [[rng.randrange(vocab) for _ in range(rng.randrange(1, 30))]
-                   for _ in range(rng.randrange(0, 6))]
-        ctx = [rng.randrange(vocab) for _ in range(rng.randrange(1, 40))]
+        replies, ctx = _random_replies_and_context(rng)
         n_max = rng.choice([1, 3, 8])
         idx = SuffixIndex()
         idx.load_replies(replies)
@@ -181,21 +191,8 @@ def test_a_draft_tree_holds_the_chain_draft_as_a_path() -> None:
         assert all(p < i for i, p in enumerate(tree.parents))
 
 
-def test_token_keys_classify_source_match_step_probability_and_occurrences() -> None:
-    idx = SuffixIndex()
-    idx.add_reply([10, 11, 12, 13, 14, 15])
-    idx.add_reply([10, 11, 12, 99])
-    idx.add_reply([10, 11, 12, 13, 14, 16])
-    d = SuffixDrafter(idx)
-    ctx = [1, 3, 10, 11, 12]
-    d.begin(ctx)
-    assert d.draft(ctx, 8) == [13, 14, 16]  # 3 occurrences of "10 11 12"; p 2/3, 2/3, 1/3
-    assert d.token_keys() == (("history", 1, 1, 1), ("history", 1, 3, 1), ("history", 1, 1, 1))
-    copy = SuffixDrafter()
-    ctx = [1, 5, 6, 7, 8, 9, 2, 5, 6, 7]
-    copy.begin(ctx)
-    assert copy.draft(ctx, 8) == [8, 9, 2]  # one earlier "5 6 7": a copy
-    assert copy.token_keys() == (("context", 1, 3, 0),) * 3
+def test_token_keys_tell_frequent_continuations_from_copies() -> None:
+    # (a copy, class 0, and 3 occurrences, class 1: the two tests above)
     many = SuffixDrafter()
     ctx = [9, 1, 2, 3, 8, 1, 2, 3, 7, 1, 2, 3, 6, 1, 2, 3, 5, 1, 2]  # "1 2" 4 times before
     many.begin(ctx)
@@ -211,10 +208,7 @@ def test_token_keys_classify_source_match_step_probability_and_occurrences() -> 
 def test_drafts_equal_the_reference_on_random_token_lists() -> None:
     rng = random.Random(7)
     for trial in range(60):
-        vocab = rng.choice([3, 5, 12])
-        replies = [[rng.randrange(vocab) for _ in range(rng.randrange(1, 30))]
-                   for _ in range(rng.randrange(0, 6))]
-        ctx = [rng.randrange(vocab) for _ in range(rng.randrange(1, 40))]
+        replies, ctx = _random_replies_and_context(rng)
         n_max = rng.choice([1, 3, 8, 16])
         factor = rng.choice([0.5, 1.0, 2.0])
         min_prob = rng.choice([0.0, 0.1, 0.4])

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 from app.engine.drafters import Drafter
 from app.engine.policy import DraftLengthPolicy, PassTimes
@@ -224,7 +224,7 @@ def replay_policy(
         if not d:
             policy.observe_no_draft()
         draft_s += clock() - t0
-        acc = _matching_prefix(d, reply, i)
+        acc = matching_prefix(d, reply, i)
         # draft positions compared: through the first mismatch; the EOG one is not counted
         n_verified = min(len(d), acc + 1, n - i)
         if n_verified:
@@ -283,21 +283,16 @@ def oracle_replay(
             d = drafter.draft(context, n_max)[:n_max]
             if draft_end is not None and d:
                 del d[draft_end(i, d):]
-            usable[i] = _matching_prefix(d, reply, i)
+            usable[i] = matching_prefix(d, reply, i)
             lengths[i] = len(d)
         if i < n:
             context.append(reply[i])
-    best = [0.0] * (end + 1)
-    pick = [0] * end
-    for i in range(end - 1, -1, -1):
-        best[i], pick[i] = min(
-            (pass_time(1 + m) + best[min(i + min(m, usable[i]) + 1, end)], m)
-            for m in range(lengths[i] + 1))
+    total, path = least_time([
+        [(pass_time(1 + m), min(m, usable[i]) + 1, m) for m in range(lengths[i] + 1)]
+        for i in range(end)])
     rounds = draft_rounds = proposed = verified = accepted = 0
     sizes: list[int] = []
-    i = 0
-    while i < end:
-        m = pick[i]
+    for i, m in path:
         acc = min(m, usable[i])
         if i < n:
             rounds += 1
@@ -306,12 +301,39 @@ def oracle_replay(
         verified += min(m, acc + 1, n - i)
         accepted += acc
         sizes.append(1 + m)
-        i += acc + 1
     counts = ReplayCounts(rounds, draft_rounds, proposed, verified, accepted, n, tuple(sizes))
-    return PolicyReplay(counts, best[0], 0.0, end * pass_time(1))
+    return PolicyReplay(counts, total, 0.0, end * pass_time(1))
 
 
-def _matching_prefix(draft: Sequence[int], reply: Sequence[int], i: int) -> int:
+_Tag = TypeVar("_Tag")
+
+
+def least_time(options: Sequence[Sequence[tuple[float, int, _Tag]]]
+               ) -> tuple[float, list[tuple[int, _Tag]]]:
+    """The cheapest way through positions 0 … len(options): at position i each option
+    (seconds, advance ≥ 1, tag) costs its seconds and moves to i + advance (the end at
+    most). A dynamic programme from the end; of equally cheap options the first listed
+    wins. Returns the least total seconds and the path taken, as (position, tag) per step
+    (:func:`oracle_replay`'s bound; bench/tree_replay.py's with tree rounds)."""
+    end = len(options)
+    best = [0.0] * (end + 1)
+    pick: list[tuple[int, _Tag] | None] = [None] * end
+    for i in range(end - 1, -1, -1):
+        best[i], _, adv, tag = min(
+            (cost + best[min(i + adv, end)], j, adv, tag)
+            for j, (cost, adv, tag) in enumerate(options[i]))
+        pick[i] = (adv, tag)
+    path: list[tuple[int, _Tag]] = []
+    i = 0
+    while i < end:
+        step = pick[i]
+        assert step is not None
+        path.append((i, step[1]))
+        i += step[0]
+    return best[0], path
+
+
+def matching_prefix(draft: Sequence[int], reply: Sequence[int], i: int) -> int:
     """How many leading draft tokens equal the reply from position i on (none past its end)."""
     m = 0
     while m < len(draft) and i + m < len(reply) and draft[m] == reply[i + m]:
