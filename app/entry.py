@@ -62,12 +62,43 @@ def main(argv: Sequence[str] | None = None, program: str | None = None) -> int:
         from app import system_libs
 
         return system_libs.main()
-    if wants_window(args, program):
+    window = wants_window(args, program)
+    exact_kernel_env(args, window)
+    if window:
         return _gui(Path(args[0]) if args else None)
     from app.cli import main as cli_main
     from app.cli.main import program_name
 
     return cli_main(args, prog=program_name(program))
+
+
+#: ggml-cpu's switch for its tiled K-quant matrix kernel, read once per process
+TILED_MM_ENV = "GGML_CPU_TILED_MM"
+
+
+def exact_kernel_env(args: Sequence[str], window: bool) -> bool:
+    """Switch ggml's tiled K-quant kernel off for this process when it will load with
+    exact verification: the window when the saved settings ask for it, a command line
+    with ``--exact``. Returns whether it was switched off here.
+
+    Exact verification on Q4_K/Q6_K weights (most Q4_K_M and Q5_K_M files hold them)
+    needs the kernel off (:mod:`app.engine.exact`), and ggml reads the switch once, at
+    the process's first matrix product, so it is set before llama.cpp loads. A value
+    already in the environment is the user's and is kept. The cost, measured on Gemma 3
+    270M Q4_K_M, 2 threads (docs/proof.md): none on decoding; prompt processing in
+    the exact configuration runs about 28 % slower (the kernel and weight repacking off).
+    """
+    if TILED_MM_ENV in os.environ:
+        return False
+    if window:
+        from app.store.settings import saved_exact_verification
+
+        wanted = saved_exact_verification()
+    else:
+        wanted = "--exact" in args
+    if wanted:
+        os.environ[TILED_MM_ENV] = "0"
+    return wanted
 
 
 def _gui(open_path: Path | None) -> int:

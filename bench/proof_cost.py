@@ -6,9 +6,14 @@ decoding and for prompt lookup at k. Printed: median decode tok/s of each and th
 traced / untraced (the chat path never records; bench and the race would).
 
 ``--what exact``: two sessions side by side, the default one on ``--model`` and one with
-exact verification on ``--exact-model`` (a Q5_1/Q4_1 file, docs/proof.md); each prompt
-is decoded by both, alternating, plain and with prompt lookup at k. Printed: median
-decode tok/s of each and the ratios exact / default.
+exact verification on ``--exact-model`` (a Q5_1/Q4_1 file, or the same Q4_K_M file:
+docs/proof.md); each prompt is decoded by both, alternating, plain and with the drafter
+(``--drafter``) at k (fixed, or the default cost-aware length with ``--adaptive``).
+Printed: median decode tok/s of each, the median prompt-processing rate (prompt tokens ÷
+prefill seconds of the plain runs), and the ratios exact / default. This process runs
+with ``GGML_CPU_TILED_MM=0`` (Q4_K/Q6_K weights need it for exact verification, and ggml
+reads it once); the default session's repacked Q4_K/Q6_K/Q8_0 weights never take that
+kernel (ggml-cpu/tiled/tiled.cpp skips repacked weights), so it changes nothing there.
 
 Timings on a busy machine are disturbed: the load average before and other processes' CPU
 time during the run (``_common.OtherCpu``) are printed.
@@ -16,6 +21,8 @@ time during the run (``_common.OtherCpu``) are printed.
     .venv/bin/python bench/proof_cost.py --what recorder --repeat 3
     .venv/bin/python bench/proof_cost.py --what exact \\
         --exact-model .cache/proof-models/gemma-3-270m-Q5_1.gguf --repeat 3
+    .venv/bin/python bench/proof_cost.py --what exact --exact-model same \\
+        --drafter suffix --k 16 --adaptive --repeat 3
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +46,8 @@ from app.options import SamplingParams, SpeculationConfig
 
 
 def decode_tps(session: Session, tokens: list[int], sampling: SamplingParams,
-               spec: SpeculationConfig, traced: bool) -> float:
+               spec: SpeculationConfig, traced: bool) -> tuple[float, float]:
+    """(decode tok/s, prompt tokens ÷ prefill seconds) of one run on an empty cache."""
     session.reset_cache()
     fin = None
     tr = SamplingTrace() if traced else None
@@ -46,7 +55,26 @@ def decode_tps(session: Session, tokens: list[int], sampling: SamplingParams,
         if isinstance(ev, Finished):
             fin = ev
     assert fin is not None and fin.stats.decode_tps
-    return fin.stats.decode_tps
+    return fin.stats.decode_tps, len(tokens) / fin.stats.prefill_time
+
+
+def long_prefill_tps(session: Session, prompts: list[Any], n: int = 1024, reps: int = 5) -> float:
+    """Median prompt-processing rate (tok/s) over a prompt of ``n`` tokens made of the
+    set's prompts one after another, on an empty cache (the first pass is not counted)."""
+    toks: list[int] = []
+    while len(toks) < n:
+        for pr in prompts:
+            toks += list(prepare_prompt(session, pr, "plain").tokens)
+    toks = toks[:n]
+    rates = []
+    for r in range(reps + 1):
+        session.reset_cache()
+        t0 = time.perf_counter()
+        session.ctx.decode(toks, 0, logits="last")
+        if r:
+            rates.append(n / (time.perf_counter() - t0))
+    session.reset_cache()
+    return statistics.median(rates)
 
 
 def main() -> int:
@@ -57,6 +85,9 @@ def main() -> int:
     ap.add_argument("--prompts", default="builtin:code")
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--drafter", choices=("prompt-lookup", "suffix"), default="prompt-lookup")
+    ap.add_argument("--adaptive", action="store_true",
+                    help="the default cost-aware draft length (k a ceiling); default: fixed k")
     ap.add_argument("--temp", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--max-tokens", type=int, default=128)
@@ -64,12 +95,18 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    if args.what == "exact":
+        os.environ["GGML_CPU_TILED_MM"] = "0"  # before llama.cpp's first matrix product
+        if str(args.exact_model) == "same":
+            args.exact_model = args.model
     prompts = load_prompts(args.prompts)[: args.limit]
     load0 = os.getloadavg()
     other_cpu = _common.OtherCpu()
     specs = {"off": SpeculationConfig(),
-             f"k={args.k}": SpeculationConfig(mode="prompt-lookup", draft_max=args.k, adaptive=False)}
+             f"{args.drafter} k={args.k}": SpeculationConfig(mode=args.drafter, draft_max=args.k,
+                                                            adaptive=args.adaptive)}
     tps: dict[tuple[str, str], list[float]] = {}
+    prefill: dict[str, list[float]] = {}
 
     def cfg(path: Path, exact: bool) -> SessionConfig:
         extra: dict[str, Any] = {"exact_verification": True} if exact else {}
@@ -94,9 +131,13 @@ def main() -> int:
                     for arm in order:
                         s = sessions[arm]
                         toks = list(prepare_prompt(s, pr, "plain").tokens)
-                        v = decode_tps(s, toks, sampling_base, spec, traced=(arm == "traced"))
+                        v, pp = decode_tps(s, toks, sampling_base, spec, traced=(arm == "traced"))
                         tps.setdefault((arm, label), []).append(v)
+                        if label == "off":
+                            prefill.setdefault(arm, []).append(pp)
                 print(f"repeat {rep + 1} prompt {pi + 1}/{len(prompts)} done", file=sys.stderr, flush=True)
+        if args.what == "exact":  # a long prompt: every prompt of the set, 1,024 tokens
+            long_pp = {arm: long_prefill_tps(sessions[arm], prompts) for arm in arms}
     finally:
         for s in set(sessions.values()):
             s.close()
@@ -117,6 +158,15 @@ def main() -> int:
               f" (medians of {len(tps[(base, label)])})")
         result["rows"].append({"config": label, base: a, other: b, "ratio": b / a,
                                "n": len(tps[(base, label)])})
+    if args.what == "exact":
+        a, b = statistics.median(prefill[base]), statistics.median(prefill[other])
+        print(f"prompt processing: {base} {a:.0f} tok/s, {other} {b:.0f} tok/s, "
+              f"ratio {other}/{base} {b / a:.3f}")
+        result["prefill_tps"] = {base: a, other: b, "ratio": b / a}
+        a, b = long_pp[base], long_pp[other]
+        print(f"prompt processing, 1,024 tokens: {base} {a:.0f} tok/s, {other} {b:.0f} tok/s, "
+              f"ratio {other}/{base} {b / a:.3f}")
+        result["prefill_1024_tps"] = {base: a, other: b, "ratio": b / a}
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1))

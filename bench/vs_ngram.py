@@ -29,6 +29,19 @@ are Tandem's plain replies cut at the turn's stop strings, and they also feed Ta
 suffix index (emptied each repeat), as the app does. llama.cpp's tools start fresh for
 every prompt (in llama-server an ngram-mod table would persist across a slot's requests).
 
+Near-ties: on llama.cpp's default CPU kernels a batch of n tokens is not computed bit for
+bit like n one-token passes (docs/proof.md), so a speculative run can part from plain
+decoding where two tokens nearly tie, and then decodes other text at another speed: on
+``builtin:code`` suffix lookup ran the f-strings prompt at 90–94 tok/s on the text it
+parted to and at 146–155 on plain decoding's (with ``--exact``). That
+lottery hits Tandem and llama.cpp alike but not in the same runs. ``--exact`` runs
+Tandem with exact verification (``SessionConfig.exact_verification``: weight repacking
+off, flash attention on, a Q8_0 KV cache, ``GGML_CPU_TILED_MM=0`` set here before
+llama.cpp loads; plain decoding then runs in that configuration too), so every Tandem
+reply equals its plain reply; ``--llama-exact`` adds llama.cpp's modes in the same
+configuration (``-nr -fa on -ctk q8_0 -ctv q8_0``, labelled ``llama-exact <mode>``).
+llama.cpp's best n-gram mode is then the best of both configurations.
+
 Reported, medians over all (prompt, repeat) runs: decode tok/s per configuration, α,
 each configuration's speedup over its own tool's plain decoding and over Tandem plain,
 and the lines the issue's goals need (Tandem best ÷ Tandem plain, Tandem best ÷ llama.cpp
@@ -40,6 +53,7 @@ Results also go to bench/out/vs_ngram-*.json. A run on a busy machine is marked
 Usage:
     .venv/bin/python bench/vs_ngram.py --prompts builtin:code --k 16 --threads 2 --n-predict 128 --repeat 3
     .venv/bin/python bench/vs_ngram.py --prompts builtin:agent --k 8 --draft-model self
+    .venv/bin/python bench/vs_ngram.py --prompts builtin:code --k 16 --exact --llama-exact
     .venv/bin/python bench/vs_ngram.py --limit 1 --repeat 1 --n-predict 16      # dry run
 """
 
@@ -47,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from dataclasses import replace
@@ -86,13 +101,30 @@ def llama_mode_args(mode: str, k: int, args: argparse.Namespace) -> list[str]:
     return out
 
 
-def run_llama_spec(args: argparse.Namespace, mode: str, prompt: str) -> dict[str, Any]:
-    """One llama-speculative-simple run; its decode speed, counts and output text."""
+#: llama.cpp's flags for Tandem's exact-verification configuration (app/engine/exact.py:
+#: no weight repacking, flash attention, Q8_0 K and V cache), with GGML_CPU_TILED_MM=0
+LLAMA_EXACT_ARGS = ("-nr", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0")
+
+
+def child_env(exact: bool) -> dict[str, str]:
+    """The environment of a llama.cpp tool: GGML_CPU_TILED_MM=0 for the exact configuration,
+    unset (llama.cpp's default) otherwise, whatever this process runs with."""
+    env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_TILED_MM"}
+    if exact:
+        env["GGML_CPU_TILED_MM"] = "0"
+    return env
+
+
+def run_llama_spec(args: argparse.Namespace, mode: str, prompt: str,
+                   exact: bool = False) -> dict[str, Any]:
+    """One llama-speculative-simple run; its decode speed, counts and output text.
+    ``exact``: in Tandem's exact-verification configuration (:data:`LLAMA_EXACT_ARGS`)."""
     argv = [
         str(C.tool("llama-speculative-simple", args.tools)), "-m", str(args.model),
         *llama_mode_args(mode, args.k, args),
         "-p", prompt, "-n", str(args.n_predict), "-c", str(args.n_ctx), "-b", str(args.n_ctx),
         "-t", str(args.threads), "--temp", "0", "--seed", "1",
+        *(LLAMA_EXACT_ARGS if exact else ()),
     ]
     if args.n_gpu_layers is not None:
         argv += ["-ngl", str(args.n_gpu_layers)]
@@ -100,7 +132,7 @@ def run_llama_spec(args: argparse.Namespace, mode: str, prompt: str) -> dict[str
     # (common/log.cpp, llama.cpp issue 22142): on a busy machine the summary lines can be
     # lost although the run succeeded. Such a run is repeated (at most twice).
     for attempt in range(3):
-        res = C.run_child(argv)
+        res = C.run_child(argv, env=child_env(exact))
         log = res.stdout + "\n" + res.stderr
         m = _DECODED_RE.search(log)
         if res.returncode != 0 or m is not None:
@@ -176,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tandem-modes", default=",".join(TANDEM_MODES))
     ap.add_argument("--draft-model", default=None,
                     help="also Tandem draft model vs llama draft-simple ('self': the target)")
+    ap.add_argument("--exact", action="store_true",
+                    help="Tandem with exact verification (module doc; its plain decoding too)")
+    ap.add_argument("--llama-exact", action="store_true",
+                    help="also llama.cpp's n-gram modes in the exact configuration")
     ap.add_argument("--skip-llama-bench", action="store_true", help="no llama-bench tg baseline")
     ap.add_argument("--tools", type=Path, default=C.TOOLS)
     ap.add_argument("--json", action="store_true")
@@ -194,12 +230,15 @@ def main(argv: list[str] | None = None) -> int:
     conversations = load_conversations(args.prompts)
     if args.limit is not None:
         conversations = conversations[: max(1, args.limit)]
+    if args.exact:
+        # read by ggml once, at its first matrix product in this process (app/engine/llama.py)
+        os.environ["GGML_CPU_TILED_MM"] = "0"
     before = C.machine_note()
     other_cpu = C.OtherCpu()
 
     config = SessionConfig(target_path=args.model, draft_path=args.draft_model,
                            n_ctx=args.n_ctx, n_threads=args.threads,
-                           n_gpu_layers=args.n_gpu_layers)
+                           n_gpu_layers=args.n_gpu_layers, exact_verification=args.exact)
     sampling = SamplingParams(temperature=0.0, max_tokens=args.n_predict)  # no stop strings
     specs: dict[str, SpeculationConfig] = {"tandem plain": SpeculationConfig(mode="off")}
     for m in tandem_modes:
@@ -209,11 +248,16 @@ def main(argv: list[str] | None = None) -> int:
         specs["tandem draft-model"] = SpeculationConfig(mode="draft-model", draft_max=args.k,
                                                         adaptive=False)
     llama_labels = [f"llama {m}" for m in llama_modes]
+    if args.llama_exact:
+        llama_labels += [f"llama-exact {m}" for m in llama_modes]
     if args.draft_model is not None:
         llama_labels.append("llama draft-simple")
     labels = list(specs) + ([] if args.skip_llama_bench else ["llama-bench tg"]) + llama_labels
     rows: list[dict[str, Any]] = []
     with Session.open(config) as session:
+        if args.exact and not session.exact_verification:
+            sys.exit("error: exact verification is not possible for this model here: "
+                     + " ".join(session.notes))
         fmt = resolve_format(session, args.format)  # type: ignore[arg-type]
         warm_prompt = prepare_turn(session, conversations[0], 0, [], fmt)
         warm = sampling.model_copy(update={"max_tokens": 8})
@@ -248,8 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                             lb = run_llama_bench(_bench_args(args), depth=len(prompt.tokens))
                             row.update(tps=lb["tg_tps"], emitted=lb["n_gen"])
                         else:
-                            mode = label.split(" ", 1)[1]
-                            r = run_llama_spec(args, mode, text)
+                            tool, mode = label.split(" ", 1)
+                            r = run_llama_spec(args, mode, text, exact=tool == "llama-exact")
                             row.update(tps=r["tps"], emitted=r["decoded"], drafted=r["drafted"],
                                        accepted=r["accepted"], llama_prompt_tokens=r["prompt_tokens"],
                                        stdout=r["stdout"], argv=r["argv"], attempts=r["attempts"])
@@ -311,13 +355,13 @@ def _summarize(args: argparse.Namespace, labels: list[str], rows: list[dict[str,
             "same_reply_as_tandem_plain": f"{sum(same)}/{len(same)}" if same else None,
         })
 
-    def best(prefix: str, modes: tuple[str, ...]) -> tuple[str | None, float | None]:
+    def best(tools: tuple[str, ...], modes: tuple[str, ...]) -> tuple[str | None, float | None]:
         cands = [(lab, med[lab]) for lab in labels
-                 if lab.startswith(prefix) and lab.split(" ", 1)[1] in modes and med[lab]]
+                 if lab.split(" ", 1)[0] in tools and lab.split(" ", 1)[-1] in modes and med[lab]]
         return max(cands, key=lambda x: x[1] or 0.0) if cands else (None, None)
 
-    tb, tb_tps = best("tandem ", TANDEM_MODES)
-    lbest, lb_tps = best("llama ", LLAMA_NGRAM_MODES)
+    tb, tb_tps = best(("tandem",), TANDEM_MODES)
+    lbest, lb_tps = best(("llama", "llama-exact"), LLAMA_NGRAM_MODES)
     goals: dict[str, Any] = {
         "tandem_best": tb, "llama_best_ngram": lbest,
         "tandem_best_over_tandem_plain": tb_tps / t_plain if tb_tps and t_plain else None,
@@ -340,6 +384,28 @@ def _summarize(args: argparse.Namespace, labels: list[str], rows: list[dict[str,
         "tandem_best_over_llama_best_ngram": paired(tb, lbest),
         "tandem_plain_over_llama_bench_tg": paired("tandem plain", "llama-bench tg"),
     }
+    # per prompt: each configuration's median over the repeats, their ratio, and the
+    # median and geometric mean of those ratios over the prompts (the ratio of medians over
+    # all runs pools prompts of different speeds: its median falls in a gap between them)
+    by_prompt: dict[Any, dict[str, list[float]]] = {}
+    for r in rows:
+        if r.get("tps"):
+            by_prompt.setdefault(r["prompt"], {}).setdefault(r["config"], []).append(r["tps"])
+
+    def per_prompt(a: str | None, b: str | None) -> dict[str, Any] | None:
+        ratios = {p: statistics.median(c[a]) / statistics.median(c[b])
+                  for p, c in by_prompt.items() if a in c and b in c} if a and b else {}
+        if not ratios:
+            return None
+        v = list(ratios.values())
+        return {"median": statistics.median(v), "geometric_mean": statistics.geometric_mean(v),
+                "ratios": ratios}
+
+    goals["per_prompt"] = {
+        "tandem_best_over_tandem_plain": per_prompt(tb, "tandem plain"),
+        "tandem_best_over_llama_best_ngram": per_prompt(tb, lbest),
+        "tandem_plain_over_llama_bench_tg": per_prompt("tandem plain", "llama-bench tg"),
+    }
     if med.get("tandem draft-model") and med.get("llama draft-simple"):
         goals["tandem_draft_model_over_draft_simple"] = (
             med["tandem draft-model"] / med["llama draft-simple"])
@@ -349,6 +415,7 @@ def _summarize(args: argparse.Namespace, labels: list[str], rows: list[dict[str,
         "model": str(args.model), "draft_model": str(args.draft_model) if args.draft_model else None,
         "prompts": args.prompts, "format": fmt, "k": args.k, "threads": args.threads,
         "n_predict": args.n_predict, "repeat": args.repeat, "fixed_k": args.fixed_k,
+        "exact": args.exact, "llama_exact": args.llama_exact,
         "ngram_n": args.ngram_n, "ngram_mod_n_match": args.ngram_mod_n_match,
         "skipped": skipped, "machine_before": before, "machine_after": after,
         "machine_during": during,
@@ -372,7 +439,8 @@ def _progress(step: int, total: int, rows: list[dict[str, Any]]) -> None:
 def _print(result: dict[str, Any]) -> None:
     print(f"model {result['model']}  prompts {result['prompts']} ({result['format']})  "
           f"k {result['k']}  threads {result['threads']}  n_predict {result['n_predict']}  "
-          f"repeat {result['repeat']}")
+          f"repeat {result['repeat']}"
+          + ("  Tandem: exact verification" if result["exact"] else ""))
     head = ("config", "runs", "decode tok/s", "α", "× own plain", "× tandem plain", "same reply")
     rows = [(c["config"], str(c["runs"]), _fmt(c["decode_tps_median"], "{:.1f}"),
              _fmt(c["acceptance_rate"], "{:.2f}"), _fmt(c["speedup_vs_own_plain"], "{:.2f}"),
@@ -393,6 +461,15 @@ def _print(result: dict[str, Any]) -> None:
           f"{_fmt(pm['tandem_best_over_tandem_plain'], '{:.2f}')}, "
           f"{_fmt(pm['tandem_best_over_llama_best_ngram'], '{:.3f}')}, "
           f"{_fmt(pm['tandem_plain_over_llama_bench_tg'], '{:.3f}')}")
+    pp = g["per_prompt"]
+
+    def agg(key: str) -> str:
+        x = pp[key]
+        return "—" if x is None else f"{x['median']:.3f} / {x['geometric_mean']:.3f}"
+
+    print("per prompt (ratio of each prompt's medians; median / geometric mean over prompts): "
+          f"{agg('tandem_best_over_tandem_plain')}, {agg('tandem_best_over_llama_best_ngram')}, "
+          f"{agg('tandem_plain_over_llama_bench_tg')}")
     if "tandem_draft_model_over_draft_simple" in g:
         print(f"Tandem draft model ÷ llama draft-simple: "
               f"{g['tandem_draft_model_over_draft_simple']:.3f}")

@@ -105,3 +105,53 @@ def test_python_m_app_version() -> None:
     from app import __version__
 
     assert out.returncode == 0 and out.stdout.strip() == f"Tandem {__version__}"
+
+
+def test_exact_verification_switches_the_tiled_kernel_off_before_llama_loads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--exact`` on a command line, or exact verification in the saved settings for the
+    window, sets GGML_CPU_TILED_MM=0 (ggml reads it once); a value the user set is kept."""
+    import json
+
+    from app.store import paths
+
+    monkeypatch.delenv(entry.TILED_MM_ENV, raising=False)
+    assert entry.exact_kernel_env(["generate", "--model", "m.gguf", "hi"], False) is False
+    assert entry.TILED_MM_ENV not in os.environ
+    assert entry.exact_kernel_env([], True) is False  # no settings file: the default
+    assert entry.TILED_MM_ENV not in os.environ
+    assert entry.exact_kernel_env(["generate", "--exact", "hi"], False) is True
+    assert os.environ[entry.TILED_MM_ENV] == "0"
+
+    monkeypatch.setenv(entry.TILED_MM_ENV, "1")  # the user's own choice stands
+    assert entry.exact_kernel_env(["bench", "--exact"], False) is False
+    assert os.environ[entry.TILED_MM_ENV] == "1"
+
+    monkeypatch.delenv(entry.TILED_MM_ENV)
+    settings = paths.settings_path()
+    for text, wanted in (("{not json", False),
+                         (json.dumps({"model": {"exact_verification": "yes"}}), False),
+                         (json.dumps({"schema_version": 2, "model": {"exact_verification": True}}),
+                          True)):
+        settings.write_text(text, encoding="utf-8")
+        assert entry.exact_kernel_env([], True) is wanted
+        assert (os.environ.get(entry.TILED_MM_ENV) == "0") is wanted
+        assert settings.read_text(encoding="utf-8") == text  # read, never set aside
+        monkeypatch.delenv(entry.TILED_MM_ENV, raising=False)
+
+
+@pytest.mark.slow
+def test_exact_on_the_command_line_makes_gemma_q4_k_m_exact(gemma_path: Path) -> None:
+    """Q4_K_M needs the tiled kernel off at the start; ``--exact`` alone now gets it."""
+    import json
+
+    env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_TILED_MM"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "app", "bench", "--model", str(gemma_path), "--prompt-lookup",
+         "--exact", "--prompts", "builtin:chat", "--limit", "1", "--k", "2", "--repeat", "1",
+         "--max-tokens", "4", "--threads", "1", "--no-warmup", "-q", "--json"],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["settings"]["exact_verification"] is True
+    assert "Exact verification needs" not in proc.stderr

@@ -172,8 +172,7 @@ def _exact_possible(config: SessionConfig, notes: list[str]) -> bool:
             f"Exact verification needs weights whose CPU kernels do not change with the batch "
             f"size; {name} has {', '.join(blockers)} weights, so speculative output can still "
             "part from plain decoding at near-ties. "
-            + ("Start Tandem with GGML_CPU_TILED_MM=0 for them, or convert the model"
-               if kquant else "Convert the model")
+            + (_tiled_kernel_advice() + ", or convert the model" if kquant else "Convert the model")
             + f": python -m app.engine.exact {name} <new file> Q5_1"
         )
     if on_gpu:
@@ -182,6 +181,16 @@ def _exact_possible(config: SessionConfig, notes: list[str]) -> bool:
             "speculative output can part from plain decoding at near-ties."
         )
     return not blockers and not on_gpu
+
+
+def _tiled_kernel_advice() -> str:
+    """How to get ggml's tiled K-quant kernel off (it is read once per process)."""
+    user = os.environ.get("GGML_CPU_TILED_MM")
+    if user is not None:
+        return (f"GGML_CPU_TILED_MM is set to {user!r} in Tandem's environment; start it with "
+                "GGML_CPU_TILED_MM=0 for these weights")
+    return ("Restart Tandem with exact verification on: it then starts with ggml's tiled "
+            "K-quant kernel off (GGML_CPU_TILED_MM=0), which these weights need")
 
 
 def physical_memory_bytes() -> int | None:

@@ -166,6 +166,22 @@ def load_settings(path: Path | None = None) -> LoadedSettings:
     return LoadedSettings(settings)
 
 
+def saved_exact_verification(path: Path | None = None) -> bool:
+    """Whether the settings file asks for exact verification, read without side effects.
+
+    For the start of the process, before llama.cpp loads (:func:`app.entry.main` switches
+    ggml's tiled K-quant kernel off then, :mod:`app.engine.exact`): unlike
+    :func:`load_settings` it never sets a bad file aside (the window reports that later)
+    and never raises; anything unreadable reads as False.
+    """
+    try:
+        raw = json.loads((path or paths.settings_path()).read_text(encoding="utf-8"))
+        return bool(isinstance(raw, dict) and isinstance(raw.get("model"), dict)
+                    and raw["model"].get("exact_verification") is True)
+    except Exception:  # missing, unreadable, not JSON: the default
+        return False
+
+
 def _set_aside(path: Path, why: str) -> LoadedSettings:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     aside = path.with_name(f"{path.name}.corrupt-{stamp}")

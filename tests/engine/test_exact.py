@@ -85,18 +85,23 @@ def test_with_the_tiled_kernel_off_at_start_gemma_q4_k_m_is_exact(gemma_path: Pa
         "import sys; from pathlib import Path; from app.engine.session import Session, SessionConfig\n"
         "s = Session.open(SessionConfig(target_path=Path(sys.argv[1]), n_ctx=256, n_threads=2,"
         " n_gpu_layers=0, exact_verification=True))\n"
-        "print(s.exact_verification, len(s.notes)); s.close()\n"
+        "print(s.exact_verification, len(s.notes)); print(*s.notes); s.close()\n"
     )
     out = {}
-    for env in ("0", None):
+    for env in ("0", None, "1"):
         e = {k: v for k, v in os.environ.items() if k != "GGML_CPU_TILED_MM"}
         if env is not None:
             e["GGML_CPU_TILED_MM"] = env
         proc = subprocess.run([sys.executable, "-c", code, str(gemma_path)], capture_output=True,
                               text=True, env=e, cwd=REPO, check=True, timeout=600)
-        out[env] = proc.stdout.split()
-    assert out["0"] == ["True", "0"]
-    assert out[None][0] == "False"
+        out[env] = proc.stdout.splitlines()
+    assert out["0"][0].split() == ["True", "0"]
+    # the note says what to do: a restart does it (app.entry sets the switch), unless the
+    # user's own environment turns the kernel on
+    assert out[None][0].split()[0] == "False"
+    assert "Q4_K, Q6_K weights" in out[None][1] and "Restart Tandem with exact" in out[None][1]
+    assert out["1"][0].split()[0] == "False"
+    assert "GGML_CPU_TILED_MM is set to '1'" in out["1"][1]
 
 
 def test_the_exact_flag_reaches_the_session(tiny_target: Path, tmp_path: Path,
