@@ -62,9 +62,8 @@ def main(argv: Sequence[str] | None = None, program: str | None = None) -> int:
         from app import system_libs
 
         return system_libs.main()
-    window = wants_window(args, program)
-    exact_kernel_env(args, window)
-    if window:
+    if wants_window(args, program):
+        exact_kernel_for_window()
         return _gui(Path(args[0]) if args else None)
     from app.cli import main as cli_main
     from app.cli.main import program_name
@@ -72,33 +71,22 @@ def main(argv: Sequence[str] | None = None, program: str | None = None) -> int:
     return cli_main(args, prog=program_name(program))
 
 
-#: ggml-cpu's switch for its tiled K-quant matrix kernel, read once per process
-TILED_MM_ENV = "GGML_CPU_TILED_MM"
+def exact_kernel_for_window() -> bool:
+    """Switch ggml's tiled K-quant kernel off for the window's process when the saved
+    settings ask for exact verification (:func:`app.engine.exact.tiled_kernel_off_for_exact`;
+    a command line's ``--exact`` is handled by :func:`app.cli.main` after parsing). Returns
+    whether it was switched off here.
 
-
-def exact_kernel_env(args: Sequence[str], window: bool) -> bool:
-    """Switch ggml's tiled K-quant kernel off for this process when it will load with
-    exact verification: the window when the saved settings ask for it, a command line
-    with ``--exact``. Returns whether it was switched off here.
-
-    Exact verification on Q4_K/Q6_K weights (most Q4_K_M and Q5_K_M files hold them)
-    needs the kernel off (:mod:`app.engine.exact`), and ggml reads the switch once, at
-    the process's first matrix product, so it is set before llama.cpp loads. A value
-    already in the environment is the user's and is kept. The cost, measured on Gemma 3
-    270M Q4_K_M, 2 threads (docs/proof.md): none on decoding; prompt processing in
-    the exact configuration runs about 28 % slower (the kernel and weight repacking off).
+    The cost of the exact configuration on Gemma 3 270M Q4_K_M, 2 threads, is in
+    docs/proof.md ("On Q4_K_M itself"): decoding about as fast, prompt processing slower.
     """
-    if TILED_MM_ENV in os.environ:
-        return False
-    if window:
-        from app.store.settings import saved_exact_verification
+    from app.store.settings import saved_exact_verification
 
-        wanted = saved_exact_verification()
-    else:
-        wanted = "--exact" in args
-    if wanted:
-        os.environ[TILED_MM_ENV] = "0"
-    return wanted
+    if not saved_exact_verification():
+        return False
+    from app.engine.exact import tiled_kernel_off_for_exact
+
+    return tiled_kernel_off_for_exact()
 
 
 def _gui(open_path: Path | None) -> int:

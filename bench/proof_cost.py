@@ -12,8 +12,10 @@ docs/proof.md); each prompt is decoded by both, alternating, plain and with the 
 Printed: median decode tok/s of each, the median prompt-processing rate (prompt tokens ÷
 prefill seconds of the plain runs), and the ratios exact / default. This process runs
 with ``GGML_CPU_TILED_MM=0`` (Q4_K/Q6_K weights need it for exact verification, and ggml
-reads it once); the default session's repacked Q4_K/Q6_K/Q8_0 weights never take that
-kernel (ggml-cpu/tiled/tiled.cpp skips repacked weights), so it changes nothing there.
+reads it once, so the default configuration, which uses that kernel for weights it does
+not repack — Q6_K on x86-64 — must not have it), each arm runs in a process of its own:
+one per arm and repeat, alternating which goes first, the default one with the variable
+unset and the exact one with ``GGML_CPU_TILED_MM=0``.
 
 Timings on a busy machine are disturbed: the load average before and other processes' CPU
 time during the run (``_common.OtherCpu``) are printed.
@@ -31,7 +33,9 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -94,12 +98,17 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--arm", choices=("default", "exact"), default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--raw", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.what == "exact":
-        os.environ["GGML_CPU_TILED_MM"] = "0"  # before llama.cpp's first matrix product
+        if args.exact_model is None:
+            ap.error("--what exact needs --exact-model")
         if str(args.exact_model) == "same":
             args.exact_model = args.model
     prompts = load_prompts(args.prompts)[: args.limit]
+    if not prompts:
+        ap.error("no prompts (--limit 0?)")
     load0 = os.getloadavg()
     other_cpu = _common.OtherCpu()
     specs = {"off": SpeculationConfig(),
@@ -112,14 +121,17 @@ def main() -> int:
         extra: dict[str, Any] = {"exact_verification": True} if exact else {}
         return SessionConfig(target_path=path, n_ctx=2048, n_threads=args.threads, n_gpu_layers=0, **extra)
 
+    if args.what == "exact" and args.arm is None:
+        return exact_parent(args, specs, load0, other_cpu)
     if args.what == "recorder":
         sessions = {"untraced": Session.open(cfg(args.model, False))}
         sessions["traced"] = sessions["untraced"]
-    else:
-        if args.exact_model is None:
-            ap.error("--what exact needs --exact-model")
-        sessions = {"default": Session.open(cfg(args.model, False)),
-                    "exact": Session.open(cfg(args.exact_model, True))}
+    else:  # one arm of --what exact, in its own process (exact_parent)
+        exact = args.arm == "exact"
+        sessions = {args.arm: Session.open(cfg(args.exact_model if exact else args.model, exact))}
+        if exact and not sessions["exact"].exact_verification:
+            sys.exit("error: exact verification is not possible here: "
+                     + " ".join(sessions["exact"].notes))
     arms = list(sessions)
     try:
         for rep in range(args.repeat):
@@ -136,11 +148,56 @@ def main() -> int:
                         if label == "off":
                             prefill.setdefault(arm, []).append(pp)
                 print(f"repeat {rep + 1} prompt {pi + 1}/{len(prompts)} done", file=sys.stderr, flush=True)
+        long_pp: dict[str, float] = {}
         if args.what == "exact":  # a long prompt: every prompt of the set, 1,024 tokens
             long_pp = {arm: long_prefill_tps(sessions[arm], prompts) for arm in arms}
     finally:
         for s in set(sessions.values()):
             s.close()
+    if args.arm is not None:
+        args.raw.write_text(json.dumps({
+            "tps": {label: tps[(args.arm, label)] for label in specs},
+            "prefill": prefill[args.arm], "long_pp": long_pp[args.arm]}))
+        return 0
+    return report(args, arms, specs, tps, prefill, {}, load0, other_cpu)
+
+
+def exact_parent(args: argparse.Namespace, specs: dict[str, SpeculationConfig],
+                 load0: tuple[float, float, float], other_cpu: Any) -> int:
+    """``--what exact``: each arm in its own process, per repeat, alternating the order."""
+    tps: dict[tuple[str, str], list[float]] = {}
+    prefill: dict[str, list[float]] = {}
+    long_pp: dict[str, list[float]] = {}
+    arms = ["default", "exact"]
+    argv = [sys.executable, __file__, "--what", "exact", "--model", str(args.model),
+            "--exact-model", str(args.exact_model), "--prompts", args.prompts,
+            "--k", str(args.k), "--drafter", args.drafter, "--temp", str(args.temp),
+            "--seed", str(args.seed), "--max-tokens", str(args.max_tokens), "--repeat", "1",
+            "--threads", str(args.threads)]
+    argv += ["--limit", str(args.limit)] if args.limit is not None else []
+    argv += ["--adaptive"] if args.adaptive else []
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(args.repeat):
+            for arm in (arms if rep % 2 == 0 else arms[::-1]):
+                env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_TILED_MM"}
+                if arm == "exact":
+                    env["GGML_CPU_TILED_MM"] = "0"
+                raw = Path(tmp) / f"{arm}-{rep}.json"
+                subprocess.run([*argv, "--arm", arm, "--raw", str(raw)], env=env, check=True)
+                data = json.loads(raw.read_text())
+                for label, v in data["tps"].items():
+                    tps.setdefault((arm, label), []).extend(v)
+                prefill.setdefault(arm, []).extend(data["prefill"])
+                long_pp.setdefault(arm, []).append(data["long_pp"])
+                print(f"repeat {rep + 1}: {arm} done", file=sys.stderr, flush=True)
+    return report(args, arms, specs, tps, prefill,
+                  {arm: statistics.median(v) for arm, v in long_pp.items()}, load0, other_cpu)
+
+
+def report(args: argparse.Namespace, arms: list[str], specs: dict[str, SpeculationConfig],
+           tps: dict[tuple[str, str], list[float]], prefill: dict[str, list[float]],
+           long_pp: dict[str, float], load0: tuple[float, float, float], other_cpu: Any) -> int:
+    """Print and write the medians and ratios."""
     load1 = os.getloadavg()
     during = other_cpu.note()
     result: dict[str, Any] = {"what": args.what, "loadavg_before": load0, "loadavg_after": load1,
@@ -164,7 +221,8 @@ def main() -> int:
               f"ratio {other}/{base} {b / a:.3f}")
         result["prefill_tps"] = {base: a, other: b, "ratio": b / a}
         a, b = long_pp[base], long_pp[other]
-        print(f"prompt processing, 1,024 tokens: {base} {a:.0f} tok/s, {other} {b:.0f} tok/s, "
+        print(f"prompt processing, 1,024 tokens (median over repeats of each one's median "
+              f"of 5 passes): {base} {a:.0f} tok/s, {other} {b:.0f} tok/s, "
               f"ratio {other}/{base} {b / a:.3f}")
         result["prefill_1024_tps"] = {base: a, other: b, "ratio": b / a}
     if args.json:

@@ -57,7 +57,8 @@ def default_prompt() -> str:
     return load_prompts("builtin:code")[0].plain
 
 
-def run_llama_bench(args: argparse.Namespace, depth: int) -> dict[str, Any]:
+def run_llama_bench(args: argparse.Namespace, depth: int,
+                    env: dict[str, str] | None = None) -> dict[str, Any]:
     argv = [
         str(C.tool("llama-bench", args.tools)), "-m", str(args.model),
         "-p", "0", "-n", str(args.n_predict), "-d", str(depth),
@@ -65,7 +66,7 @@ def run_llama_bench(args: argparse.Namespace, depth: int) -> dict[str, Any]:
     ]
     if args.n_gpu_layers is not None:
         argv += ["-ngl", str(args.n_gpu_layers)]
-    res = C.run_child(argv)
+    res = C.run_child(argv, env=env)
     if res.returncode != 0:
         raise RuntimeError(f"llama-bench failed ({res.returncode}): {res.stderr[-2000:]}")
     data = json.loads(res.stdout)

@@ -40,7 +40,10 @@ off, flash attention on, a Q8_0 KV cache, ``GGML_CPU_TILED_MM=0`` set here befor
 llama.cpp loads; plain decoding then runs in that configuration too), so every Tandem
 reply equals its plain reply; ``--llama-exact`` adds llama.cpp's modes in the same
 configuration (``-nr -fa on -ctk q8_0 -ctv q8_0``, labelled ``llama-exact <mode>``).
-llama.cpp's best n-gram mode is then the best of both configurations.
+llama.cpp's best n-gram mode is then the best of both configurations. Plain decoding
+stays one figure per side: Tandem's in its configuration (exact with ``--exact``) and
+``llama-bench`` tg with llama.cpp's defaults, which is also the "× own plain" of the
+``llama-exact`` rows.
 
 Reported, medians over all (prompt, repeat) runs: decode tok/s per configuration, α,
 each configuration's speedup over its own tool's plain decoding and over Tandem plain,
@@ -230,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     conversations = load_conversations(args.prompts)
     if args.limit is not None:
         conversations = conversations[: max(1, args.limit)]
+    if args.llama_exact and not args.exact:
+        print("note: --llama-exact without --exact: llama.cpp's exact replies are compared "
+              "with Tandem's plain replies on the default kernels, which can differ",
+              file=sys.stderr)
     if args.exact:
         # read by ggml once, at its first matrix product in this process (app/engine/llama.py)
         os.environ["GGML_CPU_TILED_MM"] = "0"
@@ -289,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                             if label == "tandem plain":
                                 plain_fin = fin
                         elif label == "llama-bench tg":
-                            lb = run_llama_bench(_bench_args(args), depth=len(prompt.tokens))
+                            lb = run_llama_bench(_bench_args(args), depth=len(prompt.tokens),
+                                                 env=child_env(False))
                             row.update(tps=lb["tg_tps"], emitted=lb["n_gen"])
                         else:
                             tool, mode = label.split(" ", 1)

@@ -107,37 +107,67 @@ def test_python_m_app_version() -> None:
     assert out.returncode == 0 and out.stdout.strip() == f"Tandem {__version__}"
 
 
-def test_exact_verification_switches_the_tiled_kernel_off_before_llama_loads(
+def _no_tiled_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset GGML_CPU_TILED_MM for this test and have it unset again afterwards, whatever
+    the code under test writes into os.environ."""
+    monkeypatch.setenv(TILED, "test")
+    monkeypatch.delenv(TILED)
+
+
+TILED = "GGML_CPU_TILED_MM"
+
+
+def test_the_window_switches_the_tiled_kernel_off_when_settings_ask_for_exact(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--exact`` on a command line, or exact verification in the saved settings for the
-    window, sets GGML_CPU_TILED_MM=0 (ggml reads it once); a value the user set is kept."""
+    """Exact verification in the saved settings sets GGML_CPU_TILED_MM=0 before the window
+    loads llama.cpp (ggml reads it once); bad files read as "no" and stay where they are;
+    a value the user set is kept."""
     import json
 
     from app.store import paths
 
-    monkeypatch.delenv(entry.TILED_MM_ENV, raising=False)
-    assert entry.exact_kernel_env(["generate", "--model", "m.gguf", "hi"], False) is False
-    assert entry.TILED_MM_ENV not in os.environ
-    assert entry.exact_kernel_env([], True) is False  # no settings file: the default
-    assert entry.TILED_MM_ENV not in os.environ
-    assert entry.exact_kernel_env(["generate", "--exact", "hi"], False) is True
-    assert os.environ[entry.TILED_MM_ENV] == "0"
-
-    monkeypatch.setenv(entry.TILED_MM_ENV, "1")  # the user's own choice stands
-    assert entry.exact_kernel_env(["bench", "--exact"], False) is False
-    assert os.environ[entry.TILED_MM_ENV] == "1"
-
-    monkeypatch.delenv(entry.TILED_MM_ENV)
+    _no_tiled_switch(monkeypatch)
+    assert entry.exact_kernel_for_window() is False  # no settings file: the default
+    assert TILED not in os.environ
     settings = paths.settings_path()
     for text, wanted in (("{not json", False),
                          (json.dumps({"model": {"exact_verification": "yes"}}), False),
+                         (json.dumps({"schema_version": 2, "model": {"exact_verification": False}}),
+                          False),
                          (json.dumps({"schema_version": 2, "model": {"exact_verification": True}}),
                           True)):
         settings.write_text(text, encoding="utf-8")
-        assert entry.exact_kernel_env([], True) is wanted
-        assert (os.environ.get(entry.TILED_MM_ENV) == "0") is wanted
+        assert entry.exact_kernel_for_window() is wanted
+        assert (os.environ.get(TILED) == "0") is wanted
         assert settings.read_text(encoding="utf-8") == text  # read, never set aside
-        monkeypatch.delenv(entry.TILED_MM_ENV, raising=False)
+        os.environ.pop(TILED, None)
+    monkeypatch.setenv(TILED, "1")  # the user's own choice stands
+    assert entry.exact_kernel_for_window() is False
+    assert os.environ[TILED] == "1"
+    # the window's start goes through it
+    monkeypatch.delenv(TILED)
+    monkeypatch.setattr(system_libs, "gui_problem", lambda: None)
+    monkeypatch.setattr("app.ui.launch.main", lambda open_path=None: 0)
+    assert entry.main([], "tandem") == 0
+    assert os.environ.get(TILED) == "0"
+
+
+def test_exact_on_a_command_line_switches_the_tiled_kernel_off(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``--exact``, as argparse reads it (abbreviated too), sets GGML_CPU_TILED_MM=0 in
+    the CLI itself, so ``tandem-cli`` (app.cli:main) gets it as well; a prompt that reads
+    "--exact" does not."""
+    from app.cli import main as cli_main
+
+    missing = str(tmp_path / "missing.gguf")
+    _no_tiled_switch(monkeypatch)
+    assert cli_main(["generate", "--model", missing, "--", "--exact"]) != 0
+    assert TILED not in os.environ
+    assert cli_main(["generate", "--model", missing, "--exa", "hi"]) != 0
+    assert os.environ.get(TILED) == "0"
+    monkeypatch.setenv(TILED, "1")
+    assert cli_main(["generate", "--model", missing, "--exact", "hi"]) != 0
+    assert os.environ[TILED] == "1"
 
 
 @pytest.mark.slow
@@ -154,4 +184,4 @@ def test_exact_on_the_command_line_makes_gemma_q4_k_m_exact(gemma_path: Path) ->
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert out["settings"]["exact_verification"] is True
-    assert "Exact verification needs" not in proc.stderr
+    assert "Exact verification needs" not in proc.stderr + proc.stdout

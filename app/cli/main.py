@@ -297,6 +297,11 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             reconfigure(errors=_ESCAPE_ERRORS)
     parser = build_parser(prog)
     args = parser.parse_args(argv)
+    if getattr(args, "exact", False):
+        # before llama.cpp loads: Q4_K/Q6_K weights are exact only with the kernel off
+        from app.engine.exact import tiled_kernel_off_for_exact
+
+        tiled_kernel_off_for_exact()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:

@@ -47,8 +47,9 @@ def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
     p.add_argument("--exact", action="store_true",
                    help="exact verification: load so that speculation's output equals plain "
                         "decoding's (CPU: with a GPU build add --n-gpu-layers 0; Q4_1/Q5_1/"
-                        "Q5_0/Q8_0 weights; docs/proof.md); a note says why when the model "
-                        "does not allow it")
+                        "Q5_0/Q8_0 weights, or Q4_K/Q6_K, for which this switches ggml's "
+                        "tiled K-quant kernel off; docs/proof.md); a note says why when the "
+                        "model does not allow it")
 
 
 def add_drafting_args(p: argparse.ArgumentParser) -> None:

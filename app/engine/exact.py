@@ -46,6 +46,27 @@ EXACT_WEIGHT_TYPES_TILED_OFF: frozenset[str] = EXACT_WEIGHT_TYPES | {"Q4_K", "Q6
 #: ENABLED``), K and V cache in Q8_0 (``GGML_TYPE_Q8_0`` = 8). Weight repacking is off too.
 EXACT_CONTEXT: dict[str, int] = {"flash_attn": 1, "type_k": 8, "type_v": 8}
 
+#: ggml-cpu's switch for its tiled K-quant matrix kernel, read once per process
+#: (ggml-cpu/tiled/tiled.cpp: on unless ``atoi`` of the value is 0)
+TILED_MM_ENV = "GGML_CPU_TILED_MM"
+
+
+def tiled_kernel_off_for_exact() -> bool:
+    """Set ``GGML_CPU_TILED_MM=0`` for this process, unless the environment already has a
+    value (the user's, kept). Returns whether it was set here.
+
+    For a process that will load with exact verification, before llama.cpp loads:
+    Q4_K/Q6_K weights (what most Q4_K_M files hold) are exact only with the kernel off,
+    and ggml reads the switch once, at the process's first matrix product. Called by
+    :mod:`app.entry` for the window when the saved settings ask for exact verification,
+    and by :func:`app.cli.main` for a command line with ``--exact``.
+    """
+    if TILED_MM_ENV in os.environ:
+        return False
+    os.environ[TILED_MM_ENV] = "0"
+    return True
+
+
 #: Q8_0 blocks hold 32 values, so each attention head's size must be a multiple of it.
 EXACT_KV_BLOCK = 32
 

@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import re
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -81,15 +82,26 @@ def lib() -> ModuleType:
         return _lib
 
 
+def c_atoi(text: str) -> int:
+    """C's ``atoi``: optional leading whitespace and sign, then digits; anything else
+    ends the number, and no digits give 0 (how ggml reads its switches)."""
+    m = re.match(r"\s*([+-]?\d+)", text)
+    return int(m.group(1)) if m else 0
+
+
+def tiled_mm_env_at_start() -> str | None:
+    """``GGML_CPU_TILED_MM`` as it was when llama.cpp was first used in this process
+    (ggml reads it once; later changes to the environment do not count)."""
+    lib()
+    return _tiled_mm_env
+
+
 def tiled_kquant_matmul_disabled() -> bool:
     """Whether ggml-cpu's tiled K-quant matrix kernel (taken for batches of ≥ 8 tokens)
-    is switched off in this process: ``GGML_CPU_TILED_MM=0`` was set before llama.cpp was
-    first used (ggml-cpu/tiled/tiled.cpp reads it once)."""
-    lib()
-    try:
-        return _tiled_mm_env is not None and int(_tiled_mm_env) == 0
-    except ValueError:
-        return False
+    is switched off in this process: ``GGML_CPU_TILED_MM`` was set, to a value C's
+    ``atoi`` reads as 0, before llama.cpp was first used (ggml-cpu/tiled/tiled.cpp)."""
+    env = tiled_mm_env_at_start()
+    return env is not None and c_atoi(env) == 0
 
 
 def supports_gpu_offload() -> bool:

@@ -54,6 +54,7 @@ from app.engine.llama import (
     ProgressCallback,
     supports_gpu_offload,
     tiled_kquant_matmul_disabled,
+    tiled_mm_env_at_start,
 )
 from app.engine.policy import DraftLengthPolicy, PassTimes
 from app.engine.probe import probe_model
@@ -185,7 +186,7 @@ def _exact_possible(config: SessionConfig, notes: list[str]) -> bool:
 
 def _tiled_kernel_advice() -> str:
     """How to get ggml's tiled K-quant kernel off (it is read once per process)."""
-    user = os.environ.get("GGML_CPU_TILED_MM")
+    user = tiled_mm_env_at_start()
     if user is not None:
         return (f"GGML_CPU_TILED_MM is set to {user!r} in Tandem's environment; start it with "
                 "GGML_CPU_TILED_MM=0 for these weights")

@@ -47,7 +47,8 @@ class ModelSettings(_Section):
     ``n_ctx`` is the context length in tokens; it applies when the target is (re)loaded.
     ``exact_verification``: load the target in the configuration whose verification
     batches compute like one-token passes (:mod:`app.engine.exact`; CPU, Q4_1/Q5_1/Q5_0/
-    Q8_0 weights), so speculation's output equals plain decoding's; applies on reload.
+    Q8_0 weights, or Q4_K/Q6_K when the process started with it on: :mod:`app.entry`),
+    so speculation's output equals plain decoding's; applies on reload.
     """
 
     target_path: Path | None = None
@@ -172,7 +173,8 @@ def saved_exact_verification(path: Path | None = None) -> bool:
     For the start of the process, before llama.cpp loads (:func:`app.entry.main` switches
     ggml's tiled K-quant kernel off then, :mod:`app.engine.exact`): unlike
     :func:`load_settings` it never sets a bad file aside (the window reports that later)
-    and never raises; anything unreadable reads as False.
+    and never raises; anything unreadable reads as False. It writes no file (finding the
+    path creates the config folder when missing, as every settings access does).
     """
     try:
         raw = json.loads((path or paths.settings_path()).read_text(encoding="utf-8"))

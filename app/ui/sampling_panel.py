@@ -97,8 +97,10 @@ class SamplingSettingsWidget(QWidget):
             "Load so that a verification batch computes exactly like one-token passes: "
             "speculation's output then equals plain decoding's (measured with Gemma 3 270M "
             "on an x86-64 build: 128 of 128 on builtin:code, docs/proof.md). CPU only (tick "
-            "CPU only on a GPU build); needs Q4_1, Q5_1, Q5_0 or Q8_0 weights "
-            "(python -m app.engine.exact converts a model). Costs speed.")
+            "CPU only on a GPU build); needs Q4_1, Q5_1, Q5_0 or Q8_0 weights, or Q4_K/Q6_K "
+            "(most Q4_K_M files) after a restart of Tandem (python -m app.engine.exact "
+            "converts other models). Prompt processing gets slower; decoding measured as fast "
+            "on Q4_K_M.")
         mform.addRow("", self.exact)
         self.reload_button = QPushButton("Reload model")
         self.reload_button.clicked.connect(self.reload_clicked)

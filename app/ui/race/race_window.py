@@ -272,8 +272,9 @@ class RaceWindow(QMainWindow):
             "Reload the target so that a verification batch computes exactly like one-token "
             "passes (measured with Gemma 3 270M on an x86-64 build: 128 of 128 outputs "
             "identical on builtin:code, k 1-8, greedy and seeded; docs/proof.md). CPU "
-            "only (GPU layers 0), Q4_1/Q5_1/Q5_0/Q8_0 "
-            "weights; slower. Changing it reloads the model and reopens this window.")
+            "only (GPU layers 0), Q4_1/Q5_1/Q5_0/Q8_0 weights, or Q4_K/Q6_K (most Q4_K_M "
+            "files) after a restart of Tandem; prompt processing gets slower. Changing it "
+            "reloads the model and reopens this window.")
         self.exact_check.toggled.connect(self.exact_verification_requested)
         row.addWidget(self.exact_check)
         row.addSpacing(10)
