@@ -72,6 +72,19 @@ class ChildResult:
     max_rss: int  # ru_maxrss of the child, bytes
 
 
+def tiled_kernel_env(off: bool) -> dict[str, str]:
+    """This process's environment for a child process, with ggml's tiled K-quant kernel
+    switch (``GGML_CPU_TILED_MM``, read once per process) at 0 when ``off`` (exact
+    verification's configuration) and unset otherwise (llama.cpp's default), whatever
+    this process runs with."""
+    from app.engine.exact import TILED_MM_ENV
+
+    env = {k: v for k, v in os.environ.items() if k != TILED_MM_ENV}
+    if off:
+        env[TILED_MM_ENV] = "0"
+    return env
+
+
 def run_child(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 1800) -> ChildResult:
     """Run ``argv`` to completion and read its peak resident set size from ``wait4``.
 

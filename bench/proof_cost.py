@@ -169,21 +169,14 @@ def exact_parent(args: argparse.Namespace, specs: dict[str, SpeculationConfig],
     prefill: dict[str, list[float]] = {}
     long_pp: dict[str, list[float]] = {}
     arms = ["default", "exact"]
-    argv = [sys.executable, __file__, "--what", "exact", "--model", str(args.model),
-            "--exact-model", str(args.exact_model), "--prompts", args.prompts,
-            "--k", str(args.k), "--drafter", args.drafter, "--temp", str(args.temp),
-            "--seed", str(args.seed), "--max-tokens", str(args.max_tokens), "--repeat", "1",
-            "--threads", str(args.threads)]
-    argv += ["--limit", str(args.limit)] if args.limit is not None else []
-    argv += ["--adaptive"] if args.adaptive else []
+    # this command line again, one repeat of one arm (argparse: the last value wins)
+    argv = [sys.executable, __file__, *sys.argv[1:], "--repeat", "1"]
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.repeat):
             for arm in (arms if rep % 2 == 0 else arms[::-1]):
-                env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_TILED_MM"}
-                if arm == "exact":
-                    env["GGML_CPU_TILED_MM"] = "0"
                 raw = Path(tmp) / f"{arm}-{rep}.json"
-                subprocess.run([*argv, "--arm", arm, "--raw", str(raw)], env=env, check=True)
+                subprocess.run([*argv, "--arm", arm, "--raw", str(raw)],
+                               env=_common.tiled_kernel_env(arm == "exact"), check=True)
                 data = json.loads(raw.read_text())
                 for label, v in data["tps"].items():
                     tps.setdefault((arm, label), []).extend(v)

@@ -74,6 +74,7 @@ from typing import Any
 import _common as C
 from vs_llamacpp import _ACCEPT_RE, _DECODED_RE, _DRAFTED_RE, _ENCODED_RE, run_llama_bench
 
+from app.engine.exact import TILED_MM_ENV
 from app.engine.measure.bench import generate_once
 from app.engine.measure.multiturn import Conversation, load_conversations, prepare_turn
 from app.engine.measure.prompts import resolve_format
@@ -109,15 +110,6 @@ def llama_mode_args(mode: str, k: int, args: argparse.Namespace) -> list[str]:
 LLAMA_EXACT_ARGS = ("-nr", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0")
 
 
-def child_env(exact: bool) -> dict[str, str]:
-    """The environment of a llama.cpp tool: GGML_CPU_TILED_MM=0 for the exact configuration,
-    unset (llama.cpp's default) otherwise, whatever this process runs with."""
-    env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_TILED_MM"}
-    if exact:
-        env["GGML_CPU_TILED_MM"] = "0"
-    return env
-
-
 def run_llama_spec(args: argparse.Namespace, mode: str, prompt: str,
                    exact: bool = False) -> dict[str, Any]:
     """One llama-speculative-simple run; its decode speed, counts and output text.
@@ -135,7 +127,7 @@ def run_llama_spec(args: argparse.Namespace, mode: str, prompt: str,
     # (common/log.cpp, llama.cpp issue 22142): on a busy machine the summary lines can be
     # lost although the run succeeded. Such a run is repeated (at most twice).
     for attempt in range(3):
-        res = C.run_child(argv, env=child_env(exact))
+        res = C.run_child(argv, env=C.tiled_kernel_env(exact))
         log = res.stdout + "\n" + res.stderr
         m = _DECODED_RE.search(log)
         if res.returncode != 0 or m is not None:
@@ -239,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
     if args.exact:
         # read by ggml once, at its first matrix product in this process (app/engine/llama.py)
-        os.environ["GGML_CPU_TILED_MM"] = "0"
+        os.environ[TILED_MM_ENV] = "0"
     before = C.machine_note()
     other_cpu = C.OtherCpu()
 
@@ -297,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                                 plain_fin = fin
                         elif label == "llama-bench tg":
                             lb = run_llama_bench(_bench_args(args), depth=len(prompt.tokens),
-                                                 env=child_env(False))
+                                                 env=C.tiled_kernel_env(False))
                             row.update(tps=lb["tg_tps"], emitted=lb["n_gen"])
                         else:
                             tool, mode = label.split(" ", 1)

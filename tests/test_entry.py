@@ -12,6 +12,7 @@ import pytest
 
 from app import entry, system_libs
 from app.engine import probe
+from app.engine.exact import TILED_MM_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -114,7 +115,7 @@ def _no_tiled_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(TILED)
 
 
-TILED = "GGML_CPU_TILED_MM"
+TILED = TILED_MM_ENV
 
 
 def test_the_window_switches_the_tiled_kernel_off_when_settings_ask_for_exact(

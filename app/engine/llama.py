@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.catalog.model_file import check_model_file
+from app.engine.exact import TILED_MM_ENV
 from app.errors import ContextOverflowError, LoadCancelledError, ModelLoadError, TandemError
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def lib() -> ModuleType:
     with _lib_lock:
         if _lib is not None:
             return _lib
-        _tiled_mm_env = os.environ.get("GGML_CPU_TILED_MM")
+        _tiled_mm_env = os.environ.get(TILED_MM_ENV)
         try:
             import llama_cpp
         except Exception as exc:  # ImportError, or OSError from a broken shared library
