@@ -61,7 +61,7 @@ def bench_rows(report: BenchReport) -> list[list[str]]:
 
 
 def comparison_note(report: BenchReport) -> str | None:
-    """The closing note: how many "on" runs were identical to their "off" run, and how
+    """The note printed after the table: how many "on" runs were identical to their "off" run, and how
     many of the others were measured as near-ties or are suspect; None without "on" runs."""
     identical, near, suspect, compared = report.counts
     if not compared:
