@@ -151,8 +151,8 @@ def main() -> int:
             print(f"round {i}: {json.dumps(r)}")
         print(f"lost: {d['lost']} of {d['total']}; after the load: health "
               f"{d['health_after'].get('status')}, one more request {d['request_after']}")
-        print(f"server RSS MiB: before {d['rss_mib'][0]}, after round 1 {d['rss_mib'][1]}, "
-              f"after round 2 {d['rss_mib'][2]}")
+        print(f"server RSS MiB: before {d['rss_mib'][0]}, after the first round {d['rss_mib'][1]}, "
+              f"after the second round {d['rss_mib'][2]}")
         print("OK" if d["ok"] else "FAILED")
 
     report("api_load", data, args.json, text)

@@ -4,10 +4,10 @@
 # Runs `python -m app bench --suffix --prompts builtin:code --k 16 --repeat 3` and, 60 s
 # after it starts, keeps every core busy for 40 s (`nproc` busy loops). Then prints, per
 # repeat, the median over prompts of (suffix tok/s ÷ plain tok/s) and how many prompts
-# verified no draft at all. On the 2-core machine of docs/closing-note-round7.md the
-# burst fell in the second repeat and the third ran on a quiet machine again (the start
-# is fixed at 60 s: on a faster machine raise it so that it lands in the second). Before the re-timing, the third repeat verified no draft on 5 of
-# 8 prompts (median 1.00×); see docs/closing-note-round7.md.
+# verified no draft at all. On a 2-core machine the burst falls in the second repeat and
+# the third runs on a quiet machine again (the start is fixed at 60 s: on a faster
+# machine raise it so that it lands in the second). Without the re-timing the third
+# repeat verified no draft on 5 of 8 prompts (median 1.00×); figures in docs/benchmarks.md.
 #
 # Usage: bash bench/busy_recovery.sh [repository dir (.)] [output prefix (bench/out/busy)]
 set -euo pipefail

@@ -16,7 +16,7 @@ For each it reports peak RSS (``ru_maxrss`` from ``wait4``), and for Tandem also
 peak of virtual memory (``VmPeak``: an untouched 8 GiB allocation would show here even
 where RSS does not), the Python-side peak allocation traced by ``tracemalloc`` (NumPy
 arrays included), and llama.cpp's own logged buffers (model, KV, compute, output; the
-output buffer holds logits for at most k + 1 positions). Goal (issue 2): Tandem's peak
+output buffer holds logits for at most k + 1 positions). Goal: Tandem's peak
 RSS within 300 MB of llama.cpp's for the same work.
 
 Usage:

@@ -1,4 +1,4 @@
-"""What the proof costs in speed, as ratios measured in one interleaved run (issue 8).
+"""What the proof costs in speed, as ratios measured in one interleaved run.
 
 ``--what recorder``: one session, one prompt set; each prompt is decoded with and without
 a :class:`~app.engine.divergence.SamplingTrace`, alternating which goes first, for plain

@@ -1,4 +1,4 @@
-"""Measure every difference between speculation off and on (issue 8; docs/proof.md).
+"""Measure every difference between speculation off and on (docs/proof.md).
 
 For each prompt of a set and each temperature, the prompt is decoded once with
 speculation off and once per draft length k (prompt lookup, fixed k), every run recorded

@@ -8,8 +8,8 @@
 # 2. bench/vs_llamacpp.py: Tandem ÷ llama-bench (plain) and ÷ llama-speculative-simple
 #    (draft model = the target itself, k 4, 2 threads), medians of 5 rounds;
 # 3. bench/memory.py: peak RSS at n_ctx 8192 vs llama.cpp's own tool;
-# 4. bench/vs_ngram.py (issue 14): prompt lookup and suffix vs llama.cpp's n-gram modes;
-#    the suffix index's memory; multi-candidate pass times; app bench --suffix on agent;
+# 4. bench/vs_ngram.py: prompt lookup and suffix vs llama.cpp's n-gram modes;
+#    the suffix index's memory; app bench --suffix on agent;
 #    app bench --auto with a costly draft (the target itself) on agent and chat;
 # 5. python -m app bench with prompt lookup on builtin:code and builtin:chat.
 # 6. bench/api_vs_inprocess.py and bench/api_load.py: the local API.
@@ -38,9 +38,8 @@ for set in code agent; do
         --n-predict 128 --repeat 3
 done
 
-echo "== suffix index memory at 1,000 replies; multi-candidate pass times =="
+echo "== suffix index memory at 1,000 replies =="
 "$PY" bench/suffix_memory.py --replies 1000
-"$PY" bench/multi_candidate.py --model "$MODEL" --threads "$THREADS" --repeat 25
 
 echo "== python -m app bench --suffix --prompts builtin:agent =="
 "$PY" -m app bench --model "$MODEL" --suffix --prompts builtin:agent --threads "$THREADS" \

@@ -14,7 +14,7 @@ Measures, interleaved in one invocation so that drifts of the machine hit both s
   token. llama-speculative-simple may decode up to k tokens more than ``-n``; its own
   count is used for its speed.
 
-Goal (issue 2): both ratios ≥ 0.95. Report medians over ``--repeat`` rounds.
+Goal: both ratios ≥ 0.95. Report medians over ``--repeat`` rounds.
 
 Tools: build them first with ``bench/build_llama_tools.sh`` (same llama-cpp-python sdist,
 same portable CPU flags). Results go to stdout and bench/out/vs_llamacpp-*.json.

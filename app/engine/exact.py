@@ -15,7 +15,7 @@ Exact verification therefore loads with weight repacking off, flash attention on
 Q8_0 KV cache, and needs weights whose kernels do not change with the batch size: Q4_1,
 Q5_1, Q5_0 and Q8_0 always; Q4_K and Q6_K only with the tiled kernel off
 (``GGML_CPU_TILED_MM=0`` in the environment before the process starts). Measured
-bit-identical logits on Gemma 3 270M (bench/batch_invariance.py; x86-64 AVX2 portable
+bit-identical logits on Gemma 3 270M (bench/experiments/batch_invariance.py; x86-64 AVX2 portable
 build). Token identity over builtin:code at k = 1..8, greedy and seeded at 0.8: 128 of
 128 runs identical on a Q5_1 copy of Gemma 3 270M (``bench/proof_divergence.py
 --exact``, docs/proof.md), so the app offers it (the "Exact verification" model option,

@@ -34,7 +34,8 @@ CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_
 BASELINE = {"chatml": CHATML, "no-template": None}
 
 HOSTILE: dict[str, str] = {
-    # constant-folded by Jinja at compile time before issue 12 (9.8 GB, MemoryError)
+    # Jinja folds constants at compile time, before any render limit (9.8 GB, MemoryError
+    # without the sandbox's compile-time checks)
     "center-filter": "{{ 'x'|center(5000000000) }}",
     "format-filter": "{{ '%10000000000s'|format('x') }}",
     "percent-format": "{{ '%0999999999d' % 1 }}",  # 37 s and 3.9 GB before

@@ -80,32 +80,3 @@ def test_the_disturbed_line_says_what_was_measured(common: ModuleType) -> None:
     line = common.disturbed_line(before, {"other_cores": 0.9, "disturbed": True})
     assert line.startswith("DISTURBED:") and "0.9 of 2 cores" in line
     assert "unmeasured" in common.disturbed_line(before, {"other_cores": None, "disturbed": False})
-
-
-def test_the_tree_oracle_takes_a_branch_only_where_it_pays(common: ModuleType) -> None:
-    import tree_replay as tr
-
-    from app.engine.measure.draft_replay import oracle_replay
-    from app.engine.suffix import SuffixDrafter
-
-    # "1 2" went on with 3, then with 4: the chain drafts 4 (the latest), the reply says 3,
-    # which the tree's second branch holds
-    prompt, reply = [1, 2, 3, 5, 1, 2, 4, 6, 1, 2], [3, 5, 7, 8]
-    cost = {n: 1.0 + 0.1 * (n - 1) for n in range(1, 10)}
-
-    def run(tree_cost: float) -> tuple[float, float, float, dict[str, int]]:
-        return tr.tree_oracle(SuffixDrafter(), prompt, reply, 8, cost.__getitem__, tree_cost,
-                              ends_with_eog=False, max_tokens=64, draft_end=None)
-
-    chain_s, tree_s, plain_s, counts = run(1.0)
-    # the chain half is the chain oracle's own bound
-    assert chain_s == pytest.approx(oracle_replay(
-        SuffixDrafter(), prompt, reply, 8, cost.__getitem__, ends_with_eog=False,
-        max_tokens=64).target_s)
-    assert plain_s == 4.0
-    assert tree_s < chain_s
-    assert counts["tree_longer"] >= 1 and counts["tree_rounds"] >= 1
-    assert counts["positions"] == 4
-    # trees priced out: the tree oracle is the chain oracle
-    chain_dear, tree_dear, _, dear = run(100.0)
-    assert tree_dear == pytest.approx(chain_dear) and dear["tree_rounds"] == 0

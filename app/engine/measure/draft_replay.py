@@ -13,7 +13,7 @@ anything; with measured pass times t(n) they predict the speedup
 
 :func:`replay_policy` replays a reply the same way under the session's draft-length
 rules (:class:`~app.engine.policy.DraftLengthPolicy`), so that rules can be compared on
-the same replies and pass times without timing noise (bench/policy_replay.py). With a
+the same replies and pass times without timing noise (bench/experiments/policy_replay.py). With a
 fixed seed it applies when sampling too (speculation draws the same random numbers as
 plain decoding); it replays plain decoding's text, where a timed run may have written
 another after a batched pass rounded a near-tie the other way (docs/proof.md).
@@ -314,7 +314,7 @@ def least_time(options: Sequence[Sequence[tuple[float, int, _Tag]]]
     (seconds, advance ≥ 1, tag) costs its seconds and moves to i + advance (the end at
     most). A dynamic programme from the end; of equally cheap options the first listed
     wins. Returns the least total seconds and the path taken, as (position, tag) per step
-    (:func:`oracle_replay`'s bound; bench/tree_replay.py's with tree rounds)."""
+    (:func:`oracle_replay`'s bound)."""
     end = len(options)
     best = [0.0] * (end + 1)
     pick: list[tuple[int, _Tag] | None] = [None] * end

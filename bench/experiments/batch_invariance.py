@@ -1,4 +1,4 @@
-"""Is a verification batch computed bit-for-bit like one-token passes? (issue 8, docs/proof.md)
+"""Is a verification batch computed bit-for-bit like one-token passes? (docs/proof.md)
 
 For one configuration (model file, weight repacking, flash attention, KV cache type,
 n_ubatch, threads, and the env switch ``GGML_CPU_TILED_MM``), a prompt is prefilled, and
@@ -11,7 +11,7 @@ tokens (flash attention's single-query path splits the KV cache there).
 Each configuration runs in its own child process (the ggml env switches are read once
 per process). ``--all`` runs the table of docs/proof.md.
 
-    .venv/bin/python bench/batch_invariance.py --all
+    .venv/bin/python bench/experiments/batch_invariance.py --all
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _common
 import _common  # puts the repo on sys.path
 import numpy as np
 

@@ -20,8 +20,8 @@ taken, so a busy machine disturbs all shapes alike (the ratios are still from on
 the script records the load average).
 
 Usage:
-    .venv/bin/python bench/multi_candidate.py --threads 2 --repeat 15
-    .venv/bin/python bench/multi_candidate.py --model X.gguf --shapes 2x4,4x2,2x8 --json
+    .venv/bin/python bench/experiments/multi_candidate.py --threads 2 --repeat 15
+    .venv/bin/python bench/experiments/multi_candidate.py --model X.gguf --shapes 2x4,4x2,2x8 --json
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _common
 import _common as C
 
 from app.engine.measure.prompts import load_prompts

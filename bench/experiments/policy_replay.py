@@ -31,10 +31,10 @@ Its pass times are measured at one depth, once, so its absolute figures are off 
 10 % against timed runs; compare rules within one recording.
 
 Usage:
-    .venv/bin/python bench/policy_replay.py --prompts builtin:agent
-    .venv/bin/python bench/policy_replay.py --prompts builtin:code --rules choose,trim,oracle --k 8,16
-    .venv/bin/python bench/policy_replay.py --prompts builtin:code --min-prob 0.1,0.3 --json
-    .venv/bin/python bench/policy_replay.py --prompts builtin:chat --temp 0.8 --key-revert 0.05,0.01 --repeat 5
+    .venv/bin/python bench/experiments/policy_replay.py --prompts builtin:agent
+    .venv/bin/python bench/experiments/policy_replay.py --prompts builtin:code --rules choose,trim,oracle --k 8,16
+    .venv/bin/python bench/experiments/policy_replay.py --prompts builtin:code --min-prob 0.1,0.3 --json
+    .venv/bin/python bench/experiments/policy_replay.py --prompts builtin:chat --temp 0.8 --key-revert 0.05,0.01 --repeat 5
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast, get_args
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _common
 import _common as C
 
 from app.engine.llama import LlamaContext, LlamaModel
@@ -212,7 +213,7 @@ def load_recording(model: Path, prompts: str, sampling: SamplingParams, threads:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="bench/policy_replay.py", description=__doc__,
+    ap = argparse.ArgumentParser(prog="bench/experiments/policy_replay.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=C.GEMMA)
     ap.add_argument("--prompts", default="builtin:agent")
@@ -237,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="record without the set's stop strings (replies run to --n-predict "
                          "or the end-of-generation token, as in bench/vs_ngram.py)")
     ap.add_argument("--no-cut", action="store_true",
-                    help="also verify draft tokens from the one that ends the reply on (an "
-                         "end-of-generation token or a stop string; the engine before round 6)")
+                    help="also verify the draft tokens from the one that ends the reply (an "
+                         "end-of-generation token or a stop string) on; the engine cuts them")
     ap.add_argument("--cold", action="store_true",
                     help="start the policy with only t(1) timed, as a freshly loaded session, "
                          "and let it time sizes as it goes (the cost of exploration); "
