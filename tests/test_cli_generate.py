@@ -129,7 +129,7 @@ BAD_INPUT = ["missing", "not-gguf", "truncated", "incompatible", "bad-option", "
 def test_bad_input_gives_one_line_and_status_2(
     case: str, tmp_path: Path, tiny_target: Path, smollm_path: Path
 ) -> None:
-    """Each says what happened and what to do, in the app's words (issue 12, item 10)."""
+    """Each says what happened and what to do, in the app's words."""
     extra: list[str] = []
     if case == "folder":
         (tmp_path / "inside.gguf").write_bytes(b"")

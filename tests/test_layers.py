@@ -155,7 +155,7 @@ def test_every_package_of_app_is_in_a_contract() -> None:
 
 
 def test_the_main_window_stays_layout_and_wiring() -> None:
-    """Issue 10: the window's decisions live in app/chat; MainWindow itself (the class,
+    """The window's decisions live in app/chat; MainWindow itself (the class,
     not its helpers in app/ui) stays at most 450 lines."""
     tree = ast.parse((APP / "ui" / "main_window.py").read_text())
     (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "MainWindow"]

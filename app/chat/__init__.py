@@ -1,5 +1,5 @@
-"""The Qt-free service under every front end: the window, the race window, the coming
-local API (issue 11).
+"""The Qt-free service under every front end: the window, the race window and the
+local API.
 
 * :mod:`app.chat.service` — :class:`ChatService`: owns the session on one worker thread,
   runs jobs one at a time from a bounded queue, cancels per job, reports every event and

@@ -1,7 +1,7 @@
 """The chat window's logic without the window: conversations, replies, models, settings.
 
-:class:`ChatController` is what the main window used to be apart from its widgets. It
-runs on the thread of its consumer (the GUI thread) and drives three things:
+:class:`ChatController` holds the main window's decisions, so that a test can drive them
+without Qt. It runs on the thread of its consumer (the GUI thread) and drives three things:
 
 * the history store (:class:`~app.store.history.HistoryStore`): sending stores the user
   message first, then an empty ``streaming`` reply, then asks for the reply; the reply

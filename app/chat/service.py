@@ -3,7 +3,7 @@
 :class:`ChatService` keeps the engine's :class:`~app.engine.session.Session` on one
 worker thread and runs jobs on it one at a time, in the order they were submitted:
 loading a model, a chat reply for the window, a race or k sweep for the race window,
-and (issue 11) a completion for the local API. Whoever asks gets a :class:`Job` back at
+and a completion for the local API. Whoever asks gets a :class:`Job` back at
 once; the job waits in a bounded queue (:class:`QueueFullError` when it is full), then
 runs, and reports through events (:mod:`app.chat.events`) that every consumer can use
 without Qt:

@@ -1,6 +1,7 @@
 """The "auto" drafter choice: which drafter and draft length k for the next reply of a
 conversation, from what was measured, so that speculation never makes a reply slower
-than decoding without it (issue 14: a costly draft made decoding 0.84× plain).
+than decoding without it (a draft model as costly as the target would make every reply
+slower).
 
 Per reply, every drafter gets a score, an estimated speedup over plain decoding:
 
@@ -26,9 +27,7 @@ noise); otherwise the reply decodes without speculation. With nothing to score a
 model-free :data:`PRIOR` drafter runs at the largest k (reason ``prior``): drafting
 costs it nothing and its cost-aware draft length
 (:class:`app.engine.policy.DraftLengthPolicy`) stops verifying drafts that do not pay.
-Measured on a 2-core CPU (docs/closing-note-round4.md): 1.77× plain on ``builtin:code``,
-1.98× on ``builtin:agent``, 1.36× on ``builtin:chat`` greedy, 0.955–0.995× on
-``builtin:chat`` at temperature 0.8. The price: no reply of the session decodes plainly
+Its measured speedups are in docs/benchmarks.md (``bench --auto``). The price: no reply of the session decodes plainly
 first, so a measured speedup is taken over 1 / t(1) (the fastest one-token pass, which
 leaves out the loop's ~2 % overhead) until one does, and reads a little low.
 

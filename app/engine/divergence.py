@@ -191,7 +191,7 @@ class Divergence:
     threshold: float = NEAR_TIE_LOGIT_SHIFT
 
     def to_dict(self) -> dict[str, Any]:
-        """The keys of ``bench --json``'s ``"divergence"`` object (issue 8), exactly."""
+        """The keys of ``bench --json``'s ``"divergence"`` object, exactly."""
         return {
             "index": self.index,
             "off_token": self.off_token,

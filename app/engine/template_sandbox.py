@@ -6,7 +6,7 @@ internals or mutating its arguments, but not from asking for unbounded work: a f
 (``'x'|center(5000000000)``), ``%``-formatting (``'%0999999999d' % 1``), ``str.format``
 widths, ``replace``/``join`` growth, repetition, huge powers, endless loops. Worse,
 Jinja evaluates constant expressions while *compiling* (``from_string``), so a constant
-``{{ 'x'|center(5000000000) }}`` used to run before any render limit applied.
+``{{ 'x'|center(5000000000) }}`` would run before any render limit applied.
 
 :class:`TemplateSandbox` closes each path with one mechanism, a size budget checked
 *before* a string or list is built:

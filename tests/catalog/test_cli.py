@@ -145,8 +145,9 @@ def test_catalog_package_never_imports_qt() -> None:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX file names are bytes")
 def test_file_names_that_are_not_utf8_list_and_inspect_cleanly(tmp_path: Path, tiny_target: Path) -> None:
-    """Under en_US.UTF-8 (strict stdout) the name used to end in UnicodeEncodeError, and
-    under C.UTF-8 (surrogateescape) --json printed invalid UTF-8 (issue 12, item 4)."""
+    """A file name that is not UTF-8 must neither raise UnicodeEncodeError under
+    en_US.UTF-8 (strict stdout) nor print invalid UTF-8 with --json under C.UTF-8
+    (surrogateescape)."""
     folder = tmp_path / "odd"
     folder.mkdir()
     odd = os.fsdecode(os.fsencode(str(folder)) + b"/mod\xffel.gguf")

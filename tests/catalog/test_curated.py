@@ -1,4 +1,5 @@
-"""The curated pairs in resources/catalog/pairs.json: valid, consistent, and as the issue asks."""
+"""The curated pairs in resources/catalog/pairs.json: valid, consistent, and with pairs for
+CPUs and GPUs."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def test_the_required_pairs_are_there() -> None:
 
 
 def test_some_pairs_suit_a_cpu() -> None:
-    # Issue 9: five pairs of 5–8 GB each, nothing that suits a CPU.
+    # pairs of 5–8 GB each alone would leave nothing that suits a CPU
     small = [p for p in load_curated_pairs()
              if p.target.file_for().size_bytes + p.draft.file_for().size_bytes < 2.5e9]
     assert len(small) >= 2 and all("CPU" in p.use for p in small)

@@ -396,8 +396,8 @@ def test_an_unreachable_endpoint_says_where_the_setting_is(monkeypatch: pytest.M
 @pytest.mark.parametrize("kind", ["git", "pointer", "opaque"])
 def test_resumed_bytes_without_a_sha256_are_checked_or_never_used(hub: FakeHub, payload: bytes, kind: str) -> None:
     """No sha256 (a file kept in git, a mirror without LFS headers, an opaque ETag) and a
-    resumed range that returns wrong bytes of the right length: the file used to be
-    verified by size only and entered the library (issue 12, item 3)."""
+    resumed range that returns wrong bytes of the right length: a check by size alone
+    would let the file into the library."""
     hub.add(REPO, FILE, payload)
     hub.etag_kind[KEY] = kind
     hub.drop_after[KEY] = 2_500_000

@@ -67,8 +67,8 @@ def test_with_nothing_to_score_the_model_free_prior_runs_at_the_largest_k() -> N
 
 
 def test_auto_lengths_respect_draft_min_and_draft_max() -> None:
-    """A k below draft_min would be refused by the configuration (the prior used to pick
-    4 for draft_max 7, draft_min 5: a validation error on every first reply)."""
+    """A k below draft_min would be refused by the configuration (a prior of 4 for
+    draft_max 7, draft_min 5 would fail validation on every first reply)."""
     spec = SpeculationConfig(mode="auto", draft_max=7, draft_min=5)
     assert auto_ks(spec) == (7,)
     assert spec.with_changes(mode=SUFFIX, draft_max=max(auto_ks(spec))).draft_max == 7

@@ -42,7 +42,7 @@ from app.options import SamplingParams, SpeculationConfig
 REPO = Path(__file__).resolve().parents[2]
 
 
-# -- the formula (issue 5's worked values) -------------------------------------------
+# -- the formula, worked by hand ------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -222,7 +222,7 @@ def test_injected_extra_draw_is_caught_as_suspect(tiny: Session) -> None:
 
 def test_bench_measures_and_counts_the_injected_fault(tiny: Session) -> None:
     """Through ``run_bench``: each run that differs carries its measured divergence in
-    the JSON, and the configuration's summary counts it as suspect (issue 8)."""
+    the JSON, and the configuration's summary counts it as suspect."""
     from app.engine.measure.bench import run_bench
     from app.engine.measure.prompts import PreparedPrompt
 

@@ -105,7 +105,7 @@ def test_eog_accepted_as_the_only_draft_is_not_counted(
     assert st.verified == 0 and st.accepted == 0  # … and is not a reply token
     assert st.acceptance_rate is None
     # … and the pass that only sampled it emitted nothing: no round, no drafting round,
-    # so τ is j tokens over j plain rounds, not below 1 (issue 8).
+    # so τ is j tokens over j plain rounds, not below 1.
     assert st.draft_rounds == 0 and st.rounds == j
     assert st.mean_acceptance_length == 1.0
     check_invariants(r, GREEDY.max_tokens)
@@ -525,7 +525,8 @@ def test_context_beyond_training_is_capped_and_an_oversized_kv_cache_refused(
 
 
 def test_a_later_split_part_opens_part_1_or_says_to(tmp_path: Path) -> None:
-    """generate --model …-00002-of-00002.gguf used to say the file may be corrupt."""
+    """generate --model …-00002-of-00002.gguf opens part 1 or says to, rather than
+    calling the file corrupt."""
     first = write_tiny_llama(tmp_path / "split.gguf", split_max_tensors=12)
     second = first.with_name("split-00002-of-00002.gguf")
     with Session.open(SessionConfig(target_path=second, n_ctx=64, n_threads=2)) as s:

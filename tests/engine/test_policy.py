@@ -196,8 +196,8 @@ def test_trim_cuts_a_draft_where_its_tokens_stop_paying() -> None:
 
 
 def test_prompt_lookup_with_draft_min_2_drafts(tiny_target: Path) -> None:
-    """With draft_min 2 the default adaptive length used to explore d = 1 forever, which
-    draft_min discards: a draft step every round and never a draft (issue 12, item 6)."""
+    """With draft_min 2 the adaptive length must not explore d = 1, which draft_min
+    discards: that would be a draft step every round and never a draft."""
     prompt = [BOS] + [300, 301, 302, 303, 304, 305] * 6
     spec = SpeculationConfig(mode="prompt-lookup", draft_max=4, draft_min=2)
     with Session.open(SessionConfig(target_path=tiny_target, n_ctx=256, n_threads=2)) as s:

@@ -24,7 +24,7 @@ def smollm(smollm_path: Path) -> Iterator[Session]:
 
 def test_chat_prompt_keeps_the_first_im_start(smollm: Session) -> None:
     """SmolLM2's BOS id is <|im_start|> and its vocabulary does not add BOS: llama.cpp
-    strips nothing then, so neither may we (issue 12, item 7)."""
+    strips nothing then, so neither may we."""
     m = smollm.target
     assert not m.add_bos and m.token_text(m.bos) == b"<|im_start|>"
     prompt = smollm.chat_prompt([ChatMessage("system", "Be brief."), ChatMessage("user", "Hi")])

@@ -37,7 +37,7 @@ def fmt(template: str | None) -> ChatFormat:
 
 
 HOSTILE = {
-    # folded at compile time by Jinja before any render limit existed (issue 12)
+    # Jinja folds constants at compile time, before any render limit applies
     "center-filter": "{{ 'x'|center(5000000000) }}",
     "format-filter": "{{ '%10000000000s'|format('x') }}",
     "percent-format": "{{ '%0999999999d' % 1 }}",

@@ -74,7 +74,7 @@ def test_draft_provenance_is_kept_per_character_run() -> None:
 
 
 def test_a_character_cut_at_the_end_is_dropped_not_replaced() -> None:
-    """A reply cut by max_tokens inside a multi-byte character (issue 12, item 8): the
+    """A reply cut by max_tokens inside a multi-byte character: the
     incomplete bytes are not text; neither the stream nor the final text shows U+FFFD."""
     for cut in ("中".encode(), "😀".encode()):
         for n in range(1, len(cut)):

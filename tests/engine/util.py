@@ -88,7 +88,8 @@ def install_drafter(session: Session, drafter: object) -> None:
 
 
 def check_invariants(r: Run, max_tokens: int) -> None:
-    """The statistics invariants of issue 2, for any finished generation."""
+    """The statistics invariants (DESIGN.md's definitions of α, τ, rounds), for any
+    finished generation."""
     s = r.stats
     assert s.accepted <= s.verified <= s.proposed
     assert s.emitted == len(r.ids) <= max_tokens

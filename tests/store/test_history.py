@@ -210,8 +210,7 @@ def test_an_unopenable_path_is_a_history_error(tmp_path: Path) -> None:
 @pytest.mark.skipif(sys.platform == "win32", reason="a POSIX subprocess protocol")
 def test_a_second_instance_never_claims_a_reply_still_streaming(tandem_home: Path) -> None:
     """Two windows on one data folder: the second one's start-up recovery leaves the
-    first one's streaming reply alone, and the first one's later saves land (issue 12,
-    item 5). Replies whose writer is gone, or that an older Tandem wrote, are claimed."""
+    first one's streaming reply alone, and the first one's later saves land. Replies whose writer is gone, or that an older Tandem wrote, are claimed."""
     script = textwrap.dedent(
         """
         import sys

@@ -72,7 +72,7 @@ def test_a_locked_history_database_never_leaves_the_window_stuck(qtbot, window, 
 
 
 def test_a_model_opened_in_the_chat_window_is_listed_in_the_library(qtbot, window) -> None:  # type: ignore[no-untyped-def]
-    # Issue 9: a model opened with Open GGUF… was not listed until its folder was added.
+    # a model opened with Open GGUF… is listed at once, without adding its folder
     from app.catalog.library import load_library_config
 
     target = window.controller.model_info.target_path  # loaded from .cache/test-models, not the models folder

@@ -1,4 +1,4 @@
-"""The race window's "exact verification" option (issue 8): it reloads the target in the
+"""The race window's "exact verification" option: it reloads the target in the
 exact configuration and opens the race again, and says so when the model cannot be
 exact. Over the fake engine, so nothing here depends on timing or a real model."""
 

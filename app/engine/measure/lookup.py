@@ -1,6 +1,6 @@
 """Would prompt lookup have helped? An n-gram hit-rate estimate over past conversations.
 
-The race view's "is prompt lookup worth it for me?" panel (issue 5, point 3) replays the
+The race view's "is prompt lookup worth it for me?" panel replays the
 user's own conversations without running any model: for every token of every assistant
 reply it asks what an n-gram lookup over the prompt plus the reply so far would have
 proposed as the next token, and counts how often that was the token the model actually

@@ -1,5 +1,5 @@
 """The Catalog tab's "From Hugging Face" field, its hub endpoint setting, and the banner of
-a failed check (issue 9), against the local imitation of the hub."""
+a failed check, against the local imitation of the hub."""
 
 from __future__ import annotations
 

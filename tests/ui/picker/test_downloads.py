@@ -194,7 +194,7 @@ def test_closing_the_picker_leaves_the_apps_downloads_running(  # type: ignore[n
 
 def test_a_failed_download_offers_remove_which_deletes_the_partial_file(  # type: ignore[no-untyped-def]
         qtbot, hub: FakeHub, empty_models_dir: Path) -> None:
-    # Issue 9: a failed download offered "Cancel" where "Remove" is meant.
+    # a failed download offers "Remove", not "Cancel"
     data = random.Random(1).randbytes(300_000)
     hub.add(SLOW_REPO, SLOW_FILE, data)
     hub.drop_after[f"{SLOW_REPO}/{SLOW_FILE}"] = 200_000

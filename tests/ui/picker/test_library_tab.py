@@ -102,7 +102,7 @@ def test_gemma_target_lists_compatible_gemma_above_greyed_smollm(qtbot, picker: 
     assert all(ok for _, ok, _ in tab.pair_check.rule_rows())
     assert "expect no speedup" in tab.pair_check.note_label.text()
     assert picker.use_button.isEnabled()
-    # Auto is offered here too (issue 14)
+    # Auto is offered here too
     assert tab.choose_drafter("auto") and tab.drafter is not None
     assert tab.drafter.mode is SpecMode.AUTO and tab.drafter.label == AUTO_LABEL
     assert tab.pair_check.title_label.text() == "Auto"
@@ -166,8 +166,8 @@ def test_saved_choice_is_selected_when_the_picker_opens(qtbot, models_dir: Path)
 
 
 def test_a_saved_draft_too_large_to_help_is_not_preselected(qtbot, models_dir: Path) -> None:  # type: ignore[no-untyped-def]
-    # Issue 9: for a Gemma target the preselected draft was a same-size copy marked
-    # "too large" (predicted 0.6×) instead of prompt lookup.
+    # for a Gemma target, prompt lookup is preselected rather than a saved same-size copy
+    # marked "too large" (predicted 0.6×)
     s = Settings()
     s.model.target_path = models_dir / GEMMA_FILE
     s.model.draft_path = models_dir / GEMMA_COPY_FILE

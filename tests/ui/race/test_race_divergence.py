@@ -1,7 +1,7 @@
 """The race view where the two texts differ: both panes mark the first differing token
 and scroll to it, the explanation gives the measured verdict in words, and a race on the
 engine with a deliberately injected bug (a stale KV cache after a rejection) is called
-suspect (issue 8)."""
+suspect."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Numbers that mislead in the race window, fixed (issue 9): the lane header keeps the k
+"""Numbers in the race window that must not mislead: the lane header keeps the k
 of the run it reports, the k-sweep caption says only what is true of the chart, the
 calculator does not offer an α measured on almost no drafts, and "Is prompt lookup worth
 it?" takes a measured race into account."""
@@ -67,7 +67,7 @@ def test_sweep_caption_says_the_curve_leaves_the_chart_only_when_it_does(qtbot) 
     view = KSweepWidget()
     qtbot.addWidget(view)
     # predictions up to 105 tok/s over points up to 46: above 2.5 × the fastest point
-    # with the margin (the old test for clipping), yet the whole curve fits the axis
+    # with the margin (where a clipping rule would cut it), yet the whole curve fits the axis
     view.show_result(_sweep([1.3, 1.9, 2.4, 2.625], [44.0, 46.0, 45.0, 43.0]))
     y_top = _y_max(view)
     assert max(y for _, y in view.series_points("predicted")) <= y_top

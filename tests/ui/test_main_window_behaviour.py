@@ -1,4 +1,4 @@
-"""Window defects of issue 9, each with the real window on the tiny synthetic model: Stop by
+"""The main window's behaviour, each with the real window on the tiny synthetic model: Stop by
 Ctrl+. as by Esc, a window that fits 1024 px and does not widen itself, a loading label on
 one line, no partial stop string saved by Stop, and a measured speedup whose baseline is a
 plain reply of the same conversation and model."""

@@ -1,4 +1,4 @@
-"""Numbers that mislead, fixed (issue 9): the gauge and the reply footer say when α rests
+"""Numbers that must not mislead: the gauge and the reply footer say when α rests
 on few drafts or on none, and hold the predicted speedup until it means something."""
 
 from __future__ import annotations
