@@ -42,6 +42,62 @@ class DownloadError(TandemError):
     """A model download failed; the message says why and what to do."""
 
 
+class HubError(DownloadError):
+    """The model hub answered a request with an error.
+
+    Attributes:
+        status: the HTTP status of the answer, where there was one (None otherwise).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class HubNotFoundError(HubError):
+    """The repository, revision or file does not exist on the hub (or is private)."""
+
+
+class HubRepoNotFoundError(HubNotFoundError):
+    """The repository does not exist on the hub, or is private or gated to this user."""
+
+
+class HubRevisionNotFoundError(HubNotFoundError):
+    """The repository has no such revision (branch, tag or commit)."""
+
+
+class HubFileNotFoundError(HubNotFoundError):
+    """The repository has no such file at the revision."""
+
+
+class HubAccessError(HubError):
+    """The hub refused access (HTTP 401 or 403): log in, or accept a licence."""
+
+
+class HubGatedRepoError(HubAccessError):
+    """The repository is gated: its licence must be accepted on the hub's page first."""
+
+
+class HubRateLimitError(HubError):
+    """The hub is rate-limiting requests (HTTP 429); try again later."""
+
+
+class HubServerError(HubError):
+    """The hub had a server error (HTTP 5xx); try again later."""
+
+
+class HubUnreachableError(DownloadError):
+    """The hub endpoint could not be reached (no connection, DNS, timeout)."""
+
+
+class HubOfflineError(DownloadError):
+    """Downloads are switched off (``HF_HUB_OFFLINE`` is set)."""
+
+
+class NotAHubError(DownloadError):
+    """The endpoint does not answer like a Hugging Face Hub (no commit or ETag)."""
+
+
 class ModelPathError(ModelLoadError, GGUFError):
     """The path given as a model is not a readable regular file (missing, a folder, a
     pipe or device, a dangling link); the message says which and what to do.

@@ -59,7 +59,22 @@ from app.catalog.gguf_meta import (
 )
 from app.catalog.hf_transport import CHUNK_BYTES, download_to, open_stream
 from app.catalog.pairing import PairResult, check_pair
-from app.errors import DownloadError, GGUFError, TandemError
+from app.errors import (
+    DownloadError,
+    GGUFError,
+    HubAccessError,
+    HubError,
+    HubFileNotFoundError,
+    HubGatedRepoError,
+    HubOfflineError,
+    HubRateLimitError,
+    HubRepoNotFoundError,
+    HubRevisionNotFoundError,
+    HubServerError,
+    HubUnreachableError,
+    NotAHubError,
+    TandemError,
+)
 from app.formatting import format_bytes
 from app.store.files import write_json_atomic
 
@@ -218,61 +233,69 @@ class RemoteFileInfo:
 
 
 def _hub_error(exc: BaseException, file: RemoteFile, endpoint: str) -> DownloadError:
-    """One clear sentence for a failure talking to the hub."""
+    """The typed Tandem error, with one clear sentence, for a failure talking to the hub.
+
+    huggingface_hub's typed errors map onto :mod:`app.errors`' hub classes: gated →
+    :class:`HubGatedRepoError`; repository, revision, file not found (or HTTP 404) →
+    :class:`HubRepoNotFoundError`, :class:`HubRevisionNotFoundError`,
+    :class:`HubFileNotFoundError`; HTTP 401/403 → :class:`HubAccessError`, 429 →
+    :class:`HubRateLimitError`, 5xx → :class:`HubServerError`, other statuses →
+    :class:`HubError`; offline mode → :class:`HubOfflineError`; no commit or ETag →
+    :class:`NotAHubError`; network failures → :class:`HubUnreachableError`. Anything else
+    is a plain :class:`DownloadError`.
+    """
     import httpx2
-    from huggingface_hub.errors import (
-        FileMetadataError,
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        OfflineModeIsEnabled,
-        RemoteEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
+    from huggingface_hub import errors as hf
 
     repo = file.repo_id
-    if isinstance(exc, GatedRepoError):
-        return DownloadError(
+    status = (exc.response.status_code if isinstance(exc, hf.HfHubHTTPError)
+              and exc.response is not None else None)
+    if isinstance(exc, hf.GatedRepoError):
+        return HubGatedRepoError(
             f"{repo} is a gated repository. Accept its licence on https://huggingface.co/{repo}"
             " (signed in), then log in here with an access token (`hf auth login`, or set"
-            " HF_TOKEN) and try again."
-        )
-    if isinstance(exc, RepositoryNotFoundError):
-        return DownloadError(
+            " HF_TOKEN) and try again.", status=status)
+    if isinstance(exc, hf.RepositoryNotFoundError):
+        return HubRepoNotFoundError(
             f"Repository {repo} was not found on {endpoint}. Check the name; if it is private"
-            " or gated, log in with an access token (`hf auth login`, or set HF_TOKEN)."
-        )
-    if isinstance(exc, RevisionNotFoundError):
-        return DownloadError(f"Revision {file.revision!r} of {repo} was not found on {endpoint}.")
-    if isinstance(exc, RemoteEntryNotFoundError):
-        return DownloadError(f"{file.filename} was not found in {repo} (revision {file.revision}).")
-    if isinstance(exc, HfHubHTTPError):
-        status = exc.response.status_code if exc.response is not None else None
+            " or gated, log in with an access token (`hf auth login`, or set HF_TOKEN).",
+            status=status)
+    if isinstance(exc, hf.RevisionNotFoundError):
+        return HubRevisionNotFoundError(
+            f"Revision {file.revision!r} of {repo} was not found on {endpoint}.", status=status)
+    if isinstance(exc, hf.RemoteEntryNotFoundError):
+        return HubFileNotFoundError(
+            f"{file.filename} was not found in {repo} (revision {file.revision}).", status=status)
+    if isinstance(exc, hf.HfHubHTTPError):
         if status == 404:
-            return DownloadError(f"{file.filename} was not found in {repo} (HTTP 404 from {endpoint}).")
+            return HubFileNotFoundError(
+                f"{file.filename} was not found in {repo} (HTTP 404 from {endpoint}).", status=status)
         if status in (401, 403):
-            return DownloadError(
+            return HubAccessError(
                 f"Access to {repo} was refused (HTTP {status}). If it is gated, accept its licence on"
-                f" https://huggingface.co/{repo} and log in with an access token (`hf auth login`)."
-            )
+                f" https://huggingface.co/{repo} and log in with an access token (`hf auth login`).",
+                status=status)
         if status == 429:
-            return DownloadError(f"{endpoint} is rate-limiting requests (HTTP 429); try again in a few minutes.")
+            return HubRateLimitError(
+                f"{endpoint} is rate-limiting requests (HTTP 429); try again in a few minutes.",
+                status=status)
         if status is not None and status >= 500:
-            return DownloadError(f"{endpoint} had a server error (HTTP {status}); try again later.")
-        return DownloadError(f"{endpoint} refused {file.display} (HTTP {status}).")
-    if isinstance(exc, OfflineModeIsEnabled):
-        return DownloadError(
+            return HubServerError(
+                f"{endpoint} had a server error (HTTP {status}); try again later.", status=status)
+        return HubError(f"{endpoint} refused {file.display} (HTTP {status}).", status=status)
+    if isinstance(exc, hf.OfflineModeIsEnabled):
+        return HubOfflineError(
             "Downloads are switched off: the HF_HUB_OFFLINE environment variable is set. Unset it"
             " to download models."
         )
-    if isinstance(exc, FileMetadataError):
-        return DownloadError(
+    if isinstance(exc, hf.FileMetadataError):
+        return NotAHubError(
             f"{endpoint} did not answer like a Hugging Face Hub (no commit or ETag for"
             f" {file.display}). Check the hub endpoint: {ENDPOINT_SETTING_HINT}."
         )
-    if isinstance(exc, (httpx2.TransportError, LocalEntryNotFoundError, ConnectionError, TimeoutError)):
-        return DownloadError(
+    if isinstance(exc, (httpx2.TransportError, hf.LocalEntryNotFoundError, ConnectionError,
+                        TimeoutError)):
+        return HubUnreachableError(
             f"Cannot reach {endpoint} ({_network_cause(exc)}). Check your connection, or the hub"
             f" endpoint: {ENDPOINT_SETTING_HINT}."
         )

@@ -134,7 +134,8 @@ class ModelInfo:
     a plain "User:/Assistant:" transcript is used; ``notes`` are sentences for the user
     about the load (a template that could not be used, a context length that was
     lowered). ``load_seconds``: wall time of the load. ``exact_verification``: the target
-    was loaded so that verification is exact (asked for and possible with its weights).
+    was loaded so that verification is exact (asked for and possible with its weights);
+    ``exact_notes``: those of ``notes`` that say why it is not, when it was asked for.
     """
 
     target_path: Path
@@ -151,6 +152,7 @@ class ModelInfo:
     system_info: str = ""
     notes: tuple[str, ...] = ()
     exact_verification: bool = False
+    exact_notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

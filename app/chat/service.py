@@ -258,7 +258,19 @@ def describe_session(session: Session, seconds: float) -> ModelInfo:
         system_info=system_info(),
         notes=tuple(session.notes),
         exact_verification=session.exact_verification,
+        exact_notes=_exact_verification_notes(session),
     )
+
+
+def _exact_verification_notes(session: Session) -> tuple[str, ...]:
+    """The load notes that say why exact verification was asked for and not possible.
+
+    The session keeps all its load notes in one list; the ones about exact verification
+    are those it wrote with that name in them. This is the one place that tells them
+    apart, so that the window reads :attr:`ModelInfo.exact_notes` instead."""
+    if not session.config.exact_verification or session.exact_verification:
+        return ()
+    return tuple(n for n in session.notes if "xact verification" in n)
 
 
 def conversation_turns(session: Session, messages: Sequence[ChatMessage]

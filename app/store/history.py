@@ -80,6 +80,11 @@ class HistoryError(Exception):
     """The database is unusable (not SQLite, or from a newer Tandem). Message is for the user."""
 
 
+class HistoryFromNewerVersionError(HistoryError):
+    """The database was written by a newer Tandem (a higher schema version): readable by
+    that version, so it is never set aside."""
+
+
 @dataclass(frozen=True, slots=True)
 class Conversation:
     """One conversation. Times are seconds since the epoch."""
@@ -191,14 +196,15 @@ class HistoryStore:
             The store, and a sentence for the user when the old file was set aside.
 
         Raises:
-            HistoryError: the folder is unusable, or the database is from a newer Tandem
-                (never set aside: that would lose a good history).
+            HistoryError: the folder is unusable.
+            HistoryFromNewerVersionError: the database is from a newer Tandem (never set
+                aside: that would lose a good history).
         """
         path = path or paths.history_path()
         try:
             return cls.open(path, recover=True), None
         except HistoryError as exc:
-            if "newer Tandem" in str(exc) or not path.is_file():
+            if isinstance(exc, HistoryFromNewerVersionError) or not path.is_file():
                 raise
             aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
             try:
@@ -241,7 +247,7 @@ class HistoryStore:
             conn.execute("PRAGMA foreign_keys=ON")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
-                raise HistoryError(
+                raise HistoryFromNewerVersionError(
                     f"The history database {path} was written by a newer Tandem "
                     f"(schema {version}); update Tandem to open it."
                 )

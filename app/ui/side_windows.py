@@ -115,7 +115,7 @@ class SideWindows(QObject):
             return
         self.race.restore_controls(self._race_controls)
         if self.settings.model.exact_verification and not info.exact_verification:
-            why = " ".join(n for n in info.notes if "xact verification" in n)
+            why = " ".join(info.exact_notes)
             self.race.show_error(UserError(
                 "Exact verification is not possible with this model",
                 why or "The model was loaded with llama.cpp's defaults.", level="warning",

@@ -26,7 +26,18 @@ from app.catalog.hub import (
     resolve_endpoint,
 )
 from app.catalog.library import Library, LibraryConfig, save_library_config
-from app.errors import DownloadError
+from app.errors import (
+    DownloadError,
+    HubAccessError,
+    HubError,
+    HubFileNotFoundError,
+    HubGatedRepoError,
+    HubOfflineError,
+    HubRateLimitError,
+    HubRepoNotFoundError,
+    HubServerError,
+    HubUnreachableError,
+)
 from app.store import paths
 from tests.catalog.fake_hub import FakeHub
 from tests.catalog.ggufs import token_list, write_small_model, write_vocab_gguf
@@ -163,10 +174,12 @@ def test_cancel_deletes_the_partial_file(hub: FakeHub, payload: bytes) -> None:
 
 def test_missing_file_and_repo(hub: FakeHub, payload: bytes) -> None:
     hub.add(REPO, FILE, payload)
-    with pytest.raises(DownloadError, match=f"nope.gguf was not found in {REPO}"):
+    with pytest.raises(DownloadError, match=f"nope.gguf was not found in {REPO}") as missing_file:
         Download(REPO, "nope.gguf").run()
-    with pytest.raises(DownloadError, match="Repository acme/missing-GGUF was not found on http://127.0.0.1"):
+    assert isinstance(missing_file.value, HubFileNotFoundError)
+    with pytest.raises(DownloadError, match="Repository acme/missing-GGUF was not found on http://127.0.0.1") as missing_repo:
         Download("acme/missing-GGUF", FILE).run()
+    assert isinstance(missing_repo.value, HubRepoNotFoundError)
 
 
 @pytest.mark.parametrize("status", [401, 403])
@@ -175,6 +188,7 @@ def test_gated_repo_names_the_repo_and_the_licence_page(hub: FakeHub, payload: b
     hub.gated["acme/gated-GGUF"] = status
     with pytest.raises(DownloadError) as err:
         Download("acme/gated-GGUF", FILE).run()
+    assert isinstance(err.value, HubGatedRepoError) and err.value.status == status
     msg = str(err.value)
     assert "acme/gated-GGUF is a gated repository" in msg
     assert "accept its licence on https://huggingface.co/acme/gated-GGUF" in msg.replace("Accept", "accept")
@@ -304,8 +318,9 @@ def test_remote_check_refuses_a_server_without_range_support(hub: FakeHub, smoll
 def test_endpoint_setting_and_unreachable_hub(hub: FakeHub, payload: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     hub.add(REPO, FILE, payload)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
-    with pytest.raises(DownloadError, match="Cannot reach http://127.0.0.1:9"):
+    with pytest.raises(DownloadError, match="Cannot reach http://127.0.0.1:9") as unreachable:
         Download(REPO, FILE).run()
+    assert isinstance(unreachable.value, HubUnreachableError)
     assert Download(REPO, FILE, endpoint=hub.endpoint).run().read_bytes() == payload
     monkeypatch.delenv("HF_ENDPOINT")
     save_library_config(LibraryConfig(hf_endpoint=hub.endpoint + "/"))
@@ -450,3 +465,23 @@ def test_hub_messages_are_in_the_apps_words(hub: FakeHub, payload: bytes, monkey
         Download(REPO, FILE).run()
     assert str(err.value) == ("Downloads are switched off: the HF_HUB_OFFLINE environment variable is set."
                               " Unset it to download models.")
+    assert isinstance(err.value, HubOfflineError)
+
+
+@pytest.mark.parametrize(("status", "kind"), [
+    (404, HubFileNotFoundError), (401, HubAccessError), (403, HubAccessError),
+    (429, HubRateLimitError), (503, HubServerError), (418, HubError),
+])
+def test_hub_http_statuses_are_typed_errors_with_their_status(status: int, kind: type) -> None:
+    """Callers catch the class, not the message: each status the hub answers with maps
+    onto one Tandem error class, which keeps the status."""
+    import httpx2
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from app.catalog.hub import _hub_error
+
+    response = httpx2.Response(status, request=httpx2.Request("GET", "http://127.0.0.1/x"))
+    err = _hub_error(HfHubHTTPError("refused", response=response), RemoteFile(REPO, FILE),
+                     "http://127.0.0.1")
+    assert type(err) is kind and isinstance(err, HubError) and err.status == status
+    assert f"HTTP {status}" in str(err)

@@ -19,7 +19,7 @@ from typing import Any
 
 from app.chat.conversation import ChatController
 from app.chat.events import ModelInfo
-from app.chat.service import ChatService
+from app.chat.service import ChatService, _exact_verification_notes
 from app.engine.chat import ChatMessage
 from app.engine.events import Event, Finished, StatsUpdate, TextDelta
 from app.engine.session import SessionConfig
@@ -183,6 +183,7 @@ def fake_describe(session: Any, seconds: float) -> ModelInfo:
         n_ctx=session.n_ctx, n_layer=2, n_gpu_layers=0, gpu_supported=False,
         cpu_reason="a fake engine", uses_fallback_template=False, load_seconds=seconds,
         notes=tuple(session.notes), exact_verification=session.exact_verification,
+        exact_notes=_exact_verification_notes(session),
     )
 
 

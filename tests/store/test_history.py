@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 
 from app.store import paths
-from app.store.history import DEFAULT_TITLE, HistoryError, HistoryStore
+from app.store.history import (
+    DEFAULT_TITLE,
+    HistoryError,
+    HistoryFromNewerVersionError,
+    HistoryStore,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -144,8 +149,13 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA user_version=99")
     conn.close()
-    with pytest.raises(HistoryError, match="newer Tandem"):
+    with pytest.raises(HistoryError, match="newer Tandem") as err:
         HistoryStore.open(path)
+    assert isinstance(err.value, HistoryFromNewerVersionError)
+    # the window's opening never sets such a file aside: the error is raised, the file kept
+    with pytest.raises(HistoryFromNewerVersionError):
+        HistoryStore.open_or_set_aside(path)
+    assert path.is_file() and list(tmp_path.glob("*.corrupt-*")) == []
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
