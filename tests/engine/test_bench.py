@@ -45,6 +45,12 @@ REPO = Path(__file__).resolve().parents[2]
 # -- the formula, worked by hand ------------------------------------------------------
 
 
+def by_hand(alpha: float, k: int, c: float) -> float:
+    """The predicted speedup computed independently of app.engine.stats: the expected
+    tokens per round as the sum 1 + α + … + α^k, over the round's cost 1 + c·k."""
+    return sum(alpha ** i for i in range(k + 1)) / (1 + c * k)
+
+
 @pytest.mark.parametrize(
     ("alpha", "k", "c", "e", "s"),
     [
@@ -86,8 +92,9 @@ def test_calculator_rejects_bad_input() -> None:
 
 def test_calculator_best_k_is_the_argmax() -> None:
     calc = calculate_speedup(0.8, 2, 0.05, k_max=16)
-    assert calc.best_speedup == max(predicted_speedup(0.8, k, 0.05) for k in range(1, 17))
-    assert calc.best_speedup == predicted_speedup(0.8, calc.best_k, 0.05)
+    assert calc.best_speedup == pytest.approx(max(by_hand(0.8, k, 0.05) for k in range(1, 17)))
+    assert calc.best_speedup == pytest.approx(by_hand(0.8, calc.best_k, 0.05))
+    assert calc.best_k == max(range(1, 17), key=lambda k: by_hand(0.8, k, 0.05))
 
 
 # -- statistics ----------------------------------------------------------------------
@@ -168,7 +175,7 @@ def test_summarize_medians_pooling_and_identical_counts() -> None:
     assert k4.mean_acceptance_length == pytest.approx((10 + 8 + 2) / (4 + 6 + 2))
     # c per run: (0.004/4)/0.02 = 0.05 and (0.008/4)/0.02 = 0.1; the third has no steps
     assert k4.draft_cost_ratio == pytest.approx(0.075)
-    assert k4.predicted_speedup == pytest.approx(predicted_speedup(0.5, 4, 0.075))
+    assert k4.predicted_speedup == pytest.approx(by_hand(0.5, 4, 0.075))
     assert (k4.identical, k4.compared) == (2, 3)
     # gaps pooled over runs: 0, .1, 0 | .2 | .05
     assert k4.token_latency_p50 == pytest.approx(0.05)
@@ -220,7 +227,7 @@ def test_k_sweep_from_records_recommends_fastest_k() -> None:
     assert [k for k, _ in sweep.predicted_curve] == [1, 2, 3, 4]
     c = sweep.draft_cost_ratio
     assert c is not None
-    assert sweep.predicted_curve[2][1] == pytest.approx(predicted_speedup(0.7, 3, c))
+    assert sweep.predicted_curve[2][1] == pytest.approx(by_hand(0.7, 3, c))
     assert sweep.predicted_tps[0][1] == pytest.approx(40.0 * sweep.predicted_curve[0][1])
     assert sweep.predicted_best_k is not None
     assert all(p.identical for p in sweep.points)

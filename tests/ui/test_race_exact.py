@@ -6,9 +6,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from PySide6.QtCore import QTimer
+
 from app.store.settings import LoadedSettings, Settings
 from app.ui.main_window import MainWindow
+from app.ui.side_windows import SideWindows
 from tests.chat.fakes import Script, fake_service
+
+
+def _settled_load_ends(monkeypatch: pytest.MonkeyPatch) -> list[None]:
+    """A list that grows by one each time a load has ended and what the window does then
+    has run: the race's reopen check is posted with a zero timer, and a zero timer posted
+    after it runs after it."""
+    settled: list[None] = []
+    original = SideWindows.load_ended
+
+    def load_ended(self: SideWindows) -> None:
+        original(self)
+        QTimer.singleShot(0, lambda: settled.append(None))
+
+    monkeypatch.setattr(SideWindows, "load_ended", load_ended)
+    return settled
 
 
 def _window(qtbot, tmp_path: Path, script: Script) -> MainWindow:  # type: ignore[no-untyped-def]
@@ -62,11 +81,13 @@ def test_a_model_that_cannot_be_exact_is_said_in_the_race(qtbot, tmp_path: Path)
         w.close()
 
 
-def test_a_failed_reload_does_not_reopen_the_race_later(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_reload_does_not_reopen_the_race_later(qtbot, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from app.errors import ModelLoadError
 
     script = Script()
     w = _window(qtbot, tmp_path, script)
+    settled = _settled_load_ends(monkeypatch)
     try:
         w.model_bar.race_button.click()
         first = w.windows.race
@@ -74,14 +95,15 @@ def test_a_failed_reload_does_not_reopen_the_race_later(qtbot, tmp_path: Path) -
         script.load_error = ModelLoadError("fake-target.gguf is not a GGUF file.")
         first.exact_check.setChecked(True)
         qtbot.waitUntil(lambda: not w.controller.loading, timeout=30_000)
-        qtbot.wait(50)  # the reopen check runs after the load's end
+        qtbot.waitUntil(lambda: len(settled) >= 1, timeout=30_000)  # the reopen check ran
         assert w.windows.race is None and w.controller.model_info is None
         assert w.message_bar.current is not None and w.message_bar.current.origin == "load"
         # a later, unrelated load does not pop the race window open
         script.load_error = None
+        ended = len(settled)
         w.controller.load_model(w.settings.model.target_path)
         qtbot.waitUntil(lambda: w.controller.model_info is not None, timeout=30_000)
-        qtbot.wait(50)
+        qtbot.waitUntil(lambda: len(settled) > ended, timeout=30_000)  # its load end ran
         assert w.windows.race is None
     finally:
         w.close()
