@@ -64,16 +64,28 @@ class DivergenceLike(Protocol):
     """The fields of :class:`app.engine.divergence.Divergence` the wording reads (this
     module sits below the engine, so it names the shape, not the class)."""
 
-    verdict: str
-    reason: str
-    index: int | None
-    off_text: str | None
-    on_text: str | None
-    off_probs: tuple[float, float] | None
-    on_probs: tuple[float, float] | None
-    sampled: bool
-    logit_shift: float | None
-    threshold: float
+    # read-only properties: a frozen dataclass's fields match them, and narrower types
+    # (a Literal for a str) do too
+    @property
+    def verdict(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def index(self) -> int | None: ...
+    @property
+    def off_text(self) -> str | None: ...
+    @property
+    def on_text(self) -> str | None: ...
+    @property
+    def off_probs(self) -> tuple[float, float] | None: ...
+    @property
+    def on_probs(self) -> tuple[float, float] | None: ...
+    @property
+    def sampled(self) -> bool: ...
+    @property
+    def logit_shift(self) -> float | None: ...
+    @property
+    def threshold(self) -> float: ...
 
 
 def percent(p: float) -> str:

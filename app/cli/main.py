@@ -35,7 +35,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from pydantic import ValidationError
 
@@ -166,7 +166,7 @@ def _compare(session: Any, args: argparse.Namespace, sampling: Any, spec: Any,
     return 0
 
 
-def read_prompt(stream: Any) -> str:
+def read_prompt(stream: TextIO) -> str:
     """The prompt given as ``-``: all of ``stream`` (standard input), without the one
     trailing newline that ``echo`` or a file's last line adds.
 

@@ -116,8 +116,8 @@ class SamplingSettingsWidget(QWidget):
             w.valueChanged.connect(self._on_sampling_value_changed)
         for s in (self.top_k, self.seed, self.max_tokens):
             s.valueChanged.connect(self._on_sampling_value_changed)
-        for w in (self.draft_min, self.draft_p_min, self.ngram_min, self.ngram_max):
-            w.valueChanged.connect(self._on_speculation_value_changed)
+        for spin in (self.draft_min, self.draft_p_min, self.ngram_min, self.ngram_max):
+            spin.valueChanged.connect(self._on_speculation_value_changed)
         self.n_ctx.valueChanged.connect(self._on_model_value_changed)
         self.gpu_layers.valueChanged.connect(self._on_model_value_changed)
         self.cpu_only.toggled.connect(self._on_model_value_changed)
