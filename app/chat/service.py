@@ -426,14 +426,6 @@ class ChatService:
         return self.submit("demo", lambda ctx: write_demo_model(destination, model),
                            origin=origin, title="Could not write the demo model")
 
-    def unload(self, *, origin: str = "window") -> Job:
-        """Free the loaded session (value None)."""
-
-        def work(_ctx: JobContext) -> None:
-            self._close_session()
-
-        return self.submit("unload", work, origin=origin)
-
     def reply(
         self,
         messages: Sequence[ChatMessage],
@@ -497,12 +489,6 @@ class ChatService:
 
         return self.submit("completion", lambda ctx: self._stream(ctx, start, batch_s),
                            origin=origin, title="The completion failed")
-
-    def suffix_index_stats(self, *, origin: str = "window") -> Job:
-        """The loaded session's suffix index of earlier replies, measured on the worker.
-        Value: :class:`~app.engine.suffix.SuffixIndexStats` (replies, tokens, bytes)."""
-        return self.submit("task", lambda ctx: ctx.session.suffix_index.stats(),
-                           origin=origin, title="The suffix index could not be read")
 
     # -- lifetime -----------------------------------------------------------------------
     def cancel_all(self, origin: str | None = None) -> None:

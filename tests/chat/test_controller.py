@@ -149,7 +149,14 @@ def test_a_failed_reply_keeps_its_text_with_the_error_and_reports_it_once(rig: R
 
 
 def test_a_reply_that_fails_before_any_text_leaves_no_empty_message(rig: Rig, tmp_path: Path) -> None:
-    rig.service.unload().wait(30)  # no session: the reply job fails at once
+    # another client's load that fails leaves the shared service without a session
+    # (this controller ignores jobs it did not ask for): the reply job fails at once
+    from app.engine.session import SessionConfig
+    from app.errors import ModelLoadError
+
+    rig.script.load_error = ModelLoadError("target.gguf is not a GGUF file.")
+    rig.service.load(SessionConfig(target_path=rig.target), origin="api").wait(30)
+    assert rig.c.model_info is not None  # the window still shows its model
     rig.c.send_message("go")
     rig.reply_done()
     assert rig.stored() == [("user", "go", "done", None)]

@@ -23,7 +23,9 @@ SUFFIX = SpeculationConfig(mode=SpecMode.SUFFIX, draft_max=4, adaptive=False)
 
 
 def _index(service: ChatService) -> SuffixIndexStats:
-    stats = service.suffix_index_stats().result(60)
+    """The loaded session's suffix index, measured on the service's worker (where the
+    session lives) as any job reads it."""
+    stats = service.submit("task", lambda ctx: ctx.session.suffix_index.stats()).result(60)
     assert isinstance(stats, SuffixIndexStats)
     return stats
 
