@@ -35,6 +35,7 @@ from app.engine.divergence import SamplingTrace, compare_traces
 from app.engine.events import Finished
 from app.engine.llama import LlamaContext, LlamaModel
 from app.engine.measure.prompts import load_prompts, prepare_prompt
+from app.engine.rounds import FAULTS
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpeculationConfig
 
@@ -131,7 +132,8 @@ def main() -> int:
     temps = [float(t) for t in args.temps.split(",")]
     prompts = load_prompts(args.prompts)[: args.limit]
     session = open_session(args)
-    session._fault = args.fault
+    if args.fault:
+        session.verifier = FAULTS[args.fault]()
     piece = session.target.token_to_piece
     rows: list[dict[str, Any]] = []
     noise: dict[str, list[float]] = {}

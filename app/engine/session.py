@@ -4,21 +4,12 @@
 context) and the record of which tokens sit in the target's KV cache, so that a follow-up
 chat turn re-uses the cached prefix instead of re-evaluating the whole conversation.
 
-The loop (:meth:`Session.generate`), per round:
-
-1. the drafter proposes up to k tokens, capped by ``max_tokens`` and the room left in
-   n_ctx (plain decoding: no drafter, k = 0);
-2. the target evaluates [last token + drafts] in one batch with logits at every position;
-3. each position is sampled with the target's own sampler chain; a draft token is
-   accepted while it equals the sample, and the first sample that differs (or the bonus
-   sample after a fully accepted draft) is the round's own token;
-4. rejected positions are removed from the target's KV cache (the return value of
-   ``llama_memory_seq_rm`` is checked); the draft model re-syncs its own cache by
-   common prefix on its next call.
-
-Plain decoding runs the same loop with an empty draft, so both modes share one path.
-Models whose memory cannot roll back (recurrent, hybrid) decode plainly, and the stats say
-so. Cancellation is checked once per round and between prefill chunks.
+The loop (:meth:`Session.generate`) runs one :class:`~app.engine.rounds.Round` after
+another (draft → verify → accept and roll back; plain decoding is a round with no draft),
+and between rounds lets :class:`~app.engine.cpu.ThreadGovernor` fit the thread count to
+the cores other processes leave free. Models whose memory cannot roll back (recurrent,
+hybrid) decode plainly, and the stats say so. Cancellation is checked once per round and
+between prefill chunks.
 """
 
 from __future__ import annotations
@@ -30,7 +21,6 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -56,12 +46,14 @@ from app.engine.llama import (
     tiled_kquant_matmul_disabled,
     tiled_mm_env_at_start,
 )
+from app.engine.cpu import ThreadGovernor, free_threads, measure_other_cores, thread_cap
 from app.engine.policy import DraftLengthPolicy, PassTimes
 from app.engine.probe import probe_model
 from app.engine.sampling import TargetSampler
 from app.engine.stats import SpecStats
 from app.engine.suffix import SuffixDrafter, SuffixIndex
-from app.engine.text import TextStream, draft_length_before_end
+from app.engine.rounds import PlainStep, PlainSteps, Round, Verifier
+from app.engine.text import TextStream
 from app.errors import (
     ContextOverflowError,
     IncompatibleDraftError,
@@ -73,63 +65,24 @@ from app.options import SamplingParams, SpecMode, SpeculationConfig
 
 log = logging.getLogger(__name__)
 
-#: How a drafter without a model (``token_keys``: prompt lookup, suffix lookup) gets its
-#: draft length: ``choose`` (before drafting, from α̂: :meth:`DraftLengthPolicy.choose`,
-#: as for a draft model), ``trim`` (the longest draft, cut after drafting where each
-#: token's measured acceptance stops paying: :meth:`DraftLengthPolicy.trim`) or ``both``
-#: (chosen, then cut).
-FreeDraftRule = Literal["choose", "trim", "both"]
-
-#: None: the measured rule (:func:`free_draft_rule`); a rule: that one always (for an A/B).
-FREE_DRAFT_RULE: FreeDraftRule | None = None
-
-
-def free_draft_rule(greedy: bool) -> FreeDraftRule:
-    """The draft-length rule of a free drafter: ``both`` when greedy, ``trim`` when sampling
-    (unless :data:`FREE_DRAFT_RULE` forces one).
-
-    Measured on Gemma 3 270M, 2 threads, k = 8. Sampling, temperature 0.8: the cut took
-    the suffix drafter on builtin:chat from 0.85× to 1.00× plain in a timed A/B
-    (bench/trim_ab.py, docs/closing-note-round4.md). Greedy, replayed on recorded replies
-    with measured pass times (bench/policy_replay.py --rules choose,trim,both --repeat 3,
-    docs/closing-note-round6.md), ``both`` against ``choose``: 1.814× against 1.816× on
-    builtin:code, 1.745× against 1.721× on builtin:agent, 1.571× against 1.534× on
-    builtin:chat (``trim``: 1.799×, 1.742×, 1.598×). Timed A/Bs (bench/trim_ab.py
-    --rules choose,both, one run each on code and agent) differed by −3.0 % to +3.8 %
-    between the two, within this CPU's noise.
-    """
-    if FREE_DRAFT_RULE is not None:
-        return FREE_DRAFT_RULE
-    return "both" if greedy else "trim"
-
-#: Deliberate bugs that tests inject (``Session._fault``) to show that the divergence
-#: check calls them suspect (issue 8). ``keep-rejected-kv``: after a rejection the
-#: rejected draft tokens stay in the target's KV cache and the positions move past them,
-#: so the model attends to tokens that are not in the text (a stale cache after a
-#: rollback). ``extra-draw``: after a rejection the sampler also samples the next batch
-#: position and throws the token away, so every later draw is one step out of line.
-EngineFault = Literal["keep-rejected-kv", "extra-draw"]
-
-
 def max_threads() -> int:
     """The most CPU threads a config may ask for: 4 × the logical CPUs, at most 512."""
     return min(512, 4 * (os.cpu_count() or 1))
 
 
 def default_threads() -> int:
-    """CPU threads for decoding: all cores up to 4, else half (skip hyper-threads)."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 2
-    return n if n <= 4 else max(4, n // 2)
+    """CPU threads for decoding: the cores other processes leave free now (measured over
+    0.2 s), up to :func:`app.engine.cpu.thread_cap`."""
+    return free_threads(measure_other_cores(0.2), thread_cap())
 
 
 class SessionConfig(BaseModel):
     """What to load and how.
 
     ``n_gpu_layers`` None: all layers on the GPU when the build supports offload, else 0.
-    ``n_threads`` None: :func:`default_threads`.
+    ``n_threads`` None: :func:`default_threads` at load, then as many as the cores other
+    processes leave free, changed between rounds (:class:`app.engine.cpu.ThreadGovernor`);
+    a number: exactly that many, always.
     ``exact_verification``: load the configuration in which verification batches were
     measured bit for bit like one-token passes (docs/proof.md; flash attention on, a Q8_0 KV
     cache, no weight repacking; CPU backend, weights of the types in
@@ -274,6 +227,49 @@ def check_loaded_pair(target: LlamaModel, draft: LlamaModel) -> PairResult:
     )
 
 
+class _Reply:
+    """One reply in progress: its tokens, text, times and what its rounds decided."""
+
+    def __init__(self, prompt: Sequence[int], t0: float, stream: TextStream, max_tokens: int,
+                 piece: Callable[[int], bytes]) -> None:
+        self.prompt, self.t0, self.stream, self.max_tokens = prompt, t0, stream, max_tokens
+        self.piece = piece
+        self.note: str | None = None
+        self.prefill_tokens = 0
+        self.t_prefill = t0
+        self.t_first: float | None = None
+        self.history = list(prompt)  # every token; history[-1] is not yet in the target KV
+        self.n_past = len(prompt) - 1
+        self.emitted: list[int] = []
+        self.times: list[float] = []
+        self.own_plain: list[float] = []  # this reply's one-token pass times, seconds
+        self.passes0 = 0  # the drafter's forward passes before this reply
+        self.end: FinishReason | None = None
+        self.t_end: float | None = None  # end of decoding (before any baseline passes)
+        self._deltas: list[TextDelta] = []
+
+    def accept(self, tok: int, from_draft: bool, now: float) -> bool:
+        """Emit ``tok``; False when the reply ends with it (a stop string, max_tokens)."""
+        if self.t_first is None:
+            self.t_first = now
+        self.emitted.append(tok)
+        self.history.append(tok)
+        self.times.append(now - self.t0)
+        for chunk in self.stream.push(self.piece(tok), from_draft):
+            self._deltas.append(TextDelta(chunk.text, chunk.from_draft, now - self.t0,
+                                          len(self.emitted)))
+        if self.stream.stopped:
+            self.end = "stop"
+        elif len(self.emitted) >= self.max_tokens:
+            self.end = "length"
+        return self.end is None
+
+    def take_deltas(self) -> list[TextDelta]:
+        """The text deltas made final since the last call."""
+        out, self._deltas = self._deltas, []
+        return out
+
+
 class Session:
     """A target model with its context, optionally a draft model, and the decoding loop.
 
@@ -295,7 +291,12 @@ class Session:
         self._closed = False
         self._closing = False  # set by close() without the lock, so a prefill can abort
         self._target_step_samples: list[float] = []
-        self._pass_times = PassTimes()
+        #: the target's pass times per thread count
+        self._pass_times: dict[int, PassTimes] = {}
+        self._plain_steps = PlainSteps()
+        #: follows other processes' load; changes the thread count between rounds when
+        #: the config left it open
+        self._governor = ThreadGovernor(ctx.n_threads, adjust=config.n_threads is None)
         self._draft_step_probe: float | None = None  # see draft_step_time
         self._policies: dict[str, DraftLengthPolicy] = {}
         #: earlier replies for the suffix drafter; the chat layer fills it
@@ -317,8 +318,9 @@ class Session:
         self.rollback_supported = not target.is_recurrent
         #: whether verification is batch-invariant here (see SessionConfig.exact_verification)
         self.exact_verification = False
-        #: tests only: a deliberate bug in the loop (:data:`EngineFault`); never set otherwise
-        self._fault: EngineFault | None = None
+        #: samples the verified positions (a deliberately broken one in fault-injection
+        #: tests: :data:`app.engine.rounds.FAULTS`)
+        self.verifier: Verifier = Verifier()
 
     # -- loading --------------------------------------------------------------------
     @classmethod
@@ -496,7 +498,7 @@ class Session:
     def pass_time(self, n_tokens: int) -> float | None:
         """Measured (or interpolated) time of a target pass over ``n_tokens``, seconds
         (:class:`~app.engine.policy.PassTimes`); None before anything was timed."""
-        return self._pass_times(n_tokens)
+        return self._pass_table()(n_tokens)
 
     def measure_pass_times(self, sizes: Sequence[int], passes: int = 2) -> None:
         """Time target passes over each of ``sizes`` tokens never timed in this session
@@ -511,7 +513,7 @@ class Session:
             token = self.target.bos if self.target.bos >= 0 else 0
             todo = [n for n in sorted(set(sizes))
                     if 1 <= n <= min(self.n_ctx, self.ctx.n_outputs_max)
-                    and self._pass_times.count(n) == 0]
+                    and self._pass_table().count(n) == 0]
             for n in todo:
                 best = float("inf")
                 for _ in range(max(1, passes)):
@@ -519,7 +521,7 @@ class Session:
                     t = time.perf_counter()
                     self.ctx.decode([token] * n, 0, logits="all")
                     best = min(best, time.perf_counter() - t)
-                self._pass_times.observe(n, best)
+                self._pass_table().observe(n, best)
             if todo:
                 self.ctx.clear()
                 self._kv_tokens = []
@@ -691,236 +693,194 @@ class Session:
         clock: Callable[[], float],
         trace: SamplingTrace | None,
     ) -> Iterator[Event]:
-        t0 = clock()
-        model, ctx = self.target, self.ctx
-        n_ctx = ctx.n_ctx
-        drafter, note = self._make_drafter(spec)
-        mode = drafter.kind if drafter is not None else SpecMode.OFF
-        k = spec.draft_max if drafter is not None else 0
+        reply = _Reply(prompt, clock(), TextStream(sampling.stop), sampling.max_tokens,
+                       self.target.token_to_piece)
+        drafter, reply.note = self._make_drafter(spec)
+        reply.passes0 = drafter.forward_passes if drafter is not None else 0
         is_cancelled = cancel.is_set if cancel is not None else (lambda: False)
-
-        # -- prefill: everything but the last prompt token (it opens the first round) --
         with self._lock:
             if self._closed:
                 raise TandemError("The model has been unloaded.")
-            prefill_tokens = self._sync_prefix(prompt[:-1], cancel)
-            sampler = TargetSampler(model, sampling)
+            reply.prefill_tokens = self._sync_prefix(prompt[:-1], cancel)
+            sampler = TargetSampler(self.target, sampling)
             sampler.accept_prompt(prompt)
-            # chosen once: without a trace the loop calls the plain sampler, nothing more
-            sample = sampler.sample if trace is None else sampler.traced(trace)
-            fault = self._fault
-            policy: DraftLengthPolicy | None = None
-            if drafter is not None:
-                policy = self._policies.get(drafter.kind)
-                if policy is None:
-                    policy = self._policies[drafter.kind] = DraftLengthPolicy(self._pass_times)
             if drafter is not None and not is_cancelled():
                 drafter.begin(prompt, lambda: self._closing or is_cancelled())
-            # a drafter without a model may draft at full length for the policy to cut
-            rule = free_draft_rule(sampling.greedy)
-            token_keys: Callable[[], tuple[Hashable, ...]] | None = (
-                getattr(drafter, "token_keys", None) if rule != "choose" else None)
-            choose_first = token_keys is None or rule == "both"
-        t_prefill = clock()
-
-        stream = TextStream(sampling.stop)
-        history = list(prompt)  # every token; history[-1] is not yet in the target KV
-        n_past = len(prompt) - 1
-        emitted: list[int] = []
-        times: list[float] = []
-        rounds = draft_rounds = verified = proposed = accepted = 0
-        accepted_at = [0] * k
-        verified_at = [0] * k
-        draft_time = target_time = 0.0
-        passes0 = drafter.forward_passes if drafter is not None else 0
-        t_first: float | None = None
-        last_stats = t0
-        reason: FinishReason | None = None
-        max_tokens = sampling.max_tokens
-
-        def snapshot(now: float) -> SpecStats:
-            return SpecStats(
-                mode=mode,
-                draft_max=k,
-                prompt_tokens=len(prompt),
-                prefill_tokens=prefill_tokens,
-                emitted=len(emitted),
-                rounds=rounds,
-                draft_rounds=draft_rounds,
-                verified=verified,
-                proposed=proposed,
-                accepted=accepted,
-                accepted_at=tuple(accepted_at),
-                verified_at=tuple(verified_at),
-                draft_steps=(drafter.forward_passes - passes0) if drafter is not None else 0,
-                draft_time=draft_time,
-                target_time=target_time,
-                target_step_time=self.target_step_time,
-                ttft=(t_first - t0) if t_first is not None else 0.0,
-                prefill_time=t_prefill - t0,
-                decode_time=now - t_prefill,
-                total_time=now - t0,
-                fallback_reason=note,
-                calibrated=self.target_step_time is not None,
-            )
-
-        if is_cancelled():
-            reason = "cancelled"
+            rnd = Round(
+                self.target, self.ctx, drafter, self._policy(drafter),
+                spec.draft_max if drafter is not None else 0, spec.draft_min, spec.adaptive,
+                sampler.sample if trace is None else sampler.traced(trace), sampler.sample,
+                reply.stream, self.verifier, clock)
+        reply.t_prefill = last_stats = clock()
+        reason: FinishReason | None = "cancelled" if is_cancelled() else None
         try:
             while reason is None:
                 if is_cancelled() or self._closing:
                     reason = "cancelled"
                     break
-                deltas: list[TextDelta] = []
                 with self._lock:
                     if self._closed:
                         reason = "cancelled"
                         break
-                    remaining = max_tokens - len(emitted)
-                    room = n_ctx - n_past - 1  # positions left after the last token's
-                    if room < 0:
-                        reason = "length"
-                        note = note or (
-                            f"The context window ({n_ctx} tokens) is full; raise the context "
-                            "length or start a new conversation."
-                        )
-                        break
-                    drafts: list[int] = []
-                    keys: tuple[Hashable, ...] | None = None
-                    if drafter is not None and policy is not None:
-                        n_draft_max = min(k, remaining - 1, room, ctx.n_outputs_max - 1)
-                        if n_draft_max < spec.draft_min:
-                            n_draft_max = 0  # the draft would be discarded: do not pay for it
-                        if spec.adaptive and n_draft_max > 0 and choose_first:
-                            n_draft_max = policy.choose(n_draft_max, spec.draft_min)
-                        if n_draft_max > 0:
-                            steps0 = drafter.forward_passes
-                            td = clock()
-                            drafts = drafter.draft(history, n_draft_max)[:n_draft_max]
-                            if token_keys is not None:
-                                keys = token_keys()
-                            dtd = clock() - td
-                            draft_time += dtd
-                            policy.observe_draft_steps(drafter.forward_passes - steps0, dtd)
-                            for i, t in enumerate(drafts):
-                                # vocabularies may differ by up to 128 ids (pairing rule)
-                                if not 0 <= t < model.n_vocab:
-                                    del drafts[i:]
-                                    break
-                            # a token that would end the reply is the pass's own last
-                            # sample anyway, and nothing after it is emitted
-                            del drafts[draft_length_before_end(
-                                drafts, stream, model.token_to_piece, model.is_eog):]
-                            if keys is not None:
-                                keys = keys[: len(drafts)]
-                                if spec.adaptive and drafts:
-                                    # a free draft is proposed at full length and cut
-                                    # where its expected rate peaks (policy module doc)
-                                    del drafts[policy.trim(keys, spec.draft_min,
-                                                           after_choose=choose_first):]
-                            if len(drafts) < spec.draft_min:
-                                drafts = []
-                        if not drafts:
-                            policy.observe_no_draft()
-                    batch = [history[-1], *drafts]
-                    tt = clock()
-                    ctx.decode(batch, n_past, logits="all")
-                    n_emitted_before = len(emitted)
-                    n_acc = 0  # drafts that matched: their KV entries stay
-                    n_verified = n_counted = 0
-                    for i in range(len(batch)):
-                        tok = sample(ctx, i)
-                        is_draft = i < len(drafts)
-                        match = is_draft and tok == drafts[i]
-                        if match:
-                            n_acc += 1
-                        if model.is_eog(tok):
-                            # The end-of-generation position is not a reply token: it is
-                            # counted neither as drafted nor as accepted, whether the
-                            # draft matched it or not (SpecStats: "counting rules").
-                            reason = "stop"
-                            break
-                        if is_draft:
-                            n_verified += 1
-                            verified += 1
-                            verified_at[i] += 1
-                            if match:
-                                accepted += 1
-                                accepted_at[i] += 1
-                                n_counted += 1
-                        now = clock()
-                        if t_first is None:
-                            t_first = now
-                        emitted.append(tok)
-                        history.append(tok)
-                        times.append(now - t0)
-                        for chunk in stream.push(model.token_to_piece(tok), match):
-                            deltas.append(TextDelta(chunk.text, chunk.from_draft, now - t0, len(emitted)))
-                        if stream.stopped:
-                            reason = "stop"
-                            break
-                        if len(emitted) >= max_tokens:
-                            reason = "length"
-                            break
-                        if not match:
-                            if fault == "extra-draw" and i + 1 < len(batch):
-                                sampler.sample(ctx, i + 1)  # the injected bug: one draw too many
-                            break
-                    proposed += len(drafts)
-                    if len(emitted) > n_emitted_before:
-                        # A pass that only sampled the end-of-generation token emitted
-                        # nothing: it is no round, drafting or plain (τ = emitted /
-                        # rounds stays ≥ 1); its drafts were proposed but never verified.
-                        rounds += 1
-                        draft_rounds += 1 if drafts else 0
-                    dt = clock() - tt
-                    target_time += dt
-                    self._pass_times.observe(len(batch), dt)
-                    if policy is not None and n_verified:
-                        policy.observe_verification(n_verified, n_counted, keys)
-                    if len(batch) == 1:
-                        self._target_step_samples.append(dt)
-                        del self._target_step_samples[:-64]
-                    # Keep [last token + accepted drafts]; drop the rejected positions.
-                    n_keep = 1 + n_acc
-                    if fault == "keep-rejected-kv" and len(batch) > n_keep:
-                        n_keep = len(batch)  # the injected bug: rejected tokens stay cached
-                    if len(batch) > n_keep and not ctx.seq_rm(n_past + n_keep, -1):
-                        # Should not happen (recurrent models never draft); stay correct.
-                        log.warning("KV cache refused a partial removal; re-evaluating")
-                        ctx.clear()
-                        self._kv_tokens = []
-                        self._sync_prefix([*history[:n_past], *batch[:n_keep]], None)
-                        self.rollback_supported = False
-                        drafter = None
-                        note = "The KV cache could not roll back; speculation was turned off."
-                    else:
-                        self._kv_tokens.extend(batch[:n_keep])
-                    n_past += n_keep
-                yield from deltas
+                    reason = self._round(reply, rnd, clock)
+                yield from reply.take_deltas()
                 now = clock()
                 if now - last_stats >= stats_interval:
                     last_stats = now
-                    yield StatsUpdate(snapshot(now))
+                    yield StatsUpdate(self._snapshot(reply, rnd, now))
+            reply.t_end = clock()
+            if rnd.drafter is not None and reason != "cancelled":
+                with self._lock:
+                    self._time_plain_steps(reply, sampler.sample)
         finally:
             sampler.close()
         with self._lock:
             # a cut reply (Stop, max_tokens) drops a held-back start of a stop string
-            for chunk in stream.flush(cut=reason in ("cancelled", "length")):
-                now = clock()
-                yield TextDelta(chunk.text, chunk.from_draft, now - t0, len(emitted))
-        end = clock()
-        stats = snapshot(end)
-        if mode is SpecMode.OFF and reason != "cancelled" and stats.decode_tps:
+            for chunk in reply.stream.flush(cut=reason in ("cancelled", "length")):
+                yield TextDelta(chunk.text, chunk.from_draft, clock() - reply.t0, len(reply.emitted))
+        stats = self._snapshot(reply, rnd, reply.t_end or clock())
+        if rnd.drafter is None and reason != "cancelled" and stats.decode_tps:
             self.last_plain_decode_tps = stats.decode_tps
         yield Finished(
             reason=reason or "stop",
-            text=stream.text,
-            token_ids=tuple(emitted),
-            token_times=tuple(times),
+            text=reply.stream.text,
+            token_ids=tuple(reply.emitted),
+            token_times=tuple(reply.times),
             stats=stats,
             seed=sampler.seed,
-            note=note,
+            note=reply.note,
+        )
+
+    def _policy(self, drafter: Drafter | None) -> DraftLengthPolicy | None:
+        """The draft-length policy of this drafter kind in this session (None: plain)."""
+        if drafter is None:
+            return None
+        policy = self._policies.get(drafter.kind)
+        if policy is None:
+            policy = self._policies[drafter.kind] = DraftLengthPolicy(self._pass_table())
+        return policy
+
+    def _pass_table(self) -> PassTimes:
+        """The target's pass times at the current thread count."""
+        return self._pass_times.setdefault(self.ctx.n_threads, PassTimes())
+
+    def _round(self, reply: _Reply, rnd: Round, clock: Callable[[], float]) -> FinishReason | None:
+        """One round under the lock: threads, draft, verification, rollback. Returns why
+        the reply ends after it, or None."""
+        ctx, n_past = self.ctx, reply.n_past
+        room = ctx.n_ctx - n_past - 1  # positions left after the last token's
+        if room < 0:
+            reply.note = reply.note or (
+                f"The context window ({ctx.n_ctx} tokens) is full; raise the context "
+                "length or start a new conversation.")
+            return "length"
+        self._govern_threads(reply)
+        drafts: list[int] = []
+        keys: tuple[Hashable, ...] | None = None
+        now = time.monotonic()
+        if rnd.drafter is not None:
+            n_max = min(rnd.k, reply.max_tokens - len(reply.emitted) - 1, room,
+                        ctx.n_outputs_max - 1)
+            drafts, keys = rnd.propose(reply.history, n_max)
+        batch = [reply.history[-1], *drafts]
+        v, n_keep, dt = rnd.run(reply.history, n_past, drafts, keys,
+                                lambda tok, from_draft: reply.accept(tok, from_draft, clock()))
+        self._pass_table().observe(len(batch), dt)
+        if not drafts:
+            self._observe_plain_step(reply, dt, now)
+        if len(batch) > n_keep and not ctx.seq_rm(n_past + n_keep, -1):
+            self._rollback_failed(reply, rnd, batch[:n_keep])
+        else:
+            self._kv_tokens.extend(batch[:n_keep])
+        reply.n_past += n_keep
+        return v.end or reply.end
+
+    def _observe_plain_step(self, reply: _Reply, seconds: float, now: float) -> None:
+        """A one-token pass: the plain baseline of the measured speedup and of c."""
+        reply.own_plain.append(seconds)
+        self._plain_steps.add(PlainStep(seconds, now, self.ctx.n_threads, self._governor.other))
+        self._target_step_samples.append(seconds)
+        del self._target_step_samples[:-64]
+
+    def _time_plain_steps(self, reply: _Reply, sample: Callable[[LlamaContext, int], int]) -> None:
+        """After a speculative reply with no comparable one-token pass (:class:`PlainSteps`),
+        time :attr:`PlainSteps.min_own` of them at the reply's end (its last token at its
+        depth, sampled, then removed again): the measured speedup's baseline under this
+        reply's conditions. Costs that many target steps after the reply, not in it."""
+        ctx, pos = self.ctx, reply.n_past
+        if (self._closed or not self.rollback_supported or pos + 1 >= ctx.n_ctx
+                or len(reply.own_plain) >= PlainSteps.min_own
+                or not self._plain_steps.stale(time.monotonic(), ctx.n_threads,
+                                               self._governor.other)):
+            return
+        for _ in range(PlainSteps.min_own):
+            t = time.perf_counter()
+            ctx.decode([reply.history[-1]], pos, logits="last")
+            sample(ctx, 0)
+            dt = time.perf_counter() - t
+            if not ctx.seq_rm(pos, -1):
+                ctx.clear()
+                self._kv_tokens = []
+                return
+            self._observe_plain_step(reply, dt, time.monotonic())
+
+    def _rollback_failed(self, reply: _Reply, rnd: Round, kept: list[int]) -> None:
+        """``llama_memory_seq_rm`` refused a partial removal (a model whose memory cannot
+        roll back): re-evaluate what is kept and decode plainly from here on."""
+        log.warning("KV cache refused a partial removal; re-evaluating")
+        self.ctx.clear()
+        self._kv_tokens = []
+        self._sync_prefix([*reply.history[:reply.n_past], *kept], None)
+        self.rollback_supported = False
+        rnd.drafter = rnd.policy = None
+        reply.note = "The KV cache could not roll back; speculation was turned off."
+
+    def _govern_threads(self, reply: _Reply) -> None:
+        """Switch the thread count when the governor says the free cores changed."""
+        n = self._governor.poll(self.ctx.n_threads)
+        if n is None:
+            return
+        self.ctx.set_threads(n, n)
+        reply.own_plain.clear()  # passes at the old count are no baseline any more
+        if self._draft_drafter is not None:
+            self._draft_drafter.ctx.set_threads(n, n)
+        table = self._pass_table()
+        for policy in self._policies.values():
+            policy.pass_times = table
+
+    def _snapshot(self, reply: _Reply, rnd: Round, now: float) -> SpecStats:
+        c = rnd.counters
+        n_threads = self.ctx.n_threads
+        other = self._governor.other
+        base = self._plain_steps.baseline(reply.own_plain, time.monotonic(), n_threads, other)
+        return SpecStats(
+            mode=rnd.drafter.kind if rnd.drafter is not None else SpecMode.OFF,
+            draft_max=c.k,
+            prompt_tokens=len(reply.prompt),
+            prefill_tokens=reply.prefill_tokens,
+            emitted=len(reply.emitted),
+            rounds=c.rounds,
+            draft_rounds=c.draft_rounds,
+            verified=c.verified,
+            proposed=c.proposed,
+            accepted=c.accepted,
+            accepted_at=tuple(c.accepted_at),
+            verified_at=tuple(c.verified_at),
+            draft_steps=(rnd.drafter.forward_passes - reply.passes0) if rnd.drafter else 0,
+            draft_time=c.draft_time,
+            target_time=c.target_time,
+            target_step_time=self.target_step_time,
+            ttft=(reply.t_first - reply.t0) if reply.t_first is not None else 0.0,
+            prefill_time=reply.t_prefill - reply.t0,
+            decode_time=now - reply.t_prefill,
+            total_time=now - reply.t0,
+            fallback_reason=reply.note,
+            calibrated=self.target_step_time is not None,
+            plain_step_time=base[0] if base else None,
+            plain_step_range=base[1] if base else None,
+            plain_step_source=base[2] if base else None,
+            n_threads=n_threads,
+            other_cores=other,
         )
 
     def _calibrate_target_step(self, passes: int = 3) -> None:
@@ -940,7 +900,7 @@ class Session:
             self.ctx.clear()
         self._kv_tokens = []
         self._target_step_samples.append(best)
-        self._pass_times.observe(1, best)
+        self._pass_table().observe(1, best)
 
     # -- lifetime -------------------------------------------------------------------
     def close(self) -> None:

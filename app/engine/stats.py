@@ -83,6 +83,11 @@ def round_mix_speedup(
 #: reaches down to 0.89; at 1 of 1 it spans 0.21–1.
 MIN_VERIFIED_FOR_ESTIMATE = 30
 
+#: A measured speedup needs at least this many drafting rounds and verified draft tokens
+#: in the reply (:attr:`SpecStats.measured_speedup`).
+MIN_DRAFT_ROUNDS_FOR_SPEEDUP = 3
+MIN_VERIFIED_FOR_SPEEDUP = 10
+
 
 def acceptance_interval(accepted: int, verified: int, z: float = 1.96) -> tuple[float, float] | None:
     """The Wilson score interval of an acceptance rate: (low, high) in [0, 1].
@@ -215,6 +220,16 @@ class SpecStats:
     total_time: float = 0.0
     fallback_reason: str | None = None
     calibrated: bool = False  # whether target_step_time was measured in this session
+    #: the plain decoding baseline under this reply's conditions: the median of one-token
+    #: target passes timed during this reply ("reply"), or recently in this session at
+    #: the same thread count and load ("recent"), seconds; None when neither exists
+    plain_step_time: float | None = None
+    #: the quartiles of those passes, seconds (the baseline's spread)
+    plain_step_range: tuple[float, float] | None = None
+    plain_step_source: str | None = None
+    #: CPU threads the target ran with at the end, and other processes' load then (cores)
+    n_threads: int = 0
+    other_cores: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -285,6 +300,32 @@ class SpecStats:
         return round_mix_speedup(a, c, k_bar, self.draft_rounds, self.rounds - self.draft_rounds)
 
     @property
+    def measured_speedup(self) -> float | None:
+        """This reply's decode rate over plain decoding's under the same conditions:
+        decode tok/s × :attr:`plain_step_time` (a plain reply decodes one token per
+        one-token pass; its loop overhead is left out, so this errs low by about 1 %).
+
+        None without a baseline, for speculation off, and for a reply with fewer than
+        :data:`MIN_DRAFT_ROUNDS_FOR_SPEEDUP` drafting rounds or
+        :data:`MIN_VERIFIED_FOR_SPEEDUP` verified draft tokens: a figure from almost no
+        drafts says nothing about speculation.
+        """
+        tps = self.decode_tps
+        if (tps is None or self.plain_step_time is None or self.mode is SpecMode.OFF
+                or self.draft_rounds < MIN_DRAFT_ROUNDS_FOR_SPEEDUP
+                or self.verified < MIN_VERIFIED_FOR_SPEEDUP):
+            return None
+        return tps * self.plain_step_time
+
+    @property
+    def measured_speedup_range(self) -> tuple[float, float] | None:
+        """:attr:`measured_speedup` at the baseline's quartiles (low, high), or None."""
+        tps, r = self.decode_tps, self.plain_step_range
+        if self.measured_speedup is None or tps is None or r is None:
+            return None
+        return tps * r[0], tps * r[1]
+
+    @property
     def decode_tps(self) -> float | None:
         """Decode tokens per second, prefill excluded."""
         return self.emitted / self.decode_time if self.decode_time > 0 else None
@@ -310,6 +351,8 @@ class SpecStats:
             "draft_step_time",
             "draft_cost_ratio",
             "predicted_speedup",
+            "measured_speedup",
+            "measured_speedup_range",
             "decode_tps",
             "end_to_end_tps",
             "prefill_tps",
@@ -336,4 +379,6 @@ class SpecStats:
         kw["mode"] = SpecMode(kw.get("mode", SpecMode.OFF.value))
         kw["accepted_at"] = tuple(kw.get("accepted_at", ()))
         kw["verified_at"] = tuple(kw.get("verified_at", ()))
+        if kw.get("plain_step_range") is not None:
+            kw["plain_step_range"] = tuple(kw["plain_step_range"])
         return cls(**kw)

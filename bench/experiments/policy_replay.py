@@ -34,7 +34,7 @@ Usage:
     .venv/bin/python bench/experiments/policy_replay.py --prompts builtin:agent
     .venv/bin/python bench/experiments/policy_replay.py --prompts builtin:code --rules choose,trim,oracle --k 8,16
     .venv/bin/python bench/experiments/policy_replay.py --prompts builtin:code --min-prob 0.1,0.3 --json
-    .venv/bin/python bench/experiments/policy_replay.py --prompts builtin:chat --temp 0.8 --key-revert 0.05,0.01 --repeat 5
+    .venv/bin/python bench/experiments/policy_replay.py --prompts builtin:chat --temp 0.8 --repeat 5
 """
 
 from __future__ import annotations
@@ -139,7 +139,6 @@ def stop_cut(model: LlamaModel, turn: dict[str, Any]) -> tuple[bool, Callable[[i
 def replay_set(turns: list[dict[str, Any]], times: dict[int, float], model: LlamaModel, *,
                drafter_kind: str, rule: ReplayRule, k: int, min_prob: float, n_predict: int,
                margin: float, repeat: int = 1, cut: bool = True,
-               key_revert: float = DraftLengthPolicy.key_revert,
                cold: bool = False) -> list[PolicyReplay]:
     """One rule over the whole set ``repeat`` times, one replay per turn and repeat.
 
@@ -154,11 +153,10 @@ def replay_set(turns: list[dict[str, Any]], times: dict[int, float], model: Llam
     for n, t in times.items():
         if cold and n > 1:
             continue
-        for _ in range(1 if cold else max(DraftLengthPolicy.min_observations, PassTimes.warmup)):
+        for _ in range(1 if cold else 2):
             pt.observe(n, t)
     policy = DraftLengthPolicy(pt)
     policy.margin = margin
-    policy.key_revert = key_revert
     index = SuffixIndex()
     out: list[PolicyReplay] = []
     for _ in range(repeat):
@@ -224,8 +222,6 @@ def main(argv: list[str] | None = None) -> int:
                     help="the suffix drafter's min_token_prob values, e.g. 0.1,0.3")
     ap.add_argument("--margin", type=float, default=DraftLengthPolicy.margin,
                     help="the trim rule's margin over plain decoding")
-    ap.add_argument("--key-revert", default=f"{DraftLengthPolicy.key_revert:g}",
-                    help="DraftLengthPolicy.key_revert values, e.g. 0.05,0.01")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-predict", type=int, default=128)
     ap.add_argument("--temp", type=float, default=0.0,
@@ -252,7 +248,6 @@ def main(argv: list[str] | None = None) -> int:
     ks = C.value_list(ap, "--k", args.k, int)
     rules = [cast(ReplayRule, r) for r in C.value_list(ap, "--rules", args.rules, str)]
     probs = C.value_list(ap, "--min-prob", args.min_prob, float)
-    reverts = C.value_list(ap, "--key-revert", args.key_revert, float)
     if min(ks) < 1 or any(r not in RULES for r in rules):
         ap.error(f"--k: values ≥ 1; --rules: a subset of {','.join(RULES)}")
 
@@ -264,15 +259,15 @@ def main(argv: list[str] | None = None) -> int:
     vocab = LlamaModel(args.model, vocab_only=True)
 
     rows = []
-    for k, mp, kr, rule in itertools.product(ks, probs, reverts, rules):
+    for k, mp, rule in itertools.product(ks, probs, rules):
         per = replay_set(turns, times, vocab, drafter_kind=args.drafter, rule=rule, k=k,
                          min_prob=mp, n_predict=args.n_predict, margin=args.margin,
-                         repeat=args.repeat, cut=not args.no_cut, key_revert=kr,
+                         repeat=args.repeat, cut=not args.no_cut,
                          cold=args.cold)
         r = sum(per[1:], per[0])
         c = r.counts
         turn_x = [x for p in per if (x := p.speedup) is not None]
-        rows.append({"k": k, "min_prob": mp, "key_revert": kr, "rule": rule,
+        rows.append({"k": k, "min_prob": mp, "rule": rule,
                      "speedup": r.speedup,
                      "turn_speedup_median": statistics.median(turn_x),
                      "turns_below_0_97": sum(x < 0.97 for x in turn_x),
@@ -297,10 +292,10 @@ def main(argv: list[str] | None = None) -> int:
               f"t(1) = {data['t1_ms']:.1f} ms at depth {data['depth']}; "
               f"recorded while {data['recorded_while']}")
         print("pass × t(1): " + "  ".join(f"{n}:{x:.2f}" for n, x in data["pass_x_t1"].items()))
-        print(f"{'k':>3} {'min_p':>5} {'k_rev':>5} {'rule':<7} {'×plain':>7} {'turns ×':>7} "
+        print(f"{'k':>3} {'min_p':>5} {'rule':<7} {'×plain':>7} {'turns ×':>7} "
               f"{'<0.97':>5} {'α':>6} {'τ':>5} {'drafted':>9} {'draft ms':>8}")
         for r in data["rows"]:
-            print(f"{r['k']:>3} {r['min_prob']:>5g} {r['key_revert']:>5g} {r['rule']:<7} "
+            print(f"{r['k']:>3} {r['min_prob']:>5g} {r['rule']:<7} "
                   f"{r['speedup']:>7.3f} {r['turn_speedup_median']:>7.3f} "
                   f"{r['turns_below_0_97']:>5} {r['acceptance_rate'] or 0:>6.3f} "
                   f"{r['mean_acceptance_length']:>5.2f} "

@@ -8,6 +8,8 @@ exactly what llama.cpp's dist sampler draws.
 
 from __future__ import annotations
 
+from app.engine.rounds import FAULTS, Verifier
+
 import math
 import random
 from collections.abc import Iterator, Sequence
@@ -204,18 +206,18 @@ def test_injected_extra_draw_is_caught_as_suspect(tiny: Session) -> None:
     of bug) must be called suspect, from the draws alone."""
     sampling = SamplingParams(temperature=0.8, seed=11, max_tokens=40)
     verdicts = []
-    tiny._fault = "extra-draw"
+    tiny.verifier = FAULTS["extra-draw"]()
     try:
         for prompt in prompts(6):
             off, on = SamplingTrace(), SamplingTrace()
-            tiny._fault = None
+            tiny.verifier = Verifier()
             generate(tiny, prompt, sampling, SpeculationConfig(), off)
-            tiny._fault = "extra-draw"
+            tiny.verifier = FAULTS["extra-draw"]()
             generate(tiny, prompt, sampling, SPEC, on)
             d = compare_traces(off, on)
             verdicts.append((d.verdict, d.reason))
     finally:
-        tiny._fault = None
+        tiny.verifier = Verifier()
     assert ("suspect", "draw-out-of-step") in verdicts
     assert all(v in (("identical", "identical"), ("suspect", "draw-out-of-step")) for v in verdicts), verdicts
 
@@ -228,11 +230,11 @@ def test_bench_measures_and_counts_the_injected_fault(tiny: Session) -> None:
 
     sampling = SamplingParams(temperature=0.8, seed=11, max_tokens=40)
     prepared = [PreparedPrompt(tokens=tuple(p), name=f"p{i}") for i, p in enumerate(prompts(6))]
-    tiny._fault = "extra-draw"  # harmless to plain runs: it acts only after a rejection
+    tiny.verifier = FAULTS["extra-draw"]()  # harmless to plain runs: it acts only after a rejection
     try:
         report = run_bench(tiny, prepared, [SPEC], sampling, repeat=1, warmup=False)
     finally:
-        tiny._fault = None
+        tiny.verifier = Verifier()
     on = report.summaries[1]
     assert on.compared == 6 and on.suspect >= 1 and on.near_tie == 0
     assert on.identical + on.suspect == 6 and on.unmeasured == 0
@@ -248,9 +250,9 @@ def test_bench_measures_and_counts_the_injected_fault(tiny: Session) -> None:
             assert len(d["off_probs"]) == len(d["on_probs"]) == 2
             assert r["divergence_evidence"]["reason"] == "draw-out-of-step"
     # unrecorded: differences are counted, not measured
-    tiny._fault = "extra-draw"
+    tiny.verifier = FAULTS["extra-draw"]()
     try:
         bare = run_bench(tiny, prepared, [SPEC], sampling, repeat=1, warmup=False, record=False)
     finally:
-        tiny._fault = None
+        tiny.verifier = Verifier()
     assert bare.summaries[1].unmeasured == on.suspect and bare.summaries[1].suspect == 0

@@ -222,7 +222,7 @@ def test_stop_string_across_tokens(session: Session, plain_ids: tuple[int, ...])
 def test_no_draft_token_from_the_one_that_ends_the_reply_on_is_verified(
     session: Session, plain_ids: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.engine import session as session_module
+    from app.engine import rounds as session_module
 
     pieces = [session.target.token_to_piece(t).decode("utf-8", "replace") for t in plain_ids]
     j = next(i for i in range(3, len(pieces)) if pieces[i].strip()

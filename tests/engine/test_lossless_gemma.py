@@ -14,6 +14,8 @@ drafts stays correct with the small (n_swa + n_ubatch) sliding-window cache.
 
 from __future__ import annotations
 
+from app.engine.rounds import FAULTS, Verifier
+
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,7 +137,7 @@ def test_injected_stale_kv_cache_is_called_suspect(
     """A real bug — rejected draft tokens left in the KV cache after a rollback — must be
     found by the comparison: the check is shown to catch what it is for."""
     verdicts = []
-    gemma._fault = "keep-rejected-kv"
+    gemma.verifier = FAULTS["keep-rejected-kv"]()
     try:
         for text in PROMPTS[:6]:
             prompt = tokenize_plain(gemma.target, text)
@@ -144,7 +146,7 @@ def test_injected_stale_kv_cache_is_called_suspect(
             d = compare_traces(plain_runs[(text, 0.0)], tr, piece(gemma))  # type: ignore[arg-type]
             verdicts.append((text, d.verdict, d.reason, d.logit_shift))
     finally:
-        gemma._fault = None
+        gemma.verifier = Verifier()
     print(verdicts)
     # The verdict judges the first difference only: a bug that first shows where the
     # plain run itself was at a near-tie passes there (docs/proof.md), so not every run

@@ -473,7 +473,7 @@ def test_the_oracle_is_the_least_time_any_cut_takes() -> None:
     cost = {1: 1.0, 2: 1.1, 3: 1.7, 4: 2.4}
     best = run("oracle", script, [1, 2, 3, 4, 5, 6], cost).target_s
     assert best == pytest.approx(1.7 + 1.1 + 1.0)  # 3 tokens, then 2, then the last one
-    for rule in ("full", "choose", "trim", "both"):
+    for rule in ("full", "choose", "trim"):
         assert run(rule, script, [1, 2, 3, 4, 5, 6], cost).target_s >= best
     # pass times that are not monotonic (4 tokens cheaper than 3): verifying the rejected
     # third token too is the cheaper way to emit 3 tokens, and the bound knows it
@@ -493,7 +493,7 @@ def test_the_replay_policy_rules_feed_the_policy() -> None:
             pt.observe(size, 1.0)  # flat: drafting always pays
     prompt, reply = [0], list(range(1, 30))
     script = {i: list(range(i, i + 8)) for i in range(1, 30)}  # always right
-    for rule in ("choose", "trim", "both"):
+    for rule in ("choose", "trim"):
         pol = DraftLengthPolicy(pt)
         r = replay_policy(_Scripted(script), pol, prompt, reply, 8, rule, pt,  # type: ignore[arg-type]
                           ends_with_eog=False, max_tokens=len(reply))

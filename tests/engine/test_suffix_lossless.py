@@ -82,12 +82,10 @@ def test_free_drafts_cut_by_the_policy_when_sampling_are_lossless(
     # not on how busy the machine is.
     table = PassTimes()
     for n in range(1, 10):
-        for _ in range(DraftLengthPolicy.min_observations):
-            table.observe(n, 0.010 + 0.001 * (n - 1))
+        table.observe(n, 0.010 + 0.001 * (n - 1))
     monkeypatch.setattr(PassTimes, "observe", lambda self, n, seconds: None)
-    monkeypatch.setattr(session, "_pass_times", table)
+    monkeypatch.setattr(session, "_pass_table", lambda: table)
     monkeypatch.setattr(DraftLengthPolicy, "margin", 0.0)
-    monkeypatch.setattr(DraftLengthPolicy, "refresh_every", 10**9)
     session._policies.pop(mode, None)
     sampling = SAMPLINGS[1]
     session.suffix_index.clear()

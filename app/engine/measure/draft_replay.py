@@ -110,13 +110,12 @@ def replay_reply(drafter: Drafter, prompt: Sequence[int], reply: Sequence[int], 
                          lambda n: 1.0, ends_with_eog=False, max_tokens=len(reply)).counts
 
 
-#: How a replay sets each round's draft length: the session's rules
-#: (:data:`app.engine.session.FreeDraftRule`: ``choose`` before drafting by
-#: :meth:`DraftLengthPolicy.choose`, ``trim`` the full draft cut by
-#: :meth:`DraftLengthPolicy.trim`, ``both`` chosen then cut), ``full`` (every proposed
-#: token verified) or ``oracle`` (:func:`oracle_replay`: the least target time any rule
-#: could take with these drafts).
-ReplayRule = Literal["choose", "trim", "both", "full", "oracle"]
+#: How a replay sets each round's draft length: the engine's rules (``trim``: the full
+#: draft cut by :meth:`DraftLengthPolicy.trim`, the rule of a free drafter; ``choose``:
+#: the length chosen before drafting by :meth:`DraftLengthPolicy.choose`, the rule of a
+#: draft model), ``full`` (every proposed token verified) or ``oracle``
+#: (:func:`oracle_replay`: the least target time any rule could take with these drafts).
+ReplayRule = Literal["choose", "trim", "full", "oracle"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +161,7 @@ def replay_policy(
     Each round: the draft length d ≤ min(k, max_tokens − emitted − 1) is set by the rule,
     the longest prefix of the draft equal to the reply is accepted, the target's own token
     follows, the pass costs ``pass_time(1 + d)`` seconds, and the policy observes what
-    was verified (with the drafter's token keys under ``trim`` and ``both``), as in
+    was verified (with the drafter's token keys under ``trim``), as in
     :meth:`app.engine.session.Session.generate`. With ``ends_with_eog`` the position
     after the reply is the end-of-generation token: sampled by a pass like any other,
     never accepted, never counted as verified, and a pass that samples only it is no
@@ -196,7 +195,7 @@ def replay_policy(
     if rule == "oracle":
         return oracle_replay(drafter, prompt, reply, k, pass_time, ends_with_eog=ends_with_eog,
                              max_tokens=max_tokens, draft_end=draft_end)
-    keyed = getattr(drafter, "token_keys", None) if rule in ("trim", "both") else None
+    keyed = getattr(drafter, "token_keys", None) if rule == "trim" else None
     context = list(prompt)
     drafter.begin(context)
     n = len(reply)
@@ -211,7 +210,7 @@ def replay_policy(
         keys: tuple[Any, ...] | None = None
         d: list[int] = []
         if n_max > 0:
-            if rule in ("choose", "both"):
+            if rule == "choose":
                 n_max = policy.choose(n_max)
             if n_max > 0:
                 d = drafter.draft(context, n_max)[:n_max]
@@ -220,7 +219,7 @@ def replay_policy(
                 if keyed is not None:
                     keys = tuple(keyed())[: len(d)]
         if d and keys is not None:
-            del d[policy.trim(keys, after_choose=rule == "both"):]
+            del d[policy.trim(keys):]
         if not d:
             policy.observe_no_draft()
         draft_s += clock() - t0

@@ -5,6 +5,8 @@ suspect."""
 
 from __future__ import annotations
 
+from app.engine.rounds import FAULTS, Verifier
+
 import dataclasses
 
 import pytest
@@ -114,7 +116,7 @@ def test_a_broken_engine_is_called_suspect_by_race_and_bench(gemma_path) -> None
     sampling = SamplingParams(temperature=0.0, seed=1, max_tokens=32)
     spec = SpeculationConfig(mode="prompt-lookup", draft_max=4, adaptive=False)
     with Session.open(SessionConfig(target_path=gemma_path, n_ctx=1024, n_threads=2)) as s:
-        s._fault = "keep-rejected-kv"  # the injected bug: rejected drafts stay cached
+        s.verifier = FAULTS["keep-rejected-kv"]()  # the injected bug: rejected drafts stay cached
         prompt = prepare_prompt(s, next(p for p in load_prompts("builtin:code")
                                         if p.name == "rename-variable"), "plain")
         r = run_race(s, prompt, sampling, spec)

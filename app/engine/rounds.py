@@ -1,0 +1,318 @@
+"""One speculative round: draft → verify → accept and roll back, and its counters.
+
+:class:`Round` is what :meth:`app.engine.session.Session.generate` runs per round:
+
+1. :meth:`Round.propose`: the drafter proposes up to k tokens, capped by ``max_tokens``
+   and the room left in n_ctx; a free drafter's draft (prompt lookup, suffix lookup) is
+   then cut by the draft-length policy, a draft model's length chosen before drafting
+   (:mod:`app.engine.policy`);
+2. :meth:`Round.verify`: the target evaluates [last token + drafts] in one batch with
+   logits at every position; :class:`Verifier` samples each position with the target's
+   own sampler chain, accepts a draft token while it equals the sample, and the first
+   sample that differs (or the bonus sample after a fully accepted draft) is the round's
+   own token;
+3. the rejected positions leave the target's KV cache (the return value of
+   ``llama_memory_seq_rm`` is checked); the draft model re-syncs its own cache by
+   common prefix on its next call.
+
+Plain decoding is the same round with an empty draft. :class:`ReplyCounters` holds what
+the rounds counted; :class:`~app.engine.stats.SpecStats` is a snapshot of it.
+:class:`PlainSteps` keeps the one-token passes that give the measured speedup its
+baseline under the same conditions.
+
+Tests and the proof benchmarks install a deliberately broken :class:`Verifier`
+(:data:`FAULTS`) to show that the divergence check calls such an engine suspect.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from app.engine.drafters import Drafter
+from app.engine.events import TextDelta
+from app.engine.llama import LlamaContext, LlamaModel
+from app.engine.policy import DraftLengthPolicy
+from app.engine.text import TextStream, draft_length_before_end
+
+Sample = Callable[[LlamaContext, int], int]
+
+
+@dataclass(slots=True)
+class ReplyCounters:
+    """What a reply's rounds counted (the rules: :class:`~app.engine.stats.SpecStats`)."""
+
+    k: int
+    rounds: int = 0
+    draft_rounds: int = 0
+    proposed: int = 0
+    verified: int = 0
+    accepted: int = 0
+    accepted_at: list[int] = field(default_factory=list)
+    verified_at: list[int] = field(default_factory=list)
+    draft_time: float = 0.0
+    target_time: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.accepted_at = [0] * self.k
+        self.verified_at = [0] * self.k
+
+
+@dataclass(slots=True)
+class Verified:
+    """What one verification pass decided.
+
+    ``tokens``: the emitted tokens with whether each was an accepted draft token;
+    ``n_acc``: draft tokens that matched (their KV entries stay), the end-of-generation
+    position included; ``n_verified`` / ``n_counted``: draft tokens compared / accepted
+    under the counting rules; ``rejected_at``: the batch position of the first sample
+    that differed from its draft token, None when none did; ``end``: "stop" when the
+    target sampled an end-of-generation token.
+    """
+
+    tokens: list[tuple[int, bool]] = field(default_factory=list)
+    n_acc: int = 0
+    n_verified: int = 0
+    n_counted: int = 0
+    rejected_at: int | None = None
+    end: Literal["stop"] | None = None
+
+
+class Verifier:
+    """Samples the verified positions and decides what the KV cache keeps."""
+
+    def verify(self, model: LlamaModel, ctx: LlamaContext, sample: Sample, draw: Sample,
+               batch: Sequence[int], drafts: Sequence[int],
+               accept: Callable[[int, bool], bool]) -> Verified:
+        """Sample each position of an evaluated ``batch`` ([last token, *drafts]).
+
+        ``sample`` is the reply's sampler (traced when a comparison records it),
+        ``draw`` the same sampler untraced.
+
+        ``accept(token, from_draft)`` emits a token and returns False when the reply must
+        end after it (a stop string, max_tokens). The end-of-generation position is no
+        reply token: counted neither as verified nor as accepted, whether the draft
+        matched it or not (:class:`~app.engine.stats.SpecStats`: "counting rules").
+        """
+        out = Verified()
+        for i in range(len(batch)):
+            tok = sample(ctx, i)
+            is_draft = i < len(drafts)
+            match = is_draft and tok == drafts[i]
+            if match:
+                out.n_acc += 1
+            if model.is_eog(tok):
+                out.end = "stop"
+                break
+            if is_draft:
+                out.n_verified += 1
+                out.n_counted += match
+            out.tokens.append((tok, match))
+            if not accept(tok, match):
+                break
+            if not match:
+                if is_draft:
+                    out.rejected_at = i
+                    self.after_rejection(ctx, draw, i, len(batch))
+                break
+        return out
+
+    def after_rejection(self, ctx: LlamaContext, draw: Sample, i: int, n_batch: int) -> None:
+        """Called after the sample at batch position ``i`` rejected its draft token."""
+
+    def kept(self, n_acc: int, n_batch: int) -> int:
+        """How many batch positions stay in the KV cache: the last token and the
+        accepted drafts."""
+        return 1 + n_acc
+
+
+class KeepRejectedKV(Verifier):
+    """A deliberate bug: rejected draft tokens stay in the KV cache and the positions move
+    past them, so the model attends to tokens that are not in the text."""
+
+    def kept(self, n_acc: int, n_batch: int) -> int:
+        return n_batch
+
+
+class ExtraDraw(Verifier):
+    """A deliberate bug: after a rejection the sampler also samples the next position and
+    throws the token away, so every later random draw is one step out of line."""
+
+    def after_rejection(self, ctx: LlamaContext, draw: Sample, i: int, n_batch: int) -> None:
+        if i + 1 < n_batch:
+            draw(ctx, i + 1)
+
+
+EngineFault = Literal["keep-rejected-kv", "extra-draw"]
+#: the deliberately broken verifiers by name (``--fault`` of the proof benchmarks)
+FAULTS: dict[str, type[Verifier]] = {"keep-rejected-kv": KeepRejectedKV, "extra-draw": ExtraDraw}
+
+
+@dataclass(frozen=True, slots=True)
+class PlainStep:
+    """A one-token target pass: ``seconds``, at ``at`` (monotonic), with ``n_threads``
+    threads while other processes kept ``other_cores`` cores busy (None: unknown)."""
+
+    seconds: float
+    at: float
+    n_threads: int
+    other_cores: float | None
+
+
+class PlainSteps:
+    """Recent one-token target passes of a session: the plain-decoding baseline of the
+    measured speedup, taken under the same conditions as the reply it is compared with.
+
+    A reply's own one-token passes (rounds that drafted nothing) are the baseline when it
+    has :attr:`min_own` of them; else the session's passes from the last :attr:`fresh`
+    seconds at the same thread count whose load differs from now by at most
+    :attr:`same_load` cores. :meth:`stale` tells the loop when to verify no draft in a
+    round so that such a pass exists.
+    """
+
+    min_own = 3
+    fresh = 10.0
+    same_load = 0.3
+
+    def __init__(self, keep: int = 64) -> None:
+        self._steps: deque[PlainStep] = deque(maxlen=keep)
+
+    def add(self, step: PlainStep) -> None:
+        self._steps.append(step)
+
+    def _comparable(self, now: float, n_threads: int, other: float | None) -> list[PlainStep]:
+        return [s for s in self._steps
+                if now - s.at <= self.fresh and s.n_threads == n_threads
+                and (other is None or s.other_cores is None
+                     or abs(s.other_cores - other) <= self.same_load)]
+
+    def stale(self, now: float, n_threads: int, other: float | None) -> bool:
+        """Whether no pass comparable with now exists (a plain round would give one)."""
+        return not self._comparable(now, n_threads, other)
+
+    def baseline(self, own: Sequence[float], now: float, n_threads: int,
+                 other: float | None) -> tuple[float, tuple[float, float], str] | None:
+        """(median seconds, (first, third quartile), "reply" or "recent"), or None.
+
+        ``own``: this reply's one-token pass times at the current thread count.
+        """
+        source = "reply"
+        times = list(own)
+        if len(times) < self.min_own:
+            source = "recent"
+            times = [s.seconds for s in self._comparable(now, n_threads, other)]
+        if not times:
+            return None
+        if len(times) == 1:
+            return times[0], (times[0], times[0]), source
+        q1, q2, q3 = statistics.quantiles(times, n=4, method="inclusive")
+        return q2, (q1, q3), source
+
+
+class Round:
+    """Drafting and verification for one reply, one :meth:`run` per round.
+
+    Args:
+        model, ctx: the target and its context.
+        drafter, policy: the drafter and its draft-length policy (None: plain decoding).
+        k, draft_min, adaptive: the reply's :class:`~app.options.SpeculationConfig`.
+        sample: the target's sampler for batch position i; draw: the same untraced.
+        stream: the reply's text stream (stop strings, UTF-8 hold-back).
+        verifier: :class:`Verifier` (a broken one in fault-injection tests).
+        clock: seconds (``time.perf_counter`` in the engine).
+    """
+
+    def __init__(self, model: LlamaModel, ctx: LlamaContext, drafter: Drafter | None,
+                 policy: DraftLengthPolicy | None, k: int, draft_min: int, adaptive: bool,
+                 sample: Sample, draw: Sample, stream: TextStream, verifier: Verifier,
+                 clock: Callable[[], float]) -> None:
+        self.model, self.ctx = model, ctx
+        self.drafter, self.policy = drafter, policy
+        self.k, self.draft_min, self.adaptive = k, draft_min, adaptive
+        self.sample, self.draw, self.stream = sample, draw, stream
+        self.verifier, self.clock = verifier, clock
+        self.token_keys: Callable[[], tuple[Hashable, ...]] | None = getattr(
+            drafter, "token_keys", None)
+        self.counters = ReplyCounters(k)
+
+    def propose(self, history: Sequence[int], n_max: int) -> tuple[list[int], tuple[Hashable, ...] | None]:
+        """The draft to verify after ``history`` (at most ``n_max`` tokens) and the
+        drafter's key per draft token (None for a drafter without keys)."""
+        drafter, policy = self.drafter, self.policy
+        if drafter is None or policy is None:
+            return [], None
+        if n_max < self.draft_min:
+            n_max = 0  # the draft would be discarded: do not pay for it
+        if self.adaptive and n_max > 0 and self.token_keys is None:
+            n_max = policy.choose(n_max, self.draft_min)  # a draft model pays per token
+        drafts: list[int] = []
+        keys: tuple[Hashable, ...] | None = None
+        if n_max > 0:
+            steps0, t0 = drafter.forward_passes, self.clock()
+            drafts = drafter.draft(history, n_max)[:n_max]
+            keys = self.token_keys() if self.token_keys is not None else None
+            dt = self.clock() - t0
+            self.counters.draft_time += dt
+            policy.observe_draft_steps(drafter.forward_passes - steps0, dt)
+            n_vocab = self.model.n_vocab
+            # vocabularies may differ by up to 128 ids (pairing rule)
+            n = next((i for i, t in enumerate(drafts) if not 0 <= t < n_vocab), len(drafts))
+            # a token that would end the reply is the pass's own last sample anyway
+            n = min(n, draft_length_before_end(drafts[:n], self.stream,
+                                               self.model.token_to_piece, self.model.is_eog))
+            del drafts[n:]
+            if keys is not None:
+                keys = keys[:n]
+                if self.adaptive and drafts:
+                    del drafts[policy.trim(keys, self.draft_min):]
+            if len(drafts) < self.draft_min:
+                drafts = []
+        if not drafts:
+            policy.observe_no_draft()
+        return drafts, keys
+
+    def run(self, history: list[int], n_past: int, drafts: list[int],
+            keys: tuple[Hashable, ...] | None,
+            accept: Callable[[int, bool], bool]) -> tuple[Verified, int, float]:
+        """Verify ``drafts`` after ``history`` (whose last token is not yet in the KV
+        cache at ``n_past``) and roll back what was rejected.
+
+        Returns:
+            (the verification, positions kept in the KV cache, seconds of the target pass
+            and its sampling).
+
+        Raises:
+            TandemError: llama.cpp failed to decode.
+        """
+        c = self.counters
+        batch = [history[-1], *drafts]
+        t0 = self.clock()
+        self.ctx.decode(batch, n_past, logits="all")
+        v = self.verifier.verify(self.model, self.ctx, self.sample, self.draw, batch, drafts,
+                                 accept)
+        dt = self.clock() - t0
+        c.target_time += dt
+        c.proposed += len(drafts)
+        c.verified += v.n_verified
+        c.accepted += v.n_counted
+        for i in range(v.n_verified):
+            c.verified_at[i] += 1
+            if i < v.n_counted:
+                c.accepted_at[i] += 1
+        if v.tokens:
+            # a pass that only sampled the end-of-generation token emitted nothing: it is
+            # no round (τ = emitted / rounds stays ≥ 1)
+            c.rounds += 1
+            c.draft_rounds += 1 if drafts else 0
+        if self.policy is not None and v.n_verified:
+            self.policy.observe_verification(v.n_verified, v.n_counted, keys)
+        return v, self.verifier.kept(v.n_acc, len(batch)), dt
+
+
+def emit_deltas(stream: TextStream, piece: bytes, from_draft: bool, t: float,
+                n_emitted: int) -> list[TextDelta]:
+    """The text deltas one emitted token makes final (``t``: seconds since the request)."""
+    return [TextDelta(ch.text, ch.from_draft, t, n_emitted) for ch in stream.push(piece, from_draft)]
