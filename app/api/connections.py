@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import http
+import itertools
 import json
 import logging
 import socket
@@ -58,6 +59,8 @@ log = logging.getLogger(__name__)
 
 #: seconds a client is told to wait when every connection is busy
 RETRY_AFTER_S = 5
+
+_phase_order = itertools.count()  # orders phases that began at the same loop time
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +117,8 @@ class GuardedH11Protocol(H11Protocol):
         self.limits = limits
         #: "head" (waiting for a request head), "body" (reading a body) or None
         self.phase: str | None = None
-        #: loop time the current phase began
-        self.phase_since = 0.0
+        #: (loop time, sequence number) the current phase began
+        self.phase_since: tuple[float, int] = (0.0, 0)
         self._read_timer: asyncio.TimerHandle | None = None
         self._write_timer: asyncio.TimerHandle | None = None
         self._over_limit = False
@@ -190,7 +193,7 @@ class GuardedH11Protocol(H11Protocol):
         if self._read_timer is not None:
             self._read_timer.cancel()
             self._read_timer = None
-        self.phase, self.phase_since = phase, self.loop.time()
+        self.phase, self.phase_since = phase, (self.loop.time(), next(_phase_order))
         if phase is not None:
             limit = self.limits.head_timeout_s if phase == "head" else self.limits.body_timeout_s
             self._read_timer = self.loop.call_later(limit, self._on_read_timeout)
