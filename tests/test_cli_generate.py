@@ -207,3 +207,16 @@ def test_ctrl_c_prints_the_partial_reply_and_exits_cleanly(tiny_model_dir: Path)
     assert m is not None, err  # the reply stopped at the Ctrl-C, and its statistics printed
     assert 0 < int(m.group(1)) < 60000
     assert (first + rest).strip()  # the partial reply was printed
+
+
+def test_an_empty_stop_string_is_refused_as_the_api_refuses_it(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from app.cli.main import build_parser
+
+    parser = build_parser()
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["generate", "hi", "--model", "m.gguf", "--stop", ""])
+    assert exit_.value.code == 2
+    assert "a stop string cannot be empty" in capsys.readouterr().err
+    args = parser.parse_args(["generate", "hi", "--model", "m.gguf", "--stop", "\n\n"])
+    assert args.stop == ["\n\n"]

@@ -2,12 +2,11 @@
 
 :func:`create_app` builds a Starlette application over a
 :class:`~app.chat.service.ChatService` (the window's own, or the one ``python -m app
-serve`` loaded). Each generation request becomes one job of that service
-(``service.reply`` / ``service.complete`` with ``origin="api"``), so it waits in the same
-bounded queue as the window's replies and runs alone on the model. A thread per request
-pumps the job's events (:meth:`Job.events <app.chat.service.Job.events>`) into the event
-loop, where they become one JSON answer or server-sent events (sse-starlette's
-``EventSourceResponse``, ending with ``data: [DONE]``).
+serve`` loaded); the routes are module-level handlers that find what they share in
+``request.app.state.tandem`` (an :class:`ApiState`). Each generation request becomes one
+job of that service (``service.reply`` / ``service.complete`` with ``origin="api"``), so
+it waits in the same bounded queue as the window's replies and runs alone on the model;
+:mod:`app.api.replies` answers it as JSON or server-sent events.
 
 Answers and refusals:
 
@@ -18,77 +17,51 @@ Answers and refusals:
   (the job's :class:`~app.errors.ContextOverflowError`); a bug → 500 with one sentence,
   its traceback in the log only;
 * a client that disconnects cancels its job (:meth:`Job.cancel`): the engine stops
-  within one round. Starlette's receive channel reports ``http.disconnect`` (uvicorn sets
-  it when the connection is lost); a stream learns it from sse-starlette's disconnect
-  listener, a non-streamed request (and a stream still waiting for its first token)
-  from a watcher task on the same channel.
+  within one round (:mod:`app.api.replies`).
 
 Security: a request body limit (413, applied while the body is read), POST
 bodies must be ``application/json`` (so a web page cannot send one without a CORS
 preflight), CORS only for the origins given, an API key compared in constant time
-(``hmac.compare_digest``) when one is set, and on a loopback address a ``Host`` check
-against DNS rebinding. Requests name no files and load no models.
+when one is set, and on a loopback address a ``Host`` check against DNS rebinding
+(:mod:`app.api.security`). Timeouts and the connection limit belong to the HTTP server
+(:mod:`app.api.connections`). Requests name no files and load no models.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hmac
-import logging
 import math
 import statistics
-import threading
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.protocol import (
     ApiError,
     GenerationRequest,
-    openai_finish_reason,
     parse_chat_request,
     parse_completion_request,
-    tandem_figures,
-    timings,
-    usage,
 )
-from app.api.traffic import RequestLog
-from app.chat.events import (
-    DraftChanged,
-    JobDone,
-    JobFailed,
-    JobStarted,
-    ModelInfo,
-    ReplyResult,
-    ReplyStats,
-    ReplyStreamed,
-)
+from app.api.replies import Reply, answer, error_response, stream
+from app.api.request_log import RequestLog
+from app.api.security import ApiKeyMiddleware, LoopbackHostMiddleware
+from app.chat.events import DraftChanged, JobDone, JobFailed, ModelInfo, ReplyResult
 from app.chat.service import ChatService, Job, QueueFullError
-from app.errors import ContextOverflowError, ModelNotLoadedError, TandemError
+from app.errors import TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
-
-log = logging.getLogger(__name__)
 
 #: the default request body limit, bytes (a 32k-token conversation is about 130 KB)
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
-#: seconds a stalled client may take to accept one chunk before its stream is dropped
-SEND_TIMEOUT_S = 60.0
 
-_LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+Defaults = Callable[[], tuple[SamplingParams, SpeculationConfig]]
 
 
 class ApiSettings(BaseModel):
@@ -124,11 +97,13 @@ def model_id(info: ModelInfo) -> str:
 @dataclass
 class ApiState:
     """What the routes share: the service, the settings, the loaded model (kept up to
-    date from the service's load/draft/unload events), and the request log."""
+    date from the service's load/draft/unload events), the request log, and where
+    request defaults come from (``defaults``; None: the settings')."""
 
     service: ChatService
     settings: ApiSettings
     model: ModelInfo | None
+    defaults: Defaults | None = None
     log: RequestLog = field(default_factory=RequestLog)
     durations: list[float] = field(default_factory=list)
     loaded_at: int = field(default_factory=lambda: int(time.time()))
@@ -154,134 +129,194 @@ class ApiState:
         est = (ahead + 1) * statistics.median(self.durations[-20:])
         return int(min(120, max(1, math.ceil(est))))
 
+    def request_defaults(self) -> tuple[SamplingParams, SpeculationConfig]:
+        """The sampling and speculation used where a request does not say."""
+        if self.defaults is not None:
+            return self.defaults()
+        return self.settings.sampling, self.settings.speculation
+
+    def current_model(self, requested: str | None = None) -> ModelInfo:
+        """The loaded model, checked against the id a request named.
+
+        Raises:
+            ApiError: 503 when none is loaded, 404 when ``requested`` is another.
+        """
+        info = self.model
+        if info is None:
+            raise ApiError(503, "No model is loaded yet.", type="unavailable_error",
+                           code="model_not_loaded", headers={"Retry-After": "5"})
+        if requested is not None and requested not in (model_id(info), info.target_path.name):
+            raise ApiError(404, f"The model {requested!r} does not exist: this server has "
+                           f"{model_id(info)!r} loaded (GET /v1/models).", param="model",
+                           type="not_found_error", code="model_not_found")
+        return info
+
+    def recorder(self, job: Job) -> Callable[[object], None]:
+        """What records the end of ``job`` (its duration, outcome and figures); called on
+        the job's feed thread with its terminal event."""
+        started = time.monotonic()
+
+        def record(last: object) -> None:
+            self.durations.append(time.monotonic() - started)
+            del self.durations[:-50]
+            if isinstance(last, JobDone) and isinstance(last.value, ReplyResult):
+                fin = last.value.finished
+                self.log.update(job.id, status="cancelled" if fin.reason == "cancelled"
+                                else "done", finish_reason=fin.reason, stats=fin.stats,
+                                ended=time.time())
+            elif isinstance(last, JobFailed):
+                self.log.update(job.id, status="failed", error=last.error.message,
+                                ended=time.time())
+        return record
+
+
+def _state(request: Request) -> ApiState:
+    state = request.app.state.tandem
+    assert isinstance(state, ApiState)
+    return state
+
 
 # -- errors as JSON -------------------------------------------------------------------
-def error_response(error: ApiError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
-
-
 async def _http_exception(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     status = exc.status_code
     if status == 413:
         return error_response(ApiError(413, "The request body is larger than the server's "
                                        "limit.", code="request_too_large"))
-    kind = {404: "not_found_error", 405: "invalid_request_error"}.get(status,
-                                                                       "invalid_request_error")
+    kind = "not_found_error" if status == 404 else "invalid_request_error"
     return error_response(ApiError(status, str(exc.detail), type=kind))
 
 
 async def _server_error(_request: Request, exc: Exception) -> Response:
-    log.error("the API failed", exc_info=exc)
+    # uvicorn logs the traceback (Starlette re-raises after this answer): one per failure
     return error_response(ApiError(500, f"Internal error ({type(exc).__name__}); the details "
                                    "are in the server's log.", type="server_error"))
 
 
-class ApiKeyMiddleware:
-    """Every route but ``/health`` needs ``Authorization: Bearer KEY`` (401 otherwise).
-    The key is compared with :func:`hmac.compare_digest`, in constant time."""
-
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
-        self.app = app
-        self._key = api_key.encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] != "/health" \
-                and scope.get("method") != "OPTIONS":
-            given = b""
-            for name, value in scope.get("headers", []):
-                if name == b"authorization":
-                    given = value
-            scheme, _, token = given.partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self._key):
-                response = error_response(ApiError(
-                    401, "Invalid or missing API key: send 'Authorization: Bearer KEY'.",
-                    type="authentication_error", code="invalid_api_key"))
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+# -- routes ---------------------------------------------------------------------------
+async def health(request: Request) -> Response:
+    """``GET /health``: 200 with the model and the queue, 503 while none is loaded."""
+    state = _state(request)
+    service, info = state.service, state.model
+    queue = {"running": service.running is not None, "waiting": service.waiting,
+             "limit": service.queue_limit}
+    if info is None or service.closed:
+        return JSONResponse({"status": "no model loaded", "queue": queue}, status_code=503,
+                            headers={"Retry-After": "5"})
+    return JSONResponse({"status": "ok", "model": model_id(info), "queue": queue})
 
 
-# -- the job's events on the event loop -----------------------------------------------
-class JobFeed:
-    """The events of one job, delivered on the event loop: a thread iterates
-    :meth:`Job.events` and hands each event over with ``call_soon_threadsafe``. The
-    thread ends with the job's terminal event; ``on_end`` is called there with it."""
-
-    def __init__(self, job: Job, on_end: Callable[[object], None]) -> None:
-        self.job = job
-        self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[object] = asyncio.Queue()
-        self._on_end = on_end
-        threading.Thread(target=self._pump, name=f"tandem-api-job-{job.id}", daemon=True).start()
-
-    def _pump(self) -> None:
-        last: object = None
-        for event in self.job.events():
-            last = event
-            try:
-                self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
-            except RuntimeError:  # the event loop has closed: nobody reads any more
-                self.job.cancel()
-        try:
-            self._on_end(last)
-        except Exception:
-            log.exception("recording an API request failed")
-
-    async def get(self) -> object:
-        return await self._queue.get()
-
-    def ready(self) -> list[object]:
-        """Events already delivered (without waiting)."""
-        out: list[object] = []
-        while not self._queue.empty():
-            out.append(self._queue.get_nowait())
-        return out
+async def models(request: Request) -> Response:
+    """``GET /v1/models``: the loaded target (none while nothing is loaded)."""
+    state = _state(request)
+    info = state.model
+    data = []
+    if info is not None:
+        speculation = state.request_defaults()[1]
+        data.append({"id": model_id(info), "object": "model", "created": state.loaded_at,
+                     "owned_by": "tandem",
+                     "meta": {"n_ctx": info.n_ctx, "draft_model": info.draft_name,
+                              "speculation": speculation.model_dump(mode="json")}})
+    return JSONResponse({"object": "list", "data": data})
 
 
-async def _until_disconnect(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
+async def requests_log(request: Request) -> Response:
+    """``GET /tandem/requests``: the recent requests and the count of refusals."""
+    log = _state(request).log
+    return JSONResponse({"refused": log.refused,
+                         "requests": [r.to_dict() for r in log.records()]})
 
 
-async def _with_disconnect(request: Request, job: Job, work: Any) -> Any:
-    """Await ``work`` while watching for the client to go away; if it goes first, cancel
-    the job and return None."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_until_disconnect(request))
+async def chat_completions(request: Request) -> Response:
+    """``POST /v1/chat/completions``."""
+    return await _generate(request, "chat")
+
+
+async def completions(request: Request) -> Response:
+    """``POST /v1/completions``."""
+    return await _generate(request, "completion")
+
+
+async def read_json_body(request: Request, limit: int) -> bytes:
+    """The request body, which must be ``application/json`` of at most ``limit`` bytes.
+
+    Raises:
+        ApiError: 415 for another media type, 413 over the limit (the declared length
+            first, then the bytes as they arrive).
+        ClientDisconnect: the client went away (or its body timed out) while sending.
+    """
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        raise ApiError(415, "Send the body as JSON with 'Content-Type: application/json'.",
+                       code="unsupported_media_type")
+    # Starlette's RequestBodyLimitMiddleware answers in plain text whenever the
+    # declared length is too large, whatever the app sends, so the limit is applied
+    # here, while reading: the declared length first, then the bytes that arrive.
+    too_large = ApiError(413, f"The request body is larger than the limit of {limit} "
+                         "bytes.", code="request_too_large", headers={"Connection": "close"})
     try:
-        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        job.cancel()
-        raise
-    finally:
-        watcher.cancel()
-    if task in done:
-        return task.result()
-    task.cancel()
-    job.cancel()
-    return None
+        declared = int(request.headers.get("content-length", "0"))
+    except ValueError:
+        declared = 0
+    if declared > limit:
+        raise too_large
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > limit:
+            raise too_large
+    return bytes(body)
 
 
-def _failure(event: JobFailed) -> ApiError:
-    cause = event.error.cause
-    if cause is not None and issubclass(cause, ContextOverflowError):
-        return ApiError(400, event.error.message, code="context_length_exceeded",
-                        param="messages" if event.kind == "reply" else "prompt")
-    if cause is not None and issubclass(cause, ModelNotLoadedError):
-        return ApiError(503, event.error.message, type="unavailable_error",
-                        code="model_not_loaded", headers={"Retry-After": "5"})
-    if cause is not None and issubclass(cause, TandemError):
-        return ApiError(400, event.error.message, code="generation_failed")
-    return ApiError(500, f"{event.error.title}: {event.error.message}", type="server_error")
+def _parse(state: ApiState, body: bytes, endpoint: str) -> tuple[GenerationRequest, ModelInfo]:
+    info = state.current_model()
+    parse = parse_chat_request if endpoint == "chat" else parse_completion_request
+    sampling, speculation = state.request_defaults()
+    req = parse(body, sampling, speculation, max_tokens_default=info.n_ctx)
+    state.current_model(req.model)
+    if req.speculation.mode is SpecMode.DRAFT_MODEL and info.draft_path is None:
+        raise ApiError(400, "'speculation.mode' is 'draft-model' but this server has "
+                       "no draft model loaded.", param="speculation.mode",
+                       code="invalid_value")
+    return req, info
+
+
+def _submit(state: ApiState, req: GenerationRequest, endpoint: str) -> Job:
+    service = state.service
+    try:
+        if endpoint == "chat":
+            job = service.reply(req.messages, req.sampling, req.speculation, origin="api",
+                                batch_s=0.0)
+        else:
+            assert req.prompt is not None
+            job = service.complete(req.prompt, req.sampling, req.speculation,
+                                   origin="api", batch_s=0.0)
+    except QueueFullError as exc:
+        raise ApiError(429, str(exc), type="rate_limit_error", code="queue_full",
+                       headers={"Retry-After": str(state.retry_after(exc.waiting))}) from None
+    except TandemError as exc:  # shutting down
+        raise ApiError(503, str(exc), type="unavailable_error", code="shutting_down",
+                       headers={"Retry-After": "5"}) from None
+    state.log.add(job.id, endpoint, req.stream)
+    return job
+
+
+async def _generate(request: Request, endpoint: str) -> Response:
+    state = _state(request)
+    try:
+        body = await read_json_body(request, state.settings.max_body_bytes)
+        req, info = _parse(state, body, endpoint)
+        job = _submit(state, req, endpoint)
+    except ApiError as exc:
+        state.log.count_refused()
+        return error_response(exc)
+    except ClientDisconnect:
+        return Response(status_code=499)  # nobody to answer
+    reply = Reply(job, req, endpoint, model_id(info), state.log, state.recorder(job))
+    return await (stream(request, reply) if req.stream else answer(request, reply))
 
 
 # -- the application ------------------------------------------------------------------
-Defaults = Callable[[], tuple[SamplingParams, SpeculationConfig]]
-
-
 def create_app(service: ChatService, settings: ApiSettings | None = None,
                model: ModelInfo | None = None,
                defaults: Defaults | None = None) -> tuple[Starlette, ApiState]:
@@ -301,264 +336,11 @@ def create_app(service: ChatService, settings: ApiSettings | None = None,
         :func:`close_app` stops that.
     """
     settings = settings or ApiSettings()
-    state = ApiState(service, settings, model)
-    unsubscribe = service.subscribe(state.on_event)
-
-    def current_model(requested: str | None = None) -> ModelInfo:
-        info = state.model
-        if info is None:
-            raise ApiError(503, "No model is loaded yet.", type="unavailable_error",
-                           code="model_not_loaded", headers={"Retry-After": "5"})
-        if requested is not None and requested not in (model_id(info), info.target_path.name):
-            raise ApiError(404, f"The model {requested!r} does not exist: this server has "
-                           f"{model_id(info)!r} loaded (GET /v1/models).", param="model",
-                           type="not_found_error", code="model_not_found")
-        return info
-
-    async def read_json_body(request: Request) -> bytes:
-        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if ctype != "application/json":
-            raise ApiError(415, "Send the body as JSON with 'Content-Type: application/json'.",
-                           code="unsupported_media_type")
-        # Starlette's RequestBodyLimitMiddleware answers in plain text whenever the
-        # declared length is too large, whatever the app sends, so the limit is applied
-        # here, while reading: the declared length first, then the bytes that arrive.
-        limit = settings.max_body_bytes
-        too_large = ApiError(413, f"The request body is larger than the limit of {limit} "
-                             "bytes.", code="request_too_large")
-        try:
-            declared = int(request.headers.get("content-length", "0"))
-        except ValueError:
-            declared = 0
-        if declared > limit:
-            raise too_large
-        body = bytearray()
-        async for part in request.stream():
-            body += part
-            if len(body) > limit:
-                raise too_large
-        return bytes(body)
-
-    async def health(_request: Request) -> Response:
-        info = state.model
-        queue = {"running": service.running is not None, "waiting": service.waiting,
-                 "limit": service.queue_limit}
-        if info is None or service.closed:
-            return JSONResponse({"status": "no model loaded", "queue": queue}, status_code=503,
-                                headers={"Retry-After": "5"})
-        return JSONResponse({"status": "ok", "model": model_id(info), "queue": queue})
-
-    async def models(_request: Request) -> Response:
-        info = state.model
-        data = []
-        if info is not None:
-            data.append({"id": model_id(info), "object": "model", "created": state.loaded_at,
-                         "owned_by": "tandem",
-                         "meta": {"n_ctx": info.n_ctx, "draft_model": info.draft_name,
-                                  "speculation": (defaults()[1] if defaults is not None
-                                                  else settings.speculation
-                                                  ).model_dump(mode="json")}})
-        return JSONResponse({"object": "list", "data": data})
-
-    async def requests_log(_request: Request) -> Response:
-        return JSONResponse({"refused": state.log.refused,
-                             "requests": [r.to_dict() for r in state.log.records()]})
-
-    async def chat_completions(request: Request) -> Response:
-        return await generate(request, "chat")
-
-    async def completions(request: Request) -> Response:
-        return await generate(request, "completion")
-
-    async def generate(request: Request, endpoint: str) -> Response:
-        try:
-            body = await read_json_body(request)
-            info = current_model()
-            parse = parse_chat_request if endpoint == "chat" else parse_completion_request
-            sampling, speculation = (defaults() if defaults is not None
-                                     else (settings.sampling, settings.speculation))
-            req = parse(body, sampling, speculation, max_tokens_default=info.n_ctx)
-            current_model(req.model)
-            if req.speculation.mode is SpecMode.DRAFT_MODEL and info.draft_path is None:
-                raise ApiError(400, "'speculation.mode' is 'draft-model' but this server has "
-                               "no draft model loaded.", param="speculation.mode",
-                               code="invalid_value")
-            job = submit(req, endpoint)
-        except ApiError as exc:
-            state.log.count_refused()
-            return error_response(exc)
-        return await (stream(request, job, req, info, endpoint) if req.stream
-                      else answer(request, job, req, info, endpoint))
-
-    def submit(req: GenerationRequest, endpoint: str) -> Job:
-        try:
-            if endpoint == "chat":
-                job = service.reply(req.messages, req.sampling, req.speculation, origin="api",
-                                    batch_s=0.0)
-            else:
-                assert req.prompt is not None
-                job = service.complete(req.prompt, req.sampling, req.speculation,
-                                       origin="api", batch_s=0.0)
-        except QueueFullError as exc:
-            raise ApiError(429, str(exc), type="rate_limit_error", code="queue_full",
-                           headers={"Retry-After": str(state.retry_after(exc.waiting))}) from None
-        except TandemError as exc:  # shutting down
-            raise ApiError(503, str(exc), type="unavailable_error", code="shutting_down",
-                           headers={"Retry-After": "5"}) from None
-        state.log.add(job.id, endpoint, req.stream)
-        return job
-
-    def on_end(job: Job, started: float) -> Callable[[object], None]:
-        def record(last: object) -> None:
-            state.durations.append(time.monotonic() - started)
-            del state.durations[:-50]
-            if isinstance(last, JobDone) and isinstance(last.value, ReplyResult):
-                fin = last.value.finished
-                disconnected = (r := state.log.get(job.id)) is not None and r.disconnected
-                state.log.update(job.id, status="cancelled" if fin.reason == "cancelled"
-                                 else "done", finish_reason=fin.reason, stats=fin.stats,
-                                 disconnected=disconnected)
-            elif isinstance(last, JobFailed):
-                state.log.update(job.id, status="failed", error=last.error.message)
-        return record
-
-    def figures(result: ReplyResult, req: GenerationRequest) -> dict[str, Any]:
-        fin = result.finished
-        return {"timings": timings(fin.stats),
-                "tandem": tandem_figures(fin.stats, req.speculation, finish_reason=fin.reason,
-                                         seed=fin.seed, note=fin.note)}
-
-    async def answer(request: Request, job: Job, req: GenerationRequest, info: ModelInfo,
-                     endpoint: str) -> Response:
-        feed = JobFeed(job, on_end(job, time.monotonic()))
-
-        async def terminal() -> object:
-            while True:
-                event = await feed.get()
-                if isinstance(event, JobStarted):
-                    state.log.update(job.id, status="running")
-                if isinstance(event, (JobDone, JobFailed)):
-                    return event
-
-        event = await _with_disconnect(request, job, terminal())
-        if event is None:
-            state.log.update(job.id, disconnected=True)
-            return Response(status_code=499)  # nobody reads it
-        if isinstance(event, JobFailed):
-            return error_response(_failure(event))
-        assert isinstance(event, JobDone) and isinstance(event.value, ReplyResult)
-        result = event.value
-        fin = result.finished
-        created = int(time.time())
-        if endpoint == "chat":
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant",
-                                                              "content": fin.text},
-                                      "logprobs": None,
-                                      "finish_reason": openai_finish_reason(fin.reason)}
-            obj, prefix = "chat.completion", "chatcmpl-"
-        else:
-            choice = {"index": 0, "text": fin.text, "logprobs": None,
-                      "finish_reason": openai_finish_reason(fin.reason)}
-            obj, prefix = "text_completion", "cmpl-"
-        return JSONResponse({"id": prefix + uuid.uuid4().hex, "object": obj, "created": created,
-                             "model": model_id(info), "choices": [choice],
-                             "usage": usage(fin.stats), **figures(result, req)})
-
-    async def stream(request: Request, job: Job, req: GenerationRequest, info: ModelInfo,
-                     endpoint: str) -> Response:
-        feed = JobFeed(job, on_end(job, time.monotonic()))
-
-        async def first() -> list[object]:
-            """Events up to the first output (or the end): a failure found then (the
-            prompt does not fit) still gets its HTTP status."""
-            got: list[object] = []
-            while True:
-                event = await feed.get()
-                got.append(event)
-                if isinstance(event, JobStarted):
-                    state.log.update(job.id, status="running")
-                if isinstance(event, (ReplyStreamed, ReplyStats, JobDone, JobFailed)):
-                    return got
-
-        head = await _with_disconnect(request, job, first())
-        if head is None:
-            state.log.update(job.id, disconnected=True)
-            return Response(status_code=499)
-        if isinstance(head[-1], JobFailed):
-            return error_response(_failure(head[-1]))
-
-        cid = ("chatcmpl-" if endpoint == "chat" else "cmpl-") + uuid.uuid4().hex
-        created = int(time.time())
-        obj = "chat.completion.chunk" if endpoint == "chat" else "text_completion"
-        mid = model_id(info)
-
-        def chunk(text: str | None, finish: str | None = None, first: bool = False,
-                  **extra: Any) -> ServerSentEvent:
-            if endpoint == "chat":
-                delta: dict[str, Any] = {}
-                if first:
-                    delta["role"] = "assistant"
-                if text is not None:
-                    delta["content"] = text
-                choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None,
-                                          "finish_reason": finish}
-            else:
-                choice = {"index": 0, "text": text or "", "logprobs": None,
-                          "finish_reason": finish}
-            return _json_event({"id": cid, "object": obj, "created": created, "model": mid,
-                                "choices": [choice], **extra})
-
-        async def events() -> AsyncIterator[ServerSentEvent]:
-            pending = list(head)
-            sent_first = False
-            try:
-                while True:
-                    if not pending:
-                        pending.append(await feed.get())
-                    pending.extend(feed.ready())  # coalesce what is already there
-                    text = "".join(d.text for ev in pending if isinstance(ev, ReplyStreamed)
-                                   for d in ev.deltas)
-                    end = next((ev for ev in pending if isinstance(ev, (JobDone, JobFailed))),
-                               None)
-                    pending = []
-                    if text or (not sent_first and endpoint == "chat"):
-                        yield chunk(text, first=not sent_first)
-                        sent_first = True
-                    if isinstance(end, JobFailed):
-                        yield _json_event(_failure(end).body())
-                        yield ServerSentEvent(data="[DONE]")
-                        return
-                    if isinstance(end, JobDone):
-                        result = end.value
-                        assert isinstance(result, ReplyResult)
-                        fin = result.finished
-                        figs = figures(result, req)
-                        yield chunk(None, openai_finish_reason(fin.reason), **figs)
-                        if req.include_usage:
-                            yield _json_event({"id": cid, "object": obj, "created": created,
-                                               "model": mid, "choices": [],
-                                               "usage": usage(fin.stats), **figs})
-                        yield ServerSentEvent(data="[DONE]")
-                        return
-            finally:
-                if not job.done:  # the client went away (sse-starlette cancelled us)
-                    state.log.update(job.id, disconnected=True)
-                    job.cancel()
-
-        async def on_close(_message: Any) -> None:
-            if not job.done:
-                state.log.update(job.id, disconnected=True)
-                job.cancel()
-
-        return EventSourceResponse(events(), sep="\n", ping=15, send_timeout=SEND_TIMEOUT_S,
-                                   client_close_handler_callable=on_close)
-
+    state = ApiState(service, settings, model, defaults)
     middleware = []
     if settings.loopback_only:
-        middleware.append(Middleware(TrustedHostMiddleware,
-                                     allowed_hosts=[*_LOOPBACK_HOSTS, "[::1]"],
-                                     www_redirect=False))
-    if settings.cors_origins:
+        middleware.append(Middleware(LoopbackHostMiddleware))
+    if settings.cors_origins:  # outside the key check, so a browser can read a 401
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
                                      allow_methods=["GET", "POST"],
                                      allow_headers=["authorization", "content-type"]))
@@ -576,16 +358,10 @@ def create_app(service: ChatService, settings: ApiSettings | None = None,
         exception_handlers={HTTPException: _http_exception, Exception: _server_error},
     )
     app.state.tandem = state
-    app.state.unsubscribe = unsubscribe
+    app.state.unsubscribe = service.subscribe(state.on_event)
     return app, state
 
 
 def close_app(app: Starlette) -> None:
     """Stop following the service's events (the service itself goes on)."""
     app.state.unsubscribe()
-
-
-def _json_event(data: dict[str, Any]) -> ServerSentEvent:
-    import json
-
-    return ServerSentEvent(data=json.dumps(data, ensure_ascii=False, separators=(",", ":")))

@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from app.engine.chat import ChatMessage
@@ -33,6 +34,9 @@ from app.options import SamplingParams, SpeculationConfig
 
 #: the extra body field that chooses speculation for one request
 SPECULATION_FIELD = "speculation"
+#: the deepest nesting of arrays and objects a request body may have: the limit of
+#: pydantic-core's JSON parser (jiter), far below Python's recursion limit (1,000)
+MAX_JSON_DEPTH = 200
 
 
 class ApiError(Exception):
@@ -152,11 +156,14 @@ def _validation_error(exc: ValidationError, prefix: str = "") -> ApiError:
 
 
 def _load(body: bytes, model: type[_Common]) -> _Common:
+    # pydantic-core's parser (jiter), not json.loads: it refuses nesting deeper than
+    # MAX_JSON_DEPTH with a ValueError, while json.loads recurses until Python's
+    # recursion limit (a RecursionError, and a 500, for a body of 100,000 "[").
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"The request body is not valid JSON: {exc}.",
-                       code="invalid_json") from None
+        data = pydantic_core.from_json(body)
+    except ValueError as exc:
+        raise ApiError(400, f"The request body is not valid JSON (or is nested more than "
+                       f"{MAX_JSON_DEPTH} levels deep): {exc}.", code="invalid_json") from None
     if not isinstance(data, dict):
         raise ApiError(400, "The request body must be a JSON object.", code="invalid_type")
     try:

@@ -2,10 +2,12 @@
 (the window's "Serve API" switch).
 
 :class:`ApiServer` checks the address (127.0.0.1 by default; any other host needs an
-API key), binds the socket itself (so a port in use is a :class:`~app.errors.TandemError`
-at once, not a log line on another thread) and runs ``uvicorn.Server`` on it. Stopping
-cancels the API's jobs (the window's own go on), lets uvicorn close its connections
-and joins the thread.
+API key of at least 16 characters), binds the socket itself (so a port in use is a
+:class:`~app.errors.TandemError` at once, not a log line on another thread) and runs
+``uvicorn.Server`` on it with the guarded HTTP/1.1 protocol of
+:mod:`app.api.connections` (read and write timeouts, a connection limit that half-sent
+requests cannot exhaust). Stopping cancels the API's jobs (the window's own go on), lets
+uvicorn close its connections and joins the thread.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from app.api.app import ApiSettings, Defaults, close_app, create_app
+from app.api.connections import ConnectionLimits, protocol_factory
+from app.api.security import check_api_key
 from app.chat.events import ModelInfo
 from app.chat.service import ChatService
 from app.errors import TandemError
@@ -27,8 +31,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
-#: connections uvicorn accepts at once; beyond them it answers 503 (plain text)
-MAX_CONNECTIONS = 256
+#: the longest request head h11 reads (its default), bytes; above it: 400
+MAX_HEAD_BYTES = 16 * 1024
 
 
 class ApiAddressError(TandemError):
@@ -47,11 +51,29 @@ def is_loopback(host: str) -> bool:
 
 def check_address(host: str, api_key: str | None) -> None:
     """Raises :class:`ApiAddressError` when ``host`` is reachable from other machines and
-    no API key is set."""
-    if not is_loopback(host) and not api_key:
+    no API key is set, and :class:`~app.api.security.ApiKeyError` when the key given
+    cannot protect it (see :func:`~app.api.security.check_api_key`)."""
+    network = not is_loopback(host)
+    if network and not api_key:
         raise ApiAddressError(
             f"Serving on {host} makes the model reachable from other machines; give an API "
             "key (--api-key KEY or TANDEM_API_KEY) or serve on 127.0.0.1.")
+    if api_key is not None:
+        check_api_key(api_key, network=network)
+
+
+def client_host(host: str) -> str:
+    """The address a client on this machine uses to reach a server listening on
+    ``host``: the loopback address of a wildcard (``0.0.0.0`` → ``127.0.0.1``,
+    ``::`` → ``::1``), else ``host`` itself."""
+    bare = host.strip("[]")
+    try:
+        address = ipaddress.ip_address(bare)
+    except ValueError:
+        return host
+    if address.is_unspecified:
+        return "::1" if address.version == 6 else "127.0.0.1"
+    return bare
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -82,16 +104,22 @@ class ApiServer:
         model: what is loaded now.
         defaults: the sampling and speculation for requests that do not say (the
             window's live settings); see :func:`app.api.app.create_app`.
+        limits: timeouts and the connection limit (default
+            :class:`~app.api.connections.ConnectionLimits`).
 
     Raises:
-        ApiAddressError: from :meth:`start` / :meth:`serve_forever`.
+        ApiAddressError: ``host`` is not loopback and no key is given (here), or the
+            port is in use (from :meth:`start` / :meth:`serve_forever`).
+        ApiKeyError: the key cannot protect the server (here).
     """
 
     def __init__(self, service: ChatService, *, host: str = DEFAULT_HOST,
                  port: int = DEFAULT_PORT, settings: ApiSettings | None = None,
-                 model: ModelInfo | None = None, defaults: Defaults | None = None) -> None:
+                 model: ModelInfo | None = None, defaults: Defaults | None = None,
+                 limits: ConnectionLimits | None = None) -> None:
         settings = settings or ApiSettings()
         check_address(host, settings.api_key)
+        self.limits = limits or ConnectionLimits()
         self.service = service
         self.host = host
         self.settings = settings.model_copy(update={"loopback_only": is_loopback(host)})
@@ -104,9 +132,11 @@ class ApiServer:
 
     @property
     def base_url(self) -> str:
-        """What clients set as their base URL: ``http://127.0.0.1:8080/v1``."""
-        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") \
-            else self.host
+        """What clients set as their base URL: ``http://127.0.0.1:8080/v1``. A server on
+        a wildcard address (``0.0.0.0``, ``::``) gives its loopback address, which a
+        client can use (other machines use this machine's own address)."""
+        host = client_host(self.host)
+        host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}/v1"
 
     def _prepare(self) -> Any:
@@ -114,9 +144,12 @@ class ApiServer:
 
         self._sock = bind(self.host, self._requested_port)
         self.port = self._sock.getsockname()[1]
+        # The connection limit and the timeouts are the guarded protocol's, not
+        # uvicorn's limit_concurrency (which half-sent requests exhaust, see
+        # app.api.connections).
         config = uvicorn.Config(self.app, log_level="warning", access_log=False,
-                                lifespan="off", http="h11", loop="asyncio",
-                                limit_concurrency=MAX_CONNECTIONS,
+                                lifespan="off", http=protocol_factory(self.limits),
+                                loop="asyncio", h11_max_incomplete_event_size=MAX_HEAD_BYTES,
                                 timeout_graceful_shutdown=3, server_header=False)
         self._server = uvicorn.Server(config)
         return self._server

@@ -73,7 +73,8 @@ def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--repeat-penalty", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=-1, help="-1: random (reported in --json)")
     p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--stop", action="append", default=[], type=_stop_string,
+                   help="stop string (repeatable; not empty)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt with the model's chat template")
     p.add_argument("--system", default=None, help="system prompt (with --chat)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
@@ -82,6 +83,14 @@ def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                         "say where the two replies first differ and whether that is a "
                         "near-tie or suspect")
     p.set_defaults(handler=_run_generate)
+
+
+def _stop_string(value: str) -> str:
+    """A ``--stop`` value: an empty one would match before the first token (the local
+    API refuses it too)."""
+    if not value:
+        raise argparse.ArgumentTypeError("a stop string cannot be empty")
+    return value
 
 
 def _run_generate(args: argparse.Namespace) -> int:

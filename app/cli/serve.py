@@ -33,7 +33,8 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Serve /v1/models, /v1/chat/completions, /v1/completions and /health with the "
             "model loaded here. One generation at a time; others wait in a bounded queue "
             "(then 429 with Retry-After). Listens on 127.0.0.1 unless --host says "
-            "otherwise, which needs --api-key (or TANDEM_API_KEY)."
+            "otherwise, which needs --api-key (or TANDEM_API_KEY) of at least 16 "
+            "printable characters without spaces."
         ),
     )
     add_model_args(p, n_ctx=4096)
@@ -56,7 +57,7 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_serve(args: argparse.Namespace) -> int:
     """Load the model, print the base URL on stdout, serve until Ctrl-C."""
     from app.api.app import ApiSettings
-    from app.api.server import ApiServer, check_address
+    from app.api.server import ApiServer, check_address, client_host
     from app.chat.service import ChatService, JobError
     from app.options import SamplingParams
 
@@ -94,6 +95,10 @@ def run_serve(args: argparse.Namespace) -> int:
             print(base_url, flush=True)
             print(f"Tandem serves {info.target_path.name} ({drafter}) at {base_url}; "
                   "Ctrl-C stops.", file=sys.stderr, flush=True)
+            if client_host(args.host) != args.host.strip("[]"):
+                print(f"It listens on every address ({args.host}): other machines use this "
+                      "machine's own address with the same port.", file=sys.stderr,
+                      flush=True)
 
         server.serve_forever(ready)
     finally:

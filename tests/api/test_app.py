@@ -128,7 +128,7 @@ def test_only_loopback_without_a_key() -> None:
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")
     with pytest.raises(ApiAddressError, match="API key"):
         check_address("0.0.0.0", None)
-    check_address("0.0.0.0", "secret")
+    check_address("0.0.0.0", "a-secret-of-24-characters")
     sock = bind("127.0.0.1", 0)
     try:
         with pytest.raises(ApiAddressError, match="Cannot listen"):

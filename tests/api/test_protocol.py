@@ -110,3 +110,28 @@ def test_serve_refuses_another_host_without_a_key(smollm_path: Path) -> None:
                           timeout=120, env={k: v for k, v in os.environ.items()
                                             if k != "TANDEM_API_KEY"})
     assert proc.returncode == 2 and "API key" in proc.stderr and not proc.stdout
+
+
+@pytest.mark.parametrize("nested", [
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"model": "m", "messages": [{"role": "user", "content": '
+    + b"[" * 2000 + b"]" * 2000 + b"}]}",
+    b'{"model": "m", "speculation": ' + b'{"a":' * 5000 + b"1" + b"}" * 5000 + b"}",
+])
+def test_nesting_past_the_depth_bound_is_invalid_json_not_a_recursion_error(
+        nested: bytes) -> None:
+    with pytest.raises(ApiError) as err:
+        parse_chat_request(nested, *DEFAULTS, max_tokens_default=64)
+    assert (err.value.status, err.value.code) == (400, "invalid_json")
+
+
+def test_nesting_up_to_the_depth_bound_is_read() -> None:
+    from app.api.protocol import MAX_JSON_DEPTH
+
+    # the body object, "messages", one message, "content", one part: 5 levels, the rest
+    # inside an extra field of the part
+    deep = "[" * (MAX_JSON_DEPTH - 5) + "]" * (MAX_JSON_DEPTH - 5)
+    body = ('{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", '
+            f'"text": "hi", "x": {deep}}}]}}]}}').encode()
+    req = parse_chat_request(body, *DEFAULTS, max_tokens_default=64)
+    assert req.messages[0].content == "hi"

@@ -39,7 +39,8 @@ class Script:
     reply is cancelled). ``fail_after``: raise this error after the first word.
     ``load_error``: opening a session raises it. ``exact_possible``: False makes an
     exact-verification load fall back with a note, as real weights may. ``calls``: (messages or prompt,
-    speculation) of every generation, in order.
+    speculation) of every generation, in order. ``word_s``: seconds each word after the
+    first takes (a slow engine; a cancel ends the wait at once).
     """
 
     replies: list[str] = field(default_factory=list)
@@ -48,6 +49,7 @@ class Script:
     fail_after: Exception | None = None
     load_error: Exception | None = None
     exact_possible: bool = True
+    word_s: float = 0.0
     calls: list[tuple[object, SpeculationConfig]] = field(default_factory=list)
     at_gate: threading.Event = field(default_factory=threading.Event)
 
@@ -119,6 +121,8 @@ class FakeSession:
         reason = "stop"
         speculating = spec.mode is not SpecMode.OFF
         for i, word in enumerate(words):
+            if i and self.script.word_s and cancel is not None:
+                cancel.wait(self.script.word_s)
             if cancel is not None and cancel.is_set():
                 reason = "cancelled"
                 break
