@@ -29,6 +29,8 @@ REPO = BENCH.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from app.engine.cpu import cpu_sample, other_cores  # noqa: E402  (after the path above)
+
 # llama.cpp's loader warnings (routed to this logger by the engine) are noise here.
 logging.getLogger("app.engine.llama").setLevel(logging.ERROR)
 
@@ -168,28 +170,13 @@ class OtherCpu:
     LIMIT = 0.2
 
     def __init__(self) -> None:
-        self._start = self._sample()
-
-    @staticmethod
-    def _sample() -> tuple[float, float, float] | None:
-        try:
-            with open("/proc/stat") as f:
-                fields = [int(x) for x in f.readline().split()[1:]]
-        except (OSError, ValueError):
-            return None
-        # user nice system idle iowait irq softirq steal: busy = all but idle and iowait
-        busy = sum(fields[:8]) - fields[3] - fields[4]
-        t = os.times()
-        own = t.user + t.system + t.children_user + t.children_system
-        return busy / os.sysconf("SC_CLK_TCK"), own, time.monotonic()
+        self._start = cpu_sample()
 
     def note(self) -> dict[str, Any]:
         """``{"other_cores": float | None, "disturbed": bool}`` since construction."""
-        end = self._sample()
-        if self._start is None or end is None or end[2] <= self._start[2]:
+        other = other_cores(self._start, cpu_sample())
+        if other is None:
             return {"other_cores": None, "disturbed": False}
-        other = ((end[0] - self._start[0]) - (end[1] - self._start[1])) / (end[2] - self._start[2])
-        other = max(0.0, other)
         return {"other_cores": round(other, 3), "disturbed": other > self.LIMIT}
 
 

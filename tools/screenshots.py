@@ -330,8 +330,9 @@ API_PROMPT = ("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a 
 
 def scene_api(shot: Callable[[str], None]) -> None:
     """The window serving the local API: its gauge following an API request 40 tokens in,
-    then the API tab with the request listed (Gemma 3 270M, prompt lookup, port 8080,
-    one completion streamed through the openai client)."""
+    then the API tab with the request listed (Gemma 3 270M, port 8080, one completion
+    streamed through the openai client). The window is set to prompt lookup, k = 4; the
+    request asks for suffix lookup with k = 12, and the gauge shows the request's own."""
     from app.options import SpecMode, SpeculationConfig
     from app.store.settings import Settings
 
@@ -347,7 +348,9 @@ def scene_api(shot: Callable[[str], None]) -> None:
         client = openai.OpenAI(base_url=base, api_key="x")
         model = client.models.list().data[0].id
         for _ in client.completions.create(model=model, prompt=API_PROMPT, max_tokens=120,
-                                           temperature=0, stream=True):
+                                           temperature=0, stream=True,
+                                           extra_body={"speculation": {"mode": "suffix",
+                                                                       "draft_max": 12}}):
             pass
 
     w.api_panel.port.setValue(8080)
@@ -369,6 +372,60 @@ def scene_api(shot: Callable[[str], None]) -> None:
     app.quit()
 
 
+def busy_processes(n: int, seconds: float) -> list[subprocess.Popen[bytes]]:
+    """``n`` CPU-bound processes that stop by themselves after ``seconds``."""
+    loop = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\n"
+    return [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(n)]
+
+
+def scene_speed(shot: Callable[[str], None]) -> None:
+    """Speed under load (Gemma 3 270M, 2 cores): with one CPU-bound process beside it, a
+    plain reply, then a suffix-lookup reply of a code edit; the gauge's measured speedup
+    against plain steps timed under the same load, and the Sampling tab's thread
+    setting. Then the race on the same busy machine: its pairs, median and spread."""
+    from app.options import SpecMode, SpeculationConfig
+    from app.store.settings import Settings
+
+    s = Settings()
+    s.model.target_path = GEMMA
+    s.model.n_ctx = 2048
+    s.sampling = s.sampling.with_changes(temperature=0.0, max_tokens=128)
+    s.speculation = SpeculationConfig(mode=SpecMode.OFF)
+    app, w = open_main_window(s)
+    hogs = busy_processes(1, 240)
+    try:
+        settle(2.0)
+        c = w.controller
+        w.new_conversation()
+        assert w.send_message(API_PROMPT + "\nRepeat the code above exactly.")
+        wait(lambda: w.controller.reply is None)
+        c.set_speculation(SpeculationConfig(mode=SpecMode.SUFFIX))
+        w.regenerate()
+        wait(lambda: w.controller.reply is None)
+        shot("gauge-measured-busy.png")
+        w.side_tabs.setCurrentWidget(w.sampling_panel)
+        shot("sampling-threads.png")
+        w.windows.open_race()
+        r = w.windows.race
+        assert r is not None
+        r.resize(1380, 840)
+        r.move(10, 40)
+        r.select_example("rename-variable")
+        r.set_race_settings(k=16, adaptive=True, max_tokens=96, temperature=0.0, seed=1234)
+        settle(0.5)
+        assert r.start_race()
+        wait(lambda: not r.busy, 600)
+        r.race_view.skip_replay()
+        r.raise_()
+        shot("race-busy.png")
+        r.close()
+    finally:
+        for h in hogs:
+            h.kill()
+    w.close()
+    app.quit()
+
+
 #: scene name → (the function that shoots it, the files it writes)
 SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]]] = {
     "tour": (scene_tour, ("starter-prompts.png", "starter-reply.png", "tint-markdown.png",
@@ -379,6 +436,7 @@ SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]
     "auto-first-reply": (scene_auto_first_reply, ("auto-first-reply.png",)),
     "default-k": (scene_default_k, ("default-k16.png",)),
     "api": (scene_api, ("api-gauge.png", "api-panel.png")),
+    "speed": (scene_speed, ("gauge-measured-busy.png", "sampling-threads.png", "race-busy.png")),
 }
 
 

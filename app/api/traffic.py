@@ -56,7 +56,6 @@ class ApiReplyEnded:
     ended: float
     finish_reason: str
     stats: SpecStats | None
-    plain_decode_tps: float | None = None
     error: str | None = None
 
     @property
@@ -99,12 +98,10 @@ class ApiTrafficFollower:
             endpoint = self._jobs.pop(job_id)
             if isinstance(event.value, ReplyResult):
                 fin = event.value.finished
-                return ApiReplyEnded(job_id, endpoint, time.time(), fin.reason, fin.stats,
-                                     event.value.plain_decode_tps)
-            return ApiReplyEnded(job_id, endpoint, time.time(), "error", None, None,
-                                 "no result")
+                return ApiReplyEnded(job_id, endpoint, time.time(), fin.reason, fin.stats)
+            return ApiReplyEnded(job_id, endpoint, time.time(), "error", None, "no result")
         if isinstance(event, JobFailed):
             endpoint = self._jobs.pop(job_id)
-            return ApiReplyEnded(job_id, endpoint, time.time(), "error", None, None,
+            return ApiReplyEnded(job_id, endpoint, time.time(), "error", None,
                                  event.error.message)
         return None

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from app.chat.demo import DEFAULT_DEMO, bundled_demo_path, find_demo
 from app.chat.events import (
@@ -304,13 +304,16 @@ class ChatController:
         self.view.save_settings_soon()
 
     def set_model_options(self, n_ctx: int, n_gpu_layers: int | None,
-                          exact_verification: bool | None = None) -> None:
-        """Context length, GPU layers and exact verification (None: unchanged); they apply
-        when the model is reloaded."""
+                          exact_verification: bool | None = None,
+                          n_threads: int | None | Literal["unchanged"] = "unchanged") -> None:
+        """Context length, GPU layers, exact verification (None: unchanged) and CPU threads
+        (None: the free cores, followed); they apply when the model is reloaded."""
         self.settings.model.n_ctx = n_ctx
         self.settings.model.n_gpu_layers = n_gpu_layers
         if exact_verification is not None:
             self.settings.model.exact_verification = exact_verification
+        if n_threads != "unchanged":
+            self.settings.model.n_threads = n_threads
         self.view.save_settings_soon()
         self.pending_reload = self.model_info is not None
         self.view.state_changed()
@@ -327,6 +330,7 @@ class ChatController:
             config = SessionConfig(
                 target_path=target, n_ctx=self.settings.model.n_ctx,
                 n_gpu_layers=self.settings.model.n_gpu_layers,
+                n_threads=self.settings.model.n_threads,
                 exact_verification=self.settings.model.exact_verification)
         except ValueError as exc:
             self.report(UserError("Invalid model options", str(exc), origin="load"))
@@ -483,33 +487,6 @@ class ChatController:
             return False
         return True
 
-    def plain_baseline_tps(self, conversation_id: int | None = None) -> float | None:
-        """The baseline of "measured speedup": decode tok/s of the latest plain reply
-        (speculation off, finished by itself or by ``max_tokens``) in this conversation
-        (default: the current one) from the loaded target; None when there is none.
-
-        Only the same conversation and model: another conversation's plain reply ran on
-        another prompt and context length (and perhaps another model), so the ratio of
-        the two would not measure speculation.
-        """
-        cid = self.current_conversation if conversation_id is None else conversation_id
-        if cid is None or self.store is None or self.model_info is None:
-            return None
-        model = self.model_info.target_path.name
-        try:
-            stored = self.store.messages(cid)
-        except (KeyError, sqlite3.Error):
-            return None
-        for m in reversed(stored):
-            s = m.stats
-            if (m.role != "assistant" or m.model != model or s is None
-                    or m.finish_reason not in ("stop", "length")):
-                continue
-            if s.get("mode") in (SpecMode.OFF.value, "plain") and (tps := s.get("decode_tps")):
-                return float(tps)
-        return None
-
-    # -- conversations ----------------------------------------------------------------
     def conversations(self, search: str = "") -> list[Conversation]:
         """Conversations matching ``search`` (newest first); [] without a store."""
         return self.store.list_conversations(search) if self.store is not None else []

@@ -114,13 +114,10 @@ class ReplyResult:
     """The value of a finished reply job: the engine's :class:`Finished` (stop, length or
     cancelled, with the text, token ids and final statistics).
 
-    ``plain_decode_tps``: decode tok/s of the latest plain reply of this target in this
-    session (None until there is one): the basis of "measured speedup".
     ``auto``: the drafter and k the auto choice picked (:mod:`app.engine.auto`).
     """
 
     finished: Finished
-    plain_decode_tps: float | None
     #: with the auto drafter choice: what it chose for this reply and why
     auto: AutoChoice | None = None
 

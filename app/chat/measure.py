@@ -33,7 +33,7 @@ from app.engine.events import Event
 from app.engine.measure.bench import RunRecord, generate_once
 from app.engine.measure.lookup import LookupEstimate, estimate_lookup_hit_rate, model_tokenizer
 from app.engine.measure.prompts import BenchPrompt, PreparedPrompt, prepare_chat, prepare_prompt
-from app.engine.measure.race import run_race
+from app.engine.measure.race import RacePair, run_race
 from app.engine.measure.sweep import KSweepResult, run_k_sweep
 from app.engine.session import Session
 from app.errors import TandemError
@@ -112,8 +112,12 @@ def _race(ctx: JobContext, request: RaceRequest) -> RaceRecording:
             last_emit = now
             ctx.emit(RaceProgressed(ctx.job_id, lane, rec.tokens, max_tokens))
 
+    def on_pair(done: int, total: int, pair: RacePair) -> None:
+        if total > 1:
+            ctx.emit(RaceProgressed(ctx.job_id, "pairs", done, total, pair))
+
     result = run_race(session, prompt, request.sampling, request.speculation, ctx.cancel,
-                      on_event=on_event)
+                      on_event=on_event, pairs=request.pairs, on_pair=on_pair)
     return RaceRecording(
         result=result,
         off=recorders["off"].finish(result.off),

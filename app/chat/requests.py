@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from app.chat.history_source import PastConversation
 from app.engine.chat import ChatMessage
+from app.engine.measure.race import RacePair
 from app.options import SamplingParams, SpeculationConfig
 
 
@@ -32,24 +33,29 @@ class PromptSpec:
 class RaceRequest:
     """Race ``prompt`` off vs on. ``warm_up``: first run both modes for two untimed
     tokens (the first generation of a session maps weights in and builds graphs, which
-    would slow down whichever lane runs first). Value: a
+    would slow down whichever lane runs first). ``pairs``: off/on pairs timed for the
+    speedup's median and spread (:func:`app.engine.measure.race.run_race`). Value: a
     :class:`~app.chat.recording.RaceRecording`."""
 
     prompt: PromptSpec
     sampling: SamplingParams
     speculation: SpeculationConfig
     warm_up: bool = True
+    pairs: int = 3
 
 
 @dataclass(frozen=True, slots=True)
 class RaceProgressed:
     """A run of the race advanced: ``lane`` ("warm-up", "off" or "on") has produced
-    ``tokens`` of at most ``max_tokens``. Emitted at most every 0.1 s."""
+    ``tokens`` of at most ``max_tokens``; after the first pair, ``lane`` is "pairs" and
+    ``tokens`` counts the pairs timed of ``max_tokens``, with ``pair`` the one just timed.
+    Emitted at most every 0.1 s."""
 
     job_id: int
     lane: str
     tokens: int
     max_tokens: int
+    pair: RacePair | None = None
 
 
 @dataclass(frozen=True, slots=True)

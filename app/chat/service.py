@@ -628,7 +628,7 @@ class ChatService:
         if finished.token_ids:
             # The next reply, in this conversation or another, may draft from this one.
             session.suffix_index.add_reply(finished.token_ids)
-        return ReplyResult(finished, session.last_plain_decode_tps)
+        return ReplyResult(finished)
 
 
 _TITLES: dict[str, str] = {

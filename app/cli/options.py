@@ -43,7 +43,9 @@ def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
     p.add_argument("--n-ctx", type=int, default=n_ctx, help=f"context window ({n_ctx})")
     p.add_argument("--n-gpu-layers", type=int, default=None,
                    help="layers on the GPU (default: all when a GPU backend is built in)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: engine's)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads (default: the cores other processes leave free, followed "
+                        "between rounds while the machine's load changes)")
     p.add_argument("--exact", action="store_true",
                    help="exact verification: load so that speculation's output equals plain "
                         "decoding's (CPU: with a GPU build add --n-gpu-layers 0; Q4_1/Q5_1/"

@@ -18,7 +18,7 @@ Two rules, one per kind of drafter:
   where t(n) is the measured time of a pass over n tokens and c_j the measured rate at
   which the target accepted draft tokens with the same key as token j (the drafter's
   ``token_keys``: for the suffix drafter its source, match length, step probability and
-  occurrence count), with a fixed prior. The chain form of
+  occurrence count), with the drafter's prior for a key not yet measured. The chain form of
   E(d) is the tree cost of SpecInfer (Miao et al. 2024) and Medusa (Cai et al. 2024)
   for a single branch. A draft is verified only when its rate beats plain decoding's
   1 / t(1) by :attr:`~DraftLengthPolicy.margin`.
@@ -28,11 +28,11 @@ Two rules, one per kind of drafter:
   2023), with α̂ the draft model's running acceptance rate.
 
 Neither rule can lock itself out of drafting: a trimmed-away draft is still verified one
-token deep every :attr:`~DraftLengthPolicy.explore_every` rounds (so estimates keep
-meeting the target), α̂ drifts back to its prior while nothing is drafted, and pass
-times are the fastest of a short window of recent passes (timing noise on a desktop is
-one-sided: other work only ever makes a pass slower), so a burst of load does not keep a
-size looking expensive once it is gone.
+token deep every :attr:`~DraftLengthPolicy.explore_every` rounds (so the estimates keep
+meeting the target), α̂ drifts back to its prior while nothing is drafted, and a pass
+size's cost is the median of its recent passes (:class:`PassTimes`), so a size that
+looked dear under a burst of load looks cheap again once it is timed in a quiet moment,
+and one not timed lately keeps the cost it had.
 
 Which tokens are verified never changes which tokens are emitted: the target samples
 every position either way, so the policy affects the speed only, never the output.
@@ -40,26 +40,31 @@ every position either way, so the policy affects the speed only, never the outpu
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from app.engine.stats import expected_tokens_per_round
 
 
 class PassTimes:
-    """Measured time of a target pass per batch size: the fastest of the latest
-    :attr:`window` passes of that size, seconds.
+    """Measured time of a target pass per batch size, seconds: the median of the latest
+    :attr:`window` passes of a size that was timed :attr:`trusted_after` times or more;
+    for other sizes, a line between the trusted ones.
 
-    The fastest of a window drops at once to a faster observation (the first pass of a
-    new batch shape also builds its graph; other work only slows passes down) and rises
-    only once a slower time has lasted a whole window, so a burst of load does not make a
-    size look expensive, and a lasting change of cost (a longer context) is taken after
-    :attr:`window` passes. When the machine gets busy the thread governor changes the
-    thread count, and each thread count has a table of its own.
+    A median of recent passes follows what a pass costs now: when other work slows every
+    size, the sizes timed recently slow together and their ratios, which are what the
+    draft-length choice compares, stay right; a size timed long ago still looks as cheap
+    as it was, so it is tried again and timed anew. One slow pass (the first of a new
+    batch shape also builds its graph) moves no median; a size timed once or twice
+    borrows its cost from the trusted sizes instead. When the thread governor changes
+    the thread count, each count has a table of its own.
     """
 
-    #: passes per size whose fastest is the estimate
-    window = 64
+    #: passes per size whose median is the estimate
+    window = 8
+    #: passes of a size before its own median is its estimate
+    trusted_after = 3
 
     def __init__(self) -> None:
         self._recent: dict[int, deque[float]] = {}
@@ -79,33 +84,27 @@ class PassTimes:
 
     def __call__(self, n_tokens: int) -> float | None:
         """Measured (or interpolated) time of a pass over ``n_tokens``, seconds; None if
-        nothing is known.
+        no size is trusted yet.
 
-        Unmeasured sizes are interpolated linearly between the nearest measured ones;
-        beyond the measured range the slope of the two nearest sizes is extended; with a
-        single measured size the cost is taken as flat (the optimistic GPU assumption, so
-        that a longer draft is tried and then timed). Pass times are not monotonic in the
-        batch size on every backend (on AVX2 CPUs llama.cpp's repacked kernels make some
-        even sizes cheaper than the odd size below), which is why every size that is
-        verified is also timed.
+        An untrusted size is interpolated linearly between the nearest trusted ones, and
+        beyond the trusted range costs what the nearest trusted size costs: optimistic on
+        purpose (on a GPU it is right), so that a longer draft is tried, timed and then
+        judged on its own time. Pass times are not monotonic in the batch size on every
+        backend (on AVX2 CPUs llama.cpp's repacked kernels make some even sizes cheaper
+        than the odd size below), which is why every size that is verified is also timed.
         """
-        t = {n: min(v) for n, v in self._recent.items()}
+        t = {n: statistics.median(v) for n, v in self._recent.items()
+             if self._n[n] >= self.trusted_after}
         if not t:
             return None
         if n_tokens in t:
             return t[n_tokens]
-        sizes = sorted(t)
-        lower = [s for s in sizes if s < n_tokens]
-        upper = [s for s in sizes if s > n_tokens]
+        lower = [s for s in t if s < n_tokens]
+        upper = [s for s in t if s > n_tokens]
         if lower and upper:
-            a, b = lower[-1], upper[0]
+            a, b = max(lower), min(upper)
             return t[a] + (t[b] - t[a]) * (n_tokens - a) / (b - a)
-        if len(sizes) == 1:
-            return t[sizes[0]]
-        a, b = (sizes[-2], sizes[-1]) if lower else (sizes[0], sizes[1])
-        slope = max(0.0, (t[b] - t[a]) / (b - a))
-        edge = b if lower else a
-        return max(1e-9, t[edge] + slope * (n_tokens - edge))
+        return t[max(lower)] if lower else t[min(upper)]
 
 
 class DraftLengthPolicy:
@@ -117,15 +116,21 @@ class DraftLengthPolicy:
         smoothing: weight of a new observation in α̂ and the draft step time.
         revert: fraction of the distance to the prior that α̂ recovers per round in
             which nothing was verified.
+        key_prior: a token key's acceptance before any is measured (the drafter's
+            ``key_prior``, e.g. :meth:`app.engine.suffix.SuffixDrafter.key_prior`);
+            default ``prior_alpha`` for every key.
     """
 
     #: a draft is verified only when its expected rate beats plain decoding's by this
     #: fraction: the estimates are noisy, and the best of noisy estimates is biased upward
-    margin = 0.10
+    margin = 0.05
     #: when :meth:`trim` would verify nothing of a draft, every this many such rounds it
-    #: verifies its first token anyway, so that the estimates keep meeting the target:
-    #: a rejected one-token verification costs t(2) − t(1), one eighth of the time
-    explore_every = 8
+    #: verifies its first token anyway, so that the estimates keep meeting the target
+    explore_every = 16
+    # Both replayed on recorded replies with two CPUs' pass costs (tests/engine/
+    # test_policy.py; docs/benchmarks.md): 5 % and 16 kept chat at temperature 0.8 at or
+    # above 0.97× plain where a rejected one-token verification costs 0.78 of a step,
+    # and every greedy set at or above 0.97× the best fixed k.
     #: weight of α̂ in a key's acceptance estimate, in verified tokens
     prior_weight = 3.0
     #: per verification, the counts of a key are multiplied by this (a window of ~200)
@@ -137,8 +142,10 @@ class DraftLengthPolicy:
         prior_alpha: float = 0.6,
         smoothing: float = 0.15,
         revert: float = 0.05,
+        key_prior: Callable[[Hashable], float] | None = None,
     ) -> None:
         self.pass_times = pass_times
+        self.key_prior = key_prior
         self.prior_alpha = prior_alpha
         self.alpha = prior_alpha
         self.smoothing = smoothing
@@ -184,16 +191,18 @@ class DraftLengthPolicy:
     def acceptance(self, key: Hashable | None) -> float:
         """Estimated probability that the target accepts a draft token with this key,
         given that the tokens before it were accepted: (accepted + w·p₀) / (verified + w),
-        w = :attr:`prior_weight`, p₀ = ``prior_alpha``; α̂ for a token without a key.
+        w = :attr:`prior_weight`, p₀ the key's prior (``key_prior``, else
+        ``prior_alpha``); α̂ for a token without a key.
 
-        The prior is fixed, not α̂: a kind of token never seen before (a long verbatim
-        match after a stretch of rejected guesses) is tried on its own merits instead of
-        inheriting the rate of other kinds.
+        The prior belongs to the key, not to α̂: a kind of token never seen before (a
+        long verbatim match after a stretch of rejected guesses) is tried on its own
+        merits instead of inheriting the rate of other kinds.
         """
         if key is None:
             return min(max(self.alpha, 0.0), 1.0)
+        p0 = self.key_prior(key) if self.key_prior is not None else self.prior_alpha
         h, n = self._cells.get(key, (0.0, 0.0))
-        return (h + self.prior_weight * self.prior_alpha) / (n + self.prior_weight)
+        return (h + self.prior_weight * p0) / (n + self.prior_weight)
 
     def expected_rate(self, d: int) -> float | None:
         """Expected tokens per second of a draft model's round of ``d`` draft tokens

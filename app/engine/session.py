@@ -500,10 +500,11 @@ class Session:
         (:class:`~app.engine.policy.PassTimes`); None before anything was timed."""
         return self._pass_table()(n_tokens)
 
-    def measure_pass_times(self, sizes: Sequence[int], passes: int = 2) -> None:
+    def measure_pass_times(self, sizes: Sequence[int], passes: int = PassTimes.trusted_after) -> None:
         """Time target passes over each of ``sizes`` tokens never timed in this session
-        (fastest of ``passes``, logits for every position as a verification needs), on
-        an empty cache that is emptied again: the next reply re-evaluates its prompt.
+        (``passes`` each after one that builds the graph, logits for every position as a
+        verification needs), on an empty cache that is emptied again: the next reply
+        re-evaluates its prompt.
 
         Raises:
             TandemError: a generation is in progress or the session is closed.
@@ -515,13 +516,12 @@ class Session:
                     if 1 <= n <= min(self.n_ctx, self.ctx.n_outputs_max)
                     and self._pass_table().count(n) == 0]
             for n in todo:
-                best = float("inf")
-                for _ in range(max(1, passes)):
+                for i in range(max(1, passes) + 1):
                     self.ctx.clear()
                     t = time.perf_counter()
                     self.ctx.decode([token] * n, 0, logits="all")
-                    best = min(best, time.perf_counter() - t)
-                self._pass_table().observe(n, best)
+                    if i:
+                        self._pass_table().observe(n, time.perf_counter() - t)
             if todo:
                 self.ctx.clear()
                 self._kv_tokens = []
@@ -713,6 +713,7 @@ class Session:
                 reply.stream, self.verifier, clock)
         reply.t_prefill = last_stats = clock()
         reason: FinishReason | None = "cancelled" if is_cancelled() else None
+        yield StatsUpdate(self._snapshot(reply, rnd, reply.t_prefill))  # the reply's settings
         try:
             while reason is None:
                 if is_cancelled() or self._closing:
@@ -757,7 +758,8 @@ class Session:
             return None
         policy = self._policies.get(drafter.kind)
         if policy is None:
-            policy = self._policies[drafter.kind] = DraftLengthPolicy(self._pass_table())
+            policy = self._policies[drafter.kind] = DraftLengthPolicy(
+                self._pass_table(), key_prior=getattr(drafter, "key_prior", None))
         return policy
 
     def _pass_table(self) -> PassTimes:
@@ -856,6 +858,7 @@ class Session:
         return SpecStats(
             mode=rnd.drafter.kind if rnd.drafter is not None else SpecMode.OFF,
             draft_max=c.k,
+            adaptive=rnd.adaptive and rnd.drafter is not None,
             prompt_tokens=len(reply.prompt),
             prefill_tokens=reply.prefill_tokens,
             emitted=len(reply.emitted),
@@ -883,24 +886,26 @@ class Session:
             other_cores=other,
         )
 
-    def _calibrate_target_step(self, passes: int = 3) -> None:
-        """Time a plain one-token target pass (the denominator of the draft cost ratio c).
+    def _calibrate_target_step(self, passes: int = 4) -> None:
+        """Time plain one-token target passes (the denominator of the draft cost ratio c,
+        and the draft-length policy's t(1)).
 
-        Speculative rounds never run one-token passes, so at load time the target
-        evaluates one token alone a few times on an empty cache (the first pass includes
-        graph setup; the fastest counts), and the cache is emptied again. This happens
-        before any reply, so it never shows in TTFT, prefill or decode times.
+        Speculative rounds may never run one-token passes, so at load time the target
+        evaluates one token alone a few times on an empty cache (the first pass builds the
+        graph and is not counted), and the cache is emptied again. This happens before
+        any reply, so it never shows in TTFT, prefill or decode times.
         """
         token = self.target.bos if self.target.bos >= 0 else 0
-        best = float("inf")
+        times = []
         for _ in range(passes):
             t = time.perf_counter()
             self.ctx.decode([token], 0, logits="last")
-            best = min(best, time.perf_counter() - t)
+            times.append(time.perf_counter() - t)
             self.ctx.clear()
         self._kv_tokens = []
-        self._target_step_samples.append(best)
-        self._pass_table().observe(1, best)
+        self._target_step_samples.append(min(times))
+        for t in times[1:]:
+            self._pass_table().observe(1, t)
 
     # -- lifetime -------------------------------------------------------------------
     def close(self) -> None:

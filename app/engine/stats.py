@@ -200,6 +200,7 @@ class SpecStats:
 
     mode: SpecMode = SpecMode.OFF
     draft_max: int = 0
+    adaptive: bool = False  # k is a maximum, each round verifies what pays (the policy)
     prompt_tokens: int = 0
     prefill_tokens: int = 0  # prompt tokens evaluated in the prefill (the rest were cached)
     emitted: int = 0

@@ -42,7 +42,7 @@ from __future__ import annotations
 import heapq
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -751,11 +751,7 @@ class SuffixDrafter:
         for ≥ 0.5, 0 below; the occurrence class tells a copy of one earlier stretch (0)
         from a continuation seen 2–3 times (1) or 4 times or more (2).
 
-        The occurrence class, replayed on recorded replies (bench/policy_replay.py, k = 16,
-        --repeat 3, docs/closing-note-round8.md): on builtin:code 2.275× plain against
-        2.224× without it, chat at temperature 0.8 1.078× against 1.063×, agent and greedy
-        chat within 0.001×; splitting occurrences as 1 | ≥ 2 or 1 | 2 | 3–7 | ≥ 8 gave
-        about half the gain on code.
+        Each class split was kept because it sped up replayed replies (docs/benchmarks.md).
         """
         c = self.last
         m = c.match_len
@@ -770,6 +766,28 @@ class SuffixDrafter:
             qc = 3 if q >= 1.0 - 1e-9 else 2 if q >= 0.8 else 1 if q >= 0.5 else 0
             keys.append((c.source, mc, qc, oc))
         return tuple(keys)
+
+    #: acceptance before any is measured, per (match-length class, step probability
+    #: class 3); a step probability below 1 gets :data:`_UNSURE_PRIOR` whatever the match
+    _MATCH_PRIOR = (0.5, 0.8, 0.9, 0.95)
+    _UNSURE_PRIOR = 0.3
+
+    @staticmethod
+    def key_prior(key: Hashable) -> float:
+        """The acceptance rate the draft-length policy assumes for a :meth:`token_keys`
+        key before it has measured any (:class:`app.engine.policy.DraftLengthPolicy`).
+
+        From the rates measured per class on recorded Gemma 3 270M replies of the
+        built-in agent, code and chat sets (tests/engine/data): a whole step probability
+        0.29–0.80 after 1–2 matched tokens, 0.70–0.96 after 3–5, 0.88–0.97 after 6–11,
+        0.89–0.99 after 12 or more; below 1, 0–0.4. A long verbatim match is then
+        verified from the first reply of a session on, where a flat prior would have to
+        be proved wrong first on a CPU whose verification passes are dear.
+        """
+        if not isinstance(key, tuple) or len(key) != 4:
+            return 0.6
+        _, mc, qc, _ = key
+        return SuffixDrafter._MATCH_PRIOR[mc] if qc == 3 else SuffixDrafter._UNSURE_PRIOR
 
     # -- for an auto chooser -------------------------------------------------------------
     def peek(self, context: Sequence[int], n_max: int) -> SuffixCandidate:

@@ -56,6 +56,9 @@ class ModelSettings(_Section):
     n_ctx: Annotated[int, Field(ge=256, le=1_048_576)] = 4096
     n_gpu_layers: Annotated[int | None, Field(ge=0)] = None
     exact_verification: bool = False
+    #: CPU threads; None: as many as the cores other processes leave free, followed
+    #: while the machine's load changes (:mod:`app.engine.cpu`)
+    n_threads: Annotated[int | None, Field(ge=1, le=512)] = None
 
 
 class UiSettings(_Section):

@@ -243,8 +243,6 @@ class MainWindow(QMainWindow):
     def model_changed(self, info: ModelInfo | None) -> None:
         self.model_bar.set_model(info)
         self.sampling_panel.show_exact_verification(self.settings.model.exact_verification)
-        # a new target needs its own plain baseline (from this conversation)
-        self.gauge.set_baseline(self.controller.plain_baseline_tps())
         if info is None:
             self.chat.set_starter_prompts(())
         else:
@@ -269,8 +267,6 @@ class MainWindow(QMainWindow):
                             last_stats: SpecStats | None) -> None:
         self.system_prompt.set_text(conversation.system_prompt if conversation else "")
         self.chat.set_messages([message_view(m) for m in messages])
-        self.gauge.set_baseline(self.controller.plain_baseline_tps(
-            conversation.id if conversation is not None else None))
         if last_stats is not None:
             self.gauge.show_stored(last_stats)
         reply = self.controller.reply
@@ -306,10 +302,7 @@ class MainWindow(QMainWindow):
         footer = (message_view(stored).footer if stored is not None
                   else reply_footer(fin.stats.to_dict(), fin.reason, fin.note))
         self.chat.end_stream(reply.message_id, reply.text, reply.spans, footer)
-        # the baseline comes from this conversation's plain replies, not the session's
-        # latest (which may be another conversation's)
-        self.gauge.end_reply(fin.stats, self.controller.plain_baseline_tps(reply.conversation_id),
-                             fin.note)
+        self.gauge.end_reply(fin.stats, fin.note)
 
     def reply_failed(self, reply: ActiveReply, error: UserError) -> None:
         if not reply.text:

@@ -11,6 +11,8 @@ can produce is valid for the engine.
 
 from __future__ import annotations
 
+import os
+
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -27,6 +29,9 @@ from PySide6.QtWidgets import (
 from app.options import K_MAX, SamplingParams, SpeculationConfig
 from app.store.settings import ModelSettings
 
+#: the most threads the setting offers (as SessionConfig allows: 4 × the logical CPUs)
+MAX_THREADS = min(512, 4 * (os.cpu_count() or 1))
+
 
 class SamplingSettingsWidget(QWidget):
     """Form for sampling and speculation details (next reply) and model options (reload)."""
@@ -35,7 +40,7 @@ class SamplingSettingsWidget(QWidget):
     """SamplingParams: any sampling value changed."""
     speculation_changed = Signal(object)
     """SpeculationConfig: draft_min, draft_p_min or an n-gram size changed."""
-    model_options_changed = Signal(int, object, bool)
+    model_options_changed = Signal(int, object, bool, object)
     """Context length (tokens), GPU layers (None: all when possible; 0: CPU) or exact
     verification changed."""
     reload_clicked = Signal()
@@ -89,7 +94,13 @@ class SamplingSettingsWidget(QWidget):
         self.cpu_only = QCheckBox("CPU only")
         self.cpu_only.setToolTip("Run every layer on the CPU even when a GPU backend is available")
         self.gpu_layers = self._int(0, 999, "layers to put on the GPU; 999 = all")
+        self.threads = self._int(0, MAX_THREADS, (
+            "CPU threads for decoding. Auto: as many as the cores other programs leave free, "
+            "changed while a reply runs when the machine gets busy or quiet (a thread that "
+            "waits for a busy core stalls the others at every step)"))
+        self.threads.setSpecialValueText("Auto (free cores)")
         mform.addRow("Context length", self.n_ctx)
+        mform.addRow("CPU threads", self.threads)
         mform.addRow("GPU layers", self.gpu_layers)
         mform.addRow("", self.cpu_only)
         self.exact = QCheckBox("Exact verification")
@@ -119,6 +130,7 @@ class SamplingSettingsWidget(QWidget):
         for spin in (self.draft_min, self.draft_p_min, self.ngram_min, self.ngram_max):
             spin.valueChanged.connect(self._on_speculation_value_changed)
         self.n_ctx.valueChanged.connect(self._on_model_value_changed)
+        self.threads.valueChanged.connect(self._on_model_value_changed)
         self.gpu_layers.valueChanged.connect(self._on_model_value_changed)
         self.cpu_only.toggled.connect(self._on_model_value_changed)
         self.exact.toggled.connect(self._on_model_value_changed)
@@ -151,6 +163,7 @@ class SamplingSettingsWidget(QWidget):
             self.seed.setValue(min(sampling.seed, 2**31 - 1))
             self.max_tokens.setValue(sampling.max_tokens)
             self.n_ctx.setValue(model.n_ctx)
+            self.threads.setValue(model.n_threads or 0)
             self.cpu_only.setChecked(model.n_gpu_layers == 0)
             self.gpu_layers.setValue(999 if model.n_gpu_layers is None else model.n_gpu_layers)
             self.gpu_layers.setEnabled(model.n_gpu_layers != 0)
@@ -210,7 +223,8 @@ class SamplingSettingsWidget(QWidget):
 
     def set_pending_reload(self, pending: bool) -> None:
         self.pending_label.setText(
-            "Reload the model to apply the new context length / GPU layers." if pending else ""
+            "Reload the model to apply the new context length / threads / GPU layers."
+            if pending else ""
         )
 
     @Slot()
@@ -230,4 +244,4 @@ class SamplingSettingsWidget(QWidget):
         self.gpu_layers.setEnabled(not self.cpu_only.isChecked())
         if not self._filling:
             self.model_options_changed.emit(self.n_ctx.value(), self.gpu_layers_value(),
-                                            self.exact.isChecked())
+                                            self.exact.isChecked(), self.threads.value() or None)

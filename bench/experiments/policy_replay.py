@@ -155,7 +155,7 @@ def replay_set(turns: list[dict[str, Any]], times: dict[int, float], model: Llam
             continue
         for _ in range(1 if cold else 2):
             pt.observe(n, t)
-    policy = DraftLengthPolicy(pt)
+    policy = DraftLengthPolicy(pt, key_prior=SuffixDrafter.key_prior if drafter_kind == "suffix" else None)
     policy.margin = margin
     index = SuffixIndex()
     out: list[PolicyReplay] = []

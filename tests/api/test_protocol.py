@@ -100,7 +100,7 @@ def test_the_follower_keeps_only_api_jobs() -> None:
                                       TextDelta("b", True, 0.2, 3)))) == ApiReplyTokens(2, 0.2, 3)
     stats = SpecStats(mode=SpecMode.PROMPT_LOOKUP, emitted=3, verified=2, accepted=2)
     done = f.handle(JobDone(2, "completion", "api", ReplyResult(
-        Finished("stop", "ab", (1, 2, 3), (0.1, 0.2, 0.2), stats, 1), None)))
+        Finished("stop", "ab", (1, 2, 3), (0.1, 0.2, 0.2), stats, 1))))
     assert isinstance(done, ApiReplyEnded) and done.tokens == 3 and not f.active
 
 

@@ -206,6 +206,6 @@ def test_a_real_model_goes_through_the_service(tiny_target: Path) -> None:
         assert fin.stats.mode is SpecMode.PROMPT_LOOKUP and fin.stats.emitted == len(fin.token_ids)
         plain = service.complete([1, 300, 301, 302], SamplingParams(temperature=0.0, max_tokens=4),
                                  SpeculationConfig()).result(120)
-        assert plain.finished.stats.mode is SpecMode.OFF and plain.plain_decode_tps is not None
+        assert plain.finished.stats.mode is SpecMode.OFF and plain.finished.stats.decode_tps
     finally:
         service.shutdown()

@@ -82,7 +82,8 @@ def test_free_drafts_cut_by_the_policy_when_sampling_are_lossless(
     # not on how busy the machine is.
     table = PassTimes()
     for n in range(1, 10):
-        table.observe(n, 0.010 + 0.001 * (n - 1))
+        for _ in range(PassTimes.trusted_after):
+            table.observe(n, 0.010 + 0.001 * (n - 1))
     monkeypatch.setattr(PassTimes, "observe", lambda self, n, seconds: None)
     monkeypatch.setattr(session, "_pass_table", lambda: table)
     monkeypatch.setattr(DraftLengthPolicy, "margin", 0.0)

@@ -25,7 +25,7 @@ def test_finished_reply_without_drafts_does_not_say_yet(qtbot) -> None:
     g.set_stats(_stats(0, 0))
     g.refresh()
     assert g.value_text("alpha") == "— (nothing drafted yet)"  # still streaming
-    g.end_reply(_stats(0, 0), None)
+    g.end_reply(_stats(0, 0))
     assert "yet" not in g.value_text("alpha")
     assert g.value_text("alpha") == "— (nothing was drafted in this reply)"
 
@@ -36,13 +36,13 @@ def test_alpha_from_one_draft_shows_its_count_and_range_and_holds_the_prediction
     g.begin_reply("prompt-lookup", 4)
     one = _stats(1, 1)
     assert one.predicted_speedup is not None  # the formula would extrapolate from it
-    g.end_reply(one, None)
+    g.end_reply(one)
     lo, hi = acceptance_interval(1, 1)  # type: ignore[misc]
     assert g.value_text("alpha") == (
         f"100%  (1/1; few drafts, 95% range {lo * 100:.0f}–{hi * 100:.0f}%)")
     assert g.value_text("predicted") == f"— (needs {MIN_VERIFIED_FOR_ESTIMATE} drafts)"
     enough = _stats(MIN_VERIFIED_FOR_ESTIMATE + 10, MIN_VERIFIED_FOR_ESTIMATE)
-    g.end_reply(enough, None)
+    g.end_reply(enough)
     assert g.value_text("alpha") == f"{enough.acceptance_rate * 100:.0f}%  (30/40)"  # type: ignore[operator]
     assert g.value_text("predicted") == f"{enough.predicted_speedup:.2f}×"
 

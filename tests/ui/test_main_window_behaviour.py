@@ -1,7 +1,7 @@
 """The main window's behaviour, each with the real window on the tiny synthetic model: Stop by
 Ctrl+. as by Esc, a window that fits 1024 px and does not widen itself, a loading label on
-one line, no partial stop string saved by Stop, and a measured speedup whose baseline is a
-plain reply of the same conversation and model."""
+one line, no partial stop string saved by Stop, and a measured speedup that belongs to the
+reply it measures."""
 
 from __future__ import annotations
 
@@ -14,10 +14,12 @@ from PySide6.QtCore import Qt
 from app.engine import session as session_module
 from app.engine.events import TextDelta
 from app.engine.session import Session
+from app.engine.stats import SpecStats
 from app.engine.text import TextStream
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.store.history import StoredMessage
 from app.store.settings import Settings
+from app.ui.gauge.gauge_panel import measured_speedup_text
 from tests.ui.conftest import LOAD_TIMEOUT_MS, loaded_window, wait_reply
 
 
@@ -183,32 +185,38 @@ def test_the_loading_label_stays_on_one_line(qtbot, tiny_window) -> None:  # typ
     assert not w.model_bar.loading_row.isVisibleTo(w)
 
 
-def test_measured_speedup_baseline_is_this_conversations_plain_reply_of_this_model(  # type: ignore[no-untyped-def]
+def test_measured_speedup_is_the_replys_own_and_survives_a_regenerate(  # type: ignore[no-untyped-def]
     qtbot, tiny_window
 ) -> None:
+    """The figure comes with the speculative reply's own statistics (plain one-token
+    passes timed under its conditions), not from another moment's plain reply: it shows
+    after the reply, again after a regenerate, and when the conversation is reopened."""
     w = tiny_window
     c = w.controller
-    assert w.send_message("hello")  # speculation off: the plain baseline of this conversation
+    c.set_speculation(w.settings.speculation.with_changes(mode=SpecMode.PROMPT_LOOKUP,
+                                                          draft_max=4, adaptive=False))
+    assert w.send_message("hello hello hello hello hello hello")
     wait_reply(qtbot, w)
-    plain = _last_reply(w)
-    assert plain.stats is not None and plain.stats["mode"] == "off"
-    assert c.plain_baseline_tps() == pytest.approx(plain.stats["decode_tps"])
+    first = _last_reply(w)
+    assert first.stats is not None
+    stats = SpecStats.from_dict(first.stats)
+    assert stats.mode is SpecMode.PROMPT_LOOKUP and stats.plain_step_time is not None
+    assert stats.plain_step_source == "reply"  # timed at the end of this reply
+    shown = w.gauge.value_text("measured")
+    assert shown == measured_speedup_text(stats, streaming=False)
+    if stats.measured_speedup is not None:
+        expected = stats.decode_tps * stats.plain_step_time  # type: ignore[operator]
+        assert shown.startswith(f"{expected:.2f}×")
 
-    c.set_speculation(w.settings.speculation.with_changes(mode=SpecMode.PROMPT_LOOKUP))
-    first = c.current_conversation
+    w.regenerate()
+    wait_reply(qtbot, w)
+    again = _last_reply(w)
+    assert again.id != first.id and again.stats is not None
+    regenerated = SpecStats.from_dict(again.stats)
+    assert regenerated.plain_step_time is not None
+    assert w.gauge.value_text("measured") == measured_speedup_text(regenerated, streaming=False)
+
+    conversation = c.current_conversation
     w.new_conversation()
-    assert w.send_message("hello")
-    wait_reply(qtbot, w)
-    assert c.plain_baseline_tps() is None  # another conversation's plain reply is not used
-    assert w.gauge.value_text("measured").startswith("no plain reply in this conversation")
-
-    w.open_conversation(first)
-    assert w.send_message("hello again")
-    wait_reply(qtbot, w)
-    measured = w.gauge.value_text("measured")
-    assert "×" in measured and f"plain {plain.stats['decode_tps']:.1f} tok/s" in measured
-
-    # the same conversation with another model: that model has no baseline here
-    with c.store._tx() as conn:
-        conn.execute("UPDATE messages SET model = 'another.gguf' WHERE id = ?", (plain.id,))
-    assert c.plain_baseline_tps() is None
+    w.open_conversation(conversation)
+    assert w.gauge.value_text("measured") == measured_speedup_text(regenerated, streaming=False)

@@ -3,6 +3,8 @@ error reporting, settings and conversation management, and the QThread-leak guar
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import subprocess
@@ -144,15 +146,46 @@ def test_gauge_repaints_at_most_ten_times_a_second(qtbot) -> None:
     assert g.bars.rates[0] == pytest.approx(0.5, abs=0.02)
 
 
-def test_gauge_measured_speedup_needs_a_plain_baseline(qtbot) -> None:
+def test_gauge_measured_speedup_is_against_plain_steps_of_the_same_moment(qtbot) -> None:
     g = SpeculationGaugeWidget()
     qtbot.addWidget(g)
-    spec = SpecStats(mode="prompt-lookup", draft_max=4, emitted=60, rounds=20, verified=40,
-                     accepted=40, decode_time=1.0)
-    g.end_reply(spec, None)
-    assert g.value_text("measured").startswith("no plain reply in this conversation yet")
-    g.end_reply(spec, 30.0)
-    assert g.value_text("measured").startswith("2.00×")
+    # 60 tokens in 1.0 s of decoding: 60 tok/s; plain one-token passes of 20 ms (19–21 ms
+    # quartiles) timed in this reply: 50 tok/s, so 60 × 0.020 = 1.20× (1.14–1.26)
+    spec = SpecStats(mode="prompt-lookup", draft_max=4, emitted=60, rounds=20,
+                     draft_rounds=20, verified=40, accepted=40, decode_time=1.0)
+    g.end_reply(spec)
+    assert g.value_text("measured") == "— (no plain step was timed under these conditions)"
+    timed = dataclasses.replace(spec, plain_step_time=0.020, plain_step_range=(0.019, 0.021),
+                                plain_step_source="reply")
+    g.end_reply(timed)
+    assert g.value_text("measured") == "1.20×  (1.14–1.26; plain 50 tok/s, timed in this reply)"
+    recent = dataclasses.replace(timed, plain_step_source="recent", plain_step_range=None)
+    g.end_reply(recent)
+    assert g.value_text("measured") == "1.20×  (plain 50 tok/s, timed just before, same load)"
+    # one rejected draft and a baseline of another moment gave "11.04×": no figure now
+    few = dataclasses.replace(timed, draft_rounds=1, verified=1, accepted=0)
+    g.end_reply(few)
+    assert g.value_text("measured") == ("— (too few drafts to measure: 1 drafting rounds, "
+                                        "1 draft tokens)")
+    g.end_reply(SpecStats(mode="off", emitted=60, rounds=60, decode_time=1.0))
+    assert g.value_text("measured") == "1× (off)"
+
+
+def test_gauge_shows_the_replys_own_drafter_and_k(qtbot) -> None:
+    """A request of another client (the API) may choose its own speculation: the gauge
+    shows what the reply's statistics say, not the window's settings."""
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    g.begin_reply(None, 0, source="API traffic · chat request")
+    g.refresh()
+    assert g.mode_label.text().startswith("Starting…")
+    g.set_stats(SpecStats(mode="suffix", draft_max=12, adaptive=False,
+                          accepted_at=(0,) * 12, verified_at=(0,) * 12))
+    g.refresh()
+    assert g.mode_label.text().startswith("Suffix lookup · k = 12")
+    g.end_reply(SpecStats(mode="suffix", draft_max=12, adaptive=True,
+                          accepted_at=(0,) * 12, verified_at=(0,) * 12))
+    assert g.mode_label.text().startswith("Suffix lookup · k ≤ 12 (adaptive)")
 
 
 # -- the window without a model -------------------------------------------------------
@@ -405,7 +438,7 @@ def test_the_gauge_keeps_its_width_when_a_reply_starts_and_ends(qtbot) -> None:
     stats = SpecStats(mode=SpecMode.PROMPT_LOOKUP, draft_max=16, emitted=34, rounds=16,
                       verified=21, accepted=18, decode_time=1.0,
                       accepted_at=(11, 7) + (0,) * 14, verified_at=(14, 7) + (0,) * 14)
-    g.end_reply(stats, None)
+    g.end_reply(stats)
     assert "last\u00a0reply" in g.mode_label.text()
     assert g.minimumSizeHint().width() == live
     assert live <= 320  # the panel's default width in the window (MainWindow's splitter)

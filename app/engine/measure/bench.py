@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.engine.cpu import cpu_sample, other_cores
 from app.engine.divergence import Divergence, SamplingTrace, compare_traces
 from app.engine.events import Event, Finished
 from app.engine.measure.prompts import PreparedPrompt
@@ -35,6 +36,9 @@ from app.engine.session import Session
 from app.engine.stats import SpecStats, predicted_speedup, round_mix_speedup
 from app.errors import TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
+
+#: other processes' load during a run, in cores, above which the run is disturbed
+DISTURBED_CORES = 0.3
 
 # -- statistics ----------------------------------------------------------------------
 
@@ -115,15 +119,22 @@ class RunRecord:
     identical_to_off: bool | None = None
     first_difference: int | None = None
     divergence: Divergence | None = None
+    #: other processes' load during the run, cores (None: not measured or unknown)
+    other_cores: float | None = None
+
+    @property
+    def disturbed(self) -> bool:
+        """Whether other work used more than :data:`DISTURBED_CORES` during the run."""
+        return self.other_cores is not None and self.other_cores > DISTURBED_CORES
 
     @classmethod
     def from_finished(cls, label: str, prompt_name: str, prompt_index: int, repeat: int,
-                      fin: Finished) -> RunRecord:
+                      fin: Finished, other_cores: float | None = None) -> RunRecord:
         """The record of one finished run (not yet compared with its off run)."""
         return cls(label=label, prompt_name=prompt_name, prompt_index=prompt_index,
                    repeat=repeat, mode=fin.stats.mode, draft_max=fin.stats.draft_max,
                    finish_reason=fin.reason, token_ids=fin.token_ids,
-                   token_times=fin.token_times, stats=fin.stats)
+                   token_times=fin.token_times, stats=fin.stats, other_cores=other_cores)
 
     @property
     def decode_tps(self) -> float | None:
@@ -144,6 +155,8 @@ class RunRecord:
             "ttft_s": self.stats.ttft,
             "identical_to_off": self.identical_to_off,
             "first_difference": self.first_difference,
+            "other_cores": self.other_cores,
+            "disturbed": self.disturbed,
             "stats": self.stats.to_dict(),
         }
         if self.divergence is not None:
@@ -210,6 +223,9 @@ class ConfigSummary:
     unmeasured: int = 0
     paired_speedup: float | None = None
     set_speedup: float | None = None
+    #: runs during which other work used more than DISTURBED_CORES (left out when the
+    #: summary was asked to drop them)
+    disturbed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -236,12 +252,23 @@ class ConfigSummary:
             "suspect": self.suspect,
             "unmeasured": self.unmeasured,
             "acceptance_at": list(self.acceptance_at),
+            "disturbed_runs": self.disturbed,
         }
 
 
-def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None) -> list[ConfigSummary]:
+def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None, *,
+              drop_disturbed: bool = False) -> list[ConfigSummary]:
     """One :class:`ConfigSummary` per configuration label, in ``labels`` order (default:
-    order of first appearance). The ``off`` label is the speedup baseline."""
+    order of first appearance). The ``off`` label is the speedup baseline.
+    ``drop_disturbed``: leave runs that other work disturbed out of the rates (a
+    configuration whose every run was disturbed then has no rate)."""
+    disturbed = {lab: 0 for lab in labels or ()}
+    for r in records:
+        disturbed[r.label] = disturbed.get(r.label, 0) + r.disturbed
+    if drop_disturbed:
+        kept = [r for r in records if not r.disturbed]
+        records = kept + [r for r in records if r.disturbed and r.label not in
+                          {k.label for k in kept}]  # keep the label, with no rate
     order: list[str] = list(labels) if labels is not None else []
     for r in records:
         if r.label not in order:
@@ -251,7 +278,8 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None)
         by_label[r.label].append(r)
 
     def med_tps(rs: Sequence[RunRecord]) -> float | None:
-        return median(t for r in rs if (t := r.stats.decode_tps) is not None)
+        return median(t for r in rs if (t := r.stats.decode_tps) is not None
+                      and not (drop_disturbed and r.disturbed))
 
     off_runs = by_label.get("off", [])
     off_tps = med_tps(off_runs)
@@ -312,6 +340,7 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None)
                 label=lab,
                 mode=mode,
                 draft_max=k,
+                disturbed=disturbed.get(lab, 0),
                 runs=len(rs),
                 emitted=emitted,
                 decode_tps_median=tps,
@@ -536,15 +565,18 @@ def run_bench(
                     cancelled = True
                     break
                 trace = SamplingTrace() if record else None
+                start = cpu_sample()
                 fin = generate_once(session, prompt, sampling, spec, cancel,
                                     fresh_cache=fresh_cache, trace=trace)
+                other = other_cores(start, cpu_sample())
                 if trace is not None:
                     traces[config_label(spec)] = trace
                 if fin.reason == "cancelled":
                     cancelled = True
                     break
                 rec = RunRecord.from_finished(config_label(spec),
-                                              prompt.name or f"prompt-{pi + 1}", pi, rep, fin)
+                                              prompt.name or f"prompt-{pi + 1}", pi, rep, fin,
+                                              other)
                 group[rec.label] = rec
                 step += 1
                 if progress is not None:

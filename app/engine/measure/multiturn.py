@@ -43,6 +43,7 @@ from typing import Any, Literal
 
 from app.engine.auto import ReplyObservation, resolve_auto
 from app.engine.chat import ChatMessage, tokenize_plain
+from app.engine.cpu import cpu_sample, other_cores
 from app.engine.measure.bench import (
     bench_plan,
     BenchReport,
@@ -388,8 +389,10 @@ def run_conversations(
                             evidence = turns_so_far or recent[-4:]
                             run_spec, choice = resolve_auto(session, evidence, observed, spec)
                             choose_s = time.perf_counter() - t_choose
+                        start = cpu_sample()
                         fin = generate_once(session, prompt, sampling, run_spec, cancel,
                                             fresh_cache=fresh_cache)
+                        other = other_cores(start, cpu_sample())
                         if fin.reason == "cancelled":
                             cancelled = True
                             break
@@ -400,7 +403,7 @@ def run_conversations(
                             auto_choices.append({"prompt": prompt.name, "repeat": rep,
                                                  "choose_s": choose_s, **choice.to_dict()})
                         rec = RunRecord.from_finished(config_label(spec), prompt.name,
-                                                      flat, rep, fin)
+                                                      flat, rep, fin, other)
                         group[rec.label] = rec
                         step += 1
                         if progress is not None:

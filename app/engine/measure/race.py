@@ -8,6 +8,13 @@ then plays both lanes from t = 0 at their true pace with :meth:`RaceLane.tokens_
 :meth:`RaceLane.text_at`; its table and Markdown export are worded in
 :mod:`app.ui.race.report` from the numbers of :class:`RaceResult`.
 
+One pair of runs is one sample of a noisy machine: back to back, the same race gave
+0.36× and then 1.46× on a desktop with other work. So the race runs several pairs, off
+and on interleaved (off-on, on-off, …, so that a drift favours neither side), measures
+other processes' load during each run (:mod:`app.engine.cpu`), leaves out the pairs with
+a disturbed run, and reports the median speedup with its range; it gives a verdict only
+when every kept pair agrees (:attr:`RaceResult.verdict`).
+
 Formulas: E(α, k) = (1 − α^(k+1)) / (1 − α) and S = E / (1 + c·k)
 (:mod:`app.engine.stats`, Leviathan et al. 2023).
 """
@@ -17,11 +24,13 @@ from __future__ import annotations
 import bisect
 import codecs
 import random
+import statistics
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.engine.cpu import cpu_sample, other_cores
 from app.engine.divergence import Divergence, SamplingTrace
 from app.engine.events import Event, Finished
 from app.engine.llama import LlamaModel
@@ -113,6 +122,42 @@ def lane_from_finished(label: str, model: LlamaModel, fin: Finished) -> RaceLane
     )
 
 
+#: other processes' load during a run, in cores, above which the run is disturbed
+DISTURBED_CORES = 0.3
+#: a verdict needs every kept pair beyond this margin on the same side of 1×
+VERDICT_MARGIN = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class RacePair:
+    """One off run and one on run: their decode tok/s and other processes' load during
+    each (cores; None where the OS does not tell)."""
+
+    off_tps: float | None
+    on_tps: float | None
+    off_other: float | None = None
+    on_other: float | None = None
+
+    @property
+    def disturbed(self) -> bool:
+        """Whether other work used more than :data:`DISTURBED_CORES` during either run."""
+        return any(o is not None and o > DISTURBED_CORES for o in (self.off_other, self.on_other))
+
+    @property
+    def disturbed_runs(self) -> int:
+        return sum(o is not None and o > DISTURBED_CORES for o in (self.off_other, self.on_other))
+
+    @property
+    def speedup(self) -> float | None:
+        """Decode tok/s on ÷ off."""
+        return self.on_tps / self.off_tps if self.off_tps and self.on_tps else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"off_tps": self.off_tps, "on_tps": self.on_tps, "off_other_cores": self.off_other,
+                "on_other_cores": self.on_other, "disturbed": self.disturbed,
+                "speedup": self.speedup}
+
+
 @dataclass(frozen=True, slots=True)
 class RaceResult:
     """Both lanes of a race and the comparison.
@@ -120,7 +165,8 @@ class RaceResult:
     ``identical``: the token ids are equal; ``first_difference``: the first differing
     token index (None when identical). ``seed``: the seed both runs used.
     ``divergence``: the first difference measured from both runs' samplers (None when
-    identical, cancelled or not recorded).
+    identical, cancelled or not recorded). ``pairs``: every off/on pair timed, the
+    lanes' own first (:class:`RacePair`).
     """
 
     off: RaceLane
@@ -131,6 +177,37 @@ class RaceResult:
     first_difference: int | None
     cancelled: bool = False
     divergence: Divergence | None = None
+    pairs: tuple[RacePair, ...] = ()
+
+    @property
+    def kept_speedups(self) -> tuple[float, ...]:
+        """Speedups of the pairs with no disturbed run."""
+        return tuple(x for p in self.pairs if not p.disturbed and (x := p.speedup) is not None)
+
+    @property
+    def disturbed_runs(self) -> int:
+        """Runs during which other work used more than :data:`DISTURBED_CORES`."""
+        return sum(p.disturbed_runs for p in self.pairs)
+
+    @property
+    def speedup_range(self) -> tuple[float, float] | None:
+        """(lowest, highest) kept speedup, or None without one."""
+        kept = self.kept_speedups
+        return (min(kept), max(kept)) if kept else None
+
+    @property
+    def verdict(self) -> str | None:
+        """"faster" or "slower" when at least two pairs were kept and all of them lie
+        beyond :data:`VERDICT_MARGIN` on that side of 1×; "unclear" when they do not
+        agree (or only one was kept); None when none was kept."""
+        kept = self.kept_speedups
+        if not kept:
+            return None
+        if len(kept) >= 2 and min(kept) > 1.0 + VERDICT_MARGIN:
+            return "faster"
+        if len(kept) >= 2 and max(kept) < 1.0 - VERDICT_MARGIN:
+            return "slower"
+        return "unclear"
 
     def difference_span(self, lane: RaceLane) -> tuple[int, int] | None:
         """Characters [start, end) of ``lane.text`` taken by the first differing token
@@ -143,7 +220,11 @@ class RaceResult:
 
     @property
     def measured_speedup(self) -> float | None:
-        """Decode tok/s on ÷ off (prefill excluded)."""
+        """Decode tok/s on ÷ off (prefill excluded): the median over the kept pairs when
+        pairs were timed (None when every pair was disturbed), else the lanes' own."""
+        if self.pairs:
+            kept = self.kept_speedups
+            return statistics.median(kept) if kept else None
         a, b = self.off.stats.decode_tps, self.on.stats.decode_tps
         return b / a if a and b else None
 
@@ -165,6 +246,10 @@ class RaceResult:
             "identical": self.identical,
             "first_difference": self.first_difference,
             "measured_speedup": self.measured_speedup,
+            "speedup_range": self.speedup_range,
+            "verdict": self.verdict,
+            "disturbed_runs": self.disturbed_runs,
+            "pairs": [p.to_dict() for p in self.pairs],
             "end_to_end_speedup": self.end_to_end_speedup,
             "predicted_speedup": self.predicted_speedup,
             "cancelled": self.cancelled,
@@ -184,72 +269,98 @@ def run_race(
     on_event: Callable[[str, Event], None] | None = None,
     fresh_cache: bool = True,
     record: bool = True,
+    pairs: int = 1,
+    on_pair: Callable[[int, int, RacePair], None] | None = None,
 ) -> RaceResult:
-    """Decode ``prompt`` with speculation off, then on, with one seed; compare the tokens.
+    """Decode ``prompt`` with speculation off, then on, with one seed; compare the tokens;
+    then time ``pairs − 1`` more off/on pairs for the speedup's median and spread.
 
     Args:
         prompt: from :func:`app.engine.measure.prompts.prepare_prompt` or
             :func:`~app.engine.measure.prompts.prepare_chat`.
-        sampling: a seed of −1 is replaced by one random seed used by both runs.
+        sampling: a seed of −1 is replaced by one random seed used by every run.
         speculation: the "on" side (mode draft-model or prompt-lookup, k…).
         cancel: checked once per round; a cancelled race returns what it has, with
             ``cancelled`` set (the "on" lane is then empty if it never started).
-        on_event: called with ("off" | "on", event) for live progress in a worker.
+        on_event: called with ("off" | "on", event) for live progress of the first pair.
         fresh_cache: empty the KV cache before each run so both pay the same prefill
             (the next chat turn then re-evaluates its prompt once).
-        record: record both runs' samplers to measure a difference (a little slower per
-            token; ``bench/proof_cost.py`` measures by how much).
+        record: record the first pair's samplers to measure a difference (a little
+            slower per token; ``bench/proof_cost.py`` measures by how much).
+        pairs: off/on pairs to time (≥ 1); every other one runs on first.
+        on_pair: called with (pairs done, pairs, the pair) as each pair ends.
 
     Raises:
-        ValueError: ``speculation.mode`` is "off".
+        ValueError: ``speculation.mode`` is "off", or pairs < 1.
         TandemError: the engine failed.
     """
     if not speculation.speculating:
         raise ValueError("the race needs speculation on one side")
+    if pairs < 1:
+        raise ValueError(f"a race needs at least one pair, got {pairs}")
     if sampling.seed < 0:
         sampling = sampling.model_copy(update={"seed": random.randrange(2**32 - 1)})
+    specs = {"off": SpeculationConfig(), "on": speculation}
 
-    def forward(label: str) -> Callable[[Event], None] | None:
-        if on_event is None:
-            return None
-        cb = on_event
+    def timed(label: str, trace: SamplingTrace | None, first: bool) -> tuple[Finished, float | None]:
+        forward = None
+        if first and on_event is not None:
+            cb = on_event
 
-        def call(ev: Event) -> None:
-            cb(label, ev)
+            def forward(ev: Event) -> None:
+                cb(label, ev)
 
-        return call
+        start = cpu_sample()
+        fin = generate_once(session, prompt, sampling, specs[label], cancel,
+                            fresh_cache=fresh_cache, on_event=forward, trace=trace)
+        return fin, other_cores(start, cpu_sample())
 
     lanes: dict[str, RaceLane] = {}
     traces: dict[str, SamplingTrace | None] = {}
+    timings: list[RacePair] = []
     cancelled = False
-    for label, spec in (("off", SpeculationConfig()), ("on", speculation)):
-        if cancel is not None and cancel.is_set():
-            cancelled = True
+    for i in range(pairs):
+        order = ("off", "on") if i % 2 == 0 else ("on", "off")
+        got: dict[str, tuple[float | None, float | None]] = {}
+        for label in order:
+            if cancel is not None and cancel.is_set():
+                cancelled = True
+                break
+            trace = None
+            if i == 0:
+                trace = traces[label] = SamplingTrace() if record else None
+            fin, other = timed(label, trace, i == 0)
+            if i == 0:
+                lanes[label] = lane_from_finished(label, session.target, fin)
+            if fin.reason == "cancelled":
+                cancelled = True
+                break
+            got[label] = (fin.stats.decode_tps, other)
+        if cancelled:
             break
-        trace = traces[label] = SamplingTrace() if record else None
-        fin = generate_once(session, prompt, sampling, spec, cancel,
-                            fresh_cache=fresh_cache, on_event=forward(label), trace=trace)
-        lanes[label] = lane_from_finished(label, session.target, fin)
-        if fin.reason == "cancelled":
-            cancelled = True
-            break
+        pair = RacePair(got["off"][0], got["on"][0], got["off"][1], got["on"][1])
+        timings.append(pair)
+        if on_pair is not None:
+            on_pair(i + 1, pairs, pair)
     empty = RaceLane("on", speculation.mode, speculation.draft_max, "", (), (), (),
                      "cancelled", SpecStats(mode=speculation.mode))
     off = lanes.get("off") or RaceLane("off", SpecMode.OFF, 0, "", (), (), (), "cancelled",
                                        SpecStats())
     on = lanes.get("on") or empty
     diff = first_difference(off.token_ids, on.token_ids)
+    both = all(lane.finish_reason != "cancelled" for lane in (off, on))  # the first pair ran
     divergence = None
     t_off, t_on = traces.get("off"), traces.get("on")
-    if diff is not None and not cancelled and t_off is not None and t_on is not None:
+    if diff is not None and both and t_off is not None and t_on is not None:
         divergence = measure_divergence(session, t_off, t_on)
     return RaceResult(
         off=off,
         on=on,
         seed=sampling.seed,
         temperature=sampling.temperature,
-        identical=diff is None and not cancelled,
+        identical=diff is None and both,
         first_difference=diff,
         cancelled=cancelled,
         divergence=divergence,
+        pairs=tuple(timings),
     )

@@ -32,7 +32,10 @@ DEFAULT_SWEEP_KS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8)
 
 @dataclass(frozen=True, slots=True)
 class KSweepPoint:
-    """Measured figures at one draft length k (medians over repeats; α pooled)."""
+    """Measured figures at one draft length k (medians over repeats; α pooled).
+    ``disturbed``: runs left out because other work used more than
+    :data:`~app.engine.measure.bench.DISTURBED_CORES` during them (``decode_tps`` is None
+    when every run was)."""
 
     k: int
     decode_tps: float | None
@@ -42,6 +45,7 @@ class KSweepPoint:
     predicted_speedup: float | None
     measured_speedup: float | None
     identical: bool
+    disturbed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +102,7 @@ class KSweepResult:
 
 def k_sweep_from_records(records: Sequence[RunRecord], cancelled: bool = False) -> KSweepResult:
     """Build a :class:`KSweepResult` from the runs of a sweep (exact pooled α)."""
-    summaries = summarize(records)
+    summaries = summarize(records, drop_disturbed=True)
     off = next((s for s in summaries if s.label == "off"), None)
     on = sorted((s for s in summaries if s.label != "off"), key=lambda s: s.draft_max)
     verified = sum(r.stats.verified for r in records if r.label != "off")
@@ -124,6 +128,7 @@ def _sweep_result(
             predicted_speedup=s.predicted_speedup,
             measured_speedup=s.measured_speedup,
             identical=s.compared > 0 and s.identical == s.compared,
+            disturbed=s.disturbed,
         )
         for s in on
     )

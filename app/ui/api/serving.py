@@ -116,12 +116,11 @@ class ApiServing(QObject):
             # its, and shows it as soon as it runs
             return
         if isinstance(update, ApiReplyBegan):
-            spec = self.settings.speculation
-            self.gauge.begin_reply(spec.mode, spec.draft_max, spec.adaptive,
-                                   source=f"API traffic · {update.endpoint} request")
+            # the request's own drafter and k arrive with its first statistics
+            self.gauge.begin_reply(None, 0, source=f"API traffic · {update.endpoint} request")
         elif isinstance(update, ApiReplyTokens):
             self.gauge.add_tokens(update.t, update.n_tokens)
         elif isinstance(update, ApiReplyStatsChanged):
             self.gauge.set_stats(update.stats)
         elif isinstance(update, ApiReplyEnded) and update.stats is not None:
-            self.gauge.end_reply(update.stats, update.plain_decode_tps)
+            self.gauge.end_reply(update.stats)

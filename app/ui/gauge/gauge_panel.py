@@ -8,12 +8,14 @@ reply; afterwards it keeps the last reply's final figures.
 Figures (the field's terms, :mod:`app.engine.stats`): decode tok/s rolling over the last second and for the whole
 reply; acceptance rate α; mean acceptance length τ; acceptance by draft position 1..k;
 draft cost ratio c; predicted speedup E(α, k) / (1 + c·k) next to the measured speedup,
-which is this reply's decode tok/s over the decode tok/s of the latest plain reply of the
-same target in this run of the app (until there is one, the panel says so).
+which is this reply's decode rate against plain decoding timed under the same conditions
+(:attr:`app.engine.stats.SpecStats.measured_speedup`: one-token passes of this reply, or
+of the last seconds at the same thread count and load), with the spread of that baseline.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -30,7 +32,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE, SpecStats
+from app.engine.stats import (
+    MIN_DRAFT_ROUNDS_FOR_SPEEDUP,
+    MIN_VERIFIED_FOR_ESTIMATE,
+    MIN_VERIFIED_FOR_SPEEDUP,
+    SpecStats,
+)
 from app.formatting import MISSING, draft_length_words, or_dash
 from app.options import SpecMode
 from app.ui.gauge.rolling import RollingRate
@@ -55,6 +62,30 @@ def alpha_text(s: SpecStats, streaming: bool) -> str:
         return (f"{alpha * 100:.0f}%  ({s.accepted}/{s.verified}; few drafts, 95% range "
                 f"{lo * 100:.0f}–{hi * 100:.0f}%)")
     return f"{alpha * 100:.0f}%  ({s.accepted}/{s.verified})"
+
+
+def measured_speedup_text(s: SpecStats, streaming: bool) -> str:
+    """The measured speedup in words: ``1.93×  (1.88–1.99; plain 74 tok/s, timed in this
+    reply)``, or why there is none (speculation off, too few drafts, no plain pass under
+    these conditions yet)."""
+    if s.mode is SpecMode.OFF:
+        return "1× (off)"
+    x = s.measured_speedup
+    if x is None:
+        if s.draft_rounds < MIN_DRAFT_ROUNDS_FOR_SPEEDUP or s.verified < MIN_VERIFIED_FOR_SPEEDUP:
+            return (f"{MISSING} (too few drafts yet)" if streaming
+                    else f"{MISSING} (too few drafts to measure: {s.draft_rounds} drafting "
+                         f"rounds, {s.verified} draft tokens)")
+        return (f"{MISSING} (timing plain steps when the reply ends)" if streaming
+                else f"{MISSING} (no plain step was timed under these conditions)")
+    base = s.plain_step_time
+    where = "timed in this reply" if s.plain_step_source == "reply" else "timed just before, same load"
+    spread = ""
+    r = s.measured_speedup_range
+    if r is not None and r[1] - r[0] >= 0.005:
+        spread = f"{min(r):.2f}–{max(r):.2f}; "
+    plain = f"plain {1.0 / base:.0f} tok/s, " if base else ""
+    return f"{x:.2f}×  ({spread}{plain}{where})"
 
 
 #: below this font size (points, or pixels for a pixel-sized font) the bar values are
@@ -199,9 +230,8 @@ class SpeculationGaugeWidget(QFrame):
         self.setObjectName("gauge")
         self._rolling = RollingRate(1.0)
         self._stats: SpecStats | None = None
-        self._baseline: float | None = None
         self._streaming = False
-        self._adaptive = False
+        self._mode_known = True
         self._dirty = False
         self.repaints = 0  # how many refreshes actually ran (tests check the rate cap)
 
@@ -241,9 +271,10 @@ class SpeculationGaugeWidget(QFrame):
             ("cost", "Draft cost c", "one draft step / one plain target step"),
             ("predicted", "Predicted speedup", "E(α,k) / (1 + c·k), Leviathan et al. 2023; "
              f"held until α rests on {MIN_VERIFIED_FOR_ESTIMATE} drafts"),
-            ("measured", "Measured speedup", "this reply's decode tok/s / that of the latest plain "
-             "reply of this conversation and model (turn speculation off for one reply to "
-             "measure it)"),
+            ("measured", "Measured speedup", "this reply's decode tok/s against plain decoding "
+             "timed under the same conditions: one-token target passes of this reply (or of "
+             "the last seconds, at the same thread count and load); the range comes from "
+             "the spread of those passes"),
             ("ttft", "Time to first token", "prefill; speculation does not change it"),
         ]
         for i, (key, title, tip) in enumerate(rows):
@@ -294,20 +325,22 @@ class SpeculationGaugeWidget(QFrame):
         self.prediction_note.setVisible(cpu_only)
 
     # -- inputs (cheap; any rate) -----------------------------------------------------
-    def begin_reply(self, mode: SpecMode, draft_max: int, adaptive: bool = False,
+    def begin_reply(self, mode: SpecMode | None, draft_max: int, adaptive: bool = False,
                     source: str | None = None) -> None:
         """A reply starts with this drafter mode, k, and whether k is only a maximum
-        (adaptive draft length). ``source``: who asked, when not this window (``"API
+        (adaptive draft length); None: not known yet (a request of another client: its
+        first statistics say). ``source``: who asked, when not this window (``"API
         traffic · chat"``); shown above the figures until the next reply begins."""
         self.source_label.setText(source or "")
         self.source_label.setVisible(source is not None)
-        self._adaptive = adaptive
         self._streaming = True
         self._rolling.reset()
         self.sparkline.clear()
+        self._mode_known = mode is not None
+        mode = mode or SpecMode.OFF
         k = draft_max if mode is not SpecMode.OFF else 0
-        self._stats = SpecStats(mode=mode, draft_max=k, accepted_at=(0,) * k,
-                                verified_at=(0,) * k)
+        self._stats = SpecStats(mode=mode, draft_max=k, adaptive=adaptive and k > 0,
+                                accepted_at=(0,) * k, verified_at=(0,) * k)
         self.note_label.setText("")
         self._dirty = True
 
@@ -317,17 +350,17 @@ class SpeculationGaugeWidget(QFrame):
         self._dirty = True
 
     def set_stats(self, stats: SpecStats) -> None:
-        """The latest statistics snapshot of the reply in progress."""
+        """The latest statistics snapshot of the reply in progress (its drafter, k and
+        adaptive flag are the reply's own, whatever the window's settings say)."""
         self._stats = stats
+        self._mode_known = True
         self._dirty = True
 
-    def end_reply(self, stats: SpecStats, plain_decode_tps: float | None,
-                  note: str | None = None) -> None:
-        """The reply ended: show its final figures; ``plain_decode_tps`` is the baseline
-        (decode tok/s of a plain reply of the same conversation and model, or None)."""
+    def end_reply(self, stats: SpecStats, note: str | None = None) -> None:
+        """The reply ended: show its final figures."""
         self._streaming = False
         self._stats = stats
-        self._baseline = plain_decode_tps
+        self._mode_known = True
         self.note_label.setText(note or stats.fallback_reason or "")
         self._dirty = True
         self.refresh()
@@ -337,14 +370,11 @@ class SpeculationGaugeWidget(QFrame):
         if self._streaming:
             return
         self.source_label.hide()
+        if adaptive and not stats.adaptive and stats.mode is not SpecMode.OFF:
+            stats = dataclasses.replace(stats, adaptive=True)  # stored before the flag existed
         self._stats = stats
-        self._adaptive = adaptive
+        self._mode_known = True
         self.note_label.setText(stats.fallback_reason or "")
-        self._dirty = True
-
-    def set_baseline(self, plain_decode_tps: float | None) -> None:
-        """Set (or with None forget, after a new target loads) the plain baseline."""
-        self._baseline = plain_decode_tps
         self._dirty = True
 
     def set_tint(self, tint: bool) -> None:
@@ -372,7 +402,9 @@ class SpeculationGaugeWidget(QFrame):
         spec = s.mode is not SpecMode.OFF
         title = s.mode.label if spec else "Speculation off"
         if spec:
-            title += " · " + draft_length_words(s.draft_max, self._adaptive)
+            title += " · " + draft_length_words(s.draft_max, s.adaptive)
+        if not self._mode_known:
+            title = "Starting…"
         # no-break spaces: when the header wraps, the state moves to the next line whole
         self.mode_label.setText(title + ("  ●\u00a0live" if self._streaming
                                          else "  ·\u00a0last\u00a0reply"))
@@ -405,14 +437,4 @@ class SpeculationGaugeWidget(QFrame):
         self.bars.set_positions(s.accepted_at, s.verified_at)
 
     def _measured_text(self, s: SpecStats) -> str:
-        tps = s.decode_tps
-        if s.mode is SpecMode.OFF:
-            if self._streaming:
-                return "measuring the plain baseline"
-            return f"baseline: {tps:.1f} tok/s" if tps else MISSING
-        if self._baseline is None:
-            # a new user saw this on every reply without knowing what to do about it
-            return "no plain reply in this conversation yet: send one with the drafter Off"
-        if not tps:
-            return MISSING
-        return f"{tps / self._baseline:.2f}×  (plain {self._baseline:.1f} tok/s)"
+        return measured_speedup_text(s, self._streaming)

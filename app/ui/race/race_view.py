@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat.recording import RaceRecording
+from app.engine.measure.race import RacePair
 from app.formatting import draft_length_words
 from app.ui.race.lane_pane import RaceLaneWidget
 from app.ui.race.report import (
@@ -62,6 +63,7 @@ class RaceViewWidget(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self._pair_texts: list[str] = []  # each timed pair's speedup, as it arrives
         self.setObjectName("raceView")
         self._rec: RaceRecording | None = None
         self._next_on_subtitle = ""
@@ -225,17 +227,32 @@ class RaceViewWidget(QWidget):
         self.status.setText("Warming up…")
         self._update_buttons()
 
-    def show_progress(self, lane: str, tokens: int, max_tokens: int) -> None:
-        """A run is going: ``lane`` ("warm-up", "off", "on") has ``tokens`` so far."""
+    def show_progress(self, lane: str, tokens: int, max_tokens: int,
+                      pair: RacePair | None = None) -> None:
+        """A run is going: ``lane`` ("warm-up", "off", "on") has ``tokens`` so far; or
+        ("pairs") ``tokens`` of ``max_tokens`` off/on pairs were timed, ``pair`` the last."""
         self.progress.setMaximum(max(1, max_tokens))
         self.progress.setValue(min(tokens, max_tokens))
+        if lane == "pairs":
+            if tokens == 1:
+                self._pair_texts = []
+            if pair is not None:
+                x = pair.speedup
+                self._pair_texts.append(
+                    ("disturbed" if pair.disturbed else f"{x:.2f}×") if x is not None else "—")
+            self.progress.setFormat(f"%v / {max_tokens} pairs")
+            self.status.setText(
+                f"Timed {tokens} of {max_tokens} off/on pairs (each pair: {', '.join(self._pair_texts)})."
+                + (" Timing the next…" if tokens < max_tokens else ""))
+            return
         if lane == "warm-up":
             self.status.setText("Warming up (first race of this window: a few untimed tokens "
                                 "so neither run pays for loading the weights)…")
             return
-        which = "1 of 2: speculation off" if lane == "off" else "2 of 2: speculation on"
+        which = "speculation off" if lane == "off" else "speculation on"
         self.progress.setFormat(f"%v / {max_tokens} tokens")
-        self.status.setText(f"Running {which}. The replay starts when both have finished.")
+        self.status.setText(f"First pair, {which}. The replay starts when every pair has "
+                            "been timed.")
         if lane == "on":
             self.off_pane.clear("Done; waiting for the replay…")
             self.on_pane.clear("Running…")
@@ -372,7 +389,8 @@ class RaceViewWidget(QWidget):
                     item.setForeground(QColor("#2f855a" if r.identical else "#c05621"))
                 self.table.setItem(i, j, item)
         self.headline.setText(speedup_headline(r))
-        self.headline.setProperty("faster", bool((r.measured_speedup or 0.0) >= 1.0))
+        self.headline.setProperty("faster", r.verdict == "faster" if r.pairs
+                                  else bool((r.measured_speedup or 0.0) >= 1.0))
         note = prediction_note(r, rec.cpu_backend)
         self.prediction.setText(note or "")
         self.prediction.setVisible(bool(note))

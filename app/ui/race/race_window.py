@@ -558,7 +558,7 @@ class RaceWindow(QMainWindow):
         if job_id is None or job_id not in (race, sweep, lookup):
             return
         if isinstance(event, RaceProgressed):
-            self.race_view.show_progress(event.lane, event.tokens, event.max_tokens)
+            self.race_view.show_progress(event.lane, event.tokens, event.max_tokens, event.pair)
         elif isinstance(event, SweepProgressed):
             self.sweep_view.show_progress(event.done, event.total, event.label, event.decode_tps)
         elif isinstance(event, (JobDone, JobFailed)):

@@ -36,15 +36,30 @@ def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
         ("tokens", str(len(result.off.token_ids)), str(len(result.on.token_ids))),
         ("acceptance rate α", MISSING, alpha),
         ("mean acceptance length τ", MISSING, or_dash(sn.mean_acceptance_length, ".2f")),
-        ("measured speedup (decode)", "1.00×", or_dash(result.measured_speedup, ".2f", "×")),
+        ("measured speedup (decode)", "1.00×", speedup_cell(result)),
         ("end-to-end speedup", "1.00×", or_dash(result.end_to_end_speedup, ".2f", "×")),
         ("predicted speedup", MISSING, predicted),
         ("identical text", "",
          "yes" if result.identical else f"no (from token {(result.first_difference or 0) + 1})"),
     ]
+    if len(result.pairs) > 1 or result.disturbed_runs:
+        runs = 2 * len(result.pairs)
+        busy = (f"; {result.disturbed_runs} of {runs} runs disturbed by other work, their "
+                "pairs left out" if result.disturbed_runs else "")
+        rows.append(("off/on pairs timed", "", f"{len(result.pairs)}{busy}"))
     if result.cancelled:
         rows.append(("status", "", "cancelled: figures are partial"))
     return rows
+
+
+def speedup_cell(result: RaceResult) -> str:
+    """The measured speedup with its spread: ``1.46× (1.38–1.52 over 3 pairs)``."""
+    ms, r, n = result.measured_speedup, result.speedup_range, len(result.kept_speedups)
+    if ms is None:
+        return MISSING if not result.pairs else f"{MISSING} (every pair disturbed)"
+    if r is None or n < 2:
+        return f"{ms:.2f}×"
+    return f"{ms:.2f}× ({r[0]:.2f}–{r[1]:.2f} over {n} pairs)"
 
 
 def difference_text(result: RaceResult) -> str | None:
@@ -77,19 +92,39 @@ def identical_text(result: RaceResult) -> str:
 
 
 def speedup_headline(result: RaceResult) -> str:
-    """The race's outcome in one sentence (measured decode and end-to-end speedup)."""
-    ms, e2e = result.measured_speedup, result.end_to_end_speedup
-    if result.cancelled or ms is None:
+    """The race's outcome in one or two sentences: the median decode speedup over the
+    pairs that no other work disturbed, and a verdict only when every such pair agrees
+    (:attr:`RaceResult.verdict`); how many runs other work disturbed."""
+    ms = result.measured_speedup
+    busy = ""
+    if result.disturbed_runs:
+        busy = (f" The machine was busy: {result.disturbed_runs} of {2 * len(result.pairs)} "
+                "runs were disturbed by other work and their pairs left out.")
+    if ms is None and result.pairs and not result.cancelled and not result.kept_speedups:
+        return ("No speedup to report: other work disturbed every pair." + busy
+                + " Run the race again when the machine is quieter.").replace("  ", " ")
+    if result.cancelled and (ms is None or not result.pairs):
+        return "No speedup to report: the race did not finish."
+    if ms is None:
         return "No speedup to report: the race did not finish."
     if result.on.stats.proposed == 0:
         # Both runs decoded plainly: their ratio is run-to-run variation, not a drafter's.
         return (f"Nothing was drafted, so both runs decoded plainly: the {ms:.2f}× between "
-                "their decode speeds is run-to-run variation, not a speedup.")
-    sooner = f", and finished {e2e:.2f}× sooner" if e2e is not None and e2e >= 1.0 else (
-        f", and took {1 / e2e:.2f}× as long end to end" if e2e else "")
-    if ms >= 1.0:
-        return f"Speculation decoded {ms:.2f}× as fast{sooner}."
-    return f"Speculation was slower here: {ms:.2f}× the decode speed{sooner}."
+                "their decode speeds is run-to-run variation, not a speedup." + busy)
+    kept = result.kept_speedups
+    r = result.speedup_range
+    spread = (f" (median of {len(kept)} pairs, {r[0]:.2f}–{r[1]:.2f}×)"
+              if r is not None and len(kept) >= 2 else "")
+    verdict = result.verdict if result.pairs else ("faster" if ms >= 1.0 else "slower")
+    if verdict == "faster":
+        return f"Speculation decoded {ms:.2f}× as fast{spread}." + busy
+    if verdict == "slower":
+        return f"Speculation was slower here: {ms:.2f}× the decode speed{spread}." + busy
+    if len(kept) < 2:
+        return (f"One undisturbed pair only: {ms:.2f}× the decode speed; one pair is no "
+                "verdict, run the race again." + busy)
+    return (f"No clear difference: the pairs ran {r[0]:.2f}–{r[1]:.2f}× (median {ms:.2f}×), "  # type: ignore[index]
+            "within this machine's run-to-run noise." + busy)
 
 
 def prediction_note(result: RaceResult, cpu_backend: bool) -> str | None:

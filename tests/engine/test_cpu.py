@@ -1,0 +1,171 @@
+"""Threads that fit the machine now, and the measured speedup's baseline under the same
+conditions: the governor follows other processes' load (faked readings), the session
+switches threads between rounds without changing the text, a speculative reply carries
+its own plain-step baseline, and the race and bench leave disturbed runs out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.engine.cpu import CpuSample, ThreadGovernor, free_threads, other_cores
+from app.engine.measure.bench import DISTURBED_CORES, RunRecord, summarize
+from app.engine.measure.race import RacePair, RaceLane, RaceResult
+from app.engine.rounds import PlainStep, PlainSteps
+from app.engine.session import Session, SessionConfig
+from app.engine.stats import SpecStats
+from app.options import SamplingParams, SpecMode, SpeculationConfig
+from tests.engine.util import run
+from tests.synthetic import BOS
+
+
+class FakeCpu:
+    """CPU readings in which other processes keep ``other`` cores busy; the clock moves
+    by ``step`` seconds each time it is read."""
+
+    def __init__(self, step: float = 1.0) -> None:
+        self.t = 0.0
+        self.busy = 0.0
+        self.other = 0.0
+        self.step = step
+
+    def now(self) -> float:
+        self.t += self.step
+        self.busy += self.other * self.step
+        return self.t
+
+    def sample(self) -> CpuSample:
+        return CpuSample(self.busy, 0.0, self.t)
+
+
+def test_free_threads_leave_the_cores_other_work_uses() -> None:
+    assert free_threads(None, 4, cores=4) == 4  # unknown load: every core up to the cap
+    assert free_threads(0.0, 2, cores=2) == 2
+    assert free_threads(0.3, 2, cores=2) == 2  # a third of a core of background noise
+    assert free_threads(0.67, 2, cores=2) == 1  # a busy process sharing with 2 threads
+    assert free_threads(1.0, 2, cores=2) == 1
+    assert free_threads(2.5, 2, cores=2) == 1  # never none
+    assert free_threads(1.0, 4, cores=8) == 4  # the cap holds
+    assert other_cores(CpuSample(10.0, 1.0, 0.0), CpuSample(12.0, 1.5, 1.0)) == 1.5
+    assert other_cores(None, CpuSample(1.0, 0.0, 1.0)) is None
+
+
+def test_the_governor_follows_load_after_two_readings_and_only_when_asked() -> None:
+    cpu = FakeCpu()
+    gov = ThreadGovernor(2, cpu.sample, cores=2, clock=cpu.now)
+    assert gov.poll(2) is None  # quiet
+    cpu.other = 1.0  # a busy process starts
+    assert gov.poll(2) is None  # one reading is no lasting change
+    assert gov.poll(2) == 1 and gov.other == pytest.approx(1.0)
+    assert gov.poll(1) is None  # still busy: stay
+    cpu.other = 0.0
+    assert gov.poll(1) is None and gov.poll(1) == 2  # quiet again: back to both cores
+    cpu.other = 1.0
+    assert gov.poll(2) is None and gov.poll(2) == 1
+    cpu.other = 0.0  # a short burst ends before it is taken
+    cpu.other = 1.0
+    fixed = ThreadGovernor(2, cpu.sample, cores=2, clock=cpu.now, adjust=False)
+    assert fixed.poll(2) is None and fixed.poll(2) is None  # the user fixed the count
+    assert fixed.other == pytest.approx(1.0)  # it still measures the load
+    cpu.step = 0.1  # readings closer than the interval are not taken
+    fast = ThreadGovernor(2, cpu.sample, cores=2, clock=cpu.now)
+    first = fast._last
+    assert fast.poll(2) is None and fast._last is first
+
+
+def test_the_plain_baseline_is_this_replys_or_a_recent_one_at_the_same_threads_and_load() -> None:
+    steps = PlainSteps()
+    assert steps.baseline([], 100.0, 2, 0.0) is None and steps.stale(100.0, 2, 0.0)
+    own = [0.010, 0.012, 0.011, 0.013]
+    base = steps.baseline(own, 100.0, 2, 0.0)
+    assert base is not None and base[2] == "reply" and base[0] == pytest.approx(0.0115)
+    assert base[1][0] <= base[0] <= base[1][1]
+    steps.add(PlainStep(0.020, 95.0, 2, 0.1))
+    assert steps.baseline([0.010], 100.0, 2, 0.0) == (0.020, (0.020, 0.020), "recent")
+    assert steps.baseline([], 100.0, 1, 0.0) is None  # another thread count
+    assert steps.baseline([], 100.0, 2, 1.0) is None  # the load changed since
+    assert steps.baseline([], 100.0 + PlainSteps.fresh + 6, 2, 0.0) is None  # too old
+    assert not steps.stale(100.0, 2, 0.0) and steps.stale(100.0, 2, 1.0)
+
+
+def test_a_speculative_reply_carries_its_own_plain_baseline(tiny_target: Path) -> None:
+    prompt = [BOS] + [300, 301, 302, 303, 304, 305] * 6
+    greedy = SamplingParams(temperature=0.0, max_tokens=24)
+    spec = SpeculationConfig(mode="prompt-lookup", draft_max=4, adaptive=False)
+    with Session.open(SessionConfig(target_path=tiny_target, n_ctx=256, n_threads=1)) as s:
+        r = run(s, prompt, greedy, spec)
+        st = r.stats
+        # the rounds drafted; one-token passes were timed under the reply's conditions
+        assert st.plain_step_time is not None and st.plain_step_source == "reply"
+        assert st.n_threads == 1 and st.adaptive is False
+        lo, hi = st.plain_step_range  # type: ignore[misc]
+        assert lo <= st.plain_step_time <= hi
+        if st.draft_rounds >= 3 and st.verified >= 10:
+            assert st.measured_speedup == pytest.approx(st.decode_tps * st.plain_step_time)
+        # the timing passes left the cache as the reply left it: the next reply agrees
+        again = run(s, prompt, greedy, spec)
+        assert again.ids == r.ids
+        off = run(s, prompt, greedy, SpeculationConfig())
+        assert off.ids == r.ids and off.stats.measured_speedup is None
+
+
+def test_threads_change_between_rounds_without_changing_the_text(tiny_target: Path) -> None:
+    prompt = [BOS] + [300, 301, 302, 303, 304, 305] * 6
+    greedy = SamplingParams(temperature=0.0, max_tokens=32)
+    spec = SpeculationConfig(mode="prompt-lookup", draft_max=4)
+    with Session.open(SessionConfig(target_path=tiny_target, n_ctx=256)) as s:
+        before = run(s, prompt, greedy, spec)
+        cpu = FakeCpu(step=1.0)
+        cpu.other = 5.0  # busy: the governor asks for 1 thread after two readings
+        s._governor = ThreadGovernor(2, cpu.sample, cores=2, clock=cpu.now)
+        busy = run(s, prompt, greedy, spec)
+        assert s.ctx.n_threads == 1 and busy.stats.n_threads == 1
+        assert busy.ids == before.ids
+        cpu.other = 0.0
+        quiet = run(s, prompt, greedy, spec)
+        assert s.ctx.n_threads == 2 and quiet.ids == before.ids
+
+
+def _lane(label: str, tps: float) -> RaceLane:
+    st = SpecStats(mode=SpecMode.OFF if label == "off" else SpecMode.SUFFIX, emitted=10,
+                   decode_time=10 / tps, proposed=5)
+    return RaceLane(label, st.mode, 0, "x", (1,), (0.1,), (1,), "length", st)
+
+
+def test_the_race_verdict_needs_every_undisturbed_pair_to_agree() -> None:
+    def result(*pairs: RacePair) -> RaceResult:
+        return RaceResult(_lane("off", 50), _lane("on", 70), 1, 0.0, True, None, pairs=pairs)
+
+    quiet = 0.05
+    agree = result(RacePair(50, 70, quiet, quiet), RacePair(52, 75, quiet, quiet),
+                   RacePair(49, 74, quiet, quiet))
+    assert agree.verdict == "faster" and agree.measured_speedup == pytest.approx(75 / 52)
+    assert agree.speedup_range == (pytest.approx(70 / 50), pytest.approx(74 / 49))
+    # the 0.36× then 1.46× of one busy desktop: a disturbed run is left out, and pairs
+    # that disagree give no verdict
+    flip = result(RacePair(50, 18, quiet, 1.2), RacePair(50, 73, quiet, quiet),
+                  RacePair(50, 48, quiet, quiet))
+    assert flip.disturbed_runs == 1 and flip.kept_speedups == (73 / 50, 48 / 50)
+    assert flip.verdict == "unclear"
+    slower = result(RacePair(50, 40, None, None), RacePair(50, 45, None, None))
+    assert slower.verdict == "slower"
+    busy = result(RacePair(50, 70, 0.9, quiet))
+    assert busy.verdict is None and busy.measured_speedup is None
+    assert result().measured_speedup == pytest.approx(70 / 50)  # no pairs: the lanes
+
+
+def test_bench_summaries_can_leave_disturbed_runs_out() -> None:
+    def rec(label: str, tps: float, other: float | None) -> RunRecord:
+        st = SpecStats(mode=SpecMode.OFF if label == "off" else SpecMode.SUFFIX,
+                       draft_max=0 if label == "off" else 4, emitted=10, decode_time=10 / tps)
+        return RunRecord(label, "p", 0, 0, st.mode.value, st.draft_max, "length", (), (), st,
+                         other_cores=other)
+
+    runs = [rec("off", 50, 0.0), rec("k=4", 70, 0.0), rec("k=4", 2, 1.5), rec("k=8", 3, 1.2)]
+    assert runs[2].disturbed and not runs[1].disturbed and DISTURBED_CORES < 1.2
+    kept = {s.label: s for s in summarize(runs, ["off", "k=4", "k=8"], drop_disturbed=True)}
+    assert kept["k=4"].decode_tps_median == pytest.approx(70) and kept["k=4"].disturbed == 1
+    assert kept["k=8"].decode_tps_median is None and kept["k=8"].disturbed == 1
+    every = {s.label: s for s in summarize(runs, ["off", "k=4", "k=8"])}
+    assert every["k=4"].decode_tps_median == pytest.approx(36)  # both runs, as before
