@@ -437,7 +437,8 @@ def test_a_cold_replay_times_each_batch_size_it_verifies() -> None:
     for size, sec in cost.items():
         for _ in range(3):
             warm.observe(size, sec)
-    cold.observe(1, 1.0)  # a fresh session has timed one-token passes only
+    for _ in range(PassTimes.trusted_after):
+        cold.observe(1, 1.0)  # a fresh session has timed one-token passes only
     for pt, observe in ((warm, False), (cold, True)):
         before = {n: pt.count(n) for n in cost}
         r = replay_policy(_Scripted(script), DraftLengthPolicy(pt), prompt, reply, 8, "full",  # type: ignore[arg-type]
@@ -446,7 +447,11 @@ def test_a_cold_replay_times_each_batch_size_it_verifies() -> None:
         assert r.counts.pass_sizes == (4, 2, 1, 3)
         grown = {n: pt.count(n) - before[n] for n in cost}
         assert grown == ({1: 1, 2: 1, 3: 1, 4: 1} if observe else {1: 0, 2: 0, 3: 0, 4: 0})
-    assert cold(4) == 2.5 and cold(2) == 1.5
+    # each size was timed once: not trusted yet, it costs what the trusted size costs
+    assert cold.count(4) == 1 and cold(4) == cold(2) == 1.0
+    for _ in range(PassTimes.trusted_after - 1):
+        cold.observe(4, 2.5)
+    assert cold(4) == 2.5 and cold(2) == 1.0 + 1.5 * (2 - 1) / 3
 
 
 def test_the_oracle_is_the_least_time_any_cut_takes() -> None:
