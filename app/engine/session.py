@@ -28,12 +28,8 @@ from app.catalog.model_file import model_entry_path
 from app.catalog.pairing import PairResult, check_pair
 from app.engine.chat import ChatFormat, ChatMessage
 from app.engine.divergence import SamplingTrace
-from app.engine.drafters import (
-    Drafter,
-    DraftModelDrafter,
-    PromptLookupDrafter,
-    common_prefix_length,
-)
+from app.engine.drafter_kinds import Unavailable, kind_for
+from app.engine.drafters import Drafter, DraftModelDrafter, common_prefix_length
 from app.engine.events import Event, Finished, FinishReason, StatsUpdate, TextDelta
 from app.engine.exact import EXACT_CONTEXT, EXACT_KV_BLOCK, exact_blockers
 from app.engine.llama import (
@@ -51,7 +47,7 @@ from app.engine.policy import DraftLengthPolicy, PassTimes
 from app.engine.probe import probe_model
 from app.engine.sampling import TargetSampler
 from app.engine.stats import SpecStats
-from app.engine.suffix import SuffixDrafter, SuffixIndex
+from app.engine.suffix import SuffixIndex
 from app.engine.rounds import PlainStep, PlainSteps, Round, Verifier
 from app.engine.text import TextStream
 from app.errors import (
@@ -285,6 +281,8 @@ class Session:
         self.chat_format = ChatFormat(target)
         self.draft_model: LlamaModel | None = None
         self._draft_drafter: DraftModelDrafter | None = None
+        #: drafters kept across replies (see kept_drafter), closed with the session
+        self._kept: dict[SpecMode, Drafter | Unavailable] = {}
         self._kv_tokens: list[int] = []
         self._lock = threading.RLock()
         self._busy = False
@@ -589,6 +587,8 @@ class Session:
 
     # -- the loop -------------------------------------------------------------------
     def _make_drafter(self, spec: SpeculationConfig) -> tuple[Drafter | None, str | None]:
+        """The reply's drafter from the registry (:mod:`app.engine.drafter_kinds`), or
+        None and the sentence that says why the reply decodes plainly."""
         if spec.mode is SpecMode.OFF:
             return None, None
         if not self.rollback_supported:
@@ -596,23 +596,26 @@ class Session:
                 "This model's memory (recurrent or hybrid) cannot roll back rejected "
                 "draft tokens, so speculation is off for it."
             )
-        if spec.mode is SpecMode.PROMPT_LOOKUP:
-            return PromptLookupDrafter(spec.ngram_min, max(spec.ngram_min, spec.ngram_max)), None
-        if spec.mode is SpecMode.SUFFIX:
-            return SuffixDrafter(
-                self.suffix_index,
-                spec_factor=spec.suffix_spec_factor,
-                min_token_prob=spec.suffix_min_prob,
-            ), None
-        if spec.mode is not SpecMode.DRAFT_MODEL:
+        kind = kind_for(spec.mode)
+        if kind is None:
             raise TandemError(f"No drafter implements the mode {spec.mode.value!r}.")
-        if self._draft_drafter is None:
-            return None, "No draft model is loaded; decoding without speculation."
-        assert self.draft_model is not None
-        if self.draft_model.is_recurrent:
-            return None, "The draft model's memory cannot roll back; speculation is off."
-        self._draft_drafter.p_min = spec.draft_p_min
-        return self._draft_drafter, None
+        made = kind.create(self, spec)
+        if isinstance(made, Unavailable):
+            return None, made.reason
+        return made, None
+
+    @property
+    def loaded_draft(self) -> DraftModelDrafter | None:
+        """The draft model's drafter when one is loaded (:class:`DrafterHost`)."""
+        return self._draft_drafter
+
+    def kept_drafter(self, mode: SpecMode, make: Callable[[], Drafter | Unavailable]
+                     ) -> Drafter | Unavailable:
+        """The drafter this session keeps for ``mode`` (:class:`DrafterHost`): made once
+        with ``make``, closed with the session; an :class:`Unavailable` is kept too."""
+        if mode not in self._kept:
+            self._kept[mode] = make()
+        return self._kept[mode]
 
     def _sync_prefix(self, tokens: Sequence[int], cancel: threading.Event | None) -> int:
         """Make the target KV cache hold ``tokens``; returns how many were evaluated."""
@@ -914,6 +917,10 @@ class Session:
             if self._draft_drafter is not None:
                 self._draft_drafter.close()
                 self._draft_drafter = None
+            for kept in self._kept.values():
+                if not isinstance(kept, Unavailable):
+                    kept.close()
+            self._kept.clear()
             if self.draft_model is not None:
                 self.draft_model.close()
                 self.draft_model = None
