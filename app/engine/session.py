@@ -57,7 +57,7 @@ from app.errors import (
     ModelLoadError,
     TandemError,
 )
-from app.options import SamplingParams, SpecMode, SpeculationConfig
+from app.options import FREE_DRAFTER_K, K_MAX, SamplingParams, SpecMode, SpeculationConfig
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,10 @@ class SessionConfig(BaseModel):
     cache, no weight repacking; CPU backend, weights of the types in
     :mod:`app.engine.exact`). Where that is not possible a note says why and llama.cpp's
     defaults are kept.
+    ``rollback_depth``: for a recurrent or hybrid target (and draft), the recurrent-state
+    snapshots its context keeps (``n_rs_seq``), which is also the longest draft verified
+    there, as llama-server bounds drafts by ``llama_n_rs_seq``; each costs one recurrent
+    state of memory (the load note gives the total). Ignored for other models.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -96,6 +100,7 @@ class SessionConfig(BaseModel):
     n_threads: int | None = Field(None, ge=1)
     use_mmap: bool = True
     exact_verification: bool = False
+    rollback_depth: int = Field(FREE_DRAFTER_K, ge=0, le=K_MAX)
 
     @field_validator("n_threads")
     @classmethod
@@ -141,6 +146,14 @@ def _tiled_kernel_advice() -> str:
                 "GGML_CPU_TILED_MM=0 for these weights")
     return ("Restart Tandem with exact verification on: it then starts with ggml's tiled "
             "K-quant kernel off (GGML_CPU_TILED_MM=0), which these weights need")
+
+
+def _bytes_words(n: int) -> str:
+    """``n`` bytes in KiB, MiB or GiB for a note (binary units, 1 decimal)."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n / 2**10:.1f} KiB"
 
 
 def physical_memory_bytes() -> int | None:
@@ -313,7 +326,14 @@ class Session:
             self.n_gpu_layers = 0
         elif config.n_gpu_layers is not None and config.n_gpu_layers >= 0:
             self.n_gpu_layers = min(config.n_gpu_layers, target.n_layer)
-        self.rollback_supported = not target.is_recurrent
+        #: whether rejected draft tokens can leave the target's memory: always for
+        #: attention-only models; for recurrent and hybrid ones through llama.cpp's
+        #: recurrent-state snapshots (``n_rs_seq``), where the architecture has them
+        self.rollback_supported = not target.is_recurrent or ctx.n_rs_seq > 0
+        #: the longest draft verified in one round (None: no bound but k and the context)
+        self.draft_bound: int | None = ctx.n_rs_seq if target.is_recurrent else None
+        #: bytes of the recurrent-state snapshots the target's context keeps (0: none)
+        self.snapshot_bytes = 0
         #: whether verification is batch-invariant here (see SessionConfig.exact_verification)
         self.exact_verification = False
         #: samples the verified positions (a deliberately broken one in fault-injection
@@ -370,6 +390,7 @@ class Session:
                 n_ctx=n_ctx,
                 n_batch=config.n_batch,
                 n_threads=config.n_threads or default_threads(),
+                n_rs_seq=config.rollback_depth if target.is_recurrent else 0,
                 **(EXACT_CONTEXT if exact else {}),
             )
         except BaseException:
@@ -380,6 +401,7 @@ class Session:
             session.exact_verification = exact
             session.notes.extend(notes)
             session._calibrate_target_step()
+            session._note_recurrent_rollback()
         except BaseException:
             target.close()  # closes ctx first
             raise
@@ -783,7 +805,8 @@ class Session:
         now = time.monotonic()
         if rnd.drafter is not None:
             n_max = min(rnd.k, reply.max_tokens - len(reply.emitted) - 1, room,
-                        ctx.n_outputs_max - 1)
+                        ctx.n_outputs_max - 1,
+                        K_MAX if self.draft_bound is None else self.draft_bound)
             drafts, keys = rnd.propose(reply.history, n_max)
         batch = [reply.history[-1], *drafts]
         v, n_keep, dt = rnd.run(reply.history, n_past, drafts, keys,
@@ -811,7 +834,9 @@ class Session:
         depth, sampled, then removed again): the measured speedup's baseline under this
         reply's conditions. Costs that many target steps after the reply, not in it."""
         ctx, pos = self.ctx, reply.n_past
-        if (self._closed or not self.rollback_supported or pos + 1 >= ctx.n_ctx
+        # (not on recurrent state: its snapshots cannot undo a whole one-token decode)
+        if (self._closed or not self.rollback_supported or self.target.is_recurrent
+                or pos + 1 >= ctx.n_ctx
                 or len(reply.own_plain) >= PlainSteps.min_own
                 or not self._plain_steps.stale(time.monotonic(), ctx.n_threads,
                                                self._governor.other)):
@@ -900,10 +925,28 @@ class Session:
             t = time.perf_counter()
             self.ctx.decode([token], 0, logits="last")
             best = min(best, time.perf_counter() - t)
+            if self.ctx.n_rs_seq and not self.snapshot_bytes:
+                self.snapshot_bytes = self.ctx.n_rs_seq * self.ctx.recurrent_state_bytes()
             self.ctx.clear()
         self._kv_tokens = []
         self._target_step_samples.append(best)
         self._pass_table().observe(1, best)
+
+    def _note_recurrent_rollback(self) -> None:
+        """Say in the load notes how a recurrent or hybrid target rolls back, and what
+        its snapshots cost, or that it cannot (then speculation stays off for it)."""
+        if not self.target.is_recurrent:
+            return
+        if self.ctx.n_rs_seq > 0:
+            self.notes.append(
+                f"This model has recurrent state: to roll back rejected draft tokens its "
+                f"context keeps {self.ctx.n_rs_seq} state snapshots "
+                f"({_bytes_words(self.snapshot_bytes)}), so a draft is at most "
+                f"{self.ctx.n_rs_seq} tokens long.")
+        elif self.config.rollback_depth > 0:
+            self.notes.append(
+                "This model has recurrent state that llama.cpp cannot roll back for its "
+                "architecture, so replies decode without speculation.")
 
     # -- lifetime -------------------------------------------------------------------
     def close(self) -> None:
