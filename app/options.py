@@ -1,7 +1,10 @@
 """The one speculation and sampling vocabulary that every layer imports.
 
 The lowest layer of the app (it imports nothing from it): the drafter modes
-(:class:`SpecMode`, with the words the user sees for each), the speculation settings of
+(:class:`SpecMode`, with the words the user sees for each) and the drafter registry's
+declarations (:class:`DrafterInfo`, :func:`declare_drafter`: every list of drafters — the
+pickers, the command-line switches, Auto's candidates, the docs table — is made from
+them), the speculation settings of
 one reply (:class:`SpeculationConfig`), its sampling settings (:class:`SamplingParams`)
 and the largest draft length anywhere in the app (:data:`K_MAX`). The engine takes these
 objects as they are, the settings file stores them as they are, the widgets and the
@@ -14,11 +17,22 @@ validate (pydantic's ``model_copy(update=…)`` does not).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import core_schema
 
 #: The largest draft length k (tokens proposed per round) the engine, the settings, the
 #: command line and the widgets accept. Longer drafts are also capped per round by the
@@ -27,48 +41,6 @@ K_MAX = 64
 
 #: llama.cpp's "random seed" value is 2³²−1, so the largest fixed seed is 2³²−2.
 SEED_MAX = 2**32 - 2
-
-
-class SpecMode(str, Enum):
-    """How a reply is drafted. The value is the word stored in settings, statistics and
-    JSON; :attr:`label` is what a picker shows; :attr:`words` fits inside a sentence.
-
-    To add a drafter, add a member here and its two texts to :data:`_TEXTS` below.
-    """
-
-    OFF = "off"
-    PROMPT_LOOKUP = "prompt-lookup"
-    DRAFT_MODEL = "draft-model"
-    SUFFIX = "suffix"
-    AUTO = "auto"
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    @classmethod
-    def _missing_(cls, value: object) -> SpecMode | None:
-        # "plain" is how statistics stored before this vocabulary existed said "off".
-        return cls.OFF if value == "plain" else None
-
-    @property
-    def label(self) -> str:
-        """The mode in a picker: "Off", "Prompt lookup", "Draft model", "Suffix lookup"."""
-        return _TEXTS[self][0]
-
-    @property
-    def words(self) -> str:
-        """The mode inside a sentence: "no speculation", "prompt lookup", "draft model"."""
-        return _TEXTS[self][1]
-
-
-#: (label, words) of every mode
-_TEXTS: dict[SpecMode, tuple[str, str]] = {
-    SpecMode.OFF: ("Off", "no speculation"),
-    SpecMode.PROMPT_LOOKUP: ("Prompt lookup", "prompt lookup"),
-    SpecMode.DRAFT_MODEL: ("Draft model", "draft model"),
-    SpecMode.SUFFIX: ("Suffix lookup", "suffix lookup"),
-    SpecMode.AUTO: ("Auto", "the drafter measured fastest here"),
-}
 
 
 #: The draft length k of a drafter that costs no forward pass per draft token (prompt
@@ -90,14 +62,244 @@ FREE_DRAFTER_K = 16
 DRAFT_MODEL_K = 4
 
 
+class DrafterNeeds(str, Enum):
+    """What a drafter needs besides the target: nothing, a second GGUF (a draft model
+    with the target's tokenizer), or multi-token-prediction (nextn) layers in the
+    target's own GGUF."""
+
+    NOTHING = "nothing"
+    DRAFT_MODEL = "draft-model"
+    MTP_HEAD = "mtp-head"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True, slots=True)
+class DrafterInfo:
+    """What a drafter declares about itself; every list of drafters is made from these.
+
+    Attributes:
+        mode: the word stored in settings, statistics and JSON (never changes once
+            released: stored values must keep reading back).
+        label: the drafter in a picker ("Prompt lookup").
+        words: the drafter inside a sentence ("prompt lookup").
+        needs: what it needs besides the target (:class:`DrafterNeeds`).
+        default_k: the draft length k a configuration of it gets unless one is given.
+        options: the :class:`SpeculationConfig` fields it reads besides ``draft_max``,
+            ``draft_min`` and ``adaptive``.
+        auto_rank: None: Auto never picks it; a number: Auto may, and at equal scores
+            prefers the lower number.
+        cli_flag: its command-line switch (``--suffix``); a drafter that needs a draft
+            model takes the model's path after it.
+        summary: one sentence for the docs table (:func:`drafter_table_markdown`).
+    """
+
+    mode: str
+    label: str
+    words: str
+    needs: DrafterNeeds
+    default_k: int
+    options: tuple[str, ...] = ()
+    auto_rank: int | None = None
+    cli_flag: str | None = None
+    summary: str = ""
+
+
+class _SpecModes(type):
+    """The metaclass of :class:`SpecMode`: iteration, ``SpecMode(value)`` look-up."""
+
+    _members: dict[str, SpecMode]
+
+    def __iter__(cls) -> Iterator[SpecMode]:
+        """Off, the declared drafters in declaration order, then Auto."""
+        modes = list(cls._members.values())
+        return iter([m for m in modes if m not in _LAST] + [m for m in modes if m in _LAST])
+
+    def __len__(cls) -> int:
+        return len(cls._members)
+
+    def __call__(cls, value: object) -> SpecMode:
+        if isinstance(value, SpecMode):
+            return value
+        key = "off" if value == "plain" else value  # "plain": stats stored before "off"
+        if isinstance(key, str) and key in cls._members:
+            return cls._members[key]
+        known = ", ".join(repr(str(m)) for m in cls)
+        raise ValueError(f"{value!r} is not a drafter mode; the modes are {known}")
+
+
+class SpecMode(str, metaclass=_SpecModes):
+    """How a reply is drafted: off, auto, or one declared drafter (:class:`DrafterInfo`).
+
+    The value is the word stored in settings, statistics and JSON; :attr:`label` is what
+    a picker shows; :attr:`words` fits inside a sentence. ``SpecMode(value)`` returns the
+    one member with that value (members compare with ``is``) and raises ValueError for
+    an unknown value; iterating gives every mode, off first and auto last.
+
+    The vocabulary is open: :func:`declare_drafter` adds a drafter's mode. The drafters
+    declared here are the ones whose words the settings file and its defaults use; a
+    drafter declared in its own engine module (:mod:`app.engine.drafter_kinds`) is known
+    once that package is imported, which every front end does before reading settings.
+    """
+
+    __slots__ = ()
+
+    OFF: ClassVar[SpecMode]
+    PROMPT_LOOKUP: ClassVar[SpecMode]
+    DRAFT_MODEL: ClassVar[SpecMode]
+    SUFFIX: ClassVar[SpecMode]
+    AUTO: ClassVar[SpecMode]
+
+    @classmethod
+    def _add(cls, value: str) -> SpecMode:
+        member = cls._members.get(value)
+        if member is None:
+            member = str.__new__(cls, value)
+            cls._members[value] = member
+        return member
+
+    @property
+    def value(self) -> str:
+        return str.__str__(self)
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __repr__(self) -> str:
+        return f"SpecMode({str.__str__(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return SpecMode, (self.value,)
+
+    def __copy__(self) -> SpecMode:
+        return self
+
+    def __deepcopy__(self, memo: object) -> SpecMode:
+        return self
+
+    @property
+    def label(self) -> str:
+        """The mode in a picker: "Off", "Prompt lookup", "Draft model", "Suffix lookup"."""
+        info = _INFOS.get(self)
+        return info.label if info is not None else _OWN_TEXTS[self][0]
+
+    @property
+    def words(self) -> str:
+        """The mode inside a sentence: "no speculation", "prompt lookup", "draft model"."""
+        info = _INFOS.get(self)
+        return info.words if info is not None else _OWN_TEXTS[self][1]
+
+    @property
+    def info(self) -> DrafterInfo | None:
+        """The drafter's declaration; None for off and auto."""
+        return _INFOS.get(self)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler
+                                     ) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            cls, serialization=core_schema.plain_serializer_function_ser_schema(
+                str, return_schema=core_schema.str_schema(), when_used="json"))
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: core_schema.CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> dict[str, Any]:
+        return {"type": "string", "enum": [m.value for m in cls]}
+
+
+SpecMode._members = {}
+SpecMode.OFF = SpecMode._add("off")
+SpecMode.PROMPT_LOOKUP = SpecMode._add("prompt-lookup")
+SpecMode.DRAFT_MODEL = SpecMode._add("draft-model")
+SpecMode.SUFFIX = SpecMode._add("suffix")
+SpecMode.AUTO = SpecMode._add("auto")
+#: iterated after every drafter
+_LAST = frozenset({SpecMode.AUTO})
+#: (label, words) of the modes that are no drafter
+_OWN_TEXTS: dict[SpecMode, tuple[str, str]] = {
+    SpecMode.OFF: ("Off", "no speculation"),
+    SpecMode.AUTO: ("Auto", "the drafter measured fastest here"),
+}
+#: every declared drafter, in declaration order
+_INFOS: dict[SpecMode, DrafterInfo] = {}
+
+
+def declare_drafter(info: DrafterInfo) -> SpecMode:
+    """Add a drafter to the vocabulary and return its mode.
+
+    Declaring the same info again returns the same mode (a module imported twice).
+
+    Raises:
+        ValueError: the mode is taken by off, auto or another declaration, or the
+            declaration is malformed (an empty word, k outside 1 … :data:`K_MAX`).
+    """
+    if not info.mode or not info.label or not info.words:
+        raise ValueError(f"a drafter needs a mode, a label and words: {info!r}")
+    if not 1 <= info.default_k <= K_MAX:
+        raise ValueError(f"the default k of {info.mode!r} must be within 1 … {K_MAX}")
+    existing = SpecMode._members.get(info.mode)
+    if existing is not None and (existing in _OWN_TEXTS or _INFOS.get(existing, info) != info):
+        raise ValueError(f"the drafter mode {info.mode!r} is already declared")
+    mode = SpecMode._add(info.mode)
+    _INFOS[mode] = info
+    return mode
+
+
+def drafter_infos() -> tuple[DrafterInfo, ...]:
+    """Every declared drafter, in declaration order (off and auto are no drafters)."""
+    return tuple(_INFOS.values())
+
+
+def auto_candidates() -> tuple[SpecMode, ...]:
+    """The drafters Auto may pick, the preferred at equal scores first."""
+    ranked = sorted((i.auto_rank, n, i.mode) for n, i in enumerate(_INFOS.values())
+                    if i.auto_rank is not None)
+    return tuple(SpecMode(mode) for _, _, mode in ranked)
+
+
+def drafter_table_markdown() -> str:
+    """The drafters as the Markdown table docs/cli.md carries (a test keeps it current)."""
+    rows = ["| mode | picker | needs | command line | Auto may pick it | k by default |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for i in _INFOS.values():
+        flag = i.cli_flag or ""
+        if flag and i.needs is DrafterNeeds.DRAFT_MODEL:
+            flag += " PATH"
+        rows.append(f"| `{i.mode}` | {i.label} | {i.needs} | {f'`{flag}`' if flag else ''} | "
+                    f"{'yes' if i.auto_rank is not None else 'no'} | {i.default_k} |")
+    return "\n".join(rows) + "\n"
+
+PROMPT_LOOKUP_INFO = DrafterInfo(
+    mode="prompt-lookup", label="Prompt lookup", words="prompt lookup",
+    needs=DrafterNeeds.NOTHING, default_k=FREE_DRAFTER_K, options=("ngram_min", "ngram_max"),
+    auto_rank=1, cli_flag="--prompt-lookup",
+    summary="copies what followed the last n tokens earlier in the prompt or reply")
+DRAFT_MODEL_INFO = DrafterInfo(
+    mode="draft-model", label="Draft model", words="draft model",
+    needs=DrafterNeeds.DRAFT_MODEL, default_k=DRAFT_MODEL_K, options=("draft_p_min",),
+    auto_rank=2, cli_flag="--draft",
+    summary="a small GGUF with the target's tokenizer drafts greedily")
+SUFFIX_INFO = DrafterInfo(
+    mode="suffix", label="Suffix lookup", words="suffix lookup",
+    needs=DrafterNeeds.NOTHING, default_k=FREE_DRAFTER_K,
+    options=("suffix_spec_factor", "suffix_min_prob"), auto_rank=0, cli_flag="--suffix",
+    summary="matches the conversation and earlier replies in a suffix index")
+declare_drafter(PROMPT_LOOKUP_INFO)
+declare_drafter(DRAFT_MODEL_INFO)
+declare_drafter(SUFFIX_INFO)
+
+
 def default_draft_max(mode: SpecMode | str) -> int:
-    """The draft length k a configuration of this drafter gets unless one is given:
-    :data:`DRAFT_MODEL_K` for the draft model, :data:`FREE_DRAFTER_K` otherwise.
+    """The draft length k a configuration of this drafter gets unless one is given: its
+    declared :attr:`DrafterInfo.default_k` (:data:`DRAFT_MODEL_K` for the draft model),
+    :data:`FREE_DRAFTER_K` for off and auto.
 
     Raises:
         ValueError: ``mode`` is no :class:`SpecMode` value.
     """
-    return DRAFT_MODEL_K if SpecMode(mode) is SpecMode.DRAFT_MODEL else FREE_DRAFTER_K
+    info = SpecMode(mode).info
+    return info.default_k if info is not None else FREE_DRAFTER_K
 
 
 _M = TypeVar("_M", bound=BaseModel)

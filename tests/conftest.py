@@ -118,6 +118,23 @@ def tiny_draft_perturbed(tiny_model_dir: Path) -> Path:
     return write_tiny_llama(tiny_model_dir / "tiny-draft-perturbed.gguf", seed=0, perturb=0.35)
 
 
+@pytest.fixture(scope="session")
+def tiny_hybrid(tiny_model_dir: Path) -> Path:
+    """A synthetic F32 LFM2 GGUF (short convolution + attention: recurrent state that
+    llama.cpp can roll back through snapshots), see tests/synthetic.py."""
+    from tests.synthetic import write_tiny_lfm2
+
+    return write_tiny_lfm2(tiny_model_dir / "tiny-hybrid.gguf", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_hybrid_perturbed(tiny_model_dir: Path) -> Path:
+    """The tiny hybrid with noise on every weight: a draft that mostly agrees."""
+    from tests.synthetic import write_tiny_lfm2
+
+    return write_tiny_lfm2(tiny_model_dir / "tiny-hybrid-perturbed.gguf", seed=0, perturb=0.35)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Model-heavy tests last, so fast failures show first.
     items.sort(key=lambda it: 1 if it.get_closest_marker("slow") else 0)

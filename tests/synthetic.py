@@ -177,3 +177,93 @@ def add_typed_tensor(writer: GGUFWriter, name: str, data: np.ndarray, kind: str 
 def byte_token(b: int) -> int:
     """Id of the byte-fallback token for byte value ``b``."""
     return BYTE0 + b
+
+
+def write_tiny_lfm2(
+    path: Path,
+    *,
+    layers: str = "ccacca",
+    n_vocab: int = 512,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_ff: int = 128,
+    l_cache: int = 3,
+    n_ctx_train: int = 2048,
+    seed: int = 0,
+    perturb: float = 0.0,
+    perturb_seed: int = 1,
+    weight_scale: float = 0.3,
+) -> Path:
+    """Write a loadable tiny LFM2 GGUF (F32): a hybrid of short-convolution layers, which
+    carry recurrent state, and attention layers; return its path.
+
+    LFM2 is the simplest architecture in llama.cpp's recurrent-state rollback list
+    (``llm_arch_supports_rs_rollback``). What llama.cpp reads (``src/llama-model.cpp``,
+    ``src/models/lfm2.cpp``): ``lfm2.shortconv.l_cache``, a per-layer
+    ``lfm2.attention.head_count_kv`` whose 0 marks a short-convolution layer, RMS-norm
+    epsilon; per layer ``attn_norm``, ``ffn_norm``, ``ffn_gate/up/down``, and either
+    ``shortconv.conv`` {l_cache, n_embd}, ``shortconv.in_proj`` {n_embd, 3·n_embd},
+    ``shortconv.out_proj`` or attention with ``attn_q_norm``/``attn_k_norm`` per head;
+    the final norm is ``token_embd_norm``.
+
+    Args:
+        layers: one letter per block, ``c`` short convolution or ``a`` attention.
+        perturb: standard deviation of noise on every weight (a draft that mostly agrees).
+    """
+    rng = np.random.default_rng(seed)
+    noise = np.random.default_rng(perturb_seed)
+
+    def w(*shape: int, scale: float = weight_scale) -> np.ndarray:
+        a = (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
+        if perturb:
+            a = a + (noise.standard_normal(shape) * perturb * scale / np.sqrt(shape[-1])).astype(np.float32)
+        return a
+
+    writer = GGUFWriter(str(path), "lfm2")
+    writer.add_name("tiny-lfm2-test")
+    writer.add_context_length(n_ctx_train)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(len(layers))
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv([n_head if c == "a" else 0 for c in layers])
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(n_embd // n_head)
+    writer.add_uint32("lfm2.shortconv.l_cache", l_cache)
+    writer.add_file_type(0)  # ALL_F32
+    vocab, scores, types = tiny_vocab(n_vocab)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(vocab)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(BOS)
+    writer.add_eos_token_id(EOS)
+    writer.add_add_bos_token(True)
+    ones = np.ones(n_embd, dtype=np.float32)
+    writer.add_tensor("token_embd.weight", w(n_vocab, n_embd, scale=1.0))
+    writer.add_tensor("token_embd_norm.weight", ones)
+    writer.add_tensor("output.weight", w(n_vocab, n_embd, scale=4.0))
+    head = n_embd // n_head
+    for i, kind in enumerate(layers):
+        p = f"blk.{i}."
+        writer.add_tensor(p + "attn_norm.weight", ones)
+        writer.add_tensor(p + "ffn_norm.weight", ones)
+        writer.add_tensor(p + "ffn_gate.weight", w(n_ff, n_embd))
+        writer.add_tensor(p + "ffn_up.weight", w(n_ff, n_embd))
+        writer.add_tensor(p + "ffn_down.weight", w(n_embd, n_ff))
+        if kind == "a":
+            writer.add_tensor(p + "attn_q_norm.weight", np.ones(head, dtype=np.float32))
+            writer.add_tensor(p + "attn_k_norm.weight", np.ones(head, dtype=np.float32))
+            for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+                writer.add_tensor(p + name + ".weight", w(n_embd, n_embd))
+        elif kind == "c":
+            writer.add_tensor(p + "shortconv.conv.weight", w(n_embd, l_cache, scale=1.0))
+            writer.add_tensor(p + "shortconv.in_proj.weight", w(3 * n_embd, n_embd))
+            writer.add_tensor(p + "shortconv.out_proj.weight", w(n_embd, n_embd))
+        else:
+            raise ValueError(f"layer kinds are 'a' and 'c', not {kind!r}")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

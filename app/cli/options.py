@@ -15,9 +15,10 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from app.catalog.model_file import check_model_file
+from app.engine.drafter_kinds import kinds
 from app.engine.session import SessionConfig
 from app.errors import TandemError
-from app.options import SpecMode, SpeculationConfig, parse_draft_lengths
+from app.options import DrafterNeeds, SpecMode, SpeculationConfig, parse_draft_lengths
 
 
 def draft_lengths_arg(text: str) -> tuple[int, ...]:
@@ -33,10 +34,16 @@ def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
     --threads, --exact."""
     p.add_argument("--model", required=True, type=Path, help="target model GGUF")
     drafter = p.add_mutually_exclusive_group()
-    drafter.add_argument("--draft", type=Path, help="draft model GGUF (same tokenizer)")
-    drafter.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram lookup")
-    drafter.add_argument("--suffix", action="store_true",
-                         help="draft by suffix match over the conversation and earlier replies")
+    for kind in kinds():  # one switch per registered drafter
+        info = kind.info
+        if info.cli_flag is None:
+            continue
+        if info.needs is DrafterNeeds.DRAFT_MODEL:
+            drafter.add_argument(info.cli_flag, type=Path,
+                                 help=f"{info.words} GGUF (same tokenizer): {info.summary}")
+        else:
+            drafter.add_argument(info.cli_flag, action="store_true",
+                                 help=f"draft by {info.words}: {info.summary}")
     p.add_argument("--auto", action="store_true",
                    help="choose the drafter (off, prompt lookup, suffix, and --draft if given) "
                         "and k per conversation from measured rates")
@@ -73,12 +80,11 @@ def drafter_mode(args: argparse.Namespace, *, off: bool = False) -> SpecMode:
         return SpecMode.OFF
     if getattr(args, "auto", False):
         return SpecMode.AUTO
-    if args.draft is not None:
-        return SpecMode.DRAFT_MODEL
-    if args.prompt_lookup:
-        return SpecMode.PROMPT_LOOKUP
-    if getattr(args, "suffix", False):
-        return SpecMode.SUFFIX
+    for kind in kinds():
+        flag = kind.info.cli_flag
+        value = getattr(args, flag.lstrip("-").replace("-", "_"), None) if flag else None
+        if value is not None and value is not False:
+            return kind.mode
     return SpecMode.OFF
 
 

@@ -47,7 +47,7 @@ from app.engine.measure.draft_replay import ReplayCounts, replay_reply
 from app.engine.session import Session
 from app.engine.stats import expected_tokens_per_round
 from app.engine.suffix import SuffixDrafter, SuffixIndex
-from app.options import SpecMode, SpeculationConfig
+from app.options import SpecMode, SpeculationConfig, auto_candidates
 
 #: a drafter measured below this × plain over the conversation is not used again in it
 FLOOR = 0.97
@@ -60,9 +60,10 @@ MIN_MEASURED_TOKENS = 32
 AUTO_KS: tuple[int, ...] = (2, 4, 8, 16)
 #: the longest of :data:`AUTO_KS` auto prices a draft model at
 DRAFT_MODEL_AUTO_K_MAX = 8
-#: the drafters auto chooses among, in order of preference at equal scores
-CANDIDATES: tuple[SpecMode, ...] = (SpecMode.SUFFIX, SpecMode.PROMPT_LOOKUP,
-                                    SpecMode.DRAFT_MODEL)
+#: the drafters auto chooses among, in order of preference at equal scores (from the
+#: registry's declarations: :attr:`app.options.DrafterInfo.auto_rank`); one without an
+#: estimate below is never chosen
+CANDIDATES: tuple[SpecMode, ...] = auto_candidates()
 
 #: the drafter used when nothing can be scored (no earlier reply to replay)
 PRIOR: SpecMode = SpecMode.SUFFIX

@@ -418,6 +418,13 @@ class LlamaContext:
             default (auto).
         type_k, type_v: KV cache element types (``GGML_TYPE_*``, e.g. 1 F16, 8 Q8_0);
             None: llama.cpp's default (F16). A quantized V cache needs flash attention.
+        n_rs_seq: recurrent-state snapshots kept per sequence so that a recurrent or
+            hybrid model's memory can roll back up to this many positions
+            (``llama_context_params.n_rs_seq``, experimental in llama.cpp). llama.cpp
+            honours it only for architectures that support the rollback
+            (``llm_arch_supports_rs_rollback``: qwen35, qwen35moe, nemotron-h, lfm2,
+            lfm2moe, …) and sets it to 0 elsewhere; :attr:`n_rs_seq` is what it kept.
+            Each snapshot costs one recurrent state (:meth:`recurrent_state_bytes`).
 
     Raises:
         ModelLoadError: llama.cpp could not create the context (usually out of memory).
@@ -436,6 +443,7 @@ class LlamaContext:
         flash_attn: int | None = None,
         type_k: int | None = None,
         type_v: int | None = None,
+        n_rs_seq: int = 0,
     ) -> None:
         self._ptr: Any = None
         self._batch: Any = None
@@ -458,6 +466,8 @@ class LlamaContext:
             params.n_threads_batch = n_threads_batch
         params.no_perf = True
         params.n_outputs_max = max(1, min(n_outputs_max, n_batch))
+        if n_rs_seq > 0:
+            params.n_rs_seq = n_rs_seq
         # A sliding-window cache of n_swa + n_ubatch cells instead of n_ctx: rolling back
         # a verification batch (≤ 65 tokens) never needs an evicted cell, and a longer
         # rollback is detected through pos_min (Session._sync_prefix) and re-evaluated.
@@ -475,6 +485,12 @@ class LlamaContext:
         self.n_batch: int = int(L.llama_n_batch(ptr))
         self.n_threads: int = int(L.llama_n_threads(ptr))
         self.n_outputs_max: int = int(params.n_outputs_max)
+        #: recurrent-state snapshots per sequence llama.cpp kept (0: no partial rollback
+        #: of recurrent state; see the n_rs_seq argument)
+        self.n_rs_seq: int = int(L.llama_n_rs_seq(ptr)) if n_rs_seq > 0 else 0
+        self._recurrent = model.is_recurrent
+        #: positions a partial seq_rm may remove now (recurrent memory only; see seq_rm)
+        self._rollback_room = 0
         self._mem = L.llama_get_memory(ptr)
         self._batch = L.llama_batch_init(self.n_batch, 0, 1)
         self._n_vocab = model.n_vocab
@@ -561,6 +577,10 @@ class LlamaContext:
                     )
                 why = _take_native_errors()
                 raise TandemError(f"llama_decode failed with status {rc}. {why}".strip())
+            # the snapshots hold the states after each of this call's last n_rs_seq + 1
+            # tokens (llama.cpp keeps them in one ubatch), so this call's tokens but its
+            # first can be rolled back, and nothing before them
+            self._rollback_room = min(self.n_rs_seq, m - 1)
             start += m
         return True
 
@@ -600,16 +620,37 @@ class LlamaContext:
         """Remove positions [p0, p1) of sequence 0 from the KV cache (p1 = -1: to the end).
 
         Returns:
-            False when the memory cannot remove a partial range (recurrent and hybrid
-            models); the cache is then unchanged and the caller must fall back.
+            False when the memory cannot remove this range; the cache is then unchanged
+            and the caller must fall back. A recurrent or hybrid model's memory removes a
+            partial range only through its snapshots (``n_rs_seq``), and only back into
+            the tokens of the latest decode, keeping at least its first one: llama.cpp's
+            ``llama_memory_recurrent::seq_rm`` checks the depth against ``n_rs_seq`` but
+            not that the snapshots hold those positions, and reports success with a wrong
+            state for a deeper rollback, so that is refused here before it is asked.
         """
         self.ptr  # raises once closed: _mem belongs to the context
+        if self._recurrent and p0 > 0:
+            depth = self.pos_max() + 1 - p0
+            if depth > self._rollback_room:
+                return depth <= 0  # nothing held at or after p0: nothing to remove
+            self._rollback_room = 0  # llama.cpp allows one rollback per decode
         return bool(lib().llama_memory_seq_rm(self._mem, 0, p0, p1))
 
     def clear(self) -> None:
         """Empty the KV cache (and recurrent state)."""
         self.ptr
+        self._rollback_room = 0
         lib().llama_memory_clear(self._mem, True)
+
+    def recurrent_state_bytes(self) -> int:
+        """Bytes of sequence 0's recurrent state as llama.cpp serialises it
+        (``llama_state_seq_get_size_ext`` with ``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY``: the
+        recurrent and sliding-window parts, not the full KV cache): what one rollback
+        snapshot of a recurrent or hybrid model holds. 0 for a model without recurrent
+        state. Measured on the current state, so call it after a decode."""
+        L = lib()
+        return int(L.llama_state_seq_get_size_ext(self.ptr, 0,
+                                                  L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY))
 
     def pos_min(self) -> int:
         """Smallest position still held for sequence 0 (> 0 once a sliding window slid), -1 if empty."""

@@ -8,7 +8,10 @@ Here llama.cpp loads the model (weights memory-mapped), creates a context of :da
 and then a batch of :data:`PROBE_BATCH` tokens with logits at every position: every
 tensor of the model passes through the kernels that a prefill, a plain step and a
 verification pass use, so a tensor type llama.cpp cannot compute with kills this child,
-not the app.
+not the app. The context keeps :data:`PROBE_BATCH` recurrent-state snapshots
+(``n_rs_seq``; llama.cpp ignores it for models without recurrent state or whose
+architecture cannot roll back), and the batch is then rolled back to its middle and one
+token decoded there, the path a rejected draft takes on a hybrid model.
 
 Protocol on stdout (lines starting with :data:`app.catalog.loadcheck.MARK`): the stage
 reached (``stage load``, ``stage context``, ``stage decode``), then one JSON answer.
@@ -101,7 +104,7 @@ def child_main(argv: list[str]) -> int:
             _say("stage context")
             ctx = LlamaContext(
                 model, n_ctx=PROBE_N_CTX, n_batch=PROBE_N_CTX, n_threads=min(4, os.cpu_count() or 1),
-                n_outputs_max=PROBE_BATCH,
+                n_outputs_max=PROBE_BATCH, n_rs_seq=PROBE_BATCH,
             )
             try:
                 stage = "decode"
@@ -112,6 +115,10 @@ def child_main(argv: list[str]) -> int:
                 batch = [(first + 1 + i) % max(1, model.n_vocab) for i in range(PROBE_BATCH)]
                 ctx.decode(batch, 1, logits="all")
                 ctx.logits(PROBE_BATCH - 1)
+                keep = 1 + PROBE_BATCH // 2
+                if ctx.seq_rm(keep, -1):  # False: no rollback here; the session says so
+                    ctx.decode([first], keep, logits="last")
+                    ctx.logits(-1)
             finally:
                 ctx.close()
         finally:

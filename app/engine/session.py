@@ -28,12 +28,8 @@ from app.catalog.model_file import model_entry_path
 from app.catalog.pairing import PairResult, check_pair
 from app.engine.chat import ChatFormat, ChatMessage
 from app.engine.divergence import SamplingTrace
-from app.engine.drafters import (
-    Drafter,
-    DraftModelDrafter,
-    PromptLookupDrafter,
-    common_prefix_length,
-)
+from app.engine.drafter_kinds import Unavailable, kind_for
+from app.engine.drafters import Drafter, DraftModelDrafter, common_prefix_length
 from app.engine.events import Event, Finished, FinishReason, StatsUpdate, TextDelta
 from app.engine.exact import EXACT_CONTEXT, EXACT_KV_BLOCK, exact_blockers
 from app.engine.llama import (
@@ -51,7 +47,7 @@ from app.engine.policy import DraftLengthPolicy, PassTimes
 from app.engine.probe import probe_model
 from app.engine.sampling import TargetSampler
 from app.engine.stats import SpecStats
-from app.engine.suffix import SuffixDrafter, SuffixIndex
+from app.engine.suffix import SuffixIndex
 from app.engine.rounds import PlainStep, PlainSteps, Round, Verifier
 from app.engine.text import TextStream
 from app.errors import (
@@ -61,7 +57,7 @@ from app.errors import (
     ModelLoadError,
     TandemError,
 )
-from app.options import SamplingParams, SpecMode, SpeculationConfig
+from app.options import FREE_DRAFTER_K, K_MAX, SamplingParams, SpecMode, SpeculationConfig
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +84,10 @@ class SessionConfig(BaseModel):
     cache, no weight repacking; CPU backend, weights of the types in
     :mod:`app.engine.exact`). Where that is not possible a note says why and llama.cpp's
     defaults are kept.
+    ``rollback_depth``: for a recurrent or hybrid target (and draft), the recurrent-state
+    snapshots its context keeps (``n_rs_seq``), which is also the longest draft verified
+    there, as llama-server bounds drafts by ``llama_n_rs_seq``; each costs one recurrent
+    state of memory (the load note gives the total). Ignored for other models.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -100,6 +100,7 @@ class SessionConfig(BaseModel):
     n_threads: int | None = Field(None, ge=1)
     use_mmap: bool = True
     exact_verification: bool = False
+    rollback_depth: int = Field(FREE_DRAFTER_K, ge=0, le=K_MAX)
 
     @field_validator("n_threads")
     @classmethod
@@ -145,6 +146,14 @@ def _tiled_kernel_advice() -> str:
                 "GGML_CPU_TILED_MM=0 for these weights")
     return ("Restart Tandem with exact verification on: it then starts with ggml's tiled "
             "K-quant kernel off (GGML_CPU_TILED_MM=0), which these weights need")
+
+
+def _bytes_words(n: int) -> str:
+    """``n`` bytes in KiB, MiB or GiB for a note (binary units, 1 decimal)."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n / 2**10:.1f} KiB"
 
 
 def physical_memory_bytes() -> int | None:
@@ -285,6 +294,8 @@ class Session:
         self.chat_format = ChatFormat(target)
         self.draft_model: LlamaModel | None = None
         self._draft_drafter: DraftModelDrafter | None = None
+        #: drafters kept across replies (see kept_drafter), closed with the session
+        self._kept: dict[SpecMode, Drafter | Unavailable] = {}
         self._kv_tokens: list[int] = []
         self._lock = threading.RLock()
         self._busy = False
@@ -315,7 +326,14 @@ class Session:
             self.n_gpu_layers = 0
         elif config.n_gpu_layers is not None and config.n_gpu_layers >= 0:
             self.n_gpu_layers = min(config.n_gpu_layers, target.n_layer)
-        self.rollback_supported = not target.is_recurrent
+        #: whether rejected draft tokens can leave the target's memory: always for
+        #: attention-only models; for recurrent and hybrid ones through llama.cpp's
+        #: recurrent-state snapshots (``n_rs_seq``), where the architecture has them
+        self.rollback_supported = not target.is_recurrent or ctx.n_rs_seq > 0
+        #: the longest draft verified in one round (None: no bound but k and the context)
+        self.draft_bound: int | None = ctx.n_rs_seq if target.is_recurrent else None
+        #: bytes of the recurrent-state snapshots the target's context keeps (0: none)
+        self.snapshot_bytes = 0
         #: whether verification is batch-invariant here (see SessionConfig.exact_verification)
         self.exact_verification = False
         #: samples the verified positions (a deliberately broken one in fault-injection
@@ -372,6 +390,7 @@ class Session:
                 n_ctx=n_ctx,
                 n_batch=config.n_batch,
                 n_threads=config.n_threads or default_threads(),
+                n_rs_seq=config.rollback_depth if target.is_recurrent else 0,
                 **(EXACT_CONTEXT if exact else {}),
             )
         except BaseException:
@@ -382,6 +401,7 @@ class Session:
             session.exact_verification = exact
             session.notes.extend(notes)
             session._calibrate_target_step()
+            session._note_recurrent_rollback()
         except BaseException:
             target.close()  # closes ctx first
             raise
@@ -589,6 +609,8 @@ class Session:
 
     # -- the loop -------------------------------------------------------------------
     def _make_drafter(self, spec: SpeculationConfig) -> tuple[Drafter | None, str | None]:
+        """The reply's drafter from the registry (:mod:`app.engine.drafter_kinds`), or
+        None and the sentence that says why the reply decodes plainly."""
         if spec.mode is SpecMode.OFF:
             return None, None
         if not self.rollback_supported:
@@ -596,23 +618,26 @@ class Session:
                 "This model's memory (recurrent or hybrid) cannot roll back rejected "
                 "draft tokens, so speculation is off for it."
             )
-        if spec.mode is SpecMode.PROMPT_LOOKUP:
-            return PromptLookupDrafter(spec.ngram_min, max(spec.ngram_min, spec.ngram_max)), None
-        if spec.mode is SpecMode.SUFFIX:
-            return SuffixDrafter(
-                self.suffix_index,
-                spec_factor=spec.suffix_spec_factor,
-                min_token_prob=spec.suffix_min_prob,
-            ), None
-        if spec.mode is not SpecMode.DRAFT_MODEL:
+        kind = kind_for(spec.mode)
+        if kind is None:
             raise TandemError(f"No drafter implements the mode {spec.mode.value!r}.")
-        if self._draft_drafter is None:
-            return None, "No draft model is loaded; decoding without speculation."
-        assert self.draft_model is not None
-        if self.draft_model.is_recurrent:
-            return None, "The draft model's memory cannot roll back; speculation is off."
-        self._draft_drafter.p_min = spec.draft_p_min
-        return self._draft_drafter, None
+        made = kind.create(self, spec)
+        if isinstance(made, Unavailable):
+            return None, made.reason
+        return made, None
+
+    @property
+    def loaded_draft(self) -> DraftModelDrafter | None:
+        """The draft model's drafter when one is loaded (:class:`DrafterHost`)."""
+        return self._draft_drafter
+
+    def kept_drafter(self, mode: SpecMode, make: Callable[[], Drafter | Unavailable]
+                     ) -> Drafter | Unavailable:
+        """The drafter this session keeps for ``mode`` (:class:`DrafterHost`): made once
+        with ``make``, closed with the session; an :class:`Unavailable` is kept too."""
+        if mode not in self._kept:
+            self._kept[mode] = make()
+        return self._kept[mode]
 
     def _sync_prefix(self, tokens: Sequence[int], cancel: threading.Event | None) -> int:
         """Make the target KV cache hold ``tokens``; returns how many were evaluated."""
@@ -782,7 +807,8 @@ class Session:
         now = time.monotonic()
         if rnd.drafter is not None:
             n_max = min(rnd.k, reply.max_tokens - len(reply.emitted) - 1, room,
-                        ctx.n_outputs_max - 1)
+                        ctx.n_outputs_max - 1,
+                        K_MAX if self.draft_bound is None else self.draft_bound)
             drafts, keys = rnd.propose(reply.history, n_max)
         batch = [reply.history[-1], *drafts]
         v, n_keep, dt = rnd.run(reply.history, n_past, drafts, keys,
@@ -810,7 +836,9 @@ class Session:
         depth, sampled, then removed again): the measured speedup's baseline under this
         reply's conditions. Costs that many target steps after the reply, not in it."""
         ctx, pos = self.ctx, reply.n_past
-        if (self._closed or not self.rollback_supported or pos + 1 >= ctx.n_ctx
+        # (not on recurrent state: its snapshots cannot undo a whole one-token decode)
+        if (self._closed or not self.rollback_supported or self.target.is_recurrent
+                or pos + 1 >= ctx.n_ctx
                 or len(reply.own_plain) >= PlainSteps.min_own
                 or not self._plain_steps.stale(time.monotonic(), ctx.n_threads,
                                                self._governor.other)):
@@ -901,11 +929,29 @@ class Session:
             t = time.perf_counter()
             self.ctx.decode([token], 0, logits="last")
             times.append(time.perf_counter() - t)
+            if self.ctx.n_rs_seq and not self.snapshot_bytes:
+                self.snapshot_bytes = self.ctx.n_rs_seq * self.ctx.recurrent_state_bytes()
             self.ctx.clear()
         self._kv_tokens = []
         self._target_step_samples.append(min(times))
         for t in times[1:]:
             self._pass_table().observe(1, t)
+
+    def _note_recurrent_rollback(self) -> None:
+        """Say in the load notes how a recurrent or hybrid target rolls back, and what
+        its snapshots cost, or that it cannot (then speculation stays off for it)."""
+        if not self.target.is_recurrent:
+            return
+        if self.ctx.n_rs_seq > 0:
+            self.notes.append(
+                f"This model has recurrent state: to roll back rejected draft tokens its "
+                f"context keeps {self.ctx.n_rs_seq} state snapshots "
+                f"({_bytes_words(self.snapshot_bytes)}), so a draft is at most "
+                f"{self.ctx.n_rs_seq} tokens long.")
+        elif self.config.rollback_depth > 0:
+            self.notes.append(
+                "This model has recurrent state that llama.cpp cannot roll back for its "
+                "architecture, so replies decode without speculation.")
 
     # -- lifetime -------------------------------------------------------------------
     def close(self) -> None:
@@ -919,6 +965,10 @@ class Session:
             if self._draft_drafter is not None:
                 self._draft_drafter.close()
                 self._draft_drafter = None
+            for kept in self._kept.values():
+                if not isinstance(kept, Unavailable):
+                    kept.close()
+            self._kept.clear()
             if self.draft_model is not None:
                 self.draft_model.close()
                 self.draft_model = None
