@@ -337,15 +337,27 @@ class SpeculationConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: SpecMode = SpecMode.OFF
-    draft_max: int = Field(FREE_DRAFTER_K, ge=1, le=K_MAX)
-    draft_min: int = Field(0, ge=0, le=K_MAX)
-    draft_p_min: float = Field(0.0, ge=0.0, le=1.0)
-    ngram_min: int = Field(2, ge=1, le=16)
-    ngram_max: int = Field(4, ge=1, le=16)
-    suffix_spec_factor: float = Field(1.0, gt=0.0, le=float(K_MAX))
-    suffix_min_prob: float = Field(0.1, ge=0.0, le=1.0)
-    adaptive: bool = True
+    mode: SpecMode = Field(SpecMode.OFF, description="the drafter, or off")
+    draft_max: int = Field(FREE_DRAFTER_K, ge=1, le=K_MAX, description=(
+        "draft length k: the most tokens proposed per round"))
+    draft_min: int = Field(0, ge=0, le=K_MAX, description=(
+        "a draft shorter than this is dropped and the round decodes plainly "
+        "(llama.cpp's --draft-min)"))
+    draft_p_min: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "the draft model stops when its top-token probability falls below this "
+        "(llama.cpp's --draft-p-min)"))
+    ngram_min: int = Field(2, ge=1, le=16, description=(
+        "prompt lookup: the shortest n-gram it matches"))
+    ngram_max: int = Field(4, ge=1, le=16, description=(
+        "prompt lookup: the longest n-gram it matches"))
+    suffix_spec_factor: float = Field(1.0, gt=0.0, le=float(K_MAX), description=(
+        "suffix lookup: the most draft tokens per matched context token"))
+    suffix_min_prob: float = Field(0.1, ge=0.0, le=1.0, description=(
+        "suffix lookup: stop drafting where the next token's estimated probability "
+        "falls below this"))
+    adaptive: bool = Field(True, description=(
+        "adaptive: verify only as many draft tokens as this machine's measured costs make "
+        "worthwhile (False: always draft up to k)"))
 
     @model_validator(mode="before")
     @classmethod
@@ -411,15 +423,23 @@ class SamplingParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    temperature: float = Field(0.8, ge=0.0, le=5.0)
-    top_k: int = Field(40, ge=0, le=100_000)
-    top_p: float = Field(0.95, gt=0.0, le=1.0)
-    min_p: float = Field(0.05, ge=0.0, le=1.0)
-    repeat_penalty: float = Field(1.0, gt=0.0, le=5.0)
-    repeat_last_n: int = Field(64, ge=0)
-    seed: int = Field(-1, ge=-1, le=SEED_MAX)
-    max_tokens: int = Field(512, ge=1, le=1_000_000)
-    stop: tuple[str, ...] = ()
+    temperature: float = Field(0.8, ge=0.0, le=5.0, description=(
+        "temperature; 0 = greedy (always the most likely token)"))
+    top_k: int = Field(40, ge=0, le=100_000, description=(
+        "keep the k most likely tokens (0 = all)"))
+    top_p: float = Field(0.95, gt=0.0, le=1.0, description=(
+        "nucleus sampling: keep the smallest set with this probability mass"))
+    min_p: float = Field(0.05, ge=0.0, le=1.0, description=(
+        "drop tokens below this fraction of the top token's probability"))
+    repeat_penalty: float = Field(1.0, gt=0.0, le=5.0, description=(
+        "1 = off; above 1 discourages repeating recent tokens (the last repeat_last_n)"))
+    repeat_last_n: int = Field(64, ge=0, description=(
+        "tokens the repeat penalty looks back over"))
+    seed: int = Field(-1, ge=-1, le=SEED_MAX, description=(
+        "-1 = a new random seed per reply (the seed used is reported with it)"))
+    max_tokens: int = Field(512, ge=1, le=1_000_000, description=(
+        "the most tokens one reply may have"))
+    stop: tuple[str, ...] = Field((), description="text that ends the reply where it appears")
 
     @property
     def greedy(self) -> bool:
@@ -452,3 +472,53 @@ def parse_draft_lengths(text: str) -> tuple[int, ...]:
     if ks[0] < 1 or ks[-1] > K_MAX:
         raise ValueError(f"Draft lengths must be between 1 and {K_MAX}.")
     return tuple(ks)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSchema:
+    """What a front end needs to offer one numeric field of :class:`SamplingParams` or
+    :class:`SpeculationConfig`: its default, its description (help and tooltip text) and
+    its bounds. ``low``/``high``: the bound, None where there is none; ``low_open``/
+    ``high_open``: the bound itself is not allowed (pydantic's ``gt``/``lt``)."""
+
+    name: str
+    default: Any
+    description: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def range_text(self) -> str:
+        """The bounds in words for help texts: ``0 … 5``, ``> 0 … 1``, ``≥ 0``."""
+        low = "" if self.low is None else ("> " if self.low_open else "") + _num(self.low)
+        high = "" if self.high is None else ("< " if self.high_open else "") + _num(self.high)
+        if low and high:
+            return f"{low} … {high}"
+        if low:
+            return low if self.low_open else f"≥ {low}"
+        return high if self.high_open else (f"≤ {high}" if high else "")
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def field_schema(model: type[BaseModel], name: str) -> FieldSchema:
+    """The :class:`FieldSchema` of field ``name`` of ``model`` (read from its pydantic
+    ``Field``), so that command-line help, widget ranges and tooltips come from here.
+
+    Raises:
+        KeyError: ``model`` has no such field.
+    """
+    info = model.model_fields[name]
+    bounds: dict[str, Any] = {}
+    for m in info.metadata:
+        for key, attr, is_open in (("low", "ge", False), ("low", "gt", True),
+                                   ("high", "le", False), ("high", "lt", True)):
+            value = getattr(m, attr, None)
+            if value is not None:
+                bounds[key] = value
+                bounds[f"{key}_open"] = is_open
+    return FieldSchema(name=name, default=info.default, description=info.description or "",
+                       **bounds)

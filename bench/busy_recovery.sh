@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Does speculation come back after a burst of other work? (DraftLengthPolicy.retime_above)
 #
-# Runs `python -m app bench --suffix --prompts builtin:code --k 16 --repeat 3` and, 60 s
+# Runs `python -m app bench --suffix --prompts builtin:code --draft-max 16 --repeat 3` and, 60 s
 # after it starts, keeps every core busy for 40 s (`nproc` busy loops). Then prints, per
 # repeat, the median over prompts of (suffix tok/s ÷ plain tok/s) and how many prompts
 # verified no draft at all. On a 2-core machine the burst falls in the second repeat and
@@ -18,7 +18,7 @@ mkdir -p "$(dirname "$OUT")"
 G="$HERE/.cache/test-models/gemma-3-270m-q4_k_m.gguf"
 cd "$REPO"
 ( sleep 60; for _ in $(seq "$(nproc)"); do timeout 40 sh -c 'while :; do :; done' & done; wait ) &
-"$HERE/.venv/bin/python" -m app bench --model "$G" --suffix --prompts builtin:code --k 16 \
+"$HERE/.venv/bin/python" -m app bench --model "$G" --suffix --prompts builtin:code --draft-max 16 \
     --threads 2 --repeat 3 --json > "$OUT.json" 2> "$OUT.err"
 wait
 "$HERE/.venv/bin/python" - "$OUT.json" <<'PY'

@@ -49,7 +49,7 @@ echo "written: bench/out/app-bench-suffix-agent-$stamp.json"
 # never slower than off: auto with a draft as costly as the target (the target itself)
 for set in agent chat; do
     echo "== python -m app bench --auto --draft <the target> --prompts builtin:$set =="
-    "$PY" -m app bench --model "$MODEL" --draft "$MODEL" --auto --k 8 --prompts "builtin:$set" \
+    "$PY" -m app bench --model "$MODEL" --draft "$MODEL" --auto --draft-max 8 --prompts "builtin:$set" \
         --repeat 3 --threads "$THREADS" --json -q > "bench/out/app-bench-auto-costly-$set-$stamp.json"
     echo "written: bench/out/app-bench-auto-costly-$set-$stamp.json"
 done

@@ -71,3 +71,20 @@ def test_statistics_stored_before_the_counters_were_renamed_still_read() -> None
     assert (lookup.verified, lookup.verified_at, lookup.acceptance_rate) == (8, (4, 4), 0.75)
     again = SpecStats.from_dict(lookup.to_dict())
     assert again == lookup and lookup.to_dict()["mode"] == "prompt-lookup"
+
+
+def test_every_field_is_described_and_its_bounds_are_read_from_the_field() -> None:
+    from app.options import SEED_MAX, field_schema
+
+    for model in (SamplingParams, SpeculationConfig):
+        for name in model.model_fields:
+            assert field_schema(model, name).description, f"{model.__name__}.{name}"
+    top_p = field_schema(SamplingParams, "top_p")
+    assert (top_p.low, top_p.low_open, top_p.high, top_p.high_open) == (0.0, True, 1.0, False)
+    assert top_p.range_text() == "> 0 … 1" and top_p.default == 0.95
+    assert field_schema(SamplingParams, "seed").high == SEED_MAX
+    assert field_schema(SamplingParams, "repeat_last_n").range_text() == "≥ 0"
+    k = field_schema(SpeculationConfig, "draft_max")
+    assert (k.low, k.high, k.default) == (1, K_MAX, FREE_DRAFTER_K)
+    with pytest.raises(KeyError):
+        field_schema(SamplingParams, "temp")

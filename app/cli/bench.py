@@ -15,10 +15,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.cli.options import (
+    BENCH_DEFAULTS,
+    add_draft_length_arg,
     add_drafting_args,
     add_model_args,
+    add_sampling_args,
     check_model_files,
-    draft_lengths_arg,
     drafter_mode,
     option_error,
     session_config,
@@ -56,15 +58,12 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--prompts", default="builtin:code",
                    help="builtin:code, builtin:chat, builtin:agent (multi-turn), or a "
                         ".json/.jsonl/.txt file (builtin:code)")
-    p.add_argument("--k", type=draft_lengths_arg, default=None, metavar="K[,K…]",
-                   help="draft lengths to compare with off, e.g. 1,3,5,8 (default 16; 4 "
-                        "for a draft model)")
+    add_draft_length_arg(p, several=True)
     p.add_argument("--repeat", type=int, default=3, help="runs per prompt and configuration (3)")
-    p.add_argument("--max-tokens", type=int, default=128, help="reply tokens per run (128)")
+    add_sampling_args(p, ("max_tokens",), BENCH_DEFAULTS)
     p.add_argument("--format", choices=("auto", "plain", "chat"), default="auto",
                    help="auto: chat template when the model has one, else plain completion")
-    p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (0)")
-    p.add_argument("--seed", type=int, default=1234, help="one seed for every run (1234)")
+    add_sampling_args(p, ("temperature", "seed"), BENCH_DEFAULTS)
     p.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
     p.add_argument("--keep-cache", action="store_true",

@@ -41,9 +41,12 @@ from pydantic import ValidationError
 
 from app import __version__
 from app.cli.options import (
+    CLI_DEFAULTS,
     PromptOptions,
+    add_draft_length_arg,
     add_drafting_args,
     add_model_args,
+    add_sampling_args,
     check_model_files,
     drafter_mode,
     option_error,
@@ -62,17 +65,11 @@ def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("prompt", help="the prompt text (with --chat: the user message); "
                                   "'-' reads it from standard input")
     add_model_args(p, n_ctx=4096)
-    p.add_argument("--no-spec", action="store_true", help="decode without speculation")
-    p.add_argument("--draft-max", type=int, default=None, metavar="K",
-                   help="draft length k (default 16; 4 for a draft model)")
+    p.add_argument("--no-spec", action="store_true", help="speculation off: plain decoding")
+    add_draft_length_arg(p, several=False)
     add_drafting_args(p)
-    p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (0)")
-    p.add_argument("--top-k", type=int, default=40)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--min-p", type=float, default=0.05)
-    p.add_argument("--repeat-penalty", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=-1, help="-1: random (reported in --json)")
-    p.add_argument("--max-tokens", type=int, default=256)
+    add_sampling_args(p, ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "seed",
+                          "max_tokens"), CLI_DEFAULTS)
     p.add_argument("--stop", action="append", default=[], type=_stop_string,
                    help="stop string (repeatable; not empty)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt with the model's chat template")

@@ -1,16 +1,20 @@
 """Command-line options shared by ``python -m app generate`` and ``python -m app bench``.
 
-Both subcommands choose a target, a drafter and its settings the same way; the options,
-their defaults and their translation into :class:`~app.engine.session.SessionConfig` and
-:class:`~app.options.SpeculationConfig` live here once. An ``argparse.Namespace`` never
+Both subcommands choose a target, a drafter and its settings the same way; the options
+of config fields take their help, range and default from the fields
+(:func:`app.options.field_schema`), the defaults that differ are :data:`CLI_DEFAULTS` and
+:data:`BENCH_DEFAULTS` with their reasons, and the options' translation into
+:class:`~app.engine.session.SessionConfig` and :class:`~app.options.SpeculationConfig`
+live here once. An ``argparse.Namespace`` never
 leaves :mod:`app.cli`: the layers below get the configs built here.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
@@ -18,7 +22,31 @@ from app.catalog.model_file import check_model_file
 from app.engine.drafter_kinds import kinds
 from app.engine.session import SessionConfig
 from app.errors import TandemError
-from app.options import DrafterNeeds, SpecMode, SpeculationConfig, parse_draft_lengths
+from app.options import (
+    DRAFT_MODEL_K,
+    DrafterNeeds,
+    FREE_DRAFTER_K,
+    SamplingParams,
+    SpecMode,
+    SpeculationConfig,
+    field_schema,
+    parse_draft_lengths,
+)
+
+
+def add_draft_length_arg(p: argparse.ArgumentParser, *, several: bool) -> None:
+    """--draft-max: the draft length k (``several``: a list such as ``1,3,5,8`` into
+    ``args.k``; else one k into ``args.draft_max``), default None (the drafter's default).
+    ``--k`` is the same option under its older name, accepted but not listed."""
+    help_text = field_help(SpeculationConfig, "draft_max", default_text=(
+        f"{FREE_DRAFTER_K}; {DRAFT_MODEL_K} for a draft model"))
+    if several:
+        help_text = "the draft lengths k to compare with off, e.g. 1,3,5,8; " + help_text
+    kind: Any = draft_lengths_arg if several else int
+    dest = "k" if several else "draft_max"
+    p.add_argument("--draft-max", dest=dest, type=kind, default=None,
+                   metavar="K[,K…]" if several else "K", help=help_text)
+    p.add_argument("--k", dest=dest, type=kind, default=None, help=argparse.SUPPRESS)
 
 
 def draft_lengths_arg(text: str) -> tuple[int, ...]:
@@ -62,16 +90,58 @@ def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
 
 
 def add_drafting_args(p: argparse.ArgumentParser) -> None:
-    """--draft-min, --draft-p-min, --fixed-k, --ngram-min, --ngram-max."""
-    p.add_argument("--draft-min", type=int, default=0, metavar="N",
-                   help="discard drafts shorter than N (0)")
-    p.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
-                   help="draft model stops below this top-10 probability (0)")
+    """--draft-min, --draft-p-min, --fixed-k, --ngram-min, --ngram-max (help, defaults and
+    ranges from :class:`~app.options.SpeculationConfig`'s fields)."""
+    add_field_arg(p, SpeculationConfig, "draft_min", metavar="N")
+    add_field_arg(p, SpeculationConfig, "draft_p_min", metavar="P")
     p.add_argument("--fixed-k", action="store_true",
-                   help="always draft up to k (default: verify only as many draft tokens as "
-                        "this machine's measured costs make worthwhile)")
-    p.add_argument("--ngram-min", type=int, default=2, help="prompt lookup: smallest n-gram (2)")
-    p.add_argument("--ngram-max", type=int, default=4, help="prompt lookup: largest n-gram (4)")
+                   help="always draft up to k (default: adaptive, verify only as many draft "
+                        "tokens as this machine's measured costs make worthwhile)")
+    add_field_arg(p, SpeculationConfig, "ngram_min")
+    add_field_arg(p, SpeculationConfig, "ngram_max")
+
+
+#: Defaults of ``generate`` that differ from the fields' own (app/options.py), and why:
+#: greedy decoding (temperature 0), so that one command line prints the same reply every
+#: time and a script can compare it; and 256 tokens, a reply a terminal shows whole.
+#: Every other option of ``generate`` defaults to its field's default.
+CLI_DEFAULTS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 256}
+
+#: Defaults of ``bench`` that differ from the fields' own, and why: greedy decoding and
+#: one fixed seed for every run, so that each "on" run can be compared token for token
+#: with its "off" run and a benchmark can be rerun; 128 tokens per run, enough rounds for
+#: steady rates while prompts × configurations × repeats stay within minutes on a CPU.
+BENCH_DEFAULTS: dict[str, Any] = {"temperature": 0.0, "seed": 1234, "max_tokens": 128}
+
+
+def field_help(model: type[BaseModel], name: str, default: Any = None, *,
+               default_text: str | None = None) -> str:
+    """A help text from a field of ``model``: its description, its range and the default
+    (``default`` when given, else the field's; ``default_text`` words it instead)."""
+    f = field_schema(model, name)
+    shown = default_text if default_text is not None else (
+        f.default if default is None else default)
+    bounds = f.range_text()
+    return f"{f.description} ({bounds + '; ' if bounds else ''}default {shown})"
+
+
+def add_field_arg(p: argparse.ArgumentParser, model: type[BaseModel], name: str,
+                  defaults: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+    """Add the option :data:`OPTION_NAMES` gives field ``name`` of ``model``, typed as the
+    field, with its help (:func:`field_help`) and its default unless ``defaults`` (one of
+    :data:`CLI_DEFAULTS`, :data:`BENCH_DEFAULTS`) names another. The value is checked
+    against the field's range when the config is built (:func:`option_error`)."""
+    f = field_schema(model, name)
+    default = (defaults or {}).get(name, f.default)
+    p.add_argument(OPTION_NAMES[name], type=type(f.default), default=default,
+                   help=field_help(model, name, default), **kwargs)
+
+
+def add_sampling_args(p: argparse.ArgumentParser, names: Sequence[str],
+                      defaults: Mapping[str, Any]) -> None:
+    """The options of the :class:`~app.options.SamplingParams` fields ``names``."""
+    for name in names:
+        add_field_arg(p, SamplingParams, name, defaults)
 
 
 def drafter_mode(args: argparse.Namespace, *, off: bool = False) -> SpecMode:

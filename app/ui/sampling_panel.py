@@ -6,7 +6,8 @@ two apply when the model is reloaded).
 The panel edits the settings' own objects (:class:`app.options.SamplingParams`,
 :class:`app.options.SpeculationConfig`) and emits them whole, validated; the window hands
 them to the controller. Widget ranges are those of the models, so every value the panel
-can produce is valid for the engine.
+can produce is valid for the engine; ranges and tooltips are read from the models' fields
+(:func:`app.options.field_schema`).
 """
 
 from __future__ import annotations
@@ -26,11 +27,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.options import K_MAX, SamplingParams, SpeculationConfig
+from pydantic import BaseModel
+
+from app.options import SamplingParams, SpeculationConfig, field_schema
 from app.store.settings import ModelSettings
 
 #: the most threads the setting offers (as SessionConfig allows: 4 × the logical CPUs)
 MAX_THREADS = min(512, 4 * (os.cpu_count() or 1))
+#: the largest value a QSpinBox holds (a C int); seeds above it are shown as this
+SPIN_MAX = 2**31 - 1
 
 
 class SamplingSettingsWidget(QWidget):
@@ -56,14 +61,14 @@ class SamplingSettingsWidget(QWidget):
 
         box = QGroupBox("Sampling (next reply)")
         form = QFormLayout(box)
-        self.temperature = self._double(0.0, 5.0, 0.05, 2, "0 = greedy (always the most likely token)")
-        self.top_p = self._double(0.01, 1.0, 0.01, 2, "nucleus sampling: keep the smallest set with this probability mass")
-        self.top_k = self._int(0, 100_000, "keep the k most likely tokens (0 = all)")
-        self.min_p = self._double(0.0, 1.0, 0.01, 2, "drop tokens below this fraction of the top token's probability")
-        self.repeat_penalty = self._double(0.1, 5.0, 0.05, 2, "1 = off; above 1 discourages repeating the last 64 tokens")
-        self.seed = self._int(-1, 2**31 - 1, "-1 = a new random seed per reply (the seed used is stored with it)")
+        self.temperature = self._double_field(SamplingParams, "temperature", 0.05, 2)
+        self.top_p = self._double_field(SamplingParams, "top_p", 0.01, 2)
+        self.top_k = self._int_field(SamplingParams, "top_k")
+        self.min_p = self._double_field(SamplingParams, "min_p", 0.01, 2)
+        self.repeat_penalty = self._double_field(SamplingParams, "repeat_penalty", 0.05, 2)
+        self.seed = self._int_field(SamplingParams, "seed")
         self.seed.setSpecialValueText("random")
-        self.max_tokens = self._int(1, 1_000_000, "the most tokens one reply may have")
+        self.max_tokens = self._int_field(SamplingParams, "max_tokens")
         form.addRow("Temperature", self.temperature)
         form.addRow("Top-p", self.top_p)
         form.addRow("Top-k", self.top_k)
@@ -75,12 +80,10 @@ class SamplingSettingsWidget(QWidget):
 
         sbox = QGroupBox("Speculation details (next reply)")
         sform = QFormLayout(sbox)
-        self.draft_min = self._int(0, K_MAX, "a draft shorter than this is dropped and the "
-                                   "round decodes plainly (llama.cpp's --draft-min)")
-        self.draft_p_min = self._double(0.0, 1.0, 0.05, 2, "the draft model stops when its "
-                                        "top-token probability falls below this (--draft-p-min)")
-        self.ngram_min = self._int(1, 16, "prompt lookup: the shortest n-gram it matches")
-        self.ngram_max = self._int(1, 16, "prompt lookup: the longest n-gram it matches")
+        self.draft_min = self._int_field(SpeculationConfig, "draft_min")
+        self.draft_p_min = self._double_field(SpeculationConfig, "draft_p_min", 0.05, 2)
+        self.ngram_min = self._int_field(SpeculationConfig, "ngram_min")
+        self.ngram_max = self._int_field(SpeculationConfig, "ngram_max")
         sform.addRow("Min draft length", self.draft_min)
         sform.addRow("Draft min probability", self.draft_p_min)
         sform.addRow("Lookup n-gram min", self.ngram_min)
@@ -149,6 +152,22 @@ class SamplingSettingsWidget(QWidget):
         w.setToolTip(tip)
         return w
 
+    def _double_field(self, model: type[BaseModel], name: str, step: float,
+                      decimals: int) -> QDoubleSpinBox:
+        """A spin box with the field's range and description (an open lower bound starts
+        one shown step above it: the smallest value the box can show that is allowed)."""
+        f = field_schema(model, name)
+        assert f.low is not None and f.high is not None
+        lo = f.low + 10.0 ** -decimals if f.low_open else f.low
+        return self._double(lo, f.high, step, decimals, f.description)
+
+    def _int_field(self, model: type[BaseModel], name: str) -> QSpinBox:
+        """A spin box with the field's range and description, its maximum capped at
+        :data:`SPIN_MAX` (a QSpinBox holds a 32-bit int; it matters for the seed only)."""
+        f = field_schema(model, name)
+        assert f.low is not None and f.high is not None
+        return self._int(int(f.low), min(int(f.high), SPIN_MAX), f.description)
+
     def set_values(self, sampling: SamplingParams, model: ModelSettings,
                    speculation: SpeculationConfig) -> None:
         """Show settings without emitting change signals."""
@@ -160,7 +179,7 @@ class SamplingSettingsWidget(QWidget):
             self.top_k.setValue(sampling.top_k)
             self.min_p.setValue(sampling.min_p)
             self.repeat_penalty.setValue(sampling.repeat_penalty)
-            self.seed.setValue(min(sampling.seed, 2**31 - 1))
+            self.seed.setValue(min(sampling.seed, SPIN_MAX))
             self.max_tokens.setValue(sampling.max_tokens)
             self.n_ctx.setValue(model.n_ctx)
             self.threads.setValue(model.n_threads or 0)

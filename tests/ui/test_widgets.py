@@ -442,3 +442,24 @@ def test_the_gauge_keeps_its_width_when_a_reply_starts_and_ends(qtbot) -> None:
     assert "last\u00a0reply" in g.mode_label.text()
     assert g.minimumSizeHint().width() == live
     assert live <= 320  # the panel's default width in the window (MainWindow's splitter)
+
+
+def test_sampling_panel_ranges_and_tooltips_are_the_fields(qtbot) -> None:
+    from app.options import SamplingParams, field_schema
+    from app.ui.sampling_panel import SPIN_MAX, SamplingSettingsWidget
+
+    panel = SamplingSettingsWidget()
+    qtbot.addWidget(panel)
+    for name in ("temperature", "min_p", "top_k", "max_tokens"):
+        f = field_schema(SamplingParams, name)
+        spin = getattr(panel, name)
+        assert (spin.minimum(), spin.maximum()) == (f.low, f.high), name
+        assert spin.toolTip() == f.description
+    for name in ("draft_min", "draft_p_min", "ngram_min", "ngram_max"):
+        f = field_schema(SpeculationConfig, name)
+        spin = getattr(panel, name)
+        assert (spin.minimum(), spin.maximum()) == (f.low, f.high), name
+        assert spin.toolTip() == f.description
+    # an open lower bound (top_p > 0) starts one shown step above it
+    assert panel.top_p.minimum() == pytest.approx(0.01) and panel.top_p.maximum() == 1.0
+    assert panel.seed.minimum() == -1 and panel.seed.maximum() == SPIN_MAX  # a C int

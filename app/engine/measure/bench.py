@@ -256,6 +256,123 @@ class ConfigSummary:
         }
 
 
+#: (a run, the off run of its turn, the ratio of their decode rates)
+_TurnPair = tuple[RunRecord, RunRecord, float]
+
+
+def _median_decode_tps(rs: Sequence[RunRecord], drop_disturbed: bool) -> float | None:
+    """Median decode tok/s of the runs (leaving disturbed runs out with ``drop_disturbed``)."""
+    return median(t for r in rs if (t := r.stats.decode_tps) is not None
+                  and not (drop_disturbed and r.disturbed))
+
+
+def _by_label(records: Sequence[RunRecord],
+              labels: Sequence[str] | None) -> dict[str, list[RunRecord]]:
+    """The runs of each label, in ``labels`` order, then other labels by first appearance."""
+    order: list[str] = list(labels) if labels is not None else []
+    for r in records:
+        if r.label not in order:
+            order.append(r.label)
+    by_label: dict[str, list[RunRecord]] = {lab: [] for lab in order}
+    for r in records:
+        by_label[r.label].append(r)
+    return by_label
+
+
+def _turn_pairs(rs: Sequence[RunRecord],
+                off_by_turn: dict[tuple[int, int], RunRecord]) -> list[_TurnPair]:
+    """Each run that has an off run of its (prompt, repeat) with both decode rates known."""
+    return [(r, off, t / o) for r in rs if (t := r.stats.decode_tps) is not None
+            and (off := off_by_turn.get((r.prompt_index, r.repeat))) is not None
+            and (o := off.stats.decode_tps)]
+
+
+def _set_ratios(pairs: Sequence[_TurnPair]) -> list[float]:
+    """Per repeat: Σ emitted / Σ decode time of the runs over that of their off runs."""
+    sums: dict[int, list[float]] = {}
+    for r, off, _ in pairs:
+        acc = sums.setdefault(r.repeat, [0.0, 0.0, 0.0, 0.0])
+        acc[0] += r.stats.emitted
+        acc[1] += r.stats.decode_time
+        acc[2] += off.stats.emitted
+        acc[3] += off.stats.decode_time
+    return [(on_n / on_t) / (off_n / off_t) for on_n, on_t, off_n, off_t in sums.values()]
+
+
+def _acceptance_at(rs: Sequence[RunRecord]) -> tuple[float | None, ...]:
+    """Pooled acceptance rate at each draft position (None where nothing was verified)."""
+    width = max((len(r.stats.verified_at) for r in rs), default=0)
+    at: list[float | None] = []
+    for i in range(width):
+        d_i = sum(r.stats.verified_at[i] for r in rs if i < len(r.stats.verified_at))
+        a_i = sum(r.stats.accepted_at[i] for r in rs if i < len(r.stats.accepted_at))
+        at.append(a_i / d_i if d_i else None)
+    return tuple(at)
+
+
+def _pooled_predicted_speedup(rs: Sequence[RunRecord], alpha: float | None, c: float | None,
+                              k: int) -> float | None:
+    """The predicted speedup from the pooled α, the median c and the runs' round mix."""
+    if alpha is None or c is None or k <= 0:
+        return None
+    rounds = sum(r.stats.rounds for r in rs)
+    draft_rounds = sum(r.stats.draft_rounds for r in rs)
+    proposed = sum(r.stats.proposed for r in rs)
+    # k̄ and the share of plain rounds as the runs actually had them (the adaptive
+    # policy drafts less than k, sometimes nothing), as SpecStats does per run.
+    return (round_mix_speedup(alpha, c, proposed / draft_rounds, draft_rounds,
+                              rounds - draft_rounds)
+            if draft_rounds else predicted_speedup(alpha, k, c))
+
+
+def _summarize_config(label: str, rs: Sequence[RunRecord], off_tps: float | None,
+                      off_by_turn: dict[tuple[int, int], RunRecord], disturbed: int,
+                      drop_disturbed: bool) -> ConfigSummary:
+    """The :class:`ConfigSummary` of one label's runs (``rs`` not empty)."""
+    k = rs[0].draft_max
+    verified = sum(r.stats.verified for r in rs)
+    accepted = sum(r.stats.accepted for r in rs)
+    rounds = sum(r.stats.rounds for r in rs)
+    emitted = sum(r.stats.emitted for r in rs)
+    alpha = accepted / verified if verified else None
+    c = median(cr for r in rs if (cr := r.stats.draft_cost_ratio) is not None)
+    tps = _median_decode_tps(rs, drop_disturbed)
+    gaps = [g for r in rs for g in token_latencies(r.token_times)]
+    compared = [r for r in rs if r.identical_to_off is not None]
+    pairs = _turn_pairs(rs, off_by_turn)
+    return ConfigSummary(
+        label=label,
+        mode=rs[0].mode,
+        draft_max=k,
+        disturbed=disturbed,
+        runs=len(rs),
+        emitted=emitted,
+        decode_tps_median=tps,
+        end_to_end_tps_median=median(
+            t for r in rs if (t := r.stats.end_to_end_tps) is not None
+        ),
+        token_latency_p50=percentile(gaps, 50),
+        token_latency_p95=percentile(gaps, 95),
+        ttft_median=median(r.stats.ttft for r in rs if r.token_ids),
+        acceptance_rate=alpha,
+        mean_acceptance_length=emitted / rounds if rounds else None,
+        draft_cost_ratio=c,
+        predicted_speedup=_pooled_predicted_speedup(rs, alpha, c, k),
+        measured_speedup=(tps / off_tps) if tps is not None and off_tps else None,
+        identical=sum(1 for r in compared if r.identical_to_off),
+        compared=len(compared),
+        acceptance_at=_acceptance_at(rs),
+        near_tie=sum(1 for r in compared
+                     if r.divergence is not None and r.divergence.verdict == "near-tie"),
+        suspect=sum(1 for r in compared
+                    if r.divergence is not None and r.divergence.verdict == "suspect"),
+        unmeasured=sum(1 for r in compared
+                       if not r.identical_to_off and r.divergence is None),
+        paired_speedup=median(ratio for _, _, ratio in pairs),
+        set_speedup=median(_set_ratios(pairs)),
+    )
+
+
 def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None, *,
               drop_disturbed: bool = False) -> list[ConfigSummary]:
     """One :class:`ConfigSummary` per configuration label, in ``labels`` order (default:
@@ -269,106 +386,12 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None,
         kept = [r for r in records if not r.disturbed]
         records = kept + [r for r in records if r.disturbed and r.label not in
                           {k.label for k in kept}]  # keep the label, with no rate
-    order: list[str] = list(labels) if labels is not None else []
-    for r in records:
-        if r.label not in order:
-            order.append(r.label)
-    by_label: dict[str, list[RunRecord]] = {lab: [] for lab in order}
-    for r in records:
-        by_label[r.label].append(r)
-
-    def med_tps(rs: Sequence[RunRecord]) -> float | None:
-        return median(t for r in rs if (t := r.stats.decode_tps) is not None
-                      and not (drop_disturbed and r.disturbed))
-
+    by_label = _by_label(records, labels)
     off_runs = by_label.get("off", [])
-    off_tps = med_tps(off_runs)
+    off_tps = _median_decode_tps(off_runs, drop_disturbed)
     off_by_turn = {(r.prompt_index, r.repeat): r for r in off_runs}
-
-    def turn_pairs(rs: Sequence[RunRecord]) -> list[tuple[RunRecord, RunRecord, float]]:
-        # (run, the off run of its turn, the ratio of their decode rates)
-        return [(r, off, t / o) for r in rs if (t := r.stats.decode_tps) is not None
-                and (off := off_by_turn.get((r.prompt_index, r.repeat))) is not None
-                and (o := off.stats.decode_tps)]
-
-    def set_ratios(pairs: Sequence[tuple[RunRecord, RunRecord, float]]) -> list[float]:
-        # per repeat: Σ emitted / Σ decode time of the runs over that of their off runs
-        sums: dict[int, list[float]] = {}
-        for r, off, _ in pairs:
-            acc = sums.setdefault(r.repeat, [0.0, 0.0, 0.0, 0.0])
-            acc[0] += r.stats.emitted
-            acc[1] += r.stats.decode_time
-            acc[2] += off.stats.emitted
-            acc[3] += off.stats.decode_time
-        return [(on_n / on_t) / (off_n / off_t) for on_n, on_t, off_n, off_t in sums.values()]
-
-    out: list[ConfigSummary] = []
-    for lab in order:
-        rs = by_label[lab]
-        if not rs:
-            continue
-        mode = rs[0].mode
-        k = rs[0].draft_max
-        verified = sum(r.stats.verified for r in rs)
-        accepted = sum(r.stats.accepted for r in rs)
-        rounds = sum(r.stats.rounds for r in rs)
-        emitted = sum(r.stats.emitted for r in rs)
-        alpha = accepted / verified if verified else None
-        tau = emitted / rounds if rounds else None
-        c = median(cr for r in rs if (cr := r.stats.draft_cost_ratio) is not None)
-        draft_rounds = sum(r.stats.draft_rounds for r in rs)
-        proposed = sum(r.stats.proposed for r in rs)
-        pred = None
-        if alpha is not None and c is not None and k > 0:
-            # k̄ and the share of plain rounds as the runs actually had them (the adaptive
-            # policy drafts less than k, sometimes nothing), as SpecStats does per run.
-            pred = (round_mix_speedup(alpha, c, proposed / draft_rounds, draft_rounds,
-                                      rounds - draft_rounds)
-                    if draft_rounds else predicted_speedup(alpha, k, c))
-        tps = med_tps(rs)
-        gaps = [g for r in rs for g in token_latencies(r.token_times)]
-        width = max((len(r.stats.verified_at) for r in rs), default=0)
-        at: list[float | None] = []
-        for i in range(width):
-            d_i = sum(r.stats.verified_at[i] for r in rs if i < len(r.stats.verified_at))
-            a_i = sum(r.stats.accepted_at[i] for r in rs if i < len(r.stats.accepted_at))
-            at.append(a_i / d_i if d_i else None)
-        compared = [r for r in rs if r.identical_to_off is not None]
-        pairs = turn_pairs(rs)
-        out.append(
-            ConfigSummary(
-                label=lab,
-                mode=mode,
-                draft_max=k,
-                disturbed=disturbed.get(lab, 0),
-                runs=len(rs),
-                emitted=emitted,
-                decode_tps_median=tps,
-                end_to_end_tps_median=median(
-                    t for r in rs if (t := r.stats.end_to_end_tps) is not None
-                ),
-                token_latency_p50=percentile(gaps, 50),
-                token_latency_p95=percentile(gaps, 95),
-                ttft_median=median(r.stats.ttft for r in rs if r.token_ids),
-                acceptance_rate=alpha,
-                mean_acceptance_length=tau,
-                draft_cost_ratio=c,
-                predicted_speedup=pred,
-                measured_speedup=(tps / off_tps) if tps is not None and off_tps else None,
-                identical=sum(1 for r in compared if r.identical_to_off),
-                compared=len(compared),
-                acceptance_at=tuple(at),
-                near_tie=sum(1 for r in compared
-                             if r.divergence is not None and r.divergence.verdict == "near-tie"),
-                suspect=sum(1 for r in compared
-                            if r.divergence is not None and r.divergence.verdict == "suspect"),
-                unmeasured=sum(1 for r in compared
-                               if not r.identical_to_off and r.divergence is None),
-                paired_speedup=median(ratio for _, _, ratio in pairs),
-                set_speedup=median(set_ratios(pairs)),
-            )
-        )
-    return out
+    return [_summarize_config(lab, rs, off_tps, off_by_turn, disturbed.get(lab, 0), drop_disturbed)
+            for lab, rs in by_label.items() if rs]
 
 
 def config_label(spec: SpeculationConfig) -> str:
@@ -542,70 +565,99 @@ def run_bench(
         raise ValueError("no prompts")
     configs, sampling = bench_plan(speculations, sampling, repeat)
     labels = [config_label(s) for s in configs]
-
     if warmup:
         warm = sampling.model_copy(update={"max_tokens": min(16, sampling.max_tokens)})
         for spec in configs:
             if cancel is not None and cancel.is_set():
                 break
             generate_once(session, prompts[0], warm, spec, cancel, fresh_cache=fresh_cache)
-
-    records: list[RunRecord] = []
-    total = repeat * len(prompts) * len(configs)
-    step = 0
-    cancelled = False
+    runs = _BenchRuns(session, sampling, cancel, fresh_cache, record, progress,
+                      total=repeat * len(prompts) * len(configs))
     for rep in range(repeat):
         for pi, prompt in enumerate(prompts):
             rot = (rep * len(prompts) + pi) % len(configs)
-            order = configs[rot:] + configs[:rot]
-            group: dict[str, RunRecord] = {}
-            traces: dict[str, SamplingTrace] = {}
-            for spec in order:
-                if cancel is not None and cancel.is_set():
-                    cancelled = True
-                    break
-                trace = SamplingTrace() if record else None
-                start = cpu_sample()
-                fin = generate_once(session, prompt, sampling, spec, cancel,
-                                    fresh_cache=fresh_cache, trace=trace)
-                other = other_cores(start, cpu_sample())
-                if trace is not None:
-                    traces[config_label(spec)] = trace
-                if fin.reason == "cancelled":
-                    cancelled = True
-                    break
-                rec = RunRecord.from_finished(config_label(spec),
-                                              prompt.name or f"prompt-{pi + 1}", pi, rep, fin,
-                                              other)
-                group[rec.label] = rec
-                step += 1
-                if progress is not None:
-                    progress(step, total, rec)
-            off = group.get("off")
-            for lab in labels:
-                rec_or_none = group.get(lab)
-                if rec_or_none is None:
-                    continue
-                rec = rec_or_none
-                if lab != "off" and off is not None:
-                    diff = first_difference(off.token_ids, rec.token_ids)
-                    div = None
-                    if diff is not None and lab in traces and "off" in traces:
-                        div = measure_divergence(session, traces["off"], traces[lab])
-                    rec = dataclasses.replace(rec, identical_to_off=diff is None,
-                                              first_difference=diff, divergence=div)
-                records.append(rec)
-            if cancelled:
+            runs.run_turn(prompt, pi, rep, configs[rot:] + configs[:rot], labels)
+            if runs.cancelled:
                 break
-        if cancelled:
+        if runs.cancelled:
             break
-    notes: list[str] = []
-    fallback = {r.stats.fallback_reason for r in records if r.stats.fallback_reason}
-    notes += sorted(fallback)
     return BenchReport(
         settings=dict(settings or {}),
-        records=records,
-        summaries=summarize(records, labels),
-        cancelled=cancelled,
-        notes=notes,
+        records=runs.records,
+        summaries=summarize(runs.records, labels),
+        cancelled=runs.cancelled,
+        notes=fallback_notes(runs.records),
     )
+
+
+def compared_to_off(session: Session, group: dict[str, RunRecord], labels: Sequence[str],
+                    traces: dict[str, SamplingTrace] | None = None) -> list[RunRecord]:
+    """The runs of one turn in ``labels`` order, each "on" run compared with the turn's
+    ``off`` run (``identical_to_off``, ``first_difference``, and the difference measured
+    when both runs' samplers are in ``traces``). Labels that did not run are skipped."""
+    traces = traces or {}
+    off = group.get("off")
+    out: list[RunRecord] = []
+    for lab in labels:
+        rec = group.get(lab)
+        if rec is None:
+            continue
+        if lab != "off" and off is not None:
+            diff = first_difference(off.token_ids, rec.token_ids)
+            div = None
+            if diff is not None and lab in traces and "off" in traces:
+                div = measure_divergence(session, traces["off"], traces[lab])
+            rec = dataclasses.replace(rec, identical_to_off=diff is None,
+                                      first_difference=diff, divergence=div)
+        out.append(rec)
+    return out
+
+
+def fallback_notes(records: Iterable[RunRecord]) -> list[str]:
+    """The engine's distinct fallback reasons over the runs, sorted."""
+    return sorted({r.stats.fallback_reason for r in records if r.stats.fallback_reason})
+
+
+@dataclass
+class _BenchRuns:
+    """What :func:`run_bench` has run so far: the records in report order, the timed runs
+    counted for ``progress``, and whether a run was cancelled."""
+
+    session: Session
+    sampling: SamplingParams
+    cancel: threading.Event | None
+    fresh_cache: bool
+    record: bool
+    progress: ProgressFn | None
+    total: int
+    step: int = 0
+    cancelled: bool = False
+    records: list[RunRecord] = field(default_factory=list)
+
+    def run_turn(self, prompt: PreparedPrompt, pi: int, rep: int,
+                 order: Sequence[SpeculationConfig], labels: Sequence[str]) -> None:
+        """Run one prompt of one repeat in every configuration of ``order``, then add its
+        records, compared with its off run, in ``labels`` order."""
+        group: dict[str, RunRecord] = {}
+        traces: dict[str, SamplingTrace] = {}
+        for spec in order:
+            if self.cancel is not None and self.cancel.is_set():
+                self.cancelled = True
+                break
+            trace = SamplingTrace() if self.record else None
+            start = cpu_sample()
+            fin = generate_once(self.session, prompt, self.sampling, spec, self.cancel,
+                                fresh_cache=self.fresh_cache, trace=trace)
+            other = other_cores(start, cpu_sample())
+            if trace is not None:
+                traces[config_label(spec)] = trace
+            if fin.reason == "cancelled":
+                self.cancelled = True
+                break
+            rec = RunRecord.from_finished(config_label(spec), prompt.name or f"prompt-{pi + 1}",
+                                          pi, rep, fin, other)
+            group[rec.label] = rec
+            self.step += 1
+            if self.progress is not None:
+                self.progress(self.step, self.total, rec)
+        self.records += compared_to_off(self.session, group, labels, traces)

@@ -206,22 +206,8 @@ def replay_policy(
     i = 0
     while i < end:
         t0 = clock()
-        n_max = min(k, max_tokens - i - 1)
-        keys: tuple[Any, ...] | None = None
-        d: list[int] = []
-        if n_max > 0:
-            if rule == "choose":
-                n_max = policy.choose(n_max)
-            if n_max > 0:
-                d = drafter.draft(context, n_max)[:n_max]
-                if draft_end is not None and d:
-                    del d[draft_end(i, d):]
-                if keyed is not None:
-                    keys = tuple(keyed())[: len(d)]
-        if d and keys is not None:
-            del d[policy.trim(keys):]
-        if not d:
-            policy.observe_no_draft()
+        d, keys = _round_draft(drafter, policy, context, i, min(k, max_tokens - i - 1), rule,
+                               keyed, draft_end)
         draft_s += clock() - t0
         acc = matching_prefix(d, reply, i)
         # draft positions compared: through the first mismatch; the EOG one is not counted
@@ -243,6 +229,37 @@ def replay_policy(
         sizes.append(1 + len(d))
     counts = ReplayCounts(rounds, draft_rounds, proposed, verified, accepted, n, tuple(sizes))
     return PolicyReplay(counts, target_s, draft_s, end * pass_time(1))
+
+
+def _round_draft(
+    drafter: Drafter,
+    policy: DraftLengthPolicy,
+    context: Sequence[int],
+    emitted: int,
+    n_max: int,
+    rule: ReplayRule,
+    keyed: Callable[[], Any] | None,
+    draft_end: Callable[[int, Sequence[int]], int] | None,
+) -> tuple[list[int], tuple[Any, ...] | None]:
+    """One round's draft of :func:`replay_policy` and its token keys (None unless
+    ``keyed``): at most ``n_max`` tokens (fewer under ``choose``), cut by ``draft_end``
+    and then by the policy's trim where there are keys; the policy observes a round
+    without a draft."""
+    keys: tuple[Any, ...] | None = None
+    d: list[int] = []
+    if n_max > 0 and rule == "choose":
+        n_max = policy.choose(n_max)
+    if n_max > 0:
+        d = drafter.draft(context, n_max)[:n_max]
+        if draft_end is not None and d:
+            del d[draft_end(emitted, d):]
+        if keyed is not None:
+            keys = tuple(keyed())[: len(d)]
+    if d and keys is not None:
+        del d[policy.trim(keys):]
+    if not d:
+        policy.observe_no_draft()
+    return d, keys
 
 
 def oracle_replay(

@@ -44,13 +44,15 @@ from typing import Any, Literal
 from app.engine.auto import ReplyObservation, resolve_auto
 from app.engine.chat import ChatMessage, tokenize_plain
 from app.engine.cpu import cpu_sample, other_cores
+from app.engine.events import Finished
 from app.engine.measure.bench import (
     bench_plan,
     BenchReport,
     ProgressFn,
     RunRecord,
+    compared_to_off,
     config_label,
-    first_difference,
+    fallback_notes,
     generate_once,
     summarize,
 )
@@ -343,103 +345,155 @@ def run_conversations(
     labels = [config_label(s) for s in configs]
     n_turns = sum(len(c.turns) for c in conversations)
     saved_index = session.suffix_index
-    run_index = SuffixIndex(saved_index.max_match, saved_index.max_tokens, saved_index.max_replies)
-    session.suffix_index = run_index
-    records: list[RunRecord] = []
-    auto_choices: list[dict[str, Any]] = []
-    cancelled = False
+    run = _ConversationRuns(
+        session, configs, labels, sampling, fmt, fresh_cache, share_history, cancel, progress,
+        run_index=SuffixIndex(saved_index.max_match, saved_index.max_tokens,
+                              saved_index.max_replies),
+        n_turns=n_turns, total=repeat * n_turns * len(configs))
+    session.suffix_index = run.run_index
     try:
         if warmup:
-            first = prepare_turn(session, conversations[0], 0, [], fmt)
-            warm = sampling.model_copy(update={"max_tokens": min(16, sampling.max_tokens)})
-            for spec in configs:
-                if cancel is not None and cancel.is_set():
-                    break
-                if spec.mode is SpecMode.AUTO:
-                    spec, _ = resolve_auto(session, (), (), spec)
-                generate_once(session, first, warm, spec, cancel, fresh_cache=fresh_cache)
-        total = repeat * n_turns * len(configs)
-        step = 0
+            run.warm_up(prepare_turn(session, conversations[0], 0, [], fmt))
         for rep in range(repeat):
-            run_index.clear()
-            recent: list[tuple[Sequence[int], Sequence[int]]] = []
-            flat = 0
-            for conv in conversations:
-                replies: list[str] = []
-                # the auto choice learns per conversation: its earlier turns (prompt and
-                # reply tokens) and its own runs' statistics in this conversation
-                turns_so_far: list[tuple[Sequence[int], Sequence[int]]] = []
-                observed: list[ReplyObservation] = []
-                for ti in range(len(conv.turns)):
-                    prompt = prepare_turn(session, conv, ti, replies, fmt)
-                    rot = (rep * n_turns + flat) % len(configs)
-                    group: dict[str, RunRecord] = {}
-                    off_text: str | None = None
-                    for spec in configs[rot:] + configs[:rot]:
-                        if cancel is not None and cancel.is_set():
-                            cancelled = True
-                            break
-                        run_spec, choice = spec, None
-                        if spec.mode is SpecMode.AUTO:
-                            if fresh_cache:  # the decision's probes run on a cold cache too
-                                session.reset_cache()
-                            t_choose = time.perf_counter()
-                            # a new conversation replays the latest replies of earlier
-                            # ones, as the chat service does (RECENT_REPLIES = 4)
-                            evidence = turns_so_far or recent[-4:]
-                            run_spec, choice = resolve_auto(session, evidence, observed, spec)
-                            choose_s = time.perf_counter() - t_choose
-                        start = cpu_sample()
-                        fin = generate_once(session, prompt, sampling, run_spec, cancel,
-                                            fresh_cache=fresh_cache)
-                        other = other_cores(start, cpu_sample())
-                        if fin.reason == "cancelled":
-                            cancelled = True
-                            break
-                        if choice is not None:
-                            observed.append(ReplyObservation(
-                                fin.stats.mode, fin.stats.emitted, fin.stats.decode_time,
-                                fin.stats.verified, fin.stats.accepted))
-                            auto_choices.append({"prompt": prompt.name, "repeat": rep,
-                                                 "choose_s": choose_s, **choice.to_dict()})
-                        rec = RunRecord.from_finished(config_label(spec), prompt.name,
-                                                      flat, rep, fin, other)
-                        group[rec.label] = rec
-                        step += 1
-                        if progress is not None:
-                            progress(step, total, rec)
-                        if rec.label == "off":
-                            off_text = fin.text
-                    off = group.get("off")
-                    for lab in labels:
-                        r = group.get(lab)
-                        if r is None:
-                            continue
-                        if lab != "off" and off is not None:
-                            diff = first_difference(off.token_ids, r.token_ids)
-                            r = dataclasses.replace(r, identical_to_off=diff is None,
-                                                    first_difference=diff)
-                        records.append(r)
-                    if cancelled or off is None or off_text is None:
-                        break
-                    replies.append(off_text)
-                    turns_so_far.append((prompt.tokens, off.token_ids))
-                    recent.append((prompt.tokens, off.token_ids))
-                    if share_history:
-                        run_index.add_reply(off.token_ids)
-                    flat += 1
-                if cancelled:
-                    break
-            if cancelled:
+            run.run_repeat(rep, conversations)
+            if run.cancelled:
                 break
     finally:
         session.suffix_index = saved_index
-    notes = sorted({r.stats.fallback_reason for r in records if r.stats.fallback_reason})
     return BenchReport(
         settings={**(settings or {}), "multiturn": True, "share_history": share_history,
-                  **({"auto_choices": auto_choices} if auto_choices else {})},
-        records=records,
-        summaries=summarize(records, labels),
-        cancelled=cancelled,
-        notes=notes,
+                  **({"auto_choices": run.auto_choices} if run.auto_choices else {})},
+        records=run.records,
+        summaries=summarize(run.records, labels),
+        cancelled=run.cancelled,
+        notes=fallback_notes(run.records),
     )
+
+
+#: (prompt tokens, reply tokens) of one finished turn
+_TurnTokens = tuple[Sequence[int], Sequence[int]]
+
+
+@dataclass
+class _ConversationState:
+    """What the auto choice learns within one conversation: its earlier turns (prompt and
+    reply tokens) and its own runs' statistics in this conversation."""
+
+    turns_so_far: list[_TurnTokens] = dataclasses.field(default_factory=list)
+    observed: list[ReplyObservation] = dataclasses.field(default_factory=list)
+
+
+@dataclass
+class _ConversationRuns:
+    """The state of :func:`run_conversations`: its settings, the suffix index it fills,
+    the records in report order, the auto choices made, the timed runs counted for
+    ``progress``, and, per repeat, the turn counter and the latest finished turns."""
+
+    session: Session
+    configs: list[SpeculationConfig]
+    labels: list[str]
+    sampling: SamplingParams
+    fmt: Literal["plain", "chat"]
+    fresh_cache: bool
+    share_history: bool
+    cancel: threading.Event | None
+    progress: ProgressFn | None
+    run_index: SuffixIndex
+    n_turns: int
+    total: int
+    step: int = 0
+    cancelled: bool = False
+    records: list[RunRecord] = dataclasses.field(default_factory=list)
+    auto_choices: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: turns finished in this repeat, over all conversations so far
+    flat: int = 0
+    #: every finished turn of this repeat (a new conversation's auto evidence)
+    recent: list[_TurnTokens] = dataclasses.field(default_factory=list)
+
+    def _cancel_set(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    def warm_up(self, first: PreparedPrompt) -> None:
+        """Run each configuration once on the first turn (16 tokens, not recorded)."""
+        warm = self.sampling.model_copy(update={"max_tokens": min(16, self.sampling.max_tokens)})
+        for spec in self.configs:
+            if self._cancel_set():
+                break
+            if spec.mode is SpecMode.AUTO:
+                spec, _ = resolve_auto(self.session, (), (), spec)
+            generate_once(self.session, first, warm, spec, self.cancel,
+                          fresh_cache=self.fresh_cache)
+
+    def run_repeat(self, rep: int, conversations: Sequence[Conversation]) -> None:
+        """Every conversation once, with the reply index emptied first."""
+        self.run_index.clear()
+        self.recent = []
+        self.flat = 0
+        for conv in conversations:
+            self.run_conversation(rep, conv)
+            if self.cancelled:
+                break
+
+    def run_conversation(self, rep: int, conv: Conversation) -> None:
+        """The turns of one conversation in order, each prompt holding the earlier off
+        replies; stops at a cancelled run or a turn without an off reply."""
+        replies: list[str] = []
+        state = _ConversationState()
+        for ti in range(len(conv.turns)):
+            prompt = prepare_turn(self.session, conv, ti, replies, self.fmt)
+            rot = (rep * self.n_turns + self.flat) % len(self.configs)
+            group: dict[str, RunRecord] = {}
+            off_text: str | None = None
+            for spec in self.configs[rot:] + self.configs[:rot]:
+                if self._cancel_set():
+                    self.cancelled = True
+                    break
+                fin = self.run_one(spec, prompt, rep, state, group)
+                if fin is None:
+                    break
+                if config_label(spec) == "off":
+                    off_text = fin.text
+            self.records += compared_to_off(self.session, group, self.labels)
+            off = group.get("off")
+            if self.cancelled or off is None or off_text is None:
+                break
+            replies.append(off_text)
+            state.turns_so_far.append((prompt.tokens, off.token_ids))
+            self.recent.append((prompt.tokens, off.token_ids))
+            if self.share_history:
+                self.run_index.add_reply(off.token_ids)
+            self.flat += 1
+
+    def run_one(self, spec: SpeculationConfig, prompt: PreparedPrompt, rep: int,
+                state: _ConversationState, group: dict[str, RunRecord]) -> Finished | None:
+        """One timed run of a turn, added to ``group``; None when it was cancelled."""
+        run_spec, choice = spec, None
+        choose_s = 0.0
+        if spec.mode is SpecMode.AUTO:
+            if self.fresh_cache:  # the decision's probes run on a cold cache too
+                self.session.reset_cache()
+            t_choose = time.perf_counter()
+            # a new conversation replays the latest replies of earlier
+            # ones, as the chat service does (RECENT_REPLIES = 4)
+            evidence = state.turns_so_far or self.recent[-4:]
+            run_spec, choice = resolve_auto(self.session, evidence, state.observed, spec)
+            choose_s = time.perf_counter() - t_choose
+        start = cpu_sample()
+        fin = generate_once(self.session, prompt, self.sampling, run_spec, self.cancel,
+                            fresh_cache=self.fresh_cache)
+        other = other_cores(start, cpu_sample())
+        if fin.reason == "cancelled":
+            self.cancelled = True
+            return None
+        if choice is not None:
+            state.observed.append(ReplyObservation(
+                fin.stats.mode, fin.stats.emitted, fin.stats.decode_time,
+                fin.stats.verified, fin.stats.accepted))
+            self.auto_choices.append({"prompt": prompt.name, "repeat": rep,
+                                      "choose_s": choose_s, **choice.to_dict()})
+        rec = RunRecord.from_finished(config_label(spec), prompt.name, self.flat, rep, fin, other)
+        group[rec.label] = rec
+        self.step += 1
+        if self.progress is not None:
+            self.progress(self.step, self.total, rec)
+        return fin

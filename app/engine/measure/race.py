@@ -27,7 +27,7 @@ import random
 import statistics
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine.cpu import cpu_sample, other_cores
@@ -300,67 +300,96 @@ def run_race(
         raise ValueError(f"a race needs at least one pair, got {pairs}")
     if sampling.seed < 0:
         sampling = sampling.model_copy(update={"seed": random.randrange(2**32 - 1)})
-    specs = {"off": SpeculationConfig(), "on": speculation}
+    runs = _RaceRuns(session, prompt, sampling, {"off": SpeculationConfig(), "on": speculation},
+                     cancel, on_event, fresh_cache, record)
+    for i in range(pairs):
+        pair = runs.run_pair(i)
+        if pair is None:
+            break
+        if on_pair is not None:
+            on_pair(i + 1, pairs, pair)
+    return runs.result(speculation)
 
-    def timed(label: str, trace: SamplingTrace | None, first: bool) -> tuple[Finished, float | None]:
+
+@dataclass
+class _RaceRuns:
+    """The state of :func:`run_race`: its settings, the first pair's lanes and sampler
+    recordings, every pair timed, and whether a run was cancelled."""
+
+    session: Session
+    prompt: PreparedPrompt
+    sampling: SamplingParams
+    specs: dict[str, SpeculationConfig]
+    cancel: threading.Event | None
+    on_event: Callable[[str, Event], None] | None
+    fresh_cache: bool
+    record: bool
+    lanes: dict[str, RaceLane] = field(default_factory=dict)
+    traces: dict[str, SamplingTrace | None] = field(default_factory=dict)
+    timings: list[RacePair] = field(default_factory=list)
+    cancelled: bool = False
+
+    def timed(self, label: str, trace: SamplingTrace | None,
+              first: bool) -> tuple[Finished, float | None]:
+        """One run of side ``label`` and other processes' load during it (cores)."""
         forward = None
-        if first and on_event is not None:
-            cb = on_event
+        if first and self.on_event is not None:
+            cb = self.on_event
 
             def forward(ev: Event) -> None:
                 cb(label, ev)
 
         start = cpu_sample()
-        fin = generate_once(session, prompt, sampling, specs[label], cancel,
-                            fresh_cache=fresh_cache, on_event=forward, trace=trace)
+        fin = generate_once(self.session, self.prompt, self.sampling, self.specs[label],
+                            self.cancel, fresh_cache=self.fresh_cache, on_event=forward,
+                            trace=trace)
         return fin, other_cores(start, cpu_sample())
 
-    lanes: dict[str, RaceLane] = {}
-    traces: dict[str, SamplingTrace | None] = {}
-    timings: list[RacePair] = []
-    cancelled = False
-    for i in range(pairs):
+    def run_pair(self, i: int) -> RacePair | None:
+        """Pair ``i`` (0-based; odd pairs run on first), kept in ``timings``; the first
+        pair also gives the lanes. None when a run was cancelled."""
         order = ("off", "on") if i % 2 == 0 else ("on", "off")
         got: dict[str, tuple[float | None, float | None]] = {}
         for label in order:
-            if cancel is not None and cancel.is_set():
-                cancelled = True
-                break
+            if self.cancel is not None and self.cancel.is_set():
+                self.cancelled = True
+                return None
             trace = None
             if i == 0:
-                trace = traces[label] = SamplingTrace() if record else None
-            fin, other = timed(label, trace, i == 0)
+                trace = self.traces[label] = SamplingTrace() if self.record else None
+            fin, other = self.timed(label, trace, i == 0)
             if i == 0:
-                lanes[label] = lane_from_finished(label, session.target, fin)
+                self.lanes[label] = lane_from_finished(label, self.session.target, fin)
             if fin.reason == "cancelled":
-                cancelled = True
-                break
+                self.cancelled = True
+                return None
             got[label] = (fin.stats.decode_tps, other)
-        if cancelled:
-            break
         pair = RacePair(got["off"][0], got["on"][0], got["off"][1], got["on"][1])
-        timings.append(pair)
-        if on_pair is not None:
-            on_pair(i + 1, pairs, pair)
-    empty = RaceLane("on", speculation.mode, speculation.draft_max, "", (), (), (),
-                     "cancelled", SpecStats(mode=speculation.mode))
-    off = lanes.get("off") or RaceLane("off", SpecMode.OFF, 0, "", (), (), (), "cancelled",
-                                       SpecStats())
-    on = lanes.get("on") or empty
-    diff = first_difference(off.token_ids, on.token_ids)
-    both = all(lane.finish_reason != "cancelled" for lane in (off, on))  # the first pair ran
-    divergence = None
-    t_off, t_on = traces.get("off"), traces.get("on")
-    if diff is not None and both and t_off is not None and t_on is not None:
-        divergence = measure_divergence(session, t_off, t_on)
-    return RaceResult(
-        off=off,
-        on=on,
-        seed=sampling.seed,
-        temperature=sampling.temperature,
-        identical=diff is None and both,
-        first_difference=diff,
-        cancelled=cancelled,
-        divergence=divergence,
-        pairs=tuple(timings),
-    )
+        self.timings.append(pair)
+        return pair
+
+    def result(self, speculation: SpeculationConfig) -> RaceResult:
+        """The race's result from what ran (an empty, cancelled lane for a side that did
+        not run), with the first pair's first difference measured."""
+        empty = RaceLane("on", speculation.mode, speculation.draft_max, "", (), (), (),
+                         "cancelled", SpecStats(mode=speculation.mode))
+        off = self.lanes.get("off") or RaceLane("off", SpecMode.OFF, 0, "", (), (), (),
+                                                "cancelled", SpecStats())
+        on = self.lanes.get("on") or empty
+        diff = first_difference(off.token_ids, on.token_ids)
+        both = all(lane.finish_reason != "cancelled" for lane in (off, on))  # first pair ran
+        divergence = None
+        t_off, t_on = self.traces.get("off"), self.traces.get("on")
+        if diff is not None and both and t_off is not None and t_on is not None:
+            divergence = measure_divergence(self.session, t_off, t_on)
+        return RaceResult(
+            off=off,
+            on=on,
+            seed=self.sampling.seed,
+            temperature=self.sampling.temperature,
+            identical=diff is None and both,
+            first_difference=diff,
+            cancelled=self.cancelled,
+            divergence=divergence,
+            pairs=tuple(self.timings),
+        )

@@ -1,0 +1,56 @@
+"""Command-line options come from the config fields (app/cli/options.py): help, ranges
+and defaults, with the defaults that differ stated once (CLI_DEFAULTS, BENCH_DEFAULTS)."""
+
+from __future__ import annotations
+
+import argparse
+
+from app.cli.main import build_parser
+from app.cli.options import BENCH_DEFAULTS, CLI_DEFAULTS, OPTION_NAMES, field_help
+from app.options import SamplingParams, SpeculationConfig, field_schema
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    return build_parser("tandem-cli").parse_args(list(argv))
+
+
+def _help(command: str) -> str:
+    parser = build_parser("tandem-cli")
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return " ".join(sub.choices[command].format_help().split())
+
+
+def test_defaults_are_the_fields_except_those_stated_once() -> None:
+    gen = _parse("generate", "hi", "--model", "m.gguf")
+    dests = {"temperature": "temp", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
+             "repeat_penalty": "repeat_penalty", "seed": "seed", "max_tokens": "max_tokens"}
+    for name, dest in dests.items():
+        want = CLI_DEFAULTS.get(name, SamplingParams.model_fields[name].default)
+        assert getattr(gen, dest) == want, name
+    assert (gen.temp, gen.max_tokens) == (0.0, 256)  # greedy, a reply a terminal shows
+    for name in ("draft_min", "draft_p_min", "ngram_min", "ngram_max"):
+        assert getattr(gen, name) == SpeculationConfig.model_fields[name].default
+    bench = _parse("bench", "--model", "m.gguf")
+    assert (bench.temp, bench.seed, bench.max_tokens) == (0.0, 1234, 128)
+    assert BENCH_DEFAULTS == {"temperature": 0.0, "seed": 1234, "max_tokens": 128}
+
+
+def test_help_is_the_fields_description_range_and_default() -> None:
+    text = _help("generate")
+    for name in ("temperature", "top_p", "seed", "max_tokens"):
+        default = CLI_DEFAULTS.get(name, field_schema(SamplingParams, name).default)
+        assert field_help(SamplingParams, name, default) in text, name
+        assert OPTION_NAMES[name] in text
+    assert "(> 0 … 1; default 0.95)" in text
+    assert "(1 … 1000000; default 256)" in _help("generate")
+    assert "default 128)" in _help("bench")
+
+
+def test_k_is_draft_max_in_both_commands_and_k_stays_a_hidden_alias() -> None:
+    assert _parse("generate", "hi", "--model", "m", "--draft-max", "5").draft_max == 5
+    assert _parse("generate", "hi", "--model", "m", "--k", "5").draft_max == 5
+    assert _parse("bench", "--model", "m", "--draft-max", "8,1").k == (1, 8)
+    assert _parse("bench", "--model", "m", "--k", "3").k == (3,)
+    for command in ("generate", "bench"):
+        text = _help(command)
+        assert "--draft-max" in text and "--k " not in text and "--k," not in text
