@@ -166,6 +166,12 @@ def test_bench_summaries_can_leave_disturbed_runs_out() -> None:
     assert runs[2].disturbed and not runs[1].disturbed and DISTURBED_CORES < 1.2
     kept = {s.label: s for s in summarize(runs, ["off", "k=4", "k=8"], drop_disturbed=True)}
     assert kept["k=4"].decode_tps_median == pytest.approx(70) and kept["k=4"].disturbed == 1
-    assert kept["k=8"].decode_tps_median is None and kept["k=8"].disturbed == 1
+    # every run of k=8 was disturbed: it keeps its rate, flagged
+    assert kept["k=8"].decode_tps_median == pytest.approx(3) and kept["k=8"].disturbed == 1
+    assert kept["k=4"].undisturbed == 1 and kept["k=8"].undisturbed == 0
+    # the k sweep recommends none whose every run other work disturbed
+    from app.engine.measure.sweep import k_sweep_from_records
+    fast_but_busy = [rec("off", 50, 0.0), rec("k=4", 70, 0.0), rec("k=8", 90, 1.2)]
+    assert k_sweep_from_records(fast_but_busy).recommended_k == 4
     every = {s.label: s for s in summarize(runs, ["off", "k=4", "k=8"])}
     assert every["k=4"].decode_tps_median == pytest.approx(36)  # both runs, as before

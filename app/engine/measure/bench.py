@@ -223,9 +223,10 @@ class ConfigSummary:
     unmeasured: int = 0
     paired_speedup: float | None = None
     set_speedup: float | None = None
-    #: runs during which other work used more than DISTURBED_CORES (left out when the
-    #: summary was asked to drop them)
+    #: runs during which other work used more than DISTURBED_CORES (left out of the
+    #: rates when the summary was asked to drop them and others were not), and runs not
     disturbed: int = 0
+    undisturbed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -261,9 +262,11 @@ _TurnPair = tuple[RunRecord, RunRecord, float]
 
 
 def _median_decode_tps(rs: Sequence[RunRecord], drop_disturbed: bool) -> float | None:
-    """Median decode tok/s of the runs (leaving disturbed runs out with ``drop_disturbed``)."""
-    return median(t for r in rs if (t := r.stats.decode_tps) is not None
-                  and not (drop_disturbed and r.disturbed))
+    """Median decode tok/s of the runs; with ``drop_disturbed``, of the undisturbed ones
+    when there are any (a configuration whose every run was disturbed keeps its rate)."""
+    quiet = [r for r in rs if not r.disturbed]
+    use = quiet if drop_disturbed and quiet else rs
+    return median(t for r in use if (t := r.stats.decode_tps) is not None)
 
 
 def _by_label(records: Sequence[RunRecord],
@@ -345,6 +348,7 @@ def _summarize_config(label: str, rs: Sequence[RunRecord], off_tps: float | None
         mode=rs[0].mode,
         draft_max=k,
         disturbed=disturbed,
+        undisturbed=sum(not r.disturbed for r in rs),
         runs=len(rs),
         emitted=emitted,
         decode_tps_median=tps,
@@ -377,15 +381,14 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None,
               drop_disturbed: bool = False) -> list[ConfigSummary]:
     """One :class:`ConfigSummary` per configuration label, in ``labels`` order (default:
     order of first appearance). The ``off`` label is the speedup baseline.
-    ``drop_disturbed``: leave runs that other work disturbed out of the rates (a
-    configuration whose every run was disturbed then has no rate)."""
+    ``drop_disturbed``: a configuration's rates come from its runs that other work did
+    not disturb, when it has any (``disturbed`` counts the others either way)."""
     disturbed = {lab: 0 for lab in labels or ()}
     for r in records:
         disturbed[r.label] = disturbed.get(r.label, 0) + r.disturbed
     if drop_disturbed:
-        kept = [r for r in records if not r.disturbed]
-        records = kept + [r for r in records if r.disturbed and r.label not in
-                          {k.label for k in kept}]  # keep the label, with no rate
+        quiet_labels = {r.label for r in records if not r.disturbed}
+        records = [r for r in records if not r.disturbed or r.label not in quiet_labels]
     by_label = _by_label(records, labels)
     off_runs = by_label.get("off", [])
     off_tps = _median_decode_tps(off_runs, drop_disturbed)

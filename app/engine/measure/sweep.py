@@ -33,9 +33,10 @@ DEFAULT_SWEEP_KS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8)
 @dataclass(frozen=True, slots=True)
 class KSweepPoint:
     """Measured figures at one draft length k (medians over repeats; α pooled).
-    ``disturbed``: runs left out because other work used more than
-    :data:`~app.engine.measure.bench.DISTURBED_CORES` during them (``decode_tps`` is None
-    when every run was)."""
+    ``disturbed``: runs during which other work used more than
+    :data:`~app.engine.measure.bench.DISTURBED_CORES`: left out of the rates when the k
+    has undisturbed runs; a k whose every run was disturbed keeps their rate and is not
+    recommended while another k has a clean one; ``undisturbed``: the other runs."""
 
     k: int
     decode_tps: float | None
@@ -46,6 +47,12 @@ class KSweepPoint:
     measured_speedup: float | None
     identical: bool
     disturbed: int = 0
+    undisturbed: int = 0
+
+    @property
+    def all_disturbed(self) -> bool:
+        """Other work disturbed every run of this k."""
+        return self.disturbed > 0 and self.undisturbed == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +136,7 @@ def _sweep_result(
             measured_speedup=s.measured_speedup,
             identical=s.compared > 0 and s.identical == s.compared,
             disturbed=s.disturbed,
+            undisturbed=s.undisturbed,
         )
         for s in on
     )
@@ -138,7 +146,8 @@ def _sweep_result(
     if alpha is not None and c is not None and k_max > 0:
         curve = tuple((k, predicted_speedup(alpha, k, c)) for k in range(1, k_max + 1))
         best_pred = best_draft_length(alpha, c, k_max)
-    measured = [p for p in points if p.decode_tps is not None]
+    measured = [p for p in points if p.decode_tps is not None and not p.all_disturbed] or [
+        p for p in points if p.decode_tps is not None]
     rec = max(measured, key=lambda p: (p.decode_tps or 0.0, -p.k)).k if measured else None
     return KSweepResult(
         plain_decode_tps=off.decode_tps_median if off is not None else None,

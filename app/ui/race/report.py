@@ -115,11 +115,16 @@ def speedup_headline(result: RaceResult) -> str:
     r = result.speedup_range
     spread = (f" (median of {len(kept)} pairs, {r[0]:.2f}–{r[1]:.2f}×)"
               if r is not None and len(kept) >= 2 else "")
+    sooner = ""
+    if not result.pairs:  # one pair, the lanes': their end-to-end times too
+        e2e = result.end_to_end_speedup
+        sooner = f", and finished {e2e:.2f}× sooner" if e2e is not None and e2e >= 1.0 else (
+            f", and took {1 / e2e:.2f}× as long end to end" if e2e else "")
     verdict = result.verdict if result.pairs else ("faster" if ms >= 1.0 else "slower")
     if verdict == "faster":
-        return f"Speculation decoded {ms:.2f}× as fast{spread}." + busy
+        return f"Speculation decoded {ms:.2f}× as fast{spread}{sooner}." + busy
     if verdict == "slower":
-        return f"Speculation was slower here: {ms:.2f}× the decode speed{spread}." + busy
+        return f"Speculation was slower here: {ms:.2f}× the decode speed{spread}{sooner}." + busy
     if len(kept) < 2:
         return (f"One undisturbed pair only: {ms:.2f}× the decode speed; one pair is no "
                 "verdict, run the race again." + busy)

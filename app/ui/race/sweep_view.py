@@ -350,9 +350,9 @@ class KSweepWidget(QWidget):
         for i, p in enumerate(pts):
             cells = [
                 str(p.k),
-                ("busy: left out" if p.decode_tps is None and p.disturbed
-                 else or_dash(p.decode_tps, ".1f")
-                 + (f" ({p.disturbed} disturbed, left out)" if p.disturbed else "")),
+                or_dash(p.decode_tps, ".1f") + (
+                    " (machine busy: not recommended)" if p.all_disturbed
+                    else f" ({p.disturbed} busy run left out)" if p.disturbed else ""),
                 or_dash(p.measured_speedup, ".2f", "×"),
                 or_dash(p.acceptance_rate, ".2f"),
                 or_dash(p.mean_acceptance_length, ".2f"),

@@ -240,6 +240,33 @@ def test_headline_and_prediction_note() -> None:
     assert speedup_headline(slower).startswith("Speculation was slower here: 0.50×")
 
 
+def test_headline_of_several_pairs_gives_a_verdict_only_when_they_agree() -> None:
+    import dataclasses
+
+    from app.engine.measure.race import RacePair
+    from app.ui.race.report import race_table_rows, speedup_headline
+
+    r = _race()
+    agree = dataclasses.replace(r, pairs=(RacePair(50, 70, 0.0, 0.0), RacePair(50, 75, 0.0, 0.0),
+                                          RacePair(50, 80, 0.0, 0.0)))
+    assert speedup_headline(agree) == ("Speculation decoded 1.50× as fast (median of 3 pairs, "
+                                       "1.40–1.60×).")
+    rows = dict((name, on) for name, _, on in race_table_rows(agree))
+    assert rows["measured speedup (decode)"] == "1.50× (1.40–1.60 over 3 pairs)"
+    assert rows["off/on pairs timed"] == "3"
+    busy = dataclasses.replace(r, pairs=(RacePair(50, 18, 0.0, 1.2), RacePair(50, 73, 0.0, 0.0),
+                                         RacePair(50, 48, 0.0, 0.0)))
+    assert speedup_headline(busy) == (
+        "No clear difference: the pairs ran 0.96–1.46× (median 1.21×), within this machine's "
+        "run-to-run noise. The machine was busy: 1 of 6 runs were disturbed by other work "
+        "and their pairs left out.")
+    assert dict((n, on) for n, _, on in race_table_rows(busy))["off/on pairs timed"] == (
+        "3; 1 of 6 runs disturbed by other work, their pairs left out")
+    every = dataclasses.replace(r, pairs=(RacePair(50, 70, 0.9, 0.0),))
+    assert speedup_headline(every).startswith("No speedup to report: other work disturbed "
+                                              "every pair.")
+
+
 def test_recommendation_warns_when_no_k_beats_off() -> None:
     from app.engine.measure.sweep import KSweepPoint, KSweepResult
     from app.ui.race.sweep_view import KSweepWidget
