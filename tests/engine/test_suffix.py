@@ -143,54 +143,6 @@ def test_history_wins_only_with_a_higher_score() -> None:
     assert d.last.source == "context"  # equal scores (3.0): the context is kept
 
 
-def test_a_draft_tree_branches_where_continuations_differ_and_adds_nodes_best_first() -> None:
-    d = SuffixDrafter()
-    ctx = [1, 2, 3, 1, 2, 4, 1, 2]  # "1 2" went on with 3 once and with 4 once (latest)
-    d.begin(ctx)
-    assert d.draft(ctx, 8) == [4, 1]  # match of 2 tokens caps the chain at 2
-    tree = d.draft_tree(ctx, 8, 4)
-    # both first tokens (p 1/2, the latest first), then each one's own continuation
-    assert tree.tokens == (4, 3, 1, 1)
-    assert tree.parents == (-1, -1, 0, 1)
-    assert tree.probs == pytest.approx((0.5, 0.5, 0.5, 0.5))
-    assert tree.accepted([3, 1, 9]) == 2  # the second branch, whole
-    assert tree.accepted([4, 1]) == 2
-    assert tree.accepted([3, 1], budget=2) == 1  # its "1" is the fourth node
-    assert tree.accepted([5, 1]) == 0
-    assert len(d.draft_tree(ctx, 8, 1)) == 1
-    assert len(d.draft_tree([1, 2, 3], 8, 4)) == 0  # no match, no tree
-    assert d.stats.rounds == 1  # a tree is not a drafting round
-
-
-def test_a_draft_tree_holds_the_chain_draft_as_a_path() -> None:
-    rng = random.Random(11)
-    for trial in range(60):
-        replies, ctx = _random_replies_and_context(rng)
-        n_max = rng.choice([1, 3, 8])
-        idx = SuffixIndex()
-        idx.load_replies(replies)
-        d = SuffixDrafter(idx, min_token_prob=rng.choice([0.0, 0.1, 0.4]))
-        d.begin(ctx)
-        chain = d.draft(ctx, n_max)
-        probs = d.last.probs
-        tree = d.draft_tree(ctx, n_max, 10_000)
-        assert tree.accepted(chain) == len(chain), (trial, chain, tree)
-        # the first-added child of each node, from the root, is the chain, with its
-        # probabilities (the same counts, tie-break and order of multiplication)
-        path, path_probs, node = [], [], -1
-        while True:
-            children = [i for i, p in enumerate(tree.parents) if p == node]
-            if not children:
-                break
-            node = children[0]
-            path.append(tree.tokens[node])
-            path_probs.append(tree.probs[node])
-        assert path == chain and tuple(path_probs) == probs, (trial, chain, path)
-        assert all(p >= d.min_token_prob for p in tree.probs)
-        assert list(tree.probs) == sorted(tree.probs, reverse=True)  # added best first
-        assert all(p < i for i, p in enumerate(tree.parents))
-
-
 def test_token_keys_tell_frequent_continuations_from_copies() -> None:
     # (a copy, class 0, and 3 occurrences, class 1: the two tests above)
     many = SuffixDrafter()

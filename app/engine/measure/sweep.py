@@ -26,7 +26,7 @@ from app.engine.session import Session
 from app.engine.stats import best_draft_length, predicted_speedup
 from app.options import SamplingParams, SpeculationConfig
 
-#: Draft lengths of the race view's k sweep (issue 5).
+#: Draft lengths of the race view's k sweep.
 DEFAULT_SWEEP_KS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8)
 
 

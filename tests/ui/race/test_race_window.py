@@ -16,6 +16,7 @@ from app.engine.chat import ChatMessage
 from app.engine.measure.lookup import estimate_lookup_hit_rate, model_tokenizer
 from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE
 from app.options import SamplingParams, SpeculationConfig
+from app.ui.race.report import speedup_headline
 from app.ui.race import RaceWindow
 from app.ui.race.lane_pane import DRAFT_TINT
 from app.ui.service_bridge import ServiceBridge
@@ -198,6 +199,10 @@ def test_gemma_race_is_identical_replays_and_exports(qtbot, gemma_bridge: Servic
     assert w.race_view.on_pane.alpha.value.text() == f"{r.on.stats.acceptance_rate:.2f}"
     table = _table(w)
     assert table["identical text"][1] == "yes"
+    # three interleaved off/on pairs, the lanes' own first; the headline is their median
+    assert len(r.pairs) == 3 and r.pairs[0].off_tps == r.off.stats.decode_tps
+    assert table["off/on pairs timed"][1].startswith("3")
+    assert w.race_view.headline.text() == speedup_headline(r)
     assert table["decode tok/s"] == (f"{r.off.stats.decode_tps:.1f}", f"{r.on.stats.decode_tps:.1f}")
     assert "Identical text" in w.race_view.verdict.text()
     assert w.race_view.explanation.isHidden()
@@ -222,6 +227,23 @@ def test_gemma_race_is_identical_replays_and_exports(qtbot, gemma_bridge: Servic
     enough = r.on.stats.verified >= MIN_VERIFIED_FOR_ESTIMATE
     assert w.calculator.measured_button.isEnabled() == enough
     w.close()
+
+
+def test_race_progress_shows_each_pair_as_it_arrives(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from app.engine.measure.race import RacePair
+    from app.ui.race.race_view import RaceViewWidget
+
+    v = RaceViewWidget()
+    qtbot.addWidget(v)
+    v.begin_race()
+    v.show_progress("off", 10, 96)
+    assert "First pair, speculation off" in v.status.text()
+    v.show_progress("pairs", 1, 3, RacePair(50.0, 70.0, 0.0, 0.0))
+    assert v.status.text() == "Timed 1 of 3 off/on pairs (each pair: 1.40×). Timing the next…"
+    v.show_progress("pairs", 2, 3, RacePair(50.0, 20.0, 0.0, 1.4))
+    v.show_progress("pairs", 3, 3, RacePair(50.0, 72.0, 0.0, 0.0))
+    assert v.status.text() == "Timed 3 of 3 off/on pairs (each pair: 1.40×, disturbed, 1.44×)."
+    assert v.progress.value() == 3 and v.progress.maximum() == 3
 
 
 def _blocks(doc):  # type: ignore[no-untyped-def]
