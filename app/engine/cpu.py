@@ -3,9 +3,9 @@
 llama.cpp's CPU backend splits every pass over its threads and makes them wait for each
 other at each operation's barrier. When another process takes a core, one of those
 threads is preempted and the others wait for it at every barrier: measured on a 2-core
-machine (Gemma 3 270M Q4_K_M, plain decoding), 82 tok/s with 2 threads when quiet and
-13–26 tok/s with one busy process beside it, against 54 tok/s with 1 thread
-(docs/benchmarks.md, ``bench/thread_load.py``). So the engine runs as many threads as
+machine (Gemma 3 270M Q4_K_M, plain decoding), 77 tok/s with 2 threads when quiet and
+30 tok/s with one busy process beside them, against 59 tok/s with 1 thread
+(``bench/thread_load.py``, docs/benchmarks.md). So the engine runs as many threads as
 there are cores that other processes leave free, and :class:`ThreadGovernor` keeps it so
 while the desktop's load changes.
 

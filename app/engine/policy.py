@@ -69,6 +69,7 @@ class PassTimes:
     def __init__(self) -> None:
         self._recent: dict[int, deque[float]] = {}
         self._n: dict[int, int] = {}
+        self._trusted: dict[int, float] | None = {}  # the medians; None: to recompute
 
     def observe(self, n_tokens: int, seconds: float) -> None:
         """A target pass over ``n_tokens`` took ``seconds`` (sampling included)."""
@@ -77,6 +78,7 @@ class PassTimes:
             recent = self._recent[n_tokens] = deque(maxlen=self.window)
         recent.append(seconds)
         self._n[n_tokens] = self._n.get(n_tokens, 0) + 1
+        self._trusted = None
 
     def count(self, n_tokens: int) -> int:
         """How many passes of this size were observed."""
@@ -93,8 +95,10 @@ class PassTimes:
         backend (on AVX2 CPUs llama.cpp's repacked kernels make some even sizes cheaper
         than the odd size below), which is why every size that is verified is also timed.
         """
-        t = {n: statistics.median(v) for n, v in self._recent.items()
-             if self._n[n] >= self.trusted_after}
+        t = self._trusted
+        if t is None:  # once per observation, not per call (the policy asks k times a round)
+            t = self._trusted = {n: statistics.median(v) for n, v in self._recent.items()
+                                 if self._n[n] >= self.trusted_after}
         if not t:
             return None
         if n_tokens in t:
@@ -126,11 +130,12 @@ class DraftLengthPolicy:
     margin = 0.05
     #: when :meth:`trim` would verify nothing of a draft, every this many such rounds it
     #: verifies its first token anyway, so that the estimates keep meeting the target
-    explore_every = 16
+    explore_every = 64
     # Both replayed on recorded replies with two CPUs' pass costs (tests/engine/
-    # test_policy.py; docs/benchmarks.md): 5 % and 16 kept chat at temperature 0.8 at or
-    # above 0.97× plain where a rejected one-token verification costs 0.78 of a step,
-    # and every greedy set at or above 0.97× the best fixed k.
+    # test_policy.py) and timed (docs/benchmarks.md): with 5 % and 64, chat at
+    # temperature 0.8 stayed near plain decoding's speed where a rejected one-token
+    # verification costs 0.78 of a step (16 lost about 1 % more there), and every greedy
+    # set reached at least the best fixed k's speed.
     #: weight of α̂ in a key's acceptance estimate, in verified tokens
     prior_weight = 3.0
     #: per verification, the counts of a key are multiplied by this (a window of ~200)

@@ -153,7 +153,7 @@ def replay_set(turns: list[dict[str, Any]], times: dict[int, float], model: Llam
     for n, t in times.items():
         if cold and n > 1:
             continue
-        for _ in range(1 if cold else 2):
+        for _ in range(PassTimes.trusted_after):
             pt.observe(n, t)
     policy = DraftLengthPolicy(pt, key_prior=SuffixDrafter.key_prior if drafter_kind == "suffix" else None)
     policy.margin = margin

@@ -136,7 +136,9 @@ def test_replayed_copy_turns_are_drafted_after_a_stretch_of_rejections() -> None
     decoding (where verifying every draft costs about 18 %)."""
     for seed in range(3):
         index = SuffixIndex()
-        policy, full_policy = DraftLengthPolicy(_table(CPU)), DraftLengthPolicy(_table(CPU))
+        # the policy as the session makes it for the suffix drafter (its key priors)
+        policy = DraftLengthPolicy(_table(CPU), key_prior=SuffixDrafter.key_prior)
+        full_policy = DraftLengthPolicy(_table(CPU))
         trimmed, full = [], []
         for prompt, reply in _copy_conversation(seed):
             for rule, pol, out in (("trim", policy, trimmed), ("full", full_policy, full)):
@@ -145,7 +147,8 @@ def test_replayed_copy_turns_are_drafted_after_a_stretch_of_rejections() -> None
             index.add_reply(reply)
         for r in trimmed[-9:]:
             c = r.counts
-            assert c.draft_rounds >= c.rounds / 3 and c.accepted >= 0.5 * c.emitted, (seed, c)
+            # most of each copy comes from accepted drafts, in far fewer rounds
+            assert c.accepted >= 0.5 * c.emitted and c.rounds < 0.6 * c.emitted, (seed, c)
         assert _total(trimmed[-9:]) >= 0.9 * _total(full[-9:]), seed
         assert _total(trimmed[3:11]) >= 0.95 > _total(full[3:11]), seed
 
