@@ -153,6 +153,12 @@ def test_the_race_verdict_needs_every_undisturbed_pair_to_agree() -> None:
     busy = result(RacePair(50, 70, 0.9, quiet))
     assert busy.verdict is None and busy.measured_speedup is None
     assert result().measured_speedup == pytest.approx(70 / 50)  # no pairs: the lanes
+    # a steady load (a busy process through the whole race) is the race's condition,
+    # not a disturbance: every pair is kept
+    steady = result(RacePair(30, 45, 1.0, 0.95), RacePair(31, 44, 1.02, 1.0),
+                    RacePair(29, 46, 0.98, 1.0))
+    assert steady.disturbed_runs == 0 and steady.verdict == "faster"
+    assert steady.typical_load == pytest.approx(1.0)
 
 
 def test_bench_summaries_can_leave_disturbed_runs_out() -> None:

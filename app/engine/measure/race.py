@@ -122,7 +122,10 @@ def lane_from_finished(label: str, model: LlamaModel, fin: Finished) -> RaceLane
     )
 
 
-#: other processes' load during a run, in cores, above which the run is disturbed
+#: a run is disturbed when other processes' load during it, in cores, differs by more
+#: than this from the race's typical load (the median over its runs): a steady load (a
+#: browser that always uses a core) is the condition the race measures under, a burst
+#: during one run is not
 DISTURBED_CORES = 0.3
 #: a verdict needs every kept pair beyond this margin on the same side of 1×
 VERDICT_MARGIN = 0.02
@@ -138,23 +141,26 @@ class RacePair:
     off_other: float | None = None
     on_other: float | None = None
 
-    @property
-    def disturbed(self) -> bool:
-        """Whether other work used more than :data:`DISTURBED_CORES` during either run."""
-        return any(o is not None and o > DISTURBED_CORES for o in (self.off_other, self.on_other))
+    def disturbed_runs(self, typical: float | None = 0.0) -> int:
+        """Runs whose load differs from ``typical`` by more than :data:`DISTURBED_CORES`
+        (an unknown load, or no typical one, disturbs nothing)."""
+        if typical is None:
+            return 0
+        return sum(o is not None and abs(o - typical) > DISTURBED_CORES
+                   for o in (self.off_other, self.on_other))
 
-    @property
-    def disturbed_runs(self) -> int:
-        return sum(o is not None and o > DISTURBED_CORES for o in (self.off_other, self.on_other))
+    def disturbed(self, typical: float | None = 0.0) -> bool:
+        """Whether either run was disturbed (:meth:`disturbed_runs`)."""
+        return self.disturbed_runs(typical) > 0
 
     @property
     def speedup(self) -> float | None:
         """Decode tok/s on ÷ off."""
         return self.on_tps / self.off_tps if self.off_tps and self.on_tps else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, typical: float | None = 0.0) -> dict[str, Any]:
         return {"off_tps": self.off_tps, "on_tps": self.on_tps, "off_other_cores": self.off_other,
-                "on_other_cores": self.on_other, "disturbed": self.disturbed,
+                "on_other_cores": self.on_other, "disturbed": self.disturbed(typical),
                 "speedup": self.speedup}
 
 
@@ -180,14 +186,23 @@ class RaceResult:
     pairs: tuple[RacePair, ...] = ()
 
     @property
+    def typical_load(self) -> float | None:
+        """Other processes' median load over every run of the race, cores (None: unknown)."""
+        loads = [o for p in self.pairs for o in (p.off_other, p.on_other) if o is not None]
+        return statistics.median(loads) if loads else None
+
+    @property
     def kept_speedups(self) -> tuple[float, ...]:
         """Speedups of the pairs with no disturbed run."""
-        return tuple(x for p in self.pairs if not p.disturbed and (x := p.speedup) is not None)
+        typical = self.typical_load
+        return tuple(x for p in self.pairs
+                     if not p.disturbed(typical) and (x := p.speedup) is not None)
 
     @property
     def disturbed_runs(self) -> int:
-        """Runs during which other work used more than :data:`DISTURBED_CORES`."""
-        return sum(p.disturbed_runs for p in self.pairs)
+        """Runs whose load other work changed (:data:`DISTURBED_CORES`)."""
+        typical = self.typical_load
+        return sum(p.disturbed_runs(typical) for p in self.pairs)
 
     @property
     def speedup_range(self) -> tuple[float, float] | None:
@@ -249,7 +264,8 @@ class RaceResult:
             "speedup_range": self.speedup_range,
             "verdict": self.verdict,
             "disturbed_runs": self.disturbed_runs,
-            "pairs": [p.to_dict() for p in self.pairs],
+            "typical_load": self.typical_load,
+            "pairs": [p.to_dict(self.typical_load) for p in self.pairs],
             "end_to_end_speedup": self.end_to_end_speedup,
             "predicted_speedup": self.predicted_speedup,
             "cancelled": self.cancelled,

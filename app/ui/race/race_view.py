@@ -239,7 +239,9 @@ class RaceViewWidget(QWidget):
             if pair is not None:
                 x = pair.speedup
                 self._pair_texts.append(
-                    ("disturbed" if pair.disturbed else f"{x:.2f}×") if x is not None else "—")
+                    # the other run's load is the reference while the race runs
+                    ("disturbed" if pair.disturbed(pair.off_other) else f"{x:.2f}×")
+                    if x is not None else "—")
             self.progress.setFormat(f"%v / {max_tokens} pairs")
             self.status.setText(
                 f"Timed {tokens} of {max_tokens} off/on pairs (each pair: {', '.join(self._pair_texts)})."
