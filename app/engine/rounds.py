@@ -37,6 +37,7 @@ from app.engine.events import TextDelta
 from app.engine.llama import LlamaContext, LlamaModel
 from app.engine.policy import DraftLengthPolicy
 from app.engine.text import TextStream, draft_length_before_end
+from app.options import SpecMode
 
 Sample = Callable[[LlamaContext, int], int]
 
@@ -237,6 +238,8 @@ class Round:
         self.token_keys: Callable[[], tuple[Hashable, ...]] | None = getattr(
             drafter, "token_keys", None)
         self.counters = ReplyCounters(k)
+        #: the reply's drafter mode, kept when a failed rollback turns drafting off
+        self.mode = drafter.kind if drafter is not None else SpecMode.OFF
 
     def propose(self, history: Sequence[int], n_max: int) -> tuple[list[int], tuple[Hashable, ...] | None]:
         """The draft to verify after ``history`` (at most ``n_max`` tokens) and the

@@ -46,7 +46,7 @@ from app.engine.cpu import ThreadGovernor, free_threads, measure_other_cores, th
 from app.engine.policy import DraftLengthPolicy, PassTimes
 from app.engine.probe import probe_model
 from app.engine.sampling import TargetSampler
-from app.engine.stats import SpecStats
+from app.engine.stats import MIN_DRAFT_ROUNDS_FOR_SPEEDUP, MIN_VERIFIED_FOR_SPEEDUP, SpecStats
 from app.engine.suffix import SuffixIndex
 from app.engine.rounds import PlainStep, PlainSteps, Round, Verifier
 from app.engine.text import TextStream
@@ -307,7 +307,9 @@ class Session:
         self._plain_steps = PlainSteps()
         #: follows other processes' load; changes the thread count between rounds when
         #: the config left it open
-        self._governor = ThreadGovernor(ctx.n_threads, adjust=config.n_threads is None)
+        self._governor = ThreadGovernor(
+            thread_cap() if config.n_threads is None else ctx.n_threads,
+            adjust=config.n_threads is None)
         self._draft_step_probe: float | None = None  # see draft_step_time
         self._policies: dict[str, DraftLengthPolicy] = {}
         #: earlier replies for the suffix drafter; the chat layer fills it
@@ -439,6 +441,7 @@ class Session:
                 self._draft_drafter.close()
                 self._draft_drafter = None
             self._draft_step_probe = None
+            self._policies.pop(SpecMode.DRAFT_MODEL, None)  # its α̂ and step time were the old draft's
             if self.draft_model is not None:
                 self.draft_model.close()
                 self.draft_model = None
@@ -466,7 +469,7 @@ class Session:
                     draft,
                     n_ctx=self.ctx.n_ctx,
                     n_batch=self.config.n_batch,
-                    n_threads=self.config.n_threads or default_threads(),
+                    n_threads=self.config.n_threads or self.ctx.n_threads,
                     n_outputs_max=1,  # the draft only ever needs its last position
                 )
             except BaseException:
@@ -534,7 +537,7 @@ class Session:
             token = self.target.bos if self.target.bos >= 0 else 0
             todo = [n for n in sorted(set(sizes))
                     if 1 <= n <= min(self.n_ctx, self.ctx.n_outputs_max)
-                    and self._pass_table().count(n) == 0]
+                    and not any(t.count(n) for t in self._pass_times.values())]
             for n in todo:
                 for i in range(max(1, passes) + 1):
                     self.ctx.clear()
@@ -720,12 +723,12 @@ class Session:
     ) -> Iterator[Event]:
         reply = _Reply(prompt, clock(), TextStream(sampling.stop), sampling.max_tokens,
                        self.target.token_to_piece)
-        drafter, reply.note = self._make_drafter(spec)
-        reply.passes0 = drafter.forward_passes if drafter is not None else 0
         is_cancelled = cancel.is_set if cancel is not None else (lambda: False)
         with self._lock:
             if self._closed:
                 raise TandemError("The model has been unloaded.")
+            drafter, reply.note = self._make_drafter(spec)
+            reply.passes0 = drafter.forward_passes if drafter is not None else 0
             reply.prefill_tokens = self._sync_prefix(prompt[:-1], cancel)
             sampler = TargetSampler(self.target, sampling)
             sampler.accept_prompt(prompt)
@@ -738,8 +741,8 @@ class Session:
                 reply.stream, self.verifier, clock)
         reply.t_prefill = last_stats = clock()
         reason: FinishReason | None = "cancelled" if is_cancelled() else None
-        yield StatsUpdate(self._snapshot(reply, rnd, reply.t_prefill))  # the reply's settings
         try:
+            yield StatsUpdate(self._snapshot(reply, rnd, reply.t_prefill))  # its settings
             while reason is None:
                 if is_cancelled() or self._closing:
                     reason = "cancelled"
@@ -757,7 +760,7 @@ class Session:
             reply.t_end = clock()
             if rnd.drafter is not None and reason != "cancelled":
                 with self._lock:
-                    self._time_plain_steps(reply, sampler.sample)
+                    self._time_plain_steps(reply, rnd, sampler.sample)
         finally:
             sampler.close()
         with self._lock:
@@ -765,7 +768,7 @@ class Session:
             for chunk in reply.stream.flush(cut=reason in ("cancelled", "length")):
                 yield TextDelta(chunk.text, chunk.from_draft, clock() - reply.t0, len(reply.emitted))
         stats = self._snapshot(reply, rnd, reply.t_end or clock())
-        if rnd.drafter is None and reason != "cancelled" and stats.decode_tps:
+        if rnd.mode is SpecMode.OFF and reason != "cancelled" and stats.decode_tps:
             self.last_plain_decode_tps = stats.decode_tps
         yield Finished(
             reason=reason or "stop",
@@ -789,7 +792,10 @@ class Session:
 
     def _pass_table(self) -> PassTimes:
         """The target's pass times at the current thread count."""
-        return self._pass_times.setdefault(self.ctx.n_threads, PassTimes())
+        table = self._pass_times.get(self.ctx.n_threads)
+        if table is None:
+            table = self._pass_times[self.ctx.n_threads] = PassTimes()
+        return table
 
     def _round(self, reply: _Reply, rnd: Round, clock: Callable[[], float]) -> FinishReason | None:
         """One round under the lock: threads, draft, verification, rollback. Returns why
@@ -830,29 +836,39 @@ class Session:
         self._target_step_samples.append(seconds)
         del self._target_step_samples[:-64]
 
-    def _time_plain_steps(self, reply: _Reply, sample: Callable[[LlamaContext, int], int]) -> None:
+    def _time_plain_steps(self, reply: _Reply, rnd: Round,
+                          sample: Callable[[LlamaContext, int], int]) -> None:
         """After a speculative reply with no comparable one-token pass (:class:`PlainSteps`),
         time :attr:`PlainSteps.min_own` of them at the reply's end (its last token at its
         depth, sampled, then removed again): the measured speedup's baseline under this
         reply's conditions. Costs that many target steps after the reply, not in it."""
         ctx, pos = self.ctx, reply.n_past
+        c = rnd.counters
         # (not on recurrent state: its snapshots cannot undo a whole one-token decode)
-        if (self._closed or not self.rollback_supported or self.target.is_recurrent
-                or pos + 1 >= ctx.n_ctx
+        if (self._closed or self._closing or not self.rollback_supported
+                or self.target.is_recurrent or pos + 1 >= ctx.n_ctx
+                or c.draft_rounds < MIN_DRAFT_ROUNDS_FOR_SPEEDUP
+                or c.verified < MIN_VERIFIED_FOR_SPEEDUP
                 or len(reply.own_plain) >= PlainSteps.min_own
                 or not self._plain_steps.stale(time.monotonic(), ctx.n_threads,
                                                self._governor.other)):
             return
         for _ in range(PlainSteps.min_own):
             t = time.perf_counter()
-            ctx.decode([reply.history[-1]], pos, logits="last")
-            sample(ctx, 0)
+            try:
+                ctx.decode([reply.history[-1]], pos, logits="last")
+                sample(ctx, 0)
+            except TandemError:  # the reply is complete: it goes without a baseline
+                ctx.clear()
+                self._kv_tokens = []
+                return
             dt = time.perf_counter() - t
             if not ctx.seq_rm(pos, -1):
                 ctx.clear()
                 self._kv_tokens = []
                 return
             self._observe_plain_step(reply, dt, time.monotonic())
+            self._pass_table().observe(1, dt)  # the policy's t(1) at this thread count
 
     def _rollback_failed(self, reply: _Reply, rnd: Round, kept: list[int]) -> None:
         """``llama_memory_seq_rm`` refused a partial removal (a model whose memory cannot
@@ -884,7 +900,7 @@ class Session:
         other = self._governor.other
         base = self._plain_steps.baseline(reply.own_plain, time.monotonic(), n_threads, other)
         return SpecStats(
-            mode=rnd.drafter.kind if rnd.drafter is not None else SpecMode.OFF,
+            mode=rnd.mode,
             draft_max=c.k,
             adaptive=rnd.adaptive and rnd.drafter is not None,
             prompt_tokens=len(reply.prompt),

@@ -200,8 +200,10 @@ def test_measured_speedup_is_the_replys_own_and_survives_a_regenerate(  # type: 
     first = _last_reply(w)
     assert first.stats is not None
     stats = SpecStats.from_dict(first.stats)
-    assert stats.mode is SpecMode.PROMPT_LOOKUP and stats.plain_step_time is not None
-    assert stats.plain_step_source == "reply"  # timed at the end of this reply
+    assert stats.mode is SpecMode.PROMPT_LOOKUP
+    if stats.draft_rounds >= 3 and stats.verified >= 10:  # enough drafts for a figure
+        assert stats.plain_step_time is not None
+        assert stats.plain_step_source == "reply"  # timed in (or at the end of) this reply
     shown = w.gauge.value_text("measured")
     assert shown == measured_speedup_text(stats, streaming=False)
     if stats.measured_speedup is not None:
@@ -213,7 +215,6 @@ def test_measured_speedup_is_the_replys_own_and_survives_a_regenerate(  # type: 
     again = _last_reply(w)
     assert again.id != first.id and again.stats is not None
     regenerated = SpecStats.from_dict(again.stats)
-    assert regenerated.plain_step_time is not None
     assert w.gauge.value_text("measured") == measured_speedup_text(regenerated, streaming=False)
 
     conversation = c.current_conversation
