@@ -110,6 +110,26 @@ def converse(w: MainWindow, turns: Sequence[str]) -> None:
         wait(lambda: w.controller.reply is None)
 
 
+def race_example(w: MainWindow, shot: Callable[[str], None], name: str, *, k: int,
+                 adaptive: bool) -> None:
+    """Race the rename-variable example (96 tokens, greedy, seed 1234) in ``w``'s race
+    window, skip its replay to the end and save the screen as ``name``."""
+    w.windows.open_race()
+    r = w.windows.race
+    assert r is not None
+    r.resize(1380, 840)
+    r.move(10, 40)
+    r.select_example("rename-variable")
+    r.set_race_settings(k=k, adaptive=adaptive, max_tokens=96, temperature=0.0, seed=1234)
+    settle(0.5)
+    assert r.start_race()
+    wait(lambda: not r.busy, 600)
+    r.race_view.skip_replay()
+    r.raise_()
+    shot(name)
+    r.close()
+
+
 # -- scenes -----------------------------------------------------------------------------
 
 TOUR_USER_CODE = ("Please make this faster, keep the names:\n\n"
@@ -192,20 +212,7 @@ def scene_tour(shot: Callable[[str], None]) -> None:
     settle(2.0)
     shot("library.png")
     p.close()
-    w.windows.open_race()
-    r = w.windows.race
-    assert r is not None
-    r.resize(1380, 840)
-    r.move(10, 40)
-    r.select_example("rename-variable")
-    r.set_race_settings(k=3, adaptive=False, max_tokens=96, temperature=0.0, seed=1234)
-    settle(0.5)
-    assert r.start_race()
-    wait(lambda: not r.busy, 300)
-    r.race_view.skip_replay()
-    r.raise_()
-    shot("race-labels.png")
-    r.close()
+    race_example(w, shot, "race-labels.png", k=3, adaptive=False)
     w.close()
     app.processEvents()
 
@@ -405,20 +412,7 @@ def scene_speed(shot: Callable[[str], None]) -> None:
         shot("gauge-measured-busy.png")
         w.side_tabs.setCurrentWidget(w.sampling_panel)
         shot("sampling-threads.png")
-        w.windows.open_race()
-        r = w.windows.race
-        assert r is not None
-        r.resize(1380, 840)
-        r.move(10, 40)
-        r.select_example("rename-variable")
-        r.set_race_settings(k=16, adaptive=True, max_tokens=96, temperature=0.0, seed=1234)
-        settle(0.5)
-        assert r.start_race()
-        wait(lambda: not r.busy, 600)
-        r.race_view.skip_replay()
-        r.raise_()
-        shot("race-busy.png")
-        r.close()
+        race_example(w, shot, "race-busy.png", k=16, adaptive=True)
     finally:
         for h in hogs:
             h.kill()
