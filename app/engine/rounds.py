@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from app.engine.drafters import Drafter
-from app.engine.events import TextDelta
 from app.engine.llama import LlamaContext, LlamaModel
 from app.engine.policy import DraftLengthPolicy
 from app.engine.text import TextStream, draft_length_before_end
@@ -147,7 +146,6 @@ class ExtraDraw(Verifier):
             draw(ctx, i + 1)
 
 
-EngineFault = Literal["keep-rejected-kv", "extra-draw"]
 #: the deliberately broken verifiers by name (``--fault`` of the proof benchmarks)
 FAULTS: dict[str, type[Verifier]] = {"keep-rejected-kv": KeepRejectedKV, "extra-draw": ExtraDraw}
 
@@ -313,9 +311,3 @@ class Round:
         if self.policy is not None and v.n_verified:
             self.policy.observe_verification(v.n_verified, v.n_counted, keys)
         return v, self.verifier.kept(v.n_acc, len(batch)), dt
-
-
-def emit_deltas(stream: TextStream, piece: bytes, from_draft: bool, t: float,
-                n_emitted: int) -> list[TextDelta]:
-    """The text deltas one emitted token makes final (``t``: seconds since the request)."""
-    return [TextDelta(ch.text, ch.from_draft, t, n_emitted) for ch in stream.push(piece, from_draft)]
