@@ -15,8 +15,8 @@ an API key) as a child and measures:
   first token: the time from the client's close to the job's end (the server records
   ``ended``; same clock), median and max, and the server's own share (from noticing the
   disconnect to the end);
-* **never-reading client**: a stream (no ``max_tokens``: up to the context) whose
-  client never reads; how long until it is dropped and the next request is answered
+* **never-reading client**: a stream (no ``max_tokens``: the server's Max tokens, 512)
+  whose client never reads; how long until it is dropped and the next request is answered
   (bounded by ``--never-reading-wait-s``), and how many bytes the client's kernel
   accepted without the client reading them (a Linux receiver grows its buffer as data
   trickles in, so at token rates it may hold a whole reply before any write blocks).
@@ -157,7 +157,7 @@ def disconnects(base: str, n: int) -> dict[str, Any]:
 
 def never_reading(base: str, wait_s: float) -> dict[str, Any]:
     root = base.removesuffix("/v1")
-    # counting goes on to the end of the context (no max_tokens: n_ctx), rarely to EOS
+    # counting rarely reaches EOS: the reply runs to the server's Max tokens (none named)
     body = (b'{"model":"%s","prompt":"1, 2, 3, 4, 5, 6, 7, 8, 9, 10,","stream":true,'
             b'"temperature":0}' % MODEL.encode())
     s = socket.create_connection(("127.0.0.1", _port(base)))  # default buffers

@@ -272,7 +272,12 @@ def _parse(state: ApiState, body: bytes, endpoint: str) -> tuple[GenerationReque
     info = state.current_model()
     parse = parse_chat_request if endpoint == "chat" else parse_completion_request
     sampling, speculation = state.request_defaults()
-    req = parse(body, sampling, speculation, max_tokens_default=info.n_ctx)
+    # A request that names no max_tokens stops at the server's Max tokens setting, not at
+    # the end of the context: a client that never reads its stream cannot be told from one
+    # that reads (its kernel keeps accepting: docs/architecture.md), so what it can hold
+    # the only generation slot for is bounded by what the user chose.
+    req = parse(body, sampling, speculation, max_tokens_default=min(sampling.max_tokens,
+                                                                    info.n_ctx))
     state.current_model(req.model)
     if req.speculation.mode is SpecMode.DRAFT_MODEL and info.draft_path is None:
         raise ApiError(400, "'speculation.mode' is 'draft-model' but this server has "

@@ -15,6 +15,7 @@ import sys
 
 from app.cli.options import (
     add_drafting_args,
+    add_field_arg,
     add_model_args,
     check_model_files,
     drafter_mode,
@@ -22,6 +23,7 @@ from app.cli.options import (
     speculation_configs,
 )
 from app.errors import TandemError
+from app.options import SamplingParams
 
 
 def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -49,6 +51,7 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="allow browser calls from this origin (repeatable; default: none)")
     p.add_argument("--max-body-bytes", type=int, default=None,
                    help="request body limit in bytes (4 MiB)")
+    add_field_arg(p, SamplingParams, "max_tokens")  # for requests that name none
     p.add_argument("--queue-limit", type=int, default=16,
                    help="requests that may wait behind the running one (16)")
     p.set_defaults(handler=run_serve)
@@ -59,7 +62,6 @@ def run_serve(args: argparse.Namespace) -> int:
     from app.api.app import ApiSettings
     from app.api.server import ApiServer, check_address, client_host
     from app.chat.service import ChatService, JobError
-    from app.options import SamplingParams
 
     check_model_files(args)
     check_address(args.host, args.api_key)
@@ -68,7 +70,8 @@ def run_serve(args: argparse.Namespace) -> int:
         [spec] = speculation_configs(args, mode, [args.draft_max])
         config = session_config(args, mode)
         extra = {} if args.max_body_bytes is None else {"max_body_bytes": args.max_body_bytes}
-        settings = ApiSettings(sampling=SamplingParams(), speculation=spec,
+        settings = ApiSettings(sampling=SamplingParams(max_tokens=args.max_tokens),
+                               speculation=spec,
                                api_key=args.api_key or None,
                                cors_origins=tuple(args.cors_origin), **extra)
         if args.queue_limit < 0:

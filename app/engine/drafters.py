@@ -171,7 +171,7 @@ class PromptLookupDrafter:
         self._tokens: list[int] = []
         self._index: dict[tuple[int, ...], int] = {}
         self._indexed_upto = 0  # n-grams whose continuation starts before this are indexed
-        self._last: tuple[int, int] = (0, 0)  # (matched n-gram size, draft length)
+        self._last: tuple[int, int] = (0, 0)  # (match length, draft length)
 
     def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool] | None = None) -> None:
         self._tokens = list(prompt)
@@ -208,15 +208,50 @@ class PromptLookupDrafter:
             if start is not None:
                 cont = toks[start + n : start + n + n_max]
                 if cont:
-                    self._last = (n, len(cont))
+                    self._last = (self._match_length(start, n), len(cont))
                     return list(cont)
         self._last = (0, 0)
         return []
 
+    #: how far back a match is measured (the longest match class starts at 12)
+    MATCH_SPAN = 32
+
+    def _match_length(self, start: int, n: int) -> int:
+        """Tokens the context's end shares with the text before ``start + n`` (at least
+        the matched n-gram ``n``; at most :data:`MATCH_SPAN`)."""
+        toks = self._tokens
+        m = n
+        while m < self.MATCH_SPAN and start - (m - n) - 1 >= 0 and \
+                toks[start - (m - n) - 1] == toks[-m - 1]:
+            m += 1
+        return m
+
     def token_keys(self) -> tuple[Hashable, ...]:
-        """Per token of the latest draft: (matched n-gram size, position, capped at 3)."""
-        n, length = self._last
-        return tuple((n, min(i, 3)) for i in range(length))
+        """Per token of the latest draft, a key for the draft-length policy
+        (:meth:`app.engine.policy.DraftLengthPolicy.trim`): ("lookup", match class,
+        position capped at 3). The match class is that of the number of tokens the
+        context's end shares with the text the draft follows: 0 for 1–2, 1 for 3–5, 2
+        for 6–11, 3 for 12 or more (measured back to :data:`MATCH_SPAN`)."""
+        m, length = self._last
+        mc = 0 if m <= 2 else 1 if m <= 5 else 2 if m <= 11 else 3
+        return tuple(("lookup", mc, min(i, 3)) for i in range(length))
+
+    #: acceptance before any is measured, per match class (:meth:`token_keys`)
+    _MATCH_PRIOR = (0.55, 0.8, 0.9, 0.96)
+
+    @staticmethod
+    def key_prior(key: Hashable) -> float:
+        """The acceptance rate the draft-length policy assumes for a :meth:`token_keys`
+        key before it has measured any: per match class, the rate of a draft token given
+        the ones before it were accepted, measured on the recorded Gemma 3 270M replies
+        of the built-in agent, code and chat sets (tests/engine/data; 0.55–0.88 after
+        1–2 matched tokens, 0.80–0.90 after 3–5, 0.90–0.92 after 6–11, 0.95–0.97 after
+        12 or more). Without it a flat prior holds back every draft on a CPU whose
+        verification passes are dear, and prompt lookup never gets to show its worth.
+        """
+        if isinstance(key, tuple) and len(key) == 3 and key[0] == "lookup":
+            return PromptLookupDrafter._MATCH_PRIOR[key[1]]
+        return 0.6
 
     def close(self) -> None:
         self._index.clear()

@@ -26,6 +26,7 @@ from app.api.security import ApiKeyError, check_api_key, host_is_loopback
 from app.api.server import ApiServer, check_address, client_host
 from app.chat.events import JobDone, ReplyResult
 from app.engine.session import SessionConfig
+from app.options import SamplingParams
 from tests.chat.fakes import Script, fake_service
 
 MODEL = "fake-target"
@@ -38,7 +39,8 @@ class Served:
     events in a queue."""
 
     def __init__(self, tmp_path: Path, script: Script, limits: ConnectionLimits,
-                 api_key: str | None = KEY, queue_limit: int = 1) -> None:
+                 api_key: str | None = KEY, queue_limit: int = 1,
+                 max_tokens: int | None = None) -> None:
         self.script = script
         self.service = fake_service(script, queue_limit=queue_limit)
         self.events: queue.Queue[object] = queue.Queue()
@@ -46,7 +48,9 @@ class Served:
         info = self.service.load(SessionConfig(target_path=tmp_path / f"{MODEL}.gguf")
                                  ).result(timeout=30)
         self.server = ApiServer(self.service, port=0, model=info, limits=limits,
-                                settings=ApiSettings(api_key=api_key))
+                                settings=ApiSettings(api_key=api_key, **(
+                                    {} if max_tokens is None else
+                                    {"sampling": SamplingParams(max_tokens=max_tokens)})))
         self.server.start()
         self.url = self.server.base_url
 
@@ -231,7 +235,7 @@ def test_a_client_that_stops_reading_is_dropped_and_its_reply_cancelled(
     s = serve(Script(default=" ".join(["x" * 1000] * words), word_s=0.001),
               ConnectionLimits(write_timeout_s=0.3), api_key=None)
     sock = s.connect()
-    body = json.dumps({"model": MODEL, "stream": True,
+    body = json.dumps({"model": MODEL, "stream": True, "max_tokens": words,
                        "messages": [{"role": "user", "content": "hi"}]}).encode()
     sock.sendall(_request("/v1/chat/completions", body))  # and never read
     done = s.job_done()
@@ -247,6 +251,28 @@ def test_a_client_that_stops_reading_is_dropped_and_its_reply_cancelled(
         "model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == \
         "a short reply"
+    sock.close()
+
+
+def test_a_never_reading_stream_without_max_tokens_ends_at_the_servers_max_tokens(
+        serve: type[Served]) -> None:
+    # A client's kernel keeps accepting a slow stream it never reads (it grows its
+    # receive buffer), so no write blocks: what bounds the slot is the server's Max tokens
+    # setting, which a request that names no max_tokens gets (not the whole context).
+    s = serve(Script(default=" ".join(["w"] * 5_000), word_s=0.001),
+              ConnectionLimits(write_timeout_s=60), api_key=None, max_tokens=40)
+    sock = s.connect()
+    body = json.dumps({"model": MODEL, "stream": True,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()
+    sock.sendall(_request("/v1/chat/completions", body))  # and never read
+    done = s.job_done()
+    assert isinstance(done.value, ReplyResult)
+    assert done.value.finished.reason == "length"
+    assert done.value.finished.stats.emitted == 40
+    s.script.replies.append("next")
+    r = httpx.post(s.url + "/chat/completions", json={
+        "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "next"
     sock.close()
 
 
