@@ -199,9 +199,10 @@ class MainWindow(QMainWindow):
         sp.speculation_changed.connect(c.set_speculation)
         sp.model_options_changed.connect(c.set_model_options)
         sp.reload_clicked.connect(c.reload_model)
-        self.about_action = install_window_actions(
+        self.window_actions = install_window_actions(
             self, new_chat=self.new_conversation, regenerate=self.regenerate,
             stop=c.stop_reply, models=self.windows.open_model_picker)
+        self.about_action = self.window_actions.about
 
     def _restore_geometry(self) -> None:
         ui = self.settings.ui
@@ -269,6 +270,8 @@ class MainWindow(QMainWindow):
         self.chat.set_messages([message_view(m) for m in messages])
         if last_stats is not None:
             self.gauge.show_stored(last_stats)
+        else:
+            self.gauge.show_no_reply()
         reply = self.controller.reply
         if reply is not None and conversation is not None and reply.conversation_id == conversation.id:
             self.chat.begin_stream(reply.message_id, reply.text, reply.spans)
