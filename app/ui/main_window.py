@@ -37,7 +37,7 @@ from app.chat.demo import GEMMA3, demo_available
 from app.chat.events import ModelInfo, ReplyResult, UserError
 from app.chat.service import ChatService
 from app.engine.stats import SpecStats
-from app.options import SpeculationConfig
+from app.options import SamplingParams, SpeculationConfig
 from app.store import paths
 from app.store.history import Conversation, StoredMessage
 from app.store.settings import LoadedSettings, load_settings
@@ -258,6 +258,9 @@ class MainWindow(QMainWindow):
     def speculation_changed(self, speculation: SpeculationConfig) -> None:
         self.model_bar.set_speculation(speculation)
         self.sampling_panel.set_speculation(speculation)
+
+    def sampling_changed(self, sampling: SamplingParams) -> None:
+        self.sampling_panel.set_values(sampling, self.settings.model, self.settings.speculation)
 
     def conversations_changed(self) -> None:
         convs = self.controller.conversations(self.conversations.search.text())
