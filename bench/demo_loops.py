@@ -9,6 +9,7 @@ characters repeated 3+ times back to back, or a line repeated 4+ times), and whe
 prompt-lookup reply has the same tokens as plain decoding.
 
     python bench/demo_loops.py [--model M] [--max-tokens 384] [--json]
+    python bench/demo_loops.py --seeds 8     # sampled settings over seeds 1..8, plain only
 
 Figures are counts of tokens and loops, not timings; a busy machine does not change them.
 """
@@ -20,6 +21,7 @@ import json
 import re
 import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from _common import SMOLLM, require_model
 
@@ -40,6 +42,7 @@ SETTINGS = {
     "greedy + DRY 0.8": SamplingParams(temperature=0.0, dry_multiplier=0.8),
     "T 0.2, top-p 0.9 (seed 7)": SamplingParams(temperature=0.2, top_p=0.9, seed=7),
     "T 0.2, top-p 0.9 + DRY 0.8 (seed 7)": SamplingParams(temperature=0.2, top_p=0.9, dry_multiplier=0.8, seed=7),
+    "window default (T 0.8, seed 7)": SamplingParams(seed=7),
     "window default (T 0.8, seed 7) + DRY 0.8": SamplingParams(seed=7, dry_multiplier=0.8),
 }
 _REPEAT = re.compile(r"(.{24,}?)\1{2,}", re.S)
@@ -79,14 +82,35 @@ def conversation(session: Session, sampling: SamplingParams, mode: SpecMode,
     return turns, ids, texts
 
 
+def seed_sweep(model: Path, seeds: int, max_tokens: int) -> int:
+    """Loops and max-token endings per setting over ``seeds`` seeds (plain decoding)."""
+    with Session.open(SessionConfig(target_path=model, n_ctx=4096)) as session:
+        for label, sampling in SETTINGS.items():
+            if sampling.greedy:
+                continue
+            looped = capped = 0
+            for seed in range(1, seeds + 1):
+                turns, _, _ = conversation(session, sampling.with_changes(seed=seed), SpecMode.OFF, max_tokens)
+                looped += sum(t.loops for t in turns)
+                capped += sum(t.reason == "length" for t in turns)
+            print(f"{label.replace('(seed 7)', '').replace('seed 7', 'seeds')}: over {seeds} seeds × "
+                  f"{len(TURNS)} turns, {looped} replies loop, {capped} reach {max_tokens} tokens", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=str(SMOLLM))
     ap.add_argument("--max-tokens", type=int, default=384)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--show", action="store_true", help="print the replies")
+    ap.add_argument("--seeds", type=int, default=0,
+                    help="instead: run each sampled setting over seeds 1..N (plain decoding only) "
+                         "and count the turns that loop or reach max tokens")
     args = ap.parse_args(argv)
-    model = require_model(__import__("pathlib").Path(args.model))
+    model = require_model(Path(args.model))
+    if args.seeds:
+        return seed_sweep(model, args.seeds, args.max_tokens)
     results = []
     with Session.open(SessionConfig(target_path=model, n_ctx=4096)) as session:
         for label, sampling in SETTINGS.items():
@@ -97,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                             "plain": [asdict(t) for t in plain], "prompt_lookup": [asdict(t) for t in spec],
                             "identical": same})
             if not args.json:
-                print(f"{label}:")
+                print(f"{label}:", flush=True)
                 for i, (p, s, eq) in enumerate(zip(plain, spec, same)):
                     print(f"  turn {i + 1}: plain {p.tokens} tok ({p.reason}{', LOOPS' if p.loops else ''});"
                           f" prompt lookup {s.tokens} tok ({s.reason}{', LOOPS' if s.loops else ''});"

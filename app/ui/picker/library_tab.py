@@ -436,7 +436,7 @@ class LibraryTabWidget(QWidget):
                 "yes" if info.has_chat_template else "no",
                 where,
             ])
-            item.setToolTip(0, str(e.path))
+            item.setToolTip(0, str(e.path) + "".join(f"\nthe same model also at {c}" for c in e.copies))
             item.setToolTip(1, "general.name in the GGUF metadata")
             item.setToolTip(7, f"tokenizer model {info.tokenizer_model}, pre-tokenizer "
                                f"{info.tokenizer_pre}; BOS {info.bos_id} (added: {info.add_bos}), "
