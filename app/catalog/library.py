@@ -13,8 +13,8 @@ is listed once, and so is a copy with the same content (the demo model written i
 models folder and the same file opened from elsewhere): the first found is kept and the
 others become its :attr:`LibraryEntry.copies`, and no file is offered as a draft for
 itself. A demo model whose package is installed (the ``demo`` extra's Gemma 3 270M) is
-written into the models folder by the first scan that misses it, so it is listed without
-adding a folder by hand (:func:`write_installed_demos`).
+written into the models folder by the window's first scan that misses it, so it is
+listed without adding a folder by hand (:func:`write_installed_demos`).
 
 Where to look is a :class:`LibraryConfig` (pydantic) saved as ``library.json`` in the
 config folder, next to the app's ``settings.json``.
@@ -450,7 +450,7 @@ class Library:
         hf_cache_dir: the Hugging Face cache (default: huggingface_hub's, from ``HF_HOME``
             / ``HF_HUB_CACHE``).
         demos: package demos that :meth:`scan` writes into the models folder when they
-            are missing there (default :func:`installed_package_demos`).
+            are missing there and it is asked to (default :func:`installed_package_demos`).
 
     Methods read the disk each time; nothing is kept between calls except the metadata
     cache of :mod:`app.catalog.gguf_meta`. Safe to use from a worker thread.
@@ -598,6 +598,7 @@ class Library:
         on_progress: ScanProgress | None = None,
         cancel: threading.Event | None = None,
         check_loads: bool = False,
+        write_demos: bool = False,
     ) -> list[LibraryEntry]:
         """Discover and inspect every model.
 
@@ -607,14 +608,18 @@ class Library:
             check_loads: also find out whether llama.cpp loads each model (a child
                 process per file not checked before; see :mod:`app.catalog.loadcheck`).
                 The window and ``models list`` do; header-only callers need not.
+            write_demos: first write the installed package demos that the models folder
+                lacks into it (:func:`write_installed_demos`; the window's library does,
+                so the ``demo`` extra's model is listed there).
 
         Returns:
             Entries in discovery order, copies of one model merged into the first
             (:func:`merge_copies`). Unreadable files are entries with ``error`` set;
             projectors, adapters and imatrix files are left out.
         """
-        demos = self._demos if self._demos is not None else installed_package_demos()
-        write_installed_demos(self.models_dir, demos)
+        if write_demos:
+            demos = self._demos if self._demos is not None else installed_package_demos()
+            write_installed_demos(self.models_dir, demos)
         files = self.discover()
         entries: list[LibraryEntry] = []
         for i, mf in enumerate(files):

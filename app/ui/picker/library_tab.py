@@ -129,7 +129,7 @@ def _scan_job(library: Library, add_file: Path | None) -> Callable[
             library.add_file(add_file)
             library.save()
         entries = library.scan(on_progress=lambda d, n, p: report(ScanProgressed(d, n, p)),
-                               cancel=cancel, check_loads=True)
+                               cancel=cancel, check_loads=True, write_demos=True)
         return LibraryScanned(tuple(entries), cancel.is_set(), time.monotonic() - t0)
     return job
 
