@@ -421,13 +421,15 @@ def scene_speed(shot: Callable[[str], None]) -> None:
 
 
 def scene_everyday(shot: Callable[[str], None]) -> None:
-    """The library after "Try the demo" and opening the same SmolLM2 file from elsewhere,
-    with the demo extra installed: each model once, Gemma 3 270M listed, no model a draft
-    for itself; the Help menu; a reply's Copy confirming the copy."""
+    """The demo's sampling with DRY loop control in the Sampling tab; a reply's Copy
+    confirming the copy; the Help menu; the library after "Try the demo" and opening the
+    same SmolLM2 file from elsewhere, with the demo extra installed: each model once,
+    Gemma 3 270M listed, no model a draft for itself."""
     from PySide6.QtCore import QPoint
 
+    from app.catalog.demo import DEMO_SAMPLING
     from app.catalog.library import remember_opened_model
-    from app.options import SamplingParams, SpecMode, SpeculationConfig
+    from app.options import SpecMode, SpeculationConfig
     from app.store import paths
     from app.store.settings import Settings
 
@@ -437,9 +439,12 @@ def scene_everyday(shot: Callable[[str], None]) -> None:
     s = Settings()
     s.model.target_path = demo_copy
     s.model.n_ctx = 2048
-    s.sampling = SamplingParams(temperature=0.0, max_tokens=60)
+    s.sampling = DEMO_SAMPLING.with_changes(max_tokens=60, seed=7)  # the demo's, with DRY
     s.speculation = SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP)
     app, w = open_main_window(s)
+    w.side_tabs.setCurrentWidget(w.sampling_panel)
+    shot("sampling-dry.png")
+    w.side_tabs.setCurrentWidget(w.gauge)
     converse(w, ("Write a Python function add(a, b) that returns a + b.",))
     w.chat.messages[-1]._copy.click()
     shot("copy-confirmation.png")
@@ -473,7 +478,8 @@ SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]
     "auto-first-reply": (scene_auto_first_reply, ("auto-first-reply.png",)),
     "default-k": (scene_default_k, ("default-k16.png",)),
     "api": (scene_api, ("api-gauge.png", "api-panel.png")),
-    "everyday": (scene_everyday, ("copy-confirmation.png", "help-menu.png", "library-no-duplicates.png")),
+    "everyday": (scene_everyday, ("sampling-dry.png", "copy-confirmation.png", "help-menu.png",
+                                  "library-no-duplicates.png")),
     "speed": (scene_speed, ("gauge-measured-busy.png", "sampling-threads.png", "race-busy.png")),
 }
 
