@@ -428,6 +428,13 @@ class SamplingParams(BaseModel):
         "1 = off; above 1 discourages repeating recent tokens (the last repeat_last_n)"))
     repeat_last_n: int = Field(64, ge=0, description=(
         "tokens the repeat penalty looks back over"))
+    dry_multiplier: float = Field(0.0, ge=0.0, le=5.0, description=(
+        "DRY: 0 = off; above 0 discourages the reply from repeating its own earlier "
+        "token sequences (loops), not from copying the prompt"))
+    dry_base: float = Field(1.75, ge=1.0, le=4.0, description=(
+        "DRY: the penalty grows as dry_base ** (repeat length - dry_allowed_length)"))
+    dry_allowed_length: int = Field(2, ge=1, le=64, description=(
+        "DRY: repeats up to this many tokens are free"))
     seed: int = Field(-1, ge=-1, le=SEED_MAX, description=(
         "-1 = a new random seed per reply (the seed used is reported with it)"))
     max_tokens: int = Field(512, ge=1, le=1_000_000, description=(

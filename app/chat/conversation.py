@@ -119,6 +119,9 @@ class ChatView(Protocol):
     def speculation_changed(self, speculation: SpeculationConfig) -> None:
         """The speculation settings changed (show them)."""
 
+    def sampling_changed(self, sampling: SamplingParams) -> None:
+        """The sampling settings were changed by the controller (show them)."""
+
     def conversations_changed(self) -> None:
         """The conversation list must be read again."""
 
@@ -409,10 +412,15 @@ class ChatController:
     def prepare_demo(self, key: str = DEFAULT_DEMO.key) -> None:
         """First run: write a demo model (default SmolLM2 135M Instruct; ``gemma3`` for
         Gemma 3 270M) into the models folder, then load it with prompt lookup (a frozen
-        bundle's copy is loaded in place)."""
+        bundle's copy is loaded in place). Sampling still at its defaults becomes the
+        demo's own (:attr:`app.catalog.demo.DemoModel.sampling`)."""
         model = find_demo(key)
         dest = bundled_demo_path(model) or paths.models_dir() / model.file
         self.set_speculation(self.settings.speculation.with_changes(mode=SpecMode.PROMPT_LOOKUP))
+        if model.sampling is not None and self.settings.sampling == SamplingParams():
+            # untouched defaults: the demo's own, which keep the tiny model out of loops
+            self.set_sampling(model.sampling)
+            self.view.sampling_changed(model.sampling)
         if dest.is_file():
             self.load_model(dest)
             return

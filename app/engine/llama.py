@@ -367,6 +367,16 @@ class LlamaModel:
         return self._require()
 
     @property
+    def vocab_ptr(self) -> Any:
+        """The model's ``llama_vocab *`` (for samplers that need the vocabulary).
+
+        Raises:
+            TandemError: the model has been closed.
+        """
+        self._require()
+        return self._vocab
+
+    @property
     def closed(self) -> bool:
         return self._ptr is None
 

@@ -23,6 +23,24 @@ from app.engine.llama import LlamaContext, LlamaModel, lib
 from app.options import SamplingParams
 
 
+#: DRY's sequence breakers: a repeat is not followed across them (llama.cpp's defaults)
+DRY_SEQUENCE_BREAKERS = ("\n", ":", "\"", "*")
+
+
+def _dry_sampler(model: LlamaModel, params: SamplingParams) -> Any:
+    """llama.cpp's DRY sampler ("Don't Repeat Yourself", p-e-w,
+    https://github.com/oobabooga/text-generation-webui/pull/5677): the logit of a token
+    that would extend a repeat of n ≥ ``dry_allowed_length`` earlier tokens is lowered by
+    ``dry_multiplier · dry_base ** (n − dry_allowed_length)``. Its window is the model's
+    training context."""
+    L = lib()
+    breakers = (ctypes.c_char_p * len(DRY_SEQUENCE_BREAKERS))(
+        *(b.encode("utf-8") for b in DRY_SEQUENCE_BREAKERS))
+    return L.llama_sampler_init_dry(model.vocab_ptr, params.dry_multiplier, params.dry_base,
+                                    params.dry_allowed_length, model.n_ctx_train,
+                                    breakers, len(DRY_SEQUENCE_BREAKERS))
+
+
 class TargetSampler:
     """The target model's sampler chain for one reply.
 
@@ -38,7 +56,8 @@ class TargetSampler:
     def __init__(self, model: LlamaModel, params: SamplingParams) -> None:
         self.params = params
         self.seed = params.seed if params.seed >= 0 else random.randrange(2**32 - 1)  # < 2³²−1
-        self._fast_greedy = params.greedy and params.repeat_penalty == 1.0
+        self._fast_greedy = params.greedy and params.repeat_penalty == 1.0 and params.dry_multiplier == 0.0
+        self._penalties: Any = None  # the penalties sampler: the only one fed the prompt
         self._chain: Any = None
         self._n_vocab = model.n_vocab
         self._candidates: npt.NDArray[Any] | None = None  # made on the first traced sample
@@ -51,12 +70,11 @@ class TargetSampler:
             self._chain = chain
             add = L.llama_sampler_chain_add
             if params.repeat_penalty != 1.0 and params.repeat_last_n > 0:
-                add(
-                    chain,
-                    L.llama_sampler_init_penalties(
-                        model.n_vocab, params.repeat_last_n, params.repeat_penalty, 0.0, 0.0
-                    ),
-                )
+                self._penalties = L.llama_sampler_init_penalties(
+                    model.n_vocab, params.repeat_last_n, params.repeat_penalty, 0.0, 0.0)
+                add(chain, self._penalties)
+            if params.dry_multiplier > 0.0:
+                add(chain, _dry_sampler(model, params))
             if params.greedy:
                 add(chain, L.llama_sampler_init_greedy())
             else:
@@ -70,12 +88,16 @@ class TargetSampler:
                 add(chain, L.llama_sampler_init_dist(self.seed))
 
     def accept_prompt(self, tokens: Iterable[int]) -> None:
-        """Feed prompt tokens to the penalty window (as llama-server does)."""
-        if self._chain is None or self.params.repeat_penalty == 1.0:
+        """Feed prompt tokens to the repeat penalty's window (as llama-server does).
+
+        DRY is not fed the prompt: it sees only the reply, so a reply that copies the
+        prompt (a code edit) is not penalised, while one that repeats itself (a loop) is.
+        """
+        if self._penalties is None:
             return
         L = lib()
         for t in list(tokens)[-self.params.repeat_last_n :]:
-            L.llama_sampler_accept(self._chain, t)
+            L.llama_sampler_accept(self._penalties, t)
 
     def sample(self, ctx: LlamaContext, index: int) -> int:
         """Sample the token that follows batch position ``index`` of the last decode.

@@ -37,7 +37,7 @@ from app.chat.demo import GEMMA3, demo_available
 from app.chat.events import ModelInfo, ReplyResult, UserError
 from app.chat.service import ChatService
 from app.engine.stats import SpecStats
-from app.options import SpeculationConfig
+from app.options import SamplingParams, SpeculationConfig
 from app.store import paths
 from app.store.history import Conversation, StoredMessage
 from app.store.settings import LoadedSettings, load_settings
@@ -199,9 +199,10 @@ class MainWindow(QMainWindow):
         sp.speculation_changed.connect(c.set_speculation)
         sp.model_options_changed.connect(c.set_model_options)
         sp.reload_clicked.connect(c.reload_model)
-        self.about_action = install_window_actions(
+        self.window_actions = install_window_actions(
             self, new_chat=self.new_conversation, regenerate=self.regenerate,
             stop=c.stop_reply, models=self.windows.open_model_picker)
+        self.about_action = self.window_actions.about
 
     def _restore_geometry(self) -> None:
         ui = self.settings.ui
@@ -258,6 +259,9 @@ class MainWindow(QMainWindow):
         self.model_bar.set_speculation(speculation)
         self.sampling_panel.set_speculation(speculation)
 
+    def sampling_changed(self, sampling: SamplingParams) -> None:
+        self.sampling_panel.set_values(sampling, self.settings.model, self.settings.speculation)
+
     def conversations_changed(self) -> None:
         convs = self.controller.conversations(self.conversations.search.text())
         self.conversations.set_conversations(convs, self.controller.current_conversation)
@@ -269,6 +273,8 @@ class MainWindow(QMainWindow):
         self.chat.set_messages([message_view(m) for m in messages])
         if last_stats is not None:
             self.gauge.show_stored(last_stats)
+        else:
+            self.gauge.show_no_reply()
         reply = self.controller.reply
         if reply is not None and conversation is not None and reply.conversation_id == conversation.id:
             self.chat.begin_stream(reply.message_id, reply.text, reply.spans)

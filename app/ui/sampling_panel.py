@@ -66,6 +66,8 @@ class SamplingSettingsWidget(QWidget):
         self.top_k = self._int_field(SamplingParams, "top_k")
         self.min_p = self._double_field(SamplingParams, "min_p", 0.01, 2)
         self.repeat_penalty = self._double_field(SamplingParams, "repeat_penalty", 0.05, 2)
+        self.dry_multiplier = self._double_field(SamplingParams, "dry_multiplier", 0.1, 2)
+        self.dry_multiplier.setSpecialValueText("off")
         self.seed = self._int_field(SamplingParams, "seed")
         self.seed.setSpecialValueText("random")
         self.max_tokens = self._int_field(SamplingParams, "max_tokens")
@@ -74,6 +76,7 @@ class SamplingSettingsWidget(QWidget):
         form.addRow("Top-k", self.top_k)
         form.addRow("Min-p", self.min_p)
         form.addRow("Repeat penalty", self.repeat_penalty)
+        form.addRow("Loop control (DRY)", self.dry_multiplier)
         form.addRow("Seed", self.seed)
         form.addRow("Max tokens", self.max_tokens)
         outer.addWidget(box)
@@ -126,7 +129,7 @@ class SamplingSettingsWidget(QWidget):
         outer.addWidget(mbox)
         outer.addStretch(1)
 
-        for w in (self.temperature, self.top_p, self.min_p, self.repeat_penalty):
+        for w in (self.temperature, self.top_p, self.min_p, self.repeat_penalty, self.dry_multiplier):
             w.valueChanged.connect(self._on_sampling_value_changed)
         for s in (self.top_k, self.seed, self.max_tokens):
             s.valueChanged.connect(self._on_sampling_value_changed)
@@ -179,6 +182,7 @@ class SamplingSettingsWidget(QWidget):
             self.top_k.setValue(sampling.top_k)
             self.min_p.setValue(sampling.min_p)
             self.repeat_penalty.setValue(sampling.repeat_penalty)
+            self.dry_multiplier.setValue(sampling.dry_multiplier)
             self.seed.setValue(min(sampling.seed, SPIN_MAX))
             self.max_tokens.setValue(sampling.max_tokens)
             self.n_ctx.setValue(model.n_ctx)
@@ -219,6 +223,7 @@ class SamplingSettingsWidget(QWidget):
             top_k=self.top_k.value(),
             min_p=round(self.min_p.value(), 4),
             repeat_penalty=round(self.repeat_penalty.value(), 4),
+            dry_multiplier=round(self.dry_multiplier.value(), 4),
             seed=self.seed.value(),
             max_tokens=self.max_tokens.value(),
         )

@@ -1,41 +1,117 @@
-"""The chat window's keyboard shortcuts and its Help menu.
+"""The chat window's menus and keyboard shortcuts, and Enter on a focused button.
 
-Shortcuts: Ctrl+N new chat, Ctrl+R regenerate, Esc or Ctrl+. stop the reply (Ctrl+. is
-what macOS and many chat apps use for "stop"), Ctrl+M the model picker. Help → About
-Tandem opens :class:`app.ui.about.AboutDialog`.
+File: New chat (Ctrl+N), Models… (Ctrl+M), Quit (the platform's Quit keys, Ctrl+Q where
+the platform names none). Without a menu entry: Regenerate (Ctrl+R), Stop (Esc or
+Ctrl+., what macOS and many chat apps use for "stop"). Help: Keyboard shortcuts (the
+same table the shortcuts are made from), Documentation (the README of a source
+checkout), Open log folder, Report a problem… (copies the About details and opens the
+log folder), About Tandem (:class:`app.ui.about.AboutDialog`).
+
+Qt's push buttons answer Space but not Enter outside dialogs; :class:`EnterPressesButtonFilter`
+makes Enter (and the keypad's Enter) press the focused button everywhere, as users expect.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QDialog, QMainWindow
+from PySide6.QtCore import QEvent, QObject, Qt, QUrl
+from PySide6.QtGui import QAction, QDesktopServices, QGuiApplication, QKeyEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QDialog,
+    QDialogButtonBox,
+    QGridLayout,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+import app
+from app.diagnostics import about_info
+
+
+@dataclass(frozen=True, slots=True)
+class WindowActions:
+    """The actions :func:`install_window_actions` made (tests trigger them)."""
+
+    about: QAction
+    quit: QAction
+    shortcuts: QAction
+    documentation: QAction
+    log_folder: QAction
+    report_problem: QAction
+
+
+def quit_keys() -> list[QKeySequence]:
+    """The platform's Quit shortcut (Ctrl+Q on Linux, Cmd+Q on macOS); Ctrl+Q where the
+    platform has none (Windows names no standard Quit key)."""
+    keys = QKeySequence.keyBindings(QKeySequence.StandardKey.Quit)
+    return keys or [QKeySequence("Ctrl+Q")]
+
+
+def documentation_path() -> Path | None:
+    """The README of the source checkout Tandem runs from, or None (an installed wheel or a
+    bundle carries no documentation files)."""
+    readme = Path(app.__file__).resolve().parent.parent / "README.md"
+    return readme if readme.is_file() else None
 
 
 def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object],
                            regenerate: Callable[[], object], stop: Callable[[], object],
-                           models: Callable[[], object]) -> QAction:
-    """Add the shortcuts and the Help menu to ``window``.
+                           models: Callable[[], object]) -> WindowActions:
+    """Add the File and Help menus, the shortcuts, and Enter on buttons to ``window``."""
+    file_menu = window.menuBar().addMenu("&File")
+    shortcut_rows: list[tuple[str, str]] = []
 
-    Returns:
-        the Help → About Tandem action.
-    """
-    for text, keys, slot in (
-        ("New chat", [QKeySequence(QKeySequence.StandardKey.New)], new_chat),
-        ("Regenerate", [QKeySequence("Ctrl+R")], regenerate),
-        ("Stop", [QKeySequence(Qt.Key.Key_Escape), QKeySequence("Ctrl+.")], stop),
-        ("Models…", [QKeySequence("Ctrl+M")], models),
-    ):
+    def add(text: str, keys: list[QKeySequence], slot: Callable[[], object],
+            in_menu: bool) -> QAction:
         action = QAction(text, window)
         action.setShortcuts(keys)
         action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
         action.triggered.connect(lambda _checked=False, slot=slot: slot())
         window.addAction(action)
-    about = window.menuBar().addMenu("&Help").addAction("About Tandem")
+        if in_menu:
+            file_menu.addAction(action)
+        shortcut_rows.append((text.rstrip("…"), " or ".join(
+            k.toString(QKeySequence.SequenceFormat.NativeText) for k in keys)))
+        return action
+
+    add("New chat", [QKeySequence(QKeySequence.StandardKey.New)], new_chat, True)
+    add("Models…", [QKeySequence("Ctrl+M")], models, True)
+    add("Regenerate", [QKeySequence("Ctrl+R")], regenerate, False)
+    add("Stop the reply", [QKeySequence(Qt.Key.Key_Escape), QKeySequence("Ctrl+.")], stop, False)
+    file_menu.addSeparator()
+    quit_action = add("Quit", quit_keys(), window.close, True)
+    quit_action.setMenuRole(QAction.MenuRole.QuitRole)
+    shortcut_rows += [("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
+                      ("Press the focused button", "Enter or Space")]
+
+    help_menu = window.menuBar().addMenu("&Help")
+    shortcuts = help_menu.addAction("Keyboard shortcuts")
+    shortcuts.triggered.connect(lambda _checked=False: show_shortcuts(window, shortcut_rows))
+    documentation = help_menu.addAction("Documentation")
+    docs = documentation_path()
+    documentation.setEnabled(docs is not None)
+    if docs is not None:
+        documentation.triggered.connect(
+            lambda _checked=False: QDesktopServices.openUrl(QUrl.fromLocalFile(str(docs))))
+    log_folder = help_menu.addAction("Open log folder")
+    log_folder.triggered.connect(lambda _checked=False: open_log_folder())
+    report = help_menu.addAction("Report a problem…")
+    report.triggered.connect(lambda _checked=False: report_problem(window))
+    help_menu.addSeparator()
+    about = help_menu.addAction("About Tandem")
+    about.setMenuRole(QAction.MenuRole.AboutRole)
     about.triggered.connect(lambda _checked=False: show_about(window))
-    return about
+    install_enter_presses_buttons()
+    return WindowActions(about, quit_action, shortcuts, documentation, log_folder, report)
 
 
 def show_about(parent: QMainWindow) -> QDialog:
@@ -47,3 +123,78 @@ def show_about(parent: QMainWindow) -> QDialog:
     dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     dialog.open()
     return dialog
+
+
+def show_shortcuts(parent: QWidget, rows: list[tuple[str, str]]) -> QDialog:
+    """Help → Keyboard shortcuts: ``(what, keys)`` rows; deleted when closed."""
+    dialog = QDialog(parent)
+    dialog.setObjectName("shortcutsDialog")
+    dialog.setWindowTitle("Keyboard shortcuts")
+    dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    col = QVBoxLayout(dialog)
+    grid = QGridLayout()
+    for i, (what, keys) in enumerate(rows):
+        grid.addWidget(QLabel(what), i, 0)
+        key_label = QLabel(f"<b>{keys}</b>")
+        grid.addWidget(key_label, i, 1)
+    col.addLayout(grid)
+    buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+    buttons.rejected.connect(dialog.reject)
+    col.addWidget(buttons)
+    dialog.open()
+    return dialog
+
+
+def open_log_folder() -> bool:
+    """Show the log folder in the file manager; False when there is none or it failed."""
+    log_dir = about_info().log_dir
+    return log_dir is not None and QDesktopServices.openUrl(QUrl.fromLocalFile(str(log_dir)))
+
+
+def report_problem(parent: QWidget) -> QMessageBox:
+    """Help → Report a problem…: put the About details (versions, backend, folders) on the
+    clipboard, open the log folder, and say what to send; the box is deleted when closed."""
+    info = about_info()
+    QGuiApplication.clipboard().setText(info.as_text())
+    opened = open_log_folder()
+    where = str(info.log_dir) if info.log_dir is not None else "the log folder"
+    box = QMessageBox(QMessageBox.Icon.Information, "Report a problem",
+                      "The details of this installation (versions, backend, folders) are on "
+                      "the clipboard: paste them into your report, with what you did and what "
+                      f"happened, and attach tandem.log from {where}"
+                      + (" (opened in the file manager)." if opened else "."),
+                      QMessageBox.StandardButton.Close, parent)
+    box.setObjectName("reportProblemBox")
+    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    box.open()
+    return box
+
+
+class EnterPressesButtonFilter(QObject):
+    """An application event filter: Enter or Return on a focused push or tool button
+    clicks it (Qt does so only for a dialog's default buttons, which are left to Qt)."""
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() != QEvent.Type.KeyPress or not isinstance(watched, (QPushButton, QToolButton)):
+            return False
+        key_event = event
+        assert isinstance(key_event, QKeyEvent)
+        if key_event.key() not in (Qt.Key.Key_Return, Qt.Key.Key_Enter) or key_event.isAutoRepeat():
+            return False
+        if key_event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
+            return False
+        if isinstance(watched, QPushButton) and (watched.autoDefault() or watched.isDefault()):
+            return False  # Qt presses it itself
+        if not (watched.hasFocus() and watched.isEnabled() and watched.isVisible()):
+            return False
+        watched.animateClick()
+        return True
+
+
+def install_enter_presses_buttons() -> None:
+    """Install :class:`EnterPressesButtonFilter` on the application once."""
+    qapp = QApplication.instance()
+    if qapp is None or qapp.property("tandemEnterFilter"):
+        return
+    qapp.installEventFilter(EnterPressesButtonFilter(qapp))
+    qapp.setProperty("tandemEnterFilter", True)

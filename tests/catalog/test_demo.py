@@ -116,3 +116,32 @@ def test_the_window_loads_the_bundled_demo_without_copying(monkeypatch: pytest.M
         assert w.controller.settings.speculation.mode == "prompt-lookup"
     finally:
         w.close()
+
+
+def test_the_demo_starts_with_its_loop_avoiding_sampling_unless_the_user_chose_one(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, qtbot) -> None:
+    """"Try the demo" with untouched sampling uses the demo's (SmolLM2's temperature and
+    top-p, DRY loop control), shown in the Sampling tab; sampling the user changed stays."""
+    from app.options import SamplingParams
+    from app.store.settings import Settings, save_settings
+    from app.ui.main_window import MainWindow
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / demo.DEMO_FILE).write_bytes(b"GGUF")
+    monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path), raising=False)
+    assert demo.SMOLLM2.sampling == demo.DEMO_SAMPLING
+    assert demo.DEMO_SAMPLING.dry_multiplier > 0 and demo.DEMO_SAMPLING.repeat_penalty == 1.0
+    for chosen, expected in ((SamplingParams(), demo.DEMO_SAMPLING),
+                             (SamplingParams(temperature=0.0), SamplingParams(temperature=0.0))):
+        save_settings(Settings())  # a first run each time
+        w = MainWindow(autoload=False)
+        qtbot.addWidget(w)
+        monkeypatch.setattr(w.controller, "load_model", lambda _path: None)
+        try:
+            w.sampling_panel.temperature.setValue(chosen.temperature)  # as the user would
+            assert w.controller.settings.sampling == chosen
+            w.welcome.demo_button.click()
+            assert w.controller.settings.sampling == expected
+            assert w.sampling_panel.sampling() == expected
+        finally:
+            w.close()

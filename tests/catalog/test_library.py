@@ -190,3 +190,63 @@ def test_remember_opened_model_adds_a_file_once_and_skips_covered_ones(tmp_path:
     # a library opened before sees the file after reload()
     lib = Library(load_library_config())
     assert lib.covers(outside)
+
+
+def test_a_copy_of_a_model_is_listed_once_and_never_a_draft_for_itself(smollm_path: Path, tmp_path: Path) -> None:
+    """The demo written into the models folder and the same file opened from elsewhere,
+    reached again through a symlinked folder and a hard link: one entry, no self-draft."""
+    from app.catalog.library import remember_opened_model
+
+    models = paths.models_dir()
+    shutil.copy(smollm_path, models / smollm_path.name)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(smollm_path, elsewhere / smollm_path.name)
+    os.link(elsewhere / smollm_path.name, elsewhere / "hardlink.gguf")
+    os.symlink(elsewhere, tmp_path / "via-link")
+    assert remember_opened_model(elsewhere / smollm_path.name)
+    library = Library()
+    library.add_folder(tmp_path / "via-link")
+    library.save()
+
+    entries = Library().scan()
+    assert [e.path for e in entries] == [models / smollm_path.name]
+    [entry] = entries
+    assert entry.is_file(elsewhere / smollm_path.name)
+    assert entry.is_file(tmp_path / "via-link" / "hardlink.gguf")
+    assert drafts_for(entry, [entry]) == []
+    # a caller that hands both copies still gets no self-draft
+    other = Library(LibraryConfig(models_dir=tmp_path / "empty", files=[elsewhere / smollm_path.name]),
+                    lmstudio_dirs=[], ollama_dirs=[], llama_cpp_dirs=[], jan_dirs=[], hf_cache_dir=tmp_path / "none")
+    [copy] = [e for e in other.scan() if e.path == elsewhere / smollm_path.name]
+    assert drafts_for(entry, [entry, copy]) == []
+
+
+def test_different_models_of_one_size_stay_apart(tmp_path: Path) -> None:
+    """Content identity compares bytes, not sizes: two synthetic models of equal size but
+    different weights are two entries."""
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    write_small_model(a, seed=1)
+    write_small_model(b, seed=2)
+    assert a.stat().st_size == b.stat().st_size
+    library = Library(LibraryConfig(models_dir=tmp_path / "empty", files=[a, b]), lmstudio_dirs=[], ollama_dirs=[], llama_cpp_dirs=[],
+                      jan_dirs=[], hf_cache_dir=tmp_path / "none")
+    assert sorted(e.path.name for e in library.scan()) == ["a.gguf", "b.gguf"]
+
+
+def test_the_installed_gemma_demo_is_listed_without_adding_a_folder(tmp_path: Path) -> None:
+    """The ``demo`` extra's package is installed here: a scan writes its model into the
+    models folder once, and lists it."""
+    from app.catalog import library as library_module
+    from app.catalog.demo import GEMMA3
+
+    assert GEMMA3 in library_module.__dict__["DEMOS"].values()
+    library = Library(LibraryConfig(), lmstudio_dirs=[], ollama_dirs=[], llama_cpp_dirs=[], jan_dirs=[],
+                      hf_cache_dir=tmp_path / "none", demos=[GEMMA3])
+    assert library.scan() == []  # only a scan that is asked to writes it (the window's)
+    [entry] = library.scan(write_demos=True)
+    assert entry.path == paths.models_dir() / GEMMA3.file
+    assert entry.usable and entry.info is not None and entry.info.architecture == "gemma3"
+    mtime = entry.path.stat().st_mtime_ns
+    assert [e.path for e in library.scan(write_demos=True)] == [entry.path]
+    assert entry.path.stat().st_mtime_ns == mtime  # written once

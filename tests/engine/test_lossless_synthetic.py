@@ -116,3 +116,34 @@ def test_fixed_seed_reproduces_and_random_seed_is_reported(self_draft_session: S
     r = run(s, p, SamplingParams(temperature=0.8, seed=-1, max_tokens=MAX_TOKENS))
     again = run(s, p, SamplingParams(temperature=0.8, seed=r.finished.seed, max_tokens=MAX_TOKENS))
     assert again.ids == r.ids
+
+
+DRY_SAMPLINGS = [
+    SamplingParams(temperature=0.0, dry_multiplier=2.0, dry_allowed_length=1, max_tokens=MAX_TOKENS),
+    SamplingParams(temperature=0.8, seed=7, top_p=0.9, dry_multiplier=0.8, max_tokens=MAX_TOKENS),
+]
+
+
+@pytest.mark.parametrize("sampling", DRY_SAMPLINGS, ids=["greedy-dry", "t0.8-dry"])
+def test_dry_in_the_sampler_chain_changes_the_reply_and_speculation_still_equals_plain(
+    self_draft_session: Session, perturbed_session: Session, sampling: SamplingParams
+) -> None:
+    """DRY (the demo's loop control) is part of the target's chain: prompt lookup and a
+    perturbed draft model give plain decoding's tokens, and DRY does change replies (so
+    the comparison is not of the same text as without it)."""
+    changed = drafted = 0
+    for prompt in prompts()[:4]:
+        plain = run(self_draft_session, prompt, sampling, SpeculationConfig(mode="off"))
+        without = run(self_draft_session, prompt, sampling.with_changes(dry_multiplier=0.0),
+                      SpeculationConfig(mode="off"))
+        changed += plain.ids != without.ids
+        lookup = run(self_draft_session, prompt, sampling,
+                     SpeculationConfig(adaptive=False, mode="prompt-lookup", draft_max=8, ngram_min=1))
+        assert lookup.ids == plain.ids
+        check_invariants(lookup, MAX_TOKENS)
+        drafted += lookup.stats.verified
+        other = run(perturbed_session, prompt, sampling, SpeculationConfig(mode="off"))
+        spec = run(perturbed_session, prompt, sampling,
+                   SpeculationConfig(adaptive=False, mode="draft-model", draft_max=5))
+        assert spec.ids == other.ids
+    assert changed > 0 and drafted > 0

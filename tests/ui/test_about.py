@@ -24,7 +24,7 @@ def test_about_shows_versions_backend_and_folders(qtbot, monkeypatch: pytest.Mon
     w = MainWindow(autoload=False)
     qtbot.addWidget(w)
     try:
-        assert w.menuBar().actions()[0].text() == "&Help"
+        assert [a.text() for a in w.menuBar().actions()] == ["&File", "&Help"]
         w.about_action.trigger()
         dialogs = w.findChildren(AboutDialog)
         assert len(dialogs) == 1 and dialogs[0].isVisible()

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from app.api.traffic import ApiReplyEnded
 from app.formatting import MISSING, or_dash
+from app.ui.copy_feedback import confirm_copied
 
 #: rows of recent requests shown
 ROWS = 20
@@ -142,3 +143,4 @@ class ApiPanelWidget(QFrame):
     @Slot()
     def _on_copy_button_clicked(self) -> None:
         QGuiApplication.clipboard().setText(self.url.text())
+        confirm_copied(self.copy_button)

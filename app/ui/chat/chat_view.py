@@ -39,6 +39,7 @@ from app.store.history import StoredMessage
 from app.ui.chat.draft_tint import apply_tint, tinted_ranges
 from app.ui.chat.markdown_render import TINT_COLOR, render_markdown
 from app.ui.chat.starter_prompts import StarterPrompt, StarterPromptsWidget
+from app.ui.copy_feedback import confirm_copied
 from app.ui.elided import ElidedLabelWidget
 
 _DOCUMENT_CSS = """
@@ -290,11 +291,18 @@ class MessageWidget(QFrame):
     @Slot()
     def _on_copy_clicked(self) -> None:
         QGuiApplication.clipboard().setText(self._text)
+        confirm_copied(self._copy)
 
     @Slot(int)
     def _on_body_copy_clicked(self, index: int) -> None:
         if 0 <= index < len(self._code_blocks):
             QGuiApplication.clipboard().setText(self._code_blocks[index])
+            confirm_copied(self._copy, "Code copied ✓")
+
+    @property
+    def copy_button_text(self) -> str:
+        """What the message's Copy button says ("Copy", or a confirmation after a copy)."""
+        return self._copy.text()
 
     @Slot()
     def _on_edit_clicked(self) -> None:
@@ -362,6 +370,9 @@ class ChatViewWidget(QScrollArea):
     def clear(self) -> None:
         for w in self._messages:
             self._layout.removeWidget(w)
+            # hidden now: deleteLater waits for the event loop, and a nested one (a context
+            # menu's) would paint the old conversation under the new one meanwhile
+            w.hide()
             w.deleteLater()
         self._messages = []
         self._stick = True
@@ -399,6 +410,7 @@ class ChatViewWidget(QScrollArea):
             if w.message_id == message_id:
                 for gone in self._messages[i:]:
                     self._layout.removeWidget(gone)
+                    gone.hide()
                     gone.deleteLater()
                 del self._messages[i:]
                 break

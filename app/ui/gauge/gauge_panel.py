@@ -377,6 +377,24 @@ class SpeculationGaugeWidget(QFrame):
         self.note_label.setText(stats.fallback_reason or "")
         self._dirty = True
 
+    def show_no_reply(self) -> None:
+        """Show no figures (a new chat, or a conversation without a measured reply): the
+        previous conversation's figures must not look like this one's. No-op while a reply
+        streams (the gauge follows whatever runs)."""
+        if self._streaming:
+            return
+        self._stats = None
+        self._mode_known = True
+        self.source_label.hide()
+        self.mode_label.setText("No reply yet")
+        self.tps_label.setText(MISSING)
+        self.sparkline.clear()
+        for row in self._rows.values():
+            row.setText(MISSING)
+        self.bars.set_positions((), ())
+        self.note_label.setText("")
+        self._dirty = False
+
     def set_tint(self, tint: bool) -> None:
         self.tint_box.blockSignals(True)
         self.tint_box.setChecked(tint)

@@ -62,6 +62,9 @@ from app.ui.picker.workers import TaskSignals, TaskWorker
 
 _PAIR_ROLE = Qt.ItemDataRole.UserRole
 
+#: what a failed check says beside its button: the reason is in the message bar above
+CHECK_FAILED_SEE_ABOVE = "the reason is in the message above."
+
 
 def _approx(size: int, approx: bool) -> str:
     return ("≈ " if approx else "") + format_bytes(size)
@@ -353,8 +356,9 @@ class CatalogTabWidget(QWidget):
         self._hub_checking = False
         if outcome.error is not None or not isinstance(outcome.value, HubFilesChecked):
             error = outcome.error or UserError("Check failed", "No result.")
-            self.hf_status.setText(f"Check failed: {error.message}")
-            self.pair_check.show_message("Check failed", error.message)
+            # the reason is shown once, in the picker's message bar (failed → show_error)
+            self.hf_status.setText(f"Check failed: {CHECK_FAILED_SEE_ABOVE}")
+            self.pair_check.show_message("Check failed", CHECK_FAILED_SEE_ABOVE)
             self.failed.emit(error)
             self._update_hub_buttons()
             return
@@ -532,7 +536,7 @@ class CatalogTabWidget(QWidget):
         self._checking = None
         if outcome.error is not None or not isinstance(outcome.value, PairChecked):
             error = outcome.error or UserError("Pair check failed", "No result.")
-            self.status_label.setText(f"Check failed: {error.message}")
+            self.status_label.setText(f"Check failed: {CHECK_FAILED_SEE_ABOVE}")
             self.failed.emit(error)
             self._refresh()
             return

@@ -16,7 +16,6 @@ between files when the picker closes.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -122,12 +121,6 @@ def top_items(tree: QTreeWidget) -> list[QTreeWidgetItem]:
             if (item := tree.topLevelItem(i)) is not None]
 
 
-def _same_file(a: Path | None, b: Path | None) -> bool:
-    if a is None or b is None:
-        return False
-    return os.path.abspath(a) == os.path.abspath(b) or os.path.realpath(a) == os.path.realpath(b)
-
-
 def _scan_job(library: Library, add_file: Path | None) -> Callable[
         [Callable[[object], None], threading.Event], LibraryScanned]:
     def job(report: Callable[[object], None], cancel: threading.Event) -> LibraryScanned:
@@ -136,7 +129,7 @@ def _scan_job(library: Library, add_file: Path | None) -> Callable[
             library.add_file(add_file)
             library.save()
         entries = library.scan(on_progress=lambda d, n, p: report(ScanProgressed(d, n, p)),
-                               cancel=cancel, check_loads=True)
+                               cancel=cancel, check_loads=True, write_demos=True)
         return LibraryScanned(tuple(entries), cancel.is_set(), time.monotonic() - t0)
     return job
 
@@ -308,7 +301,7 @@ class LibraryTabWidget(QWidget):
         self._wanted_target = path
         for item in top_items(self.model_table):
             entry = self.entries[item.data(0, _INDEX_ROLE)]
-            if _same_file(entry.path, path):
+            if entry.is_file(path):
                 self.model_table.setCurrentItem(item)
                 return True
         return False
@@ -333,8 +326,8 @@ class LibraryTabWidget(QWidget):
             if kind is None:
                 continue
             if kind == "draft":
-                if mode is SpecMode.DRAFT_MODEL and _same_file(
-                        self.candidates[item.data(0, _INDEX_ROLE)].key.path, draft):
+                if (mode is SpecMode.DRAFT_MODEL and draft is not None
+                        and self.candidates[item.data(0, _INDEX_ROLE)].key.is_file(draft)):
                     return item
             elif kind == mode:
                 return item
@@ -443,7 +436,7 @@ class LibraryTabWidget(QWidget):
                 "yes" if info.has_chat_template else "no",
                 where,
             ])
-            item.setToolTip(0, str(e.path))
+            item.setToolTip(0, str(e.path) + "".join(f"\nthe same model also at {c}" for c in e.copies))
             item.setToolTip(1, "general.name in the GGUF metadata")
             item.setToolTip(7, f"tokenizer model {info.tokenizer_model}, pre-tokenizer "
                                f"{info.tokenizer_pre}; BOS {info.bos_id} (added: {info.add_bos}), "
@@ -556,7 +549,7 @@ class LibraryTabWidget(QWidget):
             self.draft_list.addTopLevelItem(self._draft_item(i, candidates[i]))
         self.draft_list.blockSignals(False)
         chosen = None
-        if self.target is not None and _same_file(self._wanted_for, self.target.path):
+        if self.target is not None and self._wanted_for is not None and self.target.is_file(self._wanted_for):
             chosen = self._drafter_item(self._wanted_mode, self._wanted_draft)
             if chosen is not None and not (self._item_usable(chosen) and (
                     self._wanted_clicked or self._item_helps(chosen))):

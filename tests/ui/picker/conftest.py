@@ -32,15 +32,31 @@ def link_or_copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+@pytest.fixture(scope="session")
+def gemma_renamed(tmp_path_factory: pytest.TempPathFactory, gemma_path: Path) -> Path:
+    """Gemma 3 270M with another ``general.name`` ("Gemma 3 270M", same length): another
+    model with the same tokenizer, a compatible draft for Gemma (the library lists a file
+    with the same content only once, and never as a draft for itself)."""
+    path = tmp_path_factory.mktemp("gemma-renamed") / GEMMA_COPY_FILE
+    shutil.copyfile(gemma_path, path)
+    with path.open("r+b") as f:
+        head = f.read(1 << 20)
+        at = head.find(b"Gemma 3 270m")
+        assert at > 0 and head.count(b"Gemma 3 270m") == 1
+        f.seek(at)
+        f.write(b"Gemma 3 270M")
+    return path
+
+
 @pytest.fixture
-def models_dir(tmp_path: Path, gemma_path: Path, smollm_path: Path) -> Path:
-    """A models folder with Gemma 3 270M, a second copy of it (a compatible draft for it),
-    SmolLM2-135M-Instruct and a truncated file; saved as the library's models folder (in
-    this test's TANDEM_HOME) with LM Studio and the Hugging Face cache left out."""
+def models_dir(tmp_path: Path, gemma_path: Path, gemma_renamed: Path, smollm_path: Path) -> Path:
+    """A models folder with Gemma 3 270M, Gemma under another name (a compatible draft for
+    it), SmolLM2-135M-Instruct and a truncated file; saved as the library's models folder
+    (in this test's TANDEM_HOME) with LM Studio and the Hugging Face cache left out."""
     d = tmp_path / "models"
     d.mkdir()
     link_or_copy(gemma_path, d / GEMMA_FILE)
-    link_or_copy(gemma_path, d / GEMMA_COPY_FILE)
+    link_or_copy(gemma_renamed, d / GEMMA_COPY_FILE)
     (d / SMOLLM_FILE).symlink_to(smollm_path)
     with smollm_path.open("rb") as f:
         (d / "broken.gguf").write_bytes(f.read(1000))

@@ -137,3 +137,27 @@ def test_pair_check_failed_banner_is_cleared_on_leaving_reopening_and_a_new_chec
     assert w.message_bar.current is None
     w.close()
     assert w.shutdown()
+
+
+def _visible_texts(window) -> list[str]:  # type: ignore[no-untyped-def]
+    from PySide6.QtWidgets import QLabel
+
+    return [label.text() for label in window.findChildren(QLabel) if label.isVisible()]
+
+
+def test_an_offline_hub_error_is_shown_once(  # type: ignore[no-untyped-def]
+        qtbot, picker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the hub unreachable, a check's error text appears in one place (the banner);
+    the tab's own status and the pairing panel only say that the check failed."""
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: nothing listens
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    tab = picker.catalog_tab
+    for start, what in ((tab.check_pair, "catalog"), (tab.check_hub_files, "pasted")):
+        if what == "pasted":
+            tab.hf_target_edit.setText(f"{TINY_TARGET_REPO}/tiny-target-F32.gguf")
+        with qtbot.waitSignal(tab.failed, timeout=TIMEOUT_MS) as failed:
+            start()
+        message = failed.args[0].message
+        shown = [t for t in _visible_texts(picker) if message in t]
+        assert len(shown) == 1, (what, shown)
+        assert picker.message_bar.current is failed.args[0]

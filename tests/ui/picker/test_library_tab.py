@@ -202,7 +202,7 @@ def test_preferred_draft_is_the_best_predicted_speedup(models_dir: Path) -> None
 
 
 def test_open_gguf_and_add_folder(qtbot, picker: ModelPickerWindow, tiny_target: Path,  # type: ignore[no-untyped-def]
-                                  tmp_path: Path, smollm_path: Path) -> None:
+                                  tiny_draft_perturbed: Path, tmp_path: Path) -> None:
     tab = picker.library_tab
     with qtbot.waitSignal(tab.scan_finished, timeout=SCAN_TIMEOUT_MS):
         tab.open_file(tiny_target)
@@ -210,10 +210,17 @@ def test_open_gguf_and_add_folder(qtbot, picker: ModelPickerWindow, tiny_target:
     assert tab.target is not None and tab.target.path == tiny_target  # an opened file is chosen
     folder = tmp_path / "more" / "nested"
     folder.mkdir(parents=True)
-    shutil.copyfile(tiny_target, folder / "other.gguf")  # a symlink would be listed once
+    shutil.copyfile(tiny_draft_perturbed, folder / "other.gguf")
+    shutil.copyfile(tiny_target, folder / "same.gguf")  # a copy: listed once, under the first
     with qtbot.waitSignal(tab.scan_finished, timeout=SCAN_TIMEOUT_MS):
         tab.add_folder(tmp_path / "more")
-    assert "other.gguf" in _rows(picker)
+    rows = _rows(picker)
+    assert "other.gguf" in rows
+    # added folders are scanned before opened files: the copy there lists both
+    assert "same.gguf" in rows and tiny_target.name not in rows
+    [tiny] = [e for e in tab.entries if e.is_file(tiny_target)]
+    assert tiny.path == folder / "same.gguf" and tiny.copies == (tiny_target,)
+    assert tab.target is tiny  # the chosen target stays chosen
     config = load_library_config()
     assert tiny_target in config.files and tmp_path / "more" in config.folders
     # a file that is not a GGUF is refused with a message; the list stays

@@ -1,0 +1,206 @@
+"""Everyday things of the chat window, each with the real window (no model needed): Copy
+confirms, switching conversations never shows two at once, a new chat shows no other
+conversation's gauge, Quit, the Help menu, and Enter on a focused button."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QEventLoop, Qt, QTimer, QUrl
+from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtWidgets import QApplication, QDialog, QLabel, QMessageBox, QPushButton, QToolButton
+
+from app.engine.stats import SpecStats
+from app.options import SpecMode
+from app.store import paths
+from app.store.history import HistoryStore
+from app.store.settings import LoadedSettings, Settings
+from app.ui.chat.chat_view import ChatViewWidget, MessageView
+from app.ui.copy_feedback import COPIED_TEXT
+
+
+@pytest.fixture
+def window(qtbot) -> Iterator[object]:  # type: ignore[no-untyped-def]
+    from app.ui.main_window import MainWindow
+
+    w = MainWindow(LoadedSettings(Settings()), autoload=False)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitExposed(w)
+    yield w
+    w.close()
+
+
+def _conversation(title: str, replies: int, stats: SpecStats | None) -> int:
+    store = HistoryStore.open()
+    try:
+        conv = store.create_conversation(title)
+        for i in range(replies):
+            store.add_user_message(conv.id, f"{title} question {i}")
+            reply = store.begin_reply(conv.id, "model")
+            store.finish_reply(reply.id, f"{title} answer {i}", "stop",
+                               stats.to_dict() if stats is not None else None)
+        return conv.id
+    finally:
+        store.close()
+
+
+def test_copy_says_copied_then_copy_again(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    """The message's Copy puts the text on the clipboard and says so on the button."""
+    cid = _conversation("copying", 1, None)
+    window.open_conversation(cid)
+    reply = window.chat.messages[-1]
+    assert reply.copy_button_text == "Copy"
+    reply._copy.click()
+    assert QGuiApplication.clipboard().text() == "copying answer 0"
+    assert reply.copy_button_text == COPIED_TEXT
+    qtbot.waitUntil(lambda: reply.copy_button_text == "Copy", timeout=5000)
+
+
+def test_copy_of_the_api_url_says_copied(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    panel = window.api_panel
+    panel.set_serving("http://127.0.0.1:8080/v1")  # as the window shows a running server
+    panel.copy_button.click()
+    assert QGuiApplication.clipboard().text() == "http://127.0.0.1:8080/v1"
+    assert panel.copy_button.text() == COPIED_TEXT
+    qtbot.waitUntil(lambda: panel.copy_button.text() == "Copy", timeout=5000)
+
+
+def test_switching_conversations_never_shows_two_at_once(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """Replaced messages disappear at once, not when the event loop next deletes them: a
+    right-click on a conversation switches to it and then opens a context menu, whose
+    nested event loop shows the new messages but deletes nothing that the outer loop
+    asked to delete, so both conversations were painted over each other meanwhile. The
+    test replays that: the switch inside an event loop, then a nested loop."""
+    view = ChatViewWidget()
+    qtbot.addWidget(view)
+    view.show()
+    view.set_messages([MessageView(i, "user", f"first {i}") for i in range(3)])
+    qtbot.waitUntil(lambda: all(w.isVisible() for w in view.messages), timeout=5000)
+    seen: list[list[int]] = []
+
+    def visible_ids() -> list[int]:
+        ids = []
+        for w in view.widget().children():
+            try:
+                if hasattr(w, "message_id") and w.isVisible():
+                    ids.append(w.message_id)
+            except RuntimeError:  # deleted
+                pass
+        return sorted(ids)
+
+    def switch_then_menu(outer: QEventLoop, change: Callable[[], None]) -> None:
+        change()
+        nested = QEventLoop()  # what QMenu.exec runs
+        poll = QTimer()
+        poll.setInterval(10)
+
+        def check() -> None:
+            if all(w.isVisible() for w in view.messages):
+                seen.append(visible_ids())
+                nested.quit()
+        poll.timeout.connect(check)
+        poll.start()
+        nested.exec()
+        poll.stop()
+        outer.quit()
+
+    for change in (lambda: view.set_messages([MessageView(10 + i, "user", f"second {i}") for i in range(2)]),
+                   lambda: view.remove_from(11)):
+        outer = QEventLoop()
+        QTimer.singleShot(0, lambda o=outer, c=change: switch_then_menu(o, c))
+        outer.exec()
+    assert seen == [[10, 11], [10]]
+
+
+def test_a_new_chat_shows_no_other_conversations_gauge(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    stats = SpecStats(mode=SpecMode.PROMPT_LOOKUP, draft_max=4, emitted=24, rounds=8, draft_rounds=8,
+                      proposed=32, verified=32, accepted=16, accepted_at=(8, 4, 2, 2),
+                      verified_at=(8, 8, 8, 8), decode_time=0.5, total_time=0.6, ttft=0.1)
+    cid = _conversation("measured", 1, stats)
+    window.open_conversation(cid)
+    window.gauge.refresh()
+    assert window.gauge.value_text("reply_tps") != "—"
+    assert "Prompt lookup" in window.gauge.mode_label.text()
+    window.new_conversation()
+    window.gauge.refresh()
+    assert window.gauge.mode_label.text() == "No reply yet"
+    assert all(window.gauge.value_text(k) == "—" for k in ("reply_tps", "alpha", "ttft", "measured"))
+    # a conversation without measured replies: no figures either
+    window.open_conversation(cid)
+    window.open_conversation(_conversation("unmeasured", 1, None))
+    window.gauge.refresh()
+    assert window.gauge.value_text("reply_tps") == "—"
+
+
+def test_quit_has_the_platform_shortcut_and_closes_the_window(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    quit_action = window.window_actions.quit
+    keys = [k.toString() for k in quit_action.shortcuts()]
+    assert keys and keys[0] == "Ctrl+Q"  # Linux's standard Quit (Cmd+Q on macOS)
+    assert quit_action in window.menuBar().actions()[0].menu().actions()
+    qtbot.keyClick(window, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=5000)
+
+
+def test_help_has_shortcuts_docs_log_folder_and_report(  # type: ignore[no-untyped-def]
+        qtbot, window, monkeypatch: pytest.MonkeyPatch) -> None:
+    help_menu = window.menuBar().actions()[1].menu()
+    assert [a.text() for a in help_menu.actions() if not a.isSeparator()] == [
+        "Keyboard shortcuts", "Documentation", "Open log folder", "Report a problem…", "About Tandem"]
+    opened: list[QUrl] = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url) or True)
+
+    window.window_actions.shortcuts.trigger()
+    [dialog] = [d for d in window.findChildren(QDialog) if d.objectName() == "shortcutsDialog"]
+    texts = [label.text() for label in dialog.findChildren(QLabel)]
+    assert "Quit" in texts and "<b>Ctrl+Q</b>" in texts and "<b>Esc or Ctrl+.</b>" in texts
+    dialog.close()
+
+    window.window_actions.documentation.trigger()
+    assert Path(opened[-1].toLocalFile()).name == "README.md" and Path(opened[-1].toLocalFile()).is_file()
+    window.window_actions.log_folder.trigger()
+    assert Path(opened[-1].toLocalFile()) == paths.log_dir()
+
+    window.window_actions.report_problem.trigger()
+    assert Path(opened[-1].toLocalFile()) == paths.log_dir()
+    [box] = [b for b in window.findChildren(QMessageBox) if b.objectName() == "reportProblemBox"]
+    assert box.isVisible() and str(paths.log_dir()) in box.text()
+    assert str(paths.log_dir()) in QGuiApplication.clipboard().text()
+    box.close()
+
+
+def test_enter_presses_the_focused_button(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    """Enter (and the keypad's Enter) on a focused push or tool button clicks it; Space
+    still does, and a dialog's default buttons are left to Qt (clicked once)."""
+    before = window.controller.current_conversation
+    cid = _conversation("entered", 1, None)
+    window.open_conversation(cid)
+    assert window.controller.current_conversation == cid != before
+    new_button: QPushButton = window.conversations.new_button
+    new_button.setFocus()
+    qtbot.waitUntil(new_button.hasFocus, timeout=5000)
+    with qtbot.waitSignal(new_button.clicked, timeout=5000):
+        qtbot.keyClick(new_button, Qt.Key.Key_Return)
+    assert window.controller.current_conversation is None  # a new chat
+
+    window.open_conversation(cid)
+    copy: QToolButton = window.chat.messages[-1]._copy
+    copy.setFocus()
+    with qtbot.waitSignal(copy.clicked, timeout=5000):
+        qtbot.keyClick(copy, Qt.Key.Key_Enter, Qt.KeyboardModifier.KeypadModifier)
+    assert QGuiApplication.clipboard().text() == "entered answer 0"
+
+    box = QMessageBox(QMessageBox.Icon.Question, "t", "t",
+                      QMessageBox.StandardButton.Ok | QMessageBox.StandardButton.Cancel, window)
+    qtbot.addWidget(box)
+    clicks: list[object] = []
+    box.buttonClicked.connect(clicks.append)
+    box.open()
+    ok = box.button(QMessageBox.StandardButton.Ok)
+    ok.setFocus()
+    qtbot.keyClick(ok, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not box.isVisible(), timeout=5000)
+    QApplication.processEvents()
+    assert len(clicks) == 1
