@@ -377,6 +377,7 @@ class Session:
             use_mmap=config.use_mmap,
             progress=target_progress,
             use_extra_bufts=not exact,
+            load_mtp=True,  # a model's own MTP (nextn) layers draft for it (drafter "mtp")
         )
         try:
             n_ctx = _checked_context_length(target, config, notes)
@@ -614,6 +615,7 @@ class Session:
     def _make_drafter(self, spec: SpeculationConfig) -> tuple[Drafter | None, str | None]:
         """The reply's drafter from the registry (:mod:`app.engine.drafter_kinds`), or
         None and the sentence that says why the reply decodes plainly."""
+        self.ctx.set_decode_listener(None)  # a drafter that mirrors the target re-installs it
         if spec.mode is SpecMode.OFF:
             return None, None
         if not self.rollback_supported:
