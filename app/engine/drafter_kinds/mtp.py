@@ -44,9 +44,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from app.catalog.loadcheck import cached_verdict
 from app.engine.drafter_kinds import DrafterHost, Unavailable, register
 from app.engine.drafters import Drafter, common_prefix_length
-from app.engine.llama import CONTEXT_TYPE_MTP, LlamaContext, mtp_staging_missing
+from app.engine.llama import CONTEXT_TYPE_MTP, LlamaContext, LlamaModel, mtp_staging_missing
 from app.engine.sampling import top_probability
 from app.errors import TandemError
 from app.options import DrafterInfo, DrafterNeeds, SpecMode, SpeculationConfig
@@ -228,6 +229,19 @@ class MTPDrafter:
         self.ctx.close()
 
 
+def _probe_says(target: LlamaModel) -> str | None:
+    """Why the load check's child could not run this model's MTP head (it crashed or
+    failed there), or None when it ran or was not checked."""
+    for n_gpu_layers in (target.n_gpu_layers_requested, None):
+        try:
+            verdict = cached_verdict(target.path, n_gpu_layers=n_gpu_layers)
+        except TandemError:
+            return None
+        if verdict is not None and verdict.mtp is not None:
+            return None if verdict.mtp == "ok" else verdict.mtp
+    return None
+
+
 def create(host: DrafterHost, spec: SpeculationConfig) -> Drafter | Unavailable:
     """The session's MTP drafter (made once) listening to this reply's target decodes,
     or why the model or the build cannot draft with MTP."""
@@ -242,6 +256,9 @@ def create(host: DrafterHost, spec: SpeculationConfig) -> Drafter | Unavailable:
     if not target.mtp_loaded:
         return Unavailable("The model was loaded without its MTP layers; reload it to "
                            "draft with them.")
+    failed = _probe_says(target)
+    if failed:
+        return Unavailable(f"This model's MTP layers failed the load check: {failed}.")
     if target.n_layer_nextn > 1:
         return Unavailable(f"This model has {target.n_layer_nextn} chained MTP heads, which "
                            "Tandem does not run yet; decoding without speculation.")
