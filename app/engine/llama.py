@@ -547,6 +547,9 @@ class LlamaContext:
         #: chunk's tokens and its first position (see :meth:`set_decode_listener`)
         self._listener: Callable[[Sequence[int], int], None] | None = None
         self._n_embd_out = model.n_embd_out
+        #: successful ``llama_decode`` calls of :meth:`decode` so far (a listener that
+        #: compares it with the count at its last call knows whether it missed one)
+        self.decode_count = 0
         if context_type == CONTEXT_TYPE_MTP:  # the head's own hidden state of its output row feeds its next step
             mtp_staging().llama_set_embeddings_nextn(ptr, True, True)
 
@@ -624,6 +627,7 @@ class LlamaContext:
             # tokens (llama.cpp keeps them in one ubatch), so this call's tokens but its
             # first can be rolled back, and nothing before them
             self._rollback_room = min(self.n_rs_seq, m - 1)
+            self.decode_count += 1
             if self._listener is not None:
                 self._listener(chunk, pos0 + start)
             start += m

@@ -644,6 +644,12 @@ class Session:
             self._kept[mode] = make()
         return self._kept[mode]
 
+    def drop_target_cache(self) -> None:
+        """Empty the target's KV cache (:class:`DrafterHost`): the reply's prefill then
+        evaluates the whole prompt."""
+        self.ctx.clear()
+        self._kv_tokens = []
+
     def _sync_prefix(self, tokens: Sequence[int], cancel: threading.Event | None) -> int:
         """Make the target KV cache hold ``tokens``; returns how many were evaluated."""
         keep = self.ctx.truncate(common_prefix_length(self._kv_tokens, tokens), len(self._kv_tokens))

@@ -91,12 +91,17 @@ class MTPDrafter:
         #: (token, target hidden state) by position, as the target evaluated them
         self._rows: dict[int, tuple[int, npt.NDArray[np.float32]]] = {}
         self._zero = np.zeros(ctx.model.n_embd_out, dtype=np.float32)
+        #: the target's decode count when this drafter last saw a decode
+        self._seen = -1
 
     # -- the target's side --------------------------------------------------------------
-    def listen(self) -> None:
+    def listen(self) -> bool:
         """Mirror the target's decodes from now on (until the target's listener is
-        replaced: the session clears it when a reply starts)."""
+        replaced: the session clears it when a reply starts). Returns False when the
+        target evaluated something since this drafter last saw a decode (a reply with
+        another drafter or none): the head's cache then lacks those positions."""
         self.target_ctx.set_decode_listener(self.observe)
+        return self._seen == self.target_ctx.decode_count
 
     def observe(self, tokens: Sequence[int], pos0: int) -> None:
         """The target evaluated ``tokens`` at ``pos0…``: keep their hidden states. Rows
@@ -107,6 +112,7 @@ class MTPDrafter:
         h = self.target_ctx.hidden_states(len(tokens))
         for i, tok in enumerate(tokens):
             self._rows[pos0 + i] = (tok, h[i])
+        self._seen = self.target_ctx.decode_count
 
     # -- the head's cache -----------------------------------------------------------------
     def _held_prefix(self, context: Sequence[int], n: int) -> int:
@@ -276,7 +282,11 @@ def create(host: DrafterHost, spec: SpeculationConfig) -> Drafter | Unavailable:
     made = host.kept_drafter(SpecMode(MTP_INFO.mode), make)
     if isinstance(made, MTPDrafter):
         made.p_min = spec.draft_p_min
-        made.listen()
+        if not made.listen():
+            # the head must see the target's state at every position it holds: the
+            # prefill evaluates the whole conversation again (once, after a switch)
+            host.drop_target_cache()
+            made.reset()
     return made
 
 
