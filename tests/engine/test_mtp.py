@@ -38,7 +38,7 @@ MTP = SpecMode("mtp")
 
 @pytest.fixture(scope="module")
 def mtp(tiny_mtp: Path) -> Iterator[Session]:
-    s = Session.open(SessionConfig(target_path=tiny_mtp, n_ctx=256, n_threads=2))
+    s = Session.open(SessionConfig(target_path=tiny_mtp, n_ctx=256, n_threads=1))
     yield s
     s.close()
 
@@ -103,7 +103,7 @@ def test_a_head_that_copies_the_trunk_drafts_what_the_target_says(
     positions, the pairing of tokens with hidden states and the cache's rollbacks are
     exactly llama.cpp's protocol, or α would fall below 1."""
     path = write_tiny_glm4moe_mtp(tmp_path_factory.mktemp("mtp") / "copy.gguf", mtp_perturb=0.0)
-    with Session.open(SessionConfig(target_path=path, n_ctx=256, n_threads=2)) as s:
+    with Session.open(SessionConfig(target_path=path, n_ctx=256, n_threads=1)) as s:
         for prompt in prompts()[:4]:
             plain = run(s, prompt, SAMPLINGS[0], SpeculationConfig(mode="off"))
             r = run(s, prompt, SAMPLINGS[0], SpeculationConfig(mode="mtp", draft_max=4,
@@ -121,7 +121,7 @@ def test_a_rollback_that_keeps_rejected_tokens_is_called_suspect(
                                   weight_scale=1.5)
     greedy = SAMPLINGS[0]
     verdicts = []
-    mtp = Session.open(SessionConfig(target_path=path, n_ctx=256, n_threads=2))
+    mtp = Session.open(SessionConfig(target_path=path, n_ctx=256, n_threads=1))
     try:
         for prompt in prompts()[:8]:
             off, on = SamplingTrace(), SamplingTrace()
