@@ -433,8 +433,19 @@ def check_loads(
             proc.communicate()
     stdout = out_b.decode("utf-8", "replace")
     stderr = err_b.decode("utf-8", "replace")
+    verdict = _verdict(p, proc.returncode, stdout, stderr)
+    if key is not None and not _transient(verdict):
+        _remember(key, verdict)
+    return verdict
+
+
+def _verdict(p: Path, rc: int, stdout: str, stderr: str) -> LoadVerdict:
+    """The verdict from the child's exit status and output (see :mod:`app.engine.probe`).
+
+    Raises:
+        ModelLoadError: no verdict: a Python error in the child, or it was killed.
+    """
     stage, answer = _parse_child(stdout)
-    rc = proc.returncode
     verdict: LoadVerdict
     if rc == EXIT_OK and answer is not None and answer.get("ok"):
         mtp = answer.get("mtp")
@@ -466,8 +477,6 @@ def check_loads(
         detail = f"{said}; {_signal_name(rc)}" if said else _signal_name(rc)
         verdict = LoadVerdict("crashed", stage or "load", detail)
         log.info("llama.cpp crashed probing %s (%s) at %s:\n%s", p, _signal_name(rc), stage, stderr[-4000:])
-    if key is not None and not _transient(verdict):
-        _remember(key, verdict)
     return verdict
 
 

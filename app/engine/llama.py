@@ -245,6 +245,25 @@ class LlamaModel:
         self.eos: int = int(L.llama_vocab_eos(self._vocab))
         self.add_bos: bool = bool(L.llama_vocab_get_add_bos(self._vocab))
         self.add_eos: bool = bool(L.llama_vocab_get_add_eos(self._vocab))
+        self._read_hparams(L, ptr, vocab_only)
+        self.is_recurrent: bool = bool(L.llama_model_is_recurrent(ptr)) or bool(
+            L.llama_model_is_hybrid(ptr)
+        )
+        self.has_encoder: bool = bool(L.llama_model_has_encoder(ptr))
+        buf = ctypes.create_string_buffer(256)
+        n = L.llama_model_desc(ptr, buf, len(buf))
+        self.description: str = buf.raw[: max(0, n)].decode("utf-8", "replace")
+        tmpl = L.llama_model_chat_template(ptr, None)
+        self.chat_template: str | None = tmpl.decode("utf-8", "replace") if tmpl else None
+        self._piece_cache: dict[int, bytes] = {}
+        self._eog_cache: dict[int, bool] = {}
+        # llama.cpp requires contexts to be freed before their model; whatever order the
+        # garbage collector picks, close() frees the model's live contexts first.
+        self._contexts: weakref.WeakSet[LlamaContext] = weakref.WeakSet()
+
+
+    def _read_hparams(self, L: ModuleType, ptr: Any, vocab_only: bool) -> None:
+        """Sizes and counts the loaded model reports (layers, widths, heads, MTP layers)."""
         self.n_layer: int = int(L.llama_model_n_layer(ptr))
         self.n_ctx_train: int = int(L.llama_model_n_ctx_train(ptr))
         # Per-layer hyperparameters are not loaded with vocab_only (llama.cpp asserts).
@@ -262,20 +281,6 @@ class LlamaModel:
                                 if hp and hasattr(L, "llama_model_n_embd_out") else self.n_embd)
         self.n_params: int = int(L.llama_model_n_params(ptr))
         self.size_bytes: int = int(L.llama_model_size(ptr))
-        self.is_recurrent: bool = bool(L.llama_model_is_recurrent(ptr)) or bool(
-            L.llama_model_is_hybrid(ptr)
-        )
-        self.has_encoder: bool = bool(L.llama_model_has_encoder(ptr))
-        buf = ctypes.create_string_buffer(256)
-        n = L.llama_model_desc(ptr, buf, len(buf))
-        self.description: str = buf.raw[: max(0, n)].decode("utf-8", "replace")
-        tmpl = L.llama_model_chat_template(ptr, None)
-        self.chat_template: str | None = tmpl.decode("utf-8", "replace") if tmpl else None
-        self._piece_cache: dict[int, bytes] = {}
-        self._eog_cache: dict[int, bool] = {}
-        # llama.cpp requires contexts to be freed before their model; whatever order the
-        # garbage collector picks, close() frees the model's live contexts first.
-        self._contexts: weakref.WeakSet[LlamaContext] = weakref.WeakSet()
 
     # -- metadata -------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
