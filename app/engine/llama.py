@@ -675,8 +675,9 @@ class LlamaContext:
         p = mtp_staging().llama_get_embeddings_nextn(self.ptr)
         if not p:
             raise TandemError("llama.cpp computed no hidden states for this decode.")
-        return np.ctypeslib.as_array(
-            ctypes.cast(p, self._float_ptr), shape=(n_rows, self._n_embd_out)).copy()
+        out = np.empty((n_rows, self._n_embd_out), dtype=np.float32)
+        ctypes.memmove(out.ctypes.data, p, out.nbytes)  # as_array makes a ctypes type per call
+        return out
 
     def decode_with_hidden(self, tokens: Sequence[int], positions: Sequence[int],
                            hidden: npt.NDArray[np.float32], *, logits_last: bool) -> None:

@@ -96,6 +96,22 @@ def test_follow_up_turns_and_drafter_switches_stay_exact(mtp: Session) -> None:
         assert after.stats.accepted > 0 or after.stats.verified == 0
 
 
+def test_a_reply_regenerated_from_inside_the_cache_drafts_without_errors(
+        mtp: Session, caplog: pytest.LogCaptureFixture) -> None:
+    """The same prompt twice: the target keeps its cache, the head rolls back into its
+    own and evaluates every position again (llama.cpp wants them consecutive)."""
+    greedy = SAMPLINGS[0]
+    prompt = prompts()[1]
+    mtp.reset_cache()
+    with caplog.at_level("WARNING"):
+        spec = SpeculationConfig(mode="mtp", adaptive=False)
+        first = run(mtp, prompt, greedy, spec)
+        second = run(mtp, prompt, greedy, spec)
+    assert not [r for r in caplog.records if "MTP" in r.getMessage()], caplog.text
+    assert second.ids == first.ids and second.stats.prefill_tokens == 0
+    assert second.stats.verified > 0
+
+
 def test_a_head_that_copies_the_trunk_drafts_what_the_target_says(
         tmp_path_factory: pytest.TempPathFactory) -> None:
     """Unperturbed, the synthetic head computes what the trunk computes (same layer

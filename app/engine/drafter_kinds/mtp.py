@@ -39,6 +39,7 @@ target's own whatever the head proposes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -52,6 +53,8 @@ from app.engine.sampling import top_probability
 from app.errors import TandemError
 from app.options import DrafterInfo, DrafterNeeds, SpecMode, SpeculationConfig
 
+log = logging.getLogger(__name__)
+
 #: an MTP head's drafts fall off quickly with depth (llama.cpp's default draft length
 #: for ``draft-mtp`` is its draft default, 3); the cost-aware policy shortens it further
 MTP_K = 3
@@ -63,7 +66,6 @@ MTP_INFO = DrafterInfo(
     summary="the multi-token-prediction (nextn) layers in the target's own GGUF draft "
             "from its hidden states")
 
-_GAP = -1  # a position missing from the head's cache (its hidden state was not seen)
 #: rows for the head: tokens, their positions, the target's hidden state one position
 #: before each
 _Rows = tuple[list[int], list[int], list[npt.NDArray[np.float32]]]
@@ -86,7 +88,7 @@ class MTPDrafter:
         self.ctx = ctx
         self.p_min = p_min
         self.forward_passes = 0
-        #: the head's cache: the token at each position, _GAP where none is held
+        #: the head's cache: the token at each position 0, 1, …
         self._fed: list[int] = []
         #: (token, target hidden state) by position, as the target evaluated them
         self._rows: dict[int, tuple[int, npt.NDArray[np.float32]]] = {}
@@ -115,24 +117,19 @@ class MTPDrafter:
         self._seen = self.target_ctx.decode_count
 
     # -- the head's cache -----------------------------------------------------------------
-    def _held_prefix(self, context: Sequence[int], n: int) -> int:
-        """How many leading positions of the head's cache agree with ``context`` (gaps
-        agree with anything: they hold nothing)."""
-        fed = self._fed
-        n = min(len(fed), n)
-        keep = common_prefix_length(fed[:n], context[:n])
-        while keep < n and fed[keep] == _GAP:
-            keep += 1
-            keep += common_prefix_length(fed[keep:n], context[keep:n])
-        return keep
-
     def _sync(self, context: Sequence[int]) -> tuple[npt.NDArray[np.float32] | None, _Rows]:
         """Bring the head's cache to ``context[:-1]`` (what the target's holds): drop
         what disagrees, and return the target's hidden state at the last of those
         positions (None when it was not seen) and the rows still to evaluate there
-        (tokens, positions, the target's states one position earlier)."""
+        (tokens, positions, the target's states one position earlier).
+
+        llama.cpp needs a sequence's positions consecutive, so every position is
+        evaluated; one whose preceding state was not seen (a reply regenerated from
+        inside the cache) pairs with zeros, as llama.cpp pairs position 0: only that
+        position's drafts are the worse for it.
+        """
         n_past = len(context) - 1
-        keep = self._held_prefix(context, n_past)
+        keep = common_prefix_length(self._fed[:n_past], context[:n_past])
         if keep < len(self._fed):
             if not self.ctx.seq_rm(keep, -1):
                 self.ctx.clear()
@@ -140,16 +137,12 @@ class MTPDrafter:
             del self._fed[keep:]
         todo: _Rows = ([], [], [])
         for q in range(len(self._fed), n_past):
-            row = self._rows.get(q)
-            prev = self._rows.get(q - 1) if q > 0 else (-1, self._zero)
-            if (row is None or row[0] != context[q] or prev is None
-                    or (q > 0 and prev[0] != context[q - 1])):
-                self._fed.append(_GAP)
-                continue
-            todo[0].append(row[0])
+            prev = self._rows.get(q - 1)
+            ok = prev is not None and prev[0] == context[q - 1]
+            todo[0].append(context[q])
             todo[1].append(q)
-            todo[2].append(prev[1])
-            self._fed.append(row[0])
+            todo[2].append(prev[1] if prev is not None and ok else self._zero)
+        self._fed.extend(todo[0])
         for q in [q for q in self._rows if q < n_past - 1]:
             del self._rows[q]  # the next position pairs with n_past − 1's state only
         if n_past == 0:
@@ -190,8 +183,9 @@ class MTPDrafter:
                 self._evaluate(todo, logits_last=False)
                 return []  # the target's state there was not seen: this round is plain
             self._chain(context, h, todo, n_max, out)
-        except TandemError:
-            self.reset()  # the head's cache is unknown now; the rounds go on (plainly)
+        except TandemError as exc:
+            log.warning("the MTP head failed (%s); its cache starts again", exc)
+            self.reset()  # the head's cache is unknown now; the rounds go on
             return out
         # the first row (the last token with the target's state before it) is what the
         # verification would mirror anyway: it stays; the draft's own rows leave again
@@ -262,14 +256,14 @@ def create(host: DrafterHost, spec: SpeculationConfig) -> Drafter | Unavailable:
     if not target.mtp_loaded:
         return Unavailable("The model was loaded without its MTP layers; reload it to "
                            "draft with them.")
-    failed = _probe_says(target)
-    if failed:
-        return Unavailable(f"This model's MTP layers failed the load check: {failed}.")
     if target.n_layer_nextn > 1:
         return Unavailable(f"This model has {target.n_layer_nextn} chained MTP heads, which "
                            "Tandem does not run yet; decoding without speculation.")
 
     def make() -> Drafter | Unavailable:
+        failed = _probe_says(target)
+        if failed:
+            return Unavailable(f"This model's MTP layers failed the load check: {failed}.")
         tctx = host.ctx
         try:
             ctx = LlamaContext(target, n_ctx=tctx.n_ctx, n_batch=tctx.n_batch,
