@@ -161,8 +161,8 @@ class LlamaModel:
             inference.
         load_mtp: also load the multi-token-prediction (nextn) layers a GGUF carries
             (``llama_model_params.load_mtp``; llama.cpp skips them by default); only an
-            MTP context (``LlamaContext(context_type=CONTEXT_TYPE_MTP)``) runs them. No effect on a model
-            without such layers.
+            MTP context (``LlamaContext(context_type=CONTEXT_TYPE_MTP)``) runs them. No
+            effect on a model without such layers.
 
     Raises:
         ModelLoadError: the file is missing, not a GGUF, corrupt, or does not fit in memory.
@@ -460,9 +460,10 @@ class LlamaContext:
             lfm2moe, …) and sets it to 0 elsewhere; :attr:`n_rs_seq` is what it kept.
             Each snapshot costs one recurrent state (:meth:`recurrent_state_bytes`).
         context_type: ``LLAMA_CONTEXT_TYPE_*``; :data:`CONTEXT_TYPE_MTP` makes a
-            multi-token-prediction context: its graph runs only the model's nextn layers (the model must be loaded with
-            ``load_mtp``), and every token it evaluates comes with the trunk's hidden
-            state at the position before (:meth:`decode_with_hidden`).
+            multi-token-prediction context: its graph runs only the model's nextn
+            layers (the model must be loaded with ``load_mtp``), and every token it
+            evaluates comes with the trunk's hidden state at the position before
+            (:meth:`decode_with_hidden`).
 
     Raises:
         ModelLoadError: llama.cpp could not create the context (usually out of memory).
@@ -555,7 +556,8 @@ class LlamaContext:
         #: successful ``llama_decode`` calls of :meth:`decode` so far (a listener that
         #: compares it with the count at its last call knows whether it missed one)
         self.decode_count = 0
-        if context_type == CONTEXT_TYPE_MTP:  # the head's own hidden state of its output row feeds its next step
+        if context_type == CONTEXT_TYPE_MTP:
+            # the head's own hidden state of its output row feeds its next step
             mtp_staging().llama_set_embeddings_nextn(ptr, True, True)
 
     @property
@@ -701,7 +703,8 @@ class LlamaContext:
             b = L.llama_batch_init(self.n_batch, self._n_embd_out, 1)
             self._hidden_tokens = (L.llama_token * self.n_batch)()
             b.token = self._hidden_tokens  # llama_batch_init(embd > 0) allocates no tokens
-            self._hidden_rows = np.ctypeslib.as_array(b.embd, shape=(self.n_batch, self._n_embd_out))
+            self._hidden_rows = np.ctypeslib.as_array(
+                b.embd, shape=(self.n_batch, self._n_embd_out))
             self._hidden_batch = b
         b = self._hidden_batch
         self._hidden_rows[:n] = hidden

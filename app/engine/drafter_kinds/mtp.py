@@ -77,8 +77,9 @@ class MTPDrafter:
     Args:
         target_ctx: the target's context; its decodes are mirrored through
             :meth:`observe` (installed by :meth:`listen`).
-        ctx: the MTP context of the same model (``LlamaContext(context_type=CONTEXT_TYPE_MTP)``), ``n_ctx``
-            at least the target's.
+        ctx: the MTP context of the same model
+            (``LlamaContext(context_type=CONTEXT_TYPE_MTP)``), ``n_ctx`` at least the
+            target's.
         p_min: stop drafting when the head's top-token probability falls below this.
     """
 
