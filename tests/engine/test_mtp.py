@@ -7,7 +7,8 @@ the hybrid model); the head drafts one pass per token and is accepted often but 
 always; follow-up turns and a switch between drafters keep it exact; a rollback that
 keeps rejected tokens is called suspect; where the model has no MTP layers or the
 build lacks llama.cpp's staging functions the drafter is not offered and says why in
-one sentence; the probe child runs the head, and ``models inspect`` shows it.
+one sentence; the probe child runs the head, ``models inspect`` shows it, and the API
+drafts with it per request.
 """
 
 from __future__ import annotations
@@ -195,3 +196,40 @@ def test_models_inspect_prints_the_mtp_layers(tiny_mtp: Path,
 
     assert main(["models", "inspect", str(tiny_mtp), "--json", "--no-load-check"]) == 0
     assert json.loads(capsys.readouterr().out)["nextn_layers"] == 1
+
+
+def test_the_api_drafts_with_mtp_per_request(tiny_mtp: Path,
+                                             tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``"speculation": {"mode": "mtp"}`` through the real ``openai`` client: the head
+    drafts (llama-server's timings count its tokens) and the text is the plain reply's."""
+    import os
+    import subprocess
+
+    import openai
+
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--model", str(tiny_mtp), "--port", "0",
+         "--n-ctx", "512", "--threads", "1"],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "TANDEM_HOME": str(tmp_path_factory.mktemp("serve-mtp"))})
+    try:
+        assert proc.stdout is not None
+        base = proc.stdout.readline().strip()
+        assert base.startswith("http://"), proc.stderr.read() if proc.stderr else ""
+        client = openai.OpenAI(base_url=base, api_key="unused", max_retries=0)
+        texts = {}
+        for mode in ("mtp", "off"):
+            r = client.chat.completions.create(
+                model="tiny-mtp", messages=[{"role": "user", "content": "hello there"}],
+                max_tokens=40, temperature=0,
+                extra_body={"speculation": {"mode": mode, "draft_max": 3, "adaptive": False}})
+            extra = r.model_extra or {}
+            assert extra["tandem"]["mode"] == mode
+            if mode == "mtp":
+                assert 0 < extra["timings"]["draft_n_accepted"] < extra["timings"]["draft_n"]
+            texts[mode] = r.choices[0].message.content
+        assert texts["mtp"] == texts["off"]
+    finally:
+        proc.terminate()
+        proc.wait(60)
