@@ -131,11 +131,42 @@ if [[ $dry == 1 ]]; then  # a 2-core CPU: the greedy half, so the dry run stays 
     tests=(tests/engine/test_suffix_lossless.py tests/engine/test_lossless_synthetic.py -k greedy)
 else
     tests=(tests/engine/test_lossless_synthetic.py tests/engine/test_suffix_lossless.py
-           tests/engine/test_edge_cases.py)
+           tests/engine/test_edge_cases.py tests/engine/test_mtp.py
+           tests/engine/test_hybrid_rollback.py)
 fi
 timeout $(( $(left) > 200 ? $(left) - 150 : 60 )) "$PY" -m pytest -q -x -p no:cacheprovider \
     "${tests[@]}" 2>&1 | tail -n 15 || tests_rc=$?
 [[ $tests_rc == 0 ]] && say "lossless tests passed" || say "lossless tests FAILED or timed out (status $tests_rc)"
+
+# -- 2b. an MTP and a hybrid target ---------------------------------------------------------
+# synthetic F32 models from the tests: a GLM-4.5 with one nextn layer (the MTP drafter,
+# fixed k: α, c = head step ÷ target step) and an LFM2 hybrid (recurrent-state snapshots
+# rolled back after rejections; suffix lookup); each JSON's notes say whether every run
+# equals plain decoding
+if (( $(left) > 150 )); then
+    say "MTP and hybrid targets (synthetic)"
+    synth="$repo/bench/out/gpu-check-synthetic"
+    mkdir -p "$synth"
+    "$PY" -c "
+from pathlib import Path
+from tests.synthetic import write_tiny_glm4moe_mtp, write_tiny_lfm2
+write_tiny_glm4moe_mtp(Path('$synth/mtp.gguf'))
+write_tiny_lfm2(Path('$synth/hybrid.gguf'))"
+    limit=(); [[ $dry == 1 ]] && limit=(--limit 2 --repeat 1 --max-tokens 32)
+    for case in "mtp.gguf --mtp --fixed-k --draft-max 1,3" "hybrid.gguf --suffix"; do
+        read -r model flags <<< "$case"
+        # shellcheck disable=SC2086  # the flags are words
+        timeout $(( $(left) > 180 ? 60 : 30 )) "$PY" -m app bench --model "$synth/$model" $flags \
+            --prompts builtin:code "${limit[@]}" --json > "$synth/${model%.gguf}.json" 2>/dev/null \
+            || say "$model: the bench failed or timed out"
+        "$PY" -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+for c in d['configs']:
+    print(f\"  {c['label']:6} {c['mode']:7} {c['decode_tps_median']:9.1f} tok/s  alpha {c['acceptance_rate']}  c {c['draft_cost_ratio']}  speedup {c['measured_speedup']}\")
+print('  ' + d['notes'][-1])" "$synth/${model%.gguf}.json" 2>/dev/null || true
+    done
+fi
 
 # -- 3. pass times, speedups, llama.cpp ---------------------------------------------------
 say "measurements ($shapes shapes)"

@@ -140,6 +140,15 @@ def tiny_hybrid_perturbed(tiny_model_dir: Path) -> Path:
     return write_tiny_lfm2(tiny_model_dir / "tiny-hybrid-perturbed.gguf", seed=0, perturb=0.35)
 
 
+@pytest.fixture(scope="session")
+def tiny_mtp(tiny_model_dir: Path) -> Path:
+    """A synthetic F32 GLM-4.5 GGUF with one multi-token-prediction (nextn) layer whose
+    drafts the trunk accepts often but not always, see tests/synthetic.py."""
+    from tests.synthetic import write_tiny_glm4moe_mtp
+
+    return write_tiny_glm4moe_mtp(tiny_model_dir / "tiny-mtp.gguf", seed=0)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Model-heavy tests last, so fast failures show first.
     items.sort(key=lambda it: 1 if it.get_closest_marker("slow") else 0)

@@ -267,3 +267,108 @@ def write_tiny_lfm2(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_tiny_glm4moe_mtp(
+    path: Path,
+    *,
+    n_vocab: int = 512,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_ff: int = 128,
+    n_expert: int = 2,
+    n_ctx_train: int = 2048,
+    seed: int = 0,
+    weight_scale: float = 1.0,
+    mtp_perturb: float = 0.3,
+) -> Path:
+    """Write a loadable tiny GLM-4.5 (``glm4moe``) GGUF (F32): one trunk layer and one
+    multi-token-prediction (nextn) layer; return its path.
+
+    Of the architectures with an MTP graph in this llama.cpp, GLM-4.5's needs the fewest
+    tensors: plain attention (no recurrent state, no MLA), a dense trunk when
+    ``leading_dense_block_count`` covers it, and one MoE block after it that carries the
+    nextn tensors (``src/models/glm4-moe.cpp``: ``nextn.eh_proj`` {2·n_embd, n_embd},
+    ``nextn.enorm``, ``nextn.hnorm``; the MTP graph asserts the MoE router and takes the
+    LM head and final norm from the trunk). ``block_count`` counts both layers;
+    ``nextn_predict_layers`` is 1.
+
+    The nextn layer is built to imitate the trunk: token embeddings have an RMS of
+    exactly 1, so ``enorm`` leaves them as the trunk's layer sees them; ``eh_proj``
+    passes that half through and drops the hidden state; its attention and shared
+    expert are the trunk layer's weights and its routed experts are zero. Unperturbed,
+    the head then predicts what the target will (its cache holds the same layer inputs
+    at the same positions), so every draft is accepted; ``mtp_perturb`` (relative noise
+    on the head's copied weights) makes it agree often but not always (0 < α < 1).
+    ``weight_scale`` sets the trunk's attention and feed-forward weights: at 1 the
+    context moves the logits by several units, so a stale KV entry shows.
+    """
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int, scale: float = weight_scale) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
+
+    def noisy(a: np.ndarray) -> np.ndarray:
+        return (a + rng.standard_normal(a.shape) * mtp_perturb * a.std()).astype(np.float32)
+
+    arch = "glm4moe"
+    writer = GGUFWriter(str(path), arch)
+    writer.add_name("tiny-glm4moe-mtp-test")
+    writer.add_context_length(n_ctx_train)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(2)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_dimension_count(n_embd // n_head)
+    writer.add_expert_count(n_expert)
+    writer.add_expert_used_count(1)
+    writer.add_expert_shared_count(1)
+    writer.add_expert_feed_forward_length(n_ff)
+    writer.add_uint32(f"{arch}.leading_dense_block_count", 1)
+    writer.add_float32(f"{arch}.expert_weights_scale", 1.0)
+    writer.add_uint32(f"{arch}.nextn_predict_layers", 1)
+    writer.add_file_type(0)  # ALL_F32
+    vocab, scores, types = tiny_vocab(n_vocab)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(vocab)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(BOS)
+    writer.add_eos_token_id(EOS)
+    writer.add_add_bos_token(True)
+    ones = np.ones(n_embd, dtype=np.float32)
+    embd = rng.standard_normal((n_vocab, n_embd))
+    embd = (embd / np.sqrt((embd**2).mean(axis=1, keepdims=True))).astype(np.float32)
+    writer.add_tensor("token_embd.weight", embd)
+    writer.add_tensor("output_norm.weight", ones)
+    writer.add_tensor("output.weight", w(n_vocab, n_embd, scale=4.0))
+    attn = {name: w(n_embd, n_embd) for name in ("attn_q", "attn_k", "attn_v", "attn_output")}
+    ffn = {"gate": w(n_ff, n_embd), "up": w(n_ff, n_embd), "down": w(n_embd, n_ff)}
+    for i, change in ((0, lambda a: a), (1, noisy)):
+        p = f"blk.{i}."
+        writer.add_tensor(p + "attn_norm.weight", ones)
+        writer.add_tensor(p + "post_attention_norm.weight", ones)
+        for name, a in attn.items():
+            writer.add_tensor(p + name + ".weight", change(a))
+        if i == 0:
+            for name, a in ffn.items():
+                writer.add_tensor(p + f"ffn_{name}.weight", a)
+            continue
+        writer.add_tensor(p + "ffn_gate_inp.weight", w(n_expert, n_embd, scale=1.0))
+        writer.add_tensor(p + "exp_probs_b.bias", np.zeros(n_expert, dtype=np.float32))
+        for name in ("gate", "up", "down"):
+            writer.add_tensor(p + f"ffn_{name}_shexp.weight", change(ffn[name]))
+            shape = (n_expert, *ffn[name].shape)
+            writer.add_tensor(p + f"ffn_{name}_exps.weight", np.zeros(shape, dtype=np.float32))
+        eh = np.zeros((n_embd, 2 * n_embd), dtype=np.float32)
+        eh[:, :n_embd] = np.eye(n_embd, dtype=np.float32)  # [enorm(token); hnorm(h)] → token
+        writer.add_tensor(p + "nextn.eh_proj.weight", eh)
+        writer.add_tensor(p + "nextn.enorm.weight", ones)
+        writer.add_tensor(p + "nextn.hnorm.weight", ones)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

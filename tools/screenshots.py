@@ -468,6 +468,35 @@ def scene_everyday(shot: Callable[[str], None]) -> None:
     app.quit()
 
 
+def scene_mtp(shot: Callable[[str], None]) -> None:
+    """A model that carries an MTP (nextn) layer loaded, the drafter "MTP (built into
+    the model)" chosen at k = 3 (fixed, so that the head drafts every round), and the
+    gauge after a reply: the synthetic GLM-4.5 of the tests (random weights, so its text
+    is noise; its head agrees with its trunk about half the time)."""
+    import app.engine.drafter_kinds  # noqa: F401  (declares "mtp", as the window's imports do)
+    from app.options import SamplingParams, SpecMode, SpeculationConfig
+    from app.store.settings import Settings
+    from tests.synthetic import write_tiny_glm4moe_mtp
+
+    home = Path(os.environ["TANDEM_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    model = write_tiny_glm4moe_mtp(home / "tiny-glm4moe-mtp.gguf")
+    s = Settings()
+    s.model.target_path = model
+    s.model.n_ctx = 1024
+    s.sampling = SamplingParams(temperature=0.0, max_tokens=200)
+    s.speculation = SpeculationConfig(mode=SpecMode("mtp"), draft_max=3, adaptive=False)
+    app, w = open_main_window(s)
+    converse(w, ("the model drafts with its own head",))
+    w.raise_()
+    shot("mtp-gauge.png")
+    w.model_bar.mode_combo.showPopup()
+    shot("mtp-picker.png")
+    w.model_bar.mode_combo.hidePopup()
+    w.close()
+    app.quit()
+
+
 #: scene name → (the function that shoots it, the files it writes)
 SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]]] = {
     "tour": (scene_tour, ("starter-prompts.png", "starter-reply.png", "tint-markdown.png",
@@ -481,6 +510,7 @@ SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]
     "everyday": (scene_everyday, ("sampling-dry.png", "copy-confirmation.png", "help-menu.png",
                                   "library-no-duplicates.png")),
     "speed": (scene_speed, ("gauge-measured-busy.png", "sampling-threads.png", "race-busy.png")),
+    "mtp": (scene_mtp, ("mtp-gauge.png", "mtp-picker.png")),
 }
 
 

@@ -43,7 +43,7 @@ import struct
 import threading
 import zlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +165,9 @@ class GGUFInfo:
         split_paths: every part, in order.
         n_tensors: tensors in all parts read.
         gguf_version: the container version (2 or 3).
+        nextn_layers: multi-token-prediction (nextn) layers after the trunk,
+            ``<arch>.nextn_predict_layers`` (0 without that key): the heads the MTP
+            drafter runs (:mod:`app.engine.drafter_kinds.mtp`).
     """
 
     path: str
@@ -189,6 +192,7 @@ class GGUFInfo:
     split_paths: tuple[str, ...]
     n_tensors: int
     gguf_version: int
+    nextn_layers: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (tuples become lists)."""
@@ -199,7 +203,8 @@ class GGUFInfo:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GGUFInfo:
         """Inverse of :meth:`to_dict`. Raises KeyError/TypeError on a foreign dict."""
-        kwargs = {f.name: data[f.name] for f in fields(cls)}
+        kwargs = {f.name: data[f.name] if f.name in data or f.default is MISSING else f.default
+                  for f in fields(cls)}
         kwargs["split_paths"] = tuple(kwargs["split_paths"])
         return cls(**kwargs)
 
@@ -701,6 +706,7 @@ def _build_info(
         split_paths=split_paths,
         n_tensors=len(tensors),
         gguf_version=first.version,
+        nextn_layers=_int_kv(kv, f"{arch}.nextn_predict_layers") or 0,
         **tok,
     )
     return info, first.tokens or []
@@ -745,7 +751,7 @@ def _model_parts(path: Path) -> list[Path]:
 # --------------------------------------------------------------------------- cache
 
 
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: GGUFInfo.nextn_layers
 _cache_lock = threading.Lock()
 
 

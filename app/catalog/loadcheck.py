@@ -85,11 +85,17 @@ class LoadVerdict:
         stage: where it stopped: ``load``, ``context``, ``decode`` (None when it loads).
         detail: llama.cpp's own words (an assertion, a kernel or loader message), or the
             signal's name when it printed nothing.
+        mtp: for a model that loads and carries multi-token-prediction (nextn) layers:
+            ``ok`` when its MTP head also ran in the child, else why not (llama.cpp's
+            words, or the crash); None for a model without them, or when the build
+            cannot run them. A head that fails does not stop the model from loading:
+            the MTP drafter is then not offered.
     """
 
     outcome: Outcome
     stage: str | None = None
     detail: str | None = None
+    mtp: str | None = None
 
     @property
     def loads(self) -> bool:
@@ -117,15 +123,18 @@ class LoadVerdict:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"outcome": self.outcome, "stage": self.stage, "detail": self.detail}
+        return {"outcome": self.outcome, "stage": self.stage, "detail": self.detail,
+                "mtp": self.mtp}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LoadVerdict:
         outcome = d["outcome"]
         if outcome not in ("loads", "refused", "crashed"):
             raise ValueError(outcome)
-        stage, detail = d.get("stage"), d.get("detail")
-        return cls(outcome, str(stage) if stage is not None else None, str(detail) if detail is not None else None)
+        stage, detail, mtp = d.get("stage"), d.get("detail"), d.get("mtp")
+        return cls(outcome, str(stage) if stage is not None else None,
+                   str(detail) if detail is not None else None,
+                   str(mtp) if mtp is not None else None)
 
 
 # --------------------------------------------------------------------------- child command
@@ -424,11 +433,28 @@ def check_loads(
             proc.communicate()
     stdout = out_b.decode("utf-8", "replace")
     stderr = err_b.decode("utf-8", "replace")
+    verdict = _verdict(p, proc.returncode, stdout, stderr)
+    if key is not None and not _transient(verdict):
+        _remember(key, verdict)
+    return verdict
+
+
+def _verdict(p: Path, rc: int, stdout: str, stderr: str) -> LoadVerdict:
+    """The verdict from the child's exit status and output (see :mod:`app.engine.probe`).
+
+    Raises:
+        ModelLoadError: no verdict: a Python error in the child, or it was killed.
+    """
     stage, answer = _parse_child(stdout)
-    rc = proc.returncode
     verdict: LoadVerdict
     if rc == EXIT_OK and answer is not None and answer.get("ok"):
-        verdict = LoadVerdict("loads")
+        mtp = answer.get("mtp")
+        verdict = LoadVerdict("loads", mtp=str(mtp) if mtp is not None else None)
+    elif stage == "mtp" and not 0 <= rc < 256 and rc != -getattr(signal, "SIGKILL", 9):
+        # the trunk loaded and decoded; only the MTP head took the child down
+        said = _crash_detail(stderr)
+        verdict = LoadVerdict("loads", mtp=f"llama.cpp crashed running it ({said or _signal_name(rc)})")
+        log.info("llama.cpp crashed running the MTP head of %s:\n%s", p, stderr[-4000:])
     elif rc == EXIT_REFUSED and answer is not None:
         verdict = LoadVerdict("refused", answer.get("stage") or stage, str(answer.get("why") or "llama.cpp refused it"))
     elif 0 <= rc < 256:
@@ -451,8 +477,6 @@ def check_loads(
         detail = f"{said}; {_signal_name(rc)}" if said else _signal_name(rc)
         verdict = LoadVerdict("crashed", stage or "load", detail)
         log.info("llama.cpp crashed probing %s (%s) at %s:\n%s", p, _signal_name(rc), stage, stderr[-4000:])
-    if key is not None and not _transient(verdict):
-        _remember(key, verdict)
     return verdict
 
 

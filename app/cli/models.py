@@ -163,6 +163,8 @@ def _run_inspect(args: argparse.Namespace) -> int:
         ("BOS", f"{info.bos_id} (added: {info.add_bos})"),
         ("EOS", f"{info.eos_id} (added: {info.add_eos})"),
         ("chat template", "yes" if info.has_chat_template else "no"),
+        ("MTP layers", f"{info.nextn_layers} (nextn: the MTP drafter can use them)"
+                       if info.nextn_layers else "none"),
         ("loads", "not checked" if loads is None else "yes" if loads else "no"),
     ]
     for k, v in rows:

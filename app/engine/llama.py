@@ -39,6 +39,10 @@ _recent_native_errors: list[str] = []
 #: at its first matrix product, so later changes to the environment do not count.
 _tiled_mm_env: str | None = None
 
+#: ``LLAMA_CONTEXT_TYPE_MTP`` (``enum llama_context_type`` in llama.h): a context that
+#: runs a model's multi-token-prediction (nextn) layers
+CONTEXT_TYPE_MTP = 1
+
 #: llama.cpp's vocabulary types (``enum llama_vocab_type`` in llama.h).
 VOCAB_TYPE_NAMES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
 
@@ -155,6 +159,10 @@ class LlamaModel:
         no_alloc: read all metadata (hyperparameters, vocabulary, tensor list) without
             allocating or reading the weights (:mod:`app.engine.probe`); not usable for
             inference.
+        load_mtp: also load the multi-token-prediction (nextn) layers a GGUF carries
+            (``llama_model_params.load_mtp``; llama.cpp skips them by default); only an
+            MTP context (``LlamaContext(context_type=CONTEXT_TYPE_MTP)``) runs them. No
+            effect on a model without such layers.
 
     Raises:
         ModelLoadError: the file is missing, not a GGUF, corrupt, or does not fit in memory.
@@ -171,6 +179,7 @@ class LlamaModel:
         vocab_only: bool = False,
         no_alloc: bool = False,
         use_extra_bufts: bool = True,
+        load_mtp: bool = False,
     ) -> None:
         self._ptr: Any = None
         # a folder, a pipe (opening one would block) or a dangling link is refused here
@@ -192,6 +201,9 @@ class LlamaModel:
         params.vocab_only = vocab_only
         params.no_alloc = no_alloc
         params.use_extra_bufts = use_extra_bufts
+        if load_mtp and hasattr(params, "load_mtp"):  # a field of llama.cpp builds with MTP
+            params.load_mtp = True
+        self.mtp_loaded = bool(load_mtp and hasattr(params, "load_mtp"))
         self.n_gpu_layers_requested = n_gpu_layers
         cancelled = False
         callback_error: list[BaseException] = []
@@ -233,16 +245,7 @@ class LlamaModel:
         self.eos: int = int(L.llama_vocab_eos(self._vocab))
         self.add_bos: bool = bool(L.llama_vocab_get_add_bos(self._vocab))
         self.add_eos: bool = bool(L.llama_vocab_get_add_eos(self._vocab))
-        self.n_layer: int = int(L.llama_model_n_layer(ptr))
-        self.n_ctx_train: int = int(L.llama_model_n_ctx_train(ptr))
-        # Per-layer hyperparameters are not loaded with vocab_only (llama.cpp asserts).
-        hp = not vocab_only
-        self.n_embd: int = int(L.llama_model_n_embd(ptr)) if hp else 0
-        self.n_head: int = int(L.llama_model_n_head(ptr)) if hp and self.n_layer > 0 else 0
-        self.n_head_kv: int = int(L.llama_model_n_head_kv(ptr)) if hp and self.n_layer > 0 else 0
-        self.n_swa: int = int(L.llama_model_n_swa(ptr))
-        self.n_params: int = int(L.llama_model_n_params(ptr))
-        self.size_bytes: int = int(L.llama_model_size(ptr))
+        self._read_hparams(L, ptr, vocab_only)
         self.is_recurrent: bool = bool(L.llama_model_is_recurrent(ptr)) or bool(
             L.llama_model_is_hybrid(ptr)
         )
@@ -257,6 +260,27 @@ class LlamaModel:
         # llama.cpp requires contexts to be freed before their model; whatever order the
         # garbage collector picks, close() frees the model's live contexts first.
         self._contexts: weakref.WeakSet[LlamaContext] = weakref.WeakSet()
+
+
+    def _read_hparams(self, L: ModuleType, ptr: Any, vocab_only: bool) -> None:
+        """Sizes and counts the loaded model reports (layers, widths, heads, MTP layers)."""
+        self.n_layer: int = int(L.llama_model_n_layer(ptr))
+        self.n_ctx_train: int = int(L.llama_model_n_ctx_train(ptr))
+        # Per-layer hyperparameters are not loaded with vocab_only (llama.cpp asserts).
+        hp = not vocab_only
+        self.n_embd: int = int(L.llama_model_n_embd(ptr)) if hp else 0
+        self.n_head: int = int(L.llama_model_n_head(ptr)) if hp and self.n_layer > 0 else 0
+        self.n_head_kv: int = int(L.llama_model_n_head_kv(ptr)) if hp and self.n_layer > 0 else 0
+        self.n_swa: int = int(L.llama_model_n_swa(ptr))
+        #: multi-token-prediction (nextn) layers the GGUF carries after its trunk
+        #: (``llama_model_n_layer_nextn``; 0 also for builds that lack the function)
+        self.n_layer_nextn: int = (int(L.llama_model_n_layer_nextn(ptr))
+                                   if hasattr(L, "llama_model_n_layer_nextn") else 0)
+        #: width of the hidden state an MTP head takes from the trunk (``n_embd_out``)
+        self.n_embd_out: int = (int(L.llama_model_n_embd_out(ptr))
+                                if hp and hasattr(L, "llama_model_n_embd_out") else self.n_embd)
+        self.n_params: int = int(L.llama_model_n_params(ptr))
+        self.size_bytes: int = int(L.llama_model_size(ptr))
 
     # -- metadata -------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
@@ -435,6 +459,11 @@ class LlamaContext:
             (``llm_arch_supports_rs_rollback``: qwen35, qwen35moe, nemotron-h, lfm2,
             lfm2moe, …) and sets it to 0 elsewhere; :attr:`n_rs_seq` is what it kept.
             Each snapshot costs one recurrent state (:meth:`recurrent_state_bytes`).
+        context_type: ``LLAMA_CONTEXT_TYPE_*``; :data:`CONTEXT_TYPE_MTP` makes a
+            multi-token-prediction context: its graph runs only the model's nextn
+            layers (the model must be loaded with ``load_mtp``), and every token it
+            evaluates comes with the trunk's hidden state at the position before
+            (:meth:`decode_with_hidden`).
 
     Raises:
         ModelLoadError: llama.cpp could not create the context (usually out of memory).
@@ -454,9 +483,11 @@ class LlamaContext:
         type_k: int | None = None,
         type_v: int | None = None,
         n_rs_seq: int = 0,
+        context_type: int = 0,
     ) -> None:
         self._ptr: Any = None
         self._batch: Any = None
+        self._hidden_batch: Any = None
         L = lib()
         self.model = model
         params = L.llama_context_default_params()
@@ -482,6 +513,8 @@ class LlamaContext:
         # a verification batch (≤ 65 tokens) never needs an evicted cell, and a longer
         # rollback is detected through pos_min (Session._sync_prefix) and re-evaluated.
         params.swa_full = False
+        if context_type:
+            params.ctx_type = context_type
         _take_native_errors()
         ptr = L.llama_init_from_model(model.ptr, params)
         if not ptr:
@@ -516,6 +549,16 @@ class LlamaContext:
 
         self._abort_cb = L.ggml_abort_callback(_abort)
         self._no_abort_cb = L.ggml_abort_callback()  # a NULL function pointer
+        #: called after every successful ``llama_decode`` of :meth:`decode` with the
+        #: chunk's tokens and its first position (see :meth:`set_decode_listener`)
+        self._listener: Callable[[Sequence[int], int], None] | None = None
+        self._n_embd_out = model.n_embd_out
+        #: successful ``llama_decode`` calls of :meth:`decode` so far (a listener that
+        #: compares it with the count at its last call knows whether it missed one)
+        self.decode_count = 0
+        if context_type == CONTEXT_TYPE_MTP:
+            # the head's own hidden state of its output row feeds its next step
+            mtp_staging().llama_set_embeddings_nextn(ptr, True, True)
 
     @property
     def ptr(self) -> Any:
@@ -591,8 +634,92 @@ class LlamaContext:
             # tokens (llama.cpp keeps them in one ubatch), so this call's tokens but its
             # first can be rolled back, and nothing before them
             self._rollback_room = min(self.n_rs_seq, m - 1)
+            self.decode_count += 1
+            if self._listener is not None:
+                self._listener(chunk, pos0 + start)
             start += m
         return True
+
+    def set_decode_listener(self, listener: Callable[[Sequence[int], int], None] | None
+                            ) -> None:
+        """Call ``listener(tokens, pos0)`` after each evaluated chunk of :meth:`decode`,
+        with the trunk's hidden states of every token of the chunk readable through
+        :meth:`hidden_states` until the next decode (llama.cpp's nextn embeddings,
+        unmasked: a row per token whatever logits were asked for); None stops that and
+        the extra output (the last layer then runs only on the positions with logits).
+
+        An MTP drafter listens to its target this way (llama.cpp's
+        ``common_speculative_impl_draft_mtp::process`` hook).
+
+        Raises:
+            TandemError: the build lacks llama.cpp's staging function
+                ``llama_set_embeddings_nextn`` (:func:`mtp_staging_missing`).
+        """
+        if listener is None and self._listener is None:
+            return  # nothing to switch off (and no staging call on builds without it)
+        mtp_staging().llama_set_embeddings_nextn(self.ptr, listener is not None, False)
+        self._listener = listener
+
+    @property
+    def decode_listener(self) -> Callable[[Sequence[int], int], None] | None:
+        """The listener :meth:`set_decode_listener` installed, or None."""
+        return self._listener
+
+    def hidden_states(self, n_rows: int) -> npt.NDArray[np.float32]:
+        """The trunk's hidden states (before the final norm's output head: llama.cpp's
+        nextn embeddings) of the last decode's ``n_rows`` tokens, shape
+        (n_rows, n_embd_out), a copy. Valid in a decode listener (every token of the
+        chunk) or, on an MTP context, for its one output row (``n_rows`` = 1).
+
+        Raises:
+            TandemError: nothing was computed (the context does not output them).
+        """
+        p = mtp_staging().llama_get_embeddings_nextn(self.ptr)
+        if not p:
+            raise TandemError("llama.cpp computed no hidden states for this decode.")
+        out = np.empty((n_rows, self._n_embd_out), dtype=np.float32)
+        ctypes.memmove(out.ctypes.data, p, out.nbytes)  # as_array makes a ctypes type per call
+        return out
+
+    def decode_with_hidden(self, tokens: Sequence[int], positions: Sequence[int],
+                           hidden: npt.NDArray[np.float32], *, logits_last: bool) -> None:
+        """Evaluate tokens that each carry a hidden state of the trunk (an MTP context:
+        token i at ``positions[i]`` with ``hidden[i]``, shape (len(tokens), n_embd_out)),
+        in one ``llama_decode`` of at most ``n_batch`` rows; logits (and the head's own
+        hidden state, :meth:`hidden_states`) for the last row when ``logits_last``.
+
+        Raises:
+            ValueError: shapes that do not match, or more rows than ``n_batch``.
+            TandemError: llama.cpp failed to decode.
+        """
+        n = len(tokens)
+        if n == 0:
+            return
+        if n > self.n_batch or len(positions) != n or hidden.shape != (n, self._n_embd_out):
+            raise ValueError(f"{n} tokens, {len(positions)} positions, hidden {hidden.shape}: "
+                             f"need equal counts ≤ {self.n_batch} and rows of {self._n_embd_out}")
+        L = lib()
+        if self._hidden_batch is None:
+            b = L.llama_batch_init(self.n_batch, self._n_embd_out, 1)
+            self._hidden_tokens = (L.llama_token * self.n_batch)()
+            b.token = self._hidden_tokens  # llama_batch_init(embd > 0) allocates no tokens
+            self._hidden_rows = np.ctypeslib.as_array(
+                b.embd, shape=(self.n_batch, self._n_embd_out))
+            self._hidden_batch = b
+        b = self._hidden_batch
+        self._hidden_rows[:n] = hidden
+        tok, pos, nseq, seq, out = b.token, b.pos, b.n_seq_id, b.seq_id, b.logits
+        for i in range(n):
+            tok[i] = tokens[i]
+            pos[i] = positions[i]
+            nseq[i] = 1
+            seq[i][0] = 0
+            out[i] = 1 if logits_last and i == n - 1 else 0
+        b.n_tokens = n
+        rc = L.llama_decode(self.ptr, b)
+        if rc != 0:
+            why = _take_native_errors()
+            raise TandemError(f"llama_decode (MTP) failed with status {rc}. {why}".strip())
 
     @contextlib.contextmanager
     def abortable(self, should_stop: Callable[[], bool] | None) -> Iterator[None]:
@@ -710,6 +837,10 @@ class LlamaContext:
         if self._batch is not None:
             batch, self._batch = self._batch, None
             L.llama_batch_free(batch)
+        if self._hidden_batch is not None:
+            batch, self._hidden_batch = self._hidden_batch, None
+            batch.token = None  # ours (a ctypes array), not llama.cpp's to free
+            L.llama_batch_free(batch)
         if self._ptr is not None:
             ptr, self._ptr = self._ptr, None
             L.llama_free(ptr)
@@ -725,6 +856,53 @@ class LlamaContext:
             self.close()
         except Exception:
             pass
+
+
+# -- multi-token prediction (llama.cpp's staging API) --------------------------------
+#: the staging functions (``src/llama-ext.h``) an MTP drafter needs; llama-cpp-python
+#: binds them in ``llama_cpp.llama_cpp_ext`` under their plain, Itanium or MSVC names
+MTP_STAGING_FUNCTIONS = ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn")
+#: the public functions and types it needs besides
+MTP_PUBLIC_FUNCTIONS = ("llama_model_n_layer_nextn", "llama_model_n_embd_out",
+                        "LLAMA_CONTEXT_TYPE_MTP")
+
+
+_mtp_missing: list[str | None] = []  # the answer of mtp_staging_missing, once known
+
+
+def mtp_staging_missing() -> str | None:
+    """None when this llama-cpp-python build can run MTP heads, else what it lacks
+    (one line: the missing symbols or the import error)."""
+    if not _mtp_missing:
+        _mtp_missing.append(_find_mtp_missing())
+    return _mtp_missing[0]
+
+
+def _find_mtp_missing() -> str | None:
+    L = lib()
+    missing = [name for name in MTP_PUBLIC_FUNCTIONS if not hasattr(L, name)]
+    if not hasattr(L.llama_model_default_params(), "load_mtp"):
+        missing.append("llama_model_params.load_mtp")
+    try:
+        import llama_cpp.llama_cpp_ext as ext
+    except (ImportError, AttributeError, OSError) as exc:  # AttributeError: a symbol is absent
+        return "; ".join([*missing, f"llama_cpp.llama_cpp_ext: {exc}"])
+    missing += [name for name in MTP_STAGING_FUNCTIONS if not hasattr(ext, name)]
+    return ", ".join(missing) or None
+
+
+def mtp_staging() -> Any:
+    """llama-cpp-python's bindings of llama.cpp's staging API (``llama_cpp_ext``).
+
+    Raises:
+        TandemError: the build lacks them (:func:`mtp_staging_missing` says what).
+    """
+    why = mtp_staging_missing()
+    if why:
+        raise TandemError(f"This llama-cpp-python build lacks {why}.")
+    import llama_cpp.llama_cpp_ext as ext
+
+    return ext
 
 
 # -- build information (log header, About) -------------------------------------------

@@ -11,7 +11,12 @@ verification pass use, so a tensor type llama.cpp cannot compute with kills this
 not the app. The context keeps :data:`PROBE_BATCH` recurrent-state snapshots
 (``n_rs_seq``; llama.cpp ignores it for models without recurrent state or whose
 architecture cannot roll back), and the batch is then rolled back to its middle and one
-token decoded there, the path a rejected draft takes on a hybrid model.
+token decoded there, the path a rejected draft takes on a hybrid model. The model is
+loaded with its multi-token-prediction (nextn) layers, as a session loads it; when it
+has them and the build can run them, a last stage (``stage mtp``) runs the MTP head
+once on the trunk's hidden state, as the MTP drafter will
+(:mod:`app.engine.drafter_kinds.mtp`); the answer's ``mtp`` says how that went, and a
+crash there leaves the model loadable without the drafter.
 
 Protocol on stdout (lines starting with :data:`app.catalog.loadcheck.MARK`): the stage
 reached (``stage load``, ``stage context``, ``stage decode``), then one JSON answer.
@@ -31,9 +36,15 @@ import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from app.catalog import loadcheck
 from app.errors import TandemError
+
+if TYPE_CHECKING:
+    from app.engine.llama import LlamaContext, LlamaModel
 
 #: context length of the probe's context (tokens): enough for the batch below
 PROBE_N_CTX = 64
@@ -94,11 +105,12 @@ def child_main(argv: list[str]) -> int:
         return loadcheck.EXIT_PYTHON_ERROR
     path = Path(os.fsdecode(args[0]))
     stage = "load"
+    mtp: str | None = None
     try:
         from app.engine.llama import LlamaContext, LlamaModel
 
         _say("stage load")
-        model = LlamaModel(path, n_gpu_layers=n_gpu_layers, use_mmap=True)
+        model = LlamaModel(path, n_gpu_layers=n_gpu_layers, use_mmap=True, load_mtp=True)
         try:
             stage = "context"
             _say("stage context")
@@ -119,6 +131,7 @@ def child_main(argv: list[str]) -> int:
                 if ctx.seq_rm(keep, -1):  # False: no rollback here; the session says so
                     ctx.decode([first], keep, logits="last")
                     ctx.logits(-1)
+                mtp = _probe_mtp(model, ctx)
             finally:
                 ctx.close()
         finally:
@@ -130,8 +143,45 @@ def child_main(argv: list[str]) -> int:
         traceback.print_exc()
         _answer(ok=False, stage=stage, python_error=True, why=f"{type(exc).__name__}: {exc}")
         return loadcheck.EXIT_PYTHON_ERROR
-    _answer(ok=True)
+    if mtp is None:
+        _answer(ok=True)
+    else:
+        _answer(ok=True, mtp=mtp)
     return loadcheck.EXIT_OK
+
+
+def _probe_mtp(model: LlamaModel, ctx: LlamaContext) -> str | None:
+    """Run the model's MTP head once as the drafter does: the trunk decodes two tokens
+    with its hidden states out, the head evaluates the second with the first one's
+    state. Returns ``ok``, why it cannot (llama.cpp's words), or None when the model has
+    no nextn layers or the build cannot run them. A crash here is the parent's to read
+    (the stage line says ``mtp``)."""
+    from app.engine.llama import CONTEXT_TYPE_MTP, LlamaContext, mtp_staging_missing
+
+    if model.n_layer_nextn <= 0 or mtp_staging_missing():
+        return None
+    _say("stage mtp")
+    rows: list[np.ndarray] = []
+    try:
+        ctx.clear()
+        ctx.set_decode_listener(lambda toks, _pos: rows.append(ctx.hidden_states(len(toks))))
+        first = model.bos if 0 <= model.bos < model.n_vocab else 0
+        second = (first + 1) % max(1, model.n_vocab)
+        ctx.decode([first, second], 0, logits="last")
+        ctx.set_decode_listener(None)
+        head = LlamaContext(model, n_ctx=PROBE_N_CTX, n_batch=PROBE_N_CTX, n_threads=ctx.n_threads,
+                            n_outputs_max=1, context_type=CONTEXT_TYPE_MTP)
+        try:
+            h = rows[0]
+            head.decode_with_hidden([first], [0], np.zeros_like(h[:1]), logits_last=False)
+            head.decode_with_hidden([second], [1], h[:1], logits_last=True)
+            head.logits(-1)
+            head.hidden_states(1)
+        finally:
+            head.close()
+    except TandemError as exc:
+        return str(exc)
+    return "ok"
 
 
 if __name__ == "__main__":

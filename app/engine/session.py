@@ -377,6 +377,7 @@ class Session:
             use_mmap=config.use_mmap,
             progress=target_progress,
             use_extra_bufts=not exact,
+            load_mtp=True,  # a model's own MTP (nextn) layers draft for it (drafter "mtp")
         )
         try:
             n_ctx = _checked_context_length(target, config, notes)
@@ -614,6 +615,7 @@ class Session:
     def _make_drafter(self, spec: SpeculationConfig) -> tuple[Drafter | None, str | None]:
         """The reply's drafter from the registry (:mod:`app.engine.drafter_kinds`), or
         None and the sentence that says why the reply decodes plainly."""
+        self.ctx.set_decode_listener(None)  # a drafter that mirrors the target re-installs it
         if spec.mode is SpecMode.OFF:
             return None, None
         if not self.rollback_supported:
@@ -641,6 +643,12 @@ class Session:
         if mode not in self._kept:
             self._kept[mode] = make()
         return self._kept[mode]
+
+    def drop_target_cache(self) -> None:
+        """Empty the target's KV cache (:class:`DrafterHost`): the reply's prefill then
+        evaluates the whole prompt."""
+        self.ctx.clear()
+        self._kv_tokens = []
 
     def _sync_prefix(self, tokens: Sequence[int], cancel: threading.Event | None) -> int:
         """Make the target KV cache hold ``tokens``; returns how many were evaluated."""

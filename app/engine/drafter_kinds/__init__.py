@@ -60,6 +60,10 @@ class DrafterHost(Protocol):
         """The drafter this session keeps for ``mode`` (made on first use with ``make``
         and closed with the session), or why it cannot be made (remembered too)."""
 
+    def drop_target_cache(self) -> None:
+        """Empty the target's KV cache before this reply's prefill, so that it evaluates
+        the whole prompt (a drafter that must see every position the target holds)."""
+
 
 Create = Callable[[DrafterHost, SpeculationConfig], "Drafter | Unavailable"]
 

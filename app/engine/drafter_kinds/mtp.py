@@ -1,0 +1,288 @@
+"""The MTP drafter: the multi-token-prediction (nextn) layers a model carries in its own
+GGUF draft for it (GLM-4.5, DeepSeek V3, Qwen3.5, …), fed the target's hidden states.
+
+The protocol, as llama.cpp runs it (``common/speculative.cpp``,
+``common_speculative_impl_draft_mtp``; ``tools/server/server-context.cpp``):
+
+* The model is loaded with its nextn layers (``llama_model_params.load_mtp``). A second
+  context of the same model with ``ctx_type = LLAMA_CONTEXT_TYPE_MTP`` runs only those
+  layers and keeps its own small KV cache (the nextn layers' attention; no recurrent
+  state even for a hybrid trunk). ``ctx_other`` is only for a separate assistant model
+  that shares the target's KV cache (Gemma 4); a head inside the target's GGUF leaves it
+  unset.
+* The target context outputs its trunk's hidden state for every token it evaluates
+  (``llama_set_embeddings_nextn(ctx, true, masked=false)``; read with
+  ``llama_get_embeddings_nextn``: the state after the final norm that the output head
+  reads, one row of ``n_embd_out`` floats per token).
+* The head's KV cache holds, at each position q, the token there paired with the
+  target's hidden state at q − 1 (zeros at q = 0): every batch the target evaluates —
+  prefill chunks and verification passes — is mirrored into it, each token with the
+  row before it (a batch's first token with the last row of the previous batch).
+  Positions the target rejects leave the head's cache as they leave the target's.
+* A draft of up to k tokens after the last token x at position p (not yet evaluated by
+  the target): evaluate (x, h of the target at p − 1) at p; the head's logits give d₁;
+  then (d₁, the head's own hidden state of that step) at p + 1 gives d₂, and so on —
+  one head evaluation per draft token. The draft positions leave the head's cache
+  again; the verification pass brings the accepted ones back with the target's states.
+* A model with one nextn layer (GLM-4.5, DeepSeek V3, Qwen3.5) chains that one head for
+  every draft token. A model with several trained heads (Step-3.5) runs head i for draft
+  token i (``llama_set_nextn_layer_offset``), re-evaluating the chain under each head;
+  that mode is not offered here (no model to test it on), and says so.
+
+Here the target's context calls :meth:`MTPDrafter.observe` after each chunk it evaluates
+(:meth:`app.engine.llama.LlamaContext.set_decode_listener`), which keeps the hidden
+rows; :meth:`MTPDrafter.draft` first mirrors the rows of the accepted positions into the
+head's cache (one head evaluation: a draft step's cost), then drafts. Verification and
+rollback of the target are the loop's as for every drafter, so the output is the
+target's own whatever the head proposes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from app.catalog.loadcheck import cached_verdict
+from app.engine.drafter_kinds import DrafterHost, Unavailable, register
+from app.engine.drafters import Drafter, common_prefix_length
+from app.engine.llama import CONTEXT_TYPE_MTP, LlamaContext, LlamaModel, mtp_staging_missing
+from app.engine.sampling import top_probability
+from app.errors import TandemError
+from app.options import DrafterInfo, DrafterNeeds, SpecMode, SpeculationConfig
+
+log = logging.getLogger(__name__)
+
+#: an MTP head's drafts fall off quickly with depth (llama.cpp's default draft length
+#: for ``draft-mtp`` is its draft default, 3); the cost-aware policy shortens it further
+MTP_K = 3
+
+MTP_INFO = DrafterInfo(
+    mode="mtp", label="MTP (built into the model)", words="the model's MTP head",
+    needs=DrafterNeeds.MTP_HEAD, default_k=MTP_K, options=("draft_p_min",),
+    auto_rank=None, cli_flag="--mtp",
+    summary="the multi-token-prediction (nextn) layers in the target's own GGUF draft "
+            "from its hidden states")
+
+#: rows for the head: tokens, their positions, the target's hidden state one position
+#: before each
+_Rows = tuple[list[int], list[int], list[npt.NDArray[np.float32]]]
+
+
+class MTPDrafter:
+    """Drafts with the target model's own nextn layers on an MTP context.
+
+    Args:
+        target_ctx: the target's context; its decodes are mirrored through
+            :meth:`observe` (installed by :meth:`listen`).
+        ctx: the MTP context of the same model
+            (``LlamaContext(context_type=CONTEXT_TYPE_MTP)``), ``n_ctx`` at least the
+            target's.
+        p_min: stop drafting when the head's top-token probability falls below this.
+    """
+
+    def __init__(self, target_ctx: LlamaContext, ctx: LlamaContext, p_min: float = 0.0) -> None:
+        self.kind = SpecMode(MTP_INFO.mode)
+        self.target_ctx = target_ctx
+        self.ctx = ctx
+        self.p_min = p_min
+        self.forward_passes = 0
+        #: the head's cache: the token at each position 0, 1, …
+        self._fed: list[int] = []
+        #: (token, target hidden state) by position, as the target evaluated them
+        self._rows: dict[int, tuple[int, npt.NDArray[np.float32]]] = {}
+        self._zero = np.zeros(ctx.model.n_embd_out, dtype=np.float32)
+        #: the target's decode count when this drafter last saw a decode
+        self._seen = -1
+
+    # -- the target's side --------------------------------------------------------------
+    def listen(self) -> bool:
+        """Mirror the target's decodes from now on (until the target's listener is
+        replaced: the session clears it when a reply starts). Returns False when the
+        target evaluated something since this drafter last saw a decode (a reply with
+        another drafter or none): the head's cache then lacks those positions."""
+        self.target_ctx.set_decode_listener(self.observe)
+        return self._seen == self.target_ctx.decode_count
+
+    def observe(self, tokens: Sequence[int], pos0: int) -> None:
+        """The target evaluated ``tokens`` at ``pos0…``: keep their hidden states. Rows
+        at or after ``pos0`` from earlier decodes are stale (the target rolled back)."""
+        if self._rows and max(self._rows) >= pos0:
+            for q in [q for q in self._rows if q >= pos0]:
+                del self._rows[q]
+        h = self.target_ctx.hidden_states(len(tokens))
+        for i, tok in enumerate(tokens):
+            self._rows[pos0 + i] = (tok, h[i])
+        self._seen = self.target_ctx.decode_count
+
+    # -- the head's cache -----------------------------------------------------------------
+    def _sync(self, context: Sequence[int]) -> tuple[npt.NDArray[np.float32] | None, _Rows]:
+        """Bring the head's cache to ``context[:-1]`` (what the target's holds): drop
+        what disagrees, and return the target's hidden state at the last of those
+        positions (None when it was not seen) and the rows still to evaluate there
+        (tokens, positions, the target's states one position earlier).
+
+        llama.cpp needs a sequence's positions consecutive, so every position is
+        evaluated; one whose preceding state was not seen (a reply regenerated from
+        inside the cache) pairs with zeros, as llama.cpp pairs position 0: only that
+        position's drafts are the worse for it.
+        """
+        n_past = len(context) - 1
+        keep = common_prefix_length(self._fed[:n_past], context[:n_past])
+        if keep < len(self._fed):
+            if not self.ctx.seq_rm(keep, -1):
+                self.ctx.clear()
+                keep = 0
+            del self._fed[keep:]
+        todo: _Rows = ([], [], [])
+        for q in range(len(self._fed), n_past):
+            prev = self._rows.get(q - 1)
+            ok = prev is not None and prev[0] == context[q - 1]
+            todo[0].append(context[q])
+            todo[1].append(q)
+            todo[2].append(prev[1] if prev is not None and ok else self._zero)
+        self._fed.extend(todo[0])
+        for q in [q for q in self._rows if q < n_past - 1]:
+            del self._rows[q]  # the next position pairs with n_past − 1's state only
+        if n_past == 0:
+            return self._zero, todo
+        last = self._rows.get(n_past - 1)
+        return (last[1] if last is not None and last[0] == context[n_past - 1] else None), todo
+
+    def _evaluate(self, rows: _Rows, logits_last: bool) -> None:
+        """Evaluate rows on the head, ``n_batch`` at a time (logits for the very last
+        when asked): each evaluation is one forward pass of the head."""
+        toks, poss, hs = rows
+        step = self.ctx.n_batch
+        for i in range(0, len(toks), step):
+            last = logits_last and i + step >= len(toks)
+            self.ctx.decode_with_hidden(toks[i:i + step], poss[i:i + step],
+                                        np.stack(hs[i:i + step]), logits_last=last)
+            self.forward_passes += 1
+
+    # -- Drafter ------------------------------------------------------------------------
+    def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool] | None = None) -> None:
+        passes = self.forward_passes
+        try:
+            self._evaluate(self._sync(prompt)[1], logits_last=False)
+        except TandemError:
+            self.reset()
+        self.forward_passes = passes  # mirroring the prompt is prefill, not a draft step
+
+    def draft(self, context: Sequence[int], n_max: int) -> list[int]:
+        n_max = min(n_max, self.ctx.n_ctx - len(context))
+        if n_max <= 0:
+            return []
+        if self.ctx.n_threads != self.target_ctx.n_threads:
+            self.ctx.set_threads(self.target_ctx.n_threads, self.target_ctx.n_threads)
+        out: list[int] = []
+        try:
+            h, todo = self._sync(context)
+            if h is None:
+                self._evaluate(todo, logits_last=False)
+                return []  # the target's state there was not seen: this round is plain
+            self._chain(context, h, todo, n_max, out)
+        except TandemError as exc:
+            log.warning("the MTP head failed (%s); its cache starts again", exc)
+            self.reset()  # the head's cache is unknown now; the rounds go on
+            return out
+        # the first row (the last token with the target's state before it) is what the
+        # verification would mirror anyway: it stays; the draft's own rows leave again
+        n_past = len(context) - 1
+        if not self.ctx.seq_rm(n_past + 1, -1):
+            self.reset()
+        else:
+            self._fed.append(context[-1])
+        return out
+
+    def _chain(self, context: Sequence[int], h: npt.NDArray[np.float32], todo: _Rows,
+               n_max: int, out: list[int]) -> None:
+        """Draft into ``out``: the head chained on its own hidden states, one pass per
+        token (the first pass also mirrors ``todo``), greedy, stopping at ``n_max``
+        tokens, an end-of-generation token or a top probability under ``p_min``."""
+        pos, tok = len(context) - 1, context[-1]
+        rows: _Rows = (todo[0] + [tok], todo[1] + [pos], todo[2] + [h])
+        while True:
+            self._evaluate(rows, logits_last=True)
+            logits = self.ctx.logits(-1)
+            if self.p_min > 0.0:
+                tok, p = top_probability(logits)
+                if p < self.p_min:
+                    return
+            else:
+                tok = int(logits.argmax())
+            out.append(tok)
+            if len(out) >= n_max or self.ctx.model.is_eog(tok):
+                return
+            pos += 1
+            rows = ([tok], [pos], [self.ctx.hidden_states(1)[0]])
+
+    def reset(self) -> None:
+        """Forget the head's cache (rebuilt from the rows the target evaluates next)."""
+        self.ctx.clear()
+        self._fed = []
+
+    def close(self) -> None:
+        if not self.target_ctx.closed and self.target_ctx.decode_listener == self.observe:
+            self.target_ctx.set_decode_listener(None)
+        self.ctx.close()
+
+
+def _probe_says(target: LlamaModel) -> str | None:
+    """Why the load check's child could not run this model's MTP head (it crashed or
+    failed there), or None when it ran or was not checked."""
+    for n_gpu_layers in (target.n_gpu_layers_requested, None):
+        try:
+            verdict = cached_verdict(target.path, n_gpu_layers=n_gpu_layers)
+        except TandemError:
+            return None
+        if verdict is not None and verdict.mtp is not None:
+            return None if verdict.mtp == "ok" else verdict.mtp
+    return None
+
+
+def create(host: DrafterHost, spec: SpeculationConfig) -> Drafter | Unavailable:
+    """The session's MTP drafter (made once) listening to this reply's target decodes,
+    or why the model or the build cannot draft with MTP."""
+    target = host.target
+    if target.n_layer_nextn <= 0:
+        return Unavailable("This model carries no MTP (nextn) layers; decoding without "
+                           "speculation.")
+    missing = mtp_staging_missing()
+    if missing:
+        return Unavailable(f"This llama-cpp-python build lacks {missing}, which MTP "
+                           "needs; decoding without speculation.")
+    if not target.mtp_loaded:
+        return Unavailable("The model was loaded without its MTP layers; reload it to "
+                           "draft with them.")
+    if target.n_layer_nextn > 1:
+        return Unavailable(f"This model has {target.n_layer_nextn} chained MTP heads, which "
+                           "Tandem does not run yet; decoding without speculation.")
+
+    def make() -> Drafter | Unavailable:
+        failed = _probe_says(target)
+        if failed:
+            return Unavailable(f"This model's MTP layers failed the load check: {failed}.")
+        tctx = host.ctx
+        try:
+            ctx = LlamaContext(target, n_ctx=tctx.n_ctx, n_batch=tctx.n_batch,
+                               n_threads=tctx.n_threads, n_outputs_max=1,
+                               context_type=CONTEXT_TYPE_MTP)
+        except TandemError as exc:
+            return Unavailable(f"The MTP context could not be created: {exc}")
+        return MTPDrafter(tctx, ctx)
+
+    made = host.kept_drafter(SpecMode(MTP_INFO.mode), make)
+    if isinstance(made, MTPDrafter):
+        made.p_min = spec.draft_p_min
+        if not made.listen():
+            # the head must see the target's state at every position it holds: the
+            # prefill evaluates the whole conversation again (once, after a switch)
+            host.drop_target_cache()
+            made.reset()
+    return made
+
+
+KIND = register(MTP_INFO, create)
