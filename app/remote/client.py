@@ -22,6 +22,7 @@ a dropped stream's error carries the text received so far.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -392,9 +393,11 @@ class RemoteClient:
             engine = Engine.LLAMA_SERVER
             evidence.append("/props")
             version = str(props.get("build_info")) if props.get("build_info") else None
-            method = _llama_spec_types(props.get("default_generation_settings"))
         if engine is Engine.LLAMA_SERVER:
-            method = self._llama_slots_method() or method
+            # /props shows the default settings, whose drafter reads "none" until a
+            # request ran even on a server started with --spec-type (b1-0c1e570): /slots
+            # decides; its params name the drafter once a slot has served a request
+            method = self._llama_slots_method()
         prefix, counters = self._metrics_probe()
         if prefix:
             evidence.append(f"/metrics prefix {prefix}:")
@@ -421,6 +424,24 @@ class RemoteClient:
                           speculation_method=method, draft_max=draft_max,
                           evidence=tuple(evidence))
 
+    def refresh_speculation(self, info: ServerInfo) -> ServerInfo:
+        """``info`` with the drafter and k read again where they were unknown
+        (llama-server names them only after its first request); unchanged for other
+        engines or when both are known. Probes are best effort: a failure keeps ``info``."""
+        if info.engine is not Engine.LLAMA_SERVER or (
+                info.speculation_method is not None and info.draft_max is not None):
+            return info
+        try:
+            method = info.speculation_method or self._llama_slots_method()
+            draft_max = info.draft_max
+            if draft_max is None:
+                counters = self.spec_counters()
+                if counters is not None and counters.accepted_per_pos:
+                    draft_max = len(counters.accepted_per_pos)
+        except RemoteError:
+            return info
+        return dataclasses.replace(info, speculation_method=method, draft_max=draft_max)
+
     def _llama_slots_method(self) -> str | None:
         slots = self._probe_json("/slots")
         if not isinstance(slots, list) or not slots:
@@ -432,7 +453,7 @@ class RemoteClient:
                     return found
         if all(isinstance(s, dict) and s.get("speculative") is False for s in slots):
             return "none"
-        return None
+        return None  # speculating, drafter not named yet
 
     def _metrics_probe(self) -> tuple[str | None, SpecCounters | None]:
         text = self.metrics_text()

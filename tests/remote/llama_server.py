@@ -44,7 +44,8 @@ class LlamaServer:
         binary: the llama-server executable.
         model: a GGUF file.
         args: more llama-server arguments (for example :data:`SPEC_ARGS`).
-        threads: ``-t`` (2 by default: the machines here have 2 cores).
+        threads: ``-t`` (1 by default: with 2 threads llama.cpp's threads wait for each
+            other in a spin loop, which a busy machine turns into long stalls).
         ready_timeout: seconds to wait for ``/health`` before giving up.
 
     Raises:
@@ -53,7 +54,7 @@ class LlamaServer:
     """
 
     def __init__(self, binary: Path, model: Path, args: tuple[str, ...] | list[str] = (), *,
-                 threads: int = 2, ctx: int = 2048, ready_timeout: float = 180.0,
+                 threads: int = 1, ctx: int = 2048, ready_timeout: float = 180.0,
                  nice: bool = True) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
