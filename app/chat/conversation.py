@@ -42,6 +42,7 @@ from app.chat.events import (
     ReplyStreamed,
     UserError,
     remote_model_info,
+    remote_model_label,
 )
 from app.chat.reply import ReplyBuffer, clip_spans
 from app.chat.service import ChatService, Job
@@ -686,7 +687,7 @@ class ChatController:
             messages = self.prompt_messages(cid)
             observations = (self.auto_observations(cid)
                             if speculation.mode is SpecMode.AUTO else [])
-            model = (self.remote.model if self.remote is not None
+            model = (remote_model_label(self.remote.model) if self.remote is not None
                      else self.model_info.target_path.name)
             stored = self.store.begin_reply(cid, model=model)
         except sqlite3.Error as exc:

@@ -165,12 +165,20 @@ class RemoteConnected:
     model: str
 
 
+def remote_model_label(model: str) -> str:
+    """A remote model id as people read it: a GGUF path's file name (llama-server names
+    its model by the path it was started with), any other id as it is (``org/name``)."""
+    return model.rsplit("/", 1)[-1] if model.lower().endswith(".gguf") else model
+
+
 def remote_model_info(connected: RemoteConnected, seconds: float) -> ModelInfo:
     """The :class:`ModelInfo` of a remote server's model (``seconds``: connect time)."""
     info = connected.info
     engine = info.engine.value + (f" {info.version}" if info.version else "")
+    host = info.base_url.split("://", 1)[-1]
     return ModelInfo(
-        target_path=Path(connected.model), target_name=f"{connected.model} @ {info.base_url}",
+        target_path=Path(connected.model),
+        target_name=f"{remote_model_label(connected.model)} @ {host}",
         draft_path=None, draft_name=None, n_ctx=0, n_layer=0, n_gpu_layers=0,
         gpu_supported=False, cpu_reason=None, uses_fallback_template=False,
         load_seconds=seconds, system_info=engine, remote=connected)

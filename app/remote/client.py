@@ -508,10 +508,34 @@ class RemoteClient:
         if stop:
             body["stop"] = list(stop)
         body.update(extra or {})
+        yield from self._measured_stream("/v1/chat/completions", body, cancel, scrape_metrics)
+
+    def stream_completion(self, model: str, prompt: str, *, max_tokens: int | None = None,
+                          temperature: float | None = None, top_p: float | None = None,
+                          seed: int | None = None, stop: Sequence[str] = (),
+                          extra: Mapping[str, Any] | None = None,
+                          cancel: threading.Event | None = None,
+                          scrape_metrics: bool = True) -> Iterator[RemoteEvent]:
+        """A plain completion of ``prompt`` (``POST /v1/completions``, no chat template),
+        streamed like :meth:`stream_chat`, with the same arguments and errors."""
+        body: dict[str, Any] = {"model": model, "prompt": prompt, "stream": True,
+                                "stream_options": {"include_usage": True}}
+        for key, value in (("max_tokens", max_tokens), ("temperature", temperature),
+                           ("top_p", top_p), ("seed", seed)):
+            if value is not None:
+                body[key] = value
+        if stop:
+            body["stop"] = list(stop)
+        body.update(extra or {})
+        yield from self._measured_stream("/v1/completions", body, cancel, scrape_metrics)
+
+    def _measured_stream(self, path: str, body: dict[str, Any],
+                         cancel: threading.Event | None,
+                         scrape_metrics: bool) -> Iterator[RemoteEvent]:
         before = self._scrape() if scrape_metrics else None
-        state = _StreamState(model=model)
+        state = _StreamState(model=str(body.get("model", "")))
         t0 = time.perf_counter()
-        yield from self._run_stream(body, state, t0, cancel)
+        yield from self._run_stream(path, body, state, t0, cancel)
         delta = None
         if before is not None:
             after = self._scrape()
@@ -529,10 +553,10 @@ class RemoteClient:
             self._metrics_prefix = counters.prefix if counters else None
         return counters
 
-    def _run_stream(self, body: dict[str, Any], state: _StreamState, t0: float,
+    def _run_stream(self, path: str, body: dict[str, Any], state: _StreamState, t0: float,
                     cancel: threading.Event | None) -> Iterator[RemoteDelta]:
         try:
-            with self._http.stream("POST", "/v1/chat/completions", json=body,
+            with self._http.stream("POST", path, json=body,
                                    headers={"Accept": "text/event-stream"}) as response:
                 if response.status_code != 200:
                     response.read()
@@ -667,7 +691,8 @@ class _StreamState:
             self.finish = str(choice["finish_reason"])
             self.finished = True  # some servers send [DONE] later or not at all
         delta = choice.get("delta")
-        content = delta.get("content") if isinstance(delta, dict) else None
+        content = (delta.get("content") if isinstance(delta, dict)
+                   else choice.get("text"))  # a completion stream's chunks carry "text"
         if not isinstance(content, str) or not content:
             return None
         now = time.perf_counter() - t0
@@ -683,7 +708,8 @@ class _StreamState:
         try:
             body = json.loads(raw)
             choice = body["choices"][0]
-            content = choice["message"]["content"] or ""
+            content = (choice["message"]["content"] if "message" in choice
+                       else choice["text"]) or ""
         except (ValueError, KeyError, IndexError, TypeError):
             raise ServerProtocolError(f"{base_url} answered the chat request with JSON "
                                       "that is not a chat completion.") from None

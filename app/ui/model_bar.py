@@ -39,6 +39,8 @@ class ModelBarWidget(QFrame):
 
     open_target_clicked = Signal()
     """"Open GGUF…" for the target was clicked."""
+    connect_server_clicked = Signal()
+    """"Connect to a server…" was clicked."""
     open_draft_clicked = Signal()
     """"Choose draft…" was clicked."""
     speculation_changed = Signal(object)
@@ -69,6 +71,8 @@ class ModelBarWidget(QFrame):
         self.open_button.setToolTip("Choose a target model (.gguf file)")
         self.open_button.clicked.connect(self.open_target_clicked)
         row.addWidget(self.open_button)
+        self.connect_button = self._connect_button()
+        row.addWidget(self.connect_button)
         self.models_button = QPushButton("Models…")
         self.models_button.setToolTip(
             "Model library, which drafts fit this target, and downloads (Ctrl+M)"
@@ -147,6 +151,13 @@ class ModelBarWidget(QFrame):
         self._speculation = SpeculationConfig()
         self._update_draft_button()
 
+    def _connect_button(self) -> QPushButton:
+        button = QPushButton("Connect to a server…")
+        button.setToolTip("Use a remote OpenAI-compatible server (llama-server, vLLM, SGLang, "
+                          "another Tandem, Ollama, LM Studio) instead of a local GGUF")
+        button.clicked.connect(self.connect_server_clicked)
+        return button
+
     @staticmethod
     def _caption(text: str) -> QLabel:
         label = QLabel(text)
@@ -191,7 +202,12 @@ class ModelBarWidget(QFrame):
             self.target_label.set_full_text("no model", tooltip="")
             self.layers_label.setText("")
             self.layers_label.setToolTip("")
+            self._set_remote(False)
             return
+        if info.remote is not None:
+            self._show_remote(info)
+            return
+        self._set_remote(False)
         self.target_label.set_full_text(info.target_path.name, tooltip=(
             f"{info.target_path.name}\n{info.target_name}\n{info.target_path}\n"
             f"context {info.n_ctx} tokens"
@@ -210,6 +226,33 @@ class ModelBarWidget(QFrame):
         # the file name, as for the target (the metadata name is in the tooltip)
         self.set_draft_name(info.draft_path.name if info.draft_path is not None else None,
                             info.draft_name)
+
+    def _show_remote(self, info: ModelInfo) -> None:
+        assert info.remote is not None
+        server = info.remote.info
+        self.target_label.set_full_text(info.target_name, tooltip=(
+            f"{info.remote.model}\non {server.base_url}\n{server.engine.value}"
+            + (f" {server.version}" if server.version else "")))
+        method = server.speculation_method or "drafter not reported"
+        self.layers_label.setText(f"{server.engine.value} · {method}")
+        self.layers_label.setToolTip(
+            "Replies run on the server; it speculates as it was started. What it "
+            "answered: " + ", ".join(server.evidence))
+        self._set_remote(True)
+
+    def set_remote_drafter(self, engine: str | None, method: str | None) -> None:
+        """The remote server's drafter as its latest reply named it."""
+        self.layers_label.setText(f"{engine or 'server'} · {method or 'drafter not reported'}")
+
+    def _set_remote(self, remote: bool) -> None:
+        """A remote server decides its own drafter and k: the bar's are off meanwhile."""
+        tip = "The server speculates as it was started; this applies to local models."
+        for w in (self.mode_combo, self.k_spin, self.adaptive_box, self.draft_button):
+            w.setEnabled(not remote)
+            if remote:
+                w.setToolTip(tip)
+        if not remote:
+            self._update_draft_button()
 
     def set_draft_name(self, name: str | None, detail: str | None = None) -> None:
         """Show the loaded draft model's file ``name`` (``detail``: its metadata name)."""
@@ -230,6 +273,7 @@ class ModelBarWidget(QFrame):
     def set_busy(self, busy: bool) -> None:
         """While a model loads or a reply streams, models cannot be swapped."""
         self.open_button.setEnabled(not busy)
+        self.connect_button.setEnabled(not busy)
         self.draft_button.setEnabled(not busy)
 
     def _update_draft_button(self) -> None:

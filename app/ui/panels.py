@@ -25,6 +25,11 @@ def status_text(info: ModelInfo | None, *, loading: bool, generating: bool) -> s
         return "Loading…"
     if info is None:
         return "No model loaded"
+    if info.remote is not None:
+        server = info.remote.info
+        return (f"{info.target_name} · {server.engine.value}"
+                + (f" {server.version}" if server.version else "")
+                + (" · generating…" if generating else ""))
     where = f"GPU {info.n_gpu_layers}/{info.n_layer} layers" if info.n_gpu_layers else "CPU only"
     text = f"{info.target_path.name} · context {info.n_ctx} · {where}"
     if info.exact_verification:

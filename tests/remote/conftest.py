@@ -1,4 +1,4 @@
-"""Fixtures of the remote-engine tests: one llama-server for the whole module.
+"""Fixtures of the remote-engine tests: one llama-server for the whole folder.
 
 Without a built ``llama-server`` (``bench/build_llama_tools.sh``) the tests that need it
 are skipped, except under CI (``CI=true``), where ``.ci/run`` builds it and its absence
@@ -28,10 +28,11 @@ def require_llama_server() -> Path:
     return exe
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def llama_server(smollm_path: Path) -> Iterator[LlamaServer]:
     """llama-server with SmolLM2-135M-Instruct, n-gram speculation and ``--metrics`` on
-    127.0.0.1, one per test module."""
+    127.0.0.1, one for all the tests of this folder (tests run one at a time, so a
+    test's ``/metrics`` change is its own requests')."""
     exe = require_llama_server()
     with LlamaServer(exe, smollm_path, SPEC_ARGS) as server:
         yield server
