@@ -257,11 +257,13 @@ class RemoteClient:
         headers = {"Accept": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self._http = httpx.Client(
+        self._http_args: dict[str, Any] = dict(
             base_url=self.base_url, headers=headers, verify=verify,
             timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
             follow_redirects=False, transport=transport,
         )
+        self._http = httpx.Client(**self._http_args)
+        self._closed = False
         self._metrics_prefix: str | None | bool = False  # False: not looked at yet
 
     def __repr__(self) -> str:
@@ -269,7 +271,31 @@ class RemoteClient:
 
     def close(self) -> None:
         """Close the connections (the client cannot be used after)."""
+        self._closed = True
         self._http.close()
+
+    def _cut_on_cancel(self, cancel: threading.Event | None,
+                       done: threading.Event) -> threading.Thread | None:
+        """A thread that closes the connections as soon as ``cancel`` is set while a
+        request runs (``done`` not set), so a stop never waits for a silent server's
+        next byte or for its read timeout. The connections are opened anew after."""
+        if cancel is None:
+            return None
+
+        def watch() -> None:
+            while not done.is_set():
+                if cancel.wait(0.05):
+                    if not done.is_set():
+                        self._http.close()
+                    return
+
+        thread = threading.Thread(target=watch, name="remote-cancel", daemon=True)
+        thread.start()
+        return thread
+
+    def _reopen_if_cut(self) -> None:
+        if self._http.is_closed and not self._closed:
+            self._http = httpx.Client(**self._http_args)
 
     def __enter__(self) -> RemoteClient:
         return self
@@ -555,6 +581,27 @@ class RemoteClient:
 
     def _run_stream(self, path: str, body: dict[str, Any], state: _StreamState, t0: float,
                     cancel: threading.Event | None) -> Iterator[RemoteDelta]:
+        done = threading.Event()
+        watcher = self._cut_on_cancel(cancel, done)
+        try:
+            yield from self._read_stream(path, body, state, t0, cancel)
+        except (httpx.HTTPError, RemoteError, OSError):
+            if cancel is not None and cancel.is_set():
+                state.cancelled = True  # the connection was cut for the stop
+            else:
+                raise
+        finally:
+            done.set()
+            if watcher is not None:
+                watcher.join()
+            self._reopen_if_cut()
+        if not state.finished and not state.cancelled:
+            raise StreamDroppedError(
+                f"{self.base_url} ended the stream before the reply was complete; the "
+                "text received so far is kept.", partial_text=state.text)
+
+    def _read_stream(self, path: str, body: dict[str, Any], state: _StreamState, t0: float,
+                     cancel: threading.Event | None) -> Iterator[RemoteDelta]:
         try:
             with self._http.stream("POST", path, json=body,
                                    headers={"Accept": "text/event-stream"}) as response:
@@ -578,10 +625,6 @@ class RemoteClient:
                 f"The connection to {self.base_url} broke during the reply "
                 f"({type(exc).__name__}); the text received so far is kept.",
                 partial_text=state.text) from exc
-        if not state.finished and not state.cancelled:
-            raise StreamDroppedError(
-                f"{self.base_url} ended the stream before the reply was complete; the "
-                "text received so far is kept.", partial_text=state.text)
 
     def chat(self, model: str, messages: Sequence[ChatMessage],
              **kwargs: Any) -> RemoteResult:

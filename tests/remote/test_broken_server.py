@@ -147,3 +147,32 @@ def test_bad_addresses_are_refused_clearly() -> None:
     with pytest.raises(RemoteError, match="not a server address"):
         RemoteClient("http://")
     assert RemoteClient("127.0.0.1:8080/v1/").base_url == "http://127.0.0.1:8080"
+
+
+def test_stop_does_not_wait_for_a_silent_server(broken: BrokenServer) -> None:
+    """The server sends two chunks, then nothing (read timeout 300 s): a stop set after
+    the second chunk ends the reply at once as cancelled, with its text, and the client
+    goes on working."""
+    import threading
+
+    broken.mode = "slow"
+    broken.release.clear()
+    cancel = threading.Event()
+    texts: list[str] = []
+    result = None
+    try:
+        with RemoteClient(broken.base_url) as client:
+            for event in client.stream_chat("broken", MESSAGES, cancel=cancel):
+                if isinstance(event, RemoteDelta):
+                    texts.append(event.text)
+                    if len(texts) == 2:
+                        cancel.set()
+                else:
+                    result = event
+            broken.release.set()
+            broken.mode = "ok"
+            again = client.chat("broken", MESSAGES)
+    finally:
+        broken.release.set()
+    assert isinstance(result, RemoteResult) and result.finish_reason == "cancelled"
+    assert result.text == "Hello, world" == again.text
