@@ -182,6 +182,7 @@ class MainWindow(QMainWindow):
         mb.race_clicked.connect(self.windows.open_race)
         self.welcome.demo_clicked.connect(c.prepare_demo)
         self.welcome.open_clicked.connect(self._on_model_bar_open_target_clicked)
+        self.welcome.connect_clicked.connect(self._on_model_bar_connect_server_clicked)
         cv = self.conversations
         cv.conversation_activated.connect(self._on_conversations_conversation_activated)
         cv.new_conversation_clicked.connect(self.new_conversation)

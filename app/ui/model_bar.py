@@ -40,7 +40,7 @@ class ModelBarWidget(QFrame):
     open_target_clicked = Signal()
     """"Open GGUF…" for the target was clicked."""
     connect_server_clicked = Signal()
-    """"Connect to a server…" was clicked."""
+    """"Connect…" (to a server) was clicked."""
     open_draft_clicked = Signal()
     """"Choose draft…" was clicked."""
     speculation_changed = Signal(object)
@@ -152,9 +152,12 @@ class ModelBarWidget(QFrame):
         self._update_draft_button()
 
     def _connect_button(self) -> QPushButton:
-        button = QPushButton("Connect to a server…")
-        button.setToolTip("Use a remote OpenAI-compatible server (llama-server, vLLM, SGLang, "
-                          "another Tandem, Ollama, LM Studio) instead of a local GGUF")
+        # "Connect…" in the bar (the window must fit 1024 px with a draft shown); the
+        # welcome screen and the tooltip say it in full
+        button = QPushButton("Connect…")
+        button.setToolTip("Connect to a server…: use a remote OpenAI-compatible server "
+                          "(llama-server, vLLM, SGLang, another Tandem, Ollama, LM Studio) "
+                          "instead of a local GGUF")
         button.clicked.connect(self.connect_server_clicked)
         return button
 
