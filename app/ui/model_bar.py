@@ -19,9 +19,11 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QProgressBar,
     QPushButton,
     QSpinBox,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -40,7 +42,7 @@ class ModelBarWidget(QFrame):
     open_target_clicked = Signal()
     """"Open GGUF…" for the target was clicked."""
     connect_server_clicked = Signal()
-    """"Connect…" (to a server) was clicked."""
+    """"Connect to a server…" (in the Open GGUF button's menu) was chosen."""
     open_draft_clicked = Signal()
     """"Choose draft…" was clicked."""
     speculation_changed = Signal(object)
@@ -67,12 +69,8 @@ class ModelBarWidget(QFrame):
         self.target_label = ElidedLabelWidget("no model", max_px=NAME_MAX_PX)
         self.target_label.setObjectName("targetName")
         row.addWidget(self.target_label)
-        self.open_button = QPushButton("Open GGUF…")
-        self.open_button.setToolTip("Choose a target model (.gguf file)")
-        self.open_button.clicked.connect(self.open_target_clicked)
+        self.open_button = self._open_button()
         row.addWidget(self.open_button)
-        self.connect_button = self._connect_button()
-        row.addWidget(self.connect_button)
         self.models_button = QPushButton("Models…")
         self.models_button.setToolTip(
             "Model library, which drafts fit this target, and downloads (Ctrl+M)"
@@ -151,14 +149,22 @@ class ModelBarWidget(QFrame):
         self._speculation = SpeculationConfig()
         self._update_draft_button()
 
-    def _connect_button(self) -> QPushButton:
-        # "Connect…" in the bar (the window must fit 1024 px with a draft shown); the
-        # welcome screen and the tooltip say it in full
-        button = QPushButton("Connect…")
-        button.setToolTip("Connect to a server…: use a remote OpenAI-compatible server "
-                          "(llama-server, vLLM, SGLang, another Tandem, Ollama, LM Studio) "
-                          "instead of a local GGUF")
-        button.clicked.connect(self.connect_server_clicked)
+    def _open_button(self) -> QToolButton:
+        """"Open GGUF…", with "Connect to a server…" beside it in the button's menu (a
+        button of its own would make the bar wider than a 1024 px window allows with a
+        draft shown; the welcome screen has it as a button)."""
+        button = QToolButton()
+        button.setText("Open GGUF…")
+        button.setToolTip("Choose a target model (.gguf file); the arrow: connect to a "
+                          "server (llama-server, vLLM, SGLang, another Tandem, Ollama, "
+                          "LM Studio) instead")
+        button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
+        button.clicked.connect(self.open_target_clicked)
+        menu = QMenu(button)
+        menu.addAction("Open GGUF…", self.open_target_clicked.emit)
+        self.connect_action = menu.addAction("Connect to a server…",
+                                             self.connect_server_clicked.emit)
+        button.setMenu(menu)
         return button
 
     @staticmethod
@@ -276,7 +282,6 @@ class ModelBarWidget(QFrame):
     def set_busy(self, busy: bool) -> None:
         """While a model loads or a reply streams, models cannot be swapped."""
         self.open_button.setEnabled(not busy)
-        self.connect_button.setEnabled(not busy)
         self.draft_button.setEnabled(not busy)
 
     def _update_draft_button(self) -> None:

@@ -179,3 +179,16 @@ def test_the_connect_dialog_lists_the_models(qtbot, broken: BrokenServer,  # typ
     assert dialog.model_combo.count() == 0
     assert not dialog.buttons.button(dialog.buttons.StandardButton.Ok).isEnabled()
     dialog.reject()
+
+
+def test_connect_to_a_server_sits_beside_open_gguf(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from app.ui.model_bar import ModelBarWidget
+
+    bar = ModelBarWidget()
+    qtbot.addWidget(bar)
+    actions = [a.text() for a in bar.open_button.menu().actions()]
+    assert actions == ["Open GGUF…", "Connect to a server…"]
+    with qtbot.waitSignal(bar.connect_server_clicked, timeout=5000):
+        bar.connect_action.trigger()
+    with qtbot.waitSignal(bar.open_target_clicked, timeout=5000):
+        bar.open_button.click()
