@@ -138,3 +138,17 @@ def divergence_words(d: DivergenceLike) -> str:
                             "sampler is out of step",
     }.get(d.reason, "the measurement does not fit a floating-point difference")
     return f"{head}: suspect — {why}. Treat it as a bug until shown otherwise."
+
+
+#: the draft-length rule of thumb in words (codes of app.engine.stats.draft_length_advice)
+ADVICE_WORDS = {
+    "larger-k": "Mean acceptance length τ is close to k + 1: a larger k would likely pay.",
+    "other-drafter-or-smaller-k": ("Mean acceptance length τ stays below 2: try another "
+                                   "drafter or a smaller k."),
+}
+
+
+def advice_words(code: str | None) -> str:
+    """The draft-length advice for a code of ``draft_length_advice`` ("" for None or an
+    unknown code)."""
+    return ADVICE_WORDS.get(code or "", "")

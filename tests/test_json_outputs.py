@@ -18,6 +18,7 @@ from app.store import paths
 from tests.catalog.fake_hub import FakeHub
 from tests.catalog.ggufs import write_vocab_gguf
 from tests.engine.test_divergence import rec, trace
+from tests.remote.broken_server import BrokenServer
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "json.md"
 
@@ -95,6 +96,14 @@ def collect_outputs(capsys: pytest.CaptureFixture[str], tmp_path: Path, tiny_tar
     out["curated file"] = catalog["pairs"][0]["target"]["files"][0]
     out["models download"] = run_json(capsys, "models", "download", "acme/x-GGUF", "x.gguf")
     out["models config"] = run_json(capsys, "models", "config")
+    server = BrokenServer()  # a plain OpenAI-compatible server without speculation figures
+    try:
+        remote = run_json(capsys, "generate", "--server", server.base_url, "--model", "broken",
+                          "--chat", "hi")
+    finally:
+        server.stop()
+    out["generate --server"], out["server"] = remote, remote["server"]
+    out["remote stats"] = remote["stats"]
     assert draft.is_file()
     return out
 

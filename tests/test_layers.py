@@ -1,5 +1,5 @@
 """The layer rules of docs/architecture.md: Qt only under app/ui; imports point down
-(ui, cli → chat → engine → catalog → store → options); every package in a contract.
+(ui, cli → chat → remote → engine → catalog → store → options); every package in a contract.
 
 Two independent checks:
 
@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 APP = REPO / "app"
 
 _QT = ("PySide6", "shiboken6", "app.ui", "app.entry")
-_ABOVE_ENGINE = (*_QT, "app.cli", "app.api", "app.chat", "app.diagnostics")
+_ABOVE_REMOTE = (*_QT, "app.cli", "app.api", "app.chat", "app.diagnostics")
+_ABOVE_ENGINE = (*_ABOVE_REMOTE, "app.remote")
 _ABOVE_CATALOG = (*_ABOVE_ENGINE, "app.engine")
 _ABOVE_STORE = (*_ABOVE_CATALOG, "app.catalog", "app.launcher")
 _ABOVE_VOCABULARY = (*_ABOVE_STORE, "app.store")
@@ -37,6 +38,7 @@ FORBIDDEN = {
     "app.api": (*_QT, "app.cli"),
     "app.chat": (*_QT, "app.cli", "app.api", "app.diagnostics"),
     "app.diagnostics": (*_QT, "app.cli", "app.api", "app.chat"),  # read before Qt is loaded
+    "app.remote": _ABOVE_REMOTE,
     "app.engine": _ABOVE_ENGINE,
     "app.catalog": (*_ABOVE_CATALOG, "app.launcher"),
     "app.launcher": (*_ABOVE_CATALOG, "app.catalog"),

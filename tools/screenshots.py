@@ -497,6 +497,52 @@ def scene_mtp(shot: Callable[[str], None]) -> None:
     app.quit()
 
 
+def scene_remote(shot: Callable[[str], None]) -> None:
+    """The window connected to a local llama-server (SmolLM2-135M-Instruct, n-gram
+    speculation, ``--metrics``; built by bench/build_llama_tools.sh): a reply that copies
+    a list streamed from it and the gauge with the server's α, τ and per-position
+    acceptance; then the "Connect to a server…" dialog with the server's model listed."""
+    from PySide6.QtWidgets import QApplication
+
+    from app.options import SamplingParams
+    from app.remote import RemoteClient
+    from app.store.settings import LoadedSettings, Settings, save_settings
+    from app.ui.connect_dialog import ConnectDialog
+    from app.ui.launch import create_application
+    from app.ui.main_window import MainWindow
+    from tests.remote.llama_server import SPEC_ARGS, LlamaServer, llama_server_binary
+
+    exe = llama_server_binary()
+    if exe is None:
+        raise SystemExit("llama-server is not built: run bench/build_llama_tools.sh")
+    with LlamaServer(exe, SMOL, SPEC_ARGS, ctx=4096) as server:
+        app = create_application(sys.argv[:1])
+        s = Settings()
+        s.sampling = SamplingParams(temperature=0.0, max_tokens=80)
+        save_settings(s)
+        w = MainWindow(LoadedSettings(s))
+        w.resize(1380, 860)
+        w.move(10, 10)
+        w.show()
+        w.controller.connect_server(RemoteClient(server.base_url))
+        wait(lambda: w.controller.remote is not None)
+        w.new_conversation()
+        prompt = "Copy this list exactly, line by line:\n" + "apple banana cherry\n" * 6
+        assert w.send_message(prompt)
+        wait(lambda: w.controller.reply is None)
+        shot("remote-gauge.png")
+        dialog = ConnectDialog(w.api_keys, server.base_url, None, w)
+        dialog.key_edit.setText("secret")
+        dialog.list_models()
+        dialog.show()
+        wait(lambda: dialog.model_combo.count() > 0)
+        shot("remote-connect.png")
+        dialog.reject()
+        w.close()
+        QApplication.processEvents()
+        app.quit()
+
+
 #: scene name → (the function that shoots it, the files it writes)
 SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]]] = {
     "tour": (scene_tour, ("starter-prompts.png", "starter-reply.png", "tint-markdown.png",
@@ -511,6 +557,7 @@ SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]
                                   "library-no-duplicates.png")),
     "speed": (scene_speed, ("gauge-measured-busy.png", "sampling-threads.png", "race-busy.png")),
     "mtp": (scene_mtp, ("mtp-gauge.png", "mtp-picker.png")),
+    "remote": (scene_remote, ("remote-gauge.png", "remote-connect.png")),
 }
 
 

@@ -36,10 +36,13 @@ from app.chat.events import (
     JobFailed,
     LoadProgressed,
     ModelInfo,
+    RemoteConnected,
     ReplyResult,
     ReplyStats,
     ReplyStreamed,
     UserError,
+    remote_model_info,
+    remote_model_label,
 )
 from app.chat.reply import ReplyBuffer, clip_spans
 from app.chat.service import ChatService, Job
@@ -51,6 +54,7 @@ from app.engine.stats import SpecStats
 from app.engine.suffix import DEFAULT_MAX_REPLIES
 from app.errors import TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
+from app.remote.client import RemoteClient
 from app.store import paths
 from app.store.history import Conversation, HistoryError, HistoryStore, StoredMessage
 from app.store.settings import Settings, save_settings
@@ -184,6 +188,7 @@ class ChatController:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self.clock = clock
+        self._connect_started = 0.0
         self.store = store
         self.service = service
         self.view = view
@@ -289,6 +294,7 @@ class ChatController:
         self.view.speculation_changed(speculation)
         self.view.save_settings_soon()
         if (speculation.mode is SpecMode.DRAFT_MODEL and self.model_info is not None
+                and self.remote is None
                 and self.model_info.draft_path is None and not self.busy):
             draft = self.settings.model.draft_path
             if draft is None or not draft.is_file():
@@ -318,7 +324,7 @@ class ChatController:
         if n_threads != "unchanged":
             self.settings.model.n_threads = n_threads
         self.view.save_settings_soon()
-        self.pending_reload = self.model_info is not None
+        self.pending_reload = self.model_info is not None and self.remote is None
         self.view.state_changed()
 
     # -- models -----------------------------------------------------------------------
@@ -344,6 +350,28 @@ class ChatController:
         self._start_model_job(
             self.service.load(config, origin=self.origin, earlier_replies=self.earlier_replies()),
             f"Loading {target.name}")
+
+    def connect_server(self, client: RemoteClient, model: str | None = None) -> None:
+        """Use a remote server instead of a local model (unloading the local one):
+        ``client`` is identified and ``model`` (None: its first) checked on the service's
+        worker; the address and model are remembered in the settings, the key is not."""
+        if self.reply is not None:
+            client.close()
+            self.report(UserError("Busy", "Stop the reply before connecting to a server.",
+                                  level="warning", origin="load"))
+            return
+        self.view.model_will_change()
+        self.model_info = None
+        self.pending_reload = False
+        self.view.model_changed(None)
+        self._connect_started = self.clock()
+        self._start_model_job(self.service.connect(client, model, origin=self.origin),
+                              f"Connecting to {client.base_url}", fraction=None)
+
+    @property
+    def remote(self) -> RemoteConnected | None:
+        """The connected remote server, None when replies run on a local model."""
+        return self.model_info.remote if self.model_info is not None else None
 
     def auto_observations(self, conversation_id: int) -> list[ReplyObservation]:
         """The measured statistics of the conversation's finished replies, oldest first,
@@ -392,7 +420,7 @@ class ChatController:
         """Load (or with None unload) the draft model next to the loaded target."""
         self.settings.model.draft_path = path
         self.view.save_settings_soon()
-        if self.model_info is None or self.busy:
+        if self.model_info is None or self.busy or self.remote is not None:
             return
         what = f"Loading draft {path.name}" if path else ""
         self._start_model_job(self.service.set_draft_model(path, origin=self.origin), what,
@@ -440,7 +468,15 @@ class ChatController:
     def _on_model_job_done(self, done: JobDone) -> None:
         self._end_model_job()
         value = done.value
-        if isinstance(value, ModelInfo):
+        if isinstance(value, RemoteConnected):
+            self.model_info = remote_model_info(value, self.clock() - self._connect_started)
+            self.settings.remote.base_url = value.info.base_url
+            self.settings.remote.model = value.model
+            self.view.save_settings_soon()
+            self.view.clear_errors("load")
+            self.view.model_changed(self.model_info)
+            self.view.state_changed()
+        elif isinstance(value, ModelInfo):
             self.model_info = value
             self.settings.model.target_path = value.target_path
             self.view.save_settings_soon()
@@ -488,6 +524,12 @@ class ChatController:
         if self.model_info is None:
             self.report(UserError("No model", "Load a target model first, then race.",
                                   origin="race"))
+            return False
+        if self.remote is not None:
+            self.report(UserError("Racing needs a local model",
+                                  "The race runs both modes in Tandem itself; open a GGUF "
+                                  "to race. A remote server's speculation is shown on the "
+                                  "gauge of each reply.", origin="race"))
             return False
         if self.busy:
             self.report(UserError("Busy", "Wait for the reply (or the load) to finish.",
@@ -645,7 +687,9 @@ class ChatController:
             messages = self.prompt_messages(cid)
             observations = (self.auto_observations(cid)
                             if speculation.mode is SpecMode.AUTO else [])
-            stored = self.store.begin_reply(cid, model=self.model_info.target_path.name)
+            model = (remote_model_label(self.remote.model) if self.remote is not None
+                     else self.model_info.target_path.name)
+            stored = self.store.begin_reply(cid, model=model)
         except sqlite3.Error as exc:
             self._history_failed(exc)
             return False

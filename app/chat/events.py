@@ -19,6 +19,7 @@ from typing import Any, Literal
 from app.engine.auto import AutoChoice
 from app.engine.events import Finished, TextDelta
 from app.engine.stats import SpecStats
+from app.remote.client import ServerInfo
 
 JobKind = Literal[
     "load", "draft", "demo", "unload", "reply", "completion", "race", "sweep", "lookup", "task"
@@ -130,7 +131,9 @@ class ModelInfo:
     says why. ``uses_fallback_template``: the GGUF has no chat template (a base model), so
     a plain "User:/Assistant:" transcript is used; ``notes`` are sentences for the user
     about the load (a template that could not be used, a context length that was
-    lowered). ``load_seconds``: wall time of the load. ``exact_verification``: the target
+    lowered). ``load_seconds``: wall time of the load. ``remote``: set when replies run
+    on a remote server (then ``target_path`` is the server's model id, not a file, and
+    the layer and GPU fields are 0). ``exact_verification``: the target
     was loaded so that verification is exact (asked for and possible with its weights);
     ``exact_notes``: those of ``notes`` that say why it is not, when it was asked for.
     """
@@ -150,6 +153,35 @@ class ModelInfo:
     notes: tuple[str, ...] = ()
     exact_verification: bool = False
     exact_notes: tuple[str, ...] = ()
+    remote: RemoteConnected | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteConnected:
+    """A remote server replaced the local model: what it is (``info``: engine, version,
+    models, speculation method and k where it says) and the ``model`` replies use."""
+
+    info: ServerInfo
+    model: str
+
+
+def remote_model_label(model: str) -> str:
+    """A remote model id as people read it: a GGUF path's file name (llama-server names
+    its model by the path it was started with), any other id as it is (``org/name``)."""
+    return model.rsplit("/", 1)[-1] if model.lower().endswith(".gguf") else model
+
+
+def remote_model_info(connected: RemoteConnected, seconds: float) -> ModelInfo:
+    """The :class:`ModelInfo` of a remote server's model (``seconds``: connect time)."""
+    info = connected.info
+    engine = info.engine.value + (f" {info.version}" if info.version else "")
+    host = info.base_url.split("://", 1)[-1]
+    return ModelInfo(
+        target_path=Path(connected.model),
+        target_name=f"{remote_model_label(connected.model)} @ {host}",
+        draft_path=None, draft_name=None, n_ctx=0, n_layer=0, n_gpu_layers=0,
+        gpu_supported=False, cpu_reason=None, uses_fallback_template=False,
+        load_seconds=seconds, system_info=engine, remote=connected)
 
 
 @dataclass(frozen=True, slots=True)

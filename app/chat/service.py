@@ -57,6 +57,7 @@ from app.chat.events import (
     ModelInfo,
     ReplyResult,
     ReplyStats,
+    RemoteConnected,
     ReplyStreamed,
     UserError,
 )
@@ -67,6 +68,8 @@ from app.engine.events import Event, Finished, StatsUpdate, TextDelta
 from app.engine.session import Session, SessionConfig
 from app.errors import LoadCancelledError, ModelNotLoadedError, TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
+from app.remote.client import RemoteClient
+from app.remote.session import RemoteSession
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +125,26 @@ class JobContext:
 
     @property
     def session(self) -> Session:
+        """The local session.
+
+        Raises:
+            ModelNotLoadedError: no model is loaded, or a remote server is connected
+                (this work needs a model in Tandem's own process).
+        """
+        engine = self.engine
+        if isinstance(engine, RemoteSession):
+            raise ModelNotLoadedError(
+                f"This needs a model loaded in Tandem; {engine.name} is a remote server. "
+                "Open a GGUF to use it.")
+        return engine
+
+    @property
+    def engine(self) -> Session | RemoteSession:
+        """What replies run on: the local session or the connected remote server.
+
+        Raises:
+            ModelNotLoadedError: neither is there.
+        """
         session = self._service._session
         if session is None or session.closed:
             raise ModelNotLoadedError("No model is loaded. Load a target model first.")
@@ -334,7 +357,7 @@ class ChatService:
         self._opener = opener
         self._describe = describe
         self._warm_up = warm_up
-        self._session: Session | None = None
+        self._session: Session | RemoteSession | None = None
         self._ids = itertools.count(1)
         self._cond = threading.Condition()
         self._waiting: deque[Job] = deque()
@@ -411,6 +434,17 @@ class ChatService:
         return self.submit("load", lambda ctx: self._load(ctx, config, texts), origin=origin,
                            title=f"Could not load {Path(config.target_path).name}")
 
+    def connect(self, client: RemoteClient, model: str | None = None, *,
+                origin: str = "window") -> Job:
+        """Unload any local model and use a remote server instead: ``client`` is
+        identified (:meth:`RemoteClient.identify`), ``model`` checked against its model
+        list (None: its first model). Value: :class:`RemoteConnected`. Replies then run
+        on the server (:class:`~app.remote.session.RemoteSession`); race, sweep and the
+        other measurement jobs need a local model and fail with a clear message. The
+        client is closed when the service unloads it, or at once when connecting fails."""
+        return self.submit("load", lambda ctx: self._connect(ctx, client, model),
+                           origin=origin, title=f"Could not use {client.base_url}")
+
     def set_draft_model(self, path: Path | None, *, origin: str = "window") -> Job:
         """Load (a path) or unload (None) the draft model next to the loaded target.
         Value: :class:`DraftChanged`. On failure no draft model is loaded."""
@@ -449,7 +483,9 @@ class ChatService:
         observed = tuple(observations)
         chosen: list[AutoChoice] = []
 
-        def start(session: Session, cancel: threading.Event) -> Iterator[Event]:
+        def start(session: Session | RemoteSession, cancel: threading.Event) -> Iterator[Event]:
+            if isinstance(session, RemoteSession):
+                return session.chat(msgs, sampling, speculation, cancel)
             spec = speculation
             if spec.mode is SpecMode.AUTO:
                 turns = conversation_turns(session, msgs)
@@ -479,7 +515,10 @@ class ChatService:
         """A plain completion of ``prompt`` (text, tokenized with the target's BOS rule,
         or token ids). Events and value as :meth:`reply`."""
 
-        def start(session: Session, cancel: threading.Event) -> Iterator[Event]:
+        def start(session: Session | RemoteSession, cancel: threading.Event) -> Iterator[Event]:
+            if isinstance(session, RemoteSession):
+                raise ModelNotLoadedError(f"Plain completions need a model loaded in "
+                                          f"Tandem; {session.name} is a remote server.")
             tokens = (tokenize_plain(session.target, prompt) if isinstance(prompt, str)
                       else list(prompt))
             spec = speculation
@@ -588,6 +627,28 @@ class ChatService:
         index_earlier_replies(session, earlier_replies)
         return self._describe(session, time.monotonic() - t0)
 
+    def _connect(self, ctx: JobContext, client: RemoteClient,
+                 model: str | None) -> RemoteConnected:
+        try:
+            info = client.identify()
+            ids = [m.id for m in info.models]
+            if not ids:
+                raise TandemError(f"{client.base_url} offers no model (/v1/models is empty).")
+            chosen = model or ids[0]
+            if chosen not in ids:
+                raise TandemError(f"{client.base_url} has no model {chosen!r}; it offers: "
+                                  f"{', '.join(ids[:10])}.")
+            if ctx.cancel.is_set():
+                raise LoadCancelledError("Connecting was cancelled.")
+        except BaseException:
+            client.close()
+            raise
+        self._close_session()
+        self._recent.clear()
+        self._session = RemoteSession(client, info, chosen)
+        log.info("connected to %s (%s), model %s", info.base_url, info.engine.value, chosen)
+        return RemoteConnected(info, chosen)
+
     def _set_draft(self, ctx: JobContext, path: Path | None) -> DraftChanged:
         session = ctx.session
         session.set_draft_model(path)
@@ -597,38 +658,48 @@ class ChatService:
     def _stream(
         self,
         ctx: JobContext,
-        start: Callable[[Session, threading.Event], Iterator[Event]],
+        start: Callable[[Session | RemoteSession, threading.Event], Iterator[Event]],
         batch_s: float,
     ) -> ReplyResult:
-        session = ctx.session
-        pending: list[TextDelta] = []
-        last_emit = time.monotonic()
-        finished: Finished | None = None
-        for ev in start(session, ctx.cancel):
-            if isinstance(ev, TextDelta):
-                pending.append(ev)
-                now = time.monotonic()
-                if now - last_emit >= batch_s:
-                    ctx.emit(ReplyStreamed(ctx.job_id, tuple(pending)))
-                    pending = []
-                    last_emit = now
-                continue
-            if pending:
-                ctx.emit(ReplyStreamed(ctx.job_id, tuple(pending)))
-                pending = []
-                last_emit = time.monotonic()
-            if isinstance(ev, StatsUpdate):
-                ctx.emit(ReplyStats(ctx.job_id, ev.stats))
-            elif isinstance(ev, Finished):
-                finished = ev
-        if pending:  # pragma: no cover - the engine always ends with Finished
-            ctx.emit(ReplyStreamed(ctx.job_id, tuple(pending)))
+        session = ctx.engine
+        finished = self._pump(ctx, start(session, ctx.cancel), batch_s)
         if finished is None:
             raise TandemError("The generation ended without a result.")
-        if finished.token_ids:
+        if finished.token_ids and not isinstance(session, RemoteSession):
             # The next reply, in this conversation or another, may draft from this one.
             session.suffix_index.add_reply(finished.token_ids)
         return ReplyResult(finished)
+
+    @staticmethod
+    def _pump(ctx: JobContext, events: Iterator[Event], batch_s: float) -> Finished | None:
+        """Send an engine's events on as the job's: text in batches of ``batch_s``,
+        statistics as they come; returns the Finished event. Text already received is
+        sent before an error leaves (a remote stream that breaks keeps its text)."""
+        pending: list[TextDelta] = []
+        last_emit = time.monotonic()
+        finished: Finished | None = None
+        try:
+            for ev in events:
+                if isinstance(ev, TextDelta):
+                    pending.append(ev)
+                    now = time.monotonic()
+                    if now - last_emit >= batch_s:
+                        ctx.emit(ReplyStreamed(ctx.job_id, tuple(pending)))
+                        pending = []
+                        last_emit = now
+                    continue
+                if pending:
+                    ctx.emit(ReplyStreamed(ctx.job_id, tuple(pending)))
+                    pending = []
+                    last_emit = time.monotonic()
+                if isinstance(ev, StatsUpdate):
+                    ctx.emit(ReplyStats(ctx.job_id, ev.stats))
+                elif isinstance(ev, Finished):
+                    finished = ev
+        finally:
+            if pending:
+                ctx.emit(ReplyStreamed(ctx.job_id, tuple(pending)))
+        return finished
 
 
 _TITLES: dict[str, str] = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -27,6 +28,7 @@ from app.cli.options import (
     speculation_configs,
 )
 from app.cli.json_output import print_json
+from app.cli.remote import add_server_args, run_remote_bench
 from app.cli.report import bench_json, bench_markdown, bench_text
 from app.engine.measure.bench import RunRecord, run_bench
 from app.engine.measure.multiturn import is_multiturn, load_conversations, run_conversations
@@ -77,15 +79,20 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    add_server_args(p)
     p.set_defaults(handler=_run_bench_cli)
 
 
 def _run_bench_cli(args: argparse.Namespace) -> int:
-    check_model_files(args)
     if args.repeat < 1:
         raise TandemError("Invalid option: --repeat must be at least 1.")
     if args.max_tokens < 1:
         raise TandemError("Invalid option: --max-tokens must be at least 1.")
+    if args.server:
+        cancel = threading.Event()
+        return run_remote_bench(args, cancel)
+    args.model = Path(args.model)
+    check_model_files(args)
     mode = drafter_mode(args)
     # Multi-turn sets, and the suffix drafter on any set, run as conversations with the
     # history shared across turns as the app does (app.engine.measure.multiturn).

@@ -54,6 +54,7 @@ from app.cli.options import (
     speculation_configs,
 )
 from app.cli.json_output import print_json
+from app.cli.remote import add_server_args, run_remote_generate
 from app.cli.report import reply_stats_line
 from app.errors import TandemError
 
@@ -79,6 +80,7 @@ def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="decode the prompt with speculation off, then on (same seed), and "
                         "say where the two replies first differ and whether that is a "
                         "near-tie or suspect")
+    add_server_args(p)
     p.set_defaults(handler=_run_generate)
 
 
@@ -96,11 +98,14 @@ def _run_generate(args: argparse.Namespace) -> int:
     from app.engine.session import Session
     from app.options import SamplingParams
 
+    if args.prompt == "-":
+        args.prompt = read_prompt(sys.stdin)
+    if args.server:
+        return _with_cancel(lambda cancel: run_remote_generate(args, cancel))
+    args.model = Path(args.model)
     check_model_files(args)
     if args.compare and args.no_spec:
         raise TandemError("Invalid option: --compare needs speculation (drop --no-spec).")
-    if args.prompt == "-":
-        args.prompt = read_prompt(sys.stdin)
     mode = drafter_mode(args, off=args.no_spec)
     try:
         PromptOptions(prompt=args.prompt, chat=args.chat, system=args.system)
@@ -170,6 +175,19 @@ def _compare(session: Any, args: argparse.Namespace, sampling: Any, spec: Any,
     else:
         sys.stdout.write(compare_text(result))
     return 0
+
+
+def _with_cancel(run: Callable[[Any], int]) -> int:
+    """Run ``run(cancel)`` with Ctrl-C setting ``cancel`` (a reply then ends and is
+    still printed), as the local path does."""
+    import threading
+
+    cancel = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda _sig, _frame: cancel.set())
+    try:
+        return run(cancel)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def read_prompt(stream: TextIO) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from app.options import SpecMode
 
@@ -156,6 +156,46 @@ def calculate_speedup(alpha: float, k: int, c: float, k_max: int = 16) -> Speedu
     s = predicted_speedup(alpha, k, c)
     best = best_draft_length(alpha, c, k_max)
     return SpeedupCalculation(alpha, k, c, e, s, best, predicted_speedup(alpha, best, c))
+
+
+#: draft rounds a reply needs before the draft-length rule of thumb is given (one or two
+#: rounds say nothing persistent)
+MIN_DRAFT_ROUNDS_FOR_ADVICE = 8
+#: τ at or above this share of its ceiling k + 1 counts as "close to k + 1"
+NEAR_CEILING_SHARE = 0.85
+
+DraftLengthAdvice = Literal["larger-k", "other-drafter-or-smaller-k"]
+"""``larger-k``: τ is close to k + 1, drafts are nearly always accepted whole, so a longer
+draft would pay; ``other-drafter-or-smaller-k``: τ stays below 2, fewer than one draft
+token is accepted per round, so the drafter is a poor fit or k is too long."""
+
+
+def draft_length_advice(tau: float | None, k: int | None,
+                        draft_rounds: int) -> DraftLengthAdvice | None:
+    """The usual rule of thumb for the draft length, for a local or a remote engine.
+
+    Args:
+        tau: mean acceptance length τ over drafting rounds (tokens per verification pass
+            that carried a draft), None when unknown.
+        k: the draft length (the maximum where it adapts), None when unknown.
+        draft_rounds: drafting rounds τ rests on.
+
+    Returns:
+        ``larger-k`` when τ ≥ :data:`NEAR_CEILING_SHARE` · (k + 1) (k known), else
+        ``other-drafter-or-smaller-k`` when τ < 2, else None; None also with fewer than
+        :data:`MIN_DRAFT_ROUNDS_FOR_ADVICE` drafting rounds.
+
+    Why: τ ranges over [1, k + 1] (E(α, k) above); τ near 1 means drafts are rarely
+    accepted, so each round pays for drafting and gains little; τ at the ceiling means
+    every draft is accepted whole and k caps the gain.
+    """
+    if tau is None or draft_rounds < MIN_DRAFT_ROUNDS_FOR_ADVICE:
+        return None
+    if k is not None and k > 0 and tau >= NEAR_CEILING_SHARE * (k + 1):
+        return "larger-k"
+    if tau < 2.0:
+        return "other-drafter-or-smaller-k"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

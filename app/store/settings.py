@@ -61,6 +61,14 @@ class ModelSettings(_Section):
     n_threads: Annotated[int | None, Field(ge=1, le=512)] = None
 
 
+class RemoteSettings(_Section):
+    """The remote server last connected to: its address and the model used. Never its
+    API key: that is kept in the OS keyring (:mod:`app.store.credentials`)."""
+
+    base_url: str | None = None
+    model: str | None = None
+
+
 class UiSettings(_Section):
     """Window state. ``window_geometry`` / ``splitter_state`` are Qt's saveGeometry and
     saveState bytes, base64-encoded; ``last_conversation_id`` is reopened at start-up."""
@@ -87,6 +95,7 @@ class Settings(_Section):
     speculation: SpeculationConfig = DEFAULT_SPECULATION
     sampling: SamplingParams = SamplingParams()
     ui: UiSettings = UiSettings()
+    remote: RemoteSettings = RemoteSettings()
 
 
 @dataclass(frozen=True, slots=True)

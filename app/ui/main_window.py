@@ -48,6 +48,7 @@ from app.ui.chat.conversation_list import ConversationListWidget
 from app.ui.chat.input_box import ComposerWidget
 from app.ui.chat.markdown_render import warm_up as warm_up_markdown
 from app.ui.chat.starter_prompts import load_starter_prompts
+from app.store.credentials import ApiKeyStore
 from app.ui.gauge.gauge_panel import SpeculationGaugeWidget
 from app.ui.model_bar import ModelBarWidget
 from app.ui.panels import MessageBarWidget, SystemPromptWidget, WelcomeWidget, status_text
@@ -87,6 +88,7 @@ class MainWindow(QMainWindow):
             problems.insert(0, UserError("Settings reset", loaded.problem, level="warning",
                                          origin="settings"))
         self.downloads = DownloadQueue(self)
+        self.api_keys = ApiKeyStore()  # remote servers' keys: the OS keyring or this session
         self.bridge = ServiceBridge(service, self)
         self.controller = ChatController(self.settings, store, self.bridge.service, self)
         self.windows = SideWindows(self, self.controller, self.bridge, self.settings,
@@ -173,12 +175,14 @@ class MainWindow(QMainWindow):
         mb = self.model_bar
         mb.open_target_clicked.connect(self._on_model_bar_open_target_clicked)
         mb.open_draft_clicked.connect(self._on_model_bar_open_draft_clicked)
+        mb.connect_server_clicked.connect(self._on_model_bar_connect_server_clicked)
         mb.speculation_changed.connect(c.set_speculation)
         mb.load_cancel_clicked.connect(self._on_model_bar_load_cancel_clicked)
         mb.models_clicked.connect(self.windows.open_model_picker)
         mb.race_clicked.connect(self.windows.open_race)
         self.welcome.demo_clicked.connect(c.prepare_demo)
         self.welcome.open_clicked.connect(self._on_model_bar_open_target_clicked)
+        self.welcome.connect_clicked.connect(self._on_model_bar_connect_server_clicked)
         cv = self.conversations
         cv.conversation_activated.connect(self._on_conversations_conversation_activated)
         cv.new_conversation_clicked.connect(self.new_conversation)
@@ -290,7 +294,14 @@ class MainWindow(QMainWindow):
     def reply_started(self, reply: ActiveReply) -> None:
         self.chat.begin_stream(reply.message_id)
         spec = reply.speculation
-        self.gauge.begin_reply(spec.mode, spec.draft_max, spec.adaptive)
+        remote = self.controller.remote
+        if remote is not None:
+            info = remote.info
+            self.gauge.begin_reply(None, 0, remote={
+                "engine": info.engine.value, "version": info.version,
+                "method": info.speculation_method, "draft_max": info.draft_max})
+        else:
+            self.gauge.begin_reply(spec.mode, spec.draft_max, spec.adaptive)
 
     def reply_progressed(self, reply: ActiveReply) -> None:
         if (last := reply.buffer.last) is not None:
@@ -309,6 +320,9 @@ class MainWindow(QMainWindow):
                   else reply_footer(fin.stats.to_dict(), fin.reason, fin.note))
         self.chat.end_stream(reply.message_id, reply.text, reply.spans, footer)
         self.gauge.end_reply(fin.stats, fin.note)
+        remote = fin.stats.extra.get("remote")
+        if isinstance(remote, dict):  # llama-server names its drafter after a request
+            self.model_bar.set_remote_drafter(remote.get("engine"), remote.get("method"))
 
     def reply_failed(self, reply: ActiveReply, error: UserError) -> None:
         if not reply.text:
@@ -360,6 +374,18 @@ class MainWindow(QMainWindow):
     def _on_model_bar_open_target_clicked(self) -> None:
         if (path := self._choose_gguf("Open a GGUF model")) is not None:
             self.controller.load_model(path)
+
+    @Slot()
+    def _on_model_bar_connect_server_clicked(self) -> None:
+        from app.ui.connect_dialog import ConnectDialog
+
+        remote = self.settings.remote
+        dialog = ConnectDialog(self.api_keys, remote.base_url, remote.model, self)
+        if remote.base_url:
+            dialog.list_models()
+        if dialog.exec() == ConnectDialog.DialogCode.Accepted:
+            client, model = dialog.connection()
+            self.controller.connect_server(client, model)
 
     @Slot()
     def _on_model_bar_open_draft_clicked(self) -> None:

@@ -19,9 +19,11 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QProgressBar,
     QPushButton,
     QSpinBox,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -39,6 +41,8 @@ class ModelBarWidget(QFrame):
 
     open_target_clicked = Signal()
     """"Open GGUF…" for the target was clicked."""
+    connect_server_clicked = Signal()
+    """"Connect to a server…" (in the Open GGUF button's menu) was chosen."""
     open_draft_clicked = Signal()
     """"Choose draft…" was clicked."""
     speculation_changed = Signal(object)
@@ -65,9 +69,7 @@ class ModelBarWidget(QFrame):
         self.target_label = ElidedLabelWidget("no model", max_px=NAME_MAX_PX)
         self.target_label.setObjectName("targetName")
         row.addWidget(self.target_label)
-        self.open_button = QPushButton("Open GGUF…")
-        self.open_button.setToolTip("Choose a target model (.gguf file)")
-        self.open_button.clicked.connect(self.open_target_clicked)
+        self.open_button = self._open_button()
         row.addWidget(self.open_button)
         self.models_button = QPushButton("Models…")
         self.models_button.setToolTip(
@@ -147,6 +149,24 @@ class ModelBarWidget(QFrame):
         self._speculation = SpeculationConfig()
         self._update_draft_button()
 
+    def _open_button(self) -> QToolButton:
+        """"Open GGUF…", with "Connect to a server…" beside it in the button's menu (a
+        button of its own would make the bar wider than a 1024 px window allows with a
+        draft shown; the welcome screen has it as a button)."""
+        button = QToolButton()
+        button.setText("Open GGUF…")
+        button.setToolTip("Choose a target model (.gguf file); the arrow: connect to a "
+                          "server (llama-server, vLLM, SGLang, another Tandem, Ollama, "
+                          "LM Studio) instead")
+        button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
+        button.clicked.connect(self.open_target_clicked)
+        menu = QMenu(button)
+        menu.addAction("Open GGUF…", self.open_target_clicked.emit)
+        self.connect_action = menu.addAction("Connect to a server…",
+                                             self.connect_server_clicked.emit)
+        button.setMenu(menu)
+        return button
+
     @staticmethod
     def _caption(text: str) -> QLabel:
         label = QLabel(text)
@@ -191,7 +211,12 @@ class ModelBarWidget(QFrame):
             self.target_label.set_full_text("no model", tooltip="")
             self.layers_label.setText("")
             self.layers_label.setToolTip("")
+            self._set_remote(False)
             return
+        if info.remote is not None:
+            self._show_remote(info)
+            return
+        self._set_remote(False)
         self.target_label.set_full_text(info.target_path.name, tooltip=(
             f"{info.target_path.name}\n{info.target_name}\n{info.target_path}\n"
             f"context {info.n_ctx} tokens"
@@ -210,6 +235,33 @@ class ModelBarWidget(QFrame):
         # the file name, as for the target (the metadata name is in the tooltip)
         self.set_draft_name(info.draft_path.name if info.draft_path is not None else None,
                             info.draft_name)
+
+    def _show_remote(self, info: ModelInfo) -> None:
+        assert info.remote is not None
+        server = info.remote.info
+        self.target_label.set_full_text(info.target_name, tooltip=(
+            f"{info.remote.model}\non {server.base_url}\n{server.engine.value}"
+            + (f" {server.version}" if server.version else "")))
+        method = server.speculation_method or "drafter not reported"
+        self.layers_label.setText(f"{server.engine.value} · {method}")
+        self.layers_label.setToolTip(
+            "Replies run on the server; it speculates as it was started. What it "
+            "answered: " + ", ".join(server.evidence))
+        self._set_remote(True)
+
+    def set_remote_drafter(self, engine: str | None, method: str | None) -> None:
+        """The remote server's drafter as its latest reply named it."""
+        self.layers_label.setText(f"{engine or 'server'} · {method or 'drafter not reported'}")
+
+    def _set_remote(self, remote: bool) -> None:
+        """A remote server decides its own drafter and k: the bar's are off meanwhile."""
+        tip = "The server speculates as it was started; this applies to local models."
+        for w in (self.mode_combo, self.k_spin, self.adaptive_box, self.draft_button):
+            w.setEnabled(not remote)
+            if remote:
+                w.setToolTip(tip)
+        if not remote:
+            self._update_draft_button()
 
     def set_draft_name(self, name: str | None, detail: str | None = None) -> None:
         """Show the loaded draft model's file ``name`` (``detail``: its metadata name)."""

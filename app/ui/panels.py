@@ -25,6 +25,11 @@ def status_text(info: ModelInfo | None, *, loading: bool, generating: bool) -> s
         return "Loading…"
     if info is None:
         return "No model loaded"
+    if info.remote is not None:
+        server = info.remote.info
+        return (f"{info.target_name} · {server.engine.value}"
+                + (f" {server.version}" if server.version else "")
+                + (" · generating…" if generating else ""))
     where = f"GPU {info.n_gpu_layers}/{info.n_layer} layers" if info.n_gpu_layers else "CPU only"
     text = f"{info.target_path.name} · context {info.n_ctx} · {where}"
     if info.exact_verification:
@@ -98,6 +103,8 @@ class WelcomeWidget(QFrame):
     clicked: the demo's key (:data:`app.catalog.demo.DEMOS`)."""
     open_clicked = Signal()
     """"Open GGUF…" was clicked."""
+    connect_clicked = Signal()
+    """"Connect to a server…" was clicked."""
 
     def __init__(self, demo_available: bool, gemma_available: bool = False,
                  parent: QWidget | None = None) -> None:
@@ -151,6 +158,11 @@ class WelcomeWidget(QFrame):
         self.open_button = QPushButton("Open GGUF…")
         self.open_button.clicked.connect(self.open_clicked)
         col.addWidget(self.open_button, 0, Qt.AlignmentFlag.AlignHCenter)
+        self.connect_button = QPushButton("Connect to a server…")
+        self.connect_button.setToolTip("Chat with a model served by llama-server, vLLM, SGLang, "
+                                       "another Tandem, Ollama or LM Studio")
+        self.connect_button.clicked.connect(self.connect_clicked)
+        col.addWidget(self.connect_button, 0, Qt.AlignmentFlag.AlignHCenter)
         if not demo_available:
             hint = QLabel(demo.install_hint(model))
             hint.setObjectName("gaugeNote")
@@ -163,6 +175,7 @@ class WelcomeWidget(QFrame):
         self.demo_button.setEnabled(not busy)
         self.gemma_button.setEnabled(not busy)
         self.open_button.setEnabled(not busy)
+        self.connect_button.setEnabled(not busy)
 
 
 class SystemPromptWidget(QWidget):

@@ -192,3 +192,21 @@ def test_disconnect_mid_stream_cancels_the_generation(server: str) -> None:
     assert latest["completion_tokens"] < 400
     # and the server goes on serving
     assert httpx.get(server.removesuffix("/v1") + "/health").status_code == 200
+
+
+def test_tandem_is_recognised_by_the_remote_client(server: str) -> None:
+    """Tandem's own server seen as a remote engine: recognised, its llama-server-named
+    ``timings`` read as this request's speculation figures."""
+    from app.remote import Engine, RemoteClient, RemoteResult
+
+    with RemoteClient(server) as remote:
+        info = remote.identify()
+        assert info.engine is Engine.TANDEM and info.metrics_prefix is None
+        events = list(remote.stream_chat(MODEL, [{"role": "user", "content": "Say hi twice."}],
+                                         max_tokens=16, temperature=0))
+    result = events[-1]
+    assert isinstance(result, RemoteResult) and result.text
+    assert result.server_timings is not None and result.figures is not None
+    assert result.figures.source == "response" and result.figures.scope == "request"
+    assert result.figures.draft_tokens == result.server_timings["draft_n"]
+    assert result.n_tokens == result.server_timings["predicted_n"]

@@ -70,6 +70,26 @@ class MessageView:
     model: str | None = None
 
 
+def remote_footer_parts(remote: dict[str, Any]) -> list[str]:
+    """A remote reply's footer parts: the engine and drafter as the server names them,
+    and its α and τ (with their scope), or that it reported nothing."""
+    parts = [f"{remote.get('engine', 'server')} · "
+             f"{remote.get('method') or 'drafter not reported'}"]
+    figures = remote.get("figures")
+    if not isinstance(figures, dict):
+        parts.append("no speculation figures from the server")
+        return parts
+    wide = " server-wide" if figures.get("scope") == "server-wide" else ""
+    if figures.get("acceptance_rate") is not None:
+        parts.append(f"α {figures['acceptance_rate'] * 100:.0f}% "
+                     f"({figures['accepted']}/{figures['draft_tokens']}{wide})")
+    else:
+        parts.append("nothing drafted")
+    if figures.get("mean_acceptance_length") is not None and figures.get("drafts"):
+        parts.append(f"τ {figures['mean_acceptance_length']:.2f}")
+    return parts
+
+
 def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
                  note: str | None = None) -> str:
     """One line under a reply: tokens, tok/s, drafter, α, τ, and how it ended."""
@@ -83,12 +103,17 @@ def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
             mode: SpecMode | None = SpecMode(stats.get("mode", SpecMode.OFF.value))
         except ValueError:  # written by a newer Tandem with a drafter this one lacks
             mode = None
+        remote = (stats.get("extra") or {}).get("remote")
+        if isinstance(remote, dict):  # a remote server's reply: its own figures
+            parts.extend(remote_footer_parts(remote))
+            stats = {}
         label = mode.words if mode is not None else str(stats.get("mode"))
         if mode is not SpecMode.OFF:
             label += f" k={stats.get('draft_max', 0)}"
         if isinstance(stats.get("auto"), dict):  # chosen by the auto drafter choice
             label = f"{SpecMode.AUTO.label}: {label}"
-        parts.append(label)
+        if stats:
+            parts.append(label)
         alpha = stats.get("acceptance_rate")
         if alpha is not None:
             # "drafted": the name of this count in replies stored before it was renamed

@@ -19,6 +19,7 @@ import dataclasses
 import math
 from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPaintEvent, QPen, QPolygonF
@@ -37,8 +38,9 @@ from app.engine.stats import (
     MIN_VERIFIED_FOR_ESTIMATE,
     MIN_VERIFIED_FOR_SPEEDUP,
     SpecStats,
+    draft_length_advice,
 )
-from app.formatting import MISSING, draft_length_words, or_dash
+from app.formatting import MISSING, advice_words, draft_length_words, or_dash
 from app.options import SpecMode
 from app.ui.gauge.rolling import RollingRate
 
@@ -62,6 +64,46 @@ def alpha_text(s: SpecStats, streaming: bool) -> str:
         return (f"{alpha * 100:.0f}%  ({s.accepted}/{s.verified}; few drafts, 95% range "
                 f"{lo * 100:.0f}–{hi * 100:.0f}%)")
     return f"{alpha * 100:.0f}%  ({s.accepted}/{s.verified})"
+
+
+def remote_rows(s: SpecStats, remote: dict[str, Any]) -> dict[str, str]:
+    """The gauge's figures for a reply from a remote server (``remote``:
+    ``stats.extra["remote"]``, :func:`app.remote.session.remote_extra`): tok/s and TTFT
+    as Tandem measured them on the stream, α and τ as the server reported them, with
+    their scope; what servers do not report says so instead of showing zeros."""
+    figures = remote.get("figures")
+    rows = {"reply_tps": or_dash(remote.get("decode_tps"), ".1f", " tok/s"),
+            "e2e_tps": or_dash(s.end_to_end_tps, ".1f", " tok/s"),
+            "cost": f"{MISSING} (servers do not report it)",
+            "predicted": f"{MISSING} (needs c)",
+            "measured": f"{MISSING} (bench the server with speculation off)",
+            "ttft": or_dash(s.ttft if s.emitted else None, ".2f", " s")}
+    if figures is None:
+        nothing = f"{MISSING} (the server reports nothing)"
+        rows.update(alpha=nothing, tau=nothing)
+        return rows
+    scope = " · server-wide" if figures.get("scope") == "server-wide" else ""
+    alpha = figures.get("acceptance_rate")
+    rows["alpha"] = (f"{MISSING} (nothing was drafted)" if alpha is None else
+                     f"{alpha * 100:.0f}%  ({figures['accepted']}/{figures['draft_tokens']}"
+                     f"{scope})")
+    tau = figures.get("mean_acceptance_length")
+    if alpha is None:
+        rows["tau"] = f"{MISSING} (nothing was drafted)"
+    else:
+        rows["tau"] = (f"{MISSING} (the server does not count rounds)" if tau is None
+                       else f"{tau:.2f} tok/round{scope}")
+    return rows
+
+
+def remote_title(remote: dict[str, Any]) -> str:
+    """``llama-server b1-0c1e570 · ngram-simple · k = 48`` (``method unknown`` when the
+    server does not say)."""
+    engine = remote.get("engine", "server") + (f" {remote['version']}" if remote.get("version")
+                                               else "")
+    method = remote.get("method") or "method unknown"
+    k = remote.get("draft_max")
+    return f"{engine} · {method}" + (f" · k = {k}" if k else "")
 
 
 def measured_speedup_text(s: SpecStats, streaming: bool) -> str:
@@ -115,6 +157,16 @@ def bar_labels(slot: float, value_width: float, number_width: float, font_size: 
             value_size = None
     step = max(1, math.ceil((number_width + 4) / slot)) if slot > 0 else 1
     return value_size, step
+
+
+def reply_advice(s: SpecStats) -> str | None:
+    """The draft-length advice code for one reply, local or remote (None: none)."""
+    remote = s.extra.get("remote")
+    if isinstance(remote, dict):
+        return remote.get("advice")
+    if s.mode is SpecMode.OFF:
+        return None
+    return draft_length_advice(s.mean_acceptance_length, s.draft_max, s.draft_rounds)
 
 
 class AcceptanceBarsWidget(QWidget):
@@ -326,11 +378,13 @@ class SpeculationGaugeWidget(QFrame):
 
     # -- inputs (cheap; any rate) -----------------------------------------------------
     def begin_reply(self, mode: SpecMode | None, draft_max: int, adaptive: bool = False,
-                    source: str | None = None) -> None:
+                    source: str | None = None, remote: dict[str, Any] | None = None) -> None:
         """A reply starts with this drafter mode, k, and whether k is only a maximum
         (adaptive draft length); None: not known yet (a request of another client: its
         first statistics say). ``source``: who asked, when not this window (``"API
-        traffic · chat"``); shown above the figures until the next reply begins."""
+        traffic · chat"``); shown above the figures until the next reply begins.
+        ``remote``: the server's description (engine, version, method, k) when the reply
+        runs on a remote server; its figures arrive with :meth:`end_reply`."""
         self.source_label.setText(source or "")
         self.source_label.setVisible(source is not None)
         self._streaming = True
@@ -340,7 +394,8 @@ class SpeculationGaugeWidget(QFrame):
         mode = mode or SpecMode.OFF
         k = draft_max if mode is not SpecMode.OFF else 0
         self._stats = SpecStats(mode=mode, draft_max=k, adaptive=adaptive and k > 0,
-                                accepted_at=(0,) * k, verified_at=(0,) * k)
+                                accepted_at=(0,) * k, verified_at=(0,) * k,
+                                extra={"remote": remote} if remote is not None else {})
         self.note_label.setText("")
         self._dirty = True
 
@@ -357,11 +412,13 @@ class SpeculationGaugeWidget(QFrame):
         self._dirty = True
 
     def end_reply(self, stats: SpecStats, note: str | None = None) -> None:
-        """The reply ended: show its final figures."""
+        """The reply ended: show its final figures, and the draft-length rule of thumb
+        when it applies (:func:`~app.engine.stats.draft_length_advice`)."""
         self._streaming = False
         self._stats = stats
         self._mode_known = True
-        self.note_label.setText(note or stats.fallback_reason or "")
+        notes = [note or stats.fallback_reason or "", advice_words(reply_advice(stats))]
+        self.note_label.setText("\n".join(n for n in notes if n))
         self._dirty = True
         self.refresh()
 
@@ -417,6 +474,10 @@ class SpeculationGaugeWidget(QFrame):
         s = self._stats
         if s is None:
             return
+        remote = s.extra.get("remote")
+        if isinstance(remote, dict):
+            self._refresh_remote(s, remote)
+            return
         spec = s.mode is not SpecMode.OFF
         title = s.mode.label if spec else "Speculation off"
         if spec:
@@ -453,6 +514,29 @@ class SpeculationGaugeWidget(QFrame):
         self._rows["measured"].setText(self._measured_text(s))
         self._rows["ttft"].setText(or_dash(s.ttft if s.emitted else None, ".2f", " s"))
         self.bars.set_positions(s.accepted_at, s.verified_at)
+
+    def _refresh_remote(self, s: SpecStats, remote: dict[str, Any]) -> None:
+        self.prediction_note.hide()
+        if self._streaming:  # the server's figures come with the end of the reply
+            self.mode_label.setText(remote_title(remote) + "  ●\u00a0live")
+            rolling = self._rolling.rate()
+            self.tps_label.setText(or_dash(rolling, ".1f"))
+            self.tps_caption.setText("decode tok/s (last second)")
+            if rolling is not None:
+                self.sparkline.add(rolling)
+            for key in self._rows:
+                self._rows[key].setText(f"{MISSING} (when the reply ends)")
+            return
+        self.mode_label.setText(remote_title(remote) + "  ·\u00a0last\u00a0reply")
+        self.tps_label.setText(or_dash(remote.get("decode_tps"), ".1f"))
+        self.tps_caption.setText("decode tok/s (whole reply, measured by Tandem)")
+        for key, text in remote_rows(s, remote).items():
+            self._rows[key].setText(text)
+        # servers export a counter for every position up to their k (48 for llama-server's
+        # n-gram drafter): positions past the last accepted one are left out
+        n = max((i + 1 for i, a in enumerate(s.accepted_at) if a), default=0)
+        n = min(len(s.accepted_at), max(n, 4))
+        self.bars.set_positions(s.accepted_at[:n], s.verified_at[:n])
 
     def _measured_text(self, s: SpecStats) -> str:
         return measured_speedup_text(s, self._streaming)

@@ -1,0 +1,792 @@
+"""A client for one OpenAI-compatible server: models, engine recognition, streamed chat.
+
+Built on ``httpx`` (TLS verified by default, an API key sent as ``Authorization: Bearer``
+and never logged or shown). :class:`RemoteClient` offers:
+
+* :meth:`~RemoteClient.models`: ``GET /v1/models``;
+* :meth:`~RemoteClient.identify`: which engine answers (llama-server, vLLM, SGLang,
+  Tandem, Ollama, LM Studio, or another OpenAI-compatible server), from what it answers
+  at ``/v1/models``, ``/props``, ``/slots``, ``/metrics``, ``/version`` and
+  ``/api/version``; with llama-server also the speculation method (``/slots``, ``/props``)
+  and the draft length k (the number of per-position series in ``/metrics``);
+* :meth:`~RemoteClient.stream_chat`: ``POST /v1/chat/completions`` with
+  ``stream: true``, yielding :class:`RemoteDelta` text as it arrives and ending with one
+  :class:`RemoteResult`: tok/s and TTFT measured by Tandem on the stream, the server's
+  own ``timings``, and the speculation figures from the response or from the change of
+  the ``/metrics`` counters around the request (:mod:`app.remote.figures`).
+
+A server that is down, slow, answers garbage or drops a stream raises a
+:class:`~app.remote.errors.RemoteError` subclass whose message is written for the user;
+a dropped stream's error carries the text received so far.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import httpx
+
+from app.remote.errors import (
+    RemoteError,
+    ServerAuthError,
+    ServerHTTPError,
+    ServerProtocolError,
+    ServerTimeoutError,
+    ServerUnreachableError,
+    StreamDroppedError,
+)
+from app.remote.figures import SpeculationFigures, combine, from_response
+from app.remote.prometheus import SpecCounters, metric_prefixes, parse_spec_counters
+
+#: seconds to wait for a connection before calling a server unreachable
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+#: seconds without a byte from the server before a request is called timed out (a long
+#: prompt's prefill on a busy server can take this long before the first token)
+DEFAULT_READ_TIMEOUT_S = 300.0
+#: seconds each recognition probe (``/props``, ``/metrics``…) may take
+PROBE_TIMEOUT_S = 10.0
+
+RemoteFinish = Literal["stop", "length", "cancelled"]
+ChatMessage = Mapping[str, str]
+"""One chat message: ``{"role": "system" | "user" | "assistant", "content": text}``."""
+
+
+class Engine(str, Enum):
+    """The serving engine behind an address, as recognised from what it answers."""
+
+    LLAMA_SERVER = "llama-server"
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    TANDEM = "tandem"
+    OLLAMA = "ollama"
+    LM_STUDIO = "lm-studio"
+    OPENAI_COMPATIBLE = "openai-compatible"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteModel:
+    """One entry of ``/v1/models``: its ``id`` (what requests name) and ``owned_by``."""
+
+    id: str
+    owned_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What a server is, as far as it says.
+
+    Attributes:
+        base_url: the address requests go to (no trailing ``/v1``).
+        engine: the recognised engine.
+        version: the engine's version or build where it says (llama-server's
+            ``build_info``, vLLM's ``/version``), else None.
+        models: ``/v1/models``.
+        metrics_prefix: the prefix of the speculation counters in ``/metrics``
+            (``llamacpp``, ``vllm``…), None when it exports none.
+        speculation_method: the drafter the server reports (llama-server's
+            ``speculative.types``, for example ``ngram-simple``; ``none`` when it says it
+            does not speculate); None when it does not say.
+        draft_max: k, the maximum draft length, where the server shows it; else None.
+        evidence: what the recognition was based on, one short phrase each.
+    """
+
+    base_url: str
+    engine: Engine
+    version: str | None
+    models: tuple[RemoteModel, ...]
+    metrics_prefix: str | None = None
+    speculation_method: str | None = None
+    draft_max: int | None = None
+    evidence: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteDelta:
+    """Reply text as it arrived. ``t``: seconds since the request was sent."""
+
+    text: str
+    t: float
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteResult:
+    """The end of one streamed reply. Always the last event of :meth:`RemoteClient.stream_chat`.
+
+    Attributes:
+        text: the whole reply.
+        finish_reason: ``stop`` (end of generation or a stop string), ``length``
+            (max_tokens or the context), ``cancelled`` (the caller's cancel event).
+        model: the model the server says answered.
+        n_tokens: reply tokens: the server's ``usage.completion_tokens``, else its
+            ``timings.predicted_n``, else the number of text chunks received
+            (``token_count_source`` says which).
+        token_count_source: ``usage``, ``timings`` or ``chunks``.
+        prompt_tokens: the server's ``usage.prompt_tokens``, None when not reported.
+        ttft: seconds from sending the request to the first reply text.
+        decode_time: seconds from the first to the last reply text.
+        total_time: seconds from sending the request to the end of the stream.
+        figures: speculation figures (:mod:`app.remote.figures`); None when the server
+            reported none.
+        server_timings: llama-server's ``timings`` object as sent, None when absent.
+    """
+
+    text: str
+    finish_reason: RemoteFinish
+    model: str
+    n_tokens: int
+    token_count_source: Literal["usage", "timings", "chunks"]
+    prompt_tokens: int | None
+    ttft: float
+    decode_time: float
+    total_time: float
+    figures: SpeculationFigures | None = None
+    server_timings: dict[str, Any] | None = None
+
+    @property
+    def decode_tps(self) -> float | None:
+        """Decode tokens per second measured on the stream: (n_tokens − 1) / the time
+        from the first to the last text (the first token is the prefill's). None with
+        fewer than two tokens."""
+        if self.n_tokens < 2 or self.decode_time <= 0:
+            return None
+        return (self.n_tokens - 1) / self.decode_time
+
+    @property
+    def end_to_end_tps(self) -> float | None:
+        """Reply tokens / seconds from sending the request to the end of the stream."""
+        return self.n_tokens / self.total_time if self.total_time > 0 else None
+
+    @property
+    def server_decode_tps(self) -> float | None:
+        """The server's own decode rate (``timings.predicted_per_second``), if sent."""
+        value = (self.server_timings or {}).get("predicted_per_second")
+        return float(value) if isinstance(value, (int, float)) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result's figures, JSON-ready (seconds and tokens/s; None where unknown)."""
+        return {
+            "finish_reason": self.finish_reason,
+            "model": self.model,
+            "n_tokens": self.n_tokens,
+            "token_count_source": self.token_count_source,
+            "prompt_tokens": self.prompt_tokens,
+            "ttft_s": self.ttft,
+            "decode_s": self.decode_time,
+            "total_s": self.total_time,
+            "decode_tps": self.decode_tps,
+            "end_to_end_tps": self.end_to_end_tps,
+            "server_decode_tps": self.server_decode_tps,
+            "speculation": self.figures.to_dict() if self.figures else None,
+            "server_timings": self.server_timings,
+        }
+
+
+RemoteEvent = RemoteDelta | RemoteResult
+
+
+def normalize_base_url(url: str) -> str:
+    """``http(s)://host[:port][/prefix]`` without a trailing ``/`` or ``/v1``.
+
+    Raises:
+        RemoteError: not an http or https address with a host.
+    """
+    text = url.strip()
+    if "://" not in text:
+        text = "http://" + text
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise RemoteError(f"{url!r} is not a server address: give one like "
+                          "http://127.0.0.1:8080 or https://host/path.")
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The server's own error sentence (OpenAI's ``{"error": {"message"}}``), short."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip()[:200]
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return str(err["message"])[:300]
+        if isinstance(err, str):
+            return err[:300]
+        if isinstance(body.get("detail"), str):
+            return str(body["detail"])[:300]
+    return json.dumps(body)[:200]
+
+
+class RemoteClient:
+    """One OpenAI-compatible server at ``base_url``.
+
+    Args:
+        base_url: ``http(s)://host:port`` (a trailing ``/v1`` is accepted and dropped).
+        api_key: sent as ``Authorization: Bearer …`` when given; never logged, never in
+            ``repr`` or error messages.
+        verify: TLS verification: True (the system's certificates), a CA bundle path,
+            or False (only for a server the user chose not to verify).
+        connect_timeout, read_timeout: seconds (see the module constants).
+        transport: an httpx transport (tests: ``httpx.MockTransport`` is not used here;
+            the tests run real servers); None for the default.
+
+    Raises:
+        RemoteError: ``base_url`` is not an address.
+
+    The client is used from one thread at a time; :meth:`close` releases its connections.
+    """
+
+    def __init__(self, base_url: str, *, api_key: str | None = None,
+                 verify: bool | str = True,
+                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+                 read_timeout: float = DEFAULT_READ_TIMEOUT_S,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.base_url = normalize_base_url(base_url)
+        self.read_timeout = read_timeout
+        headers = {"Accept": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._http_args: dict[str, Any] = dict(
+            base_url=self.base_url, headers=headers, verify=verify,
+            timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
+            follow_redirects=False, transport=transport,
+        )
+        self._http = httpx.Client(**self._http_args)
+        self._closed = False
+        self._metrics_prefix: str | None | bool = False  # False: not looked at yet
+
+    def __repr__(self) -> str:
+        return f"RemoteClient({self.base_url!r})"
+
+    def close(self) -> None:
+        """Close the connections (the client cannot be used after)."""
+        self._closed = True
+        self._http.close()
+
+    def _cut_on_cancel(self, cancel: threading.Event | None,
+                       done: threading.Event) -> threading.Thread | None:
+        """A thread that closes the connections as soon as ``cancel`` is set while a
+        request runs (``done`` not set), so a stop never waits for a silent server's
+        next byte or for its read timeout. The connections are opened anew after."""
+        if cancel is None:
+            return None
+
+        def watch() -> None:
+            while not done.is_set():
+                if cancel.wait(0.05):
+                    if not done.is_set():
+                        self._http.close()
+                    return
+
+        thread = threading.Thread(target=watch, name="remote-cancel", daemon=True)
+        thread.start()
+        return thread
+
+    def _reopen_if_cut(self) -> None:
+        if self._http.is_closed and not self._closed:
+            self._http = httpx.Client(**self._http_args)
+
+    def __enter__(self) -> RemoteClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing ----------------------------------------------------------------
+    def _translate(self, exc: httpx.HTTPError, what: str) -> RemoteError:
+        """A user's sentence for an httpx failure while doing ``what``."""
+        url = self.base_url
+        if isinstance(exc, httpx.ConnectTimeout):
+            return ServerUnreachableError(f"{url} did not accept a connection in time "
+                                          f"({what}). Is the address right and the "
+                                          "server running?")
+        if isinstance(exc, httpx.ConnectError):
+            reason = str(exc) or type(exc).__name__
+            if "CERTIFICATE" in reason.upper() or "SSL" in reason.upper():
+                return ServerUnreachableError(f"{url}: its TLS certificate could not be "
+                                              f"verified ({reason}).")
+            return ServerUnreachableError(f"Cannot reach {url} ({reason}). Is the server "
+                                          "running, and is the address right?")
+        if isinstance(exc, httpx.TimeoutException):
+            return ServerTimeoutError(f"{url} sent nothing for {self.read_timeout:g} s "
+                                      f"({what}). The server may be overloaded.")
+        if isinstance(exc, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
+            return RemoteError(f"{url} is not an address Tandem can use ({exc}).")
+        return ServerUnreachableError(f"The connection to {url} failed ({what}: "
+                                      f"{type(exc).__name__}: {exc}).")
+
+    def _status_error(self, response: httpx.Response, what: str) -> RemoteError:
+        status = response.status_code
+        message = _error_message(response)
+        if status in (401, 403):
+            return ServerAuthError(f"{self.base_url} refused the request ({status}): "
+                                   f"{message or 'the API key is missing or wrong'}.")
+        return ServerHTTPError(f"{self.base_url} answered {status} to {what}: {message}",
+                               status=status)
+
+    def _get(self, path: str, *, timeout: float | None = None) -> httpx.Response:
+        try:
+            return self._http.get(path, timeout=timeout or httpx.USE_CLIENT_DEFAULT)
+        except httpx.HTTPError as exc:
+            raise self._translate(exc, f"GET {path}") from exc
+
+    def _probe_json(self, path: str) -> Any:
+        """GET ``path`` as JSON; None on any status other than 200 or a non-JSON answer."""
+        response = self._get(path, timeout=PROBE_TIMEOUT_S)
+        if response.status_code != 200:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            return None
+
+    # -- models and recognition ----------------------------------------------------
+    def models(self) -> tuple[RemoteModel, ...]:
+        """``GET /v1/models``: the models the server offers.
+
+        Raises:
+            ServerUnreachableError, ServerTimeoutError, ServerAuthError: as named.
+            ServerHTTPError: another error status (404: not an OpenAI-compatible server).
+            ServerProtocolError: the answer is not OpenAI's model list.
+        """
+        response = self._get("/v1/models")
+        if response.status_code != 200:
+            if response.status_code == 404:
+                raise ServerHTTPError(f"{self.base_url} has no /v1/models: it is not an "
+                                      "OpenAI-compatible server (or the address needs "
+                                      "another path).", status=404)
+            raise self._status_error(response, "GET /v1/models")
+        try:
+            body = response.json()
+        except ValueError as exc:
+            raise ServerProtocolError(f"{self.base_url}/v1/models did not answer JSON: "
+                                      f"{response.text[:120]!r}") from exc
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list) or not all(
+                isinstance(m, dict) and isinstance(m.get("id"), str) for m in data):
+            raise ServerProtocolError(f"{self.base_url}/v1/models is not an OpenAI model "
+                                      "list (no 'data' list of models with an 'id').")
+        return tuple(RemoteModel(id=m["id"], owned_by=m.get("owned_by")
+                                 if isinstance(m.get("owned_by"), str) else None)
+                     for m in data)
+
+    def metrics_text(self) -> str | None:
+        """``GET /metrics`` as text; None when the server has no metrics endpoint."""
+        response = self._get("/metrics", timeout=PROBE_TIMEOUT_S)
+        if response.status_code != 200:
+            return None
+        return response.text
+
+    def spec_counters(self) -> SpecCounters | None:
+        """The speculation counters in ``/metrics`` now; None when the server exports
+        none (no endpoint, not Prometheus text, or no ``spec_decode`` counters)."""
+        text = self.metrics_text()
+        if text is None:
+            return None
+        try:
+            return parse_spec_counters(text)
+        except ValueError:
+            return None
+
+    def identify(self) -> ServerInfo:
+        """Recognise the engine and read what it says about speculation.
+
+        Raises:
+            the errors of :meth:`models` (the one request that must succeed); the other
+            probes are best effort.
+        """
+        models = self.models()
+        evidence: list[str] = []
+        owners = {m.owned_by for m in models if m.owned_by}
+        engine = _engine_from_owners(owners)
+        if engine is not None:
+            evidence.append(f"/v1/models owned_by {sorted(owners)[0]!r}")
+        version: str | None = None
+        method: str | None = None
+        props = self._probe_json("/props")
+        if isinstance(props, dict) and "default_generation_settings" in props:
+            engine = Engine.LLAMA_SERVER
+            evidence.append("/props")
+            version = str(props.get("build_info")) if props.get("build_info") else None
+        if engine is Engine.LLAMA_SERVER:
+            # /props shows the default settings, whose drafter reads "none" until a
+            # request ran even on a server started with --spec-type (b1-0c1e570): /slots
+            # decides; its params name the drafter once a slot has served a request
+            method = self._llama_slots_method()
+        prefix, counters = self._metrics_probe()
+        if prefix:
+            evidence.append(f"/metrics prefix {prefix}:")
+            engine = engine or {"llamacpp": Engine.LLAMA_SERVER, "vllm": Engine.VLLM,
+                                "sglang": Engine.SGLANG}.get(prefix)
+        if engine in (None, Engine.VLLM, Engine.SGLANG):
+            ver = self._probe_json("/version")
+            if isinstance(ver, dict) and isinstance(ver.get("version"), str):
+                version = ver["version"]
+                evidence.append("/version")
+        if engine is None:
+            ollama = self._probe_json("/api/version")
+            if isinstance(ollama, dict) and isinstance(ollama.get("version"), str):
+                engine, version = Engine.OLLAMA, ollama["version"]
+                evidence.append("/api/version")
+        if engine is None and isinstance(self._probe_json("/api/v0/models"), dict):
+            engine = Engine.LM_STUDIO
+            evidence.append("/api/v0/models")
+        draft_max = None
+        if engine is Engine.LLAMA_SERVER and counters is not None and counters.accepted_per_pos:
+            draft_max = len(counters.accepted_per_pos)  # one series per position up to k
+        return ServerInfo(base_url=self.base_url, engine=engine or Engine.OPENAI_COMPATIBLE,
+                          version=version, models=models, metrics_prefix=prefix,
+                          speculation_method=method, draft_max=draft_max,
+                          evidence=tuple(evidence))
+
+    def refresh_speculation(self, info: ServerInfo) -> ServerInfo:
+        """``info`` with the drafter and k read again where they were unknown
+        (llama-server names them only after its first request); unchanged for other
+        engines or when both are known. Probes are best effort: a failure keeps ``info``."""
+        if info.engine is not Engine.LLAMA_SERVER or (
+                info.speculation_method is not None and info.draft_max is not None):
+            return info
+        try:
+            method = info.speculation_method or self._llama_slots_method()
+            draft_max = info.draft_max
+            if draft_max is None:
+                counters = self.spec_counters()
+                if counters is not None and counters.accepted_per_pos:
+                    draft_max = len(counters.accepted_per_pos)
+        except RemoteError:
+            return info
+        return dataclasses.replace(info, speculation_method=method, draft_max=draft_max)
+
+    def _llama_slots_method(self) -> str | None:
+        slots = self._probe_json("/slots")
+        if not isinstance(slots, list) or not slots:
+            return None
+        for slot in slots:
+            if isinstance(slot, dict) and isinstance(slot.get("params"), dict):
+                found = _llama_spec_types({"params": slot["params"]})
+                if found:
+                    return found
+        if all(isinstance(s, dict) and s.get("speculative") is False for s in slots):
+            return "none"
+        return None  # speculating, drafter not named yet
+
+    def _metrics_probe(self) -> tuple[str | None, SpecCounters | None]:
+        text = self.metrics_text()
+        if text is None:
+            self._metrics_prefix = None
+            return None, None
+        try:
+            counters = parse_spec_counters(text)
+            prefixes = metric_prefixes(text)
+        except ValueError:
+            self._metrics_prefix = None
+            return None, None
+        prefix = counters.prefix if counters else next(
+            (p for p in ("llamacpp", "vllm", "sglang") if p in prefixes), None)
+        self._metrics_prefix = counters.prefix if counters else None
+        return prefix, counters
+
+    # -- chat ----------------------------------------------------------------------
+    def stream_chat(self, model: str, messages: Sequence[ChatMessage], *,
+                    max_tokens: int | None = None, temperature: float | None = None,
+                    top_p: float | None = None, seed: int | None = None,
+                    stop: Sequence[str] = (), extra: Mapping[str, Any] | None = None,
+                    cancel: threading.Event | None = None,
+                    scrape_metrics: bool = True) -> Iterator[RemoteEvent]:
+        """Stream one chat reply: :class:`RemoteDelta` events, then one :class:`RemoteResult`.
+
+        Args:
+            model: a model id from :meth:`models` (llama-server requires the field).
+            messages: the conversation, oldest first.
+            max_tokens, temperature, top_p, seed, stop: OpenAI's request fields, sent
+                only when given.
+            extra: more request fields, sent as they are (for example llama-server's
+                ``speculative.n_max``).
+            cancel: set it to stop: the connection is closed (the server stops), and
+                the result says ``cancelled`` with the text received.
+            scrape_metrics: read ``/metrics`` just before and after the request for the
+                counters' change (skipped when the server has no speculation counters).
+
+        Raises:
+            ServerUnreachableError, ServerTimeoutError, ServerAuthError,
+            ServerHTTPError: before any text arrived.
+            StreamDroppedError: the stream broke, timed out, carried an error or
+                garbage after it began; ``partial_text`` holds what had arrived.
+            ServerProtocolError: the answer is not an OpenAI chat stream or completion.
+        """
+        body: dict[str, Any] = {"model": model, "messages": [dict(m) for m in messages],
+                                "stream": True, "stream_options": {"include_usage": True}}
+        for key, value in (("max_tokens", max_tokens), ("temperature", temperature),
+                           ("top_p", top_p), ("seed", seed)):
+            if value is not None:
+                body[key] = value
+        if stop:
+            body["stop"] = list(stop)
+        body.update(extra or {})
+        yield from self._measured_stream("/v1/chat/completions", body, cancel, scrape_metrics)
+
+    def stream_completion(self, model: str, prompt: str, *, max_tokens: int | None = None,
+                          temperature: float | None = None, top_p: float | None = None,
+                          seed: int | None = None, stop: Sequence[str] = (),
+                          extra: Mapping[str, Any] | None = None,
+                          cancel: threading.Event | None = None,
+                          scrape_metrics: bool = True) -> Iterator[RemoteEvent]:
+        """A plain completion of ``prompt`` (``POST /v1/completions``, no chat template),
+        streamed like :meth:`stream_chat`, with the same arguments and errors."""
+        body: dict[str, Any] = {"model": model, "prompt": prompt, "stream": True,
+                                "stream_options": {"include_usage": True}}
+        for key, value in (("max_tokens", max_tokens), ("temperature", temperature),
+                           ("top_p", top_p), ("seed", seed)):
+            if value is not None:
+                body[key] = value
+        if stop:
+            body["stop"] = list(stop)
+        body.update(extra or {})
+        yield from self._measured_stream("/v1/completions", body, cancel, scrape_metrics)
+
+    def _measured_stream(self, path: str, body: dict[str, Any],
+                         cancel: threading.Event | None,
+                         scrape_metrics: bool) -> Iterator[RemoteEvent]:
+        before = self._scrape() if scrape_metrics else None
+        state = _StreamState(model=str(body.get("model", "")))
+        t0 = time.perf_counter()
+        yield from self._run_stream(path, body, state, t0, cancel)
+        delta = None
+        if before is not None:
+            after = self._scrape()
+            delta = after.minus(before) if after is not None else None
+        yield state.result(t0, combine(from_response(state.final_fields), delta))
+
+    def _scrape(self) -> SpecCounters | None:
+        if self._metrics_prefix is None:
+            return None
+        try:
+            counters = self.spec_counters()
+        except RemoteError:
+            return None
+        if self._metrics_prefix is False:
+            self._metrics_prefix = counters.prefix if counters else None
+        return counters
+
+    def _run_stream(self, path: str, body: dict[str, Any], state: _StreamState, t0: float,
+                    cancel: threading.Event | None) -> Iterator[RemoteDelta]:
+        done = threading.Event()
+        watcher = self._cut_on_cancel(cancel, done)
+        try:
+            yield from self._read_stream(path, body, state, t0, cancel)
+        except (httpx.HTTPError, RemoteError, OSError):
+            if cancel is not None and cancel.is_set():
+                state.cancelled = True  # the connection was cut for the stop
+            else:
+                raise
+        finally:
+            done.set()
+            if watcher is not None:
+                watcher.join()
+            self._reopen_if_cut()
+        if not state.finished and not state.cancelled:
+            raise StreamDroppedError(
+                f"{self.base_url} ended the stream before the reply was complete; the "
+                "text received so far is kept.", partial_text=state.text)
+
+    def _read_stream(self, path: str, body: dict[str, Any], state: _StreamState, t0: float,
+                     cancel: threading.Event | None) -> Iterator[RemoteDelta]:
+        try:
+            with self._http.stream("POST", path, json=body,
+                                   headers={"Accept": "text/event-stream"}) as response:
+                if response.status_code != 200:
+                    response.read()
+                    raise self._status_error(response, "the chat request")
+                ctype = response.headers.get("content-type", "")
+                if ctype.startswith("application/json"):
+                    yield from state.whole_response(response.read(), t0, self.base_url)
+                    return
+                if not ctype.startswith("text/event-stream"):
+                    raise ServerProtocolError(f"{self.base_url} answered the chat request "
+                                              f"with {ctype or 'no content type'}, not a "
+                                              "stream of server-sent events.")
+                yield from state.read_events(response.iter_lines(), t0, cancel,
+                                             self.base_url)
+        except httpx.HTTPError as exc:
+            if not state.started:
+                raise self._translate(exc, "the chat request") from exc
+            raise StreamDroppedError(
+                f"The connection to {self.base_url} broke during the reply "
+                f"({type(exc).__name__}); the text received so far is kept.",
+                partial_text=state.text) from exc
+
+    def chat(self, model: str, messages: Sequence[ChatMessage],
+             **kwargs: Any) -> RemoteResult:
+        """:meth:`stream_chat` consumed to its result (same arguments and errors)."""
+        for event in self.stream_chat(model, messages, **kwargs):
+            if isinstance(event, RemoteResult):
+                return event
+        raise ServerProtocolError("the stream ended without a result")  # not reached
+
+
+def _engine_from_owners(owners: set[str]) -> Engine | None:
+    table = {"llamacpp": Engine.LLAMA_SERVER, "vllm": Engine.VLLM, "sglang": Engine.SGLANG,
+             "tandem": Engine.TANDEM, "library": Engine.OLLAMA,
+             "organization_owner": Engine.LM_STUDIO}
+    for owner in owners:
+        if owner.lower() in table:
+            return table[owner.lower()]
+    return None
+
+
+def _llama_spec_types(settings: Any) -> str | None:
+    """llama-server's ``speculative.types`` ("none,ngram-simple") → ``ngram-simple``;
+    ``none`` when only none; None when absent."""
+    if not isinstance(settings, dict) or not isinstance(settings.get("params"), dict):
+        return None
+    raw = settings["params"].get("speculative.types")
+    if not isinstance(raw, str) or not raw:
+        return None
+    kinds = [k for k in raw.split(",") if k and k != "none"]
+    return ",".join(kinds) if kinds else "none"
+
+
+@dataclass
+class _StreamState:
+    """What one stream has delivered so far (the reader's working state)."""
+
+    model: str
+    text: str = ""
+    chunks: int = 0
+    t_first: float | None = None
+    t_last: float | None = None
+    finish: str | None = None
+    finished: bool = False
+    cancelled: bool = False
+    final_fields: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def started(self) -> bool:
+        return self.t_first is not None or bool(self.final_fields)
+
+    def _garbage(self, base_url: str, what: str) -> StreamDroppedError:
+        return StreamDroppedError(f"{base_url} sent something that is not an "
+                                  f"OpenAI-compatible stream ({what}); the text "
+                                  "received so far is kept.", partial_text=self.text)
+
+    def read_events(self, lines: Iterator[str], t0: float,
+                    cancel: threading.Event | None, base_url: str) -> Iterator[RemoteDelta]:
+        """Server-sent events: ``data:`` lines joined until a blank line, ``[DONE]``
+        ends the stream; comments and other fields are ignored."""
+        data: list[str] = []
+        for line in lines:
+            if cancel is not None and cancel.is_set():
+                self.cancelled = True
+                return
+            if line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+                continue
+            if line.strip() or not data:
+                continue  # a comment, another field, or a blank line between events
+            payload, data = "\n".join(data), []
+            if payload.strip() == "[DONE]":
+                self.finished = True
+                return
+            delta = self._chunk(payload, t0, base_url)
+            if delta is not None:
+                yield delta
+        if data and "\n".join(data).strip() == "[DONE]":
+            self.finished = True
+
+    def _chunk(self, payload: str, t0: float, base_url: str) -> RemoteDelta | None:
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            raise self._garbage(base_url, f"not JSON: {payload[:80]!r}") from None
+        if not isinstance(chunk, dict):
+            raise self._garbage(base_url, "a chunk that is not an object")
+        if "error" in chunk:
+            err = chunk["error"]
+            message = err.get("message") if isinstance(err, dict) else err
+            raise StreamDroppedError(f"{base_url} reported an error during the reply: "
+                                     f"{str(message)[:300]}; the text received so far "
+                                     "is kept.", partial_text=self.text)
+        for key in ("timings", "usage", "metrics"):
+            if isinstance(chunk.get(key), dict):
+                self.final_fields[key] = chunk[key]
+        if isinstance(chunk.get("model"), str):
+            self.model = chunk["model"]
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            raise self._garbage(base_url, "a chunk without 'choices'")
+        if not choices:
+            return None
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise self._garbage(base_url, "a choice that is not an object")
+        if choice.get("finish_reason"):
+            self.finish = str(choice["finish_reason"])
+            self.finished = True  # some servers send [DONE] later or not at all
+        delta = choice.get("delta")
+        content = (delta.get("content") if isinstance(delta, dict)
+                   else choice.get("text"))  # a completion stream's chunks carry "text"
+        if not isinstance(content, str) or not content:
+            return None
+        now = time.perf_counter() - t0
+        if self.t_first is None:
+            self.t_first = now
+        self.t_last = now
+        self.chunks += 1
+        self.text += content
+        return RemoteDelta(text=content, t=now)
+
+    def whole_response(self, raw: bytes, t0: float, base_url: str) -> Iterator[RemoteDelta]:
+        """A server that answered one JSON completion although a stream was asked for."""
+        try:
+            body = json.loads(raw)
+            choice = body["choices"][0]
+            content = (choice["message"]["content"] if "message" in choice
+                       else choice["text"]) or ""
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ServerProtocolError(f"{base_url} answered the chat request with JSON "
+                                      "that is not a chat completion.") from None
+        for key in ("timings", "usage", "metrics"):
+            if isinstance(body.get(key), dict):
+                self.final_fields[key] = body[key]
+        self.finish = str(choice.get("finish_reason") or "stop")
+        self.finished = True
+        now = time.perf_counter() - t0
+        self.t_first = self.t_last = now
+        if content:
+            self.chunks = 1
+            self.text = str(content)
+            yield RemoteDelta(text=self.text, t=now)
+
+    def result(self, t0: float, figures: SpeculationFigures | None) -> RemoteResult:
+        total = time.perf_counter() - t0
+        usage = self.final_fields.get("usage") or {}
+        timings = self.final_fields.get("timings")
+        n_tokens, source = self.chunks, "chunks"
+        if isinstance(usage.get("completion_tokens"), int):
+            n_tokens, source = usage["completion_tokens"], "usage"
+        elif isinstance(timings, dict) and isinstance(timings.get("predicted_n"), int):
+            n_tokens, source = timings["predicted_n"], "timings"
+        finish: RemoteFinish = "cancelled" if self.cancelled else (
+            "length" if self.finish == "length" else "stop")
+        prompt = usage.get("prompt_tokens")
+        return RemoteResult(
+            text=self.text, finish_reason=finish, model=self.model, n_tokens=n_tokens,
+            token_count_source=source,  # type: ignore[arg-type]
+            prompt_tokens=prompt if isinstance(prompt, int) else None,
+            ttft=self.t_first if self.t_first is not None else total,
+            decode_time=(self.t_last - self.t_first)
+            if self.t_first is not None and self.t_last is not None else 0.0,
+            total_time=total, figures=figures,
+            server_timings=timings if isinstance(timings, dict) else None,
+        )

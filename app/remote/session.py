@@ -1,0 +1,156 @@
+"""A remote server as the session the chat service drives: the same events, the same
+reply record as a local model.
+
+:class:`RemoteSession` wraps a :class:`~app.remote.client.RemoteClient` and one model id.
+Its :meth:`~RemoteSession.chat` takes the engine's arguments (messages, sampling,
+speculation, cancel event) and yields the engine's events
+(:class:`~app.engine.events.TextDelta`, :class:`~app.engine.events.Finished`), so
+:class:`~app.chat.service.ChatService` streams, stores and cancels a remote reply
+exactly as a local one. The reply's :class:`~app.engine.stats.SpecStats` carries what
+Tandem measured on the stream (tokens, TTFT, decode time) and the server's speculation
+counts; everything that only the remote engine reports (its name, method, k, the scope
+of its figures, τ over drafting rounds, its own tok/s) sits in ``stats.extra["remote"]``
+(:func:`remote_extra`), so a stored reply keeps it.
+
+Speculation settings of the window do not reach the server (it speculates as it was
+started); sampling settings do (temperature, top-p, top-k and min-p where the server
+takes them, seed, max tokens, stop strings).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from app.engine.chat import ChatMessage
+from app.engine.events import Event, Finished, TextDelta
+from app.engine.stats import SpecStats, draft_length_advice
+from app.options import SamplingParams, SpecMode, SpeculationConfig
+from app.remote.client import RemoteClient, RemoteDelta, RemoteResult, ServerInfo
+from app.remote.errors import StreamDroppedError
+
+
+def remote_extra(info: ServerInfo, model: str, result: RemoteResult) -> dict[str, Any]:
+    """What the gauge, the history and ``--json`` keep about a remote reply (JSON-ready).
+
+    Keys: ``engine``, ``version``, ``base_url``, ``model``, ``method`` and ``draft_max``
+    (None: the server does not say), ``figures`` (:meth:`SpeculationFigures.to_dict
+    <app.remote.figures.SpeculationFigures.to_dict>`, None when the server reported
+    nothing about speculation), ``decode_tps`` and ``server_decode_tps`` (tokens/s),
+    ``ttft_s``, ``advice`` (:func:`~app.engine.stats.draft_length_advice`).
+    """
+    figures = result.figures
+    k = info.draft_max
+    advice = None
+    if figures is not None and figures.drafts is not None:
+        advice = draft_length_advice(figures.mean_acceptance_length, k, figures.drafts)
+    return {
+        "engine": info.engine.value,
+        "version": info.version,
+        "base_url": info.base_url,
+        "model": model,
+        "method": info.speculation_method,
+        "draft_max": k,
+        "figures": figures.to_dict() if figures is not None else None,
+        "decode_tps": result.decode_tps,
+        "server_decode_tps": result.server_decode_tps,
+        "ttft_s": result.ttft,
+        "token_count_source": result.token_count_source,
+        "advice": advice,
+    }
+
+
+def remote_stats(info: ServerInfo, model: str, result: RemoteResult) -> SpecStats:
+    """The reply record's statistics for a remote reply (see the module docstring).
+
+    ``proposed``/``verified`` are the server's draft tokens, ``accepted`` its accepted
+    ones, ``draft_rounds`` its drafts, ``accepted_at`` its per-position counts with
+    ``verified_at`` = drafts at every position (the server counts rounds, not
+    verifications per position). ``rounds`` stays 0: the server does not say how many
+    plain rounds it ran, so the local τ (emitted / rounds) is not computed from it.
+    """
+    f = result.figures
+    drafts = f.drafts if f is not None and f.drafts is not None else 0
+    per_pos = f.accepted_per_pos if f is not None else ()
+    return SpecStats(
+        mode=SpecMode.OFF,
+        draft_max=info.draft_max or 0,
+        prompt_tokens=result.prompt_tokens or 0,
+        emitted=result.n_tokens,
+        draft_rounds=drafts,
+        proposed=f.draft_tokens if f is not None else 0,
+        verified=f.draft_tokens if f is not None else 0,
+        accepted=f.accepted if f is not None else 0,
+        accepted_at=tuple(per_pos),
+        verified_at=(drafts,) * len(per_pos) if drafts else (),
+        ttft=result.ttft,
+        prefill_time=result.ttft,
+        decode_time=result.decode_time,
+        total_time=result.total_time,
+        extra={"remote": remote_extra(info, model, result)},
+    )
+
+
+class RemoteSession:
+    """One model on one server, driven like a local session.
+
+    Args:
+        client: the connection (closed by :meth:`close`).
+        info: what :meth:`RemoteClient.identify` found.
+        model: the model id requests name.
+    """
+
+    def __init__(self, client: RemoteClient, info: ServerInfo, model: str) -> None:
+        self.client = client
+        self.info = info
+        self.model = model
+        self.closed = False
+
+    @property
+    def name(self) -> str:
+        """``model @ host`` for window titles and logs (never the API key)."""
+        return f"{self.model} @ {self.info.base_url}"
+
+    def close(self) -> None:
+        """Close the connection; the session cannot be used after."""
+        self.closed = True
+        self.client.close()
+
+    def chat(self, messages: Sequence[ChatMessage], sampling: SamplingParams,
+             speculation: SpeculationConfig, cancel: threading.Event) -> Iterator[Event]:
+        """One reply to ``messages``: :class:`TextDelta` events, then one
+        :class:`Finished` (also when cancelled, with the text so far).
+
+        Raises:
+            RemoteError: the server failed before the reply ended. A stream that broke
+                raises :class:`StreamDroppedError` with the text received (the chat
+                service keeps what it already streamed).
+        """
+        del speculation  # the server speculates as it was started
+        body = [{"role": m.role, "content": m.content} for m in messages]
+        extra: dict[str, Any] = {"top_k": sampling.top_k, "min_p": sampling.min_p}
+        n_chunks = 0
+        for event in self.client.stream_chat(
+                self.model, body, max_tokens=sampling.max_tokens,
+                temperature=sampling.temperature, top_p=sampling.top_p,
+                seed=sampling.seed if sampling.seed >= 0 else None, stop=sampling.stop,
+                extra=extra, cancel=cancel):
+            if isinstance(event, RemoteDelta):
+                n_chunks += 1
+                yield TextDelta(text=event.text, from_draft=False, t=event.t,
+                                n_tokens=n_chunks)
+            else:
+                self.info = self.client.refresh_speculation(self.info)
+                yield self._finished(event, sampling)
+
+    def _finished(self, result: RemoteResult, sampling: SamplingParams) -> Finished:
+        stats = remote_stats(self.info, self.model, result)
+        note = None
+        if result.figures is None:
+            note = "The server reported nothing about speculation for this reply."
+        return Finished(reason=result.finish_reason, text=result.text, token_ids=(),
+                        token_times=(), stats=stats, seed=sampling.seed, note=note)
+
+
+__all__ = ["RemoteSession", "StreamDroppedError", "remote_extra", "remote_stats"]

@@ -1,0 +1,178 @@
+"""A server that is down, slow, answers garbage or drops a stream gets a clear error
+(a :class:`~app.remote.errors.RemoteError` written for the user) and the text already
+received is kept. Against a deliberately broken server on 127.0.0.1
+(:mod:`tests.remote.broken_server`)."""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from app.remote import (
+    RemoteClient,
+    RemoteDelta,
+    RemoteError,
+    RemoteResult,
+    ServerAuthError,
+    ServerHTTPError,
+    ServerProtocolError,
+    ServerTimeoutError,
+    ServerUnreachableError,
+    StreamDroppedError,
+)
+from tests.remote.broken_server import BrokenServer
+from tests.remote.llama_server import free_port
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def broken() -> Iterator[BrokenServer]:
+    server = BrokenServer()
+    yield server
+    server.stop()
+
+
+def _collect(client: RemoteClient) -> tuple[list[str], Exception | RemoteResult]:
+    texts: list[str] = []
+    try:
+        for event in client.stream_chat("broken", MESSAGES):
+            if isinstance(event, RemoteDelta):
+                texts.append(event.text)
+            else:
+                return texts, event
+    except RemoteError as exc:
+        return texts, exc
+    raise AssertionError("the stream ended without a result or an error")
+
+
+def test_a_good_stream_ends_with_its_result(broken: BrokenServer) -> None:
+    broken.mode = "ok"
+    with RemoteClient(broken.base_url) as client:
+        texts, result = _collect(client)
+    assert isinstance(result, RemoteResult)
+    assert texts == ["Hello", ", world"] and result.text == "Hello, world"
+    assert result.finish_reason == "stop" and result.token_count_source == "chunks"
+    assert result.figures is None  # this server reports nothing about speculation
+
+
+def test_nothing_listening_is_unreachable() -> None:
+    with RemoteClient(f"http://127.0.0.1:{free_port()}") as client:
+        with pytest.raises(ServerUnreachableError, match="Cannot reach"):
+            client.models()
+        with pytest.raises(ServerUnreachableError):
+            list(client.stream_chat("m", MESSAGES))
+
+
+@pytest.mark.parametrize(("mode", "error", "words"), [
+    ("models-garbage", ServerProtocolError, "did not answer JSON"),
+    ("models-401", ServerAuthError, "Invalid API Key"),
+])
+def test_model_list_failures(broken: BrokenServer, mode: str, error: type[Exception],
+                             words: str) -> None:
+    broken.mode = mode
+    with RemoteClient(broken.base_url, api_key="secret-key-123") as client:
+        with pytest.raises(error, match=words) as info:
+            client.models()
+    assert "secret-key-123" not in str(info.value)
+
+
+@pytest.mark.parametrize(("mode", "words"), [
+    ("garbage", "not an OpenAI-compatible stream"),
+    ("drop-close", "ended the stream before the reply was complete"),
+    ("drop-chunked", "connection to .* broke during the reply"),
+    ("error-event", "slot crashed"),
+])
+def test_a_broken_stream_keeps_the_text_received(broken: BrokenServer, mode: str,
+                                                 words: str) -> None:
+    broken.mode = mode
+    with RemoteClient(broken.base_url) as client:
+        texts, error = _collect(client)
+    assert texts == ["Hello", ", world"]
+    assert isinstance(error, StreamDroppedError)
+    assert error.partial_text == "Hello, world"
+    assert re.search(words, str(error))
+
+
+def test_an_error_status_before_the_stream_is_shown(broken: BrokenServer) -> None:
+    broken.mode = "chat-500"
+    with RemoteClient(broken.base_url) as client:
+        texts, error = _collect(client)
+    assert texts == [] and isinstance(error, ServerHTTPError)
+    assert error.status == 500 and "out of memory" in str(error)
+
+
+def test_a_whole_json_answer_is_taken_and_html_is_refused(broken: BrokenServer) -> None:
+    broken.mode = "json"
+    with RemoteClient(broken.base_url) as client:
+        texts, result = _collect(client)
+        assert isinstance(result, RemoteResult) and texts == ["whole"]
+        assert result.n_tokens == 1 and result.token_count_source == "usage"
+        broken.mode = "html"
+        texts, error = _collect(client)
+    assert isinstance(error, ServerProtocolError) and "text/html" in str(error)
+
+
+def test_a_silent_server_times_out_keeping_the_text(broken: BrokenServer) -> None:
+    broken.mode = "slow"
+    broken.release.clear()
+    try:
+        with RemoteClient(broken.base_url, read_timeout=0.5) as client:
+            texts, error = _collect(client)
+    finally:
+        broken.release.set()
+    assert texts == ["Hello", ", world"]
+    assert isinstance(error, StreamDroppedError) and error.partial_text == "Hello, world"
+    assert isinstance(error.__cause__, Exception)
+
+
+def test_a_server_that_never_answers_is_a_timeout() -> None:
+    """A listening socket that accepts connections (the kernel's backlog) and never
+    answers: the model list times out with a sentence, not a hang."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        with RemoteClient(url, read_timeout=0.5) as client:
+            with pytest.raises(ServerTimeoutError, match="sent nothing for 0.5 s"):
+                client.models()
+
+
+def test_bad_addresses_are_refused_clearly() -> None:
+    with pytest.raises(RemoteError, match="not a server address"):
+        RemoteClient("ftp://example.org")
+    with pytest.raises(RemoteError, match="not a server address"):
+        RemoteClient("http://")
+    assert RemoteClient("127.0.0.1:8080/v1/").base_url == "http://127.0.0.1:8080"
+
+
+def test_stop_does_not_wait_for_a_silent_server(broken: BrokenServer) -> None:
+    """The server sends two chunks, then nothing (read timeout 300 s): a stop set after
+    the second chunk ends the reply at once as cancelled, with its text, and the client
+    goes on working."""
+    import threading
+
+    broken.mode = "slow"
+    broken.release.clear()
+    cancel = threading.Event()
+    texts: list[str] = []
+    result = None
+    try:
+        with RemoteClient(broken.base_url) as client:
+            for event in client.stream_chat("broken", MESSAGES, cancel=cancel):
+                if isinstance(event, RemoteDelta):
+                    texts.append(event.text)
+                    if len(texts) == 2:
+                        cancel.set()
+                else:
+                    result = event
+            broken.release.set()
+            broken.mode = "ok"
+            again = client.chat("broken", MESSAGES)
+    finally:
+        broken.release.set()
+    assert isinstance(result, RemoteResult) and result.finish_reason == "cancelled"
+    assert result.text == "Hello, world" == again.text

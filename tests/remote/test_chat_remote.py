@@ -1,0 +1,164 @@
+"""A remote server through the chat service and the window's controller (no Qt): chat,
+stop, regenerate, edit and history as with a local model; a server that is down or
+drops a stream gets a clear message and the text already written is kept."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.chat.conversation import ChatController
+from app.chat.events import JobDone, ReplyResult, ReplyStreamed
+from app.chat.service import ChatService
+from app.options import SamplingParams, SpeculationConfig
+from app.remote import RemoteClient
+from app.store.history import HistoryStore
+from app.store.settings import Settings
+from tests.chat.fakes import Pump, RecordingView
+from tests.remote.broken_server import BrokenServer
+from tests.remote.llama_server import LlamaServer, free_port
+from tests.remote.test_llama_server import PROMPT
+
+
+class Rig:
+    """A controller on a real chat service (no local model), its store and view."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.settings = Settings()
+        self.settings.sampling = SamplingParams(temperature=0.0, max_tokens=40)
+        self.store = HistoryStore.open(tmp_path / "history.sqlite3")
+        self.service = ChatService(warm_up=None)
+        self.view = RecordingView()
+        self.pump = Pump(self.service)
+        self.c = ChatController(self.settings, self.store, self.service, self.view)
+
+    def connect(self, url: str, model: str | None = None) -> None:
+        self.c.connect_server(RemoteClient(url), model)
+        self.pump.until(self.c, lambda: not self.c.loading)
+
+    def reply_done(self) -> None:
+        self.pump.until(self.c, lambda: self.c.reply is None, timeout=120)
+
+    def stored(self) -> list[tuple[str, str, str, str | None]]:
+        cid = self.c.current_conversation
+        assert cid is not None
+        return [(m.role, m.content, m.status, m.finish_reason) for m in self.store.messages(cid)]
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    r = Rig(tmp_path)
+    yield r
+    r.c.close()
+
+
+@pytest.fixture(scope="module")
+def broken() -> Iterator[BrokenServer]:
+    server = BrokenServer()
+    yield server
+    server.stop()
+
+
+def test_chat_regenerate_edit_and_stop_on_llama_server(rig: Rig, llama_server: LlamaServer) -> None:
+    rig.connect(llama_server.base_url)
+    remote = rig.c.remote
+    assert remote is not None and remote.info.engine.value == "llama-server", rig.view.errors
+    assert rig.settings.remote.base_url == llama_server.base_url
+    assert rig.settings.remote.model == remote.model
+    assert rig.c.send_message(PROMPT)
+    rig.reply_done()
+    [(_, question, _, _), (role, text, status, reason)] = rig.stored()
+    assert question == PROMPT and role == "assistant" and text and status == "done"
+    assert reason in ("stop", "length")
+    cid = rig.c.current_conversation
+    assert cid is not None
+    msg = rig.store.messages(cid)[-1]
+    assert msg.stats is not None
+    extra = msg.stats["extra"]["remote"]
+    assert extra["engine"] == "llama-server" and extra["method"] == "ngram-simple"
+    figures = extra["figures"]
+    assert figures["draft_tokens"] == msg.stats["proposed"] > 0
+    assert figures["accepted"] == msg.stats["accepted"]
+    assert figures["scope"] == "request"
+    assert msg.stats["emitted"] > 0 and extra["decode_tps"] > 0
+    # regenerate: the reply is replaced, the question stays
+    assert rig.c.regenerate()
+    rig.reply_done()
+    assert [m[0] for m in rig.stored()] == ["user", "assistant"]
+    # edit: the question and everything after it are replaced
+    user_id = rig.store.messages(cid)[0].id
+    assert rig.c.begin_edit(user_id) == PROMPT
+    assert rig.c.send_message("Say hello.")
+    rig.reply_done()
+    assert [m[1] for m in rig.stored()][0] == "Say hello."
+    # stop while streaming: the text so far is kept as a cancelled reply
+    rig.settings.sampling = SamplingParams(temperature=0.0, max_tokens=400)
+    assert rig.c.send_message("Write a long story about a lighthouse keeper.")
+    reply = rig.c.reply
+    assert reply is not None
+    rig.pump.until(rig.c, lambda: bool(reply.text), timeout=120)
+    rig.c.stop_reply()
+    rig.reply_done()
+    last = rig.stored()[-1]
+    assert last[0] == "assistant" and last[1] and last[3] == "cancelled"
+    assert len(last[1]) >= len(reply.text) > 0
+
+
+def test_measurement_jobs_need_a_local_model(rig: Rig, broken: BrokenServer) -> None:
+    broken.mode = "ok"
+    rig.connect(broken.base_url)
+    assert rig.c.remote is not None and rig.c.remote.info.engine.value == "openai-compatible"
+    assert not rig.c.can_race()
+    assert "Racing needs a local model" in rig.view.errors[-1].title
+    job = rig.service.complete("hi", SamplingParams(), SpeculationConfig())
+    outcome = job.wait(30)
+    assert not isinstance(outcome, JobDone)
+    assert "need a model loaded in Tandem" in outcome.error.message
+
+
+def test_a_dropped_stream_keeps_the_text_and_says_why(rig: Rig, broken: BrokenServer) -> None:
+    broken.mode = "ok"
+    rig.connect(broken.base_url)
+    broken.mode = "drop-close"
+    assert rig.c.send_message("hi")
+    rig.reply_done()
+    assert rig.stored()[-1] == ("assistant", "Hello, world", "done", "error")
+    assert "ended the stream before the reply was complete" in rig.view.errors[-1].message
+    # the server comes back: the conversation goes on
+    broken.mode = "ok"
+    assert rig.c.send_message("again")
+    rig.reply_done()
+    assert rig.stored()[-1] == ("assistant", "Hello, world", "done", "stop")
+
+
+def test_a_server_that_is_down_is_said_clearly(rig: Rig) -> None:
+    rig.connect(f"http://127.0.0.1:{free_port()}")
+    assert rig.c.remote is None and rig.c.model_info is None
+    assert "Cannot reach" in rig.view.errors[-1].message
+
+
+def test_text_before_a_failure_reaches_the_consumer(broken: BrokenServer) -> None:
+    """The service sends the text it holds before a failure leaves (not only at its
+    30 ms batch ticks), so a consumer has all of it."""
+    service = ChatService(warm_up=None)
+    try:
+        broken.mode = "ok"
+        service.connect(RemoteClient(broken.base_url)).result(30)
+        broken.mode = "garbage"
+        from app.engine.chat import ChatMessage
+
+        job = service.reply([ChatMessage("user", "hi")], SamplingParams(), SpeculationConfig(),
+                            batch_s=3600.0)
+        events = list(job.events(timeout=30))
+        text = "".join(d.text for e in events if isinstance(e, ReplyStreamed) for d in e.deltas)
+        assert text == "Hello, world"
+        assert not isinstance(events[-1], JobDone)
+        broken.mode = "ok"
+        done = service.reply([ChatMessage("user", "hi")], SamplingParams(),
+                             SpeculationConfig()).result(30)
+        assert isinstance(done, ReplyResult) and done.finished.text == "Hello, world"
+        assert done.finished.note is not None and "nothing about speculation" in done.finished.note
+    finally:
+        service.shutdown()

@@ -1,0 +1,60 @@
+"""``python -m app generate --server`` and ``bench --server`` against the real
+llama-server of this folder (in-process through ``app.cli.main``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.cli import main
+from tests.remote.llama_server import LlamaServer
+from tests.remote.test_llama_server import PROMPT
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:  # type: ignore[type-arg]
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def _model(llama_server: LlamaServer) -> str:
+    import httpx
+
+    return str(httpx.get(llama_server.base_url + "/v1/models").json()["data"][0]["id"])
+
+
+def test_generate_server_json_carries_the_servers_acceptance(
+        capsys: pytest.CaptureFixture[str], llama_server: LlamaServer) -> None:
+    out = _json(capsys, "generate", "--server", llama_server.base_url + "/v1",
+                "--model", _model(llama_server), "--chat", "--temp", "0",
+                "--max-tokens", "48", PROMPT)
+    assert out["server"]["engine"] == "llama-server" and out["server"]["method"] == "ngram-simple"
+    stats = out["stats"]
+    assert stats["draft_n"] > 0 and stats["speculation_scope"] == "request"
+    assert stats["acceptance_rate"] == pytest.approx(stats["draft_n_accepted"] / stats["draft_n"])
+    assert sum(stats["accepted_per_pos"]) == stats["draft_n_accepted"]
+    assert stats["n_tokens"] > 0 and stats["decode_tps"] > 0 and out["text"]
+
+
+def test_bench_server_reports_medians_and_the_server_wide_change(
+        capsys: pytest.CaptureFixture[str], llama_server: LlamaServer) -> None:
+    out = _json(capsys, "bench", "--server", llama_server.base_url, "--model",
+                _model(llama_server), "--prompts", "builtin:code", "--limit", "2",
+                "--repeat", "1", "--max-tokens", "24", "--no-warmup", "-q")
+    assert out["summary"]["runs"] == len(out["runs"]) == 2
+    assert out["summary"]["decode_tps_median"] > 0
+    wide = out["server_wide"]
+    drafted = [r for r in out["runs"] if r["draft_n"] is not None]
+    assert wide["draft_tokens"] == sum(r["draft_n"] for r in drafted)
+
+
+def test_generate_server_refuses_compare_and_a_missing_key(
+        capsys: pytest.CaptureFixture[str], llama_server: LlamaServer) -> None:
+    assert main(["generate", "--server", llama_server.base_url, "--model", "m",
+                 "--compare", "x"]) == 2
+    assert "needs a local --model" in capsys.readouterr().err
+    assert main(["generate", "--server", llama_server.base_url, "--model", "m",
+                 "--api-key-env", "TANDEM_TEST_UNSET_KEY", "x"]) == 2
+    assert "not set" in capsys.readouterr().err

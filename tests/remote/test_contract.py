@@ -1,0 +1,104 @@
+"""Recorded contract: the parsers read what real engines produced, byte for byte.
+
+Each folder under ``tests/remote/data`` was written by ``bench/record_server_contract.py``
+against a running engine (its ``manifest.json`` names the engine, its version and the
+command). These tests need no server: they pin the field names, metric names and
+stream framing the parsers rely on, so a change in an engine's output shows up as a
+failing test when the fixtures are re-recorded for a new version.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.remote.client import _llama_spec_types, _StreamState
+from app.remote.figures import combine, from_response
+from app.remote.prometheus import metric_prefixes, parse_spec_counters
+
+DATA = Path(__file__).parent / "data"
+LLAMA = DATA / "llama-server-b1-0c1e570"
+
+
+def _stream(folder: Path) -> _StreamState:
+    state = _StreamState(model="m")
+    lines = iter((folder / "chat_stream.sse").read_text().splitlines())
+    deltas = list(state.read_events(lines, 0.0, None, "http://recorded"))
+    assert "".join(d.text for d in deltas) == state.text
+    return state
+
+
+def test_manifest_names_the_engine_and_version() -> None:
+    manifest = json.loads((LLAMA / "manifest.json").read_text())
+    assert manifest["engine"] == "llama-server"
+    assert manifest["version"] == "b1-0c1e570"
+    assert "--spec-type ngram-simple" in manifest["command"]
+    assert "--metrics" in manifest["command"]
+    props = json.loads((LLAMA / "props.json").read_text())
+    assert props["build_info"] == manifest["version"]
+
+
+def test_llama_server_stream_framing_and_final_timings() -> None:
+    state = _stream(LLAMA)
+    assert state.finished and state.finish == "length"
+    usage = state.final_fields["usage"]
+    timings = state.final_fields["timings"]
+    assert usage["completion_tokens"] == timings["predicted_n"] == 60
+    assert {"draft_n", "draft_n_accepted", "predicted_per_second", "prompt_ms"} <= set(timings)
+    result = state.result(0.0, None)
+    assert result.n_tokens == 60 and result.token_count_source == "usage"
+    assert result.text.strip()
+
+
+def test_llama_server_metrics_names_and_delta_match_the_response() -> None:
+    before = parse_spec_counters((LLAMA / "metrics_before.txt").read_text())
+    after = parse_spec_counters((LLAMA / "metrics_after_stream.txt").read_text())
+    assert before is not None and after is not None
+    assert after.prefix == "llamacpp"
+    assert metric_prefixes((LLAMA / "metrics_after_stream.txt").read_text()) == {"llamacpp"}
+    delta = after.minus(before)
+    response = from_response(_stream(LLAMA).final_fields)
+    assert response is not None and response.scope == "request"
+    assert (delta.draft_tokens, delta.accepted) == (response.draft_tokens, response.accepted)
+    assert delta.drafts > 0
+    assert sum(delta.accepted_per_pos) == delta.accepted
+    merged = combine(response, delta)
+    assert merged is not None
+    assert merged.source == "response+metrics" and merged.scope == "request"
+    assert merged.mean_acceptance_length == pytest.approx(1 + delta.accepted / delta.drafts)
+    assert merged.acceptance_rate == pytest.approx(response.accepted / response.draft_tokens)
+
+
+def test_llama_server_metrics_text_names() -> None:
+    text = (LLAMA / "metrics_after_stream.txt").read_text()
+    for name in ("llamacpp:spec_decode_num_draft_tokens_total",
+                 "llamacpp:spec_decode_num_accepted_tokens_total",
+                 "llamacpp:spec_decode_num_drafts_total",
+                 'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"}'):
+        assert name in text
+
+
+def test_llama_server_non_streamed_response_carries_timings() -> None:
+    body = json.loads((LLAMA / "chat.json").read_text())
+    figures = from_response(body)
+    before = parse_spec_counters((LLAMA / "metrics_after_stream.txt").read_text())
+    after = parse_spec_counters((LLAMA / "metrics_after_chat.txt").read_text())
+    assert before is not None and after is not None
+    delta = after.minus(before)
+    if figures is None:  # llama-server omits draft_n when the request drafted nothing
+        assert delta.draft_tokens == 0
+    else:
+        assert (figures.draft_tokens, figures.accepted) == (delta.draft_tokens, delta.accepted)
+
+
+def test_llama_server_props_and_slots_name_the_drafter() -> None:
+    props = json.loads((LLAMA / "props.json").read_text())
+    # /props reports the default settings before any request: no drafter named there
+    assert _llama_spec_types(props["default_generation_settings"]) in ("none", "ngram-simple")
+    slots = json.loads((LLAMA / "slots.json").read_text())
+    used = [s for s in slots if "params" in s]
+    assert used, "the slot that ran the requests shows its parameters"
+    assert _llama_spec_types({"params": used[0]["params"]}) == "ngram-simple"
+    assert all(s["speculative"] is True for s in slots)

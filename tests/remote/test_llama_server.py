@@ -1,0 +1,83 @@
+"""The remote client against a real llama-server (built from the app's llama.cpp) with
+n-gram speculation and ``--metrics``, started once for this module on 127.0.0.1."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from app.remote import Engine, RemoteClient, RemoteDelta, RemoteResult
+from tests.remote.llama_server import LlamaServer
+
+#: an answer that repeats its prompt, so the n-gram drafter drafts and gets accepted
+PROMPT = "Copy this list exactly, line by line:\n" + "apple banana cherry\n" * 6
+MESSAGES = [{"role": "user", "content": PROMPT}]
+
+
+@pytest.fixture
+def client(llama_server: LlamaServer) -> RemoteClient:
+    with RemoteClient(llama_server.base_url + "/v1") as c:
+        yield c  # type: ignore[misc]
+
+
+def test_identify_recognises_llama_server_and_its_drafter(client: RemoteClient) -> None:
+    info = client.identify()
+    assert info.engine is Engine.LLAMA_SERVER
+    assert info.version == "b1-0c1e570"
+    assert info.metrics_prefix == "llamacpp"
+    assert [m.id for m in info.models] and info.models[0].owned_by == "llamacpp"
+    # before any request /props shows only the default settings, and /metrics has no
+    # per-position series before the first accepted draft: after a reply that drafted,
+    # /slots names the drafter and the series give k
+    first = client.chat(info.models[0].id, MESSAGES, max_tokens=48, temperature=0)
+    assert first.figures is not None and first.figures.accepted > 0
+    info = client.identify()
+    assert info.speculation_method == "ngram-simple"
+    assert info.draft_max is not None and info.draft_max >= 1
+
+
+def test_streamed_reply_carries_tandem_timing_and_server_figures(client: RemoteClient) -> None:
+    model = client.models()[0].id
+    events = list(client.stream_chat(model, MESSAGES, max_tokens=48, temperature=0))
+    deltas = [e for e in events if isinstance(e, RemoteDelta)]
+    result = events[-1]
+    assert isinstance(result, RemoteResult)
+    assert all(isinstance(e, RemoteDelta) for e in events[:-1])
+    assert "".join(d.text for d in deltas) == result.text and result.text
+    assert [d.t for d in deltas] == sorted(d.t for d in deltas)
+    assert result.finish_reason in ("stop", "length")
+    assert result.token_count_source == "usage"
+    assert result.server_timings is not None
+    assert result.n_tokens == result.server_timings["predicted_n"]
+    assert result.ttft == deltas[0].t and result.decode_time == deltas[-1].t - deltas[0].t
+    assert result.decode_tps is not None and result.decode_tps > 0
+    figures = result.figures
+    assert figures is not None, "llama-server with --metrics reports speculation"
+    # this prompt makes the n-gram drafter draft; the /metrics change is this request's
+    assert figures.draft_tokens > 0
+    assert figures.source == "response+metrics" and figures.scope == "request"
+    assert figures.draft_tokens == result.server_timings["draft_n"]
+    assert figures.accepted == result.server_timings["draft_n_accepted"]
+    assert figures.drafts is not None and figures.drafts > 0
+    assert sum(figures.accepted_per_pos) == figures.accepted
+    assert figures.mean_acceptance_length == pytest.approx(1 + figures.accepted / figures.drafts)
+
+
+def test_cancel_closes_the_stream_and_keeps_the_text(client: RemoteClient) -> None:
+    model = client.models()[0].id
+    cancel = threading.Event()
+    received: list[str] = []
+    result = None
+    for event in client.stream_chat(model, MESSAGES, max_tokens=200, temperature=0,
+                                    cancel=cancel, scrape_metrics=False):
+        if isinstance(event, RemoteDelta):
+            received.append(event.text)
+            if len(received) == 3:
+                cancel.set()
+        else:
+            result = event
+    assert result is not None and result.finish_reason == "cancelled"
+    assert result.text == "".join(received) and len(received) == 3
+    after = client.chat(model, MESSAGES, max_tokens=4, temperature=0, scrape_metrics=False)
+    assert after.text  # the server goes on serving after a client hung up

@@ -1,0 +1,194 @@
+"""The window's side of remote engines: the gauge and the reply footer from a server's
+recorded figures (llama-server b1-0c1e570, tests/remote/data), the draft-length advice,
+the "Connect to a server…" dialog against a local OpenAI-compatible server, and where API
+keys go with and without a keyring backend."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import keyring
+import pytest
+from keyring.backend import KeyringBackend
+from keyring.backends import fail
+
+from app.engine.stats import SpecStats, draft_length_advice
+from app.remote.client import Engine, ServerInfo, _StreamState
+from app.remote.figures import combine, from_response
+from app.remote.prometheus import parse_spec_counters
+from app.remote.session import remote_stats
+from app.store.credentials import ApiKeyStore
+from app.ui.chat.chat_view import reply_footer
+from app.ui.connect_dialog import ConnectDialog
+from app.ui.gauge.gauge_panel import SpeculationGaugeWidget
+from tests.remote.broken_server import BrokenServer
+
+LLAMA = Path(__file__).resolve().parents[1] / "remote" / "data" / "llama-server-b1-0c1e570"
+INFO = ServerInfo(base_url="http://127.0.0.1:8080", engine=Engine.LLAMA_SERVER,
+                  version="b1-0c1e570", models=(), metrics_prefix="llamacpp",
+                  speculation_method="ngram-simple", draft_max=48)
+
+
+def recorded_stats() -> SpecStats:
+    """The statistics Tandem keeps for the recorded llama-server reply."""
+    state = _StreamState(model="m")
+    list(state.read_events(iter((LLAMA / "chat_stream.sse").read_text().splitlines()), 0.0,
+                           None, "http://recorded"))
+    before = parse_spec_counters((LLAMA / "metrics_before.txt").read_text())
+    after = parse_spec_counters((LLAMA / "metrics_after_stream.txt").read_text())
+    assert before is not None and after is not None
+    result = state.result(0.0, combine(from_response(state.final_fields), after.minus(before)))
+    return remote_stats(INFO, "m", result)
+
+
+def test_the_gauge_shows_the_servers_figures(qtbot) -> None:  # type: ignore[no-untyped-def]
+    stats = recorded_stats()
+    fig = stats.extra["remote"]["figures"]
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    g.begin_reply(None, 0, remote={"engine": "llama-server", "version": "b1-0c1e570",
+                                   "method": "ngram-simple", "draft_max": 48})
+    g.refresh()
+    assert "live" in g.mode_label.text() and "(when the reply ends)" in g.value_text("alpha")
+    g.end_reply(stats)
+    assert g.mode_label.text().startswith("llama-server b1-0c1e570 · ngram-simple · k = 48")
+    assert g.value_text("alpha") == (f"{fig['acceptance_rate'] * 100:.0f}%  "
+                                     f"({fig['accepted']}/{fig['draft_tokens']})")
+    assert g.value_text("tau") == f"{fig['mean_acceptance_length']:.2f} tok/round"
+    assert "servers do not report" in g.value_text("cost")
+    rates = g.bars.rates
+    assert rates and rates[0] == pytest.approx(fig["accepted_per_pos"][0] / fig["drafts"])
+    assert len(rates) < 48  # positions past the last accepted one are left out
+    footer = reply_footer(stats.to_dict(), "length")
+    assert "llama-server · ngram-simple" in footer and f"α {fig['acceptance_rate'] * 100:.0f}%" in footer
+
+
+def test_a_server_that_reports_nothing_says_so(qtbot) -> None:  # type: ignore[no-untyped-def]
+    stats = recorded_stats()
+    remote = dict(stats.extra["remote"], figures=None, method=None, draft_max=None)
+    plain = dataclasses.replace(stats, proposed=0, verified=0, accepted=0, accepted_at=(),
+                                verified_at=(), extra={"remote": remote})
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    g.end_reply(plain)
+    assert g.value_text("alpha") == "— (the server reports nothing)"
+    assert g.value_text("tau") == "— (the server reports nothing)"
+    assert "method unknown" in g.mode_label.text()
+    assert "no speculation figures from the server" in reply_footer(plain.to_dict(), "stop")
+    wide = dict(stats.extra["remote"], figures=dict(stats.extra["remote"]["figures"],
+                                                     scope="server-wide"))
+    g.end_reply(dataclasses.replace(stats, extra={"remote": wide}))
+    assert "server-wide" in g.value_text("alpha") and "server-wide" in g.value_text("tau")
+
+
+def test_draft_length_advice_for_local_and_remote(qtbot) -> None:  # type: ignore[no-untyped-def]
+    assert draft_length_advice(1.4, 4, 20) == "other-drafter-or-smaller-k"
+    assert draft_length_advice(4.6, 4, 20) == "larger-k"
+    assert draft_length_advice(3.0, 4, 20) is None
+    assert draft_length_advice(1.4, 4, 3) is None  # too few rounds to call it persistent
+    assert draft_length_advice(1.9, 1, 20) == "larger-k"  # k = 1 nearly always accepted
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    local = SpecStats(mode="prompt-lookup", draft_max=8, emitted=60, rounds=50,
+                      draft_rounds=40, verified=160, proposed=160, accepted=10,
+                      decode_time=1.0)
+    g.end_reply(local)
+    assert "try another drafter or a smaller k" in g.note_label.text()
+
+
+@pytest.fixture
+def broken() -> Iterator[BrokenServer]:
+    server = BrokenServer()
+    yield server
+    server.stop()
+
+
+class MemoryKeyring(KeyringBackend):
+    """A keyring backend that keeps passwords in a dict (the library's plugin interface),
+    so the test never touches the developer's real keyring."""
+
+    priority = 1  # type: ignore[assignment]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.store: dict[tuple[str, str], str] = {}
+
+    def get_password(self, service: str, username: str) -> str | None:
+        return self.store.get((service, username))
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        self.store[(service, username)] = password
+
+    def delete_password(self, service: str, username: str) -> None:
+        self.store.pop((service, username), None)
+
+
+@pytest.fixture
+def memory_keyring() -> Iterator[MemoryKeyring]:
+    previous = keyring.get_keyring()
+    backend = MemoryKeyring()
+    keyring.set_keyring(backend)
+    yield backend
+    keyring.set_keyring(previous)
+
+
+@pytest.fixture
+def no_keyring() -> Iterator[None]:
+    previous = keyring.get_keyring()
+    keyring.set_keyring(fail.Keyring())
+    yield
+    keyring.set_keyring(previous)
+
+
+def test_keys_go_to_the_keyring_or_stay_for_the_session(memory_keyring: MemoryKeyring) -> None:
+    store = ApiKeyStore()
+    assert store.persistent and "system keyring" in store.backend_note
+    assert store.save("http://h:1", "k1") is True
+    assert ApiKeyStore().load("http://h:1") == "k1"  # a new session reads the keyring
+    store.delete("http://h:1")
+    assert ApiKeyStore().load("http://h:1") is None and memory_keyring.store == {}
+
+
+def test_without_a_keyring_the_key_is_for_this_session_only(no_keyring: None) -> None:
+    store = ApiKeyStore()
+    assert not store.persistent and "this session only" in store.backend_note
+    assert store.save("http://h:1", "k1") is False
+    assert store.load("http://h:1") == "k1"
+    assert ApiKeyStore().load("http://h:1") is None
+
+
+def test_the_connect_dialog_lists_the_models(qtbot, broken: BrokenServer,  # type: ignore[no-untyped-def]
+                                             no_keyring: None) -> None:
+    keys = ApiKeyStore()
+    dialog = ConnectDialog(keys, broken.base_url, "broken")
+    qtbot.addWidget(dialog)
+    assert "this session only" in dialog.key_note.text()
+    dialog.key_edit.setText("secret")
+    dialog.list_models()
+    qtbot.waitUntil(lambda: dialog.model_combo.count() == 1, timeout=30_000)
+    assert dialog.buttons.button(dialog.buttons.StandardButton.Ok).isEnabled()
+    client, model = dialog.connection()
+    assert (client.base_url, model) == (broken.base_url, "broken")
+    assert keys.load(broken.base_url) == "secret"
+    client.close()
+    broken.mode = "models-401"
+    dialog.list_models()
+    qtbot.waitUntil(lambda: "Invalid API Key" in dialog.status_label.text(), timeout=30_000)
+    assert dialog.model_combo.count() == 0
+    assert not dialog.buttons.button(dialog.buttons.StandardButton.Ok).isEnabled()
+    dialog.reject()
+
+
+def test_connect_to_a_server_sits_beside_open_gguf(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from app.ui.model_bar import ModelBarWidget
+
+    bar = ModelBarWidget()
+    qtbot.addWidget(bar)
+    actions = [a.text() for a in bar.open_button.menu().actions()]
+    assert actions == ["Open GGUF…", "Connect to a server…"]
+    with qtbot.waitSignal(bar.connect_server_clicked, timeout=5000):
+        bar.connect_action.trigger()
+    with qtbot.waitSignal(bar.open_target_clicked, timeout=5000):
+        bar.open_button.click()
