@@ -152,3 +152,31 @@ def advice_words(code: str | None) -> str:
     """The draft-length advice for a code of ``draft_length_advice`` ("" for None or an
     unknown code)."""
     return ADVICE_WORDS.get(code or "", "")
+
+#: What each note of a server launch command (``app.catalog.server_command.ServeNote``,
+#: keyed by its value) says to the user, in the window and on the command line.
+SERVE_NOTE_WORDS: dict[str, str] = {
+    "vllm-needs-weights": (
+        "vLLM loads no GGUF files: replace the model with its Hugging Face repository "
+        "(safetensors weights) or a folder holding them."),
+    "local-path": "A model is named by its path on this machine: copy it to the server "
+                  "or change the path.",
+    "suffix-approximated": (
+        "llama.cpp has no suffix-tree drafter; ngram-mod, whose n-gram pool is shared "
+        "by all requests, is the nearest."),
+    "suffix-needs-arctic": "vLLM's suffix decoding needs `pip install arctic-inference` "
+                           "on the server.",
+    "mtp-needs-heads": "MTP needs a target whose weights carry multi-token-prediction "
+                       "heads (DeepSeek-V3, Qwen3-Next, GLM-4.5, MiMo …).",
+    "api-key-from-env": (
+        "The server listens on every interface and asks for a key: set TANDEM_SERVER_KEY "
+        "(e.g. `export TANDEM_SERVER_KEY=$(openssl rand -hex 24)`) before starting it, "
+        "and give Tandem the same key when you connect."),
+}
+
+
+def serve_note_words(note: str, *, api_key_env: str = "TANDEM_SERVER_KEY") -> str:
+    """The sentence for one launch-command note (its value); the API-key note names
+    ``api_key_env``. An unknown note is returned as it is."""
+    words = SERVE_NOTE_WORDS.get(note, note)
+    return words.replace("TANDEM_SERVER_KEY", api_key_env)

@@ -104,6 +104,8 @@ def collect_outputs(capsys: pytest.CaptureFixture[str], tmp_path: Path, tiny_tar
         server.stop()
     out["generate --server"], out["server"] = remote, remote["server"]
     out["remote stats"] = remote["stats"]
+    out["serve-command"] = run_json(capsys, "serve-command", "--model", str(target),
+                                    "--prompt-lookup", "--engine", "vllm")
     assert draft.is_file()
     return out
 

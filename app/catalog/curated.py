@@ -5,7 +5,9 @@ CPU, Qwen2.5 7B + 0.5B, Qwen3 8B + 0.6B, Gemma 3 with 270M and 1B, …), each
 side with its GGUF repository on the Hugging Face Hub and the file for every offered
 quantization. Sizes in the file are approximate; :mod:`app.catalog.hub` reads the real
 size and sha256 from the hub before a download and verifies the file against them.
-This module only loads and validates the data (pydantic, ``extra="forbid"``).
+Each model also names the repository of its original weights (``weights_repo``), for
+engines that serve no GGUF. This module only loads and validates the data (pydantic,
+``extra="forbid"``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from app.catalog.gguf_meta import split_part_names
 from app.errors import TandemError
+
+
+#: a Hugging Face repository id, ``owner/name``
+_REPO_PATTERN = r"^[A-Za-z0-9][\w.-]*/[\w.-]+$"
 
 
 class _Frozen(BaseModel):
@@ -56,10 +62,16 @@ class CuratedFile(_Frozen):
 
 
 class CuratedModel(_Frozen):
-    """One side of a pair: a model, its GGUF repository and the offered files."""
+    """One side of a pair: a model, its GGUF repository and the offered files.
+
+    ``weights_repo`` is the repository of the original weights the GGUF was converted
+    from (safetensors), for serving engines that do not read GGUF (vLLM 0.32 loads no
+    GGUF); :mod:`app.catalog.server_command` writes it into a vLLM launch command.
+    """
 
     name: str = Field(min_length=1)
-    repo: str = Field(pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+    repo: str = Field(pattern=_REPO_PATTERN)
+    weights_repo: str | None = Field(None, pattern=_REPO_PATTERN)
     license: str | None = None
     default_quant: str
     files: tuple[CuratedFile, ...] = Field(min_length=1)

@@ -9,6 +9,8 @@ Subcommands:
 * ``models``    — list, inspect, pair-check and download GGUF models (:mod:`app.cli.models`).
 * ``bench``     — speculation off vs on, interleaved, with medians (:mod:`app.cli.bench`).
 * ``serve``     — the local OpenAI-compatible API (:mod:`app.cli.serve`, :mod:`app.api`).
+* ``serve-command`` — the launch command for llama-server or vLLM on a bigger machine
+  (:mod:`app.cli.serve_command`, :mod:`app.catalog.server_command`).
 * ``install-launcher`` / ``uninstall-launcher`` — the desktop launcher
   (:mod:`app.cli.launcher`).
 
@@ -245,9 +247,9 @@ def _stream_reply(session: Any, args: argparse.Namespace, sampling: Any, spec: A
 
 def _feature_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Subcommands that live with their feature; each module adds its own parsers."""
-    from app.cli import bench, launcher, models, serve
+    from app.cli import bench, launcher, models, serve, serve_command
 
-    for module in (models, bench, serve, launcher):
+    for module in (models, bench, serve, serve_command, launcher):
         module.add_cli_parsers(sub)
 
 
