@@ -153,6 +153,7 @@ def advice_words(code: str | None) -> str:
     unknown code)."""
     return ADVICE_WORDS.get(code or "", "")
 
+
 #: What each note of a server launch command (``app.catalog.server_command.ServeNote``,
 #: keyed by its value) says to the user, in the window and on the command line.
 SERVE_NOTE_WORDS: dict[str, str] = {

@@ -330,6 +330,33 @@ def scene_default_k(shot: Callable[[str], None]) -> None:
     app.quit()
 
 
+def scene_server_command(shot: Callable[[str], None]) -> None:
+    """Server → Run this on a bigger machine…: the llama-server command for the loaded
+    SmolLM2 with prompt lookup, then the vLLM one with the weights repository typed in
+    (a local GGUF the catalog does not know)."""
+    from app.options import SamplingParams, SpecMode, SpeculationConfig
+    from app.store.settings import Settings
+    from app.ui.server_command_dialog import ServerCommandDialog
+
+    s = Settings()
+    s.model.target_path = SMOL
+    s.model.n_ctx = 2048
+    s.sampling = SamplingParams(temperature=0.0, max_tokens=60)
+    s.speculation = SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP, draft_max=8)
+    app, w = open_main_window(s)
+    dialog = w.show_server_command()
+    assert isinstance(dialog, ServerCommandDialog)
+    dialog.move(200, 140)
+    shot("server-command-llama.png")
+    dialog.engine_combo.setCurrentIndex(1)
+    dialog.repo_edit.setText("HuggingFaceTB/SmolLM2-135M-Instruct")
+    dialog.copy_button.click()
+    shot("server-command-vllm.png")
+    dialog.close()
+    w.close()
+    app.quit()
+
+
 API_PROMPT = ("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
               "def mul(a, b):\n    return a * b\n\ndef div(a, b):\n    return a / b\n\n"
               "class Calculator:\n    def add(self, a, b):\n        return a + b\n\n")
@@ -555,6 +582,8 @@ SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]
     "api": (scene_api, ("api-gauge.png", "api-panel.png")),
     "everyday": (scene_everyday, ("sampling-dry.png", "copy-confirmation.png", "help-menu.png",
                                   "library-no-duplicates.png")),
+    "server-command": (scene_server_command, ("server-command-llama.png",
+                                              "server-command-vllm.png")),
     "speed": (scene_speed, ("gauge-measured-busy.png", "sampling-threads.png", "race-busy.png")),
     "mtp": (scene_mtp, ("mtp-gauge.png", "mtp-picker.png")),
     "remote": (scene_remote, ("remote-gauge.png", "remote-connect.png")),

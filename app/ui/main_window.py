@@ -21,6 +21,7 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QCoreApplication, Qt, QTimer, Slot
 from PySide6.QtGui import QCloseEvent, QIcon
 from PySide6.QtWidgets import (
+    QDialog,
     QFileDialog,
     QLabel,
     QMainWindow,
@@ -205,7 +206,8 @@ class MainWindow(QMainWindow):
         sp.reload_clicked.connect(c.reload_model)
         self.window_actions = install_window_actions(
             self, new_chat=self.new_conversation, regenerate=self.regenerate,
-            stop=c.stop_reply, models=self.windows.open_model_picker)
+            stop=c.stop_reply, models=self.windows.open_model_picker,
+            run_elsewhere=self.show_server_command)
         self.about_action = self.window_actions.about
 
     def _restore_geometry(self) -> None:
@@ -330,6 +332,25 @@ class MainWindow(QMainWindow):
         else:
             self.chat.end_stream(reply.message_id, reply.text, reply.spans,
                                  reply_footer(None, "error", error.message))
+
+    def show_server_command(self) -> QDialog | None:
+        """Server → Run this on a bigger machine…: the launch command for the loaded
+        target and drafter (None, with a message, when no model is loaded)."""
+        from app.ui.server_command_dialog import ServerCommandDialog
+
+        info = self.controller.model_info
+        if info is None:
+            box = QMessageBox(QMessageBox.Icon.Information, "Run this on a bigger machine",
+                              "Load a target model first: the command starts the loaded "
+                              "target and drafter on a server.", parent=self)
+            box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            box.open()
+            return None
+        dialog = ServerCommandDialog(info.target_path, info.draft_path,
+                                     self.model_bar.speculation(), parent=self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
 
     def choose_draft_file(self) -> Path | None:
         return self._choose_gguf("Choose a draft model (same tokenizer as the target)")

@@ -5,7 +5,8 @@ the platform names none). Without a menu entry: Regenerate (Ctrl+R), Stop (Esc o
 Ctrl+., what macOS and many chat apps use for "stop"). Help: Keyboard shortcuts (the
 same table the shortcuts are made from), Documentation (the README of a source
 checkout), Open log folder, Report a problem… (copies the About details and opens the
-log folder), About Tandem (:class:`app.ui.about.AboutDialog`).
+log folder), About Tandem (:class:`app.ui.about.AboutDialog`). Server → Run this on a bigger
+machine… opens :class:`app.ui.server_command_dialog.ServerCommandDialog`.
 
 Qt's push buttons answer Space but not Enter outside dialogs; :class:`EnterPressesButtonFilter`
 makes Enter (and the keypad's Enter) press the focused button everywhere, as users expect.
@@ -65,8 +66,10 @@ def documentation_path() -> Path | None:
 
 def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object],
                            regenerate: Callable[[], object], stop: Callable[[], object],
-                           models: Callable[[], object]) -> WindowActions:
-    """Add the File and Help menus, the shortcuts, and Enter on buttons to ``window``."""
+                           models: Callable[[], object],
+                           run_elsewhere: Callable[[], object] | None = None) -> WindowActions:
+    """Add the File menu, the Server menu (when ``run_elsewhere`` is given), the Help
+    menu, the shortcuts, and Enter on buttons to ``window``."""
     file_menu = window.menuBar().addMenu("&File")
     shortcut_rows: list[tuple[str, str]] = []
 
@@ -92,6 +95,14 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
     quit_action.setMenuRole(QAction.MenuRole.QuitRole)
     shortcut_rows += [("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
                       ("Press the focused button", "Enter or Space")]
+
+    if run_elsewhere is not None:
+        server = window.menuBar().addMenu("&Server")
+        launch = server.addAction("Run this on a bigger machine…")
+        launch.setObjectName("runElsewhereAction")
+        launch.setToolTip("The llama-server or vLLM command that runs the loaded target "
+                          "and drafter on another machine")
+        launch.triggered.connect(lambda _checked=False: run_elsewhere())
 
     help_menu = window.menuBar().addMenu("&Help")
     shortcuts = help_menu.addAction("Keyboard shortcuts")
