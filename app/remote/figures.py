@@ -131,30 +131,51 @@ def _first(obj: Mapping[str, Any], *names: str) -> Any:
 def from_vllm_metrics(metrics: Mapping[str, Any]) -> SpeculationFigures | None:
     """Figures from vLLM's per-request ``metrics.speculative_decoding`` object.
 
-    Reads the counts under the names of vLLM's ``/metrics`` counters without the
-    ``spec_decode_`` prefix (``num_drafts``, ``num_draft_tokens``,
-    ``num_accepted_tokens``, ``num_accepted_tokens_per_pos``) and
-    ``mean_acceptance_length``; None when the draft and accepted counts are missing.
+    vLLM 0.32 (``--per-request-spec-decode-metrics summary``; recorded in
+    ``tests/remote/data/vllm-0.32.0``) sends ``num_draft_tokens``,
+    ``num_accepted_draft_tokens``, ``num_spec_steps`` (verification passes that carried a
+    draft), ``num_spec_tokens`` (k), ``mean_acceptance_length``, ``draft_acceptance_rate``
+    and ``acceptance_histogram`` (entry j: steps in which exactly j draft tokens were
+    accepted). The accepted count at draft position i is the number of steps that
+    accepted more than i tokens, ``sum(h[i+1:])``, which is how its ``/metrics``
+    per-position counter counts. The names of the ``/metrics`` counters without the
+    ``spec_decode_`` prefix (``num_drafts``, ``num_accepted_tokens``,
+    ``num_accepted_tokens_per_pos``) are read too. None when the draft and accepted
+    counts are missing.
     """
     spec = metrics.get("speculative_decoding")
     if not isinstance(spec, Mapping):
         return None
     draft_tokens = _int(_first(spec, "num_draft_tokens", "draft_tokens"))
-    accepted = _int(_first(spec, "num_accepted_tokens", "accepted_tokens"))
+    accepted = _int(_first(spec, "num_accepted_draft_tokens", "num_accepted_tokens",
+                           "accepted_tokens"))
     if draft_tokens is None or accepted is None:
         return None
     per_pos_raw = _first(spec, "num_accepted_tokens_per_pos", "accepted_tokens_per_pos")
     per_pos: tuple[int, ...] = ()
     if isinstance(per_pos_raw, list) and all(_int(v) is not None for v in per_pos_raw):
         per_pos = tuple(int(v) for v in per_pos_raw)
+    else:
+        per_pos = _per_pos_from_histogram(spec.get("acceptance_histogram"))
     tau = _first(spec, "mean_acceptance_length")
     return SpeculationFigures(
         source="response", scope="request", draft_tokens=draft_tokens,
-        accepted=min(accepted, draft_tokens), drafts=_int(_first(spec, "num_drafts", "drafts")),
+        accepted=min(accepted, draft_tokens),
+        drafts=_int(_first(spec, "num_spec_steps", "num_drafts", "drafts")),
         accepted_per_pos=per_pos,
         reported_mean_acceptance_length=float(tau) if isinstance(tau, (int, float))
         and not isinstance(tau, bool) and tau >= 1.0 else None,
     )
+
+
+def _per_pos_from_histogram(histogram: Any) -> tuple[int, ...]:
+    """Accepted tokens at each draft position from vLLM's ``acceptance_histogram``
+    (``h[j]`` steps accepted exactly j tokens): position i counts ``sum(h[i+1:])``.
+    Empty when the histogram is missing or not a list of counts."""
+    if not isinstance(histogram, list) or not all(_int(v) is not None for v in histogram):
+        return ()
+    counts = [int(v) for v in histogram]
+    return tuple(sum(counts[i + 1:]) for i in range(len(counts) - 1))
 
 
 def from_response(body: Mapping[str, Any]) -> SpeculationFigures | None:
