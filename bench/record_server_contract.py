@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, type=Path, help="folder to write")
     ap.add_argument("--command", default="", help="the command the server was started with")
     ap.add_argument("--max-tokens", type=int, default=60)
+    ap.add_argument("--prompt", default=PROMPT,
+                    help="the user message (default: a list to copy, which n-gram drafters "
+                         "draft perfectly; a prompt whose answer strays gives partial acceptance)")
     args = ap.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -48,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
             r = http.get(path)
             if r.status_code == 200:
                 (out / f"{name}.json").write_bytes(r.content)
-        body = {"model": model, "messages": [{"role": "user", "content": PROMPT}],
+        body = {"model": model, "messages": [{"role": "user", "content": args.prompt}],
                 "max_tokens": args.max_tokens, "temperature": 0}
         (out / "metrics_before.txt").write_bytes(http.get("/metrics").content)
         with http.stream("POST", "/v1/chat/completions",
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         if (out / "version.json").exists():
             version = json.loads((out / "version.json").read_text()).get("version")
     manifest = {"engine": args.engine, "version": version, "command": args.command,
-                "model": model, "prompt": PROMPT, "max_tokens": args.max_tokens,
+                "model": model, "prompt": args.prompt, "max_tokens": args.max_tokens,
                 "temperature": 0,
                 "recorded": datetime.datetime.now(datetime.timezone.utc).isoformat(
                     timespec="seconds")}
