@@ -14,6 +14,9 @@ It decides, from the command line alone and before Qt is imported, what this pro
 * The hidden first argument :data:`app.engine.probe.PROBE_ARG`: the GGUF probe's child
   process (:mod:`app.engine.probe`). A frozen app has no ``python -m``, so the probe
   launches the app's own executable with this argument.
+* The hidden first argument :data:`app.cli.crossover.RENDER_CHART_ARG` ``IN.json
+  OUT.png``: draw a serving-crossover chart (``bench --server … --out``) with the
+  window's chart, Qt offscreen; the CLI runs it as a child so that it holds no Qt.
 * The hidden first argument :data:`CHECK_SYSTEM_ARG`: print which of Qt's system
   libraries are missing and the install lines (exit 0 when none, 1 otherwise); the Linux
   tarball's install script runs it.
@@ -58,6 +61,14 @@ def main(argv: Sequence[str] | None = None, program: str | None = None) -> int:
 
     if args[:1] == [probe.PROBE_ARG]:
         return probe.child_main(args[1:])
+    if args[:1] and args[0].startswith("--tandem-render"):  # only then import the CLI
+        from app.cli.crossover import RENDER_CHART_ARG
+
+        if args[0] == RENDER_CHART_ARG:
+            # the CLI's crossover chart: drawn by the window's own chart, Qt offscreen
+            from app.ui.race.crossover_view import main as render_main
+
+            return render_main(args[1:])
     if args[:1] == [CHECK_SYSTEM_ARG]:
         from app import system_libs
 

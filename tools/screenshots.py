@@ -357,6 +357,34 @@ def scene_server_command(shot: Callable[[str], None]) -> None:
     app.quit()
 
 
+#: the crossover the "crossover" scene shows (``bench --server … --server-off … --out``)
+CROSSOVER_JSON = Path(os.environ.get("TANDEM_CROSSOVER_JSON", ROOT / "crossover.json"))
+
+
+def scene_crossover(shot: Callable[[str], None]) -> None:
+    """The race window's "Serving crossover" tab showing a saved crossover
+    (``$TANDEM_CROSSOVER_JSON``, default ``crossover.json`` in the repository)."""
+    from app.options import SamplingParams
+    from app.store.settings import Settings
+
+    s = Settings()
+    s.model.target_path = SMOL
+    s.model.n_ctx = 2048
+    s.sampling = SamplingParams(temperature=0.0, max_tokens=60)
+    app, w = open_main_window(s)
+    w.windows.open_race()
+    r = w.windows.race
+    assert r is not None
+    r.resize(1380, 840)
+    r.move(10, 40)
+    assert r.open_crossover(CROSSOVER_JSON)
+    r.raise_()
+    shot("race-crossover.png")
+    r.close()
+    w.close()
+    app.quit()
+
+
 API_PROMPT = ("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
               "def mul(a, b):\n    return a * b\n\ndef div(a, b):\n    return a / b\n\n"
               "class Calculator:\n    def add(self, a, b):\n        return a + b\n\n")
@@ -582,6 +610,7 @@ SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]
     "api": (scene_api, ("api-gauge.png", "api-panel.png")),
     "everyday": (scene_everyday, ("sampling-dry.png", "copy-confirmation.png", "help-menu.png",
                                   "library-no-duplicates.png")),
+    "crossover": (scene_crossover, ("race-crossover.png",)),
     "server-command": (scene_server_command, ("server-command-llama.png",
                                               "server-command-vllm.png")),
     "speed": (scene_speed, ("gauge-measured-busy.png", "sampling-threads.png", "race-busy.png")),

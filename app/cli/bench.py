@@ -2,7 +2,8 @@
 
 The measurement is :func:`app.engine.measure.bench.run_bench`; this module parses the
 options, loads the session, prints progress on stderr and the result on stdout (text,
-Markdown or JSON, worded by :mod:`app.cli.report`).
+Markdown or JSON, worded by :mod:`app.cli.report`). With ``--server`` and ``--server-off``
+it runs the serving crossover against two remote servers instead (:mod:`app.cli.crossover`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from app.cli.options import (
     session_config,
     speculation_configs,
 )
+from app.cli.crossover import add_crossover_args, run_server_bench
 from app.cli.json_output import print_json
 from app.cli.remote import add_server_args, run_remote_bench
 from app.cli.report import bench_json, bench_markdown, bench_text
@@ -80,14 +82,20 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument("--markdown", action="store_true", help="print a Markdown table")
     add_server_args(p)
+    add_crossover_args(p)
     p.set_defaults(handler=_run_bench_cli)
 
 
 def _run_bench_cli(args: argparse.Namespace) -> int:
+    if args.server_off:
+        return run_server_bench(args)
     if args.repeat < 1:
         raise TandemError("Invalid option: --repeat must be at least 1.")
     if args.max_tokens < 1:
         raise TandemError("Invalid option: --max-tokens must be at least 1.")
+    if args.model is None:
+        raise TandemError("Invalid option: bench needs --model (a GGUF here, or with "
+                          "--server the server's model id).")
     if args.server:
         cancel = threading.Event()
         return run_remote_bench(args, cancel)

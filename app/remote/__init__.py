@@ -7,7 +7,8 @@ what the server reports (a response's ``timings`` or ``metrics.speculative_decod
 the change of its ``/metrics`` counters around a request) into acceptance figures;
 :mod:`app.remote.prometheus` reads the Prometheus text those counters come in;
 :mod:`app.remote.errors` holds the errors a user sees when a server is down, slow, answers
-garbage or drops a stream.
+garbage or drops a stream; :mod:`app.remote.crossover` measures the serving crossover
+(speculation on vs off on two servers as concurrency grows).
 """
 
 from __future__ import annotations

@@ -70,6 +70,7 @@ from app.ui.qt_compat import apply_qt_workarounds
 from app.ui.race.calculator import SpeedupCalculatorWidget
 from app.ui.race.lookup_view import LookupEstimateWidget
 from app.ui.race.race_view import RaceViewWidget
+from app.ui.race.crossover_view import CrossoverWidget
 from app.ui.race.sweep_view import KSweepWidget
 from app.ui.service_bridge import ServiceBridge
 
@@ -315,10 +316,12 @@ class RaceWindow(QMainWindow):
         self.sweep_view = KSweepWidget()
         self.lookup_view = LookupEstimateWidget()
         self.calculator = SpeedupCalculatorWidget()
+        self.crossover_view = CrossoverWidget()
         self.tabs.addTab(self.race_view, "Race")
         self.tabs.addTab(self.sweep_view, "k sweep")
         self.tabs.addTab(self.lookup_view, "Is prompt lookup worth it?")
         self.tabs.addTab(self.calculator, "Calculator")
+        self.tabs.addTab(self.crossover_view, "Serving crossover")
         col.addWidget(self.tabs, 1)
         self.setCentralWidget(central)
 
@@ -328,6 +331,7 @@ class RaceWindow(QMainWindow):
         self.sweep_view.stop_clicked.connect(self._on_sweep_view_stop_clicked)
         self.sweep_view.apply_clicked.connect(self._on_sweep_view_apply_clicked)
         self.lookup_view.estimate_clicked.connect(self._on_lookup_view_estimate_clicked)
+        self.crossover_view.open_clicked.connect(self._on_crossover_view_open_clicked)
         self.prompt_combo.currentIndexChanged.connect(self._on_prompt_combo_current_index_changed)
         self.prompt_edit.textChanged.connect(self._on_prompt_edit_text_changed)
         self.drafter_combo.currentIndexChanged.connect(self._on_drafter_combo_current_index_changed)
@@ -716,6 +720,24 @@ class RaceWindow(QMainWindow):
             self.show_error(UserError("Export failed", str(exc)))
         else:
             self._show_message(f"Saved {path}.", "info")
+
+    def open_crossover(self, path: Path) -> bool:
+        """Show the serving crossover saved in ``path`` (``bench --server … --out``) in
+        its tab; a file that is not one gets a message. Returns whether it was shown."""
+        try:
+            self.crossover_view.load(path)
+        except TandemError as exc:
+            self.show_error(UserError("Cannot open the crossover", str(exc)))
+            return False
+        self.tabs.setCurrentWidget(self.crossover_view)
+        return True
+
+    @Slot()
+    def _on_crossover_view_open_clicked(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a serving crossover", str(Path.home()),
+                                              "Crossover JSON (*.json)")
+        if path:
+            self.open_crossover(Path(path))
 
     # -- other slots ------------------------------------------------------------------
     @Slot(int)
