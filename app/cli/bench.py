@@ -86,9 +86,8 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(handler=_run_bench_cli)
 
 
-def _run_bench_cli(args: argparse.Namespace) -> int:
-    if args.server_off:
-        return run_server_bench(args)
+def _check_bench_options(args: argparse.Namespace) -> None:
+    """Refuse counts below one and a bench without a model, in one sentence."""
     if args.repeat < 1:
         raise TandemError("Invalid option: --repeat must be at least 1.")
     if args.max_tokens < 1:
@@ -96,6 +95,12 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
     if args.model is None:
         raise TandemError("Invalid option: bench needs --model (a GGUF here, or with "
                           "--server the server's model id).")
+
+
+def _run_bench_cli(args: argparse.Namespace) -> int:
+    if args.server_off:
+        return run_server_bench(args)
+    _check_bench_options(args)
     if args.server:
         cancel = threading.Event()
         return run_remote_bench(args, cancel)

@@ -420,10 +420,12 @@ def run_crossover(plan: CrossoverPlan, cancel: threading.Event | None = None,
         levels.append((got["on"], got["off"]))
         if cancel.is_set():
             break
+    load_after = _load()
     return CrossoverResult(server_on=plan.server_on, server_off=plan.server_off,
                            model_on=model_on, model_off=model_off, max_tokens=plan.max_tokens,
                            prompt_set=plan.prompt_set, levels=tuple(levels), started_at=started,
-                           load_average=(load_before, _load()) if load_before is not None else None)
+                           load_average=(load_before, load_after)
+                           if load_before is not None and load_after is not None else None)
 
 
 def _load() -> float | None:
