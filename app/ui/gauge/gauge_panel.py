@@ -432,7 +432,7 @@ class SpeculationGaugeWidget(QFrame):
         self._stats = stats
         self._mode_known = True
         self.note_label.setText(stats.fallback_reason or "")
-        self._dirty = True
+        self.refresh()  # at once: nothing streams, and the last figures were cleared
 
     def show_no_reply(self) -> None:
         """Show no figures (a new chat, or a conversation without a measured reply): the
