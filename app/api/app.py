@@ -53,8 +53,9 @@ from app.api.protocol import (
 from app.api.replies import Reply, answer, error_response, stream
 from app.api.request_log import RequestLog
 from app.api.security import ApiKeyMiddleware, LoopbackHostMiddleware
-from app.chat.events import DraftChanged, JobDone, JobFailed, ModelInfo, ReplyResult
+from app.chat.events import DraftChanged, JobDone, JobFailed, ModelInfo
 from app.chat.service import ChatService, Job, QueueFullError
+from app.engine.reply import ReplyRecord
 from app.errors import TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 
@@ -159,11 +160,10 @@ class ApiState:
         def record(last: object) -> None:
             self.durations.append(time.monotonic() - started)
             del self.durations[:-50]
-            if isinstance(last, JobDone) and isinstance(last.value, ReplyResult):
-                fin = last.value.finished
-                self.log.update(job.id, status="cancelled" if fin.reason == "cancelled"
-                                else "done", finish_reason=fin.reason, stats=fin.stats,
-                                ended=time.time())
+            if isinstance(last, JobDone) and isinstance(last.value, ReplyRecord):
+                record = last.value
+                self.log.update(job.id, status="cancelled" if record.reason == "cancelled"
+                                else "done", reply=record, ended=time.time())
             elif isinstance(last, JobFailed):
                 self.log.update(job.id, status="failed", error=last.error.message,
                                 ended=time.time())
