@@ -115,9 +115,8 @@ class _SpecModes(type):
     def __call__(cls, value: object) -> SpecMode:
         if isinstance(value, SpecMode):
             return value
-        key = "off" if value == "plain" else value  # "plain": stats stored before "off"
-        if isinstance(key, str) and key in cls._members:
-            return cls._members[key]
+        if isinstance(value, str) and value in cls._members:
+            return cls._members[value]
         known = ", ".join(repr(str(m)) for m in cls)
         raise ValueError(f"{value!r} is not a drafter mode; the modes are {known}")
 
