@@ -37,6 +37,7 @@ from app.chat.conversation import ActiveReply, ChatController, open_history
 from app.chat.demo import GEMMA3, demo_available
 from app.chat.events import ModelInfo, UserError
 from app.chat.service import ChatService
+from app.engine.reply import ReplyRecord
 from app.engine.stats import SpecStats
 from app.options import SamplingParams, SpeculationConfig
 from app.store import paths
