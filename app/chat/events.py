@@ -63,8 +63,8 @@ class JobStarted:
 class JobDone:
     """Job ``job_id`` ended and returned ``value``: a :class:`ModelInfo` (load), a
     :class:`DraftChanged` (draft), a :class:`DemoPrepared` (demo), a
-    :class:`~app.engine.reply.ReplyRecord` (reply, completion; also when cancelled), a race recording, a k sweep result, a lookup
-    estimate, or whatever a ``task`` returned (None for unload)."""
+    :class:`~app.engine.reply.ReplyRecord` (reply, completion; also when cancelled), a
+    race recording, a k sweep result, a lookup estimate, or whatever a ``task`` returned (None for unload)."""
 
     job_id: int
     kind: JobKind

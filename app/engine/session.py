@@ -239,9 +239,16 @@ def check_loaded_pair(target: LlamaModel, draft: LlamaModel) -> PairResult:
 
 def _asked(events: Iterator[Event], messages: tuple[ChatMessage, ...],
            sampling: SamplingParams) -> Iterator[Event]:
-    """``events`` with the conversation and the sampling as asked in the final record."""
-    for ev in events:
-        yield ev.asked(messages=messages, sampling=sampling) if isinstance(ev, ReplyRecord) else ev
+    """``events`` with the conversation and the sampling as asked in the final record.
+    Closing it closes ``events`` (the session is free again at once)."""
+    try:
+        for ev in events:
+            yield (ev.asked(messages=messages, sampling=sampling)
+                   if isinstance(ev, ReplyRecord) else ev)
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
 
 
 class _Reply:

@@ -4,10 +4,10 @@ Each module declares its drafter once — a :class:`~app.options.DrafterInfo` (m
 what it needs, its options, whether Auto may pick it, its command-line switch, its words
 in the model picker), a ``create`` function and, for a drafter Auto may price by
 replaying earlier replies, a ``replay`` function — with :func:`register`, and leaves the
-result as a module-level ``KIND`` (a :class:`DrafterKind`). Importing this package imports every module in it, so a drafter
-added as a new module is in every list at once: :class:`~app.options.SpecMode`, the
-pickers, the command-line switches, Auto's candidates and the docs table come from the
-declarations, and :meth:`app.engine.session.Session` finds its drafter with
+result as a module-level ``KIND`` (a :class:`DrafterKind`). Importing this package
+imports every module in it, so a drafter added as a new module is in every list at once:
+:class:`~app.options.SpecMode`, the pickers, the command-line switches, the API's
+accepted modes, Auto's candidates and the docs table come from the declarations, and :meth:`app.engine.session.Session` finds its drafter with
 :func:`kind_for`. Adding a drafter touches one file here plus its tests.
 
 A ``create`` function gets the session as a :class:`DrafterHost` (the target, its
