@@ -267,9 +267,9 @@ def test_a_never_reading_stream_without_max_tokens_ends_at_the_servers_max_token
                        "messages": [{"role": "user", "content": "hi"}]}).encode()
     sock.sendall(_request("/v1/chat/completions", body))  # and never read
     done = s.job_done()
-    assert isinstance(done.value, ReplyResult)
-    assert done.value.finished.reason == "length"
-    assert done.value.finished.stats.emitted == 40
+    assert isinstance(done.value, ReplyRecord)
+    assert done.value.reason == "length"
+    assert done.value.stats.emitted == 40
     s.script.replies.append("next")
     r = httpx.post(s.url + "/chat/completions", json={
         "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
