@@ -86,6 +86,12 @@ class DrafterInfo:
         cli_flag: its command-line switch (``--suffix``); a drafter that needs a draft
             model takes the model's path after it.
         summary: one sentence for the docs table (:func:`drafter_table_markdown`).
+        picker_expect: the model picker's speedup column for it ("depends on
+            repetition"; a draft model's is computed).
+        picker_status: the picker's status column ("always available: …").
+        picker_tooltip: the picker row's tooltip.
+        explanation: a paragraph the picker shows when it is chosen (default:
+            ``summary``).
     """
 
     mode: str
@@ -97,6 +103,10 @@ class DrafterInfo:
     auto_rank: int | None = None
     cli_flag: str | None = None
     summary: str = ""
+    picker_expect: str = ""
+    picker_status: str = ""
+    picker_tooltip: str = ""
+    explanation: str = ""
 
 
 class _SpecModes(type):
@@ -115,9 +125,8 @@ class _SpecModes(type):
     def __call__(cls, value: object) -> SpecMode:
         if isinstance(value, SpecMode):
             return value
-        key = "off" if value == "plain" else value  # "plain": stats stored before "off"
-        if isinstance(key, str) and key in cls._members:
-            return cls._members[key]
+        if isinstance(value, str) and value in cls._members:
+            return cls._members[value]
         known = ", ".join(repr(str(m)) for m in cls)
         raise ValueError(f"{value!r} is not a drafter mode; the modes are {known}")
 
@@ -239,6 +248,22 @@ def declare_drafter(info: DrafterInfo) -> SpecMode:
     return mode
 
 
+def withdraw_drafter(mode: SpecMode | str) -> None:
+    """Take a drafter declared with :func:`declare_drafter` out of the vocabulary again
+    (:func:`app.engine.drafter_kinds.unregister`: a test's drafter, an unloaded plug-in).
+    Values of the mode made before stay equal to its word but no longer read back.
+
+    Raises:
+        ValueError: ``mode`` is unknown, off, auto, or a drafter declared in this module
+            (the settings' defaults use them).
+    """
+    mode = SpecMode(mode)
+    if mode in _OWN_TEXTS or mode in _BUILT_IN:
+        raise ValueError(f"the drafter mode {mode.value!r} cannot be withdrawn")
+    _INFOS.pop(mode, None)
+    SpecMode._members.pop(mode.value, None)
+
+
 def drafter_infos() -> tuple[DrafterInfo, ...]:
     """Every declared drafter, in declaration order (off and auto are no drafters)."""
     return tuple(_INFOS.values())
@@ -267,7 +292,16 @@ PROMPT_LOOKUP_INFO = DrafterInfo(
     mode="prompt-lookup", label="Prompt lookup", words="prompt lookup",
     needs=DrafterNeeds.NOTHING, default_k=FREE_DRAFTER_K, options=("ngram_min", "ngram_max"),
     auto_rank=1, cli_flag="--prompt-lookup",
-    summary="copies what followed the last n tokens earlier in the prompt or reply")
+    summary="copies what followed the last n tokens earlier in the prompt or reply",
+    picker_expect="depends on repetition",
+    picker_status="always available: drafts from text already in the chat",
+    picker_tooltip=("Drafts by matching the last tokens against the conversation "
+                    "(n-gram lookup); no second model. Best when the reply repeats "
+                    "the prompt: code edits, summaries, quotes."),
+    explanation=("Drafts come from the conversation itself: the last few tokens are looked "
+                 "up in the text so far and what followed them is proposed (n-gram lookup). "
+                 "No second model and nothing to check; it helps most when the reply "
+                 "repeats the prompt (code edits, summaries, quotes)."))
 DRAFT_MODEL_INFO = DrafterInfo(
     mode="draft-model", label="Draft model", words="draft model",
     needs=DrafterNeeds.DRAFT_MODEL, default_k=DRAFT_MODEL_K, options=("draft_p_min",),
@@ -277,10 +311,21 @@ SUFFIX_INFO = DrafterInfo(
     mode="suffix", label="Suffix lookup", words="suffix lookup",
     needs=DrafterNeeds.NOTHING, default_k=FREE_DRAFTER_K,
     options=("suffix_spec_factor", "suffix_min_prob"), auto_rank=0, cli_flag="--suffix",
-    summary="matches the conversation and earlier replies in a suffix index")
-declare_drafter(PROMPT_LOOKUP_INFO)
-declare_drafter(DRAFT_MODEL_INFO)
-declare_drafter(SUFFIX_INFO)
+    summary="matches the conversation and earlier replies in a suffix index",
+    picker_expect="depends on repetition",
+    picker_status="always available: drafts from this chat and earlier replies",
+    picker_tooltip=("Drafts by matching the text so far against this conversation "
+                    "and the replies of earlier ones (suffix decoding); no second "
+                    "model. Best for repeated work: tool calls, fixes to the same "
+                    "code, summaries."),
+    explanation=("Drafts come from this conversation and the replies of earlier ones: the "
+                 "longest match of the text so far is found in them and what most often "
+                 "followed it is proposed, as long as the match supports it (suffix "
+                 "decoding). No second model; it helps most with repeated work (tool "
+                 "calls, fixes to the same code, summaries)."))
+#: the drafters declared here: the settings' defaults use their words
+_BUILT_IN = frozenset(declare_drafter(i) for i in (PROMPT_LOOKUP_INFO, DRAFT_MODEL_INFO,
+                                                   SUFFIX_INFO))
 
 
 def default_draft_max(mode: SpecMode | str) -> int:

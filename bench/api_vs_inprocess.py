@@ -58,7 +58,7 @@ def in_process(service: ChatService, prompt: str, sampling: SamplingParams,
         elif isinstance(ev, JobDone):
             result = ev.value
     assert result is not None and first is not None and last is not None
-    stats = result.finished.stats
+    stats = result.stats
     span = last[0] - first[0]
     return {"tokens": stats.emitted,
             "consumer_tps": (stats.emitted - first[1]) / span if span > 0 else None,

@@ -26,7 +26,7 @@ from pathlib import Path
 from _common import SMOLLM, require_model
 
 from app.engine.chat import ChatMessage
-from app.engine.events import Finished
+from app.engine.reply import ReplyRecord
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 
@@ -72,7 +72,7 @@ def conversation(session: Session, sampling: SamplingParams, mode: SpecMode,
         messages.append(ChatMessage("user", question))
         fin = None
         for ev in session.chat(messages, sampling.with_changes(max_tokens=max_tokens), spec):
-            if isinstance(ev, Finished):
+            if isinstance(ev, ReplyRecord):
                 fin = ev
         assert fin is not None
         messages.append(ChatMessage("assistant", fin.text))

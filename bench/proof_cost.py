@@ -43,7 +43,7 @@ from typing import Any
 import _common  # puts the repo on sys.path
 
 from app.engine.divergence import SamplingTrace
-from app.engine.events import Finished
+from app.engine.reply import ReplyRecord
 from app.engine.measure.prompts import load_prompts, prepare_prompt
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpeculationConfig
@@ -56,7 +56,7 @@ def decode_tps(session: Session, tokens: list[int], sampling: SamplingParams,
     fin = None
     tr = SamplingTrace() if traced else None
     for ev in session.generate(tokens, sampling, spec, trace=tr, stats_interval=1e9):
-        if isinstance(ev, Finished):
+        if isinstance(ev, ReplyRecord):
             fin = ev
     assert fin is not None and fin.stats.decode_tps
     return fin.stats.decode_tps, len(tokens) / fin.stats.prefill_time

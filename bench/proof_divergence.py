@@ -32,7 +32,7 @@ from typing import Any
 import _common  # puts the repo on sys.path
 
 from app.engine.divergence import SamplingTrace, compare_traces
-from app.engine.events import Finished
+from app.engine.reply import ReplyRecord
 from app.engine.llama import LlamaContext, LlamaModel
 from app.engine.measure.prompts import load_prompts, prepare_prompt
 from app.engine.rounds import FAULTS
@@ -76,13 +76,13 @@ def open_session(args: argparse.Namespace) -> Session:
 
 
 def run_once(session: Session, tokens: list[int], sampling: SamplingParams,
-             spec: SpeculationConfig) -> tuple[Finished, SamplingTrace, float]:
+             spec: SpeculationConfig) -> tuple[ReplyRecord, SamplingTrace, float]:
     session.reset_cache()
     trace = SamplingTrace()
     fin = None
     t = time.perf_counter()
     for ev in session.generate(tokens, sampling, spec, trace=trace, stats_interval=1e9):
-        if isinstance(ev, Finished):
+        if isinstance(ev, ReplyRecord):
             fin = ev
     assert fin is not None
     return fin, trace, time.perf_counter() - t

@@ -36,7 +36,7 @@ BUSY_LOOP = "import time\nend = time.monotonic() + {limit}\nwhile time.monotonic
 def child(args: argparse.Namespace) -> int:
     """Load quietly, say "ready", wait for "go", decode, print one JSON line."""
     from app.engine.cpu import measure_other_cores
-    from app.engine.events import Finished
+    from app.engine.reply import ReplyRecord
     from app.engine.session import Session, SessionConfig
     from app.options import SamplingParams, SpeculationConfig
 
@@ -53,7 +53,7 @@ def child(args: argparse.Namespace) -> int:
     for _ in range(args.replies + 1):  # the first builds the graphs: not counted
         session.reset_cache()
         for ev in session.generate(prompt, sampling, SpeculationConfig()):
-            if isinstance(ev, Finished):
+            if isinstance(ev, ReplyRecord):
                 rates.append(ev.stats.decode_tps)
                 threads_seen.append(ev.stats.n_threads)
     session.close()

@@ -81,6 +81,18 @@ def gemma_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def gemma_q5_1(gemma_path: Path) -> Path:
+    """Gemma 3 270M with every matrix in Q5_1 (exact verification needs it), made once
+    next to the test model."""
+    from app.engine.exact import requantize
+
+    path = gemma_path.with_name("gemma-3-270m-q5_1.gguf")
+    if not path.is_file():
+        requantize(gemma_path, path, "Q5_1")
+    return path
+
+
+@pytest.fixture(scope="session")
 def smollm_path() -> Path:
     """SmolLM2-135M-Instruct Q4_1 (BPE vocabulary of 49,152 tokens, ChatML template)."""
     path = MODELS / SMOLLM

@@ -53,10 +53,11 @@ from app.api.protocol import (
 from app.api.replies import Reply, answer, error_response, stream
 from app.api.request_log import RequestLog
 from app.api.security import ApiKeyMiddleware, LoopbackHostMiddleware
-from app.chat.events import DraftChanged, JobDone, JobFailed, ModelInfo, ReplyResult
+from app.chat.events import DraftChanged, JobDone, JobFailed, ModelInfo
 from app.chat.service import ChatService, Job, QueueFullError
+from app.engine.reply import ReplyRecord
 from app.errors import TandemError
-from app.options import SamplingParams, SpecMode, SpeculationConfig
+from app.options import DrafterNeeds, SamplingParams, SpecMode, SpeculationConfig
 
 #: the default request body limit, bytes (a 32k-token conversation is about 130 KB)
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -159,11 +160,10 @@ class ApiState:
         def record(last: object) -> None:
             self.durations.append(time.monotonic() - started)
             del self.durations[:-50]
-            if isinstance(last, JobDone) and isinstance(last.value, ReplyResult):
-                fin = last.value.finished
-                self.log.update(job.id, status="cancelled" if fin.reason == "cancelled"
-                                else "done", finish_reason=fin.reason, stats=fin.stats,
-                                ended=time.time())
+            if isinstance(last, JobDone) and isinstance(last.value, ReplyRecord):
+                record = last.value
+                self.log.update(job.id, status="cancelled" if record.reason == "cancelled"
+                                else "done", reply=record, ended=time.time())
             elif isinstance(last, JobFailed):
                 self.log.update(job.id, status="failed", error=last.error.message,
                                 ended=time.time())
@@ -279,9 +279,10 @@ def _parse(state: ApiState, body: bytes, endpoint: str) -> tuple[GenerationReque
     req = parse(body, sampling, speculation, max_tokens_default=min(sampling.max_tokens,
                                                                     info.n_ctx))
     state.current_model(req.model)
-    if req.speculation.mode is SpecMode.DRAFT_MODEL and info.draft_path is None:
-        raise ApiError(400, "'speculation.mode' is 'draft-model' but this server has "
-                       "no draft model loaded.", param="speculation.mode",
+    needs = req.speculation.mode.info.needs if req.speculation.mode.info else None
+    if needs is DrafterNeeds.DRAFT_MODEL and info.draft_path is None:
+        raise ApiError(400, f"'speculation.mode' is '{req.speculation.mode.value}' but this "
+                       "server has no draft model loaded.", param="speculation.mode",
                        code="invalid_value")
     return req, info
 

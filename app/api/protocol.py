@@ -29,6 +29,7 @@ import pydantic_core
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from app.engine.chat import ChatMessage
+from app.engine.reply import ReplyRecord
 from app.engine.stats import SpecStats
 from app.options import SamplingParams, SpeculationConfig
 
@@ -233,12 +234,8 @@ def _sampling(body: _Common, default: SamplingParams, max_tokens_default: int) -
         if field == "max_tokens":
             field = "max_completion_tokens" if body.max_completion_tokens is not None \
                 else "max_tokens"
-        return _raise(ApiError(400, f"Invalid value for '{field}': {err.get('msg', '')}.",
-                               param=field, code="invalid_value"))
-
-
-def _raise(error: ApiError) -> Any:
-    raise error
+        raise ApiError(400, f"Invalid value for '{field}': {err.get('msg', '')}.",
+                       param=field, code="invalid_value") from None
 
 
 def _speculation(body: _Common, default: SpeculationConfig) -> SpeculationConfig:
@@ -396,17 +393,18 @@ def timings(stats: SpecStats) -> dict[str, Any]:
     }
 
 
-def tandem_figures(stats: SpecStats, speculation: SpeculationConfig, *, finish_reason: str,
-                   seed: int, note: str | None) -> dict[str, Any]:
+def tandem_figures(record: ReplyRecord) -> dict[str, Any]:
     """Tandem's own figures for one reply (the ``tandem`` object next to ``timings``):
-    the drafter ``mode``, the draft length ``draft_max`` (k) and whether it was
-    ``adaptive``, the acceptance rate α, the mean acceptance length τ, the mean draft
-    length, the draft cost ratio c, the predicted speedup, rounds, verified draft tokens,
-    TTFT in ms, end-to-end tok/s, the engine's finish reason, the seed used and a note."""
+    the drafter ``mode``, the draft length ``draft_max`` (k) and whether the request
+    asked for it to be ``adaptive``, the acceptance rate α, the mean acceptance length τ,
+    the mean draft length, the draft cost ratio c, the predicted speedup, rounds,
+    verified draft tokens, TTFT in ms, end-to-end tok/s, the engine's finish reason, the
+    seed used and a note."""
+    stats = record.stats
     return {
         "mode": stats.mode.value,
         "draft_max": stats.draft_max,
-        "adaptive": speculation.adaptive,
+        "adaptive": record.request.speculation.adaptive,
         "acceptance_rate": stats.acceptance_rate,
         "mean_acceptance_length": stats.mean_acceptance_length,
         "mean_draft_length": stats.mean_draft_length,
@@ -416,9 +414,9 @@ def tandem_figures(stats: SpecStats, speculation: SpeculationConfig, *, finish_r
         "draft_verified": stats.verified,
         "ttft_ms": stats.ttft * 1000.0,
         "end_to_end_per_second": stats.end_to_end_tps,
-        "finish_reason": finish_reason,
-        "seed": seed,
-        "note": note or stats.fallback_reason,
+        "finish_reason": record.reason,
+        "seed": record.seed,
+        "note": record.note or stats.fallback_reason,
     }
 
 

@@ -42,11 +42,11 @@ from app.chat.events import (
     JobDone,
     JobFailed,
     JobStarted,
-    ReplyResult,
     ReplyStats,
     ReplyStreamed,
 )
 from app.chat.service import Job
+from app.engine.reply import ReplyRecord
 from app.errors import ContextOverflowError, ModelNotLoadedError, TandemError
 
 log = logging.getLogger(__name__)
@@ -144,11 +144,8 @@ def failure(event: JobFailed) -> ApiError:
     return ApiError(500, f"{event.error.title}: {event.error.message}", type="server_error")
 
 
-def _figures(result: ReplyResult, req: GenerationRequest) -> dict[str, Any]:
-    fin = result.finished
-    return {"timings": timings(fin.stats),
-            "tandem": tandem_figures(fin.stats, req.speculation, finish_reason=fin.reason,
-                                     seed=fin.seed, note=fin.note)}
+def _figures(record: ReplyRecord) -> dict[str, Any]:
+    return {"timings": timings(record.stats), "tandem": tandem_figures(record)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,8 +193,8 @@ async def answer(request: Request, reply: Reply) -> Response:
     event = events[-1]
     if isinstance(event, JobFailed):
         return error_response(failure(event))
-    assert isinstance(event, JobDone) and isinstance(event.value, ReplyResult)
-    fin = event.value.finished
+    assert isinstance(event, JobDone) and isinstance(event.value, ReplyRecord)
+    fin = event.value
     finish = openai_finish_reason(fin.reason)
     if reply.endpoint == "chat":
         choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant",
@@ -210,7 +207,7 @@ async def answer(request: Request, reply: Reply) -> Response:
     return JSONResponse({"id": prefix + uuid.uuid4().hex, "object": obj,
                          "created": int(time.time()), "model": reply.model,
                          "choices": [choice], "usage": usage(fin.stats),
-                         **_figures(event.value, reply.req)})
+                         **_figures(fin)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,13 +270,12 @@ async def _sse_events(feed: JobFeed, reply: Reply, head: list[object],
                 return
             if isinstance(end, JobDone):
                 complete = True
-                result = end.value
-                assert isinstance(result, ReplyResult)
-                figures = _figures(result, reply.req)
-                yield framing.text(None, openai_finish_reason(result.finished.reason),
-                                   **figures)
+                record = end.value
+                assert isinstance(record, ReplyRecord)
+                figures = _figures(record)
+                yield framing.text(None, openai_finish_reason(record.reason), **figures)
                 if reply.req.include_usage:
-                    yield framing.data({"choices": [], "usage": usage(result.finished.stats),
+                    yield framing.data({"choices": [], "usage": usage(record.stats),
                                         **figures})
                 yield ServerSentEvent(data="[DONE]")
                 return

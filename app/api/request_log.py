@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any
 
+from app.engine.reply import ReplyRecord
 from app.engine.stats import SpecStats
 
 #: requests kept in the log
@@ -29,9 +30,7 @@ class ApiRequestRecord:
     ``job_id``: the service job that ran it; ``endpoint``: ``chat`` or ``completion``;
     ``received``: wall-clock time it arrived (``time.time()``); ``status``: ``queued``,
     ``running``, ``done``, ``failed`` or ``cancelled`` (the client disconnected or the
-    server stopped); ``finish_reason``: the engine's (``stop``, ``length``,
-    ``cancelled``), None until done; ``stats``: the final (or latest) statistics;
-    ``disconnected``: the client went away before the answer was complete;
+    server stopped); ``disconnected``: the client went away before the answer was complete;
     ``disconnected_at``: wall-clock time the server learned it (and cancelled the job);
     ``ended``: wall-clock time the job ended (None until then).
     """
@@ -41,12 +40,21 @@ class ApiRequestRecord:
     stream: bool
     received: float
     status: str = "queued"
-    finish_reason: str | None = None
-    stats: SpecStats | None = None
+    reply: ReplyRecord | None = None
     error: str | None = None
     disconnected: bool = False
     disconnected_at: float | None = None
     ended: float | None = None
+
+    @property
+    def finish_reason(self) -> str | None:
+        """The engine's (``stop``, ``length``, ``cancelled``), None until done."""
+        return self.reply.reason if self.reply is not None else None
+
+    @property
+    def stats(self) -> SpecStats | None:
+        """The reply's final statistics, None until done."""
+        return self.reply.stats if self.reply is not None else None
 
     @property
     def tokens(self) -> int:

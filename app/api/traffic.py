@@ -10,14 +10,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from app.chat.events import (
-    JobDone,
-    JobFailed,
-    JobStarted,
-    ReplyResult,
-    ReplyStats,
-    ReplyStreamed,
-)
+from app.chat.events import JobDone, JobFailed, JobStarted, ReplyStats, ReplyStreamed
+from app.engine.reply import ReplyRecord
 from app.engine.stats import SpecStats
 
 
@@ -49,18 +43,29 @@ class ApiReplyStatsChanged:
 
 @dataclass(frozen=True, slots=True)
 class ApiReplyEnded:
-    """An API job ended. ``stats`` is None when it failed (``error`` says why)."""
+    """An API job ended (``ended``: wall-clock time, ``time.time()``). ``reply``: its
+    record, with the request's own sampling and speculation; None when it failed
+    (``error`` says why)."""
 
     job_id: int
     endpoint: str
     ended: float
-    finish_reason: str
-    stats: SpecStats | None
+    reply: ReplyRecord | None
     error: str | None = None
 
     @property
+    def finish_reason(self) -> str:
+        """The engine's finish reason, or ``error``."""
+        return self.reply.reason if self.reply is not None else "error"
+
+    @property
+    def stats(self) -> SpecStats | None:
+        """The reply's final statistics (None when it failed)."""
+        return self.reply.stats if self.reply is not None else None
+
+    @property
     def tokens(self) -> int:
-        return self.stats.emitted if self.stats is not None else 0
+        return self.reply.stats.emitted if self.reply is not None else 0
 
 
 ApiTrafficUpdate = ApiReplyBegan | ApiReplyTokens | ApiReplyStatsChanged | ApiReplyEnded
@@ -96,12 +101,10 @@ class ApiTrafficFollower:
             return ApiReplyStatsChanged(job_id, event.stats)
         if isinstance(event, JobDone):
             endpoint = self._jobs.pop(job_id)
-            if isinstance(event.value, ReplyResult):
-                fin = event.value.finished
-                return ApiReplyEnded(job_id, endpoint, time.time(), fin.reason, fin.stats)
-            return ApiReplyEnded(job_id, endpoint, time.time(), "error", None, "no result")
+            if isinstance(event.value, ReplyRecord):
+                return ApiReplyEnded(job_id, endpoint, time.time(), event.value)
+            return ApiReplyEnded(job_id, endpoint, time.time(), None, "no result")
         if isinstance(event, JobFailed):
             endpoint = self._jobs.pop(job_id)
-            return ApiReplyEnded(job_id, endpoint, time.time(), "error", None,
-                                 event.error.message)
+            return ApiReplyEnded(job_id, endpoint, time.time(), None, event.error.message)
         return None

@@ -37,19 +37,19 @@ from app.chat.events import (
     LoadProgressed,
     ModelInfo,
     RemoteConnected,
-    ReplyResult,
     ReplyStats,
     ReplyStreamed,
     UserError,
     remote_model_info,
     remote_model_label,
 )
-from app.chat.reply import ReplyBuffer, clip_spans
+from app.chat.reply import ReplyBuffer
 from app.chat.service import ChatService, Job
 from app.catalog.library import remember_opened_model
 from app.engine.chat import ChatMessage
 from app.engine.session import SessionConfig
 from app.engine.auto import ReplyObservation
+from app.engine.reply import ReplyRecord, clip_spans
 from app.engine.stats import SpecStats
 from app.engine.suffix import DEFAULT_MAX_REPLIES
 from app.errors import TandemError
@@ -78,7 +78,8 @@ class ActiveReply:
     """The reply being generated for the window (consumer thread only).
 
     ``conversation_id`` is −1 once its conversation was deleted (nothing more is
-    written). ``speculation``: what the reply was asked to use.
+    written). ``speculation``: what the reply was asked to use. ``record``: the engine's
+    record of the reply once it finished (:class:`~app.engine.reply.ReplyRecord`).
     """
 
     job: Job
@@ -87,6 +88,7 @@ class ActiveReply:
     speculation: SpeculationConfig
     buffer: ReplyBuffer = field(default_factory=ReplyBuffer)
     stats: SpecStats | None = None
+    record: ReplyRecord | None = None
 
     @property
     def text(self) -> str:
@@ -149,7 +151,7 @@ class ChatView(Protocol):
     def reply_stats(self, reply: ActiveReply) -> None:
         """New statistics (``reply.stats``)."""
 
-    def reply_finished(self, reply: ActiveReply, result: ReplyResult,
+    def reply_finished(self, reply: ActiveReply, record: ReplyRecord,
                        stored: StoredMessage | None) -> None:
         """The reply ended (stop, length or cancelled); ``stored``: as saved (None when
         the history could not be written or the conversation is gone)."""
@@ -734,7 +736,7 @@ class ChatController:
         elif isinstance(event, ReplyStats):
             reply.stats = event.stats
             self.view.reply_stats(reply)
-        elif isinstance(event, JobDone) and isinstance(event.value, ReplyResult):
+        elif isinstance(event, JobDone) and isinstance(event.value, ReplyRecord):
             self._finish_reply(reply, event.value)
         elif isinstance(event, JobFailed):
             self._fail_reply(reply, event.error)
@@ -753,15 +755,14 @@ class ChatController:
             return
         reply.buffer.saved()
 
-    def _finish_reply(self, reply: ActiveReply, result: ReplyResult) -> None:
-        fin = result.finished
+    def _finish_reply(self, reply: ActiveReply, fin: ReplyRecord) -> None:
         spans = clip_spans(reply.spans, len(fin.text))
         stored: StoredMessage | None = None
         stats = fin.stats.to_dict()
-        if result.auto is not None:
+        if fin.auto is not None:
             # the auto choice is recorded with the reply: the next one in this
             # conversation learns from it (auto_observations), a reader sees why
-            stats["auto"] = result.auto.to_dict()
+            stats["auto"] = fin.auto.to_dict()
         if self.store is not None and reply.conversation_id >= 0:
             try:
                 stored = self.store.finish_reply(reply.message_id, fin.text, fin.reason,
@@ -774,8 +775,9 @@ class ChatController:
         reply.buffer.text = fin.text
         reply.buffer.spans = spans
         reply.stats = fin.stats
+        reply.record = fin
         self.reply = None
-        self.view.reply_finished(reply, result, stored)
+        self.view.reply_finished(reply, fin, stored)
         self.view.conversations_changed()
         self.view.state_changed()
 

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from app.engine.auto import AutoChoice
-from app.engine.events import Finished, TextDelta
+from app.engine.events import TextDelta
 from app.engine.stats import SpecStats
 from app.remote.client import ServerInfo
 
@@ -63,9 +62,9 @@ class JobStarted:
 @dataclass(frozen=True, slots=True)
 class JobDone:
     """Job ``job_id`` ended and returned ``value``: a :class:`ModelInfo` (load), a
-    :class:`DraftChanged` (draft), a :class:`DemoPrepared` (demo), a :class:`ReplyResult`
-    (reply, completion; also when cancelled), a race recording, a k sweep result, a lookup
-    estimate, or whatever a ``task`` returned (None for unload)."""
+    :class:`DraftChanged` (draft), a :class:`DemoPrepared` (demo), a
+    :class:`~app.engine.reply.ReplyRecord` (reply, completion; also when cancelled), a
+    race recording, a k sweep result, a lookup estimate, or whatever a ``task`` returned (None for unload)."""
 
     job_id: int
     kind: JobKind
@@ -108,19 +107,6 @@ class ReplyStats:
 
     job_id: int
     stats: SpecStats
-
-
-@dataclass(frozen=True, slots=True)
-class ReplyResult:
-    """The value of a finished reply job: the engine's :class:`Finished` (stop, length or
-    cancelled, with the text, token ids and final statistics).
-
-    ``auto``: the drafter and k the auto choice picked (:mod:`app.engine.auto`).
-    """
-
-    finished: Finished
-    #: with the auto drafter choice: what it chose for this reply and why
-    auto: AutoChoice | None = None
 
 
 @dataclass(frozen=True, slots=True)

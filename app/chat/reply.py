@@ -14,18 +14,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from app.engine.events import TextDelta
+from app.engine.reply import Span, add_span
 
 #: A streaming reply is written to the history at least this often, seconds.
 SAVE_EVERY_S = 0.5
-
-Span = tuple[int, int]
-
-
-def clip_spans(spans: Sequence[Span], length: int) -> list[Span]:
-    """``spans`` cut to the first ``length`` characters (a stop string may have shortened
-    the final text)."""
-    return [(a, min(b, length)) for a, b in spans if a < length]
-
 
 @dataclass
 class ReplyBuffer:
@@ -57,10 +49,7 @@ class ReplyBuffer:
             self.text += d.text
             changed = True
             if d.from_draft:
-                if self.spans and self.spans[-1][1] == start:
-                    self.spans[-1] = (self.spans[-1][0], len(self.text))
-                else:
-                    self.spans.append((start, len(self.text)))
+                add_span(self.spans, start, len(self.text))
         return changed
 
     def save_due(self) -> bool:

@@ -55,7 +55,6 @@ from app.chat.events import (
     JobStarted,
     LoadProgressed,
     ModelInfo,
-    ReplyResult,
     ReplyStats,
     RemoteConnected,
     ReplyStreamed,
@@ -64,7 +63,8 @@ from app.chat.events import (
 from app.chat.failures import user_error
 from app.engine.auto import AutoChoice, ReplyObservation, resolve_auto
 from app.engine.chat import ChatMessage, tokenize_plain
-from app.engine.events import Event, Finished, StatsUpdate, TextDelta
+from app.engine.events import Event, StatsUpdate, TextDelta
+from app.engine.reply import ReplyRecord
 from app.engine.session import Session, SessionConfig
 from app.errors import LoadCancelledError, ModelNotLoadedError, TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
@@ -472,13 +472,14 @@ class ChatService:
     ) -> Job:
         """A chat reply to ``messages`` through the model's chat template (the template's
         stop strings are added). Progress: :class:`ReplyStreamed` (text batches) and
-        :class:`ReplyStats`; value: :class:`ReplyResult` (also when cancelled, with the
-        text so far).
+        :class:`ReplyStats`; value: the :class:`~app.engine.reply.ReplyRecord` (also when
+        cancelled, with the text so far), its request holding ``messages``, ``sampling``
+        and ``speculation`` as given here.
 
         With ``speculation.mode`` auto the drafter and k are chosen on the worker, before
         the reply, from the conversation's earlier replies in ``messages`` (replayed) and
         ``observations`` (their measured statistics, oldest first); the choice comes back
-        in :attr:`ReplyResult.auto` (:mod:`app.engine.auto`)."""
+        in :attr:`ReplyRecord.auto <app.engine.reply.ReplyRecord.auto>` (:mod:`app.engine.auto`)."""
         msgs = tuple(messages)
         observed = tuple(observations)
         chosen: list[AutoChoice] = []
@@ -495,11 +496,11 @@ class ChatService:
                 chosen.append(choice)
             return session.chat(msgs, sampling, spec, cancel)
 
-        def work(ctx: JobContext) -> ReplyResult:
-            result = self._stream(ctx, start, batch_s)
-            if result.finished.token_ids:
-                self._recent.append((msgs, result.finished.token_ids))
-            return dataclasses.replace(result, auto=chosen[0]) if chosen else result
+        def work(ctx: JobContext) -> ReplyRecord:
+            record = self._stream(ctx, start, batch_s).asked(speculation=speculation)
+            if record.token_ids:
+                self._recent.append((msgs, record.token_ids))
+            return dataclasses.replace(record, auto=chosen[0]) if chosen else record
 
         return self.submit("reply", work, origin=origin, title="The reply failed")
 
@@ -513,7 +514,9 @@ class ChatService:
         batch_s: float = TEXT_BATCH_S,
     ) -> Job:
         """A plain completion of ``prompt`` (text, tokenized with the target's BOS rule,
-        or token ids). Events and value as :meth:`reply`."""
+        or token ids). Events and value as :meth:`reply` (the record's request holds the
+        prompt text, when given as text, and the speculation as given here)."""
+        chosen: list[AutoChoice] = []
 
         def start(session: Session | RemoteSession, cancel: threading.Event) -> Iterator[Event]:
             if isinstance(session, RemoteSession):
@@ -523,11 +526,16 @@ class ChatService:
                       else list(prompt))
             spec = speculation
             if spec.mode is SpecMode.AUTO:  # nothing earlier to learn from: auto's prior
-                spec, _ = resolve_auto(session, (), (), spec)
+                spec, choice = resolve_auto(session, (), (), spec)
+                chosen.append(choice)
             return session.generate(tokens, sampling, spec, cancel)
 
-        return self.submit("completion", lambda ctx: self._stream(ctx, start, batch_s),
-                           origin=origin, title="The completion failed")
+        def work(ctx: JobContext) -> ReplyRecord:
+            record = self._stream(ctx, start, batch_s).asked(
+                speculation=speculation, prompt=prompt if isinstance(prompt, str) else None)
+            return dataclasses.replace(record, auto=chosen[0]) if chosen else record
+
+        return self.submit("completion", work, origin=origin, title="The completion failed")
 
     # -- lifetime -----------------------------------------------------------------------
     def cancel_all(self, origin: str | None = None) -> None:
@@ -660,7 +668,7 @@ class ChatService:
         ctx: JobContext,
         start: Callable[[Session | RemoteSession, threading.Event], Iterator[Event]],
         batch_s: float,
-    ) -> ReplyResult:
+    ) -> ReplyRecord:
         session = ctx.engine
         finished = self._pump(ctx, start(session, ctx.cancel), batch_s)
         if finished is None:
@@ -668,16 +676,16 @@ class ChatService:
         if finished.token_ids and not isinstance(session, RemoteSession):
             # The next reply, in this conversation or another, may draft from this one.
             session.suffix_index.add_reply(finished.token_ids)
-        return ReplyResult(finished)
+        return finished
 
     @staticmethod
-    def _pump(ctx: JobContext, events: Iterator[Event], batch_s: float) -> Finished | None:
+    def _pump(ctx: JobContext, events: Iterator[Event], batch_s: float) -> ReplyRecord | None:
         """Send an engine's events on as the job's: text in batches of ``batch_s``,
-        statistics as they come; returns the Finished event. Text already received is
+        statistics as they come; returns the reply's record. Text already received is
         sent before an error leaves (a remote stream that breaks keeps its text)."""
         pending: list[TextDelta] = []
         last_emit = time.monotonic()
-        finished: Finished | None = None
+        finished: ReplyRecord | None = None
         try:
             for ev in events:
                 if isinstance(ev, TextDelta):
@@ -694,7 +702,7 @@ class ChatService:
                     last_emit = time.monotonic()
                 if isinstance(ev, StatsUpdate):
                     ctx.emit(ReplyStats(ctx.job_id, ev.stats))
-                elif isinstance(ev, Finished):
+                elif isinstance(ev, ReplyRecord):
                     finished = ev
         finally:
             if pending:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import dataclasses
 import logging
 import os
 import signal
@@ -212,11 +213,14 @@ def read_prompt(stream: TextIO) -> str:
 
 def _stream_reply(session: Any, args: argparse.Namespace, sampling: Any, spec: Any,
                   cancel: Any) -> Any:
-    """Run one reply on ``session``; stream its text unless --json; return Finished."""
+    """Run one reply on ``session``; stream its text unless --json; return its record
+    (:class:`~app.engine.reply.ReplyRecord`, with Auto's choice when Auto was asked)."""
     from app.engine.chat import ChatMessage, tokenize_plain
-    from app.engine.events import Finished, TextDelta
+    from app.engine.events import TextDelta
+    from app.engine.reply import ReplyRecord
     from app.options import SpecMode
 
+    asked_spec, choice = spec, None
     if spec.mode is SpecMode.AUTO:  # one reply, nothing earlier: auto's prior
         from app.engine.auto import resolve_auto
 
@@ -236,11 +240,12 @@ def _stream_reply(session: Any, args: argparse.Namespace, sampling: Any, spec: A
         if isinstance(ev, TextDelta) and not args.json:
             sys.stdout.write(ev.text)
             sys.stdout.flush()
-        elif isinstance(ev, Finished):
+        elif isinstance(ev, ReplyRecord):
             result = ev
     if result is None:
         raise TandemError("The generation ended without a result.")
-    return result
+    record = result.asked(speculation=asked_spec, prompt=None if args.chat else args.prompt)
+    return dataclasses.replace(record, auto=choice)
 
 
 

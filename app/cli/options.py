@@ -29,6 +29,7 @@ from app.options import (
     SamplingParams,
     SpecMode,
     SpeculationConfig,
+    drafter_infos,
     field_schema,
     parse_draft_lengths,
 )
@@ -57,6 +58,18 @@ def draft_lengths_arg(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def auto_help() -> str:
+    """--auto's help: what it chooses among, from the registry ("off, prompt lookup,
+    suffix, and --draft if given")."""
+    free = [i.words for i in drafter_infos()
+            if i.auto_rank is not None and i.needs is not DrafterNeeds.DRAFT_MODEL]
+    with_model = [i.cli_flag for i in drafter_infos() if i.auto_rank is not None
+                  and i.needs is DrafterNeeds.DRAFT_MODEL and i.cli_flag]
+    given = f", and {' or '.join(with_model)} if given" if with_model else ""
+    return (f"choose the drafter ({', '.join(['off', *free])}{given}) "
+            "and k per conversation from measured rates")
+
+
 def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
     """--model, --draft | --prompt-lookup | --suffix, --auto, --n-ctx, --n-gpu-layers,
     --threads, --exact."""
@@ -72,9 +85,7 @@ def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
         else:
             drafter.add_argument(info.cli_flag, action="store_true",
                                  help=f"draft by {info.words}: {info.summary}")
-    p.add_argument("--auto", action="store_true",
-                   help="choose the drafter (off, prompt lookup, suffix, and --draft if given) "
-                        "and k per conversation from measured rates")
+    p.add_argument("--auto", action="store_true", help=auto_help())
     p.add_argument("--n-ctx", type=int, default=n_ctx, help=f"context window ({n_ctx})")
     p.add_argument("--n-gpu-layers", type=int, default=None,
                    help="layers on the GPU (default: all when a GPU backend is built in)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.engine.events import Finished
+from app.engine.reply import ReplyRecord
 from app.engine.measure.bench import BenchReport
 from app.engine.measure.race import RaceResult
 from app.formatting import MISSING, divergence_words, or_dash
@@ -168,7 +168,7 @@ def bench_text(report: BenchReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def reply_stats_line(result: Finished) -> str:
+def reply_stats_line(result: ReplyRecord) -> str:
     """One line of statistics after a streamed reply (the CLI prints it on stderr)."""
     s = result.stats
     parts = [

@@ -42,11 +42,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.engine.drafters import PromptLookupDrafter
+from app.engine.drafter_kinds import kinds
 from app.engine.measure.draft_replay import ReplayCounts, replay_reply
 from app.engine.session import Session
 from app.engine.stats import expected_tokens_per_round
-from app.engine.suffix import SuffixDrafter, SuffixIndex
+from app.engine.suffix import SuffixIndex
 from app.options import SpecMode, SpeculationConfig, auto_candidates
 
 #: a drafter measured below this × plain over the conversation is not used again in it
@@ -60,11 +60,6 @@ MIN_MEASURED_TOKENS = 32
 AUTO_KS: tuple[int, ...] = (2, 4, 8, 16)
 #: the longest of :data:`AUTO_KS` auto prices a draft model at
 DRAFT_MODEL_AUTO_K_MAX = 8
-#: the drafters auto chooses among, in order of preference at equal scores (from the
-#: registry's declarations: :attr:`app.options.DrafterInfo.auto_rank`); one without an
-#: estimate below is never chosen
-CANDIDATES: tuple[SpecMode, ...] = auto_candidates()
-
 #: the drafter used when nothing can be scored (no earlier reply to replay)
 PRIOR: SpecMode = SpecMode.SUFFIX
 
@@ -148,10 +143,10 @@ def choose_drafter(estimates: Iterable[DrafterEstimate], *, floor: float = FLOOR
     A measured drafter below ``floor`` is dropped; a measured one scores its measured
     speedup at the k with its best estimate (the largest k without estimates); an
     unmeasured one scores its best estimate; an optimistic estimate (α = 1) is tried only
-    when nothing realistic reaches ``margin``. Ties go to the earlier of
-    :data:`CANDIDATES`. When the :data:`PRIOR` drafter is among the estimates but no
-    drafter has any figure (nothing replayed, nothing measured), it is chosen at
-    ``prior_k`` (reason ``prior``).
+    when nothing realistic reaches ``margin``. Ties go to the drafter Auto prefers
+    (:func:`app.options.auto_candidates`, from the registry's declarations). When the
+    :data:`PRIOR` drafter is among the estimates but no drafter has any figure (nothing
+    replayed, nothing measured), it is chosen at ``prior_k`` (reason ``prior``).
     """
     estimates = list(estimates)
     if any(e.mode is PRIOR for e in estimates) and not any(
@@ -162,8 +157,9 @@ def choose_drafter(estimates: Iterable[DrafterEstimate], *, floor: float = FLOOR
     dropped: list[SpecMode] = []
     best: tuple[float, int, SpecMode, int, Reason] | None = None  # score, -rank, mode, k
     best_optimistic: tuple[float, int, SpecMode, int, Reason] | None = None
+    candidates = auto_candidates()
     for est in estimates:
-        rank = CANDIDATES.index(est.mode) if est.mode in CANDIDATES else len(CANDIDATES)
+        rank = candidates.index(est.mode) if est.mode in candidates else len(candidates)
         if est.measured and est.measured_speedup is not None and est.measured_speedup < floor:
             dropped.append(est.mode)
             continue
@@ -259,23 +255,22 @@ def estimate_drafters(
                                m[0] if m else None, m[1] if m else 0)
 
     out: list[DrafterEstimate] = []
-    for mode in (SpecMode.PROMPT_LOOKUP, SpecMode.SUFFIX):
+    candidates = auto_candidates()
+    for kind in kinds():  # the model-free drafters Auto may pick, replayed
+        if kind.replay is None or kind.mode not in candidates:
+            continue
         predicted: dict[int, float] = {}
         for k in ks:
             total = ReplayCounts()
             index = SuffixIndex()
             for prompt, reply in turns:
-                drafter = (PromptLookupDrafter(speculation.ngram_min,
-                                               max(speculation.ngram_min, speculation.ngram_max))
-                           if mode is SpecMode.PROMPT_LOOKUP
-                           else SuffixDrafter(index, spec_factor=speculation.suffix_spec_factor,
-                                              min_token_prob=speculation.suffix_min_prob))
+                drafter = kind.replay(speculation, index)
                 total = total + replay_reply(drafter, prompt, reply, k)
                 index.add_reply(reply)
             speedup = _replay_speedup(total, session.pass_time)
             if speedup is not None:
                 predicted[k] = speedup
-        out.append(with_measured(mode, predicted))
+        out.append(with_measured(kind.mode, predicted))
 
     t_draft = session.draft_step_time() if session.draft_model is not None else None
     # a draft model pays a forward pass per draft token: priced at the lengths auto

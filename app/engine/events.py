@@ -8,13 +8,9 @@ the CLI can print them. Times are seconds since the request started
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
+from app.engine.reply import ReplyRecord
 from app.engine.stats import SpecStats
-
-FinishReason = Literal["stop", "length", "cancelled"]
-"""``stop``: an end-of-generation token or a stop string; ``length``: max_tokens or the
-context window was reached; ``cancelled``: the cancel event was set."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,23 +34,6 @@ class StatsUpdate:
     stats: SpecStats
 
 
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """The reply is complete. Always the last event of a generation.
-
-    ``token_ids``: the reply's tokens (no end-of-generation token). ``token_times``: when
-    each was sampled, seconds since the request started. ``seed``: the seed actually used.
-    ``note``: a sentence for the user when something noteworthy happened (for example the
-    context window filled up, or speculation fell back to plain decoding).
-    """
-
-    reason: FinishReason
-    text: str
-    token_ids: tuple[int, ...]
-    token_times: tuple[float, ...]
-    stats: SpecStats
-    seed: int
-    note: str | None = None
-
-
-Event = TextDelta | StatsUpdate | Finished
+Event = TextDelta | StatsUpdate | ReplyRecord
+"""What a generation yields: text deltas and statistics snapshots, then exactly one
+:class:`~app.engine.reply.ReplyRecord` (the whole reply, :mod:`app.engine.reply`)."""

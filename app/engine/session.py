@@ -30,7 +30,8 @@ from app.engine.chat import ChatFormat, ChatMessage
 from app.engine.divergence import SamplingTrace
 from app.engine.drafter_kinds import Unavailable, kind_for
 from app.engine.drafters import Drafter, DraftModelDrafter, common_prefix_length
-from app.engine.events import Event, Finished, FinishReason, StatsUpdate, TextDelta
+from app.engine.events import Event, StatsUpdate, TextDelta
+from app.engine.reply import FinishReason, ReplyRecord, ReplyRequest, Span, add_span, clip_spans
 from app.engine.exact import EXACT_CONTEXT, EXACT_KV_BLOCK, exact_blockers
 from app.engine.llama import (
     VOCAB_TYPE_NAMES,
@@ -236,6 +237,20 @@ def check_loaded_pair(target: LlamaModel, draft: LlamaModel) -> PairResult:
     )
 
 
+def _asked(events: Iterator[Event], messages: tuple[ChatMessage, ...],
+           sampling: SamplingParams) -> Iterator[Event]:
+    """``events`` with the conversation and the sampling as asked in the final record.
+    Closing it closes ``events`` (the session is free again at once)."""
+    try:
+        for ev in events:
+            yield (ev.asked(messages=messages, sampling=sampling)
+                   if isinstance(ev, ReplyRecord) else ev)
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+
+
 class _Reply:
     """One reply in progress: its tokens, text, times and what its rounds decided."""
 
@@ -255,6 +270,8 @@ class _Reply:
         self.passes0 = 0  # the drafter's forward passes before this reply
         self.end: FinishReason | None = None
         self.t_end: float | None = None  # end of decoding (before any baseline passes)
+        self.spans: list[Span] = []  # draft text, characters
+        self._n_chars = 0
         self._deltas: list[TextDelta] = []
 
     def accept(self, tok: int, from_draft: bool, now: float) -> bool:
@@ -265,13 +282,19 @@ class _Reply:
         self.history.append(tok)
         self.times.append(now - self.t0)
         for chunk in self.stream.push(self.piece(tok), from_draft):
-            self._deltas.append(TextDelta(chunk.text, chunk.from_draft, now - self.t0,
-                                          len(self.emitted)))
+            self._deltas.append(self.delta(chunk.text, chunk.from_draft, now))
         if self.stream.stopped:
             self.end = "stop"
         elif len(self.emitted) >= self.max_tokens:
             self.end = "length"
         return self.end is None
+
+    def delta(self, text: str, from_draft: bool, now: float) -> TextDelta:
+        """The event for released text (its draft range recorded in :attr:`spans`)."""
+        if from_draft:
+            add_span(self.spans, self._n_chars, self._n_chars + len(text))
+        self._n_chars += len(text)
+        return TextDelta(text, from_draft, now - self.t0, len(self.emitted))
 
     def take_deltas(self) -> list[TextDelta]:
         """The text deltas made final since the last call."""
@@ -605,11 +628,13 @@ class Session:
     ) -> Iterator[Event]:
         """:meth:`generate` for a conversation; the format's stop strings are added."""
         prompt = self.chat_prompt(messages)
+        asked = sampling
         if self.chat_format.stop:
             sampling = sampling.model_copy(
                 update={"stop": tuple(sampling.stop) + self.chat_format.stop}
             )
-        return self.generate(prompt, sampling, speculation, cancel)
+        return _asked(self.generate(prompt, sampling, speculation, cancel),
+                      messages=tuple(messages), sampling=asked)
 
     # -- the loop -------------------------------------------------------------------
     def _make_drafter(self, spec: SpeculationConfig) -> tuple[Drafter | None, str | None]:
@@ -692,7 +717,7 @@ class Session:
         """Generate a reply to ``prompt`` (token ids, starting with BOS where the model adds one).
 
         Yields :class:`TextDelta` as text becomes final, :class:`StatsUpdate` at most every
-        ``stats_interval`` seconds, and exactly one :class:`Finished` last.
+        ``stats_interval`` seconds, and exactly one :class:`~app.engine.reply.ReplyRecord` last.
 
         ``trace``: when given, every sampled position is recorded in it (what the sampler
         drew from and chose, :mod:`app.engine.divergence`), for comparing this run with
@@ -729,6 +754,7 @@ class Session:
         clock: Callable[[], float],
         trace: SamplingTrace | None,
     ) -> Iterator[Event]:
+        started_at = time.time()
         reply = _Reply(prompt, clock(), TextStream(sampling.stop), sampling.max_tokens,
                        self.target.token_to_piece)
         is_cancelled = cancel.is_set if cancel is not None else (lambda: False)
@@ -774,18 +800,23 @@ class Session:
         with self._lock:
             # a cut reply (Stop, max_tokens) drops a held-back start of a stop string
             for chunk in reply.stream.flush(cut=reason in ("cancelled", "length")):
-                yield TextDelta(chunk.text, chunk.from_draft, clock() - reply.t0, len(reply.emitted))
+                yield reply.delta(chunk.text, chunk.from_draft, clock())
         stats = self._snapshot(reply, rnd, reply.t_end or clock())
         if rnd.mode is SpecMode.OFF and reason != "cancelled" and stats.decode_tps:
             self.last_plain_decode_tps = stats.decode_tps
-        yield Finished(
+        text = reply.stream.text
+        yield ReplyRecord(
+            request=ReplyRequest(sampling, spec, len(prompt)),
+            speculation=spec,
             reason=reason or "stop",
-            text=reply.stream.text,
+            text=text,
             token_ids=tuple(reply.emitted),
             token_times=tuple(reply.times),
             stats=stats,
             seed=sampler.seed,
             note=reply.note,
+            spans=tuple(clip_spans(reply.spans, len(text))),
+            started_at=started_at,
         )
 
     def _policy(self, drafter: Drafter | None) -> DraftLengthPolicy | None:

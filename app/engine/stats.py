@@ -404,17 +404,12 @@ class SpecStats:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SpecStats:
         """Inverse of :meth:`to_dict` (derived figures are recomputed, not trusted).
-
-        Also reads dicts stored before the counters were renamed (``mode`` "plain",
-        ``drafted``/``drafted_at`` for what is now ``verified``/``verified_at``).
+        Statistics stored under older names are translated by the history store as it
+        reads them (:func:`app.store.history.current_stats`).
 
         Raises:
             ValueError: an unknown mode. TypeError: a field of the wrong kind.
         """
-        d = dict(d)
-        if "verified" not in d and "drafted" in d:
-            d["verified"] = d.pop("drafted")
-            d["verified_at"] = d.pop("drafted_at", ())
         names = {f for f in cls.__dataclass_fields__}
         kw = {k: v for k, v in d.items() if k in names}
         kw["mode"] = SpecMode(kw.get("mode", SpecMode.OFF.value))

@@ -4,7 +4,7 @@ reply record as a local model.
 :class:`RemoteSession` wraps a :class:`~app.remote.client.RemoteClient` and one model id.
 Its :meth:`~RemoteSession.chat` takes the engine's arguments (messages, sampling,
 speculation, cancel event) and yields the engine's events
-(:class:`~app.engine.events.TextDelta`, :class:`~app.engine.events.Finished`), so
+(:class:`~app.engine.events.TextDelta`, then one :class:`~app.engine.reply.ReplyRecord`), so
 :class:`~app.chat.service.ChatService` streams, stores and cancels a remote reply
 exactly as a local one. The reply's :class:`~app.engine.stats.SpecStats` carries what
 Tandem measured on the stream (tokens, TTFT, decode time) and the server's speculation
@@ -19,12 +19,15 @@ takes them, seed, max tokens, stop strings).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from app.engine.chat import ChatMessage
-from app.engine.events import Event, Finished, TextDelta
+from app.engine.events import Event, TextDelta
+from app.engine.reply import ReplyRecord, ReplyRequest
 from app.engine.stats import SpecStats, draft_length_advice
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.remote.client import RemoteClient, RemoteDelta, RemoteResult, ServerInfo
@@ -119,15 +122,19 @@ class RemoteSession:
 
     def chat(self, messages: Sequence[ChatMessage], sampling: SamplingParams,
              speculation: SpeculationConfig, cancel: threading.Event) -> Iterator[Event]:
-        """One reply to ``messages``: :class:`TextDelta` events, then one
-        :class:`Finished` (also when cancelled, with the text so far).
+        """One reply to ``messages``: :class:`TextDelta` events, then its
+        :class:`~app.engine.reply.ReplyRecord` (also when cancelled, with the text so
+        far; its ``speculation`` is off: Tandem asks the server for none, and what the
+        server did is in ``stats.extra["remote"]``).
 
         Raises:
             RemoteError: the server failed before the reply ended. A stream that broke
                 raises :class:`StreamDroppedError` with the text received (the chat
                 service keeps what it already streamed).
         """
-        del speculation  # the server speculates as it was started
+        # the server speculates as it was started: ``speculation`` is only recorded
+        asked = ReplyRequest(sampling, speculation, 0, tuple(messages))
+        started_at = time.time()
         body = [{"role": m.role, "content": m.content} for m in messages]
         extra: dict[str, Any] = {"top_k": sampling.top_k, "min_p": sampling.min_p}
         n_chunks = 0
@@ -142,15 +149,19 @@ class RemoteSession:
                                 n_tokens=n_chunks)
             else:
                 self.info = self.client.refresh_speculation(self.info)
-                yield self._finished(event, sampling)
+                yield self._finished(event, asked, started_at)
 
-    def _finished(self, result: RemoteResult, sampling: SamplingParams) -> Finished:
+    def _finished(self, result: RemoteResult, asked: ReplyRequest,
+                  started_at: float) -> ReplyRecord:
         stats = remote_stats(self.info, self.model, result)
         note = None
         if result.figures is None:
             note = "The server reported nothing about speculation for this reply."
-        return Finished(reason=result.finish_reason, text=result.text, token_ids=(),
-                        token_times=(), stats=stats, seed=sampling.seed, note=note)
+        return ReplyRecord(
+            request=dataclasses.replace(asked, prompt_tokens=stats.prompt_tokens),
+            speculation=SpeculationConfig(mode=SpecMode.OFF), reason=result.finish_reason,
+            text=result.text, token_ids=(), token_times=(), stats=stats,
+            seed=asked.sampling.seed, note=note, started_at=started_at)
 
 
 __all__ = ["RemoteSession", "StreamDroppedError", "remote_extra", "remote_stats"]

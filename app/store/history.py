@@ -15,6 +15,10 @@ even by SIGKILL) and records its token with the reply (table ``reply_owners``, w
 older Tandem ignores). Recovery claims a streaming reply only when its owner's lock can be
 taken, so a second window never cuts off the first one's reply.
 
+Statistics written by earlier versions under older names (mode ``plain`` for ``off``,
+``drafted``/``drafted_at`` for ``verified``/``verified_at``) are translated once, as
+they are read (:func:`current_stats`), so nothing above the store knows the old names.
+
 ``draft_spans`` are ``(start, end)`` character offsets of reply text that came from
 accepted draft tokens, kept so the chat view can tint them after a restart too.
 
@@ -119,6 +123,28 @@ class StoredMessage:
     model: str | None
     created_at: float
     updated_at: float
+
+
+#: stored statistics' old names and what they are called now
+_OLD_STATS_KEYS = {"drafted": "verified", "drafted_at": "verified_at"}
+#: stored drafter modes' old names and what they are called now
+_OLD_MODES = {"plain": "off"}
+
+
+def current_stats(stats: dict[str, Any]) -> dict[str, Any]:
+    """A reply's stored statistics in today's names: a copy of ``stats`` with the mode
+    ``plain`` read as ``off`` and the counters ``drafted``/``drafted_at`` as
+    ``verified``/``verified_at`` (a current name, when both are there, wins). Anything
+    else is left as it is; unknown names are for the reader to refuse."""
+    out = dict(stats)
+    for old, new in _OLD_STATS_KEYS.items():
+        if old in out:
+            value = out.pop(old)
+            out.setdefault(new, value)
+    mode = out.get("mode")
+    if isinstance(mode, str) and mode in _OLD_MODES:
+        out["mode"] = _OLD_MODES[mode]
+    return out
 
 
 def _spans_json(spans: Sequence[tuple[int, int]]) -> str | None:
@@ -584,6 +610,8 @@ class HistoryStore:
     @staticmethod
     def _message(row: sqlite3.Row) -> StoredMessage:
         stats = json.loads(row["stats_json"]) if row["stats_json"] else None
+        if isinstance(stats, dict):
+            stats = current_stats(stats)
         spans_raw = json.loads(row["draft_spans"]) if row["draft_spans"] else []
         return StoredMessage(
             id=int(row["id"]),

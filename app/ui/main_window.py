@@ -35,8 +35,9 @@ from PySide6.QtWidgets import (
 
 from app.chat.conversation import ActiveReply, ChatController, open_history
 from app.chat.demo import GEMMA3, demo_available
-from app.chat.events import ModelInfo, ReplyResult, UserError
+from app.chat.events import ModelInfo, UserError
 from app.chat.service import ChatService
+from app.engine.reply import ReplyRecord
 from app.engine.stats import SpecStats
 from app.options import SamplingParams, SpeculationConfig
 from app.store import paths
@@ -315,9 +316,8 @@ class MainWindow(QMainWindow):
         if reply.stats is not None:
             self.gauge.set_stats(reply.stats)
 
-    def reply_finished(self, reply: ActiveReply, result: ReplyResult,
+    def reply_finished(self, reply: ActiveReply, fin: ReplyRecord,
                        stored: StoredMessage | None) -> None:
-        fin = result.finished
         footer = (message_view(stored).footer if stored is not None
                   else reply_footer(fin.stats.to_dict(), fin.reason, fin.note))
         self.chat.end_stream(reply.message_id, reply.text, reply.spans, footer)

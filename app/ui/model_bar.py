@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat.events import ModelInfo
-from app.options import K_MAX, SpecMode, SpeculationConfig
+from app.options import K_MAX, DrafterNeeds, SpecMode, SpeculationConfig
 from app.ui.elided import ElidedButtonWidget, ElidedLabelWidget
 
 #: the most pixels a model's file name takes in the bar (the rest is elided)
@@ -285,7 +285,8 @@ class ModelBarWidget(QFrame):
         self.draft_button.setEnabled(not busy)
 
     def _update_draft_button(self) -> None:
-        is_draft = self.mode() is SpecMode.DRAFT_MODEL
+        info = self.mode().info
+        is_draft = info is not None and info.needs is DrafterNeeds.DRAFT_MODEL
         self.draft_button.setVisible(is_draft)
         text = f"Draft: {self._draft_name}" if self._draft_name else "Choose draft…"
         # elided: a long draft file name must not widen the bar (and so the window)

@@ -16,7 +16,8 @@ import pytest
 
 from app.api.app import ApiSettings
 from app.api.server import ApiAddressError, ApiServer, bind, check_address, is_loopback
-from app.chat.events import JobDone, ReplyResult
+from app.chat.events import JobDone
+from app.engine.reply import ReplyRecord
 from app.engine.session import SessionConfig
 from app.options import SpecMode, SpeculationConfig
 from tests.chat.fakes import Script, fake_service
@@ -100,8 +101,8 @@ def test_a_client_that_disconnects_mid_stream_cancels_its_reply(
         assert json.loads(first[6:])["choices"][0]["delta"]["content"] == "one"
     # the connection is closed; the job ends cancelled although the gate never opened
     done = _job_done(events)
-    assert isinstance(done.value, ReplyResult)
-    assert done.value.finished.reason == "cancelled"
+    assert isinstance(done.value, ReplyRecord)
+    assert done.value.reason == "cancelled"
     assert not script.gate.is_set()
     record = server.state.log.get(done.job_id)
     assert record is not None and record.disconnected
@@ -119,7 +120,7 @@ def test_a_client_that_disconnects_from_a_plain_request_cancels_it(
     assert script.at_gate.wait(30)  # the reply runs and is held after its first word
     sock.close()  # the client goes away before any answer
     done = _job_done(events)
-    assert done.value.finished.reason == "cancelled"
+    assert done.value.reason == "cancelled"
     assert not script.gate.is_set()
 
 

@@ -24,7 +24,8 @@ from app.api.app import ApiSettings
 from app.api.connections import ConnectionLimits, GuardedH11Protocol, protocol_factory
 from app.api.security import ApiKeyError, check_api_key, host_is_loopback
 from app.api.server import ApiServer, check_address, client_host
-from app.chat.events import JobDone, ReplyResult
+from app.chat.events import JobDone
+from app.engine.reply import ReplyRecord
 from app.engine.session import SessionConfig
 from app.options import SamplingParams
 from tests.chat.fakes import Script, fake_service
@@ -239,9 +240,9 @@ def test_a_client_that_stops_reading_is_dropped_and_its_reply_cancelled(
                        "messages": [{"role": "user", "content": "hi"}]}).encode()
     sock.sendall(_request("/v1/chat/completions", body))  # and never read
     done = s.job_done()
-    assert isinstance(done.value, ReplyResult)
-    assert done.value.finished.reason == "cancelled"
-    assert done.value.finished.stats.emitted < words
+    assert isinstance(done.value, ReplyRecord)
+    assert done.value.reason == "cancelled"
+    assert done.value.stats.emitted < words
     record = s.server.state.log.get(done.job_id)
     assert record is not None and record.disconnected and record.disconnected_at is not None
     # the slot is free: the next request is answered
@@ -266,9 +267,9 @@ def test_a_never_reading_stream_without_max_tokens_ends_at_the_servers_max_token
                        "messages": [{"role": "user", "content": "hi"}]}).encode()
     sock.sendall(_request("/v1/chat/completions", body))  # and never read
     done = s.job_done()
-    assert isinstance(done.value, ReplyResult)
-    assert done.value.finished.reason == "length"
-    assert done.value.finished.stats.emitted == 40
+    assert isinstance(done.value, ReplyRecord)
+    assert done.value.reason == "length"
+    assert done.value.stats.emitted == 40
     s.script.replies.append("next")
     r = httpx.post(s.url + "/chat/completions", json={
         "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
@@ -290,11 +291,11 @@ def test_a_disconnect_stops_the_reply_at_its_next_round(serve: type[Served]) -> 
                     if words >= 3:
                         break
         done = s.job_done()
-        assert done.value.finished.reason == "cancelled"
+        assert done.value.reason == "cancelled"
         record = s.server.state.log.get(done.job_id)
         assert record is not None and record.disconnected_at is not None
         # what the client saw, plus at most the one round that was running
-        assert done.value.finished.stats.emitted <= words + 1
+        assert done.value.stats.emitted <= words + 1
 
 
 # -- malformed requests get OpenAI's error JSON ---------------------------------------

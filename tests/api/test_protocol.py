@@ -13,8 +13,9 @@ import pytest
 
 from app.api.protocol import ApiError, parse_chat_request, parse_completion_request, timings
 from app.api.traffic import ApiReplyBegan, ApiReplyEnded, ApiReplyTokens, ApiTrafficFollower
-from app.chat.events import JobDone, JobStarted, ReplyResult, ReplyStreamed
-from app.engine.events import Finished, TextDelta
+from app.chat.events import JobDone, JobStarted, ReplyStreamed
+from app.engine.events import TextDelta
+from app.engine.reply import ReplyRecord, ReplyRequest
 from app.engine.stats import SpecStats
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from tests.conftest import REPO
@@ -99,9 +100,13 @@ def test_the_follower_keeps_only_api_jobs() -> None:
     assert f.handle(ReplyStreamed(2, (TextDelta("a", False, 0.1, 1),
                                       TextDelta("b", True, 0.2, 3)))) == ApiReplyTokens(2, 0.2, 3)
     stats = SpecStats(mode=SpecMode.PROMPT_LOOKUP, emitted=3, verified=2, accepted=2)
-    done = f.handle(JobDone(2, "completion", "api", ReplyResult(
-        Finished("stop", "ab", (1, 2, 3), (0.1, 0.2, 0.2), stats, 1))))
+    asked = SpeculationConfig(mode="prompt-lookup", draft_max=3)
+    record = ReplyRecord(ReplyRequest(SamplingParams(), asked, 4), asked, "stop", "ab",
+                         (1, 2, 3), (0.1, 0.2, 0.2), stats, 1)
+    done = f.handle(JobDone(2, "completion", "api", record))
     assert isinstance(done, ApiReplyEnded) and done.tokens == 3 and not f.active
+    # the traffic event carries the request's own record: its speculation and figures
+    assert done.reply is record and done.reply.request.speculation.draft_max == 3
 
 
 def test_serve_refuses_another_host_without_a_key(smollm_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 :class:`FakeSession` stands in for :class:`app.engine.session.Session` (simonw/llm's mock
 model idea): it replays scripted replies as real engine events (text deltas with their
-draft flags, statistics, one Finished), honours the cancel event once per "round" as the
+draft flags, statistics, one ReplyRecord), honours the cancel event once per "round" as the
 engine does, and can hold a reply at a gate so a test stops it at a moment it chose —
 no sleeps, no timing. :class:`Pump` delivers the service's events to a controller on the
 test's thread, as the Qt bridge does on the GUI thread.
@@ -21,7 +21,8 @@ from app.chat.conversation import ChatController
 from app.chat.events import ModelInfo
 from app.chat.service import ChatService, _exact_verification_notes
 from app.engine.chat import ChatMessage
-from app.engine.events import Event, Finished, StatsUpdate, TextDelta
+from app.engine.events import Event, StatsUpdate, TextDelta
+from app.engine.reply import ReplyRecord, ReplyRequest, draft_spans
 from app.engine.session import SessionConfig
 from app.engine.stats import SpecStats
 from app.engine.suffix import SuffixIndex
@@ -102,7 +103,7 @@ class FakeSession:
     def chat(self, messages: Sequence[ChatMessage], sampling: SamplingParams,
              speculation: SpeculationConfig, cancel: threading.Event | None = None) -> Iterator[Event]:
         self.script.calls.append((tuple(messages), speculation))
-        return self._reply(sampling, speculation, cancel)
+        return self._reply(sampling, speculation, cancel, tuple(messages))
 
     def generate(self, prompt: Sequence[int], sampling: SamplingParams,
                  speculation: SpeculationConfig | None = None,
@@ -112,11 +113,13 @@ class FakeSession:
         return self._reply(sampling, spec, cancel)
 
     def _reply(self, sampling: SamplingParams, spec: SpeculationConfig,
-               cancel: threading.Event | None) -> Iterator[Event]:
+               cancel: threading.Event | None,
+               messages: tuple[ChatMessage, ...] = ()) -> Iterator[Event]:
         if self.closed:
             raise TandemError("The model has been unloaded.")
         words = self.script.next_reply().split(" ")
         text, ids, times = "", [], []
+        pieces: list[tuple[str, bool]] = []
         accepted = verified = 0
         reason = "stop"
         speculating = spec.mode is not SpecMode.OFF
@@ -135,6 +138,7 @@ class FakeSession:
                 verified += 1
                 accepted += drafted
             text += piece
+            pieces.append((piece, drafted))
             ids.append(i)
             times.append(0.01 * (i + 1))
             yield TextDelta(piece, drafted, times[-1], len(ids))
@@ -151,7 +155,9 @@ class FakeSession:
         stats = self._stats(spec, ids, accepted, verified)
         if not speculating and reason != "cancelled":
             self.last_plain_decode_tps = stats.decode_tps
-        yield Finished(reason, text, tuple(ids), tuple(times), stats, seed=7)  # type: ignore[arg-type]
+        yield ReplyRecord(ReplyRequest(sampling, spec, 1, messages), spec,
+                          reason, text, tuple(ids), tuple(times), stats, seed=7,  # type: ignore[arg-type]
+                          spans=draft_spans(pieces))
 
     @staticmethod
     def _stats(spec: SpeculationConfig, ids: list[int], accepted: int, verified: int) -> SpecStats:

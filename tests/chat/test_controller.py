@@ -204,7 +204,7 @@ def test_the_window_reply_waits_in_the_queue_behind_an_api_request(rig: Rig) -> 
     assert rig.c.reply is not None and rig.service.waiting == 1
     rig.script.gate.set()
     rig.reply_done()
-    assert api.result(30).finished.text == "api answer"
+    assert api.result(30).text == "api answer"
     assert rig.stored()[-1] == ("assistant", "window answer", "done", "stop")
 
 

@@ -16,12 +16,12 @@ from app.chat.events import (
     JobStarted,
     LoadProgressed,
     ModelInfo,
-    ReplyResult,
     ReplyStats,
     ReplyStreamed,
 )
 from app.chat.service import ChatService, JobError, QueueFullError
 from app.engine.chat import ChatMessage
+from app.engine.reply import ReplyRecord
 from app.engine.session import SessionConfig
 from app.errors import ModelLoadError, TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
@@ -58,7 +58,7 @@ def test_a_reply_streams_batches_then_ends_with_its_value(service: ChatService,
     assert [d.from_draft for d in streamed] == [False, True, False, True, False]
     assert any(isinstance(e, ReplyStats) for e in events)
     result = job.result()
-    assert isinstance(result, ReplyResult) and result.finished.reason == "stop"
+    assert isinstance(result, ReplyRecord) and result.reason == "stop"
     assert {getattr(e, "job_id", None) for e in events} == {job.id}
 
 
@@ -72,8 +72,8 @@ def test_jobs_run_one_at_a_time_in_the_order_asked(service: ChatService, script:
     assert service.waiting == 2 and service.running is window
     assert not api.done and not race.done  # queued behind the running reply
     script.gate.set()
-    assert window.result(30).finished.text == "first reply"
-    assert api.result(30).finished.text == "second reply"
+    assert window.result(30).text == "first reply"
+    assert api.result(30).text == "second reply"
     assert race.result(30) == "ran"
     assert [call[0] for call in script.calls][:1] == [HELLO]
 
@@ -91,8 +91,8 @@ def test_a_full_queue_refuses_new_jobs_and_queues_nothing(script: Script, tmp_pa
         assert info.value.waiting == 1 and isinstance(info.value, TandemError)
         assert service.waiting == 1
         script.gate.set()
-        assert running.result(30).finished.reason == "stop"
-        assert waiting.result(30).finished.reason == "stop"
+        assert running.result(30).reason == "stop"
+        assert waiting.result(30).reason == "stop"
     finally:
         service.shutdown()
 
@@ -106,10 +106,10 @@ def test_cancel_stops_the_running_reply_and_a_queued_one_before_it_starts(
     queued = service.reply(HELLO, SAMPLING, LOOKUP)
     queued.cancel()
     running.cancel()
-    fin = running.result(30).finished
+    fin = running.result(30)
     assert fin.reason == "cancelled" and fin.text == "kept"  # the text so far is kept
-    assert queued.result(30).finished.reason == "cancelled"
-    assert queued.result().finished.text == ""
+    assert queued.result(30).reason == "cancelled"
+    assert queued.result().text == ""
 
 
 def test_every_failure_is_a_value_on_the_job_never_an_exception(service: ChatService,
@@ -130,7 +130,7 @@ def test_every_failure_is_a_value_on_the_job_never_an_exception(service: ChatSer
     assert failed.error.message == "The context window is full." and failed.error.detail is None
     # the service goes on
     script.fail_after = None
-    assert service.reply(HELLO, SAMPLING, LOOKUP).result(30).finished.reason == "stop"
+    assert service.reply(HELLO, SAMPLING, LOOKUP).result(30).reason == "stop"
 
 
 def test_subscribers_get_every_event_and_a_failing_one_breaks_nothing(
@@ -139,7 +139,7 @@ def test_subscribers_get_every_event_and_a_failing_one_breaks_nothing(
     unsubscribe = service.subscribe(seen.append)
     service.subscribe(lambda _e: 1 / 0)
     job = service.reply(HELLO, SAMPLING, LOOKUP)
-    assert job.result(30).finished.reason == "stop"
+    assert job.result(30).reason == "stop"
     assert seen and seen[-1] is job.outcome
     unsubscribe()
     service.reply(HELLO, SAMPLING, LOOKUP).wait(30)
@@ -187,8 +187,8 @@ def test_shutdown_ends_every_job_with_a_terminal_event_and_refuses_new_ones(
     queued = service.complete("x", SAMPLING, SpeculationConfig())
     service.shutdown()
     assert running.done and queued.done
-    assert running.result().finished.reason == "cancelled"
-    assert queued.result().finished.reason == "cancelled"
+    assert running.result().reason == "cancelled"
+    assert queued.result().reason == "cancelled"
     with pytest.raises(TandemError, match="shutting down"):
         service.reply(HELLO, SAMPLING, LOOKUP)
 
@@ -201,11 +201,11 @@ def test_a_real_model_goes_through_the_service(tiny_target: Path) -> None:
         job = service.reply(HELLO, SamplingParams(temperature=0.0, max_tokens=8), LOOKUP)
         streamed = "".join(d.text for e in job.events(timeout=120)
                            if isinstance(e, ReplyStreamed) for d in e.deltas)
-        fin = job.result().finished
+        fin = job.result()
         assert fin.reason in ("stop", "length") and streamed == fin.text
         assert fin.stats.mode is SpecMode.PROMPT_LOOKUP and fin.stats.emitted == len(fin.token_ids)
         plain = service.complete([1, 300, 301, 302], SamplingParams(temperature=0.0, max_tokens=4),
                                  SpeculationConfig()).result(120)
-        assert plain.finished.stats.mode is SpecMode.OFF and plain.finished.stats.decode_tps
+        assert plain.stats.mode is SpecMode.OFF and plain.stats.decode_tps
     finally:
         service.shutdown()

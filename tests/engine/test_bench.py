@@ -38,6 +38,7 @@ from app.engine.stats import (
 )
 from app.errors import TandemError
 from app.options import SamplingParams, SpeculationConfig
+from tests.engine.util import record
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -146,8 +147,8 @@ def _rec(label: str, k: int, tps: float, *, emitted: int = 10, verified: int = 0
         decode_time=emitted / tps,
         total_time=emitted / tps + ttft,
     )
-    return RunRecord(label, f"p{prompt}", prompt, rep, stats.mode, k, "length", ids, times,
-                     stats, identical, None if identical in (None, True) else 0)
+    return RunRecord(label, f"p{prompt}", prompt, rep, record(stats, ids=ids, times=times),
+                     identical, None if identical in (None, True) else 0)
 
 
 def test_summarize_medians_pooling_and_identical_counts() -> None:

@@ -16,7 +16,7 @@ from app.engine.rounds import PlainStep, PlainSteps
 from app.engine.session import Session, SessionConfig
 from app.engine.stats import SpecStats
 from app.options import SamplingParams, SpecMode, SpeculationConfig
-from tests.engine.util import run
+from tests.engine.util import record, run
 from tests.synthetic import BOS
 
 
@@ -130,7 +130,7 @@ def test_threads_change_between_rounds_without_changing_the_text(tiny_target: Pa
 def _lane(label: str, tps: float) -> RaceLane:
     st = SpecStats(mode=SpecMode.OFF if label == "off" else SpecMode.SUFFIX, emitted=10,
                    decode_time=10 / tps, proposed=5)
-    return RaceLane(label, st.mode, 0, "x", (1,), (0.1,), (1,), "length", st)
+    return RaceLane(label, record(st, "x", (1,), (0.1,)), (1,))
 
 
 def test_the_race_verdict_needs_every_undisturbed_pair_to_agree() -> None:
@@ -165,8 +165,7 @@ def test_bench_summaries_can_leave_disturbed_runs_out() -> None:
     def rec(label: str, tps: float, other: float | None) -> RunRecord:
         st = SpecStats(mode=SpecMode.OFF if label == "off" else SpecMode.SUFFIX,
                        draft_max=0 if label == "off" else 4, emitted=10, decode_time=10 / tps)
-        return RunRecord(label, "p", 0, 0, st.mode.value, st.draft_max, "length", (), (), st,
-                         other_cores=other)
+        return RunRecord(label, "p", 0, 0, record(st), other_cores=other)
 
     runs = [rec("off", 50, 0.0), rec("k=4", 70, 0.0), rec("k=4", 2, 1.5), rec("k=8", 3, 1.2)]
     assert runs[2].disturbed and not runs[1].disturbed and DISTURBED_CORES < 1.2

@@ -24,7 +24,7 @@ from app.engine.divergence import (
     compare_traces,
     dist_uniforms,
 )
-from app.engine.events import Finished
+from app.engine.reply import ReplyRecord
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpeculationConfig
 
@@ -144,10 +144,10 @@ def tiny(tiny_target: Path, tiny_draft_perturbed: Path) -> Iterator[Session]:
 
 
 def generate(s: Session, prompt: list[int], sampling: SamplingParams, spec: SpeculationConfig,
-             tr: SamplingTrace | None = None) -> Finished:
+             tr: SamplingTrace | None = None) -> ReplyRecord:
     fin = None
     for ev in s.generate(prompt, sampling, spec, trace=tr):
-        if isinstance(ev, Finished):
+        if isinstance(ev, ReplyRecord):
             fin = ev
     assert fin is not None
     return fin

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from app.cli.options import add_model_args, drafter_mode
-from app.engine import auto
 from app.engine.drafter_kinds import DrafterKind, Unavailable, kind_for, kinds, register
 from app.engine.session import Session, SessionConfig
 from app.options import (
@@ -23,6 +22,7 @@ from app.options import (
     DrafterNeeds,
     SpecMode,
     SpeculationConfig,
+    auto_candidates,
     declare_drafter,
     drafter_infos,
     drafter_table_markdown,
@@ -78,8 +78,8 @@ def test_command_line_switches_come_from_the_registry() -> None:
 
 def test_auto_candidates_come_from_the_declarations() -> None:
     ranked = sorted((i.auto_rank, i.mode) for i in drafter_infos() if i.auto_rank is not None)
-    assert auto.CANDIDATES == tuple(SpecMode(m) for _, m in ranked)
-    assert auto.CANDIDATES[:3] == (SpecMode.SUFFIX, SpecMode.PROMPT_LOOKUP, SpecMode.DRAFT_MODEL)
+    assert auto_candidates() == tuple(SpecMode(m) for _, m in ranked)
+    assert auto_candidates()[:3] == (SpecMode.SUFFIX, SpecMode.PROMPT_LOOKUP, SpecMode.DRAFT_MODEL)
 
 
 def test_the_docs_table_is_the_registry_s() -> None:

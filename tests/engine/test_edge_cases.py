@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from app.engine.chat import ChatMessage
-from app.engine.events import Finished, TextDelta
+from app.engine.events import TextDelta
+from app.engine.reply import ReplyRecord
 from app.engine.session import Session, SessionConfig
 from app.errors import ContextOverflowError, ModelLoadError
 from app.options import SamplingParams, SpeculationConfig
@@ -260,7 +261,7 @@ def test_cancel_takes_effect_within_one_round(session: Session) -> None:
         if isinstance(ev, TextDelta) and not cancel.is_set() and ev.n_tokens >= 3:
             cancel.set()
             n_at_cancel = ev.n_tokens
-        elif isinstance(ev, Finished):
+        elif isinstance(ev, ReplyRecord):
             finished = ev
     assert finished is not None and n_at_cancel is not None
     assert finished.reason == "cancelled"
@@ -286,7 +287,7 @@ def test_cancel_from_another_thread(tiny_target: Path) -> None:
             if isinstance(ev, TextDelta):
                 deltas.append(ev.text)
                 started.set()
-            elif isinstance(ev, Finished):
+            elif isinstance(ev, ReplyRecord):
                 finished = ev
     t.join()
     assert finished is not None and finished.reason == "cancelled"

@@ -23,7 +23,6 @@ import pytest
 
 from app.engine.chat import tokenize_plain
 from app.engine.divergence import Divergence, SamplingTrace, compare_traces
-from app.engine.exact import requantize
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpeculationConfig
 from tests.engine.util import Run, check_invariants, run
@@ -154,15 +153,6 @@ def test_injected_stale_kv_cache_is_called_suspect(
     suspect = sum(v[1] == "suspect" for v in verdicts)
     near_tie = sum(v[1] == "near-tie" for v in verdicts)
     assert suspect >= 3 and suspect > near_tie, verdicts
-
-
-@pytest.fixture(scope="module")
-def gemma_q5_1(gemma_path: Path) -> Path:
-    """Gemma 3 270M with every matrix in Q5_1 (exact verification needs it), made once."""
-    path = gemma_path.with_name("gemma-3-270m-q5_1.gguf")
-    if not path.is_file():
-        requantize(gemma_path, path, "Q5_1")
-    return path
 
 
 @pytest.mark.timeout(1800)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from app.engine.events import Finished, StatsUpdate, TextDelta
+from app.engine.events import StatsUpdate, TextDelta
+from app.engine.reply import ReplyRecord, ReplyRequest, clip_spans, draft_spans
 from app.engine.session import Session
 from app.engine.stats import SpecStats
 from app.options import SamplingParams, SpeculationConfig
@@ -13,7 +14,7 @@ from app.options import SamplingParams, SpeculationConfig
 
 @dataclass
 class Run:
-    finished: Finished
+    finished: ReplyRecord
     deltas: list[TextDelta] = field(default_factory=list)
     updates: list[StatsUpdate] = field(default_factory=list)
 
@@ -46,9 +47,12 @@ def run(
         elif isinstance(ev, StatsUpdate):
             updates.append(ev)
         else:
-            assert finished is None, "more than one Finished"
+            assert finished is None, "more than one record"
             finished = ev
-    assert finished is not None, "no Finished event"
+    assert finished is not None, "no record"
+    # the record's draft spans are those of the streamed deltas
+    pieces = draft_spans((d.text, d.from_draft) for d in deltas)
+    assert finished.spans == tuple(clip_spans(pieces, len(finished.text)))
     return Run(finished, deltas, updates)
 
 
@@ -112,3 +116,11 @@ def check_invariants(r: Run, max_tokens: int) -> None:
     assert r.streamed == r.finished.text
     assert len(r.finished.token_times) == len(r.ids)
     assert list(r.finished.token_times) == sorted(r.finished.token_times)
+
+
+def record(stats: SpecStats, text: str = "", ids: tuple[int, ...] = (),
+           times: tuple[float, ...] = (), reason: str = "length") -> ReplyRecord:
+    """A reply record with these statistics and tokens (for summaries and views)."""
+    spec = SpeculationConfig(mode=stats.mode, draft_max=max(1, stats.draft_max))
+    return ReplyRecord(ReplyRequest(SamplingParams(), spec, 1), spec, reason,  # type: ignore[arg-type]
+                       text, ids, times, stats, 0)

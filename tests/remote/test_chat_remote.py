@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from app.chat.conversation import ChatController
-from app.chat.events import JobDone, ReplyResult, ReplyStreamed
+from app.chat.events import JobDone, ReplyStreamed
+from app.engine.reply import ReplyRecord
 from app.chat.service import ChatService
 from app.options import SamplingParams, SpeculationConfig
 from app.remote import RemoteClient
@@ -158,7 +159,7 @@ def test_text_before_a_failure_reaches_the_consumer(broken: BrokenServer) -> Non
         broken.mode = "ok"
         done = service.reply([ChatMessage("user", "hi")], SamplingParams(),
                              SpeculationConfig()).result(30)
-        assert isinstance(done, ReplyResult) and done.finished.text == "Hello, world"
-        assert done.finished.note is not None and "nothing about speculation" in done.finished.note
+        assert isinstance(done, ReplyRecord) and done.text == "Hello, world"
+        assert done.note is not None and "nothing about speculation" in done.note
     finally:
         service.shutdown()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -14,11 +15,14 @@ from pathlib import Path
 import pytest
 
 from app.store import paths
+from app.engine.stats import SpecStats
+from app.options import SpecMode
 from app.store.history import (
     DEFAULT_TITLE,
     HistoryError,
     HistoryFromNewerVersionError,
     HistoryStore,
+    current_stats,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,6 +108,42 @@ def test_streaming_reply_lifecycle(store: HistoryStore) -> None:
     with pytest.raises(KeyError):  # a finished reply is no longer streaming
         store.save_partial(reply.id, "late")
     assert [m.role for m in store.messages(c.id)] == ["user", "assistant"]
+
+
+def test_statistics_stored_under_old_names_read_back_in_todays(tandem_home: Path) -> None:
+    # replies finished by an earlier version: mode "plain", counters "drafted"/"drafted_at"
+    store = HistoryStore.open()
+    c = store.create_conversation()
+    old_rows = [{"mode": "plain", "emitted": 5, "drafted": 0, "drafted_at": []},
+                {"mode": "prompt-lookup", "drafted": 8, "accepted": 6, "proposed": 10,
+                 "drafted_at": [4, 4]}]
+    ids = []
+    for old in old_rows:
+        store.add_user_message(c.id, "hi")
+        reply = store.begin_reply(c.id)
+        ids.append(reply.id)
+    store.close()
+    conn = sqlite3.connect(paths.history_path())  # the rows as that version wrote them
+    try:
+        with conn:
+            for message_id, old in zip(ids, old_rows, strict=True):
+                conn.execute("UPDATE messages SET stats_json = ?, status = 'done' WHERE id = ?",
+                             (json.dumps(old), message_id))
+    finally:
+        conn.close()
+    store = HistoryStore.open()
+    try:
+        plain, lookup = (store.message(i).stats for i in ids)
+    finally:
+        store.close()
+    assert plain is not None and lookup is not None
+    assert "drafted" not in lookup and "drafted_at" not in lookup
+    assert SpecStats.from_dict(plain).mode is SpecMode.OFF
+    s = SpecStats.from_dict(lookup)
+    assert (s.verified, s.verified_at, s.acceptance_rate) == (8, (4, 4), 0.75)
+    # today's names pass unchanged, and a current name wins over an old one
+    assert current_stats(s.to_dict()) == s.to_dict()
+    assert current_stats({"verified": 3, "drafted": 9})["verified"] == 3
 
 
 def test_delete_from_truncates_the_conversation(store: HistoryStore) -> None:

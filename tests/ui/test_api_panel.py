@@ -23,7 +23,11 @@ def test_serve_api_gauge_follows_an_api_request(qtbot, window) -> None:  # type:
 
     model = httpx.get(base + "/models").json()["data"][0]["id"]
     answers: list[httpx.Response] = []
-    body = {"model": model, "prompt": REPEAT_PROMPT, "max_tokens": 40, "temperature": 0}
+    # the window drafts with prompt lookup, k = 4; the request asks for its own drafter
+    assert window.settings.speculation.mode == "prompt-lookup"
+    body = {"model": model, "prompt": REPEAT_PROMPT, "max_tokens": 40, "temperature": 0,
+            "speculation": {"mode": "suffix", "draft_max": 12}}
+
     sender = threading.Thread(target=lambda: answers.append(
         httpx.post(base + "/completions", json=body, timeout=120)))
     sender.start()
@@ -39,6 +43,14 @@ def test_serve_api_gauge_follows_an_api_request(qtbot, window) -> None:  # type:
     assert answers and answers[0].status_code == 200, answers
     assert window.gauge.source_label.text() == "API traffic · completion request"
     assert any("live" in text for text in live), live  # followed while it ran
+    # the gauge showed the request's own drafter and k, live and at the end (its record)
+    assert any(text.startswith("Suffix lookup · k = 12") for text in live), live
+    window.gauge.refresh()
+    assert window.gauge.mode_label.text().startswith("Suffix lookup · k = 12")
+    logged = window.api.server.state.log.records()[0].reply
+    assert logged is not None and logged.request.speculation.mode == "suffix"
+    assert logged.speculation.draft_max == 12 and logged.stats.mode == "suffix"
+    assert window.settings.speculation.mode == "prompt-lookup"  # the window's unchanged
     usage = answers[0].json()["usage"]
     assert panel.table.item(0, 1).text() == "completion"
     assert panel.table.item(0, 2).text() == str(usage["completion_tokens"])

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from app.engine.events import Finished, TextDelta
+from app.engine.events import TextDelta
+from app.engine.reply import ReplyRecord
 from app.engine.session import Session
 from app.store.history import HistoryStore
 from app.store.settings import LoadedSettings, Settings, load_settings
@@ -118,7 +119,7 @@ def test_stop_mid_reply_stops_within_one_round_and_keeps_partial(
     wait_reply(qtbot, window)
 
     assert cancel_times
-    finished = [ev for _, ev in events if isinstance(ev, Finished)]
+    finished = [ev for _, ev in events if isinstance(ev, ReplyRecord)]
     assert len(finished) == 1 and finished[0].reason == "cancelled"
     before = [ev for t, ev in events if isinstance(ev, TextDelta) and t < cancel_times[0]]
     n_before = before[-1].n_tokens if before else 0

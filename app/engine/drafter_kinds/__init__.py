@@ -1,12 +1,13 @@
 """The drafter registry: one module in this package per drafter.
 
 Each module declares its drafter once — a :class:`~app.options.DrafterInfo` (mode, label,
-what it needs, its options, whether Auto may pick it, its command-line switch) and a
-``create`` function — and leaves it here as a module-level ``KIND`` (a
-:class:`DrafterKind`). Importing this package imports every module in it, so a drafter
-added as a new module is in every list at once: :class:`~app.options.SpecMode`, the
-pickers, the command-line switches, Auto's candidates and the docs table come from the
-declarations, and :meth:`app.engine.session.Session` finds its drafter with
+what it needs, its options, whether Auto may pick it, its command-line switch, its words
+in the model picker), a ``create`` function and, for a drafter Auto may price by
+replaying earlier replies, a ``replay`` function — with :func:`register`, and leaves the
+result as a module-level ``KIND`` (a :class:`DrafterKind`). Importing this package
+imports every module in it, so a drafter added as a new module is in every list at once:
+:class:`~app.options.SpecMode`, the pickers, the command-line switches, the API's
+accepted modes, Auto's candidates and the docs table come from the declarations, and :meth:`app.engine.session.Session` finds its drafter with
 :func:`kind_for`. Adding a drafter touches one file here plus its tests.
 
 A ``create`` function gets the session as a :class:`DrafterHost` (the target, its
@@ -14,6 +15,15 @@ context, the suffix index, the loaded draft model, a per-session cache for draft
 own native resources) and the reply's :class:`~app.options.SpeculationConfig`, and
 returns the drafter or an :class:`Unavailable` whose ``reason`` is one sentence for the
 user (no draft model loaded, the build lacks a function, the model lacks a head).
+
+A ``replay`` function (optional) gets the reply's :class:`~app.options.SpeculationConfig`
+and a :class:`~app.engine.suffix.SuffixIndex` of the conversation's replies replayed so
+far, and returns a fresh drafter that needs no model (Auto replays the conversation's
+earlier replies through it, :func:`app.engine.auto.estimate_drafters`); a drafter
+without one is priced by Auto only if it is the draft model.
+
+:func:`register` may also be called from outside this package (a plug-in, a test);
+:func:`unregister` takes such a drafter out again.
 """
 
 from __future__ import annotations
@@ -24,7 +34,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from app.options import DrafterInfo, SpecMode, SpeculationConfig, declare_drafter
+from app.options import (
+    DrafterInfo,
+    SpecMode,
+    SpeculationConfig,
+    declare_drafter,
+    withdraw_drafter,
+)
 
 if TYPE_CHECKING:
     from app.engine.drafters import Drafter, DraftModelDrafter
@@ -66,6 +82,7 @@ class DrafterHost(Protocol):
 
 
 Create = Callable[[DrafterHost, SpeculationConfig], "Drafter | Unavailable"]
+Replay = Callable[[SpeculationConfig, "SuffixIndex"], "Drafter"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,41 +90,62 @@ class DrafterKind:
     """One registered drafter: its declaration and how a session makes it.
 
     ``create(host, spec)`` returns the drafter for one reply (it may return the same
-    object reply after reply) or :class:`Unavailable`.
+    object reply after reply) or :class:`Unavailable`. ``replay(spec, index)``: a fresh
+    model-free drafter for Auto's replays (None: Auto cannot replay it).
     """
 
     info: DrafterInfo
     create: Create
+    replay: Replay | None = None
 
     @property
     def mode(self) -> SpecMode:
         return SpecMode(self.info.mode)
 
 
-def register(info: DrafterInfo, create: Create) -> DrafterKind:
-    """Declare ``info`` in the vocabulary (:func:`app.options.declare_drafter`) and make
-    the kind a drafter module leaves as ``KIND``.
+_KINDS: dict[SpecMode, DrafterKind] = {}
+_loaded = False
+
+
+def register(info: DrafterInfo, create: Create, *, replay: Replay | None = None
+             ) -> DrafterKind:
+    """Declare ``info`` in the vocabulary (:func:`app.options.declare_drafter`), add the
+    drafter to the registry and return its kind (a drafter module leaves it as ``KIND``).
+    From then on it is in every list: :class:`~app.options.SpecMode`, the pickers built
+    afterwards, the command-line switches, Auto's candidates (when ``info.auto_rank`` is
+    set) and the docs table.
+
+    Registering the same declaration again (a module imported twice) changes nothing
+    and returns the drafter registered first.
 
     Raises:
-        ValueError: the mode is taken by another declaration.
+        ValueError: the mode is taken by off, auto or another declaration, or the
+            declaration is malformed.
     """
-    declare_drafter(info)
-    return DrafterKind(info, create)
+    mode = declare_drafter(info)
+    return _KINDS.setdefault(mode, DrafterKind(info, create, replay))
 
 
-_KINDS: dict[SpecMode, DrafterKind] = {}
+def unregister(mode: SpecMode | str) -> None:
+    """Take a drafter registered from outside this package out of the registry and the
+    vocabulary again (a test's drafter, a plug-in being unloaded).
+
+    Raises:
+        ValueError: ``mode`` is unknown, or is one of the drafters declared by
+            :mod:`app.options` (the settings' defaults use them).
+    """
+    mode = SpecMode(mode)
+    withdraw_drafter(mode)
+    _KINDS.pop(mode, None)
 
 
 def _load() -> dict[SpecMode, DrafterKind]:
-    if not _KINDS:
-        found: dict[SpecMode, DrafterKind] = {}
+    """Import every module of this package once (each registers its drafter)."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
         for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-            kind = getattr(importlib.import_module(f"{__name__}.{mod.name}"), "KIND", None)
-            if isinstance(kind, DrafterKind):
-                if kind.mode in found:
-                    raise ValueError(f"two drafter modules register {kind.mode.value!r}")
-                found[kind.mode] = kind
-        _KINDS.update(found)
+            importlib.import_module(f"{__name__}.{mod.name}")
     return _KINDS
 
 

@@ -30,8 +30,9 @@ from typing import Any
 
 from app.engine.cpu import cpu_sample, other_cores
 from app.engine.divergence import Divergence, SamplingTrace, compare_traces
-from app.engine.events import Event, Finished
+from app.engine.events import Event
 from app.engine.measure.prompts import PreparedPrompt
+from app.engine.reply import ReplyRecord
 from app.engine.session import Session
 from app.engine.stats import SpecStats, predicted_speedup, round_mix_speedup
 from app.errors import TandemError
@@ -96,12 +97,13 @@ def token_latencies(token_times: Sequence[float]) -> list[float]:
 
 @dataclass(frozen=True, slots=True)
 class RunRecord:
-    """One timed generation of a benchmark.
+    """One timed generation of a benchmark: the reply's record with the run's context.
 
-    ``label``: the configuration (``off``, ``k=4``…). ``token_times``: seconds since the
-    request started, one per reply token. ``identical_to_off``: the token ids equal those
-    of the ``off`` run of the same prompt and repeat (None for ``off`` itself or when no
-    such run exists); ``first_difference``: the first differing token index;
+    ``label``: the configuration (``off``, ``k=4``…). ``reply``: the generation's
+    :class:`~app.engine.reply.ReplyRecord` (its token times are seconds since the
+    request started, one per reply token). ``identical_to_off``: the token ids equal
+    those of the ``off`` run of the same prompt and repeat (None for ``off`` itself or
+    when no such run exists); ``first_difference``: the first differing token index;
     ``divergence``: that difference measured from both runs' recorded samplers
     (:func:`app.engine.divergence.compare_traces`), None when identical or not recorded.
     """
@@ -110,12 +112,7 @@ class RunRecord:
     prompt_name: str
     prompt_index: int
     repeat: int
-    mode: str
-    draft_max: int
-    finish_reason: str
-    token_ids: tuple[int, ...]
-    token_times: tuple[float, ...]
-    stats: SpecStats
+    reply: ReplyRecord
     identical_to_off: bool | None = None
     first_difference: int | None = None
     divergence: Divergence | None = None
@@ -127,14 +124,30 @@ class RunRecord:
         """Whether other work used more than :data:`DISTURBED_CORES` during the run."""
         return self.other_cores is not None and self.other_cores > DISTURBED_CORES
 
-    @classmethod
-    def from_finished(cls, label: str, prompt_name: str, prompt_index: int, repeat: int,
-                      fin: Finished, other_cores: float | None = None) -> RunRecord:
-        """The record of one finished run (not yet compared with its off run)."""
-        return cls(label=label, prompt_name=prompt_name, prompt_index=prompt_index,
-                   repeat=repeat, mode=fin.stats.mode, draft_max=fin.stats.draft_max,
-                   finish_reason=fin.reason, token_ids=fin.token_ids,
-                   token_times=fin.token_times, stats=fin.stats, other_cores=other_cores)
+    @property
+    def mode(self) -> SpecMode:
+        """The drafter that drafted (off when none did)."""
+        return self.reply.stats.mode
+
+    @property
+    def draft_max(self) -> int:
+        return self.reply.stats.draft_max
+
+    @property
+    def finish_reason(self) -> str:
+        return self.reply.reason
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        return self.reply.token_ids
+
+    @property
+    def token_times(self) -> tuple[float, ...]:
+        return self.reply.token_times
+
+    @property
+    def stats(self) -> SpecStats:
+        return self.reply.stats
 
     @property
     def decode_tps(self) -> float | None:
@@ -456,8 +469,8 @@ def generate_once(
     fresh_cache: bool = True,
     on_event: Callable[[Event], None] | None = None,
     trace: SamplingTrace | None = None,
-) -> Finished:
-    """Run one generation to completion and return its :class:`Finished` event.
+) -> ReplyRecord:
+    """Run one generation to completion and return its record.
 
     Args:
         prompt: tokens and stop strings; the stop strings are added to ``sampling``'s.
@@ -476,13 +489,13 @@ def generate_once(
     if fresh_cache:
         session.reset_cache()
     gc.collect()
-    finished: Finished | None = None
+    finished: ReplyRecord | None = None
     interval = 0.1 if on_event is not None else math.inf
     for ev in session.generate(list(prompt.tokens), sampling, speculation, cancel,
                                stats_interval=interval, trace=trace):
         if on_event is not None:
             on_event(ev)
-        if isinstance(ev, Finished):
+        if isinstance(ev, ReplyRecord):
             finished = ev
     if finished is None:  # the engine guarantees one; stay explicit for type checkers
         raise TandemError("The generation ended without a result.")
@@ -657,8 +670,8 @@ class _BenchRuns:
             if fin.reason == "cancelled":
                 self.cancelled = True
                 break
-            rec = RunRecord.from_finished(config_label(spec), prompt.name or f"prompt-{pi + 1}",
-                                          pi, rep, fin, other)
+            rec = RunRecord(config_label(spec), prompt.name or f"prompt-{pi + 1}", pi, rep,
+                            fin, other_cores=other)
             group[rec.label] = rec
             self.step += 1
             if self.progress is not None:

@@ -44,7 +44,7 @@ from typing import Any, Literal
 from app.engine.auto import ReplyObservation, resolve_auto
 from app.engine.chat import ChatMessage, tokenize_plain
 from app.engine.cpu import cpu_sample, other_cores
-from app.engine.events import Finished
+from app.engine.reply import ReplyRecord
 from app.engine.measure.bench import (
     bench_plan,
     BenchReport,
@@ -465,7 +465,7 @@ class _ConversationRuns:
             self.flat += 1
 
     def run_one(self, spec: SpeculationConfig, prompt: PreparedPrompt, rep: int,
-                state: _ConversationState, group: dict[str, RunRecord]) -> Finished | None:
+                state: _ConversationState, group: dict[str, RunRecord]) -> ReplyRecord | None:
         """One timed run of a turn, added to ``group``; None when it was cancelled."""
         run_spec, choice = spec, None
         choose_s = 0.0
@@ -491,7 +491,7 @@ class _ConversationRuns:
                 fin.stats.verified, fin.stats.accepted))
             self.auto_choices.append({"prompt": prompt.name, "repeat": rep,
                                       "choose_s": choose_s, **choice.to_dict()})
-        rec = RunRecord.from_finished(config_label(spec), prompt.name, self.flat, rep, fin, other)
+        rec = RunRecord(config_label(spec), prompt.name, self.flat, rep, fin, other_cores=other)
         group[rec.label] = rec
         self.step += 1
         if self.progress is not None:

@@ -32,10 +32,11 @@ from typing import Any
 
 from app.engine.cpu import cpu_sample, other_cores
 from app.engine.divergence import Divergence, SamplingTrace
-from app.engine.events import Event, Finished
+from app.engine.events import Event
 from app.engine.llama import LlamaModel
 from app.engine.measure.bench import first_difference, generate_once, measure_divergence
 from app.engine.measure.prompts import PreparedPrompt
+from app.engine.reply import ReplyRecord, ReplyRequest
 from app.engine.session import Session
 from app.engine.stats import SpecStats
 from app.options import SamplingParams, SpecMode, SpeculationConfig
@@ -61,22 +62,46 @@ def text_offsets(model: LlamaModel, token_ids: Sequence[int], text: str) -> tupl
 
 @dataclass(frozen=True, slots=True)
 class RaceLane:
-    """One side of the race.
+    """One side of the race: the reply's record with its lane label.
 
-    ``token_times``: when each token was sampled, seconds since that run's request
-    started (both lanes start at t = 0). ``text_offsets``: characters of ``text`` visible
-    after each token (see :func:`text_offsets`).
+    ``reply``: the run's :class:`~app.engine.reply.ReplyRecord` (its token times are
+    seconds since that run's request started: both lanes start at t = 0).
+    ``text_offsets``: characters of ``text`` visible after each token (see
+    :func:`text_offsets`).
     """
 
     label: str
-    mode: SpecMode
-    draft_max: int
-    text: str
-    token_ids: tuple[int, ...]
-    token_times: tuple[float, ...]
+    reply: ReplyRecord
     text_offsets: tuple[int, ...]
-    finish_reason: str
-    stats: SpecStats
+
+    @property
+    def mode(self) -> SpecMode:
+        """The drafter that drafted (off when none did)."""
+        return self.reply.stats.mode
+
+    @property
+    def draft_max(self) -> int:
+        return self.reply.stats.draft_max
+
+    @property
+    def text(self) -> str:
+        return self.reply.text
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        return self.reply.token_ids
+
+    @property
+    def token_times(self) -> tuple[float, ...]:
+        return self.reply.token_times
+
+    @property
+    def finish_reason(self) -> str:
+        return self.reply.reason
+
+    @property
+    def stats(self) -> SpecStats:
+        return self.reply.stats
 
     @property
     def duration(self) -> float:
@@ -107,19 +132,17 @@ class RaceLane:
         }
 
 
-def lane_from_finished(label: str, model: LlamaModel, fin: Finished) -> RaceLane:
-    """A :class:`RaceLane` from a generation's :class:`Finished` event."""
-    return RaceLane(
-        label=label,
-        mode=fin.stats.mode,
-        draft_max=fin.stats.draft_max,
-        text=fin.text,
-        token_ids=fin.token_ids,
-        token_times=fin.token_times,
-        text_offsets=text_offsets(model, fin.token_ids, fin.text),
-        finish_reason=fin.reason,
-        stats=fin.stats,
-    )
+def lane_from_reply(label: str, model: LlamaModel, reply: ReplyRecord) -> RaceLane:
+    """A :class:`RaceLane` from a generation's record."""
+    return RaceLane(label, reply, text_offsets(model, reply.token_ids, reply.text))
+
+
+def cancelled_lane(label: str, sampling: SamplingParams, speculation: SpeculationConfig,
+                   stats: SpecStats) -> RaceLane:
+    """The lane of a side that did not run: no text, finish reason ``cancelled``."""
+    record = ReplyRecord(ReplyRequest(sampling, speculation, 0), speculation, "cancelled",
+                         "", (), (), stats, sampling.seed)
+    return RaceLane(label, record, ())
 
 
 #: a run is disturbed when other processes' load during it, in cores, differs by more
@@ -346,7 +369,7 @@ class _RaceRuns:
     cancelled: bool = False
 
     def timed(self, label: str, trace: SamplingTrace | None,
-              first: bool) -> tuple[Finished, float | None]:
+              first: bool) -> tuple[ReplyRecord, float | None]:
         """One run of side ``label`` and other processes' load during it (cores)."""
         forward = None
         if first and self.on_event is not None:
@@ -375,7 +398,7 @@ class _RaceRuns:
                 trace = self.traces[label] = SamplingTrace() if self.record else None
             fin, other = self.timed(label, trace, i == 0)
             if i == 0:
-                self.lanes[label] = lane_from_finished(label, self.session.target, fin)
+                self.lanes[label] = lane_from_reply(label, self.session.target, fin)
             if fin.reason == "cancelled":
                 self.cancelled = True
                 return None
@@ -387,10 +410,10 @@ class _RaceRuns:
     def result(self, speculation: SpeculationConfig) -> RaceResult:
         """The race's result from what ran (an empty, cancelled lane for a side that did
         not run), with the first pair's first difference measured."""
-        empty = RaceLane("on", speculation.mode, speculation.draft_max, "", (), (), (),
-                         "cancelled", SpecStats(mode=speculation.mode))
-        off = self.lanes.get("off") or RaceLane("off", SpecMode.OFF, 0, "", (), (), (),
-                                                "cancelled", SpecStats())
+        empty = cancelled_lane("on", self.sampling, speculation,
+                               SpecStats(mode=speculation.mode, draft_max=speculation.draft_max))
+        off = self.lanes.get("off") or cancelled_lane(
+            "off", self.sampling, SpeculationConfig(mode=SpecMode.OFF), SpecStats())
         on = self.lanes.get("on") or empty
         diff = first_difference(off.token_ids, on.token_ids)
         both = all(lane.finish_reason != "cancelled" for lane in (off, on))  # first pair ran

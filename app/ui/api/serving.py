@@ -122,5 +122,6 @@ class ApiServing(QObject):
             self.gauge.add_tokens(update.t, update.n_tokens)
         elif isinstance(update, ApiReplyStatsChanged):
             self.gauge.set_stats(update.stats)
-        elif isinstance(update, ApiReplyEnded) and update.stats is not None:
-            self.gauge.end_reply(update.stats)
+        elif isinstance(update, ApiReplyEnded) and update.reply is not None:
+            # the request's own drafter, k and statistics, whatever the window's are
+            self.gauge.end_reply(update.reply.stats)

@@ -116,8 +116,7 @@ def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
             parts.append(label)
         alpha = stats.get("acceptance_rate")
         if alpha is not None:
-            # "drafted": the name of this count in replies stored before it was renamed
-            verified = int(stats.get("verified", stats.get("drafted", 0)))
+            verified = int(stats.get("verified", 0))
             few = verified < MIN_VERIFIED_FOR_ESTIMATE
             parts.append(f"α {alpha * 100:.0f}%"
                          + (f" ({stats.get('accepted', 0)}/{verified} drafts)" if few else ""))

@@ -15,7 +15,6 @@ of the last seconds at the same thread count and load), with the spread of that 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -422,13 +421,11 @@ class SpeculationGaugeWidget(QFrame):
         self._dirty = True
         self.refresh()
 
-    def show_stored(self, stats: SpecStats, adaptive: bool = False) -> None:
+    def show_stored(self, stats: SpecStats) -> None:
         """Show a stored reply's statistics (opening a conversation); no-op while streaming."""
         if self._streaming:
             return
         self.source_label.hide()
-        if adaptive and not stats.adaptive and stats.mode is not SpecMode.OFF:
-            stats = dataclasses.replace(stats, adaptive=True)  # stored before the flag existed
         self._stats = stats
         self._mode_known = True
         self.note_label.setText(stats.fallback_reason or "")

@@ -43,7 +43,7 @@ from app.chat.events import UserError
 from app.engine.stats import predicted_speedup
 from app.errors import TandemError
 from app.formatting import format_bytes, format_parameters
-from app.options import DRAFT_MODEL_K, SpecMode
+from app.options import DRAFT_MODEL_K, DrafterInfo, DrafterNeeds, SpecMode, drafter_infos
 from app.ui.picker.formatting import (
     ASSUMED_ACCEPTANCE_RATE,
     format_cost_ratio,
@@ -62,10 +62,31 @@ DRAFT_COLUMNS = ["Drafter", "Size", "c (est.)", "Speedup", "Status"]
 _KIND_ROLE = Qt.ItemDataRole.UserRole
 _INDEX_ROLE = Qt.ItemDataRole.UserRole + 1
 
-PROMPT_LOOKUP_LABEL = "Prompt lookup (no draft model)"
-SUFFIX_LABEL = "Suffix lookup (no draft model)"
 OFF_LABEL = "Off (plain decoding)"
 AUTO_LABEL = "Auto (chosen per conversation)"
+
+
+def picker_label(info: DrafterInfo) -> str:
+    """A drafter's row in the draft list ("Prompt lookup (no draft model)")."""
+    if info.needs is DrafterNeeds.NOTHING:
+        return f"{info.label} (no draft model)"
+    return info.label
+
+
+def listed_drafters() -> list[DrafterInfo]:
+    """The registered drafters the draft list shows as rows of their own (a draft model
+    is listed file by file instead), in the registry's order."""
+    return [i for i in drafter_infos() if i.needs is not DrafterNeeds.DRAFT_MODEL]
+
+
+def _auto_words(joiner: str) -> str:
+    """What Auto chooses among without a draft model: "off, prompt lookup, suffix lookup"."""
+    words = ["off"] + [i.words for i in listed_drafters() if i.auto_rank is not None]
+    return ", ".join(words) if joiner == "," else ", ".join(words[:-1]) + f" {joiner} {words[-1]}"
+
+
+PROMPT_LOOKUP_LABEL = picker_label(SpecMode.PROMPT_LOOKUP.info)  # type: ignore[arg-type]
+SUFFIX_LABEL = picker_label(SpecMode.SUFFIX.info)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +112,10 @@ class DrafterChoice:
     def label(self) -> str:
         if self.candidate is not None:
             return self.candidate.key.title
-        return {SpecMode.PROMPT_LOOKUP: PROMPT_LOOKUP_LABEL, SpecMode.SUFFIX: SUFFIX_LABEL,
-                SpecMode.AUTO: AUTO_LABEL}.get(self.mode, OFF_LABEL)
+        info = self.mode.info
+        if info is not None:
+            return picker_label(info)
+        return AUTO_LABEL if self.mode is SpecMode.AUTO else OFF_LABEL
 
 
 def preferred_draft(candidates: tuple[DraftCandidate[LibraryEntry], ...], k: int) -> int | None:
@@ -523,31 +546,30 @@ class LibraryTabWidget(QWidget):
         incompatible = [i for i, c in enumerate(candidates) if not c.compatible]
         for i in compatible:
             self.draft_list.addTopLevelItem(self._draft_item(i, candidates[i]))
-        lookup = QTreeWidgetItem([PROMPT_LOOKUP_LABEL, "—", "≈ 0", "depends on repetition",
-                                  "always available: drafts from text already in the chat"])
-        lookup.setData(0, _KIND_ROLE, SpecMode.PROMPT_LOOKUP.value)
-        lookup.setToolTip(0, "Drafts by matching the last tokens against the conversation "
-                             "(n-gram lookup); no second model. Best when the reply repeats "
-                             "the prompt: code edits, summaries, quotes.")
-        suffix = QTreeWidgetItem([SUFFIX_LABEL, "—", "≈ 0", "depends on repetition",
-                                  "always available: drafts from this chat and earlier replies"])
-        suffix.setData(0, _KIND_ROLE, SpecMode.SUFFIX.value)
-        suffix.setToolTip(0, "Drafts by matching the text so far against this conversation "
-                             "and the replies of earlier ones (suffix decoding); no second "
-                             "model. Best for repeated work: tool calls, fixes to the same "
-                             "code, summaries.")
+        rows: list[QTreeWidgetItem] = []
+        for info in listed_drafters():  # from the registry
+            row = QTreeWidgetItem([picker_label(info), "—", "≈ 0", info.picker_expect,
+                                   info.picker_status])
+            row.setData(0, _KIND_ROLE, info.mode)
+            row.setToolTip(0, info.picker_tooltip or info.summary)
+            rows.append(row)
         auto = QTreeWidgetItem([AUTO_LABEL, "—", "≈ 0", "learned per conversation",
                                 "always available: the drafter measured fastest here"])
         auto.setData(0, _KIND_ROLE, SpecMode.AUTO.value)
-        auto.setToolTip(0, "Chooses off, prompt lookup or suffix lookup and the draft length "
+        auto.setToolTip(0, f"Chooses {_auto_words('or')} and the draft length "
                            "per conversation from the rates measured in it.")
         off = QTreeWidgetItem([OFF_LABEL, "—", "—", "1.0×", "no speculation"])
         off.setData(0, _KIND_ROLE, SpecMode.OFF.value)
-        for item in (lookup, suffix, auto, off):
+        for item in (*rows, auto, off):
             self.draft_list.addTopLevelItem(item)
         for i in incompatible:
             self.draft_list.addTopLevelItem(self._draft_item(i, candidates[i]))
         self.draft_list.blockSignals(False)
+        self._preselect(candidates, off)
+
+    def _preselect(self, candidates: tuple[DraftCandidate[LibraryEntry], ...],
+                   off: QTreeWidgetItem) -> None:
+        """Select the wanted drafter, else the best draft model, else prompt lookup."""
         chosen = None
         if self.target is not None and self._wanted_for is not None and self.target.is_file(self._wanted_for):
             chosen = self._drafter_item(self._wanted_mode, self._wanted_draft)
@@ -558,7 +580,8 @@ class LibraryTabWidget(QWidget):
             best = preferred_draft(candidates, self.draft_max)
             if best is not None:
                 chosen = self._drafter_item(SpecMode.DRAFT_MODEL, candidates[best].key.path)
-        self.draft_list.setCurrentItem(chosen or lookup)
+        self.draft_list.setCurrentItem(
+            chosen or self._drafter_item(SpecMode.PROMPT_LOOKUP, None) or off)
 
     def _item_usable(self, item: QTreeWidgetItem) -> bool:
         if item.data(0, _KIND_ROLE) != "draft":
@@ -632,26 +655,14 @@ class LibraryTabWidget(QWidget):
             self.drafter = DrafterChoice(mode)
             self._wanted_mode, self._wanted_draft = mode, None
             self._wanted_for, self._wanted_clicked = self.target.path, True
-            if mode is SpecMode.PROMPT_LOOKUP:
-                self.pair_check.show_message(
-                    "Prompt lookup",
-                    "Drafts come from the conversation itself: the last few tokens are looked "
-                    "up in the text so far and what followed them is proposed (n-gram lookup). "
-                    "No second model and nothing to check; it helps most when the reply "
-                    "repeats the prompt (code edits, summaries, quotes).")
-            elif mode is SpecMode.SUFFIX:
-                self.pair_check.show_message(
-                    "Suffix lookup",
-                    "Drafts come from this conversation and the replies of earlier ones: the "
-                    "longest match of the text so far is found in them and what most often "
-                    "followed it is proposed, as long as the match supports it (suffix "
-                    "decoding). No second model; it helps most with repeated work (tool "
-                    "calls, fixes to the same code, summaries).")
+            if mode.info is not None:
+                self.pair_check.show_message(mode.info.label,
+                                             mode.info.explanation or mode.info.summary)
             elif mode is SpecMode.AUTO:
                 self.pair_check.show_message(
                     "Auto",
                     "Tandem measures, per conversation, how fast each drafter it can use "
-                    "decodes here (off, prompt lookup, suffix lookup) and uses the fastest "
+                    f"decodes here ({_auto_words(',')}) and uses the fastest "
                     "with a draft length learned from its rates; a reply or two are needed "
                     "to learn. To let Auto weigh a draft model too, choose the draft model "
                     "here, then Auto in the chat window's drafter menu.")

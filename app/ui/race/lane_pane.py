@@ -175,7 +175,7 @@ class RaceLaneWidget(QFrame):
         self._rec = None
         self._shown = 0
         self._finished = False
-        self.marked: tuple[int, int] | None = None
+        self.marked = None
         self.text.clear()
         self.text.setPlaceholderText(placeholder)
         self.badge.setText("")

@@ -65,7 +65,14 @@ from app.engine.measure.prompts import BenchPrompt, load_prompts
 from app.engine.measure.sweep import KSweepResult
 from app.errors import TandemError
 from app.formatting import draft_length_words
-from app.options import K_MAX, SamplingParams, SpecMode, SpeculationConfig
+from app.options import (
+    K_MAX,
+    DrafterNeeds,
+    SamplingParams,
+    SpecMode,
+    SpeculationConfig,
+    drafter_infos,
+)
 from app.ui.qt_compat import apply_qt_workarounds
 from app.ui.race.calculator import SpeedupCalculatorWidget
 from app.ui.race.lookup_view import LookupEstimateWidget
@@ -122,6 +129,17 @@ def _examples() -> list[tuple[str, BenchPrompt]]:
         except TandemError:
             log.warning("builtin prompt set %s unavailable", name)
     return out
+
+
+def race_drafters(draft_path: Path | None) -> list[tuple[SpecMode, str]]:
+    """The drafters a race can use, from the registry, with their labels: those that
+    need no second model first, then a drafter that needs a draft model when one is
+    loaded (labelled with its file name)."""
+    free = [(SpecMode(i.mode), i.label) for i in drafter_infos()
+            if i.needs is not DrafterNeeds.DRAFT_MODEL]
+    drafts = [(SpecMode(i.mode), f"{i.label} · {draft_path.name}") for i in drafter_infos()
+              if i.needs is DrafterNeeds.DRAFT_MODEL and draft_path is not None]
+    return free + drafts
 
 
 class RaceWindow(QMainWindow):
@@ -243,11 +261,8 @@ class RaceWindow(QMainWindow):
         row.setSpacing(8)
         row.addWidget(QLabel("Drafter"))
         self.drafter_combo = QComboBox()
-        self.drafter_combo.addItem(SpecMode.PROMPT_LOOKUP.label, SpecMode.PROMPT_LOOKUP)
-        self.drafter_combo.addItem(SpecMode.SUFFIX.label, SpecMode.SUFFIX)
-        if self.model.draft_path is not None:
-            self.drafter_combo.addItem(f"{SpecMode.DRAFT_MODEL.label} · {self.model.draft_path.name}",
-                                       SpecMode.DRAFT_MODEL)
+        for mode, label in race_drafters(self.model.draft_path):
+            self.drafter_combo.addItem(label, mode)
         idx = self.drafter_combo.findData(self._speculation.mode)
         self.drafter_combo.setCurrentIndex(max(0, idx))
         self._shown_drafter = SpecMode(self.drafter_combo.currentData())

@@ -17,6 +17,7 @@ from app.engine.measure.race import RaceLane, RaceResult
 from app.engine.stats import SpecStats
 from app.ui.race.lane_pane import DIFFERENCE_MARK, RaceLaneWidget
 from app.ui.race.race_view import RaceViewWidget
+from tests.engine.util import record
 
 # a long common start, so that the difference is far below the top of a small pane
 COMMON = "".join(f"line {i} of the common start\n" for i in range(60))
@@ -30,8 +31,7 @@ def _lane(label: str, pieces: list[str], stats: SpecStats) -> RaceLane:
         offsets.append(n)
     ids = tuple(hash(p) % 1000 for p in pieces)
     times = tuple(0.5 + 0.01 * i for i in range(len(pieces)))
-    return RaceLane(label, stats.mode, stats.draft_max, text, ids, times, tuple(offsets),
-                    "length", stats)
+    return RaceLane(label, record(stats, text, ids, times), tuple(offsets))
 
 
 def _recording() -> RaceRecording:

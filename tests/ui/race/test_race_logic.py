@@ -37,13 +37,17 @@ from app.ui.race.report import (
     race_table_rows,
     speedup_headline,
 )
+from tests.engine.util import record
+
+
+def _with_stats(lane: RaceLane, stats: SpecStats) -> RaceLane:
+    return dataclasses.replace(lane, reply=dataclasses.replace(lane.reply, stats=stats))
 
 
 def _lane(label: str, ids: tuple[int, ...], times: tuple[float, ...], text: str,
           stats: SpecStats) -> RaceLane:
     offsets = tuple(min(len(text), (i + 1) * 2) for i in range(len(ids)))
-    mode = stats.mode
-    return RaceLane(label, mode, stats.draft_max, text, ids, times, offsets, "length", stats)
+    return RaceLane(label, record(stats, text, ids, times), offsets)
 
 
 def _race(on_ids: tuple[int, ...] = (1, 2, 3, 4), on_text: str = "abcdefgh") -> RaceResult:
@@ -114,8 +118,8 @@ def test_table_rows_have_every_figure_of_the_issue() -> None:
     assert rows["acceptance rate α"][1] == "0.50 (2/4 drafts)"
     assert rows["predicted speedup"][1] == "— (needs 30 drafts)"
     r = _race()
-    enough = dataclasses.replace(r, on=dataclasses.replace(
-        r.on, stats=dataclasses.replace(r.on.stats, verified=40, accepted=20, proposed=40)))
+    enough = dataclasses.replace(r, on=_with_stats(
+        r.on, dataclasses.replace(r.on.stats, verified=40, accepted=20, proposed=40)))
     rows = {name: (off, on) for name, off, on in race_table_rows(enough)}
     assert rows["acceptance rate α"][1] == "0.50"
     assert rows["predicted speedup"][1].endswith("×")
@@ -161,7 +165,7 @@ def test_difference_span_covers_the_first_differing_token_in_both_lanes() -> Non
 def test_headline_says_nothing_was_drafted_instead_of_a_drafter_speedup() -> None:
     r = _race()
     assert speedup_headline(r).startswith("Speculation decoded 4.00× as fast")
-    plain = dataclasses.replace(r, on=dataclasses.replace(r.on, stats=dataclasses.replace(
+    plain = dataclasses.replace(r, on=_with_stats(r.on, dataclasses.replace(
         r.on.stats, proposed=0, verified=0, accepted=0, draft_rounds=0, rounds=4)))
     words = speedup_headline(plain)
     assert words.startswith("Nothing was drafted") and "4.00×" in words
@@ -225,18 +229,18 @@ def test_headline_and_prediction_note() -> None:
 
     r = _race()
     assert speedup_headline(r) == "Speculation decoded 4.00× as fast, and finished 2.50× sooner."
-    few_slow = dataclasses.replace(r, on=dataclasses.replace(
-        r.on, stats=dataclasses.replace(r.on.stats, decode_time=1.5)))
+    few_slow = dataclasses.replace(r, on=_with_stats(
+        r.on, dataclasses.replace(r.on.stats, decode_time=1.5)))
     assert prediction_note(few_slow, cpu_backend=True) is None  # 4 drafts: no prediction
-    r = dataclasses.replace(r, on=dataclasses.replace(
-        r.on, stats=dataclasses.replace(r.on.stats, verified=40, accepted=20, proposed=40)))
+    r = dataclasses.replace(r, on=_with_stats(
+        r.on, dataclasses.replace(r.on.stats, verified=40, accepted=20, proposed=40)))
     assert prediction_note(r, cpu_backend=True) is None  # measured beats predicted
-    slow_on = dataclasses.replace(r.on, stats=dataclasses.replace(r.on.stats, decode_time=1.5))
+    slow_on = _with_stats(r.on, dataclasses.replace(r.on.stats, decode_time=1.5))
     slow = dataclasses.replace(r, on=slow_on)
     note = prediction_note(slow, cpu_backend=True)
     assert note is not None and "on this CPU backend, checking 3 tokens" in note
-    slower = dataclasses.replace(r, on=dataclasses.replace(
-        r.on, stats=dataclasses.replace(r.on.stats, decode_time=4.0, total_time=4.5)))
+    slower = dataclasses.replace(r, on=_with_stats(
+        r.on, dataclasses.replace(r.on.stats, decode_time=4.0, total_time=4.5)))
     assert speedup_headline(slower).startswith("Speculation was slower here: 0.50×")
 
 

@@ -1,0 +1,165 @@
+"""One reply, recorded: what was asked, the speculation used, and what came back.
+
+:class:`ReplyRecord` is the last event of every generation
+(:meth:`app.engine.session.Session.generate`) and the one value every consumer keeps of
+a reply, in the spirit of simonw/llm's ``Response``: the chat service returns it as a
+reply job's value (filling in the conversation, the speculation asked for and Auto's
+choice), the window stores it, the local API answers from it and shows it on the gauge,
+the race and the benchmarks wrap it with their own context (a lane label, a prompt name).
+Qt-free and frozen, so it crosses threads as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from app.engine.stats import SpecStats
+from app.options import SamplingParams, SpecMode, SpeculationConfig
+
+if TYPE_CHECKING:
+    from app.engine.auto import AutoChoice
+    from app.engine.chat import ChatMessage
+
+FinishReason = Literal["stop", "length", "cancelled"]
+"""``stop``: an end-of-generation token or a stop string; ``length``: max_tokens or the
+context window was reached; ``cancelled``: the cancel event was set."""
+
+Span = tuple[int, int]
+"""``(start, end)``: a character range of a reply's text."""
+
+
+def add_span(spans: list[Span], start: int, end: int) -> None:
+    """Append the range ``start`` … ``end`` of draft text to ``spans``, merged with the
+    last range when they touch (in place). Empty ranges are ignored."""
+    if end <= start:
+        return
+    if spans and spans[-1][1] == start:
+        spans[-1] = (spans[-1][0], end)
+    else:
+        spans.append((start, end))
+
+
+def clip_spans(spans: Sequence[Span], length: int) -> list[Span]:
+    """``spans`` cut to the first ``length`` characters (a stop string may have shortened
+    the final text)."""
+    return [(a, min(b, length)) for a, b in spans if a < length]
+
+
+def draft_spans(pieces: Iterable[tuple[str, bool]]) -> tuple[Span, ...]:
+    """The character ranges of draft text in a text made of ``pieces`` (text, from an
+    accepted draft), touching ranges merged."""
+    spans: list[Span] = []
+    n = 0
+    for text, from_draft in pieces:
+        if from_draft:
+            add_span(spans, n, n + len(text))
+        n += len(text)
+    return tuple(spans)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyRequest:
+    """What a reply was asked for.
+
+    ``sampling``: the sampling settings as given (a chat template's stop strings are not
+    added here). ``speculation``: the speculation asked for (``auto`` stays ``auto``; what
+    was used is :attr:`ReplyRecord.speculation`). ``prompt_tokens``: the prompt's length
+    in tokens. ``messages``: the conversation of a chat reply (empty for a completion);
+    ``prompt``: a completion's prompt text (None when given as token ids, and for a chat
+    reply).
+    """
+
+    sampling: SamplingParams
+    speculation: SpeculationConfig
+    prompt_tokens: int
+    messages: tuple[ChatMessage, ...] = ()
+    prompt: str | None = None
+
+    @property
+    def kind(self) -> Literal["chat", "completion"]:
+        """``chat`` (through the chat template) or ``completion`` (a raw prompt)."""
+        return "chat" if self.messages else "completion"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyRecord:
+    """A finished reply (stopped, cut at max_tokens or the context, or cancelled).
+
+    Attributes:
+        request: what was asked (:class:`ReplyRequest`).
+        speculation: the speculation actually used: Auto resolved to its drafter and k
+            (:attr:`auto` says why); a drafter that could not run leaves the asked
+            configuration here and says so in :attr:`note`, with ``stats.mode`` off.
+        reason: why it ended (:data:`FinishReason`).
+        text: the reply's final text (after stop-string and UTF-8 hold-back).
+        token_ids: the reply's tokens (no end-of-generation token).
+        token_times: when each token was sampled, seconds since the request started.
+        stats: the final statistics (:class:`~app.engine.stats.SpecStats`: counts, α, τ,
+            TTFT, prefill and decode times in seconds, the mode and k in effect).
+        seed: the sampler's seed actually used.
+        note: a sentence for the user when something noteworthy happened (the context
+            window filled up, speculation fell back to plain decoding).
+        spans: character ranges of :attr:`text` that came from accepted draft tokens.
+        auto: Auto's choice for this reply and why (None unless Auto was asked for).
+        started_at: wall-clock time the request started, seconds since the epoch
+            (``time.time()``; 0.0 when unknown).
+    """
+
+    request: ReplyRequest
+    speculation: SpeculationConfig
+    reason: FinishReason
+    text: str
+    token_ids: tuple[int, ...]
+    token_times: tuple[float, ...]
+    stats: SpecStats
+    seed: int
+    note: str | None = None
+    spans: tuple[Span, ...] = ()
+    auto: AutoChoice | None = None
+    started_at: float = 0.0
+
+    @property
+    def mode(self) -> SpecMode:
+        """The drafter that drafted (off when none did, also after a fallback)."""
+        return self.stats.mode
+
+    @property
+    def draft_max(self) -> int:
+        """The draft length k in effect (0 without a drafter)."""
+        return self.stats.draft_max
+
+    @property
+    def ended_at(self) -> float:
+        """Wall-clock time the reply ended, seconds since the epoch (0.0 when unknown)."""
+        return self.started_at + self.stats.total_time if self.started_at else 0.0
+
+    def asked(self, **changes: Any) -> ReplyRecord:
+        """This record with fields of its :attr:`request` changed (the chat service
+        fills in the conversation and the speculation asked for).
+
+        Raises:
+            TypeError: a name is no field of :class:`ReplyRequest`.
+        """
+        return dataclasses.replace(self, request=dataclasses.replace(self.request, **changes))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the request's settings, the speculation used, the outcome and the
+        statistics (token ids and times left out)."""
+        return {
+            "kind": self.request.kind,
+            "sampling": self.request.sampling.model_dump(mode="json"),
+            "speculation_asked": self.request.speculation.model_dump(mode="json"),
+            "speculation": self.speculation.model_dump(mode="json"),
+            "auto": self.auto.to_dict() if self.auto is not None else None,
+            "prompt_tokens": self.request.prompt_tokens,
+            "finish_reason": self.reason,
+            "text": self.text,
+            "draft_spans": [list(s) for s in self.spans],
+            "seed": self.seed,
+            "note": self.note,
+            "started_at": self.started_at,
+            "stats": self.stats.to_dict(),
+        }
