@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from app.engine.events import Finished, StatsUpdate, TextDelta
+from app.engine.events import Finished, PrefillProgress, StatsUpdate, TextDelta
 from app.engine.session import Session
 from app.engine.stats import SpecStats
 from app.options import SamplingParams, SpeculationConfig
@@ -16,6 +16,7 @@ class Run:
     finished: Finished
     deltas: list[TextDelta] = field(default_factory=list)
     updates: list[StatsUpdate] = field(default_factory=list)
+    prefill: list[PrefillProgress] = field(default_factory=list)
 
     @property
     def ids(self) -> tuple[int, ...]:
@@ -39,17 +40,20 @@ def run(
 ) -> Run:
     deltas: list[TextDelta] = []
     updates: list[StatsUpdate] = []
+    prefill: list[PrefillProgress] = []
     finished = None
     for ev in session.generate(prompt, sampling, spec, **kw):  # type: ignore[arg-type]
         if isinstance(ev, TextDelta):
             deltas.append(ev)
         elif isinstance(ev, StatsUpdate):
             updates.append(ev)
+        elif isinstance(ev, PrefillProgress):
+            prefill.append(ev)
         else:
             assert finished is None, "more than one Finished"
             finished = ev
     assert finished is not None, "no Finished event"
-    return Run(finished, deltas, updates)
+    return Run(finished, deltas, updates, prefill)
 
 
 class ReplayDrafter:
