@@ -63,7 +63,7 @@ class PrefixStateCache:
         return len(self._entries)
 
     @property
-    def bytes(self) -> int:
+    def held_bytes(self) -> int:
         """Bytes held now."""
         return self._bytes
 

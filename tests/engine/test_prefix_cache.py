@@ -38,7 +38,7 @@ def test_the_cache_keeps_the_newest_within_its_bound() -> None:
     assert cache.put([1, 2, 3], b"aaaa") and cache.put([5, 6], b"bbbb")
     assert cache.best([1, 2, 9]) == (cache.best([1, 2, 9])[0], 2)
     assert cache.put([7], b"cccc")  # over 10 bytes: the least recently used goes ([5, 6])
-    assert len(cache) == 2 and cache.bytes == 8
+    assert len(cache) == 2 and cache.held_bytes == 8
     assert cache.best([5, 6])[0] is None
     assert not cache.put([8], b"x" * 11)  # larger than the bound: not kept
     assert cache.put([1, 2, 3, 4], b"dd")  # extends [1, 2, 3]: the shorter one is dropped
