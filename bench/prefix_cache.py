@@ -146,14 +146,19 @@ def _decode(ctx: Any, batch: Any, tokens: list[int], pos0: int, seq: int) -> Non
             sys.exit("error: llama_decode failed")
 
 
-def _step_times(ctx: Any, batch: Any, seq: int, pos0: int, steps: int) -> float:
-    """Median seconds of one-token decodes on ``seq`` from ``pos0``."""
-    times = []
+def _paired_step_ratios(a: Any, b: Any, batch: Any, pos0: int, steps: int) -> list[float]:
+    """One-token decodes on sequence 1 of context ``a`` and of ``b`` from ``pos0``,
+    alternating (so both see the same load); each step's time in ``a`` ÷ in ``b``."""
+    ratios = []
     for i in range(steps):
-        t = time.perf_counter()
-        _decode(ctx, batch, [100 + i % 50], pos0 + i, seq)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times[2:])
+        dt = []
+        for ctx in (a, b):
+            t = time.perf_counter()
+            _decode(ctx, batch, [100 + i % 50], pos0 + i, 1)
+            dt.append(time.perf_counter() - t)
+        if i >= 2:  # the first steps build graphs
+            ratios.append(dt[0] / dt[1])
+    return ratios
 
 
 def part_ways(args: argparse.Namespace) -> dict[str, Any]:
@@ -165,7 +170,9 @@ def part_ways(args: argparse.Namespace) -> dict[str, Any]:
     # state saved and restored, in the session's own kind of context
     ctx = LlamaContext(model, n_ctx=args.n_ctx, n_threads=threads)
     ctx.decode(conv, 0, logits="none")
-    save, load, size = [], [], 0
+    save: list[float] = []
+    load: list[float] = []
+    size = 0
     for _ in range(5):
         t = time.perf_counter()
         data = ctx.state_bytes()
@@ -181,29 +188,25 @@ def part_ways(args: argparse.Namespace) -> dict[str, Any]:
     reread = time.perf_counter() - t
     ctx.close()
     # several sequences in one context: a short conversation's decode steps with the
-    # long one resident, and alone (the long one never decoded), same context size
-    mctx = _multi_seq_context(model, 2 * args.n_ctx, threads)
+    # long one resident (context a) and alone (context b, same size), alternating
+    a = _multi_seq_context(model, 2 * args.n_ctx, threads)
+    b = _multi_seq_context(model, 2 * args.n_ctx, threads)
     batch = L.llama_batch_init(512, 0, 2)
-    mem = L.llama_get_memory(mctx)
-    ratios = []
-    for _ in range(args.repeat):
-        L.llama_memory_clear(mem, True)
-        _decode(mctx, batch, conv, 0, 0)
-        _decode(mctx, batch, short, 0, 1)
-        beside = _step_times(mctx, batch, 1, len(short), args.steps)
-        L.llama_memory_clear(mem, True)
-        _decode(mctx, batch, short, 0, 1)
-        alone = _step_times(mctx, batch, 1, len(short), args.steps)
-        ratios.append(beside / alone)
+    _decode(a, batch, conv, 0, 0)
+    for ctx_ in (a, b):
+        _decode(ctx_, batch, short, 0, 1)
+    ratios = _paired_step_ratios(a, b, batch, len(short), args.steps * args.repeat)
     L.llama_batch_free(batch)
-    L.llama_free(mctx)
+    L.llama_free(a)
+    L.llama_free(b)
     kv_one = model.kv_cache_bytes(args.n_ctx)
     model.close()
     return {
         "conversation_tokens": len(conv),
         "state": {"bytes": size, "save_s_median": statistics.median(save),
                   "restore_s_median": statistics.median(load), "reread_s": reread},
-        "multi_seq": {"step_ratio_beside_over_alone": [round(r, 4) for r in ratios],
+        "multi_seq": {"step_pairs": len(ratios),
+                      "step_ratio_quartiles": [round(q, 4) for q in statistics.quantiles(ratios, n=4)],
                       "step_ratio_median": round(statistics.median(ratios), 4),
                       "kv_bytes_allocated": 2 * kv_one, "kv_bytes_one_window": kv_one},
     }
@@ -219,7 +222,8 @@ def _print(data: dict[str, Any]) -> None:
               f"{st['save_s_median'] * 1000:.1f} ms, restore {st['restore_s_median'] * 1000:.1f} ms"
               f" (re-reading it: {st['reread_s']:.2f} s)")
         print(f"  several sequences: decode step beside it / alone = {ms['step_ratio_median']}"
-              f" (runs {ms['step_ratio_beside_over_alone']}), KV allocated "
+              f" (median of {ms['step_pairs']} interleaved pairs; quartiles "
+              f"{ms['step_ratio_quartiles']}), KV allocated "
               f"{ms['kv_bytes_allocated'] / C.MiB:.0f} MiB vs {ms['kv_bytes_one_window'] / C.MiB:.0f} MiB")
     for between, row in data.get("ttft", {}).items():
         print(f"return after {'an API request' if between == 'api' else 'another conversation'}"

@@ -434,18 +434,18 @@ def scene_api(shot: Callable[[str], None]) -> None:
     app.quit()
 
 
-#: a long paste for the prefill scene: about 20,000 characters of code
+#: a long paste for the prefill scene: about 12,000 characters of code (6,000 tokens)
 LONG_PASTE = "".join(
     f"def handler_{i}(request, store):\n"
     f"    item = store.get(request.key_{i % 7})\n"
     f"    if item is None:\n"
     f"        return {{'status': 404, 'id': {i}}}\n"
     f"    return {{'status': 200, 'value': item.value * {i % 5 + 1}}}\n\n"
-    for i in range(140))
+    for i in range(90))
 
 
 def scene_prefill(shot: Callable[[str], None]) -> None:
-    """A 20,000-character paste being read (SmolLM2, context 8192): the reply's header
+    """A 12,000-character paste being read (SmolLM2, context 8192): the reply's header
     shows the tokens read of the prompt's and the time left, chunk by chunk."""
     from app.options import SpecMode, SpeculationConfig
     from app.store.settings import Settings
@@ -492,7 +492,7 @@ def scene_queue(shot: Callable[[str], None]) -> None:
                                            temperature=0, stream=True):
             pass
 
-    w.api_panel.port.setValue(0)
+    w.api_panel.port.setValue(8091)
     w.api_panel.switch.setChecked(True)
     threading.Thread(target=send, args=(w.api_panel.url.text(),), daemon=True).start()
     g = w.gauge

@@ -789,25 +789,29 @@ class LlamaContext:
         return int(L.llama_state_seq_get_size_ext(self.ptr, 0,
                                                   L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY))
 
-    def state_bytes(self) -> bytes:
+    def state_bytes(self) -> bytearray:
         """Sequence 0's state (KV cells and any recurrent state) as llama.cpp serialises
-        it (``llama_state_seq_get_data``): what :meth:`load_state` puts back. About the
-        KV bytes of the held positions (n_layer × 2 × KV width × element size per token).
+        it (``llama_state_seq_get_data``, written straight into the returned buffer):
+        what :meth:`load_state` puts back. About the KV bytes of the held positions
+        (n_layer × 2 × KV width × element size per token).
 
         Raises:
             TandemError: llama.cpp wrote nothing (an empty sequence writes a header only).
         """
         L = lib()
         size = int(L.llama_state_seq_get_size(self.ptr, 0))
-        buf = (ctypes.c_uint8 * size)()
-        written = int(L.llama_state_seq_get_data(self.ptr, buf, size, 0))
+        buf = bytearray(size)
+        view = (ctypes.c_uint8 * size).from_buffer(buf)
+        written = int(L.llama_state_seq_get_data(self.ptr, view, size, 0))
+        del view  # the buffer may be resized only once no view holds it
         if written <= 0:
             raise TandemError("llama.cpp could not copy the KV cache's state.")
-        return bytes(memoryview(buf)[:written])
+        del buf[written:]
+        return buf
 
-    def load_state(self, data: bytes) -> bool:
+    def load_state(self, data: bytes | bytearray) -> bool:
         """Replace sequence 0's state with ``data`` from :meth:`state_bytes` of a context
-        of the same model and settings (``llama_state_seq_set_data``).
+        of the same model and settings (``llama_state_seq_set_data``; no copy is made).
 
         Returns:
             False when llama.cpp refused it (no room for the cells); the cache is then
@@ -815,7 +819,11 @@ class LlamaContext:
         """
         L = lib()
         self.clear()
-        src = ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))  # no copy
+        src: Any
+        if isinstance(data, bytearray):
+            src = (ctypes.c_uint8 * len(data)).from_buffer(data)
+        else:
+            src = ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))
         if int(L.llama_state_seq_set_data(self.ptr, src, len(data), 0)) <= 0:
             self.clear()
             return False

@@ -39,7 +39,7 @@ class SavedState:
     """One saved sequence: its tokens (positions 0..n-1) and llama.cpp's state bytes."""
 
     tokens: tuple[int, ...]
-    data: bytes
+    data: bytes | bytearray
 
 
 class PrefixStateCache:
@@ -67,7 +67,7 @@ class PrefixStateCache:
         """Bytes held now."""
         return self._bytes
 
-    def put(self, tokens: Sequence[int], data: bytes) -> bool:
+    def put(self, tokens: Sequence[int], data: bytes | bytearray) -> bool:
         """Keep ``data`` as the state of ``tokens``; a saved state whose tokens are a
         prefix of these (or equal) is dropped, being worth less. Evicts the least
         recently used until it fits. Returns False when it alone exceeds the bound."""
@@ -123,9 +123,9 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 class StatefulContext(Protocol):
     """What :func:`reuse_prefix` needs of a context (:class:`app.engine.llama.LlamaContext`)."""
 
-    def state_bytes(self) -> bytes: ...
+    def state_bytes(self) -> bytearray: ...
 
-    def load_state(self, data: bytes) -> bool: ...
+    def load_state(self, data: bytes | bytearray) -> bool: ...
 
     def truncate(self, keep: int, held: int) -> int: ...
 
