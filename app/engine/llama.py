@@ -791,18 +791,28 @@ class LlamaContext:
 
     def state_bytes(self) -> bytearray:
         """Sequence 0's state (KV cells and any recurrent state) as llama.cpp serialises
-        it (``llama_state_seq_get_data``, written straight into the returned buffer):
-        what :meth:`load_state` puts back. About the KV bytes of the held positions
-        (n_layer × 2 × KV width × element size per token).
+        it, written straight into the returned buffer: what :meth:`load_state` puts
+        back. About the KV bytes of the held positions (n_layer × 2 × KV width × element
+        size per token).
+
+        A model with a sliding window is saved whole (``llama_state_get_data``, which
+        adds the last batch's logits): a sequence's state (``llama_state_seq_get_data``)
+        leaves out the window's cells older than its last ``n_swa`` positions, so after a
+        restore the cache could not be cut back by even one token
+        (:meth:`truncate`); the whole state keeps every cell the window holds, as if the
+        context had never left it.
 
         Raises:
             TandemError: llama.cpp wrote nothing (an empty sequence writes a header only).
         """
         L = lib()
-        size = int(L.llama_state_seq_get_size(self.ptr, 0))
+        whole = self.model.n_swa > 0
+        size = int(L.llama_state_get_size(self.ptr) if whole
+                   else L.llama_state_seq_get_size(self.ptr, 0))
         buf = bytearray(size)
         view = (ctypes.c_uint8 * size).from_buffer(buf)
-        written = int(L.llama_state_seq_get_data(self.ptr, view, size, 0))
+        written = int(L.llama_state_get_data(self.ptr, view, size) if whole
+                      else L.llama_state_seq_get_data(self.ptr, view, size, 0))
         del view  # the buffer may be resized only once no view holds it
         if written <= 0:
             raise TandemError("llama.cpp could not copy the KV cache's state.")
@@ -824,7 +834,11 @@ class LlamaContext:
             src = (ctypes.c_uint8 * len(data)).from_buffer(data)
         else:
             src = ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))
-        if int(L.llama_state_seq_set_data(self.ptr, src, len(data), 0)) <= 0:
+        if self.model.n_swa > 0:
+            ok = int(L.llama_state_set_data(self.ptr, src, len(data))) > 0
+        else:
+            ok = int(L.llama_state_seq_set_data(self.ptr, src, len(data), 0)) > 0
+        if not ok:
             self.clear()
             return False
         return True

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from app.engine.chat import ChatMessage
 from app.engine.events import Finished, PrefillProgress
 from app.engine.prefix_cache import MIN_SAVED_TOKENS, PrefixStateCache
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpeculationConfig
-from tests.engine.util import run
+from tests.engine.util import Run, run
 from tests.synthetic import BOS
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16)
@@ -127,3 +128,36 @@ def test_stop_during_the_prefill_is_honoured_between_chunks(tiny_target: Path) -
     assert [p.done for p in seen] == [0, 64, 128]
     assert again.stats.prefill_tokens == len(CONVERSATION) - 1 - 128
     assert MIN_SAVED_TOKENS > 4  # a few tokens are re-read, not saved
+
+
+def _chat_run(s: Session, messages: list[ChatMessage], max_tokens: int = 16) -> Run:
+    prompt = s.chat_prompt(messages)
+    sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens,
+                              stop=s.chat_format.stop)
+    return run(s, prompt, sampling)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["smollm", "gemma"])
+def test_real_models_return_to_the_state_they_left(which: str, smollm_path: Path,
+                                                   gemma_path: Path) -> None:
+    """SmolLM2 (chat template) and Gemma 3 (sliding-window cache): after another prompt
+    ran, the conversation's next reply reads only its new tokens and is, token for
+    token, the reply of a session that never left it (the same KV bytes)."""
+    path = smollm_path if which == "smollm" else gemma_path
+    paste = "".join(f"def f{i}(x):\n    return x * {i}\n\n" for i in range(60))
+    conv = [ChatMessage("user", "What do these functions do?\n\n" + paste)]
+    other = [ChatMessage("user", "Write a haiku about the sea.")]
+    cfg = SessionConfig(target_path=path, n_ctx=2048, n_threads=2)
+    with Session.open(cfg) as stayed:
+        first = _chat_run(stayed, conv)
+        again = [*conv, ChatMessage("assistant", first.finished.text),
+                 ChatMessage("user", "Say hello.")]
+        kept = _chat_run(stayed, again)
+    with Session.open(cfg) as s:
+        assert _chat_run(s, conv).ids == first.ids
+        _chat_run(s, other)
+        back = _chat_run(s, again)
+    assert back.ids == kept.ids
+    assert back.stats.prefill_tokens == kept.stats.prefill_tokens  # only what is new
+    assert back.stats.prefill_tokens < back.stats.prompt_tokens // 4
