@@ -21,6 +21,7 @@ from typing import Protocol
 
 from app.engine.llama import DecodeAborted, LlamaContext, LlamaModel
 from app.engine.prefix_cache import PrefixStateCache, reuse_prefix
+from app.engine.prefix_cache import common_prefix_length as common_prefix_length  # re-exported
 from app.engine.sampling import top_probability
 from app.options import SpecMode
 
