@@ -434,6 +434,79 @@ def scene_api(shot: Callable[[str], None]) -> None:
     app.quit()
 
 
+#: a long paste for the prefill scene: about 12,000 characters of code (6,000 tokens)
+LONG_PASTE = "".join(
+    f"def handler_{i}(request, store):\n"
+    f"    item = store.get(request.key_{i % 7})\n"
+    f"    if item is None:\n"
+    f"        return {{'status': 404, 'id': {i}}}\n"
+    f"    return {{'status': 200, 'value': item.value * {i % 5 + 1}}}\n\n"
+    for i in range(90))
+
+
+def scene_prefill(shot: Callable[[str], None]) -> None:
+    """A 12,000-character paste being read (SmolLM2, context 8192): the reply's header
+    shows the tokens read of the prompt's and the time left, chunk by chunk."""
+    from app.options import SpecMode, SpeculationConfig
+    from app.store.settings import Settings
+
+    s = Settings()
+    s.model.target_path = SMOL
+    s.model.n_ctx = 8192
+    s.speculation = SpeculationConfig(mode=SpecMode.OFF)
+    app, w = open_main_window(s)
+    w.new_conversation()
+    assert w.send_message("What does this code do?\n\n" + LONG_PASTE)
+
+    def a_third_read() -> bool:
+        reply = w.controller.reply
+        p = reply.prefill if reply is not None else None
+        return p is not None and 3 * p.done >= p.total > p.done
+
+    wait(a_third_read)
+    shot("prefill-progress.png")
+    w.controller.stop_reply()
+    wait(lambda: w.controller.reply is None)
+    w.close()
+    app.quit()
+
+
+def scene_queue(shot: Callable[[str], None]) -> None:
+    """A chat reply queued behind an API request (Gemma 3 270M): the reply's header says
+    what it waits for and its place, and the gauge follows the API request meanwhile."""
+    from app.options import SpecMode, SpeculationConfig
+    from app.store.settings import Settings
+
+    s = Settings()
+    s.model.target_path = GEMMA
+    s.model.n_ctx = 1024
+    s.speculation = SpeculationConfig(mode=SpecMode.OFF)
+    app, w = open_main_window(s)
+
+    def send(base: str) -> None:
+        import openai
+
+        client = openai.OpenAI(base_url=base, api_key="x")
+        model = client.models.list().data[0].id
+        for _ in client.completions.create(model=model, prompt=API_PROMPT, max_tokens=400,
+                                           temperature=0, stream=True):
+            pass
+
+    w.api_panel.port.setValue(8091)
+    w.api_panel.switch.setChecked(True)
+    threading.Thread(target=send, args=(w.api_panel.url.text(),), daemon=True).start()
+    g = w.gauge
+    wait(lambda: g.source_label.isVisible() and g._stats is not None  # noqa: SLF001
+         and g._stats.emitted >= 20)  # noqa: SLF001
+    w.new_conversation()
+    assert w.send_message("Say hello.")
+    wait(lambda: w.chat.messages and "waiting for" in w.chat.messages[-1].stream_status)
+    shot("queued-reply.png")
+    wait(lambda: w.controller.reply is None)
+    w.close()
+    app.quit()
+
+
 def busy_processes(n: int, seconds: float) -> list[subprocess.Popen[bytes]]:
     """``n`` CPU-bound processes that stop by themselves after ``seconds``."""
     loop = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\n"
@@ -616,6 +689,8 @@ SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]
     "speed": (scene_speed, ("gauge-measured-busy.png", "sampling-threads.png", "race-busy.png")),
     "mtp": (scene_mtp, ("mtp-gauge.png", "mtp-picker.png")),
     "remote": (scene_remote, ("remote-gauge.png", "remote-connect.png")),
+    "prefill": (scene_prefill, ("prefill-progress.png",)),
+    "queue": (scene_queue, ("queued-reply.png",)),
 }
 
 

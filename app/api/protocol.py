@@ -12,7 +12,7 @@ adds Tandem's own.
 Parameters read (OpenAI's names): ``model``, ``messages`` / ``prompt``, ``max_tokens``
 and ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``,
 ``stream``, ``stream_options.include_usage``; llama-server's extras ``top_k``,
-``min_p``, ``repeat_penalty``; and Tandem's ``speculation`` object (any field of
+``min_p``, ``repeat_penalty``, ``return_progress`` (:func:`prompt_progress`); and Tandem's ``speculation`` object (any field of
 :class:`~app.options.SpeculationConfig`, over the server's default), the documented
 extra body field that chooses speculation per request. Parameters Tandem cannot honour
 (``n`` > 1, ``tools``, ``logprobs`` …) are refused by name, never silently ignored;
@@ -64,7 +64,9 @@ class ApiError(Exception):
 class GenerationRequest:
     """One parsed request. Exactly one of ``messages`` (chat) and ``prompt`` (completion)
     is set. ``model``: the id the client named; ``include_usage``: send a usage chunk
-    before ``[DONE]`` (streams only)."""
+    before ``[DONE]`` (streams only); ``return_progress``: send prompt-processing
+    progress as chunks with a ``prompt_progress`` object (llama-server's extension;
+    streams only)."""
 
     model: str
     sampling: SamplingParams
@@ -73,6 +75,7 @@ class GenerationRequest:
     include_usage: bool
     messages: tuple[ChatMessage, ...] = ()
     prompt: str | None = None
+    return_progress: bool = False
 
 
 class _Common(BaseModel):
@@ -89,6 +92,7 @@ class _Common(BaseModel):
     top_k: int | None = None
     min_p: float | None = None
     repeat_penalty: float | None = None
+    return_progress: bool = False
     seed: int | None = None
     stop: str | list[str] | None = None
     n: int | None = None
@@ -352,7 +356,8 @@ def _request(parsed: _Common, sampling: SamplingParams,
         model=parsed.model,
         sampling=_sampling(parsed, sampling, max_tokens_default),
         speculation=_speculation(parsed, speculation),
-        stream=stream, include_usage=include, **payload)
+        stream=stream, include_usage=include,
+        return_progress=parsed.return_progress and stream, **payload)
 
 
 # -- figures --------------------------------------------------------------------------
@@ -434,3 +439,13 @@ def openai_finish_reason(reason: str) -> str:
     """The engine's finish reason in OpenAI's words (``stop``, ``length``); a reply
     cancelled by the server (it is shutting down) is ``cancelled``."""
     return reason
+
+
+def prompt_progress(done: int, total: int, cached: int, elapsed: float) -> dict[str, int]:
+    """Prompt processing in llama-server's ``prompt_progress`` names (its
+    ``return_progress`` extension): ``total`` prompt tokens, ``cache`` of them taken
+    from the cache, ``processed`` so far (cached included), ``time_ms`` since processing
+    began. ``done``/``total``: tokens this prefill evaluates and has evaluated;
+    ``cached``: the rest; ``elapsed``: seconds."""
+    return {"total": cached + total, "cache": cached, "processed": cached + done,
+            "time_ms": int(round(elapsed * 1000))}

@@ -33,6 +33,7 @@ from app.api.protocol import (
     ApiError,
     GenerationRequest,
     openai_finish_reason,
+    prompt_progress,
     tandem_figures,
     timings,
     usage,
@@ -42,6 +43,7 @@ from app.chat.events import (
     JobDone,
     JobFailed,
     JobStarted,
+    PrefillProgressed,
     ReplyStats,
     ReplyStreamed,
 )
@@ -259,7 +261,16 @@ async def _sse_events(feed: JobFeed, reply: Reply, head: list[object],
             text = "".join(d.text for ev in pending if isinstance(ev, ReplyStreamed)
                            for d in ev.deltas)
             end = next((ev for ev in pending if isinstance(ev, (JobDone, JobFailed))), None)
+            progress = [ev for ev in pending if isinstance(ev, PrefillProgressed)]
             pending = []
+            if progress and not text and end is None:
+                fields = prompt_progress(progress[-1].done, progress[-1].total,
+                                         progress[-1].cached, progress[-1].elapsed)
+                yield progress_comment(fields)
+                if reply.req.return_progress:
+                    yield framing.text(None, first=not sent_first, prompt_progress=fields)
+                    sent_first = True
+                continue
             if text or (not sent_first and chat):
                 yield framing.text(text, first=not sent_first)
                 sent_first = True
@@ -285,12 +296,14 @@ async def _sse_events(feed: JobFeed, reply: Reply, head: list[object],
 
 
 async def stream(request: Request, reply: Reply) -> Response:
-    """The reply as server-sent events. Events up to the first output (or the end) are
-    awaited first, so that a failure found then (the prompt does not fit) still gets
-    its HTTP status."""
+    """The reply as server-sent events. Events up to the first prompt progress, output
+    (or the end) are awaited first, so that a failure found then (the prompt does not
+    fit) still gets its HTTP status. While the prompt is read, each chunk's progress
+    goes out as a comment line (:func:`progress_comment`), and with ``return_progress``
+    also as a chunk with llama-server's ``prompt_progress`` object."""
     feed = JobFeed(reply.job, reply.on_end)
     head = await _with_disconnect(request, reply.job, _events_until(
-        feed, reply, (ReplyStreamed, ReplyStats, JobDone, JobFailed)))
+        feed, reply, (PrefillProgressed, ReplyStreamed, ReplyStats, JobDone, JobFailed)))
     if head is None:
         reply.client_gone()
         return Response(status_code=499)
@@ -306,6 +319,13 @@ async def stream(request: Request, reply: Reply) -> Response:
     return EventSourceResponse(_sse_events(feed, reply, head, framing), sep="\n",
                                ping=PING_S, send_timeout=SEND_TIMEOUT_S,
                                client_close_handler_callable=on_close)
+
+
+def progress_comment(fields: dict[str, int]) -> ServerSentEvent:
+    """An SSE comment line ``: prompt_progress {"total":…,"cache":…,"processed":…,
+    "time_ms":…}``: sent on every stream while the prompt is read (clients, the
+    ``openai`` one included, skip comment lines, as the SSE standard says)."""
+    return ServerSentEvent(comment="prompt_progress " + json.dumps(fields, separators=(",", ":")))
 
 
 def json_event(data: dict[str, Any]) -> ServerSentEvent:

@@ -34,8 +34,11 @@ from app.chat.events import (
     DraftChanged,
     JobDone,
     JobFailed,
+    JobStarted,
+    JobWaiting,
     LoadProgressed,
     ModelInfo,
+    PrefillProgressed,
     RemoteConnected,
     ReplyStats,
     ReplyStreamed,
@@ -80,6 +83,9 @@ class ActiveReply:
     ``conversation_id`` is −1 once its conversation was deleted (nothing more is
     written). ``speculation``: what the reply was asked to use. ``record``: the engine's
     record of the reply once it finished (:class:`~app.engine.reply.ReplyRecord`).
+    ``ahead``: the jobs that run before it while it waits in the service's queue (kind,
+    origin), the running one first; ``started``: it left the queue; ``prefill``: the
+    latest prompt-processing progress (None before the first report).
     """
 
     job: Job
@@ -89,6 +95,9 @@ class ActiveReply:
     buffer: ReplyBuffer = field(default_factory=ReplyBuffer)
     stats: SpecStats | None = None
     record: ReplyRecord | None = None
+    ahead: tuple[tuple[str, str], ...] = ()
+    started: bool = False
+    prefill: PrefillProgressed | None = None
 
     @property
     def text(self) -> str:
@@ -144,6 +153,10 @@ class ChatView(Protocol):
 
     def reply_started(self, reply: ActiveReply) -> None:
         """The reply's message is stored and generation was asked for."""
+
+    def reply_waiting(self, reply: ActiveReply) -> None:
+        """The reply's place in the queue changed, it started, or its prompt processing
+        advanced (``reply.ahead``, ``reply.started``, ``reply.prefill``)."""
 
     def reply_progressed(self, reply: ActiveReply) -> None:
         """More text arrived (``reply.buffer``)."""
@@ -702,7 +715,8 @@ class ChatController:
             self.store.delete_from(stored.id)
             self.report(UserError("Not now", str(exc), level="warning", origin="reply"))
             return False
-        self.reply = ActiveReply(job, cid, stored.id, speculation, ReplyBuffer(clock=self.clock))
+        self.reply = ActiveReply(job, cid, stored.id, speculation, ReplyBuffer(clock=self.clock),
+                                 ahead=self.service.ahead_of(job))
         self._roles.append((stored.id, stored.role))
         self.view.message_added(stored)
         self.view.reply_started(self.reply)
@@ -728,7 +742,18 @@ class ChatController:
                 self._on_model_job_failed(event)
 
     def _handle_reply(self, reply: ActiveReply, event: object) -> None:
-        if isinstance(event, ReplyStreamed):
+        if isinstance(event, (JobWaiting, JobStarted, PrefillProgressed)):
+            if isinstance(event, JobWaiting):
+                reply.ahead = event.ahead
+            elif isinstance(event, JobStarted):
+                reply.ahead, reply.started = (), True
+            else:
+                reply.prefill = event
+            self.view.reply_waiting(reply)
+        elif isinstance(event, ReplyStreamed):
+            if reply.prefill is not None:  # the first text: the prompt has been read
+                reply.prefill = None
+                self.view.reply_waiting(reply)
             if reply.buffer.add(event.deltas):
                 self.view.reply_progressed(reply)
             if reply.buffer.save_due():

@@ -84,6 +84,40 @@ class JobFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class JobWaiting:
+    """Job ``job_id`` waits in the queue: ``ahead`` are the jobs that run before it, the
+    running one first, each as (kind, origin). Sent by the worker whenever the queue
+    moves while the job waits (a consumer that submitted a job reads its first place
+    with :meth:`ChatService.ahead_of <app.chat.service.ChatService.ahead_of>`)."""
+
+    job_id: int
+    kind: JobKind
+    origin: str
+    ahead: tuple[tuple[JobKind, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillProgressed:
+    """A reply's prompt processing advanced (before the first chunk and after each):
+    ``done`` of ``total`` new prompt tokens read, ``cached`` more taken from the KV cache
+    or a saved state, ``elapsed`` seconds so far
+    (:class:`app.engine.events.PrefillProgress`)."""
+
+    job_id: int
+    done: int
+    total: int
+    cached: int
+    elapsed: float
+
+    @property
+    def seconds_left(self) -> float | None:
+        """Time left at the rate so far, seconds (None before the first chunk)."""
+        if self.done <= 0 or self.elapsed <= 0.0:
+            return None
+        return self.elapsed / self.done * (self.total - self.done)
+
+
+@dataclass(frozen=True, slots=True)
 class LoadProgressed:
     """Loading advanced to ``fraction`` (0..1) of ``what``; at most every 50 ms."""
 
@@ -185,6 +219,7 @@ class DemoPrepared:
     path: Path
 
 
-ServiceEvent = JobStarted | JobDone | JobFailed | LoadProgressed | ReplyStreamed | ReplyStats
+ServiceEvent = (JobStarted | JobDone | JobFailed | JobWaiting | LoadProgressed | PrefillProgressed
+                | ReplyStreamed | ReplyStats)
 """Every event the service reports, besides the progress events of measurement jobs
 (:mod:`app.chat.requests`)."""

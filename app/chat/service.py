@@ -53,8 +53,10 @@ from app.chat.events import (
     JobFailed,
     JobKind,
     JobStarted,
+    JobWaiting,
     LoadProgressed,
     ModelInfo,
+    PrefillProgressed,
     ReplyStats,
     RemoteConnected,
     ReplyStreamed,
@@ -63,7 +65,7 @@ from app.chat.events import (
 from app.chat.failures import user_error
 from app.engine.auto import AutoChoice, ReplyObservation, resolve_auto
 from app.engine.chat import ChatMessage, tokenize_plain
-from app.engine.events import Event, StatsUpdate, TextDelta
+from app.engine.events import Event, PrefillProgress, StatsUpdate, TextDelta
 from app.engine.reply import ReplyRecord
 from app.engine.session import Session, SessionConfig
 from app.errors import LoadCancelledError, ModelNotLoadedError, TandemError
@@ -392,6 +394,17 @@ class ChatService:
         with self._cond:
             return len(self._waiting)
 
+    def ahead_of(self, job: Job) -> tuple[tuple[JobKind, str], ...]:
+        """The jobs that run before ``job``, the running one first, as (kind, origin);
+        empty once it runs or ended (or when it is not this service's)."""
+        with self._cond:
+            if job not in self._waiting:
+                return ()
+            before = list(itertools.takewhile(lambda j: j is not job, self._waiting))
+            if self._current is not None:
+                before.insert(0, self._current)
+            return tuple((j.kind, j.origin) for j in before)
+
     @property
     def running(self) -> Job | None:
         """The job running now, if any."""
@@ -471,10 +484,11 @@ class ChatService:
         observations: Sequence[ReplyObservation] = (),
     ) -> Job:
         """A chat reply to ``messages`` through the model's chat template (the template's
-        stop strings are added). Progress: :class:`ReplyStreamed` (text batches) and
-        :class:`ReplyStats`; value: the :class:`~app.engine.reply.ReplyRecord` (also when
-        cancelled, with the text so far), its request holding ``messages``, ``sampling``
-        and ``speculation`` as given here.
+        stop strings are added). Progress: :class:`PrefillProgressed` (prompt processing,
+        per chunk), :class:`ReplyStreamed` (text batches) and :class:`ReplyStats`; value:
+        the :class:`~app.engine.reply.ReplyRecord` (also when cancelled, with the text so
+        far), its request holding ``messages``, ``sampling`` and ``speculation`` as given
+        here.
 
         With ``speculation.mode`` auto the drafter and k are chosen on the worker, before
         the reply, from the conversation's earlier replies in ``messages`` (replayed) and
@@ -574,6 +588,10 @@ class ChatService:
                     return  # closing and nothing left
                 job = self._waiting.popleft()
                 self._current = job
+                still = list(self._waiting)
+            for i, waiting in enumerate(still):  # each waiting job moved up one place
+                ahead = ((job.kind, job.origin), *((j.kind, j.origin) for j in still[:i]))
+                self._publish(waiting, JobWaiting(waiting.id, waiting.kind, waiting.origin, ahead))
             try:
                 self._execute(job)
             finally:
@@ -702,6 +720,9 @@ class ChatService:
                     last_emit = time.monotonic()
                 if isinstance(ev, StatsUpdate):
                     ctx.emit(ReplyStats(ctx.job_id, ev.stats))
+                elif isinstance(ev, PrefillProgress):
+                    ctx.emit(PrefillProgressed(ctx.job_id, ev.done, ev.total, ev.cached,
+                                               ev.elapsed))
                 elif isinstance(ev, ReplyRecord):
                     finished = ev
         finally:

@@ -20,6 +20,8 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Protocol
 
 from app.engine.llama import DecodeAborted, LlamaContext, LlamaModel
+from app.engine.prefix_cache import PrefixStateCache, reuse_prefix
+from app.engine.prefix_cache import common_prefix_length as common_prefix_length  # re-exported
 from app.engine.sampling import top_probability
 from app.options import SpecMode
 
@@ -62,15 +64,6 @@ class Drafter(Protocol):
         """Free native resources. Idempotent."""
 
 
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
-    n = min(len(a), len(b))
-    if list(a[:n]) == list(b[:n]):  # the usual case (a turn extends the last), at C speed
-        return n
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class DraftModelDrafter:
@@ -81,12 +74,17 @@ class DraftModelDrafter:
         ctx: its context; ``n_ctx`` at least the target's.
         p_min: stop drafting when the draft's top-token probability falls below this
             (llama.cpp's ``--draft-p-min``); 0 disables the check.
+        saved_states: where the draft's states are saved when a prompt that shares
+            little with its cache comes, and put back on a return
+            (:func:`~app.engine.prefix_cache.reuse_prefix`); None: none are kept.
     """
 
     kind = SpecMode.DRAFT_MODEL
 
-    def __init__(self, model: LlamaModel, ctx: LlamaContext, p_min: float = 0.0) -> None:
+    def __init__(self, model: LlamaModel, ctx: LlamaContext, p_min: float = 0.0,
+                 saved_states: PrefixStateCache | None = None) -> None:
         self.model = model
+        self.saved_states = saved_states if saved_states is not None else PrefixStateCache(0)
         self.ctx = ctx
         self.p_min = p_min
         self.forward_passes = 0
@@ -94,11 +92,10 @@ class DraftModelDrafter:
 
     def _sync(self, tokens: Sequence[int], need_logits: bool) -> None:
         """Make the draft KV cache hold exactly ``tokens``; logits for the last if asked."""
-        keep = common_prefix_length(self._kv, tokens)
-        if need_logits and keep == len(tokens):
-            keep -= 1  # re-evaluate the last token to get its logits
-        keep = self.ctx.truncate(max(keep, 0), len(self._kv))
-        del self._kv[keep:]
+        # with logits wanted, the last token is evaluated again even when it is held
+        reuse = tokens[:-1] if need_logits and tokens else tokens
+        keep = reuse_prefix(self.ctx, self._kv, reuse, self.saved_states,
+                            recurrent=self.model.is_recurrent)
         todo = list(tokens[keep:])
         if todo:
             self.ctx.decode(todo, keep, logits="last" if need_logits else "none")

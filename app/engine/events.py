@@ -34,6 +34,30 @@ class StatsUpdate:
     stats: SpecStats
 
 
-Event = TextDelta | StatsUpdate | ReplyRecord
-"""What a generation yields: text deltas and statistics snapshots, then exactly one
-:class:`~app.engine.reply.ReplyRecord` (the whole reply, :mod:`app.engine.reply`)."""
+@dataclass(frozen=True, slots=True)
+class PrefillProgress:
+    """Prompt processing advanced: yielded before the first chunk and after each chunk
+    of at most ``n_batch`` tokens is evaluated.
+
+    ``done`` of ``total`` tokens this prefill evaluates have been read; ``cached``: prompt
+    tokens taken from the KV cache or a saved state instead (not in ``total``);
+    ``elapsed``: seconds since the prefill began.
+    """
+
+    done: int
+    total: int
+    cached: int
+    elapsed: float
+
+    @property
+    def seconds_left(self) -> float | None:
+        """Time left at the rate so far, seconds (None before the first chunk)."""
+        if self.done <= 0 or self.elapsed <= 0.0:
+            return None
+        return self.elapsed / self.done * (self.total - self.done)
+
+
+Event = TextDelta | StatsUpdate | PrefillProgress | ReplyRecord
+"""What a generation yields: prompt-processing progress, text deltas and statistics
+snapshots, then exactly one :class:`~app.engine.reply.ReplyRecord` (the whole reply,
+:mod:`app.engine.reply`)."""

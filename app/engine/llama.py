@@ -789,6 +789,60 @@ class LlamaContext:
         return int(L.llama_state_seq_get_size_ext(self.ptr, 0,
                                                   L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY))
 
+    def state_bytes(self) -> bytearray:
+        """Sequence 0's state (KV cells and any recurrent state) as llama.cpp serialises
+        it, written straight into the returned buffer: what :meth:`load_state` puts
+        back. About the KV bytes of the held positions (n_layer × 2 × KV width × element
+        size per token).
+
+        A model with a sliding window is saved whole (``llama_state_get_data``, which
+        adds the last batch's logits): a sequence's state (``llama_state_seq_get_data``)
+        leaves out the window's cells older than its last ``n_swa`` positions, so after a
+        restore the cache could not be cut back by even one token
+        (:meth:`truncate`); the whole state keeps every cell the window holds, as if the
+        context had never left it.
+
+        Raises:
+            TandemError: llama.cpp wrote nothing (an empty sequence writes a header only).
+        """
+        L = lib()
+        whole = self.model.n_swa > 0
+        size = int(L.llama_state_get_size(self.ptr) if whole
+                   else L.llama_state_seq_get_size(self.ptr, 0))
+        buf = bytearray(size)
+        view = (ctypes.c_uint8 * size).from_buffer(buf)
+        written = int(L.llama_state_get_data(self.ptr, view, size) if whole
+                      else L.llama_state_seq_get_data(self.ptr, view, size, 0))
+        del view  # the buffer may be resized only once no view holds it
+        if written <= 0:
+            raise TandemError("llama.cpp could not copy the KV cache's state.")
+        del buf[written:]
+        return buf
+
+    def load_state(self, data: bytes | bytearray) -> bool:
+        """Replace sequence 0's state with ``data`` from :meth:`state_bytes` of a context
+        of the same model and settings (``llama_state_seq_set_data``; no copy is made).
+
+        Returns:
+            False when llama.cpp refused it (no room for the cells); the cache is then
+            empty.
+        """
+        L = lib()
+        self.clear()
+        src: Any
+        if isinstance(data, bytearray):
+            src = (ctypes.c_uint8 * len(data)).from_buffer(data)
+        else:
+            src = ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))
+        if self.model.n_swa > 0:
+            ok = int(L.llama_state_set_data(self.ptr, src, len(data))) > 0
+        else:
+            ok = int(L.llama_state_seq_set_data(self.ptr, src, len(data), 0)) > 0
+        if not ok:
+            self.clear()
+            return False
+        return True
+
     def pos_min(self) -> int:
         """Smallest position still held for sequence 0 (> 0 once a sliding window slid), -1 if empty."""
         self.ptr

@@ -29,8 +29,8 @@ from app.catalog.pairing import PairResult, check_pair
 from app.engine.chat import ChatFormat, ChatMessage
 from app.engine.divergence import SamplingTrace
 from app.engine.drafter_kinds import Unavailable, kind_for
-from app.engine.drafters import Drafter, DraftModelDrafter, common_prefix_length
-from app.engine.events import Event, StatsUpdate, TextDelta
+from app.engine.drafters import Drafter, DraftModelDrafter
+from app.engine.events import Event, PrefillProgress, StatsUpdate, TextDelta
 from app.engine.reply import FinishReason, ReplyRecord, ReplyRequest, Span, add_span, clip_spans
 from app.engine.exact import EXACT_CONTEXT, EXACT_KV_BLOCK, exact_blockers
 from app.engine.llama import (
@@ -45,6 +45,7 @@ from app.engine.llama import (
 )
 from app.engine.cpu import ThreadGovernor, free_threads, measure_other_cores, thread_cap
 from app.engine.policy import DraftLengthPolicy, PassTimes
+from app.engine.prefix_cache import DEFAULT_PREFIX_CACHE_BYTES, PrefixStateCache, reuse_prefix
 from app.engine.probe import probe_model
 from app.engine.sampling import TargetSampler
 from app.engine.stats import MIN_DRAFT_ROUNDS_FOR_SPEEDUP, MIN_VERIFIED_FOR_SPEEDUP, SpecStats
@@ -85,6 +86,11 @@ class SessionConfig(BaseModel):
     cache, no weight repacking; CPU backend, weights of the types in
     :mod:`app.engine.exact`). Where that is not possible a note says why and llama.cpp's
     defaults are kept.
+    ``prefix_cache_bytes``: memory for the target's KV states of sequences its context
+    had to give up (another conversation, an API request), kept least recently used
+    first so that returning to one re-reads only what is new
+    (:mod:`app.engine.prefix_cache`); a draft model's states get a quarter of it more.
+    0 keeps none.
     ``rollback_depth``: for a recurrent or hybrid target (and draft), the recurrent-state
     snapshots its context keeps (``n_rs_seq``), which is also the longest draft verified
     there, as llama-server bounds drafts by ``llama_n_rs_seq``; each costs one recurrent
@@ -102,6 +108,7 @@ class SessionConfig(BaseModel):
     use_mmap: bool = True
     exact_verification: bool = False
     rollback_depth: int = Field(FREE_DRAFTER_K, ge=0, le=K_MAX)
+    prefix_cache_bytes: int = Field(DEFAULT_PREFIX_CACHE_BYTES, ge=0)
 
     @field_validator("n_threads")
     @classmethod
@@ -320,6 +327,8 @@ class Session:
         #: drafters kept across replies (see kept_drafter), closed with the session
         self._kept: dict[SpecMode, Drafter | Unavailable] = {}
         self._kv_tokens: list[int] = []
+        #: states of sequences the context gave up, to be put back (prefix cache)
+        self.saved_states = PrefixStateCache(config.prefix_cache_bytes)
         self._lock = threading.RLock()
         self._busy = False
         self._closed = False
@@ -500,7 +509,8 @@ class Session:
                 draft.close()
                 raise
             self.draft_model = draft
-            self._draft_drafter = DraftModelDrafter(draft, dctx)
+            self._draft_drafter = DraftModelDrafter(
+                draft, dctx, saved_states=PrefixStateCache(self.config.prefix_cache_bytes // 4))
             for w in result.warnings:
                 log.warning("%s", w)
             return result
@@ -527,7 +537,8 @@ class Session:
         return self._busy
 
     def reset_cache(self) -> None:
-        """Forget the KV caches of target and draft, so the next prompt is evaluated cold.
+        """Forget the KV caches of target and draft and the saved states, so the next
+        prompt is evaluated cold.
 
         A new conversation does not need this (prefixes are matched); benchmarks do.
 
@@ -538,8 +549,10 @@ class Session:
             self._check_idle()
             self.ctx.clear()
             self._kv_tokens = []
+            self.saved_states.clear()
             if self._draft_drafter is not None:
                 self._draft_drafter.reset()
+                self._draft_drafter.saved_states.clear()
 
     # -- measured costs (for the auto drafter choice, app.engine.auto) ---------------
     def pass_time(self, n_tokens: int) -> float | None:
@@ -562,6 +575,8 @@ class Session:
             todo = [n for n in sorted(set(sizes))
                     if 1 <= n <= min(self.n_ctx, self.ctx.n_outputs_max)
                     and not any(t.count(n) for t in self._pass_times.values())]
+            if todo:
+                self._reuse_prefix([])  # saves the live state, when worth it, and empties
             for n in todo:
                 for i in range(max(1, passes) + 1):
                     self.ctx.clear()
@@ -677,31 +692,50 @@ class Session:
 
     def _sync_prefix(self, tokens: Sequence[int], cancel: threading.Event | None) -> int:
         """Make the target KV cache hold ``tokens``; returns how many were evaluated."""
-        keep = self.ctx.truncate(common_prefix_length(self._kv_tokens, tokens), len(self._kv_tokens))
-        del self._kv_tokens[keep:]
+        done = 0
+        for progress in self._prefill(tokens, cancel, time.perf_counter):
+            done = progress.done
+        return done
+
+    def _prefill(self, tokens: Sequence[int], cancel: threading.Event | None,
+                 clock: Callable[[], float]) -> Iterator[PrefillProgress]:
+        """Make the target KV cache hold ``tokens`` (call it under the lock): the cached
+        prefix is kept (or a saved state put back, :meth:`_reuse_prefix`), the rest is
+        evaluated in chunks of ``n_batch``. Yields a :class:`PrefillProgress` before the
+        first chunk and after each; a cancel or :meth:`close` stops it between chunks and
+        inside one (the abort callback), and a chunk cut short leaves the cache empty."""
+        keep = self._reuse_prefix(tokens)
         todo = list(tokens[keep:])
+        t0 = clock()
+        yield PrefillProgress(0, len(todo), keep, 0.0)
         if not todo:
-            return 0
+            return
         n_batch = self.ctx.n_batch
         done = 0
 
         def should_stop() -> bool:
             return self._closing or (cancel is not None and cancel.is_set())
 
-        try:
-            with self.ctx.abortable(should_stop):
-                while done < len(todo):
-                    if should_stop():
-                        break
-                    chunk = todo[done : done + n_batch]
+        while done < len(todo) and not should_stop():
+            chunk = todo[done : done + n_batch]
+            try:
+                with self.ctx.abortable(should_stop):
                     self.ctx.decode(chunk, keep + done, logits="none")
-                    self._kv_tokens.extend(chunk)
-                    done += len(chunk)
-        except DecodeAborted:
-            # part of the chunk may be cached: start clean next time (the cancel is set)
-            self.ctx.clear()
-            self._kv_tokens = []
-        return done
+            except DecodeAborted:
+                # part of the chunk may be cached: start clean next time (the cancel is set)
+                self.ctx.clear()
+                self._kv_tokens = []
+                return
+            self._kv_tokens.extend(chunk)
+            done += len(chunk)
+            yield PrefillProgress(done, len(todo), keep, clock() - t0)
+
+    def _reuse_prefix(self, tokens: Sequence[int]) -> int:
+        """Keep the cached prefix of ``tokens``, or put back a saved state that shares
+        more, saving the live state when much of it would be lost
+        (:func:`~app.engine.prefix_cache.reuse_prefix`). Returns the tokens now held."""
+        return reuse_prefix(self.ctx, self._kv_tokens, tokens, self.saved_states,
+                            recurrent=self.target.is_recurrent)
 
     def generate(
         self,
@@ -763,7 +797,9 @@ class Session:
                 raise TandemError("The model has been unloaded.")
             drafter, reply.note = self._make_drafter(spec)
             reply.passes0 = drafter.forward_passes if drafter is not None else 0
-            reply.prefill_tokens = self._sync_prefix(prompt[:-1], cancel)
+            for progress in self._prefill(prompt[:-1], cancel, clock):
+                reply.prefill_tokens = progress.done
+                yield progress
             sampler = TargetSampler(self.target, sampling)
             sampler.accept_prompt(prompt)
             if drafter is not None and not is_cancelled():

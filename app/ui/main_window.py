@@ -49,6 +49,7 @@ from app.ui.chat.chat_view import ChatViewWidget, message_view, reply_footer
 from app.ui.chat.conversation_list import ConversationListWidget
 from app.ui.chat.input_box import ComposerWidget
 from app.ui.chat.markdown_render import warm_up as warm_up_markdown
+from app.ui.chat.reply_status import reply_status_words
 from app.ui.chat.starter_prompts import load_starter_prompts
 from app.store.credentials import ApiKeyStore
 from app.ui.gauge.gauge_panel import SpeculationGaugeWidget
@@ -92,6 +93,8 @@ class MainWindow(QMainWindow):
         self.downloads = DownloadQueue(self)
         self.api_keys = ApiKeyStore()  # remote servers' keys: the OS keyring or this session
         self.bridge = ServiceBridge(service, self)
+        #: the window's reply the gauge shows (None: it follows whatever else runs)
+        self._gauge_reply: ActiveReply | None = None
         self.controller = ChatController(self.settings, store, self.bridge.service, self)
         self.windows = SideWindows(self, self.controller, self.bridge, self.settings,
                                    self.downloads)
@@ -285,6 +288,8 @@ class MainWindow(QMainWindow):
         reply = self.controller.reply
         if reply is not None and conversation is not None and reply.conversation_id == conversation.id:
             self.chat.begin_stream(reply.message_id, reply.text, reply.spans)
+            self.chat.set_stream_status(reply.message_id, reply_status_words(
+                reply.ahead, reply.started, reply.prefill, bool(reply.text)))
 
     def message_added(self, message: StoredMessage) -> None:
         self.chat.add_message(message_view(message))
@@ -296,6 +301,20 @@ class MainWindow(QMainWindow):
 
     def reply_started(self, reply: ActiveReply) -> None:
         self.chat.begin_stream(reply.message_id)
+        self.reply_waiting(reply)
+        if not reply.ahead:
+            self._gauge_follows(reply)
+
+    def reply_waiting(self, reply: ActiveReply) -> None:
+        self.chat.set_stream_status(reply.message_id, reply_status_words(
+            reply.ahead, reply.started, reply.prefill, bool(reply.text)))
+        if reply.started and self._gauge_reply is not reply:
+            self._gauge_follows(reply)
+
+    def _gauge_follows(self, reply: ActiveReply) -> None:
+        """The gauge shows this reply from now on (until then it followed what ran
+        before it in the queue, an API request)."""
+        self._gauge_reply = reply
         spec = reply.speculation
         remote = self.controller.remote
         if remote is not None:

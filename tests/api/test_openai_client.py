@@ -210,3 +210,31 @@ def test_tandem_is_recognised_by_the_remote_client(server: str) -> None:
     assert result.figures.source == "response" and result.figures.scope == "request"
     assert result.figures.draft_tokens == result.server_timings["draft_n"]
     assert result.n_tokens == result.server_timings["predicted_n"]
+
+
+def test_prompt_progress_is_streamed_and_the_client_ignores_or_reads_it(
+        client: openai.OpenAI, server: str) -> None:
+    messages = [{"role": "user", "content": CODE * 6 + "Summarise."}]
+    # without return_progress: comment lines only, which the openai client skips
+    plain = list(client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4,
+                                                temperature=0, stream=True))
+    assert all("prompt_progress" not in (c.model_extra or {}) for c in plain)
+    assert any(c.choices and c.choices[0].delta.content for c in plain)
+    # with llama-server's return_progress: chunks that carry prompt_progress
+    other = [{"role": "user", "content": "Another request. " + CODE * 6}]  # nothing cached
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=other, max_tokens=4, temperature=0, stream=True,
+        extra_body={"return_progress": True}))
+    progress = [(c.model_extra or {})["prompt_progress"] for c in chunks
+                if "prompt_progress" in (c.model_extra or {})]
+    assert progress  # progress that arrives together goes out as one chunk
+    assert all(c.choices[0].delta.content is None for c in chunks
+               if "prompt_progress" in (c.model_extra or {}))
+    last = progress[-1]
+    assert last["processed"] == last["total"] > last["cache"] and last["time_ms"] >= 0
+    assert [p["processed"] for p in progress] == sorted(p["processed"] for p in progress)
+    # the comment lines on the wire
+    with httpx.stream("POST", server + "/chat/completions", timeout=60, json={
+            "model": MODEL, "messages": messages, "max_tokens": 2, "stream": True}) as r:
+        lines = [line for line in r.iter_lines() if line.startswith(": prompt_progress ")]
+    assert lines and '"processed":' in lines[-1]

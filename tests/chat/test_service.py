@@ -14,6 +14,7 @@ from app.chat.events import (
     JobDone,
     JobFailed,
     JobStarted,
+    JobWaiting,
     LoadProgressed,
     ModelInfo,
     ReplyStats,
@@ -76,6 +77,26 @@ def test_jobs_run_one_at_a_time_in_the_order_asked(service: ChatService, script:
     assert api.result(30).text == "second reply"
     assert race.result(30) == "ran"
     assert [call[0] for call in script.calls][:1] == [HELLO]
+
+
+def test_a_waiting_job_knows_its_place_as_the_queue_moves(service: ChatService,
+                                                         script: Script) -> None:
+    script.gate = threading.Event()
+    api = service.complete("go on", SAMPLING, SpeculationConfig(), origin="api")
+    assert script.at_gate.wait(30)  # the API reply holds the session
+    race = service.submit("task", lambda ctx: "ran", origin="race")
+    window = service.reply(HELLO, SAMPLING, LOOKUP, origin="window")
+    assert service.ahead_of(window) == (("completion", "api"), ("task", "race"))
+    assert service.ahead_of(race) == (("completion", "api"),)
+    assert service.ahead_of(api) == ()  # it runs
+    script.gate.set()
+    events = list(window.events(timeout=30))
+    waiting = [e for e in events if isinstance(e, JobWaiting)]
+    # when the API reply ended and the race began, the window's reply moved up one place
+    assert [w.ahead for w in waiting] == [(("task", "race"),)]
+    assert events.index(waiting[0]) < next(
+        i for i, e in enumerate(events) if isinstance(e, JobStarted))
+    assert service.ahead_of(window) == ()
 
 
 def test_a_full_queue_refuses_new_jobs_and_queues_nothing(script: Script, tmp_path: Path) -> None:

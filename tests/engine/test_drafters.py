@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.drafters import DraftModelDrafter, PromptLookupDrafter, common_prefix_length
+from app.engine.drafters import DraftModelDrafter, PromptLookupDrafter
+from app.engine.prefix_cache import common_prefix_length
 
 
 def test_proposes_what_followed_the_most_recent_match() -> None:
@@ -85,6 +86,8 @@ class _ScriptedContext:
 
 
 class _Vocab:
+    is_recurrent = False
+
     def is_eog(self, token: int) -> bool:
         return token == 7
 

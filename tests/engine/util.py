@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from app.engine.events import StatsUpdate, TextDelta
+from app.engine.events import PrefillProgress, StatsUpdate, TextDelta
 from app.engine.reply import ReplyRecord, ReplyRequest, clip_spans, draft_spans
 from app.engine.session import Session
 from app.engine.stats import SpecStats
@@ -17,6 +17,7 @@ class Run:
     finished: ReplyRecord
     deltas: list[TextDelta] = field(default_factory=list)
     updates: list[StatsUpdate] = field(default_factory=list)
+    prefill: list[PrefillProgress] = field(default_factory=list)
 
     @property
     def ids(self) -> tuple[int, ...]:
@@ -40,12 +41,15 @@ def run(
 ) -> Run:
     deltas: list[TextDelta] = []
     updates: list[StatsUpdate] = []
+    prefill: list[PrefillProgress] = []
     finished = None
     for ev in session.generate(prompt, sampling, spec, **kw):  # type: ignore[arg-type]
         if isinstance(ev, TextDelta):
             deltas.append(ev)
         elif isinstance(ev, StatsUpdate):
             updates.append(ev)
+        elif isinstance(ev, PrefillProgress):
+            prefill.append(ev)
         else:
             assert finished is None, "more than one record"
             finished = ev
@@ -53,7 +57,7 @@ def run(
     # the record's draft spans are those of the streamed deltas
     pieces = draft_spans((d.text, d.from_draft) for d in deltas)
     assert finished.spans == tuple(clip_spans(pieces, len(finished.text)))
-    return Run(finished, deltas, updates)
+    return Run(finished, deltas, updates, prefill)
 
 
 class ReplayDrafter:

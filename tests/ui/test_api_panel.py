@@ -87,10 +87,12 @@ def test_a_port_in_use_is_reported(qtbot) -> None:  # type: ignore[no-untyped-de
         window.close()
 
 
-def test_a_window_reply_queued_behind_an_api_reply_keeps_the_gauge(qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_window_reply_queued_behind_an_api_reply_says_so_and_the_gauge_follows_the_api(  # type: ignore[no-untyped-def]
+        qtbot, tmp_path) -> None:
     """Over the fake engine: the API reply runs (held at a gate), the user sends a
-    message, which waits in the same queue; the gauge belongs to the window's reply from
-    then on and the API reply still lands in the list."""
+    message, which waits in the same queue: its header says what it waits for and the
+    gauge keeps following the API reply; once the window's reply runs, the header says
+    "writing…" and the gauge is the window's; the API reply lands in the list."""
     from app.options import SamplingParams
     from app.store.settings import LoadedSettings, Settings
     from app.ui.main_window import MainWindow
@@ -116,18 +118,24 @@ def test_a_window_reply_queued_behind_an_api_reply_keeps_the_gauge(qtbot, tmp_pa
         sender.start()
         qtbot.waitUntil(lambda: w.gauge.source_label.isVisible(), timeout=30_000)
         assert w.send_message("hello")  # queued behind the API reply
-        assert not w.gauge.source_label.isVisible()
+        reply_widget = w.chat.messages[-1]
+        assert reply_widget.stream_status == "● waiting for 1 API request · next in the queue"
+        # the gauge still follows the API reply, which goes on streaming
+        w.gauge.refresh()
+        assert w.gauge.source_label.isVisible()
+        assert w.gauge.source_label.text() == "API traffic · chat request"
         api_gate, script.gate = script.gate, threading.Event()  # the next reply waits too
         api_gate.set()  # the API reply ends; the window's runs and holds after one word
         qtbot.waitUntil(lambda: w.api_panel.table.rowCount() == 1 and w.controller.reply
                         is not None and w.controller.reply.text == "alpha", timeout=30_000)
         w.gauge.refresh()
-        # the API reply's end did not end the window's live gauge
+        assert reply_widget.stream_status == "● writing…"
         assert "live" in w.gauge.mode_label.text() and not w.gauge.source_label.isVisible()
         script.gate.set()
         qtbot.waitUntil(lambda: w.controller.reply is None, timeout=30_000)
         sender.join(30)
         assert w.chat.messages[-1].text == "alpha beta gamma delta"
+        assert reply_widget.stream_status == ""
     finally:
         if script.gate is not None:
             script.gate.set()

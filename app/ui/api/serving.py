@@ -6,7 +6,7 @@ following API traffic.
 the API panel's switch is turned on, shows the base URL in the panel and the status bar,
 and passes the service's events through :class:`app.api.traffic.ApiTrafficFollower` so
 that the gauge follows an API reply, labelled "API traffic", unless the window's own
-reply holds the gauge.
+reply runs (a window reply queued behind an API request leaves the gauge to it).
 """
 
 from __future__ import annotations
@@ -111,9 +111,11 @@ class ApiServing(QObject):
             return
         if isinstance(update, ApiReplyEnded):
             self.panel.add_request(update)
-        if self.controller.reply is not None:
-            # the window's own reply is queued behind the API's: the gauge is already
-            # its, and shows it as soon as it runs
+        reply = self.controller.reply
+        if reply is not None and reply.started:
+            # the window's own reply runs (an API request waits behind it): the gauge is
+            # its; a window reply still queued behind the API's leaves the gauge to the
+            # API until it starts
             return
         if isinstance(update, ApiReplyBegan):
             # the request's own drafter and k arrive with its first statistics

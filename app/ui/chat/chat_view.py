@@ -38,6 +38,7 @@ from app.options import SpecMode
 from app.store.history import StoredMessage
 from app.ui.chat.draft_tint import apply_tint, tinted_ranges
 from app.ui.chat.markdown_render import TINT_COLOR, render_markdown
+from app.ui.chat.reply_status import WRITING
 from app.ui.chat.starter_prompts import StarterPrompt, StarterPromptsWidget
 from app.ui.copy_feedback import confirm_copied
 from app.ui.elided import ElidedLabelWidget
@@ -223,7 +224,7 @@ class MessageWidget(QFrame):
         self._who = ElidedLabelWidget(who, min_px=40)
         self._who.setObjectName("messageRole")
         header.addWidget(self._who)
-        self._streaming = QLabel("● writing…")
+        self._streaming = QLabel(WRITING)
         self._streaming.setObjectName("streamingLabel")
         self._streaming.hide()
         header.addWidget(self._streaming)
@@ -286,6 +287,17 @@ class MessageWidget(QFrame):
     def set_streaming(self, streaming: bool) -> None:
         self._streaming.setVisible(streaming)
         self._copy.setEnabled(not streaming)
+        if not streaming:
+            self._streaming.setText(WRITING)
+
+    def set_stream_status(self, text: str) -> None:
+        """What the streaming reply is doing: waiting, reading its prompt, writing."""
+        self._streaming.setText(text)
+
+    @property
+    def stream_status(self) -> str:
+        """The words beside a streaming reply (empty when it is not streaming)."""
+        return self._streaming.text() if self._streaming.isVisibleTo(self) else ""
 
     def set_regenerate_visible(self, visible: bool) -> None:
         self._regen.setVisible(visible and self.role == "assistant")
@@ -455,6 +467,11 @@ class ChatViewWidget(QScrollArea):
             w.set_content(text, spans)
         self._next_render = 0.0
         self.scroll_to_bottom()
+
+    def set_stream_status(self, message_id: int, text: str) -> None:
+        """The words beside the streaming reply (:mod:`app.ui.chat.reply_status`)."""
+        if (w := self.message(message_id)) is not None:
+            w.set_stream_status(text)
 
     def stream(self, message_id: int, text: str, spans: Sequence[tuple[int, int]]) -> None:
         """The reply's text so far (see the class docstring for when it is rendered)."""
