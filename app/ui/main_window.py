@@ -47,7 +47,7 @@ from app.ui.api import ApiPanelWidget
 from app.ui.api.serving import ApiServing
 from app.ui.chat.chat_view import ChatViewWidget, message_view, reply_footer
 from app.ui.chat.conversation_list import ConversationListWidget
-from app.ui.chat.export import export_conversation
+from app.ui.chat.export_dialog import export_with_dialog
 from app.ui.chat.input_box import ComposerWidget
 from app.ui.chat.markdown_render import warm_up as warm_up_markdown
 from app.ui.chat.reply_status import reply_status_words
@@ -195,7 +195,7 @@ class MainWindow(QMainWindow):
         cv.new_conversation_clicked.connect(self.new_conversation)
         cv.conversation_renamed.connect(self._on_conversations_conversation_renamed)
         cv.conversation_delete_clicked.connect(self._on_conversations_conversation_delete_clicked)
-        cv.conversation_export_clicked.connect(self._on_conversations_conversation_export_clicked)
+        cv.conversation_export_clicked.connect(lambda cid: export_with_dialog(self, c, cid))
         cv.search_changed.connect(self.conversations_changed)
         self.system_prompt.system_prompt_edited.connect(c.set_system_prompt)
         self.chat.edit_clicked.connect(self.edit_message)
@@ -480,31 +480,6 @@ class MainWindow(QMainWindow):
                                       "Delete this conversation and all its messages?")
         if answer == QMessageBox.StandardButton.Yes:
             self.controller.delete_conversation(conversation_id)
-
-    @Slot(int)
-    def _on_conversations_conversation_export_clicked(self, conversation_id: int) -> None:
-        title = next((c.title for c in self.controller.conversations()
-                      if c.id == conversation_id), "conversation")
-        stem = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in title).strip()
-        name, _ = QFileDialog.getSaveFileName(
-            self, "Export conversation", str(Path.home() / f"{stem or 'conversation'}.md"),
-            "Markdown (*.md);;JSON (*.json)")
-        if name:
-            self.export_conversation(conversation_id, Path(name))
-
-    def export_conversation(self, conversation_id: int, path: Path) -> bool:
-        """Write a conversation, every reply version included, as Markdown (or JSON for a
-        ``.json`` name); a failure is reported in the message bar."""
-        store = self.controller.store
-        if store is None:
-            return False
-        try:
-            export_conversation(store, conversation_id, path)
-        except (OSError, KeyError) as exc:
-            self.controller.report(UserError("Export failed", f"{path} was not written: {exc}",
-                                             origin="export"))
-            return False
-        return True
 
     @Slot()
     def _on_composer_cancel_edit_clicked(self) -> None:

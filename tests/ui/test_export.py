@@ -38,3 +38,24 @@ def test_markdown_and_json_carry_every_version(tmp_path: Path) -> None:
                                                 (2, True, "drafted text", "prompt-lookup")]
         assert "versions" not in data["messages"][0] and data["schema_version"] == 1
         assert export_conversation(store, cid, tmp_path / "c.md").read_text() == md
+
+
+def test_a_failed_export_is_reported_and_a_good_one_written(tmp_path: Path) -> None:
+    from app.chat.conversation import ChatController
+    from app.store.settings import Settings
+    from app.ui.chat.export_dialog import export_to
+    from tests.chat.fakes import RecordingView, Script, fake_service
+
+    store = HistoryStore.open(tmp_path / "h.sqlite3")
+    cid = store.create_conversation(title="T").id
+    view = RecordingView()
+    c = ChatController(Settings(), store, fake_service(Script()), view)
+    try:
+        blocker = tmp_path / "a-file"
+        blocker.write_text("not a folder")
+        assert not export_to(c, cid, blocker / "x.md")
+        assert view.errors[-1].title == "Export failed" and "x.md" in view.errors[-1].message
+        assert export_to(c, cid, tmp_path / "t.md")
+        assert (tmp_path / "t.md").read_text() == "# T\n"
+    finally:
+        c.close()
