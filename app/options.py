@@ -446,10 +446,37 @@ class SpeculationConfig(BaseModel):
         return _with_changes(self, changes)
 
 
+class ContextOverflow(str, Enum):
+    """What a chat reply does when the conversation does not fit in the context window
+    (LM Studio's three policies, by the same names).
+
+    The system prompt and the message being answered are always kept; earlier messages
+    are dropped in whole exchanges (a user message with the reply to it), so that the
+    roles still alternate as chat templates require:
+
+    * ``truncate-middle``: keep the first exchange (it usually states the task) and drop
+      the oldest exchanges after it; the first goes too only when nothing else is left;
+    * ``rolling-window``: drop the oldest exchanges;
+    * ``stop``: drop nothing; a conversation that does not fit is refused with an error.
+    """
+
+    TRUNCATE_MIDDLE = "truncate-middle"
+    ROLLING_WINDOW = "rolling-window"
+    STOP = "stop"
+
+    @property
+    def label(self) -> str:
+        """The policy in a picker: "Truncate middle", "Rolling window", "Stop"."""
+        return {"truncate-middle": "Truncate middle", "rolling-window": "Rolling window",
+                "stop": "Stop at the limit"}[self.value]
+
+
 class SamplingParams(BaseModel):
     """Sampling and stopping settings for one reply.
 
-    ``temperature`` ≤ 0 means greedy decoding. ``seed`` −1 picks a random seed, which is
+    ``context_overflow``: what a chat reply does with a conversation longer than the
+    context window (:class:`ContextOverflow`; a plain completion that does not fit is
+    always refused). ``temperature`` ≤ 0 means greedy decoding. ``seed`` −1 picks a random seed, which is
     reported back so a reply can be reproduced (2³²−1 is llama.cpp's own "random seed"
     value, so the largest fixed seed is :data:`SEED_MAX`). ``max_tokens`` counts reply
     tokens (the end-of-generation token is not counted). Defaults are llama.cpp's
@@ -485,6 +512,10 @@ class SamplingParams(BaseModel):
     max_tokens: int = Field(512, ge=1, le=1_000_000, description=(
         "the most tokens one reply may have"))
     stop: tuple[str, ...] = Field((), description="text that ends the reply where it appears")
+    context_overflow: ContextOverflow = Field(ContextOverflow.TRUNCATE_MIDDLE, description=(
+        "when a conversation does not fit in the context window: drop earlier messages "
+        "from the middle (keeping the first exchange) or the oldest ones, or stop with an "
+        "error; the system prompt is always kept"))
 
     @property
     def greedy(self) -> bool:

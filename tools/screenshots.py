@@ -596,6 +596,48 @@ def scene_everyday(shot: Callable[[str], None]) -> None:
     app.quit()
 
 
+#: a paste that, after three exchanges, no longer fits a 512-token window
+OVERFLOW_PASTE = ("Here is the log, what went wrong?\n\n" + "".join(
+    f"2026-12-05 04:{m:02d}:00 worker[{m % 7}] retrying request {m} after a timeout\n"
+    for m in range(9)))
+
+
+def scene_overflow(shot: Callable[[str], None]) -> None:
+    """A conversation that no longer fits a 512-token window: with "Stop at the limit"
+    the reply is refused (the gauge says failed, Regenerate stays on); with "Truncate
+    middle" chosen in the Sampling tab, Regenerate answers and the footer says what was
+    dropped (SmolLM2)."""
+    from app.options import ContextOverflow, SamplingParams, SpecMode, SpeculationConfig
+    from app.store.settings import Settings
+
+    s = Settings()
+    s.model.target_path = SMOL
+    s.model.n_ctx = 512
+    s.sampling = SamplingParams(temperature=0.0, max_tokens=60,
+                                context_overflow=ContextOverflow.STOP)
+    s.speculation = SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP)
+    app, w = open_main_window(s)
+    converse(w, ("Write a Python function that reverses a string.",
+                 "Now one that checks whether a string is a palindrome.",
+                 "And one that counts the vowels in a string."))
+    assert w.send_message(OVERFLOW_PASTE)
+    wait(lambda: w.controller.reply is None)
+    assert w.message_bar.current is not None and w.regenerate_button.isEnabled()
+    shot("overflow-stop.png")
+    panel = w.sampling_panel
+    panel.context_overflow.setCurrentIndex(
+        panel.context_overflow.findData(ContextOverflow.TRUNCATE_MIDDLE))
+    w.side_tabs.setCurrentWidget(panel)
+    w.regenerate_button.click()
+    wait(lambda: w.controller.reply is None)
+    assert w.message_bar.current is None
+    shot("overflow-dropped.png")
+    w.side_tabs.setCurrentWidget(w.gauge)
+    shot("overflow-dropped-gauge.png")
+    w.close()
+    app.quit()
+
+
 def scene_mtp(shot: Callable[[str], None]) -> None:
     """A model that carries an MTP (nextn) layer loaded, the drafter "MTP (built into
     the model)" chosen at k = 3 (fixed, so that the head drafts every round), and the
@@ -621,6 +663,25 @@ def scene_mtp(shot: Callable[[str], None]) -> None:
     w.model_bar.mode_combo.showPopup()
     shot("mtp-picker.png")
     w.model_bar.mode_combo.hidePopup()
+    w.close()
+    app.quit()
+
+
+def scene_auto_explained(shot: Callable[[str], None]) -> None:
+    """Auto saying why it chose each reply's drafter, in the gauge and every footer: a
+    first reply with nothing to learn from, then replies scored from the conversation's
+    own earlier replies (SmolLM2)."""
+    from app.options import SamplingParams, SpecMode, SpeculationConfig
+    from app.store.settings import Settings
+
+    s = Settings()
+    s.model.target_path = SMOL
+    s.model.n_ctx = 2048
+    s.sampling = SamplingParams(temperature=0.0, max_tokens=90)
+    s.speculation = SpeculationConfig(mode=SpecMode.AUTO)
+    app, w = open_main_window(s)
+    converse(w, (*CODE_EDIT_TURNS, "Now add type hints to add_numbers, nothing else."))
+    shot("auto-explained.png")
     w.close()
     app.quit()
 
@@ -671,6 +732,31 @@ def scene_remote(shot: Callable[[str], None]) -> None:
         app.quit()
 
 
+def scene_versions(shot: Callable[[str], None]) -> None:
+    """Reply versions: a reply without speculation, regenerated with prompt lookup; the
+    ‹ 2/2 › control and each version's footer (drafter, tok/s), then version 1 shown
+    again (SmolLM2)."""
+    from app.options import SamplingParams, SpecMode, SpeculationConfig
+    from app.store.settings import Settings
+
+    s = Settings()
+    s.model.target_path = SMOL
+    s.model.n_ctx = 2048
+    s.sampling = SamplingParams(temperature=0.0, max_tokens=90)
+    s.speculation = SpeculationConfig(mode=SpecMode.OFF)
+    app, w = open_main_window(s)
+    converse(w, CODE_EDIT_TURNS)
+    w.controller.set_speculation(SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP))
+    assert w.regenerate()
+    wait(lambda: w.controller.reply is None)
+    shot("versions-2of2.png")
+    reply = w.chat.messages[-1]
+    assert w.controller.show_version(reply.message_id, 1)
+    shot("versions-1of2.png")
+    w.close()
+    app.quit()
+
+
 #: scene name → (the function that shoots it, the files it writes)
 SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]]] = {
     "tour": (scene_tour, ("starter-prompts.png", "starter-reply.png", "tint-markdown.png",
@@ -686,6 +772,10 @@ SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]
     "crossover": (scene_crossover, ("race-crossover.png",)),
     "server-command": (scene_server_command, ("server-command-llama.png",
                                               "server-command-vllm.png")),
+    "overflow": (scene_overflow, ("overflow-stop.png", "overflow-dropped.png",
+                                  "overflow-dropped-gauge.png")),
+    "auto-explained": (scene_auto_explained, ("auto-explained.png",)),
+    "versions": (scene_versions, ("versions-2of2.png", "versions-1of2.png")),
     "speed": (scene_speed, ("gauge-measured-busy.png", "sampling-threads.png", "race-busy.png")),
     "mtp": (scene_mtp, ("mtp-gauge.png", "mtp-picker.png")),
     "remote": (scene_remote, ("remote-gauge.png", "remote-connect.png")),

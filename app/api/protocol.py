@@ -29,6 +29,7 @@ import pydantic_core
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from app.engine.chat import ChatMessage
+from app.engine.context_fit import ContextFit
 from app.engine.reply import ReplyRecord
 from app.engine.stats import SpecStats
 from app.options import SamplingParams, SpeculationConfig
@@ -103,6 +104,9 @@ class _Common(BaseModel):
     top_logprobs: int | None = None
     best_of: int | None = None
     speculation: dict[str, Any] | None = None
+    #: Tandem's own: what a chat request longer than the context window does
+    #: (:class:`app.options.ContextOverflow`; default: the server's)
+    context_overflow: str | None = None
 
 
 class _ChatMessageBody(BaseModel):
@@ -216,7 +220,8 @@ def _refuse_unsupported(body: _Common) -> None:
 def _sampling(body: _Common, default: SamplingParams, max_tokens_default: int) -> SamplingParams:
     changes: dict[str, Any] = {}
     names = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
-             "min_p": "min_p", "repeat_penalty": "repeat_penalty", "seed": "seed"}
+             "min_p": "min_p", "repeat_penalty": "repeat_penalty", "seed": "seed",
+             "context_overflow": "context_overflow"}
     for field, param in names.items():
         value = getattr(body, param)
         if value is not None:
@@ -404,7 +409,9 @@ def tandem_figures(record: ReplyRecord) -> dict[str, Any]:
     asked for it to be ``adaptive``, the acceptance rate α, the mean acceptance length τ,
     the mean draft length, the draft cost ratio c, the predicted speedup, rounds,
     verified draft tokens, TTFT in ms, end-to-end tok/s, the engine's finish reason, the
-    seed used and a note."""
+    seed used, a note, and ``context``: what was dropped to fit the context window
+    (``policy``, ``n_ctx``, ``dropped_messages``, ``dropped_tokens``, ``prompt_tokens``,
+    ``reply_room``, ``kept_first``; null when nothing was)."""
     stats = record.stats
     return {
         "mode": stats.mode.value,
@@ -422,6 +429,7 @@ def tandem_figures(record: ReplyRecord) -> dict[str, Any]:
         "finish_reason": record.reason,
         "seed": record.seed,
         "note": record.note or stats.fallback_reason,
+        "context": record.context.to_dict() if record.context is not None else None,
     }
 
 

@@ -30,6 +30,7 @@ from typing import Literal, Protocol
 
 from app.chat.demo import DEFAULT_DEMO, bundled_demo_path, find_demo
 from app.chat.events import (
+    AutoChosen,
     DemoPrepared,
     DraftChanged,
     JobDone,
@@ -42,6 +43,7 @@ from app.chat.events import (
     RemoteConnected,
     ReplyStats,
     ReplyStreamed,
+    ReplyTrimmed,
     UserError,
     remote_model_info,
     remote_model_label,
@@ -51,7 +53,8 @@ from app.chat.service import ChatService, Job
 from app.catalog.library import remember_opened_model
 from app.engine.chat import ChatMessage
 from app.engine.session import SessionConfig
-from app.engine.auto import ReplyObservation
+from app.engine.auto import AutoChoice, ReplyObservation
+from app.engine.context_fit import ContextFit
 from app.engine.reply import ReplyRecord, clip_spans
 from app.engine.stats import SpecStats
 from app.engine.suffix import DEFAULT_MAX_REPLIES
@@ -81,8 +84,11 @@ class ActiveReply:
     """The reply being generated for the window (consumer thread only).
 
     ``conversation_id`` is −1 once its conversation was deleted (nothing more is
-    written). ``speculation``: what the reply was asked to use. ``record``: the engine's
-    record of the reply once it finished (:class:`~app.engine.reply.ReplyRecord`).
+    written). ``speculation``: what the reply was asked to use. ``regenerated``: the
+    reply is a new version of a stored reply (a failure before any text shows the earlier
+    version again). ``auto``: Auto's choice and its reasons, once made; ``context``: what
+    was dropped to fit the context window, if anything. ``record``: the engine's record
+    of the reply once it finished (:class:`~app.engine.reply.ReplyRecord`).
     ``ahead``: the jobs that run before it while it waits in the service's queue (kind,
     origin), the running one first; ``started``: it left the queue; ``prefill``: the
     latest prompt-processing progress (None before the first report).
@@ -94,6 +100,9 @@ class ActiveReply:
     speculation: SpeculationConfig
     buffer: ReplyBuffer = field(default_factory=ReplyBuffer)
     stats: SpecStats | None = None
+    regenerated: bool = False
+    auto: AutoChoice | None = None
+    context: ContextFit | None = None
     record: ReplyRecord | None = None
     ahead: tuple[tuple[str, str], ...] = ()
     started: bool = False
@@ -163,6 +172,16 @@ class ChatView(Protocol):
 
     def reply_stats(self, reply: ActiveReply) -> None:
         """New statistics (``reply.stats``)."""
+
+    def reply_explained(self, reply: ActiveReply) -> None:
+        """Auto chose the reply's drafter (``reply.auto``: what and why)."""
+
+    def reply_trimmed(self, reply: ActiveReply) -> None:
+        """Earlier messages were dropped to fit the context window (``reply.context``)."""
+
+    def message_changed(self, message: StoredMessage) -> None:
+        """A shown message changed in place (another version of a reply is shown, or a
+        failed regeneration gave the earlier version back)."""
 
     def reply_finished(self, reply: ActiveReply, record: ReplyRecord,
                        stored: StoredMessage | None) -> None:
@@ -252,6 +271,14 @@ class ChatController:
     @property
     def has_messages(self) -> bool:
         return bool(self._roles)
+
+    @property
+    def can_regenerate(self) -> bool:
+        """Regenerate has something to do: the conversation ends with a reply (a new
+        version of it), or with a user message whose reply failed (a context overflow,
+        an engine error): the reply is asked for again."""
+        return bool(self._roles) and self.reply is None and self.model_info is not None \
+            and not self.loading and not self._race_busy
 
     # -- the one place errors go ------------------------------------------------------
     def report(self, error: UserError) -> None:
@@ -658,18 +685,45 @@ class ChatController:
         return self._start_reply()
 
     def regenerate(self, message_id: int | None = None) -> bool:
-        """Generate the last reply (or ``message_id`` and everything after it) again."""
+        """Generate a reply again: the last one (default) or ``message_id`` (the
+        messages after it are removed). The earlier text stays as a version of the reply
+        (:meth:`show_version`). When the conversation ends with a user message (its
+        reply failed), that reply is asked for again."""
         if self.busy or self.model_info is None or self.store is None:
             return False
-        message_id = message_id if message_id is not None else self.last_reply_id
-        if message_id is None or self.current_conversation is None:
+        if self.current_conversation is None or not self._roles:
             return False
+        message_id = message_id if message_id is not None else self.last_reply_id
+        if message_id is None:
+            if self._roles[-1][1] != "user":
+                return False
+            return self._start_reply()  # the last reply failed: ask for it again
+        if (message_id, "assistant") not in self._roles:
+            return False  # not a reply of the open conversation
         try:
-            self._remove_from(message_id)
+            if message_id != self._roles[-1][0]:
+                later = next(i for i, _ in self._roles if i > message_id)
+                self._remove_from(later)
         except sqlite3.Error as exc:
             self._history_failed(exc)
             return False
-        return self._start_reply()
+        return self._start_reply(version_of=message_id)
+
+    def show_version(self, message_id: int, number: int) -> bool:
+        """Show version ``number`` (1 = the first generated) of a reply; the
+        conversation continues from it. Returns whether it is shown (not while a reply
+        streams; a history error is reported)."""
+        if self.store is None or self.reply is not None:
+            return False
+        try:
+            stored = self.store.show_version(message_id, number)
+        except (KeyError, ValueError):
+            return False
+        except sqlite3.Error as exc:
+            self._history_failed(exc)
+            return False
+        self.view.message_changed(stored)
+        return True
 
     def begin_edit(self, message_id: int) -> str | None:
         """Edit a user message: returns its text for the input box (None: not now). The
@@ -693,32 +747,44 @@ class ChatController:
         self._roles = [(i, r) for i, r in self._roles if i < message_id]
         self.view.messages_removed(message_id)
 
-    def _start_reply(self) -> bool:
+    def _start_reply(self, version_of: int | None = None) -> bool:
+        """Ask for a reply to the open conversation: a new message, or with
+        ``version_of`` a new version of that stored reply (its row streams again)."""
         assert self.store is not None and self.current_conversation is not None
         assert self.model_info is not None
         cid = self.current_conversation
         speculation = self.settings.speculation
+        model = (remote_model_label(self.remote.model) if self.remote is not None
+                 else self.model_info.target_path.name)
         try:
+            # the reply's own row is streaming (empty) from here: the prompt and the
+            # observations leave it out
+            stored = (self.store.begin_reply_version(version_of, model=model)
+                      if version_of is not None else self.store.begin_reply(cid, model=model))
             messages = self.prompt_messages(cid)
             observations = (self.auto_observations(cid)
                             if speculation.mode is SpecMode.AUTO else [])
-            model = (remote_model_label(self.remote.model) if self.remote is not None
-                     else self.model_info.target_path.name)
-            stored = self.store.begin_reply(cid, model=model)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, KeyError, ValueError) as exc:
             self._history_failed(exc)
             return False
         try:
             job = self.service.reply(messages, self.settings.sampling, speculation,
                                      origin=self.origin, observations=observations)
         except TandemError as exc:  # the queue is full (API traffic) or shutting down
-            self.store.delete_from(stored.id)
+            if version_of is not None:
+                self.store.discard_reply_version(stored.id)
+            else:
+                self.store.delete_from(stored.id)
             self.report(UserError("Not now", str(exc), level="warning", origin="reply"))
             return False
         self.reply = ActiveReply(job, cid, stored.id, speculation, ReplyBuffer(clock=self.clock),
-                                 ahead=self.service.ahead_of(job))
-        self._roles.append((stored.id, stored.role))
-        self.view.message_added(stored)
+                                 ahead=self.service.ahead_of(job),
+                                 regenerated=version_of is not None)
+        if version_of is None:
+            self._roles.append((stored.id, stored.role))
+            self.view.message_added(stored)
+        else:
+            self.view.message_changed(stored)
         self.view.reply_started(self.reply)
         self.view.state_changed()
         return True
@@ -761,6 +827,12 @@ class ChatController:
         elif isinstance(event, ReplyStats):
             reply.stats = event.stats
             self.view.reply_stats(reply)
+        elif isinstance(event, AutoChosen):
+            reply.auto = event.choice
+            self.view.reply_explained(reply)
+        elif isinstance(event, ReplyTrimmed):
+            reply.context = event.fit
+            self.view.reply_trimmed(reply)
         elif isinstance(event, JobDone) and isinstance(event.value, ReplyRecord):
             self._finish_reply(reply, event.value)
         elif isinstance(event, JobFailed):
@@ -788,6 +860,8 @@ class ChatController:
             # the auto choice is recorded with the reply: the next one in this
             # conversation learns from it (auto_observations), a reader sees why
             stats["auto"] = fin.auto.to_dict()
+        if fin.context is not None:
+            stats["context"] = fin.context.to_dict()  # what the reply did not see
         if self.store is not None and reply.conversation_id >= 0:
             try:
                 stored = self.store.finish_reply(reply.message_id, fin.text, fin.reason,
@@ -802,24 +876,30 @@ class ChatController:
         reply.stats = fin.stats
         reply.record = fin
         self.reply = None
+        self.view.clear_errors("reply")  # an earlier reply's error no longer applies
         self.view.reply_finished(reply, fin, stored)
         self.view.conversations_changed()
         self.view.state_changed()
 
     def _fail_reply(self, reply: ActiveReply, error: UserError) -> None:
+        restored: StoredMessage | None = None
         if self.store is not None and reply.conversation_id >= 0:
             try:
                 if reply.text:
                     self.store.finish_reply(reply.message_id, reply.text, "error",
                                             draft_spans=reply.spans, note=error.message)
+                elif reply.regenerated:  # nothing came: the earlier version is shown again
+                    restored = self.store.discard_reply_version(reply.message_id)
                 else:
                     self.store.delete_from(reply.message_id)
             except (KeyError, sqlite3.Error):
                 pass  # the error below is the one to show
-        if not reply.text:
+        if not reply.text and restored is None:
             self._roles = [(i, r) for i, r in self._roles if i != reply.message_id]
         self.reply = None
         self.view.reply_failed(reply, error)
+        if restored is not None:
+            self.view.message_changed(restored)
         self.view.state_changed()
         self.report(error)
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from app.engine.auto import AutoChoice
+from app.engine.context_fit import ContextFit
 from app.engine.events import TextDelta
 from app.engine.stats import SpecStats
 from app.remote.client import ServerInfo
@@ -144,6 +146,24 @@ class ReplyStats:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplyTrimmed:
+    """Earlier messages were dropped so that the conversation fits the context window
+    (the reply's ``context_overflow`` policy); sent before the reply's first text."""
+
+    job_id: int
+    fit: ContextFit
+
+
+@dataclass(frozen=True, slots=True)
+class AutoChosen:
+    """Auto chose the drafter and k for this reply (and says why, as figures in
+    ``choice.evidence``); sent before the reply's first text."""
+
+    job_id: int
+    choice: AutoChoice
+
+
+@dataclass(frozen=True, slots=True)
 class ModelInfo:
     """What is loaded and where its layers run.
 
@@ -220,6 +240,6 @@ class DemoPrepared:
 
 
 ServiceEvent = (JobStarted | JobDone | JobFailed | JobWaiting | LoadProgressed | PrefillProgressed
-                | ReplyStreamed | ReplyStats)
+                | ReplyStreamed | ReplyStats | ReplyTrimmed | AutoChosen)
 """Every event the service reports, besides the progress events of measurement jobs
 (:mod:`app.chat.requests`)."""

@@ -48,6 +48,7 @@ from typing import Any
 
 from app.chat.demo import DEFAULT_DEMO, DemoModel, write_demo_model
 from app.chat.events import (
+    AutoChosen,
     DraftChanged,
     JobDone,
     JobFailed,
@@ -60,12 +61,13 @@ from app.chat.events import (
     ReplyStats,
     RemoteConnected,
     ReplyStreamed,
+    ReplyTrimmed,
     UserError,
 )
 from app.chat.failures import user_error
 from app.engine.auto import AutoChoice, ReplyObservation, resolve_auto
 from app.engine.chat import ChatMessage, tokenize_plain
-from app.engine.events import Event, PrefillProgress, StatsUpdate, TextDelta
+from app.engine.events import ContextTrimmed, Event, PrefillProgress, StatsUpdate, TextDelta
 from app.engine.reply import ReplyRecord
 from app.engine.session import Session, SessionConfig
 from app.errors import LoadCancelledError, ModelNotLoadedError, TandemError
@@ -498,19 +500,24 @@ class ChatService:
         observed = tuple(observations)
         chosen: list[AutoChoice] = []
 
-        def start(session: Session | RemoteSession, cancel: threading.Event) -> Iterator[Event]:
-            if isinstance(session, RemoteSession):
-                return session.chat(msgs, sampling, speculation, cancel)
-            spec = speculation
-            if spec.mode is SpecMode.AUTO:
-                turns = conversation_turns(session, msgs)
-                if not turns:  # a new conversation: the session's latest replies instead
-                    turns = [(session.chat_prompt(m), list(r)) for m, r in self._recent]
-                spec, choice = resolve_auto(session, turns, observed, spec)
-                chosen.append(choice)
-            return session.chat(msgs, sampling, spec, cancel)
-
         def work(ctx: JobContext) -> ReplyRecord:
+            def start(session: Session | RemoteSession, cancel: threading.Event
+                      ) -> Iterator[Event]:
+                if isinstance(session, RemoteSession):
+                    return session.chat(msgs, sampling, speculation, cancel)
+                spec = speculation
+                if spec.mode is SpecMode.AUTO:
+                    turns = conversation_turns(session, msgs)
+                    own = bool(turns)
+                    if not own:  # a new conversation: the session's latest replies instead
+                        turns = [(session.chat_prompt(m), list(r)) for m, r in self._recent]
+                    spec, choice = resolve_auto(session, turns, observed, spec)
+                    if not own:
+                        choice = dataclasses.replace(choice, replayed_from="session")
+                    chosen.append(choice)
+                    ctx.emit(AutoChosen(ctx.job_id, choice))
+                return session.chat(msgs, sampling, spec, cancel)
+
             record = self._stream(ctx, start, batch_s).asked(speculation=speculation)
             if record.token_ids:
                 self._recent.append((msgs, record.token_ids))
@@ -725,6 +732,8 @@ class ChatService:
                                                ev.elapsed))
                 elif isinstance(ev, ReplyRecord):
                     finished = ev
+                elif isinstance(ev, ContextTrimmed):
+                    ctx.emit(ReplyTrimmed(ctx.job_id, ev.fit))
         finally:
             if pending:
                 ctx.emit(ReplyStreamed(ctx.job_id, tuple(pending)))

@@ -38,6 +38,7 @@ both. The chat layer (:mod:`app.chat.service`) records the choice with each repl
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -102,10 +103,79 @@ class DrafterEstimate:
     optimistic: bool = False
     measured_speedup: float | None = None
     measured_tokens: int = 0
+    #: what the figures rest on, to explain the choice (:class:`DrafterEvidence`)
+    replayed: Mapping[int, ReplayCounts] = field(default_factory=dict)
+    replayed_replies: int = 0
+    measured_replies: int = 0
+    measured_verified: int = 0
+    measured_accepted: int = 0
 
     @property
     def measured(self) -> bool:
         return self.measured_speedup is not None and self.measured_tokens >= MIN_MEASURED_TOKENS
+
+    def evidence(self, k: int) -> DrafterEvidence:
+        """What this drafter's score at draft length ``k`` rests on."""
+        if self.measured:
+            return DrafterEvidence(self.mode, k, "measured", self.measured_replies,
+                                   self.measured_verified, self.measured_accepted,
+                                   speedup=self.measured_speedup)
+        counts = self.replayed.get(k)
+        if self.optimistic:
+            return DrafterEvidence(self.mode, k, "untried", 0, speedup=self.predicted.get(k))
+        if counts is None:
+            return DrafterEvidence(self.mode, k, "replay", self.replayed_replies)
+        return DrafterEvidence(self.mode, k, "replay", self.replayed_replies, counts.verified,
+                               counts.accepted, counts.draft_rounds, counts.rounds,
+                               self.predicted.get(k))
+
+
+Source = Literal["replay", "measured", "untried"]
+
+
+@dataclass(frozen=True, slots=True)
+class DrafterEvidence:
+    """What one drafter's score rests on, as figures (a front end words it).
+
+    ``source``: ``replay`` (the conversation's earlier replies replayed through it),
+    ``measured`` (its own replies in this conversation), ``untried`` (a draft model that
+    has not drafted here: α = 1 assumed). ``replies``: replies the figures come from;
+    ``verified``/``accepted``: draft tokens; ``draft_rounds``/``rounds`` (replay only):
+    target passes that carried a draft / all passes (no draft round: the drafter found
+    nothing to propose); ``speedup``: the score, over plain decoding (None: none).
+    """
+
+    mode: SpecMode
+    k: int
+    source: Source
+    replies: int = 0
+    verified: int = 0
+    accepted: int = 0
+    draft_rounds: int = 0
+    rounds: int = 0
+    speedup: float | None = None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.verified if self.verified else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode.value, "k": self.k, "source": self.source,
+                "replies": self.replies, "verified": self.verified, "accepted": self.accepted,
+                "draft_rounds": self.draft_rounds, "rounds": self.rounds,
+                "speedup": self.speedup}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DrafterEvidence:
+        """From :meth:`to_dict`. Raises ValueError/TypeError/KeyError when unreadable."""
+        source = str(data["source"])
+        if source not in ("replay", "measured", "untried"):
+            raise ValueError(f"unknown evidence source {source!r}")
+        speedup = data.get("speedup")
+        return cls(SpecMode(data["mode"]), int(data["k"]), source,  # type: ignore[arg-type]
+                   int(data.get("replies", 0)), int(data.get("verified", 0)),
+                   int(data.get("accepted", 0)), int(data.get("draft_rounds", 0)),
+                   int(data.get("rounds", 0)), None if speedup is None else float(speedup))
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +195,11 @@ class AutoChoice:
     score: float | None = None
     scores: tuple[tuple[SpecMode, int, float], ...] = ()
     dropped: tuple[SpecMode, ...] = ()
+    #: what each scored (or dropped) drafter's figures rest on, the winner first
+    evidence: tuple[DrafterEvidence, ...] = ()
+    #: whose replies were replayed: this conversation's, or (a new conversation) the
+    #: session's latest ones
+    replayed_from: Literal["conversation", "session"] = "conversation"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (stored with the reply's statistics)."""
@@ -133,7 +208,29 @@ class AutoChoice:
             "score": self.score,
             "scores": [[m.value, k, s] for m, k, s in self.scores],
             "dropped": [m.value for m in self.dropped],
+            "evidence": [e.to_dict() for e in self.evidence],
+            "replayed_from": self.replayed_from,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AutoChoice | None:
+        """From :meth:`to_dict` (a stored reply's ``stats["auto"]``); None when it cannot
+        be read (a drafter this Tandem lacks, a damaged record). Choices stored before
+        the evidence was recorded read back without it."""
+        try:
+            reason = str(data["reason"])
+            if reason not in ("estimate", "measured", "prior", "no-gain", "no-drafter"):
+                return None
+            score = data.get("score")
+            return cls(
+                SpecMode(data["mode"]), int(data["draft_max"]), reason,  # type: ignore[arg-type]
+                None if score is None else float(score),
+                tuple((SpecMode(m), int(k), float(v)) for m, k, v in data.get("scores", ())),
+                tuple(SpecMode(m) for m in data.get("dropped", ())),
+                tuple(DrafterEvidence.from_dict(e) for e in data.get("evidence", ())),
+                "session" if data.get("replayed_from") == "session" else "conversation")
+        except (KeyError, TypeError, ValueError):
+            return None
 
 
 def choose_drafter(estimates: Iterable[DrafterEstimate], *, floor: float = FLOOR,
@@ -155,6 +252,7 @@ def choose_drafter(estimates: Iterable[DrafterEstimate], *, floor: float = FLOOR
         return AutoChoice(PRIOR, prior_k, "prior")
     scores: list[tuple[SpecMode, int, float]] = []
     dropped: list[SpecMode] = []
+    evidence: list[DrafterEvidence] = []
     best: tuple[float, int, SpecMode, int, Reason] | None = None  # score, -rank, mode, k
     best_optimistic: tuple[float, int, SpecMode, int, Reason] | None = None
     candidates = auto_candidates()
@@ -162,6 +260,7 @@ def choose_drafter(estimates: Iterable[DrafterEstimate], *, floor: float = FLOOR
         rank = candidates.index(est.mode) if est.mode in candidates else len(candidates)
         if est.measured and est.measured_speedup is not None and est.measured_speedup < floor:
             dropped.append(est.mode)
+            evidence.append(est.evidence(max(AUTO_KS)))
             continue
         if est.predicted:
             k, predicted = max(est.predicted.items(), key=lambda kv: (kv[1], -kv[0]))
@@ -175,6 +274,7 @@ def choose_drafter(estimates: Iterable[DrafterEstimate], *, floor: float = FLOOR
         else:
             score, reason = predicted, "estimate"
         scores.append((est.mode, k, score))
+        evidence.append(est.evidence(k))
         entry = (score, -rank, est.mode, k, reason)
         if est.optimistic and not est.measured:
             if best_optimistic is None or entry[:2] > best_optimistic[:2]:
@@ -186,10 +286,15 @@ def choose_drafter(estimates: Iterable[DrafterEstimate], *, floor: float = FLOOR
             and best_optimistic is not None and best_optimistic[0] >= margin):
         best = best_optimistic
     if best is None:
-        return AutoChoice(SpecMode.OFF, 0, "no-drafter", None, tuple(scores), tuple(dropped))
+        return AutoChoice(SpecMode.OFF, 0, "no-drafter", None, tuple(scores), tuple(dropped),
+                          tuple(evidence))
+    # the winner's (or, off, the best one's) evidence first: it is the one explained
+    evidence.sort(key=lambda e: e.mode is not best[2])
     if best[0] < margin:
-        return AutoChoice(SpecMode.OFF, 0, "no-gain", best[0], tuple(scores), tuple(dropped))
-    return AutoChoice(best[2], best[3], best[4], best[0], tuple(scores), tuple(dropped))
+        return AutoChoice(SpecMode.OFF, 0, "no-gain", best[0], tuple(scores), tuple(dropped),
+                          tuple(evidence))
+    return AutoChoice(best[2], best[3], best[4], best[0], tuple(scores), tuple(dropped),
+                      tuple(evidence))
 
 
 # -- the figures, from a session ------------------------------------------------------
@@ -251,8 +356,12 @@ def estimate_drafters(
     def with_measured(mode: SpecMode, predicted: dict[int, float], optimistic: bool = False
                       ) -> DrafterEstimate:
         m = measured.get(mode)
+        own = [o for o in observations if o.mode is mode and o.emitted > 0]
         return DrafterEstimate(mode, predicted, optimistic,
-                               m[0] if m else None, m[1] if m else 0)
+                               m[0] if m else None, m[1] if m else 0,
+                               measured_replies=len(own),
+                               measured_verified=sum(o.verified for o in own),
+                               measured_accepted=sum(o.accepted for o in own))
 
     out: list[DrafterEstimate] = []
     candidates = auto_candidates()
@@ -260,6 +369,7 @@ def estimate_drafters(
         if kind.replay is None or kind.mode not in candidates:
             continue
         predicted: dict[int, float] = {}
+        replayed: dict[int, ReplayCounts] = {}
         for k in ks:
             total = ReplayCounts()
             index = SuffixIndex()
@@ -270,7 +380,9 @@ def estimate_drafters(
             speedup = _replay_speedup(total, session.pass_time)
             if speedup is not None:
                 predicted[k] = speedup
-        out.append(with_measured(kind.mode, predicted))
+                replayed[k] = total
+        out.append(dataclasses.replace(with_measured(kind.mode, predicted), replayed=replayed,
+                                       replayed_replies=len(turns)))
 
     t_draft = session.draft_step_time() if session.draft_model is not None else None
     # a draft model pays a forward pass per draft token: priced at the lengths auto

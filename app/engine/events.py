@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.engine.context_fit import ContextFit
 from app.engine.reply import ReplyRecord
 from app.engine.stats import SpecStats
 
@@ -57,7 +58,17 @@ class PrefillProgress:
         return self.elapsed / self.done * (self.total - self.done)
 
 
-Event = TextDelta | StatsUpdate | PrefillProgress | ReplyRecord
+@dataclass(frozen=True, slots=True)
+class ContextTrimmed:
+    """Earlier messages were dropped so that the conversation fits the context window
+    (yielded first, by :meth:`app.engine.session.Session.chat` only; the record says it
+    again in :attr:`~app.engine.reply.ReplyRecord.context`)."""
+
+    fit: ContextFit
+
+
+Event = TextDelta | StatsUpdate | PrefillProgress | ContextTrimmed | ReplyRecord
 """What a generation yields: prompt-processing progress, text deltas and statistics
-snapshots, then exactly one :class:`~app.engine.reply.ReplyRecord` (the whole reply,
-:mod:`app.engine.reply`)."""
+snapshots (a chat reply whose conversation was shortened first yields a
+:class:`ContextTrimmed` before them), then exactly one
+:class:`~app.engine.reply.ReplyRecord` (the whole reply, :mod:`app.engine.reply`)."""

@@ -22,6 +22,7 @@ from app.options import SamplingParams, SpecMode, SpeculationConfig
 if TYPE_CHECKING:
     from app.engine.auto import AutoChoice
     from app.engine.chat import ChatMessage
+    from app.engine.context_fit import ContextFit
 
 FinishReason = Literal["stop", "length", "cancelled"]
 """``stop``: an end-of-generation token or a stop string; ``length``: max_tokens or the
@@ -104,6 +105,8 @@ class ReplyRecord:
             window filled up, speculation fell back to plain decoding).
         spans: character ranges of :attr:`text` that came from accepted draft tokens.
         auto: Auto's choice for this reply and why (None unless Auto was asked for).
+        context: what was dropped from a chat conversation to fit the context window
+            (:class:`~app.engine.context_fit.ContextFit`; None: nothing was).
         started_at: wall-clock time the request started, seconds since the epoch
             (``time.time()``; 0.0 when unknown).
     """
@@ -120,6 +123,7 @@ class ReplyRecord:
     spans: tuple[Span, ...] = ()
     auto: AutoChoice | None = None
     started_at: float = 0.0
+    context: ContextFit | None = None
 
     @property
     def mode(self) -> SpecMode:
@@ -154,6 +158,7 @@ class ReplyRecord:
             "speculation_asked": self.request.speculation.model_dump(mode="json"),
             "speculation": self.speculation.model_dump(mode="json"),
             "auto": self.auto.to_dict() if self.auto is not None else None,
+            "context": self.context.to_dict() if self.context is not None else None,
             "prompt_tokens": self.request.prompt_tokens,
             "finish_reason": self.reason,
             "text": self.text,

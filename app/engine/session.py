@@ -14,6 +14,7 @@ between prefill chunks.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import statistics
@@ -27,10 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from app.catalog.model_file import model_entry_path
 from app.catalog.pairing import PairResult, check_pair
 from app.engine.chat import ChatFormat, ChatMessage
+from app.engine.context_fit import ContextFit, fit_conversation
 from app.engine.divergence import SamplingTrace
 from app.engine.drafter_kinds import Unavailable, kind_for
 from app.engine.drafters import Drafter, DraftModelDrafter
-from app.engine.events import Event, PrefillProgress, StatsUpdate, TextDelta
+from app.engine.events import ContextTrimmed, Event, PrefillProgress, StatsUpdate, TextDelta
 from app.engine.reply import FinishReason, ReplyRecord, ReplyRequest, Span, add_span, clip_spans
 from app.engine.exact import EXACT_CONTEXT, EXACT_KV_BLOCK, exact_blockers
 from app.engine.llama import (
@@ -245,17 +247,27 @@ def check_loaded_pair(target: LlamaModel, draft: LlamaModel) -> PairResult:
 
 
 def _asked(events: Iterator[Event], messages: tuple[ChatMessage, ...],
-           sampling: SamplingParams) -> Iterator[Event]:
-    """``events`` with the conversation and the sampling as asked in the final record.
-    Closing it closes ``events`` (the session is free again at once)."""
+           sampling: SamplingParams, context: ContextFit | None = None) -> Iterator[Event]:
+    """``events`` with the conversation and the sampling as asked, and what was dropped
+    to fit the context window, in the final record. Closing it closes ``events`` (the
+    session is free again at once)."""
     try:
         for ev in events:
-            yield (ev.asked(messages=messages, sampling=sampling)
-                   if isinstance(ev, ReplyRecord) else ev)
+            if isinstance(ev, ReplyRecord):
+                ev = ev.asked(messages=messages, sampling=sampling)
+                yield dataclasses.replace(ev, context=context) if context is not None else ev
+            else:
+                yield ev
     finally:
         close = getattr(events, "close", None)
         if close is not None:
             close()
+
+
+def _after(first: Event, events: Iterator[Event]) -> Iterator[Event]:
+    """``first``, then ``events``; closing it closes ``events`` (``yield from``)."""
+    yield first
+    yield from events
 
 
 class _Reply:
@@ -641,15 +653,28 @@ class Session:
         speculation: SpeculationConfig,
         cancel: threading.Event | None = None,
     ) -> Iterator[Event]:
-        """:meth:`generate` for a conversation; the format's stop strings are added."""
-        prompt = self.chat_prompt(messages)
+        """:meth:`generate` for a conversation; the format's stop strings are added.
+
+        A conversation longer than the context window is shortened first by
+        ``sampling.context_overflow`` (:func:`app.engine.context_fit.fit_conversation`);
+        then a :class:`ContextTrimmed` saying what was dropped comes before the other
+        events, and the record carries it too (``context``).
+
+        Raises:
+            ContextOverflowError: (at the call) the policy is ``stop`` and the
+                conversation does not fit, or nothing can be dropped to make it fit.
+            TandemError: the session is closed, or the template failed.
+        """
+        prompt, fit = fit_conversation(messages, self.chat_prompt, self.n_ctx,
+                                       sampling.max_tokens, sampling.context_overflow)
         asked = sampling
         if self.chat_format.stop:
             sampling = sampling.model_copy(
                 update={"stop": tuple(sampling.stop) + self.chat_format.stop}
             )
-        return _asked(self.generate(prompt, sampling, speculation, cancel),
-                      messages=tuple(messages), sampling=asked)
+        events = _asked(self.generate(prompt, sampling, speculation, cancel),
+                        messages=tuple(messages), sampling=asked, context=fit)
+        return events if fit is None else _after(ContextTrimmed(fit), events)
 
     # -- the loop -------------------------------------------------------------------
     def _make_drafter(self, spec: SpeculationConfig) -> tuple[Drafter | None, str | None]:

@@ -27,6 +27,7 @@ Single-threaded by design: the window uses one store from the GUI thread.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -46,7 +47,8 @@ log = logging.getLogger(__name__)
 Role = Literal["system", "user", "assistant"]
 MessageStatus = Literal["streaming", "done"]
 DEFAULT_TITLE = "New chat"
-SCHEMA_VERSION = 1
+#: 2: earlier versions of a reply (table ``reply_versions``, :meth:`HistoryStore.versions`)
+SCHEMA_VERSION = 2
 _TITLE_CHARS = 60
 
 _SCHEMA = """
@@ -79,6 +81,40 @@ CREATE TABLE IF NOT EXISTS reply_owners (
 );
 """
 
+#: Schema 2: the versions of a reply that are not shown. The shown version stays in its
+#: ``messages`` row (so every reader of the conversation sees the shown version and
+#: nothing else); showing another one swaps the two rows' values. Versions are numbered
+#: by ``created_at`` (when each was generated), whichever is shown.
+_SCHEMA_2 = """
+CREATE TABLE IF NOT EXISTS reply_versions (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    message_id    INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    content       TEXT    NOT NULL,
+    finish_reason TEXT,
+    stats_json    TEXT,
+    draft_spans   TEXT,
+    note          TEXT,
+    seed          INTEGER,
+    model         TEXT,
+    created_at    REAL    NOT NULL,
+    updated_at    REAL    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reply_versions_by_message ON reply_versions (message_id, created_at);
+"""
+
+#: a reply's own values, the same columns in ``messages`` and ``reply_versions``
+_VERSION_COLUMNS = ("content", "finish_reason", "stats_json", "draft_spans", "note", "seed",
+                    "model", "created_at", "updated_at")
+
+#: a message row with its version number and count (1 and 1 for a reply never regenerated)
+_MESSAGE_SELECT = (
+    "SELECT m.*,"
+    " (SELECT COUNT(*) FROM reply_versions v WHERE v.message_id = m.id) AS other_versions,"
+    " (SELECT COUNT(*) FROM reply_versions v WHERE v.message_id = m.id"
+    "  AND v.created_at < m.created_at)"
+    " AS earlier_versions FROM messages m"
+)
+
 
 class HistoryError(Exception):
     """The database is unusable (not SQLite, or from a newer Tandem). Message is for the user."""
@@ -107,7 +143,9 @@ class StoredMessage:
     ``status`` is ``streaming`` while a reply is being written. ``finish_reason``:
     ``stop``/``length``/``cancelled`` from the engine, ``interrupted`` when the app died
     mid-reply, ``error`` when generation failed, None for user messages. ``stats``: the
-    engine's ``SpecStats.to_dict()`` for finished replies.
+    engine's ``SpecStats.to_dict()`` for finished replies. ``version`` of ``versions``:
+    which version of a regenerated reply this is (1 of 1 for any other message); the
+    others are :meth:`HistoryStore.versions`.
     """
 
     id: int
@@ -123,6 +161,26 @@ class StoredMessage:
     model: str | None
     created_at: float
     updated_at: float
+    version: int = 1
+    versions: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyVersion:
+    """One version of a reply (:meth:`HistoryStore.versions`): ``number`` counts from 1
+    in the order they were generated; ``shown``: the one the conversation continues from
+    (its ``messages`` row). Fields as :class:`StoredMessage`."""
+
+    number: int
+    shown: bool
+    content: str
+    finish_reason: str | None
+    stats: dict[str, Any] | None
+    draft_spans: tuple[tuple[int, int], ...]
+    note: str | None
+    seed: int | None
+    model: str | None
+    created_at: float
 
 
 #: stored statistics' old names and what they are called now
@@ -153,6 +211,17 @@ def _spans_json(spans: Sequence[tuple[int, int]]) -> str | None:
 
 def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _migrate(conn: sqlite3.Connection, version: int) -> None:
+    """Bring a database of schema ``version`` (0: new) up to :data:`SCHEMA_VERSION`.
+    Every step only adds tables (``IF NOT EXISTS``), so nothing stored is rewritten and a
+    step cut short by a crash is simply done again at the next open; the version is
+    written last."""
+    if version >= SCHEMA_VERSION:
+        return
+    conn.executescript(_SCHEMA_2)  # version 1 → 2 (a new database: 0 → 2)
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
 
 class HistoryStore:
@@ -278,7 +347,7 @@ class HistoryStore:
                     f"(schema {version}); update Tandem to open it."
                 )
             conn.executescript(_SCHEMA)
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            _migrate(conn, version)
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise HistoryError(f"The history database {path} cannot be opened: {exc}") from exc
@@ -411,7 +480,7 @@ class HistoryStore:
     def messages(self, conversation_id: int) -> list[StoredMessage]:
         """A conversation's messages in order."""
         rows = self._conn.execute(
-            "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+            f"{_MESSAGE_SELECT} WHERE m.conversation_id = ? ORDER BY m.id", (conversation_id,)
         ).fetchall()
         return [self._message(r) for r in rows]
 
@@ -430,7 +499,7 @@ class HistoryStore:
 
     def message(self, message_id: int) -> StoredMessage:
         """One message. Raises KeyError when it does not exist."""
-        row = self._conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
+        row = self._conn.execute(f"{_MESSAGE_SELECT} WHERE m.id = ?", (message_id,)).fetchone()
         if row is None:
             raise KeyError(message_id)
         return self._message(row)
@@ -539,6 +608,100 @@ class HistoryStore:
                 raise KeyError(message_id)
         return self.message(message_id)
 
+    # -- reply versions ---------------------------------------------------------------
+    def begin_reply_version(self, message_id: int, model: str | None = None) -> StoredMessage:
+        """Regenerate a finished reply in place: its current version is kept among its
+        versions, its row becomes a new, empty ``streaming`` version (the newest).
+
+        Raises:
+            KeyError: no such message.
+            ValueError: it is not a reply, or it is still streaming.
+        """
+        msg = self.message(message_id)
+        if msg.role != "assistant" or msg.status != "done":
+            raise ValueError(f"message {message_id} is not a finished reply")
+        now = time.time()
+        if model is not None:  # a name from a file name that is not UTF-8 (PEP 383 escapes)
+            model = model.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        owner = self._owner_token()
+        cols = ", ".join(_VERSION_COLUMNS)
+        with self._tx() as c:
+            c.execute(f"INSERT INTO reply_versions (message_id, {cols}) SELECT id, {cols}"
+                      " FROM messages WHERE id = ?", (message_id,))
+            c.execute("UPDATE messages SET content = '', status = 'streaming', finish_reason ="
+                      " NULL, stats_json = NULL, draft_spans = NULL, note = NULL, seed = NULL,"
+                      " model = ?, created_at = ?, updated_at = ? WHERE id = ?",
+                      (model, now, now, message_id))
+            self._touch(c, msg.conversation_id, now)
+            if owner is not None:
+                c.execute("INSERT OR REPLACE INTO reply_owners (message_id, owner) VALUES (?, ?)",
+                          (message_id, owner))
+        return self.message(message_id)
+
+    def versions(self, message_id: int) -> list[ReplyVersion]:
+        """Every version of a reply in the order they were generated (one, the shown
+        one, for a reply never regenerated). Raises KeyError: no such message."""
+        shown = self.message(message_id)
+        rows = self._conn.execute(
+            "SELECT * FROM reply_versions WHERE message_id = ?", (message_id,)).fetchall()
+        out = [self._version(r, False) for r in rows]
+        out.append(ReplyVersion(0, True, shown.content, shown.finish_reason, shown.stats,
+                                shown.draft_spans, shown.note, shown.seed, shown.model,
+                                shown.created_at))
+        out.sort(key=lambda v: v.created_at)
+        return [dataclasses.replace(v, number=i + 1) for i, v in enumerate(out)]
+
+    def show_version(self, message_id: int, number: int) -> StoredMessage:
+        """Make version ``number`` (1 = the first generated) the shown one: the
+        conversation continues from it. Returns the message as now shown.
+
+        Raises:
+            KeyError: no such message.
+            ValueError: no such version, or the reply is streaming.
+        """
+        msg = self.message(message_id)
+        if msg.status != "done":
+            raise ValueError(f"reply {message_id} is still being written")
+        if not 1 <= number <= msg.versions:
+            raise ValueError(f"reply {message_id} has no version {number} (1 … {msg.versions})")
+        if number == msg.version:
+            return msg
+        rows = self._conn.execute(
+            "SELECT id FROM reply_versions WHERE message_id = ?"
+            " ORDER BY created_at, id", (message_id,)).fetchall()
+        others = [int(r[0]) for r in rows]
+        # the versions in order are others[:v-1] + [shown] + others[v-1:]
+        vid = others[number - 1] if number < msg.version else others[number - 2]
+        assign = ", ".join(f"{c} = ?" for c in _VERSION_COLUMNS)
+        cols = ", ".join(_VERSION_COLUMNS)
+        with self._tx() as c:
+            mine = c.execute(f"SELECT {cols} FROM messages WHERE id = ?", (message_id,)).fetchone()
+            theirs = c.execute(f"SELECT {cols} FROM reply_versions WHERE id = ?", (vid,)).fetchone()
+            c.execute(f"UPDATE messages SET {assign} WHERE id = ?", (*theirs, message_id))
+            c.execute(f"UPDATE reply_versions SET {assign} WHERE id = ?", (*mine, vid))
+        return self.message(message_id)
+
+    def discard_reply_version(self, message_id: int) -> StoredMessage | None:
+        """A regeneration produced nothing (it failed before any text): show the newest
+        earlier version again. A reply without earlier versions is deleted (None)."""
+        msg = self.message(message_id)
+        row = self._conn.execute(
+            "SELECT id FROM reply_versions WHERE message_id = ? ORDER BY created_at DESC, id DESC"
+            " LIMIT 1", (message_id,)).fetchone()
+        if row is None:
+            self.delete_from(message_id)
+            return None
+        assign = ", ".join(f"{c} = ?" for c in _VERSION_COLUMNS)
+        cols = ", ".join(_VERSION_COLUMNS)
+        with self._tx() as c:
+            theirs = c.execute(f"SELECT {cols} FROM reply_versions WHERE id = ?",
+                               (int(row[0]),)).fetchone()
+            c.execute(f"UPDATE messages SET {assign}, status = 'done' WHERE id = ?",
+                      (*theirs, message_id))
+            c.execute("DELETE FROM reply_versions WHERE id = ?", (int(row[0]),))
+            self._touch(c, msg.conversation_id, time.time())
+        return self.message(message_id)
+
     def delete_from(self, message_id: int) -> int:
         """Delete a message and every later message of its conversation (edit, regenerate).
 
@@ -608,6 +771,18 @@ class HistoryStore:
         )
 
     @staticmethod
+    def _version(row: sqlite3.Row, shown: bool) -> ReplyVersion:
+        return ReplyVersion(
+            number=0, shown=shown, content=str(row["content"]),
+            finish_reason=row["finish_reason"],
+            stats=(current_stats(json.loads(row["stats_json"])) if row["stats_json"]
+                   else None),
+            draft_spans=tuple((int(a), int(b)) for a, b in
+                              (json.loads(row["draft_spans"]) if row["draft_spans"] else [])),
+            note=row["note"], seed=row["seed"], model=row["model"],
+            created_at=float(row["created_at"]))
+
+    @staticmethod
     def _message(row: sqlite3.Row) -> StoredMessage:
         stats = json.loads(row["stats_json"]) if row["stats_json"] else None
         if isinstance(stats, dict):
@@ -627,4 +802,6 @@ class HistoryStore:
             model=row["model"],
             created_at=float(row["created_at"]),
             updated_at=float(row["updated_at"]),
+            version=int(row["earlier_versions"]) + 1,
+            versions=int(row["other_versions"]) + 1,
         )

@@ -47,11 +47,13 @@ from app.ui.api import ApiPanelWidget
 from app.ui.api.serving import ApiServing
 from app.ui.chat.chat_view import ChatViewWidget, message_view, reply_footer
 from app.ui.chat.conversation_list import ConversationListWidget
+from app.ui.chat.export_dialog import export_with_dialog
 from app.ui.chat.input_box import ComposerWidget
 from app.ui.chat.markdown_render import warm_up as warm_up_markdown
 from app.ui.chat.reply_status import reply_status_words
 from app.ui.chat.starter_prompts import load_starter_prompts
 from app.store.credentials import ApiKeyStore
+from app.ui.explain import auto_explanation, context_fit_words, stored_auto_explanation
 from app.ui.gauge.gauge_panel import SpeculationGaugeWidget
 from app.ui.model_bar import ModelBarWidget
 from app.ui.panels import MessageBarWidget, SystemPromptWidget, WelcomeWidget, status_text
@@ -193,10 +195,12 @@ class MainWindow(QMainWindow):
         cv.new_conversation_clicked.connect(self.new_conversation)
         cv.conversation_renamed.connect(self._on_conversations_conversation_renamed)
         cv.conversation_delete_clicked.connect(self._on_conversations_conversation_delete_clicked)
+        cv.conversation_export_clicked.connect(lambda cid: export_with_dialog(self, c, cid))
         cv.search_changed.connect(self.conversations_changed)
         self.system_prompt.system_prompt_edited.connect(c.set_system_prompt)
         self.chat.edit_clicked.connect(self.edit_message)
         self.chat.regenerate_clicked.connect(self.regenerate)
+        self.chat.version_requested.connect(c.show_version)
         self.chat.starter_prompt_clicked.connect(self.send_message)
         self.composer.send_clicked.connect(self.send_message)
         self.composer.stop_clicked.connect(c.stop_reply)
@@ -233,7 +237,7 @@ class MainWindow(QMainWindow):
     def state_changed(self) -> None:
         c = self.controller
         self.composer.set_state(streaming=c.reply is not None, can_send=c.can_send,
-                                can_regenerate=c.last_reply_id is not None,
+                                can_regenerate=c.can_regenerate,
                                 editing=c.editing_message_id is not None,
                                 model_loaded=c.model_info is not None)
         self.model_bar.set_busy(c.busy)
@@ -285,6 +289,9 @@ class MainWindow(QMainWindow):
             self.gauge.show_stored(last_stats)
         else:
             self.gauge.show_no_reply()
+        if not self.gauge.live:  # a reply that streams keeps its own explanation
+            last = next((m for m in reversed(messages) if m.role == "assistant" and m.stats), None)
+            self.gauge.set_explanation(stored_auto_explanation(last.stats if last else None))
         reply = self.controller.reply
         if reply is not None and conversation is not None and reply.conversation_id == conversation.id:
             self.chat.begin_stream(reply.message_id, reply.text, reply.spans)
@@ -298,6 +305,15 @@ class MainWindow(QMainWindow):
 
     def messages_removed(self, from_message_id: int) -> None:
         self.chat.remove_from(from_message_id)
+
+    def message_changed(self, message: StoredMessage) -> None:
+        self.chat.update_message(message_view(message))
+        if message.role == "assistant" and message.status == "done" and message.stats:
+            try:
+                self.gauge.show_stored(SpecStats.from_dict(message.stats))
+            except (TypeError, ValueError):
+                return
+            self.gauge.set_explanation(stored_auto_explanation(message.stats))
 
     def reply_started(self, reply: ActiveReply) -> None:
         self.chat.begin_stream(reply.message_id)
@@ -335,6 +351,14 @@ class MainWindow(QMainWindow):
         if reply.stats is not None:
             self.gauge.set_stats(reply.stats)
 
+    def reply_explained(self, reply: ActiveReply) -> None:
+        if reply.auto is not None:
+            self.gauge.set_explanation(auto_explanation(reply.auto))
+
+    def reply_trimmed(self, reply: ActiveReply) -> None:
+        if reply.context is not None:
+            self.chat.set_footer(reply.message_id, context_fit_words(reply.context))
+
     def reply_finished(self, reply: ActiveReply, fin: ReplyRecord,
                        stored: StoredMessage | None) -> None:
         footer = (message_view(stored).footer if stored is not None
@@ -346,8 +370,11 @@ class MainWindow(QMainWindow):
             self.model_bar.set_remote_drafter(remote.get("engine"), remote.get("method"))
 
     def reply_failed(self, reply: ActiveReply, error: UserError) -> None:
-        if not reply.text:
+        self.gauge.fail_reply(f"The reply failed: {error.message}")
+        if not reply.text and not reply.regenerated:
             self.chat.remove_from(reply.message_id)
+        elif not reply.text:
+            self.chat.end_stream(reply.message_id, "", (), "")  # the earlier version follows
         else:
             self.chat.end_stream(reply.message_id, reply.text, reply.spans,
                                  reply_footer(None, "error", error.message))

@@ -16,6 +16,7 @@ import os
 
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import (
+    QComboBox,
     QCheckBox,
     QDoubleSpinBox,
     QFormLayout,
@@ -29,7 +30,7 @@ from PySide6.QtWidgets import (
 
 from pydantic import BaseModel
 
-from app.options import SamplingParams, SpeculationConfig, field_schema
+from app.options import ContextOverflow, SamplingParams, SpeculationConfig, field_schema
 from app.store.settings import ModelSettings
 
 #: the most threads the setting offers (as SessionConfig allows: 4 × the logical CPUs)
@@ -79,6 +80,12 @@ class SamplingSettingsWidget(QWidget):
         form.addRow("Loop control (DRY)", self.dry_multiplier)
         form.addRow("Seed", self.seed)
         form.addRow("Max tokens", self.max_tokens)
+        self.context_overflow = QComboBox()
+        for policy in ContextOverflow:
+            self.context_overflow.addItem(policy.label, policy)
+        self.context_overflow.setToolTip(
+            field_schema(SamplingParams, "context_overflow").description)
+        form.addRow("Too long for the context", self.context_overflow)
         outer.addWidget(box)
 
         sbox = QGroupBox("Speculation details (next reply)")
@@ -133,6 +140,7 @@ class SamplingSettingsWidget(QWidget):
             w.valueChanged.connect(self._on_sampling_value_changed)
         for s in (self.top_k, self.seed, self.max_tokens):
             s.valueChanged.connect(self._on_sampling_value_changed)
+        self.context_overflow.currentIndexChanged.connect(self._on_sampling_value_changed)
         for spin in (self.draft_min, self.draft_p_min, self.ngram_min, self.ngram_max):
             spin.valueChanged.connect(self._on_speculation_value_changed)
         self.n_ctx.valueChanged.connect(self._on_model_value_changed)
@@ -185,6 +193,8 @@ class SamplingSettingsWidget(QWidget):
             self.dry_multiplier.setValue(sampling.dry_multiplier)
             self.seed.setValue(min(sampling.seed, SPIN_MAX))
             self.max_tokens.setValue(sampling.max_tokens)
+            self.context_overflow.setCurrentIndex(
+                self.context_overflow.findData(sampling.context_overflow))
             self.n_ctx.setValue(model.n_ctx)
             self.threads.setValue(model.n_threads or 0)
             self.cpu_only.setChecked(model.n_gpu_layers == 0)
@@ -226,6 +236,7 @@ class SamplingSettingsWidget(QWidget):
             dry_multiplier=round(self.dry_multiplier.value(), 4),
             seed=self.seed.value(),
             max_tokens=self.max_tokens.value(),
+            context_overflow=self.context_overflow.currentData(),
         )
 
     def speculation(self) -> SpeculationConfig:

@@ -190,3 +190,39 @@ def test_no_model_is_503_until_one_loads(tmp_path: Path) -> None:
     finally:
         server.stop()
         service.shutdown()
+
+
+def test_a_conversation_longer_than_the_context_follows_the_overflow_policy(
+        served: tuple[ApiServer, Script, queue.Queue[object]]) -> None:
+    """The server's policy (truncate middle by default) drops earlier messages and says
+    so in ``tandem.context``; ``"context_overflow": "stop"`` gets OpenAI's 400."""
+    server, script, _ = served
+    long = "word " * 1100  # the fake template: a token a word (window: 4096 tokens)
+    messages = [{"role": "system", "content": "be brief"},
+                {"role": "user", "content": "first " + long},
+                {"role": "assistant", "content": "answer " + long},
+                {"role": "user", "content": "second " + long},
+                {"role": "assistant", "content": "answer " + long},
+                {"role": "user", "content": "and now?"}]
+    r = httpx.post(server.base_url + "/chat/completions",
+                   json={"model": MODEL, "messages": messages})
+    assert r.status_code == 200, r.text
+    context = r.json()["tandem"]["context"]
+    assert context["policy"] == "truncate-middle" and context["kept_first"]
+    assert (context["dropped_messages"], context["dropped_tokens"]) == (2, 2 * 1102)
+    assert [m.content.split()[0] for m in script.calls[-1][0]] == [  # type: ignore[union-attr]
+        "be", "first", "answer", "and"]
+
+    r = httpx.post(server.base_url + "/chat/completions",
+                   json={"model": MODEL, "messages": messages, "context_overflow": "stop"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    r = httpx.post(server.base_url + "/chat/completions",
+                   json={"model": MODEL, "messages": messages,
+                         "context_overflow": "rolling-window"})
+    assert r.json()["tandem"]["context"]["policy"] == "rolling-window"
+    assert [m.content.split()[0] for m in script.calls[-1][0]] == [  # type: ignore[union-attr]
+        "be", "second", "answer", "and"]
+    r = httpx.post(server.base_url + "/chat/completions", json=_chat(context_overflow="sideways"))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "context_overflow"
+    assert httpx.post(server.base_url + "/chat/completions",
+                      json=_chat()).json()["tandem"]["context"] is None

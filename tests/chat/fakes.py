@@ -10,6 +10,8 @@ test's thread, as the Qt bridge does on the GUI thread.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -21,7 +23,8 @@ from app.chat.conversation import ChatController
 from app.chat.events import ModelInfo
 from app.chat.service import ChatService, _exact_verification_notes
 from app.engine.chat import ChatMessage
-from app.engine.events import Event, StatsUpdate, TextDelta
+from app.engine.context_fit import fit_conversation
+from app.engine.events import ContextTrimmed, Event, StatsUpdate, TextDelta
 from app.engine.reply import ReplyRecord, ReplyRequest, draft_spans
 from app.engine.session import SessionConfig
 from app.engine.stats import SpecStats
@@ -100,10 +103,37 @@ class FakeSession:
             raise ModelLoadError(f"Model file not found: {path}")
         self.draft_model = FakeModel(path) if path is not None else None
 
+    def chat_prompt(self, messages: Sequence[ChatMessage]) -> list[int]:
+        """One token per word and one per message (the fake's chat template)."""
+        return [t for m in messages for t in self.target.tokenize(m.content)]
+
     def chat(self, messages: Sequence[ChatMessage], sampling: SamplingParams,
              speculation: SpeculationConfig, cancel: threading.Event | None = None) -> Iterator[Event]:
-        self.script.calls.append((tuple(messages), speculation))
-        return self._reply(sampling, speculation, cancel, tuple(messages))
+        """As the engine: the context overflow policy first (the real one, over the fake
+        template), then the reply, its record saying what was dropped; ``calls`` records
+        the messages kept."""
+        prompt, fit = fit_conversation(messages, self.chat_prompt, self.n_ctx,
+                                       sampling.max_tokens, sampling.context_overflow)
+        kept = tuple(messages) if fit is None else self._kept(messages, prompt)
+        self.script.calls.append((kept, speculation))
+        reply = self._reply(sampling, speculation, cancel, tuple(messages))
+        if fit is None:
+            return reply
+        return itertools.chain((ContextTrimmed(fit),), (
+            dataclasses.replace(ev, context=fit) if isinstance(ev, ReplyRecord) else ev
+            for ev in reply))
+
+    def _kept(self, messages: Sequence[ChatMessage], prompt: list[int]) -> tuple[ChatMessage, ...]:
+        """The messages (in order, whole) whose fake prompt is ``prompt``: the system
+        messages and the last one kept, one run of messages between them dropped."""
+        system = [m for m in messages if m.role == "system"]
+        for n in range(len(messages)):
+            for i in range(len(messages) - n + 1):
+                kept = (*messages[:i], *messages[i + n:])
+                if (self.chat_prompt(kept) == prompt and kept[-1:] == tuple(messages[-1:])
+                        and all(m in kept for m in system)):
+                    return kept
+        return tuple(messages)
 
     def generate(self, prompt: Sequence[int], sampling: SamplingParams,
                  speculation: SpeculationConfig | None = None,

@@ -312,3 +312,55 @@ def test_a_real_model_replies_through_the_controller(tmp_path: Path, tiny_target
     msg = rig.store.messages(rig.c.current_conversation)[-1]  # type: ignore[arg-type]
     assert msg.stats is not None and msg.stats["emitted"] <= 6
     rig.c.close()
+
+
+def _refuse(*_a: object, **_k: object) -> None:
+    from app.errors import ContextOverflowError
+
+    raise ContextOverflowError("The conversation does not fit.")
+
+
+def test_regenerate_keeps_versions_and_a_failed_one_gives_the_earlier_back(
+        rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.chat import fakes
+
+    rig.script.replies = ["first answer", "second answer"]
+    rig.c.send_message("question")
+    rig.reply_done()
+    reply_id = rig.c.last_reply_id
+    assert reply_id is not None and rig.c.regenerate()
+    rig.reply_done()
+    m = rig.store.message(reply_id)
+    assert (m.content, m.version, m.versions) == ("second answer", 2, 2)
+
+    monkeypatch.setattr(fakes, "fit_conversation", _refuse)  # fails before any text
+    assert rig.c.regenerate()
+    rig.reply_done()
+    m = rig.store.message(reply_id)
+    assert (m.content, m.status, m.version, m.versions) == ("second answer", "done", 2, 2)
+    assert rig.view.calls[-3][0] == "message_changed"  # the window shows it again
+    assert rig.view.errors[-1].message == "The conversation does not fit."
+    monkeypatch.undo()
+
+    user_id = rig.store.messages(rig.c.current_conversation)[0].id  # type: ignore[arg-type]
+    assert not rig.c.regenerate(user_id)  # a user message is no reply to regenerate
+    assert rig.c.show_version(reply_id, 1)
+    assert rig.c.prompt_messages()[-1].content == "first answer"  # the next request's
+    assert not rig.c.show_version(reply_id, 3)
+
+
+def test_after_a_failed_reply_regenerate_asks_for_it_again(
+        rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.chat import fakes
+
+    monkeypatch.setattr(fakes, "fit_conversation", _refuse)
+    assert rig.c.send_message("question")
+    rig.reply_done()
+    assert [m[0] for m in rig.stored()] == ["user"]
+    assert rig.c.last_reply_id is None and rig.c.can_regenerate
+    monkeypatch.undo()
+    rig.script.replies = ["an answer"]
+    assert rig.c.regenerate()
+    rig.reply_done()
+    assert [m[1] for m in rig.stored()] == ["question", "an answer"]
+    assert ("clear_errors", ("reply",)) in rig.view.calls  # the old error goes

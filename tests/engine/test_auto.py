@@ -139,7 +139,8 @@ def test_observations_read_stored_statistics() -> None:
     assert ReplyObservation.from_stats({"mode": "no such drafter"}) is None
     assert AutoChoice(SUFFIX, 4, "estimate", 1.2, ((SUFFIX, 4, 1.2),)).to_dict() == {
         "mode": "suffix", "draft_max": 4, "reason": "estimate", "score": 1.2,
-        "scores": [["suffix", 4, 1.2]], "dropped": []}
+        "scores": [["suffix", 4, 1.2]], "dropped": [], "evidence": [],
+        "replayed_from": "conversation"}
 
 
 @pytest.fixture(scope="module")

@@ -153,3 +153,21 @@ def test_a_bad_version_1_speculation_is_set_aside_not_migrated(spec: str) -> Non
     loaded = load_settings()
     assert loaded.problem is not None and "speculation" in loaded.problem
     assert loaded.settings == Settings()
+
+
+def test_the_context_overflow_policy_is_saved_and_an_older_file_gets_the_default(
+        tmp_path: Path) -> None:
+    from app.options import ContextOverflow
+
+    s = Settings()
+    assert s.sampling.context_overflow is ContextOverflow.TRUNCATE_MIDDLE
+    s.sampling = s.sampling.with_changes(context_overflow="rolling-window")
+    path = save_settings(s, tmp_path / "settings.json")
+    assert json.loads(path.read_text())["sampling"]["context_overflow"] == "rolling-window"
+    assert load_settings(path).settings.sampling.context_overflow is ContextOverflow.ROLLING_WINDOW
+    raw = json.loads(path.read_text())
+    del raw["sampling"]["context_overflow"]  # written before the setting existed
+    path.write_text(json.dumps(raw))
+    loaded = load_settings(path)
+    assert loaded.problem is None
+    assert loaded.settings.sampling.context_overflow is ContextOverflow.TRUNCATE_MIDDLE

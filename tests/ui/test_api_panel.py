@@ -140,3 +140,35 @@ def test_a_window_reply_queued_behind_an_api_reply_says_so_and_the_gauge_follows
         if script.gate is not None:
             script.gate.set()
         w.close()
+
+
+def test_a_failed_api_request_does_not_leave_the_gauge_live(qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Over the fake engine: an API reply that fails after its first word (the gauge
+    followed it live) ends with the gauge saying it failed, not "live"."""
+    from app.errors import TandemError
+    from app.store.settings import LoadedSettings, Settings
+    from app.ui.main_window import MainWindow
+    from tests.chat.fakes import Script, fake_service
+
+    target = tmp_path / "fake-target.gguf"
+    target.write_bytes(b"GGUF")
+    script = Script(default="alpha beta gamma", fail_after=TandemError("the engine broke"))
+    settings = Settings()
+    settings.model.target_path = target
+    w = MainWindow(LoadedSettings(settings), service=fake_service(script))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.controller.model_info is not None, timeout=30_000)
+    try:
+        assert w.api.start(0)
+        r = httpx.post(w.api_panel.url.text() + "/chat/completions", timeout=60,
+                       json={"model": "fake-target",
+                             "messages": [{"role": "user", "content": "x"}]})
+        assert r.status_code == 400
+        qtbot.waitUntil(lambda: w.api_panel.table.rowCount() == 1, timeout=30_000)
+        w.gauge.refresh()
+        assert not w.gauge.live and "live" not in w.gauge.mode_label.text()
+        assert "failed" in w.gauge.mode_label.text()
+        assert "the engine broke" in w.gauge.note_label.text()
+    finally:
+        w.close()

@@ -236,7 +236,9 @@ def test_regenerate_and_edit_resend(qtbot, window) -> None:
     wait_reply(qtbot, window)
     msgs = _stored_reply(window)
     assert [m.role for m in msgs] == ["user", "assistant"]
-    assert msgs[1].id != first_reply_id and msgs[1].status == "done"
+    # the same reply, a second version; the first is kept (Regenerate keeps versions)
+    assert (msgs[1].id, msgs[1].version, msgs[1].versions) == (first_reply_id, 2, 2)
+    assert msgs[1].status == "done"
 
     user_id = window.chat.messages[0].message_id
     window.edit_message(user_id)

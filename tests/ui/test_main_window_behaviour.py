@@ -213,7 +213,9 @@ def test_measured_speedup_is_the_replys_own_and_survives_a_regenerate(  # type: 
     w.regenerate()
     wait_reply(qtbot, w)
     again = _last_reply(w)
-    assert again.id != first.id and again.stats is not None
+    # a new version of the same reply (the first kept as version 1)
+    assert (again.id, again.version, again.versions) == (first.id, 2, 2)
+    assert again.stats is not None
     regenerated = SpecStats.from_dict(again.stats)
     assert w.gauge.value_text("measured") == measured_speedup_text(regenerated, streaming=False)
 

@@ -124,6 +124,9 @@ class ApiServing(QObject):
             self.gauge.add_tokens(update.t, update.n_tokens)
         elif isinstance(update, ApiReplyStatsChanged):
             self.gauge.set_stats(update.stats)
-        elif isinstance(update, ApiReplyEnded) and update.reply is not None:
-            # the request's own drafter, k and statistics, whatever the window's are
-            self.gauge.end_reply(update.reply.stats)
+        elif isinstance(update, ApiReplyEnded):
+            if update.reply is not None:
+                # the request's own drafter, k and statistics, whatever the window's are
+                self.gauge.end_reply(update.reply.stats)
+            else:  # a failed request must not leave the gauge "live"
+                self.gauge.fail_reply(f"The API request failed: {update.error or 'no reason given'}")

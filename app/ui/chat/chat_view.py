@@ -42,6 +42,7 @@ from app.ui.chat.reply_status import WRITING
 from app.ui.chat.starter_prompts import StarterPrompt, StarterPromptsWidget
 from app.ui.copy_feedback import confirm_copied
 from app.ui.elided import ElidedLabelWidget
+from app.ui.explain import stored_auto_explanation, stored_context_words
 
 _DOCUMENT_CSS = """
 p { margin-top: 0px; margin-bottom: 6px; }
@@ -69,6 +70,8 @@ class MessageView:
     draft_spans: tuple[tuple[int, int], ...] = ()
     footer: str = ""
     model: str | None = None
+    version: int = 1
+    versions: int = 1
 
 
 def remote_footer_parts(remote: dict[str, Any]) -> list[str]:
@@ -93,7 +96,8 @@ def remote_footer_parts(remote: dict[str, Any]) -> list[str]:
 
 def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
                  note: str | None = None) -> str:
-    """One line under a reply: tokens, tok/s, drafter, α, τ, and how it ended."""
+    """One line under a reply: tokens, tok/s, drafter, α, τ, and how it ended; then why
+    Auto chose its drafter and what was dropped to fit the context window, when so."""
     parts: list[str] = []
     if stats:
         parts.append(f"{stats.get('emitted', 0)} tokens")
@@ -127,8 +131,9 @@ def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
     if finish_reason in _REASON_LABELS:
         parts.append(_REASON_LABELS[finish_reason])
     line = " · ".join(parts)
-    if note:
-        line = f"{line}\n{note}" if line else note
+    for extra in (stored_auto_explanation(stats), stored_context_words(stats), note):
+        if extra:
+            line = f"{line}\n{extra}" if line else extra
     return line
 
 
@@ -138,7 +143,8 @@ def message_view(m: StoredMessage) -> MessageView:
     footer = ""
     if m.role == "assistant" and m.status == "done":
         footer = reply_footer(m.stats, m.finish_reason, m.note)
-    return MessageView(m.id, m.role, m.content, m.draft_spans, footer, m.model)
+    return MessageView(m.id, m.role, m.content, m.draft_spans, footer, m.model,
+                       m.version, m.versions)
 
 
 class MarkdownBrowserWidget(QTextBrowser):
@@ -201,6 +207,8 @@ class MessageWidget(QFrame):
     """Edit on a user message was clicked (message id)."""
     regenerate_clicked = Signal(int)
     """Regenerate on a reply was clicked (message id)."""
+    version_requested = Signal(int, int)
+    """‹ or › of a reply with versions was clicked (message id, version number wanted)."""
 
     def __init__(self, view: MessageView, tint: bool, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -229,6 +237,18 @@ class MessageWidget(QFrame):
         self._streaming.hide()
         header.addWidget(self._streaming)
         header.addStretch(1)
+        self._older = self._tool_button("‹", "Show the previous version of this reply")
+        self._older.clicked.connect(self._on_older_clicked)
+        self.version_label = QLabel()
+        self.version_label.setObjectName("versionLabel")
+        self.version_label.setToolTip(
+            "Versions of this reply (Regenerate adds one); the conversation continues "
+            "from the one shown")
+        self._newer = self._tool_button("›", "Show the next version of this reply")
+        self._newer.clicked.connect(self._on_newer_clicked)
+        for w in (self._older, self.version_label, self._newer):
+            header.addWidget(w)
+        self._version, self._versions = view.version, view.versions
         self._copy = self._tool_button("Copy", "Copy the whole message")
         self._copy.clicked.connect(self._on_copy_clicked)
         self._edit = self._tool_button("Edit", "Edit this message and send it again")
@@ -250,6 +270,7 @@ class MessageWidget(QFrame):
         self._footer.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self._footer)
         self.set_footer(view.footer)
+        self._update_versions()
         self._render()
 
     def _tool_button(self, text: str, tip: str) -> QToolButton:
@@ -284,11 +305,34 @@ class MessageWidget(QFrame):
         self._footer.setText(text)
         self._footer.setVisible(bool(text))
 
+    @property
+    def footer_text(self) -> str:
+        return self._footer.text()
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """(shown version, versions) of a reply; (1, 1) when never regenerated."""
+        return self._version, self._versions
+
+    def set_version(self, version: int, versions: int) -> None:
+        """Show ``‹ version/versions ›`` (hidden for a single version)."""
+        self._version, self._versions = version, versions
+        self._update_versions()
+
+    def _update_versions(self) -> None:
+        many = self._versions > 1
+        for w in (self._older, self.version_label, self._newer):
+            w.setVisible(many)
+        self.version_label.setText(f"{self._version}/{self._versions}")
+        self._older.setEnabled(self._version > 1 and self._copy.isEnabled())
+        self._newer.setEnabled(self._version < self._versions and self._copy.isEnabled())
+
     def set_streaming(self, streaming: bool) -> None:
         self._streaming.setVisible(streaming)
         self._copy.setEnabled(not streaming)
         if not streaming:
             self._streaming.setText(WRITING)
+        self._update_versions()
 
     def set_stream_status(self, text: str) -> None:
         """What the streaming reply is doing: waiting, reading its prompt, writing."""
@@ -305,6 +349,8 @@ class MessageWidget(QFrame):
     def set_edit_enabled(self, enabled: bool) -> None:
         self._edit.setEnabled(enabled)
         self._regen.setEnabled(enabled)
+        self._older.setEnabled(enabled and self._version > 1)
+        self._newer.setEnabled(enabled and self._version < self._versions)
 
     def _render(self) -> None:
         if self.role == "user":
@@ -348,6 +394,14 @@ class MessageWidget(QFrame):
     def _on_regenerate_clicked(self) -> None:
         self.regenerate_clicked.emit(self.message_id)
 
+    @Slot()
+    def _on_older_clicked(self) -> None:
+        self.version_requested.emit(self.message_id, self._version - 1)
+
+    @Slot()
+    def _on_newer_clicked(self) -> None:
+        self.version_requested.emit(self.message_id, self._version + 1)
+
 
 class ChatViewWidget(QScrollArea):
     """The messages of the current conversation, newest at the bottom.
@@ -362,6 +416,8 @@ class ChatViewWidget(QScrollArea):
     """A user message's Edit was clicked (message id)."""
     regenerate_clicked = Signal(int)
     """A reply's Regenerate was clicked (message id)."""
+    version_requested = Signal(int, int)
+    """A reply's ‹ or › was clicked (message id, version number wanted)."""
     starter_prompt_clicked = Signal(str)
     """A starter prompt of the empty chat was clicked (its text, to send)."""
 
@@ -433,12 +489,25 @@ class ChatViewWidget(QScrollArea):
         w = MessageWidget(view, self._tint, self._container)
         w.edit_clicked.connect(self.edit_clicked)
         w.regenerate_clicked.connect(self.regenerate_clicked)
+        w.version_requested.connect(self.version_requested)
         self._layout.insertWidget(self._layout.count() - 1, w)
         self._messages.append(w)
         self._stick = True
         self._update_regenerate()
         self._update_starters()
         return w
+
+    def update_message(self, view: MessageView) -> None:
+        """Show another version of a message in place: text, footer, ‹ n/m ›."""
+        if (w := self.message(view.message_id)) is not None:
+            w.set_content(view.content, view.draft_spans)
+            w.set_footer(view.footer)
+            w.set_version(view.version, view.versions)
+
+    def set_footer(self, message_id: int, text: str) -> None:
+        """Set a message's footer (a streaming reply says what was dropped to fit)."""
+        if (w := self.message(message_id)) is not None:
+            w.set_footer(text)
 
     def remove_from(self, message_id: int) -> None:
         """Remove a message and every message after it."""

@@ -36,6 +36,8 @@ class ConversationListWidget(QWidget):
     """The user renamed a conversation (id, new title)."""
     conversation_delete_clicked = Signal(int)
     """The user chose Delete on a conversation (id)."""
+    conversation_export_clicked = Signal(int)
+    """The user chose Export… on a conversation (id)."""
     search_changed = Signal(str)
     """The search text changed (debounced by 200 ms)."""
 
@@ -118,10 +120,13 @@ class ConversationListWidget(QWidget):
             return
         menu = QMenu(self)
         rename = menu.addAction("Rename")
+        export = menu.addAction("Export…")
         delete = menu.addAction("Delete")
         chosen = menu.exec(self.list.viewport().mapToGlobal(pos))
         if chosen is rename:
             self.list.editItem(item)
+        elif chosen is export:
+            self.conversation_export_clicked.emit(int(item.data(_ID_ROLE)))
         elif chosen is delete:
             self.conversation_delete_clicked.emit(int(item.data(_ID_ROLE)))
 

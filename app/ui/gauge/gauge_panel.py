@@ -282,6 +282,7 @@ class SpeculationGaugeWidget(QFrame):
         self._rolling = RollingRate(1.0)
         self._stats: SpecStats | None = None
         self._streaming = False
+        self._failed = False
         self._mode_known = True
         self._dirty = False
         self.repaints = 0  # how many refreshes actually ran (tests check the rate cap)
@@ -299,6 +300,11 @@ class SpeculationGaugeWidget(QFrame):
         # and an unwrapped header made the side panel grow and shrink with every reply
         self.mode_label.setWordWrap(True)
         layout.addWidget(self.mode_label)
+        self.reason_label = QLabel()
+        self.reason_label.setObjectName("gaugeReason")
+        self.reason_label.setWordWrap(True)
+        self.reason_label.hide()
+        layout.addWidget(self.reason_label)
 
         self.tps_label = QLabel("—")
         self.tps_label.setObjectName("gaugeBig")
@@ -387,6 +393,8 @@ class SpeculationGaugeWidget(QFrame):
         self.source_label.setText(source or "")
         self.source_label.setVisible(source is not None)
         self._streaming = True
+        self._failed = False
+        self.set_explanation(None)
         self._rolling.reset()
         self.sparkline.clear()
         self._mode_known = mode is not None
@@ -410,10 +418,36 @@ class SpeculationGaugeWidget(QFrame):
         self._mode_known = True
         self._dirty = True
 
+    def set_explanation(self, text: str | None) -> None:
+        """Why Auto chose the reply's drafter (or none), in words made from its figures
+        (:mod:`app.ui.explain`), under the header; None: no explanation (not Auto)."""
+        self.reason_label.setText(f"Auto: {text}" if text else "")
+        self.reason_label.setVisible(bool(text))
+
+    @property
+    def explanation(self) -> str:
+        return self.reason_label.text()
+
+    @property
+    def live(self) -> bool:
+        """Whether the gauge shows a reply in progress."""
+        return self._streaming
+
+    def fail_reply(self, message: str) -> None:
+        """The reply failed: stop showing it as live, keep the figures it reached, and
+        say why in the note."""
+        self._streaming = False
+        self._failed = True
+        self._mode_known = True
+        self.note_label.setText(message)
+        self._dirty = True
+        self.refresh()
+
     def end_reply(self, stats: SpecStats, note: str | None = None) -> None:
         """The reply ended: show its final figures, and the draft-length rule of thumb
         when it applies (:func:`~app.engine.stats.draft_length_advice`)."""
         self._streaming = False
+        self._failed = False
         self._stats = stats
         self._mode_known = True
         notes = [note or stats.fallback_reason or "", advice_words(reply_advice(stats))]
@@ -425,6 +459,7 @@ class SpeculationGaugeWidget(QFrame):
         """Show a stored reply's statistics (opening a conversation); no-op while streaming."""
         if self._streaming:
             return
+        self._failed = False
         self.source_label.hide()
         self._stats = stats
         self._mode_known = True
@@ -482,8 +517,9 @@ class SpeculationGaugeWidget(QFrame):
         if not self._mode_known:
             title = "Starting…"
         # no-break spaces: when the header wraps, the state moves to the next line whole
-        self.mode_label.setText(title + ("  ●\u00a0live" if self._streaming
-                                         else "  ·\u00a0last\u00a0reply"))
+        state = ("  ●\u00a0live" if self._streaming else "  ·\u00a0failed" if self._failed
+                 else "  ·\u00a0last\u00a0reply")
+        self.mode_label.setText(title + state)
 
         rolling = self._rolling.rate() if self._streaming else None
         big = rolling if rolling is not None else s.decode_tps

@@ -1,0 +1,39 @@
+"""Export… on a conversation: ask where, write it (:mod:`app.ui.chat.export`), report a
+failure through the controller's one error path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtWidgets import QFileDialog, QWidget
+
+from app.chat.conversation import ChatController
+from app.chat.events import UserError
+from app.ui.chat.export import export_conversation
+
+
+def export_to(controller: ChatController, conversation_id: int, path: Path) -> bool:
+    """Write a conversation, every reply version included, as Markdown (or JSON for a
+    ``.json`` name); a failure is reported (message bar) and False returned."""
+    store = controller.store
+    if store is None:
+        return False
+    try:
+        export_conversation(store, conversation_id, path)
+    except (OSError, KeyError) as exc:
+        controller.report(UserError("Export failed", f"{path} was not written: {exc}",
+                                    origin="export"))
+        return False
+    return True
+
+
+def export_with_dialog(parent: QWidget, controller: ChatController,
+                       conversation_id: int) -> bool:
+    """Ask for a file name (Markdown by default, JSON on request), then :func:`export_to`."""
+    title = next((c.title for c in controller.conversations() if c.id == conversation_id),
+                 "conversation")
+    stem = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in title).strip()
+    name, _ = QFileDialog.getSaveFileName(
+        parent, "Export conversation", str(Path.home() / f"{stem or 'conversation'}.md"),
+        "Markdown (*.md);;JSON (*.json)")
+    return bool(name) and export_to(controller, conversation_id, Path(name))

@@ -1,0 +1,102 @@
+"""Sentences that explain a reply: why Auto chose its drafter, and what was left out to
+fit the context window.
+
+The engine hands both over as figures (:class:`app.engine.auto.AutoChoice` with its
+:class:`~app.engine.auto.DrafterEvidence`, :class:`app.engine.context_fit.ContextFit`);
+the gauge, the reply footer and the screenshots word them here, once, from the live
+objects or from what a stored reply recorded (``stats["auto"]``, ``stats["context"]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app.engine.auto import MARGIN, AutoChoice, DrafterEvidence
+from app.engine.context_fit import ContextFit
+from app.options import SpecMode
+
+
+def _replies(n: int) -> str:
+    return "1 reply" if n == 1 else f"{n} replies"
+
+
+def _where(choice: AutoChoice) -> str:
+    return ("in this conversation" if choice.replayed_from == "conversation"
+            else "in this session's latest replies")
+
+
+def _evidence_words(e: DrafterEvidence, choice: AutoChoice) -> str:
+    """Why this drafter scored as it did: ``92 % accepted in the last 3 replies``."""
+    speed = f"{e.speedup:.2f}× plain" if e.speedup is not None else ""
+    if e.source == "measured":
+        alpha = e.acceptance_rate
+        if alpha is None:
+            return f"measured {speed} over its last {_replies(e.replies)} here"
+        return (f"{alpha * 100:.0f} % accepted in the last {_replies(e.replies)} "
+                f"(measured {speed})")
+    if e.source == "untried":
+        return f"not tried here yet; {speed} at best (if every draft were accepted)"
+    alpha = e.acceptance_rate
+    if alpha is None:
+        return f"found no match {_where(choice)} yet"
+    return (f"{alpha * 100:.0f} % of its drafts would have been accepted over "
+            f"{_replies(e.replies)} {_where(choice)} (estimated {speed})")
+
+
+def auto_explanation(choice: AutoChoice) -> str:
+    """One sentence: what Auto chose and why, from its figures.
+
+    Examples: ``suffix lookup: 92 % accepted in the last 3 replies (measured 1.85×
+    plain)``; ``no speculation: prompt lookup found no match in this conversation yet``.
+    """
+    if choice.reason == "prior":
+        return (f"{choice.mode.words}, k ≤ {choice.draft_max}: nothing to learn from yet; it "
+                "costs nothing to try and drafts only while drafts pay")
+    dropped = "".join(
+        f"; {e.mode.words} left out: measured {e.speedup:.2f}× plain here"
+        for e in choice.evidence if e.mode in choice.dropped and e.speedup is not None)
+    if choice.mode is not SpecMode.OFF:
+        lead = next((e for e in choice.evidence if e.mode is choice.mode), None)
+        why = _evidence_words(lead, choice) if lead is not None else "best estimate"
+        return f"{choice.mode.words}, k ≤ {choice.draft_max}: {why}{dropped}"
+    scored = [e for e in choice.evidence if e.mode not in choice.dropped]
+    if scored and all(e.source == "replay" and not e.verified for e in scored):
+        names = " and ".join(e.mode.words for e in scored)
+        return f"no speculation: {names} found no match {_where(choice)} yet{dropped}"
+    if scored:
+        best = scored[0]
+        return (f"no speculation: {best.mode.words} came closest "
+                f"({_evidence_words(best, choice)}), under the {MARGIN:.2f}× a drafter "
+                f"must reach{dropped}")
+    if dropped:
+        return "no speculation" + dropped
+    return "no speculation: no drafter could be priced here"
+
+
+def stored_auto_explanation(stats: Mapping[str, Any] | None) -> str | None:
+    """:func:`auto_explanation` of a stored reply's ``stats["auto"]``; None when there is
+    none or it cannot be read."""
+    raw = (stats or {}).get("auto")
+    if not isinstance(raw, Mapping):
+        return None
+    choice = AutoChoice.from_dict(raw)
+    return auto_explanation(choice) if choice is not None else None
+
+
+def context_fit_words(fit: ContextFit) -> str:
+    """``Dropped 3 earlier messages (1,240 tokens) to fit the 4,096-token window``, and
+    what was kept."""
+    n = fit.dropped_messages
+    kept = ("the system prompt and the first exchange were kept" if fit.kept_first
+            else "the system prompt was kept")
+    return (f"Dropped {n} earlier message{'s' if n != 1 else ''} ({fit.dropped_tokens:,} "
+            f"tokens) to fit the {fit.n_ctx:,}-token window ({fit.policy.label.lower()}: "
+            f"{kept})")
+
+
+def stored_context_words(stats: Mapping[str, Any] | None) -> str | None:
+    """:func:`context_fit_words` of a stored reply's ``stats["context"]`` (None: none)."""
+    raw = (stats or {}).get("context")
+    fit = ContextFit.from_dict(raw) if isinstance(raw, Mapping) else None
+    return context_fit_words(fit) if fit is not None else None

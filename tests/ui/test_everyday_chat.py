@@ -1,0 +1,141 @@
+"""The window with the tiny synthetic model: a conversation too long for the context
+window (Regenerate stays available, the error does not outlive a later success, the
+gauge does not stay "live", the overflow policy drops earlier messages and says so),
+reply versions (‹ 1/2 ›, the conversation continues from the shown one) and Auto's
+explanation in the gauge and the reply footer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.options import ContextOverflow, SamplingParams, SpecMode, SpeculationConfig
+from app.store.settings import Settings
+from tests.ui.conftest import loaded_window, wait_reply
+
+#: the tiny model spells most text one byte a token: 60 + 110 characters and the
+#: template's words do not fit a 256-token window, the 110 alone do
+FIRST = "Tell me about the tiny model that these tests run on, please."
+LONG = "Summarise: " + "the quick brown fox jumps over the lazy dog, " * 2 + "and so on."
+
+
+def _settings(target: Path, policy: ContextOverflow, mode: SpecMode = SpecMode.OFF) -> Settings:
+    s = Settings()
+    s.model.target_path = target
+    s.model.n_ctx = 256
+    s.sampling = SamplingParams(temperature=0.0, max_tokens=8, context_overflow=policy)
+    s.speculation = SpeculationConfig(mode=mode)
+    return s
+
+
+@pytest.fixture
+def stop_window(qtbot, tiny_target: Path):  # type: ignore[no-untyped-def]
+    w = loaded_window(qtbot, _settings(tiny_target, ContextOverflow.STOP))
+    yield w
+    w.close()
+
+
+def _send(qtbot, w, text: str) -> None:  # type: ignore[no-untyped-def]
+    assert w.send_message(text)
+    wait_reply(qtbot, w)
+
+
+def test_an_overflow_leaves_regenerate_on_and_the_next_success_clears_it(  # type: ignore[no-untyped-def]
+        qtbot, stop_window) -> None:
+    w = stop_window
+    _send(qtbot, w, FIRST)
+    assert w.message_bar.current is None
+    _send(qtbot, w, LONG)  # "stop": the conversation no longer fits
+
+    error = w.message_bar.current
+    assert error is not None and w.message_bar.isVisible()
+    assert "context window holds 256" in error.message and error.origin == "reply"
+    # the defects: Regenerate disabled, the gauge stuck on "live"
+    assert w.regenerate_button.isEnabled()
+    assert not w.gauge.live and "live" not in w.gauge.mode_label.text()
+    assert "failed" in w.gauge.mode_label.text()
+    assert "context window holds 256" in w.gauge.note_label.text()
+    assert [m.role for m in w.chat.messages] == ["user", "assistant", "user"]
+
+    # the way on: let Tandem drop earlier messages, then Regenerate
+    w.sampling_panel.context_overflow.setCurrentIndex(
+        w.sampling_panel.context_overflow.findData(ContextOverflow.ROLLING_WINDOW))
+    assert w.settings.sampling.context_overflow is ContextOverflow.ROLLING_WINDOW
+    w.regenerate_button.click()
+    wait_reply(qtbot, w)
+
+    assert w.message_bar.current is None and not w.message_bar.isVisible()  # no stale banner
+    assert not w.gauge.live and "last\u00a0reply" in w.gauge.mode_label.text()
+    reply = w.chat.messages[-1]
+    assert reply.role == "assistant" and reply.text
+    assert "Dropped 2 earlier messages" in reply.footer_text
+    assert "to fit the 256-token window (rolling window: the system prompt was kept)" \
+        in reply.footer_text
+    stored = w.controller.store.messages(w.controller.current_conversation)[-1]
+    assert stored.stats["context"]["dropped_messages"] == 2  # type: ignore[index]
+    assert stored.stats["context"]["policy"] == "rolling-window"  # type: ignore[index]
+
+
+def test_regenerate_keeps_versions_and_the_conversation_follows_the_shown_one(  # type: ignore[no-untyped-def]
+        qtbot, tiny_target: Path) -> None:
+    w = loaded_window(qtbot, _settings(tiny_target, ContextOverflow.TRUNCATE_MIDDLE))
+    try:
+        _send(qtbot, w, FIRST)
+        first = w.chat.messages[-1]
+        first_text = first.text
+        assert first.version == (1, 1) and not first.version_label.isVisible()
+
+        w.controller.set_speculation(SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP))
+        w.regenerate_button.click()
+        wait_reply(qtbot, w)
+        reply = w.chat.messages[-1]
+        assert reply is first  # the same message, a new version
+        assert reply.version == (2, 2) and reply.version_label.text() == "2/2"
+        assert reply.version_label.isVisible() and reply._older.isEnabled()
+        assert "prompt lookup" in reply.footer_text
+        versions = w.controller.store.versions(reply.message_id)
+        assert [v.stats["mode"] for v in versions] == ["off", "prompt-lookup"]  # type: ignore[index]
+        assert all(v.stats["decode_tps"] for v in versions)  # type: ignore[index]
+
+        reply._older.click()  # ‹
+        assert reply.version == (1, 2) and reply.text == first_text
+        assert "no speculation" in reply.footer_text and "prompt lookup" not in reply.footer_text
+        assert not reply._older.isEnabled() and reply._newer.isEnabled()
+        prompt = w.controller.prompt_messages()
+        assert prompt[-1].content == first_text  # the conversation continues from it
+
+        _send(qtbot, w, "And then?")  # the next reply reads version 1 of the first
+        sent = [m.content for m in w.controller.prompt_messages()]
+        assert sent[1] == first_text and len(sent) == 4
+
+        w.open_conversation(None)  # versions survive reopening the conversation
+        w.open_conversation(w.controller.settings.ui.last_conversation_id or
+                            w.controller.conversations()[0].id)
+        reopened = w.chat.messages[1]
+        assert reopened.version == (1, 2) and not reopened.version_label.isHidden()
+    finally:
+        w.close()
+
+
+def test_auto_explains_its_choice_in_the_gauge_and_the_footer(  # type: ignore[no-untyped-def]
+        qtbot, tiny_target: Path) -> None:
+    w = loaded_window(qtbot, _settings(tiny_target, ContextOverflow.TRUNCATE_MIDDLE,
+                                       SpecMode.AUTO))
+    try:
+        _send(qtbot, w, FIRST)
+        reason = w.gauge.explanation
+        assert reason.startswith("Auto: suffix lookup, k ≤ 16: nothing to learn from yet")
+        assert w.gauge.reason_label.isVisible()
+        footer = w.chat.messages[-1].footer_text
+        assert "suffix lookup, k ≤ 16: nothing to learn from yet" in footer
+
+        _send(qtbot, w, FIRST)  # now there is a reply to replay: an estimate or off, worded
+        second = w.controller.store.messages(w.controller.current_conversation)[-1]
+        auto = second.stats["auto"]  # type: ignore[index]
+        assert auto["reason"] in ("estimate", "no-gain") and auto["evidence"]
+        assert w.gauge.explanation.startswith("Auto: ")
+        assert w.gauge.explanation[len("Auto: "):] in w.chat.messages[-1].footer_text
+        assert "replay" in {e["source"] for e in auto["evidence"]}
+    finally:
+        w.close()
