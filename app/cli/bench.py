@@ -92,9 +92,11 @@ def _check_bench_options(args: argparse.Namespace) -> None:
         raise TandemError("Invalid option: --repeat must be at least 1.")
     if args.max_tokens < 1:
         raise TandemError("Invalid option: --max-tokens must be at least 1.")
+    if args.model is None and args.server:
+        raise TandemError("Invalid option: bench --server needs --model (the server's "
+                          "model id), or --server-off for the serving crossover.")
     if args.model is None:
-        raise TandemError("Invalid option: bench needs --model (a GGUF here, or with "
-                          "--server the server's model id).")
+        raise TandemError("Invalid option: bench needs --model (a GGUF here) or --server.")
 
 
 def _run_bench_cli(args: argparse.Namespace) -> int:
