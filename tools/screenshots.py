@@ -732,6 +732,40 @@ def scene_remote(shot: Callable[[str], None]) -> None:
         app.quit()
 
 
+def scene_remote_vllm(shot: Callable[[str], None]) -> None:
+    """The window connected to a running vLLM (``VLLM_URL``, default the address
+    ``bench/vllm_contract.sh serve`` uses: n-gram speculation with per-request metrics):
+    a reply that copies a list, and the gauge with vLLM's own α, τ and per-position
+    acceptance."""
+    from PySide6.QtWidgets import QApplication
+
+    from app.options import SamplingParams
+    from app.remote import RemoteClient
+    from app.store.settings import LoadedSettings, Settings, save_settings
+    from app.ui.launch import create_application
+    from app.ui.main_window import MainWindow
+
+    url = os.environ.get("VLLM_URL", "http://127.0.0.1:18428")
+    app = create_application(sys.argv[:1])
+    s = Settings()
+    s.sampling = SamplingParams(temperature=0.0, max_tokens=80)
+    save_settings(s)
+    w = MainWindow(LoadedSettings(s))
+    w.resize(1380, 860)
+    w.move(10, 10)
+    w.show()
+    w.controller.connect_server(RemoteClient(url))
+    wait(lambda: w.controller.remote is not None)
+    w.new_conversation()
+    prompt = "Copy this list exactly, line by line:\n" + "apple banana cherry\n" * 6
+    assert w.send_message(prompt)
+    wait(lambda: w.controller.reply is None)
+    shot("remote-vllm-gauge.png")
+    w.close()
+    QApplication.processEvents()
+    app.quit()
+
+
 def scene_versions(shot: Callable[[str], None]) -> None:
     """Reply versions: a reply without speculation, regenerated with prompt lookup; the
     ‹ 2/2 › control and each version's footer (drafter, tok/s), then version 1 shown
@@ -779,6 +813,7 @@ SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]
     "speed": (scene_speed, ("gauge-measured-busy.png", "sampling-threads.png", "race-busy.png")),
     "mtp": (scene_mtp, ("mtp-gauge.png", "mtp-picker.png")),
     "remote": (scene_remote, ("remote-gauge.png", "remote-connect.png")),
+    "remote-vllm": (scene_remote_vllm, ("remote-vllm-gauge.png",)),
     "prefill": (scene_prefill, ("prefill-progress.png",)),
     "queue": (scene_queue, ("queued-reply.png",)),
 }

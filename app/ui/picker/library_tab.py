@@ -547,11 +547,21 @@ class LibraryTabWidget(QWidget):
         for i in compatible:
             self.draft_list.addTopLevelItem(self._draft_item(i, candidates[i]))
         rows: list[QTreeWidgetItem] = []
+        target_info = self.target.info if self.target is not None else None
+        no_heads = target_info is not None and target_info.nextn_layers == 0
         for info in listed_drafters():  # from the registry
-            row = QTreeWidgetItem([picker_label(info), "—", "≈ 0", info.picker_expect,
-                                   info.picker_status])
+            unusable = info.needs is DrafterNeeds.MTP_HEAD and no_heads
+            status = ("needs multi-token-prediction (nextn) layers in the target's GGUF: "
+                      "this one has none") if unusable else info.picker_status
+            row = QTreeWidgetItem([picker_label(info), "—", "—" if unusable else "≈ 0",
+                                   "—" if unusable else info.picker_expect, status])
             row.setData(0, _KIND_ROLE, info.mode)
-            row.setToolTip(0, info.picker_tooltip or info.summary)
+            row.setToolTip(0, status if unusable else (info.picker_tooltip or info.summary))
+            if unusable:
+                row.setFlags(row.flags() & ~Qt.ItemFlag.ItemIsSelectable
+                             & ~Qt.ItemFlag.ItemIsEnabled)
+                for c in range(row.columnCount()):
+                    row.setForeground(c, QBrush(GREYED))
             rows.append(row)
         auto = QTreeWidgetItem([AUTO_LABEL, "—", "≈ 0", "learned per conversation",
                                 "always available: the drafter measured fastest here"])

@@ -79,6 +79,9 @@ def test_gemma_target_lists_compatible_gemma_above_greyed_smollm(qtbot, picker: 
             < names.index(AUTO_LABEL) < names.index(OFF_LABEL) < smol)
     assert rows[gemma][1:] == ("too large: no speedup to expect", False)  # compatible, c = 1
     assert rows[smol][1].startswith("vocab_type: target SPM, draft BPE") and rows[smol][2]
+    # MTP needs nextn layers in the target's own GGUF: greyed, with the reason
+    mtp = next(r for r in rows if r[0].startswith("MTP"))
+    assert mtp[1].startswith("needs multi-token-prediction (nextn) layers") and mtp[2]
     broken = next(r for r in rows if r[0] == "broken.gguf")
     assert broken[1].startswith("readable:") and broken[2]
     # the same-size copy is "too large": prompt lookup is preselected, not the copy
