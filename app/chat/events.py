@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from app.engine.auto import AutoChoice
 from app.engine.context_fit import ContextFit
-from app.engine.events import TextDelta
+from app.engine.events import TextDelta, prefill_seconds_left
 from app.engine.stats import SpecStats
 from app.remote.client import ServerInfo
 
@@ -114,9 +114,7 @@ class PrefillProgressed:
     @property
     def seconds_left(self) -> float | None:
         """Time left at the rate so far, seconds (None before the first chunk)."""
-        if self.done <= 0 or self.elapsed <= 0.0:
-            return None
-        return self.elapsed / self.done * (self.total - self.done)
+        return prefill_seconds_left(self.done, self.total, self.elapsed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,9 +53,15 @@ class PrefillProgress:
     @property
     def seconds_left(self) -> float | None:
         """Time left at the rate so far, seconds (None before the first chunk)."""
-        if self.done <= 0 or self.elapsed <= 0.0:
-            return None
-        return self.elapsed / self.done * (self.total - self.done)
+        return prefill_seconds_left(self.done, self.total, self.elapsed)
+
+
+def prefill_seconds_left(done: int, total: int, elapsed: float) -> float | None:
+    """Seconds left to read ``total`` prompt tokens at the rate of the ``done`` read in
+    ``elapsed`` seconds (None before the first chunk)."""
+    if done <= 0 or elapsed <= 0.0:
+        return None
+    return elapsed / done * (total - done)
 
 
 @dataclass(frozen=True, slots=True)

@@ -168,3 +168,40 @@ class ReplyRecord:
             "started_at": self.started_at,
             "stats": self.stats.to_dict(),
         }
+
+
+class ReplyFields:
+    """The reply's own fields, read through for a record that wraps a
+    :class:`ReplyRecord` as ``reply`` (a bench run, a race lane)."""
+
+    __slots__ = ()
+    reply: ReplyRecord
+
+    @property
+    def mode(self) -> SpecMode:
+        """The drafter that drafted (off when none did)."""
+        return self.reply.stats.mode
+
+    @property
+    def draft_max(self) -> int:
+        return self.reply.stats.draft_max
+
+    @property
+    def text(self) -> str:
+        return self.reply.text
+
+    @property
+    def finish_reason(self) -> str:
+        return self.reply.reason
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        return self.reply.token_ids
+
+    @property
+    def token_times(self) -> tuple[float, ...]:
+        return self.reply.token_times
+
+    @property
+    def stats(self) -> SpecStats:
+        return self.reply.stats

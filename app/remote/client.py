@@ -228,6 +228,20 @@ def _error_message(response: httpx.Response) -> str:
     return json.dumps(body)[:200]
 
 
+def _sampling_fields(max_tokens: int | None, temperature: float | None, top_p: float | None,
+                     seed: int | None, stop: Sequence[str],
+                     extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A request body's sampling fields: those given (None: the server's default), then
+    ``extra`` over them."""
+    out: dict[str, Any] = {key: value for key, value in (
+        ("max_tokens", max_tokens), ("temperature", temperature), ("top_p", top_p),
+        ("seed", seed)) if value is not None}
+    if stop:
+        out["stop"] = list(stop)
+    out.update(extra or {})
+    return out
+
+
 class RemoteClient:
     """One OpenAI-compatible server at ``base_url``.
 
@@ -527,13 +541,7 @@ class RemoteClient:
         """
         body: dict[str, Any] = {"model": model, "messages": [dict(m) for m in messages],
                                 "stream": True, "stream_options": {"include_usage": True}}
-        for key, value in (("max_tokens", max_tokens), ("temperature", temperature),
-                           ("top_p", top_p), ("seed", seed)):
-            if value is not None:
-                body[key] = value
-        if stop:
-            body["stop"] = list(stop)
-        body.update(extra or {})
+        body.update(_sampling_fields(max_tokens, temperature, top_p, seed, stop, extra))
         yield from self._measured_stream("/v1/chat/completions", body, cancel, scrape_metrics)
 
     def stream_completion(self, model: str, prompt: str, *, max_tokens: int | None = None,
@@ -546,13 +554,7 @@ class RemoteClient:
         streamed like :meth:`stream_chat`, with the same arguments and errors."""
         body: dict[str, Any] = {"model": model, "prompt": prompt, "stream": True,
                                 "stream_options": {"include_usage": True}}
-        for key, value in (("max_tokens", max_tokens), ("temperature", temperature),
-                           ("top_p", top_p), ("seed", seed)):
-            if value is not None:
-                body[key] = value
-        if stop:
-            body["stop"] = list(stop)
-        body.update(extra or {})
+        body.update(_sampling_fields(max_tokens, temperature, top_p, seed, stop, extra))
         yield from self._measured_stream("/v1/completions", body, cancel, scrape_metrics)
 
     def _measured_stream(self, path: str, body: dict[str, Any],

@@ -32,9 +32,9 @@ from app.engine.cpu import cpu_sample, other_cores
 from app.engine.divergence import Divergence, SamplingTrace, compare_traces
 from app.engine.events import Event
 from app.engine.measure.prompts import PreparedPrompt
-from app.engine.reply import ReplyRecord
+from app.engine.reply import ReplyFields, ReplyRecord
 from app.engine.session import Session
-from app.engine.stats import SpecStats, predicted_speedup, round_mix_speedup
+from app.engine.stats import predicted_speedup, round_mix_speedup
 from app.errors import TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 
@@ -96,7 +96,7 @@ def token_latencies(token_times: Sequence[float]) -> list[float]:
 
 
 @dataclass(frozen=True, slots=True)
-class RunRecord:
+class RunRecord(ReplyFields):
     """One timed generation of a benchmark: the reply's record with the run's context.
 
     ``label``: the configuration (``off``, ``k=4``…). ``reply``: the generation's
@@ -123,31 +123,6 @@ class RunRecord:
     def disturbed(self) -> bool:
         """Whether other work used more than :data:`DISTURBED_CORES` during the run."""
         return self.other_cores is not None and self.other_cores > DISTURBED_CORES
-
-    @property
-    def mode(self) -> SpecMode:
-        """The drafter that drafted (off when none did)."""
-        return self.reply.stats.mode
-
-    @property
-    def draft_max(self) -> int:
-        return self.reply.stats.draft_max
-
-    @property
-    def finish_reason(self) -> str:
-        return self.reply.reason
-
-    @property
-    def token_ids(self) -> tuple[int, ...]:
-        return self.reply.token_ids
-
-    @property
-    def token_times(self) -> tuple[float, ...]:
-        return self.reply.token_times
-
-    @property
-    def stats(self) -> SpecStats:
-        return self.reply.stats
 
     @property
     def decode_tps(self) -> float | None:

@@ -36,7 +36,7 @@ from app.engine.events import Event
 from app.engine.llama import LlamaModel
 from app.engine.measure.bench import first_difference, generate_once, measure_divergence
 from app.engine.measure.prompts import PreparedPrompt
-from app.engine.reply import ReplyRecord, ReplyRequest
+from app.engine.reply import ReplyFields, ReplyRecord, ReplyRequest
 from app.engine.session import Session
 from app.engine.stats import SpecStats
 from app.options import SamplingParams, SpecMode, SpeculationConfig
@@ -61,7 +61,7 @@ def text_offsets(model: LlamaModel, token_ids: Sequence[int], text: str) -> tupl
 
 
 @dataclass(frozen=True, slots=True)
-class RaceLane:
+class RaceLane(ReplyFields):
     """One side of the race: the reply's record with its lane label.
 
     ``reply``: the run's :class:`~app.engine.reply.ReplyRecord` (its token times are
@@ -73,35 +73,6 @@ class RaceLane:
     label: str
     reply: ReplyRecord
     text_offsets: tuple[int, ...]
-
-    @property
-    def mode(self) -> SpecMode:
-        """The drafter that drafted (off when none did)."""
-        return self.reply.stats.mode
-
-    @property
-    def draft_max(self) -> int:
-        return self.reply.stats.draft_max
-
-    @property
-    def text(self) -> str:
-        return self.reply.text
-
-    @property
-    def token_ids(self) -> tuple[int, ...]:
-        return self.reply.token_ids
-
-    @property
-    def token_times(self) -> tuple[float, ...]:
-        return self.reply.token_times
-
-    @property
-    def finish_reason(self) -> str:
-        return self.reply.reason
-
-    @property
-    def stats(self) -> SpecStats:
-        return self.reply.stats
 
     @property
     def duration(self) -> float:
