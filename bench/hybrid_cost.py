@@ -229,15 +229,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--pass-repeat", type=int, default=15)
     ap.add_argument("--json", action="store_true", help="print the result as JSON too")
+    ap.add_argument("--reuse", action="store_true",
+                    help="use the models already in --models-dir (written with the same sizes)")
     args = ap.parse_args(argv)
     args.models_dir.mkdir(parents=True, exist_ok=True)
     succ = successor_map(args.n_vocab, seed=1)
     common = dict(n_vocab=args.n_vocab, n_embd=args.n_embd, n_ff=args.n_ff, n_head=16, succ=succ)
     t0 = time.perf_counter()
-    hybrid = write_chain_model(args.models_dir / "hybrid.gguf", HYBRID_LAYERS, seed=10, **common)
-    dense = write_chain_model(args.models_dir / "attention.gguf", "a" * len(HYBRID_LAYERS),
-                              seed=10, **common)
-    print(f"models written in {time.perf_counter() - t0:.0f} s", flush=True)
+    hybrid, dense = args.models_dir / "hybrid.gguf", args.models_dir / "attention.gguf"
+    if not (args.reuse and hybrid.is_file() and dense.is_file()):
+        write_chain_model(hybrid, HYBRID_LAYERS, seed=10, **common)
+        write_chain_model(dense, "a" * len(HYBRID_LAYERS), seed=10, **common)
+        print(f"models written in {time.perf_counter() - t0:.0f} s", flush=True)
     ps = prompts(succ, args.n_vocab, args.prompts, seed=3)
     result: dict[str, Any] = {"machine": C.machine_note(), "layers": HYBRID_LAYERS,
                               "n_embd": args.n_embd, "n_ff": args.n_ff, "n_vocab": args.n_vocab}
