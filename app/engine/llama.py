@@ -35,6 +35,10 @@ _lib: ModuleType | None = None
 _lib_lock = threading.Lock()
 _log_callback: Any = None  # kept alive for the life of the process
 _recent_native_errors: list[str] = []
+#: set while a decode that Tandem asked llama.cpp to abort (:meth:`LlamaContext.abortable`)
+#: unwinds: llama.cpp reports the abort with error lines ("failed to compute graph",
+#: "llama_decode: failed to decode, ret = 2") that are then no error and no one's reason
+_abort_requested = threading.Event()
 #: ``GGML_CPU_TILED_MM`` as it was when llama.cpp was first imported: ggml reads it once,
 #: at its first matrix product, so later changes to the environment do not count.
 _tiled_mm_env: str | None = None
@@ -76,6 +80,9 @@ def lib() -> ModuleType:
             # enum ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 continuation.
             if level in (3, 4) and text:
                 msg = text.decode("utf-8", "replace").rstrip()
+                if _abort_requested.is_set():
+                    log.debug("llama.cpp (a decode Tandem aborted): %s", msg)
+                    return
                 _recent_native_errors.append(msg)
                 del _recent_native_errors[:-8]
                 log.log(logging.WARNING if level == 3 else logging.ERROR, "llama.cpp: %s", msg)
@@ -543,9 +550,12 @@ class LlamaContext:
         def _abort(_data: ctypes.c_void_p) -> bool:
             f = self._should_stop
             try:
-                return bool(f is not None and f())
+                stop = bool(f is not None and f())
             except Exception:  # never unwind through C
                 return False
+            if stop:
+                _abort_requested.set()  # until abortable() ends: see _abort_requested
+            return stop
 
         self._abort_cb = L.ggml_abort_callback(_abort)
         self._no_abort_cb = L.ggml_abort_callback()  # a NULL function pointer
@@ -729,6 +739,9 @@ class LlamaContext:
         backend checks between graph splits) and :meth:`decode` raises
         :class:`DecodeAborted`. The callback costs a Python call per node, so it is only
         installed for long evaluations such as a prompt prefill, never per token.
+        llama.cpp's own report of such an abort (error lines ending in "llama_decode:
+        failed to decode, ret = 2") is logged at debug level only and never becomes part
+        of a later error's message: the abort was asked for, nothing failed.
         """
         if should_stop is None:
             yield
@@ -740,6 +753,7 @@ class LlamaContext:
             yield
         finally:
             self._should_stop = None
+            _abort_requested.clear()
             if self._ptr is not None:
                 L.llama_set_abort_callback(self._ptr, self._no_abort_cb, None)
 

@@ -173,3 +173,19 @@ def test_the_engine_drops_messages_before_the_reply_and_says_so(tiny_target: Pat
         assert events[-1].context == fit and events[-1].request.messages == tuple(msgs)
         with pytest.raises(ContextOverflowError):
             s.chat(msgs, sampling.with_changes(context_overflow=STOP), None)
+
+
+def test_stop_refuses_before_anything_is_decoded(tiny_target: Path) -> None:
+    """Session.chat under ``stop`` with a conversation longer than the window: the
+    refusal comes at the call, with no llama_decode and the KV cache as it was (the
+    tokens of an earlier reply still cached, not one more)."""
+    msgs = [ChatMessage("user", "question " + "lorem ipsum " * 200)]
+    sampling = SamplingParams(temperature=0.0, max_tokens=4, context_overflow=STOP)
+    with Session.open(SessionConfig(target_path=tiny_target, n_ctx=256, n_threads=1)) as s:
+        events = list(s.chat([ChatMessage("user", "hello")], sampling, None))
+        assert isinstance(events[-1], ReplyRecord)
+        decodes, cached = s.ctx.decode_count, s.cached_tokens
+        assert cached > 0 and len(s.chat_prompt(msgs)) > 256
+        with pytest.raises(ContextOverflowError, match="context window holds 256"):
+            s.chat(msgs, sampling, None)
+        assert s.ctx.decode_count == decodes and s.cached_tokens == cached

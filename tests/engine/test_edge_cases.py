@@ -7,6 +7,7 @@ the fallback when the KV cache cannot roll back, and malformed GGUFs.
 
 from __future__ import annotations
 
+import logging
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -17,9 +18,10 @@ import pytest
 
 from app.engine.chat import ChatMessage
 from app.engine.events import TextDelta
+from app.engine.llama import DecodeAborted, LlamaContext, LlamaModel, _take_native_errors
 from app.engine.reply import ReplyRecord
 from app.engine.session import Session, SessionConfig
-from app.errors import ContextOverflowError, ModelLoadError
+from app.errors import ContextOverflowError, ModelLoadError, TandemError
 from app.options import SamplingParams, SpeculationConfig
 from tests.engine.util import ReplayDrafter, check_invariants, install_drafter, run
 from tests.synthetic import BOS, write_tiny_llama
@@ -536,3 +538,34 @@ def test_a_later_split_part_opens_part_1_or_says_to(tmp_path: Path) -> None:
     first.unlink()
     with pytest.raises(ModelLoadError, match=r"is part 2 of 2 of a split model; open part 1 \(split-00001"):
         Session.open(SessionConfig(target_path=second, n_ctx=64))
+
+
+def test_an_abort_tandem_asked_for_is_not_reported_as_an_error(
+        tiny_target: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A decode stopped through the abort callback (Stop during a prefill): llama.cpp's
+    own lines about it ("llama_decode: failed to decode, ret = 2") are no warning or
+    error in the log, and are not kept to be blamed in a later error's message; an
+    error after the abort is reported again."""
+    model = LlamaModel(tiny_target, n_gpu_layers=0)
+    try:
+        ctx = LlamaContext(model, n_ctx=256, n_batch=64)
+        try:
+            _take_native_errors()
+            with caplog.at_level(logging.DEBUG, logger="app.engine.llama"):
+                with pytest.raises(DecodeAborted), ctx.abortable(lambda: True):
+                    ctx.decode([BOS, *range(300, 340)], 0, logits="none")
+                assert ctx.decode_count == 0
+                loud = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+                assert loud == []
+                assert any("ret = 2" in r.getMessage() for r in caplog.records)
+                assert _take_native_errors() == ""
+                ctx.clear()
+                assert ctx.decode([BOS, 300, 301], 0, logits="last")  # usable again
+                with pytest.raises(TandemError, match="invalid token"):
+                    ctx.decode([10**6], 3, logits="last")  # a real error is loud again
+            assert any(r.levelno >= logging.ERROR and "invalid token" in r.getMessage()
+                       for r in caplog.records)
+        finally:
+            ctx.close()
+    finally:
+        model.close()
