@@ -791,6 +791,31 @@ def scene_versions(shot: Callable[[str], None]) -> None:
     app.quit()
 
 
+def scene_catalog(shot: Callable[[str], None]) -> None:
+    """The picker's Catalog tab on the hybrid and MTP entries: Qwen3.5 4B with its MTP
+    head and the 0.8B as draft model, Qwen3.5 0.8B alone (no second file), and Gemma 4
+    E2B with its MTP assistant (no model is loaded; nothing is downloaded)."""
+    from app.ui.launch import create_application
+    from app.ui.picker import ModelPickerWindow
+
+    app = create_application(sys.argv[:1])
+    p = ModelPickerWindow()
+    p.resize(1380, 840)
+    p.move(10, 10)
+    p.show()
+    wait(lambda: not p.library_tab.scanning)
+    p.open_tab("Catalog")
+    for pair_id, name in (("qwen3.5-4b-mtp", "catalog-hybrid-mtp.png"),
+                          ("qwen3.5-0.8b-mtp", "catalog-mtp-alone.png"),
+                          ("gemma-4-e2b-it", "catalog-gemma4-assistant.png")):
+        assert p.catalog_tab.select_pair(pair_id)
+        p.raise_()
+        shot(name)
+    p.close()
+    assert p.shutdown()
+    app.quit()
+
+
 #: scene name → (the function that shoots it, the files it writes)
 SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]]] = {
     "tour": (scene_tour, ("starter-prompts.png", "starter-reply.png", "tint-markdown.png",
@@ -816,6 +841,8 @@ SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]
     "remote-vllm": (scene_remote_vllm, ("remote-vllm-gauge.png",)),
     "prefill": (scene_prefill, ("prefill-progress.png",)),
     "queue": (scene_queue, ("queued-reply.png",)),
+    "catalog": (scene_catalog, ("catalog-hybrid-mtp.png", "catalog-mtp-alone.png",
+                                "catalog-gemma4-assistant.png")),
 }
 
 

@@ -6,8 +6,17 @@ side with its GGUF repository on the Hugging Face Hub and the file for every off
 quantization. Sizes in the file are approximate; :mod:`app.catalog.hub` reads the real
 size and sha256 from the hub before a download and verifies the file against them.
 Each model also names the repository of its original weights (``weights_repo``), for
-engines that serve no GGUF. This module only loads and validates the data (pydantic,
-``extra="forbid"``).
+engines that serve no GGUF.
+
+Entries for the models people run now say what kind of model each side is and what
+Tandem can do with it: ``architecture`` (the GGUF's ``general.architecture``),
+``memory`` (``hybrid``: recurrent state beside attention, rolled back through
+recurrent-state snapshots), ``mtp_layers`` (multi-token-prediction heads in the file) and
+the pair's ``drafters`` (the drafter modes that apply). A pair's draft may be a
+multi-token-prediction assistant (``draft_kind``, Gemma 4's separate drafter) instead of
+a draft model, and a model that needs no second file (it drafts with its own MTP heads or
+with lookup) has no draft at all. This module only loads and validates the data
+(pydantic, ``extra="forbid"``).
 """
 
 from __future__ import annotations
@@ -61,18 +70,37 @@ class CuratedFile(_Frozen):
         return split_part_names(self.file, self.parts) if self.parts > 1 else [self.file]
 
 
+#: the model's memory: ``attention`` (a KV cache that llama.cpp cuts back exactly) or
+#: ``hybrid`` (recurrent state — Gated DeltaNet, Mamba, short convolutions — beside
+#: attention, rolled back through recurrent-state snapshots, ``n_rs_seq``)
+Memory = Literal["attention", "hybrid"]
+#: the drafter modes (:class:`app.options.SpecMode` values) a catalog entry can name
+CatalogDrafter = Literal["draft-model", "prompt-lookup", "suffix", "mtp"]
+#: what a pair's second file is: a draft model (its own forward passes, the target's
+#: tokenizer) or a multi-token-prediction assistant that reads the target's hidden states
+DraftKind = Literal["draft-model", "mtp-assistant"]
+
+
 class CuratedModel(_Frozen):
     """One side of a pair: a model, its GGUF repository and the offered files.
 
     ``weights_repo`` is the repository of the original weights the GGUF was converted
     from (safetensors), for serving engines that do not read GGUF (vLLM 0.32 loads no
     GGUF); :mod:`app.catalog.server_command` writes it into a vLLM launch command.
+    ``architecture`` is the GGUF's ``general.architecture`` as the public material that
+    confirmed the file reports it (None: not recorded); ``memory`` the kind of state the
+    model keeps (:data:`Memory`); ``mtp_layers`` the multi-token-prediction (nextn)
+    layers the file carries (``<arch>.nextn_predict_layers``; 0: none or not recorded).
+    The library reads all of these again from the downloaded file.
     """
 
     name: str = Field(min_length=1)
     repo: str = Field(pattern=_REPO_PATTERN)
     weights_repo: str | None = Field(None, pattern=_REPO_PATTERN)
     license: str | None = None
+    architecture: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_.-]*$")
+    memory: Memory = "attention"
+    mtp_layers: int = Field(0, ge=0, le=64)
     default_quant: str
     files: tuple[CuratedFile, ...] = Field(min_length=1)
 
@@ -97,14 +125,48 @@ class CuratedModel(_Frozen):
 
 
 class CuratedPair(_Frozen):
-    """A target and the draft model that goes with it."""
+    """A target and the draft that goes with it, or a target alone.
+
+    ``draft`` is None for a model that drafts without a second file (its own MTP heads,
+    prompt or suffix lookup). ``draft_kind`` says what the draft is (:data:`DraftKind`).
+    ``drafters`` lists the drafter modes that apply to the entry (empty: the classic
+    target + draft-model pair, for which every drafter applies); each must be backed by
+    the entry (``draft-model`` by a draft model, ``mtp`` by MTP layers in the target or
+    an MTP assistant).
+    """
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
     title: str
     use: str = ""
     note: str = ""
     target: CuratedModel
-    draft: CuratedModel
+    draft: CuratedModel | None = None
+    draft_kind: DraftKind = "draft-model"
+    drafters: tuple[CatalogDrafter, ...] = ()
+
+    @model_validator(mode="after")
+    def _drafters_are_backed(self) -> CuratedPair:
+        if len(set(self.drafters)) != len(self.drafters):
+            raise ValueError("drafters must not repeat")
+        if self.draft is None and not self.drafters:
+            raise ValueError("an entry without a draft must list its drafters")
+        if "draft-model" in self.drafters and (self.draft is None
+                                               or self.draft_kind != "draft-model"):
+            raise ValueError("draft-model needs a draft of draft_kind draft-model")
+        if "mtp" in self.drafters and not (self.target.mtp_layers > 0 or (
+                self.draft is not None and self.draft_kind == "mtp-assistant")):
+            raise ValueError("mtp needs mtp_layers in the target or an mtp-assistant draft")
+        return self
+
+    @property
+    def models(self) -> tuple[CuratedModel, ...]:
+        """The target, then the draft when there is one."""
+        return (self.target,) if self.draft is None else (self.target, self.draft)
+
+    @property
+    def label(self) -> str:
+        """"Target + Draft", or the target's name alone."""
+        return self.target.name if self.draft is None else f"{self.target.name} + {self.draft.name}"
 
 
 class _CatalogFile(_Frozen):

@@ -1097,13 +1097,38 @@ def check_curated_pair(
     endpoint: str | None = None,
     token: str | bool | None = None,
 ) -> RemotePairCheck:
-    """:func:`check_remote_pair` for a curated pair at the chosen quantizations."""
+    """:func:`check_remote_pair` for a curated pair at the chosen quantizations.
+
+    Raises:
+        TandemError: the entry has no draft (:func:`check_curated_target` reads its
+            target's header instead).
+    """
+    if pair.draft is None:
+        raise TandemError(f"{pair.id} has no draft to pair; check its target alone.")
     return check_remote_pair(
         _curated_remote(pair.target, target_quant),
         _curated_remote(pair.draft, draft_quant),
         endpoint=endpoint,
         token=token,
     )
+
+
+def check_curated_target(
+    pair: CuratedPair,
+    *,
+    target_quant: str | None = None,
+    endpoint: str | None = None,
+    token: str | bool | None = None,
+) -> RemoteGGUF:
+    """The header of a curated entry's target at the chosen quantization, read from the
+    hub (:func:`read_remote_gguf`): the check of an entry that has no draft.
+
+    Raises:
+        DownloadError: hub errors.
+        GGUFError: the header is not a usable GGUF.
+    """
+    return read_remote_gguf(_curated_remote(pair.target, target_quant), endpoint=endpoint,
+                            token=token)
 
 
 def curated_downloads(
@@ -1114,14 +1139,15 @@ def curated_downloads(
     models_dir: Path | None = None,
     endpoint: str | None = None,
     token: str | bool | None = None,
-) -> tuple[Download, Download]:
-    """The two download jobs (target, draft) of a curated pair, not started.
+) -> tuple[Download, ...]:
+    """The download jobs of a curated entry, not started: (target, draft), or (target,)
+    for an entry without a draft.
 
     Raises:
-        TandemError: a quantization that the pair does not offer.
+        TandemError: a quantization that the entry does not offer.
     """
     jobs = []
-    for model, quant in ((pair.target, target_quant), (pair.draft, draft_quant)):
+    for model, quant in zip(pair.models, (target_quant, draft_quant)):
         f = model.file_for(quant)
         jobs.append(Download(model.repo, f.filenames, models_dir=models_dir, endpoint=endpoint, token=token))
-    return jobs[0], jobs[1]
+    return tuple(jobs)

@@ -236,7 +236,7 @@ def quant_of(file_name: str) -> str | None:
 
 
 def _catalog_models(pairs: Sequence[CuratedPair]) -> list[CuratedModel]:
-    return [m for p in pairs for m in (p.target, p.draft)]
+    return [m for p in pairs for m in p.models]
 
 
 def source_for_path(path: Path, *, pairs: Sequence[CuratedPair] | None = None) -> ModelSource:

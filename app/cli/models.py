@@ -241,9 +241,14 @@ def _run_catalog(args: argparse.Namespace) -> int:
         _print_json({"pairs": [p.model_dump(mode="json") for p in pairs]})
         return 0
     for p in pairs:
-        t, d = p.target.file_for(), p.draft.file_for()
+        t = p.target.file_for()
         print(f"{p.id:28} {p.target.repo}/{t.file} (~{format_bytes(t.size_bytes)})")
-        print(f"{'':28} + {p.draft.repo}/{d.file} (~{format_bytes(d.size_bytes)})")
+        if p.draft is not None:
+            d = p.draft.file_for()
+            kind = " (MTP assistant)" if p.draft_kind == "mtp-assistant" else ""
+            print(f"{'':28} + {p.draft.repo}/{d.file} (~{format_bytes(d.size_bytes)}){kind}")
+        if p.drafters:
+            print(f"{'':28}   drafters: {', '.join(p.drafters)}")
     return 0
 
 
@@ -290,7 +295,14 @@ def _run_download(args: argparse.Namespace) -> int:
         from app.catalog.curated import find_pair
 
         pair = find_pair(args.pair)
-        if not args.no_check:
+        if not args.no_check and pair.draft is None:
+            from app.catalog.hub import check_curated_target
+
+            header = check_curated_target(pair, target_quant=args.quant, endpoint=args.endpoint)
+            check = {"target": {"file": header.meta.file.display,
+                                "size": header.vocab.info.file_size,
+                                "bytes_fetched": header.bytes_fetched}}
+        elif not args.no_check:
             remote = check_curated_pair(pair, target_quant=args.quant, draft_quant=args.draft_quant,
                                         endpoint=args.endpoint)
             check = remote.to_dict()

@@ -99,6 +99,25 @@ def test_download_curated_pair_checks_first(capsys: pytest.CaptureFixture[str], 
     assert [Path(p).name for p in result["paths"]] == [pair.target.file_for().file, pair.draft.file_for().file]
 
 
+def test_download_an_entry_without_a_draft(capsys: pytest.CaptureFixture[str], hub: FakeHub,
+                                           tmp_path: Path) -> None:
+    """A catalog model that drafts without a second file: its header is read, then it
+    alone is downloaded; the text listing names its drafters."""
+    pair = find_pair("qwen3.5-0.8b-mtp")
+    assert pair.draft is None
+    hub.add(pair.target.repo, pair.target.file_for().file,
+            write_vocab_gguf(tmp_path / "t.gguf", 1000))
+    code, out, err = run(capsys, "models", "download", "--pair", pair.id, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["check"]["target"]["file"].endswith(pair.target.file_for().file)
+    assert [Path(p).name for p in result["paths"]] == [pair.target.file_for().file]
+    code, out, _ = run(capsys, "models", "catalog")
+    lines = out.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith(pair.id + " "))
+    assert lines[at + 1].strip() == "drafters: mtp, suffix, prompt-lookup"
+
+
 def test_remote_pair_on_the_command_line(capsys: pytest.CaptureFixture[str], hub: FakeHub, tmp_path: Path) -> None:
     hub.add("a/t-GGUF", "t.gguf", write_vocab_gguf(tmp_path / "t.gguf", 1000))
     hub.add("a/d-GGUF", "d.gguf", write_vocab_gguf(tmp_path / "d.gguf", 1000, model="gpt2", pre="default"))

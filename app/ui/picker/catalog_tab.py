@@ -44,6 +44,7 @@ from app.catalog.hub import (
     DEFAULT_ENDPOINT,
     RemoteFile,
     check_curated_pair,
+    check_curated_target,
     check_remote_pair,
     parse_hub_file,
     read_remote_gguf,
@@ -54,6 +55,7 @@ from app.catalog.library import Library
 from app.chat.events import UserError
 from app.errors import TandemError
 from app.formatting import format_bytes
+from app.options import SpecMode
 from app.ui.picker.downloads import DownloadQueue
 from app.ui.picker.library_tab import top_items
 from app.ui.picker.pair_check import PairCheckWidget
@@ -73,9 +75,41 @@ def _approx(size: int, approx: bool) -> str:
 def _check_job(pair: CuratedPair, tq: str, dq: str) -> Callable[
         [Callable[[object], None], threading.Event], PairChecked]:
     def job(_report: Callable[[object], None], _cancel: threading.Event) -> PairChecked:
+        if pair.draft is None:
+            return PairChecked(pair.id, tq, dq,
+                               header=check_curated_target(pair, target_quant=tq))
         return PairChecked(pair.id, tq, dq,
-                           check_curated_pair(pair, target_quant=tq, draft_quant=dq))
+                           check=check_curated_pair(pair, target_quant=tq, draft_quant=dq))
     return job
+
+
+def _drafter_words(mode: str) -> str:
+    """A catalog entry's drafter in a sentence ("suffix lookup"; the mode itself when the
+    registry does not know it in this process)."""
+    try:
+        return SpecMode(mode).words
+    except ValueError:
+        return mode
+
+
+def describe_kind(pair: CuratedPair) -> str:
+    """What kind of model an entry is and what Tandem drafts for it with, in one line
+    ("Hybrid memory (qwen35), MTP heads in the file · drafts with: …"); "" for a
+    classic pair that records neither."""
+    t = pair.target
+    parts = []
+    if t.memory == "hybrid":
+        parts.append(f"Hybrid memory{f' ({t.architecture})' if t.architecture else ''}: "
+                     "rolled back through recurrent-state snapshots")
+    elif t.architecture:
+        parts.append(f"Architecture {t.architecture}")
+    if t.mtp_layers:
+        parts.append(f"{t.mtp_layers} MTP head{'s' if t.mtp_layers > 1 else ''} in the file")
+    if pair.draft is not None and pair.draft_kind == "mtp-assistant":
+        parts.append("a separate MTP assistant as its drafter")
+    if pair.drafters:
+        parts.append("drafts with: " + ", ".join(_drafter_words(m) for m in pair.drafters))
+    return " · ".join(parts)
 
 
 def _hub_check_job(target: RemoteFile, draft: RemoteFile | None) -> Callable[
@@ -155,11 +189,12 @@ class CatalogTabWidget(QWidget):
         self.pair_list.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.pair_list.header().setStretchLastSection(False)
         for pair in self.pairs:
-            t, d = pair.target.file_for(), pair.draft.file_for()
-            item = QTreeWidgetItem([f"{pair.target.name} + {pair.draft.name}", pair.use,
-                                    _approx(t.size_bytes + d.size_bytes,
-                                            t.size_approx or d.size_approx)])
-            item.setToolTip(0, pair.title)
+            files = [m.file_for() for m in pair.models]
+            item = QTreeWidgetItem([pair.label, pair.use,
+                                    _approx(sum(f.size_bytes for f in files),
+                                            any(f.size_approx for f in files))])
+            kind = describe_kind(pair)
+            item.setToolTip(0, pair.title + (f"\n{kind}" if kind else ""))
             item.setData(0, _PAIR_ROLE, pair.id)
             self.pair_list.addTopLevelItem(item)
         self.pair_list.currentItemChanged.connect(self._on_pair_list_current_item_changed)
@@ -178,6 +213,10 @@ class CatalogTabWidget(QWidget):
         self.title_label.setObjectName("pickerSectionTitle")
         self.title_label.setWordWrap(True)
         rcol.addWidget(self.title_label)
+        self.kind_label = QLabel()
+        self.kind_label.setObjectName("pairKind")
+        self.kind_label.setWordWrap(True)
+        rcol.addWidget(self.kind_label)
         self.note_label = QLabel()
         self.note_label.setWordWrap(True)
         self.note_label.setObjectName("pickerHint")
@@ -191,7 +230,8 @@ class CatalogTabWidget(QWidget):
         self.draft_quant = QComboBox()
         form.addRow("Target", self.target_label)
         form.addRow("Quantization", self.target_quant)
-        form.addRow("Draft", self.draft_label)
+        self.draft_row_label = QLabel("Draft")
+        form.addRow(self.draft_row_label, self.draft_label)
         form.addRow("Quantization", self.draft_quant)
         self.total_label = QLabel()
         form.addRow("Total", self.total_label)
@@ -444,14 +484,18 @@ class CatalogTabWidget(QWidget):
         return False
 
     def quants(self) -> tuple[str, str]:
-        return str(self.target_quant.currentData()), str(self.draft_quant.currentData())
+        """The chosen quantizations (target, draft); the draft's is "" without a draft."""
+        dq = self.draft_quant.currentData()
+        return str(self.target_quant.currentData()), "" if dq is None else str(dq)
 
-    def _fill_quants(self, combo: QComboBox, model: CuratedModel) -> None:
+    def _fill_quants(self, combo: QComboBox, model: CuratedModel | None) -> None:
         combo.blockSignals(True)
         combo.clear()
-        for f in model.files:
+        for f in model.files if model is not None else ():
             combo.addItem(f"{f.quant}  ·  {_approx(f.size_bytes, f.size_approx)}", f.quant)
-        combo.setCurrentIndex(max(0, combo.findData(model.default_quant)))
+        if model is not None:
+            combo.setCurrentIndex(max(0, combo.findData(model.default_quant)))
+        combo.setEnabled(model is not None)
         combo.blockSignals(False)
 
     def _downloaded(self, model: CuratedModel, quant: str) -> bool:
@@ -466,7 +510,15 @@ class CatalogTabWidget(QWidget):
         if pair is None:
             return
         self.title_label.setText(pair.title)
+        kind = describe_kind(pair)
+        self.kind_label.setText(kind)
+        self.kind_label.setVisible(bool(kind))
         self.note_label.setText(pair.note)
+        self.draft_row_label.setText("MTP assistant" if pair.draft_kind == "mtp-assistant"
+                                     and pair.draft is not None else "Draft")
+        alone = pair.draft is None
+        self.check_button.setText("Check model" if alone else "Check pair")
+        self.download_button.setText("Download model" if alone else "Download pair")
         self._fill_quants(self.target_quant, pair.target)
         self._fill_quants(self.draft_quant, pair.draft)
         self._refresh()
@@ -484,33 +536,46 @@ class CatalogTabWidget(QWidget):
         if pair is None:
             return
         tq, dq = self.quants()
-        tf, df = pair.target.file_for(tq), pair.draft.file_for(dq)
-
-        def describe(model: CuratedModel, quant: str) -> str:
-            f = model.file_for(quant)
-            have = "  ✓ downloaded" if self._downloaded(model, quant) else ""
-            lic = f" · {model.license}" if model.license else ""
-            return f"{model.name}  ({model.repo}){lic}\n{f.file}{have}"
-
-        self.target_label.setText(describe(pair.target, tq))
-        self.draft_label.setText(describe(pair.draft, dq))
-        approx = tf.size_approx or df.size_approx
-        ratio = df.size_bytes / tf.size_bytes
-        self.total_label.setText(
-            f"{_approx(tf.size_bytes + df.size_bytes, approx)} to download · draft/target size "
-            f"ratio ≈ {ratio:.2f} (the estimated draft cost ratio c)")
+        self.target_label.setText(self._describe(pair.target, tq))
+        self.total_label.setText(self._total(pair, tq, dq))
+        if pair.draft is None:
+            self.draft_label.setText("None: it drafts without a second file.")
+        else:
+            self.draft_label.setText(self._describe(pair.draft, dq))
         key = (pair.id, tq, dq)
         checked = self.checks.get(key)
         if checked is not None:
             self._show_check(checked)
         elif self._checking == key:
             self.pair_check.show_message("Checking…", "Reading both headers from the hub…")
+        elif pair.draft is None:
+            self.pair_check.show_message(
+                "Check before download",
+                "Check model reads the model's header from the hub (a few MB, not the whole "
+                "file) and says what it is.")
         else:
             self.pair_check.show_message(
                 "Check before download",
                 "Check pair reads the two headers from the hub (a few MB, not the whole files) "
                 "and runs llama.cpp's pairing rule on them.")
         self.check_button.setEnabled(self._checking != key)
+
+    def _describe(self, model: CuratedModel, quant: str) -> str:
+        f = model.file_for(quant)
+        have = "  ✓ downloaded" if self._downloaded(model, quant) else ""
+        lic = f" · {model.license}" if model.license else ""
+        return f"{model.name}  ({model.repo}){lic}\n{f.file}{have}"
+
+    @staticmethod
+    def _total(pair: CuratedPair, tq: str, dq: str) -> str:
+        tf = pair.target.file_for(tq)
+        if pair.draft is None:
+            return f"{_approx(tf.size_bytes, tf.size_approx)} to download"
+        df = pair.draft.file_for(dq)
+        total = _approx(tf.size_bytes + df.size_bytes, tf.size_approx or df.size_approx)
+        side = "assistant" if pair.draft_kind == "mtp-assistant" else "draft"
+        return (f"{total} to download · {side}/target size ratio ≈ "
+                f"{df.size_bytes / tf.size_bytes:.2f} (the estimated draft cost ratio c)")
 
     # -- check and download ---------------------------------------------------------------
     def check_pair(self) -> None:
@@ -522,8 +587,9 @@ class CatalogTabWidget(QWidget):
         self.check_started.emit()
         self._check_generation += 1
         self._checking = (pair.id, tq, dq)
-        self.status_label.setText(f"Checking {pair.target.name} {tq} with {pair.draft.name} {dq} "
-                                  "on the hub…")
+        self.status_label.setText(
+            f"Checking {pair.target.name} {tq}"
+            + (f" with {pair.draft.name} {dq}" if pair.draft is not None else "") + " on the hub…")
         self._tasks.start(TaskWorker(_check_job(pair, tq, dq), self._check_signals,
                                      title="Pair check failed",
                                      generation=self._check_generation))
@@ -542,13 +608,25 @@ class CatalogTabWidget(QWidget):
             return
         checked = outcome.value
         self.checks[(checked.pair_id, checked.target_quant, checked.draft_quant)] = checked
-        verdict = "compatible" if checked.check.result.compatible else "incompatible"
+        verdict = ("a readable GGUF" if checked.check is None
+                   else "compatible" if checked.ok else "incompatible")
         self.status_label.setText(f"Checked on the hub: {verdict}.")
         self._refresh()
         self.pair_checked.emit(checked)
 
     def _show_check(self, checked: PairChecked) -> None:
         c = checked.check
+        if c is None:
+            h = checked.header
+            if h is not None:
+                info = h.vocab.info
+                self.pair_check.show_message(
+                    h.meta.file.filename,
+                    f"A readable GGUF: {info.name}, {info.architecture}, {info.quantization}, "
+                    f"{info.vocab_type} tokenizer with {info.n_vocab:,} tokens, "
+                    f"{format_bytes(info.file_size)} (read {format_bytes(h.bytes_fetched)} "
+                    "from the hub).")
+            return
         t, d = c.target, c.draft
         note = (f"Read {format_bytes(t.bytes_fetched)} of {format_bytes(t.vocab.info.file_size)} "
                 f"(target) and {format_bytes(d.bytes_fetched)} of "
@@ -556,25 +634,21 @@ class CatalogTabWidget(QWidget):
         self.pair_check.show_result(
             f"{t.meta.file.filename} with {d.meta.file.filename}", c.result, note)
 
-    def download_pair(self) -> tuple[int, int] | None:
-        """Start downloading the selected pair's target and draft; their job ids."""
+    def download_pair(self) -> tuple[int, ...] | None:
+        """Start downloading the selected entry's target and draft (the target alone for
+        an entry without a draft); their job ids."""
         pair = self.pair
         if pair is None:
             return None
-        tq, dq = self.quants()
         folder = self._library.models_dir
         try:
-            ids = (
-                self.downloads.start(pair.target.repo, pair.target.file_for(tq).filenames,
-                                     models_dir=folder),
-                self.downloads.start(pair.draft.repo, pair.draft.file_for(dq).filenames,
-                                     models_dir=folder),
-            )
+            ids = tuple(self.downloads.start(m.repo, m.file_for(q).filenames, models_dir=folder)
+                        for m, q in zip(pair.models, self.quants()))
         except TandemError as exc:
             self.failed.emit(UserError("Download not started", str(exc)))
             return None
-        self.status_label.setText(f"Downloading {pair.target.name} and {pair.draft.name}: "
-                                  "see the Downloads tab.")
+        what = " and ".join(m.name for m in pair.models)
+        self.status_label.setText(f"Downloading {what}: see the Downloads tab.")
         self.downloads_started.emit(ids)
         return ids
 

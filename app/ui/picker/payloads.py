@@ -74,12 +74,22 @@ class DraftsRanked:
 
 @dataclass(frozen=True, slots=True)
 class PairChecked:
-    """The remote pairing check of a curated pair at the chosen quantizations."""
+    """The remote check of a curated entry at the chosen quantizations: the pairing
+    check of target and draft (``check``), or for an entry without a draft its target's
+    header (``header``; ``draft_quant`` is then empty)."""
 
     pair_id: str
     target_quant: str
     draft_quant: str
-    check: RemotePairCheck
+    check: RemotePairCheck | None = None
+    header: RemoteGGUF | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The pair is compatible, or the lone target is a readable GGUF."""
+        if self.check is not None:
+            return self.check.result.compatible
+        return self.header is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,3 +161,45 @@ def test_an_offline_hub_error_is_shown_once(  # type: ignore[no-untyped-def]
         shown = [t for t in _visible_texts(picker) if message in t]
         assert len(shown) == 1, (what, shown)
         assert picker.message_bar.current is failed.args[0]
+
+
+def test_an_entry_without_a_draft_is_checked_and_downloaded_alone(  # type: ignore[no-untyped-def]
+        qtbot, hub: FakeHub, tiny_pair: CuratedPair, tiny_target: Path,
+        empty_models_dir: Path) -> None:
+    """A model that drafts with its own MTP heads or lookup: the Draft row says none, the
+    check reads the target's header only, the download fetches the target only."""
+    lone = CuratedPair(id="tiny-alone", title="Tiny alone", use="tests",
+                       target=tiny_pair.target.model_copy(update={"mtp_layers": 1,
+                                                                  "memory": "hybrid",
+                                                                  "architecture": "llama"}),
+                       drafters=("mtp", "suffix"))
+    w = ModelPickerWindow(pairs=(lone,))
+    qtbot.addWidget(w)
+    w.show()
+    w.open_tab("Catalog")
+    tab = w.catalog_tab
+    assert tab.pair_list.topLevelItem(0).text(0) == "Tiny-Target"
+    assert tab.quants() == ("F32", "") and not tab.draft_quant.isEnabled()
+    assert tab.draft_label.text().startswith("None")
+    assert tab.check_button.text() == "Check model"
+    assert tab.download_button.text() == "Download model"
+    kind = tab.kind_label.text()
+    assert "Hybrid memory (llama)" in kind and "1 MTP head in the file" in kind
+    assert "suffix lookup" in kind
+    with qtbot.waitSignal(tab.pair_checked, timeout=TIMEOUT_MS) as blocker:
+        tab.check_button.click()
+    checked = blocker.args[0]
+    assert checked.ok and checked.check is None and checked.header is not None
+    assert "A readable GGUF" in tab.pair_check.verdict_label.text()
+    assert "readable" in tab.status_label.text()
+    assert list(empty_models_dir.iterdir()) == []  # only the header was read
+    ids = tab.download_pair()
+    assert ids is not None and len(ids) == 1
+    qtbot.waitUntil(lambda: w.downloads.job(ids[0]).status in ("done", "failed"),
+                    timeout=TIMEOUT_MS)
+    assert w.downloads.job(ids[0]).status == "done"
+    assert (empty_models_dir / TINY_TARGET_REPO / "tiny-target-F32.gguf").read_bytes() == \
+        tiny_target.read_bytes()
+    assert not (empty_models_dir / TINY_DRAFT_REPO).exists()
+    w.close()
+    assert w.shutdown()
