@@ -5,9 +5,10 @@ weights type, both written with ``gguf`` so that their greedy output is known.
 
 Both models follow a successor chain by construction (``bench/gpu_check.py``'s method:
 the output matrix maps the embedding of token t to the logit of ``succ(t)``, small random
-layer weights do not overturn it), and each prompt already holds the chain, so prompt
-lookup and suffix lookup draft what the target writes (α ≈ 1): the figures show what the
-architecture lets speculation gain "where α allows it", not what real text gives.
+layer weights do not overturn it), and each prompt already holds the whole stretch of
+the chain the reply will write, so prompt lookup and suffix lookup draft what the target
+writes (α ≈ 1), as in a reply that copies its input: the figures show what the
+architecture lets speculation gain where α allows it, not what real text gives.
 
 Measured per model, in one session each, one after the other:
 
@@ -37,7 +38,7 @@ from typing import Any
 import _common as C
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter, quants
-from gpu_check import FIRST_WORD, prompts, successor_map
+from gpu_check import FIRST_WORD, chain, successor_map
 
 from app.engine.measure.bench import run_bench
 from app.engine.measure.prompts import PreparedPrompt
@@ -132,6 +133,21 @@ def write_chain_model(path: Path, layers: str, *, n_vocab: int, n_embd: int, n_f
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def copy_prompts(succ: np.ndarray, n_vocab: int, count: int, length: int, seed: int
+                 ) -> list[list[int]]:
+    """BOS + 24 random words + a stretch of the successor chain ``length`` + 8 tokens
+    long + its first 8 tokens again: the model continues the chain from its 9th token,
+    and the whole reply (up to ``length`` tokens) is already in the prompt, as when a
+    reply copies what it was given (α ≈ 1 for lookup drafters)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        noise = rng.integers(FIRST_WORD, n_vocab, 24).tolist()
+        c = chain(succ, int(rng.integers(FIRST_WORD, n_vocab)), length + 8)
+        out.append([BOS, *noise, *c, *c[:8]])
+    return out
 
 
 def pass_and_rollback_times(session: Session, prompt: list[int], max_n: int,
@@ -241,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         write_chain_model(hybrid, HYBRID_LAYERS, seed=10, **common)
         write_chain_model(dense, "a" * len(HYBRID_LAYERS), seed=10, **common)
         print(f"models written in {time.perf_counter() - t0:.0f} s", flush=True)
-    ps = prompts(succ, args.n_vocab, args.prompts, seed=3)
+    ps = copy_prompts(succ, args.n_vocab, args.prompts, args.max_tokens + 8, seed=3)
     result: dict[str, Any] = {"machine": C.machine_note(), "layers": HYBRID_LAYERS,
                               "n_embd": args.n_embd, "n_ff": args.n_ff, "n_vocab": args.n_vocab}
     other = C.OtherCpu()
