@@ -174,6 +174,8 @@ class ModelInfo:
     the layer and GPU fields are 0). ``exact_verification``: the target
     was loaded so that verification is exact (asked for and possible with its weights);
     ``exact_notes``: those of ``notes`` that say why it is not, when it was asked for.
+    ``nextn_layers``: the multi-token-prediction (nextn) layers the target carries (the
+    drafter menu offers MTP by it: :func:`app.options.drafter_unusable`).
     """
 
     target_path: Path
@@ -192,6 +194,7 @@ class ModelInfo:
     exact_verification: bool = False
     exact_notes: tuple[str, ...] = ()
     remote: RemoteConnected | None = None
+    nextn_layers: int = 0
 
 
 @dataclass(frozen=True, slots=True)

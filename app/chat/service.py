@@ -286,6 +286,7 @@ def describe_session(session: Session, seconds: float) -> ModelInfo:
         notes=tuple(session.notes),
         exact_verification=session.exact_verification,
         exact_notes=_exact_verification_notes(session),
+        nextn_layers=session.target.n_layer_nextn,
     )
 
 

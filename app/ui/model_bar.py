@@ -13,6 +13,7 @@ with its label on one line, so the window fits 1024 px and never widens itself.
 from __future__ import annotations
 
 from PySide6.QtCore import Signal, Slot
+from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -29,11 +30,13 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat.events import ModelInfo
-from app.options import K_MAX, DrafterNeeds, SpecMode, SpeculationConfig
+from app.options import K_MAX, DrafterNeeds, SpecMode, SpeculationConfig, drafter_unusable
 from app.ui.elided import ElidedButtonWidget, ElidedLabelWidget
 
 #: the most pixels a model's file name takes in the bar (the rest is elided)
 NAME_MAX_PX = 260
+MODE_TIP = ("Speculative decoding for the next reply: a drafter proposes k tokens and the "
+            "target checks them in one pass. Applies without reloading the target.")
 
 
 class ModelBarWidget(QFrame):
@@ -83,10 +86,7 @@ class ModelBarWidget(QFrame):
         self.mode_combo = QComboBox()
         for mode in SpecMode:
             self.mode_combo.addItem(mode.label, mode)
-        self.mode_combo.setToolTip(
-            "Speculative decoding for the next reply: a drafter proposes k tokens and the "
-            "target checks them in one pass. Applies without reloading the target."
-        )
+        self.mode_combo.setToolTip(MODE_TIP)
         row.addWidget(self.mode_combo)
         self.draft_button = ElidedButtonWidget("Choose draft…", max_px=NAME_MAX_PX)
         self.draft_button.setToolTip("A small GGUF with the same tokenizer as the target")
@@ -207,6 +207,7 @@ class ModelBarWidget(QFrame):
 
     def set_model(self, info: ModelInfo | None) -> None:
         """Show the loaded target and where its layers run (None: nothing loaded)."""
+        self._grey_unusable_drafters(info if info is not None and info.remote is None else None)
         if info is None:
             self.target_label.set_full_text("no model", tooltip="")
             self.layers_label.setText("")
@@ -235,6 +236,20 @@ class ModelBarWidget(QFrame):
         # the file name, as for the target (the metadata name is in the tooltip)
         self.set_draft_name(info.draft_path.name if info.draft_path is not None else None,
                             info.draft_name)
+
+    def _grey_unusable_drafters(self, info: ModelInfo | None) -> None:
+        """Grey the drafters the loaded target cannot use (MTP without nextn layers),
+        each with its reason as the item's tooltip (:func:`drafter_unusable`, the rule
+        the model picker follows too). The chosen drafter stays chosen: the reply then
+        decodes plainly and its note says why."""
+        model = self.mode_combo.model()
+        assert isinstance(model, QStandardItemModel)
+        for row in range(self.mode_combo.count()):
+            drafter = SpecMode(self.mode_combo.itemData(row)).info
+            why = drafter_unusable(drafter, info) if drafter is not None else None
+            item = model.item(row)
+            item.setEnabled(why is None)
+            item.setToolTip(f"{drafter.label}: {why}" if why and drafter else "")
 
     def _show_remote(self, info: ModelInfo) -> None:
         assert info.remote is not None

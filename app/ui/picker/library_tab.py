@@ -43,7 +43,14 @@ from app.chat.events import UserError
 from app.engine.stats import predicted_speedup
 from app.errors import TandemError
 from app.formatting import format_bytes, format_parameters
-from app.options import DRAFT_MODEL_K, DrafterInfo, DrafterNeeds, SpecMode, drafter_infos
+from app.options import (
+    DRAFT_MODEL_K,
+    DrafterInfo,
+    DrafterNeeds,
+    SpecMode,
+    drafter_infos,
+    drafter_unusable,
+)
 from app.ui.picker.formatting import (
     ASSUMED_ACCEPTANCE_RATE,
     format_cost_ratio,
@@ -548,11 +555,10 @@ class LibraryTabWidget(QWidget):
             self.draft_list.addTopLevelItem(self._draft_item(i, candidates[i]))
         rows: list[QTreeWidgetItem] = []
         target_info = self.target.info if self.target is not None else None
-        no_heads = target_info is not None and target_info.nextn_layers == 0
         for info in listed_drafters():  # from the registry
-            unusable = info.needs is DrafterNeeds.MTP_HEAD and no_heads
-            status = ("needs multi-token-prediction (nextn) layers in the target's GGUF: "
-                      "this one has none") if unusable else info.picker_status
+            why = drafter_unusable(info, target_info)
+            unusable = why is not None
+            status = why or info.picker_status
             row = QTreeWidgetItem([picker_label(info), "—", "—" if unusable else "≈ 0",
                                    "—" if unusable else info.picker_expect, status])
             row.setData(0, _KIND_ROLE, info.mode)
