@@ -161,6 +161,16 @@ def tiny_mtp(tiny_model_dir: Path) -> Path:
     return write_tiny_glm4moe_mtp(tiny_model_dir / "tiny-mtp.gguf", seed=0)
 
 
+@pytest.fixture(scope="session")
+def tiny_mtp_deep(tiny_model_dir: Path) -> Path:
+    """The tiny GLM-4.5 MTP model with eight trunk layers: one target step costs several
+    head steps (c ≈ 0.3 measured here, against ≈ 1.3 with one trunk layer)."""
+    from tests.synthetic import write_tiny_glm4moe_mtp
+
+    return write_tiny_glm4moe_mtp(tiny_model_dir / "tiny-mtp-deep.gguf", seed=0,
+                                  trunk_layers=8)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Model-heavy tests last, so fast failures show first.
     items.sort(key=lambda it: 1 if it.get_closest_marker("slow") else 0)

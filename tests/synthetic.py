@@ -281,6 +281,7 @@ def write_tiny_glm4moe_mtp(
     seed: int = 0,
     weight_scale: float = 1.0,
     mtp_perturb: float = 0.3,
+    trunk_layers: int = 1,
 ) -> Path:
     """Write a loadable tiny GLM-4.5 (``glm4moe``) GGUF (F32): one trunk layer and one
     multi-token-prediction (nextn) layer; return its path.
@@ -302,6 +303,8 @@ def write_tiny_glm4moe_mtp(
     on the head's copied weights) makes it agree often but not always (0 < α < 1).
     ``weight_scale`` sets the trunk's attention and feed-forward weights: at 1 the
     context moves the logits by several units, so a stale KV entry shows.
+    ``trunk_layers`` > 1 repeats the trunk layer (the same weights), which makes one
+    target step cost more against one head step (a smaller draft cost ratio c).
     """
     rng = np.random.default_rng(seed)
 
@@ -316,7 +319,7 @@ def write_tiny_glm4moe_mtp(
     writer.add_name("tiny-glm4moe-mtp-test")
     writer.add_context_length(n_ctx_train)
     writer.add_embedding_length(n_embd)
-    writer.add_block_count(2)
+    writer.add_block_count(trunk_layers + 1)
     writer.add_feed_forward_length(n_ff)
     writer.add_head_count(n_head)
     writer.add_head_count_kv(n_head)
@@ -326,7 +329,7 @@ def write_tiny_glm4moe_mtp(
     writer.add_expert_used_count(1)
     writer.add_expert_shared_count(1)
     writer.add_expert_feed_forward_length(n_ff)
-    writer.add_uint32(f"{arch}.leading_dense_block_count", 1)
+    writer.add_uint32(f"{arch}.leading_dense_block_count", trunk_layers)
     writer.add_float32(f"{arch}.expert_weights_scale", 1.0)
     writer.add_uint32(f"{arch}.nextn_predict_layers", 1)
     writer.add_file_type(0)  # ALL_F32
@@ -346,13 +349,14 @@ def write_tiny_glm4moe_mtp(
     writer.add_tensor("output.weight", w(n_vocab, n_embd, scale=4.0))
     attn = {name: w(n_embd, n_embd) for name in ("attn_q", "attn_k", "attn_v", "attn_output")}
     ffn = {"gate": w(n_ff, n_embd), "up": w(n_ff, n_embd), "down": w(n_embd, n_ff)}
-    for i, change in ((0, lambda a: a), (1, noisy)):
+    blocks = [(i, lambda a: a) for i in range(trunk_layers)] + [(trunk_layers, noisy)]
+    for i, change in blocks:
         p = f"blk.{i}."
         writer.add_tensor(p + "attn_norm.weight", ones)
         writer.add_tensor(p + "post_attention_norm.weight", ones)
         for name, a in attn.items():
             writer.add_tensor(p + name + ".weight", change(a))
-        if i == 0:
+        if i < trunk_layers:
             for name, a in ffn.items():
                 writer.add_tensor(p + f"ffn_{name}.weight", a)
             continue

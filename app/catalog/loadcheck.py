@@ -90,12 +90,16 @@ class LoadVerdict:
             words, or the crash); None for a model without them, or when the build
             cannot run them. A head that fails does not stop the model from loading:
             the MTP drafter is then not offered.
+        mtp_cost_ratio: when the head ran: its draft cost ratio c (one head step over
+            one plain target step, timed in the child on the CPU cores it had; None
+            in verdicts remembered before it was measured).
     """
 
     outcome: Outcome
     stage: str | None = None
     detail: str | None = None
     mtp: str | None = None
+    mtp_cost_ratio: float | None = None
 
     @property
     def loads(self) -> bool:
@@ -124,7 +128,7 @@ class LoadVerdict:
 
     def to_dict(self) -> dict[str, Any]:
         return {"outcome": self.outcome, "stage": self.stage, "detail": self.detail,
-                "mtp": self.mtp}
+                "mtp": self.mtp, "mtp_cost_ratio": self.mtp_cost_ratio}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LoadVerdict:
@@ -132,9 +136,11 @@ class LoadVerdict:
         if outcome not in ("loads", "refused", "crashed"):
             raise ValueError(outcome)
         stage, detail, mtp = d.get("stage"), d.get("detail"), d.get("mtp")
+        c = d.get("mtp_cost_ratio")
         return cls(outcome, str(stage) if stage is not None else None,
                    str(detail) if detail is not None else None,
-                   str(mtp) if mtp is not None else None)
+                   str(mtp) if mtp is not None else None,
+                   float(c) if isinstance(c, (int, float)) and c >= 0 else None)
 
 
 # --------------------------------------------------------------------------- child command
@@ -448,8 +454,10 @@ def _verdict(p: Path, rc: int, stdout: str, stderr: str) -> LoadVerdict:
     stage, answer = _parse_child(stdout)
     verdict: LoadVerdict
     if rc == EXIT_OK and answer is not None and answer.get("ok"):
-        mtp = answer.get("mtp")
-        verdict = LoadVerdict("loads", mtp=str(mtp) if mtp is not None else None)
+        mtp, c = answer.get("mtp"), answer.get("mtp_cost_ratio")
+        verdict = LoadVerdict("loads", mtp=str(mtp) if mtp is not None else None,
+                              mtp_cost_ratio=float(c) if isinstance(c, (int, float))
+                              and c >= 0 else None)
     elif stage == "mtp" and not 0 <= rc < 256 and rc != -getattr(signal, "SIGKILL", 9):
         # the trunk loaded and decoded; only the MTP head took the child down
         said = _crash_detail(stderr)

@@ -15,8 +15,9 @@ token decoded there, the path a rejected draft takes on a hybrid model. The mode
 loaded with its multi-token-prediction (nextn) layers, as a session loads it; when it
 has them and the build can run them, a last stage (``stage mtp``) runs the MTP head
 once on the trunk's hidden state, as the MTP drafter will
-(:mod:`app.engine.drafter_kinds.mtp`); the answer's ``mtp`` says how that went, and a
-crash there leaves the model loadable without the drafter.
+(:mod:`app.engine.drafter_kinds.mtp`); the answer's ``mtp`` says how that went (and ``mtp_cost_ratio`` what one head step
+costs over one target step, timed there), and a crash there leaves the model loadable
+without the drafter.
 
 Protocol on stdout (lines starting with :data:`app.catalog.loadcheck.MARK`): the stage
 reached (``stage load``, ``stage context``, ``stage decode``), then one JSON answer.
@@ -33,6 +34,7 @@ import json
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -50,6 +52,8 @@ if TYPE_CHECKING:
 PROBE_N_CTX = 64
 #: tokens in the second decode (a verification-sized batch with logits at every position)
 PROBE_BATCH = 8
+#: timed one-token passes of the target and of an MTP head, for the head's cost ratio c
+TIMING_PASSES = 5
 #: the first argument that makes a frozen executable run this child instead of the app
 PROBE_ARG = loadcheck.PROBE_ARG
 
@@ -106,6 +110,7 @@ def child_main(argv: list[str]) -> int:
     path = Path(os.fsdecode(args[0]))
     stage = "load"
     mtp: str | None = None
+    mtp_cost_ratio: float | None = None
     try:
         from app.engine.llama import LlamaContext, LlamaModel
 
@@ -131,7 +136,7 @@ def child_main(argv: list[str]) -> int:
                 if ctx.seq_rm(keep, -1):  # False: no rollback here; the session says so
                     ctx.decode([first], keep, logits="last")
                     ctx.logits(-1)
-                mtp = _probe_mtp(model, ctx)
+                mtp, mtp_cost_ratio = _probe_mtp(model, ctx)
             finally:
                 ctx.close()
         finally:
@@ -146,20 +151,25 @@ def child_main(argv: list[str]) -> int:
     if mtp is None:
         _answer(ok=True)
     else:
-        _answer(ok=True, mtp=mtp)
+        _answer(ok=True, mtp=mtp, mtp_cost_ratio=mtp_cost_ratio)
     return loadcheck.EXIT_OK
 
 
-def _probe_mtp(model: LlamaModel, ctx: LlamaContext) -> str | None:
-    """Run the model's MTP head once as the drafter does: the trunk decodes two tokens
-    with its hidden states out, the head evaluates the second with the first one's
-    state. Returns ``ok``, why it cannot (llama.cpp's words), or None when the model has
-    no nextn layers or the build cannot run them. A crash here is the parent's to read
-    (the stage line says ``mtp``)."""
+def _probe_mtp(model: LlamaModel, ctx: LlamaContext) -> tuple[str | None, float | None]:
+    """Run the model's MTP head as the drafter does: the trunk decodes two tokens with
+    its hidden states out, the head evaluates the second with the first one's state;
+    then time one head step against one plain target step (:func:`_head_cost_ratio`).
+
+    Returns:
+        (``ok``, or why it cannot (llama.cpp's words), or None when the model has no
+        nextn layers or the build cannot run them; the head's draft cost ratio c when it
+        ran, else None). A crash here is the parent's to read (the stage line says
+        ``mtp``).
+    """
     from app.engine.llama import CONTEXT_TYPE_MTP, LlamaContext, mtp_staging_missing
 
     if model.n_layer_nextn <= 0 or mtp_staging_missing():
-        return None
+        return None, None
     _say("stage mtp")
     rows: list[np.ndarray] = []
     try:
@@ -177,11 +187,34 @@ def _probe_mtp(model: LlamaModel, ctx: LlamaContext) -> str | None:
             head.decode_with_hidden([second], [1], h[:1], logits_last=True)
             head.logits(-1)
             head.hidden_states(1)
+            ratio = _head_cost_ratio(ctx, head, first, h[:1])
         finally:
             head.close()
     except TandemError as exc:
-        return str(exc)
-    return "ok"
+        return str(exc), None
+    return "ok", ratio
+
+
+def _head_cost_ratio(ctx: LlamaContext, head: LlamaContext, token: int,
+                     hidden: np.ndarray) -> float | None:
+    """The MTP head's draft cost ratio c: one head step (one token with a trunk hidden
+    state, logits out) over one plain target step (one token, logits out), each on an
+    empty cache, the fastest of :data:`TIMING_PASSES` after one untimed pass. None when
+    the target step took no measurable time."""
+    def fastest(step: Callable[[], None], clear: Callable[[], None]) -> float:
+        times = []
+        for i in range(TIMING_PASSES + 1):
+            clear()
+            t = time.perf_counter()
+            step()
+            if i:
+                times.append(time.perf_counter() - t)
+        return min(times)
+
+    t_target = fastest(lambda: ctx.decode([token], 0, logits="last") and None, ctx.clear)
+    t_head = fastest(lambda: head.decode_with_hidden([token], [0], hidden, logits_last=True),
+                     head.clear)
+    return t_head / t_target if t_target > 0 else None
 
 
 if __name__ == "__main__":

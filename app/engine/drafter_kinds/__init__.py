@@ -16,6 +16,11 @@ own native resources) and the reply's :class:`~app.options.SpeculationConfig`, a
 returns the drafter or an :class:`Unavailable` whose ``reason`` is one sentence for the
 user (no draft model loaded, the build lacks a function, the model lacks a head).
 
+A ``predict`` function (optional) gets a target GGUF's path before it is loaded and
+returns a :class:`DrafterPrediction` (the speedup it expects and the figures behind it)
+or None when nothing is known; the model picker shows it and preselects a drafter that
+predicts a gain.
+
 A ``replay`` function (optional) gets the reply's :class:`~app.options.SpeculationConfig`
 and a :class:`~app.engine.suffix.SuffixIndex` of the conversation's replies replayed so
 far, and returns a fresh drafter that needs no model (Auto replays the conversation's
@@ -32,8 +37,10 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from app.engine.stats import predicted_speedup
 from app.options import (
     DrafterInfo,
     SpecMode,
@@ -81,8 +88,36 @@ class DrafterHost(Protocol):
         the whole prompt (a drafter that must see every position the target holds)."""
 
 
+@dataclass(frozen=True, slots=True)
+class DrafterPrediction:
+    """What a drafter expects of a target before it is loaded.
+
+    Attributes:
+        acceptance_rate: the α assumed (a published prior; see the drafter's module).
+        cost_ratio: the draft cost ratio c (one draft step / one plain target step).
+        k: the draft length priced.
+        cost_source: where c comes from, in a few words ("measured by the load check").
+    """
+
+    acceptance_rate: float
+    cost_ratio: float
+    k: int
+    cost_source: str = ""
+
+    @property
+    def speedup(self) -> float:
+        """E(α, k) / (1 + c·k) (:func:`app.engine.stats.predicted_speedup`)."""
+        return predicted_speedup(self.acceptance_rate, self.k, self.cost_ratio)
+
+    @property
+    def helps(self) -> bool:
+        """A predicted speedup above 1 (faster than plain decoding)."""
+        return self.speedup > 1.0
+
+
 Create = Callable[[DrafterHost, SpeculationConfig], "Drafter | Unavailable"]
 Replay = Callable[[SpeculationConfig, "SuffixIndex"], "Drafter"]
+Predict = Callable[[Path], "DrafterPrediction | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +127,14 @@ class DrafterKind:
     ``create(host, spec)`` returns the drafter for one reply (it may return the same
     object reply after reply) or :class:`Unavailable`. ``replay(spec, index)``: a fresh
     model-free drafter for Auto's replays (None: Auto cannot replay it).
+    ``predict(target_path)``: its :class:`DrafterPrediction` for a target not loaded yet
+    (None: it predicts nothing before a load).
     """
 
     info: DrafterInfo
     create: Create
     replay: Replay | None = None
+    predict: Predict | None = None
 
     @property
     def mode(self) -> SpecMode:
@@ -107,8 +145,8 @@ _KINDS: dict[SpecMode, DrafterKind] = {}
 _loaded = False
 
 
-def register(info: DrafterInfo, create: Create, *, replay: Replay | None = None
-             ) -> DrafterKind:
+def register(info: DrafterInfo, create: Create, *, replay: Replay | None = None,
+             predict: Predict | None = None) -> DrafterKind:
     """Declare ``info`` in the vocabulary (:func:`app.options.declare_drafter`), add the
     drafter to the registry and return its kind (a drafter module leaves it as ``KIND``).
     From then on it is in every list: :class:`~app.options.SpecMode`, the pickers built
@@ -123,7 +161,7 @@ def register(info: DrafterInfo, create: Create, *, replay: Replay | None = None
             declaration is malformed.
     """
     mode = declare_drafter(info)
-    return _KINDS.setdefault(mode, DrafterKind(info, create, replay))
+    return _KINDS.setdefault(mode, DrafterKind(info, create, replay, predict))
 
 
 def unregister(mode: SpecMode | str) -> None:

@@ -41,12 +41,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
 from app.catalog.loadcheck import cached_verdict
-from app.engine.drafter_kinds import DrafterHost, Unavailable, register
+from app.engine.drafter_kinds import DrafterHost, DrafterPrediction, Unavailable, register
 from app.engine.drafters import Drafter, common_prefix_length
 from app.engine.llama import CONTEXT_TYPE_MTP, LlamaContext, LlamaModel, mtp_staging_missing
 from app.engine.sampling import top_probability
@@ -59,12 +60,28 @@ log = logging.getLogger(__name__)
 #: for ``draft-mtp`` is its draft default, 3); the cost-aware policy shortens it further
 MTP_K = 3
 
+#: The acceptance rate α assumed for an MTP head before it has drafted here: the lower
+#: end of what DeepSeek-V3's report measured for its MTP module's token ("the acceptance
+#: rate of the second token prediction ranges between 85% and 90% across various
+#: generation topics", DeepSeek-V3 Technical Report, arXiv:2412.19437, §5.4.3). That is
+#: the head's first draft token; the head chained for later ones was not trained for
+#: them and falls off with depth, which the cost-aware draft length answers by
+#: verifying fewer. Replies measured here replace it (Auto, the gauge).
+MTP_PRIOR_ACCEPTANCE = 0.85
+
 MTP_INFO = DrafterInfo(
     mode="mtp", label="MTP (built into the model)", words="the model's MTP head",
     needs=DrafterNeeds.MTP_HEAD, default_k=MTP_K, options=("draft_p_min",),
     auto_rank=None, cli_flag="--mtp",
     summary="the multi-token-prediction (nextn) layers in the target's own GGUF draft "
-            "from its hidden states")
+            "from its hidden states",
+    picker_expect="from the head's measured cost",
+    picker_status="the model's own MTP head",
+    picker_tooltip=("Drafts with the multi-token-prediction (nextn) layers this model "
+                    "carries, fed the target's hidden states; no second model. The "
+                    "speedup assumes the acceptance rate DeepSeek-V3 reports for its MTP "
+                    f"head ({MTP_PRIOR_ACCEPTANCE:.0%}) and the head's cost c measured by "
+                    "the load check."))
 
 #: rows for the head: tokens, their positions, the target's hidden state one position
 #: before each
@@ -285,4 +302,20 @@ def create(host: DrafterHost, spec: SpeculationConfig) -> Drafter | Unavailable:
     return made
 
 
-KIND = register(MTP_INFO, create)
+def predict(target: Path) -> DrafterPrediction | None:
+    """What the MTP head of the GGUF at ``target`` promises before it is loaded: α =
+    :data:`MTP_PRIOR_ACCEPTANCE`, c as the load check's child measured it
+    (:attr:`app.catalog.loadcheck.LoadVerdict.mtp_cost_ratio`), k = :data:`MTP_K`. None
+    when the file was not checked yet, its head did not run there, or c was not
+    measured (a verdict remembered before it was)."""
+    try:
+        verdict = cached_verdict(target)
+    except TandemError:
+        return None
+    if verdict is None or verdict.mtp != "ok" or verdict.mtp_cost_ratio is None:
+        return None
+    return DrafterPrediction(MTP_PRIOR_ACCEPTANCE, verdict.mtp_cost_ratio, MTP_K,
+                             "measured by the load check")
+
+
+KIND = register(MTP_INFO, create, predict=predict)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from app.catalog.hub import DownloadProgress
 from app.catalog.library import Source
+from app.engine.drafter_kinds import DrafterPrediction
 from app.engine.stats import predicted_speedup
 from app.formatting import MISSING, format_bytes, format_duration, or_dash
+from app.options import DrafterInfo
 
 #: The acceptance rate assumed for the "predicted speedup" column of the draft list.
 #: α depends on the text (code and repetition: high; free prose: lower); 0.7 is a
@@ -61,6 +63,24 @@ def format_predicted_speedup(c: float | None, k: int, alpha: float = ASSUMED_ACC
     if c is None:
         return MISSING
     return f"{predicted_speedup(alpha, k, c):.1f}×"
+
+
+def prediction_status(p: DrafterPrediction) -> str:
+    """A drafter's predicted gain for the picker's status column: ``predicted gain (α
+    0.85 assumed, k = 3, c measured)`` or ``no gain predicted: its head costs too much here``."""
+    if p.helps:
+        return f"predicted gain (α {p.acceptance_rate:.2f} assumed, k = {p.k}, c measured)"
+    return "no gain predicted: drafting costs too much here"
+
+
+def prediction_words(info: DrafterInfo, p: DrafterPrediction) -> str:
+    """The prediction in a sentence: ``Predicted speedup 1.6× at k = 3: α = 0.85 assumed
+    (the rate DeepSeek-V3 reports for its MTP head), c = 0.33 measured by the load
+    check.``"""
+    source = f" {p.cost_source}" if p.cost_source else ""
+    return (f"Predicted speedup {p.speedup:.1f}× with {info.words} at k = {p.k}: "
+            f"α = {p.acceptance_rate:.2f} assumed, c = {p.cost_ratio:.2f}{source} "
+            "(E(α, k) / (1 + c·k)).")
 
 
 def format_download(progress: DownloadProgress | None) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 from app.catalog.library import Library, LibraryEntry, drafts_for
 from app.catalog.pairing import DraftCandidate
 from app.chat.events import UserError
+from app.engine.drafter_kinds import DrafterPrediction, kinds
 from app.engine.stats import predicted_speedup
 from app.errors import TandemError
 from app.formatting import format_bytes, format_parameters
@@ -56,6 +57,8 @@ from app.ui.picker.formatting import (
     format_cost_ratio,
     format_count,
     format_predicted_speedup,
+    prediction_status,
+    prediction_words,
     source_label,
 )
 from app.ui.picker.pair_check import FAIL_COLOR, PASS_COLOR, WARN_COLOR, PairCheckWidget
@@ -164,10 +167,25 @@ def _scan_job(library: Library, add_file: Path | None) -> Callable[
     return job
 
 
+def drafter_predictions(target: LibraryEntry) -> tuple[tuple[SpecMode, DrafterPrediction], ...]:
+    """What each registered drafter that can draft for ``target`` predicts for it before
+    it loads (:attr:`DrafterKind.predict`; an MTP head priced with the cost the load
+    check measured). Reads the load check's cache: call it off the GUI thread."""
+    out = []
+    for kind in kinds():
+        if kind.predict is None or drafter_unusable(kind.info, target.info) is not None:
+            continue
+        prediction = kind.predict(target.path)
+        if prediction is not None:
+            out.append((kind.mode, prediction))
+    return tuple(out)
+
+
 def _rank_job(target: LibraryEntry, entries: tuple[LibraryEntry, ...]) -> Callable[
         [Callable[[object], None], threading.Event], DraftsRanked]:
     def job(_report: Callable[[object], None], _cancel: threading.Event) -> DraftsRanked:
-        return DraftsRanked(target, tuple(drafts_for(target, entries)))
+        return DraftsRanked(target, tuple(drafts_for(target, entries)),
+                            drafter_predictions(target))
     return job
 
 
@@ -201,6 +219,8 @@ class LibraryTabWidget(QWidget):
         self.entries: tuple[LibraryEntry, ...] = ()
         self.target: LibraryEntry | None = None
         self.candidates: tuple[DraftCandidate[LibraryEntry], ...] = ()
+        #: what registered drafters predict for the current target (:class:`DraftsRanked`)
+        self.predictions: dict[SpecMode, DrafterPrediction] = {}
         self.drafter: DrafterChoice | None = None
         self.scanning = False
         self.ranking = False
@@ -540,13 +560,16 @@ class LibraryTabWidget(QWidget):
             self.selection_changed.emit()
             return
         ranked = outcome.value
-        self.show_drafts(ranked.candidates)
+        self.show_drafts(ranked.candidates, dict(ranked.predictions))
         self.drafts_ranked.emit(ranked)
 
-    def show_drafts(self, candidates: tuple[DraftCandidate[LibraryEntry], ...]) -> None:
-        """Fill the draft list: compatible drafts (useful, then too large), prompt lookup,
+    def show_drafts(self, candidates: tuple[DraftCandidate[LibraryEntry], ...],
+                    predictions: Mapping[SpecMode, DrafterPrediction] | None = None) -> None:
+        """Fill the draft list: compatible drafts (useful, then too large), the
+        registered drafters (with their ``predictions`` for this target: c, speedup),
         off, then incompatible ones greyed with the failed rule."""
         self.candidates = candidates
+        self.predictions = dict(predictions or {})
         self.draft_list.blockSignals(True)
         self.draft_list.clear()
         compatible = [i for i, c in enumerate(candidates) if c.compatible]
@@ -558,11 +581,20 @@ class LibraryTabWidget(QWidget):
         for info in listed_drafters():  # from the registry
             why = drafter_unusable(info, target_info)
             unusable = why is not None
-            status = why or info.picker_status
-            row = QTreeWidgetItem([picker_label(info), "—", "—" if unusable else "≈ 0",
-                                   "—" if unusable else info.picker_expect, status])
+            prediction = None if unusable else self.predictions.get(SpecMode(info.mode))
+            if prediction is not None:
+                row = QTreeWidgetItem([picker_label(info), "—",
+                                       format_cost_ratio(prediction.cost_ratio),
+                                       f"{prediction.speedup:.1f}×",
+                                       prediction_status(prediction)])
+            else:
+                row = QTreeWidgetItem([picker_label(info), "—", "—" if unusable else "≈ 0",
+                                       "—" if unusable else info.picker_expect,
+                                       why or info.picker_status])
             row.setData(0, _KIND_ROLE, info.mode)
-            row.setToolTip(0, status if unusable else (info.picker_tooltip or info.summary))
+            row.setToolTip(0, why or info.picker_tooltip or info.summary)
+            if prediction is not None:
+                row.setToolTip(4, prediction_words(info, prediction))
             if unusable:
                 row.setFlags(row.flags() & ~Qt.ItemFlag.ItemIsSelectable
                              & ~Qt.ItemFlag.ItemIsEnabled)
@@ -593,15 +625,33 @@ class LibraryTabWidget(QWidget):
                     self._wanted_clicked or self._item_helps(chosen))):
                 chosen = None  # a saved draft too large to help is not preselected
         if chosen is None:
-            best = preferred_draft(candidates, self.draft_max)
-            if best is not None:
-                chosen = self._drafter_item(SpecMode.DRAFT_MODEL, candidates[best].key.path)
+            chosen = self._best_predicted(candidates)
         self.draft_list.setCurrentItem(
             chosen or self._drafter_item(SpecMode.PROMPT_LOOKUP, None) or off)
 
+    def _best_predicted(self, candidates: tuple[DraftCandidate[LibraryEntry], ...]
+                        ) -> QTreeWidgetItem | None:
+        """The drafter with the best predicted gain: the best draft model (α assumed,
+        c from file sizes) or a registered drafter whose prediction beats 1× (an MTP
+        head), whichever predicts more; None when none predicts a gain."""
+        best: tuple[float, QTreeWidgetItem] | None = None
+        i = preferred_draft(candidates, self.draft_max)
+        if i is not None:
+            item = self._drafter_item(SpecMode.DRAFT_MODEL, candidates[i].key.path)
+            c = candidates[i].cost_ratio
+            if item is not None:
+                best = (predicted_speedup(ASSUMED_ACCEPTANCE_RATE, self.draft_max, c)
+                        if c is not None else 1.0, item)
+        for mode, prediction in self.predictions.items():
+            item = self._drafter_item(mode, None)
+            if (item is not None and prediction.helps and item.flags() & Qt.ItemFlag.ItemIsEnabled
+                    and (best is None or prediction.speedup > best[0])):
+                best = (prediction.speedup, item)
+        return best[1] if best is not None else None
+
     def _item_usable(self, item: QTreeWidgetItem) -> bool:
         if item.data(0, _KIND_ROLE) != "draft":
-            return True
+            return bool(item.flags() & Qt.ItemFlag.ItemIsEnabled)  # MTP without heads: greyed
         return self.candidates[int(item.data(0, _INDEX_ROLE))].compatible
 
     def _item_helps(self, item: QTreeWidgetItem) -> bool:
@@ -672,8 +722,10 @@ class LibraryTabWidget(QWidget):
             self._wanted_mode, self._wanted_draft = mode, None
             self._wanted_for, self._wanted_clicked = self.target.path, True
             if mode.info is not None:
-                self.pair_check.show_message(mode.info.label,
-                                             mode.info.explanation or mode.info.summary)
+                prediction = self.predictions.get(mode)
+                self.pair_check.show_message(
+                    mode.info.label, (mode.info.explanation or mode.info.summary)
+                    + (f". {prediction_words(mode.info, prediction)}" if prediction else ""))
             elif mode is SpecMode.AUTO:
                 self.pair_check.show_message(
                     "Auto",

@@ -16,6 +16,7 @@ from app.catalog.hub import DownloadProgress, RemoteFile, RemoteGGUF, RemotePair
 from app.catalog.library import LibraryEntry
 from app.catalog.pairing import DraftCandidate
 from app.chat.events import UserError
+from app.engine.drafter_kinds import DrafterPrediction
 from app.options import SpecMode
 
 
@@ -70,6 +71,9 @@ class DraftsRanked:
 
     target: LibraryEntry
     candidates: tuple[DraftCandidate[LibraryEntry], ...]
+    #: what registered drafters predict for the target before it loads (an MTP head
+    #: with the cost the load check measured)
+    predictions: tuple[tuple[SpecMode, DrafterPrediction], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
