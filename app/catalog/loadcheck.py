@@ -409,7 +409,9 @@ def check_loads(
             raise ModelLoadError(f"Cannot read {p}: {exc.strerror or exc}.") from exc
         with _lock:
             hit = _verdicts.get(key)
-        if hit is not None:
+        # a verdict remembered before the MTP head's cost was measured: probe again
+        # (once), so the head can be priced
+        if hit is not None and not (hit.mtp == "ok" and hit.mtp_cost_ratio is None):
             return hit
     args = probe_command(p, n_gpu_layers=n_gpu_layers)
     try:

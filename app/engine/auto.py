@@ -16,6 +16,12 @@ Per reply, every drafter gets a score, an estimated speedup over plain decoding:
   step t_draft and the α it measured over this conversation; before it has drafted here
   α = 1, the most it could reach. A draft as costly as the target cannot beat plain
   decoding even then, so it is never tried;
+* **a head the model carries (MTP)**: priced like a draft model, E(α, k) · t(1) /
+  (t(k + 1) + k · c · t(1)), with α and c measured over its replies in this
+  conversation when it has drafted here, else its prediction before any reply
+  (:attr:`app.engine.drafter_kinds.DrafterKind.predict`: α as published for MTP heads,
+  c as the load check measured it). Offered only for a target that carries the heads
+  (:func:`app.options.drafter_unusable`);
 * **measured**: once a drafter has produced at least :data:`MIN_MEASURED_TOKENS` reply
   tokens in this conversation, its measured speedup (its tokens ÷ its decode time,
   over plain decoding's rate) replaces the estimate, and a drafter measuring below
@@ -24,7 +30,8 @@ Per reply, every drafter gets a score, an estimated speedup over plain decoding:
 The best score wins if it reaches :data:`MARGIN` (an estimate must promise more than
 noise); otherwise the reply decodes without speculation. With nothing to score at all
 (the session's first reply, or an API completion: no earlier reply to replay), the
-model-free :data:`PRIOR` drafter runs at the largest k (reason ``prior``): drafting
+model-free :data:`PRIOR` drafter runs at the largest k (reason ``prior``), unless a
+head the model carries predicts a gain from its published prior (then it runs): drafting
 costs it nothing and its cost-aware draft length
 (:class:`app.engine.policy.DraftLengthPolicy`) stops verifying drafts that do not pay.
 Its measured speedups are in docs/benchmarks.md (``bench --auto``). The price: no reply of the session decodes plainly
@@ -48,7 +55,13 @@ from app.engine.measure.draft_replay import ReplayCounts, replay_reply
 from app.engine.session import Session
 from app.engine.stats import expected_tokens_per_round
 from app.engine.suffix import SuffixIndex
-from app.options import SpecMode, SpeculationConfig, auto_candidates
+from app.options import (
+    DrafterNeeds,
+    SpecMode,
+    SpeculationConfig,
+    auto_candidates,
+    drafter_unusable,
+)
 
 #: a drafter measured below this × plain over the conversation is not used again in it
 FLOOR = 0.97
@@ -77,14 +90,18 @@ class ReplyObservation:
     decode_time: float
     verified: int = 0
     accepted: int = 0
+    #: the reply's measured draft cost ratio c (None: not measured, or no draft step)
+    draft_cost_ratio: float | None = None
 
     @classmethod
     def from_stats(cls, stats: Mapping[str, Any]) -> ReplyObservation | None:
         """From a stored ``SpecStats.to_dict()``; None when it lacks the figures."""
         try:
+            c = stats.get("draft_cost_ratio")
             return cls(SpecMode(stats.get("mode", "off")), int(stats.get("emitted", 0)),
                        float(stats.get("decode_time", 0.0)), int(stats.get("verified", 0)),
-                       int(stats.get("accepted", 0)))
+                       int(stats.get("accepted", 0)),
+                       float(c) if isinstance(c, (int, float)) and c >= 0 else None)
         except (TypeError, ValueError):
             return None
 
@@ -109,6 +126,10 @@ class DrafterEstimate:
     measured_replies: int = 0
     measured_verified: int = 0
     measured_accepted: int = 0
+    #: a head priced from figures (MTP): the α assumed before it drafted here (None: α
+    #: measured here), and the cost ratio c used (measured here, or the load check's)
+    prior_acceptance: float | None = None
+    cost_ratio: float | None = None
 
     @property
     def measured(self) -> bool:
@@ -120,6 +141,13 @@ class DrafterEstimate:
             return DrafterEvidence(self.mode, k, "measured", self.measured_replies,
                                    self.measured_verified, self.measured_accepted,
                                    speedup=self.measured_speedup)
+        if self.cost_ratio is not None:  # a head priced from α and c
+            source: Source = "prior" if self.prior_acceptance is not None else "priced"
+            return DrafterEvidence(self.mode, k, source, self.measured_replies,
+                                   self.measured_verified, self.measured_accepted,
+                                   speedup=self.predicted.get(k),
+                                   assumed_acceptance=self.prior_acceptance,
+                                   cost_ratio=self.cost_ratio)
         counts = self.replayed.get(k)
         if self.optimistic:
             return DrafterEvidence(self.mode, k, "untried", 0, speedup=self.predicted.get(k))
@@ -130,7 +158,8 @@ class DrafterEstimate:
                                self.predicted.get(k))
 
 
-Source = Literal["replay", "measured", "untried"]
+Source = Literal["replay", "measured", "untried", "prior", "priced"]
+_SOURCES = ("replay", "measured", "untried", "prior", "priced")
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +168,10 @@ class DrafterEvidence:
 
     ``source``: ``replay`` (the conversation's earlier replies replayed through it),
     ``measured`` (its own replies in this conversation), ``untried`` (a draft model that
-    has not drafted here: α = 1 assumed). ``replies``: replies the figures come from;
+    has not drafted here: α = 1 assumed), ``prior`` (a head the model carries, not run
+    here yet: ``assumed_acceptance`` as published, ``cost_ratio`` from the load check),
+    ``priced`` (such a head priced with the α and c of its replies here, too few tokens
+    yet for a measured speedup). ``replies``: replies the figures come from;
     ``verified``/``accepted``: draft tokens; ``draft_rounds``/``rounds`` (replay only):
     target passes that carried a draft / all passes (no draft round: the drafter found
     nothing to propose); ``speedup``: the score, over plain decoding (None: none).
@@ -154,6 +186,8 @@ class DrafterEvidence:
     draft_rounds: int = 0
     rounds: int = 0
     speedup: float | None = None
+    assumed_acceptance: float | None = None
+    cost_ratio: float | None = None
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -163,19 +197,22 @@ class DrafterEvidence:
         return {"mode": self.mode.value, "k": self.k, "source": self.source,
                 "replies": self.replies, "verified": self.verified, "accepted": self.accepted,
                 "draft_rounds": self.draft_rounds, "rounds": self.rounds,
-                "speedup": self.speedup}
+                "speedup": self.speedup, "assumed_acceptance": self.assumed_acceptance,
+                "cost_ratio": self.cost_ratio}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DrafterEvidence:
         """From :meth:`to_dict`. Raises ValueError/TypeError/KeyError when unreadable."""
         source = str(data["source"])
-        if source not in ("replay", "measured", "untried"):
+        if source not in _SOURCES:
             raise ValueError(f"unknown evidence source {source!r}")
-        speedup = data.get("speedup")
+        speedup, alpha, c = (data.get(n) for n in ("speedup", "assumed_acceptance",
+                                                   "cost_ratio"))
         return cls(SpecMode(data["mode"]), int(data["k"]), source,  # type: ignore[arg-type]
                    int(data.get("replies", 0)), int(data.get("verified", 0)),
                    int(data.get("accepted", 0)), int(data.get("draft_rounds", 0)),
-                   int(data.get("rounds", 0)), None if speedup is None else float(speedup))
+                   int(data.get("rounds", 0)), None if speedup is None else float(speedup),
+                   None if alpha is None else float(alpha), None if c is None else float(c))
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,13 +280,21 @@ def choose_drafter(estimates: Iterable[DrafterEstimate], *, floor: float = FLOOR
     when nothing realistic reaches ``margin``. Ties go to the drafter Auto prefers
     (:func:`app.options.auto_candidates`, from the registry's declarations). When the
     :data:`PRIOR` drafter is among the estimates but no drafter has any figure (nothing
-    replayed, nothing measured), it is chosen at ``prior_k`` (reason ``prior``).
+    replayed, nothing measured), it is chosen at ``prior_k`` (reason ``prior``), unless a
+    head priced from its published prior (``prior_acceptance``) reaches ``margin``:
+    then the best such head is chosen (reason ``estimate``).
     """
     estimates = list(estimates)
     if any(e.mode is PRIOR for e in estimates) and not any(
-            e.measured_speedup is not None or (e.predicted and not e.optimistic)
+            e.measured_speedup is not None
+            or (e.predicted and not e.optimistic and e.prior_acceptance is None)
             for e in estimates):
-        return AutoChoice(PRIOR, prior_k, "prior")
+        # nothing measured or replayed: a head the model carries when its published
+        # prior predicts a gain, else the free prior drafter
+        estimates = [e for e in estimates if e.prior_acceptance is not None
+                     and e.predicted and max(e.predicted.values()) >= margin]
+        if not estimates:
+            return AutoChoice(PRIOR, prior_k, "prior")
     scores: list[tuple[SpecMode, int, float]] = []
     dropped: list[SpecMode] = []
     evidence: list[DrafterEvidence] = []
@@ -398,6 +443,46 @@ def estimate_drafters(
             if tk:
                 predicted[k] = expected_tokens_per_round(alpha, k) * t1 / (tk + k * t_draft)
         out.append(with_measured(SpecMode.DRAFT_MODEL, predicted, optimistic=not verified))
+    if t1:
+        out.extend(dataclasses.replace(with_measured(e.mode, dict(e.predicted)),
+                                       prior_acceptance=e.prior_acceptance,
+                                       cost_ratio=e.cost_ratio)
+                   for e in head_estimates(session, observations, draft_ks, t1))
+    return out
+
+
+def head_estimates(session: Session, observations: Sequence[ReplyObservation],
+                   ks: Sequence[int], t1: float) -> list[DrafterEstimate]:
+    """The drafters that run on heads the target carries (MTP), priced at each k in
+    ``ks``: E(α, k) · t1 / (t(k + 1) + k · c · t1), t in seconds from the session's
+    measured pass times. α and c are those measured over the drafter's replies in
+    ``observations`` (α: accepted / verified; c: the mean of its replies' measured
+    ratios), each falling back to the drafter's prediction before a load
+    (:attr:`app.engine.drafter_kinds.DrafterKind.predict`) while unmeasured. A drafter
+    Auto may not pick, that the target cannot use (:func:`drafter_unusable`) or that
+    has neither figure is left out."""
+    out: list[DrafterEstimate] = []
+    for kind in kinds():
+        if (kind.info.needs is not DrafterNeeds.MTP_HEAD or kind.mode not in auto_candidates()
+                or drafter_unusable(kind.info, session.target) is not None):
+            continue
+        own = [o for o in observations if o.mode is kind.mode and o.emitted > 0]
+        verified = sum(o.verified for o in own)
+        costs = [o.draft_cost_ratio for o in own if o.draft_cost_ratio is not None]
+        prior = kind.predict(session.target.path) if kind.predict is not None else None
+        c = sum(costs) / len(costs) if costs else (prior.cost_ratio if prior else None)
+        alpha = (sum(o.accepted for o in own) / verified if verified
+                 else (prior.acceptance_rate if prior else None))
+        if c is None or alpha is None:
+            continue
+        predicted = {}
+        for k in ks:
+            tk = session.pass_time(k + 1)
+            if tk:
+                predicted[k] = expected_tokens_per_round(alpha, k) * t1 / (tk + k * c * t1)
+        out.append(DrafterEstimate(kind.mode, predicted,
+                                   prior_acceptance=None if verified else alpha,
+                                   cost_ratio=c))
     return out
 
 

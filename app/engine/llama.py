@@ -289,6 +289,12 @@ class LlamaModel:
         self.n_params: int = int(L.llama_model_n_params(ptr))
         self.size_bytes: int = int(L.llama_model_size(ptr))
 
+    @property
+    def nextn_layers(self) -> int:
+        """:attr:`n_layer_nextn`, under the name :func:`app.options.drafter_unusable`
+        reads (as a GGUF header gives it)."""
+        return self.n_layer_nextn
+
     # -- metadata -------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
         """A GGUF metadata value as a string (for example ``general.name``), or None."""

@@ -201,7 +201,7 @@ def _head_cost_ratio(ctx: LlamaContext, head: LlamaContext, token: int,
     state, logits out) over one plain target step (one token, logits out), each on an
     empty cache, the fastest of :data:`TIMING_PASSES` after one untimed pass. None when
     the target step took no measurable time."""
-    def fastest(step: Callable[[], None], clear: Callable[[], None]) -> float:
+    def fastest(step: Callable[[], object], clear: Callable[[], None]) -> float:
         times = []
         for i in range(TIMING_PASSES + 1):
             clear()
@@ -211,7 +211,7 @@ def _head_cost_ratio(ctx: LlamaContext, head: LlamaContext, token: int,
                 times.append(time.perf_counter() - t)
         return min(times)
 
-    t_target = fastest(lambda: ctx.decode([token], 0, logits="last") and None, ctx.clear)
+    t_target = fastest(lambda: ctx.decode([token], 0, logits="last"), ctx.clear)
     t_head = fastest(lambda: head.decode_with_hidden([token], [0], hidden, logits_last=True),
                      head.clear)
     return t_head / t_target if t_target > 0 else None

@@ -35,6 +35,15 @@ def _evidence_words(e: DrafterEvidence, choice: AutoChoice) -> str:
             return f"measured {speed} over its last {_replies(e.replies)} here"
         return (f"{alpha * 100:.0f} % accepted in the last {_replies(e.replies)} "
                 f"(measured {speed})")
+    if e.source == "prior":
+        return (f"not tried here yet; {speed} expected from the published "
+                f"{(e.assumed_acceptance or 0) * 100:.0f} % acceptance of MTP heads and "
+                f"c = {e.cost_ratio or 0:.2f} measured by the load check")
+    if e.source == "priced":
+        alpha = e.acceptance_rate
+        rate = f"{alpha * 100:.0f} % accepted" if alpha is not None else "drafted"
+        return (f"{rate} in the last {_replies(e.replies)}, c = {e.cost_ratio or 0:.2f} "
+                f"(estimated {speed})")
     if e.source == "untried":
         return f"not tried here yet; {speed} at best (if every draft were accepted)"
     alpha = e.acceptance_rate

@@ -72,7 +72,7 @@ MTP_PRIOR_ACCEPTANCE = 0.85
 MTP_INFO = DrafterInfo(
     mode="mtp", label="MTP (built into the model)", words="the model's MTP head",
     needs=DrafterNeeds.MTP_HEAD, default_k=MTP_K, options=("draft_p_min",),
-    auto_rank=None, cli_flag="--mtp",
+    auto_rank=3, cli_flag="--mtp",
     summary="the multi-token-prediction (nextn) layers in the target's own GGUF draft "
             "from its hidden states",
     picker_expect="from the head's measured cost",
