@@ -168,6 +168,9 @@ class GGUFInfo:
         nextn_layers: multi-token-prediction (nextn) layers after the trunk,
             ``<arch>.nextn_predict_layers`` (0 without that key): the heads the MTP
             drafter runs (:mod:`app.engine.drafter_kinds.mtp`).
+        nextn_bytes: bytes of those layers' tensors (the blocks numbered from
+            ``block_count − nextn_layers`` on): what loading them costs in memory
+            (0 without them; None when not every part was read).
     """
 
     path: str
@@ -193,6 +196,7 @@ class GGUFInfo:
     n_tensors: int
     gguf_version: int
     nextn_layers: int = 0
+    nextn_bytes: int | None = 0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (tuples become lists)."""
@@ -707,9 +711,21 @@ def _build_info(
         n_tensors=len(tensors),
         gguf_version=first.version,
         nextn_layers=_int_kv(kv, f"{arch}.nextn_predict_layers") or 0,
+        nextn_bytes=_nextn_bytes(kv, arch, tensors) if all_tensors is not None else None,
         **tok,
     )
     return info, first.tokens or []
+
+
+def _nextn_bytes(kv: dict[str, Any], arch: str, tensors: Sequence[_TensorInfo]) -> int:
+    """Bytes of the multi-token-prediction (nextn) layers' tensors: llama.cpp counts them
+    in ``block_count`` after the trunk (``blk.{n}.…`` for n ≥ block_count − nextn)."""
+    nextn = _int_kv(kv, f"{arch}.nextn_predict_layers") or 0
+    blocks = _int_kv(kv, f"{arch}.block_count") or 0
+    if nextn <= 0 or blocks <= 0:
+        return 0
+    prefixes = tuple(f"blk.{i}." for i in range(max(0, blocks - nextn), blocks))
+    return sum(t.n_bytes for t in tensors if t.name.startswith(prefixes))
 
 
 # --------------------------------------------------------------------------- split files
@@ -751,7 +767,7 @@ def _model_parts(path: Path) -> list[Path]:
 # --------------------------------------------------------------------------- cache
 
 
-_CACHE_VERSION = 2  # 2: GGUFInfo.nextn_layers
+_CACHE_VERSION = 3  # 2: GGUFInfo.nextn_layers; 3: GGUFInfo.nextn_bytes
 _cache_lock = threading.Lock()
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.catalog.gguf_meta import inspect_gguf
 from app.catalog.model_file import model_entry_path
 from app.catalog.pairing import PairResult, check_pair
 from app.engine.chat import ChatFormat, ChatMessage
@@ -380,6 +381,8 @@ class Session:
         self.draft_bound: int | None = ctx.n_rs_seq if target.is_recurrent else None
         #: bytes of the recurrent-state snapshots the target's context keeps (0: none)
         self.snapshot_bytes = 0
+        #: bytes of the MTP (nextn) layers loaded with the target (0: none)
+        self.mtp_bytes = 0
         #: whether verification is batch-invariant here (see SessionConfig.exact_verification)
         self.exact_verification = False
         #: samples the verified positions (a deliberately broken one in fault-injection
@@ -449,6 +452,7 @@ class Session:
             session.notes.extend(notes)
             session._calibrate_target_step()
             session._note_recurrent_rollback()
+            session._note_mtp_layers(target_path)
         except BaseException:
             target.close()  # closes ctx first
             raise
@@ -1068,6 +1072,29 @@ class Session:
             self.notes.append(
                 "This model has recurrent state that llama.cpp cannot roll back for its "
                 "architecture, so replies decode without speculation.")
+
+    def _note_mtp_layers(self, path: Path) -> None:
+        """Say in the load notes what the model's MTP (nextn) layers cost in memory: they
+        are loaded with every model that carries them (for the MTP drafter), whichever
+        drafter the replies use. The bytes are their tensors' in the GGUF
+        (:attr:`app.catalog.gguf_meta.GGUFInfo.nextn_bytes`), which is what the
+        process's resident memory grows by when they load (docs/benchmarks.md)."""
+        if not (self.target.mtp_loaded and self.target.n_layer_nextn > 0):
+            return
+        self.mtp_bytes = 0
+        try:
+            info = inspect_gguf(path)
+        except TandemError:
+            return
+        if not info.nextn_bytes:
+            return
+        self.mtp_bytes = info.nextn_bytes
+        n = self.target.n_layer_nextn
+        share = info.nextn_bytes / self.target.size_bytes if self.target.size_bytes else 0.0
+        self.notes.append(
+            f"This model's {n} MTP (nextn) layer{'s stay' if n != 1 else ' stays'} loaded for the "
+            f"MTP drafter: {_bytes_words(info.nextn_bytes)} ({share:.0%} of its weights), "
+            "whichever drafter the replies use.")
 
     # -- lifetime -------------------------------------------------------------------
     def close(self) -> None:

@@ -233,3 +233,19 @@ def test_the_api_drafts_with_mtp_per_request(tiny_mtp: Path,
     finally:
         proc.terminate()
         proc.wait(60)
+
+
+def test_the_load_note_says_what_the_mtp_layers_cost(mtp: Session, tiny_mtp: Path,
+                                                     tiny_target: Path) -> None:
+    """The nextn layers load with the model whichever drafter runs: the note gives their
+    tensors' bytes (what resident memory grows by, docs/benchmarks.md)."""
+    info = inspect_gguf(tiny_mtp)
+    assert info.nextn_bytes is not None and 0 < info.nextn_bytes < info.file_size
+    # the one MoE block after the trunk: every tensor named blk.1.*
+    assert mtp.mtp_bytes == info.nextn_bytes
+    note = next(n for n in mtp.notes if "MTP (nextn) layer" in n)
+    assert note.startswith("This model's 1 MTP (nextn) layer stays loaded for the MTP "
+                           f"drafter: {info.nextn_bytes / 1024:.1f} KiB")
+    assert inspect_gguf(tiny_target).nextn_bytes == 0
+    with Session.open(SessionConfig(target_path=tiny_target, n_ctx=128, n_threads=1)) as s:
+        assert s.mtp_bytes == 0 and not any("MTP" in n for n in s.notes)
