@@ -162,6 +162,15 @@ def tiny_mtp(tiny_model_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen35_mtp(tiny_model_dir: Path) -> Path:
+    """A synthetic F32 Qwen3.5 GGUF: a hybrid trunk (a Gated DeltaNet layer, an attention
+    layer) and one multi-token-prediction (nextn) layer, see tests/synthetic.py."""
+    from tests.synthetic import write_tiny_qwen35_mtp
+
+    return write_tiny_qwen35_mtp(tiny_model_dir / "tiny-qwen35-mtp.gguf", seed=0)
+
+
+@pytest.fixture(scope="session")
 def tiny_mtp_deep(tiny_model_dir: Path) -> Path:
     """The tiny GLM-4.5 MTP model with eight trunk layers: one target step costs several
     head steps (c ≈ 0.3 measured here, against ≈ 1.3 with one trunk layer)."""

@@ -376,3 +376,148 @@ def write_tiny_glm4moe_mtp(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_tiny_qwen35_mtp(
+    path: Path,
+    *,
+    n_vocab: int = 512,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_ff: int = 128,
+    ssm_state: int = 16,
+    ssm_groups: int = 2,
+    ssm_heads: int = 4,
+    ssm_conv: int = 4,
+    layers: str = "ra",
+    n_ctx_train: int = 2048,
+    seed: int = 0,
+    weight_scale: float = 1.0,
+    ssm_scale: float = 1.0,
+    mtp_perturb: float = 0.3,
+) -> Path:
+    """Write a loadable tiny Qwen3.5 (``qwen35``) GGUF (F32): a hybrid trunk of Gated
+    DeltaNet (recurrent) and gated-attention layers plus one multi-token-prediction
+    (nextn) layer; return its path.
+
+    Qwen3.5 is the family people run with both recurrent state and an MTP head. What
+    llama.cpp reads (``src/models/qwen35.cpp``, ``src/llama-arch.cpp``;
+    ``tests/test-llama-archs.cpp`` builds one the same way): RMS-norm epsilon, four
+    ``rope.dimension_sections`` (interleaved M-RoPE), ``ssm.conv_kernel``,
+    ``ssm.inner_size`` (= ``ssm.state_size`` × ``ssm.time_step_rank``: square state per
+    value head), ``ssm.state_size`` (key head size), ``ssm.time_step_rank`` (value
+    heads), ``ssm.group_count`` (key heads), ``attention.recurrent_layers`` (one flag per
+    block, the nextn block included and false), ``nextn_predict_layers``; ``block_count``
+    counts the nextn block. A recurrent block has ``attn_qkv`` {n_embd, 2·key + value},
+    ``attn_gate`` {n_embd, value}, ``ssm_conv1d`` {conv, 2·key + value}, ``ssm_dt`` bias,
+    ``ssm_a`` (negative), ``ssm_beta``/``ssm_alpha`` {n_embd, value heads}, ``ssm_norm``
+    {state}, ``ssm_out`` {value, n_embd}; an attention block has ``attn_q`` producing
+    query and gate (2 × n_head × head), ``attn_k``/``attn_v``, ``attn_output``, per-head
+    ``attn_q_norm``/``attn_k_norm``; every block has ``attn_norm``,
+    ``post_attention_norm`` and a SwiGLU feed-forward. The nextn block is an attention
+    block with ``nextn.eh_proj`` {2·n_embd, n_embd}, ``nextn.enorm``, ``nextn.hnorm``; it
+    takes the LM head and final norm from the trunk.
+
+    As in :func:`write_tiny_glm4moe_mtp`, the head imitates the trunk: token
+    embeddings have an RMS of 1, ``eh_proj`` passes the token half through, and its
+    attention and feed-forward are the last attention block's weights with relative
+    noise ``mtp_perturb``, so it agrees with the target often but not always.
+    ``ssm_scale`` scales the recurrent blocks' output projections (how much the
+    recurrent state moves the logits).
+
+    Args:
+        layers: one letter per trunk block, ``r`` Gated DeltaNet or ``a`` attention.
+    """
+    if set(layers) - {"r", "a"} or "a" not in layers:
+        raise ValueError(f"layers are 'r' and 'a' with at least one 'a', not {layers!r}")
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int, scale: float = weight_scale) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
+
+    def noisy(a: np.ndarray) -> np.ndarray:
+        return (a + rng.standard_normal(a.shape) * mtp_perturb * a.std()).astype(np.float32)
+
+    arch = "qwen35"
+    head = n_embd // n_head
+    key_dim, value_dim = ssm_state * ssm_groups, ssm_state * ssm_heads
+    writer = GGUFWriter(str(path), arch)
+    writer.add_name("tiny-qwen35-mtp-test")
+    writer.add_context_length(n_ctx_train)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(len(layers) + 1)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_dimension_count(head)
+    writer.add_array(f"{arch}.rope.dimension_sections", [head // 4] * 4)
+    writer.add_uint32(f"{arch}.ssm.conv_kernel", ssm_conv)
+    writer.add_uint32(f"{arch}.ssm.inner_size", value_dim)
+    writer.add_uint32(f"{arch}.ssm.state_size", ssm_state)
+    writer.add_uint32(f"{arch}.ssm.time_step_rank", ssm_heads)
+    writer.add_uint32(f"{arch}.ssm.group_count", ssm_groups)
+    writer.add_array(f"{arch}.attention.recurrent_layers",
+                     [c == "r" for c in layers] + [False])
+    writer.add_uint32(f"{arch}.nextn_predict_layers", 1)
+    writer.add_file_type(0)  # ALL_F32
+    vocab, scores, types = tiny_vocab(n_vocab)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(vocab)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(BOS)
+    writer.add_eos_token_id(EOS)
+    writer.add_add_bos_token(True)
+    ones = np.ones(n_embd, dtype=np.float32)
+    embd = rng.standard_normal((n_vocab, n_embd))
+    embd = (embd / np.sqrt((embd**2).mean(axis=1, keepdims=True))).astype(np.float32)
+    writer.add_tensor("token_embd.weight", embd)
+    writer.add_tensor("output_norm.weight", ones)
+    writer.add_tensor("output.weight", w(n_vocab, n_embd, scale=4.0))
+    attn: dict[str, np.ndarray] = {}
+    ffn: dict[str, np.ndarray] = {}
+    for i, kind in enumerate(layers):
+        p = f"blk.{i}."
+        writer.add_tensor(p + "attn_norm.weight", ones)
+        writer.add_tensor(p + "post_attention_norm.weight", ones)
+        ffn = {"gate": w(n_ff, n_embd), "up": w(n_ff, n_embd), "down": w(n_embd, n_ff)}
+        for name, a in ffn.items():
+            writer.add_tensor(p + f"ffn_{name}.weight", a)
+        if kind == "a":
+            attn = {"attn_q": w(2 * n_head * head, n_embd), "attn_k": w(n_head_kv * head, n_embd),
+                    "attn_v": w(n_head_kv * head, n_embd), "attn_output": w(n_embd, n_head * head)}
+            for name, a in attn.items():
+                writer.add_tensor(p + name + ".weight", a)
+            writer.add_tensor(p + "attn_q_norm.weight", np.ones(head, dtype=np.float32))
+            writer.add_tensor(p + "attn_k_norm.weight", np.ones(head, dtype=np.float32))
+            continue
+        writer.add_tensor(p + "attn_qkv.weight", w(2 * key_dim + value_dim, n_embd))
+        writer.add_tensor(p + "attn_gate.weight", w(value_dim, n_embd))
+        writer.add_tensor(p + "ssm_conv1d.weight", w(2 * key_dim + value_dim, ssm_conv, scale=1.0))
+        writer.add_tensor(p + "ssm_dt.bias", np.zeros(ssm_heads, dtype=np.float32))
+        writer.add_tensor(p + "ssm_a", -np.abs(rng.standard_normal(ssm_heads)).astype(np.float32))
+        writer.add_tensor(p + "ssm_beta.weight", w(ssm_heads, n_embd))
+        writer.add_tensor(p + "ssm_alpha.weight", w(ssm_heads, n_embd))
+        writer.add_tensor(p + "ssm_norm.weight", np.ones(ssm_state, dtype=np.float32))
+        writer.add_tensor(p + "ssm_out.weight", w(n_embd, value_dim, scale=ssm_scale))
+    p = f"blk.{len(layers)}."
+    writer.add_tensor(p + "attn_norm.weight", ones)
+    writer.add_tensor(p + "post_attention_norm.weight", ones)
+    for name, a in attn.items():
+        writer.add_tensor(p + name + ".weight", noisy(a))
+    writer.add_tensor(p + "attn_q_norm.weight", np.ones(head, dtype=np.float32))
+    writer.add_tensor(p + "attn_k_norm.weight", np.ones(head, dtype=np.float32))
+    for name, a in ffn.items():
+        writer.add_tensor(p + f"ffn_{name}.weight", noisy(a))
+    eh = np.zeros((n_embd, 2 * n_embd), dtype=np.float32)
+    eh[:, :n_embd] = np.eye(n_embd, dtype=np.float32)  # [enorm(token); hnorm(h)] → token
+    writer.add_tensor(p + "nextn.eh_proj.weight", eh)
+    writer.add_tensor(p + "nextn.enorm.weight", ones)
+    writer.add_tensor(p + "nextn.hnorm.weight", ones)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
