@@ -667,6 +667,88 @@ def scene_mtp(shot: Callable[[str], None]) -> None:
     app.quit()
 
 
+def scene_mtp_available(shot: Callable[[str], None]) -> None:
+    """Where MTP is offered: the model picker on a model that carries an MTP layer (the
+    synthetic GLM-4.5 with eight trunk layers, so one head step costs a fraction of a
+    target step), MTP preselected with its predicted speedup (α assumed as DeepSeek-V3
+    reports, c measured by the load check); then the window on SmolLM2, which has no
+    MTP layers: the drafter menu open, MTP greyed with its reason as the tooltip."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QToolTip
+
+    from app.catalog.library import LibraryConfig, save_library_config
+    from app.options import SamplingParams, SpecMode, SpeculationConfig
+    from app.store.settings import Settings
+    from app.ui.launch import create_application
+    from app.ui.picker import ModelPickerWindow
+    from tests.synthetic import write_tiny_glm4moe_mtp
+
+    home = Path(os.environ["TANDEM_HOME"])
+    models = home / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    model = write_tiny_glm4moe_mtp(models / "tiny-glm4moe-mtp-8-layers.gguf", trunk_layers=8)
+    save_library_config(LibraryConfig(models_dir=models, scan_lmstudio=False,
+                                      scan_hf_cache=False))
+    app = create_application(sys.argv[:1])
+    p = ModelPickerWindow()
+    p.resize(1380, 840)
+    p.move(10, 40)
+    p.show()
+    wait(lambda: not p.library_tab.scanning)
+    p.library_tab.choose_target(model)
+    wait(lambda: not p.library_tab.ranking and bool(p.library_tab.predictions))
+    settle(1.0)
+    p.raise_()
+    shot("mtp-picker-preselect.png")
+    p.close()
+    p.shutdown()
+
+    s = Settings()
+    s.model.target_path = SMOL
+    s.model.n_ctx = 1024
+    s.sampling = SamplingParams(temperature=0.0, max_tokens=40)
+    s.speculation = SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP)
+    app, w = open_main_window(s)
+    w.raise_()
+    combo = w.model_bar.mode_combo
+    combo.showPopup()
+    settle(0.5)
+    row = combo.findData(SpecMode("mtp"))
+    view = combo.view()
+    rect = view.visualRect(view.model().index(row, 0))
+    QToolTip.showText(view.viewport().mapToGlobal(rect.center()),
+                      str(combo.itemData(row, Qt.ItemDataRole.ToolTipRole)), view)
+    settle(0.5)
+    shot("mtp-combo-no-heads.png")
+    combo.hidePopup()
+    w.close()
+    app.quit()
+
+
+def scene_mtp_auto(shot: Callable[[str], None]) -> None:
+    """Auto on a model that carries an MTP layer (the synthetic GLM-4.5 with eight trunk
+    layers): the first reply runs the head because its prior predicts a gain, and the
+    gauge and the footer say so; the second is priced from the first's α and c."""
+    from app.options import SamplingParams, SpecMode, SpeculationConfig
+    from app.store.settings import Settings
+    from tests.synthetic import write_tiny_glm4moe_mtp
+
+    home = Path(os.environ["TANDEM_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    model = write_tiny_glm4moe_mtp(home / "tiny-glm4moe-mtp-8-layers.gguf", trunk_layers=8)
+    s = Settings()
+    s.model.target_path = model
+    s.model.n_ctx = 1024
+    s.sampling = SamplingParams(temperature=0.0, max_tokens=120)
+    s.speculation = SpeculationConfig(mode=SpecMode.AUTO)
+    app, w = open_main_window(s)
+    converse(w, ("the first reply", "the second reply"))
+    w.raise_()
+    shot("mtp-auto.png")
+    w.close()
+    app.quit()
+
+
 def scene_auto_explained(shot: Callable[[str], None]) -> None:
     """Auto saying why it chose each reply's drafter, in the gauge and every footer: a
     first reply with nothing to learn from, then replies scored from the conversation's
@@ -837,6 +919,9 @@ SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]
     "versions": (scene_versions, ("versions-2of2.png", "versions-1of2.png")),
     "speed": (scene_speed, ("gauge-measured-busy.png", "sampling-threads.png", "race-busy.png")),
     "mtp": (scene_mtp, ("mtp-gauge.png", "mtp-picker.png")),
+    "mtp-available": (scene_mtp_available, ("mtp-picker-preselect.png",
+                                            "mtp-combo-no-heads.png")),
+    "mtp-auto": (scene_mtp_auto, ("mtp-auto.png",)),
     "remote": (scene_remote, ("remote-gauge.png", "remote-connect.png")),
     "remote-vllm": (scene_remote_vllm, ("remote-vllm-gauge.png",)),
     "prefill": (scene_prefill, ("prefill-progress.png",)),

@@ -469,7 +469,8 @@ def head_estimates(session: Session, observations: Sequence[ReplyObservation],
         own = [o for o in observations if o.mode is kind.mode and o.emitted > 0]
         verified = sum(o.verified for o in own)
         costs = [o.draft_cost_ratio for o in own if o.draft_cost_ratio is not None]
-        prior = kind.predict(session.target.path) if kind.predict is not None else None
+        prior = (kind.predict(session.target.path, session.target.n_gpu_layers_requested)
+                 if kind.predict is not None else None)
         c = sum(costs) / len(costs) if costs else (prior.cost_ratio if prior else None)
         alpha = (sum(o.accepted for o in own) / verified if verified
                  else (prior.acceptance_rate if prior else None))

@@ -16,8 +16,8 @@ own native resources) and the reply's :class:`~app.options.SpeculationConfig`, a
 returns the drafter or an :class:`Unavailable` whose ``reason`` is one sentence for the
 user (no draft model loaded, the build lacks a function, the model lacks a head).
 
-A ``predict`` function (optional) gets a target GGUF's path before it is loaded and
-returns a :class:`DrafterPrediction` (the speedup it expects and the figures behind it)
+A ``predict`` function (optional) gets a target GGUF's path and the GPU layers it is
+(to be) loaded with (None: the build's default) and returns a :class:`DrafterPrediction` (the speedup it expects and the figures behind it)
 or None when nothing is known; the model picker shows it and preselects a drafter that
 predicts a gain.
 
@@ -117,7 +117,7 @@ class DrafterPrediction:
 
 Create = Callable[[DrafterHost, SpeculationConfig], "Drafter | Unavailable"]
 Replay = Callable[[SpeculationConfig, "SuffixIndex"], "Drafter"]
-Predict = Callable[[Path], "DrafterPrediction | None"]
+Predict = Callable[[Path, "int | None"], "DrafterPrediction | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +127,8 @@ class DrafterKind:
     ``create(host, spec)`` returns the drafter for one reply (it may return the same
     object reply after reply) or :class:`Unavailable`. ``replay(spec, index)``: a fresh
     model-free drafter for Auto's replays (None: Auto cannot replay it).
-    ``predict(target_path)``: its :class:`DrafterPrediction` for a target not loaded yet
-    (None: it predicts nothing before a load).
+    ``predict(target_path, n_gpu_layers)``: its :class:`DrafterPrediction` for a target
+    from what is known without running it (None: it predicts nothing).
     """
 
     info: DrafterInfo

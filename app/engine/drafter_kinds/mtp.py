@@ -75,6 +75,8 @@ MTP_INFO = DrafterInfo(
     auto_rank=3, cli_flag="--mtp",
     summary="the multi-token-prediction (nextn) layers in the target's own GGUF draft "
             "from its hidden states",
+    explanation=("The multi-token-prediction (nextn) layers in this model's own GGUF "
+                 "draft from the target's hidden states; no second model"),
     picker_expect="from the head's measured cost",
     picker_status="the model's own MTP head",
     picker_tooltip=("Drafts with the multi-token-prediction (nextn) layers this model "
@@ -302,20 +304,22 @@ def create(host: DrafterHost, spec: SpeculationConfig) -> Drafter | Unavailable:
     return made
 
 
-def predict(target: Path) -> DrafterPrediction | None:
-    """What the MTP head of the GGUF at ``target`` promises before it is loaded: α =
+def predict(target: Path, n_gpu_layers: int | None = None) -> DrafterPrediction | None:
+    """What the MTP head of the GGUF at ``target`` promises before it drafts: α =
     :data:`MTP_PRIOR_ACCEPTANCE`, c as the load check's child measured it
-    (:attr:`app.catalog.loadcheck.LoadVerdict.mtp_cost_ratio`), k = :data:`MTP_K`. None
-    when the file was not checked yet, its head did not run there, or c was not
-    measured (a verdict remembered before it was)."""
-    try:
-        verdict = cached_verdict(target)
-    except TandemError:
-        return None
-    if verdict is None or verdict.mtp != "ok" or verdict.mtp_cost_ratio is None:
-        return None
-    return DrafterPrediction(MTP_PRIOR_ACCEPTANCE, verdict.mtp_cost_ratio, MTP_K,
-                             "measured by the load check")
+    (:attr:`app.catalog.loadcheck.LoadVerdict.mtp_cost_ratio`, checked with
+    ``n_gpu_layers``, else with the build's default), k = :data:`MTP_K`. None when the
+    file was not checked yet, its head did not run there, or c was not measured (a
+    verdict remembered before it was)."""
+    for layers in dict.fromkeys((n_gpu_layers, None)):
+        try:
+            verdict = cached_verdict(target, n_gpu_layers=layers)
+        except TandemError:
+            return None
+        if verdict is not None and verdict.mtp == "ok" and verdict.mtp_cost_ratio is not None:
+            return DrafterPrediction(MTP_PRIOR_ACCEPTANCE, verdict.mtp_cost_ratio, MTP_K,
+                                     "measured by the load check")
+    return None
 
 
 KIND = register(MTP_INFO, create, predict=predict)

@@ -175,7 +175,7 @@ def drafter_predictions(target: LibraryEntry) -> tuple[tuple[SpecMode, DrafterPr
     for kind in kinds():
         if kind.predict is None or drafter_unusable(kind.info, target.info) is not None:
             continue
-        prediction = kind.predict(target.path)
+        prediction = kind.predict(target.path, None)  # as the library's load check ran
         if prediction is not None:
             out.append((kind.mode, prediction))
     return tuple(out)

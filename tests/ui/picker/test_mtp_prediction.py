@@ -36,11 +36,11 @@ def test_mtp_predicts_from_the_load_checks_measured_cost(tiny_mtp: Path,
     verdict = loadcheck.check_loads(tiny_mtp)
     assert verdict.mtp == "ok" and verdict.mtp_cost_ratio is not None
     assert verdict.mtp_cost_ratio > 0
-    p = kind.predict(tiny_mtp)
+    p = kind.predict(tiny_mtp, None)
     assert p == DrafterPrediction(MTP_PRIOR_ACCEPTANCE, verdict.mtp_cost_ratio, MTP_K,
                                   "measured by the load check")
     loadcheck.check_loads(tiny_target)
-    assert kind.predict(tiny_target) is None  # no head ran there
+    assert kind.predict(tiny_target, None) is None  # no head ran there
 
 
 @pytest.fixture
