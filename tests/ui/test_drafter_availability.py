@@ -71,3 +71,11 @@ def test_the_drafter_menu_greys_mtp_for_a_model_without_heads(
     assert _menu(bar)[MTP.value] == (True, "")
     bar.set_model(None)
     assert _menu(bar)[MTP.value] == (True, "")
+
+
+def test_the_race_offers_mtp_only_for_a_model_with_heads() -> None:
+    from app.ui.race.race_window import race_drafters
+
+    assert MTP in {m for m, _ in race_drafters(None)}  # nothing known: listed
+    assert MTP not in {m for m, _ in race_drafters(None, _Heads(0))}  # type: ignore[arg-type]
+    assert MTP in {m for m, _ in race_drafters(None, _Heads(1))}  # type: ignore[arg-type]

@@ -72,6 +72,7 @@ from app.options import (
     SpecMode,
     SpeculationConfig,
     drafter_infos,
+    drafter_unusable,
 )
 from app.ui.qt_compat import apply_qt_workarounds
 from app.ui.race.calculator import SpeedupCalculatorWidget
@@ -131,12 +132,14 @@ def _examples() -> list[tuple[str, BenchPrompt]]:
     return out
 
 
-def race_drafters(draft_path: Path | None) -> list[tuple[SpecMode, str]]:
+def race_drafters(draft_path: Path | None, model: ModelInfo | None = None
+                  ) -> list[tuple[SpecMode, str]]:
     """The drafters a race can use, from the registry, with their labels: those that
-    need no second model first, then a drafter that needs a draft model when one is
-    loaded (labelled with its file name)."""
+    need no second model first (without those the loaded ``model`` cannot use:
+    :func:`app.options.drafter_unusable`, MTP on a model without its layers), then a
+    drafter that needs a draft model when one is loaded (labelled with its file name)."""
     free = [(SpecMode(i.mode), i.label) for i in drafter_infos()
-            if i.needs is not DrafterNeeds.DRAFT_MODEL]
+            if i.needs is not DrafterNeeds.DRAFT_MODEL and drafter_unusable(i, model) is None]
     drafts = [(SpecMode(i.mode), f"{i.label} · {draft_path.name}") for i in drafter_infos()
               if i.needs is DrafterNeeds.DRAFT_MODEL and draft_path is not None]
     return free + drafts
@@ -261,7 +264,8 @@ class RaceWindow(QMainWindow):
         row.setSpacing(8)
         row.addWidget(QLabel("Drafter"))
         self.drafter_combo = QComboBox()
-        for mode, label in race_drafters(self.model.draft_path):
+        for mode, label in race_drafters(self.model.draft_path,
+                                         self.model if self.model.remote is None else None):
             self.drafter_combo.addItem(label, mode)
         idx = self.drafter_combo.findData(self._speculation.mode)
         self.drafter_combo.setCurrentIndex(max(0, idx))
