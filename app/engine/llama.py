@@ -544,7 +544,10 @@ class LlamaContext:
         #: recurrent-state snapshots per sequence llama.cpp kept (0: no partial rollback
         #: of recurrent state; see the n_rs_seq argument)
         self.n_rs_seq: int = int(L.llama_n_rs_seq(ptr)) if n_rs_seq > 0 else 0
-        self._recurrent = model.is_recurrent
+        # an MTP context of a hybrid model keeps a plain attention KV cache of its nextn
+        # layers only (llama.cpp's llama_model::create_memory: "Dense MTP heads use a
+        # plain attention KV cache instead of the hybrid wrapper"), which rolls back freely
+        self._recurrent = model.is_recurrent and context_type != CONTEXT_TYPE_MTP
         #: positions a partial seq_rm may remove now (recurrent memory only; see seq_rm)
         self._rollback_room = 0
         self._mem = L.llama_get_memory(ptr)

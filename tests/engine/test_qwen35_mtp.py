@@ -15,11 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from app.catalog.gguf_meta import inspect_gguf
 from app.catalog.loadcheck import check_loads
 from app.engine.divergence import SamplingTrace, compare_traces
+from app.engine.llama import CONTEXT_TYPE_MTP, LlamaContext
 from app.engine.rounds import FAULTS, Verifier
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpecMode, SpeculationConfig
@@ -75,6 +77,25 @@ def test_every_drafter_equals_plain_decoding(qwen35: Session, sampling: Sampling
         # the head is right often, not always: the recurrent state was rolled back
         # through the snapshots after each rejection, and the output stayed the target's
         assert 0 < accepted < verified
+
+
+def test_the_heads_own_cache_rolls_back_draft_positions(qwen35: Session) -> None:
+    """llama.cpp gives the MTP context of a hybrid Qwen a plain attention KV cache (its
+    nextn layer only): the draft's positions leave it again, so the head never has to
+    rebuild its cache from the whole conversation (which cost 14 target steps per draft
+    step at k = 2 while this was refused as for recurrent memory)."""
+    model = qwen35.target
+    head = LlamaContext(model, n_ctx=64, n_batch=64, n_threads=1, n_outputs_max=1,
+                        context_type=CONTEXT_TYPE_MTP)
+    try:
+        rows = np.zeros((4, model.n_embd_out), dtype=np.float32)
+        head.decode_with_hidden([1, 5, 6, 7], [0, 1, 2, 3], rows, logits_last=True)
+        head.decode_with_hidden([8, 9], [4, 5], rows[:2], logits_last=True)
+        assert head.seq_rm(4, -1) and head.pos_max() == 3  # both draft positions
+        head.decode_with_hidden([8], [4], rows[:1], logits_last=True)
+        assert head.seq_rm(4, -1) and head.pos_max() == 3
+    finally:
+        head.close()
 
 
 def test_a_rollback_that_keeps_rejected_state_is_caught(qwen35: Session) -> None:
