@@ -168,6 +168,9 @@ class GGUFInfo:
         nextn_layers: multi-token-prediction (nextn) layers after the trunk,
             ``<arch>.nextn_predict_layers`` (0 without that key): the heads the MTP
             drafter runs (:mod:`app.engine.drafter_kinds.mtp`).
+        embedding_length: hidden size, ``<arch>.embedding_length`` (None without it).
+        embedding_length_out: ``<arch>.embedding_length_out``: for an MTP assistant the
+            width of the target's hidden state it takes (None without that key).
     """
 
     path: str
@@ -193,6 +196,8 @@ class GGUFInfo:
     n_tensors: int
     gguf_version: int
     nextn_layers: int = 0
+    embedding_length: int | None = None
+    embedding_length_out: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (tuples become lists)."""
@@ -707,6 +712,8 @@ def _build_info(
         n_tensors=len(tensors),
         gguf_version=first.version,
         nextn_layers=_int_kv(kv, f"{arch}.nextn_predict_layers") or 0,
+        embedding_length=_int_kv(kv, f"{arch}.embedding_length"),
+        embedding_length_out=_int_kv(kv, f"{arch}.embedding_length_out"),
         **tok,
     )
     return info, first.tokens or []
@@ -751,7 +758,7 @@ def _model_parts(path: Path) -> list[Path]:
 # --------------------------------------------------------------------------- cache
 
 
-_CACHE_VERSION = 2  # 2: GGUFInfo.nextn_layers
+_CACHE_VERSION = 3  # 2: GGUFInfo.nextn_layers; 3: embedding_length(_out)
 _cache_lock = threading.Lock()
 
 

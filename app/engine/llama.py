@@ -471,6 +471,10 @@ class LlamaContext:
             layers (the model must be loaded with ``load_mtp``), and every token it
             evaluates comes with the trunk's hidden state at the position before
             (:meth:`decode_with_hidden`).
+        ctx_other: for an MTP assistant's context (Gemma 4's ``gemma4-assistant``): the
+            target's context, whose KV cache the assistant reads instead of keeping its
+            own (``llama_context_params.ctx_other``; llama.cpp refuses such a model's
+            context without it). This context is closed before ``ctx_other`` is.
 
     Raises:
         ModelLoadError: llama.cpp could not create the context (usually out of memory).
@@ -491,10 +495,13 @@ class LlamaContext:
         type_v: int | None = None,
         n_rs_seq: int = 0,
         context_type: int = 0,
+        ctx_other: LlamaContext | None = None,
     ) -> None:
         self._ptr: Any = None
         self._batch: Any = None
         self._hidden_batch: Any = None
+        #: contexts that read this one's memory (``ctx_other``): freed before it
+        self._readers: weakref.WeakSet[LlamaContext] = weakref.WeakSet()
         L = lib()
         self.model = model
         params = L.llama_context_default_params()
@@ -522,6 +529,8 @@ class LlamaContext:
         params.swa_full = False
         if context_type:
             params.ctx_type = context_type
+        if ctx_other is not None:
+            params.ctx_other = ctx_other.ptr
         _take_native_errors()
         ptr = L.llama_init_from_model(model.ptr, params)
         if not ptr:
@@ -529,6 +538,8 @@ class LlamaContext:
             raise ModelLoadError(f"Could not create a context of {n_ctx} tokens: {why}")
         self._ptr = ptr
         model._contexts.add(self)
+        if ctx_other is not None:
+            ctx_other._readers.add(self)
         # llama.cpp may round the cache size up (to a multiple of 256); the window the
         # caller asked for is the limit we enforce, so n_ctx means the same everywhere.
         self.n_ctx: int = min(n_ctx, int(L.llama_n_ctx(ptr)))
@@ -900,7 +911,10 @@ class LlamaContext:
         return self._ptr is None
 
     def close(self) -> None:
-        """Free the batch and the context. Idempotent."""
+        """Free the batch and the context (and first the contexts that read its memory:
+        ``ctx_other``). Idempotent."""
+        for reader in list(getattr(self, "_readers", ())):
+            reader.close()
         L = lib()
         if self._batch is not None:
             batch, self._batch = self._batch, None
