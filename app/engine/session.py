@@ -41,7 +41,7 @@ from app.engine.drafter_kinds import Unavailable, kind_for
 from app.engine.drafters import Drafter, DraftModelDrafter
 from app.engine.events import ContextTrimmed, Event, PrefillProgress, StatsUpdate, TextDelta
 from app.engine.reply import FinishReason, ReplyRecord, ReplyRequest, Span, add_span, clip_spans
-from app.engine.exact import EXACT_CONTEXT, EXACT_KV_BLOCK, exact_blockers
+from app.engine.exact import EXACT_CONTEXT, EXACT_KV_BLOCK, ContextSettings, exact_blockers
 from app.engine.llama import (
     VOCAB_TYPE_NAMES,
     DecodeAborted,
@@ -447,7 +447,7 @@ class Session:
                 n_batch=config.n_batch,
                 n_threads=config.n_threads or default_threads(),
                 n_rs_seq=config.rollback_depth if target.is_recurrent else 0,
-                **(EXACT_CONTEXT if exact else {}),
+                **(EXACT_CONTEXT if exact else ContextSettings()),
             )
         except BaseException:
             target.close()
