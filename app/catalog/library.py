@@ -43,6 +43,7 @@ from app.catalog.pairing import (
     DraftCandidate,
     ModelShape,
     VocabView,
+    is_assistant_arch,
     rank_drafts,
     unreadable_candidate,
 )
@@ -749,6 +750,15 @@ def drafts_for(target: LibraryEntry, candidates: Sequence[LibraryEntry]) -> list
     return rank_drafts(target_vocab, target_size, readable,
                        target_shape=model_shape(target.info), shape_of=lambda e: model_shape(e.info)
                        ) + unreadable
+
+
+def is_assistant_file(path: Path) -> bool:
+    """Whether the GGUF at ``path`` is an MTP assistant (:func:`app.catalog.pairing.
+    is_assistant_arch`); False when its header cannot be read."""
+    try:
+        return is_assistant_arch(inspect_gguf(path).architecture)
+    except (TandemError, OSError):
+        return False
 
 
 def model_shape(info: GGUFInfo | None) -> ModelShape | None:

@@ -255,6 +255,24 @@ def check_assistant_pair(
     return PairResult(all(c.ok for c in checks), checks, vocab.warnings)
 
 
+def check_drafter_pair(
+    target: VocabView,
+    draft: VocabView,
+    *,
+    target_shape: ModelShape | None = None,
+    draft_shape: ModelShape | None = None,
+    target_size: int | None = None,
+    draft_size: int | None = None,
+) -> PairResult:
+    """:func:`check_assistant_pair` when ``draft_shape`` is an MTP assistant's (an
+    unknown target shape then fails its rules), else :func:`check_pair`."""
+    if draft_shape is not None and is_assistant_arch(draft_shape.arch):
+        return check_assistant_pair(target, target_shape or ModelShape("unknown", 0, 0),
+                                    draft, draft_shape, target_size=target_size,
+                                    assistant_size=draft_size)
+    return check_pair(target, draft, target_size=target_size, draft_size=draft_size)
+
+
 def _first_text_mismatch(
     target: VocabView, draft: VocabView, n_common: int, block: int = 8192
 ) -> tuple[int, bytes, bytes] | None:
@@ -353,12 +371,8 @@ def rank_drafts(
     for key, vocab, size in candidates:
         shape = shape_of(key) if shape_of is not None else None
         assistant = shape is not None and is_assistant_arch(shape.arch)
-        if shape is not None and assistant:
-            result = check_assistant_pair(target, target_shape or ModelShape("unknown", 0, 0),
-                                          vocab, shape, target_size=target_size,
-                                          assistant_size=size)
-        else:
-            result = check_pair(target, vocab, target_size=target_size, draft_size=size)
+        result = check_drafter_pair(target, vocab, target_shape=target_shape, draft_shape=shape,
+                                    target_size=target_size, draft_size=size)
         c = estimate_draft_cost_ratio(target_size, size) if target_size and size is not None else None
         ranked.append(DraftCandidate(key, result, c, assistant))
 

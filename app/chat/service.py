@@ -269,7 +269,7 @@ def describe_session(session: Session, seconds: float) -> ModelInfo:
             if not gpu
             else "GPU layers are set to 0"
         )
-    draft = session.draft_model
+    draft = session.draft_model or session.assistant_model
     return ModelInfo(
         target_path=session.config.target_path,
         target_name=session.target.name,
@@ -685,7 +685,7 @@ class ChatService:
     def _set_draft(self, ctx: JobContext, path: Path | None) -> DraftChanged:
         session = ctx.session
         session.set_draft_model(path)
-        draft = session.draft_model
+        draft = session.draft_model or session.assistant_model
         return DraftChanged(draft.path, draft.name) if draft is not None else DraftChanged(None, None)
 
     def _stream(
