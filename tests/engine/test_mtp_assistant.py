@@ -239,3 +239,44 @@ def test_the_command_line_takes_the_assistant(models: dict[str, Path],
     assert spec["stats"]["mode"] == "mtp" and spec["stats"]["accepted"] > 0
     assert main([*common, "--mtp-assistant", str(models["assistant"]), "--prompt-lookup"]) != 0
     assert "--mtp-assistant drafts with MTP" in capsys.readouterr().err
+
+
+def test_serve_drafts_with_the_assistant_per_request(models: dict[str, Path],
+                                                     tmp_path_factory: pytest.TempPathFactory
+                                                     ) -> None:
+    """``serve --mtp-assistant``: a request asking ``"speculation": {"mode": "mtp"}``
+    drafts with the assistant (llama-server's timings count its tokens) through the real
+    ``openai`` client, and the text is the plain reply's."""
+    import os
+    import subprocess
+    import sys
+
+    import openai
+
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--model", str(models["target"]),
+         "--mtp-assistant", str(models["assistant"]), "--port", "0", "--n-ctx", "512",
+         "--threads", "1"],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "TANDEM_HOME": str(tmp_path_factory.mktemp("serve-assistant"))})
+    try:
+        assert proc.stdout is not None
+        base = proc.stdout.readline().strip()
+        assert base.startswith("http://"), proc.stderr.read() if proc.stderr else ""
+        client = openai.OpenAI(base_url=base, api_key="unused", max_retries=0)
+        texts = {}
+        for mode in ("mtp", "off"):
+            r = client.chat.completions.create(
+                model="target", messages=[{"role": "user", "content": "hello there"}],
+                max_tokens=40, temperature=0,
+                extra_body={"speculation": {"mode": mode, "draft_max": 3, "adaptive": False}})
+            extra = r.model_extra or {}
+            assert extra["tandem"]["mode"] == mode
+            if mode == "mtp":
+                assert 0 < extra["timings"]["draft_n_accepted"] <= extra["timings"]["draft_n"]
+            texts[mode] = r.choices[0].message.content
+        assert texts["mtp"] == texts["off"]
+    finally:
+        proc.terminate()
+        proc.wait(60)
