@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
+from app.catalog.library import is_assistant_file
 from app.catalog.model_file import check_model_file
 from app.engine.drafter_kinds import kinds
 from app.engine.session import SessionConfig
@@ -186,10 +187,18 @@ def drafter_mode(args: argparse.Namespace, *, off: bool = False) -> SpecMode:
 def check_model_files(args: argparse.Namespace) -> None:
     """Raises ModelPathError for a --model, --draft or --mtp-assistant that is not a
     readable file (missing, a folder, a pipe, a dangling link; see
-    :func:`app.catalog.model_file.check_model_file`)."""
-    for path in (args.model, args.draft, getattr(args, "mtp_assistant", None)):
+    :func:`app.catalog.model_file.check_model_file`), and TandemError for an MTP
+    assistant given as --draft or another model given as --mtp-assistant."""
+    assistant = getattr(args, "mtp_assistant", None)
+    for path in (args.model, args.draft, assistant):
         if path is not None:
             check_model_file(path)
+    if assistant is not None and not is_assistant_file(assistant):
+        raise TandemError(f"{Path(assistant).name} is not an MTP assistant; give a draft "
+                          "model with --draft.")
+    if args.draft is not None and is_assistant_file(args.draft):
+        raise TandemError(f"{Path(args.draft).name} is an MTP assistant; give it with "
+                          "--mtp-assistant.")
 
 
 class PromptOptions(BaseModel):

@@ -239,6 +239,12 @@ def test_the_command_line_takes_the_assistant(models: dict[str, Path],
     assert spec["stats"]["mode"] == "mtp" and spec["stats"]["accepted"] > 0
     assert main([*common, "--mtp-assistant", str(models["assistant"]), "--prompt-lookup"]) != 0
     assert "--mtp-assistant drafts with MTP" in capsys.readouterr().err
+    assert main([*common, "--draft", str(models["assistant"])]) != 0
+    assert "assistant.gguf is an MTP assistant; give it with --mtp-assistant." in (
+        capsys.readouterr().err)
+    assert main([*common, "--mtp-assistant", str(models["target"])]) != 0
+    assert "target.gguf is not an MTP assistant; give a draft model with --draft." in (
+        capsys.readouterr().err)
 
 
 def test_serve_drafts_with_the_assistant_per_request(models: dict[str, Path],
