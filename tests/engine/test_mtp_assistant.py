@@ -286,3 +286,43 @@ def test_serve_drafts_with_the_assistant_per_request(models: dict[str, Path],
     finally:
         proc.terminate()
         proc.wait(60)
+
+
+def test_the_chat_service_loads_the_assistant_as_the_drafter_model(models: dict[str, Path]
+                                                                  ) -> None:
+    """The window's path: the target loads, then the assistant in the drafter model's
+    place (the model bar names it), and an MTP reply drafts with it."""
+    from app.chat.service import ChatService
+    from app.engine.chat import ChatMessage
+
+    service = ChatService()
+    try:
+        service.load(SessionConfig(target_path=models["target"], n_ctx=256,
+                                   n_threads=1)).result(120)
+        changed = service.set_draft_model(models["assistant"]).result(120)
+        assert (changed.path, changed.name) == (models["assistant"], "tiny-gemma4-assistant-test")
+        fin = service.reply((ChatMessage("user", "hello"),),
+                            SamplingParams(temperature=0.0, max_tokens=24),
+                            SpeculationConfig(mode="mtp", draft_max=3, adaptive=False)).result(120)
+        assert fin.stats.mode is MTP and fin.stats.accepted > 0 and fin.note is None
+    finally:
+        service.shutdown()
+
+
+def test_the_window_loads_a_saved_assistant_after_the_target_in_mtp_mode(
+        models: dict[str, Path], tmp_path: Path) -> None:
+    """The chat controller (fake service): with MTP chosen and an assistant saved as the
+    drafter model, loading the target loads the assistant too; a saved draft model is
+    not loaded in MTP mode."""
+    from tests.chat.fakes import Script
+    from tests.chat.test_controller import Rig
+
+    for draft, loaded in ((models["assistant"], True), (models["target"], False)):
+        rig = Rig(tmp_path, Script())
+        rig.settings.model.draft_path = draft
+        rig.settings.speculation = SpeculationConfig(mode="mtp")
+        rig.start()
+        rig.pump.until(rig.c, lambda: not rig.c.loading)
+        assert rig.c.model_info is not None
+        assert (rig.c.model_info.draft_path == draft) is loaded
+        rig.c.close()
