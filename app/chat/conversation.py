@@ -544,7 +544,8 @@ class ChatController:
                 remember_opened_model(value.path)
             if self.model_info is not None:
                 self.model_info = replace(self.model_info, draft_path=value.path,
-                                          draft_name=value.name)
+                                          draft_name=value.name,
+                                          draft_is_assistant=value.assistant)
                 self.view.model_changed(self.model_info)
             self.view.state_changed()
         elif isinstance(value, DemoPrepared):

@@ -192,6 +192,8 @@ class ModelInfo:
     exact_verification: bool = False
     exact_notes: tuple[str, ...] = ()
     remote: RemoteConnected | None = None
+    #: the drafter model is an MTP assistant (Gemma 4's), which drafts as MTP
+    draft_is_assistant: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,10 +226,12 @@ def remote_model_info(connected: RemoteConnected, seconds: float) -> ModelInfo:
 
 @dataclass(frozen=True, slots=True)
 class DraftChanged:
-    """The draft model now loaded (None: none)."""
+    """The draft model now loaded (None: none); ``assistant``: it is an MTP assistant,
+    which drafts as MTP."""
 
     path: Path | None
     name: str | None
+    assistant: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -286,6 +286,7 @@ def describe_session(session: Session, seconds: float) -> ModelInfo:
         notes=tuple(session.notes),
         exact_verification=session.exact_verification,
         exact_notes=_exact_verification_notes(session),
+        draft_is_assistant=session.assistant_model is not None,
     )
 
 
@@ -686,7 +687,9 @@ class ChatService:
         session = ctx.session
         session.set_draft_model(path)
         draft = session.draft_model or session.assistant_model
-        return DraftChanged(draft.path, draft.name) if draft is not None else DraftChanged(None, None)
+        if draft is None:
+            return DraftChanged(None, None)
+        return DraftChanged(draft.path, draft.name, session.assistant_model is not None)
 
     def _stream(
         self,

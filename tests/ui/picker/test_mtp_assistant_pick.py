@@ -52,3 +52,23 @@ def test_a_paired_assistant_is_offered_as_the_mtp_drafter(qtbot, gemma4_dir: Pat
     assert (s.model.draft_path, s.speculation.mode) == (assistant, "mtp")
     picker.close()
     assert picker.shutdown()
+
+
+def test_the_model_bar_names_the_assistant_with_the_mtp_drafter(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from app.chat.events import ModelInfo
+    from app.options import SpecMode, SpeculationConfig
+    from app.ui.model_bar import ModelBarWidget
+
+    bar = ModelBarWidget()
+    qtbot.addWidget(bar)
+    info = ModelInfo(target_path=Path("gemma4.gguf"), target_name="gemma4",
+                     draft_path=Path("gemma4-assistant.gguf"), draft_name="assistant",
+                     n_ctx=256, n_layer=6, n_gpu_layers=0, gpu_supported=False,
+                     cpu_reason="no GPU", uses_fallback_template=True, load_seconds=0.1,
+                     draft_is_assistant=True)
+    bar.set_model(info)
+    bar.set_speculation(SpeculationConfig(mode=SpecMode("mtp")))
+    assert bar.draft_button.isVisibleTo(bar)
+    assert bar.draft_button.toolTip().startswith("MTP assistant: gemma4-assistant.gguf")
+    bar.set_speculation(SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP))
+    assert not bar.draft_button.isVisibleTo(bar)
