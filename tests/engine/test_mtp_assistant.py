@@ -112,6 +112,26 @@ def test_an_assistant_that_imitates_the_target_is_accepted_more(models: dict[str
     assert acc / ver < acc_copy / ver_copy - 0.15
 
 
+def test_a_sliding_window_shorter_than_the_reply_stays_exact(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Gemma's sliding-window layers with a window of 16 (the target keeps n_swa +
+    n_ubatch cells there): the assistant reads that cache past the window's start and
+    the output stays the plain reply's."""
+    d = tmp_path_factory.mktemp("gemma4-swa")
+    target = write_tiny_gemma4(d / "t.gguf", n_swa=16)
+    assistant = write_tiny_gemma4_assistant(d / "a.gguf", n_swa=16)
+    accepted = 0
+    with Session.open(SessionConfig(target_path=target, draft_path=assistant, n_ctx=256,
+                                    n_threads=1)) as s:
+        for prompt in prompts()[:4]:
+            plain = run(s, prompt, SAMPLINGS[0], SpeculationConfig(mode="off"))
+            r = run(s, prompt, SAMPLINGS[0], SpeculationConfig(mode="mtp", draft_max=4,
+                                                               adaptive=False))
+            assert r.ids == plain.ids and len(prompt) + len(r.ids) > 16
+            accepted += r.stats.accepted
+    assert accepted > 0
+
+
 def test_follow_up_turns_and_drafter_switches_stay_exact(paired: Session) -> None:
     greedy = SAMPLINGS[0]
     for prompt in prompts()[:4]:
