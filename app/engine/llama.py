@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -437,6 +437,25 @@ class LlamaModel:
 LogitsRequest = Literal["last", "all", "none"]
 
 
+class KVSettings(TypedDict):
+    """A context's KV cache settings as :class:`LlamaContext` was asked for them
+    (keyword arguments; None: llama.cpp's default)."""
+
+    flash_attn: int | None
+    type_k: int | None
+    type_v: int | None
+
+
+def _apply_kv_settings(params: Any, kv: KVSettings) -> None:
+    """Set ``llama_context_params``' flash attention and K/V cache types where given."""
+    if kv["flash_attn"] is not None:
+        params.flash_attn_type = kv["flash_attn"]
+    if kv["type_k"] is not None:
+        params.type_k = kv["type_k"]
+    if kv["type_v"] is not None:
+        params.type_v = kv["type_v"]
+
+
 class DecodeAborted(Exception):
     """A decode was aborted through :meth:`LlamaContext.abortable`; the KV cache may
     hold part of the batch, so the caller must empty or resynchronise it."""
@@ -508,12 +527,10 @@ class LlamaContext:
         params.n_ctx = n_ctx
         params.n_batch = n_batch
         params.n_ubatch = min(n_batch, 512) if n_ubatch is None else min(n_batch, n_ubatch)
-        if flash_attn is not None:
-            params.flash_attn_type = flash_attn
-        if type_k is not None:
-            params.type_k = type_k
-        if type_v is not None:
-            params.type_v = type_v
+        #: the KV cache settings asked for (flash attention and K/V types; None: llama.cpp's
+        #: default): a context that reads this one's cache (``ctx_other``) must ask the same
+        self.kv_settings = KVSettings(flash_attn=flash_attn, type_k=type_k, type_v=type_v)
+        _apply_kv_settings(params, self.kv_settings)
         if n_threads is not None:
             params.n_threads = n_threads
             params.n_threads_batch = n_threads_batch or n_threads

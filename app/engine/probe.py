@@ -206,7 +206,8 @@ def _probe_assistant(path: Path, target_path: Path, n_gpu_layers: int | None) ->
     Raises:
         _Refused: llama.cpp refused a step (its words).
     """
-    from app.engine.llama import CONTEXT_TYPE_MTP, LlamaContext, LlamaModel
+    from app.engine.drafter_kinds.mtp import assistant_context
+    from app.engine.llama import LlamaContext, LlamaModel
 
     stage = "load"
     try:
@@ -223,9 +224,7 @@ def _probe_assistant(path: Path, target_path: Path, n_gpu_layers: int | None) ->
                 tctx.decode([first, (first + 1) % max(1, target.n_vocab)], 0, logits="last")
                 stage = "context"
                 _say("stage context")
-                actx = LlamaContext(assistant, n_ctx=PROBE_N_CTX, n_batch=1,
-                                    n_threads=tctx.n_threads, n_outputs_max=1,
-                                    context_type=CONTEXT_TYPE_MTP, ctx_other=tctx)
+                actx = assistant_context(assistant, tctx)
                 stage = "decode"
                 _say("stage decode")
                 h = rows[0][1:2]

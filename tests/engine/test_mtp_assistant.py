@@ -346,3 +346,32 @@ def test_the_window_loads_a_saved_assistant_after_the_target_in_mtp_mode(
         assert rig.c.model_info is not None
         assert (rig.c.model_info.draft_path == draft) is loaded
         rig.c.close()
+
+
+@pytest.mark.parametrize("flash_attn", [0, 1], ids=["fa-off", "fa-on"])
+def test_the_assistant_reads_the_cache_as_the_target_laid_it_out(models: dict[str, Path],
+                                                                 flash_attn: int) -> None:
+    """The assistant's context (:func:`assistant_context`, as the drafter and the probe
+    make it) asks for the target's KV settings: with flash attention
+    off, llama.cpp lays V out transposed, and an assistant context left at the default
+    (auto: on here) read it wrongly (25 of 30 next tokens right instead of 30, measured
+    on this pair). Unperturbed, the assistant predicts every next token here."""
+    from app.engine.drafter_kinds.mtp import AssistantDrafter, assistant_context
+    from app.engine.llama import LlamaContext, LlamaModel
+
+    with LlamaModel(models["target"]) as t, LlamaModel(models["copy"]) as a:
+        tctx = LlamaContext(t, n_ctx=256, n_threads=1, flash_attn=flash_attn)
+        drafter = AssistantDrafter(tctx, assistant_context(a, tctx))
+        drafter.listen()
+        tokens = [1, *range(260, 280)]
+        tctx.decode(tokens, 0)
+        right = 0
+        for _ in range(30):
+            token = int(tctx.logits(-1).argmax())
+            draft = drafter.draft([*tokens, token], 1)
+            tctx.decode([token], len(tokens))
+            tokens.append(token)
+            right += draft == [int(tctx.logits(-1).argmax())]
+        drafter.close()
+        tctx.close()
+    assert right == 30

@@ -318,6 +318,21 @@ class AssistantDrafter:
         self.ctx.close()
 
 
+def assistant_context(assistant: LlamaModel, target_ctx: LlamaContext) -> LlamaContext:
+    """The MTP context of ``assistant`` on ``target_ctx``'s KV cache: one token a pass,
+    logits and hidden state for it, ``n_ctx`` and threads as the target's, and the
+    target's KV settings (the assistant reads the cache's tensors as the target laid
+    them out: with flash attention off llama.cpp stores V transposed).
+
+    Raises:
+        ModelLoadError: llama.cpp could not create it.
+    """
+    return LlamaContext(assistant, n_ctx=target_ctx.n_ctx, n_batch=1,
+                        n_threads=target_ctx.n_threads, n_outputs_max=1,
+                        context_type=CONTEXT_TYPE_MTP, ctx_other=target_ctx,
+                        **target_ctx.kv_settings)
+
+
 def _create_assistant(host: DrafterHost, spec: SpeculationConfig, assistant: LlamaModel
                       ) -> Drafter | Unavailable:
     """The session's assistant drafter (made once per loaded assistant) listening to this
@@ -330,9 +345,7 @@ def _create_assistant(host: DrafterHost, spec: SpeculationConfig, assistant: Lla
     def make() -> Drafter | Unavailable:
         tctx = host.ctx
         try:
-            ctx = LlamaContext(assistant, n_ctx=tctx.n_ctx, n_batch=1,
-                               n_threads=tctx.n_threads, n_outputs_max=1,
-                               context_type=CONTEXT_TYPE_MTP, ctx_other=tctx)
+            ctx = assistant_context(assistant, tctx)
         except TandemError as exc:
             return Unavailable(f"The MTP assistant's context could not be created: {exc}")
         return AssistantDrafter(tctx, ctx)
