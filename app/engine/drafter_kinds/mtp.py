@@ -76,7 +76,7 @@ MTP_INFO = DrafterInfo(
     needs=DrafterNeeds.MTP_HEAD, default_k=MTP_K, options=("draft_p_min",),
     auto_rank=None, cli_flag="--mtp",
     summary="the multi-token-prediction (nextn) layers in the target's own GGUF, or an "
-            "MTP assistant GGUF paired with it (--draft), draft from its hidden states")
+            "MTP assistant GGUF paired with it, draft from its hidden states")
 
 #: rows for the head: tokens, their positions, the target's hidden state one position
 #: before each
