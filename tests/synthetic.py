@@ -461,6 +461,33 @@ def write_tiny_qwen35_mtp(
     writer.add_array(f"{arch}.attention.recurrent_layers",
                      [c == "r" for c in layers] + [False])
     writer.add_uint32(f"{arch}.nextn_predict_layers", 1)
+#: The assistant's layers: one sliding-window and one full-attention layer, which read
+#: the target's last two layers' KV cache (llama.cpp's ``share`` rule for
+#: ``gemma4-assistant``: its sliding-window layers read the target's layer n − 2, its
+#: full-attention layers layer n − 1)
+ASSISTANT_LAYERS = ("swa", "full")
+
+
+def _gemma4_common(writer: GGUFWriter, arch: str, layers: Sequence[str], *, n_vocab: int,
+                   n_embd: int, n_head: int, head: int, n_ff: int, n_ctx_train: int,
+                   n_swa: int) -> None:
+    """The hyperparameters and vocabulary a Gemma 4 target and its assistant share (head
+    sizes, rope, sliding window and the per-layer pattern, norm epsilon)."""
+    writer.add_context_length(n_ctx_train)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(len(layers))
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head)
+    writer.add_key_length(head)
+    writer.add_value_length(head)
+    writer.add_uint32(f"{arch}.attention.key_length_swa", head)
+    writer.add_uint32(f"{arch}.attention.value_length_swa", head)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_float32(f"{arch}.rope.freq_base_swa", 10000.0)
+    writer.add_sliding_window(n_swa)
+    writer.add_array(f"{arch}.attention.sliding_window_pattern", [k == "swa" for k in layers])
     writer.add_file_type(0)  # ALL_F32
     vocab, scores, types = tiny_vocab(n_vocab)
     writer.add_tokenizer_model("llama")
@@ -516,8 +543,181 @@ def write_tiny_qwen35_mtp(
     writer.add_tensor(p + "nextn.eh_proj.weight", eh)
     writer.add_tensor(p + "nextn.enorm.weight", ones)
     writer.add_tensor(p + "nextn.hnorm.weight", ones)
+
+
+def _gemma4_weights(n_vocab: int, n_embd: int, n_head: int, n_ff: int, n_layer: int,
+                    seed: int, weight_scale: float) -> dict[str, np.ndarray]:
+    """The tiny Gemma 4 target's weights by tensor name (numpy shapes, rows first); the
+    layers before the last two are inert (see :func:`write_tiny_gemma4`)."""
+    rng = np.random.default_rng(seed)
+    head = n_embd // n_head
+
+    def w(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
+
+    embd = rng.standard_normal((n_vocab, n_embd))
+    ones = np.ones(n_embd, dtype=np.float32)
+    t: dict[str, np.ndarray] = {
+        "token_embd.weight": (embd / np.sqrt((embd**2).mean(axis=1, keepdims=True))).astype(np.float32),
+        "output_norm.weight": ones,
+        "output.weight": w(n_vocab, n_embd, scale=4.0),
+        # proportional rope's frequency factors, one tensor for every full-attention layer
+        "rope_freqs.weight": np.ones(head // 2, dtype=np.float32),
+    }
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        inert = i < n_layer - len(ASSISTANT_LAYERS)
+        t[p + "attn_norm.weight"] = t[p + "ffn_norm.weight"] = ones
+        # the post-norms set how far attention and the feed-forward move the residual
+        # stream (whose token embedding has an RMS of sqrt(n_embd)); zero: not at all
+        t[p + "post_attention_norm.weight"] = ones * (0.0 if inert else weight_scale)
+        t[p + "post_ffw_norm.weight"] = ones * (0.0 if inert else 1.0)
+        t[p + "attn_q_norm.weight"] = t[p + "attn_k_norm.weight"] = np.ones(head, dtype=np.float32)
+        for name in ("attn_q", "attn_k", "attn_v"):
+            t[p + name + ".weight"] = w(n_head * head, n_embd)
+        t[p + "attn_output.weight"] = w(n_embd, n_head * head)
+        t[p + "ffn_gate.weight"] = w(n_ff, n_embd)
+        t[p + "ffn_up.weight"] = w(n_ff, n_embd)
+        t[p + "ffn_down.weight"] = w(n_embd, n_ff)
+        t[p + "layer_output_scale.weight"] = np.ones(1, dtype=np.float32)
+    return t
+
+
+def _write(writer: GGUFWriter, tensors: dict[str, np.ndarray]) -> None:
+    for name, a in tensors.items():
+        writer.add_tensor(name, a)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def write_tiny_gemma4(
+    path: Path,
+    *,
+    n_vocab: int = 512,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_ff: int = 128,
+    n_layer: int = 6,
+    n_ctx_train: int = 2048,
+    n_swa: int = 1024,
+    seed: int = 0,
+    weight_scale: float = 0.5,
+) -> Path:
+    """Write a loadable tiny Gemma 4 (``gemma4``) GGUF (F32); return its path.
+
+    What llama.cpp reads (``src/models/gemma4.cpp``): the sliding-window pattern as one
+    bool per layer, ``key_length``/``value_length`` and their ``_swa`` twins,
+    ``embedding_length_per_layer_input`` (0: no per-layer embeddings), per layer
+    ``attn_q/k/v/output``, ``attn_q_norm``/``attn_k_norm`` per head, the post-attention
+    and post-feed-forward norms, ``layer_output_scale``, and one ``rope_freqs`` for the
+    full-attention layers. Attention is unscaled (scale 1) on RMS-normed queries and keys.
+
+    Layers: ``n_layer − 2`` sliding-window layers that compute (and fill the KV cache)
+    but leave the residual stream as it was (post-norm weights 0), so that a target
+    step costs what ``n_layer`` layers cost, then the sliding-window and full-attention
+    layers that do the work (the two an assistant reads). ``weight_scale`` is their
+    post-attention norm's weight: how far attention moves the residual stream (RMS
+    sqrt(n_embd)); small, the next token depends mostly on the current one.
+    """
+    arch = "gemma4"
+    if n_layer < len(ASSISTANT_LAYERS):
+        raise ValueError("a Gemma 4 target needs at least two layers")
+    layers = ["swa"] * (n_layer - 1) + ["full"]
+    writer = GGUFWriter(str(path), arch)
+    writer.add_name("tiny-gemma4-test")
+    _gemma4_common(writer, arch, layers, n_vocab=n_vocab, n_embd=n_embd, n_head=n_head,
+                   head=n_embd // n_head, n_ff=n_ff, n_ctx_train=n_ctx_train, n_swa=n_swa)
+    writer.add_uint32(f"{arch}.embedding_length_per_layer_input", 0)
+    writer.add_uint32(f"{arch}.attention.shared_kv_layers", 0)
+    _write(writer, _gemma4_weights(n_vocab, n_embd, n_head, n_ff, n_layer, seed, weight_scale))
+    return path
+
+
+def write_tiny_gemma4_assistant(
+    path: Path,
+    *,
+    n_vocab: int = 512,
+    n_embd_target: int = 64,
+    n_head: int = 4,
+    n_ff: int = 128,
+    n_layer_target: int = 6,
+    n_ctx_train: int = 2048,
+    n_swa: int = 1024,
+    seed: int = 0,
+    weight_scale: float = 0.5,
+    perturb: float = 0.3,
+    perturb_seed: int = 1,
+    extra_width: int = 8,
+) -> Path:
+    """Write a loadable tiny Gemma 4 assistant (``gemma4-assistant``) GGUF (F32) for the
+    target :func:`write_tiny_gemma4` writes with the same arguments; return its path.
+
+    What llama.cpp reads (``src/models/gemma4-assistant.cpp``): every block is a nextn
+    layer (``nextn_predict_layers`` = ``block_count``); ``embedding_length_out`` is the
+    target's hidden size and must differ from its own ``embedding_length``;
+    ``nextn.pre_projection`` {2·n_embd_target, n_embd} maps [the target's scaled token
+    embedding; the target's hidden state] to the assistant's width and
+    ``nextn.post_projection`` {n_embd, n_embd_target} maps back (the next step's hidden
+    state); per layer only queries (``attn_q``, ``attn_q_norm``): keys and values are the
+    target's cache; the output head is the assistant's own ``token_embd``.
+
+    The assistant imitates the target's last two layers: its width is the target's plus
+    ``extra_width`` zeros (norm weights sqrt(n_target / n) make an RMS norm over the
+    padded stream equal the target's over its own); each layer's weights are the target
+    layer's, padded; the pre-projection passes the token embedding and drops the hidden
+    state (the target's inert layers pass the embedding on unchanged). It computes what
+    the target computes at the draft position except that it cannot attend to that
+    position's own key (not yet in the target's cache), so it agrees with the target
+    when attention is weak (small ``weight_scale``). ``perturb`` is relative noise on the
+    copied weights (0 < α < 1).
+    """
+    arch = "gemma4-assistant"
+    n_t = n_embd_target
+    n_a = n_t + extra_width
+    rng = np.random.default_rng(perturb_seed)
+
+    def noisy(a: np.ndarray) -> np.ndarray:
+        if not perturb:
+            return a
+        return (a + rng.standard_normal(a.shape) * perturb * a.std()).astype(np.float32)
+
+    def pad(a: np.ndarray, rows: int | None = None, cols: int | None = None) -> np.ndarray:
+        out = np.zeros((rows or a.shape[0], cols or a.shape[1]), dtype=np.float32)
+        out[:a.shape[0], :a.shape[1]] = a
+        return out
+
+    def norm(a: np.ndarray) -> np.ndarray:
+        return pad(a[None] * np.float32(np.sqrt(n_t / n_a)), cols=n_a)[0]
+
+    src = _gemma4_weights(n_vocab, n_t, n_head, n_ff, n_layer_target, seed, weight_scale)
+    writer = GGUFWriter(str(path), arch)
+    writer.add_name("tiny-gemma4-assistant-test")
+    _gemma4_common(writer, arch, ASSISTANT_LAYERS, n_vocab=n_vocab, n_embd=n_a,
+                   n_head=n_head, head=n_t // n_head, n_ff=n_ff, n_ctx_train=n_ctx_train,
+                   n_swa=n_swa)
+    writer.add_uint32(f"{arch}.embedding_length_out", n_t)
+    writer.add_uint32(f"{arch}.nextn_predict_layers", len(ASSISTANT_LAYERS))
+    eye = np.eye(n_t, dtype=np.float32)
+    t: dict[str, np.ndarray] = {
+        "token_embd.weight": pad(noisy(src["output.weight"]), cols=n_a),
+        "output_norm.weight": norm(src["output_norm.weight"]),
+        "nextn.pre_projection.weight": pad(eye, n_a, 2 * n_t),
+        "nextn.post_projection.weight": pad(eye, n_t, n_a),
+        "rope_freqs.weight": src["rope_freqs.weight"],
+    }
+    first = n_layer_target - len(ASSISTANT_LAYERS)
+    for i in range(len(ASSISTANT_LAYERS)):
+        p, q = f"blk.{i}.", f"blk.{first + i}."
+        for name in ("attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm"):
+            t[p + name + ".weight"] = norm(src[q + name + ".weight"])
+        t[p + "attn_q_norm.weight"] = src[q + "attn_q_norm.weight"]
+        t[p + "attn_q.weight"] = pad(noisy(src[q + "attn_q.weight"]), cols=n_a)
+        t[p + "attn_output.weight"] = pad(noisy(src[q + "attn_output.weight"]), rows=n_a)
+        t[p + "ffn_gate.weight"] = pad(noisy(src[q + "ffn_gate.weight"]), cols=n_a)
+        t[p + "ffn_up.weight"] = pad(noisy(src[q + "ffn_up.weight"]), cols=n_a)
+        t[p + "ffn_down.weight"] = pad(noisy(src[q + "ffn_down.weight"]), rows=n_a)
+        t[p + "layer_output_scale.weight"] = src[q + "layer_output_scale.weight"]
+    _write(writer, t)
     return path

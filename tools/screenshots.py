@@ -749,6 +749,48 @@ def scene_mtp_auto(shot: Callable[[str], None]) -> None:
     app.quit()
 
 
+def scene_mtp_assistant(shot: Callable[[str], None]) -> None:
+    """Gemma 4 with its separate MTP assistant: the synthetic ``gemma4`` target of the
+    tests loaded with its ``gemma4-assistant`` drafting as MTP (k = 3, fixed), the gauge
+    after a reply, then the model picker's library with the assistant listed and chosen
+    as "MTP assistant: …" and its pairing check (random weights: the text is noise)."""
+    import app.engine.drafter_kinds  # noqa: F401  (declares "mtp", as the window's imports do)
+    from app.options import SamplingParams, SpecMode, SpeculationConfig
+    from app.store import paths
+    from app.store.settings import Settings
+    from tests.synthetic import write_tiny_gemma4, write_tiny_gemma4_assistant
+
+    folder = paths.models_dir()
+    target = write_tiny_gemma4(folder / "tiny-gemma4.gguf")
+    assistant = write_tiny_gemma4_assistant(folder / "tiny-gemma4-assistant.gguf")
+    s = Settings()
+    s.model.target_path = target
+    s.model.draft_path = assistant
+    s.model.n_ctx = 1024
+    s.sampling = SamplingParams(temperature=0.0, max_tokens=200)
+    s.speculation = SpeculationConfig(mode=SpecMode("mtp"), draft_max=3, adaptive=False)
+    app, w = open_main_window(s)
+    # the assistant loads after the target, as a draft model does
+    wait(lambda: (info := w.controller.model_info) is not None and info.draft_path is not None)
+    converse(w, ("the assistant drafts from the target's hidden states",))
+    w.raise_()
+    shot("mtp-assistant-gauge.png")
+    w.windows.open_model_picker()
+    p = w.windows.picker
+    assert p is not None
+    p.resize(1380, 840)
+    p.move(10, 40)
+    wait(lambda: not p.library_tab.scanning)
+    p.open_tab("Library")
+    p.library_tab.choose_target(target)
+    wait(lambda: p.library_tab.choose_drafter(SpecMode("mtp"), assistant), 120)
+    p.raise_()
+    shot("mtp-assistant-picker.png")
+    p.close()
+    w.close()
+    app.quit()
+
+
 def scene_auto_explained(shot: Callable[[str], None]) -> None:
     """Auto saying why it chose each reply's drafter, in the gauge and every footer: a
     first reply with nothing to learn from, then replies scored from the conversation's
@@ -922,6 +964,8 @@ SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]
     "mtp-available": (scene_mtp_available, ("mtp-picker-preselect.png",
                                             "mtp-combo-no-heads.png")),
     "mtp-auto": (scene_mtp_auto, ("mtp-auto.png",)),
+    "mtp-assistant": (scene_mtp_assistant, ("mtp-assistant-gauge.png",
+                                            "mtp-assistant-picker.png")),
     "remote": (scene_remote, ("remote-gauge.png", "remote-connect.png")),
     "remote-vllm": (scene_remote_vllm, ("remote-vllm-gauge.png",)),
     "prefill": (scene_prefill, ("prefill-progress.png",)),

@@ -171,6 +171,9 @@ class GGUFInfo:
         nextn_bytes: bytes of those layers' tensors (the blocks numbered from
             ``block_count − nextn_layers`` on): what loading them costs in memory
             (0 without them; None when not every part was read).
+        embedding_length: hidden size, ``<arch>.embedding_length`` (None without it).
+        embedding_length_out: ``<arch>.embedding_length_out``: for an MTP assistant the
+            width of the target's hidden state it takes (None without that key).
     """
 
     path: str
@@ -197,6 +200,8 @@ class GGUFInfo:
     gguf_version: int
     nextn_layers: int = 0
     nextn_bytes: int | None = 0
+    embedding_length: int | None = None
+    embedding_length_out: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (tuples become lists)."""
@@ -712,6 +717,8 @@ def _build_info(
         gguf_version=first.version,
         nextn_layers=_int_kv(kv, f"{arch}.nextn_predict_layers") or 0,
         nextn_bytes=_nextn_bytes(kv, arch, tensors) if all_tensors is not None else None,
+        embedding_length=_int_kv(kv, f"{arch}.embedding_length"),
+        embedding_length_out=_int_kv(kv, f"{arch}.embedding_length_out"),
         **tok,
     )
     return info, first.tokens or []
@@ -767,7 +774,7 @@ def _model_parts(path: Path) -> list[Path]:
 # --------------------------------------------------------------------------- cache
 
 
-_CACHE_VERSION = 3  # 2: GGUFInfo.nextn_layers; 3: GGUFInfo.nextn_bytes
+_CACHE_VERSION = 4  # 2: GGUFInfo.nextn_layers; 3: nextn_bytes or embedding_length(_out); 4: both
 _cache_lock = threading.Lock()
 
 

@@ -39,7 +39,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from app.catalog import discovery
 from app.catalog.demo import DEMOS, DemoModel
 from app.catalog.gguf_meta import GGUFInfo, inspect_gguf, load_vocab, split_part_names, split_parts
-from app.catalog.pairing import DraftCandidate, VocabView, rank_drafts, unreadable_candidate
+from app.catalog.pairing import (
+    DraftCandidate,
+    ModelShape,
+    VocabView,
+    is_assistant_arch,
+    rank_drafts,
+    unreadable_candidate,
+)
 from app.errors import TandemError
 from app.store import paths
 from app.store.files import write_text_atomic
@@ -740,4 +747,24 @@ def drafts_for(target: LibraryEntry, candidates: Sequence[LibraryEntry]) -> list
             readable.append((cand, load_vocab(cand.path), cand.info.file_size))
         except TandemError as exc:
             unreadable.append(unreadable_candidate(cand, str(exc)))
-    return rank_drafts(target_vocab, target_size, readable) + unreadable
+    return rank_drafts(target_vocab, target_size, readable,
+                       target_shape=model_shape(target.info), shape_of=lambda e: model_shape(e.info)
+                       ) + unreadable
+
+
+def is_assistant_file(path: Path) -> bool:
+    """Whether the GGUF at ``path`` is an MTP assistant (:func:`app.catalog.pairing.
+    is_assistant_arch`); False when its header cannot be read."""
+    try:
+        return is_assistant_arch(inspect_gguf(path).architecture)
+    except (TandemError, OSError):
+        return False
+
+
+def model_shape(info: GGUFInfo | None) -> ModelShape | None:
+    """The :class:`~app.catalog.pairing.ModelShape` of a file's header (None: unread or
+    without a hidden size)."""
+    if info is None or info.embedding_length is None:
+        return None
+    return ModelShape(info.architecture, info.embedding_length,
+                      info.embedding_length_out or info.embedding_length)

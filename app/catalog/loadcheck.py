@@ -146,7 +146,8 @@ class LoadVerdict:
 # --------------------------------------------------------------------------- child command
 
 
-def probe_command(path: Path, *, n_gpu_layers: int | None = None) -> list[str]:
+def probe_command(path: Path, *, n_gpu_layers: int | None = None,
+                  target: Path | None = None) -> list[str]:
     """The probe child's command line for ``path``: the one place it is built.
 
     ``python -m app.engine.probe PATH [--gpu-layers N]`` from source or an installed
@@ -161,6 +162,8 @@ def probe_command(path: Path, *, n_gpu_layers: int | None = None) -> list[str]:
         cmd = [sys.executable, "-m", PROBE_MODULE, os.fsdecode(path)]
     if n_gpu_layers is not None:
         cmd += ["--gpu-layers", str(n_gpu_layers)]
+    if target is not None:  # an MTP assistant, probed with the target it drafts for
+        cmd += ["--target", os.fsdecode(target)]
     return cmd
 
 
@@ -300,8 +303,9 @@ def _remember(key: str, verdict: LoadVerdict) -> None:
     _write_cache(data)
 
 
-def _verdict_key(path: Path, n_gpu_layers: int | None) -> str:
-    return f"{content_identity(path)} {_runtime_key(n_gpu_layers)}"
+def _verdict_key(path: Path, n_gpu_layers: int | None, target: Path | None = None) -> str:
+    pair = f" with {content_identity(target)}" if target is not None else ""
+    return f"{content_identity(path)}{pair} {_runtime_key(n_gpu_layers)}"
 
 
 def cached_verdict(path: Path, *, n_gpu_layers: int | None = None) -> LoadVerdict | None:
@@ -376,6 +380,7 @@ def check_loads(
     n_gpu_layers: int | None = None,
     should_stop: Callable[[], bool] | None = None,
     use_cache: bool = True,
+    target: str | os.PathLike[str] | None = None,
 ) -> LoadVerdict:
     """Whether llama.cpp loads ``path`` and decodes with it, probed in a child process.
 
@@ -385,6 +390,9 @@ def check_loads(
             GPU backends support different tensor types, so the answer is kept per kind.
         should_stop: polled every 0.1 s; True kills the child (LoadCancelledError).
         use_cache: consult and fill the verdict cache.
+        target: for an MTP assistant (which llama.cpp runs only with its target's
+            context), the target: the child runs the pair (:mod:`app.engine.probe`)
+            and the verdict is kept for the two files' contents together.
 
     Returns:
         The :class:`LoadVerdict` (a refusal is a value, not an exception).
@@ -400,11 +408,12 @@ def check_loads(
     sp = split_parts(p)
     if sp is not None:
         p = check_model_file(sp[0])
+    tp = check_model_file(target) if target is not None else None
     key: str | None = None
     if use_cache:
         _load_disk_memo()
         try:
-            key = _verdict_key(p, n_gpu_layers)
+            key = _verdict_key(p, n_gpu_layers, tp)
         except OSError as exc:
             raise ModelLoadError(f"Cannot read {p}: {exc.strerror or exc}.") from exc
         with _lock:
@@ -413,9 +422,9 @@ def check_loads(
         # (once), so the head can be priced
         if hit is not None and not (hit.mtp == "ok" and hit.mtp_cost_ratio is None):
             return hit
-    args = probe_command(p, n_gpu_layers=n_gpu_layers)
+    args = probe_command(p, n_gpu_layers=n_gpu_layers, target=tp)
     try:
-        size = sum(q.stat().st_size for q in _model_parts(p) if q.exists())
+        size = sum(q.stat().st_size for q in (*_model_parts(p), *(_model_parts(tp) if tp else ())) if q.exists())
     except OSError:
         size = 0
     limit = probe_timeout_s(size)
@@ -522,6 +531,7 @@ def require_loads(
     *,
     n_gpu_layers: int | None = None,
     should_stop: Callable[[], bool] | None = None,
+    target: str | os.PathLike[str] | None = None,
 ) -> None:
     """Raise unless :func:`check_loads` says the file loads.
 
@@ -531,7 +541,7 @@ def require_loads(
         ModelPathError, LoadCancelledError: as :func:`check_loads`.
     """
     p = Path(path)
-    verdict = check_loads(p, n_gpu_layers=n_gpu_layers, should_stop=should_stop)
+    verdict = check_loads(p, n_gpu_layers=n_gpu_layers, should_stop=should_stop, target=target)
     if not verdict.loads:
         raise ModelLoadError(verdict.message(p.name))
 

@@ -11,6 +11,12 @@ of the vendored llama.cpp, commit 0c1e57098):
 5. identical token text for every id from 5 (``SPEC_VOCAB_CHECK_START_TOKEN_ID``) up to
    the smaller vocabulary.
 
+An MTP assistant (Gemma 4's "assistant" drafter: a separate GGUF that drafts from the
+target's hidden states and reads the target's own KV cache) pairs by
+:func:`check_assistant_pair`: its architecture must be an assistant of the target's
+(:data:`ASSISTANT_TARGETS`), its input hidden size (``embedding_length_out``) must be
+the target's hidden size, and the tokenizer rules above must hold.
+
 Unlike llama.cpp, which stops at the first failure, :func:`check_pair` evaluates every
 rule and reports each with a detail, including the first mismatching token id and both
 texts. The check runs on any :class:`VocabView`: GGUF metadata read without loading a
@@ -23,7 +29,7 @@ incompatible ones after with the rule that failed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -33,6 +39,31 @@ VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_TOKEN_ID = 5
 #: A draft this large relative to the target leaves little to gain (c ≈ size ratio).
 MAX_USEFUL_SIZE_RATIO = 0.5
+#: MTP assistant architectures and the target architectures each drafts for (llama.cpp:
+#: ``LLM_ARCH_GEMMA4_ASSISTANT`` requires ``ctx_other``, a ``gemma4`` target's context)
+ASSISTANT_TARGETS: dict[str, tuple[str, ...]] = {"gemma4-assistant": ("gemma4",)}
+
+
+def is_assistant_arch(arch: str) -> bool:
+    """Whether ``arch`` (``general.architecture``) is an MTP assistant's: a drafter that
+    runs only with its target's context, never as a model of its own."""
+    return arch in ASSISTANT_TARGETS
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """What the assistant rules need to know of a model besides its tokenizer.
+
+    Attributes:
+        arch: ``general.architecture``.
+        n_embd: hidden size (``<arch>.embedding_length``), elements.
+        n_embd_out: width of the hidden state an assistant takes from its target
+            (``<arch>.embedding_length_out``; ``n_embd`` when absent), elements.
+    """
+
+    arch: str
+    n_embd: int
+    n_embd_out: int
 
 
 class VocabView(Protocol):
@@ -182,6 +213,66 @@ def check_pair(
     return PairResult(all(c.ok for c in checks), tuple(checks), tuple(warnings))
 
 
+def check_assistant_pair(
+    target: VocabView,
+    target_shape: ModelShape,
+    assistant: VocabView,
+    assistant_shape: ModelShape,
+    *,
+    target_size: int | None = None,
+    assistant_size: int | None = None,
+) -> PairResult:
+    """Check whether the MTP assistant ``assistant`` can draft for ``target``.
+
+    Rules: ``assistant_arch`` (its architecture is an assistant of the target's:
+    :data:`ASSISTANT_TARGETS`), ``hidden_size`` (its ``n_embd_out`` equals the target's
+    hidden size: llama.cpp's ``common_speculative_impl_draft_mtp`` asserts it), then the
+    tokenizer rules of :func:`check_pair` (it reads the target's token embeddings by the
+    target's ids and outputs its own vocabulary's). Each failed rule's detail is one
+    sentence.
+
+    Returns:
+        A :class:`PairResult` listing every rule; sizes only feed the size warning.
+    """
+    wanted = ASSISTANT_TARGETS.get(assistant_shape.arch)
+    arch_ok = wanted is not None and target_shape.arch in wanted
+    if wanted is None:
+        arch_detail = (f"{assistant_shape.arch} is not an MTP assistant architecture "
+                       f"(known: {', '.join(sorted(ASSISTANT_TARGETS))}).")
+    elif arch_ok:
+        arch_detail = f"{assistant_shape.arch} drafts for {target_shape.arch}."
+    else:
+        arch_detail = (f"A {assistant_shape.arch} model drafts for {' or '.join(wanted)}, "
+                       f"not for {target_shape.arch}.")
+    hidden_ok = assistant_shape.n_embd_out == target_shape.n_embd
+    hidden_detail = (f"The assistant takes hidden states of {assistant_shape.n_embd_out} "
+                     f"elements and the target's are {target_shape.n_embd}.")
+    if hidden_ok:
+        hidden_detail = f"Hidden states of {target_shape.n_embd} elements on both sides."
+    vocab = check_pair(target, assistant, target_size=target_size, draft_size=assistant_size)
+    checks = (PairCheck("assistant_arch", arch_ok, arch_detail),
+              PairCheck("hidden_size", hidden_ok, hidden_detail), *vocab.checks)
+    return PairResult(all(c.ok for c in checks), checks, vocab.warnings)
+
+
+def check_drafter_pair(
+    target: VocabView,
+    draft: VocabView,
+    *,
+    target_shape: ModelShape | None = None,
+    draft_shape: ModelShape | None = None,
+    target_size: int | None = None,
+    draft_size: int | None = None,
+) -> PairResult:
+    """:func:`check_assistant_pair` when ``draft_shape`` is an MTP assistant's (an
+    unknown target shape then fails its rules), else :func:`check_pair`."""
+    if draft_shape is not None and is_assistant_arch(draft_shape.arch):
+        return check_assistant_pair(target, target_shape or ModelShape("unknown", 0, 0),
+                                    draft, draft_shape, target_size=target_size,
+                                    assistant_size=draft_size)
+    return check_pair(target, draft, target_size=target_size, draft_size=draft_size)
+
+
 def _first_text_mismatch(
     target: VocabView, draft: VocabView, n_common: int, block: int = 8192
 ) -> tuple[int, bytes, bytes] | None:
@@ -223,11 +314,15 @@ class DraftCandidate(Generic[K]):
             :func:`unreadable_candidate` for files that could not be read).
         cost_ratio: estimated draft cost ratio c = draft bytes / target bytes, or None
             when a size is unknown.
+        assistant: the candidate is an MTP assistant (:func:`check_assistant_pair`),
+            which drafts through the MTP drafter rather than as a draft model.
     """
 
     key: K
     result: PairResult
     cost_ratio: float | None
+    #: an MTP assistant (drafts with the MTP drafter), not a draft model
+    assistant: bool = False
 
     @property
     def compatible(self) -> bool:
@@ -253,6 +348,9 @@ def rank_drafts(
     target: VocabView,
     target_size: int | None,
     candidates: Iterable[tuple[K, VocabView, int | None]],
+    *,
+    target_shape: ModelShape | None = None,
+    shape_of: Callable[[K], ModelShape | None] | None = None,
 ) -> list[DraftCandidate[K]]:
     """Check every candidate against ``target`` and order them for the draft picker.
 
@@ -260,6 +358,9 @@ def rank_drafts(
         target: the target's tokenizer.
         target_size: the target's file size in bytes (all parts), or None.
         candidates: ``(key, vocab, file size in bytes or None)`` for each draft model.
+        target_shape, shape_of: the target's and a candidate's :class:`ModelShape`
+            (None: unknown); a candidate whose architecture is an MTP assistant's is
+            checked by :func:`check_assistant_pair` (unknown target shape: it fails).
 
     Returns:
         Useful compatible drafts first (smallest c first), then compatible drafts too large
@@ -268,9 +369,12 @@ def rank_drafts(
     """
     ranked: list[DraftCandidate[K]] = []
     for key, vocab, size in candidates:
-        result = check_pair(target, vocab, target_size=target_size, draft_size=size)
+        shape = shape_of(key) if shape_of is not None else None
+        assistant = shape is not None and is_assistant_arch(shape.arch)
+        result = check_drafter_pair(target, vocab, target_shape=target_shape, draft_shape=shape,
+                                    target_size=target_size, draft_size=size)
         c = estimate_draft_cost_ratio(target_size, size) if target_size and size is not None else None
-        ranked.append(DraftCandidate(key, result, c))
+        ranked.append(DraftCandidate(key, result, c, assistant))
 
     def order(item: tuple[int, DraftCandidate[K]]) -> tuple[int, float, int]:
         i, cand = item

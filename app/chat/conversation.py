@@ -50,7 +50,7 @@ from app.chat.events import (
 )
 from app.chat.reply import ReplyBuffer
 from app.chat.service import ChatService, Job
-from app.catalog.library import remember_opened_model
+from app.catalog.library import is_assistant_file, remember_opened_model
 from app.engine.chat import ChatMessage
 from app.engine.session import SessionConfig
 from app.engine.auto import AutoChoice, ReplyObservation
@@ -530,7 +530,9 @@ class ChatController:
                 self.report(UserError("Note", " ".join(value.notes), level="warning",
                                       origin="load"))
             draft = self.settings.model.draft_path
-            if self.settings.speculation.mode is SpecMode.DRAFT_MODEL and draft is not None:
+            mode = self.settings.speculation.mode
+            if draft is not None and (mode is SpecMode.DRAFT_MODEL or (
+                    mode is SpecMode("mtp") and is_assistant_file(draft))):
                 if draft.is_file():
                     self.set_draft_model(draft)
                 else:
@@ -542,7 +544,8 @@ class ChatController:
                 remember_opened_model(value.path)
             if self.model_info is not None:
                 self.model_info = replace(self.model_info, draft_path=value.path,
-                                          draft_name=value.name)
+                                          draft_name=value.name,
+                                          draft_is_assistant=value.assistant)
                 self.view.model_changed(self.model_info)
             self.view.state_changed()
         elif isinstance(value, DemoPrepared):

@@ -195,6 +195,8 @@ class ModelInfo:
     exact_notes: tuple[str, ...] = ()
     remote: RemoteConnected | None = None
     nextn_layers: int = 0
+    #: the drafter model is an MTP assistant (Gemma 4's), which drafts as MTP
+    draft_is_assistant: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,10 +229,12 @@ def remote_model_info(connected: RemoteConnected, seconds: float) -> ModelInfo:
 
 @dataclass(frozen=True, slots=True)
 class DraftChanged:
-    """The draft model now loaded (None: none)."""
+    """The draft model now loaded (None: none); ``assistant``: it is an MTP assistant,
+    which drafts as MTP."""
 
     path: Path | None
     name: str | None
+    assistant: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -269,7 +269,7 @@ def describe_session(session: Session, seconds: float) -> ModelInfo:
             if not gpu
             else "GPU layers are set to 0"
         )
-    draft = session.draft_model
+    draft = session.draft_model or session.assistant_model
     return ModelInfo(
         target_path=session.config.target_path,
         target_name=session.target.name,
@@ -287,6 +287,7 @@ def describe_session(session: Session, seconds: float) -> ModelInfo:
         exact_verification=session.exact_verification,
         exact_notes=_exact_verification_notes(session),
         nextn_layers=session.target.n_layer_nextn,
+        draft_is_assistant=session.assistant_model is not None,
     )
 
 
@@ -686,8 +687,10 @@ class ChatService:
     def _set_draft(self, ctx: JobContext, path: Path | None) -> DraftChanged:
         session = ctx.session
         session.set_draft_model(path)
-        draft = session.draft_model
-        return DraftChanged(draft.path, draft.name) if draft is not None else DraftChanged(None, None)
+        draft = session.draft_model or session.assistant_model
+        if draft is None:
+            return DraftChanged(None, None)
+        return DraftChanged(draft.path, draft.name, session.assistant_model is not None)
 
     def _stream(
         self,

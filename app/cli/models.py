@@ -176,7 +176,8 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
 def _run_pair(args: argparse.Namespace) -> int:
     from app.catalog.gguf_meta import inspect_gguf, load_vocab
-    from app.catalog.pairing import PairResult, check_pair
+    from app.catalog.library import model_shape
+    from app.catalog.pairing import PairResult, check_drafter_pair
 
     result: PairResult
     extra: dict[str, Any] = {}
@@ -191,7 +192,9 @@ def _run_pair(args: argparse.Namespace) -> int:
     else:
         t, d = Path(args.target), Path(args.draft)
         t_info, d_info = inspect_gguf(t), inspect_gguf(d)
-        result = check_pair(load_vocab(t), load_vocab(d), target_size=t_info.file_size, draft_size=d_info.file_size)
+        result = check_drafter_pair(load_vocab(t), load_vocab(d), target_shape=model_shape(t_info),
+                                    draft_shape=model_shape(d_info), target_size=t_info.file_size,
+                                    draft_size=d_info.file_size)
     status = PAIR_COMPATIBLE if result.compatible else PAIR_NOT_COMPATIBLE
     if args.json:
         _print_json({**result.to_dict(), **extra})

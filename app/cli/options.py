@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
+from app.catalog.library import is_assistant_file
 from app.catalog.model_file import check_model_file
 from app.engine.drafter_kinds import kinds
 from app.engine.session import SessionConfig
@@ -86,6 +87,10 @@ def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
             drafter.add_argument(info.cli_flag, action="store_true",
                                  help=f"draft by {info.words}: {info.summary}")
     p.add_argument("--auto", action="store_true", help=auto_help())
+    p.add_argument("--mtp-assistant", type=Path, default=None, metavar="PATH",
+                   help="an MTP assistant GGUF paired with the target (Gemma 4's assistant "
+                        "drafter, which reads the target's KV cache); drafts with MTP "
+                        "(implies --mtp)")
     p.add_argument("--n-ctx", type=int, default=n_ctx, help=f"context window ({n_ctx})")
     p.add_argument("--n-gpu-layers", type=int, default=None,
                    help="layers on the GPU (default: all when a GPU backend is built in)")
@@ -156,25 +161,44 @@ def add_sampling_args(p: argparse.ArgumentParser, names: Sequence[str],
 
 
 def drafter_mode(args: argparse.Namespace, *, off: bool = False) -> SpecMode:
-    """The drafter the options ask for (``off`` forces plain decoding)."""
+    """The drafter the options ask for (``off`` forces plain decoding; --mtp-assistant
+    means MTP).
+
+    Raises:
+        TandemError: --mtp-assistant with another drafter's switch or --auto.
+    """
     if off:
         return SpecMode.OFF
-    if getattr(args, "auto", False):
-        return SpecMode.AUTO
+    mode = SpecMode.AUTO if getattr(args, "auto", False) else SpecMode.OFF
     for kind in kinds():
         flag = kind.info.cli_flag
         value = getattr(args, flag.lstrip("-").replace("-", "_"), None) if flag else None
-        if value is not None and value is not False:
-            return kind.mode
-    return SpecMode.OFF
+        if mode is SpecMode.OFF and value is not None and value is not False:
+            mode = kind.mode
+    if getattr(args, "mtp_assistant", None) is None:
+        return mode
+    mtp = SpecMode("mtp")
+    if mode not in (SpecMode.OFF, mtp):
+        raise TandemError(f"Invalid option: --mtp-assistant drafts with MTP, not "
+                          f"{mode.value}; drop one of them.")
+    return mtp
 
 
 def check_model_files(args: argparse.Namespace) -> None:
-    """Raises ModelPathError for a --model or --draft that is not a readable file (missing,
-    a folder, a pipe, a dangling link; see :func:`app.catalog.model_file.check_model_file`)."""
-    for path in (args.model, args.draft):
+    """Raises ModelPathError for a --model, --draft or --mtp-assistant that is not a
+    readable file (missing, a folder, a pipe, a dangling link; see
+    :func:`app.catalog.model_file.check_model_file`), and TandemError for an MTP
+    assistant given as --draft or another model given as --mtp-assistant."""
+    assistant = getattr(args, "mtp_assistant", None)
+    for path in (args.model, args.draft, assistant):
         if path is not None:
             check_model_file(path)
+    if assistant is not None and not is_assistant_file(assistant):
+        raise TandemError(f"{Path(assistant).name} is not an MTP assistant; give a draft "
+                          "model with --draft.")
+    if args.draft is not None and is_assistant_file(args.draft):
+        raise TandemError(f"{Path(args.draft).name} is an MTP assistant; give it with "
+                          "--mtp-assistant.")
 
 
 class PromptOptions(BaseModel):
@@ -239,10 +263,14 @@ def speculation_configs(args: argparse.Namespace, mode: SpecMode,
 
 
 def session_config(args: argparse.Namespace, mode: SpecMode) -> SessionConfig:
-    """The SessionConfig for these options (the draft is loaded only in draft-model mode)."""
+    """The SessionConfig for these options (the draft is loaded only in draft-model and
+    auto mode, the MTP assistant in MTP mode)."""
+    draft = args.draft if mode in (SpecMode.DRAFT_MODEL, SpecMode.AUTO) else None
+    if mode is SpecMode("mtp"):
+        draft = getattr(args, "mtp_assistant", None)
     return SessionConfig(
         target_path=args.model,
-        draft_path=args.draft if mode in (SpecMode.DRAFT_MODEL, SpecMode.AUTO) else None,
+        draft_path=draft,
         n_ctx=args.n_ctx,
         n_gpu_layers=args.n_gpu_layers,
         n_threads=args.threads,

@@ -33,6 +33,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TypedDict
 
 from app.errors import ModelLoadError
 
@@ -44,7 +45,16 @@ EXACT_WEIGHT_TYPES_TILED_OFF: frozenset[str] = EXACT_WEIGHT_TYPES | {"Q4_K", "Q6
 
 #: Context settings of exact verification: flash attention on (``LLAMA_FLASH_ATTN_TYPE_
 #: ENABLED``), K and V cache in Q8_0 (``GGML_TYPE_Q8_0`` = 8). Weight repacking is off too.
-EXACT_CONTEXT: dict[str, int] = {"flash_attn": 1, "type_k": 8, "type_v": 8}
+class ContextSettings(TypedDict, total=False):
+    """Keyword arguments of :class:`app.engine.llama.LlamaContext` that exact
+    verification sets."""
+
+    flash_attn: int
+    type_k: int
+    type_v: int
+
+
+EXACT_CONTEXT: ContextSettings = {"flash_attn": 1, "type_k": 8, "type_v": 8}
 
 #: ggml-cpu's switch for its tiled K-quant matrix kernel, read once per process
 #: (ggml-cpu/tiled/tiled.cpp: on unless ``atoi`` of the value is 0)

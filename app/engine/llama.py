@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -443,6 +443,25 @@ class LlamaModel:
 LogitsRequest = Literal["last", "all", "none"]
 
 
+class KVSettings(TypedDict):
+    """A context's KV cache settings as :class:`LlamaContext` was asked for them
+    (keyword arguments; None: llama.cpp's default)."""
+
+    flash_attn: int | None
+    type_k: int | None
+    type_v: int | None
+
+
+def _apply_kv_settings(params: Any, kv: KVSettings) -> None:
+    """Set ``llama_context_params``' flash attention and K/V cache types where given."""
+    if kv["flash_attn"] is not None:
+        params.flash_attn_type = kv["flash_attn"]
+    if kv["type_k"] is not None:
+        params.type_k = kv["type_k"]
+    if kv["type_v"] is not None:
+        params.type_v = kv["type_v"]
+
+
 class DecodeAborted(Exception):
     """A decode was aborted through :meth:`LlamaContext.abortable`; the KV cache may
     hold part of the batch, so the caller must empty or resynchronise it."""
@@ -477,6 +496,10 @@ class LlamaContext:
             layers (the model must be loaded with ``load_mtp``), and every token it
             evaluates comes with the trunk's hidden state at the position before
             (:meth:`decode_with_hidden`).
+        ctx_other: for an MTP assistant's context (Gemma 4's ``gemma4-assistant``): the
+            target's context, whose KV cache the assistant reads instead of keeping its
+            own (``llama_context_params.ctx_other``; llama.cpp refuses such a model's
+            context without it). This context is closed before ``ctx_other`` is.
 
     Raises:
         ModelLoadError: llama.cpp could not create the context (usually out of memory).
@@ -497,22 +520,23 @@ class LlamaContext:
         type_v: int | None = None,
         n_rs_seq: int = 0,
         context_type: int = 0,
+        ctx_other: LlamaContext | None = None,
     ) -> None:
         self._ptr: Any = None
         self._batch: Any = None
         self._hidden_batch: Any = None
+        #: contexts that read this one's memory (``ctx_other``): freed before it
+        self._readers: weakref.WeakSet[LlamaContext] = weakref.WeakSet()
         L = lib()
         self.model = model
         params = L.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
         params.n_ubatch = min(n_batch, 512) if n_ubatch is None else min(n_batch, n_ubatch)
-        if flash_attn is not None:
-            params.flash_attn_type = flash_attn
-        if type_k is not None:
-            params.type_k = type_k
-        if type_v is not None:
-            params.type_v = type_v
+        #: the KV cache settings asked for (flash attention and K/V types; None: llama.cpp's
+        #: default): a context that reads this one's cache (``ctx_other``) must ask the same
+        self.kv_settings = KVSettings(flash_attn=flash_attn, type_k=type_k, type_v=type_v)
+        _apply_kv_settings(params, self.kv_settings)
         if n_threads is not None:
             params.n_threads = n_threads
             params.n_threads_batch = n_threads_batch or n_threads
@@ -528,6 +552,8 @@ class LlamaContext:
         params.swa_full = False
         if context_type:
             params.ctx_type = context_type
+        if ctx_other is not None:
+            params.ctx_other = ctx_other.ptr
         _take_native_errors()
         ptr = L.llama_init_from_model(model.ptr, params)
         if not ptr:
@@ -535,6 +561,8 @@ class LlamaContext:
             raise ModelLoadError(f"Could not create a context of {n_ctx} tokens: {why}")
         self._ptr = ptr
         model._contexts.add(self)
+        if ctx_other is not None:
+            ctx_other._readers.add(self)
         # llama.cpp may round the cache size up (to a multiple of 256); the window the
         # caller asked for is the limit we enforce, so n_ctx means the same everywhere.
         self.n_ctx: int = min(n_ctx, int(L.llama_n_ctx(ptr)))
@@ -909,7 +937,10 @@ class LlamaContext:
         return self._ptr is None
 
     def close(self) -> None:
-        """Free the batch and the context. Idempotent."""
+        """Free the batch and the context (and first the contexts that read its memory:
+        ``ctx_other``). Idempotent."""
+        for reader in list(getattr(self, "_readers", ())):
+            reader.close()
         L = lib()
         if self._batch is not None:
             batch, self._batch = self._batch, None

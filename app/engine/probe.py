@@ -19,6 +19,13 @@ once on the trunk's hidden state, as the MTP drafter will
 costs over one target step, timed there), and a crash there leaves the model loadable
 without the drafter.
 
+An MTP assistant GGUF (Gemma 4's ``gemma4-assistant``) cannot run alone: llama.cpp
+creates its context only with its target's (``ctx_other``). Probed alone it is refused
+at the load stage in one sentence; ``--target TARGET`` probes the pair instead: the
+target decodes two tokens with its hidden states out, then the assistant's MTP context
+(reading the target's KV cache) evaluates a draft step on them, as
+:class:`app.engine.drafter_kinds.mtp.AssistantDrafter` will.
+
 Protocol on stdout (lines starting with :data:`app.catalog.loadcheck.MARK`): the stage
 reached (``stage load``, ``stage context``, ``stage decode``), then one JSON answer.
 Exit status 0: it loads and decodes; 2: llama.cpp refused it with an error (the answer
@@ -64,6 +71,7 @@ def probe_model(
     *,
     n_gpu_layers: int | None = None,
     should_stop: Callable[[], bool] | None = None,
+    target: Path | None = None,
 ) -> None:
     """Raise unless llama.cpp loads ``path`` and decodes with it (checked in a child).
 
@@ -71,6 +79,7 @@ def probe_model(
         cancel: when set, the check stops (LoadCancelledError).
         n_gpu_layers: as the load will use it.
         should_stop: a callable polled while the child runs; True cancels.
+        target: for an MTP assistant, the target it drafts for (the pair is probed).
 
     Raises:
         ModelLoadError: the file makes llama.cpp fail or crash; the message says why.
@@ -83,7 +92,7 @@ def probe_model(
             return True
         return should_stop is not None and should_stop()
 
-    loadcheck.require_loads(path, n_gpu_layers=n_gpu_layers, should_stop=stop)
+    loadcheck.require_loads(path, n_gpu_layers=n_gpu_layers, should_stop=stop, target=target)
 
 
 def _say(line: str) -> None:
@@ -95,28 +104,45 @@ def _answer(**fields: object) -> None:
     _say(json.dumps(fields))
 
 
-def child_main(argv: list[str]) -> int:
-    """The child: ``argv`` is ``PATH [--gpu-layers N]``; returns the exit status (see the
-    module docstring). For a frozen app's entry point, given the arguments after
-    :data:`PROBE_ARG`."""
-    n_gpu_layers: int | None = None
+def _parse_args(argv: list[str]) -> tuple[Path, int | None, Path | None] | None:
+    """``PATH [--gpu-layers N] [--target TARGET]`` → (path, n_gpu_layers, target)."""
     args = list(argv)
-    if len(args) == 3 and args[1] == "--gpu-layers":
-        n_gpu_layers = int(args[2])
-        args = args[:1]
+    opts: dict[str, str] = {}
+    while len(args) >= 3 and args[-2] in ("--gpu-layers", "--target"):
+        opts[args[-2]] = args[-1]
+        args = args[:-2]
     if len(args) != 1:
-        print("usage: python -m app.engine.probe PATH [--gpu-layers N]", file=sys.stderr)
+        return None
+    target = opts.get("--target")
+    gpu = opts.get("--gpu-layers")
+    return (Path(os.fsdecode(args[0])), int(gpu) if gpu is not None else None,
+            Path(os.fsdecode(target)) if target is not None else None)
+
+
+def child_main(argv: list[str]) -> int:
+    """The child: ``argv`` is ``PATH [--gpu-layers N] [--target TARGET]``; returns the
+    exit status (see the module docstring). For a frozen app's entry point, given the
+    arguments after :data:`PROBE_ARG`."""
+    parsed = _parse_args(argv)
+    if parsed is None:
+        print("usage: python -m app.engine.probe PATH [--gpu-layers N] [--target TARGET]",
+              file=sys.stderr)
         return loadcheck.EXIT_PYTHON_ERROR
-    path = Path(os.fsdecode(args[0]))
+    path, n_gpu_layers, target = parsed
     stage = "load"
     mtp: str | None = None
     mtp_cost_ratio: float | None = None
     try:
         from app.engine.llama import LlamaContext, LlamaModel
 
+        if target is not None:
+            _probe_assistant(path, target, n_gpu_layers)
+            _answer(ok=True)
+            return loadcheck.EXIT_OK
         _say("stage load")
         model = LlamaModel(path, n_gpu_layers=n_gpu_layers, use_mmap=True, load_mtp=True)
         try:
+            _refuse_assistant(model)
             stage = "context"
             _say("stage context")
             ctx = LlamaContext(
@@ -141,6 +167,9 @@ def child_main(argv: list[str]) -> int:
                 ctx.close()
         finally:
             model.close()
+    except _Refused as exc:
+        _answer(ok=False, stage=exc.stage, why=str(exc).replace(path.name, loadcheck.NAME_MARK))
+        return loadcheck.EXIT_REFUSED
     except TandemError as exc:
         _answer(ok=False, stage=stage, why=str(exc).replace(path.name, loadcheck.NAME_MARK))
         return loadcheck.EXIT_REFUSED
@@ -153,6 +182,68 @@ def child_main(argv: list[str]) -> int:
     else:
         _answer(ok=True, mtp=mtp, mtp_cost_ratio=mtp_cost_ratio)
     return loadcheck.EXIT_OK
+
+
+class _Refused(TandemError):
+    """A refusal at a given stage (the assistant probe's stages)."""
+
+    def __init__(self, stage: str, why: str) -> None:
+        super().__init__(why)
+        self.stage = stage
+
+
+def _refuse_assistant(model: LlamaModel) -> None:
+    """An MTP assistant alone is no model to chat with: refuse it in one sentence."""
+    from app.catalog.pairing import ASSISTANT_TARGETS
+
+    arch = model.meta("general.architecture") or ""
+    if arch in ASSISTANT_TARGETS:
+        raise TandemError(
+            f"{model.path.name} is an MTP assistant ({arch}), not a model to chat with: "
+            f"choose it as the MTP drafter of a {' or '.join(ASSISTANT_TARGETS[arch])} model.")
+
+
+def _probe_assistant(path: Path, target_path: Path, n_gpu_layers: int | None) -> None:
+    """Load ``target_path`` and the assistant ``path`` and run one draft step as
+    :class:`app.engine.drafter_kinds.mtp.AssistantDrafter` does (the stages are the
+    assistant's: load, context, decode).
+
+    Raises:
+        _Refused: llama.cpp refused a step (its words).
+    """
+    from app.engine.drafter_kinds.mtp import assistant_context
+    from app.engine.llama import LlamaContext, LlamaModel
+
+    stage = "load"
+    try:
+        _say("stage load")
+        target = LlamaModel(target_path, n_gpu_layers=n_gpu_layers, use_mmap=True)
+        try:
+            assistant = LlamaModel(path, n_gpu_layers=n_gpu_layers, use_mmap=True)
+            try:
+                tctx = LlamaContext(target, n_ctx=PROBE_N_CTX, n_batch=PROBE_N_CTX,
+                                    n_threads=min(4, os.cpu_count() or 1))
+                rows: list[np.ndarray] = []
+                tctx.set_decode_listener(lambda toks, _p: rows.append(tctx.hidden_states(len(toks))))
+                first = target.bos if 0 <= target.bos < target.n_vocab else 0
+                tctx.decode([first, (first + 1) % max(1, target.n_vocab)], 0, logits="last")
+                stage = "context"
+                _say("stage context")
+                actx = assistant_context(assistant, tctx)
+                stage = "decode"
+                _say("stage decode")
+                h = rows[0][1:2]
+                for _ in range(2):  # the second step feeds the assistant's own state
+                    actx.decode_with_hidden([first], [2], h, logits_last=True)
+                    actx.logits(-1)
+                    h = actx.hidden_states(1)
+                tctx.close()  # closes actx first
+            finally:
+                assistant.close()
+        finally:
+            target.close()
+    except TandemError as exc:
+        raise _Refused(stage, str(exc)) from exc
 
 
 def _probe_mtp(model: LlamaModel, ctx: LlamaContext) -> tuple[str | None, float | None]:

@@ -27,7 +27,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.catalog.gguf_meta import inspect_gguf
 from app.catalog.model_file import model_entry_path
-from app.catalog.pairing import PairResult, check_pair
+from app.catalog.gguf_meta import inspect_gguf, load_vocab
+from app.catalog.pairing import (
+    ModelShape,
+    PairResult,
+    check_assistant_pair,
+    check_pair,
+    is_assistant_arch,
+)
 from app.engine.chat import ChatFormat, ChatMessage
 from app.engine.context_fit import ContextFit, fit_conversation
 from app.engine.divergence import SamplingTrace
@@ -35,7 +42,7 @@ from app.engine.drafter_kinds import Unavailable, kind_for
 from app.engine.drafters import Drafter, DraftModelDrafter
 from app.engine.events import ContextTrimmed, Event, PrefillProgress, StatsUpdate, TextDelta
 from app.engine.reply import FinishReason, ReplyRecord, ReplyRequest, Span, add_span, clip_spans
-from app.engine.exact import EXACT_CONTEXT, EXACT_KV_BLOCK, exact_blockers
+from app.engine.exact import EXACT_CONTEXT, EXACT_KV_BLOCK, ContextSettings, exact_blockers
 from app.engine.llama import (
     VOCAB_TYPE_NAMES,
     DecodeAborted,
@@ -337,6 +344,8 @@ class Session:
         self.chat_format = ChatFormat(target)
         self.draft_model: LlamaModel | None = None
         self._draft_drafter: DraftModelDrafter | None = None
+        #: an MTP assistant GGUF loaded in the draft model's place (drafter "mtp")
+        self.assistant_model: LlamaModel | None = None
         #: drafters kept across replies (see kept_drafter), closed with the session
         self._kept: dict[SpecMode, Drafter | Unavailable] = {}
         self._kv_tokens: list[int] = []
@@ -441,7 +450,7 @@ class Session:
                 n_batch=config.n_batch,
                 n_threads=config.n_threads or default_threads(),
                 n_rs_seq=config.rollback_depth if target.is_recurrent else 0,
-                **(EXACT_CONTEXT if exact else {}),
+                **(EXACT_CONTEXT if exact else ContextSettings()),
             )
         except BaseException:
             target.close()
@@ -477,6 +486,13 @@ class Session:
     ) -> PairResult | None:
         """Load (or with None, unload) the draft model without touching the target.
 
+        An MTP assistant GGUF (its architecture is one of
+        :data:`app.catalog.pairing.ASSISTANT_TARGETS`, e.g. Gemma 4's
+        ``gemma4-assistant``) is loaded as :attr:`assistant_model` instead: it drafts
+        through the MTP drafter, paired by
+        :func:`app.catalog.pairing.check_assistant_pair`, after the load check's child
+        ran it with this target.
+
         Returns:
             The pairing result for a loaded draft.
 
@@ -486,6 +502,7 @@ class Session:
         """
         with self._lock:
             self._check_idle()
+            self._drop_assistant()
             if self._draft_drafter is not None:
                 self._draft_drafter.close()
                 self._draft_drafter = None
@@ -497,6 +514,8 @@ class Session:
             if path is None:
                 return None
             path, part_note = model_entry_path(path)
+            if is_assistant_arch(inspect_gguf(path).architecture):
+                return self._load_assistant(path, progress)
             probe_model(path, n_gpu_layers=self.config.n_gpu_layers,
                         should_stop=lambda: progress is not None and not progress(0.0))
             if part_note:
@@ -530,6 +549,47 @@ class Session:
             for w in result.warnings:
                 log.warning("%s", w)
             return result
+
+    def _load_assistant(self, path: Path, progress: ProgressCallback | None) -> PairResult:
+        """Pair (from the files' metadata), probe the pair in a child, then load the MTP
+        assistant at ``path`` as :attr:`assistant_model`.
+
+        Raises:
+            IncompatibleDraftError: a pairing rule failed (nothing is loaded).
+            ModelLoadError: the pair failed or crashed in the load check's child.
+        """
+        info = inspect_gguf(path)
+        result = check_assistant_pair(
+            load_vocab(self.target.path), self.target_shape, load_vocab(path),
+            ModelShape(info.architecture, info.embedding_length or 0,
+                       info.embedding_length_out or info.embedding_length or 0),
+            target_size=self.target.size_bytes, assistant_size=info.file_size)
+        if not result.compatible:
+            raise IncompatibleDraftError(
+                f"{path.name} cannot draft for {self.target.path.name}: {result.reason()}")
+        probe_model(path, n_gpu_layers=self.config.n_gpu_layers, target=self.target.path,
+                    should_stop=lambda: progress is not None and not progress(0.0))
+        self.assistant_model = LlamaModel(path, n_gpu_layers=self.config.n_gpu_layers,
+                                          use_mmap=self.config.use_mmap, progress=progress)
+        return result
+
+    def _drop_assistant(self) -> None:
+        """Close the MTP assistant and the drafter made with it (kept under "mtp")."""
+        if self.assistant_model is None:
+            return
+        mtp = SpecMode("mtp")
+        kept = self._kept.pop(mtp, None)
+        if kept is not None and not isinstance(kept, Unavailable):
+            kept.close()
+        self._policies.pop(mtp, None)  # its α̂ and step time were the assistant's
+        self.assistant_model.close()
+        self.assistant_model = None
+
+    @property
+    def target_shape(self) -> ModelShape:
+        """The target's architecture and hidden sizes (for assistant pairing)."""
+        t = self.target
+        return ModelShape(t.meta("general.architecture") or "unknown", t.n_embd, t.n_embd_out)
 
     # -- state ----------------------------------------------------------------------
     @property
@@ -704,6 +764,11 @@ class Session:
     def loaded_draft(self) -> DraftModelDrafter | None:
         """The draft model's drafter when one is loaded (:class:`DrafterHost`)."""
         return self._draft_drafter
+
+    @property
+    def loaded_assistant(self) -> LlamaModel | None:
+        """The MTP assistant when one is loaded (:class:`DrafterHost`)."""
+        return self.assistant_model
 
     def kept_drafter(self, mode: SpecMode, make: Callable[[], Drafter | Unavailable]
                      ) -> Drafter | Unavailable:
@@ -1115,6 +1180,7 @@ class Session:
             if self.draft_model is not None:
                 self.draft_model.close()
                 self.draft_model = None
+            self._drop_assistant()
             self.ctx.close()
             self.target.close()
 

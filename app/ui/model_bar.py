@@ -146,6 +146,7 @@ class ModelBarWidget(QFrame):
         self.adaptive_box.toggled.connect(self._on_adaptive_box_toggled)
         self._draft_name: str | None = None
         self._draft_detail: str | None = None
+        self._draft_assistant = False
         self._speculation = SpeculationConfig()
         self._update_draft_button()
 
@@ -234,6 +235,7 @@ class ModelBarWidget(QFrame):
                 f"\n\n{info.system_info}"
             )
         # the file name, as for the target (the metadata name is in the tooltip)
+        self._draft_assistant = info.draft_is_assistant
         self.set_draft_name(info.draft_path.name if info.draft_path is not None else None,
                             info.draft_name)
 
@@ -302,8 +304,13 @@ class ModelBarWidget(QFrame):
     def _update_draft_button(self) -> None:
         info = self.mode().info
         is_draft = info is not None and info.needs is DrafterNeeds.DRAFT_MODEL
-        self.draft_button.setVisible(is_draft)
+        # an MTP assistant (Gemma 4's) drafts as MTP: its button shows with that drafter
+        assistant = (self._draft_assistant and self._draft_name is not None
+                     and info is not None and info.needs is DrafterNeeds.MTP_HEAD)
+        self.draft_button.setVisible(is_draft or assistant)
         text = f"Draft: {self._draft_name}" if self._draft_name else "Choose draft…"
+        if assistant:
+            text = f"MTP assistant: {self._draft_name}"
         # elided: a long draft file name must not widen the bar (and so the window)
         self.draft_button.set_full_text(text)
         self.draft_button.setToolTip(

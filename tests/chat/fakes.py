@@ -87,6 +87,7 @@ class FakeSession:
         self.script = script
         self.target = FakeModel(config.target_path)
         self.draft_model: FakeModel | None = None
+        self.assistant_model: FakeModel | None = None  # an MTP assistant: never here
         self.chat_format = FakeChatFormat()
         self.n_ctx = config.n_ctx
         self.n_gpu_layers = 0

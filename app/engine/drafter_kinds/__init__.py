@@ -11,7 +11,7 @@ accepted modes, Auto's candidates and the docs table come from the declarations,
 :func:`kind_for`. Adding a drafter touches one file here plus its tests.
 
 A ``create`` function gets the session as a :class:`DrafterHost` (the target, its
-context, the suffix index, the loaded draft model, a per-session cache for drafters that
+context, the suffix index, the loaded draft model or MTP assistant, a per-session cache for drafters that
 own native resources) and the reply's :class:`~app.options.SpeculationConfig`, and
 returns the drafter or an :class:`Unavailable` whose ``reason`` is one sentence for the
 user (no draft model loaded, the build lacks a function, the model lacks a head).
@@ -77,6 +77,11 @@ class DrafterHost(Protocol):
     @property
     def loaded_draft(self) -> DraftModelDrafter | None:
         """The draft model's drafter when one is loaded."""
+
+    @property
+    def loaded_assistant(self) -> LlamaModel | None:
+        """The MTP assistant model (Gemma 4's assistant GGUF) when one is loaded in the
+        drafter model's place."""
 
     def kept_drafter(self, mode: SpecMode, make: Callable[[], Drafter | Unavailable]
                      ) -> Drafter | Unavailable:

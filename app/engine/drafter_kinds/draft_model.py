@@ -13,6 +13,9 @@ def create(host: DrafterHost, spec: SpeculationConfig) -> Drafter | Unavailable:
     """The loaded draft model's drafter with the reply's ``draft_p_min``."""
     drafter = host.loaded_draft
     if drafter is None:
+        if host.loaded_assistant is not None:
+            return Unavailable("The loaded drafter model is an MTP assistant, which drafts "
+                               "as MTP; decoding without speculation.")
         return Unavailable("No draft model is loaded; decoding without speculation.")
     if drafter.model.is_recurrent:
         return Unavailable("The draft model's memory cannot roll back; speculation is off.")

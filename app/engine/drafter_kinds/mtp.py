@@ -29,6 +29,17 @@ The protocol, as llama.cpp runs it (``common/speculative.cpp``,
   token i (``llama_set_nextn_layer_offset``), re-evaluating the chain under each head;
   that mode is not offered here (no model to test it on), and says so.
 
+A separate assistant GGUF (Gemma 4's ``gemma4-assistant``, :class:`AssistantDrafter`)
+drafts the same way with one difference, llama.cpp's ``is_mem_shared`` mode: its
+context is created with ``ctx_other`` = the target's context and *reads the target's KV
+cache* (its layers attend over the target's last sliding-window and last full-attention
+layer) instead of keeping its own. Nothing is mirrored; every draft token is evaluated
+at the same position p (the last token's, which the target has not evaluated yet), the
+first with the target's hidden state at p − 1 and each later one with the assistant's
+own output row of the step before (``nextn.post_projection``). The assistant is loaded
+as the session's drafter model (:meth:`app.engine.session.Session.set_draft_model`
+recognises it by its architecture) after the load check's child ran it with its target.
+
 Here the target's context calls :meth:`MTPDrafter.observe` after each chunk it evaluates
 (:meth:`app.engine.llama.LlamaContext.set_decode_listener`), which keeps the hidden
 rows; :meth:`MTPDrafter.draft` first mirrors the rows of the accepted positions into the
@@ -47,6 +58,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.catalog.loadcheck import cached_verdict
+from app.catalog.pairing import ASSISTANT_TARGETS
 from app.engine.drafter_kinds import DrafterHost, DrafterPrediction, Unavailable, register
 from app.engine.drafters import Drafter, common_prefix_length
 from app.engine.llama import CONTEXT_TYPE_MTP, LlamaContext, LlamaModel, mtp_staging_missing
@@ -73,8 +85,8 @@ MTP_INFO = DrafterInfo(
     mode="mtp", label="MTP (built into the model)", words="the model's MTP head",
     needs=DrafterNeeds.MTP_HEAD, default_k=MTP_K, options=("draft_p_min",),
     auto_rank=3, cli_flag="--mtp",
-    summary="the multi-token-prediction (nextn) layers in the target's own GGUF draft "
-            "from its hidden states",
+    summary="the multi-token-prediction (nextn) layers in the target's own GGUF, or an "
+            "MTP assistant GGUF paired with it, draft from its hidden states",
     explanation=("The multi-token-prediction (nextn) layers in this model's own GGUF "
                  "draft from the target's hidden states; no second model"),
     picker_expect="from the head's measured cost",
@@ -249,6 +261,121 @@ class MTPDrafter:
         self.ctx.close()
 
 
+class AssistantDrafter:
+    """Drafts with a separate MTP assistant model that shares the target's KV cache
+    (llama.cpp's ``is_mem_shared`` protocol; see the module docstring).
+
+    Args:
+        target_ctx: the target's context; its decodes are watched through
+            :meth:`observe` (installed by :meth:`listen`) for the hidden state of the
+            position before the draft.
+        ctx: the assistant's MTP context, created with ``ctx_other=target_ctx``.
+        p_min: stop drafting when the assistant's top-token probability falls below this.
+    """
+
+    def __init__(self, target_ctx: LlamaContext, ctx: LlamaContext, p_min: float = 0.0) -> None:
+        self.kind = SpecMode(MTP_INFO.mode)
+        self.target_ctx = target_ctx
+        self.ctx = ctx
+        self.p_min = p_min
+        self.forward_passes = 0
+        #: (token, target hidden state) by position, from the target's latest decode
+        self._rows: dict[int, tuple[int, npt.NDArray[np.float32]]] = {}
+
+    def listen(self) -> None:
+        """Watch the target's decodes from now on (the session clears the listener when
+        a reply starts)."""
+        self.target_ctx.set_decode_listener(self.observe)
+
+    def observe(self, tokens: Sequence[int], pos0: int) -> None:
+        """The target evaluated ``tokens`` at ``pos0…``: keep this chunk's hidden states
+        (a draft needs only the row before its position, which the latest chunk holds)."""
+        h = self.target_ctx.hidden_states(len(tokens))
+        self._rows = {pos0 + i: (tok, h[i]) for i, tok in enumerate(tokens)}
+
+    def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool] | None = None) -> None:
+        """Nothing to catch up: the assistant reads the target's own cache."""
+
+    def draft(self, context: Sequence[int], n_max: int) -> list[int]:
+        pos = len(context) - 1
+        n_max = min(n_max, self.ctx.n_ctx - len(context))
+        prev = self._rows.get(pos - 1)
+        if n_max <= 0 or prev is None or prev[0] != context[pos - 1]:
+            return []  # the target's state there was not seen: this round is plain
+        if self.ctx.n_threads != self.target_ctx.n_threads:
+            self.ctx.set_threads(self.target_ctx.n_threads, self.target_ctx.n_threads)
+        out: list[int] = []
+        tok, h = context[-1], prev[1]
+        try:
+            while len(out) < n_max:
+                # every step at the same position: the target's cache holds exactly the
+                # positions before it, and the assistant writes nothing there
+                self.ctx.decode_with_hidden([tok], [pos], h[None, :], logits_last=True)
+                self.forward_passes += 1
+                logits = self.ctx.logits(-1)
+                if self.p_min > 0.0:
+                    tok, p = top_probability(logits)
+                    if p < self.p_min:
+                        break
+                else:
+                    tok = int(logits.argmax())
+                out.append(tok)
+                if self.ctx.model.is_eog(tok):
+                    break
+                h = self.ctx.hidden_states(1)[0]
+        except TandemError as exc:
+            log.warning("the MTP assistant failed (%s); this round drafts less", exc)
+        return out
+
+    def reset(self) -> None:
+        """Forget the hidden states seen (the next target decode brings new ones)."""
+        self._rows = {}
+
+    def close(self) -> None:
+        if not self.target_ctx.closed and self.target_ctx.decode_listener == self.observe:
+            self.target_ctx.set_decode_listener(None)
+        self.ctx.close()
+
+
+def assistant_context(assistant: LlamaModel, target_ctx: LlamaContext) -> LlamaContext:
+    """The MTP context of ``assistant`` on ``target_ctx``'s KV cache: one token a pass,
+    logits and hidden state for it, ``n_ctx`` and threads as the target's, and the
+    target's KV settings (the assistant reads the cache's tensors as the target laid
+    them out: with flash attention off llama.cpp stores V transposed).
+
+    Raises:
+        ModelLoadError: llama.cpp could not create it.
+    """
+    return LlamaContext(assistant, n_ctx=target_ctx.n_ctx, n_batch=1,
+                        n_threads=target_ctx.n_threads, n_outputs_max=1,
+                        context_type=CONTEXT_TYPE_MTP, ctx_other=target_ctx,
+                        **target_ctx.kv_settings)
+
+
+def _create_assistant(host: DrafterHost, spec: SpeculationConfig, assistant: LlamaModel
+                      ) -> Drafter | Unavailable:
+    """The session's assistant drafter (made once per loaded assistant) listening to this
+    reply's target decodes, or why it cannot draft."""
+    missing = mtp_staging_missing()
+    if missing:
+        return Unavailable(f"This llama-cpp-python build lacks {missing}, which MTP "
+                           "needs; decoding without speculation.")
+
+    def make() -> Drafter | Unavailable:
+        tctx = host.ctx
+        try:
+            ctx = assistant_context(assistant, tctx)
+        except TandemError as exc:
+            return Unavailable(f"The MTP assistant's context could not be created: {exc}")
+        return AssistantDrafter(tctx, ctx)
+
+    made = host.kept_drafter(SpecMode(MTP_INFO.mode), make)
+    if isinstance(made, AssistantDrafter):
+        made.p_min = spec.draft_p_min
+        made.listen()
+    return made
+
+
 def _probe_says(target: LlamaModel) -> str | None:
     """Why the load check's child could not run this model's MTP head (it crashed or
     failed there), or None when it ran or was not checked."""
@@ -263,12 +390,18 @@ def _probe_says(target: LlamaModel) -> str | None:
 
 
 def create(host: DrafterHost, spec: SpeculationConfig) -> Drafter | Unavailable:
-    """The session's MTP drafter (made once) listening to this reply's target decodes,
+    """The session's MTP drafter (made once) listening to this reply's target decodes:
+    the loaded MTP assistant's when there is one, else the target's own nextn layers';
     or why the model or the build cannot draft with MTP."""
     target = host.target
+    if host.loaded_assistant is not None:
+        return _create_assistant(host, spec, host.loaded_assistant)
     if target.n_layer_nextn <= 0:
-        return Unavailable("This model carries no MTP (nextn) layers; decoding without "
-                           "speculation.")
+        wants = [a for a, targets in ASSISTANT_TARGETS.items()
+                 if target.meta("general.architecture") in targets]
+        more = f" and no MTP assistant ({wants[0]}) is loaded" if wants else ""
+        return Unavailable(f"This model carries no MTP (nextn) layers{more}; decoding "
+                           "without speculation.")
     missing = mtp_staging_missing()
     if missing:
         return Unavailable(f"This llama-cpp-python build lacks {missing}, which MTP "

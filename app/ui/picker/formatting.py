@@ -26,6 +26,8 @@ RULE_LABELS: dict[str, str] = {
     "vocab_size": "Vocabulary sizes within 128",
     "token_text": "Identical token texts from id 5",
     "readable": "File readable",
+    "assistant_arch": "An assistant of the target's architecture",
+    "hidden_size": "Takes the target's hidden size",
 }
 
 SOURCE_LABELS: dict[str, str] = {

@@ -121,11 +121,18 @@ class DrafterChoice:
     @property
     def label(self) -> str:
         if self.candidate is not None:
-            return self.candidate.key.title
+            title = self.candidate.key.title
+            return f"MTP assistant: {title}" if self.candidate.assistant else title
         info = self.mode.info
         if info is not None:
             return picker_label(info)
         return AUTO_LABEL if self.mode is SpecMode.AUTO else OFF_LABEL
+
+
+def drafter_mode(cand: DraftCandidate[LibraryEntry]) -> SpecMode:
+    """The drafter a listed model drafts with: MTP for an MTP assistant, else the draft
+    model."""
+    return SpecMode("mtp") if cand.assistant else SpecMode.DRAFT_MODEL
 
 
 def preferred_draft(candidates: tuple[DraftCandidate[LibraryEntry], ...], k: int) -> int | None:
@@ -376,8 +383,9 @@ class LibraryTabWidget(QWidget):
             if kind is None:
                 continue
             if kind == "draft":
-                if (mode is SpecMode.DRAFT_MODEL and draft is not None
-                        and self.candidates[item.data(0, _INDEX_ROLE)].key.is_file(draft)):
+                cand = self.candidates[item.data(0, _INDEX_ROLE)]
+                wanted = SpecMode("mtp") if cand.assistant else SpecMode.DRAFT_MODEL
+                if mode is wanted and draft is not None and cand.key.is_file(draft):
                     return item
             elif kind == mode:
                 return item
@@ -637,7 +645,7 @@ class LibraryTabWidget(QWidget):
         best: tuple[float, QTreeWidgetItem] | None = None
         i = preferred_draft(candidates, self.draft_max)
         if i is not None:
-            item = self._drafter_item(SpecMode.DRAFT_MODEL, candidates[i].key.path)
+            item = self._drafter_item(drafter_mode(candidates[i]), candidates[i].key.path)
             c = candidates[i].cost_ratio
             if item is not None:
                 best = (predicted_speedup(ASSUMED_ACCEPTANCE_RATE, self.draft_max, c)
@@ -673,6 +681,8 @@ class LibraryTabWidget(QWidget):
         if sum(1 for c in self.candidates if c.key.title == name) > 1 or (
                 self.target is not None and self.target.title == name):
             name = f"{name} · {entry.path.parent.name}"  # same file name: tell the folders apart
+        if cand.assistant:
+            name = f"MTP assistant: {name}"
         item = QTreeWidgetItem([
             name,
             size,
@@ -704,17 +714,18 @@ class LibraryTabWidget(QWidget):
             self.drafter = None
         elif kind == "draft" and current is not None:
             cand = self.candidates[int(current.data(0, _INDEX_ROLE))]
-            self.drafter = DrafterChoice(SpecMode.DRAFT_MODEL, cand)
+            self.drafter = DrafterChoice(drafter_mode(cand), cand)
             if cand.compatible:
-                self._wanted_mode, self._wanted_draft = SpecMode.DRAFT_MODEL, cand.key.path
+                self._wanted_mode, self._wanted_draft = drafter_mode(cand), cand.key.path
                 self._wanted_for, self._wanted_clicked = self.target.path, True
             note = ""
             if cand.compatible and cand.cost_ratio is not None:
                 note = (f"Estimated draft cost ratio c ≈ {cand.cost_ratio:.2f} (file sizes); "
                         f"predicted speedup {format_predicted_speedup(cand.cost_ratio, self.draft_max)}"
                         f" at an assumed α = {ASSUMED_ACCEPTANCE_RATE}, k = {self.draft_max}.")
+            role = "the MTP assistant" if cand.assistant else "the draft"
             self.pair_check.show_result(
-                f"Pairing check: {cand.key.title} as the draft for {self.target.title}",
+                f"Pairing check: {cand.key.title} as {role} for {self.target.title}",
                 cand.result, note)
         else:
             mode = SpecMode(kind)  # Qt hands item data back as a plain str
