@@ -461,33 +461,6 @@ def write_tiny_qwen35_mtp(
     writer.add_array(f"{arch}.attention.recurrent_layers",
                      [c == "r" for c in layers] + [False])
     writer.add_uint32(f"{arch}.nextn_predict_layers", 1)
-#: The assistant's layers: one sliding-window and one full-attention layer, which read
-#: the target's last two layers' KV cache (llama.cpp's ``share`` rule for
-#: ``gemma4-assistant``: its sliding-window layers read the target's layer n − 2, its
-#: full-attention layers layer n − 1)
-ASSISTANT_LAYERS = ("swa", "full")
-
-
-def _gemma4_common(writer: GGUFWriter, arch: str, layers: Sequence[str], *, n_vocab: int,
-                   n_embd: int, n_head: int, head: int, n_ff: int, n_ctx_train: int,
-                   n_swa: int) -> None:
-    """The hyperparameters and vocabulary a Gemma 4 target and its assistant share (head
-    sizes, rope, sliding window and the per-layer pattern, norm epsilon)."""
-    writer.add_context_length(n_ctx_train)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(len(layers))
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_head)
-    writer.add_key_length(head)
-    writer.add_value_length(head)
-    writer.add_uint32(f"{arch}.attention.key_length_swa", head)
-    writer.add_uint32(f"{arch}.attention.value_length_swa", head)
-    writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_float32(f"{arch}.rope.freq_base_swa", 10000.0)
-    writer.add_sliding_window(n_swa)
-    writer.add_array(f"{arch}.attention.sliding_window_pattern", [k == "swa" for k in layers])
     writer.add_file_type(0)  # ALL_F32
     vocab, scores, types = tiny_vocab(n_vocab)
     writer.add_tokenizer_model("llama")
@@ -543,6 +516,49 @@ def _gemma4_common(writer: GGUFWriter, arch: str, layers: Sequence[str], *, n_vo
     writer.add_tensor(p + "nextn.eh_proj.weight", eh)
     writer.add_tensor(p + "nextn.enorm.weight", ones)
     writer.add_tensor(p + "nextn.hnorm.weight", ones)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+#: The assistant's layers: one sliding-window and one full-attention layer, which read
+#: the target's last two layers' KV cache (llama.cpp's ``share`` rule for
+#: ``gemma4-assistant``: its sliding-window layers read the target's layer n − 2, its
+#: full-attention layers layer n − 1)
+ASSISTANT_LAYERS = ("swa", "full")
+
+
+def _gemma4_common(writer: GGUFWriter, arch: str, layers: Sequence[str], *, n_vocab: int,
+                   n_embd: int, n_head: int, head: int, n_ff: int, n_ctx_train: int,
+                   n_swa: int) -> None:
+    """The hyperparameters and vocabulary a Gemma 4 target and its assistant share (head
+    sizes, rope, sliding window and the per-layer pattern, norm epsilon)."""
+    writer.add_context_length(n_ctx_train)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(len(layers))
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head)
+    writer.add_key_length(head)
+    writer.add_value_length(head)
+    writer.add_uint32(f"{arch}.attention.key_length_swa", head)
+    writer.add_uint32(f"{arch}.attention.value_length_swa", head)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_float32(f"{arch}.rope.freq_base_swa", 10000.0)
+    writer.add_sliding_window(n_swa)
+    writer.add_array(f"{arch}.attention.sliding_window_pattern", [k == "swa" for k in layers])
+    writer.add_file_type(0)  # ALL_F32
+    vocab, scores, types = tiny_vocab(n_vocab)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(vocab)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(BOS)
+    writer.add_eos_token_id(EOS)
+    writer.add_add_bos_token(True)
 
 
 def _gemma4_weights(n_vocab: int, n_embd: int, n_head: int, n_ff: int, n_layer: int,

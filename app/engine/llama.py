@@ -583,6 +583,20 @@ class LlamaContext:
         self._n_vocab = model.n_vocab
         self._float_ptr = ctypes.POINTER(ctypes.c_float)
         self._should_stop: Callable[[], bool] | None = None
+        self._abort_cb, self._no_abort_cb = self._abort_callbacks(L)
+        #: called after every successful ``llama_decode`` of :meth:`decode` with the
+        #: chunk's tokens and its first position (see :meth:`set_decode_listener`)
+        self._listener: Callable[[Sequence[int], int], None] | None = None
+        self._n_embd_out = model.n_embd_out
+        #: successful ``llama_decode`` calls of :meth:`decode` so far (a listener that
+        #: compares it with the count at its last call knows whether it missed one)
+        self.decode_count = 0
+        if context_type == CONTEXT_TYPE_MTP:
+            # the head's own hidden state of its output row feeds its next step
+            mtp_staging().llama_set_embeddings_nextn(ptr, True, True)
+
+    def _abort_callbacks(self, L: Any) -> tuple[Any, Any]:
+        """llama.cpp's abort callback asking :attr:`_should_stop`, and a NULL one."""
 
         def _abort(_data: ctypes.c_void_p) -> bool:
             f = self._should_stop
@@ -594,18 +608,7 @@ class LlamaContext:
                 _abort_requested.set()  # until abortable() ends: see _abort_requested
             return stop
 
-        self._abort_cb = L.ggml_abort_callback(_abort)
-        self._no_abort_cb = L.ggml_abort_callback()  # a NULL function pointer
-        #: called after every successful ``llama_decode`` of :meth:`decode` with the
-        #: chunk's tokens and its first position (see :meth:`set_decode_listener`)
-        self._listener: Callable[[Sequence[int], int], None] | None = None
-        self._n_embd_out = model.n_embd_out
-        #: successful ``llama_decode`` calls of :meth:`decode` so far (a listener that
-        #: compares it with the count at its last call knows whether it missed one)
-        self.decode_count = 0
-        if context_type == CONTEXT_TYPE_MTP:
-            # the head's own hidden state of its output row feeds its next step
-            mtp_staging().llama_set_embeddings_nextn(ptr, True, True)
+        return L.ggml_abort_callback(_abort), L.ggml_abort_callback()
 
     @property
     def ptr(self) -> Any:
