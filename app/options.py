@@ -118,28 +118,21 @@ class CarriesHeads(Protocol):
     def nextn_layers(self) -> int: ...
 
 
-#: what the heads of a model with several chained nextn layers need, which the MTP
-#: drafter does not do yet (one head per draft position)
-MTP_MAX_HEADS = 1
-
-
 def drafter_unusable(info: DrafterInfo, target: CarriesHeads | None) -> str | None:
     """Why the drafter ``info`` cannot draft for ``target``, as a status phrase for a
     picker row or a tooltip; None when it can, or when ``target`` is unknown (None).
 
     The one availability rule the model picker and the chat window's drafter menu
-    share: a drafter that needs MTP (nextn) layers needs a target that carries exactly
-    :data:`MTP_MAX_HEADS` of them. What the build or the load check says about running
-    them is known only once the model is loaded, and the session says it then.
+    share: a drafter that needs MTP (nextn) layers needs a target that carries at least
+    one (several are chained heads, one per draft position). What the build or the load
+    check says about running them is known only once the model is loaded, and the
+    session says it then.
     """
     if info.needs is not DrafterNeeds.MTP_HEAD or target is None:
         return None
-    n = target.nextn_layers
-    if n <= 0:
+    if target.nextn_layers <= 0:
         return ("needs multi-token-prediction (nextn) layers in the target's GGUF: "
                 "this one has none")
-    if n > MTP_MAX_HEADS:
-        return (f"this model has {n} chained MTP heads, which Tandem does not run yet")
     return None
 
 

@@ -737,3 +737,98 @@ def write_tiny_gemma4_assistant(
         t[p + "layer_output_scale.weight"] = src[q + "layer_output_scale.weight"]
     _write(writer, t)
     return path
+
+
+def write_tiny_hyv3_mtp(
+    path: Path,
+    *,
+    n_heads: int = 2,
+    n_vocab: int = 512,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_ff: int = 128,
+    n_ctx_train: int = 2048,
+    seed: int = 0,
+    weight_scale: float = 1.0,
+    mtp_perturb: float = 0.3,
+) -> Path:
+    """Write a loadable tiny Hunyuan V3 (``hy_v3``) GGUF (F32): one dense trunk layer
+    and ``n_heads`` chained multi-token-prediction (nextn) layers; return its path.
+
+    Of the architectures whose MTP graph runs the head that
+    ``llama_set_nextn_layer_offset`` selects (step35, deepseek32/4, bailingmoe3,
+    glm-dsa, hy_v3), Hunyuan V3's needs the fewest tensors (``src/models/hy-v3.cpp``):
+    plain attention with per-head ``attn_q_norm``/``attn_k_norm`` (NEOX RoPE), a dense
+    SwiGLU feed-forward wherever a block has no ``ffn_gate_inp`` (the MTP blocks
+    included), and per nextn block ``nextn.eh_proj`` {2·n_embd, n_embd},
+    ``nextn.enorm``, ``nextn.hnorm`` (the final norm and LM head come from the trunk).
+    ``block_count`` counts the nextn blocks; ``nextn_predict_layers`` is ``n_heads``;
+    ``expert_feed_forward_length`` is read even for a dense model.
+
+    Every head imitates the trunk as in :func:`write_tiny_glm4moe_mtp` (token
+    embeddings of RMS 1, ``eh_proj`` passing the token half through, the trunk layer's
+    attention and feed-forward weights), each with its own relative noise
+    ``mtp_perturb``: unperturbed, every head predicts what the target will when its own
+    layer's KV cache holds the trunk's layer inputs at the same positions.
+    """
+    if n_heads < 1:
+        raise ValueError(f"n_heads must be at least 1, not {n_heads}")
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int, scale: float = weight_scale) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
+
+    def noisy(a: np.ndarray) -> np.ndarray:
+        return (a + rng.standard_normal(a.shape) * mtp_perturb * a.std()).astype(np.float32)
+
+    arch = "hy_v3"
+    head = n_embd // n_head
+    writer = GGUFWriter(str(path), arch)
+    writer.add_name("tiny-hyv3-mtp-test")
+    writer.add_context_length(n_ctx_train)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(1 + n_heads)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_expert_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_dimension_count(head)
+    writer.add_uint32(f"{arch}.nextn_predict_layers", n_heads)
+    writer.add_file_type(0)  # ALL_F32
+    vocab, scores, types = tiny_vocab(n_vocab)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(vocab)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(BOS)
+    writer.add_eos_token_id(EOS)
+    writer.add_add_bos_token(True)
+    ones = np.ones(n_embd, dtype=np.float32)
+    embd = rng.standard_normal((n_vocab, n_embd))
+    embd = (embd / np.sqrt((embd**2).mean(axis=1, keepdims=True))).astype(np.float32)
+    writer.add_tensor("token_embd.weight", embd)
+    writer.add_tensor("output_norm.weight", ones)
+    writer.add_tensor("output.weight", w(n_vocab, n_embd, scale=4.0))
+    trunk = {name: w(n_embd, n_embd) for name in ("attn_q", "attn_k", "attn_v", "attn_output")}
+    trunk |= {"ffn_gate": w(n_ff, n_embd), "ffn_up": w(n_ff, n_embd), "ffn_down": w(n_embd, n_ff)}
+    for i in range(1 + n_heads):
+        p = f"blk.{i}."
+        for name in ("attn_norm", "ffn_norm"):
+            writer.add_tensor(p + name + ".weight", ones)
+        for name in ("attn_q_norm", "attn_k_norm"):
+            writer.add_tensor(p + name + ".weight", np.ones(head, dtype=np.float32))
+        for name, a in trunk.items():
+            writer.add_tensor(p + name + ".weight", a if i == 0 else noisy(a))
+        if i == 0:
+            continue
+        eh = np.zeros((n_embd, 2 * n_embd), dtype=np.float32)
+        eh[:, :n_embd] = np.eye(n_embd, dtype=np.float32)  # [enorm(token); hnorm(h)] → token
+        writer.add_tensor(p + "nextn.eh_proj.weight", eh)
+        writer.add_tensor(p + "nextn.enorm.weight", ones)
+        writer.add_tensor(p + "nextn.hnorm.weight", ones)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

@@ -931,6 +931,24 @@ class LlamaContext:
             return 0
         return keep
 
+    def set_nextn_layer_offset(self, head: int) -> None:
+        """Select which of the model's nextn layers an MTP context's next decodes run
+        (0 = the first trained head; llama.cpp's ``llama_set_nextn_layer_offset``, a
+        staging function; llama.cpp aborts on an offset outside [0, n_layer_nextn), so
+        that is refused here). Each head is a layer of its own with its own KV entries
+        in the context's cells.
+
+        Raises:
+            ValueError: ``head`` outside [0, ``model.n_layer_nextn``).
+            TandemError: the build lacks the function (:func:`mtp_chain_missing`).
+        """
+        if not 0 <= head < max(1, self.model.n_layer_nextn):
+            raise ValueError(f"head {head} outside [0, {self.model.n_layer_nextn})")
+        why = mtp_chain_missing()
+        if why:
+            raise TandemError(f"This llama-cpp-python build lacks {why}.")
+        mtp_staging().llama_set_nextn_layer_offset(self.ptr, head)
+
     def set_threads(self, n_threads: int, n_threads_batch: int) -> None:
         lib().llama_set_n_threads(self.ptr, n_threads, n_threads_batch)
         self.n_threads = n_threads
@@ -973,6 +991,8 @@ class LlamaContext:
 #: the staging functions (``src/llama-ext.h``) an MTP drafter needs; llama-cpp-python
 #: binds them in ``llama_cpp.llama_cpp_ext`` under their plain, Itanium or MSVC names
 MTP_STAGING_FUNCTIONS = ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn")
+#: the staging function that selects one of several chained heads
+MTP_CHAIN_FUNCTION = "llama_set_nextn_layer_offset"
 #: the public functions and types it needs besides
 MTP_PUBLIC_FUNCTIONS = ("llama_model_n_layer_nextn", "llama_model_n_embd_out",
                         "LLAMA_CONTEXT_TYPE_MTP")
@@ -1000,6 +1020,17 @@ def _find_mtp_missing() -> str | None:
         return "; ".join([*missing, f"llama_cpp.llama_cpp_ext: {exc}"])
     missing += [name for name in MTP_STAGING_FUNCTIONS if not hasattr(ext, name)]
     return ", ".join(missing) or None
+
+
+def mtp_chain_missing() -> str | None:
+    """None when this build can also run a model's chained MTP heads (one nextn layer
+    per draft position: ``llama_set_nextn_layer_offset``), else what it lacks."""
+    why = mtp_staging_missing()
+    if why:
+        return why
+    import llama_cpp.llama_cpp_ext as ext
+
+    return None if hasattr(ext, MTP_CHAIN_FUNCTION) else MTP_CHAIN_FUNCTION
 
 
 def mtp_staging() -> Any:

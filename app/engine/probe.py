@@ -278,12 +278,32 @@ def _probe_mtp(model: LlamaModel, ctx: LlamaContext) -> tuple[str | None, float 
             head.decode_with_hidden([second], [1], h[:1], logits_last=True)
             head.logits(-1)
             head.hidden_states(1)
+            _probe_chained_heads(model, head, second, h[:1])
             ratio = _head_cost_ratio(ctx, head, first, h[:1])
         finally:
             head.close()
     except TandemError as exc:
         return str(exc), None
     return "ok", ratio
+
+
+def _probe_chained_heads(model: LlamaModel, head: LlamaContext, token: int,
+                         hidden: np.ndarray) -> None:
+    """Run every further head of a model with chained heads once (the drafter runs head
+    i for draft token i: ``llama_set_nextn_layer_offset``) on ``token`` at position 1,
+    where a graph that llama.cpp cannot build aborts this child, not the app; then
+    select the first head again. Nothing to do for one head or a build without the
+    function (the drafter then refuses the model)."""
+    from app.engine.llama import mtp_chain_missing
+
+    if model.n_layer_nextn <= 1 or mtp_chain_missing():
+        return
+    for i in range(1, model.n_layer_nextn):
+        head.seq_rm(1, -1)
+        head.set_nextn_layer_offset(i)
+        head.decode_with_hidden([token], [1], hidden, logits_last=True)
+        head.logits(-1)
+    head.set_nextn_layer_offset(0)
 
 
 def _head_cost_ratio(ctx: LlamaContext, head: LlamaContext, token: int,

@@ -245,6 +245,9 @@ class Round:
         drafter, policy = self.drafter, self.policy
         if drafter is None or policy is None:
             return [], None
+        limit: int | None = getattr(drafter, "draft_limit", None)  # chained MTP heads
+        if limit is not None:
+            n_max = min(n_max, limit)
         if n_max < self.draft_min:
             n_max = 0  # the draft would be discarded: do not pay for it
         if self.adaptive and n_max > 0 and self.token_keys is None:

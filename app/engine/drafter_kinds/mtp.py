@@ -25,9 +25,14 @@ The protocol, as llama.cpp runs it (``common/speculative.cpp``,
   one head evaluation per draft token. The draft positions leave the head's cache
   again; the verification pass brings the accepted ones back with the target's states.
 * A model with one nextn layer (GLM-4.5, DeepSeek V3, Qwen3.5) chains that one head for
-  every draft token. A model with several trained heads (Step-3.5) runs head i for draft
-  token i (``llama_set_nextn_layer_offset``), re-evaluating the chain under each head;
-  that mode is not offered here (no model to test it on), and says so.
+  every draft token. A model with several trained heads (Step-3.5, DeepSeek-V3.2/V4,
+  Bailing-MoE 3, Hunyuan V3) runs head i for draft token i (llama.cpp's ``chain_heads``
+  mode): the draft is at most as long as the heads are many; each head is a layer with
+  KV entries of its own, so a mirrored batch is evaluated once per head (the batch's
+  positions removed before each, so that every head writes its layer into the same
+  cells), and draft step i evaluates the whole prefix (x, d₁ … dᵢ) under head i, paired
+  with (h at p − 1, the states heads 0 … i − 1 returned), after removing the draft
+  positions again. Here the mirrored rows ride along with each head's draft step.
 
 A separate assistant GGUF (Gemma 4's ``gemma4-assistant``, :class:`AssistantDrafter`)
 drafts the same way with one difference, llama.cpp's ``is_mem_shared`` mode: its
@@ -61,7 +66,13 @@ from app.catalog.loadcheck import cached_verdict
 from app.catalog.pairing import ASSISTANT_TARGETS
 from app.engine.drafter_kinds import DrafterHost, DrafterPrediction, Unavailable, register
 from app.engine.drafters import Drafter, common_prefix_length
-from app.engine.llama import CONTEXT_TYPE_MTP, LlamaContext, LlamaModel, mtp_staging_missing
+from app.engine.llama import (
+    CONTEXT_TYPE_MTP,
+    LlamaContext,
+    LlamaModel,
+    mtp_chain_missing,
+    mtp_staging_missing,
+)
 from app.engine.sampling import top_probability
 from app.errors import TandemError
 from app.options import DrafterInfo, DrafterNeeds, SpecMode, SpeculationConfig
@@ -127,6 +138,10 @@ class MTPDrafter:
         self._zero = np.zeros(ctx.model.n_embd_out, dtype=np.float32)
         #: the target's decode count when this drafter last saw a decode
         self._seen = -1
+        #: the trained heads chained one per draft position (1: one head for every one)
+        self.n_heads = max(1, ctx.model.n_layer_nextn)
+        #: the longest draft (the session caps its draft length by it), None: unbounded
+        self.draft_limit: int | None = self.n_heads if self.n_heads > 1 else None
 
     # -- the target's side --------------------------------------------------------------
     def listen(self) -> bool:
@@ -194,16 +209,36 @@ class MTPDrafter:
             self.forward_passes += 1
 
     # -- Drafter ------------------------------------------------------------------------
+    def _mirror(self, rows: _Rows) -> None:
+        """Evaluate rows without logits under every head (llama.cpp's ``process``): with
+        chained heads, the rows' positions leave the cache before each head re-evaluates
+        them, so every head writes its own layer's entries into the same cells."""
+        if self.n_heads == 1 or not rows[0]:
+            self._evaluate(rows, logits_last=False)
+            return
+        try:
+            for head in range(self.n_heads):
+                self._under_head(head, rows[1][0])
+                self._evaluate(rows, logits_last=False)
+        finally:
+            self.ctx.set_nextn_layer_offset(0)
+
+    def _under_head(self, head: int, pos0: int) -> None:
+        """Remove positions ``pos0…`` from the head's cache and select ``head``."""
+        if not self.ctx.seq_rm(pos0, -1):
+            raise TandemError(f"the MTP cache could not remove positions {pos0}…")
+        self.ctx.set_nextn_layer_offset(head)
+
     def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool] | None = None) -> None:
         passes = self.forward_passes
         try:
-            self._evaluate(self._sync(prompt)[1], logits_last=False)
+            self._mirror(self._sync(prompt)[1])
         except TandemError:
             self.reset()
         self.forward_passes = passes  # mirroring the prompt is prefill, not a draft step
 
     def draft(self, context: Sequence[int], n_max: int) -> list[int]:
-        n_max = min(n_max, self.ctx.n_ctx - len(context))
+        n_max = min(n_max, self.ctx.n_ctx - len(context), self.draft_limit or n_max)
         if n_max <= 0:
             return []
         if self.ctx.n_threads != self.target_ctx.n_threads:
@@ -212,9 +247,12 @@ class MTPDrafter:
         try:
             h, todo = self._sync(context)
             if h is None:
-                self._evaluate(todo, logits_last=False)
+                self._mirror(todo)
                 return []  # the target's state there was not seen: this round is plain
-            self._chain(context, h, todo, n_max, out)
+            if self.n_heads > 1:
+                self._chain_heads(context, h, todo, n_max, out)
+            else:
+                self._chain(context, h, todo, n_max, out)
         except TandemError as exc:
             log.warning("the MTP head failed (%s); its cache starts again", exc)
             self.reset()  # the head's cache is unknown now; the rounds go on
@@ -249,6 +287,41 @@ class MTPDrafter:
                 return
             pos += 1
             rows = ([tok], [pos], [self.ctx.hidden_states(1)[0]])
+
+    def _chain_heads(self, context: Sequence[int], h: npt.NDArray[np.float32], todo: _Rows,
+                     n_max: int, out: list[int]) -> None:
+        """Draft into ``out`` with head i for draft token i (llama.cpp's ``chain_heads``):
+        head i evaluates ``todo`` and the prefix (x, d₁ … dᵢ) at p … p + i, x with the
+        target's state ``h`` and dⱼ with the state head j − 1 returned, logits for the
+        last; heads left after the draft stops (``n_max``, an end-of-generation token, a
+        top probability under ``p_min``) evaluate ``todo`` and x only, so that every
+        head's layer holds the rows the verification keeps. One pass per head."""
+        pos, tok = len(context) - 1, context[-1]
+        prefix: _Rows = ([tok], [pos], [h])
+        start = todo[1][0] if todo[1] else pos
+        drafting = True
+        try:
+            for head in range(self.n_heads):
+                self._under_head(head, start)
+                if not drafting:
+                    self._evaluate((todo[0] + [tok], todo[1] + [pos], todo[2] + [h]),
+                                   logits_last=False)
+                    continue
+                self._evaluate((todo[0] + prefix[0], todo[1] + prefix[1], todo[2] + prefix[2]),
+                               logits_last=True)
+                logits = self.ctx.logits(-1)
+                d, p = top_probability(logits) if self.p_min > 0.0 else (int(logits.argmax()), 1.0)
+                if p < self.p_min:
+                    drafting = False
+                    continue
+                out.append(d)
+                drafting = len(out) < n_max and not self.ctx.model.is_eog(d)
+                if drafting:
+                    prefix[0].append(d)
+                    prefix[1].append(pos + len(out))
+                    prefix[2].append(self.ctx.hidden_states(1)[0])
+        finally:
+            self.ctx.set_nextn_layer_offset(0)
 
     def reset(self) -> None:
         """Forget the head's cache (rebuilt from the rows the target evaluates next)."""
@@ -409,9 +482,11 @@ def create(host: DrafterHost, spec: SpeculationConfig) -> Drafter | Unavailable:
     if not target.mtp_loaded:
         return Unavailable("The model was loaded without its MTP layers; reload it to "
                            "draft with them.")
-    if target.n_layer_nextn > 1:
-        return Unavailable(f"This model has {target.n_layer_nextn} chained MTP heads, which "
-                           "Tandem does not run yet; decoding without speculation.")
+    chain_missing = mtp_chain_missing() if target.n_layer_nextn > 1 else None
+    if chain_missing:
+        return Unavailable(f"This llama-cpp-python build lacks {chain_missing}, which "
+                           f"this model's {target.n_layer_nextn} chained MTP heads need; "
+                           "decoding without speculation.")
 
     def make() -> Drafter | Unavailable:
         failed = _probe_says(target)

@@ -1,0 +1,140 @@
+"""Chained MTP heads on a synthetic Hunyuan V3 (``hy_v3``) GGUF with two nextn layers.
+
+A model with several trained heads drafts token i with head i
+(:mod:`app.engine.drafter_kinds.mtp`, llama.cpp's ``chain_heads`` mode). Here: the
+output equals plain decoding at k = 1, 2 and at a k above the number of heads, which
+is capped to it (greedy exactly, seeded up to draws within float error of an interval
+edge); heads that copy the trunk are always accepted, so every head's layer holds the
+rows the protocol says; a rollback that keeps rejected tokens is called suspect; a
+build without ``llama_set_nextn_layer_offset`` refuses the model in one sentence; the
+probe child runs every head and the availability rule offers the drafter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import app.engine.llama as llama
+from app.catalog.gguf_meta import inspect_gguf
+from app.catalog.loadcheck import check_loads
+from app.engine.divergence import SamplingTrace, compare_traces
+from app.engine.rounds import FAULTS, Verifier
+from app.engine.session import Session, SessionConfig
+from app.options import SamplingParams, SpecMode, SpeculationConfig, drafter_unusable
+from tests.engine.test_hybrid_rollback import DRAW_NEAR_TIE
+from tests.engine.test_lossless_synthetic import SAMPLINGS, prompts
+from tests.engine.util import check_invariants, run
+from tests.synthetic import write_tiny_hyv3_mtp
+
+MAX_TOKENS = 40
+HEADS = 2
+MTP = SpecMode("mtp")
+
+
+@pytest.fixture(scope="module")
+def chained_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_hyv3_mtp(tmp_path_factory.mktemp("chain") / "hyv3.gguf", n_heads=HEADS)
+
+
+@pytest.fixture(scope="module")
+def chained(chained_path: Path) -> Iterator[Session]:
+    s = Session.open(SessionConfig(target_path=chained_path, n_ctx=256, n_threads=1))
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS[:2], ids=["greedy", "t0.8"])
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_chained_heads_equal_plain_decoding(chained: Session, sampling: SamplingParams,
+                                            k: int) -> None:
+    assert chained.target.n_layer_nextn == HEADS and chained.target.mtp_loaded
+    verified = accepted = 0
+    for prompt in prompts()[::2]:
+        off, on = SamplingTrace(), SamplingTrace()
+        plain = run(chained, prompt, sampling, SpeculationConfig(mode="off"), trace=off)
+        spec = run(chained, prompt, sampling, SpeculationConfig(mode="mtp", draft_max=k,
+                                                                adaptive=False), trace=on)
+        if spec.ids != plain.ids:
+            d = compare_traces(off, on)
+            assert sampling.temperature > 0 and d.draw_consistent, d
+            assert d.draw_boundary is not None and d.draw_boundary < DRAW_NEAR_TIE, d
+        assert spec.finished.note is None and spec.stats.mode is MTP
+        check_invariants(spec, MAX_TOKENS)
+        # the draft is never longer than the heads are many, whatever k asks
+        assert not any(spec.stats.verified_at[HEADS:])
+        # one pass per head per round (the mirrored rows ride along with each)
+        assert spec.stats.proposed <= spec.stats.draft_steps
+        assert spec.stats.draft_steps <= (spec.stats.rounds + 1) * HEADS
+        verified += spec.stats.verified
+        accepted += spec.stats.accepted
+    assert 0 < accepted < verified  # the heads are right often, not always: rollbacks ran
+
+
+def test_heads_that_copy_the_trunk_draft_what_the_target_says(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Unperturbed, each head computes what the trunk computes when its own layer's KV
+    entries hold the trunk's layer inputs at the same positions: every draft token is
+    accepted only if every head's layer was mirrored and the draft positions left it."""
+    path = write_tiny_hyv3_mtp(tmp_path_factory.mktemp("chain") / "copy.gguf",
+                               n_heads=HEADS, mtp_perturb=0.0)
+    with Session.open(SessionConfig(target_path=path, n_ctx=256, n_threads=1)) as s:
+        for prompt in prompts()[:4]:
+            s.reset_cache()
+            plain = run(s, prompt, SAMPLINGS[0], SpeculationConfig(mode="off"))
+            s.reset_cache()
+            # k = 1 first: the second head only mirrors the accepted rows, which the
+            # follow-up turn at k = 4 (the same cached prefix) then drafts from
+            one = run(s, prompt, SAMPLINGS[0], SpeculationConfig(mode="mtp", draft_max=1,
+                                                                 adaptive=False))
+            longer = [*prompt, *one.ids[:5]]
+            r = run(s, longer, SAMPLINGS[0], SpeculationConfig(mode="mtp", draft_max=4,
+                                                               adaptive=False))
+            assert one.ids == plain.ids and r.stats.prefill_tokens <= 2
+            for x in (one, r):
+                assert x.stats.verified > 0 and x.stats.accepted == x.stats.verified
+            assert r.stats.verified_at[1] > 0  # the second head drafted and was right
+
+
+def test_a_rollback_that_keeps_rejected_tokens_is_called_suspect(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    path = write_tiny_hyv3_mtp(tmp_path_factory.mktemp("chain") / "sensitive.gguf",
+                               n_heads=HEADS, weight_scale=1.5)
+    greedy = SAMPLINGS[0]
+    verdicts = []
+    with Session.open(SessionConfig(target_path=path, n_ctx=256, n_threads=1)) as s:
+        for prompt in prompts()[:8]:
+            off, on = SamplingTrace(), SamplingTrace()
+            s.verifier = Verifier()
+            s.reset_cache()
+            run(s, prompt, greedy, SpeculationConfig(mode="off"), trace=off)
+            s.verifier = FAULTS["keep-rejected-kv"]()
+            s.reset_cache()
+            run(s, prompt, greedy, SpeculationConfig(mode="mtp", draft_max=HEADS,
+                                                     adaptive=False), trace=on)
+            verdicts.append(compare_traces(off, on).verdict)
+    assert "suspect" in verdicts and "near-tie" not in verdicts, verdicts
+
+
+def test_a_build_without_the_head_offset_refuses_in_one_sentence(
+        chained_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import llama_cpp.llama_cpp_ext as ext
+
+    monkeypatch.delattr(ext, llama.MTP_CHAIN_FUNCTION)
+    assert llama.mtp_chain_missing() == "llama_set_nextn_layer_offset"
+    with Session.open(SessionConfig(target_path=chained_path, n_ctx=128, n_threads=1)) as s:
+        r = run(s, prompts()[0], SAMPLINGS[0], SpeculationConfig(mode="mtp"))
+        assert r.stats.verified == 0 and r.finished.note is not None
+        assert r.finished.note.startswith("This llama-cpp-python build lacks "
+                                          "llama_set_nextn_layer_offset")
+        assert f"{HEADS} chained MTP heads" in r.finished.note and "\n" not in r.finished.note
+        assert run(s, prompts()[0], SAMPLINGS[0]).ids == r.ids
+
+
+def test_the_probe_runs_every_head_and_the_rule_offers_mtp(chained_path: Path) -> None:
+    assert check_loads(chained_path, use_cache=False).mtp == "ok"
+    info = inspect_gguf(chained_path, use_cache=False)
+    assert info.nextn_layers == HEADS
+    assert MTP.info is not None and drafter_unusable(MTP.info, info) is None
