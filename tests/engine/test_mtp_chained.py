@@ -7,7 +7,8 @@ is capped to it (greedy exactly, seeded up to draws within float error of an int
 edge); heads that copy the trunk are always accepted, so every head's layer holds the
 rows the protocol says; a rollback that keeps rejected tokens is called suspect; a
 build without ``llama_set_nextn_layer_offset`` refuses the model in one sentence; the
-probe child runs every head and the availability rule offers the drafter.
+probe child runs every head, the availability rule offers the drafter and its
+prediction drafts no more tokens than there are heads.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import app.engine.llama as llama
 from app.catalog.gguf_meta import inspect_gguf
 from app.catalog.loadcheck import check_loads
 from app.engine.divergence import SamplingTrace, compare_traces
+from app.engine.drafter_kinds import kind_for
 from app.engine.rounds import FAULTS, Verifier
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpecMode, SpeculationConfig, drafter_unusable
@@ -134,7 +136,12 @@ def test_a_build_without_the_head_offset_refuses_in_one_sentence(
 
 
 def test_the_probe_runs_every_head_and_the_rule_offers_mtp(chained_path: Path) -> None:
-    assert check_loads(chained_path, use_cache=False).mtp == "ok"
+    verdict = check_loads(chained_path)
+    assert verdict.mtp == "ok" and verdict.mtp_cost_ratio is not None
     info = inspect_gguf(chained_path, use_cache=False)
     assert info.nextn_layers == HEADS
     assert MTP.info is not None and drafter_unusable(MTP.info, info) is None
+    kind = kind_for("mtp")
+    assert kind is not None and kind.predict is not None
+    prediction = kind.predict(chained_path, None)
+    assert prediction is not None and prediction.k == HEADS  # MTP_K = 3, capped

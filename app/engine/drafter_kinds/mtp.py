@@ -62,6 +62,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from app.catalog.gguf_meta import inspect_gguf
 from app.catalog.loadcheck import cached_verdict
 from app.catalog.pairing import ASSISTANT_TARGETS
 from app.engine.drafter_kinds import DrafterHost, DrafterPrediction, Unavailable, register
@@ -516,7 +517,8 @@ def predict(target: Path, n_gpu_layers: int | None = None) -> DrafterPrediction 
     """What the MTP head of the GGUF at ``target`` promises before it drafts: α =
     :data:`MTP_PRIOR_ACCEPTANCE`, c as the load check's child measured it
     (:attr:`app.catalog.loadcheck.LoadVerdict.mtp_cost_ratio`, checked with
-    ``n_gpu_layers``, else with the build's default), k = :data:`MTP_K`. None when the
+    ``n_gpu_layers``, else with the build's default), k = :data:`MTP_K` (at most the
+    number of heads of a model with several chained ones). None when the
     file was not checked yet, its head did not run there, or c was not measured (a
     verdict remembered before it was)."""
     for layers in dict.fromkeys((n_gpu_layers, None)):
@@ -525,9 +527,19 @@ def predict(target: Path, n_gpu_layers: int | None = None) -> DrafterPrediction 
         except TandemError:
             return None
         if verdict is not None and verdict.mtp == "ok" and verdict.mtp_cost_ratio is not None:
-            return DrafterPrediction(MTP_PRIOR_ACCEPTANCE, verdict.mtp_cost_ratio, MTP_K,
-                                     "measured by the load check")
+            return DrafterPrediction(MTP_PRIOR_ACCEPTANCE, verdict.mtp_cost_ratio,
+                                     _draft_length(target), "measured by the load check")
     return None
+
+
+def _draft_length(target: Path) -> int:
+    """:data:`MTP_K`, capped at the number of heads where the GGUF at ``target`` carries
+    several chained ones (the drafter drafts no more; :attr:`MTPDrafter.draft_limit`)."""
+    try:
+        heads = inspect_gguf(target).nextn_layers
+    except TandemError:
+        return MTP_K
+    return min(MTP_K, heads) if heads > 1 else MTP_K
 
 
 KIND = register(MTP_INFO, create, predict=predict)
