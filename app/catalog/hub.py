@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urljoin, urlparse
 
 from app.catalog.gguf_meta import (
+    GGUFInfo,
     GGUFVocab,
     IncompleteHeaderError,
     parse_gguf_head,
@@ -58,7 +59,7 @@ from app.catalog.gguf_meta import (
     split_parts,
 )
 from app.catalog.hf_transport import CHUNK_BYTES, download_to, open_stream
-from app.catalog.pairing import PairResult, check_pair
+from app.catalog.pairing import ModelShape, PairResult, check_drafter_pair
 from app.errors import (
     DownloadError,
     GGUFError,
@@ -1072,7 +1073,9 @@ def check_remote_pair(
     endpoint: str | None = None,
     token: str | bool | None = None,
 ) -> RemotePairCheck:
-    """llama.cpp's pairing rule on two models still on the hub (headers only).
+    """llama.cpp's pairing rule on two models still on the hub (headers only); for an
+    MTP assistant as the draft (Gemma 4's), the assistant rules
+    (:func:`app.catalog.pairing.check_assistant_pair`).
 
     Raises:
         DownloadError: hub errors for either file.
@@ -1080,7 +1083,14 @@ def check_remote_pair(
     """
     t = read_remote_gguf(target, endpoint=endpoint, token=token)
     d = read_remote_gguf(draft, endpoint=endpoint, token=token)
-    result = check_pair(t.vocab, d.vocab, target_size=t.vocab.info.file_size, draft_size=d.vocab.info.file_size)
+
+    def shape(info: GGUFInfo) -> ModelShape:
+        n = info.embedding_length or 0
+        return ModelShape(info.architecture, n, info.embedding_length_out or n)
+
+    result = check_drafter_pair(t.vocab, d.vocab, target_shape=shape(t.vocab.info),
+                                draft_shape=shape(d.vocab.info),
+                                target_size=t.vocab.info.file_size, draft_size=d.vocab.info.file_size)
     return RemotePairCheck(t, d, result)
 
 

@@ -98,7 +98,7 @@ HYBRID_AND_MTP = [
     ("lfm2.5-1.2b-instruct", "lfm2", "hybrid", 0, "draft-model",
      {"suffix", "prompt-lookup", "draft-model"}),
     ("nemotron-3-nano-4b", "nemotron_h", "hybrid", 0, None, {"suffix", "prompt-lookup"}),
-    ("gemma-4-e2b-it", "gemma4", "attention", 0, "mtp-assistant", {"suffix", "prompt-lookup"}),
+    ("gemma-4-e2b-it", "gemma4", "attention", 0, "mtp-assistant", {"mtp", "suffix", "prompt-lookup"}),
 ]
 
 

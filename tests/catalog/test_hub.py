@@ -485,3 +485,23 @@ def test_hub_http_statuses_are_typed_errors_with_their_status(status: int, kind:
                      "http://127.0.0.1")
     assert type(err) is kind and isinstance(err, HubError) and err.status == status
     assert f"HTTP {status}" in str(err)
+
+
+def test_a_remote_mtp_assistant_is_checked_by_the_assistant_rules(hub: FakeHub, tmp_path: Path) -> None:
+    """A curated Gemma 4 entry's assistant is checked on the hub as an assistant (its
+    architecture drafts for the target's, its input width is the target's hidden size),
+    not as a draft model."""
+    from tests.synthetic import write_tiny_gemma4, write_tiny_gemma4_assistant
+
+    target = write_tiny_gemma4(tmp_path / "gemma4.gguf")
+    assistant = write_tiny_gemma4_assistant(tmp_path / "assistant.gguf")
+    narrow = write_tiny_gemma4_assistant(tmp_path / "narrow.gguf", n_embd_target=32)
+    hub.add("g/gemma-4-GGUF", "gemma4.gguf", target)
+    hub.add("g/gemma-4-GGUF", "mtp.gguf", assistant)
+    hub.add("g/gemma-4-GGUF", "narrow.gguf", narrow)
+    ok = check_remote_pair(RemoteFile("g/gemma-4-GGUF", "gemma4.gguf"), RemoteFile("g/gemma-4-GGUF", "mtp.gguf"))
+    assert ok.result.compatible
+    assert {"assistant_arch", "hidden_size"} <= {c.rule for c in ok.result.checks}
+    bad = check_remote_pair(RemoteFile("g/gemma-4-GGUF", "gemma4.gguf"), RemoteFile("g/gemma-4-GGUF", "narrow.gguf"))
+    assert not bad.result.compatible
+    assert bad.result.first_failure is not None and bad.result.first_failure.rule == "hidden_size"
