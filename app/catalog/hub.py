@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urljoin, urlparse
 
 from app.catalog.gguf_meta import (
-    GGUFInfo,
     GGUFVocab,
     IncompleteHeaderError,
     parse_gguf_head,
@@ -1083,13 +1082,9 @@ def check_remote_pair(
     """
     t = read_remote_gguf(target, endpoint=endpoint, token=token)
     d = read_remote_gguf(draft, endpoint=endpoint, token=token)
-
-    def shape(info: GGUFInfo) -> ModelShape:
-        n = info.embedding_length or 0
-        return ModelShape(info.architecture, n, info.embedding_length_out or n)
-
-    result = check_drafter_pair(t.vocab, d.vocab, target_shape=shape(t.vocab.info),
-                                draft_shape=shape(d.vocab.info),
+    result = check_drafter_pair(t.vocab, d.vocab,
+                                target_shape=ModelShape.from_header(t.vocab.info),
+                                draft_shape=ModelShape.from_header(d.vocab.info),
                                 target_size=t.vocab.info.file_size, draft_size=d.vocab.info.file_size)
     return RemotePairCheck(t, d, result)
 

@@ -766,5 +766,4 @@ def model_shape(info: GGUFInfo | None) -> ModelShape | None:
     without a hidden size)."""
     if info is None or info.embedding_length is None:
         return None
-    return ModelShape(info.architecture, info.embedding_length,
-                      info.embedding_length_out or info.embedding_length)
+    return ModelShape.from_header(info)

@@ -65,6 +65,27 @@ class ModelShape:
     n_embd: int
     n_embd_out: int
 
+    @classmethod
+    def from_header(cls, info: HeaderShape) -> ModelShape:
+        """The shape a GGUF header gives (:class:`app.catalog.gguf_meta.GGUFInfo`): a
+        missing hidden size is 0 (which no assistant rule accepts), a missing
+        ``embedding_length_out`` the hidden size."""
+        n = info.embedding_length or 0
+        return cls(info.architecture, n, info.embedding_length_out or n)
+
+
+class HeaderShape(Protocol):
+    """The fields of a GGUF header :meth:`ModelShape.from_header` reads."""
+
+    @property
+    def architecture(self) -> str: ...
+
+    @property
+    def embedding_length(self) -> int | None: ...
+
+    @property
+    def embedding_length_out(self) -> int | None: ...
+
 
 class VocabView(Protocol):
     """What the pairing rule needs to know about a model's tokenizer."""

@@ -29,7 +29,11 @@ Two rules, one per kind of drafter:
 
 Neither rule can lock itself out of drafting: a trimmed-away draft is still verified one
 token deep every :attr:`~DraftLengthPolicy.explore_every` rounds (so the estimates keep
-meeting the target), α̂ drifts back to its prior while nothing is drafted, and a pass
+meeting the target; the interval doubles, up to
+:attr:`~DraftLengthPolicy.explore_most`, while the target keeps rejecting those tokens,
+as at a high temperature where a rejected one-token verification costs most of a step,
+and a draft with a key of a high prior, such as a long verbatim match, is verified on
+its own estimate whatever the interval), α̂ drifts back to its prior while nothing is drafted, and a pass
 size's cost is the median of its recent passes (:class:`PassTimes`), so a size that
 looked dear under a burst of load looks cheap again once it is timed in a quiet moment,
 and one not timed lately keeps the cost it had.
@@ -129,8 +133,11 @@ class DraftLengthPolicy:
     #: fraction: the estimates are noisy, and the best of noisy estimates is biased upward
     margin = 0.05
     #: when :meth:`trim` would verify nothing of a draft, every this many such rounds it
-    #: verifies its first token anyway, so that the estimates keep meeting the target
+    #: verifies its first token anyway, so that the estimates keep meeting the target;
+    #: each such token the target rejects doubles the interval (up to
+    #: :attr:`explore_most`), one it accepts resets it
     explore_every = 64
+    explore_most = 1024
     # Both replayed on recorded replies with two CPUs' pass costs (tests/engine/
     # test_policy.py) and timed (docs/benchmarks.md): with 5 % and 64, chat at
     # temperature 0.8 stayed near plain decoding's speed where a rejected one-token
@@ -156,7 +163,9 @@ class DraftLengthPolicy:
         self.smoothing = smoothing
         self.revert = revert
         self.draft_step_time = 0.0
-        self._declined = 0  # trim decisions that verified nothing, for explore_every
+        self._declined = 0  # trim decisions that verified nothing since the last exploration
+        self._explore_interval = self.explore_every
+        self._exploring = False  # the last trim verified a declined draft's first token
         #: per token key: (accepted, verified), exponentially forgotten
         self._cells: dict[Hashable, tuple[float, float]] = {}
 
@@ -176,6 +185,10 @@ class DraftLengthPolicy:
         ``keys``: the drafter's key of each verified token (:meth:`trim`); each key's
         counts are updated with them.
         """
+        if self._exploring and verified:
+            self._exploring = False
+            self._explore_interval = (self.explore_every if accepted else
+                                      min(2 * self._explore_interval, self.explore_most))
         for i in range(verified):
             hit = 1.0 if i < accepted else 0.0
             self.alpha += self.smoothing * (hit - self.alpha)
@@ -254,7 +267,8 @@ class DraftLengthPolicy:
         Returns the d in {0} ∪ [max(1, draft_min), len(keys)] with the highest
         E(d) / t(d + 1) (module doc), provided it beats plain decoding's 1 / t(1) by
         :attr:`margin`; every :attr:`explore_every`-th time that would be 0, the
-        shortest allowed length instead. The whole draft before anything was timed.
+        shortest allowed length instead (an interval that doubles while the target rejects
+        those tokens). The whole draft before anything was timed.
         """
         k = len(keys)
         lo = max(1, draft_min)
@@ -274,8 +288,11 @@ class DraftLengthPolicy:
             if (t is not None and expected / t > best_rate * (1.0 + 1e-9)
                     and expected / t * t1 > 1.0 + self.margin):
                 best_d, best_rate = d, expected / t
+        self._exploring = False
         if best_d == 0:
             self._declined += 1
-            if self._declined % self.explore_every == 0:
+            if self._declined >= self._explore_interval:
+                self._declined = 0
+                self._exploring = True
                 return lo
         return best_d

@@ -25,9 +25,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.catalog.gguf_meta import inspect_gguf
-from app.catalog.model_file import model_entry_path
 from app.catalog.gguf_meta import inspect_gguf, load_vocab
+from app.catalog.model_file import model_entry_path
 from app.catalog.pairing import (
     ModelShape,
     PairResult,
@@ -561,8 +560,7 @@ class Session:
         info = inspect_gguf(path)
         result = check_assistant_pair(
             load_vocab(self.target.path), self.target_shape, load_vocab(path),
-            ModelShape(info.architecture, info.embedding_length or 0,
-                       info.embedding_length_out or info.embedding_length or 0),
+            ModelShape.from_header(info),
             target_size=self.target.size_bytes, assistant_size=info.file_size)
         if not result.compatible:
             raise IncompatibleDraftError(

@@ -262,3 +262,25 @@ def test_prompt_lookup_with_draft_min_2_drafts(tiny_target: Path) -> None:
         r = run(s, prompt, SamplingParams(temperature=0.0, max_tokens=24), spec)
     st = r.stats
     assert st.draft_rounds > 0 and st.proposed >= 2 * st.draft_rounds, st  # never a 1-token draft
+
+
+def test_explorations_the_target_rejects_back_off_and_one_it_accepts_resets_them() -> None:
+    """Where the target keeps rejecting explored tokens (sampling at a high temperature)
+    the one-token explorations come ever rarer, up to explore_most; an accepted one
+    brings the interval back to explore_every."""
+    policy = DraftLengthPolicy(_table({1: 0.010, 2: 0.013, 3: 0.016}))
+    bad = ("ctx", 0, 0, 0)
+    for _ in range(50):
+        policy.observe_verification(1, 0, [bad])
+    gaps, since = [], 0
+    for _ in range(4000):
+        since += 1
+        if policy.trim([bad, bad]) == 1:
+            gaps.append(since)
+            since = 0
+            policy.observe_verification(1, 0, [bad])  # rejected again
+    assert gaps[:5] == [64, 128, 256, 512, 1024] and set(gaps[5:]) == {1024}
+    while policy.trim([bad]) != 1:
+        pass
+    policy.observe_verification(1, 1, [bad])  # accepted: back to every 64th
+    assert [policy.trim([bad, bad]) for _ in range(64)].count(1) == 1
