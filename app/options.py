@@ -92,6 +92,9 @@ class DrafterInfo:
         picker_tooltip: the picker row's tooltip.
         explanation: a paragraph the picker shows when it is chosen (default:
             ``summary``).
+        prior_acceptance: the acceptance rate α (0 … 1) Auto assumes for it before it
+            has drafted in a conversation, when one is published for its kind (MTP
+            heads); None: none is assumed.
     """
 
     mode: str
@@ -107,6 +110,7 @@ class DrafterInfo:
     picker_status: str = ""
     picker_tooltip: str = ""
     explanation: str = ""
+    prior_acceptance: float | None = None
 
 
 class CarriesHeads(Protocol):
@@ -118,22 +122,33 @@ class CarriesHeads(Protocol):
     def nextn_layers(self) -> int: ...
 
 
-def drafter_unusable(info: DrafterInfo, target: CarriesHeads | None) -> str | None:
+def drafter_unusable(info: DrafterInfo, target: CarriesHeads | None, *,
+                     assistant: bool = False) -> str | None:
     """Why the drafter ``info`` cannot draft for ``target``, as a status phrase for a
     picker row or a tooltip; None when it can, or when ``target`` is unknown (None).
 
-    The one availability rule the model picker and the chat window's drafter menu
-    share: a drafter that needs MTP (nextn) layers needs a target that carries at least
-    one (several are chained heads, one per draft position). What the build or the load
-    check says about running them is known only once the model is loaded, and the
-    session says it then.
+    The one availability rule the model picker, the chat window's drafter menu, the
+    race and Auto share: a drafter that needs MTP drafts with nextn layers the target
+    carries (at least one; several are chained heads, one per draft position) or with
+    a separate MTP assistant loaded for it (``assistant``: one is loaded, as
+    :attr:`app.chat.events.ModelInfo.draft_is_assistant` says). What the build or the
+    load check says about running them is known only once the model is loaded, and
+    the session says it then.
     """
-    if info.needs is not DrafterNeeds.MTP_HEAD or target is None:
+    if info.needs is not DrafterNeeds.MTP_HEAD or target is None or assistant:
         return None
     if target.nextn_layers <= 0:
-        return ("needs multi-token-prediction (nextn) layers in the target's GGUF: "
-                "this one has none")
+        return ("needs multi-token-prediction (nextn) layers in the target's GGUF or a "
+                "loaded MTP assistant: this one has neither")
     return None
+
+
+def mtp_draft_limit(nextn_layers: int, *, assistant: bool = False) -> int | None:
+    """The longest draft MTP makes for a target with ``nextn_layers`` nextn layers, or
+    None when it has no limit of its own: several layers are chained heads, one per
+    draft token, so the draft is at most as long as they are many; one head chained on
+    itself, or a separate MTP assistant (``assistant``), drafts as long as asked."""
+    return nextn_layers if nextn_layers > 1 and not assistant else None
 
 
 class _SpecModes(type):

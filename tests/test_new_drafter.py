@@ -50,6 +50,7 @@ class RepeatLastDrafter:
     """Proposes the context's last token ``n_max`` times (no model, no state)."""
 
     forward_passes = 0
+    draft_limit: int | None = None
 
     def __init__(self) -> None:
         self.kind = SpecMode(REPEAT_INFO.mode)

@@ -469,7 +469,7 @@ def _verdict(p: Path, rc: int, stdout: str, stderr: str) -> LoadVerdict:
         verdict = LoadVerdict("loads", mtp=str(mtp) if mtp is not None else None,
                               mtp_cost_ratio=float(c) if isinstance(c, (int, float))
                               and c >= 0 else None)
-    elif stage == "mtp" and not 0 <= rc < 256 and rc != -getattr(signal, "SIGKILL", 9):
+    elif _mtp_stage(stage) and not 0 <= rc < 256 and rc != -getattr(signal, "SIGKILL", 9):
         # the trunk loaded and decoded; only the MTP head took the child down
         said = _crash_detail(stderr)
         verdict = LoadVerdict("loads", mtp=f"llama.cpp crashed running it ({said or _signal_name(rc)})")
@@ -503,6 +503,12 @@ _TRANSIENT_RE = re.compile(
     r"out of memory|(failed|unable|cannot|could not) to allocate|cannot allocate|cudaMalloc|OutOfDeviceMemory",
     re.IGNORECASE,
 )
+
+
+def _mtp_stage(stage: str | None) -> bool:
+    """The child's stage line is the MTP stage's: ``mtp``, or one of its chained heads
+    (``mtp head 1``)."""
+    return stage is not None and (stage == "mtp" or stage.startswith("mtp "))
 
 
 def _transient(verdict: LoadVerdict) -> bool:

@@ -555,7 +555,8 @@ class ChatController:
         self._end_model_job()
         if failed.kind == "draft":
             if self.model_info is not None:  # a failed draft change leaves no draft loaded
-                self.model_info = replace(self.model_info, draft_path=None, draft_name=None)
+                self.model_info = replace(self.model_info, draft_path=None, draft_name=None,
+                                          draft_is_assistant=False)
                 self.view.model_changed(self.model_info)
         elif failed.kind == "load":
             self.model_info = None

@@ -174,8 +174,9 @@ class ModelInfo:
     the layer and GPU fields are 0). ``exact_verification``: the target
     was loaded so that verification is exact (asked for and possible with its weights);
     ``exact_notes``: those of ``notes`` that say why it is not, when it was asked for.
-    ``nextn_layers``: the multi-token-prediction (nextn) layers the target carries (the
-    drafter menu offers MTP by it: :func:`app.options.drafter_unusable`).
+    ``nextn_layers``: the multi-token-prediction (nextn) layers the target carries;
+    ``draft_is_assistant``: the drafter model is an MTP assistant (the drafter menu and
+    the race offer MTP by either: :func:`app.options.drafter_unusable`).
     """
 
     target_path: Path

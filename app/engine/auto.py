@@ -16,12 +16,15 @@ Per reply, every drafter gets a score, an estimated speedup over plain decoding:
   step t_draft and the α it measured over this conversation; before it has drafted here
   α = 1, the most it could reach. A draft as costly as the target cannot beat plain
   decoding even then, so it is never tried;
-* **a head the model carries (MTP)**: priced like a draft model, E(α, k) · t(1) /
-  (t(k + 1) + k · c · t(1)), with α and c measured over its replies in this
-  conversation when it has drafted here, else its prediction before any reply
-  (:attr:`app.engine.drafter_kinds.DrafterKind.predict`: α as published for MTP heads,
-  c as the load check measured it). Offered only for a target that carries the heads
-  (:func:`app.options.drafter_unusable`);
+* **a head the model carries, or a loaded MTP assistant (MTP)**: priced like a draft
+  model, E(α, k) · t(1) / (t(k + 1) + k · c · t(1)), with α and c measured over its
+  replies in this conversation when it has drafted here, else its prediction before
+  any reply (:attr:`app.engine.drafter_kinds.DrafterKind.predict`: α as published for
+  MTP heads, c as the load check measured it; an assistant, which the load check does
+  not time, is priced once its replies measured c). The published α is priced only at
+  the drafter's default k, and no k beyond what chained heads can draft
+  (:func:`head_estimates`). Offered only for a target that carries the heads or has an
+  assistant loaded (:func:`app.options.drafter_unusable`);
 * **measured**: once a drafter has produced at least :data:`MIN_MEASURED_TOKENS` reply
   tokens in this conversation, its measured speedup (its tokens ÷ its decode time,
   over plain decoding's rate) replaces the estimate, and a drafter measuring below
@@ -61,6 +64,7 @@ from app.options import (
     SpeculationConfig,
     auto_candidates,
     drafter_unusable,
+    mtp_draft_limit,
 )
 
 #: a drafter measured below this × plain over the conversation is not used again in it
@@ -130,6 +134,8 @@ class DrafterEstimate:
     #: measured here), and the cost ratio c used (measured here, or the load check's)
     prior_acceptance: float | None = None
     cost_ratio: float | None = None
+    #: c is the mean measured over its replies here (False: the load check's)
+    cost_from_replies: bool = False
 
     @property
     def measured(self) -> bool:
@@ -147,7 +153,8 @@ class DrafterEstimate:
                                    self.measured_verified, self.measured_accepted,
                                    speedup=self.predicted.get(k),
                                    assumed_acceptance=self.prior_acceptance,
-                                   cost_ratio=self.cost_ratio)
+                                   cost_ratio=self.cost_ratio,
+                                   cost_from_replies=self.cost_from_replies)
         counts = self.replayed.get(k)
         if self.optimistic:
             return DrafterEvidence(self.mode, k, "untried", 0, speedup=self.predicted.get(k))
@@ -169,9 +176,10 @@ class DrafterEvidence:
     ``source``: ``replay`` (the conversation's earlier replies replayed through it),
     ``measured`` (its own replies in this conversation), ``untried`` (a draft model that
     has not drafted here: α = 1 assumed), ``prior`` (a head the model carries, not run
-    here yet: ``assumed_acceptance`` as published, ``cost_ratio`` from the load check),
-    ``priced`` (such a head priced with the α and c of its replies here, too few tokens
-    yet for a measured speedup). ``replies``: replies the figures come from;
+    here yet: ``assumed_acceptance`` as published, ``cost_ratio`` from the load check, or
+    over its replies here when ``cost_from_replies``: an MTP assistant, which the load
+    check does not time), ``priced`` (such a head priced with the α and c of its replies
+    here, too few tokens yet for a measured speedup). ``replies``: replies the figures come from;
     ``verified``/``accepted``: draft tokens; ``draft_rounds``/``rounds`` (replay only):
     target passes that carried a draft / all passes (no draft round: the drafter found
     nothing to propose); ``speedup``: the score, over plain decoding (None: none).
@@ -188,6 +196,7 @@ class DrafterEvidence:
     speedup: float | None = None
     assumed_acceptance: float | None = None
     cost_ratio: float | None = None
+    cost_from_replies: bool = False
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -198,7 +207,7 @@ class DrafterEvidence:
                 "replies": self.replies, "verified": self.verified, "accepted": self.accepted,
                 "draft_rounds": self.draft_rounds, "rounds": self.rounds,
                 "speedup": self.speedup, "assumed_acceptance": self.assumed_acceptance,
-                "cost_ratio": self.cost_ratio}
+                "cost_ratio": self.cost_ratio, "cost_from_replies": self.cost_from_replies}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DrafterEvidence:
@@ -212,7 +221,8 @@ class DrafterEvidence:
                    int(data.get("replies", 0)), int(data.get("verified", 0)),
                    int(data.get("accepted", 0)), int(data.get("draft_rounds", 0)),
                    int(data.get("rounds", 0)), None if speedup is None else float(speedup),
-                   None if alpha is None else float(alpha), None if c is None else float(c))
+                   None if alpha is None else float(alpha), None if c is None else float(c),
+                   bool(data.get("cost_from_replies", False)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,44 +456,61 @@ def estimate_drafters(
     if t1:
         out.extend(dataclasses.replace(with_measured(e.mode, dict(e.predicted)),
                                        prior_acceptance=e.prior_acceptance,
-                                       cost_ratio=e.cost_ratio)
+                                       cost_ratio=e.cost_ratio,
+                                       cost_from_replies=e.cost_from_replies)
                    for e in head_estimates(session, observations, draft_ks, t1))
     return out
 
 
 def head_estimates(session: Session, observations: Sequence[ReplyObservation],
                    ks: Sequence[int], t1: float) -> list[DrafterEstimate]:
-    """The drafters that run on heads the target carries (MTP), priced at each k in
-    ``ks``: E(α, k) · t1 / (t(k + 1) + k · c · t1), t in seconds from the session's
-    measured pass times. α and c are those measured over the drafter's replies in
-    ``observations`` (α: accepted / verified; c: the mean of its replies' measured
-    ratios), each falling back to the drafter's prediction before a load
-    (:attr:`app.engine.drafter_kinds.DrafterKind.predict`) while unmeasured. A drafter
-    Auto may not pick, that the target cannot use (:func:`drafter_unusable`) or that
-    has neither figure is left out."""
+    """The drafters that run on heads the target carries or on a loaded MTP assistant
+    (MTP), priced E(α, k) · t1 / (t(k + 1) + k · c · t1), t in seconds from the
+    session's measured pass times.
+
+    α and c are those measured over the drafter's replies in ``observations`` (α:
+    accepted / verified; c: the mean of its replies' measured ratios). While α is
+    unmeasured, it is the drafter's prediction before a load
+    (:attr:`app.engine.drafter_kinds.DrafterKind.predict`, for the target's own heads)
+    or else its declared prior (:attr:`app.options.DrafterInfo.prior_acceptance`: a
+    loaded assistant, whose pair the load check runs but does not time), and c is its
+    replies' or else the prediction's; such a prior is priced only at the drafter's
+    default k (:attr:`~app.options.DrafterInfo.default_k`, or the prediction's k: at
+    most one per chained head), the draft length it was published for. Measured, it is
+    priced at each k in ``ks`` capped at the drafter's longest draft
+    (:func:`app.options.mtp_draft_limit`). A drafter Auto may not pick, that the target
+    cannot use (:func:`drafter_unusable`) or that lacks α or c is left out."""
     out: list[DrafterEstimate] = []
+    assistant = session.assistant_model is not None
+    limit = mtp_draft_limit(session.target.n_layer_nextn, assistant=assistant)
     for kind in kinds():
         if (kind.info.needs is not DrafterNeeds.MTP_HEAD or kind.mode not in auto_candidates()
-                or drafter_unusable(kind.info, session.target) is not None):
+                or drafter_unusable(kind.info, session.target, assistant=assistant) is not None):
             continue
         own = [o for o in observations if o.mode is kind.mode and o.emitted > 0]
         verified = sum(o.verified for o in own)
         costs = [o.draft_cost_ratio for o in own if o.draft_cost_ratio is not None]
+        # a prediction is about the target's own heads: an assistant drafts instead
         prior = (kind.predict(session.target.path, session.target.n_gpu_layers_requested)
-                 if kind.predict is not None else None)
+                 if kind.predict is not None and not assistant else None)
         c = sum(costs) / len(costs) if costs else (prior.cost_ratio if prior else None)
         alpha = (sum(o.accepted for o in own) / verified if verified
-                 else (prior.acceptance_rate if prior else None))
-        if c is None or alpha is None:
+                 else (prior.acceptance_rate if prior else kind.info.prior_acceptance))
+        if c is None or alpha is None or not ks:
             continue
+        if verified:
+            priced = sorted({min(k, limit) if limit is not None else k for k in ks})
+        else:
+            default = prior.k if prior else kind.info.default_k
+            priced = [min(default, limit or default, max(ks))]
         predicted = {}
-        for k in ks:
+        for k in priced:
             tk = session.pass_time(k + 1)
             if tk:
                 predicted[k] = expected_tokens_per_round(alpha, k) * t1 / (tk + k * c * t1)
         out.append(DrafterEstimate(kind.mode, predicted,
                                    prior_acceptance=None if verified else alpha,
-                                   cost_ratio=c))
+                                   cost_ratio=c, cost_from_replies=bool(costs)))
     return out
 
 

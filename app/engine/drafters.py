@@ -41,6 +41,9 @@ class Drafter(Protocol):
     kind: SpecMode
     #: forward passes the drafter has run so far (0 for drafters without a model)
     forward_passes: int
+    #: the longest draft it can make (the rounds cap the draft length by it), or None
+    #: when it drafts as long as asked (MTP's chained heads draft one token per head)
+    draft_limit: int | None
 
     def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool] | None = None) -> None:
         """A reply starts after ``prompt`` (all its tokens; the last is not yet decoded).
@@ -80,6 +83,7 @@ class DraftModelDrafter:
     """
 
     kind = SpecMode.DRAFT_MODEL
+    draft_limit: int | None = None
 
     def __init__(self, model: LlamaModel, ctx: LlamaContext, p_min: float = 0.0,
                  saved_states: PrefixStateCache | None = None) -> None:
@@ -158,6 +162,7 @@ class PromptLookupDrafter:
     """
 
     kind = SpecMode.PROMPT_LOOKUP
+    draft_limit: int | None = None
 
     def __init__(self, ngram_min: int = 2, ngram_max: int = 4) -> None:
         if not 1 <= ngram_min <= ngram_max:

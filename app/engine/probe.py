@@ -15,8 +15,10 @@ token decoded there, the path a rejected draft takes on a hybrid model. The mode
 loaded with its multi-token-prediction (nextn) layers, as a session loads it; when it
 has them and the build can run them, a last stage (``stage mtp``) runs the MTP head
 once on the trunk's hidden state, as the MTP drafter will
-(:mod:`app.engine.drafter_kinds.mtp`); the answer's ``mtp`` says how that went (and ``mtp_cost_ratio`` what one head step
-costs over one target step, timed there), and a crash there leaves the model loadable
+(:mod:`app.engine.drafter_kinds.mtp`), each head of a model with several chained
+ones under its own stage line (``stage mtp head 0``, ``stage mtp head 1``, …); the
+answer's ``mtp`` says how that went (and ``mtp_cost_ratio`` what one head step costs
+over one target step, timed there), and a crash there leaves the model loadable
 without the drafter.
 
 An MTP assistant GGUF (Gemma 4's ``gemma4-assistant``) cannot run alone: llama.cpp
@@ -27,7 +29,8 @@ target decodes two tokens with its hidden states out, then the assistant's MTP c
 :class:`app.engine.drafter_kinds.mtp.AssistantDrafter` will.
 
 Protocol on stdout (lines starting with :data:`app.catalog.loadcheck.MARK`): the stage
-reached (``stage load``, ``stage context``, ``stage decode``), then one JSON answer.
+reached (``stage load``, ``stage context``, ``stage decode``, ``stage mtp`` and its
+heads), then one JSON answer.
 Exit status 0: it loads and decodes; 2: llama.cpp refused it with an error (the answer
 says why); 3: a Python exception here (a bug in Tandem, reported as such); death by a
 signal: llama.cpp crashed, and the parent reads the reason from stderr.
@@ -274,6 +277,8 @@ def _probe_mtp(model: LlamaModel, ctx: LlamaContext) -> tuple[str | None, float 
                             n_outputs_max=1, context_type=CONTEXT_TYPE_MTP)
         try:
             h = rows[0]
+            if model.n_layer_nextn > 1:  # chained heads: each gets its stage line
+                _say("stage mtp head 0")
             head.decode_with_hidden([first], [0], np.zeros_like(h[:1]), logits_last=False)
             head.decode_with_hidden([second], [1], h[:1], logits_last=True)
             head.logits(-1)
@@ -293,12 +298,14 @@ def _probe_chained_heads(model: LlamaModel, head: LlamaContext, token: int,
     i for draft token i: ``llama_set_nextn_layer_offset``) on ``token`` at position 1,
     where a graph that llama.cpp cannot build aborts this child, not the app; then
     select the first head again. Nothing to do for one head or a build without the
-    function (the drafter then refuses the model)."""
+    function (the drafter then refuses the model). Each head gets its stage line
+    (``stage mtp head i``): the parent reads a crash there as the MTP stage's."""
     from app.engine.llama import mtp_chain_missing
 
     if model.n_layer_nextn <= 1 or mtp_chain_missing():
         return
     for i in range(1, model.n_layer_nextn):
+        _say(f"stage mtp head {i}")
         head.seq_rm(1, -1)
         head.set_nextn_layer_offset(i)
         head.decode_with_hidden([token], [1], hidden, logits_last=True)

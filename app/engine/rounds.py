@@ -245,7 +245,7 @@ class Round:
         drafter, policy = self.drafter, self.policy
         if drafter is None or policy is None:
             return [], None
-        limit: int | None = getattr(drafter, "draft_limit", None)  # chained MTP heads
+        limit = drafter.draft_limit  # chained MTP heads
         if limit is not None:
             n_max = min(n_max, limit)
         if n_max < self.draft_min:

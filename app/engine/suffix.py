@@ -590,6 +590,7 @@ class SuffixDrafter:
     """
 
     kind = SpecMode.SUFFIX
+    draft_limit: int | None = None
 
     def __init__(
         self,

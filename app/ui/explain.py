@@ -36,9 +36,12 @@ def _evidence_words(e: DrafterEvidence, choice: AutoChoice) -> str:
         return (f"{alpha * 100:.0f} % accepted in the last {_replies(e.replies)} "
                 f"(measured {speed})")
     if e.source == "prior":
-        return (f"not tried here yet; {speed} expected from the published "
-                f"{(e.assumed_acceptance or 0) * 100:.0f} % acceptance of MTP heads and "
-                f"c = {e.cost_ratio or 0:.2f} measured by the load check")
+        published = (f"the published {(e.assumed_acceptance or 0) * 100:.0f} % acceptance "
+                     f"of MTP heads and c = {e.cost_ratio or 0:.2f}")
+        if e.cost_from_replies:
+            return (f"no acceptance measured here yet; {speed} expected from {published} "
+                    f"measured over its last {_replies(e.replies)}")
+        return f"not tried here yet; {speed} expected from {published} measured by the load check"
     if e.source == "priced":
         alpha = e.acceptance_rate
         rate = f"{alpha * 100:.0f} % accepted" if alpha is not None else "drafted"

@@ -240,15 +240,17 @@ class ModelBarWidget(QFrame):
                             info.draft_name)
 
     def _grey_unusable_drafters(self, info: ModelInfo | None) -> None:
-        """Grey the drafters the loaded target cannot use (MTP without nextn layers),
-        each with its reason as the item's tooltip (:func:`drafter_unusable`, the rule
-        the model picker follows too). The chosen drafter stays chosen: the reply then
-        decodes plainly and its note says why."""
+        """Grey the drafters the loaded target cannot use (MTP without nextn layers or
+        a loaded MTP assistant), each with its reason as the item's tooltip
+        (:func:`drafter_unusable`, the rule the model picker follows too). The chosen
+        drafter stays chosen: the reply then decodes plainly and its note says why."""
         model = self.mode_combo.model()
         assert isinstance(model, QStandardItemModel)
         for row in range(self.mode_combo.count()):
             drafter = SpecMode(self.mode_combo.itemData(row)).info
-            why = drafter_unusable(drafter, info) if drafter is not None else None
+            why = (drafter_unusable(drafter, info, assistant=info is not None
+                                    and info.draft_is_assistant)
+                   if drafter is not None else None)
             item = model.item(row)
             item.setEnabled(why is None)
             item.setToolTip(f"{drafter.label}: {why}" if why and drafter else "")

@@ -20,7 +20,7 @@ from app.engine.auto import (
     choose_drafter,
     estimate_drafters,
 )
-from app.engine.drafter_kinds.mtp import MTP_PRIOR_ACCEPTANCE
+from app.engine.drafter_kinds.mtp import MTP_K, MTP_PRIOR_ACCEPTANCE
 from app.engine.session import Session, SessionConfig
 from app.engine.stats import expected_tokens_per_round
 from app.options import SpecMode, SpeculationConfig, auto_candidates
@@ -47,7 +47,7 @@ def test_a_first_reply_runs_the_head_when_its_prior_predicts_a_gain() -> None:
     assert (lead.mode, lead.source, lead.assumed_acceptance, lead.cost_ratio) == (
         MTP, "prior", 0.85, 0.3)
     words = auto_explanation(c)
-    assert words.startswith("the model's MTP head, k ≤ 4: not tried here yet; 1.60× plain "
+    assert words.startswith("MTP, k ≤ 4: not tried here yet; 1.60× plain "
                             "expected from the published 85 % acceptance")
     assert "c = 0.30 measured by the load check" in words
     # stored with the reply and read back with its figures
@@ -65,7 +65,7 @@ def test_with_replayed_figures_the_head_competes_on_its_estimate() -> None:
                              measured_accepted=30, cost_ratio=0.4)
     c = choose_drafter([replayed, priced])
     assert c.mode is MTP and c.evidence[0].source == "priced"
-    assert auto_explanation(c) == ("the model's MTP head, k ≤ 4: 75 % accepted in the last "
+    assert auto_explanation(c) == ("MTP, k ≤ 4: 75 % accepted in the last "
                                    "2 replies, c = 0.40 (estimated 1.50× plain)")
 
 
@@ -91,7 +91,8 @@ def test_the_session_prices_the_head_from_the_prior_then_from_its_replies(
     head = est[MTP]
     assert (head.prior_acceptance, head.cost_ratio) == (MTP_PRIOR_ACCEPTANCE,
                                                         verdict.mtp_cost_ratio)
-    assert set(head.predicted) == {2, 4, 8}
+    # the published α is for the head's first draft tokens: priced at its default k only
+    assert set(head.predicted) == {MTP_K}
     for k, v in head.predicted.items():
         assert v == pytest.approx(_formula(mtp_session, MTP_PRIOR_ACCEPTANCE,
                                            verdict.mtp_cost_ratio, k))
@@ -102,6 +103,7 @@ def test_the_session_prices_the_head_from_the_prior_then_from_its_replies(
     head = {e.mode: e for e in estimate_drafters(mtp_session, [], seen, spec)}[MTP]
     assert (head.prior_acceptance, head.cost_ratio) == (None, pytest.approx(0.5))
     assert (head.measured_replies, head.measured_verified, head.measured_accepted) == (2, 40, 30)
+    assert set(head.predicted) == {2, 4, 8}  # one head chained on itself: no limit
     for k, v in head.predicted.items():
         assert v == pytest.approx(_formula(mtp_session, 0.75, 0.5, k))
     assert head.evidence(4).source == "priced"

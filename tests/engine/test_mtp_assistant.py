@@ -8,7 +8,9 @@ interval edge; an assistant built to imitate the target is accepted more than a
 perturbed one; follow-up turns and drafter switches stay exact; a rollback that keeps
 rejected tokens is called suspect; pairing says which rule fails, one sentence each; an
 assistant opened as a target is refused in one sentence; the load check's child runs
-the pair; the command line takes the assistant with ``--mtp-assistant``.
+the pair; the command line takes the assistant with ``--mtp-assistant``; Auto prices
+it once its replies measured c; a prefix put back from the prefix cache never drafts
+from a row of another context; its replies are worded "MTP".
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from app.catalog.gguf_meta import inspect_gguf, load_vocab
 from app.catalog.library import model_shape
 from app.catalog.loadcheck import check_loads
 from app.catalog.pairing import check_assistant_pair, rank_drafts
+from app.engine.auto import AutoChoice, ReplyObservation, choose_drafter, estimate_drafters
 from app.engine.divergence import SamplingTrace, compare_traces
+from app.engine.drafter_kinds.mtp import MTP_K, MTP_PRIOR_ACCEPTANCE
 from app.engine.rounds import FAULTS, Verifier
 from app.engine.session import Session, SessionConfig
 from app.errors import IncompatibleDraftError, ModelLoadError
@@ -31,6 +35,7 @@ from app.options import SamplingParams, SpecMode, SpeculationConfig
 from tests.engine.test_hybrid_rollback import DRAW_NEAR_TIE
 from tests.engine.test_lossless_synthetic import SAMPLINGS, prompts
 from tests.engine.util import check_invariants, run
+from app.ui.explain import auto_explanation
 from tests.synthetic import write_tiny_gemma4, write_tiny_gemma4_assistant, write_tiny_llama
 
 MAX_TOKENS = 40
@@ -375,3 +380,83 @@ def test_the_assistant_reads_the_cache_as_the_target_laid_it_out(models: dict[st
         drafter.close()
         tctx.close()
     assert right == 30
+
+
+def test_auto_prices_the_assistant_from_its_replies(paired: Session) -> None:
+    """A loaded assistant is MTP for Auto: the load check runs the pair but does not
+    time it, so before it has drafted there is no c to price it with; once a reply
+    measured c it is priced with the published α at the default k (the evidence says c
+    came from the replies), and once α is measured at every k Auto offers."""
+    spec = SpeculationConfig(mode=SpecMode.AUTO, draft_max=8)
+    assert MTP not in {e.mode for e in estimate_drafters(paired, [], [], spec)}
+    drafted = ReplyObservation(MTP, 24, 0.4, 0, 0, 0.25)  # drafted, nothing verified yet
+    head = {e.mode: e for e in estimate_drafters(paired, [], [drafted], spec)}[MTP]
+    assert (head.prior_acceptance, head.cost_ratio, head.cost_from_replies) == (
+        MTP_PRIOR_ACCEPTANCE, 0.25, True)
+    assert set(head.predicted) == {MTP_K}
+    choice = choose_drafter([head])
+    assert choice.evidence[0].cost_from_replies
+    assert AutoChoice.from_dict(choice.to_dict()) == choice
+    words = auto_explanation(choice)
+    assert "85 % acceptance of MTP heads and c = 0.25 measured over its last 1 reply" in words
+    assert "load check" not in words
+    r = run(paired, prompts()[0], SAMPLINGS[0], SpeculationConfig(mode="mtp", draft_max=3,
+                                                                  adaptive=False))
+    seen = ReplyObservation.from_stats(r.stats.to_dict())
+    assert seen is not None and seen.verified > 0 and seen.draft_cost_ratio is not None
+    head = {e.mode: e for e in estimate_drafters(paired, [], [seen], spec)}[MTP]
+    assert head.prior_acceptance is None and head.cost_ratio == seen.draft_cost_ratio
+    assert set(head.predicted) == {2, 4, 8} and head.evidence(4).source != "prior"
+
+
+def test_a_restored_prefix_never_drafts_from_an_older_contexts_row(
+        models: dict[str, Path]) -> None:
+    """A reply whose prefill puts back a saved state (the prefix cache) decodes nothing:
+    a row the assistant kept from the previous reply may hold the same token at the
+    same position in another context. The first round is then plain; drafting resumes
+    from the target's next decode."""
+    from app.engine.drafter_kinds.mtp import AssistantDrafter, assistant_context
+    from app.engine.llama import LlamaContext, LlamaModel
+
+    with LlamaModel(models["target"]) as t, LlamaModel(models["copy"]) as a:
+        tctx = LlamaContext(t, n_ctx=256, n_threads=1)
+        drafter = AssistantDrafter(tctx, assistant_context(a, tctx))
+        older = [1, *range(300, 319), 290]  # the same token at the same last position
+        newer = [1, *range(260, 279), 290]
+        x = 270
+        drafter.listen()
+        tctx.decode(newer, 0)
+        saved = tctx.state_bytes()
+        tctx.decode([x], len(newer))
+        after_x = int(tctx.logits(-1).argmax())
+        reference = drafter.draft([*newer, x, after_x], 2)  # drafted from newer's rows
+        tctx.clear()
+        tctx.decode(older, 0)  # the previous reply: the assistant keeps its rows
+        token = int(tctx.logits(-1).argmax())
+        assert drafter.draft([*older, token], 3)  # a live row: it drafts
+        drafter.listen()  # the next reply starts; its prefill puts `newer` back
+        assert tctx.load_state(saved)
+        assert drafter.draft([*newer, x], 3) == []
+        tctx.decode([x], len(newer))
+        assert int(tctx.logits(-1).argmax()) == after_x
+        assert len(reference) == 2 and drafter.draft([*newer, x, after_x], 2) == reference
+        drafter.close()
+        tctx.close()
+
+
+def test_an_assistants_reply_is_worded_as_mtp(models: dict[str, Path], paired: Session,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The footer and ``generate --compare`` name the drafter "MTP", true of an assistant
+    as of heads in the target (the model bar names the assistant's file)."""
+    from app.cli.main import main
+    from app.ui.chat.chat_view import reply_footer
+
+    r = run(paired, prompts()[0], SAMPLINGS[0], SpeculationConfig(mode="mtp", draft_max=3,
+                                                                  adaptive=False))
+    footer = reply_footer(r.stats.to_dict(), "stop")
+    assert " · MTP k=3 · " in footer and "head" not in footer
+    assert main(["generate", "--model", str(models["target"]), "--threads", "1",
+                 "--max-tokens", "16", "--fixed-k", "--mtp-assistant", str(models["assistant"]),
+                 "--compare", "hello world"]) == 0
+    out = capsys.readouterr().out
+    assert "--- speculation on (MTP, k = " in out and "head" not in out

@@ -7,24 +7,32 @@ is capped to it (greedy exactly, seeded up to draws within float error of an int
 edge); heads that copy the trunk are always accepted, so every head's layer holds the
 rows the protocol says; a rollback that keeps rejected tokens is called suspect; a
 build without ``llama_set_nextn_layer_offset`` refuses the model in one sentence; the
-probe child runs every head, the availability rule offers the drafter and its
-prediction drafts no more tokens than there are heads.
+probe child runs every head under a stage line of its own (a crash in a later head
+leaves the model loadable without MTP), the availability rule offers the drafter, and
+neither its prediction nor Auto's pricing drafts more tokens than there are heads.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import app.engine.llama as llama
+from app.catalog import loadcheck
 from app.catalog.gguf_meta import inspect_gguf
 from app.catalog.loadcheck import check_loads
+from app.engine.auto import ReplyObservation, estimate_drafters
 from app.engine.divergence import SamplingTrace, compare_traces
-from app.engine.drafter_kinds import kind_for
+from app.engine.drafter_kinds import Unavailable, kind_for
+from app.engine.drafter_kinds.mtp import MTP_K, MTP_PRIOR_ACCEPTANCE
+from app.engine.drafters import DraftModelDrafter, PromptLookupDrafter
 from app.engine.rounds import FAULTS, Verifier
 from app.engine.session import Session, SessionConfig
+from app.engine.suffix import SuffixDrafter
 from app.options import SamplingParams, SpecMode, SpeculationConfig, drafter_unusable
 from tests.engine.test_hybrid_rollback import DRAW_NEAR_TIE
 from tests.engine.test_lossless_synthetic import SAMPLINGS, prompts
@@ -33,6 +41,7 @@ from tests.synthetic import write_tiny_hyv3_mtp
 
 MAX_TOKENS = 40
 HEADS = 2
+REPO = Path(__file__).resolve().parents[2]
 MTP = SpecMode("mtp")
 
 
@@ -135,7 +144,19 @@ def test_a_build_without_the_head_offset_refuses_in_one_sentence(
         assert run(s, prompts()[0], SAMPLINGS[0]).ids == r.ids
 
 
+def _stage_lines(stdout: str) -> list[str]:
+    return [line[len(loadcheck.MARK):].strip() for line in stdout.splitlines()
+            if line.startswith(f"{loadcheck.MARK} stage ")]
+
+
 def test_the_probe_runs_every_head_and_the_rule_offers_mtp(chained_path: Path) -> None:
+    # the child names each head as it runs it, the first as the mtp stage's first step
+    child = subprocess.run(loadcheck.probe_command(chained_path), capture_output=True,
+                           text=True, timeout=300, cwd=REPO)
+    assert child.returncode == 0, child.stderr[-2000:]
+    stages = _stage_lines(child.stdout)
+    assert stages[stages.index("stage mtp"):] == [
+        "stage mtp", *(f"stage mtp head {i}" for i in range(HEADS))]
     verdict = check_loads(chained_path)
     assert verdict.mtp == "ok" and verdict.mtp_cost_ratio is not None
     info = inspect_gguf(chained_path, use_cache=False)
@@ -145,3 +166,44 @@ def test_the_probe_runs_every_head_and_the_rule_offers_mtp(chained_path: Path) -
     assert kind is not None and kind.predict is not None
     prediction = kind.predict(chained_path, None)
     assert prediction is not None and prediction.k == HEADS  # MTP_K = 3, capped
+
+
+def test_a_crash_in_a_further_head_leaves_the_model_loadable(
+        chained_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama.cpp aborting while the child runs head 1 (its stage line last) takes only
+    the MTP drafter away, as a crash in the first head does."""
+    script = ("import os, signal\n"
+              f"for s in ('load', 'context', 'decode', 'mtp', 'mtp head 0', 'mtp head 1'):\n"
+              f"    print('{loadcheck.MARK} stage ' + s, flush=True)\n"
+              "os.kill(os.getpid(), signal.SIGABRT)\n")
+    monkeypatch.setattr(loadcheck, "probe_command",
+                        lambda p, **kw: [sys.executable, "-c", script])
+    verdict = check_loads(chained_path, use_cache=False)
+    assert verdict.loads and verdict.mtp is not None
+    assert verdict.mtp.startswith("llama.cpp crashed running it")
+
+
+def test_auto_prices_chained_heads_no_longer_than_they_draft(chained: Session,
+                                                             chained_path: Path) -> None:
+    """The draft is at most as long as the heads are many: Auto prices no k beyond
+    that, and the published α only at the drafter's default k (MTP_K, capped by the
+    heads) — two heads chained to 8 tokens were never trained for that."""
+    assert check_loads(chained_path).mtp_cost_ratio is not None
+    spec = SpeculationConfig(mode=SpecMode.AUTO, draft_max=8)
+    head = {e.mode: e for e in estimate_drafters(chained, [], [], spec)}[MTP]
+    assert head.prior_acceptance == MTP_PRIOR_ACCEPTANCE
+    assert set(head.predicted) == {min(MTP_K, HEADS)}
+    seen = [ReplyObservation(MTP, 20, 0.5, 24, 18, 0.4)]
+    head = {e.mode: e for e in estimate_drafters(chained, [], seen, spec)}[MTP]
+    assert head.prior_acceptance is None and set(head.predicted) == {HEADS}
+
+
+def test_every_drafter_declares_its_draft_limit(chained: Session) -> None:
+    """The rounds read ``draft_limit`` from every drafter (no default looked up)."""
+    for cls in (DraftModelDrafter, PromptLookupDrafter, SuffixDrafter):
+        assert cls.draft_limit is None
+    r = run(chained, prompts()[0], SAMPLINGS[0], SpeculationConfig(mode="mtp", draft_max=5,
+                                                                   adaptive=False))
+    drafter = chained.kept_drafter(MTP, lambda: pytest.fail("the MTP drafter was not kept"))
+    assert not isinstance(drafter, Unavailable)
+    assert drafter.draft_limit == HEADS and r.stats.verified > 0

@@ -329,6 +329,7 @@ class _Scripted:
 
     kind = "scripted"
     forward_passes = 0
+    draft_limit = None
 
     def __init__(self, script: dict[int, list[int]]) -> None:
         self.script = script

@@ -64,6 +64,7 @@ class ReplayDrafter:
     """Proposes a known continuation of the prompt (what plain decoding produced)."""
 
     kind = "draft-model"
+    draft_limit = None
 
     def __init__(self, prompt: Sequence[int], continuation: Sequence[int]) -> None:
         self.prompt = list(prompt)

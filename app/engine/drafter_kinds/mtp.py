@@ -76,7 +76,7 @@ from app.engine.llama import (
 )
 from app.engine.sampling import top_probability
 from app.errors import TandemError
-from app.options import DrafterInfo, DrafterNeeds, SpecMode, SpeculationConfig
+from app.options import DrafterInfo, DrafterNeeds, SpecMode, SpeculationConfig, mtp_draft_limit
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ MTP_K = 3
 MTP_PRIOR_ACCEPTANCE = 0.85
 
 MTP_INFO = DrafterInfo(
-    mode="mtp", label="MTP (built into the model)", words="the model's MTP head",
+    mode="mtp", label="MTP (built into the model)", words="MTP",
     needs=DrafterNeeds.MTP_HEAD, default_k=MTP_K, options=("draft_p_min",),
     auto_rank=3, cli_flag="--mtp",
     summary="the multi-token-prediction (nextn) layers in the target's own GGUF, or an "
@@ -107,7 +107,8 @@ MTP_INFO = DrafterInfo(
                     "carries, fed the target's hidden states; no second model. The "
                     "speedup assumes the acceptance rate DeepSeek-V3 reports for its MTP "
                     f"head ({MTP_PRIOR_ACCEPTANCE:.0%}) and the head's cost c measured by "
-                    "the load check."))
+                    "the load check."),
+    prior_acceptance=MTP_PRIOR_ACCEPTANCE)
 
 #: rows for the head: tokens, their positions, the target's hidden state one position
 #: before each
@@ -142,7 +143,7 @@ class MTPDrafter:
         #: the trained heads chained one per draft position (1: one head for every one)
         self.n_heads = max(1, ctx.model.n_layer_nextn)
         #: the longest draft (the session caps its draft length by it), None: unbounded
-        self.draft_limit: int | None = self.n_heads if self.n_heads > 1 else None
+        self.draft_limit: int | None = mtp_draft_limit(ctx.model.n_layer_nextn)
 
     # -- the target's side --------------------------------------------------------------
     def listen(self) -> bool:
@@ -353,12 +354,21 @@ class AssistantDrafter:
         self.ctx = ctx
         self.p_min = p_min
         self.forward_passes = 0
+        #: drafts as long as asked (:attr:`app.engine.drafters.Drafter.draft_limit`)
+        self.draft_limit: int | None = None
         #: (token, target hidden state) by position, from the target's latest decode
         self._rows: dict[int, tuple[int, npt.NDArray[np.float32]]] = {}
+        #: the target's decode count when this drafter last saw a decode
+        self._seen = -1
 
     def listen(self) -> None:
         """Watch the target's decodes from now on (the session clears the listener when
-        a reply starts)."""
+        a reply starts) and forget the rows seen before: a reply's prefill may put back
+        a saved state (:mod:`app.engine.prefix_cache`) without decoding anything, and a
+        row kept from an earlier reply can then hold the same token at the same
+        position in another context. Until the target decodes again, drafts are empty
+        (the round decodes plainly)."""
+        self._rows = {}
         self.target_ctx.set_decode_listener(self.observe)
 
     def observe(self, tokens: Sequence[int], pos0: int) -> None:
@@ -366,6 +376,7 @@ class AssistantDrafter:
         (a draft needs only the row before its position, which the latest chunk holds)."""
         h = self.target_ctx.hidden_states(len(tokens))
         self._rows = {pos0 + i: (tok, h[i]) for i, tok in enumerate(tokens)}
+        self._seen = self.target_ctx.decode_count
 
     def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool] | None = None) -> None:
         """Nothing to catch up: the assistant reads the target's own cache."""
@@ -374,8 +385,11 @@ class AssistantDrafter:
         pos = len(context) - 1
         n_max = min(n_max, self.ctx.n_ctx - len(context))
         prev = self._rows.get(pos - 1)
-        if n_max <= 0 or prev is None or prev[0] != context[pos - 1]:
-            return []  # the target's state there was not seen: this round is plain
+        if (n_max <= 0 or prev is None or prev[0] != context[pos - 1]
+                or self._seen != self.target_ctx.decode_count):
+            # the target's state there was not seen, or the target decoded since
+            # without this drafter watching (as :class:`MTPDrafter` checks): plain round
+            return []
         if self.ctx.n_threads != self.target_ctx.n_threads:
             self.ctx.set_threads(self.target_ctx.n_threads, self.target_ctx.n_threads)
         out: list[int] = []
@@ -534,12 +548,12 @@ def predict(target: Path, n_gpu_layers: int | None = None) -> DrafterPrediction 
 
 def _draft_length(target: Path) -> int:
     """:data:`MTP_K`, capped at the number of heads where the GGUF at ``target`` carries
-    several chained ones (the drafter drafts no more; :attr:`MTPDrafter.draft_limit`)."""
+    several chained ones (the drafter drafts no more; :func:`app.options.mtp_draft_limit`)."""
     try:
-        heads = inspect_gguf(target).nextn_layers
+        limit = mtp_draft_limit(inspect_gguf(target).nextn_layers)
     except TandemError:
         return MTP_K
-    return min(MTP_K, heads) if heads > 1 else MTP_K
+    return min(MTP_K, limit) if limit is not None else MTP_K
 
 
 KIND = register(MTP_INFO, create, predict=predict)

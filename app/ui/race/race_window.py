@@ -136,12 +136,17 @@ def race_drafters(draft_path: Path | None, model: ModelInfo | None = None
                   ) -> list[tuple[SpecMode, str]]:
     """The drafters a race can use, from the registry, with their labels: those that
     need no second model first (without those the loaded ``model`` cannot use:
-    :func:`app.options.drafter_unusable`, MTP on a model without its layers), then a
-    drafter that needs a draft model when one is loaded (labelled with its file name)."""
+    :func:`app.options.drafter_unusable`, MTP on a model with neither its layers nor a
+    loaded MTP assistant), then a drafter that needs a draft model when one is loaded
+    (labelled with its file name). An MTP assistant at ``draft_path``
+    (``model.draft_is_assistant``) drafts through MTP only: no draft-model lane."""
+    assistant = model is not None and model.draft_is_assistant
     free = [(SpecMode(i.mode), i.label) for i in drafter_infos()
-            if i.needs is not DrafterNeeds.DRAFT_MODEL and drafter_unusable(i, model) is None]
+            if i.needs is not DrafterNeeds.DRAFT_MODEL
+            and drafter_unusable(i, model, assistant=assistant) is None]
     drafts = [(SpecMode(i.mode), f"{i.label} · {draft_path.name}") for i in drafter_infos()
-              if i.needs is DrafterNeeds.DRAFT_MODEL and draft_path is not None]
+              if i.needs is DrafterNeeds.DRAFT_MODEL and draft_path is not None
+              and not assistant]
     return free + drafts
 
 

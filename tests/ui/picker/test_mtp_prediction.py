@@ -83,7 +83,7 @@ def test_the_picker_shows_mtps_prediction_and_preselects_it_on_a_gain(
         assert item is row and tab.drafter is not None and tab.drafter.mode is MTP
         assert row.text(4).startswith("predicted gain (α 0.85 assumed, k = 3")
         words = tab.pair_check.verdict_label.text()
-        assert f"Predicted speedup {prediction.speedup:.1f}× with the model's MTP head" in words
+        assert f"Predicted speedup {prediction.speedup:.1f}× with MTP at k = 3" in words
         assert f"c = {c:.2f} measured by the load check" in words
     else:  # a machine where the head costs too much: prompt lookup, and the row says why
         assert item is not row and row.text(4).startswith("no gain predicted")
