@@ -591,6 +591,9 @@ class LlamaContext:
         #: successful ``llama_decode`` calls of :meth:`decode` so far (a listener that
         #: compares it with the count at its last call knows whether it missed one)
         self.decode_count = 0
+        #: calls of :meth:`load_state` so far: a state put back without decoding (a
+        #: listener's rows from before it may belong to another context)
+        self.state_loads = 0
         if context_type == CONTEXT_TYPE_MTP:
             # the head's own hidden state of its output row feeds its next step
             mtp_staging().llama_set_embeddings_nextn(ptr, True, True)
@@ -882,6 +885,7 @@ class LlamaContext:
             empty.
         """
         L = lib()
+        self.state_loads += 1
         self.clear()
         src: Any
         if isinstance(data, bytearray):

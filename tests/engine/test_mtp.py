@@ -249,3 +249,38 @@ def test_the_load_note_says_what_the_mtp_layers_cost(mtp: Session, tiny_mtp: Pat
     assert inspect_gguf(tiny_target).nextn_bytes == 0
     with Session.open(SessionConfig(target_path=tiny_target, n_ctx=128, n_threads=1)) as s:
         assert s.mtp_bytes == 0 and not any("MTP" in n for n in s.notes)
+
+
+def test_a_restored_prefix_never_drafts_from_an_older_contexts_row(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A reply whose prefill puts back a saved state (the prefix cache) decodes nothing:
+    the row the head kept at the last position may hold the same token there in another
+    context. The first round is then plain; drafting resumes from the target's next
+    decode."""
+    from app.engine.drafter_kinds.mtp import MTPDrafter
+
+    path = write_tiny_glm4moe_mtp(tmp_path_factory.mktemp("mtp") / "restore.gguf",
+                                  mtp_perturb=0.0)
+    with llama.LlamaModel(path, load_mtp=True) as t:
+        tctx = llama.LlamaContext(t, n_ctx=256, n_threads=1)
+        hctx = llama.LlamaContext(t, n_ctx=256, n_batch=tctx.n_batch, n_threads=1,
+                                  n_outputs_max=1, context_type=llama.CONTEXT_TYPE_MTP)
+        drafter = MTPDrafter(tctx, hctx)
+        older = [1, *range(30, 49), 29]  # the same token at the same last position
+        newer = [1, *range(60, 79), 29]
+        drafter.listen()
+        tctx.decode(newer, 0)
+        saved = tctx.state_bytes()
+        x = int(tctx.logits(-1).argmax())
+        tctx.clear()
+        tctx.decode(older, 0)  # the previous reply: the head keeps its last row
+        token = int(tctx.logits(-1).argmax())
+        assert drafter.draft([*older, token], 3)  # a live row: it drafts
+        assert drafter.listen()  # the next reply starts; its prefill puts `newer` back
+        assert tctx.load_state(saved)
+        assert drafter.draft([*newer, x], 3) == []
+        tctx.decode([x], len(newer))
+        after_x = int(tctx.logits(-1).argmax())
+        assert len(drafter.draft([*newer, x, after_x], 2)) == 2
+        drafter.close()
+        tctx.close()

@@ -140,6 +140,8 @@ class MTPDrafter:
         self._zero = np.zeros(ctx.model.n_embd_out, dtype=np.float32)
         #: the target's decode count when this drafter last saw a decode
         self._seen = -1
+        #: the target's state loads when this drafter last checked its rows
+        self._loads = target_ctx.state_loads
         #: the trained heads chained one per draft position (1: one head for every one)
         self.n_heads = max(1, ctx.model.n_layer_nextn)
         #: the longest draft (the session caps its draft length by it), None: unbounded
@@ -157,6 +159,7 @@ class MTPDrafter:
     def observe(self, tokens: Sequence[int], pos0: int) -> None:
         """The target evaluated ``tokens`` at ``pos0…``: keep their hidden states. Rows
         at or after ``pos0`` from earlier decodes are stale (the target rolled back)."""
+        self._forget_if_restored()
         if self._rows and max(self._rows) >= pos0:
             for q in [q for q in self._rows if q >= pos0]:
                 del self._rows[q]
@@ -164,6 +167,15 @@ class MTPDrafter:
         for i, tok in enumerate(tokens):
             self._rows[pos0 + i] = (tok, h[i])
         self._seen = self.target_ctx.decode_count
+
+    def _forget_if_restored(self) -> None:
+        """Forget every row when the target put back a saved state since they were
+        seen (:mod:`app.engine.prefix_cache`; nothing is decoded then): a row may hold
+        the same token at the same position in another context. Positions without a
+        row pair with zeros (see :meth:`_sync`); the last one's round decodes plainly."""
+        if self._loads != self.target_ctx.state_loads:
+            self._loads = self.target_ctx.state_loads
+            self._rows = {}
 
     # -- the head's cache -----------------------------------------------------------------
     def _sync(self, context: Sequence[int]) -> tuple[npt.NDArray[np.float32] | None, _Rows]:
@@ -177,6 +189,7 @@ class MTPDrafter:
         inside the cache) pairs with zeros, as llama.cpp pairs position 0: only that
         position's drafts are the worse for it.
         """
+        self._forget_if_restored()
         n_past = len(context) - 1
         keep = common_prefix_length(self._fed[:n_past], context[:n_past])
         if keep < len(self._fed):
