@@ -24,6 +24,7 @@ draft model    ``draft-simple`` + ``-md``/``-hfd``    ``draft_model`` + ``model`
 prompt lookup  ``ngram-simple`` (size n, size m = k)  ``ngram`` (prompt_lookup_min/max)
 suffix lookup  ``ngram-mod`` (pool shared by requests) ``suffix`` (needs arctic-inference)
 MTP            ``draft-mtp`` (heads in the target)    ``mtp``
+MTP assistant  ``draft-mtp`` + ``-md``/``-hfd``      ``mtp`` + ``model``
 EAGLE-3        ``draft-eagle3`` + ``-md``              ``eagle3`` + ``model``
 ============== ===================================== =====================================
 
@@ -133,7 +134,9 @@ class ServePlan:
         engine: llama-server or vLLM.
         target: the target model.
         drafter: the drafter; ``draft`` is required for the draft model and EAGLE-3.
-        draft: the draft model or EAGLE-3 head.
+        draft: the draft model or EAGLE-3 head; with MTP, the MTP assistant (a separate
+            GGUF such as Gemma 4's, which llama-server loads as its draft model and runs
+            on the target's cache), None for heads inside the target.
         k: draft length, tokens proposed per round (1 … 1024).
         draft_min: a shorter draft is dropped (llama-server's ``--spec-draft-n-min``,
             ``--spec-ngram-mod-n-min``; vLLM has none).
@@ -322,21 +325,23 @@ def drafter_for(mode: SpecMode) -> ServeDrafter:
 
 
 def plan_for(engine: ServeEngine, target: Path, speculation: SpeculationConfig, *,
-             draft: Path | None = None, pairs: Sequence[CuratedPair] | None = None,
-             **listen: object) -> ServePlan:
-    """The plan for what Tandem runs: ``target`` (and ``draft``) with ``speculation``'s
-    drafter, k, draft_min, draft_p_min and n-gram sizes. ``listen`` passes ``host``,
-    ``port``, ``api_key_env``, ``gpus``, ``ctx_size`` on to :class:`ServePlan`.
+             draft: Path | None = None, assistant: Path | None = None,
+             pairs: Sequence[CuratedPair] | None = None, **listen: object) -> ServePlan:
+    """The plan for what Tandem runs: ``target`` (and ``draft``, or with MTP the MTP
+    ``assistant``) with ``speculation``'s drafter, k, draft_min, draft_p_min and n-gram
+    sizes. ``listen`` passes ``host``, ``port``, ``api_key_env``, ``gpus``, ``ctx_size``
+    on to :class:`ServePlan`.
 
     Raises:
         TandemError: the drafter needs a draft model and ``draft`` is None, or a mode no
             server runs.
     """
     drafter = drafter_for(speculation.mode)
+    second = (draft if drafter.needs_draft
+              else assistant if drafter is ServeDrafter.MTP else None)
     return ServePlan(
         engine=engine, target=source_for_path(target, pairs=pairs), drafter=drafter,
-        draft=(source_for_path(draft, pairs=pairs)
-               if draft is not None and drafter.needs_draft else None),
+        draft=source_for_path(second, pairs=pairs) if second is not None else None,
         k=speculation.draft_max, draft_min=speculation.draft_min,
         draft_p_min=speculation.draft_p_min, ngram_min=speculation.ngram_min,
         ngram_max=speculation.ngram_max, **listen)  # type: ignore[arg-type]
@@ -391,7 +396,10 @@ def _llama_server(plan: ServePlan) -> ServeCommand:
         notes.append(ServeNote.SUFFIX_APPROXIMATED)
     elif d is ServeDrafter.MTP:
         argv += ["--spec-type", "draft-mtp", "--spec-draft-n-max", k]
-        notes.append(ServeNote.MTP_NEEDS_HEADS)
+        if plan.draft is not None:  # the assistant, loaded as the draft model
+            argv += [*_llama_model(("-md", "-hfd"), plan.draft, notes), "-ngld", "all"]
+        else:
+            notes.append(ServeNote.MTP_NEEDS_HEADS)
     listen, listen_notes = _listen(plan)
     argv += ["--metrics", *listen]
     return ServeCommand(ServeEngine.LLAMA_SERVER, tuple(argv),
@@ -422,6 +430,9 @@ def speculative_config(plan: ServePlan, notes: list[ServeNote] | None = None) ->
         notes.append(ServeNote.SUFFIX_NEEDS_ARCTIC)
         return {"method": "suffix", "num_speculative_tokens": plan.k}
     if d is ServeDrafter.MTP:
+        if plan.draft is not None:  # the MTP assistant
+            return {"method": "mtp", "model": _vllm_model(plan.draft, notes),
+                    "num_speculative_tokens": plan.k}
         notes.append(ServeNote.MTP_NEEDS_HEADS)
         return {"method": "mtp", "num_speculative_tokens": plan.k}
     assert plan.draft is not None  # ServePlan checks it

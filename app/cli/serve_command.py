@@ -46,6 +46,10 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     drafter.add_argument("--mtp", action="store_true",
                          help="the target's multi-token-prediction heads")
     drafter.add_argument("--eagle3", metavar="MODEL", help="an EAGLE-3 head for the target")
+    p.add_argument("--mtp-assistant", metavar="MODEL",
+                   help="a separate MTP assistant (Gemma 4's) drafting for the target "
+                        "(llama-server draft-mtp with -md/-hfd; vLLM mtp with its model); "
+                        "implies --mtp")
     p.add_argument("--engine", required=True, choices=[e.value for e in ServeEngine])
     p.add_argument("-k", "--draft-max", type=int, default=None,
                    help="draft length k (default 4 with a draft model or EAGLE-3, else 16)")
@@ -65,6 +69,19 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _drafter(args: argparse.Namespace) -> ServeDrafter:
+    """The drafter the switches ask for (--mtp-assistant means MTP).
+
+    Raises:
+        TandemError: --mtp-assistant with another drafter's switch.
+    """
+    drafter = _switched_drafter(args)
+    if args.mtp_assistant and drafter not in (ServeDrafter.OFF, ServeDrafter.MTP):
+        raise TandemError(f"Invalid option: --mtp-assistant drafts with MTP, not {drafter}; "
+                          "drop one of them.")
+    return ServeDrafter.MTP if args.mtp_assistant else drafter
+
+
+def _switched_drafter(args: argparse.Namespace) -> ServeDrafter:
     if args.draft:
         return ServeDrafter.DRAFT_MODEL
     if args.eagle3:
@@ -79,7 +96,7 @@ def _drafter(args: argparse.Namespace) -> ServeDrafter:
 def run_serve_command(args: argparse.Namespace) -> int:
     """Print the command (or its JSON); 2 with one line on stderr for bad input."""
     drafter = _drafter(args)
-    second = args.draft or args.eagle3
+    second = args.draft or args.eagle3 or args.mtp_assistant
     k = args.draft_max if args.draft_max is not None else (4 if drafter.needs_draft else 16)
     api_key_env = None if args.no_api_key else args.api_key_env
     if api_key_env is None and args.host not in ("0.0.0.0", "127.0.0.1"):

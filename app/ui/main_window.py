@@ -393,7 +393,8 @@ class MainWindow(QMainWindow):
             box.open()
             return None
         dialog = ServerCommandDialog(info.target_path, info.draft_path,
-                                     self.model_bar.speculation(), parent=self)
+                                     self.model_bar.speculation(), parent=self,
+                                     draft_is_assistant=info.draft_is_assistant)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
         return dialog

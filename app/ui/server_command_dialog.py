@@ -48,15 +48,17 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 class ServerCommandDialog(QDialog):
-    """The launch command for ``target`` (+ ``draft``) with ``speculation``'s drafter."""
+    """The launch command for ``target`` (+ ``draft``) with ``speculation``'s drafter;
+    ``draft_is_assistant``: ``draft`` is an MTP assistant (MTP drafts with it)."""
 
     def __init__(self, target: Path, draft: Path | None, speculation: SpeculationConfig,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, *, draft_is_assistant: bool = False) -> None:
         super().__init__(parent)
         self.setWindowTitle("Run this on a bigger machine")
         self.setObjectName("serverCommandDialog")
         self.resize(760, 460)
         self._target, self._draft, self._speculation = target, draft, speculation
+        self._assistant = draft if draft_is_assistant else None
         self.command: ServeCommand | None = None
 
         layout = QVBoxLayout(self)
@@ -125,7 +127,9 @@ class ServerCommandDialog(QDialog):
         return ServeEngine(self.engine_combo.currentData())
 
     def _plan(self) -> ServePlan:
-        plan = plan_for(self.engine(), self._target, self._speculation, draft=self._draft,
+        plan = plan_for(self.engine(), self._target, self._speculation,
+                        draft=None if self._assistant else self._draft,
+                        assistant=self._assistant,
                         port=self.port_spin.value(), gpus=self.gpus_spin.value(),
                         api_key_env=DEFAULT_API_KEY_ENV if self.key_box.isChecked() else None)
         repo = self.repo_edit.text().strip()

@@ -42,6 +42,8 @@ VLLM_PYTHON = os.environ.get("TANDEM_VLLM_PYTHON", "/work/vllm-venv/bin/python")
 
 TARGET = resolve_model("SmolLM2-1.7B-Instruct", pairs=PAIRS)
 DRAFT = resolve_model("SmolLM2-135M-Instruct", pairs=PAIRS)
+GEMMA4 = resolve_model("Gemma-4-E2B-it", pairs=PAIRS)
+GEMMA4_ASSISTANT = resolve_model("Gemma-4-E2B-it-assistant", pairs=PAIRS)
 
 
 def every_plan(engine: ServeEngine, tmp_path: Path) -> list[ServePlan]:
@@ -54,6 +56,8 @@ def every_plan(engine: ServeEngine, tmp_path: Path) -> list[ServePlan]:
     plans.append(ServePlan(engine=engine, target=local, drafter=ServeDrafter.DRAFT_MODEL,
                            draft=dataclasses.replace(local, path=tmp_path / "d.gguf"),
                            api_key_env=None))
+    plans += [ServePlan(engine=engine, target=GEMMA4, drafter=ServeDrafter.MTP, draft=a, k=3)
+              for a in (GEMMA4_ASSISTANT, dataclasses.replace(local, path=tmp_path / "mtp.gguf"))]
     return plans
 
 
@@ -73,6 +77,47 @@ def test_catalog_models_are_named_by_their_repositories() -> None:
     assert config == {"method": "draft_model", "model": "HuggingFaceTB/SmolLM2-135M-Instruct",
                       "num_speculative_tokens": 5}
     assert vllm.argv[vllm.argv.index("--per-request-spec-decode-metrics") + 1] == "summary"
+
+
+def test_an_mtp_assistant_is_the_servers_draft_model(tmp_path: Path) -> None:
+    """llama-server loads the assistant as its draft model under ``draft-mtp`` (it runs it
+    on the target's cache); vLLM's ``mtp`` names it as its ``model``. Heads inside the
+    target keep the note that the target must carry them."""
+    spec = SpeculationConfig(mode=SpecMode("mtp"), draft_max=3)
+    target = tmp_path / "gemma-4-E2B-it-Q4_0.gguf"
+    assistant = tmp_path / "mtp-gemma-4-E2B-it-Q4_0.gguf"
+    llama = build_command(plan_for(ServeEngine.LLAMA_SERVER, target, spec, assistant=assistant,
+                                   pairs=PAIRS))
+    argv = llama.argv
+    assert argv[argv.index("--spec-type") + 1] == "draft-mtp"
+    assert argv[argv.index("-hfd") + 1] == "ggml-org/gemma-4-E2B-it-GGUF:Q4_0"
+    assert argv[argv.index("-ngld") + 1] == "all" and ServeNote.MTP_NEEDS_HEADS not in llama.notes
+    vllm = build_command(plan_for(ServeEngine.VLLM, target, spec, assistant=assistant,
+                                  pairs=PAIRS))
+    assert vllm.speculative_config == {"method": "mtp", "model": "google/gemma-4-E2B-it-assistant",
+                                       "num_speculative_tokens": 3}
+    heads = build_command(plan_for(ServeEngine.LLAMA_SERVER, target, spec, pairs=PAIRS))
+    assert "-hfd" not in heads.argv and "-md" not in heads.argv
+    assert ServeNote.MTP_NEEDS_HEADS in heads.notes
+    # a draft model loaded beside MTP heads is not taken for an assistant
+    assert plan_for(ServeEngine.VLLM, target, spec, draft=assistant, pairs=PAIRS).draft is None
+
+
+def test_the_cli_takes_an_mtp_assistant(capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr("app.catalog.server_command.load_curated_pairs", lambda: PAIRS)
+    assistant = tmp_path / "my assistant.gguf"
+    assistant.write_bytes(b"GGUF")
+    assert main(["serve-command", "--model", "Gemma-4-E2B-it", "--mtp", "--mtp-assistant",
+                 str(assistant), "--engine", "llama-server", "--json"]) == 0
+    argv = json.loads(capsys.readouterr().out)["argv"]
+    assert argv[argv.index("-md") + 1] == str(assistant) and "draft-mtp" in argv
+    assert main(["serve-command", "--model", "Gemma-4-E2B-it", "--mtp-assistant",
+                 "Gemma-4-E2B-it-assistant", "--engine", "vllm"]) == 0
+    assert '"method":"mtp","model":"google/gemma-4-E2B-it-assistant"' in capsys.readouterr().out
+    assert main(["serve-command", "--model", "Gemma-4-E2B-it", "--suffix", "--mtp-assistant",
+                 str(assistant), "--engine", "vllm"]) == 2
+    assert "--mtp-assistant drafts with MTP, not suffix" in capsys.readouterr().err
 
 
 def test_a_downloaded_file_is_recognised_by_its_name_and_others_keep_their_path(

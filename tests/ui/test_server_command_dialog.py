@@ -82,3 +82,16 @@ def test_the_server_menu_without_a_model_explains(qtbot) -> None:
         assert not w.findChildren(ServerCommandDialog)
     finally:
         w.close()
+
+
+def test_a_loaded_mtp_assistant_is_the_servers_draft_model(qtbot, tmp_path: Path) -> None:
+    dialog = ServerCommandDialog(tmp_path / "gemma-4-E2B-it-Q4_0.gguf",
+                                 tmp_path / "mtp-gemma-4-E2B-it-Q4_0.gguf",
+                                 SpeculationConfig(mode=SpecMode("mtp"), draft_max=3),
+                                 draft_is_assistant=True)
+    qtbot.addWidget(dialog)
+    text = dialog.command_edit.toPlainText()
+    assert "--spec-type draft-mtp" in text and "-hfd ggml-org/gemma-4-E2B-it-GGUF:Q4_0" in text
+    dialog.engine_combo.setCurrentIndex(1)  # vLLM
+    assert '"method":"mtp","model":"google/gemma-4-E2B-it-assistant"' in (
+        dialog.command_edit.toPlainText())
