@@ -90,9 +90,11 @@ class LoadVerdict:
             words, or the crash); None for a model without them, or when the build
             cannot run them. A head that fails does not stop the model from loading:
             the MTP drafter is then not offered.
-        mtp_cost_ratio: when the head ran: its draft cost ratio c (one head step over
-            one plain target step, timed in the child on the CPU cores it had; None
-            in verdicts remembered before it was measured).
+            For an MTP assistant probed with its target (``check_loads(target=…)``):
+            ``ok`` when the pair ran (None in verdicts remembered before it was timed).
+        mtp_cost_ratio: when the head ran: its draft cost ratio c (one head step, or
+            one assistant step, over one plain target step, timed in the child on the
+            CPU cores it had; None in verdicts remembered before it was measured).
     """
 
     outcome: Outcome
@@ -308,16 +310,19 @@ def _verdict_key(path: Path, n_gpu_layers: int | None, target: Path | None = Non
     return f"{content_identity(path)}{pair} {_runtime_key(n_gpu_layers)}"
 
 
-def cached_verdict(path: Path, *, n_gpu_layers: int | None = None) -> LoadVerdict | None:
-    """The remembered verdict for ``path``'s content, or None when it was never probed.
+def cached_verdict(path: Path, *, n_gpu_layers: int | None = None,
+                   target: Path | None = None) -> LoadVerdict | None:
+    """The remembered verdict for ``path``'s content (an MTP assistant's: probed with
+    ``target``'s), or None when it was never probed.
 
     Raises:
-        ModelPathError: ``path`` is not a readable file.
+        ModelPathError: ``path`` (or ``target``) is not a readable file.
     """
     p = check_model_file(path)
+    tp = check_model_file(target) if target is not None else None
     _load_disk_memo()
     try:
-        key = _verdict_key(p, n_gpu_layers)
+        key = _verdict_key(p, n_gpu_layers, tp)
     except OSError:
         return None
     with _lock:
@@ -418,9 +423,11 @@ def check_loads(
             raise ModelLoadError(f"Cannot read {p}: {exc.strerror or exc}.") from exc
         with _lock:
             hit = _verdicts.get(key)
-        # a verdict remembered before the MTP head's cost was measured: probe again
-        # (once), so the head can be priced
-        if hit is not None and not (hit.mtp == "ok" and hit.mtp_cost_ratio is None):
+        # a verdict remembered before the MTP head's (or the assistant's) cost was
+        # measured: probe again (once), so it can be priced
+        untimed = hit is not None and hit.loads and hit.mtp_cost_ratio is None and (
+            hit.mtp == "ok" or (tp is not None and hit.mtp is None))
+        if hit is not None and not untimed:
             return hit
     args = probe_command(p, n_gpu_layers=n_gpu_layers, target=tp)
     try:

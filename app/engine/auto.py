@@ -20,8 +20,8 @@ Per reply, every drafter gets a score, an estimated speedup over plain decoding:
   model, E(α, k) · t(1) / (t(k + 1) + k · c · t(1)), with α and c measured over its
   replies in this conversation when it has drafted here, else its prediction before
   any reply (:attr:`app.engine.drafter_kinds.DrafterKind.predict`: α as published for
-  MTP heads, c as the load check measured it; an assistant, which the load check does
-  not time, is priced once its replies measured c). The published α is priced only at
+  MTP heads, c as the load check measured it for the heads or for the assistant with
+  its target). The published α is priced only at
   the drafter's default k, and no k beyond what chained heads can draft
   (:func:`head_estimates`). Offered only for a target that carries the heads or has an
   assistant loaded (:func:`app.options.drafter_unusable`);
@@ -176,9 +176,9 @@ class DrafterEvidence:
     ``source``: ``replay`` (the conversation's earlier replies replayed through it),
     ``measured`` (its own replies in this conversation), ``untried`` (a draft model that
     has not drafted here: α = 1 assumed), ``prior`` (a head the model carries, not run
-    here yet: ``assumed_acceptance`` as published, ``cost_ratio`` from the load check, or
-    over its replies here when ``cost_from_replies``: an MTP assistant, which the load
-    check does not time), ``priced`` (such a head priced with the α and c of its replies
+    here yet: ``assumed_acceptance`` as published, ``cost_ratio`` from the load check (of the
+    heads, or of an MTP assistant with its target), or over its replies here when
+    ``cost_from_replies``), ``priced`` (such a head priced with the α and c of its replies
     here, too few tokens yet for a measured speedup). ``replies``: replies the figures come from;
     ``verified``/``accepted``: draft tokens; ``draft_rounds``/``rounds`` (replay only):
     target passes that carried a draft / all passes (no draft round: the drafter found
@@ -471,10 +471,10 @@ def head_estimates(session: Session, observations: Sequence[ReplyObservation],
     α and c are those measured over the drafter's replies in ``observations`` (α:
     accepted / verified; c: the mean of its replies' measured ratios). While α is
     unmeasured, it is the drafter's prediction before a load
-    (:attr:`app.engine.drafter_kinds.DrafterKind.predict`, for the target's own heads)
-    or else its declared prior (:attr:`app.options.DrafterInfo.prior_acceptance`: a
-    loaded assistant, whose pair the load check runs but does not time), and c is its
-    replies' or else the prediction's; such a prior is priced only at the drafter's
+    (:attr:`app.engine.drafter_kinds.DrafterKind.predict`, for the target's own heads
+    or the loaded assistant's pair, as the load check timed them) or else its declared
+    prior (:attr:`app.options.DrafterInfo.prior_acceptance`), and c is its replies' or
+    else the prediction's; such a prior is priced only at the drafter's
     default k (:attr:`~app.options.DrafterInfo.default_k`, or the prediction's k: at
     most one per chained head), the draft length it was published for. Measured, it is
     priced at each k in ``ks`` capped at the drafter's longest draft
@@ -490,9 +490,11 @@ def head_estimates(session: Session, observations: Sequence[ReplyObservation],
         own = [o for o in observations if o.mode is kind.mode and o.emitted > 0]
         verified = sum(o.verified for o in own)
         costs = [o.draft_cost_ratio for o in own if o.draft_cost_ratio is not None]
-        # a prediction is about the target's own heads: an assistant drafts instead
-        prior = (kind.predict(session.target.path, session.target.n_gpu_layers_requested)
-                 if kind.predict is not None and not assistant else None)
+        # the target's own heads, or the loaded assistant's pair (as the load check ran)
+        prior = (kind.predict(session.target.path, session.target.n_gpu_layers_requested,
+                              assistant=session.assistant_model.path
+                              if session.assistant_model is not None else None)
+                 if kind.predict is not None else None)
         c = sum(costs) / len(costs) if costs else (prior.cost_ratio if prior else None)
         alpha = (sum(o.accepted for o in own) / verified if verified
                  else (prior.acceptance_rate if prior else kind.info.prior_acceptance))

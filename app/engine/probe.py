@@ -26,7 +26,9 @@ creates its context only with its target's (``ctx_other``). Probed alone it is r
 at the load stage in one sentence; ``--target TARGET`` probes the pair instead: the
 target decodes two tokens with its hidden states out, then the assistant's MTP context
 (reading the target's KV cache) evaluates a draft step on them, as
-:class:`app.engine.drafter_kinds.mtp.AssistantDrafter` will.
+:class:`app.engine.drafter_kinds.mtp.AssistantDrafter` will, and one assistant step is
+timed against one target step (the answer's ``mtp`` is ``ok`` and ``mtp_cost_ratio``
+the assistant's c).
 
 Protocol on stdout (lines starting with :data:`app.catalog.loadcheck.MARK`): the stage
 reached (``stage load``, ``stage context``, ``stage decode``, ``stage mtp`` and its
@@ -139,8 +141,8 @@ def child_main(argv: list[str]) -> int:
         from app.engine.llama import LlamaContext, LlamaModel
 
         if target is not None:
-            _probe_assistant(path, target, n_gpu_layers)
-            _answer(ok=True)
+            c = _probe_assistant(path, target, n_gpu_layers)
+            _answer(ok=True, mtp="ok", mtp_cost_ratio=c)
             return loadcheck.EXIT_OK
         _say("stage load")
         model = LlamaModel(path, n_gpu_layers=n_gpu_layers, use_mmap=True, load_mtp=True)
@@ -206,10 +208,15 @@ def _refuse_assistant(model: LlamaModel) -> None:
             f"choose it as the MTP drafter of a {' or '.join(ASSISTANT_TARGETS[arch])} model.")
 
 
-def _probe_assistant(path: Path, target_path: Path, n_gpu_layers: int | None) -> None:
+def _probe_assistant(path: Path, target_path: Path, n_gpu_layers: int | None) -> float | None:
     """Load ``target_path`` and the assistant ``path`` and run one draft step as
     :class:`app.engine.drafter_kinds.mtp.AssistantDrafter` does (the stages are the
-    assistant's: load, context, decode).
+    assistant's: load, context, decode); then time one assistant step against one plain
+    target step (:func:`_assistant_cost_ratio`).
+
+    Returns:
+        The assistant's draft cost ratio c, or None when the target step took no
+        measurable time.
 
     Raises:
         _Refused: llama.cpp refused a step (its words).
@@ -240,6 +247,7 @@ def _probe_assistant(path: Path, target_path: Path, n_gpu_layers: int | None) ->
                     actx.decode_with_hidden([first], [2], h, logits_last=True)
                     actx.logits(-1)
                     h = actx.hidden_states(1)
+                ratio = _assistant_cost_ratio(tctx, actx, first, rows[0][1:2])
                 tctx.close()  # closes actx first
             finally:
                 assistant.close()
@@ -247,6 +255,35 @@ def _probe_assistant(path: Path, target_path: Path, n_gpu_layers: int | None) ->
             target.close()
     except TandemError as exc:
         raise _Refused(stage, str(exc)) from exc
+    return ratio
+
+
+def _assistant_cost_ratio(tctx: LlamaContext, actx: LlamaContext, token: int,
+                          hidden: np.ndarray) -> float | None:
+    """An MTP assistant's draft cost ratio c, as :func:`_head_cost_ratio` times a head:
+    one assistant step (``token`` at position 2 with ``hidden``, logits out, over the two
+    positions the target's cache holds; the assistant writes nothing there, so every step
+    sees the same cache) over one plain target step (one token on an empty cache, timed
+    last: it empties the cache the assistant reads), each the fastest of
+    :data:`TIMING_PASSES` after one untimed pass. None when the target step took no
+    measurable time."""
+    t_assistant = _fastest(lambda: actx.decode_with_hidden([token], [2], hidden, logits_last=True))
+    t_target = _fastest(lambda: tctx.decode([token], 0, logits="last"), tctx.clear)
+    return t_assistant / t_target if t_target > 0 else None
+
+
+def _fastest(step: Callable[[], object], clear: Callable[[], None] | None = None) -> float:
+    """Seconds of the fastest of :data:`TIMING_PASSES` runs of ``step`` after one untimed
+    run, ``clear`` before each (None: nothing to clear)."""
+    times = []
+    for i in range(TIMING_PASSES + 1):
+        if clear is not None:
+            clear()
+        t = time.perf_counter()
+        step()
+        if i:
+            times.append(time.perf_counter() - t)
+    return min(times)
 
 
 def _probe_mtp(model: LlamaModel, ctx: LlamaContext) -> tuple[str | None, float | None]:
@@ -319,19 +356,9 @@ def _head_cost_ratio(ctx: LlamaContext, head: LlamaContext, token: int,
     state, logits out) over one plain target step (one token, logits out), each on an
     empty cache, the fastest of :data:`TIMING_PASSES` after one untimed pass. None when
     the target step took no measurable time."""
-    def fastest(step: Callable[[], object], clear: Callable[[], None]) -> float:
-        times = []
-        for i in range(TIMING_PASSES + 1):
-            clear()
-            t = time.perf_counter()
-            step()
-            if i:
-                times.append(time.perf_counter() - t)
-        return min(times)
-
-    t_target = fastest(lambda: ctx.decode([token], 0, logits="last"), ctx.clear)
-    t_head = fastest(lambda: head.decode_with_hidden([token], [0], hidden, logits_last=True),
-                     head.clear)
+    t_target = _fastest(lambda: ctx.decode([token], 0, logits="last"), ctx.clear)
+    t_head = _fastest(lambda: head.decode_with_hidden([token], [0], hidden, logits_last=True),
+                      head.clear)
     return t_head / t_target if t_target > 0 else None
 
 

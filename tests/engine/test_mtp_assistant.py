@@ -382,13 +382,33 @@ def test_the_assistant_reads_the_cache_as_the_target_laid_it_out(models: dict[st
     assert right == 30
 
 
-def test_auto_prices_the_assistant_from_its_replies(paired: Session) -> None:
-    """A loaded assistant is MTP for Auto: the load check runs the pair but does not
-    time it, so before it has drafted there is no c to price it with; once a reply
-    measured c it is priced with the published α at the default k (the evidence says c
-    came from the replies), and once α is measured at every k Auto offers."""
+def test_the_load_check_times_the_pair_and_auto_prices_the_assistant_with_it(
+        paired: Session) -> None:
+    """The load check that ran the pair when the assistant was loaded timed it too: c of
+    one assistant step over one target step, remembered in the pair's verdict. Before
+    the assistant has drafted, Auto prices it with the published α and that c at the
+    default k, and says c was measured by the load check."""
+    from app.catalog.loadcheck import cached_verdict
+
+    assistant = paired.assistant_model
+    assert assistant is not None
+    verdict = cached_verdict(assistant.path, target=paired.target.path)
+    assert verdict is not None and verdict.mtp == "ok"
+    assert verdict.mtp_cost_ratio is not None and verdict.mtp_cost_ratio > 0
     spec = SpeculationConfig(mode=SpecMode.AUTO, draft_max=8)
-    assert MTP not in {e.mode for e in estimate_drafters(paired, [], [], spec)}
+    head = {e.mode: e for e in estimate_drafters(paired, [], [], spec)}[MTP]
+    assert (head.prior_acceptance, head.cost_ratio, head.cost_from_replies) == (
+        MTP_PRIOR_ACCEPTANCE, verdict.mtp_cost_ratio, False)
+    assert set(head.predicted) == {MTP_K}
+    words = auto_explanation(choose_drafter([head]))
+    assert f"c = {verdict.mtp_cost_ratio:.2f} measured by the load check" in words, words
+
+
+def test_auto_prices_the_assistant_from_its_replies(paired: Session) -> None:
+    """A loaded assistant is MTP for Auto: once a reply measured c it is priced with
+    the published α at the default k and its replies' c (the evidence says c came from
+    the replies), and once α is measured at every k Auto offers."""
+    spec = SpeculationConfig(mode=SpecMode.AUTO, draft_max=8)
     drafted = ReplyObservation(MTP, 24, 0.4, 0, 0, 0.25)  # drafted, nothing verified yet
     head = {e.mode: e for e in estimate_drafters(paired, [], [drafted], spec)}[MTP]
     assert (head.prior_acceptance, head.cost_ratio, head.cost_from_replies) == (

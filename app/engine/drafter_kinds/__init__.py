@@ -122,7 +122,15 @@ class DrafterPrediction:
 
 Create = Callable[[DrafterHost, SpeculationConfig], "Drafter | Unavailable"]
 Replay = Callable[[SpeculationConfig, "SuffixIndex"], "Drafter"]
-Predict = Callable[[Path, "int | None"], "DrafterPrediction | None"]
+
+
+class Predict(Protocol):
+    """``predict(target_path, n_gpu_layers, assistant=None)``: the drafter's
+    :class:`DrafterPrediction` for a target (drafting with the MTP ``assistant`` GGUF
+    paired with it, where given), or None."""
+
+    def __call__(self, target: Path, n_gpu_layers: int | None, /,
+                 assistant: Path | None = None) -> DrafterPrediction | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +140,9 @@ class DrafterKind:
     ``create(host, spec)`` returns the drafter for one reply (it may return the same
     object reply after reply) or :class:`Unavailable`. ``replay(spec, index)``: a fresh
     model-free drafter for Auto's replays (None: Auto cannot replay it).
-    ``predict(target_path, n_gpu_layers)``: its :class:`DrafterPrediction` for a target
-    from what is known without running it (None: it predicts nothing).
+    ``predict(target_path, n_gpu_layers, assistant=None)``: its :class:`DrafterPrediction`
+    for a target (with a paired MTP assistant) from what is known without running it
+    (None: it predicts nothing).
     """
 
     info: DrafterInfo

@@ -540,22 +540,25 @@ def create(host: DrafterHost, spec: SpeculationConfig) -> Drafter | Unavailable:
     return made
 
 
-def predict(target: Path, n_gpu_layers: int | None = None) -> DrafterPrediction | None:
-    """What the MTP head of the GGUF at ``target`` promises before it drafts: α =
-    :data:`MTP_PRIOR_ACCEPTANCE`, c as the load check's child measured it
-    (:attr:`app.catalog.loadcheck.LoadVerdict.mtp_cost_ratio`, checked with
-    ``n_gpu_layers``, else with the build's default), k = :data:`MTP_K` (at most the
-    number of heads of a model with several chained ones). None when the
-    file was not checked yet, its head did not run there, or c was not measured (a
-    verdict remembered before it was)."""
+def predict(target: Path, n_gpu_layers: int | None = None,
+            assistant: Path | None = None) -> DrafterPrediction | None:
+    """What the MTP head of the GGUF at ``target`` (or the MTP ``assistant`` GGUF paired
+    with it) promises before it drafts: α = :data:`MTP_PRIOR_ACCEPTANCE`, c as the load
+    check's child measured it (:attr:`app.catalog.loadcheck.LoadVerdict.mtp_cost_ratio`
+    of the target's verdict, or of the pair's; checked with ``n_gpu_layers``, else with
+    the build's default), k = :data:`MTP_K` (at most the number of heads of a model with
+    several chained ones). None when the file (pair) was not checked yet, its head did
+    not run there, or c was not measured (a verdict remembered before it was)."""
     for layers in dict.fromkeys((n_gpu_layers, None)):
         try:
-            verdict = cached_verdict(target, n_gpu_layers=layers)
+            verdict = (cached_verdict(target, n_gpu_layers=layers) if assistant is None
+                       else cached_verdict(assistant, n_gpu_layers=layers, target=target))
         except TandemError:
             return None
         if verdict is not None and verdict.mtp == "ok" and verdict.mtp_cost_ratio is not None:
-            return DrafterPrediction(MTP_PRIOR_ACCEPTANCE, verdict.mtp_cost_ratio,
-                                     _draft_length(target), "measured by the load check")
+            k = _draft_length(target) if assistant is None else MTP_K
+            return DrafterPrediction(MTP_PRIOR_ACCEPTANCE, verdict.mtp_cost_ratio, k,
+                                     "measured by the load check")
     return None
 
 
