@@ -95,6 +95,9 @@ class DrafterInfo:
         prior_acceptance: the acceptance rate α (0 … 1) Auto assumes for it before it
             has drafted in a conversation, when one is published for its kind (MTP
             heads); None: none is assumed.
+        label_with_assistant: its label while a separate MTP assistant drafts for it,
+            ``{name}`` standing for the assistant's file name (:meth:`label_for`);
+            empty: ``label`` then too.
     """
 
     mode: str
@@ -111,6 +114,14 @@ class DrafterInfo:
     picker_tooltip: str = ""
     explanation: str = ""
     prior_acceptance: float | None = None
+    label_with_assistant: str = ""
+
+    def label_for(self, assistant: str | None = None) -> str:
+        """The label in a picker; with ``assistant`` (the file name of a loaded MTP
+        assistant) :attr:`label_with_assistant` filled in, where it declares one."""
+        if assistant is None or not self.label_with_assistant:
+            return self.label
+        return self.label_with_assistant.replace("{name}", assistant)
 
 
 class CarriesHeads(Protocol):

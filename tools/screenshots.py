@@ -752,7 +752,8 @@ def scene_mtp_auto(shot: Callable[[str], None]) -> None:
 def scene_mtp_assistant(shot: Callable[[str], None]) -> None:
     """Gemma 4 with its separate MTP assistant: the synthetic ``gemma4`` target of the
     tests loaded with its ``gemma4-assistant`` drafting as MTP (k = 3, fixed), the gauge
-    after a reply, then the model picker's library with the assistant listed and chosen
+    after a reply, the drafter menu naming the assistant ("MTP (assistant: …)"), then the
+    model picker's library with the assistant listed and chosen
     as "MTP assistant: …" and its pairing check (random weights: the text is noise)."""
     import app.engine.drafter_kinds  # noqa: F401  (declares "mtp", as the window's imports do)
     from app.options import SamplingParams, SpecMode, SpeculationConfig
@@ -775,6 +776,9 @@ def scene_mtp_assistant(shot: Callable[[str], None]) -> None:
     converse(w, ("the assistant drafts from the target's hidden states",))
     w.raise_()
     shot("mtp-assistant-gauge.png")
+    w.model_bar.mode_combo.showPopup()  # the drafter menu names the assistant
+    shot("mtp-assistant-menu.png")
+    w.model_bar.mode_combo.hidePopup()
     w.windows.open_model_picker()
     p = w.windows.picker
     assert p is not None

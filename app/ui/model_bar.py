@@ -242,16 +242,21 @@ class ModelBarWidget(QFrame):
     def _grey_unusable_drafters(self, info: ModelInfo | None) -> None:
         """Grey the drafters the loaded target cannot use (MTP without nextn layers or
         a loaded MTP assistant), each with its reason as the item's tooltip
-        (:func:`drafter_unusable`, the rule the model picker follows too). The chosen
-        drafter stays chosen: the reply then decodes plainly and its note says why."""
+        (:func:`drafter_unusable`, the rule the model picker follows too), and label
+        each as it drafts now (MTP names a loaded assistant:
+        :meth:`~app.options.DrafterInfo.label_for`). The chosen drafter stays chosen:
+        the reply then decodes plainly and its note says why."""
         model = self.mode_combo.model()
         assert isinstance(model, QStandardItemModel)
+        assistant = (info.draft_path.name if info is not None and info.draft_is_assistant
+                     and info.draft_path is not None else None)
         for row in range(self.mode_combo.count()):
-            drafter = SpecMode(self.mode_combo.itemData(row)).info
-            why = (drafter_unusable(drafter, info, assistant=info is not None
-                                    and info.draft_is_assistant)
+            mode = SpecMode(self.mode_combo.itemData(row))
+            drafter = mode.info
+            why = (drafter_unusable(drafter, info, assistant=assistant is not None)
                    if drafter is not None else None)
             item = model.item(row)
+            item.setText(drafter.label_for(assistant) if drafter is not None else mode.label)
             item.setEnabled(why is None)
             item.setToolTip(f"{drafter.label}: {why}" if why and drafter else "")
 

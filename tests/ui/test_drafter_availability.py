@@ -107,10 +107,15 @@ def test_the_drafter_menu_offers_mtp_with_an_assistant_loaded(
     qtbot.addWidget(bar)
     bar.set_model(with_assistant)
     assert _menu(bar)[MTP.value] == (True, "")
-    bar.mode_combo.setCurrentIndex(next(i for i in range(bar.mode_combo.count())
-                                        if str(bar.mode_combo.itemData(i)) == MTP.value))
-    assert bar.mode() is MTP
+    row = next(i for i in range(bar.mode_combo.count())
+               if str(bar.mode_combo.itemData(i)) == MTP.value)
+    # the menu names the assistant that drafts, not heads built into the model
+    assert bar.mode_combo.itemText(row) == "MTP (assistant: assistant.gguf)"
+    bar.mode_combo.setCurrentIndex(row)
+    assert bar.mode() is MTP and bar.mode_combo.currentText() == "MTP (assistant: assistant.gguf)"
     assert bar.draft_button.toolTip().startswith("MTP assistant: assistant.gguf")
+    bar.set_model(None)
+    assert bar.mode_combo.itemText(row) == "MTP (built into the model)"
 
 
 def test_the_race_drafts_with_an_assistant_through_mtp_only(with_assistant: ModelInfo) -> None:
@@ -119,4 +124,7 @@ def test_the_race_drafts_with_an_assistant_through_mtp_only(with_assistant: Mode
     lanes = race_drafters(with_assistant.draft_path, with_assistant)
     modes = [m for m, _ in lanes]
     assert MTP in modes and SpecMode.DRAFT_MODEL not in modes
-    assert not any("assistant.gguf" in label for _, label in lanes)
+    # the MTP lane names the assistant; no other lane does
+    assert [label for _, label in lanes if "assistant.gguf" in label] == [
+        "MTP (assistant: assistant.gguf)"]
+    assert dict(race_drafters(None, _Heads(1)))[MTP] == "MTP (built into the model)"  # type: ignore[arg-type]

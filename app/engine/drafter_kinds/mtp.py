@@ -95,6 +95,7 @@ MTP_PRIOR_ACCEPTANCE = 0.85
 
 MTP_INFO = DrafterInfo(
     mode="mtp", label="MTP (built into the model)", words="MTP",
+    label_with_assistant="MTP (assistant: {name})",
     needs=DrafterNeeds.MTP_HEAD, default_k=MTP_K, options=("draft_p_min",),
     auto_rank=3, cli_flag="--mtp",
     summary="the multi-token-prediction (nextn) layers in the target's own GGUF, or an "

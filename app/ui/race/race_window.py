@@ -139,9 +139,11 @@ def race_drafters(draft_path: Path | None, model: ModelInfo | None = None
     :func:`app.options.drafter_unusable`, MTP on a model with neither its layers nor a
     loaded MTP assistant), then a drafter that needs a draft model when one is loaded
     (labelled with its file name). An MTP assistant at ``draft_path``
-    (``model.draft_is_assistant``) drafts through MTP only: no draft-model lane."""
+    (``model.draft_is_assistant``) drafts through MTP only, whose lane names it
+    (:meth:`~app.options.DrafterInfo.label_for`): no draft-model lane."""
     assistant = model is not None and model.draft_is_assistant
-    free = [(SpecMode(i.mode), i.label) for i in drafter_infos()
+    name = draft_path.name if assistant and draft_path is not None else None
+    free = [(SpecMode(i.mode), i.label_for(name)) for i in drafter_infos()
             if i.needs is not DrafterNeeds.DRAFT_MODEL
             and drafter_unusable(i, model, assistant=assistant) is None]
     drafts = [(SpecMode(i.mode), f"{i.label} · {draft_path.name}") for i in drafter_infos()
