@@ -39,7 +39,7 @@ import json
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
@@ -112,6 +112,8 @@ class ModelSource:
         gguf_repo: the Hugging Face repository that holds the GGUF (``owner/name``).
         quant: the quantization tag of the GGUF file (``Q4_K_M``), when known.
         weights_repo: the repository of the original weights (for vLLM), when known.
+        gguf_file: the GGUF's file name in ``gguf_repo``, when known (the catalog's):
+            named on the command line where ``repo:quant`` would not tell two files apart.
     """
 
     label: str
@@ -119,6 +121,7 @@ class ModelSource:
     gguf_repo: str | None = None
     quant: str | None = None
     weights_repo: str | None = None
+    gguf_file: str | None = None
 
     @property
     def is_hf_folder(self) -> bool:
@@ -260,7 +263,7 @@ def source_for_path(path: Path, *, pairs: Sequence[CuratedPair] | None = None) -
         for f in model.files:
             if name in (f.file, Path(f.file).name):
                 return ModelSource(label=name, path=path, gguf_repo=model.repo, quant=f.quant,
-                                   weights_repo=model.weights_repo)
+                                   weights_repo=model.weights_repo, gguf_file=f.file)
     for part in path.parts:
         if part.startswith("models--") and part.count("--") >= 2:
             owner, _, repo = part[len("models--"):].partition("--")
@@ -293,19 +296,23 @@ def resolve_model(ref: str, *, pairs: Sequence[CuratedPair] | None = None) -> Mo
     repo, _, quant = ref.partition(":")
     if _REPO_ID.match(repo) and ":" not in quant:
         for model in models:
-            if repo.lower() == model.repo.lower():
-                return replace(_catalog_source(model), quant=quant.upper() or model.default_quant)
-            if model.weights_repo and repo.lower() == model.weights_repo.lower():
-                return replace(_catalog_source(model), quant=quant.upper() or model.default_quant)
+            if repo.lower() == model.repo.lower() or (
+                    model.weights_repo and repo.lower() == model.weights_repo.lower()):
+                return _catalog_source(model, quant.upper() or None)
         return ModelSource(label=ref, gguf_repo=repo, quant=quant.upper() or None,
                            weights_repo=repo)
     raise TandemError(f"{ref!r} is neither a file or folder here, nor a Hugging Face repository "
                       "(owner/name[:QUANT]), nor a model of the curated catalog.")
 
 
-def _catalog_source(model: CuratedModel) -> ModelSource:
-    return ModelSource(label=model.name, gguf_repo=model.repo, quant=model.default_quant,
-                       weights_repo=model.weights_repo)
+def _catalog_source(model: CuratedModel, quant: str | None = None) -> ModelSource:
+    """A catalog model at ``quant`` (default: its default quantization); a quantization
+    the catalog does not list keeps the tag and no file name.
+    """
+    quant = quant or model.default_quant
+    file = next((f.file for f in model.files if f.quant.upper() == quant.upper()), None)
+    return ModelSource(label=model.name, gguf_repo=model.repo, quant=quant,
+                       weights_repo=model.weights_repo, gguf_file=file)
 
 
 def drafter_for(mode: SpecMode) -> ServeDrafter:
@@ -362,9 +369,16 @@ def _listen(plan: ServePlan) -> tuple[list[str], list[ServeNote]]:
 
 
 def _llama_model(flags: tuple[str, str], source: ModelSource,
-                 notes: list[ServeNote]) -> list[str]:
+                 notes: list[ServeNote], *, pin_file: bool = False) -> list[str]:
+    """llama-server's flags for one model: a local path, ``repo:quant`` from the hub, or
+    with ``pin_file`` the repository and its file by name (``-hf R -hff F`` for the
+    target, ``-hfd R -md F`` for the draft, which llama.cpp takes as the draft's file
+    in R): where target and draft share a repository and a quantization tag."""
     local_flag, hub_flag = flags
     if source.gguf_repo is not None:
+        if pin_file and source.gguf_file is not None:
+            return [hub_flag, source.gguf_repo, "-hff" if hub_flag == "-hf" else local_flag,
+                    source.gguf_file]
         return [hub_flag, f"{source.gguf_repo}:{source.quant}" if source.quant else source.gguf_repo]
     if source.path is None:
         raise TandemError(f"{source.label} has neither a local GGUF nor a GGUF repository: "
@@ -375,7 +389,11 @@ def _llama_model(flags: tuple[str, str], source: ModelSource,
 
 def _llama_server(plan: ServePlan) -> ServeCommand:
     notes: list[ServeNote] = []
-    argv = ["llama-server", *_llama_model(("-m", "-hf"), plan.target, notes), "-ngl", "all"]
+    # one repository holding both files (Gemma 4 and its MTP assistant): name the files
+    pin = (plan.draft is not None and plan.draft.gguf_repo is not None
+           and plan.draft.gguf_repo == plan.target.gguf_repo)
+    argv = ["llama-server", *_llama_model(("-m", "-hf"), plan.target, notes, pin_file=pin),
+            "-ngl", "all"]
     if plan.ctx_size is not None:
         argv += ["-c", str(plan.ctx_size)]
     k = str(plan.k)
@@ -383,7 +401,7 @@ def _llama_server(plan: ServePlan) -> ServeCommand:
     if d is ServeDrafter.DRAFT_MODEL or d is ServeDrafter.EAGLE3:
         assert plan.draft is not None  # ServePlan checks it
         argv += ["--spec-type", "draft-simple" if d is ServeDrafter.DRAFT_MODEL else "draft-eagle3",
-                 *_llama_model(("-md", "-hfd"), plan.draft, notes), "-ngld", "all",
+                 *_llama_model(("-md", "-hfd"), plan.draft, notes, pin_file=pin), "-ngld", "all",
                  "--spec-draft-n-max", k, "--spec-draft-n-min", str(plan.draft_min)]
         if plan.draft_p_min > 0.0:
             argv += ["--spec-draft-p-min", f"{plan.draft_p_min:g}"]
@@ -397,7 +415,8 @@ def _llama_server(plan: ServePlan) -> ServeCommand:
     elif d is ServeDrafter.MTP:
         argv += ["--spec-type", "draft-mtp", "--spec-draft-n-max", k]
         if plan.draft is not None:  # the assistant, loaded as the draft model
-            argv += [*_llama_model(("-md", "-hfd"), plan.draft, notes), "-ngld", "all"]
+            argv += [*_llama_model(("-md", "-hfd"), plan.draft, notes, pin_file=pin),
+                     "-ngld", "all"]
         else:
             notes.append(ServeNote.MTP_NEEDS_HEADS)
     listen, listen_notes = _listen(plan)

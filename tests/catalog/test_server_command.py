@@ -90,7 +90,11 @@ def test_an_mtp_assistant_is_the_servers_draft_model(tmp_path: Path) -> None:
                                    pairs=PAIRS))
     argv = llama.argv
     assert argv[argv.index("--spec-type") + 1] == "draft-mtp"
-    assert argv[argv.index("-hfd") + 1] == "ggml-org/gemma-4-E2B-it-GGUF:Q4_0"
+    # one repository holds both files: each is named, or both would load the same file
+    assert list(argv[argv.index("-hf") + 1:argv.index("-hf") + 4]) == [
+        "ggml-org/gemma-4-E2B-it-GGUF", "-hff", "gemma-4-E2B-it-Q4_0.gguf"]
+    assert list(argv[argv.index("-hfd") + 1:argv.index("-hfd") + 4]) == [
+        "ggml-org/gemma-4-E2B-it-GGUF", "-md", "mtp-gemma-4-E2B-it-Q4_0.gguf"]
     assert argv[argv.index("-ngld") + 1] == "all" and ServeNote.MTP_NEEDS_HEADS not in llama.notes
     vllm = build_command(plan_for(ServeEngine.VLLM, target, spec, assistant=assistant,
                                   pairs=PAIRS))

@@ -91,7 +91,8 @@ def test_a_loaded_mtp_assistant_is_the_servers_draft_model(qtbot, tmp_path: Path
                                  draft_is_assistant=True)
     qtbot.addWidget(dialog)
     text = dialog.command_edit.toPlainText()
-    assert "--spec-type draft-mtp" in text and "-hfd ggml-org/gemma-4-E2B-it-GGUF:Q4_0" in text
+    assert "--spec-type draft-mtp" in text and "-hfd ggml-org/gemma-4-E2B-it-GGUF" in text
+    assert "-md mtp-gemma-4-E2B-it-Q4_0.gguf" in text  # named: the repository holds both
     dialog.engine_combo.setCurrentIndex(1)  # vLLM
     assert '"method":"mtp","model":"google/gemma-4-E2B-it-assistant"' in (
         dialog.command_edit.toPlainText())
