@@ -262,6 +262,8 @@ class MainWindow(QMainWindow):
             self.chat.set_starter_prompts(())
         else:
             self.gauge.set_cpu_only(info.n_gpu_layers == 0)
+            self.gauge.set_assistant(info.draft_path.name if info.draft_is_assistant
+                                     and info.draft_path is not None else None)
             base = info.uses_fallback_template
             self.chat.set_starter_prompts(load_starter_prompts(not base), base_model=base)
             self.input.setFocus()

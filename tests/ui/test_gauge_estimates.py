@@ -60,3 +60,18 @@ def test_wilson_interval() -> None:
     assert hi == 1.0 and 0.88 < lo < 0.89
     lo, hi = acceptance_interval(50, 100)  # type: ignore[misc]
     assert 0.40 < lo < 0.41 and 0.59 < hi < 0.60
+
+
+def test_an_mtp_reply_drafted_by_a_loaded_assistant_is_titled_with_it(qtbot) -> None:
+    """The gauge's title names the MTP assistant the session loaded, as the drafter menu
+    and the race lanes do; without one it is the heads' label."""
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    g.begin_reply("mtp", 3)
+    g.end_reply(_stats(8, 6, mode="mtp", draft_max=3, accepted_at=(3, 2, 1),
+                       verified_at=(4, 3, 1)))
+    g.refresh()
+    assert g.mode_label.text().startswith("MTP (built into the model)")
+    g.set_assistant("mtp-gemma-4-E2B-it-Q4_0.gguf")
+    g.refresh()
+    assert g.mode_label.text().startswith("MTP (assistant: mtp-gemma-4-E2B-it-Q4_0.gguf)")

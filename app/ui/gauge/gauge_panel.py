@@ -284,6 +284,7 @@ class SpeculationGaugeWidget(QFrame):
         self._streaming = False
         self._failed = False
         self._mode_known = True
+        self._assistant: str | None = None  # the MTP assistant's file name, when loaded
         self._dirty = False
         self.repaints = 0  # how many refreshes actually ran (tests check the rate cap)
 
@@ -376,6 +377,12 @@ class SpeculationGaugeWidget(QFrame):
         self._timer.setInterval(REFRESH_MS)
         self._timer.timeout.connect(self._on_timer_timeout)
         self._timer.start()
+
+    def set_assistant(self, name: str | None) -> None:
+        """The file name of the MTP assistant the session loaded (None: none): an MTP
+        reply's title names it (:meth:`app.options.DrafterInfo.label_for`)."""
+        self._assistant = name
+        self._dirty = True
 
     def set_cpu_only(self, cpu_only: bool) -> None:
         """Whether the target runs on the CPU (then the prediction caveat is shown)."""
@@ -511,7 +518,9 @@ class SpeculationGaugeWidget(QFrame):
             self._refresh_remote(s, remote)
             return
         spec = s.mode is not SpecMode.OFF
-        title = s.mode.label if spec else "Speculation off"
+        info = s.mode.info
+        title = ((info.label_for(self._assistant) if info is not None else s.mode.label)
+                 if spec else "Speculation off")
         if spec:
             title += " · " + draft_length_words(s.draft_max, s.adaptive)
         if not self._mode_known:
