@@ -18,8 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
+from app.catalog.gguf_meta import inspect_gguf
 from app.catalog.library import is_assistant_file
 from app.catalog.model_file import check_model_file
+from app.catalog.pairing import ASSISTANT_TARGETS, is_assistant_arch
 from app.engine.drafter_kinds import kinds
 from app.engine.session import SessionConfig
 from app.errors import TandemError
@@ -193,9 +195,13 @@ def check_model_files(args: argparse.Namespace) -> None:
     for path in (args.model, args.draft, assistant):
         if path is not None:
             check_model_file(path)
-    if assistant is not None and not is_assistant_file(assistant):
-        raise TandemError(f"{Path(assistant).name} is not an MTP assistant; give a draft "
-                          "model with --draft.")
+    if assistant is not None:
+        arch = inspect_gguf(Path(assistant)).architecture  # a broken file: its own error
+        if not is_assistant_arch(arch):
+            raise TandemError(
+                f"{Path(assistant).name} is a {arch} model, not an MTP assistant "
+                f"({', '.join(sorted(ASSISTANT_TARGETS))}); a draft model with the same "
+                "tokenizer goes with --draft.")
     if args.draft is not None and is_assistant_file(args.draft):
         raise TandemError(f"{Path(args.draft).name} is an MTP assistant; give it with "
                           "--mtp-assistant.")

@@ -268,8 +268,14 @@ def test_the_command_line_takes_the_assistant(models: dict[str, Path],
     assert "assistant.gguf is an MTP assistant; give it with --mtp-assistant." in (
         capsys.readouterr().err)
     assert main([*common, "--mtp-assistant", str(models["target"])]) != 0
-    assert "target.gguf is not an MTP assistant; give a draft model with --draft." in (
-        capsys.readouterr().err)
+    assert "target.gguf is a gemma4 model, not an MTP assistant" in capsys.readouterr().err
+    # a broken file is told as broken, not as the wrong kind of model
+    broken = models["assistant"].with_name("broken-assistant.gguf")
+    broken.write_bytes(models["assistant"].read_bytes()[:200_000])
+    assert main([*common, "--mtp-assistant", str(broken)]) != 0
+    err = capsys.readouterr().err
+    assert "not an MTP assistant" not in err and "broken-assistant.gguf" in err
+    assert "Traceback" not in err
 
 
 def test_serve_drafts_with_the_assistant_per_request(models: dict[str, Path],
