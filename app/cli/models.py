@@ -135,10 +135,14 @@ def _run_inspect(args: argparse.Namespace) -> int:
     from app.catalog.gguf_meta import inspect_gguf
     from app.formatting import format_bytes, format_parameters
 
+    from app.catalog.pairing import ASSISTANT_TARGETS
+
     info = inspect_gguf(args.path)
     loads: bool | None = None
     load_error: str | None = None
-    if not args.no_load_check:
+    # an MTP assistant loads only beside its target: `models pair TARGET ASSISTANT` checks it
+    drafts_for = ASSISTANT_TARGETS.get(info.architecture)
+    if not args.no_load_check and drafts_for is None:
         from app.catalog.loadcheck import check_loads
 
         verdict = check_loads(Path(info.path))
@@ -163,9 +167,12 @@ def _run_inspect(args: argparse.Namespace) -> int:
         ("BOS", f"{info.bos_id} (added: {info.add_bos})"),
         ("EOS", f"{info.eos_id} (added: {info.add_eos})"),
         ("chat template", "yes" if info.has_chat_template else "no"),
-        ("MTP layers", f"{info.nextn_layers} (nextn: the MTP drafter can use them)"
+        ("MTP layers", f"{info.nextn_layers} (an MTP assistant's)" if drafts_for else
+                       f"{info.nextn_layers} (nextn: the MTP drafter can use them)"
                        if info.nextn_layers else "none"),
-        ("loads", "not checked" if loads is None else "yes" if loads else "no"),
+        ("loads", f"with a {' or '.join(drafts_for)} target only (an MTP assistant: "
+                  "models pair TARGET THIS checks the pair)" if drafts_for else
+                  "not checked" if loads is None else "yes" if loads else "no"),
     ]
     for k, v in rows:
         print(f"{k:15} {v}")

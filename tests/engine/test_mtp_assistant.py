@@ -486,3 +486,17 @@ def test_an_assistants_reply_is_worded_as_mtp(models: dict[str, Path], paired: S
                  "--compare", "hello world"]) == 0
     out = capsys.readouterr().out
     assert "--- speculation on (MTP, k = " in out and "head" not in out
+
+
+def test_models_inspect_tells_an_assistant_from_a_model_that_does_not_load(
+        models: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """An MTP assistant's header is fine: ``models inspect`` says it loads beside its
+    target only (exit 0, ``loads`` null), instead of "loads no" and exit 2."""
+    from app.cli.main import main
+
+    assert main(["models", "inspect", str(models["assistant"])]) == 0
+    out = capsys.readouterr().out
+    assert "with a gemma4 target only" in out and "loads           no" not in out
+    assert main(["models", "inspect", "--json", str(models["assistant"])]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["loads"] is None and data["load_error"] is None
