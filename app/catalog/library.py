@@ -637,10 +637,7 @@ class Library:
             entry = inspect_model_file(mf)
             if entry.info is not None and not is_chat_model(entry.info):
                 continue
-            # an MTP assistant loads only beside its target: the picker's pairing
-            # probes the pair, so alone it is not checked (nor called broken)
-            if check_loads and entry.usable and not (
-                    entry.info is not None and is_assistant_arch(entry.info.architecture)):
+            if check_loads and entry.usable:
                 entry = check_entry_loads(entry, cancel)
             entries.append(entry)
         return merge_copies(entries)

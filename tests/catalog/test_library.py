@@ -250,21 +250,3 @@ def test_the_installed_gemma_demo_is_listed_without_adding_a_folder(tmp_path: Pa
     mtime = entry.path.stat().st_mtime_ns
     assert [e.path for e in library.scan(write_demos=True)] == [entry.path]
     assert entry.path.stat().st_mtime_ns == mtime  # written once
-
-
-def test_an_mtp_assistant_is_listed_by_its_header_not_as_a_model_that_does_not_load(
-        tmp_path: Path) -> None:
-    """A Gemma 4 assistant cannot load alone (llama.cpp needs its target's context), so the
-    scan's load check leaves it to the pair's probe: it is listed with its header and no
-    error, and a real model beside it is still checked."""
-    from tests.synthetic import write_tiny_gemma4, write_tiny_gemma4_assistant
-
-    folder = tmp_path / "models"
-    folder.mkdir()
-    write_tiny_gemma4(folder / "gemma4.gguf")
-    write_tiny_gemma4_assistant(folder / "assistant.gguf")
-    entries = {e.path.name: e for e in Library(LibraryConfig(folders=[folder])).scan(check_loads=True)}
-    a, t = entries["assistant.gguf"], entries["gemma4.gguf"]
-    assert a.error is None and a.loads is None and a.info is not None
-    assert a.info.architecture == "gemma4-assistant"
-    assert t.loads is True
