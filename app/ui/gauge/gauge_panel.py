@@ -281,9 +281,7 @@ class SpeculationGaugeWidget(QFrame):
         self.setObjectName("gauge")
         self._rolling = RollingRate(1.0)
         self._stats: SpecStats | None = None
-        self._streaming = False
-        self._failed = False
-        self._mode_known = True
+        self._streaming, self._failed, self._mode_known = False, False, True
         self._assistant: str | None = None  # the MTP assistant's file name, when loaded
         self._dirty = False
         self.repaints = 0  # how many refreshes actually ran (tests check the rate cap)
