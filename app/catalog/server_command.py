@@ -114,6 +114,8 @@ class ModelSource:
         weights_repo: the repository of the original weights (for vLLM), when known.
         gguf_file: the GGUF's file name in ``gguf_repo``, when known (the catalog's):
             named on the command line where ``repo:quant`` would not tell two files apart.
+        mtp_layers: the multi-token-prediction (nextn) layers the catalog records for the
+            model (0: none), None when the catalog does not know it.
     """
 
     label: str
@@ -122,6 +124,7 @@ class ModelSource:
     quant: str | None = None
     weights_repo: str | None = None
     gguf_file: str | None = None
+    mtp_layers: int | None = None
 
     @property
     def is_hf_folder(self) -> bool:
@@ -191,6 +194,9 @@ class ServePlan:
             raise TandemError(f"{self.api_key_env!r} is not an environment variable name.")
         if self.drafter.needs_draft and self.draft is None:
             raise TandemError(f"The drafter {self.drafter} needs a draft model; none was given.")
+        if self.draft is not None and _same_file(self.draft, self.target):
+            raise TandemError(f"The {self.drafter} drafter's model {self.draft.label} is the "
+                              "target's own file; name a separate draft (an MTP assistant).")
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +235,14 @@ class ServeCommand:
                 "speculative_config": self.speculative_config}
 
 
+def _same_file(a: ModelSource, b: ModelSource) -> bool:
+    """Whether two sources name the same file (the same path, or repository and file)."""
+    if a.path is not None and a.path == b.path:
+        return True
+    return (a.gguf_file is not None and a.gguf_file == b.gguf_file
+            and (a.gguf_repo or "").lower() == (b.gguf_repo or "").lower())
+
+
 def _quote(arg: str) -> str:
     if arg.startswith("$") and _ENV_NAME.match(arg[1:]):
         return f'"{arg}"'
@@ -263,7 +277,8 @@ def source_for_path(path: Path, *, pairs: Sequence[CuratedPair] | None = None) -
         for f in model.files:
             if name in (f.file, Path(f.file).name):
                 return ModelSource(label=name, path=path, gguf_repo=model.repo, quant=f.quant,
-                                   weights_repo=model.weights_repo, gguf_file=f.file)
+                                   weights_repo=model.weights_repo, gguf_file=f.file,
+                                   mtp_layers=model.mtp_layers)
     for part in path.parts:
         if part.startswith("models--") and part.count("--") >= 2:
             owner, _, repo = part[len("models--"):].partition("--")
@@ -275,8 +290,9 @@ def source_for_path(path: Path, *, pairs: Sequence[CuratedPair] | None = None) -
 
 
 def resolve_model(ref: str, *, pairs: Sequence[CuratedPair] | None = None) -> ModelSource:
-    """A model named on the command line: a local path, ``owner/name[:QUANT]``, or the
-    name of a model in the curated catalog (``SmolLM2-135M-Instruct``).
+    """A model named on the command line: a local path, ``owner/name[:QUANT]``, the
+    name of a model in the curated catalog (``SmolLM2-135M-Instruct``), or the id of a
+    catalog pair (``nemotron-3-nano-4b``, as ``models catalog`` lists it: its target).
 
     A repository the catalog knows as a GGUF repository gets its original-weights
     repository too; another repository is taken as both (llama-server picks the GGUF
@@ -293,6 +309,9 @@ def resolve_model(ref: str, *, pairs: Sequence[CuratedPair] | None = None) -> Mo
     for model in models:
         if ref.lower() == model.name.lower():
             return _catalog_source(model)
+    for pair in pairs:
+        if ref.lower() == pair.id.lower():
+            return _catalog_source(pair.target)
     repo, _, quant = ref.partition(":")
     if _REPO_ID.match(repo) and ":" not in quant:
         for model in models:
@@ -312,7 +331,61 @@ def _catalog_source(model: CuratedModel, quant: str | None = None) -> ModelSourc
     quant = quant or model.default_quant
     file = next((f.file for f in model.files if f.quant.upper() == quant.upper()), None)
     return ModelSource(label=model.name, gguf_repo=model.repo, quant=quant,
-                       weights_repo=model.weights_repo, gguf_file=file)
+                       weights_repo=model.weights_repo, gguf_file=file,
+                       mtp_layers=model.mtp_layers)
+
+
+def _assistant_pairs(pairs: Sequence[CuratedPair]) -> list[tuple[CuratedPair, CuratedModel]]:
+    return [(p, p.draft) for p in pairs
+            if p.draft is not None and p.draft_kind == "mtp-assistant"]
+
+
+def catalog_assistant(target: ModelSource, *,
+                      pairs: Sequence[CuratedPair] | None = None) -> ModelSource | None:
+    """The MTP assistant the catalog pairs with ``target`` (matched by model name, or by
+    repository and file), at the target's quantization where the assistant offers it;
+    None when the catalog pairs no assistant with it."""
+    pairs = load_curated_pairs() if pairs is None else pairs
+    for pair, assistant in _assistant_pairs(pairs):
+        t = pair.target
+        by_file = (target.gguf_repo is not None and target.gguf_repo.lower() == t.repo.lower()
+                   and any(target.gguf_file == f.file for f in t.files))
+        if target.label.lower() == t.name.lower() or by_file:
+            offered = {f.quant.upper() for f in assistant.files}
+            quant = target.quant.upper() if target.quant and target.quant.upper() in offered else None
+            return _catalog_source(assistant, quant)
+    return None
+
+
+def resolve_mtp_assistant(ref: str, *,
+                          pairs: Sequence[CuratedPair] | None = None) -> ModelSource:
+    """An MTP assistant named on the command line: the catalog's assistant for a pair id
+    (``gemma-4-e2b-it``), a model name (the assistant's or its target's), or the
+    repository holding it (``owner/name[:QUANT]``, where the target's file may live too);
+    else a local path or another repository, as :func:`resolve_model` reads them.
+
+    Raises:
+        TandemError: ``ref`` names nothing (see :func:`resolve_model`), or a catalog model
+            that is no MTP assistant (a target's file, say: it cannot draft for itself).
+    """
+    pairs = load_curated_pairs() if pairs is None else pairs
+    repo, _, quant = ref.partition(":")
+    for pair, assistant in _assistant_pairs(pairs):
+        names = {pair.id.lower(), assistant.name.lower(), pair.target.name.lower()}
+        if ref.lower() in names:
+            return _catalog_source(assistant)
+        if repo.lower() == assistant.repo.lower() and ":" not in quant and not Path(ref).exists():
+            return _catalog_source(assistant, quant.upper() or None)
+    source = resolve_model(ref, pairs=pairs)
+    assistants = {(a.repo.lower(), f.file) for _, a in _assistant_pairs(pairs) for f in a.files}
+    known = (source.gguf_file is not None
+             and any(f.file == source.gguf_file for m in _catalog_models(pairs) for f in m.files))
+    if known and ((source.gguf_repo or "").lower(), source.gguf_file) not in assistants:
+        ids = ", ".join(p.id for p, _ in _assistant_pairs(pairs)) or "none"
+        raise TandemError(f"{ref!r} is {source.gguf_file} in the curated catalog, which is no "
+                          f"MTP assistant; name one (the catalog's pairs with one: {ids}) or "
+                          "leave --mtp-assistant out.")
+    return source
 
 
 def drafter_for(mode: SpecMode) -> ServeDrafter:
@@ -417,7 +490,7 @@ def _llama_server(plan: ServePlan) -> ServeCommand:
         if plan.draft is not None:  # the assistant, loaded as the draft model
             argv += [*_llama_model(("-md", "-hfd"), plan.draft, notes, pin_file=pin),
                      "-ngld", "all"]
-        else:
+        elif not plan.target.mtp_layers:
             notes.append(ServeNote.MTP_NEEDS_HEADS)
     listen, listen_notes = _listen(plan)
     argv += ["--metrics", *listen]
@@ -452,7 +525,8 @@ def speculative_config(plan: ServePlan, notes: list[ServeNote] | None = None) ->
         if plan.draft is not None:  # the MTP assistant
             return {"method": "mtp", "model": _vllm_model(plan.draft, notes),
                     "num_speculative_tokens": plan.k}
-        notes.append(ServeNote.MTP_NEEDS_HEADS)
+        if not plan.target.mtp_layers:
+            notes.append(ServeNote.MTP_NEEDS_HEADS)
         return {"method": "mtp", "num_speculative_tokens": plan.k}
     assert plan.draft is not None  # ServePlan checks it
     method = "draft_model" if d is ServeDrafter.DRAFT_MODEL else "eagle3"

@@ -15,15 +15,19 @@ import sys
 from app.catalog.server_command import (
     DEFAULT_API_KEY_ENV,
     DEFAULT_PORT,
+    ModelSource,
     ServeDrafter,
     ServeEngine,
     ServePlan,
     build_command,
+    catalog_assistant,
     resolve_model,
+    resolve_mtp_assistant,
 )
 from app.cli.json_output import print_json
 from app.errors import TandemError
 from app.formatting import serve_note_words
+from app.options import DRAFT_MODEL_K, FREE_DRAFTER_K, SpecMode, default_draft_max
 
 
 def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,7 +40,7 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "repository, others by their path.")
     p.add_argument("--model", required=True,
                    help="the target: a GGUF or model folder here, owner/name[:QUANT], or a "
-                        "model name from `models catalog`")
+                        "model name or pair id from `models catalog`")
     drafter = p.add_mutually_exclusive_group()
     drafter.add_argument("--draft", metavar="MODEL", help="a draft model (same forms as --model)")
     drafter.add_argument("--prompt-lookup", action="store_true",
@@ -48,11 +52,14 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     drafter.add_argument("--eagle3", metavar="MODEL", help="an EAGLE-3 head for the target")
     p.add_argument("--mtp-assistant", metavar="MODEL",
                    help="a separate MTP assistant (Gemma 4's) drafting for the target "
-                        "(llama-server draft-mtp with -md/-hfd; vLLM mtp with its model); "
-                        "implies --mtp")
+                        "(llama-server draft-mtp with -md/-hfd; vLLM mtp with its model): "
+                        "a file here, its repository[:QUANT] or a pair id from `models "
+                        "catalog`; implies --mtp, which takes the catalog's assistant for "
+                        "its target when none is given")
     p.add_argument("--engine", required=True, choices=[e.value for e in ServeEngine])
     p.add_argument("-k", "--draft-max", type=int, default=None,
-                   help="draft length k (default 4 with a draft model or EAGLE-3, else 16)")
+                   help="draft length k (default: the drafter's own, 4 with a draft model or "
+                        "EAGLE-3, 3 with MTP, 16 with prompt or suffix lookup)")
     p.add_argument("--draft-min", type=int, default=0, help="a shorter draft is dropped")
     p.add_argument("--host", default="0.0.0.0", help="where the server listens (default 0.0.0.0)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
@@ -93,17 +100,36 @@ def _switched_drafter(args: argparse.Namespace) -> ServeDrafter:
     return ServeDrafter.OFF
 
 
+def _default_k(drafter: ServeDrafter) -> int:
+    """The drafter's own default k (:func:`app.options.default_draft_max`); EAGLE-3, which
+    Tandem does not run, drafts like a draft model."""
+    if drafter is ServeDrafter.EAGLE3:
+        return DRAFT_MODEL_K
+    try:
+        return default_draft_max(SpecMode(drafter.value))
+    except ValueError:  # off, or a drafter this build does not declare
+        return FREE_DRAFTER_K
+
+
 def run_serve_command(args: argparse.Namespace) -> int:
     """Print the command (or its JSON); 2 with one line on stderr for bad input."""
     drafter = _drafter(args)
-    second = args.draft or args.eagle3 or args.mtp_assistant
-    k = args.draft_max if args.draft_max is not None else (4 if drafter.needs_draft else 16)
+    k = args.draft_max if args.draft_max is not None else _default_k(drafter)
+    target = resolve_model(args.model)
+    draft: ModelSource | None
+    if args.mtp_assistant:
+        draft = resolve_mtp_assistant(args.mtp_assistant)
+    elif drafter is ServeDrafter.MTP:
+        draft = catalog_assistant(target)
+    else:
+        second = args.draft or args.eagle3
+        draft = resolve_model(second) if second else None
     api_key_env = None if args.no_api_key else args.api_key_env
     if api_key_env is None and args.host not in ("0.0.0.0", "127.0.0.1"):
         raise TandemError("Invalid option: --no-api-key keeps the server on 127.0.0.1; "
                           "drop --host or give it a key.")
-    plan = ServePlan(engine=ServeEngine(args.engine), target=resolve_model(args.model),
-                     drafter=drafter, draft=resolve_model(second) if second else None, k=k,
+    plan = ServePlan(engine=ServeEngine(args.engine), target=target,
+                     drafter=drafter, draft=draft, k=k,
                      draft_min=args.draft_min, host=args.host, port=args.port,
                      api_key_env=api_key_env, gpus=args.gpus, ctx_size=args.ctx_size)
     command = build_command(plan)

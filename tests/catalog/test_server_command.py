@@ -25,8 +25,10 @@ from app.catalog.server_command import (
     ServeNote,
     ServePlan,
     build_command,
+    catalog_assistant,
     plan_for,
     resolve_model,
+    resolve_mtp_assistant,
     source_for_path,
 )
 from app.cli import main
@@ -177,6 +179,85 @@ def test_the_cli_prints_the_command_and_its_notes(
     data = json.loads(capsys.readouterr().out)
     assert data["argv"][1:3] == ["-hf", "acme/Big-GGUF:Q8_0"]
     assert "draft-mtp" in data["argv"] and data["notes"] == ["mtp-needs-heads", "api-key-from-env"]
+
+
+def serve_argv(capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
+    """The llama-server argv ``serve-command`` prints for ``args`` (exit status 0)."""
+    assert main(["serve-command", *args, "--engine", "llama-server", "--json"]) == 0
+    argv: list[str] = json.loads(capsys.readouterr().out)["argv"]
+    return argv
+
+
+@pytest.mark.parametrize("ref", ["ggml-org/gemma-4-E2B-it-GGUF:Q4_0", "ggml-org/gemma-4-E2B-it-GGUF",
+                                 "gemma-4-e2b-it", "Gemma-4-E2B-it-assistant"])
+def test_an_mtp_assistant_reference_names_the_assistant_never_the_target(
+        ref: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The assistant shares its repository with the target: its repository, the pair id
+    or its name must all give the assistant's file."""
+    monkeypatch.setattr("app.catalog.server_command.load_curated_pairs", lambda: PAIRS)
+    argv = serve_argv(capsys, "--model", "Gemma-4-E2B-it", "--mtp-assistant", ref)
+    assert argv[argv.index("-hff") + 1] == "gemma-4-E2B-it-Q4_0.gguf"
+    assert argv[argv.index("-hfd") + 1] == "ggml-org/gemma-4-E2B-it-GGUF"
+    assert argv[argv.index("-md") + 1] == "mtp-gemma-4-E2B-it-Q4_0.gguf"
+    assert resolve_mtp_assistant(ref, pairs=PAIRS).gguf_file == "mtp-gemma-4-E2B-it-Q4_0.gguf"
+    assert (resolve_mtp_assistant("ggml-org/gemma-4-E2B-it-GGUF:Q8_0", pairs=PAIRS).gguf_file
+            == "mtp-gemma-4-E2B-it-Q8_0.gguf")
+
+
+def test_a_target_file_is_refused_as_an_mtp_assistant(tmp_path: Path) -> None:
+    with pytest.raises(TandemError, match="no MTP assistant"):
+        resolve_mtp_assistant("ggml-org/gemma-3-4b-it-GGUF", pairs=PAIRS)
+    target_file = tmp_path / "gemma-4-E2B-it-Q4_0.gguf"
+    target_file.write_bytes(b"GGUF")
+    with pytest.raises(TandemError, match="no MTP assistant"):
+        resolve_mtp_assistant(str(target_file), pairs=PAIRS)
+    with pytest.raises(TandemError, match="target's own file"):
+        ServePlan(engine=ServeEngine.LLAMA_SERVER, target=GEMMA4, drafter=ServeDrafter.MTP,
+                  draft=GEMMA4)
+
+
+def test_mtp_takes_the_catalogs_assistant_and_knows_heads_in_the_target(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("app.catalog.server_command.load_curated_pairs", lambda: PAIRS)
+    assert main(["serve-command", "--model", "gemma-4-e2b-it", "--mtp", "--engine", "llama-server",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["argv"][data["argv"].index("-md") + 1] == "mtp-gemma-4-E2B-it-Q4_0.gguf"
+    assert "mtp-needs-heads" not in data["notes"]
+    q8 = resolve_model("ggml-org/gemma-4-E2B-it-GGUF:Q8_0", pairs=PAIRS)
+    assistant = catalog_assistant(q8, pairs=PAIRS)
+    assert assistant is not None and assistant.gguf_file == "mtp-gemma-4-E2B-it-Q8_0.gguf"
+    assert catalog_assistant(TARGET, pairs=PAIRS) is None
+    # a target that records MTP layers drafts with its own heads: no assistant, no note
+    for engine in ("llama-server", "vllm"):
+        assert main(["serve-command", "--model", "qwen3.5-0.8b-mtp", "--mtp", "--engine", engine,
+                     "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert "-md" not in data["argv"] and "mtp-needs-heads" not in data["notes"]
+
+
+def test_a_catalog_pair_id_names_its_target(capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("app.catalog.server_command.load_curated_pairs", lambda: PAIRS)
+    argv = serve_argv(capsys, "--model", "nemotron-3-nano-4b")
+    assert argv[1:3] == ["-hf", "nvidia/NVIDIA-Nemotron-3-Nano-4B-GGUF:Q4_K_M"]
+    assert resolve_model("qwen3.5-0.8b-mtp", pairs=PAIRS).label == "Qwen3.5-0.8B-MTP"
+
+
+@pytest.mark.parametrize(("switches", "flag", "k"), [
+    (("--mtp",), "--spec-draft-n-max", "3"),
+    (("--mtp", "-k", "5"), "--spec-draft-n-max", "5"),
+    (("--draft", "SmolLM2-135M-Instruct"), "--spec-draft-n-max", "4"),
+    (("--eagle3", "SmolLM2-135M-Instruct"), "--spec-draft-n-max", "4"),
+    (("--suffix",), "--spec-ngram-mod-n-max", "16"),
+    (("--prompt-lookup",), "--spec-ngram-simple-size-m", "16"),
+])
+def test_k_defaults_to_the_drafters_own(switches: tuple[str, ...], flag: str, k: str,
+                                        capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("app.catalog.server_command.load_curated_pairs", lambda: PAIRS)
+    argv = serve_argv(capsys, "--model", "SmolLM2-1.7B-Instruct", *switches)
+    assert argv[argv.index(flag) + 1] == k
 
 
 # -- the engines' own parsers --------------------------------------------------------
