@@ -530,12 +530,20 @@ class LibraryTabWidget(QWidget):
         self.candidates = ()
         self.drafter = None
         self.drafts_title.setText("Drafts")
-        self.draft_list.clear()
-        placeholder = QTreeWidgetItem([why])
-        placeholder.setFlags(Qt.ItemFlag.NoItemFlags)
-        self.draft_list.addTopLevelItem(placeholder)
-        placeholder.setFirstColumnSpanned(True)
+        self._show_draft_message(why)
         self.pair_check.show_message("Pairing check", "Choose a target, then a draft.")
+
+    def _show_draft_message(self, text: str) -> None:
+        """Replace the draft list by one unselectable line. Signals stay blocked while
+        the rows go: Qt makes another row current as it removes the current one, and a
+        draft row made current then indexes candidates already replaced."""
+        self.draft_list.blockSignals(True)
+        self.draft_list.clear()
+        line = QTreeWidgetItem([text])
+        line.setFlags(Qt.ItemFlag.NoItemFlags)
+        self.draft_list.addTopLevelItem(line)
+        line.setFirstColumnSpanned(True)
+        self.draft_list.blockSignals(False)
 
     def _rank(self, target: LibraryEntry) -> None:
         self._rank_generation += 1
@@ -547,11 +555,7 @@ class LibraryTabWidget(QWidget):
         self.drafts_title.setText(
             f"Drafts for {target.title}  ·  {info.vocab_type} tokenizer, "
             f"{format_count(info.n_vocab)} tokens, {format_bytes(info.file_size)}")
-        self.draft_list.clear()
-        waiting = QTreeWidgetItem(["Checking every model as a draft…"])
-        waiting.setFlags(Qt.ItemFlag.NoItemFlags)
-        self.draft_list.addTopLevelItem(waiting)
-        waiting.setFirstColumnSpanned(True)
+        self._show_draft_message("Checking every model as a draft…")
         self.pair_check.show_message("Pairing check", "Checking…")
         self._tasks.start(TaskWorker(_rank_job(target, self.entries), self._rank_signals,
                                      title="Draft check failed",

@@ -5,6 +5,7 @@ assistant as the drafter model."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from app.catalog.library import LibraryConfig, save_library_config
 from app.store.settings import load_settings
 from app.ui.picker import ModelPickerWindow, ModelsChosen
-from tests.synthetic import write_tiny_gemma4, write_tiny_gemma4_assistant
+from tests.synthetic import write_tiny_gemma4, write_tiny_gemma4_assistant, write_tiny_llama
 from tests.ui.picker.conftest import SCAN_TIMEOUT_MS, wait_scanned
 
 
@@ -52,6 +53,39 @@ def test_a_paired_assistant_is_offered_as_the_mtp_drafter(qtbot, gemma4_dir: Pat
     assert (s.model.draft_path, s.speculation.mode) == (assistant, "mtp")
     picker.close()
     assert picker.shutdown()
+
+
+def test_another_target_after_the_assistant_raises_nothing(qtbot, gemma4_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    """Changing the target empties the draft list; the rows of the old list (the assistant,
+    then another draft model below it) are never made current against the new, empty
+    candidates (an IndexError in the draft list's slot, uncaught, before)."""
+    write_tiny_llama(gemma4_dir / "llama.gguf")  # a second draft row for gemma4
+    raised: list[BaseException] = []
+    old_hook = sys.excepthook
+    sys.excepthook = lambda _t, exc, _tb: raised.append(exc)
+    try:
+        picker = ModelPickerWindow()
+        qtbot.addWidget(picker)
+        picker.show()
+        wait_scanned(qtbot, picker)
+        tab = picker.library_tab
+        with qtbot.waitSignal(tab.drafts_ranked, timeout=SCAN_TIMEOUT_MS):
+            assert tab.choose_target(gemma4_dir / "gemma4.gguf")
+        rows = [r[0] for r in tab.draft_rows()]
+        assert rows[:2] == ["MTP assistant: gemma4-assistant.gguf", "llama.gguf"]
+        assert tab.draft_list.currentItem().text(0) == rows[0]
+        with qtbot.waitSignal(tab.drafts_ranked, timeout=SCAN_TIMEOUT_MS):
+            assert tab.choose_target(gemma4_dir / "llama.gguf")
+        assert tab.draft_list.currentItem() is not None
+        with qtbot.waitSignal(tab.drafts_ranked, timeout=SCAN_TIMEOUT_MS):
+            assert tab.choose_target(gemma4_dir / "gemma4.gguf")
+        assert tab.choose_target(gemma4_dir / "gemma4-assistant.gguf")
+        assert tab.drafter is None and tab.draft_rows()[0][0].startswith("gemma4-assistant.gguf is")
+        picker.close()
+        assert picker.shutdown()
+    finally:
+        sys.excepthook = old_hook
+    assert raised == []
 
 
 def test_the_model_bar_names_the_assistant_with_the_mtp_drafter(qtbot) -> None:  # type: ignore[no-untyped-def]
