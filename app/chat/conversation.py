@@ -33,6 +33,7 @@ from app.chat.events import (
     AutoChosen,
     DemoPrepared,
     DraftChanged,
+    DraftKept,
     JobDone,
     JobFailed,
     JobStarted,
@@ -234,6 +235,7 @@ class ChatController:
         self.pending_reload = False
         self._race_busy = False
         self._model_job: Job | None = None  # a load, draft change or demo in progress
+        self._draft_kept: DraftKept | None = None  # what a failing draft change left loaded
         self._roles: list[tuple[int, str]] = []  # (id, role) of the open conversation
         self._closed = False
 
@@ -554,10 +556,16 @@ class ChatController:
     def _on_model_job_failed(self, failed: JobFailed) -> None:
         self._end_model_job()
         if failed.kind == "draft":
-            if self.model_info is not None:  # a failed draft change leaves no draft loaded
-                self.model_info = replace(self.model_info, draft_path=None, draft_name=None,
-                                          draft_is_assistant=False)
+            kept, self._draft_kept = self._draft_kept, None
+            if self.model_info is not None:  # the draft the service says stays loaded
+                self.model_info = replace(
+                    self.model_info, draft_path=kept.path if kept else None,
+                    draft_name=kept.name if kept else None,
+                    draft_is_assistant=kept.assistant if kept else False)
                 self.view.model_changed(self.model_info)
+            if kept is not None and kept.path is not None:  # not the file that failed
+                self.settings.model.draft_path = kept.path
+                self.view.save_settings_soon()
         elif failed.kind == "load":
             self.model_info = None
             self.view.model_changed(None)
@@ -806,6 +814,8 @@ class ChatController:
         elif self._model_job is not None and job_id == self._model_job.id:
             if isinstance(event, LoadProgressed):
                 self.view.loading_changed(True, event.fraction, event.what)
+            elif isinstance(event, DraftKept):
+                self._draft_kept = event
             elif isinstance(event, JobDone):
                 self._on_model_job_done(event)
             elif isinstance(event, JobFailed):

@@ -239,6 +239,18 @@ class DraftChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class DraftKept:
+    """Sent by a draft change that failed, just before its :class:`JobFailed`: the draft
+    model still loaded (``path`` None: none). A file that cannot be read (a broken or
+    truncated GGUF) is refused before the loaded draft is touched."""
+
+    job_id: int
+    path: Path | None
+    name: str | None
+    assistant: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class DemoPrepared:
     """The bundled demo model was written to ``path``."""
 

@@ -50,6 +50,7 @@ from app.chat.demo import DEFAULT_DEMO, DemoModel, write_demo_model
 from app.chat.events import (
     AutoChosen,
     DraftChanged,
+    DraftKept,
     JobDone,
     JobFailed,
     JobKind,
@@ -464,7 +465,9 @@ class ChatService:
 
     def set_draft_model(self, path: Path | None, *, origin: str = "window") -> Job:
         """Load (a path) or unload (None) the draft model next to the loaded target.
-        Value: :class:`DraftChanged`. On failure no draft model is loaded."""
+        Value: :class:`DraftChanged`. On failure a :class:`DraftKept` event says which
+        draft stays loaded: the one loaded before when the new file cannot be read, else
+        none."""
         name = path.name if path is not None else "the draft model"
         return self.submit("draft", lambda ctx: self._set_draft(ctx, path), origin=origin,
                            title=f"Could not use {name} as draft model")
@@ -686,7 +689,14 @@ class ChatService:
 
     def _set_draft(self, ctx: JobContext, path: Path | None) -> DraftChanged:
         session = ctx.session
-        session.set_draft_model(path)
+        try:
+            session.set_draft_model(path)
+        except BaseException:
+            kept = session.draft_model or session.assistant_model
+            ctx.emit(DraftKept(ctx.job_id, kept.path if kept else None,
+                               kept.name if kept else None,
+                               session.assistant_model is not None))
+            raise
         draft = session.draft_model or session.assistant_model
         if draft is None:
             return DraftChanged(None, None)

@@ -498,9 +498,16 @@ class Session:
         Raises:
             IncompatibleDraftError: the draft cannot draft for this target (the draft is
                 not kept); the message names the failed rule.
+            ModelPathError, GGUFError: ``path`` is missing or cannot be read as a GGUF
+                (broken, truncated); raised before anything is unloaded, so the draft or assistant
+                loaded before stays loaded. Any later failure leaves no draft loaded.
         """
         with self._lock:
             self._check_idle()
+            part_note, assistant = None, False
+            if path is not None:  # a file that cannot be read leaves the loaded draft
+                path, part_note = model_entry_path(path)
+                assistant = is_assistant_arch(inspect_gguf(path).architecture)
             self._drop_assistant()
             if self._draft_drafter is not None:
                 self._draft_drafter.close()
@@ -512,8 +519,7 @@ class Session:
                 self.draft_model = None
             if path is None:
                 return None
-            path, part_note = model_entry_path(path)
-            if is_assistant_arch(inspect_gguf(path).architecture):
+            if assistant:
                 return self._load_assistant(path, progress)
             probe_model(path, n_gpu_layers=self.config.n_gpu_layers,
                         should_stop=lambda: progress is not None and not progress(0.0))

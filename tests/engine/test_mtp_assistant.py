@@ -340,6 +340,38 @@ def test_the_chat_service_loads_the_assistant_as_the_drafter_model(models: dict[
         service.shutdown()
 
 
+def test_a_truncated_file_keeps_the_loaded_assistant(models: dict[str, Path],
+                                                      tmp_path: Path) -> None:
+    """The window's drafter button on a broken file: the change fails on the file's
+    header, the service says the assistant stays loaded (DraftKept) and the next MTP
+    reply drafts with it."""
+    from app.chat.events import DraftKept, JobFailed
+    from app.chat.service import ChatService
+    from app.engine.chat import ChatMessage
+
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(models["assistant"].read_bytes()[:200_000])
+    service = ChatService()
+    seen: list[object] = []
+    service.subscribe(seen.append)
+    try:
+        service.load(SessionConfig(target_path=models["target"], n_ctx=256,
+                                   n_threads=1)).result(120)
+        service.set_draft_model(models["assistant"]).result(120)
+        job = service.set_draft_model(broken)
+        with pytest.raises(Exception, match="lies outside the file"):
+            job.result(120)
+        kept = [e for e in seen if isinstance(e, (DraftKept, JobFailed)) and e.job_id == job.id]
+        assert [type(e) for e in kept] == [DraftKept, JobFailed]
+        assert kept[0] == DraftKept(job.id, models["assistant"], "tiny-gemma4-assistant-test", True)
+        fin = service.reply((ChatMessage("user", "hello"),),
+                            SamplingParams(temperature=0.0, max_tokens=24),
+                            SpeculationConfig(mode="mtp", draft_max=3, adaptive=False)).result(120)
+        assert fin.stats.mode is MTP and fin.stats.accepted > 0 and fin.note is None
+    finally:
+        service.shutdown()
+
+
 def test_the_window_loads_a_saved_assistant_after_the_target_in_mtp_mode(
         models: dict[str, Path], tmp_path: Path) -> None:
     """The chat controller (fake service): with MTP chosen and an assistant saved as the
