@@ -45,6 +45,7 @@ from app.chat.events import (
     ReplyStats,
     ReplyStreamed,
     ReplyTrimmed,
+    TargetKept,
     UserError,
     remote_model_info,
     remote_model_label,
@@ -236,6 +237,8 @@ class ChatController:
         self._race_busy = False
         self._model_job: Job | None = None  # a load, draft change or demo in progress
         self._draft_kept: DraftKept | None = None  # what a failing draft change left loaded
+        self._model_before_load: ModelInfo | None = None  # kept when a load fails early
+        self._target_kept = False  # the failing load unloaded nothing
         self._roles: list[tuple[int, str]] = []  # (id, role) of the open conversation
         self._closed = False
 
@@ -388,6 +391,7 @@ class ChatController:
         except ValueError as exc:
             self.report(UserError("Invalid model options", str(exc), origin="load"))
             return
+        self._model_before_load, self._target_kept = self.model_info, False
         self.model_info = None
         self.pending_reload = False
         self.view.model_changed(None)
@@ -567,8 +571,9 @@ class ChatController:
                 self.settings.model.draft_path = kept.path
                 self.view.save_settings_soon()
         elif failed.kind == "load":
-            self.model_info = None
-            self.view.model_changed(None)
+            # a file refused before anything was unloaded leaves the model loaded before
+            self.model_info = self._model_before_load if self._target_kept else None
+            self.view.model_changed(self.model_info)
         self.view.state_changed()
         self.report(failed.error)
 
@@ -816,6 +821,8 @@ class ChatController:
                 self.view.loading_changed(True, event.fraction, event.what)
             elif isinstance(event, DraftKept):
                 self._draft_kept = event
+            elif isinstance(event, TargetKept):
+                self._target_kept = True
             elif isinstance(event, JobDone):
                 self._on_model_job_done(event)
             elif isinstance(event, JobFailed):

@@ -251,6 +251,15 @@ class DraftKept:
 
 
 @dataclass(frozen=True, slots=True)
+class TargetKept:
+    """Sent by a load that failed before unloading anything, just before its
+    :class:`JobFailed`: the model loaded before stays loaded (the new file is an MTP
+    assistant, which is no model to chat with)."""
+
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class DemoPrepared:
     """The bundled demo model was written to ``path``."""
 

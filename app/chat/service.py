@@ -63,6 +63,7 @@ from app.chat.events import (
     RemoteConnected,
     ReplyStreamed,
     ReplyTrimmed,
+    TargetKept,
     UserError,
 )
 from app.chat.failures import user_error
@@ -71,6 +72,9 @@ from app.engine.chat import ChatMessage, tokenize_plain
 from app.engine.events import ContextTrimmed, Event, PrefillProgress, StatsUpdate, TextDelta
 from app.engine.reply import ReplyRecord
 from app.engine.session import Session, SessionConfig
+from app.catalog.gguf_meta import inspect_gguf
+from app.catalog.model_file import model_entry_path
+from app.catalog.pairing import ASSISTANT_TARGETS, is_assistant_arch
 from app.errors import LoadCancelledError, ModelNotLoadedError, TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.remote.client import RemoteClient
@@ -641,6 +645,12 @@ class ChatService:
     # -- the jobs -----------------------------------------------------------------------
     def _load(self, ctx: JobContext, config: SessionConfig,
               earlier_replies: Sequence[str] = ()) -> ModelInfo:
+        if self._session is not None:
+            try:
+                _check_target_file(Path(config.target_path))
+            except BaseException:
+                ctx.emit(TargetKept(ctx.job_id))  # nothing was unloaded
+                raise
         self._close_session()
         self._recent.clear()  # token ids of the model being unloaded
         what = f"Loading {Path(config.target_path).name}"
@@ -752,6 +762,24 @@ class ChatService:
             if pending:
                 ctx.emit(ReplyStreamed(ctx.job_id, tuple(pending)))
         return finished
+
+
+def _check_target_file(path: Path) -> None:
+    """Refuse an MTP assistant as the target before the loaded model is unloaded (a file
+    that cannot be read is left to the load, which says why in its own words).
+
+    Raises:
+        TandemError: ``path`` is an MTP assistant, which drafts for a target only.
+    """
+    try:
+        entry, _note = model_entry_path(path)
+        arch = inspect_gguf(entry).architecture
+    except Exception:  # missing or broken: the session's own load reports it
+        return
+    if is_assistant_arch(arch):
+        raise TandemError(
+            f"{entry.name} is an MTP assistant ({arch}), not a model to chat with: choose it "
+            f"as the MTP drafter of a {' or '.join(ASSISTANT_TARGETS[arch])} model.")
 
 
 _TITLES: dict[str, str] = {

@@ -372,6 +372,32 @@ def test_a_truncated_file_keeps_the_loaded_assistant(models: dict[str, Path],
         service.shutdown()
 
 
+def test_an_assistant_opened_as_the_target_keeps_the_loaded_model(
+        models: dict[str, Path], tmp_path: Path) -> None:
+    """Open GGUF… on an assistant while a model is loaded (chat controller, fake engine):
+    the assistant is refused in one sentence before anything is unloaded, the service
+    says so (TargetKept) and the window keeps the model it had."""
+    from app.chat.events import JobFailed, TargetKept
+    from tests.chat.fakes import Script
+    from tests.chat.test_controller import Rig
+
+    rig = Rig(tmp_path, Script())
+    try:
+        rig.start()
+        rig.pump.until(rig.c, lambda: not rig.c.loading)
+        before = rig.c.model_info
+        assert before is not None
+        rig.c.load_model(models["assistant"])
+        rig.pump.until(rig.c, lambda: not rig.c.loading)
+        assert [type(e) for e in rig.pump.seen[-2:]] == [TargetKept, JobFailed]
+        assert rig.c.model_info == before
+        assert rig.settings.model.target_path == before.target_path
+        assert rig.view.errors[-1].message.startswith(
+            "assistant.gguf is an MTP assistant (gemma4-assistant), not a model to chat with")
+    finally:
+        rig.c.close()
+
+
 def test_the_window_loads_a_saved_assistant_after_the_target_in_mtp_mode(
         models: dict[str, Path], tmp_path: Path) -> None:
     """The chat controller (fake service): with MTP chosen and an assistant saved as the
