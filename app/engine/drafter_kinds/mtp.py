@@ -116,6 +116,24 @@ MTP_INFO = DrafterInfo(
 _Rows = tuple[list[int], list[int], list[npt.NDArray[np.float32]]]
 
 
+def _pick(logits: npt.NDArray[np.float32], p_min: float) -> int | None:
+    """The greedy draft token of one row of logits, or None when ``p_min`` > 0 and its
+    probability (:func:`app.engine.sampling.top_probability`) is under ``p_min``."""
+    if p_min <= 0.0:
+        return int(logits.argmax())
+    tok, p = top_probability(logits)
+    return tok if p >= p_min else None
+
+
+def _close(target_ctx: LlamaContext, listener: Callable[[Sequence[int], int], None],
+           ctx: LlamaContext) -> None:
+    """Stop watching the target's decodes (when ``listener`` is still the one installed)
+    and free the drafter's context."""
+    if not target_ctx.closed and target_ctx.decode_listener == listener:
+        target_ctx.set_decode_listener(None)
+    ctx.close()
+
+
 class MTPDrafter:
     """Drafts with the target model's own nextn layers on an MTP context.
 
@@ -291,13 +309,10 @@ class MTPDrafter:
         rows: _Rows = (todo[0] + [tok], todo[1] + [pos], todo[2] + [h])
         while True:
             self._evaluate(rows, logits_last=True)
-            logits = self.ctx.logits(-1)
-            if self.p_min > 0.0:
-                tok, p = top_probability(logits)
-                if p < self.p_min:
-                    return
-            else:
-                tok = int(logits.argmax())
+            picked = _pick(self.ctx.logits(-1), self.p_min)
+            if picked is None:
+                return
+            tok = picked
             out.append(tok)
             if len(out) >= n_max or self.ctx.model.is_eog(tok):
                 return
@@ -325,9 +340,8 @@ class MTPDrafter:
                     continue
                 self._evaluate((todo[0] + prefix[0], todo[1] + prefix[1], todo[2] + prefix[2]),
                                logits_last=True)
-                logits = self.ctx.logits(-1)
-                d, p = top_probability(logits) if self.p_min > 0.0 else (int(logits.argmax()), 1.0)
-                if p < self.p_min:
+                d = _pick(self.ctx.logits(-1), self.p_min)
+                if d is None:
                     drafting = False
                     continue
                 out.append(d)
@@ -345,9 +359,7 @@ class MTPDrafter:
         self._fed = []
 
     def close(self) -> None:
-        if not self.target_ctx.closed and self.target_ctx.decode_listener == self.observe:
-            self.target_ctx.set_decode_listener(None)
-        self.ctx.close()
+        _close(self.target_ctx, self.observe, self.ctx)
 
 
 class AssistantDrafter:
@@ -414,13 +426,10 @@ class AssistantDrafter:
                 # positions before it, and the assistant writes nothing there
                 self.ctx.decode_with_hidden([tok], [pos], h[None, :], logits_last=True)
                 self.forward_passes += 1
-                logits = self.ctx.logits(-1)
-                if self.p_min > 0.0:
-                    tok, p = top_probability(logits)
-                    if p < self.p_min:
-                        break
-                else:
-                    tok = int(logits.argmax())
+                picked = _pick(self.ctx.logits(-1), self.p_min)
+                if picked is None:
+                    break
+                tok = picked
                 out.append(tok)
                 if self.ctx.model.is_eog(tok):
                     break
@@ -434,9 +443,7 @@ class AssistantDrafter:
         self._rows = {}
 
     def close(self) -> None:
-        if not self.target_ctx.closed and self.target_ctx.decode_listener == self.observe:
-            self.target_ctx.set_decode_listener(None)
-        self.ctx.close()
+        _close(self.target_ctx, self.observe, self.ctx)
 
 
 def assistant_context(assistant: LlamaModel, target_ctx: LlamaContext) -> LlamaContext:
