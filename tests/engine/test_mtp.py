@@ -30,7 +30,7 @@ from app.engine.session import Session, SessionConfig
 from app.options import DrafterNeeds, SamplingParams, SpecMode, SpeculationConfig
 from tests.engine.test_hybrid_rollback import DRAW_NEAR_TIE
 from tests.engine.test_lossless_synthetic import SAMPLINGS, prompts
-from tests.engine.util import check_invariants, run
+from tests.engine.util import Run, check_invariants, run
 from tests.synthetic import write_tiny_glm4moe_mtp
 
 MAX_TOKENS = 40
@@ -51,22 +51,31 @@ def test_the_drafter_is_declared_through_the_registry() -> None:
     assert SpeculationConfig.model_validate({"mode": "mtp"}).draft_max == kind.info.default_k
 
 
+def mtp_against_plain(session: Session, prompt: list[int], sampling: SamplingParams,
+                      k: int, max_tokens: int) -> Run:
+    """``prompt`` decoded plainly and with MTP at fixed k on ``session``: the MTP reply
+    equals the plain one, or parts from it only at a seeded draw's near-tie; it carries
+    no note (MTP ran), and the stats invariants hold. Returns the MTP run."""
+    off, on = SamplingTrace(), SamplingTrace()
+    plain = run(session, prompt, sampling, SpeculationConfig(mode="off"), trace=off)
+    spec = run(session, prompt, sampling, SpeculationConfig(mode="mtp", draft_max=k,
+                                                             adaptive=False), trace=on)
+    if spec.ids != plain.ids:
+        d = compare_traces(off, on)
+        assert sampling.temperature > 0 and d.draw_consistent, d
+        assert d.draw_boundary is not None and d.draw_boundary < DRAW_NEAR_TIE, d
+    assert spec.finished.note is None and spec.stats.mode is MTP
+    check_invariants(spec, max_tokens)
+    return spec
+
+
 @pytest.mark.parametrize("sampling", SAMPLINGS[:2], ids=["greedy", "t0.8"])
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 8])
 def test_mtp_equals_plain_decoding_at_every_k(mtp: Session, sampling: SamplingParams,
                                               k: int) -> None:
     verified = accepted = 0
     for prompt in prompts()[::2]:
-        off, on = SamplingTrace(), SamplingTrace()
-        plain = run(mtp, prompt, sampling, SpeculationConfig(mode="off"), trace=off)
-        spec = run(mtp, prompt, sampling, SpeculationConfig(mode="mtp", draft_max=k,
-                                                            adaptive=False), trace=on)
-        if spec.ids != plain.ids:
-            d = compare_traces(off, on)
-            assert sampling.temperature > 0 and d.draw_consistent, d
-            assert d.draw_boundary is not None and d.draw_boundary < DRAW_NEAR_TIE, d
-        assert spec.finished.note is None and spec.stats.mode is MTP
-        check_invariants(spec, MAX_TOKENS)
+        spec = mtp_against_plain(mtp, prompt, sampling, k, MAX_TOKENS)
         # one pass of the head per draft token (mirroring the accepted positions rides
         # along with the first); a draft cut at the end of the reply was still drafted,
         # and a last pass that only sampled the end is no round

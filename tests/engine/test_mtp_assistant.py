@@ -32,9 +32,9 @@ from app.engine.rounds import FAULTS, Verifier
 from app.engine.session import Session, SessionConfig
 from app.errors import IncompatibleDraftError, ModelLoadError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
-from tests.engine.test_hybrid_rollback import DRAW_NEAR_TIE
+from tests.engine.test_mtp import mtp_against_plain
 from tests.engine.test_lossless_synthetic import SAMPLINGS, prompts
-from tests.engine.util import check_invariants, run
+from tests.engine.util import run
 from app.ui.explain import auto_explanation
 from tests.synthetic import write_tiny_gemma4, write_tiny_gemma4_assistant, write_tiny_llama
 
@@ -84,16 +84,7 @@ def test_the_assistant_equals_plain_decoding_at_every_k(paired: Session, samplin
                                                         k: int) -> None:
     verified = accepted = 0
     for prompt in prompts()[::2]:
-        off, on = SamplingTrace(), SamplingTrace()
-        plain = run(paired, prompt, sampling, SpeculationConfig(mode="off"), trace=off)
-        spec = run(paired, prompt, sampling, SpeculationConfig(mode="mtp", draft_max=k,
-                                                               adaptive=False), trace=on)
-        if spec.ids != plain.ids:
-            d = compare_traces(off, on)
-            assert sampling.temperature > 0 and d.draw_consistent, d
-            assert d.draw_boundary is not None and d.draw_boundary < DRAW_NEAR_TIE, d
-        assert spec.finished.note is None and spec.stats.mode is MTP
-        check_invariants(spec, MAX_TOKENS)
+        spec = mtp_against_plain(paired, prompt, sampling, k, MAX_TOKENS)
         # one assistant pass per draft token; a draft cut at the end of the reply was
         # still drafted
         assert spec.stats.proposed <= spec.stats.draft_steps

@@ -34,9 +34,9 @@ from app.engine.rounds import FAULTS, Verifier
 from app.engine.session import Session, SessionConfig
 from app.engine.suffix import SuffixDrafter
 from app.options import SamplingParams, SpecMode, SpeculationConfig, drafter_unusable
-from tests.engine.test_hybrid_rollback import DRAW_NEAR_TIE
+from tests.engine.test_mtp import mtp_against_plain
 from tests.engine.test_lossless_synthetic import SAMPLINGS, prompts
-from tests.engine.util import check_invariants, run
+from tests.engine.util import run
 from tests.synthetic import write_tiny_hyv3_mtp
 
 MAX_TOKENS = 40
@@ -64,16 +64,7 @@ def test_chained_heads_equal_plain_decoding(chained: Session, sampling: Sampling
     assert chained.target.n_layer_nextn == HEADS and chained.target.mtp_loaded
     verified = accepted = 0
     for prompt in prompts()[::2]:
-        off, on = SamplingTrace(), SamplingTrace()
-        plain = run(chained, prompt, sampling, SpeculationConfig(mode="off"), trace=off)
-        spec = run(chained, prompt, sampling, SpeculationConfig(mode="mtp", draft_max=k,
-                                                                adaptive=False), trace=on)
-        if spec.ids != plain.ids:
-            d = compare_traces(off, on)
-            assert sampling.temperature > 0 and d.draw_consistent, d
-            assert d.draw_boundary is not None and d.draw_boundary < DRAW_NEAR_TIE, d
-        assert spec.finished.note is None and spec.stats.mode is MTP
-        check_invariants(spec, MAX_TOKENS)
+        spec = mtp_against_plain(chained, prompt, sampling, k, MAX_TOKENS)
         # the draft is never longer than the heads are many, whatever k asks
         assert not any(spec.stats.verified_at[HEADS:])
         # one pass per head per round (the mirrored rows ride along with each)
