@@ -43,7 +43,7 @@ from app.engine.measure.bench import generate_once, run_bench
 from app.engine.measure.prompts import PreparedPrompt
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpeculationConfig
-from tests.synthetic import BOS, EOS, N_SPECIAL, tiny_vocab
+from tests.synthetic import BOS, N_SPECIAL, add_tiny_tokenizer
 
 FIRST_WORD = N_SPECIAL + 256  # ids below are control and byte tokens
 
@@ -99,14 +99,7 @@ def write_model(path: Path, shape: Shape, succ: np.ndarray, *, seed: int, layer_
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(hd)
     w.add_file_type(1 if ftype == "f16" else 0)
-    tokens, scores, types = tiny_vocab(shape.n_vocab)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(BOS)
-    w.add_eos_token_id(EOS)
-    w.add_add_bos_token(True)
+    add_tiny_tokenizer(w, shape.n_vocab)
     emb = rng.standard_normal((shape.n_vocab, d), dtype=np.float32)
     out = np.zeros_like(emb)
     words = np.arange(FIRST_WORD, shape.n_vocab)

@@ -44,7 +44,7 @@ from app.engine.measure.bench import run_bench
 from app.engine.measure.prompts import PreparedPrompt
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpeculationConfig
-from tests.synthetic import BOS, EOS, tiny_vocab
+from tests.synthetic import BOS, add_tiny_tokenizer
 
 #: 16 layers, 10 short convolution (c) and 6 attention (a)
 HYBRID_LAYERS = "ccaccaccacacacac"
@@ -77,14 +77,7 @@ def write_chain_model(path: Path, layers: str, *, n_vocab: int, n_embd: int, n_f
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(hd)
     w.add_file_type(7)  # MOSTLY_Q8_0
-    tokens, scores, types = tiny_vocab(n_vocab)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(BOS)
-    w.add_eos_token_id(EOS)
-    w.add_add_bos_token(True)
+    add_tiny_tokenizer(w, n_vocab)
 
     def q8(a: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         return quants.quantize(a.astype(np.float32), GGMLQuantizationType.Q8_0), {

@@ -49,6 +49,18 @@ def tiny_vocab(n_vocab: int) -> tuple[list[bytes], list[float], list[int]]:
     return tokens, scores[:n_vocab], [int(t) for t in types]
 
 
+def add_tiny_tokenizer(writer: GGUFWriter, n_vocab: int) -> None:
+    """Write :func:`tiny_vocab`'s tokenizer (SPM, BOS added, BOS/EOS ids) into ``writer``."""
+    vocab, scores, types = tiny_vocab(n_vocab)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(vocab)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(BOS)
+    writer.add_eos_token_id(EOS)
+    writer.add_add_bos_token(True)
+
+
 def write_tiny_llama(
     path: Path,
     *,
@@ -231,14 +243,7 @@ def write_tiny_lfm2(
     writer.add_rope_dimension_count(n_embd // n_head)
     writer.add_uint32("lfm2.shortconv.l_cache", l_cache)
     writer.add_file_type(0)  # ALL_F32
-    vocab, scores, types = tiny_vocab(n_vocab)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(vocab)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(BOS)
-    writer.add_eos_token_id(EOS)
-    writer.add_add_bos_token(True)
+    add_tiny_tokenizer(writer, n_vocab)
     ones = np.ones(n_embd, dtype=np.float32)
     writer.add_tensor("token_embd.weight", w(n_vocab, n_embd, scale=1.0))
     writer.add_tensor("token_embd_norm.weight", ones)
@@ -333,14 +338,7 @@ def write_tiny_glm4moe_mtp(
     writer.add_float32(f"{arch}.expert_weights_scale", 1.0)
     writer.add_uint32(f"{arch}.nextn_predict_layers", 1)
     writer.add_file_type(0)  # ALL_F32
-    vocab, scores, types = tiny_vocab(n_vocab)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(vocab)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(BOS)
-    writer.add_eos_token_id(EOS)
-    writer.add_add_bos_token(True)
+    add_tiny_tokenizer(writer, n_vocab)
     ones = np.ones(n_embd, dtype=np.float32)
     embd = rng.standard_normal((n_vocab, n_embd))
     embd = (embd / np.sqrt((embd**2).mean(axis=1, keepdims=True))).astype(np.float32)
@@ -462,14 +460,7 @@ def write_tiny_qwen35_mtp(
                      [c == "r" for c in layers] + [False])
     writer.add_uint32(f"{arch}.nextn_predict_layers", 1)
     writer.add_file_type(0)  # ALL_F32
-    vocab, scores, types = tiny_vocab(n_vocab)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(vocab)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(BOS)
-    writer.add_eos_token_id(EOS)
-    writer.add_add_bos_token(True)
+    add_tiny_tokenizer(writer, n_vocab)
     ones = np.ones(n_embd, dtype=np.float32)
     embd = rng.standard_normal((n_vocab, n_embd))
     embd = (embd / np.sqrt((embd**2).mean(axis=1, keepdims=True))).astype(np.float32)
@@ -551,14 +542,7 @@ def _gemma4_common(writer: GGUFWriter, arch: str, layers: Sequence[str], *, n_vo
     writer.add_sliding_window(n_swa)
     writer.add_array(f"{arch}.attention.sliding_window_pattern", [k == "swa" for k in layers])
     writer.add_file_type(0)  # ALL_F32
-    vocab, scores, types = tiny_vocab(n_vocab)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(vocab)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(BOS)
-    writer.add_eos_token_id(EOS)
-    writer.add_add_bos_token(True)
+    add_tiny_tokenizer(writer, n_vocab)
 
 
 def _gemma4_weights(n_vocab: int, n_embd: int, n_head: int, n_ff: int, n_layer: int,
@@ -796,14 +780,7 @@ def write_tiny_hyv3_mtp(
     writer.add_rope_dimension_count(head)
     writer.add_uint32(f"{arch}.nextn_predict_layers", n_heads)
     writer.add_file_type(0)  # ALL_F32
-    vocab, scores, types = tiny_vocab(n_vocab)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(vocab)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(BOS)
-    writer.add_eos_token_id(EOS)
-    writer.add_add_bos_token(True)
+    add_tiny_tokenizer(writer, n_vocab)
     ones = np.ones(n_embd, dtype=np.float32)
     embd = rng.standard_normal((n_vocab, n_embd))
     embd = (embd / np.sqrt((embd**2).mean(axis=1, keepdims=True))).astype(np.float32)
