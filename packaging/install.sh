@@ -14,10 +14,10 @@
 #
 # llama-cpp-python is compiled from source. The GPU backend is chosen here:
 #   TANDEM_BACKEND=cuda|metal|cpu overrides the guess (CUDA when nvidia-smi and nvcc
-#   are both present, Metal on Apple Silicon, otherwise a portable CPU build).
-# The CPU build is portable on purpose (GGML_NATIVE=OFF): a native build crashes on
-# machines whose CPU reports AMX but cannot use it (SIGSEGV in ggml_backend_amx_mul_mat), and a packaged
-# app must run on other CPUs than the one that built it.
+#   are both present, Metal on Apple Silicon, otherwise the CPU).
+# The CPU code is compiled for the instruction sets this CPU reports, AMX excepted
+# (packaging/cpu_flags.sh says why); TANDEM_CPU=portable compiles it for any x86-64 CPU
+# with AVX2 instead, as a bundle for other machines needs (packaging/build_linux.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,7 +36,7 @@ fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q --upgrade pip
 
-portable="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+cpu_args=$(bash packaging/cpu_flags.sh)
 backend=${TANDEM_BACKEND:-}
 if [ -z "$backend" ]; then
   if [ "$(uname -s)" = Darwin ] && [ "$(uname -m)" = arm64 ]; then
@@ -49,22 +49,25 @@ if [ -z "$backend" ]; then
   fi
 fi
 case "$backend" in
-  cuda)  cmake_args="-DGGML_CUDA=on $portable" ;;
+  cuda)  cmake_args="-DGGML_CUDA=on $cpu_args" ;;
   metal) cmake_args="-DGGML_METAL=on" ;;
-  cpu)   if [ "$(uname -m)" = x86_64 ]; then cmake_args="$portable"; else cmake_args="-DGGML_NATIVE=OFF"; fi ;;
+  cpu)   cmake_args="$cpu_args" ;;
   *) echo "TANDEM_BACKEND must be cuda, metal or cpu (got '$backend')" >&2; exit 2 ;;
 esac
 export CMAKE_ARGS="${CMAKE_ARGS:-$cmake_args}"
 
 # pip caches the wheel it compiles; the cache key is the sdist, not CMAKE_ARGS, so a
-# wheel built for another backend must not be reused. A marker in the venv records it.
+# wheel built with other flags must not be reused: this one install gets a pip cache of
+# its own per set of flags. A marker in the venv records the flags of its build.
 marker=.venv/.tandem-llama-backend
 if ! .venv/bin/python -c "import llama_cpp" >/dev/null 2>&1 \
    || [ "$(cat "$marker" 2>/dev/null)" != "$CMAKE_ARGS" ]; then
   echo "Building llama-cpp-python ($backend: $CMAKE_ARGS); this takes a few minutes the first time."
   extra=()
-  if [ -f "$marker" ] && [ "$(cat "$marker")" != "$CMAKE_ARGS" ]; then extra=(--no-cache-dir --force-reinstall --no-deps); fi
-  "${PIP[@]}" install -q "${extra[@]}" "llama-cpp-python>=0.3.36,<0.4"
+  if [ -f "$marker" ] && [ "$(cat "$marker")" != "$CMAKE_ARGS" ]; then extra=(--force-reinstall --no-deps); fi
+  flags_key=$(printf '%s' "$CMAKE_ARGS" | cksum | cut -d' ' -f1)
+  PIP_CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/tandem/pip-llama-$flags_key" \
+    "${PIP[@]}" install -q "${extra[@]}" "llama-cpp-python>=0.3.36,<0.4"
   echo "$CMAKE_ARGS" > "$marker"
 fi
 

@@ -20,9 +20,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-#: the portable CPU build packaging/install.sh uses: a fresh venv must not compile a
-#: native llama.cpp if pip's cache misses (shared/ENV.md: native builds crash here)
-PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 #: generous bound for a process to reach an event (a loaded 2-core machine)
 EVENT_TIMEOUT_S = 300.0
 
@@ -83,14 +80,30 @@ def wheel_venv(built_dists: dict[str, Path], tmp_path_factory: pytest.TempPathFa
     package index, through pip's cache), not the repository."""
     venv = tmp_path_factory.mktemp("wheel-venv") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    env = dict(os.environ, CMAKE_ARGS=PORTABLE_CMAKE_ARGS)
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-         str(built_dists["wheel"])],
-        capture_output=True, text=True, env=env, timeout=3600)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    # llama-cpp-python first, with the flags and the pip cache install.sh used for .venv
+    # (a build with other flags would take minutes; a native one crashes on some CPUs)
+    proc = subprocess.run([*pip, "llama-cpp-python>=0.3.36,<0.4"], capture_output=True, text=True,
+                          env={**env, **llama_build_env()}, timeout=3600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = subprocess.run([*pip, str(built_dists["wheel"])], capture_output=True, text=True,
+                          env=env, timeout=3600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return venv
+
+
+def llama_build_env() -> dict[str, str]:
+    """CMAKE_ARGS and PIP_CACHE_DIR as ``packaging/install.sh`` set them when it compiled
+    the .venv's llama-cpp-python (its marker file; the portable flags if there is none)."""
+    marker = REPO / ".venv" / ".tandem-llama-backend"
+    flags = (marker.read_text(encoding="utf-8").strip() if marker.is_file() else
+             subprocess.run(["bash", str(REPO / "packaging" / "cpu_flags.sh"), "portable"],
+                            capture_output=True, text=True, check=True).stdout.strip())
+    key = subprocess.run(["cksum"], input=flags, capture_output=True, text=True,
+                         check=True).stdout.split()[0]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return {"CMAKE_ARGS": flags, "PIP_CACHE_DIR": str(cache / "tandem" / f"pip-llama-{key}")}
 
 
 @pytest.fixture(scope="session")
@@ -101,7 +114,8 @@ def linux_bundle(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         pytest.skip("the Linux bundle is built on Linux")
     out = tmp_path_factory.mktemp("linux-bundle")
     t0 = time.monotonic()
-    proc = subprocess.run(["bash", str(REPO / "packaging" / "build_linux.sh"), "--out", str(out)],
+    # --host-cpu: the test packs the .venv that install.sh built for this CPU
+    proc = subprocess.run(["bash", str(REPO / "packaging" / "build_linux.sh"), "--out", str(out), "--host-cpu"],
                           cwd=REPO, capture_output=True, text=True, timeout=3600)
     seconds = time.monotonic() - t0
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
