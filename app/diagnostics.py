@@ -13,6 +13,10 @@ import platform
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the module loads llama.cpp only when asked (log_fields, about_info)
+    from app.engine.llama import BuildInfo
 
 
 def _dist_version(name: str) -> str:
@@ -38,14 +42,21 @@ def log_fields() -> dict[str, str]:
         fields["llama-cpp-python"] = info.llama_cpp_python
         fields["llama.cpp"] = (f"ggml {info.ggml_version or 'unknown'}, "
                                f"commit {info.ggml_commit or 'unknown'}")
-        fields["Backend"] = (f"{info.backend} (ggml backends: {', '.join(info.backends) or 'none'}; "
-                             f"GPU offload {'yes' if info.gpu_offload else 'no'})")
+        fields["Backend"] = backend_line(info)
     try:
         fields["Folders"] = (f"config {paths.config_dir()}, data {paths.data_dir()}, "
                              f"logs {paths.log_dir()}")
     except OSError as exc:
         fields["Folders"] = f"cannot be created ({exc})"
     return fields
+
+
+def backend_line(info: BuildInfo) -> str:
+    """The backend, ggml's backends, the CPU features compiled in and GPU offload, in one
+    line (About, the log's header)."""
+    cpu = f"CPU features: {' '.join(info.cpu_features)}; " if info.cpu_features else ""
+    return (f"{info.backend} (ggml backends: {', '.join(info.backends) or 'none'}; {cpu}"
+            f"GPU offload {'yes' if info.gpu_offload else 'no'})")
 
 
 @dataclass(frozen=True)
@@ -85,8 +96,7 @@ def about_info() -> AboutInfo:
         versions.append(("llama-cpp-python", info.llama_cpp_python))
         versions.append(("llama.cpp", f"commit {info.ggml_commit or 'unknown'}"
                                       f" (ggml {info.ggml_version or 'unknown'})"))
-        backend = (f"{info.backend} (ggml backends: {', '.join(info.backends) or 'none'}; "
-                   f"GPU offload {'yes' if info.gpu_offload else 'no'})")
+        backend = backend_line(info)
     versions.append(("PySide6", _dist_version("PySide6")))
     versions.append(("Python", f"{platform.python_version()} ({platform.python_implementation()})"))
 

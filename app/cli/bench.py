@@ -32,6 +32,7 @@ from app.cli.crossover import add_crossover_args, run_server_bench
 from app.cli.json_output import print_json
 from app.cli.remote import add_server_args, run_remote_bench
 from app.cli.report import bench_json, bench_markdown, bench_text
+from app.engine.llama import build_info
 from app.engine.measure.bench import RunRecord, run_bench
 from app.engine.measure.multiturn import is_multiturn, load_conversations, run_conversations
 from app.engine.measure.prompts import load_prompts, prepare_prompt, resolve_format
@@ -169,6 +170,7 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
             "fresh_cache": not args.keep_cache,
             "divergence_recorded": not args.no_divergence and not conversational,
             "llama_cpp_python": _llama_cpp_version(),
+            "cpu_features": list(build_info().cpu_features),
         }
         try:
             if conversational:

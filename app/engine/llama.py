@@ -1068,6 +1068,9 @@ class BuildInfo:
         backends: ggml's registered backends (``ggml_backend_reg_name``), e.g.
             ``("CUDA", "CPU")``.
         gpu_offload: ``llama_supports_gpu_offload()``.
+        cpu_features: the instruction sets and kernels compiled into the CPU backend, as
+            ``llama_print_system_info()`` lists them (e.g. ``("AVX2", "AVX512",
+            "AVX512_VNNI", "LLAMAFILE", "REPACK")``; packaging/cpu_flags.sh chooses them).
     """
 
     llama_cpp_python: str
@@ -1075,6 +1078,7 @@ class BuildInfo:
     ggml_commit: str | None
     backends: tuple[str, ...]
     gpu_offload: bool
+    cpu_features: tuple[str, ...] = ()
 
     @property
     def backend(self) -> str:
@@ -1130,4 +1134,20 @@ def build_info() -> BuildInfo:
         ggml_commit=text("ggml_commit"),
         backends=tuple(backends),
         gpu_offload=bool(L.llama_supports_gpu_offload()),
+        cpu_features=cpu_features(L.llama_print_system_info().decode("utf-8", "replace")),
     )
+
+
+def cpu_features(system_info: str) -> tuple[str, ...]:
+    """The features switched on in the ``CPU :`` section of llama.cpp's system info line
+    (``"CPU : SSE3 = 1 | AVX512 = 0 | REPACK = 1 | "`` → ``("SSE3", "REPACK")``); ()
+    when it has no such section."""
+    _, found, rest = system_info.partition("CPU :")
+    features: list[str] = []
+    for part in rest.split("|") if found else ():
+        name, eq, value = part.partition("=")
+        if ":" in name:  # the next backend's section
+            break
+        if eq and value.strip() == "1":
+            features.append(name.strip())
+    return tuple(features)

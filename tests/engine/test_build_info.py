@@ -36,3 +36,22 @@ def test_log_fields() -> None:
     assert fields["llama.cpp"].startswith("ggml ") and "commit " in fields["llama.cpp"]
     assert fields["Backend"].split()[0] in ("CPU", *llama.GPU_BACKENDS)
     assert "config " in fields["Folders"] and "logs " in fields["Folders"]
+
+
+def test_cpu_features_come_from_the_cpu_section_of_the_system_info() -> None:
+    line = ("CUDA : ARCHS = 890 | USE_GRAPHS = 1 | CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 0 | "
+            "AVX512_VNNI = 1 | REPACK = 1 | ")
+    assert llama.cpu_features(line) == ("SSE3", "AVX2", "AVX512_VNNI", "REPACK")
+    assert llama.cpu_features("Metal : EMBED_LIBRARY = 1 | ") == ()
+    assert llama.cpu_features("CPU : AVX = 1 | BLAS : ACCELERATE = 1 | ") == ("AVX",)
+
+
+def test_the_loaded_build_names_its_cpu_features_in_the_backend_line() -> None:
+    from app.diagnostics import backend_line
+
+    info = llama.build_info()
+    import llama_cpp
+
+    compiled = llama_cpp.llama_print_system_info().decode()
+    assert info.cpu_features and all(f"{f} = 1" in compiled for f in info.cpu_features)
+    assert "CPU features: " + " ".join(info.cpu_features) in backend_line(info)
