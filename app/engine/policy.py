@@ -33,7 +33,10 @@ meeting the target; the interval doubles, up to
 :attr:`~DraftLengthPolicy.explore_most`, while the target keeps rejecting those tokens,
 as at a high temperature where a rejected one-token verification costs most of a step,
 and a draft with a key of a high prior, such as a long verbatim match, is verified on
-its own estimate whatever the interval), α̂ drifts back to its prior while nothing is drafted, and a pass
+its own estimate whatever the interval; and the tokens a trim cut away are scored
+against the text the target then writes, :class:`UnverifiedTails`, so a distrusted key
+learns when its drafts come right again), α̂ drifts back to its prior while nothing is
+drafted, and a pass
 size's cost is the median of its recent passes (:class:`PassTimes`), so a size that
 looked dear under a burst of load looks cheap again once it is timed in a quiet moment,
 and one not timed lately keeps the cost it had.
@@ -196,6 +199,18 @@ class DraftLengthPolicy:
                 h, n = self._cells.get(keys[i], (0.0, 0.0))
                 self._cells[keys[i]] = (h * self.forget + hit, n * self.forget + 1.0)
 
+    def observe_followed(self, keys: Sequence[Hashable], accepted: int) -> None:
+        """Draft tokens the policy cut away were scored against the text the target then
+        wrote (:class:`UnverifiedTails`): the first ``accepted`` matched it, the next one
+        (when ``keys`` has it) did not. Updates those keys' counts as a verification
+        would (the target samples every position either way, so a cut-away token that
+        equals the written one is one verification would have accepted); α̂ and the
+        explorations are left alone."""
+        for i, key in enumerate(keys[: accepted + 1]):
+            hit = 1.0 if i < accepted else 0.0
+            h, n = self._cells.get(key, (0.0, 0.0))
+            self._cells[key] = (h * self.forget + hit, n * self.forget + 1.0)
+
     def observe_no_draft(self) -> None:
         """A round verified nothing: let α̂ recover toward the prior (so we retry)."""
         self.alpha += self.revert * (self.prior_alpha - self.alpha)
@@ -296,3 +311,46 @@ class DraftLengthPolicy:
                 self._exploring = True
                 return lo
         return best_d
+
+
+class UnverifiedTails:
+    """The draft tokens :meth:`DraftLengthPolicy.trim` cut away, scored once the reply's
+    text shows whether the target would have accepted them.
+
+    A key whose counts say "rejected" keeps its drafts cut, so a verification alone
+    would never learn that the same kind of draft is now right (a reply that copies its
+    prompt, after turns in which such matches failed): the policy declined 80 rounds in a
+    row of a turn whose drafts the target would all have accepted. The text the target
+    writes anyway answers for every cut-away token: it equals what the target samples at
+    that position, so :meth:`score` updates the keys' counts
+    (:meth:`DraftLengthPolicy.observe_followed`) with the tokens up to the first one the
+    text does not follow. One per reply; at most :attr:`most` drafts wait for their text.
+    """
+
+    most = 32
+
+    def __init__(self, policy: DraftLengthPolicy) -> None:
+        self.policy = policy
+        self._held: deque[tuple[int, tuple[int, ...], tuple[Hashable, ...], int]] = deque(
+            maxlen=self.most)
+
+    def hold(self, start: int, tokens: Sequence[int], keys: Sequence[Hashable],
+             verified: int) -> None:
+        """A draft for the positions from ``start`` on (its tokens and keys, as long as
+        each other) of which the first ``verified`` are verified now."""
+        if verified < len(tokens):
+            self._held.append((start, tuple(tokens), tuple(keys), verified))
+
+    def score(self, text: Sequence[int]) -> None:
+        """Score the held drafts that ``text`` (the prompt and reply so far) decides."""
+        waiting = []
+        for start, tokens, keys, verified in self._held:
+            written = len(text) - start
+            m = 0
+            while m < len(tokens) and m < written and text[start + m] == tokens[m]:
+                m += 1
+            if m == written and m < len(tokens):  # the text has not got that far yet
+                waiting.append((start, tokens, keys, verified))
+            elif m >= verified:  # the verified part was accepted: the tail was reached
+                self.policy.observe_followed(keys[verified:], m - verified)
+        self._held = deque(waiting, maxlen=self.most)

@@ -34,7 +34,7 @@ from typing import Literal
 
 from app.engine.drafters import Drafter
 from app.engine.llama import LlamaContext, LlamaModel
-from app.engine.policy import DraftLengthPolicy
+from app.engine.policy import DraftLengthPolicy, UnverifiedTails
 from app.engine.text import TextStream, draft_length_before_end
 from app.options import SpecMode
 
@@ -236,6 +236,8 @@ class Round:
         self.token_keys: Callable[[], tuple[Hashable, ...]] | None = getattr(
             drafter, "token_keys", None)
         self.counters = ReplyCounters(k)
+        #: the draft tokens the policy cut away, scored against the reply as it is written
+        self.tails = UnverifiedTails(policy) if policy is not None and adaptive else None
         #: the reply's drafter mode, kept when a failed rollback turns drafting off
         self.mode = drafter.kind if drafter is not None else SpecMode.OFF
 
@@ -270,8 +272,11 @@ class Round:
             del drafts[n:]
             if keys is not None:
                 keys = keys[:n]
-                if self.adaptive and drafts:
-                    del drafts[policy.trim(keys, self.draft_min):]
+                if self.tails is not None and drafts:
+                    self.tails.score(history)
+                    n = policy.trim(keys, self.draft_min)
+                    self.tails.hold(len(history), drafts, keys, n)
+                    del drafts[n:]
             if len(drafts) < self.draft_min:
                 drafts = []
         if not drafts:

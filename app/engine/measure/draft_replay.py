@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, get_args
 
 from app.engine.drafters import Drafter
-from app.engine.policy import DraftLengthPolicy, PassTimes
+from app.engine.policy import DraftLengthPolicy, PassTimes, UnverifiedTails
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +196,7 @@ def replay_policy(
         return oracle_replay(drafter, prompt, reply, k, pass_time, ends_with_eog=ends_with_eog,
                              max_tokens=max_tokens, draft_end=draft_end)
     keyed = getattr(drafter, "token_keys", None) if rule == "trim" else None
+    tails = UnverifiedTails(policy)
     context = list(prompt)
     drafter.begin(context)
     n = len(reply)
@@ -207,7 +208,7 @@ def replay_policy(
     while i < end:
         t0 = clock()
         d, keys = _round_draft(drafter, policy, context, i, min(k, max_tokens - i - 1), rule,
-                               keyed, draft_end)
+                               keyed, draft_end, tails)
         draft_s += clock() - t0
         acc = matching_prefix(d, reply, i)
         # draft positions compared: through the first mismatch; the EOG one is not counted
@@ -240,11 +241,12 @@ def _round_draft(
     rule: ReplayRule,
     keyed: Callable[[], Any] | None,
     draft_end: Callable[[int, Sequence[int]], int] | None,
+    tails: UnverifiedTails,
 ) -> tuple[list[int], tuple[Any, ...] | None]:
     """One round's draft of :func:`replay_policy` and its token keys (None unless
     ``keyed``): at most ``n_max`` tokens (fewer under ``choose``), cut by ``draft_end``
-    and then by the policy's trim where there are keys; the policy observes a round
-    without a draft."""
+    and then by the policy's trim where there are keys, the cut-away tokens held in
+    ``tails`` for scoring; the policy observes a round without a draft."""
     keys: tuple[Any, ...] | None = None
     d: list[int] = []
     if n_max > 0 and rule == "choose":
@@ -256,7 +258,10 @@ def _round_draft(
         if keyed is not None:
             keys = tuple(keyed())[: len(d)]
     if d and keys is not None:
-        del d[policy.trim(keys):]
+        tails.score(context)
+        n = policy.trim(keys)
+        tails.hold(len(context), d, keys, n)
+        del d[n:]
     if not d:
         policy.observe_no_draft()
     return d, keys
