@@ -919,6 +919,25 @@ def scene_versions(shot: Callable[[str], None]) -> None:
     app.quit()
 
 
+def scene_about(shot: Callable[[str], None]) -> None:
+    """Help → About with the backend line naming the CPU features compiled into llama.cpp
+    (SmolLM2 loaded)."""
+    from app.store.settings import Settings
+    from app.ui.about import AboutDialog
+
+    s = Settings()
+    s.model.target_path = SMOL
+    app, w = open_main_window(s)
+    w.about_action.trigger()
+    wait(lambda: bool(w.findChildren(AboutDialog)))
+    about = w.findChildren(AboutDialog)[0]
+    about.move(200, 120)
+    shot("about-cpu-features.png")
+    about.close()
+    w.close()
+    app.quit()
+
+
 def scene_catalog(shot: Callable[[str], None]) -> None:
     """The picker's Catalog tab on the hybrid and MTP entries: Qwen3.5 4B with its MTP
     head and the 0.8B as draft model, Qwen3.5 0.8B alone (no second file), and Gemma 4
@@ -974,6 +993,7 @@ SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]
     "remote-vllm": (scene_remote_vllm, ("remote-vllm-gauge.png",)),
     "prefill": (scene_prefill, ("prefill-progress.png",)),
     "queue": (scene_queue, ("queued-reply.png",)),
+    "about": (scene_about, ("about-cpu-features.png",)),
     "catalog": (scene_catalog, ("catalog-hybrid-mtp.png", "catalog-mtp-alone.png",
                                 "catalog-gemma4-assistant.png")),
 }
