@@ -89,4 +89,5 @@ for t in "${targets[@]}"; do
     cp "$exe" "$tools/bin/$t"
 done
 echo "$version" > "$tools/bin/VERSION"
+echo "$cpu_args" > "$tools/bin/CPU_FLAGS"  # install.sh rebuilds llama-server when they change
 echo "built: ${targets[*]} in $tools/bin (llama-cpp-python $version)"

@@ -17,7 +17,7 @@ Measures, interleaved in one invocation so that drifts of the machine hit both s
 Goal: both ratios ≥ 0.95. Report medians over ``--repeat`` rounds.
 
 Tools: build them first with ``bench/build_llama_tools.sh`` (same llama-cpp-python sdist,
-same portable CPU flags). Results go to stdout and bench/out/vs_llamacpp-*.json.
+same CPU flags, packaging/cpu_flags.sh). Results go to stdout and bench/out/vs_llamacpp-*.json.
 
 Usage:
     .venv/bin/python bench/vs_llamacpp.py                       # Gemma 3 270M, draft = itself

@@ -30,15 +30,24 @@ while [ $# -gt 0 ]; do
 done
 PY=.venv/bin/python
 if [ ! -x "$PY" ]; then echo "run bash packaging/install.sh first" >&2; exit 2; fi
-built=$(cat .venv/.tandem-llama-backend 2>/dev/null || echo "unknown flags")
-case "$built" in
-  *"$(bash packaging/cpu_flags.sh portable)") ;;
-  *) if [ "$host_cpu" = 0 ]; then
-       echo "The .venv's llama.cpp was compiled for this CPU ($built); a bundle for other machines needs the portable build: TANDEM_CPU=portable bash packaging/install.sh (or pass --host-cpu)." >&2
-       exit 2
-     fi
-     echo "Packing llama.cpp compiled for this CPU ($built): the bundle runs only on CPUs with these instruction sets." >&2 ;;
-esac
+# the flags install.sh built llama.cpp with: any instruction set the portable build
+# leaves out (or GGML_NATIVE) makes a bundle that stops on other CPUs
+built=$(cat .venv/.tandem-llama-backend 2>/dev/null || true)
+beyond=""
+for f in $(bash packaging/cpu_flags.sh portable) -DGGML_NATIVE=OFF; do
+  case "$f" in
+    *=OFF) n=${f%=OFF}; case " $built " in *" $n=ON "*) beyond="$beyond ${n#-DGGML_}" ;; esac ;;
+  esac
+done
+if [ -z "$built" ] || [ -n "$beyond" ]; then
+  what=${beyond:+"compiled for this CPU (${beyond# } switched on)"}
+  what=${what:-"built with flags .venv/.tandem-llama-backend does not record"}
+  if [ "$host_cpu" = 0 ]; then
+    echo "The .venv's llama.cpp was $what; a bundle for other machines needs the portable build: TANDEM_CPU=portable bash packaging/install.sh (or pass --host-cpu)." >&2
+    exit 2
+  fi
+  echo "Packing llama.cpp $what: the bundle runs only on CPUs like this one." >&2
+fi
 if ! "$PY" -c "import PyInstaller, elftools" >/dev/null 2>&1; then
   "$PY" -m pip install -q --disable-pip-version-check "pyinstaller>=6.10" "pyelftools>=0.31"
 fi

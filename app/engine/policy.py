@@ -349,7 +349,7 @@ class UnverifiedTails:
             m = 0
             while m < len(tokens) and m < written and text[start + m] == tokens[m]:
                 m += 1
-            if m == written and m < len(tokens):  # the text has not got that far yet
+            if m >= written and m < len(tokens):  # the text has not got that far yet
                 waiting.append((start, tokens, keys, verified))
             elif m >= verified:  # the verified part was accepted: the tail was reached
                 self.policy.observe_followed(keys[verified:], m - verified)

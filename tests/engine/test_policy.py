@@ -373,3 +373,14 @@ def test_cut_away_draft_tokens_are_scored_against_the_text_that_follows() -> Non
     f = policy.forget
     assert n == pytest.approx(before[1] * f ** 3 + f * f + f + 1, rel=1e-9)
     assert h == pytest.approx(before[0] * f ** 3 + f * f + f, rel=1e-9)  # 7, 8 hits; 9 a miss
+    # of a draft whose first two tokens were verified, only the cut-away tail is scored,
+    # and only when the verified part was accepted (else the tail was never reached)
+    other = ("ctx", 1, 3, 0)
+    tails = UnverifiedTails(policy)
+    tails.hold(60, [1, 2, 3, 4], [key, key, other, other], 2)
+    tails.score(list(range(60)) + [1, 5])  # the verified part was rejected
+    assert other not in policy._cells
+    tails.hold(60, [1, 2, 3, 4], [key, key, other, other], 2)
+    tails.score(list(range(60)) + [1, 2, 3, 9])
+    assert policy._cells[other] == pytest.approx((f, f + 1))  # 3 a hit, 4 a miss
+    assert policy._cells[key] == (h, n)

@@ -102,8 +102,9 @@ def llama_build_env() -> dict[str, str]:
                             capture_output=True, text=True, check=True).stdout.strip())
     key = subprocess.run(["cksum"], input=flags, capture_output=True, text=True,
                          check=True).stdout.split()[0]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return {"CMAKE_ARGS": flags, "PIP_CACHE_DIR": str(cache / "tandem" / f"pip-llama-{key}")}
+    pip_cache = os.environ.get("PIP_CACHE_DIR") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pip")
+    return {"CMAKE_ARGS": flags, "PIP_CACHE_DIR": str(Path(pip_cache) / f"tandem-llama-{key}")}
 
 
 @pytest.fixture(scope="session")

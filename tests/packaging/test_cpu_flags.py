@@ -14,7 +14,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "packaging" / "cpu_flags.sh"
-PORTABLE = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+PORTABLE = ("-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON "
+            "-DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF "
+            "-DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF")
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 flags")
 
@@ -39,10 +41,9 @@ def flags(tmp_path: Path, cpu_flags: str, *args: str, **env: str) -> list[str]:
 
 def test_a_zen4_gets_avx512_with_vnni_and_bf16(tmp_path: Path) -> None:
     got = flags(tmp_path, ZEN4)
-    assert got[:5] == PORTABLE.split()
     assert {"-DGGML_AVX512=ON", "-DGGML_AVX512_VBMI=ON", "-DGGML_AVX512_VNNI=ON",
-            "-DGGML_AVX512_BF16=ON", "-DGGML_BMI2=ON"} <= set(got)
-    assert "-DGGML_AVX_VNNI=ON" not in got  # Zen 4 has AVX-512 VNNI, not the VEX one
+            "-DGGML_AVX512_BF16=ON", "-DGGML_AVX2=ON", "-DGGML_NATIVE=OFF"} <= set(got)
+    assert "-DGGML_AVX_VNNI=OFF" in got  # Zen 4 has AVX-512 VNNI, not the VEX one
 
 
 def test_amx_is_never_compiled_in_nor_native(tmp_path: Path) -> None:
@@ -52,15 +53,25 @@ def test_amx_is_never_compiled_in_nor_native(tmp_path: Path) -> None:
     assert "-DGGML_NATIVE=OFF" in got
 
 
+def test_every_option_is_given_so_a_kept_build_folder_cannot_keep_an_old_one(
+        tmp_path: Path) -> None:
+    names = [f.split("=")[0] for f in flags(tmp_path, HASWELL)]
+    assert names == [f.split("=")[0] for f in flags(tmp_path, ZEN4)]
+    assert names == [f.split("=")[0] for f in PORTABLE.split()]
+
+
 def test_an_avx2_cpu_and_the_portable_mode_get_the_portable_flags(tmp_path: Path) -> None:
-    assert flags(tmp_path, HASWELL) == [*PORTABLE.split(), "-DGGML_BMI2=ON"]
+    assert flags(tmp_path, HASWELL) == PORTABLE.split()
     assert flags(tmp_path, ZEN4, "portable") == PORTABLE.split()
     assert flags(tmp_path, ZEN4, TANDEM_CPU="portable") == PORTABLE.split()
 
 
-def test_a_cpu_without_avx2_is_not_given_avx2(tmp_path: Path) -> None:
+def test_a_cpu_without_avx2_bmi2_or_sse42_gets_none_of_them(tmp_path: Path) -> None:
     got = flags(tmp_path, SANDY_BRIDGE)
-    assert "-DGGML_AVX2=OFF" in got and "-DGGML_AVX=ON" in got
+    assert {"-DGGML_AVX2=OFF", "-DGGML_BMI2=OFF", "-DGGML_FMA=OFF", "-DGGML_AVX=ON",
+            "-DGGML_SSE42=ON"} <= set(got)
+    assert "-DGGML_SSE42=OFF" in flags(tmp_path, "fpu sse sse2 ssse3")
+    assert flags(tmp_path, "fpu sse sse2") == flags(tmp_path, "")  # nothing: all off
 
 
 def test_an_unknown_mode_is_refused(tmp_path: Path) -> None:
@@ -76,17 +87,41 @@ def test_the_app_and_llama_cpp_tools_are_built_with_the_same_flags() -> None:
         assert "-DGGML_AVX2=ON" not in text, f"{script} spells CPU flags of its own"
 
 
-def test_the_bundle_refuses_a_build_for_this_cpu(tmp_path: Path) -> None:
-    # a copy of the repository's packaging scripts with a .venv whose marker records a
-    # build with AVX-512: the bundle would not start on a CPU without it
-    (tmp_path / "packaging").mkdir()
+def bundle_check(tmp_path: Path, marker: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+    """build_linux.sh from a copy of the packaging scripts whose .venv records ``marker``
+    (None: no record) and whose Python cannot import PyInstaller (so a build that passes
+    the check stops right after it, at the install of PyInstaller, offline)."""
+    root = tmp_path / "repo"
+    (root / "packaging").mkdir(parents=True)
     for name in ("build_linux.sh", "cpu_flags.sh"):
-        shutil.copy(REPO / "packaging" / name, tmp_path / "packaging" / name)
-    (tmp_path / ".venv" / "bin").mkdir(parents=True)
-    (tmp_path / ".venv" / "bin" / "python").symlink_to(shutil.which("python3") or "/usr/bin/python3")
-    (tmp_path / ".venv" / ".tandem-llama-backend").write_text(PORTABLE + " -DGGML_AVX512=ON\n")
-    proc = subprocess.run(["bash", str(tmp_path / "packaging" / "build_linux.sh"), "--out",
-                           str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
+        shutil.copy(REPO / "packaging" / name, root / "packaging" / name)
+    (root / ".venv" / "bin").mkdir(parents=True)
+    fake = root / ".venv" / "bin" / "python"
+    fake.write_text("#!/bin/sh\necho fake python \"$@\" >&2\nexit 3\n")
+    fake.chmod(0o755)
+    if marker is not None:
+        (root / ".venv" / ".tandem-llama-backend").write_text(marker + "\n")
+    return subprocess.run(["bash", str(root / "packaging" / "build_linux.sh"), "--out",
+                           str(tmp_path / "out"), *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_the_bundle_refuses_a_build_for_this_cpu(tmp_path: Path) -> None:
+    host = PORTABLE.replace("-DGGML_AVX512=OFF", "-DGGML_AVX512=ON")
+    proc = bundle_check(tmp_path, host)
     assert proc.returncode == 2
+    assert "AVX512 switched on" in proc.stderr
     assert "TANDEM_CPU=portable bash packaging/install.sh" in proc.stderr
     assert not (tmp_path / "out").exists()
+    proc = bundle_check(tmp_path / "no-record", None)
+    assert proc.returncode == 2 and "does not record" in proc.stderr
+
+
+def test_the_bundle_takes_the_portable_build_also_with_cuda_and_host_cpu_when_asked(
+        tmp_path: Path) -> None:
+    for i, (marker, args) in enumerate( ((PORTABLE, ()), ("-DGGML_CUDA=on " + PORTABLE, ()),
+                         ("-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON "
+                          "-DGGML_F16C=ON", ()),  # an older install's portable record
+                         (PORTABLE.replace("AVX512=OFF", "AVX512=ON"), ("--host-cpu",)))):
+        proc = bundle_check(tmp_path / str(i), marker, *args)
+        assert "fake python" in proc.stderr, (marker, proc.stderr)  # past the check
