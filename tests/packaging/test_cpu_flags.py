@@ -40,14 +40,14 @@ def flags(tmp_path: Path, cpu_flags: str, *args: str, **env: str) -> list[str]:
 
 
 def test_a_zen4_gets_avx512_with_vnni_and_bf16(tmp_path: Path) -> None:
-    got = flags(tmp_path, ZEN4)
+    got = flags(tmp_path, ZEN4, "host")
     assert {"-DGGML_AVX512=ON", "-DGGML_AVX512_VBMI=ON", "-DGGML_AVX512_VNNI=ON",
             "-DGGML_AVX512_BF16=ON", "-DGGML_AVX2=ON", "-DGGML_NATIVE=OFF"} <= set(got)
     assert "-DGGML_AVX_VNNI=OFF" in got  # Zen 4 has AVX-512 VNNI, not the VEX one
 
 
 def test_amx_is_never_compiled_in_nor_native(tmp_path: Path) -> None:
-    got = flags(tmp_path, SAPPHIRE_RAPIDS)
+    got = flags(tmp_path, SAPPHIRE_RAPIDS, "host")
     assert "-DGGML_AVX512=ON" in got and "-DGGML_AVX_VNNI=ON" in got
     assert not [f for f in got if "AMX" in f]
     assert "-DGGML_NATIVE=OFF" in got
@@ -55,23 +55,24 @@ def test_amx_is_never_compiled_in_nor_native(tmp_path: Path) -> None:
 
 def test_every_option_is_given_so_a_kept_build_folder_cannot_keep_an_old_one(
         tmp_path: Path) -> None:
-    names = [f.split("=")[0] for f in flags(tmp_path, HASWELL)]
-    assert names == [f.split("=")[0] for f in flags(tmp_path, ZEN4)]
+    names = [f.split("=")[0] for f in flags(tmp_path, HASWELL, "host")]
+    assert names == [f.split("=")[0] for f in flags(tmp_path, ZEN4, "host")]
     assert names == [f.split("=")[0] for f in PORTABLE.split()]
 
 
 def test_an_avx2_cpu_and_the_portable_mode_get_the_portable_flags(tmp_path: Path) -> None:
-    assert flags(tmp_path, HASWELL) == PORTABLE.split()
+    assert flags(tmp_path, HASWELL, "host") == PORTABLE.split()
     assert flags(tmp_path, ZEN4, "portable") == PORTABLE.split()
-    assert flags(tmp_path, ZEN4, TANDEM_CPU="portable") == PORTABLE.split()
+    assert flags(tmp_path, ZEN4) == PORTABLE.split()  # the default
+    assert flags(tmp_path, ZEN4, TANDEM_CPU="host") == flags(tmp_path, ZEN4, "host")
 
 
 def test_a_cpu_without_avx2_bmi2_or_sse42_gets_none_of_them(tmp_path: Path) -> None:
-    got = flags(tmp_path, SANDY_BRIDGE)
+    got = flags(tmp_path, SANDY_BRIDGE, "host")
     assert {"-DGGML_AVX2=OFF", "-DGGML_BMI2=OFF", "-DGGML_FMA=OFF", "-DGGML_AVX=ON",
             "-DGGML_SSE42=ON"} <= set(got)
-    assert "-DGGML_SSE42=OFF" in flags(tmp_path, "fpu sse sse2 ssse3")
-    assert flags(tmp_path, "fpu sse sse2") == flags(tmp_path, "")  # nothing: all off
+    assert "-DGGML_SSE42=OFF" in flags(tmp_path, "fpu sse sse2 ssse3", "host")
+    assert flags(tmp_path, "fpu sse sse2", "host") == flags(tmp_path, "", "host")  # all off
 
 
 def test_an_unknown_mode_is_refused(tmp_path: Path) -> None:
