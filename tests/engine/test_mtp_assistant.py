@@ -18,8 +18,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from app.chat.service import ChatService
 
 from app.catalog.gguf_meta import inspect_gguf, load_vocab
 from app.catalog.library import model_shape
@@ -315,7 +319,6 @@ def test_the_chat_service_loads_the_assistant_as_the_drafter_model(models: dict[
     """The window's path: the target loads, then the assistant in the drafter model's
     place (the model bar names it), and an MTP reply drafts with it."""
     from app.chat.service import ChatService
-    from app.engine.chat import ChatMessage
 
     service = ChatService()
     try:
@@ -323,12 +326,20 @@ def test_the_chat_service_loads_the_assistant_as_the_drafter_model(models: dict[
                                    n_threads=1)).result(120)
         changed = service.set_draft_model(models["assistant"]).result(120)
         assert (changed.path, changed.name) == (models["assistant"], "tiny-gemma4-assistant-test")
-        fin = service.reply((ChatMessage("user", "hello"),),
-                            SamplingParams(temperature=0.0, max_tokens=24),
-                            SpeculationConfig(mode="mtp", draft_max=3, adaptive=False)).result(120)
-        assert fin.stats.mode is MTP and fin.stats.accepted > 0 and fin.note is None
+        assert_mtp_reply_drafts(service)
     finally:
         service.shutdown()
+
+
+def assert_mtp_reply_drafts(service: ChatService) -> None:
+    """A greedy 24-token MTP reply through ``service`` drafts, with the assistant,
+    without a note."""
+    from app.engine.chat import ChatMessage
+
+    fin = service.reply((ChatMessage("user", "hello"),),
+                        SamplingParams(temperature=0.0, max_tokens=24),
+                        SpeculationConfig(mode="mtp", draft_max=3, adaptive=False)).result(120)
+    assert fin.stats.mode is MTP and fin.stats.accepted > 0 and fin.note is None
 
 
 def test_a_truncated_file_keeps_the_loaded_assistant(models: dict[str, Path],
@@ -338,7 +349,6 @@ def test_a_truncated_file_keeps_the_loaded_assistant(models: dict[str, Path],
     reply drafts with it."""
     from app.chat.events import DraftKept, JobFailed
     from app.chat.service import ChatService
-    from app.engine.chat import ChatMessage
 
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(models["assistant"].read_bytes()[:200_000])
@@ -355,10 +365,7 @@ def test_a_truncated_file_keeps_the_loaded_assistant(models: dict[str, Path],
         kept = [e for e in seen if isinstance(e, (DraftKept, JobFailed)) and e.job_id == job.id]
         assert [type(e) for e in kept] == [DraftKept, JobFailed]
         assert kept[0] == DraftKept(job.id, models["assistant"], "tiny-gemma4-assistant-test", True)
-        fin = service.reply((ChatMessage("user", "hello"),),
-                            SamplingParams(temperature=0.0, max_tokens=24),
-                            SpeculationConfig(mode="mtp", draft_max=3, adaptive=False)).result(120)
-        assert fin.stats.mode is MTP and fin.stats.accepted > 0 and fin.note is None
+        assert_mtp_reply_drafts(service)
     finally:
         service.shutdown()
 

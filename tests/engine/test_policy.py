@@ -160,18 +160,21 @@ def _recorded() -> dict[str, Any]:
     return data
 
 
+def _interpolated(pts: dict[int, float]) -> dict[int, float]:
+    """Pass costs for 1–17 tokens from measured sizes ``pts`` (seconds; 1 and 17
+    included), linear between them."""
+    out = {}
+    for n in range(1, 18):
+        a, b = max(s for s in pts if s <= n), min(s for s in pts if s >= n)
+        out[n] = pts[a] if a == b else pts[a] + (pts[b] - pts[a]) * (n - a) / (b - a)
+    return out
+
+
 def _amx_times() -> dict[int, float]:
     """Pass costs of the other CPU these machines have (Intel with AMX, ENV.md: 1 token
     23 ms, 2: 27, 4: 39, 8: 61, 16: 98), interpolated, extended past 16."""
     pts = {1: 0.023, 2: 0.027, 4: 0.039, 8: 0.061, 16: 0.098}
-    sizes = sorted(pts)
-    out = {}
-    for n in range(1, 18):
-        a = max(s for s in sizes if s <= n)
-        b = min((s for s in sizes if s >= n), default=16)
-        out[n] = pts[a] if a == b else pts[a] + (pts[b] - pts[a]) * (n - a) / (b - a)
-    out[17] = pts[16] + (pts[16] - pts[8]) / 8
-    return out
+    return _interpolated({**pts, 17: pts[16] + (pts[16] - pts[8]) / 8})
 
 
 def _avx512_times() -> dict[int, float]:
@@ -308,13 +311,9 @@ def _one_thread_busy_times() -> dict[int, float]:
     builtin:agent`` with a Python busy loop, 2026-12-05): 1 token 21.3 ms, 2: 44.9,
     4: 82.1, 5: 100.7, 8: 123.0, 9: 129.9, 12: 120.4, 16: 170.6, 17: 183.2; linear
     between."""
-    pts = {1: 21.3, 2: 44.9, 4: 82.1, 5: 100.7, 8: 123.0, 9: 129.9, 12: 120.4, 16: 170.6,
-           17: 183.2}
-    out = {}
-    for n in range(1, 18):
-        a, b = max(s for s in pts if s <= n), min(s for s in pts if s >= n)
-        out[n] = (pts[a] if a == b else pts[a] + (pts[b] - pts[a]) * (n - a) / (b - a)) / 1000
-    return out
+    ms = {1: 21.3, 2: 44.9, 4: 82.1, 5: 100.7, 8: 123.0, 9: 129.9, 12: 120.4, 16: 170.6,
+          17: 183.2}
+    return _interpolated({n: t / 1000 for n, t in ms.items()})
 
 
 def test_recorded_replies_under_load_keep_drafting_where_the_target_accepts() -> None:
