@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Print the CMake flags for llama.cpp's CPU backend (one line).
 #
-#   bash packaging/cpu_flags.sh [host|portable]      (default: $TANDEM_CPU, else portable)
+#   bash packaging/cpu_flags.sh [host|portable]      (default: $TANDEM_CPU, else host)
 #
 # portable  x86-64 with SSE4.2, AVX, AVX2, BMI2, FMA and F16C (Intel Haswell, AMD Zen and
 #           later desktop and server CPUs; not some low-end Pentium, Celeron and Atom
@@ -12,15 +12,14 @@
 #           Never AMX, and never GGML_NATIVE: -march=native compiles AMX in, and
 #           on machines whose CPU reports AMX but cannot use it the first decode crashes
 #           (SIGSEGV in ggml_backend_amx_mul_mat). What AVX-512 buys on a verification
-#           pass, measured on an AMD EPYC (Zen 4, 2 cores): docs/benchmarks.md. Opt-in
-#           (TANDEM_CPU=host) until four tests that assume the portable kernels are
-#           made independent of them (CHANGELOG.md).
+#           pass, measured on an AMD EPYC (Zen 4, 2 cores): docs/benchmarks.md. The
+#           default: what install.sh builds for the machine it runs on.
 #
 # Other architectures get -DGGML_NATIVE=OFF (the compiler's defaults).
 # TANDEM_CPUINFO names a file to read instead of /proc/cpuinfo (the tests use it).
 set -euo pipefail
 
-mode="${1:-${TANDEM_CPU:-portable}}"
+mode="${1:-${TANDEM_CPU:-host}}"
 case "$mode" in
   host|portable) ;;
   *) echo "cpu_flags.sh: the mode is host or portable (got '$mode')" >&2; exit 2 ;;

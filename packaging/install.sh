@@ -15,10 +15,10 @@
 # llama-cpp-python is compiled from source. The GPU backend is chosen here:
 #   TANDEM_BACKEND=cuda|metal|cpu overrides the guess (CUDA when nvidia-smi and nvcc
 #   are both present, Metal on Apple Silicon, otherwise the CPU).
-# The CPU code is compiled for any x86-64 CPU with AVX2 (portable, as a bundle for other
-# machines needs: packaging/build_linux.sh); TANDEM_CPU=host compiles it for the
-# instruction sets this CPU reports, AMX excepted (packaging/cpu_flags.sh says why and
-# what it is worth).
+# The CPU code is compiled for the instruction sets this CPU reports, AMX excepted
+# (packaging/cpu_flags.sh says why and what it is worth); TANDEM_CPU=portable compiles
+# it for any x86-64 CPU with AVX2, as a bundle for other machines needs
+# (packaging/build_linux.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

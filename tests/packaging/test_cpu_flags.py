@@ -35,7 +35,8 @@ def flags(tmp_path: Path, cpu_flags: str, *args: str, **env: str) -> list[str]:
     info = tmp_path / "cpuinfo"
     info.write_text(f"processor\t: 0\nflags\t\t: {cpu_flags}\n\nprocessor\t: 1\nflags\t\t: {cpu_flags}\n")
     proc = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
-                          env={**os.environ, "TANDEM_CPUINFO": str(info), **env}, check=True)
+                          env={**{k: v for k, v in os.environ.items() if k != "TANDEM_CPU"},
+                               "TANDEM_CPUINFO": str(info), **env}, check=True)
     return proc.stdout.split()
 
 
@@ -63,8 +64,12 @@ def test_every_option_is_given_so_a_kept_build_folder_cannot_keep_an_old_one(
 def test_an_avx2_cpu_and_the_portable_mode_get_the_portable_flags(tmp_path: Path) -> None:
     assert flags(tmp_path, HASWELL, "host") == PORTABLE.split()
     assert flags(tmp_path, ZEN4, "portable") == PORTABLE.split()
-    assert flags(tmp_path, ZEN4) == PORTABLE.split()  # the default
-    assert flags(tmp_path, ZEN4, TANDEM_CPU="host") == flags(tmp_path, ZEN4, "host")
+    assert flags(tmp_path, ZEN4, TANDEM_CPU="portable") == PORTABLE.split()
+
+
+def test_the_default_is_this_cpus_build(tmp_path: Path) -> None:
+    assert flags(tmp_path, ZEN4) == flags(tmp_path, ZEN4, "host") != PORTABLE.split()
+    assert flags(tmp_path, HASWELL) == PORTABLE.split()
 
 
 def test_a_cpu_without_avx2_bmi2_or_sse42_gets_none_of_them(tmp_path: Path) -> None:

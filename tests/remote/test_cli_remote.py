@@ -26,7 +26,8 @@ def _model(llama_server: LlamaServer) -> str:
 
 
 def test_generate_server_json_carries_the_servers_acceptance(
-        capsys: pytest.CaptureFixture[str], llama_server: LlamaServer) -> None:
+        capsys: pytest.CaptureFixture[str], fresh_llama_server: LlamaServer) -> None:
+    llama_server = fresh_llama_server
     out = _json(capsys, "generate", "--server", llama_server.base_url + "/v1",
                 "--model", _model(llama_server), "--chat", "--temp", "0",
                 "--max-tokens", "48", PROMPT)

@@ -21,7 +21,15 @@ def client(llama_server: LlamaServer) -> RemoteClient:
         yield c  # type: ignore[misc]
 
 
-def test_identify_recognises_llama_server_and_its_drafter(client: RemoteClient) -> None:
+@pytest.fixture
+def fresh_client(fresh_llama_server: LlamaServer) -> RemoteClient:
+    """A client of a server that has not seen :data:`PROMPT` (see the fixture)."""
+    with RemoteClient(fresh_llama_server.base_url + "/v1") as c:
+        yield c  # type: ignore[misc]
+
+
+def test_identify_recognises_llama_server_and_its_drafter(fresh_client: RemoteClient) -> None:
+    client = fresh_client
     info = client.identify()
     assert info.engine is Engine.LLAMA_SERVER
     assert info.version == "b1-0c1e570"
@@ -37,7 +45,9 @@ def test_identify_recognises_llama_server_and_its_drafter(client: RemoteClient) 
     assert info.draft_max is not None and info.draft_max >= 1
 
 
-def test_streamed_reply_carries_tandem_timing_and_server_figures(client: RemoteClient) -> None:
+def test_streamed_reply_carries_tandem_timing_and_server_figures(
+        fresh_client: RemoteClient) -> None:
+    client = fresh_client
     model = client.models()[0].id
     events = list(client.stream_chat(model, MESSAGES, max_tokens=48, temperature=0))
     deltas = [e for e in events if isinstance(e, RemoteDelta)]
