@@ -77,6 +77,18 @@ class PassTimes:
         self._recent: dict[int, deque[float]] = {}
         self._n: dict[int, int] = {}
         self._trusted: dict[int, float] | None = {}  # the medians; None: to recompute
+        self._calibrated: dict[int, float] = {}
+
+    def calibrate(self, n_tokens: int, seconds: float) -> None:
+        """A pass over ``n_tokens`` took ``seconds`` when the session timed the sizes at
+        load (:meth:`app.engine.session.Session.calibrate_pass_sizes`): the shape of the
+        cost curve for a size not yet trusted (see :meth:`__call__`)."""
+        self._calibrated[n_tokens] = seconds
+
+    @property
+    def calibrated(self) -> dict[int, float]:
+        """The calibrated pass times by size, seconds (:meth:`calibrate`)."""
+        return dict(self._calibrated)
 
     def observe(self, n_tokens: int, seconds: float) -> None:
         """A target pass over ``n_tokens`` took ``seconds`` (sampling included)."""
@@ -95,7 +107,10 @@ class PassTimes:
         """Measured (or interpolated) time of a pass over ``n_tokens``, seconds; None if
         no size is trusted yet.
 
-        An untrusted size is interpolated linearly between the nearest trusted ones, and
+        An untrusted size timed at load (:meth:`calibrate`) costs its calibrated time
+        times the ratio now/then of the nearest trusted size timed at load too, so the
+        cheap sizes of a stepped cost curve are known before any reply verified them.
+        Any other untrusted size is interpolated linearly between the nearest trusted ones, and
         beyond the trusted range costs what the nearest trusted size costs: optimistic on
         purpose (on a GPU it is right), so that a longer draft is tried, timed and then
         judged on its own time. Pass times are not monotonic in the batch size on every
@@ -110,6 +125,13 @@ class PassTimes:
             return None
         if n_tokens in t:
             return t[n_tokens]
+        cal = self._calibrated
+        if n_tokens in cal:
+            # the calibrated cost, scaled as the nearest trusted calibrated size moved since
+            ref = min((s for s in t if s in cal), key=lambda s: (abs(s - n_tokens), s),
+                      default=None)
+            if ref is not None:
+                return cal[n_tokens] * t[ref] / cal[ref]
         lower = [s for s in t if s < n_tokens]
         upper = [s for s in t if s > n_tokens]
         if lower and upper:

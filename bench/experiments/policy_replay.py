@@ -139,7 +139,7 @@ def stop_cut(model: LlamaModel, turn: dict[str, Any]) -> tuple[bool, Callable[[i
 def replay_set(turns: list[dict[str, Any]], times: dict[int, float], model: LlamaModel, *,
                drafter_kind: str, rule: ReplayRule, k: int, min_prob: float, n_predict: int,
                margin: float, repeat: int = 1, cut: bool = True,
-               cold: bool = False) -> list[PolicyReplay]:
+               cold: bool = False, calibrated: bool = False) -> list[PolicyReplay]:
     """One rule over the whole set ``repeat`` times, one replay per turn and repeat.
 
     History is shared across turns in recorded order and the reply index restarts empty
@@ -148,9 +148,13 @@ def replay_set(turns: list[dict[str, Any]], times: dict[int, float], model: Llam
     the engine's cut of drafts before the end of the reply; ``cut`` False: no cut).
     ``cold``: the policy starts as in a freshly loaded session, with only the one-token
     pass timed (as :meth:`Session._calibrate_target_step` leaves it), and observes every
-    replayed pass, so it pays the exploration of batch sizes that a new session pays."""
+    replayed pass, so it pays the exploration of batch sizes that a new session pays;
+    ``calibrated`` with it: every size is also calibrated with its recorded time, as
+    :meth:`Session.calibrate_pass_sizes` leaves a fresh session."""
     pt = PassTimes()
     for n, t in times.items():
+        if calibrated:
+            pt.calibrate(n, t)
         if cold and n > 1:
             continue
         for _ in range(PassTimes.trusted_after):
@@ -240,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="start the policy with only t(1) timed, as a freshly loaded session, "
                          "and let it time sizes as it goes (the cost of exploration); "
                          "the first repeat's first 8 per-turn speedups are listed")
+    ap.add_argument("--calibrated", action="store_true",
+                    help="with --cold: the sizes are calibrated at load as a session does "
+                         "(Session.calibrate_pass_sizes), with the recorded pass times")
     ap.add_argument("--rerecord", action="store_true",
                     help="record the replies and pass times again instead of reusing them")
     ap.add_argument("--json", action="store_true")
@@ -263,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         per = replay_set(turns, times, vocab, drafter_kind=args.drafter, rule=rule, k=k,
                          min_prob=mp, n_predict=args.n_predict, margin=args.margin,
                          repeat=args.repeat, cut=not args.no_cut,
-                         cold=args.cold)
+                         cold=args.cold, calibrated=args.calibrated)
         r = sum(per[1:], per[0])
         c = r.counts
         turn_x = [x for p in per if (x := p.speedup) is not None]
@@ -279,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                      "first_turns": [round(x, 3) if (x := p.speedup) is not None else None
                                      for p in per[:len(turns)]][:8]})
     out = {"schema_version": 2, "prompts": args.prompts, "drafter": args.drafter,
-           "cold": args.cold,
+           "cold": args.cold, "calibrated": args.calibrated,
            "temperature": args.temp, "seed": args.seed, "repeat": args.repeat,
            "cut_at_end": not args.no_cut,
            "turns": len(turns), "tokens": sum(len(t["reply"]) for t in turns),
