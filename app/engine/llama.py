@@ -830,6 +830,11 @@ class LlamaContext:
             self._rollback_room = 0  # llama.cpp allows one rollback per decode
         return bool(lib().llama_memory_seq_rm(self._mem, 0, p0, p1))
 
+    def synchronize(self) -> None:
+        """Wait until the last decode has finished on every backend (a GPU backend
+        returns from ``llama_decode`` before its work is done; the CPU's is done)."""
+        lib().llama_synchronize(self.ptr)
+
     def clear(self) -> None:
         """Empty the KV cache (and recurrent state)."""
         self.ptr

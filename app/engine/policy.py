@@ -64,8 +64,9 @@ class PassTimes:
     draft-length choice compares, stay right; a size timed long ago still looks as cheap
     as it was, so it is tried again and timed anew. One slow pass (the first of a new
     batch shape also builds its graph) moves no median; a size timed once or twice
-    borrows its cost from the trusted sizes instead. When the thread governor changes
-    the thread count, each count has a table of its own.
+    borrows its cost from the trusted sizes instead, or from the curve timed at load
+    (:meth:`calibrate`). When the thread governor changes the thread count, each count
+    has a table of its own (with the same calibrated curve).
     """
 
     #: passes per size whose median is the estimate
@@ -81,8 +82,8 @@ class PassTimes:
 
     def calibrate(self, n_tokens: int, seconds: float) -> None:
         """A pass over ``n_tokens`` took ``seconds`` when the session timed the sizes at
-        load (:meth:`app.engine.session.Session.calibrate_pass_sizes`): the shape of the
-        cost curve for a size not yet trusted (see :meth:`__call__`)."""
+        load (:meth:`app.engine.session.Session._calibrate_pass_sizes`): the shape of
+        the cost curve for a size not yet trusted (see :meth:`__call__`)."""
         self._calibrated[n_tokens] = seconds
 
     @property
@@ -109,7 +110,8 @@ class PassTimes:
 
         An untrusted size timed at load (:meth:`calibrate`) costs its calibrated time
         times the ratio now/then of the nearest trusted size timed at load too, so the
-        cheap sizes of a stepped cost curve are known before any reply verified them.
+        cheap sizes of a stepped cost curve are known before any reply verified them; a
+        size beyond every timed and calibrated one costs the largest calibrated size's.
         Any other untrusted size is interpolated linearly between the nearest trusted ones, and
         beyond the trusted range costs what the nearest trusted size costs: optimistic on
         purpose (on a GPU it is right), so that a longer draft is tried, timed and then
@@ -126,12 +128,15 @@ class PassTimes:
         if n_tokens in t:
             return t[n_tokens]
         cal = self._calibrated
-        if n_tokens in cal:
+        size = n_tokens if n_tokens in cal else None
+        if size is None and cal and n_tokens > max(cal) and max(t) < n_tokens:
+            size = max(cal)  # beyond every timed size: the largest calibrated one's cost
+        if size is not None:
             # the calibrated cost, scaled as the nearest trusted calibrated size moved since
-            ref = min((s for s in t if s in cal), key=lambda s: (abs(s - n_tokens), s),
+            ref = min((s for s in t if s in cal), key=lambda s: (abs(s - size), s),
                       default=None)
             if ref is not None:
-                return cal[n_tokens] * t[ref] / cal[ref]
+                return cal[size] * t[ref] / cal[ref]
         lower = [s for s in t if s < n_tokens]
         upper = [s for s in t if s > n_tokens]
         if lower and upper:

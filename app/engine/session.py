@@ -357,6 +357,8 @@ class Session:
         self._target_step_samples: list[float] = []
         #: the target's pass times per thread count
         self._pass_times: dict[int, PassTimes] = {}
+        #: a pass's seconds by size, timed at load (:meth:`_calibrate_pass_sizes`)
+        self._calibration: dict[int, float] = {}
         self._plain_steps = PlainSteps()
         #: follows other processes' load; changes the thread count between rounds when
         #: the config left it open
@@ -651,7 +653,6 @@ class Session:
         """
         with self._lock:
             self._check_idle()
-            token = self.target.bos if self.target.bos >= 0 else 0
             todo = [n for n in sorted(set(sizes))
                     if 1 <= n <= min(self.n_ctx, self.ctx.n_outputs_max)
                     and not any(t.count(n) for t in self._pass_times.values())]
@@ -659,14 +660,29 @@ class Session:
                 self._reuse_prefix([])  # saves the live state, when worth it, and empties
             for n in todo:
                 for i in range(max(1, passes) + 1):
-                    self.ctx.clear()
-                    t = time.perf_counter()
-                    self.ctx.decode([token] * n, 0, logits="all")
+                    dt = self._time_pass(n)
                     if i:
-                        self._pass_table().observe(n, time.perf_counter() - t)
+                        self._pass_table().observe(n, dt)
             if todo:
-                self.ctx.clear()
                 self._kv_tokens = []
+
+    def _time_pass(self, n_tokens: int) -> float:
+        """Seconds of one target pass over ``n_tokens`` tokens on an empty cache, with
+        logits at every position as a verification takes them, waited for to the end
+        (:meth:`~app.engine.llama.LlamaContext.synchronize`); the cache is emptied
+        before and after. The caller holds the lock or is loading the session.
+
+        Raises:
+            TandemError: llama.cpp failed to decode.
+        """
+        token = self.target.bos if self.target.bos >= 0 else 0
+        self.ctx.clear()
+        t = time.perf_counter()
+        self.ctx.decode([token] * n_tokens, 0, logits="all")
+        self.ctx.synchronize()
+        dt = time.perf_counter() - t
+        self.ctx.clear()
+        return dt
 
     def draft_step_time(self) -> float | None:
         """Seconds per draft-model forward step: as measured while drafting in this
@@ -968,6 +984,8 @@ class Session:
         table = self._pass_times.get(self.ctx.n_threads)
         if table is None:
             table = self._pass_times[self.ctx.n_threads] = PassTimes()
+            for n, t in self._calibration.items():  # the shape measured at load
+                table.calibrate(n, t)
         return table
 
     def _round(self, reply: _Reply, rnd: Round, clock: Callable[[], float]) -> FinishReason | None:
@@ -1117,6 +1135,7 @@ class Session:
         for _ in range(passes):
             t = time.perf_counter()
             self.ctx.decode([token], 0, logits="last")
+            self.ctx.synchronize()
             times.append(time.perf_counter() - t)
             if self.ctx.n_rs_seq and not self.snapshot_bytes:
                 self.snapshot_bytes = self.ctx.n_rs_seq * self.ctx.recurrent_state_bytes()
@@ -1125,44 +1144,55 @@ class Session:
         self._target_step_samples.append(min(times))
         for t in times[1:]:
             self._pass_table().observe(1, t)
-        self.calibrate_pass_sizes()
+        self._calibrate_pass_sizes(min(times))
 
-    #: the pass sizes :meth:`calibrate_pass_sizes` times, most telling first: plain
-    #: decoding's, the verifications of drafts of 1, 3, 7, 15 and 16 tokens, then the
-    #: sizes between
-    CALIBRATION_SIZES = (1, 2, 4, 8, 16, 17, 12, 5, 9, 13, 3, 6, 7, 10, 11, 14, 15)
-    #: seconds :meth:`calibrate_pass_sizes` may spend at load
-    CALIBRATION_BUDGET = 0.5
+    #: the pass sizes :meth:`_calibrate_pass_sizes` times, most telling first: the
+    #: verifications of drafts of 1, 3, 7, 15 and 16 tokens, then the sizes at the
+    #: steps of a CPU's cost curve (a size not timed is interpolated)
+    CALIBRATION_SIZES = (2, 4, 8, 16, 17, 12, 5, 9, 13, 3)
+    #: seconds :meth:`_calibrate_pass_sizes` may spend at load
+    CALIBRATION_BUDGET = 1.0
 
-    def calibrate_pass_sizes(self) -> None:
-        """Time one target pass per size of :attr:`CALIBRATION_SIZES` (logits at every
-        position, as a verification takes them) on an empty cache, until
-        :attr:`CALIBRATION_BUDGET` seconds are spent, after one untimed pass of the
-        largest that builds its graph, and give them to the draft-length policy's pass
-        table as its shape (:meth:`~app.engine.policy.PassTimes.calibrate`).
+    def _calibrate_pass_sizes(self, t1: float) -> None:
+        """Time target passes of the sizes of :attr:`CALIBRATION_SIZES` that a draft may
+        verify here, twice each in two sweeps, within :attr:`CALIBRATION_BUDGET` seconds,
+        and give the faster of each size's passes (``t1`` for one token: the fastest
+        one-token pass timed at load) to every pass table of the session as the shape of
+        its cost curve (:meth:`~app.engine.policy.PassTimes.calibrate`). Called at load,
+        before any reply; the cache is left empty.
 
         On a CPU the cost of a pass is a stepped curve (the repacked Q4_K kernels of an
         AVX-512 build made 4, 8, 12 and 16 tokens cheaper than 5, 9, 13 and 17: 2.23,
         3.35, 4.28 and 5.13 against 3.43, 4.52, 5.53 and 6.39 one-token passes); a policy
         that knows only the sizes it has verified interpolates between them and misses
-        the cheap steps. Called at load, before any reply.
+        the cheap steps. A pass that could overrun the budget is skipped (a pass over n
+        tokens is taken to cost what it cost in the first sweep, else n one-token
+        passes), so a large model times fewer sizes. The first pass of a shape larger
+        than any before ran 10–15 % slower than the next (it builds its graph): the
+        faster of two is kept.
+
+        Raises:
+            TandemError: llama.cpp failed to decode.
         """
-        limit = min(self.n_ctx, self.ctx.n_outputs_max)
+        if not self.rollback_supported:
+            return  # speculation stays off: no draft is ever verified
+        bound = K_MAX if self.draft_bound is None else self.draft_bound
+        limit = min(self.n_ctx, self.ctx.n_outputs_max, bound + 1)
         sizes = [n for n in self.CALIBRATION_SIZES if n <= limit]
-        if not sizes:
-            return
-        token = self.target.bos if self.target.bos >= 0 else 0
-        table = self._pass_table()
-        start = time.perf_counter()
-        self.ctx.decode([token] * max(sizes), 0, logits="all")  # builds the graph
-        self.ctx.clear()
-        for n in sizes:
-            if time.perf_counter() - start >= self.CALIBRATION_BUDGET:
-                break
-            t = time.perf_counter()
-            self.ctx.decode([token] * n, 0, logits="all")
-            table.calibrate(n, time.perf_counter() - t)
-            self.ctx.clear()
+        best: dict[int, float] = {1: t1}
+        spent = 0.0
+        for _ in range(2):
+            for n in sizes:
+                if spent + best.get(n, n * t1) > self.CALIBRATION_BUDGET:
+                    continue
+                dt = self._time_pass(n)
+                spent += dt
+                best[n] = min(dt, best.get(n, dt))
+        self._kv_tokens = []
+        self._calibration = best
+        for table in self._pass_times.values():
+            for n, t in best.items():
+                table.calibrate(n, t)
 
     def _note_recurrent_rollback(self) -> None:
         """Say in the load notes how a recurrent or hybrid target rolls back, and what

@@ -150,7 +150,7 @@ def replay_set(turns: list[dict[str, Any]], times: dict[int, float], model: Llam
     pass timed (as :meth:`Session._calibrate_target_step` leaves it), and observes every
     replayed pass, so it pays the exploration of batch sizes that a new session pays;
     ``calibrated`` with it: every size is also calibrated with its recorded time, as
-    :meth:`Session.calibrate_pass_sizes` leaves a fresh session."""
+    :meth:`Session._calibrate_pass_sizes` leaves a fresh session."""
     pt = PassTimes()
     for n, t in times.items():
         if calibrated:
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                          "the first repeat's first 8 per-turn speedups are listed")
     ap.add_argument("--calibrated", action="store_true",
                     help="with --cold: the sizes are calibrated at load as a session does "
-                         "(Session.calibrate_pass_sizes), with the recorded pass times")
+                         "(Session._calibrate_pass_sizes), with the recorded pass times")
     ap.add_argument("--rerecord", action="store_true",
                     help="record the replies and pass times again instead of reusing them")
     ap.add_argument("--json", action="store_true")
@@ -255,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     ks = C.value_list(ap, "--k", args.k, int)
     rules = [cast(ReplayRule, r) for r in C.value_list(ap, "--rules", args.rules, str)]
     probs = C.value_list(ap, "--min-prob", args.min_prob, float)
+    if args.calibrated and not args.cold:
+        ap.error("--calibrated calibrates a fresh session's policy: give --cold with it")
     if min(ks) < 1 or any(r not in RULES for r in rules):
         ap.error(f"--k: values ≥ 1; --rules: a subset of {','.join(RULES)}")
 
