@@ -366,7 +366,9 @@ def test_draft_model_from_disk_and_an_incompatible_draft(
     session = window.bridge.service._session
     window.settings.model.draft_path = gemma_path  # same tokenizer: a valid (if silly) draft
     c = window.controller
-    c.set_speculation(window.settings.speculation.with_changes(mode="draft-model", draft_max=3))
+    # fixed k: the draft-length policy may rightly decline a draft as costly as the target
+    c.set_speculation(window.settings.speculation.with_changes(mode="draft-model", draft_max=3,
+                                                               adaptive=False))
     qtbot.waitUntil(lambda: not c.loading and c.model_info.draft_path is not None,
                     timeout=LOAD_TIMEOUT_MS)
     assert window.model_bar.draft_button.toolTip().startswith(f"Draft: {c.model_info.draft_path.name}")
