@@ -198,6 +198,7 @@ class DraftLengthPolicy:
         self._exploring = False  # the last trim verified a declined draft's first token
         #: per token key: (accepted, verified), exponentially forgotten
         self._cells: dict[Hashable, tuple[float, float]] = {}
+        self._measured = False  # whether any draft token was verified yet
 
     # -- observations ---------------------------------------------------------------
     def observe_draft_steps(self, steps: int, seconds: float) -> None:
@@ -215,6 +216,8 @@ class DraftLengthPolicy:
         ``keys``: the drafter's key of each verified token (:meth:`trim`); each key's
         counts are updated with them.
         """
+        if verified:
+            self._measured = True
         if self._exploring and verified:
             self._exploring = False
             self._explore_interval = (self.explore_every if accepted else
@@ -277,8 +280,13 @@ class DraftLengthPolicy:
     # -- the choices ----------------------------------------------------------------
     def choose(self, k: int, draft_min: int = 0) -> int:
         """A draft model's draft length: the d in {0} ∪ [max(1, draft_min), k] with the
-        highest :meth:`expected_rate` (k itself before anything was timed; 0 when no
-        length is allowed, k < draft_min).
+        highest :meth:`expected_rate` (0 when no length is allowed, k < draft_min).
+
+        k itself before any draft token was verified: the pass costs are known from load,
+        the draft's acceptance is not, and the prior alone would keep a good draft from
+        ever being tried where a pass over several tokens costs much more than one (a
+        CPU). When the choice is 0, every :attr:`explore_every`-th time the shortest
+        allowed length instead, as :meth:`trim` does.
 
         Args:
             k: the most draft tokens this round may verify.
@@ -289,14 +297,14 @@ class DraftLengthPolicy:
         if k < lo:
             return 0
         base = self.expected_rate(0)
-        if base is None:
+        if base is None or not self._measured:
             return k
         best_d, best_rate = 0, base
         for d in range(lo, k + 1):
             r = self.expected_rate(d)
             if r is not None and r > best_rate * (1.0 + 1e-9):
                 best_d, best_rate = d, r
-        return best_d
+        return self._explore_if_declined(best_d, lo)
 
     def trim(self, keys: Sequence[Hashable | None], draft_min: int = 0) -> int:
         """How many tokens of a free drafter's draft to verify.
@@ -330,6 +338,11 @@ class DraftLengthPolicy:
             if (t is not None and expected / t > best_rate * (1.0 + 1e-9)
                     and expected / t * t1 > 1.0 + self.margin):
                 best_d, best_rate = d, expected / t
+        return self._explore_if_declined(best_d, lo)
+
+    def _explore_if_declined(self, best_d: int, lo: int) -> int:
+        """``best_d``, or ``lo`` when it is 0 for the :attr:`explore_every`-th time (an
+        interval that doubles while the target rejects those tokens)."""
         self._exploring = False
         if best_d == 0:
             self._declined += 1

@@ -40,8 +40,23 @@ def test_choose_respects_draft_min_and_drafts_before_anything_is_timed() -> None
     policy = DraftLengthPolicy(times, prior_alpha=0.9)
     assert policy.choose(4, draft_min=2) in (2, 3, 4)  # never the discarded 1
     assert policy.choose(1, draft_min=2) == 0  # no length allowed
+    policy.observe_verification(4, 0)
     policy.alpha = 0.0
     assert policy.choose(4) == 0  # nothing is ever accepted: plain decoding pays best
+
+
+def test_a_draft_model_is_tried_before_its_acceptance_is_known_and_explored_after() -> None:
+    """With the steep pass costs of a CPU (calibrated at load) the prior alone declines
+    every length, so a draft model would never be tried: measured, Gemma 3 270M as its
+    own draft drafted in 0 of 48 rounds. It drafts k until a draft token was verified,
+    then chooses, and a declined draft is still tried one token deep now and then."""
+    policy = DraftLengthPolicy(_table(_avx512_times()))
+    assert policy.expected_rate(3) < policy.expected_rate(0)  # the prior: not worth it
+    assert policy.choose(4) == 4  # the draft's acceptance is not measured yet
+    policy.observe_draft_steps(4, 4 * 0.0146)  # a step as dear as the target's
+    policy.observe_verification(4, 4)
+    choices = [policy.choose(4) for _ in range(2 * DraftLengthPolicy.explore_every)]
+    assert choices.count(0) == len(choices) - 2 and choices.count(1) == 2
 
 
 def test_trim_cuts_a_draft_where_its_tokens_stop_paying() -> None:
