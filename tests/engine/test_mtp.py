@@ -103,7 +103,10 @@ def test_follow_up_turns_and_drafter_switches_stay_exact(mtp: Session) -> None:
         mtp.reset_cache()
         assert first.ids == run(mtp, prompt, greedy, SpeculationConfig(mode="off")).ids
         assert after.ids == run(mtp, again, greedy, SpeculationConfig(mode="off")).ids
-        assert after.stats.accepted > 0 or after.stats.verified == 0
+        # drafts were accepted, or the policy declined drafting here (verifying at most
+        # its one-token explorations)
+        st = after.stats
+        assert st.accepted > 0 or st.proposed == st.draft_rounds, st
 
 
 def test_a_reply_regenerated_from_inside_the_cache_drafts_without_errors(
