@@ -1142,9 +1142,9 @@ class Session:
             self.ctx.clear()
         self._kv_tokens = []
         self._target_step_samples.append(min(times))
+        self._calibrate_pass_sizes(min(times))
         for t in times[1:]:
             self._pass_table().observe(1, t)
-        self._calibrate_pass_sizes(min(times))
 
     #: the pass sizes :meth:`_calibrate_pass_sizes` times, most telling first: the
     #: verifications of drafts of 1, 3, 7, 15 and 16 tokens, then the sizes at the
@@ -1156,10 +1156,11 @@ class Session:
     def _calibrate_pass_sizes(self, t1: float) -> None:
         """Time target passes of the sizes of :attr:`CALIBRATION_SIZES` that a draft may
         verify here, twice each in two sweeps, within :attr:`CALIBRATION_BUDGET` seconds,
-        and give the faster of each size's passes (``t1`` for one token: the fastest
-        one-token pass timed at load) to every pass table of the session as the shape of
-        its cost curve (:meth:`~app.engine.policy.PassTimes.calibrate`). Called at load,
-        before any reply; the cache is left empty.
+        and keep the faster of each size's passes (``t1`` for one token: the fastest
+        one-token pass timed at load) as the shape of the cost curve that every pass table
+        of the session starts with (:meth:`_pass_table`,
+        :meth:`~app.engine.policy.PassTimes.calibrate`). Called at load, before any pass
+        table exists; the cache is left empty.
 
         On a CPU the cost of a pass is a stepped curve (the repacked Q4_K kernels of an
         AVX-512 build made 4, 8, 12 and 16 tokens cheaper than 5, 9, 13 and 17: 2.23,
@@ -1190,9 +1191,6 @@ class Session:
                 best[n] = min(dt, best.get(n, dt))
         self._kv_tokens = []
         self._calibration = best
-        for table in self._pass_times.values():
-            for n, t in best.items():
-                table.calibrate(n, t)
 
     def _note_recurrent_rollback(self) -> None:
         """Say in the load notes how a recurrent or hybrid target rolls back, and what

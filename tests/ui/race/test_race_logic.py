@@ -104,7 +104,7 @@ def test_draft_spans_split_and_merge_runs() -> None:
     assert draft_spans((), 0, 3) == [(0, 3, False)]
 
 
-def test_table_rows_have_every_figure_of_the_issue() -> None:
+def test_table_rows_have_every_figure_of_a_race() -> None:
     rows = {name: (off, on) for name, off, on in race_table_rows(_race())}
     for name in ("TTFT", "decode tok/s", "end-to-end time", "acceptance rate α",
                  "mean acceptance length τ", "measured speedup (decode)", "end-to-end speedup",
