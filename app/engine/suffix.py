@@ -582,6 +582,11 @@ class SuffixDrafter:
         max_match: longest context match, tokens (default: the index's, else 32).
         spec_factor, spec_offset: draft at most ``factor · match length + offset`` tokens.
         min_token_prob: stop where the estimated probability falls below this.
+        past_cap: the draft that wins under that cap continues along the same
+            occurrences up to ``n_max`` tokens (still stopped by ``min_token_prob`` and
+            the end of a reply): for a caller that cuts every draft where its tokens
+            stop paying (:meth:`app.engine.policy.DraftLengthPolicy.trim`), so a copy
+            that has just begun is not limited to as many tokens as it has matched.
 
     Implements :class:`app.engine.drafters.Drafter`.
 
@@ -600,6 +605,7 @@ class SuffixDrafter:
         spec_factor: float = DEFAULT_SPEC_FACTOR,
         spec_offset: float = DEFAULT_SPEC_OFFSET,
         min_token_prob: float = DEFAULT_MIN_TOKEN_PROB,
+        past_cap: bool = False,
     ) -> None:
         depth = max_match if max_match is not None else (
             index.max_match if index is not None else DEFAULT_MAX_MATCH
@@ -615,6 +621,7 @@ class SuffixDrafter:
         self.spec_factor = spec_factor
         self.spec_offset = spec_offset
         self.min_token_prob = min_token_prob
+        self.past_cap = past_cap
         self.forward_passes = 0
         #: the latest proposal (tokens, probabilities, score, match length, source)
         self.last = NO_CANDIDATE
@@ -748,7 +755,12 @@ class SuffixDrafter:
         )
 
     def _candidate(self, n_max: int) -> SuffixCandidate:
-        return self._match(n_max)[0]
+        cand, text, ends, cap = self._match(n_max)
+        if not self.past_cap or ends is None or cap >= n_max or len(cand.tokens) < cap:
+            return cand  # nothing past the cap, or the walk ended before it
+        toks, probs = _walk(text, text.data, ends, n_max, self.min_token_prob)
+        return SuffixCandidate(tuple(toks), tuple(probs), float(sum(probs)), cand.match_len,
+                               cand.source, cand.occurrences)
 
     def _match(
         self, n_max: int

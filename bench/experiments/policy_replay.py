@@ -59,12 +59,13 @@ from app.engine.measure.draft_replay import PolicyReplay, ReplayRule, replay_pol
 from app.engine.measure.multiturn import load_conversations, prepare_turn
 from app.engine.measure.prompts import resolve_format
 from app.engine.policy import DraftLengthPolicy, PassTimes
+from app.engine.drafter_kinds import suffix_lookup
 from app.engine.drafters import PromptLookupDrafter
 from app.engine.sampling import TargetSampler
 from app.engine.session import Session, SessionConfig
 from app.engine.suffix import DEFAULT_MIN_TOKEN_PROB, SuffixDrafter, SuffixIndex
 from app.engine.text import TextStream, draft_length_before_end
-from app.options import SamplingParams, SpeculationConfig
+from app.options import SamplingParams, SpecMode, SpeculationConfig
 
 RULES: tuple[ReplayRule, ...] = get_args(ReplayRule)
 
@@ -166,7 +167,9 @@ def replay_set(turns: list[dict[str, Any]], times: dict[int, float], model: Llam
     for _ in range(repeat):
         index.clear()
         for t in turns:
-            drafter = (SuffixDrafter(index, min_token_prob=min_prob) if drafter_kind == "suffix"
+            drafter = (suffix_lookup.replay(SpeculationConfig(
+                           mode=SpecMode.SUFFIX, adaptive=rule != "full",
+                           suffix_min_prob=min_prob), index) if drafter_kind == "suffix"
                        else PromptLookupDrafter())
             by_eog, end = stop_cut(model, t)
             out.append(replay_policy(drafter, policy, t["prompt"], t["reply"], k, rule,

@@ -106,6 +106,28 @@ def test_context_match_copies_the_continuation_and_caps_it_by_match_length() -> 
     assert wide.draft(ctx, 8) == [8, 9, 2, 5, 6, 7]  # up to 6 = 2 × 3, ends at the context
 
 
+def test_past_the_cap_the_chosen_draft_continues_along_the_same_occurrences() -> None:
+    """With ``past_cap`` (the adaptive policy's drafter) the match is chosen as before
+    and its draft goes on to n_max, still stopped by the end of the text and by
+    ``min_token_prob``; the probabilities and keys of the longer draft follow it."""
+    idx = SuffixIndex()
+    idx.add_reply([5, 6, 30, 31, 40])
+    idx.add_reply([20, 5, 6, 30, 31, 32, 33, 34, 35])  # the latest wins the 40/32 tie
+    ctx = [1, 2, 5, 6]
+    capped, past = SuffixDrafter(idx), SuffixDrafter(idx, past_cap=True)
+    for d in (capped, past):
+        d.begin(ctx)
+    assert capped.draft(ctx, 8) == [30, 31]  # a 2-token match allows 2
+    assert past.draft(ctx, 8) == [30, 31, 32, 33, 34, 35]  # then to the reply's end
+    assert past.last.probs == (1.0, 1.0, 0.5, 0.5, 0.5, 0.5)  # 32 in 1 of 2 occurrences
+    assert past.last.score == sum(past.last.probs) and past.last.match_len == 2
+    assert len(past.token_keys()) == 6
+    assert past.draft(ctx, 3) == [30, 31, 32]  # n_max still caps it
+    picky = SuffixDrafter(idx, past_cap=True, min_token_prob=0.6)
+    picky.begin(ctx)
+    assert picky.draft(ctx, 8) == [30, 31]  # 0.5 < 0.6: stops where the estimate falls
+
+
 def test_no_match_no_draft_and_no_self_match() -> None:
     d = SuffixDrafter()
     d.begin([1, 2, 3, 4])
