@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -116,12 +117,17 @@ def main(argv: list[str] | None = None) -> int:
         r["of_own_quiet"] = r["decode_tps_median"] / base if base else None
         r["of_default_quiet"] = (r["decode_tps_median"] / quiet["default"]
                                  if quiet.get("default") else None)
+    # ggml's barrier is OpenMP's in this build: its waiting policy changes every figure
+    omp_env = {k: v for k, v in sorted(os.environ.items())
+               if k.startswith(("OMP_", "GOMP_", "KMP_"))}
     out = {"model": args.model.name, "replies": args.replies, "max_tokens": args.max_tokens,
-           "cores": C.machine_note()["cores"], "rows": rows}
+           "cores": C.machine_note()["cores"], "openmp_env": omp_env, "rows": rows}
 
     def text(data: dict[str, Any]) -> None:
         print(f"{data['model']}, {data['replies']} replies of {data['max_tokens']} tokens, "
               f"plain decoding, {data['cores']} cores")
+        if data["openmp_env"]:
+            print("OpenMP settings: " + " ".join(f"{k}={v}" for k, v in data["openmp_env"].items()))
         print(f"{'busy':>4} {'threads':>8} {'tok/s':>7} {'÷ own quiet':>11} "
               f"{'÷ default quiet':>15} {'threads used':>13}")
         for r in data["rows"]:

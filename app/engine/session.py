@@ -642,6 +642,12 @@ class Session:
         (:class:`~app.engine.policy.PassTimes`); None before anything was timed."""
         return self._pass_table()(n_tokens)
 
+    def calibrated_pass_times(self) -> dict[int, float]:
+        """The pass times timed at load, seconds by batch size (1 included): the cost
+        curve that sizes not yet verified at the current thread count borrow from
+        (:meth:`~app.engine.policy.PassTimes.calibrate`)."""
+        return self._pass_table().calibrated
+
     def measure_pass_times(self, sizes: Sequence[int], passes: int = PassTimes.trusted_after) -> None:
         """Time target passes over each of ``sizes`` tokens never timed in this session
         (``passes`` each after one that builds the graph, logits for every position as a

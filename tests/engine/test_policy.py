@@ -350,7 +350,7 @@ def test_a_fresh_session_calibrated_at_load_drafts_as_a_warm_one(cpu: str) -> No
 def test_a_session_calibrates_its_pass_sizes_at_load(tiny_target: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     with Session.open(SessionConfig(target_path=tiny_target, n_ctx=256)) as s:
-        cal = s._pass_table().calibrated
+        cal = s.calibrated_pass_times()
         # the budget allows every size of this tiny model
         assert sorted(cal) == sorted({1, *Session.CALIBRATION_SIZES}) and min(cal.values()) > 0
         t1 = s.pass_time(1)
@@ -361,12 +361,12 @@ def test_a_session_calibrates_its_pass_sizes_at_load(tiny_target: Path,
                                  SpeculationConfig()))
         assert events[-1].stats.prompt_tokens == 4
         s.ctx.set_threads(1, 1)  # a table for another thread count gets the same curve
-        assert s._pass_table().calibrated == cal
+        assert s.calibrated_pass_times() == cal
     with Session.open(SessionConfig(target_path=tiny_target, n_ctx=16)) as s:
-        assert s.n_ctx == 16 and max(s._pass_table().calibrated) == 16  # within the context
+        assert s.n_ctx == 16 and max(s.calibrated_pass_times()) == 16  # within the context
     monkeypatch.setattr(Session, "CALIBRATION_BUDGET", 0.0)
     with Session.open(SessionConfig(target_path=tiny_target, n_ctx=256)) as s:
-        assert list(s._pass_table().calibrated) == [1]  # nothing else fits the budget
+        assert list(s.calibrated_pass_times()) == [1]  # nothing else fits the budget
 
 
 def _replay_lookup(turns: list[list[Any]], times: dict[int, float], rule: str,
