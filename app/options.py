@@ -413,7 +413,9 @@ class SpeculationConfig(BaseModel):
             below this (``--draft-p-min``; probability among its 10 best tokens).
         ngram_min / ngram_max: n-gram sizes prompt lookup matches, in tokens.
         suffix_spec_factor: the suffix drafter proposes at most this many tokens per
-            matched context token (vLLM's ``suffix_decoding_max_spec_factor``).
+            matched context token (vLLM's ``suffix_decoding_max_spec_factor``) with a
+            fixed k; while ``adaptive`` it scores the matches, and the chosen one's
+            draft runs on to k for the policy to cut.
         suffix_min_prob: the suffix drafter stops where its count-estimated probability
             of the next token falls below this (``suffix_decoding_min_token_prob``;
             :mod:`app.engine.suffix`).
@@ -442,7 +444,8 @@ class SpeculationConfig(BaseModel):
     ngram_max: int = Field(4, ge=1, le=16, description=(
         "prompt lookup: the longest n-gram it matches"))
     suffix_spec_factor: float = Field(1.0, gt=0.0, le=float(K_MAX), description=(
-        "suffix lookup: the most draft tokens per matched context token"))
+        "suffix lookup: the most draft tokens per matched context token with a fixed k "
+        "(adaptive: the cap that scores the matches; the chosen draft runs on to k)"))
     suffix_min_prob: float = Field(0.1, ge=0.0, le=1.0, description=(
         "suffix lookup: stop drafting where the next token's estimated probability "
         "falls below this"))

@@ -425,11 +425,15 @@ def estimate_drafters(
             continue
         predicted: dict[int, float] = {}
         replayed: dict[int, ReplayCounts] = {}
+        # replay_reply verifies every draft token, as a fixed k does: the drafter of a
+        # fixed k, then (suffix lookup's drafts past its match-length cap are for a
+        # policy that cuts them; verified whole they would be priced far too low)
+        whole = speculation.with_changes(adaptive=False)
         for k in ks:
             total = ReplayCounts()
             index = SuffixIndex()
             for prompt, reply in turns:
-                drafter = kind.replay(speculation, index)
+                drafter = kind.replay(whole, index)
                 total = total + replay_reply(drafter, prompt, reply, k)
                 index.add_reply(reply)
             speedup = _replay_speedup(total, session.pass_time)

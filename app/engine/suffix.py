@@ -11,7 +11,9 @@ path, stops when that probability falls below ``min_token_prob``, and caps the d
 longer, more confident draft. Of all match lengths the draft with the highest score (the
 sum of its probabilities, i.e. the expected number of accepted tokens) wins.
 
-This module gives the same drafts with structures that suit Python and bounded memory:
+This module gives the same drafts with structures that suit Python and bounded memory
+(and, for a caller that cuts each draft itself, can continue the chosen draft past the
+cap: ``SuffixDrafter(past_cap=True)``):
 
 * :class:`SuffixIndex`, the earlier replies, is a flat ``int32`` token buffer (replies
   separated by −1) with a suffix array of its *reversed* text, sorted to
@@ -580,7 +582,8 @@ class SuffixDrafter:
     Args:
         index: earlier replies (None: the current context only).
         max_match: longest context match, tokens (default: the index's, else 32).
-        spec_factor, spec_offset: draft at most ``factor · match length + offset`` tokens.
+        spec_factor, spec_offset: draft at most ``factor · match length + offset`` tokens
+            (with ``past_cap``: score the matches with drafts so capped).
         min_token_prob: stop where the estimated probability falls below this.
         past_cap: the draft that wins under that cap continues along the same
             occurrences up to ``n_max`` tokens (still stopped by ``min_token_prob`` and
@@ -713,7 +716,8 @@ class SuffixDrafter:
     def peek(self, context: Sequence[int], n_max: int) -> SuffixCandidate:
         """What :meth:`draft` would propose now, without counting it as a round.
 
-        ``score`` is the expected accepted length under the count estimate; an auto
+        ``score`` is the expected accepted length under the count estimate (of the whole
+        draft, past the cap with ``past_cap``: a draft a policy will cut); an auto
         chooser compares ``(1 + score) / t(len + 1)`` with ``1 / t(1)`` using measured
         pass times t(n) (:class:`app.engine.policy.PassTimes`).
         """

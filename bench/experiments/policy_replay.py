@@ -168,7 +168,7 @@ def replay_set(turns: list[dict[str, Any]], times: dict[int, float], model: Llam
         index.clear()
         for t in turns:
             drafter = (suffix_lookup.replay(SpeculationConfig(
-                           mode=SpecMode.SUFFIX, adaptive=rule != "full",
+                           mode=SpecMode.SUFFIX, adaptive=rule in ("trim", "oracle"),
                            suffix_min_prob=min_prob), index) if drafter_kind == "suffix"
                        else PromptLookupDrafter())
             by_eog, end = stop_cut(model, t)

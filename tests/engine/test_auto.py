@@ -22,7 +22,9 @@ from app.engine.auto import (
     measured_speedups,
     resolve_auto,
 )
+from app.engine.measure.draft_replay import ReplayCounts, replay_reply
 from app.engine.session import Session, SessionConfig
+from app.engine.suffix import SuffixDrafter, SuffixIndex
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 
 LOOKUP, SUFFIX, DRAFT, OFF = (SpecMode.PROMPT_LOOKUP, SpecMode.SUFFIX, SpecMode.DRAFT_MODEL,
@@ -168,3 +170,23 @@ def test_estimates_from_a_session_replay_both_lookups(session: Session) -> None:
     events = list(session.generate([1, 5, 6, 7], SamplingParams(temperature=0.0, max_tokens=8), chosen))
     assert events[-1].stats.mode is chosen.mode
 
+
+
+def test_suffix_lookup_is_priced_with_the_drafts_a_replay_verifies_whole(session: Session) -> None:
+    """Auto's replay verifies every draft token, so it prices suffix lookup with a fixed
+    k's drafts (capped by the match length), not the longer ones a session's policy cuts:
+    verified whole, those would make a drafter that pays look like one that does not."""
+    reply = [300, 301, 302, 303, 304, 305, 306, 307, 308, 309]
+    turns = [([1, 5, 6], reply), ([1, 7, 300], [301, 302, 303, 400, 401, 402, 403, 404])]
+    spec = SpeculationConfig(mode=SpecMode.AUTO, draft_max=8)
+    est = {e.mode: e for e in estimate_drafters(session, turns, [], spec)}
+
+    def replayed(past_cap: bool) -> ReplayCounts:
+        index, total = SuffixIndex(), ReplayCounts()
+        for prompt, r in turns:
+            total = total + replay_reply(SuffixDrafter(index, past_cap=past_cap), prompt, r, 8)
+            index.add_reply(r)
+        return total
+
+    assert replayed(True).proposed > replayed(False).proposed  # the two drafters differ here
+    assert est[SUFFIX].replayed[8] == replayed(False)

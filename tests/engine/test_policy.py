@@ -24,8 +24,8 @@ from tests.synthetic import BOS
 
 def _suffix(index: SuffixIndex, rule: str) -> Drafter:
     """The suffix drafter a session drafts with under ``rule``: adaptive under ``trim``
-    (no match-length cap: the policy cuts), SuffixDecoding's cap when every draft token is
-    verified (``full``, a fixed k)."""
+    (drafts past the match-length cap, which the policy cuts), SuffixDecoding's cap when
+    every draft token is verified (``full``, a fixed k)."""
     kind = kind_for(SpecMode.SUFFIX)
     assert kind is not None and kind.replay is not None
     return kind.replay(SpeculationConfig(mode=SpecMode.SUFFIX, adaptive=rule != "full"), index)
@@ -281,7 +281,7 @@ def test_drafts_past_the_match_length_cap_pay_under_the_policy(cpu: str) -> None
     """The adaptive policy's suffix drafter continues its draft past SuffixDecoding's
     match-length cap and the policy cuts it: replayed, the agent set (tool calls and
     fixes that copy earlier replies from their first matched tokens on) runs faster than
-    with the cap on all three cost profiles (1.72, 2.45, 1.95× against 1.64, 2.38,
+    with the cap on all three cost profiles (1.71, 2.45, 1.95× against 1.64, 2.38,
     1.90×), and no set loses more than 3 %."""
     data = _recorded()
     times = _times(cpu)

@@ -128,6 +128,23 @@ def test_past_the_cap_the_chosen_draft_continues_along_the_same_occurrences() ->
     assert picky.draft(ctx, 8) == [30, 31]  # 0.5 < 0.6: stops where the estimate falls
 
 
+def test_past_the_cap_the_match_is_still_chosen_by_its_capped_draft() -> None:
+    """In the context alone the chosen copy runs on to the end of the text; and a shorter
+    match whose longer continuation would outscore it uncapped does not replace the
+    longer match: past the cap only the chosen draft grows."""
+    ctx = [1, 5, 6, 7, 8, 9, 2, 5, 6, 7]
+    own = SuffixDrafter(None, past_cap=True)
+    own.begin(ctx)
+    assert own.draft(ctx, 8) == [8, 9, 2, 5, 6, 7] and own.last.source == "context"
+    idx = SuffixIndex()
+    idx.add_reply([70, 71, 72, 80, 81])  # "70 71 72" then two tokens
+    idx.add_reply([60, 71, 72, 90, 91, 92, 93, 94, 95])  # only "71 72", then six
+    ctx = [1, 70, 71, 72]
+    past = SuffixDrafter(idx, past_cap=True)
+    past.begin(ctx)
+    assert past.draft(ctx, 8) == [80, 81] and past.last.match_len == 3
+
+
 def test_no_match_no_draft_and_no_self_match() -> None:
     d = SuffixDrafter()
     d.begin([1, 2, 3, 4])
