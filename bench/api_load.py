@@ -11,7 +11,7 @@ first chunk (the cancel path). Each request ends as one of:
 * ``refused``: a documented refusal — 429 ``queue_full`` with ``Retry-After`` (the
   queue is full) or 503 with ``Retry-After``;
 * ``lost``: anything else (a connection error, another status, a 429 without
-  Retry-After, a stream without ``[DONE]``): the goal is none.
+  Retry-After, a stream without ``[DONE]``): there should be none.
 
 Afterwards: ``/health`` must say ok, one more completion must be answered, and the
 server's resident memory (``psutil``) before the load, after it, and after a second

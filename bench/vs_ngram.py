@@ -47,7 +47,7 @@ stays one figure per side: Tandem's in its configuration (exact with ``--exact``
 
 Reported, medians over all (prompt, repeat) runs: decode tok/s per configuration, α,
 each configuration's speedup over its own tool's plain decoding and over Tandem plain,
-and the goal ratios (Tandem best ÷ Tandem plain, Tandem best ÷ llama.cpp
+and the headline ratios (Tandem best ÷ Tandem plain, Tandem best ÷ llama.cpp
 best n-gram mode, Tandem plain ÷ llama-bench tg, Tandem draft model ÷ draft-simple).
 Results also go to bench/out/vs_ngram-*.json. A run on a busy machine is marked
 ``disturbed`` (load average before it, or other processes' CPU time during it:
