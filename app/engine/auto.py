@@ -425,9 +425,9 @@ def estimate_drafters(
             continue
         predicted: dict[int, float] = {}
         replayed: dict[int, ReplayCounts] = {}
-        # replay_reply verifies every draft token, as a fixed k does: the drafter of a
-        # fixed k, then (suffix lookup's drafts past its match-length cap are for a
-        # policy that cuts them; verified whole they would be priced far too low)
+        # replay_reply verifies every draft token, as a fixed k does, so it replays a
+        # fixed k's drafter (suffix lookup's adaptive drafts run past its match-length
+        # cap for a policy to cut; verified whole they would be priced far too low)
         whole = speculation.with_changes(adaptive=False)
         for k in ks:
             total = ReplayCounts()

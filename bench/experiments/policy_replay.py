@@ -58,9 +58,9 @@ from app.engine.measure.bench import generate_once
 from app.engine.measure.draft_replay import PolicyReplay, ReplayRule, replay_policy
 from app.engine.measure.multiturn import load_conversations, prepare_turn
 from app.engine.measure.prompts import resolve_format
-from app.engine.policy import DraftLengthPolicy, PassTimes
 from app.engine.drafter_kinds import suffix_lookup
 from app.engine.drafters import PromptLookupDrafter
+from app.engine.policy import DraftLengthPolicy, PassTimes
 from app.engine.sampling import TargetSampler
 from app.engine.session import Session, SessionConfig
 from app.engine.suffix import DEFAULT_MIN_TOKEN_PROB, SuffixDrafter, SuffixIndex

@@ -171,7 +171,6 @@ def test_estimates_from_a_session_replay_both_lookups(session: Session) -> None:
     assert events[-1].stats.mode is chosen.mode
 
 
-
 def test_suffix_lookup_is_priced_with_the_drafts_a_replay_verifies_whole(session: Session) -> None:
     """Auto's replay verifies every draft token, so it prices suffix lookup with a fixed
     k's drafts (capped by the match length), not the longer ones a session's policy cuts:

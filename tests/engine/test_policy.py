@@ -16,8 +16,8 @@ from app.engine.measure.draft_replay import PolicyReplay, replay_policy
 from app.engine.policy import DraftLengthPolicy, PassTimes, UnverifiedTails
 from app.engine.sampling import SamplingParams
 from app.engine.session import Session, SessionConfig, SpeculationConfig
-from app.options import SpecMode
 from app.engine.suffix import SuffixDrafter, SuffixIndex
+from app.options import SpecMode
 from tests.engine.util import run
 from tests.synthetic import BOS
 
@@ -240,14 +240,16 @@ def _times(cpu: str) -> dict[int, float]:
 
 
 def _replay_set(turns: list[list[Any]], times: dict[int, float], rule: str,
-                k: int) -> list[PolicyReplay]:
-    """The set's turns in order through one policy and one reply index, as one bench run."""
-    table = _table(times)
-    policy = DraftLengthPolicy(table, key_prior=SuffixDrafter.key_prior)
+                k: int, table: PassTimes | None = None) -> list[PolicyReplay]:
+    """The set's turns in order through one policy and one reply index, as one bench run.
+    ``table``: the policy's pass times (default: every size of ``times`` trusted); when
+    given, each replayed pass is observed in it as the engine observes its passes."""
+    policy = DraftLengthPolicy(table or _table(times), key_prior=SuffixDrafter.key_prior)
     index, out = SuffixIndex(), []
     for prompt, reply, by_eog in turns:
         out.append(replay_policy(_suffix(index, rule), policy, prompt, reply, k, rule,  # type: ignore[arg-type]
-                                 times.__getitem__, ends_with_eog=by_eog, max_tokens=128))
+                                 times.__getitem__, ends_with_eog=by_eog, max_tokens=128,
+                                 observe_passes=table is not None))
         index.add_reply(reply)
     return out
 
@@ -310,14 +312,7 @@ def _replay_fresh(turns: list[list[Any]], times: dict[int, float],
         table.calibrate(n, t)
     for _ in range(PassTimes.trusted_after):
         table.observe(1, times[1])
-    policy = DraftLengthPolicy(table, key_prior=SuffixDrafter.key_prior)
-    index, out = SuffixIndex(), []
-    for prompt, reply, by_eog in turns:
-        out.append(replay_policy(_suffix(index, "trim"), policy, prompt, reply, 16, "trim",  # type: ignore[arg-type]
-                                 times.__getitem__, ends_with_eog=by_eog, max_tokens=128,
-                                 observe_passes=True))
-        index.add_reply(reply)
-    return _total(out)
+    return _total(_replay_set(turns, times, "trim", 16, table))
 
 
 #: t(n) / t(1) of the same CPU and build as :func:`_avx512_times`, measured again in
