@@ -21,10 +21,12 @@
 #                             packaging/install.sh --test builds only llama-server)
 #   LLAMA_TOOLS_DIR           where to download, build and install (default
 #                             bench/.llama-tools; the binaries land in its bin/)
-#   CMAKE_ARGS                extra CMake flags (e.g. -DGGML_CUDA=on); the CPU flags
-#                             of packaging/install.sh (packaging/cpu_flags.sh, which
-#                             reads TANDEM_CPU) are always passed first, as
-#                             llama-cpp-python was built with them
+#   CMAKE_ARGS                extra CMake flags, passed last
+#
+# The tools are configured with the flags the .venv's llama-cpp-python was compiled with
+# (the record packaging/install.sh leaves in .venv/.tandem-llama-backend: its CPU flags,
+# and -DGGML_CUDA=on or -DGGML_METAL=on where it built a GPU backend); without a .venv,
+# with this CPU's flags (packaging/cpu_flags.sh, which reads TANDEM_CPU).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -64,16 +66,23 @@ if [[ -f "$build/CMakeCache.txt" ]] && \
    ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$(cd "$src" && pwd)" "$build/CMakeCache.txt"; then
     rm -rf "$build"
 fi
-cpu_args="$(bash "$repo/packaging/cpu_flags.sh")"
-# shellcheck disable=SC2086  # CMAKE_ARGS and cpu_args are lists of flags
+marker="$repo/.venv/.tandem-llama-backend"
+if [[ -s "$marker" ]]; then
+    build_args="$(cat "$marker")"
+else
+    build_args="$(bash "$repo/packaging/cpu_flags.sh")"
+fi
+extra_args="${CMAKE_ARGS:-}"
+[[ "$extra_args" == "$build_args" ]] && extra_args=""  # install.sh exports its flags
+# shellcheck disable=SC2086  # build_args and extra_args are lists of flags
 cmake -S "$src" -B "$build" \
     -DCMAKE_BUILD_TYPE=Release \
-    $cpu_args \
+    $build_args \
     -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON \
-    ${CMAKE_ARGS:-}
+    $extra_args
 
 # -- 3. build only the tools asked for ------------------------------------------------
 # (llama-server's build tries to fetch its web UI's assets and goes on without them
@@ -89,5 +98,5 @@ for t in "${targets[@]}"; do
     cp "$exe" "$tools/bin/$t"
 done
 echo "$version" > "$tools/bin/VERSION"
-echo "$cpu_args" > "$tools/bin/CPU_FLAGS"  # install.sh rebuilds llama-server when they change
+echo "$build_args" > "$tools/bin/BUILD_FLAGS"  # install.sh rebuilds llama-server when they differ from its own
 echo "built: ${targets[*]} in $tools/bin (llama-cpp-python $version)"

@@ -90,8 +90,10 @@ if [[ $dry == 0 || $build_in_dry == 1 ]]; then
     jobs="${JOBS:-$(nproc)}"
     [[ $dry == 1 ]] && build="$repo/bench/out/gpu-build-cpu"
     say "configuring $src"
+    # the CPU flags install.sh compiles for this machine (never AMX, never -march=native)
+    read -r -a cpu_args <<< "$(bash "$repo/packaging/cpu_flags.sh")"
     cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
-        -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+        "${cpu_args[@]}" \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
         -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON "${cmake_gpu[@]}" > "$build.configure.log"
     say "building libllama ($jobs jobs)"

@@ -57,18 +57,17 @@ case "$backend" in
 esac
 export CMAKE_ARGS="${CMAKE_ARGS:-$cmake_args}"
 
-# pip caches the wheel it compiles; the cache key is the sdist, not CMAKE_ARGS, so a
-# wheel built with other flags must not be reused: this one install gets a pip cache of
-# its own per set of flags (a folder tandem-llama-<checksum of the flags> inside pip's
-# cache, $PIP_CACHE_DIR when set). A marker in the venv records the flags of its build.
+# pip caches the wheel it compiles under a key that ignores CMAKE_ARGS: this one install
+# gets a pip cache of its own per set of flags (packaging/llama_pip_cache.sh). A marker
+# in the venv records the flags of its build (bench/build_llama_tools.sh builds
+# llama.cpp's own tools with them).
 marker=.venv/.tandem-llama-backend
 if ! .venv/bin/python -c "import llama_cpp" >/dev/null 2>&1 \
    || [ "$(cat "$marker" 2>/dev/null)" != "$CMAKE_ARGS" ]; then
   echo "Building llama-cpp-python ($backend: $CMAKE_ARGS); this takes a few minutes the first time."
   extra=()
   if [ -f "$marker" ] && [ "$(cat "$marker")" != "$CMAKE_ARGS" ]; then extra=(--force-reinstall --no-deps); fi
-  flags_key=$(printf '%s' "$CMAKE_ARGS" | cksum | cut -d' ' -f1)
-  PIP_CACHE_DIR="${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pip}/tandem-llama-$flags_key" \
+  PIP_CACHE_DIR="$(bash packaging/llama_pip_cache.sh "$CMAKE_ARGS")" \
     "${PIP[@]}" install -q "${extra[@]}" "llama-cpp-python>=0.3.36,<0.4"
   echo "$CMAKE_ARGS" > "$marker"
 fi
@@ -121,7 +120,7 @@ if [ "$want_test" = 1 ]; then
 fi
 
 if [ "$want_test" = 1 ] && { [ ! -x bench/.llama-tools/bin/llama-server ] \
-     || [ "$(cat bench/.llama-tools/bin/CPU_FLAGS 2>/dev/null)" != "$cpu_args" ]; }; then
+     || [ "$(cat bench/.llama-tools/bin/BUILD_FLAGS 2>/dev/null)" != "$CMAKE_ARGS" ]; }; then
   # the remote-engine tests (tests/remote) start a real llama-server built from the same
   # llama-cpp-python sdist as the engine; built once, then kept (bench/.llama-tools is
   # gitignored). Needs cmake and a C++ compiler.

@@ -100,11 +100,9 @@ def llama_build_env() -> dict[str, str]:
     flags = (marker.read_text(encoding="utf-8").strip() if marker.is_file() else
              subprocess.run(["bash", str(REPO / "packaging" / "cpu_flags.sh"), "portable"],
                             capture_output=True, text=True, check=True).stdout.strip())
-    key = subprocess.run(["cksum"], input=flags, capture_output=True, text=True,
-                         check=True).stdout.split()[0]
-    pip_cache = os.environ.get("PIP_CACHE_DIR") or str(
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pip")
-    return {"CMAKE_ARGS": flags, "PIP_CACHE_DIR": str(Path(pip_cache) / f"tandem-llama-{key}")}
+    cache = subprocess.run(["bash", str(REPO / "packaging" / "llama_pip_cache.sh"), flags],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    return {"CMAKE_ARGS": flags, "PIP_CACHE_DIR": cache}
 
 
 @pytest.fixture(scope="session")

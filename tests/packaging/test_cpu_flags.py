@@ -86,11 +86,91 @@ def test_an_unknown_mode_is_refused(tmp_path: Path) -> None:
     assert "host or portable" in proc.stderr
 
 
-def test_the_app_and_llama_cpp_tools_are_built_with_the_same_flags() -> None:
-    for script in ("packaging/install.sh", "bench/build_llama_tools.sh"):
+def test_no_build_script_spells_cpu_flags_of_its_own() -> None:
+    for script in ("packaging/install.sh", "bench/build_llama_tools.sh", "bench/gpu_check.sh"):
         text = (REPO / script).read_text(encoding="utf-8")
         assert "cpu_flags.sh" in text, script
         assert "-DGGML_AVX2=ON" not in text, f"{script} spells CPU flags of its own"
+
+
+def build_tools(tmp_path: Path, marker: str | None, cpuinfo: str, **env: str) -> tuple[list[str], str]:
+    """``bench/build_llama_tools.sh`` from a copy of the scripts whose .venv records
+    ``marker`` (None: no .venv), on a CPU reporting ``cpuinfo``, with a stand-in ``cmake``
+    that logs its arguments and makes the targets: (the configure step's arguments, the
+    flags the script recorded beside the tools)."""
+    root = tmp_path / "repo"
+    for rel in ("bench/build_llama_tools.sh", "packaging/cpu_flags.sh"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / rel, root / rel)
+    if marker is not None:
+        (root / ".venv").mkdir()
+        (root / ".venv" / ".tandem-llama-backend").write_text(marker + "\n")
+    sdist = tmp_path / "sdist"
+    (sdist / "vendor" / "llama.cpp").mkdir(parents=True)
+    (sdist / "vendor" / "llama.cpp" / "CMakeLists.txt").write_text("")
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    log = tmp_path / "cmake.log"
+    (fake / "cmake").write_text(f"""#!/usr/bin/env bash
+if [ "$1" = --build ]; then
+  shift; build="$1"; shift
+  while [ $# -gt 0 ]; do [ "$1" = --target ] && break; shift; done; shift
+  mkdir -p "$build/bin"
+  for t in "$@"; do printf '#!/bin/sh\\n' > "$build/bin/$t"; chmod +x "$build/bin/$t"; done
+else
+  printf '%s\\n' "$@" > {log}
+fi
+""")
+    (fake / "cmake").chmod(0o755)
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nflags\t\t: {cpuinfo}\n")
+    base = {k: v for k, v in os.environ.items() if k not in ("TANDEM_CPU", "CMAKE_ARGS")}
+    subprocess.run(["bash", str(root / "bench" / "build_llama_tools.sh")], check=True,
+                   capture_output=True, text=True, timeout=60,
+                   env={**base, "PATH": f"{fake}:{base['PATH']}", "TANDEM_CPUINFO": str(info),
+                        "LLAMA_SDIST_DIR": str(sdist), "LLAMA_TOOLS_TARGETS": "llama-server",
+                        "LLAMA_TOOLS_DIR": str(tmp_path / "tools"), **env})
+    recorded = (tmp_path / "tools" / "bin" / "BUILD_FLAGS").read_text().strip()
+    return log.read_text().split(), recorded
+
+
+def test_llama_cpp_tools_are_built_with_the_flags_of_the_venv_build(tmp_path: Path) -> None:
+    """The venv's record wins over this CPU and TANDEM_CPU (a bundle's portable build
+    compared with tools built for the host would compare two builds); CMAKE_ARGS comes
+    last and is not repeated when it is the record itself (install.sh exports it)."""
+    cuda = "-DGGML_CUDA=on " + PORTABLE
+    args, recorded = build_tools(tmp_path / "a", cuda, ZEN4, TANDEM_CPU="host")
+    assert recorded == cuda
+    assert "-DGGML_CUDA=on" in args and "-DGGML_AVX512=OFF" in args
+    assert "-DGGML_AVX512=ON" not in args
+    args, _ = build_tools(tmp_path / "b", PORTABLE, ZEN4, CMAKE_ARGS=PORTABLE)
+    assert args.count("-DGGML_AVX2=ON") == 1
+    args, _ = build_tools(tmp_path / "c", PORTABLE, ZEN4, CMAKE_ARGS="-DGGML_CCACHE=OFF")
+    assert args[-1] == "-DGGML_CCACHE=OFF" and "-DGGML_AVX2=ON" in args
+
+
+def test_without_a_venv_the_tools_get_this_cpus_flags(tmp_path: Path) -> None:
+    args, recorded = build_tools(tmp_path / "host", None, ZEN4)
+    assert recorded.split() == flags(tmp_path, ZEN4, "host")
+    assert "-DGGML_AVX512=ON" in args and "-DGGML_AVX512_BF16=ON" in args
+    _, recorded = build_tools(tmp_path / "portable", None, ZEN4, TANDEM_CPU="portable")
+    assert recorded == PORTABLE
+
+
+def test_each_set_of_flags_gets_a_pip_cache_of_its_own(tmp_path: Path) -> None:
+    script = REPO / "packaging" / "llama_pip_cache.sh"
+    env = {k: v for k, v in os.environ.items() if k != "PIP_CACHE_DIR"}
+
+    def cache(flags: str, **extra: str) -> str:
+        return subprocess.run(["bash", str(script), flags], capture_output=True, text=True,
+                              check=True, env={**env, **extra}).stdout.strip()
+
+    a, b = cache(PORTABLE), cache("-DGGML_CUDA=on " + PORTABLE)
+    assert a != b and a == cache(PORTABLE)
+    assert Path(a).name.startswith("tandem-llama-")
+    assert Path(cache(PORTABLE, PIP_CACHE_DIR=str(tmp_path))).parent == tmp_path
+    assert Path(cache(PORTABLE, XDG_CACHE_HOME=str(tmp_path))).parent == tmp_path / "pip"
+    assert "llama_pip_cache.sh" in (REPO / "packaging" / "install.sh").read_text()
 
 
 def bundle_check(tmp_path: Path, marker: str | None, *args: str) -> subprocess.CompletedProcess[str]:
