@@ -21,12 +21,17 @@
 #                             packaging/install.sh --test builds only llama-server)
 #   LLAMA_TOOLS_DIR           where to download, build and install (default
 #                             bench/.llama-tools; the binaries land in its bin/)
-#   CMAKE_ARGS                extra CMake flags, passed last
+#   CMAKE_ARGS                extra CMake flags, passed last (left out when they equal
+#                             the record below: install.sh exports its own)
 #
-# The tools are configured with the flags the .venv's llama-cpp-python was compiled with
-# (the record packaging/install.sh leaves in .venv/.tandem-llama-backend: its CPU flags,
-# and -DGGML_CUDA=on or -DGGML_METAL=on where it built a GPU backend); without a .venv,
-# with this CPU's flags (packaging/cpu_flags.sh, which reads TANDEM_CPU).
+# The tools are configured with the flags the .venv's llama-cpp-python was compiled with:
+# the CMAKE_ARGS packaging/install.sh recorded in .venv/.tandem-llama-backend, exactly as
+# it passed them (its CPU flags from packaging/cpu_flags.sh, with -DGGML_CUDA=on for a
+# CUDA build; -DGGML_METAL=on alone on Apple Silicon; a user's own CMAKE_ARGS as given).
+# Without that record, with this CPU's flags (packaging/cpu_flags.sh, which reads
+# TANDEM_CPU). The flags used are written to bin/BUILD_FLAGS; when they change, the build
+# folder starts afresh (CMake would keep options the new flags leave out) and the tools
+# in bin/ built with the old ones are removed.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -59,7 +64,7 @@ if [[ ! -f "$src/CMakeLists.txt" ]]; then
     exit 2
 fi
 
-# -- 2. configure: the same CPU flags as the app's llama-cpp-python (install.sh) -----
+# -- 2. configure: the flags of the app's llama-cpp-python (install.sh's record) -------
 build="$tools/build"
 # A build folder configured for another source tree (another sdist) cannot be reused.
 if [[ -f "$build/CMakeCache.txt" ]] && \
@@ -73,7 +78,15 @@ else
     build_args="$(bash "$repo/packaging/cpu_flags.sh")"
 fi
 extra_args="${CMAKE_ARGS:-}"
-[[ "$extra_args" == "$build_args" ]] && extra_args=""  # install.sh exports its flags
+[[ "$extra_args" == "$build_args" ]] && extra_args=""
+flags="$build_args${extra_args:+ $extra_args}"
+# Other flags than last time: CMake's cache keeps every option the new flags leave out
+# (a CUDA build's GGML_CUDA=ON under a CPU record), so configure afresh, and drop the
+# tools built with the old flags, which BUILD_FLAGS would no longer describe.
+if [[ "$(cat "$tools/bin/BUILD_FLAGS" 2>/dev/null)" != "$flags" ]]; then
+    rm -rf "$build"
+    for t in llama-bench llama-speculative-simple llama-server; do rm -f "$tools/bin/$t"; done
+fi
 # shellcheck disable=SC2086  # build_args and extra_args are lists of flags
 cmake -S "$src" -B "$build" \
     -DCMAKE_BUILD_TYPE=Release \
@@ -98,5 +111,5 @@ for t in "${targets[@]}"; do
     cp "$exe" "$tools/bin/$t"
 done
 echo "$version" > "$tools/bin/VERSION"
-echo "$build_args" > "$tools/bin/BUILD_FLAGS"  # install.sh rebuilds llama-server when they differ from its own
+echo "$flags" > "$tools/bin/BUILD_FLAGS"  # install.sh rebuilds llama-server when they differ from its own
 echo "built: ${targets[*]} in $tools/bin (llama-cpp-python $version)"

@@ -91,7 +91,8 @@ if [[ $dry == 0 || $build_in_dry == 1 ]]; then
     [[ $dry == 1 ]] && build="$repo/bench/out/gpu-build-cpu"
     say "configuring $src"
     # the CPU flags install.sh compiles for this machine (never AMX, never -march=native)
-    read -r -a cpu_args <<< "$(bash "$repo/packaging/cpu_flags.sh")"
+    cpu_flags="$(bash "$repo/packaging/cpu_flags.sh")"  # its own statement: set -e sees a failure
+    read -r -a cpu_args <<< "$cpu_flags"
     cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
         "${cpu_args[@]}" \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \

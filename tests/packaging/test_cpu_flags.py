@@ -93,45 +93,60 @@ def test_no_build_script_spells_cpu_flags_of_its_own() -> None:
         assert "-DGGML_AVX2=ON" not in text, f"{script} spells CPU flags of its own"
 
 
-def build_tools(tmp_path: Path, marker: str | None, cpuinfo: str, **env: str) -> tuple[list[str], str]:
-    """``bench/build_llama_tools.sh`` from a copy of the scripts whose .venv records
-    ``marker`` (None: no .venv), on a CPU reporting ``cpuinfo``, with a stand-in ``cmake``
-    that logs its arguments and makes the targets: (the configure step's arguments, the
-    flags the script recorded beside the tools)."""
-    root = tmp_path / "repo"
-    for rel in ("bench/build_llama_tools.sh", "packaging/cpu_flags.sh"):
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / rel, root / rel)
-    if marker is not None:
-        (root / ".venv").mkdir()
-        (root / ".venv" / ".tandem-llama-backend").write_text(marker + "\n")
-    sdist = tmp_path / "sdist"
-    (sdist / "vendor" / "llama.cpp").mkdir(parents=True)
-    (sdist / "vendor" / "llama.cpp" / "CMakeLists.txt").write_text("")
-    fake = tmp_path / "fakebin"
-    fake.mkdir()
-    log = tmp_path / "cmake.log"
-    (fake / "cmake").write_text(f"""#!/usr/bin/env bash
+class ToolsBuild:
+    """``bench/build_llama_tools.sh`` from a copy of the scripts, on a CPU reporting
+    ``cpuinfo``, with a stand-in ``cmake`` that logs its configure arguments (one per
+    line), notes whether the build folder was configured before, and makes the targets."""
+
+    def __init__(self, tmp_path: Path, cpuinfo: str) -> None:
+        self.root, self.tools = tmp_path / "repo", tmp_path / "tools"
+        for rel in ("bench/build_llama_tools.sh", "packaging/cpu_flags.sh"):
+            (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / rel, self.root / rel)
+        self.sdist = tmp_path / "sdist"
+        (self.sdist / "vendor" / "llama.cpp").mkdir(parents=True)
+        (self.sdist / "vendor" / "llama.cpp" / "CMakeLists.txt").write_text("")
+        self.fake = tmp_path / "fakebin"
+        self.fake.mkdir()
+        self.log = tmp_path / "cmake.log"
+        (self.fake / "cmake").write_text("""#!/usr/bin/env bash
 if [ "$1" = --build ]; then
-  shift; build="$1"; shift
-  while [ $# -gt 0 ]; do [ "$1" = --target ] && break; shift; done; shift
+  build="$2"; shift 2
+  while [ $# -gt 0 ] && [ "$1" != --target ]; do shift; done; shift
   mkdir -p "$build/bin"
   for t in "$@"; do printf '#!/bin/sh\\n' > "$build/bin/$t"; chmod +x "$build/bin/$t"; done
 else
-  printf '%s\\n' "$@" > {log}
+  printf '%s\\n' "$@" > "$CMAKE_LOG"
+  args=("$@")
+  for i in "${!args[@]}"; do [ "${args[$i]}" = -B ] && build="${args[$((i + 1))]}"; done
+  mkdir -p "$build"
+  if [ -e "$build/configured" ]; then echo reused >> "$CMAKE_LOG"; fi
+  touch "$build/configured"
 fi
 """)
-    (fake / "cmake").chmod(0o755)
-    info = tmp_path / "cpuinfo"
-    info.write_text(f"processor\t: 0\nflags\t\t: {cpuinfo}\n")
-    base = {k: v for k, v in os.environ.items() if k not in ("TANDEM_CPU", "CMAKE_ARGS")}
-    subprocess.run(["bash", str(root / "bench" / "build_llama_tools.sh")], check=True,
-                   capture_output=True, text=True, timeout=60,
-                   env={**base, "PATH": f"{fake}:{base['PATH']}", "TANDEM_CPUINFO": str(info),
-                        "LLAMA_SDIST_DIR": str(sdist), "LLAMA_TOOLS_TARGETS": "llama-server",
-                        "LLAMA_TOOLS_DIR": str(tmp_path / "tools"), **env})
-    recorded = (tmp_path / "tools" / "bin" / "BUILD_FLAGS").read_text().strip()
-    return log.read_text().split(), recorded
+        (self.fake / "cmake").chmod(0o755)
+        self.info = tmp_path / "cpuinfo"
+        self.info.write_text(f"processor\t: 0\nflags\t\t: {cpuinfo}\n")
+
+    def record(self, marker: str | None) -> None:
+        """The .venv's record of its llama-cpp-python build (None: no record)."""
+        path = self.root / ".venv" / ".tandem-llama-backend"
+        path.unlink(missing_ok=True)
+        if marker is not None:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(marker + "\n")
+
+    def run(self, targets: str = "llama-server", **env: str) -> tuple[list[str], str]:
+        """(the configure step's arguments, then "reused" if the folder was configured
+        before; the flags recorded beside the tools)."""
+        base = {k: v for k, v in os.environ.items() if k not in ("TANDEM_CPU", "CMAKE_ARGS")}
+        subprocess.run(["bash", str(self.root / "bench" / "build_llama_tools.sh")], check=True,
+                       capture_output=True, text=True, timeout=60,
+                       env={**base, "PATH": f"{self.fake}:{base['PATH']}", "CMAKE_LOG": str(self.log),
+                            "TANDEM_CPUINFO": str(self.info), "LLAMA_SDIST_DIR": str(self.sdist),
+                            "LLAMA_TOOLS_TARGETS": targets, "LLAMA_TOOLS_DIR": str(self.tools), **env})
+        recorded = (self.tools / "bin" / "BUILD_FLAGS").read_text().strip()
+        return self.log.read_text().splitlines(), recorded
 
 
 def test_llama_cpp_tools_are_built_with_the_flags_of_the_venv_build(tmp_path: Path) -> None:
@@ -139,22 +154,44 @@ def test_llama_cpp_tools_are_built_with_the_flags_of_the_venv_build(tmp_path: Pa
     compared with tools built for the host would compare two builds); CMAKE_ARGS comes
     last and is not repeated when it is the record itself (install.sh exports it)."""
     cuda = "-DGGML_CUDA=on " + PORTABLE
-    args, recorded = build_tools(tmp_path / "a", cuda, ZEN4, TANDEM_CPU="host")
+    build = ToolsBuild(tmp_path / "a", ZEN4)
+    build.record(cuda)
+    args, recorded = build.run(TANDEM_CPU="host")
     assert recorded == cuda
     assert "-DGGML_CUDA=on" in args and "-DGGML_AVX512=OFF" in args
     assert "-DGGML_AVX512=ON" not in args
-    args, _ = build_tools(tmp_path / "b", PORTABLE, ZEN4, CMAKE_ARGS=PORTABLE)
-    assert args.count("-DGGML_AVX2=ON") == 1
-    args, _ = build_tools(tmp_path / "c", PORTABLE, ZEN4, CMAKE_ARGS="-DGGML_CCACHE=OFF")
+    build = ToolsBuild(tmp_path / "b", ZEN4)
+    build.record(PORTABLE)
+    args, recorded = build.run(CMAKE_ARGS=PORTABLE)
+    assert args.count("-DGGML_AVX2=ON") == 1 and recorded == PORTABLE
+    args, recorded = build.run(CMAKE_ARGS="-DGGML_CCACHE=OFF")
     assert args[-1] == "-DGGML_CCACHE=OFF" and "-DGGML_AVX2=ON" in args
+    assert recorded == PORTABLE + " -DGGML_CCACHE=OFF"
 
 
-def test_without_a_venv_the_tools_get_this_cpus_flags(tmp_path: Path) -> None:
-    args, recorded = build_tools(tmp_path / "host", None, ZEN4)
+def test_without_a_record_the_tools_get_this_cpus_flags(tmp_path: Path) -> None:
+    args, recorded = ToolsBuild(tmp_path / "host", ZEN4).run()
     assert recorded.split() == flags(tmp_path, ZEN4, "host")
     assert "-DGGML_AVX512=ON" in args and "-DGGML_AVX512_BF16=ON" in args
-    _, recorded = build_tools(tmp_path / "portable", None, ZEN4, TANDEM_CPU="portable")
+    _, recorded = ToolsBuild(tmp_path / "portable", ZEN4).run(TANDEM_CPU="portable")
     assert recorded == PORTABLE
+
+
+def test_other_flags_configure_afresh_and_drop_the_tools_built_with_the_old_ones(
+        tmp_path: Path) -> None:
+    """CMake keeps options a new configuration leaves out (a CUDA build's GGML_CUDA under
+    a later CPU record), and BUILD_FLAGS describes every tool in bin/."""
+    build = ToolsBuild(tmp_path, ZEN4)
+    build.record("-DGGML_CUDA=on " + PORTABLE)
+    build.run("llama-bench llama-server")
+    args, _ = build.run("llama-server")
+    assert args[-1] == "reused"  # the same flags: the folder is kept
+    assert (build.tools / "bin" / "llama-bench").exists()
+    build.record(PORTABLE)
+    args, recorded = build.run("llama-server")
+    assert args[-1] != "reused" and recorded == PORTABLE
+    assert (build.tools / "bin" / "llama-server").exists()
+    assert not (build.tools / "bin" / "llama-bench").exists()
 
 
 def test_each_set_of_flags_gets_a_pip_cache_of_its_own(tmp_path: Path) -> None:
