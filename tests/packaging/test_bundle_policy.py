@@ -64,9 +64,10 @@ def test_debian_packages_from_dpkg_or_the_known_table(monkeypatch: pytest.Monkey
     if shutil.which("dpkg") is None:
         pytest.skip("not a Debian-based host")
     assert make_packages.debian_packages({"libz.so.1"}) == ["zlib1g"]
-    monkeypatch.setattr(make_packages, "_known_packages", lambda: {"libtandem-fake.so.1": "libtandem-fake1"})
-    assert make_packages.debian_packages({"libtandem-fake.so.1"}) == ["libtandem-fake1"]
-    with pytest.raises(SystemExit, match="libunknown.so.3"):
-        make_packages.debian_packages({"libunknown.so.3"})
-    monkeypatch.undo()
+    with monkeypatch.context() as mp:  # not monkeypatch.undo(): that undoes TANDEM_HOME too
+        mp.setattr(make_packages, "_known_packages",
+                   lambda: {"libtandem-fake.so.1": "libtandem-fake1"})
+        assert make_packages.debian_packages({"libtandem-fake.so.1"}) == ["libtandem-fake1"]
+        with pytest.raises(SystemExit, match="libunknown.so.3"):
+            make_packages.debian_packages({"libunknown.so.3"})
     assert make_packages._known_packages()["libxcb-cursor.so.0"] == "libxcb-cursor0"
