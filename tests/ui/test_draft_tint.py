@@ -18,7 +18,7 @@ import pytest
 from PySide6.QtGui import QColor, QTextDocument
 
 from app.ui.chat.chat_view import MessageView, MessageWidget
-from app.ui.chat.markdown_render import TINT_COLOR
+from app.ui.chat.markdown_render import TINT_COLOR, render_markdown
 
 TINT = QColor(TINT_COLOR).name()
 CASES = 60
@@ -223,3 +223,17 @@ def test_reply_code_outside_a_fence_keeps_its_indentation(qtbot) -> None:
     # lists still nest and render as lists (no bullets in the text, the indent is layout)
     nested = reply_widget(qtbot, "- a\n    - b\n- c", (), tint=False)
     assert nested.shown_text.split() == ["a", "b", "c"]
+
+
+def test_an_indented_code_block_keeps_its_lines_together(qtbot) -> None:
+    """A reply that continues code after a blank line (the body of a function the prompt
+    began) is Markdown's indented code block: its deeper lines stay in it, indented
+    relative to the first, instead of falling out as flush-left prose."""
+    text = "\n\n    if n < 1:\n        return n\n\n    return fib(n - 1)\n\nDone.\n"
+    for tint in (False, True):
+        w = reply_widget(qtbot, text, [(6, 20)] if tint else (), tint=tint)
+        lines = [line.rstrip() for line in w.shown_text.replace("\u00a0", " ").splitlines()]
+        assert lines[lines.index("if n < 1:") + 1] == "    return n"
+        assert "return fib(n - 1)" in lines and "Done." in lines
+    html = render_markdown(text).html
+    assert "<pre><code>if n &lt; 1:\n    return n\n\nreturn fib(n - 1)\n</code></pre>" in html

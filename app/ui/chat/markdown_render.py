@@ -75,14 +75,17 @@ def _keep_indentation(lines: list[str]) -> list[str]:
     with list, quote or table syntax are left to Markdown (nesting depends on spaces).
     """
     out: list[str] = []
-    block_kind = "blank"  # "blank", "plain", "structured"
+    block_kind = "blank"  # "blank", "plain", "structured", "code" (indented code block)
     for line in lines:
         if not line.strip():
-            block_kind = "blank"
+            block_kind = "blank" if block_kind != "code" else "code"  # code spans blank lines
             out.append(line)
             continue
+        if block_kind == "code" and _indent_width(line) < 4:
+            block_kind = "blank"  # a line indented less ends the code block
         if block_kind == "blank":
-            block_kind = ("structured" if _LIST_OR_QUOTE.match(line) or _TABLE_ROW.match(line)
+            block_kind = ("code" if _indent_width(line) >= 4 else
+                          "structured" if _LIST_OR_QUOTE.match(line) or _TABLE_ROW.match(line)
                           else "plain")
             out.append(line)
             continue
@@ -92,6 +95,13 @@ def _keep_indentation(lines: list[str]) -> list[str]:
         else:
             out.append(line)
     return out
+
+
+def _indent_width(line: str) -> int:
+    """Columns of leading whitespace, a tab reaching the next multiple of 4 (Markdown's
+    rule for indented code blocks)."""
+    m = _LEADING_WS.match(line)
+    return len(m.group(0).expandtabs(4)) if m else 0
 
 
 @functools.lru_cache(maxsize=256)
