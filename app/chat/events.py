@@ -198,6 +198,10 @@ class ModelInfo:
     nextn_layers: int = 0
     #: the drafter model is an MTP assistant (Gemma 4's), which drafts as MTP
     draft_is_assistant: bool = False
+    #: CPU threads at load (0: unknown, remote), and whether the thread governor picks
+    #: them (the setting is Auto) or the user fixed them
+    n_threads: int = 0
+    threads_auto: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -293,6 +293,8 @@ def describe_session(session: Session, seconds: float) -> ModelInfo:
         exact_notes=_exact_verification_notes(session),
         nextn_layers=session.target.n_layer_nextn,
         draft_is_assistant=session.assistant_model is not None,
+        n_threads=session.n_threads,
+        threads_auto=session.config.n_threads is None,
     )
 
 

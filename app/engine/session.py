@@ -603,6 +603,12 @@ class Session:
         return self.ctx.n_ctx
 
     @property
+    def n_threads(self) -> int:
+        """CPU threads the target decodes with now (the thread governor changes it
+        between rounds when ``config.n_threads`` is None)."""
+        return self.ctx.n_threads
+
+    @property
     def target_step_time(self) -> float | None:
         """Median time of a plain one-token target pass seen in this session, seconds."""
         s = self._target_step_samples

@@ -67,6 +67,9 @@ def create_application(argv: Sequence[str] | None = None) -> QApplication:
         qapp.setWindowIcon(QIcon(str(icon)))
     qapp.setStyle("Fusion")
     qapp.setStyleSheet(style_sheet())
+    from app.ui import tooltips
+
+    tooltips.install(qapp)
     return qapp
 
 

@@ -262,6 +262,7 @@ class MainWindow(QMainWindow):
             self.chat.set_starter_prompts(())
         else:
             self.gauge.set_cpu_only(info.n_gpu_layers == 0)
+            self.sampling_panel.set_gpu_supported(info.gpu_supported or info.remote is not None)
             self.gauge.set_assistant(info.draft_path.name if info.draft_is_assistant
                                      and info.draft_path is not None else None)
             base = info.uses_fallback_template
@@ -287,10 +288,7 @@ class MainWindow(QMainWindow):
                             last_stats: SpecStats | None) -> None:
         self.system_prompt.set_text(conversation.system_prompt if conversation else "")
         self.chat.set_messages([message_view(m) for m in messages])
-        if last_stats is not None:
-            self.gauge.show_stored(last_stats)
-        else:
-            self.gauge.show_no_reply()
+        self.gauge.show_stored(last_stats)  # None: no figures (not another conversation's)
         if not self.gauge.live:  # a reply that streams keeps its own explanation
             last = next((m for m in reversed(messages) if m.role == "assistant" and m.stats), None)
             self.gauge.set_explanation(stored_auto_explanation(last.stats if last else None))

@@ -32,6 +32,10 @@ def status_text(info: ModelInfo | None, *, loading: bool, generating: bool) -> s
                 + (" · generating…" if generating else ""))
     where = f"GPU {info.n_gpu_layers}/{info.n_layer} layers" if info.n_gpu_layers else "CPU only"
     text = f"{info.target_path.name} · context {info.n_ctx} · {where}"
+    if info.n_threads:
+        text += (f" · {info.n_threads} CPU thread{'s' if info.n_threads != 1 else ''} at load "
+                 + ("(Auto: follows the free cores; each reply's footer says how many it used)"
+                    if info.threads_auto else "(fixed in Sampling → Model)"))
     if info.exact_verification:
         text += " · exact verification"
     if info.uses_fallback_template:

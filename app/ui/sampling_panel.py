@@ -39,6 +39,9 @@ MAX_THREADS = min(512, 4 * (os.cpu_count() or 1))
 SPIN_MAX = 2**31 - 1
 
 
+_CPU_ONLY_TIP = "Run every layer on the CPU even when a GPU backend is available"
+_GPU_LAYERS_TIP = "layers to put on the GPU; 999 = all"
+
 class SamplingSettingsWidget(QWidget):
     """Form for sampling and speculation details (next reply) and model options (reload)."""
 
@@ -105,8 +108,9 @@ class SamplingSettingsWidget(QWidget):
         self.n_ctx = self._int(256, 1_048_576, "context window in tokens: the conversation must fit in it")
         self.n_ctx.setSingleStep(1024)
         self.cpu_only = QCheckBox("CPU only")
-        self.cpu_only.setToolTip("Run every layer on the CPU even when a GPU backend is available")
-        self.gpu_layers = self._int(0, 999, "layers to put on the GPU; 999 = all")
+        self.cpu_only.setToolTip(_CPU_ONLY_TIP)
+        self.gpu_layers = self._int(0, 999, _GPU_LAYERS_TIP)
+        self._gpu_supported = True
         self.threads = self._int(0, MAX_THREADS, (
             "CPU threads for decoding. Auto: as many as the cores other programs leave free, "
             "changed while a reply runs when the machine gets busy or quiet (a thread that "
@@ -199,7 +203,7 @@ class SamplingSettingsWidget(QWidget):
             self.threads.setValue(model.n_threads or 0)
             self.cpu_only.setChecked(model.n_gpu_layers == 0)
             self.gpu_layers.setValue(999 if model.n_gpu_layers is None else model.n_gpu_layers)
-            self.gpu_layers.setEnabled(model.n_gpu_layers != 0)
+            self.gpu_layers.setEnabled(self._gpu_supported and model.n_gpu_layers != 0)
             self.exact.setChecked(model.exact_verification)
         finally:
             self._filling = False
@@ -274,9 +278,22 @@ class SamplingSettingsWidget(QWidget):
             self._speculation = self.speculation()
             self.speculation_changed.emit(self._speculation)
 
+    def set_gpu_supported(self, supported: bool) -> None:
+        """Whether this llama.cpp build can put layers on a GPU (:attr:`ModelInfo.gpu_supported
+        <app.chat.events.ModelInfo.gpu_supported>`): without a GPU backend, GPU layers and
+        CPU only are greyed out and their tooltips say why (every layer runs on the CPU
+        whatever they hold)."""
+        self._gpu_supported = supported
+        why = ("This llama.cpp build has no GPU backend (CUDA, Metal or Vulkan): every "
+               "layer runs on the CPU.")
+        self.cpu_only.setEnabled(supported)
+        self.cpu_only.setToolTip(_CPU_ONLY_TIP if supported else why)
+        self.gpu_layers.setToolTip(_GPU_LAYERS_TIP if supported else why)
+        self.gpu_layers.setEnabled(supported and not self.cpu_only.isChecked())
+
     @Slot()
     def _on_model_value_changed(self) -> None:
-        self.gpu_layers.setEnabled(not self.cpu_only.isChecked())
+        self.gpu_layers.setEnabled(self._gpu_supported and not self.cpu_only.isChecked())
         if not self._filling:
             self.model_options_changed.emit(self.n_ctx.value(), self.gpu_layers_value(),
                                             self.exact.isChecked(), self.threads.value() or None)

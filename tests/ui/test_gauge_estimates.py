@@ -75,3 +75,25 @@ def test_an_mtp_reply_drafted_by_a_loaded_assistant_is_titled_with_it(qtbot) -> 
     g.set_assistant("mtp-gemma-4-E2B-it-Q4_0.gguf")
     g.refresh()
     assert g.mode_label.text().startswith("MTP (assistant: mtp-gemma-4-E2B-it-Q4_0.gguf)")
+
+
+def test_the_cpu_caveat_stands_beside_a_prediction_only(qtbot) -> None:
+    """On a CPU the gauge says why the prediction overstates; beside a reply decoded with
+    speculation off, whose prediction is "1× (off)", the caveat has nothing to qualify."""
+    from app.options import SpecMode
+
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    g.set_cpu_only(True)
+    g.refresh()
+    assert g.prediction_note.isHidden()  # no reply yet
+    g.show_stored(_stats(40, 30))
+    g.refresh()
+    assert not g.prediction_note.isHidden()
+    g.show_stored(SpecStats(mode=SpecMode.OFF, emitted=20, rounds=20, decode_time=0.5))
+    g.refresh()
+    assert g.value_text("predicted") == "1× (off)" and g.prediction_note.isHidden()
+    g.set_cpu_only(False)
+    g.show_stored(_stats(40, 30))
+    g.refresh()
+    assert g.prediction_note.isHidden()  # a GPU: the formula's assumption holds there

@@ -4,7 +4,6 @@ error reporting, settings and conversation management, and the QThread-leak guar
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import os
 import subprocess
@@ -77,6 +76,27 @@ def test_reply_footer() -> None:
     assert "no speculation" in plain and "α" not in plain
     auto = {**stats, "mode": "suffix", "auto": {"mode": "suffix", "reason": "estimate"}}
     assert "Auto: suffix lookup k=4" in reply_footer(auto, "stop")
+
+
+def test_the_thread_count_is_shown_at_load_and_under_each_reply() -> None:
+    """The governor changes the thread count between rounds: the status bar says what the
+    model loaded with and whether Auto follows the free cores, each reply's footer what
+    it ended with."""
+    from app.chat.events import ModelInfo
+    from app.ui.panels import status_text
+
+    one = SpecStats(emitted=5, rounds=5, decode_time=0.5, n_threads=1).to_dict()
+    assert "· 1 CPU thread ·" in reply_footer(one, "stop")
+    two = SpecStats(emitted=5, rounds=5, decode_time=0.5, n_threads=2).to_dict()
+    assert "· 2 CPU threads ·" in reply_footer(two, "stop")
+    assert "thread" not in reply_footer(SpecStats(emitted=5, rounds=5, decode_time=0.5).to_dict(), "stop")
+    info = ModelInfo(Path("m.gguf"), "m", None, None, 4096, 18, 0, False, None, False, 1.0,
+                     n_threads=2, threads_auto=True)
+    assert "CPU only · 2 CPU threads at load (Auto: follows the free cores" in status_text(
+        info, loading=False, generating=False)
+    fixed = status_text(dataclasses.replace(info, n_threads=1, threads_auto=False),
+                        loading=False, generating=False)
+    assert fixed.endswith("· 1 CPU thread at load (fixed in Sampling → Model)")
 
 
 # -- widgets --------------------------------------------------------------------------
@@ -463,3 +483,42 @@ def test_sampling_panel_ranges_and_tooltips_are_the_fields(qtbot) -> None:
     # an open lower bound (top_p > 0) starts one shown step above it
     assert panel.top_p.minimum() == pytest.approx(0.01) and panel.top_p.maximum() == 1.0
     assert panel.seed.minimum() == -1 and panel.seed.maximum() == SPIN_MAX  # a C int
+
+
+def test_without_a_gpu_backend_the_gpu_settings_are_greyed_out_and_say_why(qtbot) -> None:
+    from app.ui.sampling_panel import SamplingSettingsWidget
+
+    panel = SamplingSettingsWidget()
+    qtbot.addWidget(panel)
+    assert panel.gpu_layers.isEnabled() and panel.cpu_only.isEnabled()
+    emitted: list[object] = []
+    panel.model_options_changed.connect(lambda *a: emitted.append(a))
+    panel.set_gpu_supported(False)
+    assert not panel.gpu_layers.isEnabled() and not panel.cpu_only.isEnabled()
+    assert "no GPU backend" in panel.gpu_layers.toolTip()
+    assert emitted == []  # nothing to reload: the settings themselves did not change
+    panel.threads.setValue(1)  # another model setting does not re-enable them
+    assert not panel.gpu_layers.isEnabled()
+    panel.set_gpu_supported(True)
+    assert panel.gpu_layers.isEnabled() and "999 = all" in panel.gpu_layers.toolTip()
+
+
+def test_long_plain_tooltips_are_wrapped_when_shown(qtbot) -> None:
+    from PySide6.QtCore import QEvent, QPoint
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QLabel
+
+    from app.ui import tooltips
+    from app.ui.launch import create_application
+
+    create_application()  # installs the filter on the test's QApplication
+    long = "CPU threads for decoding. Auto: as many as the cores other programs leave free & n < 4"
+    assert tooltips.wrapped(long) == "<p>" + long.replace("&", "&amp;").replace(
+        "<", "&lt;").replace(">", "&gt;") + "</p>"
+    assert tooltips.wrapped("short") == "short"
+    assert tooltips.wrapped("<b>rich</b> " + "x" * 80).startswith("<b>rich</b>")
+    label = QLabel("x")
+    qtbot.addWidget(label)
+    label.setToolTip(long)
+    QApplication.sendEvent(label, QHelpEvent(QEvent.Type.ToolTip, QPoint(1, 1), QPoint(1, 1)))
+    assert label.toolTip() == tooltips.wrapped(long)

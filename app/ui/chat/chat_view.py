@@ -104,6 +104,9 @@ def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
         tps = stats.get("decode_tps")
         if tps:
             parts.append(f"{tps:.1f} tok/s")
+        threads = stats.get("n_threads")
+        if isinstance(threads, int) and threads > 0:
+            parts.append(f"{threads} CPU thread{'s' if threads != 1 else ''}")
         try:
             mode: SpecMode | None = SpecMode(stats.get("mode", SpecMode.OFF.value))
         except ValueError:  # written by a newer Tandem with a drafter this one lacks

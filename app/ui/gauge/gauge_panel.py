@@ -354,6 +354,7 @@ class SpeculationGaugeWidget(QFrame):
         self.prediction_note.setObjectName("gaugeNote")
         self.prediction_note.setWordWrap(True)
         self.prediction_note.hide()
+        self._cpu_only = False
         layout.addWidget(self.prediction_note)
 
         bars_title = QLabel("Acceptance by draft position (%)")
@@ -383,8 +384,10 @@ class SpeculationGaugeWidget(QFrame):
         self._dirty = True
 
     def set_cpu_only(self, cpu_only: bool) -> None:
-        """Whether the target runs on the CPU (then the prediction caveat is shown)."""
-        self.prediction_note.setVisible(cpu_only)
+        """Whether the target runs on the CPU (then the prediction caveat is shown beside
+        a speculative reply's prediction)."""
+        self._cpu_only = cpu_only
+        self._dirty = True
 
     # -- inputs (cheap; any rate) -----------------------------------------------------
     def begin_reply(self, mode: SpecMode | None, draft_max: int, adaptive: bool = False,
@@ -460,8 +463,12 @@ class SpeculationGaugeWidget(QFrame):
         self._dirty = True
         self.refresh()
 
-    def show_stored(self, stats: SpecStats) -> None:
-        """Show a stored reply's statistics (opening a conversation); no-op while streaming."""
+    def show_stored(self, stats: SpecStats | None) -> None:
+        """Show a stored reply's statistics (opening a conversation; None: it has no
+        measured reply, :meth:`show_no_reply`); no-op while streaming."""
+        if stats is None:
+            self.show_no_reply()
+            return
         if self._streaming:
             return
         self._failed = False
@@ -544,6 +551,7 @@ class SpeculationGaugeWidget(QFrame):
         self._rows["tau"].setText(or_dash(tau, ".2f", " tok/round") if spec else "1 (off)")
         self._rows["cost"].setText(or_dash(s.draft_cost_ratio, ".3f") if spec else MISSING)
         pred = s.predicted_speedup
+        self.prediction_note.setVisible(self._cpu_only and spec)  # no caveat beside "off"
         if not spec:
             self._rows["predicted"].setText("1× (off)")
         elif pred is not None and s.few_drafts:

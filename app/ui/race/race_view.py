@@ -44,6 +44,8 @@ from app.ui.race.report import (
     prediction_note,
     race_markdown,
     race_table_rows,
+    lane_winner,
+    replay_status,
     speedup_headline,
 )
 
@@ -358,14 +360,11 @@ class RaceViewWidget(QWidget):
             span = r.difference_span(pane.recording.lane) if pane.recording is not None else None
             if span is not None and not r.cancelled:
                 pane.mark_difference(*span)
-        off_d, on_d = rec.off.duration, rec.on.duration
-        if not r.cancelled and off_d > 0 and on_d > 0:
-            faster, slower = (self.on_pane, off_d / on_d) if on_d < off_d else (
-                self.off_pane, on_d / off_d)
-            faster.mark_winner(f"finished first: {min(off_d, on_d):.2f} s, "
-                               f"{slower:.2f}× sooner")
-        self.status.setText("Finished." if not r.cancelled else
-                            "Stopped: the figures below cover what ran before the stop.")
+        winner = lane_winner(r)
+        if winner is not None:
+            pane = self.on_pane if winner[0] == "on" else self.off_pane
+            pane.mark_winner(f"finished first: {winner[1]:.2f} s, {winner[2]:.2f}× sooner")
+        self.status.setText(replay_status(r))
         self._set_results_visible(True)
         self._update_buttons()
         self.replay_finished.emit()

@@ -5,11 +5,12 @@ Markdown export writes :func:`race_markdown`, so both always show the same figur
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 
 from app.chat.recording import RaceRecording
-from app.engine.measure.race import RaceResult
+from app.engine.measure.race import DISTURBED_CORES, VERDICT_MARGIN, RaceResult
 from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE
 from app.formatting import MISSING, divergence_words, draft_length_words, or_dash
 
@@ -43,10 +44,12 @@ def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
          "yes" if result.identical else f"no (from token {(result.first_difference or 0) + 1})"),
     ]
     if len(result.pairs) > 1 or result.disturbed_runs:
-        runs = 2 * len(result.pairs)
-        busy = (f"; {result.disturbed_runs} of {runs} runs disturbed by other work, their "
-                "pairs left out" if result.disturbed_runs else "")
-        rows.append(("off/on pairs timed", "", f"{len(result.pairs)}{busy}"))
+        runs, kept = 2 * len(result.pairs), len(result.kept_speedups)
+        busy = (f"; {_runs(result.disturbed_runs)} of {runs} disturbed by other work"
+                if result.disturbed_runs else "")
+        rows.append(("off/on pairs timed", "",
+                     f"{len(result.pairs)}, {kept} kept{busy}" if kept != len(result.pairs)
+                     else f"{len(result.pairs)}{busy}"))
     if result.cancelled:
         rows.append(("status", "", "cancelled: figures are partial"))
     return rows
@@ -98,8 +101,17 @@ def speedup_headline(result: RaceResult) -> str:
     ms = result.measured_speedup
     busy = ""
     if result.disturbed_runs:
-        busy = (f" The machine was busy: {result.disturbed_runs} of {2 * len(result.pairs)} "
-                "runs were disturbed by other work and their pairs left out.")
+        n = result.disturbed_runs
+        busy = (f" The machine was busy: {_runs(n)} of {2 * len(result.pairs)} "
+                f"{'was' if n == 1 else 'were'} disturbed by other work and "
+                f"{'its pair' if n == 1 else 'their pairs'} left out.")
+    load = result.typical_load
+    if load is not None and load >= DISTURBED_CORES and result.pairs:
+        # a load through the whole race disturbs no pair (both sides ran under it), but
+        # it is why both decoded slower than on a quiet machine
+        busy += (f" Other programs kept {load:.1f} of this machine's "
+                 f"{os.cpu_count() or '?'} cores busy through the race; both sides ran "
+                 "under that load.")
     if ms is None and result.pairs and not result.cancelled and not result.kept_speedups:
         return ("No speedup to report: other work disturbed every pair." + busy
                 + " Run the race again when the machine is quieter.").replace("  ", " ")
@@ -128,8 +140,40 @@ def speedup_headline(result: RaceResult) -> str:
     if len(kept) < 2:
         return (f"One undisturbed pair only: {ms:.2f}× the decode speed; one pair is no "
                 "verdict, run the race again." + busy)
-    return (f"No clear difference: the pairs ran {r[0]:.2f}–{r[1]:.2f}× (median {ms:.2f}×), "  # type: ignore[index]
-            "within this machine's run-to-run noise." + busy)
+    return (f"No verdict: the pairs ran {r[0]:.2f}–{r[1]:.2f}× (median {ms:.2f}×); a "  # type: ignore[index]
+            f"verdict needs every pair more than {VERDICT_MARGIN:.0%} to the same side of "
+            "1×." + busy)
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
+def lane_winner(result: RaceResult) -> tuple[str, float, float] | None:
+    """The lane ("off" or "on") to badge as finished first, its end-to-end seconds and
+    how many times sooner it finished than the other; None when the race was stopped,
+    when the replayed pair finished within :data:`VERDICT_MARGIN` of each other, or when
+    the race's verdict over all its pairs is not that side (the lanes replay one pair:
+    a badge beside "no verdict" would contradict it)."""
+    off_d, on_d = result.off.duration, result.on.duration
+    if result.cancelled or off_d <= 0 or on_d <= 0:
+        return None
+    side, first, ratio = ("on", on_d, off_d / on_d) if on_d < off_d else ("off", off_d, on_d / off_d)
+    if ratio < 1.0 + VERDICT_MARGIN:
+        return None
+    if result.pairs and result.verdict != ("faster" if side == "on" else "slower"):
+        return None
+    return side, first, ratio
+
+
+def replay_status(result: RaceResult) -> str:
+    """The line under the lanes once their replay ends: which run they showed."""
+    if result.cancelled:
+        return "Stopped: the figures below cover what ran before the stop."
+    if len(result.pairs) > 1:
+        return (f"Finished. The lanes replayed the first of {len(result.pairs)} off/on pairs "
+                "at its pace; the speedup below is the median over the pairs kept.")
+    return "Finished."
 
 
 def prediction_note(result: RaceResult, cpu_backend: bool) -> str | None:

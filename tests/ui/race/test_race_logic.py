@@ -261,14 +261,58 @@ def test_headline_of_several_pairs_gives_a_verdict_only_when_they_agree() -> Non
     busy = dataclasses.replace(r, pairs=(RacePair(50, 18, 0.0, 1.2), RacePair(50, 73, 0.0, 0.0),
                                          RacePair(50, 48, 0.0, 0.0)))
     assert speedup_headline(busy) == (
-        "No clear difference: the pairs ran 0.96–1.46× (median 1.21×), within this machine's "
-        "run-to-run noise. The machine was busy: 1 of 6 runs were disturbed by other work "
-        "and their pairs left out.")
+        "No verdict: the pairs ran 0.96–1.46× (median 1.21×); a verdict needs every pair "
+        "more than 2% to the same side of 1×. The machine was busy: 1 run of 6 was disturbed "
+        "by other work and its pair left out.")
     assert dict((n, on) for n, _, on in race_table_rows(busy))["off/on pairs timed"] == (
-        "3; 1 of 6 runs disturbed by other work, their pairs left out")
+        "3, 2 kept; 1 run of 6 disturbed by other work")
     every = dataclasses.replace(r, pairs=(RacePair(50, 70, 0.9, 0.0),))
     assert speedup_headline(every).startswith("No speedup to report: other work disturbed "
                                               "every pair.")
+
+
+def test_a_load_through_the_whole_race_is_said_though_no_pair_is_left_out() -> None:
+    """A busy process beside the whole race slows both sides alike (no run differs from
+    the race's typical load, so none is left out), and the headline says it was there."""
+    import dataclasses
+    import os
+
+    from app.engine.measure.race import RacePair
+    from app.ui.race.report import race_table_rows, speedup_headline
+
+    steady = dataclasses.replace(_race(), pairs=tuple(RacePair(40, 44 + i, 1.0, 1.05)
+                                                      for i in range(3)))
+    assert steady.disturbed_runs == 0 and len(steady.kept_speedups) == 3
+    assert speedup_headline(steady).endswith(
+        f"Other programs kept 1.0 of this machine's {os.cpu_count()} cores busy through the "
+        "race; both sides ran under that load.")
+    assert dict((n, on) for n, _, on in race_table_rows(steady))["off/on pairs timed"] == "3"
+    quiet = dataclasses.replace(steady, pairs=tuple(RacePair(40, 60, 0.05, 0.0) for _ in range(3)))
+    assert "Other programs" not in speedup_headline(quiet)
+
+
+def test_the_finished_first_badge_never_contradicts_the_verdict() -> None:
+    """The lanes replay one pair; its winner is badged only when the race's verdict over
+    every pair is that side and it finished more than 2 % sooner."""
+    import dataclasses
+
+    from app.engine.measure.race import RacePair
+    from app.ui.race.report import lane_winner, replay_status
+
+    r = _race()  # the on lane finished 2.5× sooner, no pairs: the lanes are the race
+    assert lane_winner(r) == ("on", r.on.duration, r.off.duration / r.on.duration)
+    unclear = dataclasses.replace(r, pairs=(RacePair(50, 48, 0.0, 0.0), RacePair(50, 73, 0.0, 0.0)))
+    assert unclear.verdict == "unclear" and lane_winner(unclear) is None
+    faster = dataclasses.replace(r, pairs=(RacePair(50, 70, 0.0, 0.0), RacePair(50, 73, 0.0, 0.0)))
+    assert lane_winner(faster) is not None and lane_winner(faster)[0] == "on"  # type: ignore[index]
+    slower = dataclasses.replace(r, pairs=(RacePair(50, 40, 0.0, 0.0), RacePair(50, 41, 0.0, 0.0)))
+    assert lane_winner(slower) is None  # the replayed pair's on lane won, the race did not
+    tie = dataclasses.replace(r, off=_with_stats(r.off, dataclasses.replace(
+        r.off.stats, total_time=r.on.duration * 1.01)))
+    assert lane_winner(tie) is None  # 1.01× sooner is no finish to badge
+    assert lane_winner(dataclasses.replace(r, cancelled=True)) is None
+    assert replay_status(faster).startswith("Finished. The lanes replayed the first of 2")
+    assert replay_status(r) == "Finished."
 
 
 def test_recommendation_warns_when_no_k_beats_off() -> None:

@@ -1,0 +1,48 @@
+"""Long tooltips wrap instead of running across the screen.
+
+Qt shows a plain-text tooltip on one line however long it is (a settings tooltip of two
+sentences was as wide as the window); a rich-text tooltip is word-wrapped. The filter
+that :func:`install` puts on the application turns a long plain-text tooltip into rich
+text, escaped, the moment before Qt shows it, so every widget's tooltip wraps without
+each call site having to remember.
+"""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import QEvent, QObject
+from PySide6.QtGui import Qt  # QtGui's Qt namespace has mightBeRichText
+from PySide6.QtWidgets import QApplication, QWidget
+
+#: plain-text tooltips longer than this many characters are wrapped
+WRAP_AFTER = 70
+
+
+def wrapped(text: str) -> str:
+    """``text`` as a tooltip Qt word-wraps: long plain text becomes an escaped rich-text
+    paragraph (line breaks kept); short text and rich text are returned as they are."""
+    if len(text) <= WRAP_AFTER or Qt.mightBeRichText(text):
+        return text
+    return "<p>" + html.escape(text).replace("\n", "<br>") + "</p>"
+
+
+class _WrapToolTips(QObject):
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.Type.ToolTip and isinstance(watched, QWidget):
+            tip = watched.toolTip()
+            new = wrapped(tip)
+            if new != tip:
+                watched.setToolTip(new)
+        return False  # Qt shows the (now wrapped) tooltip as usual
+
+
+_filter: _WrapToolTips | None = None
+
+
+def install(app: QApplication) -> None:
+    """Wrap long tooltips application-wide (once per process)."""
+    global _filter
+    if _filter is None:
+        _filter = _WrapToolTips(app)
+        app.installEventFilter(_filter)
