@@ -34,8 +34,8 @@ def status_text(info: ModelInfo | None, *, loading: bool, generating: bool) -> s
     text = f"{info.target_path.name} · context {info.n_ctx} · {where}"
     if info.n_threads:
         text += (f" · {info.n_threads} CPU thread{'s' if info.n_threads != 1 else ''} at load "
-                 + ("(Auto: follows the free cores; each reply's footer says how many it used)"
-                    if info.threads_auto else "(fixed in Sampling → Model)"))
+                 + ("(Auto follows the free cores; a reply's footer gives the count it "
+                    "ended with)" if info.threads_auto else "(fixed in Sampling → Model)"))
     if info.exact_verification:
         text += " · exact verification"
     if info.uses_fallback_template:

@@ -42,6 +42,7 @@ SPIN_MAX = 2**31 - 1
 _CPU_ONLY_TIP = "Run every layer on the CPU even when a GPU backend is available"
 _GPU_LAYERS_TIP = "layers to put on the GPU; 999 = all"
 
+
 class SamplingSettingsWidget(QWidget):
     """Form for sampling and speculation details (next reply) and model options (reload)."""
 

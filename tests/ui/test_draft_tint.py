@@ -237,3 +237,12 @@ def test_an_indented_code_block_keeps_its_lines_together(qtbot) -> None:
         assert "return fib(n - 1)" in lines and "Done." in lines
     html = render_markdown(text).html
     assert "<pre><code>if n &lt; 1:\n    return n\n\nreturn fib(n - 1)\n</code></pre>" in html
+    # in a list item (content dedented by four columns) code indented four is a
+    # paragraph of the item, eight a code block: either way its lines keep their shape
+    code = "def fib(n):\n    if n < 2:\n        return n\n"
+    for indent in ("    ", "        "):
+        item = "1. Define it:\n\n" + "".join(indent + line + "\n" for line in code.splitlines())
+        w = reply_widget(qtbot, item, (), tint=False)
+        lines = [line.rstrip() for line in w.shown_text.replace("\u00a0", " ").splitlines()]
+        i = lines.index("def fib(n):")
+        assert lines[i + 1:i + 3] == ["    if n < 2:", "        return n"], lines

@@ -85,11 +85,14 @@ def test_the_cpu_caveat_stands_beside_a_prediction_only(qtbot) -> None:
     g = SpeculationGaugeWidget()
     qtbot.addWidget(g)
     g.set_cpu_only(True)
-    g.refresh()
-    assert g.prediction_note.isHidden()  # no reply yet
     g.show_stored(_stats(40, 30))
     g.refresh()
     assert not g.prediction_note.isHidden()
+    g.show_stored(None)  # a conversation without a measured reply
+    g.refresh()
+    assert g.prediction_note.isHidden() and g.value_text("predicted") == "—"
+    g.show_stored(_stats(40, 30))
+    g.refresh()
     g.show_stored(SpecStats(mode=SpecMode.OFF, emitted=20, rounds=20, decode_time=0.5))
     g.refresh()
     assert g.value_text("predicted") == "1× (off)" and g.prediction_note.isHidden()

@@ -70,28 +70,44 @@ def _keep_indentation(lines: list[str]) -> list[str]:
 
     Markdown joins a paragraph's lines and drops their leading spaces; a model that
     writes code without a fence then loses its indentation. Only lines that continue a
-    plain paragraph are touched (a line after a blank one that starts with four spaces
-    is an indented code block, which Markdown keeps as it is); paragraphs that start
-    with list, quote or table syntax are left to Markdown (nesting depends on spaces).
+    plain paragraph are touched; paragraphs that start with list, quote or table syntax
+    are left to Markdown (nesting depends on spaces), and so is an indented code block
+    (a block indented four columns past its container: Markdown keeps its lines). Inside
+    a list item, whose content Markdown dedents by four columns, the first four columns
+    of a continuation line stay spaces for it to remove and only the rest is made
+    no-break, so the item's code keeps its indentation relative to its first line.
     """
     out: list[str] = []
     block_kind = "blank"  # "blank", "plain", "structured", "code" (indented code block)
+    in_list = False  # a list item is open: its content is indented by four columns
+    keep = 0  # columns of a continuation line left as spaces (Markdown removes them)
     for line in lines:
         if not line.strip():
             block_kind = "blank" if block_kind != "code" else "code"  # code spans blank lines
             out.append(line)
             continue
-        if block_kind == "code" and _indent_width(line) < 4:
+        width = _indent_width(line)
+        base = 4 if in_list else 0
+        if block_kind == "code" and width < base + 4:
             block_kind = "blank"  # a line indented less ends the code block
         if block_kind == "blank":
-            block_kind = ("code" if _indent_width(line) >= 4 else
-                          "structured" if _LIST_OR_QUOTE.match(line) or _TABLE_ROW.match(line)
-                          else "plain")
+            if width < 4 and not _LIST_OR_QUOTE.match(line):
+                in_list = False  # a paragraph at the margin ends the list
+                base = 0
+            if width >= base + 4:
+                block_kind = "code"
+            elif _LIST_OR_QUOTE.match(line) or _TABLE_ROW.match(line):
+                block_kind = "structured"
+                in_list = in_list or not line.lstrip().startswith((">", "|"))
+            else:
+                block_kind, keep = "plain", base
             out.append(line)
             continue
         m = _LEADING_WS.match(line)
         if block_kind == "plain" and m and not _LIST_OR_QUOTE.match(line):
-            out.append(m.group(0).translate(_KEEP_INDENT) + line[m.end():])
+            lead = m.group(0)
+            k = keep if "\t" not in lead else 0  # tabs: length-preserving only when whole
+            out.append(lead[:k] + lead[k:].translate(_KEEP_INDENT) + line[m.end():])
         else:
             out.append(line)
     return out

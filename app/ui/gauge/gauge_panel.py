@@ -487,6 +487,7 @@ class SpeculationGaugeWidget(QFrame):
         self._stats = None
         self._mode_known = True
         self.source_label.hide()
+        self.prediction_note.hide()  # no prediction to qualify
         self.mode_label.setText("No reply yet")
         self.tps_label.setText(MISSING)
         self.sparkline.clear()

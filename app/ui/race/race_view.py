@@ -41,10 +41,10 @@ from app.ui.race.lane_pane import RaceLaneWidget
 from app.ui.race.report import (
     difference_text,
     identical_text,
+    lane_winner,
     prediction_note,
     race_markdown,
     race_table_rows,
-    lane_winner,
     replay_status,
     speedup_headline,
 )

@@ -140,7 +140,8 @@ def speedup_headline(result: RaceResult) -> str:
     if len(kept) < 2:
         return (f"One undisturbed pair only: {ms:.2f}× the decode speed; one pair is no "
                 "verdict, run the race again." + busy)
-    return (f"No verdict: the pairs ran {r[0]:.2f}–{r[1]:.2f}× (median {ms:.2f}×); a "  # type: ignore[index]
+    assert r is not None  # two kept pairs or more
+    return (f"No verdict: the pairs ran {r[0]:.2f}–{r[1]:.2f}× (median {ms:.2f}×); a "
             f"verdict needs every pair more than {VERDICT_MARGIN:.0%} to the same side of "
             "1×." + busy)
 
@@ -158,11 +159,13 @@ def lane_winner(result: RaceResult) -> tuple[str, float, float] | None:
     off_d, on_d = result.off.duration, result.on.duration
     if result.cancelled or off_d <= 0 or on_d <= 0:
         return None
-    side, first, ratio = ("on", on_d, off_d / on_d) if on_d < off_d else ("off", off_d, on_d / off_d)
+    side, first, ratio = (("on", on_d, off_d / on_d) if on_d < off_d
+                          else ("off", off_d, on_d / off_d))
     if ratio < 1.0 + VERDICT_MARGIN:
         return None
-    if result.pairs and result.verdict != ("faster" if side == "on" else "slower"):
-        return None
+    if result.pairs and (result.verdict != ("faster" if side == "on" else "slower")
+                         or result.pairs[0].disturbed(result.typical_load)):
+        return None  # no verdict that side, or the replayed pair itself was left out
     return side, first, ratio
 
 
@@ -172,7 +175,8 @@ def replay_status(result: RaceResult) -> str:
         return "Stopped: the figures below cover what ran before the stop."
     if len(result.pairs) > 1:
         return (f"Finished. The lanes replayed the first of {len(result.pairs)} off/on pairs "
-                "at its pace; the speedup below is the median over the pairs kept.")
+                "at its pace" + ("; the speedup below is the median over the pairs kept."
+                                 if result.kept_speedups else "."))
     return "Finished."
 
 

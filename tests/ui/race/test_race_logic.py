@@ -307,6 +307,13 @@ def test_the_finished_first_badge_never_contradicts_the_verdict() -> None:
     assert lane_winner(faster) is not None and lane_winner(faster)[0] == "on"  # type: ignore[index]
     slower = dataclasses.replace(r, pairs=(RacePair(50, 40, 0.0, 0.0), RacePair(50, 41, 0.0, 0.0)))
     assert lane_winner(slower) is None  # the replayed pair's on lane won, the race did not
+    off_first = dataclasses.replace(slower, off=r.on, on=r.off)  # lanes swapped: off faster
+    assert lane_winner(off_first) == ("off", r.on.duration, r.off.duration / r.on.duration)
+    left_out = dataclasses.replace(r, pairs=(RacePair(50, 70, 0.0, 1.0), RacePair(50, 73, 0.0, 0.0),
+                                             RacePair(50, 75, 0.0, 0.0)))
+    assert left_out.verdict == "faster" and lane_winner(left_out) is None  # its pair was left out
+    every = dataclasses.replace(r, pairs=(RacePair(50, 70, 1.0, 0.0), RacePair(50, 73, 0.0, 1.0)))
+    assert not every.kept_speedups and "median" not in replay_status(every)
     tie = dataclasses.replace(r, off=_with_stats(r.off, dataclasses.replace(
         r.off.stats, total_time=r.on.duration * 1.01)))
     assert lane_winner(tie) is None  # 1.01× sooner is no finish to badge
