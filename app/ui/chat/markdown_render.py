@@ -236,6 +236,9 @@ def render_markdown(text: str) -> RenderedMarkdown:
         return _code_block_html(n, code, lang)
 
     body = _PLACEHOLDER.sub(put_block, body)
+    # an indented code block (Markdown's own <pre>) wraps as the fenced ones do: Qt does
+    # not scroll a message sideways, so a long line would be cut off at its edge
+    body = body.replace("<pre><code>", '<pre style="white-space: pre-wrap"><code>')
     return RenderedMarkdown(body, code_texts, tuple(spans))
 
 
