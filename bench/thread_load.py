@@ -9,8 +9,9 @@ figure is the median decode tok/s. The busy processes are stopped before the nex
 configuration starts. Configurations: ``default`` (threads left to Tandem: the free
 cores at load, then the governor between rounds), and each of ``--fixed``.
 
-Goals this measures (2-core machine): with one busy process the default keeps ≥ 80 % of
-its quiet speed, and the default's quiet speed is within 3 % of the best fixed count.
+What to read from it (2-core machine): the share of its quiet speed the default keeps
+with one busy process (the threshold set for it is 80 %), and how far the default's quiet
+speed is from the best fixed count's (within 3 %).
 
 Usage:
     .venv/bin/python bench/thread_load.py                       # Gemma 3 270M, busy 0,1,2
