@@ -83,7 +83,8 @@ def _keep_indentation(lines: list[str]) -> list[str]:
     keep = 0  # columns of a continuation line left as spaces (Markdown removes them)
     for line in lines:
         if not line.strip():
-            block_kind = "blank" if block_kind != "code" else "code"  # code spans blank lines
+            if block_kind != "code":  # an indented code block spans blank lines
+                block_kind = "blank"
             out.append(line)
             continue
         width = _indent_width(line)
