@@ -39,7 +39,8 @@ repo="$(cd "$here/.." && pwd)"
 tools="${LLAMA_TOOLS_DIR:-$here/.llama-tools}"
 version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 jobs="${JOBS:-2}"
-read -r -a targets <<< "${LLAMA_TOOLS_TARGETS:-llama-bench llama-speculative-simple llama-server}"
+all_tools="llama-bench llama-speculative-simple llama-server"
+read -r -a targets <<< "${LLAMA_TOOLS_TARGETS:-$all_tools}"
 if [[ -z "${PYTHON:-}" ]]; then
     if [[ -x "$repo/.venv/bin/python" ]]; then PYTHON="$repo/.venv/bin/python"; else PYTHON=python3; fi
 fi
@@ -85,7 +86,7 @@ flags="$build_args${extra_args:+ $extra_args}"
 # tools built with the old flags, which BUILD_FLAGS would no longer describe.
 if [[ "$(cat "$tools/bin/BUILD_FLAGS" 2>/dev/null)" != "$flags" ]]; then
     rm -rf "$build"
-    for t in llama-bench llama-speculative-simple llama-server; do rm -f "$tools/bin/$t"; done
+    for t in $all_tools; do rm -f "$tools/bin/$t"; done
 fi
 # shellcheck disable=SC2086  # build_args and extra_args are lists of flags
 cmake -S "$src" -B "$build" \
