@@ -233,9 +233,22 @@ def _avx512_times() -> dict[int, float]:
     return {n: 0.0146 * r for n, r in enumerate(ratio, start=1)}
 
 
+def _zen1_times() -> dict[int, float]:
+    """Pass costs of an older AMD EPYC (Zen 1, 2 threads: AVX2 only, on 128-bit
+    units), llama.cpp compiled for it by install.sh: t(n) / t(1) as ``bench/experiments/
+    policy_replay.py --prompts builtin:agent --threads 2 --rerecord`` measured them
+    (t(1) 25.4 ms at depth 264, 2026-12-05). The steepest of the four: a pass over 17
+    tokens costs 12 one-token steps (6.4 on Zen 4 with AVX-512)."""
+    ratio = [1.0, 1.73, 2.81, 3.00, 4.16, 4.42, 5.52, 5.85, 7.05, 7.21, 8.35, 8.52, 9.67,
+             9.71, 10.91, 10.79, 12.11]
+    return {n: 0.0254 * r for n, r in enumerate(ratio, start=1)}
+
+
 def _times(cpu: str) -> dict[int, float]:
     if cpu == "amd":
         return {int(n): t for n, t in _recorded()["pass_times_amd_epyc_2core"].items()}
+    if cpu == "zen1":
+        return _zen1_times()
     return _amx_times() if cpu == "amx" else _avx512_times()
 
 
@@ -254,10 +267,11 @@ def _replay_set(turns: list[list[Any]], times: dict[int, float], rule: str,
     return out
 
 
-@pytest.mark.parametrize("cpu", ["amd", "amx", "avx512"])
+@pytest.mark.parametrize("cpu", ["amd", "amx", "avx512", "zen1"])
 def test_recorded_replies_keep_the_gain_of_the_best_fixed_k(cpu: str) -> None:
-    """Real replies (Gemma 3 270M, recorded) replayed with three measured pass-cost
-    profiles (the AMD EPYC with llama.cpp compiled for AVX2 and for AVX-512, the AMX machine):
+    """Real replies (Gemma 3 270M, recorded) replayed with four measured pass-cost
+    profiles (the AMD EPYC with llama.cpp compiled for AVX2 and for AVX-512, the AMX
+    machine, an older AMD EPYC with AVX2 only):
     the default draft-length rule keeps at least 95 % of the best fixed k's speed on the
     greedy sets, stays at or above 0.97× plain decoding on chat at temperature 0.8, and
     never leaves two turns in a row undrafted where verifying every draft emitted more
@@ -269,7 +283,7 @@ def test_recorded_replies_keep_the_gain_of_the_best_fixed_k(cpu: str) -> None:
     for name in ("builtin:agent@0.0", "builtin:code@0.0", "builtin:chat@0.0"):
         turns = data["sets"][name]
         policy = _replay_set(turns, times, "trim", 16)
-        fixed = {k: _replay_set(turns, times, "full", k) for k in (8, 16)}
+        fixed = {k: _replay_set(turns, times, "full", k) for k in (4, 8, 16)}
         best = max(_total(r) for r in fixed.values())
         assert _total(policy) >= 0.95 * best, (name, _total(policy), best)
         undrafted = [p.counts.draft_rounds == 0 and f.counts.accepted > f.counts.emitted / 2
@@ -278,13 +292,15 @@ def test_recorded_replies_keep_the_gain_of_the_best_fixed_k(cpu: str) -> None:
     assert _total(_replay_set(data["sets"]["builtin:chat@0.8"], times, "trim", 16)) >= 0.97
 
 
-@pytest.mark.parametrize("cpu", ["amd", "amx", "avx512"])
+@pytest.mark.parametrize("cpu", ["amd", "amx", "avx512", "zen1"])
 def test_drafts_past_the_match_length_cap_pay_under_the_policy(cpu: str) -> None:
     """The adaptive policy's suffix drafter continues its draft past SuffixDecoding's
     match-length cap and the policy cuts it: replayed, the agent set (tool calls and
     fixes that copy earlier replies from their first matched tokens on) runs faster than
-    with the cap on all three cost profiles (1.71, 2.45, 1.95× against 1.64, 2.38,
-    1.90×), and no set loses more than 3 %."""
+    with the cap on the AMD, AMX and AVX-512 cost profiles (1.71, 2.45, 1.95× against
+    1.64, 2.38, 1.90×), and no set loses more than 3 %. On Zen 1's costs, where a pass
+    over 17 tokens costs 12 one-token steps and long drafts rarely pay, it neither gains
+    nor loses there (1.126× both ways)."""
     data = _recorded()
     times = _times(cpu)
 
@@ -298,7 +314,7 @@ def test_drafts_past_the_match_length_cap_pay_under_the_policy(cpu: str) -> None
             mp.setattr(f"{__name__}._suffix", capped)
             cap = _total(_replay_set(turns, times, "trim", 16))
         assert past >= 0.97 * cap, (name, past, cap)
-        if name == "builtin:agent@0.0":
+        if name == "builtin:agent@0.0" and cpu != "zen1":
             assert past > 1.02 * cap, (past, cap)
 
 
@@ -321,7 +337,7 @@ AVX512_AGAIN = [1.0, 1.74, 2.0, 2.31, 3.49, 3.77, 4.03, 3.37, 4.49, 4.82, 5.09, 
                 5.73, 6.04, 5.27, 6.54]
 
 
-@pytest.mark.parametrize("cpu", ["amd", "amx", "avx512"])
+@pytest.mark.parametrize("cpu", ["amd", "amx", "avx512", "zen1"])
 def test_a_fresh_session_calibrated_at_load_drafts_as_a_warm_one(cpu: str) -> None:
     """A policy that knows only the sizes it has verified misses the cheap steps of a
     stepped cost curve: replayed from a fresh session with the AVX-512 costs it lost 8 %
@@ -373,13 +389,14 @@ def _replay_lookup(turns: list[list[Any]], times: dict[int, float], rule: str,
             for prompt, reply, by_eog in turns]
 
 
-@pytest.mark.parametrize("cpu", ["amd", "amx", "avx512"])
+@pytest.mark.parametrize("cpu", ["amd", "amx", "avx512", "zen1"])
 def test_recorded_replies_prompt_lookup_keeps_the_gain_of_the_best_fixed_k(cpu: str) -> None:
     """Prompt lookup replayed on the recorded replies: with its match-length keys and
     measured priors the default rule keeps at least 95 % of the best fixed k's speed on
-    the greedy sets and stays at or above 0.97× plain at temperature 0.8. (With a flat
-    prior the same rule replayed at 1.00× plain on every set with the AMD costs: it
-    never let a draft prove itself.)"""
+    the greedy sets, above 1.2× plain there (1.1× with Zen 1's steep pass costs, where
+    it replays at 1.11–1.15×), and stays at or above 0.97× plain at temperature 0.8.
+    (With a flat prior the same rule replayed at 1.00× plain on every set with the AMD
+    costs: it never let a draft prove itself.)"""
     data = _recorded()
     times = _times(cpu)
     for name in ("builtin:agent@0.0", "builtin:code@0.0", "builtin:chat@0.0"):
@@ -387,7 +404,7 @@ def test_recorded_replies_prompt_lookup_keeps_the_gain_of_the_best_fixed_k(cpu: 
         policy = _total(_replay_lookup(turns, times, "trim", 16))
         best = max(_total(_replay_lookup(turns, times, "full", k)) for k in (8, 16))
         assert policy >= 0.95 * best, (name, policy, best)
-        assert policy > 1.2, (name, policy)
+        assert policy > (1.1 if cpu == "zen1" else 1.2), (name, policy)
     assert _total(_replay_lookup(data["sets"]["builtin:chat@0.8"], times, "trim", 16)) >= 0.97
 
 
