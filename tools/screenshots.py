@@ -596,6 +596,28 @@ def scene_everyday(shot: Callable[[str], None]) -> None:
     app.quit()
 
 
+def scene_model_switch(shot: Callable[[str], None]) -> None:
+    """A reply of Gemma 3 270M, then SmolLM2 loaded: the gauge still shows the
+    conversation's last reply and names the model that wrote it."""
+    from app.options import SpecMode, SpeculationConfig
+    from app.store.settings import Settings
+
+    s = Settings()
+    s.model.target_path = GEMMA
+    s.model.n_ctx = 2048
+    s.sampling = s.sampling.with_changes(temperature=0.0, max_tokens=60)
+    s.speculation = SpeculationConfig(mode=SpecMode.SUFFIX)
+    app, w = open_main_window(s)
+    w.side_tabs.setCurrentWidget(w.gauge)
+    converse(w, CODE_EDIT_TURNS[:1])
+    w.controller.load_model(SMOL)
+    wait(lambda: not w.controller.loading and w.controller.model_info is not None
+         and w.controller.model_info.target_path == SMOL)
+    shot("gauge-other-model.png")
+    w.close()
+    app.quit()
+
+
 #: a paste that, after three exchanges, no longer fits a 512-token window
 OVERFLOW_PASTE = ("Here is the log, what went wrong?\n\n" + "".join(
     f"2026-12-05 04:{m:02d}:00 worker[{m % 7}] retrying request {m} after a timeout\n"
@@ -982,6 +1004,7 @@ SCENES: dict[str, tuple[Callable[[Callable[[str], None]], None], tuple[str, ...]
                                   "overflow-dropped-gauge.png")),
     "auto-explained": (scene_auto_explained, ("auto-explained.png",)),
     "versions": (scene_versions, ("versions-2of2.png", "versions-1of2.png")),
+    "model-switch": (scene_model_switch, ("gauge-other-model.png",)),
     "speed": (scene_speed, ("gauge-measured-busy.png", "sampling-threads.png", "race-busy.png")),
     "mtp": (scene_mtp, ("mtp-gauge.png", "mtp-picker.png")),
     "mtp-available": (scene_mtp_available, ("mtp-picker-preselect.png",

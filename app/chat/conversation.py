@@ -278,6 +278,14 @@ class ChatController:
         return bool(self._roles)
 
     @property
+    def reply_model_label(self) -> str | None:
+        """The model name a reply started now is stored with (``StoredMessage.model``):
+        the target's file name, or the remote server's model; None with no model."""
+        if self.remote is not None:
+            return remote_model_label(self.remote.model)
+        return self.model_info.target_path.name if self.model_info is not None else None
+
+    @property
     def can_regenerate(self) -> bool:
         """Regenerate has something to do: the conversation ends with a reply (a new
         version of it), or with a user message whose reply failed (a context overflow,
@@ -771,8 +779,7 @@ class ChatController:
         assert self.model_info is not None
         cid = self.current_conversation
         speculation = self.settings.speculation
-        model = (remote_model_label(self.remote.model) if self.remote is not None
-                 else self.model_info.target_path.name)
+        model = self.reply_model_label
         try:
             # the reply's own row is streaming (empty) from here: the prompt and the
             # observations leave it out

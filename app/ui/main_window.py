@@ -97,6 +97,7 @@ class MainWindow(QMainWindow):
         self.bridge = ServiceBridge(service, self)
         #: the window's reply the gauge shows (None: it follows whatever else runs)
         self._gauge_reply: ActiveReply | None = None
+        self._gauge_model: str | None = None  # the model of the stored reply the gauge shows
         self.controller = ChatController(self.settings, store, self.bridge.service, self)
         self.windows = SideWindows(self, self.controller, self.bridge, self.settings,
                                    self.downloads)
@@ -268,6 +269,15 @@ class MainWindow(QMainWindow):
             base = info.uses_fallback_template
             self.chat.set_starter_prompts(load_starter_prompts(not base), base_model=base)
             self.input.setFocus()
+        self.gauge.set_stored_source(self._written_by(self._gauge_model))
+
+    def _written_by(self, model: str | None) -> str | None:
+        """The gauge's line for a stored reply that another model wrote than the one
+        loaded now (None: the same one, or either unknown)."""
+        now = self.controller.reply_model_label
+        if model is None or now is None or model == now:
+            return None
+        return f"Written by {model}, not the model loaded now"
 
     def model_will_change(self) -> None:
         self.windows.close_race()
@@ -288,9 +298,11 @@ class MainWindow(QMainWindow):
                             last_stats: SpecStats | None) -> None:
         self.system_prompt.set_text(conversation.system_prompt if conversation else "")
         self.chat.set_messages([message_view(m) for m in messages])
-        self.gauge.show_stored(last_stats)  # None: no figures (not another conversation's)
+        last = next((m for m in reversed(messages) if m.role == "assistant" and m.stats), None)
+        self._gauge_model = last.model if last else None
+        # None: no figures (not another conversation's)
+        self.gauge.show_stored(last_stats, self._written_by(self._gauge_model))
         if not self.gauge.live:  # a reply that streams keeps its own explanation
-            last = next((m for m in reversed(messages) if m.role == "assistant" and m.stats), None)
             self.gauge.set_explanation(stored_auto_explanation(last.stats if last else None))
         reply = self.controller.reply
         if reply is not None and conversation is not None and reply.conversation_id == conversation.id:
@@ -310,9 +322,11 @@ class MainWindow(QMainWindow):
         self.chat.update_message(message_view(message))
         if message.role == "assistant" and message.status == "done" and message.stats:
             try:
-                self.gauge.show_stored(SpecStats.from_dict(message.stats))
+                stats = SpecStats.from_dict(message.stats)
             except (TypeError, ValueError):
                 return
+            self._gauge_model = message.model
+            self.gauge.show_stored(stats, self._written_by(message.model))
             self.gauge.set_explanation(stored_auto_explanation(message.stats))
 
     def reply_started(self, reply: ActiveReply) -> None:
@@ -364,7 +378,9 @@ class MainWindow(QMainWindow):
         footer = (message_view(stored).footer if stored is not None
                   else reply_footer(fin.stats.to_dict(), fin.reason, fin.note))
         self.chat.end_stream(reply.message_id, reply.text, reply.spans, footer)
-        self.gauge.end_reply(fin.stats, fin.note)
+        self.gauge.end_reply(fin.stats, fin.note, stored=stored is not None)
+        if stored is not None:
+            self._gauge_model = stored.model
         remote = fin.stats.extra.get("remote")
         if isinstance(remote, dict):  # llama-server names its drafter after a request
             self.model_bar.set_remote_drafter(remote.get("engine"), remote.get("method"))

@@ -223,3 +223,45 @@ def test_measured_speedup_is_the_replys_own_and_survives_a_regenerate(  # type: 
     w.new_conversation()
     w.open_conversation(conversation)
     assert w.gauge.value_text("measured") == measured_speedup_text(regenerated, streaming=False)
+
+
+def test_the_gauge_names_the_model_of_a_stored_reply_another_model_wrote(
+        qtbot, tiny_window, tiny_target: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """After a model switch the gauge still shows the conversation's last reply, and it
+    says which model wrote it; loading that model again takes the line away, as does a
+    reply of the model now loaded."""
+    w = tiny_window
+    c = w.controller
+    assert w.send_message("hello")
+    wait_reply(qtbot, w)
+    qtbot.waitUntil(lambda: not w.gauge.live and w.gauge.value_text("reply_tps") != "—",
+                    timeout=5000)
+    assert w.gauge.source_label.isHidden()  # written by the model loaded now
+
+    other = tmp_path / "another-target.gguf"
+    other.write_bytes(tiny_target.read_bytes())
+    c.load_model(other)
+    qtbot.waitUntil(lambda: not c.loading and c.model_info is not None
+                    and c.model_info.target_path == other, timeout=LOAD_TIMEOUT_MS)
+    assert not w.gauge.source_label.isHidden()
+    assert w.gauge.source_label.text() == (
+        f"Written by {tiny_target.name}, not the model loaded now")
+    stored = _last_reply(w)
+    assert stored.model == tiny_target.name and w.gauge.value_text("reply_tps") != "—"
+
+    # reopening the conversation keeps the line; a reply of the new model clears it
+    c.open_conversation(None)
+    assert w.gauge.source_label.isHidden()  # a new chat: no figures, no line
+    c.open_conversation(stored.conversation_id)
+    assert w.gauge.source_label.text().startswith(f"Written by {tiny_target.name}")
+    assert w.send_message("again")
+    wait_reply(qtbot, w)
+    qtbot.waitUntil(lambda: not w.gauge.live and _last_reply(w).model == other.name,
+                    timeout=5000)
+    assert w.gauge.source_label.isHidden()
+
+    c.load_model(tiny_target)  # the reply shown is the other model's now
+    qtbot.waitUntil(lambda: not c.loading and c.model_info is not None
+                    and c.model_info.target_path == tiny_target, timeout=LOAD_TIMEOUT_MS)
+    assert w.gauge.source_label.text() == (
+        f"Written by {other.name}, not the model loaded now")

@@ -283,6 +283,7 @@ class SpeculationGaugeWidget(QFrame):
         self._stats: SpecStats | None = None
         self._streaming, self._failed, self._mode_known = False, False, True
         self._assistant: str | None = None  # the MTP assistant's file name, when loaded
+        self._stored = False  # the figures are a stored reply's (show_stored)
         self._dirty = False
         self.repaints = 0  # how many refreshes actually ran (tests check the rate cap)
 
@@ -401,6 +402,7 @@ class SpeculationGaugeWidget(QFrame):
         self.source_label.setText(source or "")
         self.source_label.setVisible(source is not None)
         self._streaming = True
+        self._stored = False
         self._failed = False
         self.set_explanation(None)
         self._rolling.reset()
@@ -451,32 +453,46 @@ class SpeculationGaugeWidget(QFrame):
         self._dirty = True
         self.refresh()
 
-    def end_reply(self, stats: SpecStats, note: str | None = None) -> None:
+    def end_reply(self, stats: SpecStats, note: str | None = None, stored: bool = False) -> None:
         """The reply ended: show its final figures, and the draft-length rule of thumb
-        when it applies (:func:`~app.engine.stats.draft_length_advice`)."""
+        when it applies (:func:`~app.engine.stats.draft_length_advice`). ``stored``: the
+        reply was saved in the open conversation, so from now on it is shown as a stored
+        reply (:meth:`set_stored_source`)."""
         self._streaming = False
         self._failed = False
         self._stats = stats
+        self._stored = stored
         self._mode_known = True
         notes = [note or stats.fallback_reason or "", advice_words(reply_advice(stats))]
         self.note_label.setText("\n".join(n for n in notes if n))
         self._dirty = True
         self.refresh()
 
-    def show_stored(self, stats: SpecStats | None) -> None:
+    def show_stored(self, stats: SpecStats | None, source: str | None = None) -> None:
         """Show a stored reply's statistics (opening a conversation; None: it has no
-        measured reply, :meth:`show_no_reply`); no-op while streaming."""
+        measured reply, :meth:`show_no_reply`); no-op while streaming. ``source``: a line
+        above the figures (:meth:`set_stored_source`)."""
         if stats is None:
             self.show_no_reply()
             return
         if self._streaming:
             return
         self._failed = False
-        self.source_label.hide()
         self._stats = stats
+        self._stored = True
+        self.set_stored_source(source)
         self._mode_known = True
         self.note_label.setText(stats.fallback_reason or "")
         self.refresh()  # at once: nothing streams, and the last figures were cleared
+
+    def set_stored_source(self, source: str | None) -> None:
+        """The line above a stored reply's figures, for one another model wrote ("Written
+        by X, not the model loaded now"); None hides it. No-op while a reply streams or
+        when no stored reply is shown (a reply's own source stays)."""
+        if self._streaming or not self._stored:
+            return
+        self.source_label.setText(source or "")
+        self.source_label.setVisible(source is not None)
 
     def show_no_reply(self) -> None:
         """Show no figures (a new chat, or a conversation without a measured reply): the
@@ -485,6 +501,7 @@ class SpeculationGaugeWidget(QFrame):
         if self._streaming:
             return
         self._stats = None
+        self._stored = False
         self._mode_known = True
         self.source_label.hide()
         self.prediction_note.hide()  # no prediction to qualify
