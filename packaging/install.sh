@@ -5,7 +5,7 @@
 #   bash packaging/install.sh --test   the above + test tools + the test models, in
 #                                      .cache/test-models/ (where tests/conftest.py looks),
 #                                      and llama.cpp's llama-server (built into
-#                                      bench/.llama-tools, 5–12 min on 2 cores, again only when the
+#                                      bench/.llama-tools, 5–10 min on 2 cores, again only when the
 #                                      flags above change)
 #
 # At the end it checks the system libraries Qt's window needs (X11/xcb, EGL; see

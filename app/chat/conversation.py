@@ -64,7 +64,13 @@ from app.errors import TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.remote.client import RemoteClient
 from app.store import paths
-from app.store.history import Conversation, HistoryError, HistoryStore, StoredMessage
+from app.store.history import (
+    Conversation,
+    HistoryError,
+    HistoryStore,
+    StoredMessage,
+    stored_model_name,
+)
 from app.store.settings import Settings, save_settings
 
 log = logging.getLogger(__name__)
@@ -279,11 +285,21 @@ class ChatController:
 
     @property
     def reply_model_label(self) -> str | None:
-        """The model name a reply started now is stored with (``StoredMessage.model``):
-        the target's file name, or the remote server's model; None with no model."""
+        """The model name a reply started now is stored with: the target's file name, or
+        the remote server's model; None with no model. Compare it with
+        ``StoredMessage.model`` through :func:`~app.store.history.stored_model_name`."""
         if self.remote is not None:
             return remote_model_label(self.remote.model)
         return self.model_info.target_path.name if self.model_info is not None else None
+
+    def written_by(self, model: str | None) -> str | None:
+        """The gauge's line above a stored reply's figures when ``model`` (its
+        ``StoredMessage.model``) is not the model loaded now; None when it is, or when
+        either is unknown."""
+        now = self.reply_model_label
+        if model is None or now is None or model == stored_model_name(now):
+            return None
+        return f"Written by {model}, not the model loaded now"
 
     @property
     def can_regenerate(self) -> bool:

@@ -205,6 +205,12 @@ def current_stats(stats: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def stored_model_name(model: str) -> str:
+    """The model name as a message stores it: a file name that is not UTF-8 (PEP 383
+    surrogate escapes) gets each undecodable byte written as the text ``\\xNN``."""
+    return model.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _spans_json(spans: Sequence[tuple[int, int]]) -> str | None:
     return json.dumps([[int(a), int(b)] for a, b in spans]) if spans else None
 
@@ -532,8 +538,8 @@ class HistoryStore:
     def begin_reply(self, conversation_id: int, model: str | None = None) -> StoredMessage:
         """Create an empty assistant message in ``streaming`` state; returns it."""
         now = time.time()
-        if model is not None:  # a name from a file name that is not UTF-8 (PEP 383 escapes)
-            model = model.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        if model is not None:
+            model = stored_model_name(model)
         owner = self._owner_token()
         with self._tx() as c:
             self._touch(c, conversation_id, now)
@@ -621,8 +627,8 @@ class HistoryStore:
         if msg.role != "assistant" or msg.status != "done":
             raise ValueError(f"message {message_id} is not a finished reply")
         now = time.time()
-        if model is not None:  # a name from a file name that is not UTF-8 (PEP 383 escapes)
-            model = model.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        if model is not None:
+            model = stored_model_name(model)
         owner = self._owner_token()
         cols = ", ".join(_VERSION_COLUMNS)
         with self._tx() as c:

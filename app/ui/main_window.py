@@ -269,15 +269,7 @@ class MainWindow(QMainWindow):
             base = info.uses_fallback_template
             self.chat.set_starter_prompts(load_starter_prompts(not base), base_model=base)
             self.input.setFocus()
-        self.gauge.set_stored_source(self._written_by(self._gauge_model))
-
-    def _written_by(self, model: str | None) -> str | None:
-        """The gauge's line for a stored reply that another model wrote than the one
-        loaded now (None: the same one, or either unknown)."""
-        now = self.controller.reply_model_label
-        if model is None or now is None or model == now:
-            return None
-        return f"Written by {model}, not the model loaded now"
+        self.gauge.set_stored_source(self.controller.written_by(self._gauge_model))
 
     def model_will_change(self) -> None:
         self.windows.close_race()
@@ -301,7 +293,7 @@ class MainWindow(QMainWindow):
         last = next((m for m in reversed(messages) if m.role == "assistant" and m.stats), None)
         self._gauge_model = last.model if last else None
         # None: no figures (not another conversation's)
-        self.gauge.show_stored(last_stats, self._written_by(self._gauge_model))
+        self.gauge.show_stored(last_stats, self.controller.written_by(self._gauge_model))
         if not self.gauge.live:  # a reply that streams keeps its own explanation
             self.gauge.set_explanation(stored_auto_explanation(last.stats if last else None))
         reply = self.controller.reply
@@ -326,7 +318,7 @@ class MainWindow(QMainWindow):
             except (TypeError, ValueError):
                 return
             self._gauge_model = message.model
-            self.gauge.show_stored(stats, self._written_by(message.model))
+            self.gauge.show_stored(stats, self.controller.written_by(message.model))
             self.gauge.set_explanation(stored_auto_explanation(message.stats))
 
     def reply_started(self, reply: ActiveReply) -> None:
@@ -378,8 +370,11 @@ class MainWindow(QMainWindow):
         footer = (message_view(stored).footer if stored is not None
                   else reply_footer(fin.stats.to_dict(), fin.reason, fin.note))
         self.chat.end_stream(reply.message_id, reply.text, reply.spans, footer)
-        self.gauge.end_reply(fin.stats, fin.note, stored=stored is not None)
-        if stored is not None:
+        # a reply saved in the open conversation is its last reply from now on; one of
+        # another conversation (opened away from while it streamed) is shown, not kept
+        here = stored is not None and reply.conversation_id == self.controller.current_conversation
+        self.gauge.end_reply(fin.stats, fin.note, stored=here)
+        if stored is not None and here:
             self._gauge_model = stored.model
         remote = fin.stats.extra.get("remote")
         if isinstance(remote, dict):  # llama-server names its drafter after a request
@@ -396,24 +391,10 @@ class MainWindow(QMainWindow):
                                  reply_footer(None, "error", error.message))
 
     def show_server_command(self) -> QDialog | None:
-        """Server → Run this on a bigger machine…: the launch command for the loaded
-        target and drafter (None, with a message, when no model is loaded)."""
-        from app.ui.server_command_dialog import ServerCommandDialog
+        """Server → Run this on a bigger machine… (:func:`open_server_command`)."""
+        from app.ui.server_command_dialog import open_server_command
 
-        info = self.controller.model_info
-        if info is None:
-            box = QMessageBox(QMessageBox.Icon.Information, "Run this on a bigger machine",
-                              "Load a target model first: the command starts the loaded "
-                              "target and drafter on a server.", parent=self)
-            box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-            box.open()
-            return None
-        dialog = ServerCommandDialog(info.target_path, info.draft_path,
-                                     self.model_bar.speculation(), parent=self,
-                                     draft_is_assistant=info.draft_is_assistant)
-        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.open()
-        return dialog
+        return open_server_command(self.controller.model_info, self.model_bar.speculation(), self)
 
     def choose_draft_file(self) -> Path | None:
         return self._choose_gguf("Choose a draft model (same tokenizer as the target)")

@@ -13,7 +13,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from PySide6.QtCore import Slot
+from PySide6.QtCore import Qt, Slot
 from PySide6.QtGui import QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -40,6 +41,7 @@ from app.catalog.server_command import (
     build_command,
     plan_for,
 )
+from app.chat.events import ModelInfo
 from app.errors import TandemError
 from app.formatting import serve_note_words
 from app.options import SpeculationConfig
@@ -169,3 +171,22 @@ class ServerCommandDialog(QDialog):
         if self.command is not None:
             QGuiApplication.clipboard().setText(self.command.shell(width=80))
             self.copy_button.setText("Copied")
+
+
+def open_server_command(info: ModelInfo | None, speculation: SpeculationConfig,
+                        parent: QWidget) -> QDialog | None:
+    """Server → Run this on a bigger machine…: open the launch command's dialog for the
+    loaded target and drafter ``info`` with ``speculation`` (None, after a message box
+    saying why, when no model is loaded)."""
+    if info is None:
+        box = QMessageBox(QMessageBox.Icon.Information, "Run this on a bigger machine",
+                          "Load a target model first: the command starts the loaded "
+                          "target and drafter on a server.", parent=parent)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()
+        return None
+    dialog = ServerCommandDialog(info.target_path, info.draft_path, speculation,
+                                 parent=parent, draft_is_assistant=info.draft_is_assistant)
+    dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    dialog.open()
+    return dialog

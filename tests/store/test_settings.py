@@ -171,3 +171,19 @@ def test_the_context_overflow_policy_is_saved_and_an_older_file_gets_the_default
     loaded = load_settings(path)
     assert loaded.problem is None
     assert loaded.settings.sampling.context_overflow is ContextOverflow.TRUNCATE_MIDDLE
+
+
+def test_a_model_path_that_is_not_utf8_is_saved_and_read_back(tmp_path: Path) -> None:
+    """A GGUF whose file name is not UTF-8 (Python holds it with PEP 383 escapes) was
+    opened: saving the settings raised UnicodeEncodeError. It is written with JSON
+    escapes and comes back as the same path, naming the same bytes."""
+    import os
+
+    odd = tmp_path / os.fsdecode(b"model-\xff.gguf")
+    s = Settings()
+    s.model.target_path = odd
+    save_settings(s)
+    text = paths.settings_path().read_text(encoding="utf-8")
+    assert "\\udcff" in text
+    back = load_settings().settings.model.target_path
+    assert back == odd and os.fsencode(back).endswith(b"model-\xff.gguf")

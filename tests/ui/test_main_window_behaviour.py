@@ -5,6 +5,7 @@ reply it measures."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.store.history import StoredMessage
 from app.store.settings import Settings
 from app.ui.gauge.gauge_panel import measured_speedup_text
-from tests.ui.conftest import LOAD_TIMEOUT_MS, loaded_window, wait_reply
+from tests.ui.conftest import LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, loaded_window, wait_reply
 
 
 def _settings(target: Path, *, max_tokens: int = 24) -> Settings:
@@ -253,15 +254,60 @@ def test_the_gauge_names_the_model_of_a_stored_reply_another_model_wrote(
     c.open_conversation(None)
     assert w.gauge.source_label.isHidden()  # a new chat: no figures, no line
     c.open_conversation(stored.conversation_id)
+    assert not w.gauge.source_label.isHidden()
     assert w.gauge.source_label.text().startswith(f"Written by {tiny_target.name}")
     assert w.send_message("again")
     wait_reply(qtbot, w)
     qtbot.waitUntil(lambda: not w.gauge.live and _last_reply(w).model == other.name,
                     timeout=5000)
-    assert w.gauge.source_label.isHidden()
+    c.open_conversation(stored.conversation_id)  # its last reply is the loaded model's
+    assert w.gauge.source_label.isHidden() and w.gauge.value_text("reply_tps") != "—"
 
     c.load_model(tiny_target)  # the reply shown is the other model's now
     qtbot.waitUntil(lambda: not c.loading and c.model_info is not None
                     and c.model_info.target_path == tiny_target, timeout=LOAD_TIMEOUT_MS)
+    assert not w.gauge.source_label.isHidden()
     assert w.gauge.source_label.text() == (
         f"Written by {other.name}, not the model loaded now")
+
+    # a file name that is not UTF-8: the stored name is escaped, and is still the same model
+    odd = tmp_path / os.fsdecode(b"tiny-\xff.gguf")
+    odd.write_bytes(tiny_target.read_bytes())
+    c.load_model(odd)
+    qtbot.waitUntil(lambda: not c.loading and c.model_info is not None
+                    and c.model_info.target_path == odd, timeout=LOAD_TIMEOUT_MS)
+    assert w.send_message("and again")
+    wait_reply(qtbot, w)
+    c.open_conversation(None)
+    c.open_conversation(stored.conversation_id)
+    assert _last_reply(w).model == "tiny-\\xff.gguf" and w.gauge.source_label.isHidden()
+
+
+def test_a_reply_of_another_conversation_does_not_become_the_open_ones(
+        qtbot, tiny_window, tiny_target: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Conversation A opened while B's reply streams: when B's reply ends the gauge shows
+    it, but not as A's stored reply, so a later model switch puts no "Written by" line
+    with B's model over it."""
+    w = tiny_window
+    c = w.controller
+    assert w.send_message("hello")
+    wait_reply(qtbot, w)
+    first = c.current_conversation
+    other = tmp_path / "another-target.gguf"
+    other.write_bytes(tiny_target.read_bytes())
+    c.load_model(other)
+    qtbot.waitUntil(lambda: not c.loading and c.model_info is not None
+                    and c.model_info.target_path == other, timeout=LOAD_TIMEOUT_MS)
+    c.set_sampling(w.settings.sampling.with_changes(max_tokens=1000))
+    paused = _hold_after_first_text(monkeypatch)
+    w.new_conversation()
+    assert w.send_message("a reply in B")
+    qtbot.waitUntil(paused.is_set, timeout=REPLY_TIMEOUT_MS)
+    c.open_conversation(first)  # A, while B's reply streams
+    c.stop_reply()
+    wait_reply(qtbot, w)
+    c.load_model(tiny_target)
+    qtbot.waitUntil(lambda: not c.loading and c.model_info is not None
+                    and c.model_info.target_path == tiny_target, timeout=LOAD_TIMEOUT_MS)
+    assert w.gauge.source_label.isHidden(), w.gauge.source_label.text()
