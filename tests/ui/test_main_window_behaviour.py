@@ -41,6 +41,13 @@ def tiny_window(qtbot, tiny_target: Path):  # type: ignore[no-untyped-def]
     w.close()
 
 
+def _load(qtbot, c, path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Load ``path`` with controller ``c`` and wait until it is the loaded target."""
+    c.load_model(path)
+    qtbot.waitUntil(lambda: not c.loading and c.model_info is not None
+                    and c.model_info.target_path == path, timeout=LOAD_TIMEOUT_MS)
+
+
 def _last_reply(w) -> StoredMessage:  # type: ignore[no-untyped-def]
     return w.controller.store.messages(w.controller.current_conversation)[-1]
 
@@ -145,9 +152,7 @@ def test_the_window_fits_1024_px_and_a_draft_does_not_widen_it(qtbot, tiny_windo
     # a target with a long file name: the bar and each reply's header elide it
     long_target = tmp_path / ("a-target-model-with-a-very-long-file-name-" * 3 + "f32.gguf")
     long_target.write_bytes(tiny_target.read_bytes())
-    c.load_model(long_target)
-    qtbot.waitUntil(lambda: not c.loading and c.model_info is not None
-                    and c.model_info.target_path == long_target, timeout=LOAD_TIMEOUT_MS)
+    _load(qtbot, c, long_target)
     assert w.send_message("hello")
     wait_reply(qtbot, w)
     qtbot.wait(50)
@@ -241,9 +246,7 @@ def test_the_gauge_names_the_model_of_a_stored_reply_another_model_wrote(
 
     other = tmp_path / "another-target.gguf"
     other.write_bytes(tiny_target.read_bytes())
-    c.load_model(other)
-    qtbot.waitUntil(lambda: not c.loading and c.model_info is not None
-                    and c.model_info.target_path == other, timeout=LOAD_TIMEOUT_MS)
+    _load(qtbot, c, other)
     assert not w.gauge.source_label.isHidden()
     assert w.gauge.source_label.text() == (
         f"Written by {tiny_target.name}, not the model loaded now")
@@ -263,9 +266,7 @@ def test_the_gauge_names_the_model_of_a_stored_reply_another_model_wrote(
     c.open_conversation(stored.conversation_id)  # its last reply is the loaded model's
     assert w.gauge.source_label.isHidden() and w.gauge.value_text("reply_tps") != "—"
 
-    c.load_model(tiny_target)  # the reply shown is the other model's now
-    qtbot.waitUntil(lambda: not c.loading and c.model_info is not None
-                    and c.model_info.target_path == tiny_target, timeout=LOAD_TIMEOUT_MS)
+    _load(qtbot, c, tiny_target)  # the reply shown is the other model's now
     assert not w.gauge.source_label.isHidden()
     assert w.gauge.source_label.text() == (
         f"Written by {other.name}, not the model loaded now")
@@ -273,9 +274,7 @@ def test_the_gauge_names_the_model_of_a_stored_reply_another_model_wrote(
     # a file name that is not UTF-8: the stored name is escaped, and is still the same model
     odd = tmp_path / os.fsdecode(b"tiny-\xff.gguf")
     odd.write_bytes(tiny_target.read_bytes())
-    c.load_model(odd)
-    qtbot.waitUntil(lambda: not c.loading and c.model_info is not None
-                    and c.model_info.target_path == odd, timeout=LOAD_TIMEOUT_MS)
+    _load(qtbot, c, odd)
     assert w.send_message("and again")
     wait_reply(qtbot, w)
     c.open_conversation(None)
@@ -296,9 +295,7 @@ def test_a_reply_of_another_conversation_does_not_become_the_open_ones(
     first = c.current_conversation
     other = tmp_path / "another-target.gguf"
     other.write_bytes(tiny_target.read_bytes())
-    c.load_model(other)
-    qtbot.waitUntil(lambda: not c.loading and c.model_info is not None
-                    and c.model_info.target_path == other, timeout=LOAD_TIMEOUT_MS)
+    _load(qtbot, c, other)
     c.set_sampling(w.settings.sampling.with_changes(max_tokens=1000))
     paused = _hold_after_first_text(monkeypatch)
     w.new_conversation()
@@ -307,7 +304,5 @@ def test_a_reply_of_another_conversation_does_not_become_the_open_ones(
     c.open_conversation(first)  # A, while B's reply streams
     c.stop_reply()
     wait_reply(qtbot, w)
-    c.load_model(tiny_target)
-    qtbot.waitUntil(lambda: not c.loading and c.model_info is not None
-                    and c.model_info.target_path == tiny_target, timeout=LOAD_TIMEOUT_MS)
+    _load(qtbot, c, tiny_target)
     assert w.gauge.source_label.isHidden(), w.gauge.source_label.text()
