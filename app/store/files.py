@@ -44,12 +44,10 @@ def write_text_atomic(path: Path, text: str) -> Path:
 def write_json_atomic(path: Path, data: Any, *, indent: int = 2, sort_keys: bool = False) -> Path:
     """:func:`write_text_atomic` of ``data`` as JSON (non-ASCII kept, newline at the end).
 
-    A string holding a lone surrogate (a file name that is not UTF-8, decoded with PEP
-    383's escapes) cannot be written as UTF-8: then the whole file is written with
-    ``\\uXXXX`` escapes, which :func:`json.loads` turns back into the same string."""
+    A lone surrogate in a string (a file name that is not UTF-8, decoded with PEP 383's
+    escapes) cannot be written as UTF-8: it is written as the JSON escape ``\\uXXXX``,
+    which :func:`json.loads` turns back into the same string."""
     text = json.dumps(data, indent=indent, sort_keys=sort_keys, ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(data, indent=indent, sort_keys=sort_keys, ensure_ascii=True)
+    if not text.isascii():  # a surrogate can only stand inside a JSON string
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return write_text_atomic(path, text + "\n")

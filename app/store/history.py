@@ -207,8 +207,12 @@ def current_stats(stats: dict[str, Any]) -> dict[str, Any]:
 
 def stored_model_name(model: str) -> str:
     """The model name as a message stores it: a file name that is not UTF-8 (PEP 383
-    surrogate escapes) gets each undecodable byte written as the text ``\\xNN``."""
-    return model.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    surrogate escapes) gets each undecodable byte written as the text ``\\xNN``; any
+    other lone surrogate (an unpaired one from a Windows file name) as ``\\uXXXX``."""
+    try:
+        return model.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return model.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _spans_json(spans: Sequence[tuple[int, int]]) -> str | None:

@@ -6,6 +6,7 @@ reply it measures."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -271,15 +272,27 @@ def test_the_gauge_names_the_model_of_a_stored_reply_another_model_wrote(
     assert w.gauge.source_label.text() == (
         f"Written by {other.name}, not the model loaded now")
 
-    # a file name that is not UTF-8: the stored name is escaped, and is still the same model
+
+@pytest.mark.skipif(sys.platform in ("win32", "darwin"),
+                    reason="a file name that is not UTF-8 is a POSIX (Linux) one")
+def test_a_model_file_name_that_is_not_utf8_is_the_same_model_for_the_gauge(
+        qtbot, tiny_window, tiny_target: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The stored name of such a model is escaped (``tiny-\\xff.gguf``): it must not read
+    as another model's when that model is the one loaded."""
+    w = tiny_window
+    c = w.controller
     odd = tmp_path / os.fsdecode(b"tiny-\xff.gguf")
     odd.write_bytes(tiny_target.read_bytes())
     _load(qtbot, c, odd)
-    assert w.send_message("and again")
+    assert w.send_message("hello")
     wait_reply(qtbot, w)
+    conversation = c.current_conversation
     c.open_conversation(None)
-    c.open_conversation(stored.conversation_id)
-    assert _last_reply(w).model == "tiny-\\xff.gguf" and w.gauge.source_label.isHidden()
+    c.open_conversation(conversation)
+    assert _last_reply(w).model == "tiny-\\xff.gguf"
+    assert w.gauge.value_text("reply_tps") != "—" and w.gauge.source_label.isHidden()
+    _load(qtbot, c, tiny_target)
+    assert w.gauge.source_label.text() == "Written by tiny-\\xff.gguf, not the model loaded now"
 
 
 def test_a_reply_of_another_conversation_does_not_become_the_open_ones(
