@@ -281,9 +281,8 @@ class SpeculationGaugeWidget(QFrame):
         self.setObjectName("gauge")
         self._rolling = RollingRate(1.0)
         self._stats: SpecStats | None = None
-        self._streaming, self._failed, self._mode_known = False, False, True
+        self._streaming, self._failed, self._mode_known, self._stored = False, False, True, False
         self._assistant: str | None = None  # the MTP assistant's file name, when loaded
-        self._stored = False  # the figures are a stored reply's (show_stored)
         self._dirty = False
         self.repaints = 0  # how many refreshes actually ran (tests check the rate cap)
 
