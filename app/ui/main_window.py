@@ -97,7 +97,6 @@ class MainWindow(QMainWindow):
         self.bridge = ServiceBridge(service, self)
         #: the window's reply the gauge shows (None: it follows whatever else runs)
         self._gauge_reply: ActiveReply | None = None
-        self._gauge_model: str | None = None  # the model of the stored reply the gauge shows
         self.controller = ChatController(self.settings, store, self.bridge.service, self)
         self.windows = SideWindows(self, self.controller, self.bridge, self.settings,
                                    self.downloads)
@@ -156,6 +155,7 @@ class MainWindow(QMainWindow):
         self.side_tabs = QTabWidget()
         self.side_tabs.setObjectName("sideTabs")
         self.gauge = SpeculationGaugeWidget()
+        self.gauge.written_by = self.controller.written_by
         self.gauge.set_tint(self.settings.ui.tint_drafts)
         self.sampling_panel = SamplingSettingsWidget()
         self.sampling_panel.set_values(self.settings.sampling, self.settings.model,
@@ -269,7 +269,7 @@ class MainWindow(QMainWindow):
             base = info.uses_fallback_template
             self.chat.set_starter_prompts(load_starter_prompts(not base), base_model=base)
             self.input.setFocus()
-        self.gauge.set_stored_source(self.controller.written_by(self._gauge_model))
+        self.gauge.update_stored_source()
 
     def model_will_change(self) -> None:
         self.windows.close_race()
@@ -291,9 +291,11 @@ class MainWindow(QMainWindow):
         self.system_prompt.set_text(conversation.system_prompt if conversation else "")
         self.chat.set_messages([message_view(m) for m in messages])
         last = next((m for m in reversed(messages) if m.role == "assistant" and m.stats), None)
-        self._gauge_model = last.model if last else None
-        # None: no figures (not another conversation's)
-        self.gauge.show_stored(last_stats, self.controller.written_by(self._gauge_model))
+        if last_stats is None:  # no figures (not another conversation's)
+            replied = any(m.role == "assistant" for m in messages)
+            self.gauge.show_no_reply("No measured reply" if replied else "No reply yet")
+        else:
+            self.gauge.show_stored(last_stats, last.model if last else None)
         if not self.gauge.live:  # a reply that streams keeps its own explanation
             self.gauge.set_explanation(stored_auto_explanation(last.stats if last else None))
         reply = self.controller.reply
@@ -312,14 +314,17 @@ class MainWindow(QMainWindow):
 
     def message_changed(self, message: StoredMessage) -> None:
         self.chat.update_message(message_view(message))
-        if message.role == "assistant" and message.status == "done" and message.stats:
-            try:
-                stats = SpecStats.from_dict(message.stats)
-            except (TypeError, ValueError):
-                return
-            self._gauge_model = message.model
-            self.gauge.show_stored(stats, self.controller.written_by(message.model))
-            self.gauge.set_explanation(stored_auto_explanation(message.stats))
+        if message.role != "assistant" or message.status != "done":
+            return  # a version being written: the gauge follows the reply
+        try:
+            stats = SpecStats.from_dict(message.stats) if message.stats else None
+        except (TypeError, ValueError):
+            stats = None
+        if stats is None:  # an interrupted or failed version: not another version's figures
+            self.gauge.show_no_reply("No figures for this version")
+        else:
+            self.gauge.show_stored(stats, message.model)
+        self.gauge.set_explanation(stored_auto_explanation(message.stats))
 
     def reply_started(self, reply: ActiveReply) -> None:
         self.chat.begin_stream(reply.message_id)
@@ -373,9 +378,8 @@ class MainWindow(QMainWindow):
         # a reply saved in the open conversation is its last reply from now on; one of
         # another conversation (opened away from while it streamed) is shown, not kept
         here = stored is not None and reply.conversation_id == self.controller.current_conversation
-        self.gauge.end_reply(fin.stats, fin.note, stored=here)
-        if stored is not None and here:
-            self._gauge_model = stored.model
+        self.gauge.end_reply(fin.stats, fin.note, stored=here,
+                             model=stored.model if stored is not None else None)
         remote = fin.stats.extra.get("remote")
         if isinstance(remote, dict):  # llama-server names its drafter after a request
             self.model_bar.set_remote_drafter(remote.get("engine"), remote.get("method"))

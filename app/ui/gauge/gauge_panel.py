@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal, Slot
@@ -276,6 +276,12 @@ class SpeculationGaugeWidget(QFrame):
     tint_toggled = Signal(bool)
     """The "tint text from accepted drafts" box was toggled."""
 
+    _stored_model: str | None = None  # the model that wrote the stored reply shown
+    written_by: Callable[[str | None], str | None] = staticmethod(lambda model: None)
+    """The line above a stored reply's figures for the model that wrote it ("Written by
+    X, not the model loaded now"), None for none; the window sets it
+    (``ChatController.written_by``)."""
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("gauge")
@@ -452,25 +458,26 @@ class SpeculationGaugeWidget(QFrame):
         self._dirty = True
         self.refresh()
 
-    def end_reply(self, stats: SpecStats, note: str | None = None, stored: bool = False) -> None:
+    def end_reply(self, stats: SpecStats, note: str | None = None, *, stored: bool = False,
+                  model: str | None = None) -> None:
         """The reply ended: show its final figures, and the draft-length rule of thumb
         when it applies (:func:`~app.engine.stats.draft_length_advice`). ``stored``: the
-        reply was saved in the open conversation, so from now on it is shown as a stored
-        reply (:meth:`set_stored_source`)."""
+        reply was saved in the open conversation, by ``model``, so from now on it is shown
+        as a stored reply (:meth:`update_stored_source`)."""
         self._streaming = False
         self._failed = False
         self._stats = stats
-        self._stored = stored
+        self._stored, self._stored_model = stored, model
         self._mode_known = True
         notes = [note or stats.fallback_reason or "", advice_words(reply_advice(stats))]
         self.note_label.setText("\n".join(n for n in notes if n))
         self._dirty = True
         self.refresh()
 
-    def show_stored(self, stats: SpecStats | None, source: str | None = None) -> None:
-        """Show a stored reply's statistics (opening a conversation; None: it has no
-        measured reply, :meth:`show_no_reply`); no-op while streaming. ``source``: a line
-        above the figures (:meth:`set_stored_source`)."""
+    def show_stored(self, stats: SpecStats | None, model: str | None = None) -> None:
+        """Show a stored reply's statistics (opening a conversation, showing a version;
+        None: no figures, :meth:`show_no_reply`); no-op while streaming. ``model``: the
+        one that wrote it (:meth:`update_stored_source`)."""
         if stats is None:
             self.show_no_reply()
             return
@@ -478,25 +485,27 @@ class SpeculationGaugeWidget(QFrame):
             return
         self._failed = False
         self._stats = stats
-        self._stored = True
-        self.set_stored_source(source)
+        self._stored, self._stored_model = True, model
+        self.update_stored_source()
         self._mode_known = True
         self.note_label.setText(stats.fallback_reason or "")
         self.refresh()  # at once: nothing streams, and the last figures were cleared
 
-    def set_stored_source(self, source: str | None) -> None:
-        """The line above a stored reply's figures, for one another model wrote ("Written
-        by X, not the model loaded now"); None hides it. No-op while a reply streams or
-        when no stored reply is shown (a reply's own source stays)."""
+    def update_stored_source(self) -> None:
+        """Show or hide the line above a stored reply's figures (:attr:`written_by` of the
+        model that wrote it), as after loading another model. No-op while a reply streams
+        or when no stored reply is shown (a reply's own source stays)."""
         if self._streaming or not self._stored:
             return
+        source = self.written_by(self._stored_model)
         self.source_label.setText(source or "")
         self.source_label.setVisible(source is not None)
 
-    def show_no_reply(self) -> None:
-        """Show no figures (a new chat, or a conversation without a measured reply): the
-        previous conversation's figures must not look like this one's. No-op while a reply
-        streams (the gauge follows whatever runs)."""
+    def show_no_reply(self, label: str = "No reply yet") -> None:
+        """Show no figures (a new chat, a conversation without a measured reply, a reply
+        version without figures): figures of another reply must not look like this one's.
+        ``label`` says which. No-op while a reply streams (the gauge follows whatever
+        runs)."""
         if self._streaming:
             return
         self._stats = None
@@ -504,7 +513,7 @@ class SpeculationGaugeWidget(QFrame):
         self._mode_known = True
         self.source_label.hide()
         self.prediction_note.hide()  # no prediction to qualify
-        self.mode_label.setText("No reply yet")
+        self.mode_label.setText(label)
         self.tps_label.setText(MISSING)
         self.sparkline.clear()
         for row in self._rows.values():
