@@ -1,5 +1,5 @@
 """How numbers are written for people: figures that may be missing, sizes, durations,
-parameter counts.
+parameter counts; and file names that are not valid Unicode.
 
 The bottom of the app next to :mod:`app.options` (it imports nothing from it), so that
 the window, the command line and the catalog's messages write a missing figure, a size
@@ -12,6 +12,18 @@ from typing import Protocol
 
 #: What a figure that was not measured (or cannot be computed) is shown as.
 MISSING = "—"
+
+
+def valid_text(s: str) -> str:
+    """``s`` as valid Unicode (for SQLite, JSON and labels): in a file name that is not
+    UTF-8 (PEP 383 surrogate escapes, U+DC80–U+DCFF) each undecodable byte becomes the
+    text ``\\xNN``; when ``s`` holds any other lone surrogate (an unpaired one from a
+    Windows file name), every surrogate becomes ``\\uXXXX``. Valid text comes back as
+    it is."""
+    try:
+        return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def or_dash(value: float | None, spec: str = "", unit: str = "", *, none: str = MISSING) -> str:

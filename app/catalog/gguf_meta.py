@@ -59,6 +59,7 @@ from gguf import (
 )
 
 from app.errors import GGUFError
+from app.formatting import valid_text
 
 log = logging.getLogger(__name__)
 
@@ -809,14 +810,8 @@ def _signature(parts: list[Path]) -> str:
     return "|".join(sig)
 
 
-def _text_key(s: str) -> str:
-    """A path-derived string SQLite can store: undecodable bytes (surrogate escapes from
-    a non-UTF-8 file name) become backslash escapes."""
-    return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
 def _cache_get(key: str, signature: str, want_tokens: bool) -> tuple[GGUFInfo, PackedTokens | None] | None:
-    key, signature = _text_key(key), _text_key(signature)
+    key, signature = valid_text(key), valid_text(signature)  # SQLite text
     try:
         with _cache_lock:
             con = _connect()
@@ -839,7 +834,7 @@ def _cache_get(key: str, signature: str, want_tokens: bool) -> tuple[GGUFInfo, P
 
 
 def _cache_put(key: str, signature: str, info: GGUFInfo, tokens: PackedTokens) -> None:
-    key, signature = _text_key(key), _text_key(signature)
+    key, signature = valid_text(key), valid_text(signature)  # SQLite text
     try:
         blob = tokens.to_compressed()
         with _cache_lock:

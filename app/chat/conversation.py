@@ -61,6 +61,7 @@ from app.engine.reply import ReplyRecord, clip_spans
 from app.engine.stats import SpecStats
 from app.engine.suffix import DEFAULT_MAX_REPLIES
 from app.errors import TandemError
+from app.formatting import valid_text
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.remote.client import RemoteClient
 from app.store import paths
@@ -69,7 +70,6 @@ from app.store.history import (
     HistoryError,
     HistoryStore,
     StoredMessage,
-    stored_model_name,
 )
 from app.store.settings import Settings, save_settings
 
@@ -287,7 +287,7 @@ class ChatController:
     def reply_model_label(self) -> str | None:
         """The model name a reply started now is stored with: the target's file name, or
         the remote server's model; None with no model. Compare it with
-        ``StoredMessage.model`` through :func:`~app.store.history.stored_model_name`."""
+        ``StoredMessage.model`` through :func:`~app.formatting.valid_text`."""
         if self.remote is not None:
             return remote_model_label(self.remote.model)
         return self.model_info.target_path.name if self.model_info is not None else None
@@ -297,7 +297,7 @@ class ChatController:
         ``StoredMessage.model``) is not the model loaded now; None when it is, or when
         either is unknown."""
         now = self.reply_model_label
-        if model is None or now is None or model == stored_model_name(now):
+        if model is None or now is None or model == valid_text(now):
             return None
         return f"Written by {model}, not the model loaded now"
 

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from app.formatting import valid_text
+
 #: version of the CLI's JSON outputs (docs/json.md)
 SCHEMA_VERSION = 1
 
@@ -29,22 +31,18 @@ def json_safe(data: Any) -> Any:
     knows the name is not the exact bytes on disk.
     """
     if isinstance(data, str):
-        return _text(data)
+        return valid_text(data)
     if isinstance(data, dict):
         out: dict[str, Any] = {}
         for k, v in data.items():
             safe = json_safe(v)
-            out[_text(str(k))] = safe
+            out[valid_text(str(k))] = safe
             if _has_surrogates(v):
-                out[f"{_text(str(k))}_undecodable"] = True
+                out[f"{valid_text(str(k))}_undecodable"] = True
         return out
     if isinstance(data, (list, tuple)):
         return [json_safe(v) for v in data]
     return data
-
-
-def _text(s: str) -> str:
-    return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _has_surrogates(v: Any) -> bool:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from app.formatting import valid_text
 from app.store import paths
 
 log = logging.getLogger(__name__)
@@ -203,16 +204,6 @@ def current_stats(stats: dict[str, Any]) -> dict[str, Any]:
     if isinstance(mode, str) and mode in _OLD_MODES:
         out["mode"] = _OLD_MODES[mode]
     return out
-
-
-def stored_model_name(model: str) -> str:
-    """The model name as a message stores it: a file name that is not UTF-8 (PEP 383
-    surrogate escapes) gets each undecodable byte written as the text ``\\xNN``; any
-    other lone surrogate (an unpaired one from a Windows file name) as ``\\uXXXX``."""
-    try:
-        return model.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:
-        return model.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _spans_json(spans: Sequence[tuple[int, int]]) -> str | None:
@@ -543,7 +534,7 @@ class HistoryStore:
         """Create an empty assistant message in ``streaming`` state; returns it."""
         now = time.time()
         if model is not None:
-            model = stored_model_name(model)
+            model = valid_text(model)
         owner = self._owner_token()
         with self._tx() as c:
             self._touch(c, conversation_id, now)
@@ -632,7 +623,7 @@ class HistoryStore:
             raise ValueError(f"message {message_id} is not a finished reply")
         now = time.time()
         if model is not None:
-            model = stored_model_name(model)
+            model = valid_text(model)
         owner = self._owner_token()
         cols = ", ".join(_VERSION_COLUMNS)
         with self._tx() as c:

@@ -314,3 +314,15 @@ def test_a_model_named_after_an_undecodable_file_name_is_stored(store: HistorySt
     c = store.create_conversation()
     r = store.begin_reply(c.id, model="mod\udcffel")  # what os.fsdecode gives for b"mod\xffel"
     assert store.message(r.id).model == "mod\\xffel"
+
+
+def test_valid_text_writes_undecodable_bytes_and_lone_surrogates_as_escapes() -> None:
+    from app.cli.json_output import json_safe
+    from app.formatting import valid_text
+
+    assert valid_text("mod\udcffel") == "mod\\xffel"  # PEP 383: the byte it stands for
+    assert valid_text("mod\ud800el") == "mod\\ud800el"  # an unpaired one (a Windows name)
+    assert valid_text("模型 ok") == "模型 ok"  # valid text stays as it is
+    # before one helper the JSON writer raised UnicodeEncodeError on the second kind
+    assert json_safe({"path": "a\ud800.gguf"}) == {"path": "a\\ud800.gguf",
+                                                   "path_undecodable": True}
