@@ -317,6 +317,24 @@ class SpecStats:
         return step / self.target_step_time
 
     @property
+    def verification_cost(self) -> tuple[float, float] | None:
+        """What a drafting round's target pass cost in this reply: (its mean size in
+        tokens, 1 + proposed / draft rounds; its mean time in plain one-token steps,
+        (target time − plain rounds · t₁) / draft rounds / t₁, with t₁ the plain step
+        time, :attr:`plain_step_time` or else :attr:`target_step_time`). The textbook
+        prediction (:attr:`predicted_speedup`) takes that time as one step. None with
+        fewer than 3 drafting rounds, without a step time, or when the time is not
+        positive (noise)."""
+        t1 = self.plain_step_time or self.target_step_time
+        if self.draft_rounds < 3 or not t1:
+            return None
+        plain_rounds = max(self.rounds - self.draft_rounds, 0)
+        per_pass = (self.target_time - plain_rounds * t1) / self.draft_rounds
+        if per_pass <= 0:
+            return None
+        return 1.0 + self.proposed / self.draft_rounds, per_pass / t1
+
+    @property
     def mean_draft_length(self) -> float | None:
         """Draft tokens proposed per drafting round (≤ k; less with the adaptive policy)."""
         return self.proposed / self.draft_rounds if self.draft_rounds else None

@@ -100,3 +100,26 @@ def test_the_cpu_caveat_stands_beside_a_prediction_only(qtbot) -> None:
     g.show_stored(_stats(40, 30))
     g.refresh()
     assert g.prediction_note.isHidden()  # a GPU: the formula's assumption holds there
+
+
+def test_the_cpu_caveat_gives_what_a_check_cost_in_this_reply(qtbot) -> None:
+    """The textbook prediction takes a check of k + 1 tokens as one step; on a CPU the
+    caveat says what a check took in this reply, from its timed passes: here 10
+    drafting rounds of 4 tokens (5-token passes) and 2 plain rounds of 20 ms in 0.64 s
+    of target time, so a check took (0.64 − 2 · 0.02) / 10 = 60 ms, three steps."""
+    stats = _stats(40, 30, rounds=12, draft_rounds=10, target_time=0.64,
+                   plain_step_time=0.02)
+    size, steps = stats.verification_cost  # type: ignore[misc]
+    assert size == 5.0 and abs(steps - 3.0) < 1e-9
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    g.set_cpu_only(True)
+    g.show_stored(stats)
+    assert not g.prediction_note.isHidden()
+    assert ("In this reply a check of 5.0 tokens took as long as 3.0 one-token steps"
+            in g.prediction_note.text())
+    few = _stats(8, 6, rounds=12, draft_rounds=2, target_time=0.3)  # two rounds: no figure
+    assert few.verification_cost is None
+    g.show_stored(few)
+    assert "On a CPU a batch costs more" in g.prediction_note.text()
+    assert _stats(40, 30, target_time=0.0).verification_cost is None  # not timed

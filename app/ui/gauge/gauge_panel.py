@@ -105,6 +105,22 @@ def remote_title(remote: dict[str, Any]) -> str:
     return f"{engine} · {method}" + (f" · k = {k}" if k else "")
 
 
+PREDICTION_ASSUMES = ("The prediction assumes the target checks k + 1 tokens in the time of "
+                      "one, as on a GPU.")
+
+
+def prediction_caveat(s: SpecStats) -> str:
+    """The note beside a prediction on a CPU: what a check of the draft cost in this
+    reply (:attr:`~app.engine.stats.SpecStats.verification_cost`) when it is measured."""
+    cost = s.verification_cost
+    if cost is None:
+        return (PREDICTION_ASSUMES + " On a CPU a batch costs more, so expect the measured "
+                "speedup to be lower.")
+    size, steps = cost
+    return (PREDICTION_ASSUMES + f" In this reply a check of {size:.1f} tokens took as long "
+            f"as {steps:.1f} one-token steps, so expect the measured speedup to be lower.")
+
+
 def measured_speedup_text(s: SpecStats, streaming: bool) -> str:
     """The measured speedup in words: ``1.93×  (1.88–1.99; plain 74 tok/s, timed in this
     reply)``, or why there is none (speculation off, too few drafts, no plain pass under
@@ -353,10 +369,8 @@ class SpeculationGaugeWidget(QFrame):
             self._rows[key] = value
         grid.setColumnStretch(1, 1)
         layout.addLayout(grid)
-        self.prediction_note = QLabel(
-            "The prediction assumes the target checks k + 1 tokens in the time of one, as on "
-            "a GPU. On a CPU a batch costs more, so expect the measured speedup to be lower."
-        )
+        self.prediction_note = QLabel(PREDICTION_ASSUMES + " On a CPU a batch costs more, "
+                                      "so expect the measured speedup to be lower.")
         self.prediction_note.setObjectName("gaugeNote")
         self.prediction_note.setWordWrap(True)
         self.prediction_note.hide()
@@ -577,6 +591,7 @@ class SpeculationGaugeWidget(QFrame):
         self._rows["tau"].setText(or_dash(tau, ".2f", " tok/round") if spec else "1 (off)")
         self._rows["cost"].setText(or_dash(s.draft_cost_ratio, ".3f") if spec else MISSING)
         pred = s.predicted_speedup
+        self.prediction_note.setText(prediction_caveat(s))
         self.prediction_note.setVisible(self._cpu_only and spec)  # no caveat beside "off"
         if not spec:
             self._rows["predicted"].setText("1× (off)")

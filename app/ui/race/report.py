@@ -191,9 +191,12 @@ def prediction_note(result: RaceResult, cpu_backend: bool) -> str | None:
     if ms is None or ps is None or ps < 1.25 * ms or result.on.stats.few_drafts:
         return None
     where = "on this CPU backend" if cpu_backend else "on this machine"
+    cost = result.on.stats.verification_cost
+    check = (f"checking {cost[0]:.1f} tokens at once took as long as {cost[1]:.1f} one-token "
+             "steps" if cost is not None else
+             f"checking {result.on.draft_max + 1} tokens at once costs more than that")
     return (f"The prediction ({ps:.2f}×) assumes the target checks k + 1 tokens in the time "
-            f"of one; {where}, checking {result.on.draft_max + 1} tokens at once costs more "
-            f"than that, so the measured {ms:.2f}× is lower.")
+            f"of one; {where}, {check}, so the measured {ms:.2f}× is lower.")
 
 
 def _fence(text: str) -> str:
