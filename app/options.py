@@ -39,6 +39,12 @@ from pydantic_core import core_schema
 #: context's outputs and the room left in n_ctx.
 K_MAX = 64
 
+#: Memory for saved prompt states by default, MiB (:mod:`app.engine.prefix_cache`): the
+#: KV state of a sequence the context gave up (another conversation, an API request) is
+#: kept so that returning to it re-reads only what is new. llama-server's ``--cache-ram``
+#: plays the same part (default 8192 MiB there).
+PROMPT_CACHE_MIB = 1024
+
 #: llama.cpp's "random seed" value is 2³²−1, so the largest fixed seed is 2³²−2.
 SEED_MAX = 2**32 - 2
 

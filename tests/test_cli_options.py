@@ -54,3 +54,17 @@ def test_k_is_draft_max_in_both_commands_and_k_stays_a_hidden_alias() -> None:
     for command in ("generate", "bench"):
         text = _help(command)
         assert "--draft-max" in text and "--k " not in text and "--k," not in text
+
+
+def test_cache_ram_sets_the_prompt_cache_of_every_command_that_loads_a_model() -> None:
+    from app.cli.options import session_config
+    from app.options import PROMPT_CACHE_MIB, SpecMode
+
+    for argv in (("generate", "hi", "--model", "m.gguf"), ("bench", "--model", "m.gguf"),
+                 ("serve", "--model", "m.gguf")):
+        args = _parse(*argv)
+        assert args.cache_ram == PROMPT_CACHE_MIB, argv
+        assert session_config(args, SpecMode.OFF).prefix_cache_bytes == PROMPT_CACHE_MIB * 2**20
+        off = _parse(*argv, "--cache-ram", "0")
+        assert session_config(off, SpecMode.OFF).prefix_cache_bytes == 0
+        assert "--cache-ram MIB" in _help(argv[0])

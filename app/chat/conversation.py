@@ -385,15 +385,19 @@ class ChatController:
 
     def set_model_options(self, n_ctx: int, n_gpu_layers: int | None,
                           exact_verification: bool | None = None,
-                          n_threads: int | None | Literal["unchanged"] = "unchanged") -> None:
-        """Context length, GPU layers, exact verification (None: unchanged) and CPU threads
-        (None: the free cores, followed); they apply when the model is reloaded."""
+                          n_threads: int | None | Literal["unchanged"] = "unchanged",
+                          prompt_cache_mib: int | None = None) -> None:
+        """Context length, GPU layers, exact verification (None: unchanged), CPU threads
+        (None: the free cores, followed) and the prompt cache's memory in MiB (None:
+        unchanged); they apply when the model is reloaded."""
         self.settings.model.n_ctx = n_ctx
         self.settings.model.n_gpu_layers = n_gpu_layers
         if exact_verification is not None:
             self.settings.model.exact_verification = exact_verification
         if n_threads != "unchanged":
             self.settings.model.n_threads = n_threads
+        if prompt_cache_mib is not None:
+            self.settings.model.prompt_cache_mib = prompt_cache_mib
         self.view.save_settings_soon()
         self.pending_reload = self.model_info is not None and self.remote is None
         self.view.state_changed()
@@ -411,7 +415,8 @@ class ChatController:
                 target_path=target, n_ctx=self.settings.model.n_ctx,
                 n_gpu_layers=self.settings.model.n_gpu_layers,
                 n_threads=self.settings.model.n_threads,
-                exact_verification=self.settings.model.exact_verification)
+                exact_verification=self.settings.model.exact_verification,
+                prefix_cache_bytes=self.settings.model.prompt_cache_mib * 2**20)
         except ValueError as exc:
             self.report(UserError("Invalid model options", str(exc), origin="load"))
             return

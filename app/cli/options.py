@@ -29,6 +29,7 @@ from app.options import (
     DRAFT_MODEL_K,
     DrafterNeeds,
     FREE_DRAFTER_K,
+    PROMPT_CACHE_MIB,
     SamplingParams,
     SpecMode,
     SpeculationConfig,
@@ -75,7 +76,7 @@ def auto_help() -> str:
 
 def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
     """--model, --draft | --prompt-lookup | --suffix, --auto, --n-ctx, --n-gpu-layers,
-    --threads, --exact."""
+    --threads, --cache-ram, --exact."""
     p.add_argument("--model", required=True, type=Path, help="target model GGUF")
     drafter = p.add_mutually_exclusive_group()
     for kind in kinds():  # one switch per registered drafter
@@ -99,6 +100,11 @@ def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads (default: the cores other processes leave free, followed "
                         "between rounds while the machine's load changes)")
+    p.add_argument("--cache-ram", type=int, default=PROMPT_CACHE_MIB, metavar="MIB",
+                   help="memory for saved prompt states, MiB: a conversation or request "
+                        "the context gave up is kept so that returning to it re-reads only "
+                        f"what is new (0 keeps none; default {PROMPT_CACHE_MIB}, as "
+                        "llama-server's --cache-ram)")
     p.add_argument("--exact", action="store_true",
                    help="exact verification: load so that speculation's output equals plain "
                         "decoding's (CPU: with a GPU build add --n-gpu-layers 0; Q4_1/Q5_1/"
@@ -230,7 +236,7 @@ class PromptOptions(BaseModel):
 
 #: config field → the command-line option that sets it, for error messages
 OPTION_NAMES = {
-    "n_threads": "--threads", "n_ctx": "--n-ctx", "n_gpu_layers": "--n-gpu-layers",
+    "n_threads": "--threads", "n_ctx": "--n-ctx", "prefix_cache_bytes": "--cache-ram", "n_gpu_layers": "--n-gpu-layers",
     "draft_max": "--draft-max", "draft_min": "--draft-min", "draft_p_min": "--draft-p-min",
     "ngram_min": "--ngram-min", "ngram_max": "--ngram-max", "temperature": "--temp",
     "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p", "seed": "--seed",
@@ -281,4 +287,5 @@ def session_config(args: argparse.Namespace, mode: SpecMode) -> SessionConfig:
         n_gpu_layers=args.n_gpu_layers,
         n_threads=args.threads,
         exact_verification=getattr(args, "exact", False),
+        prefix_cache_bytes=args.cache_ram * 2**20,
     )

@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from app.errors import TandemError
+from app.options import PROMPT_CACHE_MIB
 
 log = logging.getLogger(__name__)
 
-#: default bound on the saved states' bytes (1 GiB)
-DEFAULT_PREFIX_CACHE_BYTES = 2**30
+#: default bound on the saved states' bytes (:data:`app.options.PROMPT_CACHE_MIB`)
+DEFAULT_PREFIX_CACHE_BYTES = PROMPT_CACHE_MIB * 2**20
 #: the fewest tokens worth saving a state for: less is re-read faster than copied
 MIN_SAVED_TOKENS = 64
 

@@ -23,7 +23,13 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.options import FREE_DRAFTER_K, SamplingParams, SpecMode, SpeculationConfig
+from app.options import (
+    FREE_DRAFTER_K,
+    PROMPT_CACHE_MIB,
+    SamplingParams,
+    SpecMode,
+    SpeculationConfig,
+)
 from app.store import paths
 from app.store.files import write_json_atomic
 
@@ -59,6 +65,8 @@ class ModelSettings(_Section):
     #: CPU threads; None: as many as the cores other processes leave free, followed
     #: while the machine's load changes (:mod:`app.engine.cpu`)
     n_threads: Annotated[int | None, Field(ge=1, le=512)] = None
+    #: memory for saved prompt states, MiB (0: none are kept; :data:`PROMPT_CACHE_MIB`)
+    prompt_cache_mib: Annotated[int, Field(ge=0, le=1_048_576)] = PROMPT_CACHE_MIB
 
 
 class RemoteSettings(_Section):

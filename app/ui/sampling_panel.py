@@ -30,7 +30,13 @@ from PySide6.QtWidgets import (
 
 from pydantic import BaseModel
 
-from app.options import ContextOverflow, SamplingParams, SpeculationConfig, field_schema
+from app.options import (
+    PROMPT_CACHE_MIB,
+    ContextOverflow,
+    SamplingParams,
+    SpeculationConfig,
+    field_schema,
+)
 from app.store.settings import ModelSettings
 
 #: the most threads the setting offers (as SessionConfig allows: 4 × the logical CPUs)
@@ -50,7 +56,7 @@ class SamplingSettingsWidget(QWidget):
     """SamplingParams: any sampling value changed."""
     speculation_changed = Signal(object)
     """SpeculationConfig: draft_min, draft_p_min or an n-gram size changed."""
-    model_options_changed = Signal(int, object, bool, object)
+    model_options_changed = Signal(int, object, bool, object, int)
     """Context length (tokens), GPU layers (None: all when possible; 0: CPU) or exact
     verification changed."""
     reload_clicked = Signal()
@@ -117,8 +123,16 @@ class SamplingSettingsWidget(QWidget):
             "changed while a reply runs when the machine gets busy or quiet (a thread that "
             "waits for a busy core stalls the others at every step)"))
         self.threads.setSpecialValueText("Auto (free cores)")
+        self.prompt_cache = self._int(0, 1_048_576, (
+            "Memory for saved prompt states: a conversation or API request the model's "
+            "context gave up is kept, so that returning to it re-reads only what is new "
+            f"instead of the whole prompt. Off: none are kept. Default {PROMPT_CACHE_MIB} MiB."))
+        self.prompt_cache.setSuffix(" MiB")
+        self.prompt_cache.setSingleStep(256)
+        self.prompt_cache.setSpecialValueText("Off")
         mform.addRow("Context length", self.n_ctx)
         mform.addRow("CPU threads", self.threads)
+        mform.addRow("Prompt cache", self.prompt_cache)
         mform.addRow("GPU layers", self.gpu_layers)
         mform.addRow("", self.cpu_only)
         self.exact = QCheckBox("Exact verification")
@@ -150,6 +164,7 @@ class SamplingSettingsWidget(QWidget):
             spin.valueChanged.connect(self._on_speculation_value_changed)
         self.n_ctx.valueChanged.connect(self._on_model_value_changed)
         self.threads.valueChanged.connect(self._on_model_value_changed)
+        self.prompt_cache.valueChanged.connect(self._on_model_value_changed)
         self.gpu_layers.valueChanged.connect(self._on_model_value_changed)
         self.cpu_only.toggled.connect(self._on_model_value_changed)
         self.exact.toggled.connect(self._on_model_value_changed)
@@ -202,6 +217,7 @@ class SamplingSettingsWidget(QWidget):
                 self.context_overflow.findData(sampling.context_overflow))
             self.n_ctx.setValue(model.n_ctx)
             self.threads.setValue(model.n_threads or 0)
+            self.prompt_cache.setValue(model.prompt_cache_mib)
             self.cpu_only.setChecked(model.n_gpu_layers == 0)
             self.gpu_layers.setValue(999 if model.n_gpu_layers is None else model.n_gpu_layers)
             self.gpu_layers.setEnabled(self._gpu_supported and model.n_gpu_layers != 0)
@@ -263,7 +279,8 @@ class SamplingSettingsWidget(QWidget):
 
     def set_pending_reload(self, pending: bool) -> None:
         self.pending_label.setText(
-            "Reload the model to apply the new context length / threads / GPU layers."
+            "Reload the model to apply the new context length / threads / prompt cache / "
+            "GPU layers."
             if pending else ""
         )
 
@@ -297,4 +314,5 @@ class SamplingSettingsWidget(QWidget):
         self.gpu_layers.setEnabled(self._gpu_supported and not self.cpu_only.isChecked())
         if not self._filling:
             self.model_options_changed.emit(self.n_ctx.value(), self.gpu_layers_value(),
-                                            self.exact.isChecked(), self.threads.value() or None)
+                                            self.exact.isChecked(), self.threads.value() or None,
+                                            self.prompt_cache.value())

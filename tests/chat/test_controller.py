@@ -254,6 +254,23 @@ def test_exact_verification_is_a_model_option_applied_on_reload(rig: Rig) -> Non
     assert not rig.settings.model.exact_verification
 
 
+def test_the_prompt_cache_size_is_a_model_option_applied_on_reload(rig: Rig) -> None:
+    session = rig.service._session  # noqa: SLF001
+    assert session is not None and session.config.prefix_cache_bytes == 1024 * 2**20
+    rig.c.set_model_options(4096, None, None, "unchanged", 0)  # "Off" in the panel
+    assert rig.settings.model.prompt_cache_mib == 0 and rig.c.pending_reload
+    rig.c.reload_model()
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    session = rig.service._session  # noqa: SLF001
+    assert session is not None and session.config.prefix_cache_bytes == 0
+    rig.c.set_model_options(4096, None, None, "unchanged", 256)
+    rig.c.reload_model()
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.service._session.config.prefix_cache_bytes == 256 * 2**20  # type: ignore[union-attr]  # noqa: SLF001
+    rig.c.set_model_options(2048, 0)  # None: the prompt cache unchanged
+    assert rig.settings.model.prompt_cache_mib == 256
+
+
 def test_choosing_the_draft_model_mode_loads_the_draft_or_asks_for_one(rig: Rig, tmp_path: Path) -> None:
     draft = tmp_path / "draft.gguf"
     draft.write_bytes(b"GGUF")

@@ -16,7 +16,7 @@ from PySide6.QtCore import Qt, QThread
 from PySide6.QtWidgets import QApplication
 
 from app.engine.stats import SpecStats
-from app.options import SpecMode, SpeculationConfig
+from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.store import paths
 from app.store.history import HistoryStore
 from app.store.settings import (
@@ -502,6 +502,23 @@ def test_without_a_gpu_backend_the_gpu_settings_are_greyed_out_and_say_why(qtbot
     assert not panel.gpu_layers.isEnabled()
     panel.set_gpu_supported(True)
     assert panel.gpu_layers.isEnabled() and "999 = all" in panel.gpu_layers.toolTip()
+
+
+def test_the_prompt_cache_setting_shows_the_saved_size_and_emits_a_change(qtbot) -> None:
+    from app.store.settings import ModelSettings
+    from app.ui.sampling_panel import SamplingSettingsWidget
+
+    panel = SamplingSettingsWidget()
+    qtbot.addWidget(panel)
+    panel.set_values(SamplingParams(), ModelSettings(prompt_cache_mib=512), SpeculationConfig())
+    assert panel.prompt_cache.value() == 512 and panel.prompt_cache.text() == "512 MiB"
+    emitted: list[tuple[object, ...]] = []
+    panel.model_options_changed.connect(lambda *a: emitted.append(a))
+    panel.prompt_cache.setValue(0)
+    assert panel.prompt_cache.text() == "Off"
+    assert emitted and emitted[-1][4] == 0
+    panel.set_pending_reload(True)
+    assert "prompt cache" in panel.pending_label.text()
 
 
 def test_long_plain_tooltips_are_wrapped_when_shown(qtbot) -> None:
