@@ -142,30 +142,33 @@ def test_auto_explains_its_choice_in_the_gauge_and_the_footer(  # type: ignore[n
         w.close()
 
 
-def test_a_version_without_figures_does_not_show_another_versions(  # type: ignore[no-untyped-def]
+def test_a_version_shows_its_own_model_and_figures_or_none(  # type: ignore[no-untyped-def]
         qtbot, tiny_target: Path) -> None:
     w = loaded_window(qtbot, _settings(tiny_target, ContextOverflow.TRUNCATE_MIDDLE))
     try:
         _send(qtbot, w, FIRST)
         store, cid = w.controller.store, w.controller.current_conversation
         reply_id = w.chat.messages[-1].message_id
-        # a second version that failed part-way (as one interrupted by a crash): no figures
-        store.begin_reply_version(reply_id, model="tiny")
+        # a second version that failed part-way (as one interrupted by a crash), by another
+        # model: no figures
+        store.begin_reply_version(reply_id, model="other.gguf")
         store.finish_reply(reply_id, "half a rep", "error", None, note="the model crashed")
         w.open_conversation(None)
         w.open_conversation(cid)
         reply = w.chat.messages[-1]
         assert reply.version == (2, 2) and reply.text == "half a rep"
+        assert reply._who.full_text() == "Assistant · other.gguf"
         assert w.gauge.mode_label.text() == "No measured reply"
         assert w.gauge.tps_label.text() == MISSING
 
         reply._older.click()  # ‹ version 1 has figures: the gauge shows them
         assert reply.version == (1, 2)
+        assert reply._who.full_text() == f"Assistant · {tiny_target.name}"  # who wrote it
         assert "last\u00a0reply" in w.gauge.mode_label.text()
         assert w.gauge.tps_label.text() != MISSING
 
         reply._newer.click()  # › back to the failed version: version 1's figures leave
-        assert reply.version == (2, 2)
+        assert reply.version == (2, 2) and reply._who.full_text() == "Assistant · other.gguf"
         assert w.gauge.mode_label.text() == "No figures for this version"
         assert w.gauge.tps_label.text() == MISSING
         assert all(row.text() == MISSING for row in w.gauge._rows.values())

@@ -203,6 +203,13 @@ class MarkdownBrowserWidget(QTextBrowser):
             self.setFixedHeight(max(height, 16))
 
 
+def _who(view: MessageView) -> str:
+    """The header's "who": ``You``, or ``Assistant · <model>`` (the shown version's)."""
+    if view.role == "user":
+        return "You"
+    return f"Assistant · {view.model}" if view.model else "Assistant"
+
+
 class MessageWidget(QFrame):
     """One message. Re-render with :meth:`set_content` (cheap enough for every 30 ms)."""
 
@@ -228,11 +235,8 @@ class MessageWidget(QFrame):
         layout.setContentsMargins(10, 6, 10, 6)
         layout.setSpacing(2)
         header = QHBoxLayout()
-        who = "You" if view.role == "user" else "Assistant"
-        if view.role == "assistant" and view.model:
-            who += f" · {view.model}"
         # elided: a long model name must not make the message (and the chat) wider
-        self._who = ElidedLabelWidget(who, min_px=40)
+        self._who = ElidedLabelWidget(_who(view), min_px=40)
         self._who.setObjectName("messageRole")
         header.addWidget(self._who)
         self._streaming = QLabel(WRITING)
@@ -316,6 +320,11 @@ class MessageWidget(QFrame):
     def version(self) -> tuple[int, int]:
         """(shown version, versions) of a reply; (1, 1) when never regenerated."""
         return self._version, self._versions
+
+    def set_author(self, view: MessageView) -> None:
+        """The header names the model of the version shown (a regenerated reply's
+        versions may come from different models)."""
+        self._who.set_full_text(_who(view))
 
     def set_version(self, version: int, versions: int) -> None:
         """Show ``‹ version/versions ›`` (hidden for a single version)."""
@@ -501,8 +510,10 @@ class ChatViewWidget(QScrollArea):
         return w
 
     def update_message(self, view: MessageView) -> None:
-        """Show another version of a message in place: text, footer, ‹ n/m ›."""
+        """Show another version of a message in place: the model that wrote it, text,
+        footer, ‹ n/m ›."""
         if (w := self.message(view.message_id)) is not None:
+            w.set_author(view)
             w.set_content(view.content, view.draft_spans)
             w.set_footer(view.footer)
             w.set_version(view.version, view.versions)
