@@ -639,8 +639,9 @@ class ChatController:
         if conversation_id is not None and self.store is not None:
             conv = self.store.conversation(conversation_id)
             stored = self.store.messages(conversation_id)
+            # the figures of the last finished reply (as shown), none when it has none
             raw = next((m.stats for m in reversed(stored)
-                        if m.role == "assistant" and m.stats), None)
+                        if m.role == "assistant" and m.status == "done"), None)
             if raw is not None and self.reply is None:
                 try:
                     last_stats = SpecStats.from_dict(raw)

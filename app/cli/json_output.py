@@ -26,8 +26,9 @@ def json_safe(data: Any) -> Any:
     """``data`` with every string made valid Unicode, for JSON that is valid UTF-8.
 
     A file name that is not valid UTF-8 reaches Python as a string with surrogate escapes
-    (PEP 383); such a string is written with each undecodable byte as ``\\xNN`` text, and
-    the dict that holds it gets ``"<key>_undecodable": true`` next to it, so a reader
+    (PEP 383); such a string is written with each undecodable byte as ``\\xNN`` text (an
+    unpaired surrogate of a Windows file name as ``\\uXXXX``:
+    :func:`app.formatting.valid_text`), and the dict that holds it gets ``"<key>_undecodable": true`` next to it, so a reader
     knows the name is not the exact bytes on disk.
     """
     if isinstance(data, str):

@@ -55,6 +55,8 @@ class ReplyCounters:
     verified_at: list[int] = field(default_factory=list)
     draft_time: float = 0.0
     target_time: float = 0.0
+    draft_passes: int = 0  # target passes that carried draft tokens
+    draft_pass_time: float = 0.0  # their seconds
 
     def __post_init__(self) -> None:
         self.accepted_at = [0] * self.k
@@ -304,6 +306,9 @@ class Round:
                                  accept)
         dt = self.clock() - t0
         c.target_time += dt
+        if drafts:
+            c.draft_passes += 1
+            c.draft_pass_time += dt
         c.proposed += len(drafts)
         c.verified += v.n_verified
         c.accepted += v.n_counted

@@ -1119,6 +1119,8 @@ class Session:
             draft_steps=(rnd.drafter.forward_passes - reply.passes0) if rnd.drafter else 0,
             draft_time=c.draft_time,
             target_time=c.target_time,
+            draft_passes=c.draft_passes,
+            draft_pass_time=c.draft_pass_time,
             target_step_time=self.target_step_time,
             ttft=(reply.t_first - reply.t0) if reply.t_first is not None else 0.0,
             prefill_time=reply.t_prefill - reply.t0,

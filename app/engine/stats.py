@@ -254,6 +254,8 @@ class SpecStats:
     draft_steps: int = 0
     draft_time: float = 0.0
     target_time: float = 0.0
+    draft_passes: int = 0  # target passes that carried draft tokens (verification passes)
+    draft_pass_time: float = 0.0  # their seconds
     target_step_time: float | None = None  # a plain one-token target pass, seconds
     ttft: float = 0.0
     prefill_time: float = 0.0
@@ -318,21 +320,20 @@ class SpecStats:
 
     @property
     def verification_cost(self) -> tuple[float, float] | None:
-        """What a drafting round's target pass cost in this reply: (its mean size in
-        tokens, 1 + proposed / draft rounds; its mean time in plain one-token steps,
-        (target time − plain rounds · t₁) / draft rounds / t₁, with t₁ the plain step
-        time, :attr:`plain_step_time` or else :attr:`target_step_time`). The textbook
-        prediction (:attr:`predicted_speedup`) takes that time as one step. None with
-        fewer than 3 drafting rounds, without a step time, or when the time is not
-        positive (noise)."""
+        """What a verification pass cost in this reply: (the mean tokens per pass that
+        carried draft tokens, 1 + proposed / :attr:`draft_passes`; their mean time in plain
+        one-token steps, :attr:`draft_pass_time` / :attr:`draft_passes` / t₁, with t₁ the
+        plain step time, :attr:`plain_step_time` or else :attr:`target_step_time`). The
+        textbook prediction (:attr:`predicted_speedup`) takes that time as one step.
+        None with fewer than :data:`MIN_DRAFT_ROUNDS_FOR_SPEEDUP` such passes, without a
+        step time, or when a pass took longer than decoding its tokens one at a time
+        (a figure disturbed by other load, not a cost)."""
         t1 = self.plain_step_time or self.target_step_time
-        if self.draft_rounds < 3 or not t1:
+        if self.draft_passes < MIN_DRAFT_ROUNDS_FOR_SPEEDUP or not t1:
             return None
-        plain_rounds = max(self.rounds - self.draft_rounds, 0)
-        per_pass = (self.target_time - plain_rounds * t1) / self.draft_rounds
-        if per_pass <= 0:
-            return None
-        return 1.0 + self.proposed / self.draft_rounds, per_pass / t1
+        size = 1.0 + self.proposed / self.draft_passes
+        steps = self.draft_pass_time / self.draft_passes / t1
+        return (size, steps) if 0.0 < steps <= size else None
 
     @property
     def mean_draft_length(self) -> float | None:

@@ -64,7 +64,6 @@ from app.ui.service_bridge import ServiceBridge
 from app.ui.side_windows import SideWindows
 from app.ui.window_actions import install_window_actions
 
-
 #: the narrowest the conversation list gets (pixels)
 SIDEBAR_MIN_PX = 180
 
@@ -290,10 +289,12 @@ class MainWindow(QMainWindow):
                             last_stats: SpecStats | None) -> None:
         self.system_prompt.set_text(conversation.system_prompt if conversation else "")
         self.chat.set_messages([message_view(m) for m in messages])
-        last = next((m for m in reversed(messages) if m.role == "assistant" and m.stats), None)
+        last = next((m for m in reversed(messages)
+                     if m.role == "assistant" and m.status == "done"), None)
         if last_stats is None:  # no figures (not another conversation's)
-            replied = any(m.role == "assistant" for m in messages)
-            self.gauge.show_no_reply("No measured reply" if replied else "No reply yet")
+            self.gauge.show_no_reply("No reply yet" if last is None else
+                                     "No figures for the last reply" if not last.stats else
+                                     "Waiting for the reply")  # one is queued
         else:
             self.gauge.show_stored(last_stats, last.model if last else None)
         if not self.gauge.live:  # a reply that streams keeps its own explanation
@@ -314,16 +315,11 @@ class MainWindow(QMainWindow):
 
     def message_changed(self, message: StoredMessage) -> None:
         self.chat.update_message(message_view(message))
-        if message.role != "assistant" or message.status != "done":
-            return  # a version being written: the gauge follows the reply
-        try:
-            stats = SpecStats.from_dict(message.stats) if message.stats else None
-        except (TypeError, ValueError):
-            stats = None
-        if stats is None:  # an interrupted or failed version: not another version's figures
-            self.gauge.show_no_reply("No figures for this version")
-        else:
-            self.gauge.show_stored(stats, message.model)
+        if (message.role != "assistant" or message.status != "done" or self.gauge.live
+                or message.conversation_id != self.controller.current_conversation):
+            return  # a version being written, or not the open conversation's reply
+        # an interrupted or failed version has none: not another version's figures
+        self.gauge.show_stored_figures(message.stats, message.model, "No figures for this version")
         self.gauge.set_explanation(stored_auto_explanation(message.stats))
 
     def reply_started(self, reply: ActiveReply) -> None:

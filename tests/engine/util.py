@@ -111,6 +111,11 @@ def check_invariants(r: Run, max_tokens: int) -> None:
             assert s.verified_at[i + 1] <= s.accepted_at[i]
     if s.rounds:
         assert s.emitted >= s.rounds  # every counted round emitted a token: τ ≥ 1
+    # the passes that carried drafts: each drafting round's, and one that sampled only
+    # the end-of-generation token after a draft
+    assert s.draft_rounds <= s.draft_passes <= s.draft_rounds + 1
+    assert (s.draft_passes > 0) == (s.proposed > 0) and s.proposed >= s.draft_passes
+    assert 0.0 <= s.draft_pass_time <= s.target_time
     cut = r.finished.reason in ("stop", "cancelled")
     if not cut:
         assert s.emitted == s.accepted + s.rounds

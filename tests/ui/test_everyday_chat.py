@@ -158,7 +158,7 @@ def test_a_version_shows_its_own_model_and_figures_or_none(  # type: ignore[no-u
         reply = w.chat.messages[-1]
         assert reply.version == (2, 2) and reply.text == "half a rep"
         assert reply._who.full_text() == "Assistant · other.gguf"
-        assert w.gauge.mode_label.text() == "No measured reply"
+        assert w.gauge.mode_label.text() == "No figures for the last reply"
         assert w.gauge.tps_label.text() == MISSING
 
         reply._older.click()  # ‹ version 1 has figures: the gauge shows them
@@ -172,5 +172,16 @@ def test_a_version_shows_its_own_model_and_figures_or_none(  # type: ignore[no-u
         assert w.gauge.mode_label.text() == "No figures for this version"
         assert w.gauge.tps_label.text() == MISSING
         assert all(row.text() == MISSING for row in w.gauge._rows.values())
+
+        # the gauge shows the open conversation's replies only: a version shown again in
+        # another one (a regeneration there that failed) leaves it alone
+        reply._older.click()
+        other = store.create_conversation("other")
+        store.add_user_message(other.id, "hello")
+        w.open_conversation(other.id)
+        assert w.gauge.mode_label.text() == "No reply yet"
+        w.message_changed(store.message(reply_id))  # version 1 of the first conversation
+        assert w.gauge.mode_label.text() == "No reply yet"
+        assert w.gauge.tps_label.text() == MISSING
     finally:
         w.close()

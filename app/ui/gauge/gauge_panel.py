@@ -15,9 +15,10 @@ of the last seconds at the same thread count and load), with the spread of that 
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal, Slot
@@ -42,6 +43,8 @@ from app.engine.stats import (
 from app.formatting import MISSING, advice_words, draft_length_words, or_dash
 from app.options import SpecMode
 from app.ui.gauge.rolling import RollingRate
+
+log = logging.getLogger(__name__)
 
 REFRESH_MS = 100
 _ACCENT = QColor("#2b6cb0")
@@ -117,8 +120,10 @@ def prediction_caveat(s: SpecStats) -> str:
         return (PREDICTION_ASSUMES + " On a CPU a batch costs more, so expect the measured "
                 "speedup to be lower.")
     size, steps = cost
-    return (PREDICTION_ASSUMES + f" In this reply a check of {size:.1f} tokens took as long "
-            f"as {steps:.1f} one-token steps, so expect the measured speedup to be lower.")
+    then = ("so expect the measured speedup to be lower" if steps >= 1.5 else
+            "close to that assumption")
+    return (PREDICTION_ASSUMES + f" In this reply the target's checks of {size:.1f} tokens "
+            f"on average took {steps:.1f} one-token steps each, {then}.")
 
 
 def measured_speedup_text(s: SpecStats, streaming: bool) -> str:
@@ -504,6 +509,21 @@ class SpeculationGaugeWidget(QFrame):
         self._mode_known = True
         self.note_label.setText(stats.fallback_reason or "")
         self.refresh()  # at once: nothing streams, and the last figures were cleared
+
+    def show_stored_figures(self, raw: Mapping[str, Any] | None, model: str | None,
+                            empty: str) -> None:
+        """:meth:`show_stored` of a stored reply's statistics as the history keeps them
+        (``StoredMessage.stats``); without any, or unreadable ones (logged), no figures
+        with the header ``empty`` (:meth:`show_no_reply`)."""
+        try:
+            stats = SpecStats.from_dict(dict(raw)) if raw else None
+        except (TypeError, ValueError):
+            log.warning("a stored reply's statistics are unreadable: %.200r", raw)
+            stats = None
+        if stats is None:
+            self.show_no_reply(empty)
+        else:
+            self.show_stored(stats, model)
 
     def update_stored_source(self) -> None:
         """Show or hide the line above a stored reply's figures (:attr:`written_by` of the

@@ -192,8 +192,8 @@ def prediction_note(result: RaceResult, cpu_backend: bool) -> str | None:
         return None
     where = "on this CPU backend" if cpu_backend else "on this machine"
     cost = result.on.stats.verification_cost
-    check = (f"checking {cost[0]:.1f} tokens at once took as long as {cost[1]:.1f} one-token "
-             "steps" if cost is not None else
+    check = (f"the target's checks of {cost[0]:.1f} tokens on average took {cost[1]:.1f} "
+             "one-token steps each" if cost is not None else
              f"checking {result.on.draft_max + 1} tokens at once costs more than that")
     return (f"The prediction ({ps:.2f}×) assumes the target checks k + 1 tokens in the time "
             f"of one; {where}, {check}, so the measured {ms:.2f}× is lower.")

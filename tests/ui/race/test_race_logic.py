@@ -241,11 +241,11 @@ def test_headline_and_prediction_note() -> None:
     assert note is not None and "on this CPU backend, checking 3 tokens" in note
     # with the passes of the drafting rounds timed, the note gives what they cost
     timed = dataclasses.replace(slow, on=_with_stats(slow_on, dataclasses.replace(
-        slow_on.stats, rounds=10, draft_rounds=10, proposed=40, target_time=0.5,
-        plain_step_time=0.02)))
+        slow_on.stats, draft_passes=20, draft_pass_time=1.0, plain_step_time=0.02)))
+    assert timed.on.stats.draft_max == 2 and timed.on.stats.proposed == 40
     note = prediction_note(timed, cpu_backend=True)
-    assert note is not None and ("checking 5.0 tokens at once took as long as 2.5 one-token "
-                                 "steps, so the measured") in note
+    assert note is not None and ("on this CPU backend, the target's checks of 3.0 tokens on "
+                                 "average took 2.5 one-token steps each, so the measured") in note
     slower = dataclasses.replace(r, on=_with_stats(
         r.on, dataclasses.replace(r.on.stats, decode_time=4.0, total_time=4.5)))
     assert speedup_headline(slower).startswith("Speculation was slower here: 0.50×")
