@@ -220,3 +220,18 @@ def test_an_empty_stop_string_is_refused_as_the_api_refuses_it(
     assert "a stop string cannot be empty" in capsys.readouterr().err
     args = parser.parse_args(["generate", "hi", "--model", "m.gguf", "--stop", "\n\n"])
     assert args.stop == ["\n\n"]
+
+
+def test_chat_on_a_model_without_a_template_says_so(tiny_target: Path, smollm_path: Path) -> None:
+    """--chat on a base model (no chat template in the GGUF) writes a plain transcript,
+    which such a model may only continue (Gemma 3 270M echoed the request): the note
+    says so, as the window's status bar does; a model with a template gets no note."""
+    r = cli("generate", "--model", str(tiny_target), "--chat", "--max-tokens", "4",
+            "--threads", "1", "hello")
+    assert r.returncode == 0, r.stderr
+    assert (f"note: {tiny_target.name} has no chat template: --chat wrote a plain "
+            "User/Assistant transcript") in r.stderr
+    r = cli("generate", "--model", str(smollm_path), "--chat", "--max-tokens", "4",
+            "--threads", "1", "hello")
+    assert r.returncode == 0, r.stderr
+    assert "no chat template" not in r.stderr

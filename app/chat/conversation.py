@@ -62,7 +62,7 @@ from app.engine.stats import SpecStats
 from app.engine.suffix import DEFAULT_MAX_REPLIES
 from app.errors import TandemError
 from app.formatting import valid_text
-from app.options import SamplingParams, SpecMode, SpeculationConfig
+from app.options import SamplingParams, SpecMode, SpeculationConfig, default_draft_max
 from app.remote.client import RemoteClient
 from app.store import paths
 from app.store.history import (
@@ -244,6 +244,8 @@ class ChatController:
         self._model_job: Job | None = None  # a load, draft change or demo in progress
         self._draft_kept: DraftKept | None = None  # what a failing draft change left loaded
         self._model_before_load: ModelInfo | None = None  # kept when a load fails early
+        #: the drafter used before the draft-model mode was chosen without a draft loaded
+        self._before_draft_mode: SpeculationConfig | None = None
         self._target_kept = False  # the failing load unloaded nothing
         self._roles: list[tuple[int, str]] = []  # (id, role) of the open conversation
         self._closed = False
@@ -305,9 +307,10 @@ class ChatController:
     def can_regenerate(self) -> bool:
         """Regenerate has something to do: the conversation ends with a reply (a new
         version of it), or with a user message whose reply failed (a context overflow,
-        an engine error): the reply is asked for again."""
+        an engine error): the reply is asked for again. Not while a message is being
+        edited: Send then replaces it and the reply."""
         return bool(self._roles) and self.reply is None and self.model_info is not None \
-            and not self.loading and not self._race_busy
+            and not self.loading and not self._race_busy and self.editing_message_id is None
 
     # -- the one place errors go ------------------------------------------------------
     def report(self, error: UserError) -> None:
@@ -360,18 +363,36 @@ class ChatController:
     def set_speculation(self, speculation: SpeculationConfig) -> None:
         """Drafter, k and its finer settings for the next reply (the target is not
         reloaded). Choosing the draft-model mode without a draft loaded loads the one in
-        the settings, or asks for one."""
+        the settings, or asks for one; when none is chosen, or the one chosen fails to
+        load, the drafter used before comes back (:meth:`_leave_draft_mode`), so no reply
+        runs without speculation while the box says "Draft model"."""
+        before = self.settings.speculation
         self.settings.speculation = speculation
         self.view.speculation_changed(speculation)
         self.view.save_settings_soon()
         if (speculation.mode is SpecMode.DRAFT_MODEL and self.model_info is not None
                 and self.remote is None
                 and self.model_info.draft_path is None and not self.busy):
+            self._before_draft_mode = before if before.mode is not SpecMode.DRAFT_MODEL else None
             draft = self.settings.model.draft_path
             if draft is None or not draft.is_file():
                 draft = self.view.choose_draft_file()
             if draft is not None:
                 self.set_draft_model(draft)
+            else:
+                self._leave_draft_mode()
+
+    def _leave_draft_mode(self) -> None:
+        """The draft-model mode has no draft loaded (none was chosen, or it failed to
+        load): use the drafter of before it was chosen again (prompt lookup when that is
+        not known)."""
+        info = self.model_info
+        if (self.settings.speculation.mode is not SpecMode.DRAFT_MODEL or info is None
+                or info.draft_path is not None):
+            return
+        before, self._before_draft_mode = self._before_draft_mode, None
+        self.set_speculation(before or self.settings.speculation.with_changes(
+            mode=SpecMode.PROMPT_LOOKUP, draft_max=default_draft_max(SpecMode.PROMPT_LOOKUP)))
 
     def set_draft_length(self, k: int) -> None:
         """Use draft length ``k`` (the race window's k sweep applies one)."""
@@ -596,9 +617,10 @@ class ChatController:
                     draft_name=kept.name if kept else None,
                     draft_is_assistant=kept.assistant if kept else False)
                 self.view.model_changed(self.model_info)
-            if kept is not None and kept.path is not None:  # not the file that failed
-                self.settings.model.draft_path = kept.path
-                self.view.save_settings_soon()
+            # not the file that failed: choosing the mode again asks for another
+            self.settings.model.draft_path = kept.path if kept is not None else None
+            self.view.save_settings_soon()
+            self._leave_draft_mode()
         elif failed.kind == "load":
             # a file refused before anything was unloaded leaves the model loaded before
             self.model_info = self._model_before_load if self._target_kept else None
@@ -738,7 +760,7 @@ class ChatController:
         reply failed), that reply is asked for again."""
         if self.busy or self.model_info is None or self.store is None:
             return False
-        if self.current_conversation is None or not self._roles:
+        if self.current_conversation is None or not self._roles or self.editing_message_id:
             return False
         message_id = message_id if message_id is not None else self.last_reply_id
         if message_id is None:

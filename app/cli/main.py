@@ -136,6 +136,10 @@ def _run_generate(args: argparse.Namespace) -> int:
         with Session.open(config, progress=lambda _p: not cancel.is_set()) as session:
             for note in session.notes:
                 print(f"note: {note}", file=sys.stderr)
+            if args.chat and session.chat_format.uses_fallback:
+                print(f"note: {config.target_path.name} has no chat template: --chat wrote a "
+                      "plain User/Assistant transcript, which a base model may only continue",
+                      file=sys.stderr)
             if args.compare:
                 return _compare(session, args, sampling, spec, cancel)
             result = _stream_reply(session, args, sampling, spec, cancel)

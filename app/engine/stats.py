@@ -387,12 +387,15 @@ class SpecStats:
 
     @property
     def decode_tps(self) -> float | None:
-        """Decode tokens per second, prefill excluded."""
-        return self.emitted / self.decode_time if self.decode_time > 0 else None
+        """Decode tokens per second, prefill excluded; None before a token was emitted
+        (a reply stopped while it read its prompt has no decode rate)."""
+        return self.emitted / self.decode_time if self.decode_time > 0 and self.emitted else None
 
     @property
     def end_to_end_tps(self) -> float | None:
-        return self.emitted / self.total_time if self.total_time > 0 else None
+        """Tokens per second over the whole reply, prefill included; None before a token
+        was emitted."""
+        return self.emitted / self.total_time if self.total_time > 0 and self.emitted else None
 
     @property
     def prefill_tps(self) -> float | None:

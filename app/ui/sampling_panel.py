@@ -110,6 +110,26 @@ class SamplingSettingsWidget(QWidget):
         sform.addRow("Lookup n-gram max", self.ngram_max)
         outer.addWidget(sbox)
 
+        outer.addWidget(self._model_box())
+        outer.addStretch(1)
+
+        for w in (self.temperature, self.top_p, self.min_p, self.repeat_penalty, self.dry_multiplier):
+            w.valueChanged.connect(self._on_sampling_value_changed)
+        for s in (self.top_k, self.seed, self.max_tokens):
+            s.valueChanged.connect(self._on_sampling_value_changed)
+        self.context_overflow.currentIndexChanged.connect(self._on_sampling_value_changed)
+        for spin in (self.draft_min, self.draft_p_min, self.ngram_min, self.ngram_max):
+            spin.valueChanged.connect(self._on_speculation_value_changed)
+        self.n_ctx.valueChanged.connect(self._on_model_value_changed)
+        self.threads.valueChanged.connect(self._on_model_value_changed)
+        self.prompt_cache.valueChanged.connect(self._on_model_value_changed)
+        self.gpu_layers.valueChanged.connect(self._on_model_value_changed)
+        self.cpu_only.toggled.connect(self._on_model_value_changed)
+        self.exact.toggled.connect(self._on_model_value_changed)
+
+    def _model_box(self) -> QGroupBox:
+        """The "Model (applies on reload)" group: context, threads, prompt cache, GPU
+        layers, exact verification, Reload."""
         mbox = QGroupBox("Model (applies on reload)")
         mform = QFormLayout(mbox)
         self.n_ctx = self._int(256, 1_048_576, "context window in tokens: the conversation must fit in it")
@@ -152,22 +172,7 @@ class SamplingSettingsWidget(QWidget):
         self.pending_label.setObjectName("gaugeNote")
         self.pending_label.setWordWrap(True)
         mform.addRow(self.pending_label)
-        outer.addWidget(mbox)
-        outer.addStretch(1)
-
-        for w in (self.temperature, self.top_p, self.min_p, self.repeat_penalty, self.dry_multiplier):
-            w.valueChanged.connect(self._on_sampling_value_changed)
-        for s in (self.top_k, self.seed, self.max_tokens):
-            s.valueChanged.connect(self._on_sampling_value_changed)
-        self.context_overflow.currentIndexChanged.connect(self._on_sampling_value_changed)
-        for spin in (self.draft_min, self.draft_p_min, self.ngram_min, self.ngram_max):
-            spin.valueChanged.connect(self._on_speculation_value_changed)
-        self.n_ctx.valueChanged.connect(self._on_model_value_changed)
-        self.threads.valueChanged.connect(self._on_model_value_changed)
-        self.prompt_cache.valueChanged.connect(self._on_model_value_changed)
-        self.gpu_layers.valueChanged.connect(self._on_model_value_changed)
-        self.cpu_only.toggled.connect(self._on_model_value_changed)
-        self.exact.toggled.connect(self._on_model_value_changed)
+        return mbox
 
     def _double(self, lo: float, hi: float, step: float, decimals: int, tip: str) -> QDoubleSpinBox:
         w = QDoubleSpinBox()

@@ -288,6 +288,26 @@ def test_choosing_the_draft_model_mode_loads_the_draft_or_asks_for_one(rig: Rig,
     assert isinstance(rig.pump.seen[-1], JobFailed) and rig.view.errors[-1].origin == "draft"
 
 
+def test_the_draft_model_mode_without_a_draft_gives_the_drafter_before_back(
+        rig: Rig, tmp_path: Path) -> None:
+    """Choosing "Draft model" and then no file, or one that fails to load, must not leave
+    the box on "Draft model" while replies run without speculation: the drafter of
+    before comes back (with its k), and a failed file is not offered again."""
+    before = rig.settings.speculation.with_changes(mode=SpecMode.SUFFIX, draft_max=12)
+    rig.c.set_speculation(before)
+    rig.view.draft_choice = None  # the file dialog was cancelled
+    rig.c.set_speculation(before.with_changes(mode=SpecMode.DRAFT_MODEL, draft_max=4))
+    assert rig.settings.speculation == before and not rig.c.loading
+    rig.view.draft_choice = tmp_path / "broken.gguf"  # not there: its load fails
+    rig.c.set_speculation(before.with_changes(mode=SpecMode.DRAFT_MODEL, draft_max=4))
+    assert rig.c.loading
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.view.errors[-1].origin == "draft"
+    assert rig.settings.speculation == before and rig.settings.model.draft_path is None
+    shown = [args[0] for name, args in rig.view.calls if name == "speculation_changed"]
+    assert shown[-1] == before  # the Drafter box shows it again
+
+
 def test_a_model_choice_gives_the_drafter_its_default_k_unless_k_was_chosen(
         rig: Rig, tmp_path: Path) -> None:
     draft = tmp_path / "draft.gguf"
@@ -382,3 +402,17 @@ def test_after_a_failed_reply_regenerate_asks_for_it_again(
     rig.reply_done()
     assert [m[1] for m in rig.stored()] == ["question", "an answer"]
     assert ("clear_errors", ("reply",)) in rig.view.calls  # the old error goes
+
+
+def test_regenerate_waits_while_a_message_is_edited(rig: Rig) -> None:
+    """Editing a message means Send replaces it and its reply; Regenerate meanwhile
+    made a new version under the "Editing a message" banner."""
+    rig.script.replies = ["one two"]
+    assert rig.c.send_message("hello")
+    rig.reply_done()
+    user_id = rig.store.messages(rig.c.current_conversation)[0].id  # type: ignore[arg-type]
+    assert rig.c.can_regenerate
+    assert rig.c.begin_edit(user_id) == "hello"
+    assert not rig.c.can_regenerate and not rig.c.regenerate() and rig.c.reply is None
+    rig.c.cancel_edit()
+    assert rig.c.can_regenerate

@@ -204,3 +204,30 @@ def test_enter_presses_the_focused_button(qtbot, window) -> None:  # type: ignor
     qtbot.waitUntil(lambda: not box.isVisible(), timeout=5000)
     QApplication.processEvents()
     assert len(clicks) == 1
+
+
+def test_showing_another_version_keeps_its_arrows_under_the_pointer(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """‹ › sit in the reply's header: a version of another length must not scroll the
+    view (it followed the bottom, so a second click on ‹ hit something else)."""
+    view = ChatViewWidget()
+    qtbot.addWidget(view)
+    view.resize(600, 400)
+    view.show()
+    long = "\n\n".join(f"paragraph {i} of a long reply" for i in range(12))
+    view.set_messages([MessageView(1, "user", "first"), MessageView(2, "assistant", long),
+                       MessageView(3, "user", "again"),
+                       MessageView(4, "assistant", long + "\n\nand more", versions=2, version=2)])
+    reply = view.messages[-1]
+    qtbot.waitUntil(lambda: view.verticalScrollBar().maximum() > 0, timeout=5000)
+    view.scroll_to_bottom()
+    qtbot.wait(50)
+
+    def header_y() -> int:
+        return reply._older.mapTo(view.viewport(), reply._older.rect().topLeft()).y()
+
+    before = header_y()
+    view.update_message(MessageView(4, "assistant", long + "\n\n" + "much more text\n\n" * 6,
+                                    versions=2, version=1))
+    qtbot.wait(100)  # the layout settles
+    assert reply.version == (1, 2)
+    assert header_y() == before

@@ -130,3 +130,51 @@ def test_the_cpu_caveat_gives_what_a_check_cost_in_this_reply(qtbot) -> None:
     assert _stats(40, 30, draft_passes=10, draft_pass_time=1.2,
                   plain_step_time=0.02).verification_cost is None
     assert _stats(40, 30).verification_cost is None  # stored before passes were counted
+
+
+def test_a_stored_reply_keeps_its_advice_and_shows_no_other_replys_curve(qtbot) -> None:
+    """Flipping to a stored version shows the advice it ended with (τ below 2 here) and
+    clears the rate curve of the reply that streamed last; a plain step slower than
+    1 tok/s reads with its digits, not as "0 tok/s"; a reply stopped before its first
+    token has no rate."""
+    from app.ui.gauge.gauge_panel import rate_words
+
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    low_tau = _stats(40, 4, rounds=30, draft_rounds=20, emitted=34)  # τ 1.13
+    g.begin_reply("prompt-lookup", 4)
+    for tps in (20.0, 22.0, 21.0):
+        g.sparkline.add(tps)
+    g.end_reply(low_tau)
+    advice = "Mean acceptance length τ stays below 2"
+    assert advice in g.note_label.text() and len(g.sparkline._values) == 3
+    g.show_stored(_stats(40, 30))  # version 1: its own figures, no curve
+    assert advice not in g.note_label.text() and len(g.sparkline._values) == 0
+    g.show_stored(low_tau)  # back to version 2: the advice again
+    assert advice in g.note_label.text()
+
+    assert (rate_words(74.4), rate_words(7.44), rate_words(0.31)) == ("74", "7.4", "0.31")
+    slow = _stats(40, 30, plain_step_time=1 / 0.31, plain_step_source="recent",
+                  decode_time=1.0, emitted=40)
+    g.show_stored(slow)
+    assert "plain 0.31 tok/s" in g.value_text("measured")
+
+    nothing = SpecStats(mode="suffix", draft_max=16, decode_time=0.4, total_time=2.0)
+    assert nothing.decode_tps is None and nothing.end_to_end_tps is None
+    g.show_stored(nothing)
+    assert g.value_text("reply_tps") == "—" and g.value_text("e2e_tps") == "—"
+
+
+def test_a_reply_with_more_threads_than_free_cores_says_why_it_was_slow() -> None:
+    """Two threads fixed on two cores beside a busy program decoded at 0.3–1.5 tok/s
+    (1 thread: 22–29) with no word why: the note names the load and the setting."""
+    from app.ui.gauge.gauge_panel import threads_note
+
+    busy = _stats(40, 30, n_threads=2, other_cores=1.0)
+    assert threads_note(busy, cores=2) == (
+        "Other programs kept 1.0 of 2 cores busy: with 2 threads each step waits for the "
+        "busy core. CPU threads: Auto (Sampling → Model) uses the free cores.")
+    assert threads_note(busy, cores=8) == ""  # cores to spare
+    assert threads_note(_stats(40, 30, n_threads=1, other_cores=1.0), cores=2) == ""
+    assert threads_note(_stats(40, 30, n_threads=2, other_cores=0.1), cores=2) == ""
+    assert threads_note(_stats(40, 30, n_threads=2), cores=2) == ""  # load not measured

@@ -511,8 +511,10 @@ class ChatViewWidget(QScrollArea):
 
     def update_message(self, view: MessageView) -> None:
         """Show another version of a message in place: the model that wrote it, text,
-        footer, ‹ n/m ›."""
+        footer, ‹ n/m ›. The view keeps its scroll position (it does not follow the bottom
+        as the text's height changes), so the ‹ › under the pointer stays there."""
         if (w := self.message(view.message_id)) is not None:
+            self._stick = False
             w.set_author(view)
             w.set_content(view.content, view.draft_spans)
             w.set_footer(view.footer)

@@ -40,6 +40,7 @@ from app.engine.stats import (
     SpecStats,
     draft_length_advice,
 )
+from app.engine.cpu import free_threads, usable_cores
 from app.formatting import MISSING, advice_words, draft_length_words, or_dash
 from app.options import SpecMode
 from app.ui.gauge.rolling import RollingRate
@@ -126,6 +127,37 @@ def prediction_caveat(s: SpecStats) -> str:
             f"on average took {steps:.1f} one-token steps each, {then}.")
 
 
+def _reply_note(stats: SpecStats, note: str | None = None) -> str:
+    """The gauge's note under a finished reply: ``note`` (or why speculation fell back),
+    the draft-length rule of thumb when it applies (:func:`reply_advice`), and
+    :func:`threads_note`."""
+    notes = [note or stats.fallback_reason or "", advice_words(reply_advice(stats)),
+             threads_note(stats)]
+    return "\n".join(n for n in notes if n)
+
+
+def threads_note(stats: SpecStats, cores: int | None = None) -> str:
+    """When the reply ended with more threads than the cores other programs left free
+    (:func:`~app.engine.cpu.free_threads`: a thread count fixed in the settings; Auto
+    follows the load): why it was slow and what to change; "" otherwise. ``cores``:
+    logical CPUs (default this process's)."""
+    other, n = stats.other_cores, stats.n_threads
+    if other is None or n <= 1:
+        return ""
+    cores = usable_cores() if cores is None else cores
+    if n <= free_threads(other, n, cores):
+        return ""
+    return (f"Other programs kept {other:.1f} of {cores} cores busy: with {n} threads each "
+            "step waits for the busy core. CPU threads: Auto (Sampling → Model) uses the "
+            "free cores.")
+
+
+def rate_words(tps: float) -> str:
+    """A rate with the digits it needs: ``74``, ``7.4``, ``0.31`` (a slow plain step must
+    not read as 0 tok/s)."""
+    return f"{tps:.0f}" if tps >= 9.5 else f"{tps:.1f}" if tps >= 0.95 else f"{tps:.2f}"
+
+
 def measured_speedup_text(s: SpecStats, streaming: bool) -> str:
     """The measured speedup in words: ``1.93×  (1.88–1.99; plain 74 tok/s, timed in this
     reply)``, or why there is none (speculation off, too few drafts, no plain pass under
@@ -146,7 +178,7 @@ def measured_speedup_text(s: SpecStats, streaming: bool) -> str:
     r = s.measured_speedup_range
     if r is not None and r[1] - r[0] >= 0.005:
         spread = f"{min(r):.2f}–{max(r):.2f}; "
-    plain = f"plain {1.0 / base:.0f} tok/s, " if base else ""
+    plain = f"plain {rate_words(1.0 / base)} tok/s, " if base else ""
     return f"{x:.2f}×  ({spread}{plain}{where})"
 
 
@@ -488,15 +520,16 @@ class SpeculationGaugeWidget(QFrame):
         self._stats = stats
         self._stored, self._stored_model = stored, model
         self._mode_known = True
-        notes = [note or stats.fallback_reason or "", advice_words(reply_advice(stats))]
-        self.note_label.setText("\n".join(n for n in notes if n))
+        self.note_label.setText(_reply_note(stats, note))
         self._dirty = True
         self.refresh()
 
     def show_stored(self, stats: SpecStats | None, model: str | None = None) -> None:
         """Show a stored reply's statistics (opening a conversation, showing a version;
-        None: no figures, :meth:`show_no_reply`); no-op while streaming. ``model``: the
-        one that wrote it (:meth:`update_stored_source`)."""
+        None: no figures, :meth:`show_no_reply`) with the note and advice it ended with;
+        no-op while streaming. ``model``: the one that wrote it
+        (:meth:`update_stored_source`). The rate curve is cleared: it belongs to the
+        reply that last streamed, and a stored reply keeps none."""
         if stats is None:
             self.show_no_reply()
             return
@@ -507,7 +540,8 @@ class SpeculationGaugeWidget(QFrame):
         self._stored, self._stored_model = True, model
         self.update_stored_source()
         self._mode_known = True
-        self.note_label.setText(stats.fallback_reason or "")
+        self.sparkline.clear()
+        self.note_label.setText(_reply_note(stats))
         self.refresh()  # at once: nothing streams, and the last figures were cleared
 
     def show_stored_figures(self, raw: Mapping[str, Any] | None, model: str | None,
