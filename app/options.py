@@ -44,6 +44,8 @@ K_MAX = 64
 #: kept so that returning to it re-reads only what is new. llama-server's ``--cache-ram``
 #: plays the same part (default 8192 MiB there).
 PROMPT_CACHE_MIB = 1024
+#: The most memory the prompt cache may be given, MiB (1 TiB: a bound for typing errors)
+PROMPT_CACHE_MAX_MIB = 1_048_576
 
 #: llama.cpp's "random seed" value is 2³²−1, so the largest fixed seed is 2³²−2.
 SEED_MAX = 2**32 - 2

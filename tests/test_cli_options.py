@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from app.cli.main import build_parser
 from app.cli.options import BENCH_DEFAULTS, CLI_DEFAULTS, OPTION_NAMES, field_help
 from app.options import SamplingParams, SpeculationConfig, field_schema
@@ -68,3 +70,6 @@ def test_cache_ram_sets_the_prompt_cache_of_every_command_that_loads_a_model() -
         off = _parse(*argv, "--cache-ram", "0")
         assert session_config(off, SpecMode.OFF).prefix_cache_bytes == 0
         assert "--cache-ram MIB" in _help(argv[0])
+    for bad in ("-1", "1048577", "lots"):
+        with pytest.raises(SystemExit):
+            _parse("generate", "hi", "--model", "m.gguf", "--cache-ram", bad)

@@ -62,7 +62,7 @@ from app.engine.stats import SpecStats
 from app.engine.suffix import DEFAULT_MAX_REPLIES
 from app.errors import TandemError
 from app.formatting import valid_text
-from app.options import SamplingParams, SpecMode, SpeculationConfig, default_draft_max
+from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.remote.client import RemoteClient
 from app.store import paths
 from app.store.history import (
@@ -85,6 +85,15 @@ def open_history() -> tuple[HistoryStore | None, list[UserError]]:
         return None, [UserError("History unavailable", str(exc), origin="history")]
     return store, ([UserError("History reset", problem, level="warning", origin="history")]
                    if problem else [])
+
+
+@dataclass(frozen=True, slots=True)
+class _DraftChoice:
+    """A switch to the draft-model mode whose draft is loading: the drafter of before
+    (it comes back if the load fails) and whether the user just picked the file."""
+
+    before: SpeculationConfig
+    picked: bool
 
 
 @dataclass(eq=False)
@@ -244,8 +253,8 @@ class ChatController:
         self._model_job: Job | None = None  # a load, draft change or demo in progress
         self._draft_kept: DraftKept | None = None  # what a failing draft change left loaded
         self._model_before_load: ModelInfo | None = None  # kept when a load fails early
-        #: the drafter used before the draft-model mode was chosen without a draft loaded
-        self._before_draft_mode: SpeculationConfig | None = None
+        #: a switch to the draft-model mode whose draft is loading
+        self._draft_choice: _DraftChoice | None = None
         self._target_kept = False  # the failing load unloaded nothing
         self._roles: list[tuple[int, str]] = []  # (id, role) of the open conversation
         self._closed = False
@@ -362,37 +371,40 @@ class ChatController:
 
     def set_speculation(self, speculation: SpeculationConfig) -> None:
         """Drafter, k and its finer settings for the next reply (the target is not
-        reloaded). Choosing the draft-model mode without a draft loaded loads the one in
-        the settings, or asks for one; when none is chosen, or the one chosen fails to
-        load, the drafter used before comes back (:meth:`_leave_draft_mode`), so no reply
-        runs without speculation while the box says "Draft model"."""
+        reloaded). Switching to the draft-model mode without a draft loaded loads the one
+        in the settings, or asks for one; when none is chosen, or that draft fails to
+        load, the drafter used before comes back (:meth:`_draft_choice_failed`), so no
+        reply runs without speculation while the box says "Draft model"."""
         before = self.settings.speculation
         self.settings.speculation = speculation
         self.view.speculation_changed(speculation)
         self.view.save_settings_soon()
-        if (speculation.mode is SpecMode.DRAFT_MODEL and self.model_info is not None
-                and self.remote is None
+        if (speculation.mode is SpecMode.DRAFT_MODEL and before.mode is not SpecMode.DRAFT_MODEL
+                and self.model_info is not None and self.remote is None
                 and self.model_info.draft_path is None and not self.busy):
-            self._before_draft_mode = before if before.mode is not SpecMode.DRAFT_MODEL else None
             draft = self.settings.model.draft_path
-            if draft is None or not draft.is_file():
+            asked = draft is None or not draft.is_file()
+            if asked:
                 draft = self.view.choose_draft_file()
-            if draft is not None:
-                self.set_draft_model(draft)
-            else:
-                self._leave_draft_mode()
+            if draft is None:
+                self.set_speculation(before)
+                return
+            self._draft_choice = _DraftChoice(before, asked)
+            self.set_draft_model(draft)
 
-    def _leave_draft_mode(self) -> None:
-        """The draft-model mode has no draft loaded (none was chosen, or it failed to
-        load): use the drafter of before it was chosen again (prompt lookup when that is
-        not known)."""
+    def _draft_choice_failed(self) -> None:
+        """The draft loaded for a switch to the draft-model mode failed and none stays
+        loaded: the drafter of before comes back, and a file the user had just picked is
+        not offered again (a draft the settings held stays there: it may fit another
+        target)."""
+        choice, self._draft_choice = self._draft_choice, None
         info = self.model_info
-        if (self.settings.speculation.mode is not SpecMode.DRAFT_MODEL or info is None
-                or info.draft_path is not None):
+        if (choice is None or info is None or info.draft_path is not None
+                or self.settings.speculation.mode is not SpecMode.DRAFT_MODEL):
             return
-        before, self._before_draft_mode = self._before_draft_mode, None
-        self.set_speculation(before or self.settings.speculation.with_changes(
-            mode=SpecMode.PROMPT_LOOKUP, draft_max=default_draft_max(SpecMode.PROMPT_LOOKUP)))
+        if choice.picked:
+            self.settings.model.draft_path = None
+        self.set_speculation(choice.before)
 
     def set_draft_length(self, k: int) -> None:
         """Use draft length ``k`` (the race window's k sweep applies one)."""
@@ -596,6 +608,7 @@ class ChatController:
                                           f"{draft} is no longer there; choose another draft.",
                                           origin="draft"))
         elif isinstance(value, DraftChanged):
+            self._draft_choice = None
             if value.path is not None:
                 remember_opened_model(value.path)
             if self.model_info is not None:
@@ -617,10 +630,10 @@ class ChatController:
                     draft_name=kept.name if kept else None,
                     draft_is_assistant=kept.assistant if kept else False)
                 self.view.model_changed(self.model_info)
-            # not the file that failed: choosing the mode again asks for another
-            self.settings.model.draft_path = kept.path if kept is not None else None
+            if kept is not None and kept.path is not None:  # not the file that failed
+                self.settings.model.draft_path = kept.path
+            self._draft_choice_failed()
             self.view.save_settings_soon()
-            self._leave_draft_mode()
         elif failed.kind == "load":
             # a file refused before anything was unloaded leaves the model loaded before
             self.model_info = self._model_before_load if self._target_kept else None

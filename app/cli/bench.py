@@ -163,6 +163,7 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
             "max_tokens": args.max_tokens,
             "n_ctx": session.n_ctx,
             "threads": session.ctx.n_threads,
+            "cache_ram_mib": args.cache_ram,
             "n_gpu_layers": session.n_gpu_layers,
             "exact_verification": session.exact_verification,
             "temperature": args.temp,

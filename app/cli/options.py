@@ -29,6 +29,7 @@ from app.options import (
     DRAFT_MODEL_K,
     DrafterNeeds,
     FREE_DRAFTER_K,
+    PROMPT_CACHE_MAX_MIB,
     PROMPT_CACHE_MIB,
     SamplingParams,
     SpecMode,
@@ -74,6 +75,17 @@ def auto_help() -> str:
             "and k per conversation from measured rates")
 
 
+def _cache_mib(text: str) -> int:
+    """--cache-ram's value: whole MiB in 0 … :data:`PROMPT_CACHE_MAX_MIB`."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of MiB: {text!r}") from None
+    if not 0 <= value <= PROMPT_CACHE_MAX_MIB:
+        raise argparse.ArgumentTypeError(f"{value} is not in 0 … {PROMPT_CACHE_MAX_MIB} MiB")
+    return value
+
+
 def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
     """--model, --draft | --prompt-lookup | --suffix, --auto, --n-ctx, --n-gpu-layers,
     --threads, --cache-ram, --exact."""
@@ -100,7 +112,7 @@ def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads (default: the cores other processes leave free, followed "
                         "between rounds while the machine's load changes)")
-    p.add_argument("--cache-ram", type=int, default=PROMPT_CACHE_MIB, metavar="MIB",
+    p.add_argument("--cache-ram", type=_cache_mib, default=PROMPT_CACHE_MIB, metavar="MIB",
                    help="memory for saved prompt states, MiB: a conversation or request "
                         "the context gave up is kept so that returning to it re-reads only "
                         f"what is new (0 keeps none; default {PROMPT_CACHE_MIB}, as "

@@ -851,6 +851,12 @@ class LlamaContext:
         return int(L.llama_state_seq_get_size_ext(self.ptr, 0,
                                                   L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY))
 
+    def state_size(self) -> int:
+        """Bytes :meth:`state_bytes` would copy now (llama.cpp's own count)."""
+        L = lib()
+        return int(L.llama_state_get_size(self.ptr) if self.model.n_swa > 0
+                   else L.llama_state_seq_get_size(self.ptr, 0))
+
     def state_bytes(self) -> bytearray:
         """Sequence 0's state (KV cells and any recurrent state) as llama.cpp serialises
         it, written straight into the returned buffer: what :meth:`load_state` puts
@@ -869,8 +875,7 @@ class LlamaContext:
         """
         L = lib()
         whole = self.model.n_swa > 0
-        size = int(L.llama_state_get_size(self.ptr) if whole
-                   else L.llama_state_seq_get_size(self.ptr, 0))
+        size = self.state_size()
         buf = bytearray(size)
         view = (ctypes.c_uint8 * size).from_buffer(buf)
         written = int(L.llama_state_get_data(self.ptr, view, size) if whole

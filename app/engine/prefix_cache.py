@@ -124,6 +124,8 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 class StatefulContext(Protocol):
     """What :func:`reuse_prefix` needs of a context (:class:`app.engine.llama.LlamaContext`)."""
 
+    def state_size(self) -> int: ...
+
     def state_bytes(self) -> bytearray: ...
 
     def load_state(self, data: bytes | bytearray) -> bool: ...
@@ -152,8 +154,9 @@ def reuse_prefix(ctx: StatefulContext, held: list[int], tokens: Sequence[int],
     if entry is not None and shared - keep < MIN_SAVED_TOKENS:
         entry = None
     if saved.max_bytes and len(held) - keep >= MIN_SAVED_TOKENS:
-        try:
-            saved.put(held, ctx.state_bytes())
+        try:  # a state larger than the whole cache is not copied only to be refused
+            if ctx.state_size() <= saved.max_bytes:
+                saved.put(held, ctx.state_bytes())
         except TandemError as exc:  # the state is only lost, as without a cache
             log.warning("could not save the KV cache's state: %s", exc)
     if entry is not None:

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.options import (
     FREE_DRAFTER_K,
+    PROMPT_CACHE_MAX_MIB,
     PROMPT_CACHE_MIB,
     SamplingParams,
     SpecMode,
@@ -37,7 +38,10 @@ log = logging.getLogger(__name__)
 
 #: 2: a model-free drafter's stored k of 4 (version 1's default for every drafter)
 #: becomes its own default, :data:`app.options.FREE_DRAFTER_K` (see :func:`_migrate`).
-SCHEMA_VERSION = 2
+#: 3: fields an older Tandem does not know (``model.n_threads``,
+#: ``model.prompt_cache_mib``); nothing to migrate, but an older Tandem then says the
+#: file was written by a newer one (and sets it aside) instead of calling it invalid.
+SCHEMA_VERSION = 3
 
 #: The k every drafter got by default in settings version 1.
 _V1_DEFAULT_K = 4
@@ -66,7 +70,7 @@ class ModelSettings(_Section):
     #: while the machine's load changes (:mod:`app.engine.cpu`)
     n_threads: Annotated[int | None, Field(ge=1, le=512)] = None
     #: memory for saved prompt states, MiB (0: none are kept; :data:`PROMPT_CACHE_MIB`)
-    prompt_cache_mib: Annotated[int, Field(ge=0, le=1_048_576)] = PROMPT_CACHE_MIB
+    prompt_cache_mib: Annotated[int, Field(ge=0, le=PROMPT_CACHE_MAX_MIB)] = PROMPT_CACHE_MIB
 
 
 class RemoteSettings(_Section):

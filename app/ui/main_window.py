@@ -242,7 +242,7 @@ class MainWindow(QMainWindow):
                                 model_loaded=c.model_info is not None)
         self.model_bar.set_busy(c.busy)
         self.welcome.set_busy(c.loading)
-        self.chat.set_busy(c.reply is not None)
+        self.chat.set_busy(c.reply is not None, editing=c.editing_message_id is not None)
         show_welcome = c.model_info is None and not c.loading and not c.has_messages
         self.stack.setCurrentWidget(self.welcome if show_welcome else self.chat)
         self.sampling_panel.set_pending_reload(c.pending_reload)
@@ -262,6 +262,7 @@ class MainWindow(QMainWindow):
             self.chat.set_starter_prompts(())
         else:
             self.gauge.set_cpu_only(info.n_gpu_layers == 0)
+            self.gauge.threads_auto = info.threads_auto
             self.sampling_panel.set_gpu_supported(info.gpu_supported or info.remote is not None)
             self.gauge.set_assistant(info.draft_path.name if info.draft_is_assistant
                                      and info.draft_path is not None else None)
@@ -293,8 +294,8 @@ class MainWindow(QMainWindow):
                      if m.role == "assistant" and m.status == "done"), None)
         if last_stats is None:  # no figures (not another conversation's)
             self.gauge.show_no_reply("No reply yet" if last is None else
-                                     "No figures for the last reply" if not last.stats else
-                                     "Waiting for the reply")  # one is queued
+                                     "Waiting for the reply" if self.controller.reply else
+                                     "No figures for the last reply")
         else:
             self.gauge.show_stored(last_stats, last.model if last else None)
         if not self.gauge.live:  # a reply that streams keeps its own explanation

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 from pydantic import BaseModel
 
 from app.options import (
+    PROMPT_CACHE_MAX_MIB,
     PROMPT_CACHE_MIB,
     ContextOverflow,
     SamplingParams,
@@ -143,7 +144,7 @@ class SamplingSettingsWidget(QWidget):
             "changed while a reply runs when the machine gets busy or quiet (a thread that "
             "waits for a busy core stalls the others at every step)"))
         self.threads.setSpecialValueText("Auto (free cores)")
-        self.prompt_cache = self._int(0, 1_048_576, (
+        self.prompt_cache = self._int(0, PROMPT_CACHE_MAX_MIB, (
             "Memory for saved prompt states: a conversation or API request the model's "
             "context gave up is kept, so that returning to it re-reads only what is new "
             f"instead of the whole prompt. Off: none are kept. Default {PROMPT_CACHE_MIB} MiB."))

@@ -41,7 +41,8 @@ class Script:
     "token", and with speculation on every second word counts as an accepted draft.
     ``gate``: when set, a reply stops after its first word until the gate opens (or the
     reply is cancelled). ``fail_after``: raise this error after the first word.
-    ``load_error``: opening a session raises it. ``exact_possible``: False makes an
+    ``load_error``: opening a session raises it; ``draft_error``: loading a draft model
+    raises it. ``exact_possible``: False makes an
     exact-verification load fall back with a note, as real weights may. ``calls``: (messages or prompt,
     speculation) of every generation, in order. ``word_s``: seconds each word after the
     first takes (a slow engine; a cancel ends the wait at once).
@@ -52,6 +53,7 @@ class Script:
     gate: threading.Event | None = None
     fail_after: Exception | None = None
     load_error: Exception | None = None
+    draft_error: Exception | None = None
     exact_possible: bool = True
     word_s: float = 0.0
     calls: list[tuple[object, SpeculationConfig]] = field(default_factory=list)
@@ -102,6 +104,8 @@ class FakeSession:
     def set_draft_model(self, path: Path | None, progress: Any = None) -> None:
         if path is not None and not Path(path).is_file():
             raise ModelLoadError(f"Model file not found: {path}")
+        if path is not None and self.script.draft_error is not None:
+            raise self.script.draft_error
         self.draft_model = FakeModel(path) if path is not None else None
 
     def chat_prompt(self, messages: Sequence[ChatMessage]) -> list[int]:

@@ -290,9 +290,10 @@ def test_choosing_the_draft_model_mode_loads_the_draft_or_asks_for_one(rig: Rig,
 
 def test_the_draft_model_mode_without_a_draft_gives_the_drafter_before_back(
         rig: Rig, tmp_path: Path) -> None:
-    """Choosing "Draft model" and then no file, or one that fails to load, must not leave
-    the box on "Draft model" while replies run without speculation: the drafter of
-    before comes back (with its k), and a failed file is not offered again."""
+    """Switching to "Draft model" and then choosing no file, or one that fails to load,
+    must not leave the box on "Draft model" while replies run without speculation: the
+    drafter of before comes back (with its k), and a file just picked that failed is not
+    offered again. k changed while in the mode does not ask for a file."""
     before = rig.settings.speculation.with_changes(mode=SpecMode.SUFFIX, draft_max=12)
     rig.c.set_speculation(before)
     rig.view.draft_choice = None  # the file dialog was cancelled
@@ -306,6 +307,44 @@ def test_the_draft_model_mode_without_a_draft_gives_the_drafter_before_back(
     assert rig.settings.speculation == before and rig.settings.model.draft_path is None
     shown = [args[0] for name, args in rig.view.calls if name == "speculation_changed"]
     assert shown[-1] == before  # the Drafter box shows it again
+
+    good = tmp_path / "draft.gguf"
+    good.write_bytes(b"GGUF")
+    rig.view.draft_choice = good
+    rig.c.set_speculation(before.with_changes(mode=SpecMode.DRAFT_MODEL, draft_max=4))
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.c.model_info is not None and rig.c.model_info.draft_path == good
+    asked = rig.view.names().count("choose_draft_file")
+    rig.c.set_speculation(rig.settings.speculation.with_changes(draft_max=6))  # k only
+    assert rig.view.names().count("choose_draft_file") == asked and not rig.c.loading
+
+
+def test_a_draft_that_fails_after_a_reload_stays_remembered(rig: Rig, tmp_path: Path) -> None:
+    """A draft that loaded with one target and fails when loaded again (another target's
+    vocabulary, memory after a GPU-layer change) is neither forgotten nor the mode
+    changed: the error says why, and the draft is tried again with the next target."""
+    good = tmp_path / "draft.gguf"
+    good.write_bytes(b"GGUF")
+    rig.view.draft_choice = good
+    rig.c.set_speculation(rig.settings.speculation.with_changes(mode=SpecMode.DRAFT_MODEL))
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.c.model_info is not None and rig.c.model_info.draft_path == good
+    # the automatic reload after the next load fails (another target's vocabulary)
+    rig.script.draft_error = ModelLoadError("the draft's vocabulary differs from the target's")
+    rig.c.reload_model()
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.view.errors[-1].origin == "draft"
+    assert "vocabulary" in rig.view.errors[-1].message
+    assert rig.settings.model.draft_path == good
+    assert rig.settings.speculation.mode is SpecMode.DRAFT_MODEL
+    asked = rig.view.names().count("choose_draft_file")
+    rig.c.set_speculation(rig.settings.speculation.with_changes(draft_max=6))  # k only:
+    assert rig.view.names().count("choose_draft_file") == asked  # no file dialog
+    assert rig.settings.speculation.draft_max == 6
+    rig.script.draft_error = None  # back to a target it fits: loaded again
+    rig.c.reload_model()
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.c.model_info is not None and rig.c.model_info.draft_path == good
 
 
 def test_a_model_choice_gives_the_drafter_its_default_k_unless_k_was_chosen(

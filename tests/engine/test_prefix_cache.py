@@ -162,3 +162,28 @@ def test_real_models_return_to_the_state_they_left(which: str, smollm_path: Path
     assert back.ids == kept.ids
     assert back.stats.prefill_tokens == kept.stats.prefill_tokens  # only what is new
     assert back.stats.prefill_tokens < back.stats.prompt_tokens // 4
+
+
+def test_a_cache_smaller_than_a_state_copies_none(tiny_target: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state larger than the whole cache would be refused: it is not copied first (a
+    copy of a large model's KV cache at every conversation switch, for nothing)."""
+    from app.engine.llama import LlamaContext
+
+    copies: list[int] = []
+    real = LlamaContext.state_bytes
+
+    def counted(self: LlamaContext) -> bytearray:
+        copies.append(1)
+        return real(self)
+
+    monkeypatch.setattr(LlamaContext, "state_bytes", counted)
+    with _open(tiny_target, cache_bytes=1024) as s:
+        run(s, CONVERSATION, GREEDY)
+        assert s.ctx.state_size() > 1024
+        run(s, OTHER, GREEDY)  # pushes the conversation out: too large to keep
+        assert len(s.saved_states) == 0 and copies == []
+    with _open(tiny_target) as s:  # with room it is copied and kept
+        run(s, CONVERSATION, GREEDY)
+        run(s, OTHER, GREEDY)
+        assert len(s.saved_states) == 1 and copies == [1]

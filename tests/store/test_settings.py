@@ -139,7 +139,7 @@ def test_a_version_1_file_gets_the_model_free_drafters_k(stored: dict[str, objec
     assert loaded.settings.speculation.draft_max == k
     assert loaded.settings.speculation.mode.value == stored.get("mode", "off")
     save_settings(loaded.settings)
-    assert json.loads(paths.settings_path().read_text())["schema_version"] == SCHEMA_VERSION == 2
+    assert json.loads(paths.settings_path().read_text())["schema_version"] == SCHEMA_VERSION == 3
 
 
 def test_a_version_2_file_keeps_k_4() -> None:

@@ -185,3 +185,16 @@ def test_a_version_shows_its_own_model_and_figures_or_none(  # type: ignore[no-u
         assert w.gauge.tps_label.text() == MISSING
     finally:
         w.close()
+
+
+def test_both_regenerate_buttons_wait_while_a_message_is_edited(  # type: ignore[no-untyped-def]
+        qtbot, stop_window) -> None:
+    w = stop_window
+    _send(qtbot, w, "Hello there")
+    user, reply = w.chat.messages[-2], w.chat.messages[-1]
+    assert w.regenerate_button.isEnabled() and reply._regen.isEnabled()
+    w.edit_message(user.message_id)
+    assert w.composer.edit_banner.isVisibleTo(w)
+    assert not w.regenerate_button.isEnabled() and not reply._regen.isEnabled()
+    w._on_composer_cancel_edit_clicked()
+    assert w.regenerate_button.isEnabled() and reply._regen.isEnabled()

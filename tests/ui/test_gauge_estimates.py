@@ -165,7 +165,7 @@ def test_a_stored_reply_keeps_its_advice_and_shows_no_other_replys_curve(qtbot) 
     assert g.value_text("reply_tps") == "—" and g.value_text("e2e_tps") == "—"
 
 
-def test_a_reply_with_more_threads_than_free_cores_says_why_it_was_slow() -> None:
+def test_a_reply_with_more_threads_than_free_cores_says_why_it_was_slow(qtbot) -> None:
     """Two threads fixed on two cores beside a busy program decoded at 0.3–1.5 tok/s
     (1 thread: 22–29) with no word why: the note names the load and the setting."""
     from app.ui.gauge.gauge_panel import threads_note
@@ -178,3 +178,10 @@ def test_a_reply_with_more_threads_than_free_cores_says_why_it_was_slow() -> Non
     assert threads_note(_stats(40, 30, n_threads=1, other_cores=1.0), cores=2) == ""
     assert threads_note(_stats(40, 30, n_threads=2, other_cores=0.1), cores=2) == ""
     assert threads_note(_stats(40, 30, n_threads=2), cores=2) == ""  # load not measured
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    g.end_reply(busy)  # with Auto the governor follows the load: no advice to choose it
+    assert "Other programs" not in g.note_label.text()
+    g.threads_auto = False  # fixed in Sampling → Model (on a 2-core machine here)
+    g.end_reply(busy)
+    assert ("Other programs" in g.note_label.text()) == (threads_note(busy) != "")

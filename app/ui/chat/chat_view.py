@@ -358,6 +358,9 @@ class MessageWidget(QFrame):
     def set_regenerate_visible(self, visible: bool) -> None:
         self._regen.setVisible(visible and self.role == "assistant")
 
+    def set_regenerate_enabled(self, enabled: bool) -> None:
+        self._regen.setEnabled(enabled)
+
     def set_edit_enabled(self, enabled: bool) -> None:
         self._edit.setEnabled(enabled)
         self._regen.setEnabled(enabled)
@@ -590,10 +593,12 @@ class ChatViewWidget(QScrollArea):
         w.set_content(pending[1], pending[2])
         self._next_render = t0 + 4 * (time.monotonic() - t0)
 
-    def set_busy(self, busy: bool) -> None:
-        """While a reply streams, Edit and Regenerate are disabled."""
+    def set_busy(self, busy: bool, editing: bool = False) -> None:
+        """While a reply streams, Edit and Regenerate are disabled; while a message is
+        edited, Regenerate (Send then replaces the message and its reply)."""
         for w in self._messages:
             w.set_edit_enabled(not busy)
+            w.set_regenerate_enabled(not busy and not editing)
 
     def _update_regenerate(self) -> None:
         last_reply = next((w for w in reversed(self._messages) if w.role == "assistant"), None)

@@ -127,20 +127,20 @@ def prediction_caveat(s: SpecStats) -> str:
             f"on average took {steps:.1f} one-token steps each, {then}.")
 
 
-def _reply_note(stats: SpecStats, note: str | None = None) -> str:
+def _reply_note(stats: SpecStats, note: str | None = None, threads_auto: bool = True) -> str:
     """The gauge's note under a finished reply: ``note`` (or why speculation fell back),
-    the draft-length rule of thumb when it applies (:func:`reply_advice`), and
-    :func:`threads_note`."""
+    the draft-length rule of thumb when it applies (:func:`reply_advice`), and, with a
+    thread count fixed in the settings (not ``threads_auto``), :func:`threads_note`."""
     notes = [note or stats.fallback_reason or "", advice_words(reply_advice(stats)),
-             threads_note(stats)]
+             "" if threads_auto else threads_note(stats)]
     return "\n".join(n for n in notes if n)
 
 
 def threads_note(stats: SpecStats, cores: int | None = None) -> str:
     """When the reply ended with more threads than the cores other programs left free
-    (:func:`~app.engine.cpu.free_threads`: a thread count fixed in the settings; Auto
-    follows the load): why it was slow and what to change; "" otherwise. ``cores``:
-    logical CPUs (default this process's)."""
+    (:func:`~app.engine.cpu.free_threads`), as a thread count fixed in the settings
+    does (Auto follows the load): why it was slow and what to change; "" otherwise.
+    ``cores``: logical CPUs (default this process's)."""
     other, n = stats.other_cores, stats.n_threads
     if other is None or n <= 1:
         return ""
@@ -330,6 +330,9 @@ class SpeculationGaugeWidget(QFrame):
     """The "tint text from accepted drafts" box was toggled."""
 
     _stored_model: str | None = None  # the model that wrote the stored reply shown
+    #: whether the thread count follows the free cores (Auto), else fixed in the settings
+    #: (then a reply slowed by more threads than free cores says so: :func:`threads_note`)
+    threads_auto: bool = True
     written_by: Callable[[str | None], str | None] = staticmethod(lambda model: None)
     """The line above a stored reply's figures for the model that wrote it ("Written by
     X, not the model loaded now"), None for none; the window sets it
@@ -520,7 +523,7 @@ class SpeculationGaugeWidget(QFrame):
         self._stats = stats
         self._stored, self._stored_model = stored, model
         self._mode_known = True
-        self.note_label.setText(_reply_note(stats, note))
+        self.note_label.setText(_reply_note(stats, note, self.threads_auto))
         self._dirty = True
         self.refresh()
 
@@ -541,7 +544,7 @@ class SpeculationGaugeWidget(QFrame):
         self.update_stored_source()
         self._mode_known = True
         self.sparkline.clear()
-        self.note_label.setText(_reply_note(stats))
+        self.note_label.setText(_reply_note(stats, threads_auto=self.threads_auto))
         self.refresh()  # at once: nothing streams, and the last figures were cleared
 
     def show_stored_figures(self, raw: Mapping[str, Any] | None, model: str | None,
