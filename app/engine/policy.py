@@ -110,12 +110,17 @@ class PassTimes:
 
         An untrusted size timed at load (:meth:`calibrate`) costs its calibrated time
         times the ratio now/then of the nearest trusted size timed at load too, so the
-        cheap sizes of a stepped cost curve are known before any reply verified them; a
-        size beyond every timed and calibrated one costs the largest calibrated size's.
-        Any other untrusted size is interpolated linearly between the nearest trusted ones, and
-        beyond the trusted range costs what the nearest trusted size costs: optimistic on
-        purpose (on a GPU it is right), so that a longer draft is tried, timed and then
-        judged on its own time. Pass times are not monotonic in the batch size on every
+        cheap sizes of a stepped cost curve are known before any reply verified them; an
+        untrusted size between two calibrated ones (the load times a few sizes only)
+        costs the line between their calibrated times, scaled the same way; a size
+        beyond every timed and calibrated one costs the largest calibrated size's.
+        Without calibration an untrusted size is interpolated linearly between the nearest
+        trusted ones, and beyond the trusted range costs what the nearest trusted size
+        costs: optimistic on purpose (on a GPU it is right), so that a longer draft is
+        tried, timed and then judged on its own time. (Before the line between calibrated
+        sizes, an uncalibrated size inside the curve cost one token's pass: a fresh
+        session verified 14-token drafts as if they were free, and the demo's first reply
+        on a 2-core Zen 1 ran 0.67–0.75× plain decoding.) Pass times are not monotonic in the batch size on every
         backend (on AVX2 CPUs llama.cpp's repacked kernels make some even sizes cheaper
         than the odd size below), which is why every size that is verified is also timed.
         """
@@ -128,21 +133,38 @@ class PassTimes:
         if n_tokens in t:
             return t[n_tokens]
         cal = self._calibrated
-        size = n_tokens if n_tokens in cal else None
-        if size is None and cal and n_tokens > max(cal) and max(t) < n_tokens:
-            size = max(cal)  # beyond every timed size: the largest calibrated one's cost
-        if size is not None:
+        then = _calibrated_cost(cal, n_tokens, max(t))
+        if then is not None:
             # the calibrated cost, scaled as the nearest trusted calibrated size moved since
-            ref = min((s for s in t if s in cal), key=lambda s: (abs(s - size), s),
+            ref = min((s for s in t if s in cal), key=lambda s: (abs(s - n_tokens), s),
                       default=None)
             if ref is not None:
-                return cal[size] * t[ref] / cal[ref]
+                return then * t[ref] / cal[ref]
         lower = [s for s in t if s < n_tokens]
         upper = [s for s in t if s > n_tokens]
         if lower and upper:
             a, b = max(lower), min(upper)
             return t[a] + (t[b] - t[a]) * (n_tokens - a) / (b - a)
         return t[max(lower)] if lower else t[min(upper)]
+
+
+def _calibrated_cost(cal: dict[int, float], n: int, largest_trusted: int) -> float | None:
+    """What the load's calibration says a pass over ``n`` tokens cost then, seconds: its
+    own time, the line between the nearest calibrated sizes around it, or beyond every
+    calibrated size (and every trusted one, ``largest_trusted``) the largest's; None
+    without calibration or below/beyond it otherwise."""
+    if not cal:
+        return None
+    if n in cal:
+        return cal[n]
+    top = max(cal)
+    if n > top:
+        return cal[top] if largest_trusted < n else None
+    lower = [s for s in cal if s < n]
+    if not lower:
+        return None
+    a, b = max(lower), min(s for s in cal if s > n)
+    return cal[a] + (cal[b] - cal[a]) * (n - a) / (b - a)
 
 
 class DraftLengthPolicy:
