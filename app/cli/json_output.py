@@ -28,8 +28,9 @@ def json_safe(data: Any) -> Any:
     A file name that is not valid UTF-8 reaches Python as a string with surrogate escapes
     (PEP 383); such a string is written with each undecodable byte as ``\\xNN`` text (an
     unpaired surrogate of a Windows file name as ``\\uXXXX``:
-    :func:`app.formatting.valid_text`), and the dict that holds it gets ``"<key>_undecodable": true`` next to it, so a reader
-    knows the name is not the exact bytes on disk.
+    :func:`app.formatting.valid_text`), and the dict that holds it gets
+    ``"<key>_undecodable": true`` next to it, so a reader knows the name is not the exact
+    bytes on disk.
     """
     if isinstance(data, str):
         return valid_text(data)

@@ -248,7 +248,8 @@ class PromptOptions(BaseModel):
 
 #: config field → the command-line option that sets it, for error messages
 OPTION_NAMES = {
-    "n_threads": "--threads", "n_ctx": "--n-ctx", "prefix_cache_bytes": "--cache-ram", "n_gpu_layers": "--n-gpu-layers",
+    "n_threads": "--threads", "n_ctx": "--n-ctx", "n_gpu_layers": "--n-gpu-layers",
+    "prefix_cache_bytes": "--cache-ram",
     "draft_max": "--draft-max", "draft_min": "--draft-min", "draft_p_min": "--draft-p-min",
     "ngram_min": "--ngram-min", "ngram_max": "--ngram-max", "temperature": "--temp",
     "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p", "seed": "--seed",

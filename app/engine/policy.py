@@ -117,12 +117,10 @@ class PassTimes:
         Without calibration an untrusted size is interpolated linearly between the nearest
         trusted ones, and beyond the trusted range costs what the nearest trusted size
         costs: optimistic on purpose (on a GPU it is right), so that a longer draft is
-        tried, timed and then judged on its own time. (Before the line between calibrated
-        sizes, an uncalibrated size inside the curve cost one token's pass: a fresh
-        session verified 14-token drafts as if they were free, and the demo's first reply
-        on a 2-core Zen 1 ran 0.67–0.75× plain decoding.) Pass times are not monotonic in the batch size on every
-        backend (on AVX2 CPUs llama.cpp's repacked kernels make some even sizes cheaper
-        than the odd size below), which is why every size that is verified is also timed.
+        tried, timed and then judged on its own time. Pass times are not monotonic in the
+        batch size on every backend (on AVX2 CPUs llama.cpp's repacked kernels make some
+        even sizes cheaper than the odd size below), which is why every size that is
+        verified is also timed.
         """
         t = self._trusted
         if t is None:  # once per observation, not per call (the policy asks k times a round)

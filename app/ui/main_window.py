@@ -64,6 +64,7 @@ from app.ui.service_bridge import ServiceBridge
 from app.ui.side_windows import SideWindows
 from app.ui.window_actions import install_window_actions
 
+
 #: the narrowest the conversation list gets (pixels)
 SIDEBAR_MIN_PX = 180
 

@@ -58,8 +58,8 @@ class SamplingSettingsWidget(QWidget):
     speculation_changed = Signal(object)
     """SpeculationConfig: draft_min, draft_p_min or an n-gram size changed."""
     model_options_changed = Signal(int, object, bool, object, int)
-    """Context length (tokens), GPU layers (None: all when possible; 0: CPU) or exact
-    verification changed."""
+    """Context length (tokens), GPU layers (None: all when possible; 0: CPU), exact
+    verification, CPU threads (None: Auto) or the prompt cache (MiB; 0: off) changed."""
     reload_clicked = Signal()
     """"Reload model" was clicked (to apply context length / GPU layers / exact)."""
 

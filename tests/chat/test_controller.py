@@ -266,7 +266,8 @@ def test_the_prompt_cache_size_is_a_model_option_applied_on_reload(rig: Rig) -> 
     rig.c.set_model_options(4096, None, None, "unchanged", 256)
     rig.c.reload_model()
     rig.pump.until(rig.c, lambda: not rig.c.loading)
-    assert rig.service._session.config.prefix_cache_bytes == 256 * 2**20  # type: ignore[union-attr]  # noqa: SLF001
+    session = rig.service._session  # noqa: SLF001
+    assert session is not None and session.config.prefix_cache_bytes == 256 * 2**20
     rig.c.set_model_options(2048, 0)  # None: the prompt cache unchanged
     assert rig.settings.model.prompt_cache_mib == 256
 

@@ -358,12 +358,10 @@ class MessageWidget(QFrame):
     def set_regenerate_visible(self, visible: bool) -> None:
         self._regen.setVisible(visible and self.role == "assistant")
 
-    def set_regenerate_enabled(self, enabled: bool) -> None:
-        self._regen.setEnabled(enabled)
-
-    def set_edit_enabled(self, enabled: bool) -> None:
+    def set_edit_enabled(self, enabled: bool, regenerate: bool | None = None) -> None:
+        """Edit, Regenerate (``regenerate``, default ``enabled``) and ‹ ›."""
         self._edit.setEnabled(enabled)
-        self._regen.setEnabled(enabled)
+        self._regen.setEnabled(enabled if regenerate is None else regenerate)
         self._older.setEnabled(enabled and self._version > 1)
         self._newer.setEnabled(enabled and self._version < self._versions)
 
@@ -597,8 +595,7 @@ class ChatViewWidget(QScrollArea):
         """While a reply streams, Edit and Regenerate are disabled; while a message is
         edited, Regenerate (Send then replaces the message and its reply)."""
         for w in self._messages:
-            w.set_edit_enabled(not busy)
-            w.set_regenerate_enabled(not busy and not editing)
+            w.set_edit_enabled(not busy, regenerate=not busy and not editing)
 
     def _update_regenerate(self) -> None:
         last_reply = next((w for w in reversed(self._messages) if w.role == "assistant"), None)

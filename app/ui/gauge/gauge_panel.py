@@ -648,8 +648,9 @@ class SpeculationGaugeWidget(QFrame):
         self._rows["tau"].setText(or_dash(tau, ".2f", " tok/round") if spec else "1 (off)")
         self._rows["cost"].setText(or_dash(s.draft_cost_ratio, ".3f") if spec else MISSING)
         pred = s.predicted_speedup
-        self.prediction_note.setText(prediction_caveat(s))
-        self.prediction_note.setVisible(self._cpu_only and spec)  # no caveat beside "off"
+        if self._cpu_only and spec:  # no caveat beside "off", nor on a GPU
+            self.prediction_note.setText(prediction_caveat(s))
+        self.prediction_note.setVisible(self._cpu_only and spec)
         if not spec:
             self._rows["predicted"].setText("1× (off)")
         elif pred is not None and s.few_drafts:
