@@ -374,14 +374,22 @@ class ChatController:
         reloaded). Switching to the draft-model mode without a draft loaded loads the one
         in the settings, or asks for one; when none is chosen, or that draft fails to
         load, the drafter used before comes back (:meth:`_draft_choice_failed`), so no
-        reply runs without speculation while the box says "Draft model"."""
+        reply runs without speculation while the box says "Draft model". While a reply or
+        the race runs, no draft can load: the drafter of before stays, with a warning."""
         before = self.settings.speculation
         self.settings.speculation = speculation
         self.view.speculation_changed(speculation)
         self.view.save_settings_soon()
         if (speculation.mode is SpecMode.DRAFT_MODEL and before.mode is not SpecMode.DRAFT_MODEL
                 and self.model_info is not None and self.remote is None
-                and self.model_info.draft_path is None and not self.busy):
+                and self.model_info.draft_path is None and not self.loading):
+            if self.busy:
+                self.report(UserError(
+                    "No draft model yet", "A draft model loads between replies: choose "
+                    "\u201cDraft model\u201d again when this one has finished.",
+                    level="warning", origin="draft"))
+                self.set_speculation(before)
+                return
             draft = self.settings.model.draft_path
             asked = draft is None or not draft.is_file()
             if asked:

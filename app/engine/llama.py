@@ -857,7 +857,7 @@ class LlamaContext:
         return int(L.llama_state_get_size(self.ptr) if self.model.n_swa > 0
                    else L.llama_state_seq_get_size(self.ptr, 0))
 
-    def state_bytes(self) -> bytearray:
+    def state_bytes(self, size: int | None = None) -> bytearray:
         """Sequence 0's state (KV cells and any recurrent state) as llama.cpp serialises
         it, written straight into the returned buffer: what :meth:`load_state` puts
         back. About the KV bytes of the held positions (n_layer × 2 × KV width × element
@@ -868,14 +868,15 @@ class LlamaContext:
         leaves out the window's cells older than its last ``n_swa`` positions, so after a
         restore the cache could not be cut back by even one token
         (:meth:`truncate`); the whole state keeps every cell the window holds, as if the
-        context had never left it.
+        context had never left it. ``size``: :meth:`state_size`'s answer, when the caller
+        has just asked it (it is a dry run of the serialisation, not free).
 
         Raises:
             TandemError: llama.cpp wrote nothing (an empty sequence writes a header only).
         """
         L = lib()
         whole = self.model.n_swa > 0
-        size = self.state_size()
+        size = self.state_size() if size is None else size
         buf = bytearray(size)
         view = (ctypes.c_uint8 * size).from_buffer(buf)
         written = int(L.llama_state_get_data(self.ptr, view, size) if whole

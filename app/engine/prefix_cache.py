@@ -126,7 +126,7 @@ class StatefulContext(Protocol):
 
     def state_size(self) -> int: ...
 
-    def state_bytes(self) -> bytearray: ...
+    def state_bytes(self, size: int | None = None) -> bytearray: ...
 
     def load_state(self, data: bytes | bytearray) -> bool: ...
 
@@ -155,8 +155,8 @@ def reuse_prefix(ctx: StatefulContext, held: list[int], tokens: Sequence[int],
         entry = None
     if saved.max_bytes and len(held) - keep >= MIN_SAVED_TOKENS:
         try:  # a state larger than the whole cache is not copied only to be refused
-            if ctx.state_size() <= saved.max_bytes:
-                saved.put(held, ctx.state_bytes())
+            if (size := ctx.state_size()) <= saved.max_bytes:
+                saved.put(held, ctx.state_bytes(size))
         except TandemError as exc:  # the state is only lost, as without a cache
             log.warning("could not save the KV cache's state: %s", exc)
     if entry is not None:

@@ -139,6 +139,7 @@ class SamplingSettingsWidget(QWidget):
         self.cpu_only.setToolTip(_CPU_ONLY_TIP)
         self.gpu_layers = self._int(0, 999, _GPU_LAYERS_TIP)
         self._gpu_supported = True
+        self._saved_gpu_layers: int | None = None  # the setting, kept on a CPU-only build
         self.threads = self._int(0, MAX_THREADS, (
             "CPU threads for decoding. Auto: as many as the cores other programs leave free, "
             "changed while a reply runs when the machine gets busy or quiet (a thread that "
@@ -224,7 +225,8 @@ class SamplingSettingsWidget(QWidget):
             self.n_ctx.setValue(model.n_ctx)
             self.threads.setValue(model.n_threads or 0)
             self.prompt_cache.setValue(model.prompt_cache_mib)
-            self.cpu_only.setChecked(model.n_gpu_layers == 0)
+            self._saved_gpu_layers = model.n_gpu_layers
+            self.cpu_only.setChecked(model.n_gpu_layers == 0 or not self._gpu_supported)
             self.gpu_layers.setValue(999 if model.n_gpu_layers is None else model.n_gpu_layers)
             self.gpu_layers.setEnabled(self._gpu_supported and model.n_gpu_layers != 0)
             self.exact.setChecked(model.exact_verification)
@@ -278,6 +280,10 @@ class SamplingSettingsWidget(QWidget):
         )
 
     def gpu_layers_value(self) -> int | None:
+        """GPU layers as set (0: CPU only, None: all); a build without a GPU backend keeps
+        the saved setting (its "CPU only" box is ticked because every layer runs there)."""
+        if not self._gpu_supported:
+            return self._saved_gpu_layers
         if self.cpu_only.isChecked():
             return 0
         v = self.gpu_layers.value()
@@ -305,11 +311,16 @@ class SamplingSettingsWidget(QWidget):
     def set_gpu_supported(self, supported: bool) -> None:
         """Whether this llama.cpp build can put layers on a GPU (:attr:`ModelInfo.gpu_supported
         <app.chat.events.ModelInfo.gpu_supported>`): without a GPU backend, GPU layers and
-        CPU only are greyed out and their tooltips say why (every layer runs on the CPU
-        whatever they hold)."""
+        CPU only are greyed out, CPU only ticked, and their tooltips say why (every layer
+        runs on the CPU whatever the setting holds; the setting itself is kept)."""
+        if self._gpu_supported:
+            self._saved_gpu_layers = self.gpu_layers_value()
         self._gpu_supported = supported
         why = ("This llama.cpp build has no GPU backend (CUDA, Metal or Vulkan): every "
                "layer runs on the CPU.")
+        self.cpu_only.blockSignals(True)
+        self.cpu_only.setChecked(not supported or self._saved_gpu_layers == 0)
+        self.cpu_only.blockSignals(False)
         self.cpu_only.setEnabled(supported)
         self.cpu_only.setToolTip(_CPU_ONLY_TIP if supported else why)
         self.gpu_layers.setToolTip(_GPU_LAYERS_TIP if supported else why)

@@ -4,7 +4,8 @@ Qt shows a plain-text tooltip on one line however long it is (a settings tooltip
 sentences was as wide as the window); a rich-text tooltip is word-wrapped. The filter
 that :func:`install` puts on the application turns a long plain-text tooltip into rich
 text, escaped, the moment before Qt shows it, so every widget's tooltip wraps without
-each call site having to remember.
+each call site having to remember: a widget's own tooltip, a menu action's, and an item
+view's item (a list, a tree, a combo box's popup), whose tooltip lives in the model.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import QEvent, QObject
-from PySide6.QtGui import Qt  # QtGui's Qt namespace has mightBeRichText
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtGui import QHelpEvent, Qt  # QtGui's Qt namespace has mightBeRichText
+from PySide6.QtWidgets import QAbstractItemView, QApplication, QMenu, QToolTip, QWidget
 
 #: plain-text tooltips longer than this many characters are wrapped
 WRAP_AFTER = 70
@@ -29,12 +30,31 @@ def wrapped(text: str) -> str:
 
 class _WrapToolTips(QObject):
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
-        if event.type() == QEvent.Type.ToolTip and isinstance(watched, QWidget):
-            tip = watched.toolTip()
-            new = wrapped(tip)
-            if new != tip:
-                watched.setToolTip(new)
+        if event.type() != QEvent.Type.ToolTip or not isinstance(watched, QWidget):
+            return False
+        view = watched.parent()
+        if isinstance(view, QAbstractItemView) and watched is view.viewport():
+            return _item_tip(view, watched, event)  # type: ignore[arg-type]
+        if isinstance(watched, QMenu):
+            action = watched.actionAt(event.pos())  # type: ignore[attr-defined]
+            if action is not None and (new := wrapped(action.toolTip())) != action.toolTip():
+                action.setToolTip(new)
+            return False
+        tip = watched.toolTip()
+        new = wrapped(tip)
+        if new != tip:
+            watched.setToolTip(new)
         return False  # Qt shows the (now wrapped) tooltip as usual
+
+
+def _item_tip(view: QAbstractItemView, viewport: QWidget, event: QHelpEvent) -> bool:
+    """Show a long item tooltip wrapped (True: shown here); others go on to the view."""
+    index = view.indexAt(event.pos())
+    tip = index.data(Qt.ItemDataRole.ToolTipRole) if index.isValid() else None
+    if not isinstance(tip, str) or (new := wrapped(tip)) == tip:
+        return False
+    QToolTip.showText(event.globalPos(), new, viewport, view.visualRect(index))
+    return True
 
 
 _filter: _WrapToolTips | None = None

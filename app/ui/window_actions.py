@@ -98,6 +98,7 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
 
     if run_elsewhere is not None:
         server = window.menuBar().addMenu("&Server")
+        server.setToolTipsVisible(True)  # the action's tooltip says what it gives
         launch = server.addAction("Run this on a bigger machine…")
         launch.setObjectName("runElsewhereAction")
         launch.setToolTip("The llama-server or vLLM command that runs the loaded target "

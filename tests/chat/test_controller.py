@@ -320,6 +320,29 @@ def test_the_draft_model_mode_without_a_draft_gives_the_drafter_before_back(
     assert rig.view.names().count("choose_draft_file") == asked and not rig.c.loading
 
 
+def test_the_draft_model_mode_chosen_during_a_reply_keeps_the_drafter_before(
+        rig: Rig, tmp_path: Path) -> None:
+    """No draft loads while a reply runs: choosing "Draft model" then leaves the drafter
+    of before in place (not a "Draft model" box over replies without speculation), asks
+    for no file and says when to choose it again."""
+    before = rig.settings.speculation.with_changes(mode=SpecMode.SUFFIX, draft_max=12)
+    rig.c.set_speculation(before)
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(b"GGUF")
+    rig.settings.model.draft_path = draft
+    rig.script.gate = threading.Event()
+    rig.c.send_message("go")
+    assert rig.script.at_gate.wait(30) and rig.c.busy
+    rig.c.set_speculation(before.with_changes(mode=SpecMode.DRAFT_MODEL, draft_max=4))
+    assert rig.settings.speculation == before and "choose_draft_file" not in rig.view.names()
+    assert rig.view.errors[-1].origin == "draft" and "finished" in rig.view.errors[-1].message
+    rig.script.gate.set()
+    rig.reply_done()
+    rig.c.set_speculation(before.with_changes(mode=SpecMode.DRAFT_MODEL, draft_max=4))
+    rig.pump.until(rig.c, lambda: not rig.c.loading)  # between replies it loads
+    assert rig.c.model_info is not None and rig.c.model_info.draft_path == draft
+
+
 def test_a_draft_that_fails_after_a_reload_stays_remembered(rig: Rig, tmp_path: Path) -> None:
     """A draft that loaded with one target and fails when loaded again (another target's
     vocabulary, memory after a GPU-layer change) is neither forgotten nor the mode

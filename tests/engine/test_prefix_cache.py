@@ -173,9 +173,9 @@ def test_a_cache_smaller_than_a_state_copies_none(tiny_target: Path,
     copies: list[int] = []
     real = LlamaContext.state_bytes
 
-    def counted(self: LlamaContext) -> bytearray:
+    def counted(self: LlamaContext, size: int | None = None) -> bytearray:
         copies.append(1)
-        return real(self)
+        return real(self, size)
 
     monkeypatch.setattr(LlamaContext, "state_bytes", counted)
     with _open(tiny_target, cache_bytes=1024) as s:

@@ -185,3 +185,18 @@ def test_a_reply_with_more_threads_than_free_cores_says_why_it_was_slow(qtbot) -
     g.threads_auto = False  # fixed in Sampling → Model (on a 2-core machine here)
     g.end_reply(busy)
     assert ("Other programs" in g.note_label.text()) == (threads_note(busy) != "")
+
+
+def test_the_big_figure_says_what_it_is_before_the_first_second_of_decoding(qtbot) -> None:
+    """While the prompt is read there is no decode rate, and in the first second only the
+    rate so far: the caption says which, not "whole reply" of a reply still running."""
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    g.begin_reply("prompt-lookup", 4)
+    g.refresh()
+    assert g.tps_caption.text() == "reading the prompt…" and g.tps_label.text() == "—"
+    g.set_stats(_stats(4, 3))
+    g.refresh()
+    assert g.tps_caption.text() == "decode tok/s (so far)"
+    g.end_reply(_stats(4, 3))
+    assert g.tps_caption.text() == "decode tok/s (whole reply)"

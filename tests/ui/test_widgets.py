@@ -492,16 +492,20 @@ def test_without_a_gpu_backend_the_gpu_settings_are_greyed_out_and_say_why(qtbot
     panel = SamplingSettingsWidget()
     qtbot.addWidget(panel)
     assert panel.gpu_layers.isEnabled() and panel.cpu_only.isEnabled()
+    panel.gpu_layers.setValue(999)  # all layers
     emitted: list[object] = []
     panel.model_options_changed.connect(lambda *a: emitted.append(a))
     panel.set_gpu_supported(False)
     assert not panel.gpu_layers.isEnabled() and not panel.cpu_only.isEnabled()
+    assert panel.cpu_only.isChecked()  # every layer runs on the CPU: the box says so
     assert "no GPU backend" in panel.gpu_layers.toolTip()
     assert emitted == []  # nothing to reload: the settings themselves did not change
     panel.threads.setValue(1)  # another model setting does not re-enable them
     assert not panel.gpu_layers.isEnabled()
+    assert emitted[-1][1] is None  # the saved setting (all layers) is kept, not 0
     panel.set_gpu_supported(True)
     assert panel.gpu_layers.isEnabled() and "999 = all" in panel.gpu_layers.toolTip()
+    assert not panel.cpu_only.isChecked() and panel.gpu_layers_value() is None
 
 
 def test_the_prompt_cache_setting_shows_the_saved_size_and_emits_a_change(qtbot) -> None:
@@ -541,3 +545,42 @@ def test_long_plain_tooltips_are_wrapped_when_shown(qtbot) -> None:
     label.setToolTip(long)
     QApplication.sendEvent(label, QHelpEvent(QEvent.Type.ToolTip, QPoint(1, 1), QPoint(1, 1)))
     assert label.toolTip() == tooltips.wrapped(long)
+
+
+def test_long_item_and_menu_tooltips_are_wrapped_when_shown(qtbot) -> None:
+    """An item's tooltip lives in its view's model and a menu action's in the action:
+    both wrap too (a drafter's "why not" in the Drafter box, a GGUF's error in the
+    library)."""
+    from PySide6.QtCore import QEvent
+    from PySide6.QtGui import QAction, QHelpEvent
+    from PySide6.QtWidgets import QListWidget, QListWidgetItem, QMenu, QToolTip
+
+    from app.ui import tooltips
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    tooltips.install(app)
+    long = "Suffix lookup: not available because this model has no chat template & n < 4 " * 2
+    view = QListWidget()
+    qtbot.addWidget(view)
+    view.resize(300, 200)
+    view.show()
+    item = QListWidgetItem("suffix")
+    item.setToolTip(long)
+    view.addItem(item)
+    pos = view.visualItemRect(item).center()
+    QApplication.sendEvent(view.viewport(), QHelpEvent(
+        QEvent.Type.ToolTip, pos, view.viewport().mapToGlobal(pos)))
+    assert QToolTip.text() == tooltips.wrapped(long)
+    assert item.toolTip() == long  # the model keeps its own text
+    QToolTip.hideText()
+    menu = QMenu()
+    action = QAction("Launch", menu)
+    action.setToolTip(long)
+    menu.addAction(action)
+    menu.setToolTipsVisible(True)
+    menu.show()
+    at = menu.actionGeometry(action).center()
+    QApplication.sendEvent(menu, QHelpEvent(QEvent.Type.ToolTip, at, menu.mapToGlobal(at)))
+    assert action.toolTip() == tooltips.wrapped(long)
+    menu.close()

@@ -636,7 +636,9 @@ class SpeculationGaugeWidget(QFrame):
         big = rolling if rolling is not None else s.decode_tps
         self.tps_label.setText(or_dash(big, ".1f"))
         self.tps_caption.setText(
-            "decode tok/s (last second)" if rolling is not None else "decode tok/s (whole reply)"
+            "decode tok/s (last second)" if rolling is not None
+            else "decode tok/s (whole reply)" if not self._streaming
+            else "decode tok/s (so far)" if s.emitted else "reading the prompt…"
         )
         if rolling is not None:
             self.sparkline.add(rolling)
