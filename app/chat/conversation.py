@@ -385,8 +385,8 @@ class ChatController:
                 and self.model_info.draft_path is None and not self.loading):
             if self.busy:
                 self.report(UserError(
-                    "No draft model yet", "A draft model loads between replies: choose "
-                    "\u201cDraft model\u201d again when this one has finished.",
+                    "No draft model yet", "A draft model loads only while no reply or race "
+                    "runs: choose \u201cDraft model\u201d again when it has finished.",
                     level="warning", origin="draft"))
                 self.set_speculation(before)
                 return
@@ -548,6 +548,10 @@ class ChatController:
         """Apply a choice from the model picker: load ``target`` unless it is loaded (the
         draft in the settings follows it), else load or unload ``draft`` if it differs;
         then use ``mode``."""
+        if self.reply is not None or self._race_busy:  # one warning, and nothing changed
+            self.report(UserError("Busy", "Stop the reply (or the race) before changing "
+                                  "models.", level="warning", origin="load"))
+            return
         info = self.model_info
         if info is None or info.target_path != target:
             self.load_model(target)

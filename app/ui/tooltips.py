@@ -36,6 +36,8 @@ class _WrapToolTips(QObject):
         if isinstance(view, QAbstractItemView) and watched is view.viewport():
             return _item_tip(view, watched, event)  # type: ignore[arg-type]
         if isinstance(watched, QMenu):
+            if not watched.toolTipsVisible():  # the action's text, not a tooltip
+                return False
             action = watched.actionAt(event.pos())  # type: ignore[attr-defined]
             if action is not None and (new := wrapped(action.toolTip())) != action.toolTip():
                 action.setToolTip(new)

@@ -670,7 +670,8 @@ class SpeculationGaugeWidget(QFrame):
             self.mode_label.setText(remote_title(remote) + "  ●\u00a0live")
             rolling = self._rolling.rate()
             self.tps_label.setText(or_dash(rolling, ".1f"))
-            self.tps_caption.setText("decode tok/s (last second)")
+            self.tps_caption.setText("decode tok/s (last second)" if rolling is not None
+                                     else "waiting for the server's first tokens…")
             if rolling is not None:
                 self.sparkline.add(rolling)
             for key in self._rows:
