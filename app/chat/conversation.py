@@ -545,15 +545,17 @@ class ChatController:
                               fraction=None)
 
     def use_models(self, target: Path, draft: Path | None, mode: SpecMode) -> None:
-        """Apply a choice from the model picker: load ``target`` unless it is loaded (the
-        draft in the settings follows it), else load or unload ``draft`` if it differs;
-        then use ``mode``."""
+        """Apply a choice from the model picker: load ``target`` unless it is loaded
+        (``draft`` follows it, as the settings' draft follows every load), else load or
+        unload ``draft`` if it differs; then use ``mode``. While a reply or the race runs
+        nothing changes and a warning says why. The settings are saved as they apply."""
         if self.reply is not None or self._race_busy:  # one warning, and nothing changed
             self.report(UserError("Busy", "Stop the reply (or the race) before changing "
                                   "models.", level="warning", origin="load"))
             return
         info = self.model_info
         if info is None or info.target_path != target:
+            self.settings.model.draft_path = draft
             self.load_model(target)
         elif info.draft_path != draft:
             self.set_draft_model(draft)

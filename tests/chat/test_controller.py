@@ -347,6 +347,23 @@ def test_the_draft_model_mode_chosen_during_a_reply_keeps_the_drafter_before(
     assert rig.c.model_info is not None and rig.c.model_info.draft_path == draft
 
 
+def test_a_picked_target_loads_with_the_picked_draft_and_is_saved(rig: Rig, tmp_path: Path) -> None:
+    """The picker leaves the settings to the window: a new target chosen with a draft
+    loads with that draft, and the settings hold both (and the mode) once applied."""
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF")
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(b"GGUF")
+    rig.c.use_models(other, draft, SpecMode.DRAFT_MODEL)
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    info = rig.c.model_info
+    assert info is not None and (info.target_path, info.draft_path) == (other, draft)
+    s = rig.settings
+    assert (s.model.target_path, s.model.draft_path, s.speculation.mode) == (
+        other, draft, SpecMode.DRAFT_MODEL)
+    assert "save_settings_soon" in rig.view.names()
+
+
 def test_a_draft_that_fails_after_a_reload_stays_remembered(rig: Rig, tmp_path: Path) -> None:
     """A draft that loaded with one target and fails when loaded again (another target's
     vocabulary, memory after a GPU-layer change) is neither forgotten nor the mode

@@ -70,7 +70,10 @@ class ModelPickerWindow(QWidget):
     """
 
     models_chosen = Signal(object)
-    """ModelsChosen: the user chose a target and drafter; the settings are saved already."""
+    """ModelsChosen: the user chose a target and drafter. Opened on its own (no settings
+    passed in) the picker has saved the choice for the next start already; in the app the
+    receiver applies it (:meth:`app.chat.conversation.ChatController.use_models`), which
+    also refuses it while a reply runs."""
 
     def __init__(self, *, settings: Settings | None = None, downloads: DownloadQueue | None = None,
                  library: Library | None = None, pairs: tuple[CuratedPair, ...] | None = None,
@@ -178,21 +181,23 @@ class ModelPickerWindow(QWidget):
         return ModelsChosen(target.path, drafter.draft_path, drafter.mode)
 
     def apply_choice(self) -> ModelsChosen | None:
-        """Save the selected target and drafter in the settings, emit
-        :attr:`models_chosen`, and close. Returns what was chosen (None: nothing usable)."""
+        """Emit :attr:`models_chosen` with the selected target and drafter, and close;
+        opened on its own, save them in the settings first. Returns what was chosen
+        (None: nothing usable)."""
         chosen = self.choice()
         if chosen is None:
             return None
-        s = self.settings if self.settings is not None else load_settings().settings
-        s.model.target_path = chosen.target_path
-        s.model.draft_path = chosen.draft_path
-        s.speculation = s.speculation.with_changes(mode=chosen.speculation_mode)
-        try:
-            save_settings(s)
-        except OSError as exc:
-            self.show_error(UserError("Settings not saved",
-                                      f"The choice applies now but could not be saved: {exc}",
-                                      level="warning"))
+        if self.settings is None:  # on its own: the next start uses the choice
+            s = load_settings().settings
+            s.model.target_path = chosen.target_path
+            s.model.draft_path = chosen.draft_path
+            s.speculation = s.speculation.with_changes(mode=chosen.speculation_mode)
+            try:
+                save_settings(s)
+            except OSError as exc:
+                self.show_error(UserError(
+                    "Settings not saved", f"The choice could not be saved: {exc}",
+                    level="warning"))
         self.models_chosen.emit(chosen)
         self.close()
         return chosen
