@@ -621,6 +621,11 @@ class ChatController:
                     self.report(UserError("Draft model not found",
                                           f"{draft} is no longer there; choose another draft.",
                                           origin="draft"))
+            elif draft is None and mode is SpecMode.DRAFT_MODEL and self.remote is None:
+                self.report(UserError(
+                    "No draft model", "The drafter is \u201cDraft model\u201d but no draft "
+                    "is chosen: replies run without speculation until one is (Choose "
+                    "draft\u2026).", level="warning", origin="draft"))
         elif isinstance(value, DraftChanged):
             self._draft_choice = None
             if value.path is not None:

@@ -364,6 +364,18 @@ def test_a_picked_target_loads_with_the_picked_draft_and_is_saved(rig: Rig, tmp_
     assert "save_settings_soon" in rig.view.names()
 
 
+def test_a_target_loaded_in_the_draft_model_mode_without_a_draft_says_so(rig: Rig) -> None:
+    """"Draft model" chosen while no model was loaded (or during a load) leaves nothing
+    to load beside the target: the load ends with a warning, not silent plain decoding."""
+    # as set_speculation leaves it with no model loaded (nothing to load a draft beside)
+    rig.settings.speculation = rig.settings.speculation.with_changes(mode=SpecMode.DRAFT_MODEL)
+    assert rig.settings.model.draft_path is None
+    rig.c.reload_model()
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.view.errors[-1].title == "No draft model"
+    assert "without speculation" in rig.view.errors[-1].message
+
+
 def test_a_draft_that_fails_after_a_reload_stays_remembered(rig: Rig, tmp_path: Path) -> None:
     """A draft that loaded with one target and fails when loaded again (another target's
     vocabulary, memory after a GPU-layer change) is neither forgotten nor the mode
