@@ -22,7 +22,8 @@ from app.options import SpecMode
 
 @dataclass(frozen=True, slots=True)
 class ModelsChosen:
-    """The user's choice in the picker, saved in the settings already.
+    """The user's choice in the picker (saved in the settings only by a picker opened on
+    its own; in the app the chat window applies and saves it).
 
     Attributes:
         target_path: the target model (part 1 of a split model).

@@ -2,9 +2,10 @@
 
 The user picks a target and a drafter (a draft model, prompt lookup, or none) in the
 Library tab, or downloads a curated pair from the Catalog tab first. "Use these models"
-saves the choice in the settings (``model.target_path``, ``model.draft_path``,
-``speculation.mode``) and emits :attr:`ModelPickerWindow.models_chosen` with a
-:class:`~app.ui.picker.payloads.ModelsChosen`, for the chat window to load.
+emits :attr:`ModelPickerWindow.models_chosen` with a
+:class:`~app.ui.picker.payloads.ModelsChosen`, for the chat window to load (and save);
+a picker opened on its own saves the choice in the settings (``model.target_path``,
+``model.draft_path``, ``speculation.mode``) for the next start.
 
 Threads: scans, draft ranking and the remote pairing check run on this window's
 QThreadPool; downloads run on the :class:`~app.ui.picker.downloads.DownloadQueue`'s.
