@@ -160,7 +160,9 @@ def replay_set(turns: list[dict[str, Any]], times: dict[int, float], model: Llam
             continue
         for _ in range(PassTimes.trusted_after):
             pt.observe(n, t)
-    policy = DraftLengthPolicy(pt, key_prior=SuffixDrafter.key_prior if drafter_kind == "suffix" else None)
+    # the drafter's own priors, as the session gives them (Session: getattr(drafter, "key_prior"))
+    policy = DraftLengthPolicy(pt, key_prior=(SuffixDrafter.key_prior if drafter_kind == "suffix"
+                                              else PromptLookupDrafter.key_prior))
     policy.margin = margin
     index = SuffixIndex()
     out: list[PolicyReplay] = []
