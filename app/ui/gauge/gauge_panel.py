@@ -370,7 +370,7 @@ class SpeculationGaugeWidget(QFrame):
         self.tps_label = QLabel("—")
         self.tps_label.setObjectName("gaugeBig")
         layout.addWidget(self.tps_label)
-        self.tps_caption = QLabel("decode tok/s (last second)")
+        self.tps_caption = QLabel("decode tok/s")
         self.tps_caption.setObjectName("gaugeCaption")
         layout.addWidget(self.tps_caption)
         self.sparkline = SparklineWidget()
