@@ -5,7 +5,8 @@ sentences was as wide as the window); a rich-text tooltip is word-wrapped. The f
 that :func:`install` puts on the application turns a long plain-text tooltip into rich
 text, escaped, the moment before Qt shows it, so every widget's tooltip wraps without
 each call site having to remember: a widget's own tooltip, a menu action's, and an item
-view's item (a list, a tree, a combo box's popup), whose tooltip lives in the model.
+view's item or header section (a list, a tree, a combo box's popup), whose tooltip lives
+in the model.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ import html
 
 from PySide6.QtCore import QEvent, QObject
 from PySide6.QtGui import QHelpEvent, Qt  # QtGui's Qt namespace has mightBeRichText
-from PySide6.QtWidgets import QAbstractItemView, QApplication, QMenu, QToolTip, QWidget
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QApplication,
+    QHeaderView,
+    QMenu,
+    QToolTip,
+    QWidget,
+)
 
 #: plain-text tooltips longer than this many characters are wrapped
 WRAP_AFTER = 70
@@ -50,7 +58,17 @@ class _WrapToolTips(QObject):
 
 
 def _item_tip(view: QAbstractItemView, viewport: QWidget, event: QHelpEvent) -> bool:
-    """Show a long item tooltip wrapped (True: shown here); others go on to the view."""
+    """Show a long item (or header section) tooltip wrapped (True: shown here); others go
+    on to the view."""
+    if isinstance(view, QHeaderView):
+        section = view.logicalIndexAt(event.pos())
+        model = view.model()
+        tip = (model.headerData(section, view.orientation(), Qt.ItemDataRole.ToolTipRole)
+               if section >= 0 and model is not None else None)
+        if not isinstance(tip, str) or (new := wrapped(tip)) == tip:
+            return False
+        QToolTip.showText(event.globalPos(), new, viewport)
+        return True
     index = view.indexAt(event.pos())
     tip = index.data(Qt.ItemDataRole.ToolTipRole) if index.isValid() else None
     if not isinstance(tip, str) or (new := wrapped(tip)) == tip:

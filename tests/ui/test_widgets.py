@@ -551,7 +551,7 @@ def test_long_item_and_menu_tooltips_are_wrapped_when_shown(qtbot) -> None:
     """An item's tooltip lives in its view's model and a menu action's in the action:
     both wrap too (a drafter's "why not" in the Drafter box, a GGUF's error in the
     library)."""
-    from PySide6.QtCore import QEvent
+    from PySide6.QtCore import QEvent, QPoint
     from PySide6.QtGui import QAction, QHelpEvent
     from PySide6.QtWidgets import QListWidget, QListWidgetItem, QMenu, QToolTip
 
@@ -573,6 +573,20 @@ def test_long_item_and_menu_tooltips_are_wrapped_when_shown(qtbot) -> None:
         QEvent.Type.ToolTip, pos, view.viewport().mapToGlobal(pos)))
     assert QToolTip.text() == tooltips.wrapped(long)
     assert item.toolTip() == long  # the model keeps its own text
+    QToolTip.hideText()
+    from PySide6.QtWidgets import QTreeWidget
+
+    tree = QTreeWidget()  # a header section's tooltip (the picker's draft list)
+    qtbot.addWidget(tree)
+    tree.setHeaderLabels(["name", "speedup"])
+    tree.headerItem().setToolTip(1, long)
+    tree.resize(400, 200)
+    tree.show()
+    header = tree.header()
+    at = QPoint(header.sectionViewportPosition(1) + 5, header.height() // 2)
+    QApplication.sendEvent(header.viewport(), QHelpEvent(
+        QEvent.Type.ToolTip, at, header.viewport().mapToGlobal(at)))
+    assert QToolTip.text() == tooltips.wrapped(long)
     QToolTip.hideText()
     menu = QMenu()
     action = QAction("Launch", menu)
