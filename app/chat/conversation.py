@@ -96,6 +96,16 @@ class _DraftChoice:
     picked: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Pick:
+    """A Models-window choice whose target is loading: its draft and drafter mode apply
+    once that target has loaded, so a load that fails leaves the settings as they were."""
+
+    target: Path
+    draft: Path | None
+    mode: SpecMode
+
+
 @dataclass(eq=False)
 class ActiveReply:
     """The reply being generated for the window (consumer thread only).
@@ -255,6 +265,7 @@ class ChatController:
         self._model_before_load: ModelInfo | None = None  # kept when a load fails early
         #: a switch to the draft-model mode whose draft is loading
         self._draft_choice: _DraftChoice | None = None
+        self._pick: _Pick | None = None  # a Models-window choice whose target is loading
         self._target_kept = False  # the failing load unloaded nothing
         self._roles: list[tuple[int, str]] = []  # (id, role) of the open conversation
         self._closed = False
@@ -444,12 +455,14 @@ class ChatController:
         self.view.state_changed()
 
     # -- models -----------------------------------------------------------------------
-    def load_model(self, target: Path) -> None:
-        """Load ``target`` (unloading the current model first)."""
+    def load_model(self, target: Path) -> bool:
+        """Load ``target`` (unloading the current model first). Returns whether the load
+        started (not while a reply runs, nor with invalid model options: reported)."""
+        self._pick = None
         if self.reply is not None:
             self.report(UserError("Busy", "Stop the reply before loading another model.",
                                   level="warning", origin="load"))
-            return
+            return False
         self.view.model_will_change()
         try:
             config = SessionConfig(
@@ -460,7 +473,7 @@ class ChatController:
                 prefix_cache_bytes=self.settings.model.prompt_cache_mib * 2**20)
         except ValueError as exc:
             self.report(UserError("Invalid model options", str(exc), origin="load"))
-            return
+            return False
         self._model_before_load, self._target_kept = self.model_info, False
         self.model_info = None
         self.pending_reload = False
@@ -468,6 +481,7 @@ class ChatController:
         self._start_model_job(
             self.service.load(config, origin=self.origin, earlier_replies=self.earlier_replies()),
             f"Loading {target.name}")
+        return True
 
     def connect_server(self, client: RemoteClient, model: str | None = None) -> None:
         """Use a remote server instead of a local model (unloading the local one):
@@ -546,18 +560,21 @@ class ChatController:
 
     def use_models(self, target: Path, draft: Path | None, mode: SpecMode) -> None:
         """Apply a choice from the model picker: load ``target`` unless it is loaded
-        (``draft`` follows it, as the settings' draft follows every load), else load or
-        unload ``draft`` if it differs; then use ``mode``. While a reply or the race runs
-        nothing changes and a warning says why. The settings are saved as they apply."""
+        (``draft`` and ``mode`` apply once it has loaded, and the draft follows it as the
+        settings' draft follows every load; a load that fails changes none of them), else
+        load or unload ``draft`` if it differs and use ``mode``. While a reply or the race
+        runs nothing changes and a warning says why. The settings are saved as they
+        apply."""
         if self.reply is not None or self._race_busy:  # one warning, and nothing changed
             self.report(UserError("Busy", "Stop the reply (or the race) before changing "
                                   "models.", level="warning", origin="load"))
             return
         info = self.model_info
         if info is None or info.target_path != target:
-            self.settings.model.draft_path = draft
-            self.load_model(target)
-        elif info.draft_path != draft:
+            if self.load_model(target):
+                self._pick = _Pick(target, draft, mode)
+            return
+        if info.draft_path != draft:
             self.set_draft_model(draft)
         self.set_speculation(self.settings.speculation.with_changes(mode=mode))
 
@@ -603,6 +620,7 @@ class ChatController:
         elif isinstance(value, ModelInfo):
             self.model_info = value
             self.settings.model.target_path = value.target_path
+            self._apply_pick(value.target_path)
             self.view.save_settings_soon()
             remember_opened_model(value.target_path)  # listed in the picker's library
             self.view.clear_errors("load")
@@ -630,6 +648,7 @@ class ChatController:
             self._draft_choice = None
             if value.path is not None:
                 remember_opened_model(value.path)
+                self.view.clear_errors("draft")  # "No draft model", a failed draft
             if self.model_info is not None:
                 self.model_info = replace(self.model_info, draft_path=value.path,
                                           draft_name=value.name,
@@ -638,6 +657,16 @@ class ChatController:
             self.view.state_changed()
         elif isinstance(value, DemoPrepared):
             self.load_model(value.path)
+
+    def _apply_pick(self, loaded: Path) -> None:
+        """The Models window's draft and mode, once its target has loaded (the draft then
+        follows the load as the settings' draft does)."""
+        pick, self._pick = self._pick, None
+        if pick is None or pick.target != loaded:
+            return
+        self.settings.model.draft_path = pick.draft
+        self.settings.speculation = self.settings.speculation.with_changes(mode=pick.mode)
+        self.view.speculation_changed(self.settings.speculation)
 
     def _on_model_job_failed(self, failed: JobFailed) -> None:
         self._end_model_job()
@@ -654,6 +683,7 @@ class ChatController:
             self._draft_choice_failed()
             self.view.save_settings_soon()
         elif failed.kind == "load":
+            self._pick = None  # the settings keep the draft and mode they had
             # a file refused before anything was unloaded leaves the model loaded before
             self.model_info = self._model_before_load if self._target_kept else None
             self.view.model_changed(self.model_info)

@@ -354,6 +354,13 @@ def test_a_picked_target_loads_with_the_picked_draft_and_is_saved(rig: Rig, tmp_
     other.write_bytes(b"GGUF")
     draft = tmp_path / "draft.gguf"
     draft.write_bytes(b"GGUF")
+    before = (rig.settings.model.draft_path, rig.settings.speculation)
+    rig.script.load_error = ModelLoadError("not a model")  # a load that fails: nothing changes
+    rig.c.use_models(other, draft, SpecMode.DRAFT_MODEL)
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert (rig.settings.model.draft_path, rig.settings.speculation) == before
+    assert rig.settings.model.target_path != other
+    rig.script.load_error = None
     rig.c.use_models(other, draft, SpecMode.DRAFT_MODEL)
     rig.pump.until(rig.c, lambda: not rig.c.loading)
     info = rig.c.model_info
@@ -364,7 +371,8 @@ def test_a_picked_target_loads_with_the_picked_draft_and_is_saved(rig: Rig, tmp_
     assert "save_settings_soon" in rig.view.names()
 
 
-def test_a_target_loaded_in_the_draft_model_mode_without_a_draft_says_so(rig: Rig) -> None:
+def test_a_target_loaded_in_the_draft_model_mode_without_a_draft_says_so(
+        rig: Rig, tmp_path: Path) -> None:
     """"Draft model" chosen while no model was loaded (or during a load) leaves nothing
     to load beside the target: the load ends with a warning, not silent plain decoding."""
     # as set_speculation leaves it with no model loaded (nothing to load a draft beside)
@@ -374,6 +382,11 @@ def test_a_target_loaded_in_the_draft_model_mode_without_a_draft_says_so(rig: Ri
     rig.pump.until(rig.c, lambda: not rig.c.loading)
     assert rig.view.errors[-1].title == "No draft model"
     assert "without speculation" in rig.view.errors[-1].message
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(b"GGUF")
+    rig.c.set_draft_model(draft)  # "Choose draft…": the warning goes once it loads
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert ("clear_errors", ("draft",)) in rig.view.calls
 
 
 def test_a_draft_that_fails_after_a_reload_stays_remembered(rig: Rig, tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 (curated pairs, checked on the hub before download) and Downloads.
 
 Open it with :class:`ModelPickerWindow`; it emits ``models_chosen`` with a
-:class:`ModelsChosen` after saving the choice in the settings. Downloads run in a
+:class:`ModelsChosen` (opened on its own, after saving the choice in the settings). Downloads run in a
 :class:`DownloadQueue` that the chat window keeps for the whole session.
 """
 

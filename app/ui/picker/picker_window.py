@@ -61,8 +61,8 @@ class ModelPickerWindow(QWidget):
     """Library / Catalog / Downloads. See the module docstring.
 
     Args:
-        settings: the settings object to update and save on "Use these models" (the chat
-            window passes its own, so both agree); None: read and write the settings file.
+        settings: the chat window's settings (the picker shows them; the window applies
+            and saves a choice); None: read the settings file, and write the choice there.
         downloads: the app's download queue; None: the picker makes one and pauses its
             downloads when it closes.
         library: where models are found; None: from the saved library settings.
