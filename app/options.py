@@ -483,6 +483,16 @@ class SpeculationConfig(BaseModel):
             )
         return v
 
+    @field_validator("ngram_max")
+    @classmethod
+    def _ngram_range(cls, v: int, info: ValidationInfo) -> int:
+        low = info.data.get("ngram_min")  # declared above, so validated first
+        if info.data.get("mode", SpecMode.OFF) is not SpecMode.OFF and low is not None and v < low:
+            raise ValueError(
+                f"ngram_max ({v}) is smaller than ngram_min ({low}): prompt lookup matches "
+                "n-grams from ngram_max tokens down to ngram_min; swap them")
+        return v
+
     @property
     def speculating(self) -> bool:
         """Whether a drafter is chosen (mode is not off; auto counts as chosen)."""

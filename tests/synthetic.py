@@ -809,3 +809,14 @@ def write_tiny_hyv3_mtp(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_header_only(path: Path, arch: str = "llama") -> Path:
+    """A GGUF with a header and no tensors: the model file a fake engine's test loads
+    (it passes the checks the chat service makes before it unloads a model)."""
+    writer = GGUFWriter(str(path), arch)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

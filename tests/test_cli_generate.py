@@ -184,7 +184,10 @@ def test_bad_input_gives_one_line_and_status_2(
     assert "Traceback" not in r.stderr
 
 
-def test_ctrl_c_prints_the_partial_reply_and_exits_cleanly(tiny_model_dir: Path) -> None:
+def test_ctrl_c_prints_the_partial_reply_and_exits_with_130(tiny_model_dir: Path) -> None:
+    """Ctrl-C stops the reply like the Stop button: what was written is printed with its
+    statistics, and the exit status is 130 (docs/cli.md), so a script can tell a reply
+    cut short from a finished one."""
     import re
     import signal
 
@@ -203,7 +206,7 @@ def test_ctrl_c_prints_the_partial_reply_and_exits_cleanly(tiny_model_dir: Path)
     proc.send_signal(signal.SIGINT)
     rest, err_bytes = proc.communicate(timeout=60)
     err = err_bytes.decode("utf-8", "replace")
-    assert proc.returncode == 0, err
+    assert proc.returncode == 130, err
     assert "Traceback" not in err
     m = re.search(r"\[cancelled\] (\d+) tokens", err)
     assert m is not None, err  # the reply stopped at the Ctrl-C, and its statistics printed

@@ -167,9 +167,10 @@ def _validation_error(exc: ValidationError, prefix: str = "") -> ApiError:
 def _load(body: bytes, model: type[_Common]) -> _Common:
     # pydantic-core's parser (jiter), not json.loads: it refuses nesting deeper than
     # MAX_JSON_DEPTH with a ValueError, while json.loads recurses until Python's
-    # recursion limit (a RecursionError, and a 500, for a body of 100,000 "[").
+    # recursion limit (a RecursionError, and a 500, for a body of 100,000 "["). NaN and
+    # Infinity are not JSON (RFC 8259), so they are refused as such, not as a range error.
     try:
-        data = pydantic_core.from_json(body)
+        data = pydantic_core.from_json(body, allow_inf_nan=False)
     except ValueError as exc:
         raise ApiError(400, f"The request body is not valid JSON (or is nested more than "
                        f"{MAX_JSON_DEPTH} levels deep): {exc}.", code="invalid_json") from None

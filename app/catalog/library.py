@@ -301,8 +301,14 @@ def installed_package_demos() -> tuple[DemoModel, ...]:
                  if d.import_name is not None and importlib.util.find_spec(d.import_name) is not None)
 
 
+#: in the models folder: the file names of the package demos written there once, one per
+#: line (a demo the user deleted is not written again)
+DEMOS_WRITTEN = ".tandem-demos-written"
+
+
 def write_installed_demos(models_dir: Path, demos: Sequence[DemoModel]) -> list[Path]:
-    """Write each package demo that is not in ``models_dir`` there, so the library lists it.
+    """Write each package demo that is not in ``models_dir`` there, so the library lists
+    it: once; a demo written before and deleted since stays deleted (:data:`DEMOS_WRITTEN`).
 
     A demo is skipped (and logged) when the disk lacks room for it with 1 GB to spare or
     writing fails; a scan never fails because of a demo.
@@ -312,10 +318,15 @@ def write_installed_demos(models_dir: Path, demos: Sequence[DemoModel]) -> list[
     """
     import importlib
 
+    record = models_dir / DEMOS_WRITTEN
+    try:
+        done = set(record.read_text(encoding="utf-8").split("\n"))
+    except OSError:
+        done = set()
     written: list[Path] = []
     for demo in demos:
         dest = models_dir / demo.file
-        if dest.is_file() or demo.import_name is None:
+        if dest.is_file() or demo.import_name is None or demo.file in done:
             continue
         try:
             if shutil.disk_usage(models_dir).free < demo.size_mb * 1_000_000 + 1_000_000_000:
@@ -327,6 +338,8 @@ def write_installed_demos(models_dir: Path, demos: Sequence[DemoModel]) -> list[
             tmp.replace(dest)
             written.append(dest)
             log.info("wrote the demo model %s to %s", demo.title, dest)
+            done.add(demo.file)
+            record.write_text("\n".join(sorted(n for n in done if n)) + "\n", encoding="utf-8")
         except (ImportError, OSError, ValueError) as exc:
             log.warning("could not write the demo %s into %s: %s", demo.title, models_dir, exc)
     return written

@@ -139,9 +139,12 @@ class PairResult:
         return next((c for c in self.checks if not c.ok), None)
 
     def reason(self) -> str:
-        """One line for the user: why the pair is incompatible, or "compatible"."""
+        """One line for the user: why the pair is incompatible, or "compatible" (a file
+        that cannot be read: the read's own sentence, which names the file)."""
         f = self.first_failure
-        return "compatible" if f is None else f"{f.rule}: {f.detail}"
+        if f is None:
+            return "compatible"
+        return f.detail if f.rule == "readable" else f"{f.rule}: {f.detail}"
 
     def to_dict(self) -> dict[str, object]:
         return {

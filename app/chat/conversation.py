@@ -649,6 +649,10 @@ class ChatController:
             if value.path is not None:
                 remember_opened_model(value.path)
                 self.view.clear_errors("draft")  # "No draft model", a failed draft
+            if value.warnings:
+                self.report(UserError("This draft may not speed replies up",
+                                      " ".join(value.warnings), level="warning",
+                                      origin="draft"))
             if self.model_info is not None:
                 self.model_info = replace(self.model_info, draft_path=value.path,
                                           draft_name=value.name,

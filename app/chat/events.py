@@ -235,11 +235,13 @@ def remote_model_info(connected: RemoteConnected, seconds: float) -> ModelInfo:
 @dataclass(frozen=True, slots=True)
 class DraftChanged:
     """The draft model now loaded (None: none); ``assistant``: it is an MTP assistant,
-    which drafts as MTP."""
+    which drafts as MTP; ``warnings``: the pairing's warnings about the pair (a draft
+    nearly as large as the target, which cannot speed it up)."""
 
     path: Path | None
     name: str | None
     assistant: bool = False
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -702,7 +702,7 @@ class ChatService:
     def _set_draft(self, ctx: JobContext, path: Path | None) -> DraftChanged:
         session = ctx.session
         try:
-            session.set_draft_model(path)
+            paired = session.set_draft_model(path)
         except BaseException:
             kept = session.draft_model or session.assistant_model
             ctx.emit(DraftKept(ctx.job_id, kept.path if kept else None,
@@ -712,7 +712,8 @@ class ChatService:
         draft = session.draft_model or session.assistant_model
         if draft is None:
             return DraftChanged(None, None)
-        return DraftChanged(draft.path, draft.name, session.assistant_model is not None)
+        return DraftChanged(draft.path, draft.name, session.assistant_model is not None,
+                            paired.warnings if paired is not None else ())
 
     def _stream(
         self,
@@ -767,16 +768,22 @@ class ChatService:
 
 
 def _check_target_file(path: Path) -> None:
-    """Refuse an MTP assistant as the target before the loaded model is unloaded (a file
-    that cannot be read is left to the load, which says why in its own words).
+    """Refuse, before the loaded model is unloaded, a target that cannot load: a file
+    that is missing or not a readable GGUF (its header read as the load reads it: a
+    truncated download, a file cut short) or an MTP assistant. What only llama.cpp can
+    tell is left to the load's own check in a child process.
 
     Raises:
-        TandemError: ``path`` is an MTP assistant, which drafts for a target only.
+        TandemError: ``path`` is missing, unreadable or malformed (ModelPathError,
+            GGUFError), or an MTP assistant, which drafts for a target only.
     """
     try:
         entry, _note = model_entry_path(path)
         arch = inspect_gguf(entry).architecture
-    except Exception:  # missing or broken: the session's own load reports it
+    except TandemError:
+        raise
+    except Exception:  # a fault of ours, not the file's: the session's own load decides
+        log.warning("could not pre-check %s", path, exc_info=True)
         return
     if is_assistant_arch(arch):
         raise TandemError(

@@ -59,7 +59,7 @@ from app.cli.options import (
 from app.cli.json_output import print_json
 from app.cli.remote import add_server_args, run_remote_generate
 from app.cli.report import reply_stats_line
-from app.errors import TandemError
+from app.errors import LoadCancelledError, TandemError
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -143,6 +143,11 @@ def _run_generate(args: argparse.Namespace) -> int:
             if args.compare:
                 return _compare(session, args, sampling, spec, cancel)
             result = _stream_reply(session, args, sampling, spec, cancel)
+    except LoadCancelledError as exc:
+        if not cancel.is_set():
+            raise
+        print(exc, file=sys.stderr)  # Ctrl-C during the load
+        return 130
     finally:
         signal.signal(signal.SIGINT, previous)
     if args.json:
@@ -159,7 +164,7 @@ def _run_generate(args: argparse.Namespace) -> int:
         if result.note:
             print(result.note, file=sys.stderr)
         print(reply_stats_line(result), file=sys.stderr)
-    return 0
+    return 130 if cancel.is_set() else 0  # a reply cut by Ctrl-C is printed, and says so
 
 
 def _compare(session: Any, args: argparse.Namespace, sampling: Any, spec: Any,
@@ -181,7 +186,7 @@ def _compare(session: Any, args: argparse.Namespace, sampling: Any, spec: Any,
         print_json(compare_json(result), indent=None)
     else:
         sys.stdout.write(compare_text(result))
-    return 0
+    return 130 if cancel.is_set() else 0
 
 
 def _with_cancel(run: Callable[[Any], int]) -> int:
@@ -192,9 +197,10 @@ def _with_cancel(run: Callable[[Any], int]) -> int:
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda _sig, _frame: cancel.set())
     try:
-        return run(cancel)
+        status = run(cancel)
     finally:
         signal.signal(signal.SIGINT, previous)
+    return 130 if cancel.is_set() and status == 0 else status
 
 
 def read_prompt(stream: TextIO) -> str:

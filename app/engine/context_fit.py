@@ -163,11 +163,16 @@ def fit_conversation(
     parts = _exchanges(body)
     if not parts and len(full) < n_ctx:
         return full, None  # nothing to drop: the reply gets the room there is
-    if policy is ContextOverflow.STOP or not parts:
+    if not parts:
+        raise ContextOverflowError(
+            f"The prompt is {len(full)} tokens long but the context window holds {n_ctx}. "
+            "Shorten it or raise the context length.")
+    if policy is ContextOverflow.STOP:
         raise ContextOverflowError(
             f"The conversation is {len(full)} tokens long but the context window holds "
             f"{n_ctx}. Start a new conversation, shorten it, raise the context length, or "
-            "let Tandem drop earlier messages (Sampling → Too long for the context).")
+            "let Tandem drop earlier messages (in the window: Sampling → Too long for the "
+            "context; through the API: the request's context_overflow).")
     order = drop_order(len(parts), policy)
 
     def prompt_without(n_dropped: int) -> list[int]:

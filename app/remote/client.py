@@ -22,8 +22,11 @@ a dropped stream's error carries the text received so far.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
+import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -53,6 +56,12 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_READ_TIMEOUT_S = 300.0
 #: seconds each recognition probe (``/props``, ``/metrics``…) may take
 PROBE_TIMEOUT_S = 10.0
+#: characters a reply may carry per token asked (``max_tokens``) before Tandem stops
+#: reading a server that ignores the limit (the longest tokens of common vocabularies,
+#: runs of spaces in code, are well under this)
+MAX_CHARS_PER_TOKEN = 256
+
+log = logging.getLogger(__name__)
 
 RemoteFinish = Literal["stop", "length", "cancelled"]
 ChatMessage = Mapping[str, str]
@@ -136,6 +145,9 @@ class RemoteResult:
         figures: speculation figures (:mod:`app.remote.figures`); None when the server
             reported none.
         server_timings: llama-server's ``timings`` object as sent, None when absent.
+        overran: the server kept sending past the ``max_tokens`` asked for (more text
+            chunks than that, or more than :data:`MAX_CHARS_PER_TOKEN` characters per
+            token asked), so Tandem stopped reading; ``finish_reason`` is ``length``.
     """
 
     text: str
@@ -149,6 +161,7 @@ class RemoteResult:
     total_time: float
     figures: SpeculationFigures | None = None
     server_timings: dict[str, Any] | None = None
+    overran: bool = False
 
     @property
     def decode_tps(self) -> float | None:
@@ -278,6 +291,8 @@ class RemoteClient:
         )
         self._http = httpx.Client(**self._http_args)
         self._closed = False
+        #: the socket of the stream being read, for a stop to cut (:meth:`_cut_on_cancel`)
+        self._stream_socket: socket.socket | None = None
         self._metrics_prefix: str | None | bool = False  # False: not looked at yet
 
     def __repr__(self) -> str:
@@ -292,7 +307,10 @@ class RemoteClient:
                        done: threading.Event) -> threading.Thread | None:
         """A thread that closes the connections as soon as ``cancel`` is set while a
         request runs (``done`` not set), so a stop never waits for a silent server's
-        next byte or for its read timeout. The connections are opened anew after."""
+        next byte or for its read timeout. The connections are opened anew after.
+
+        The stream's socket is shut down first: closing a socket does not wake a thread
+        blocked reading it (Linux), a shutdown does."""
         if cancel is None:
             return None
 
@@ -300,6 +318,10 @@ class RemoteClient:
             while not done.is_set():
                 if cancel.wait(0.05):
                     if not done.is_set():
+                        sock = self._stream_socket
+                        if sock is not None:
+                            with contextlib.suppress(OSError):
+                                sock.shutdown(socket.SHUT_RDWR)
                         self._http.close()
                     return
 
@@ -562,6 +584,9 @@ class RemoteClient:
                          scrape_metrics: bool) -> Iterator[RemoteEvent]:
         before = self._scrape() if scrape_metrics else None
         state = _StreamState(model=str(body.get("model", "")))
+        asked = body.get("max_tokens")
+        if isinstance(asked, int) and asked > 0:  # a server that ignores it is cut off
+            state.max_chunks, state.max_chars = asked, asked * MAX_CHARS_PER_TOKEN
         t0 = time.perf_counter()
         yield from self._run_stream(path, body, state, t0, cancel)
         delta = None
@@ -607,6 +632,7 @@ class RemoteClient:
         try:
             with self._http.stream("POST", path, json=body,
                                    headers={"Accept": "text/event-stream"}) as response:
+                self._stream_socket = _socket_of(response)
                 if response.status_code != 200:
                     response.read()
                     raise self._status_error(response, "the chat request")
@@ -627,6 +653,8 @@ class RemoteClient:
                 f"The connection to {self.base_url} broke during the reply "
                 f"({type(exc).__name__}); the text received so far is kept.",
                 partial_text=state.text) from exc
+        finally:
+            self._stream_socket = None
 
     def chat(self, model: str, messages: Sequence[ChatMessage],
              **kwargs: Any) -> RemoteResult:
@@ -635,6 +663,15 @@ class RemoteClient:
             if isinstance(event, RemoteResult):
                 return event
         raise ServerProtocolError("the stream ended without a result")  # not reached
+
+
+def _socket_of(response: httpx.Response) -> socket.socket | None:
+    """The socket a streamed response is read from (httpcore's ``network_stream``
+    response extension), None where the transport has none (a mock, HTTP/2 streams)."""
+    stream = response.extensions.get("network_stream")
+    get = getattr(stream, "get_extra_info", None)
+    sock = get("socket") if get is not None else None
+    return sock if isinstance(sock, socket.socket) else None
 
 
 def _engine_from_owners(owners: set[str]) -> Engine | None:
@@ -672,6 +709,10 @@ class _StreamState:
     finished: bool = False
     cancelled: bool = False
     final_fields: dict[str, Any] = field(default_factory=dict)
+    #: the most text chunks and characters to read (max_tokens asked); None: no limit
+    max_chunks: int | None = None
+    max_chars: int | None = None
+    overran: bool = False
 
     @property
     def started(self) -> bool:
@@ -703,6 +744,8 @@ class _StreamState:
             delta = self._chunk(payload, t0, base_url)
             if delta is not None:
                 yield delta
+            if self.overran:
+                return  # the caller closes the connection: the server stops
         if data and "\n".join(data).strip() == "[DONE]":
             self.finished = True
 
@@ -745,8 +788,17 @@ class _StreamState:
             self.t_first = now
         self.t_last = now
         self.chunks += 1
+        if self.max_chars is not None and len(self.text) + len(content) > self.max_chars:
+            content = content[: max(0, self.max_chars - len(self.text))]
+            self.overran = True
+        elif self.max_chunks is not None and self.chunks > self.max_chunks:
+            content, self.overran = "", True  # a chunk carries at least one token
+        if self.overran:
+            self.finish, self.finished = "length", True
+            log.warning("the server sent more than max_tokens (%s); stopped reading",
+                        self.max_chunks)
         self.text += content
-        return RemoteDelta(text=content, t=now)
+        return RemoteDelta(text=content, t=now) if content else None
 
     def whole_response(self, raw: bytes, t0: float, base_url: str) -> Iterator[RemoteDelta]:
         """A server that answered one JSON completion although a stream was asked for."""
@@ -791,4 +843,5 @@ class _StreamState:
             if self.t_first is not None and self.t_last is not None else 0.0,
             total_time=total, figures=figures,
             server_timings=timings if isinstance(timings, dict) else None,
+            overran=self.overran,
         )

@@ -154,9 +154,13 @@ class RemoteSession:
     def _finished(self, result: RemoteResult, asked: ReplyRequest,
                   started_at: float) -> ReplyRecord:
         stats = remote_stats(self.info, self.model, result)
-        note = None
+        notes = []
+        if result.overran:
+            notes.append(f"The server kept writing past the {asked.sampling.max_tokens} "
+                         "tokens asked for (max tokens): Tandem stopped reading there.")
         if result.figures is None:
-            note = "The server reported nothing about speculation for this reply."
+            notes.append("The server reported nothing about speculation for this reply.")
+        note = " ".join(notes) or None
         return ReplyRecord(
             request=dataclasses.replace(asked, prompt_tokens=stats.prompt_tokens),
             speculation=SpeculationConfig(mode=SpecMode.OFF), reason=result.finish_reason,

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.diagnostics import AboutInfo, about_info
+from app.ui.labels import Label
 
 
 class AboutDialog(QDialog):
@@ -33,10 +34,10 @@ class AboutDialog(QDialog):
                          for label, value in self.info.versions)
         self.info = AboutInfo(versions, self.info.backend, self.info.paths, self.info.log_dir)
         col = QVBoxLayout(self)
-        title = QLabel("Tandem")
+        title = Label("Tandem")
         title.setObjectName("welcomeTitle")
         col.addWidget(title)
-        blurb = QLabel("Local GGUF chat with speculative decoding you can see.")
+        blurb = Label("Local GGUF chat with speculative decoding you can see.")
         blurb.setWordWrap(True)
         col.addWidget(blurb)
         form = QFormLayout()
@@ -45,7 +46,7 @@ class AboutDialog(QDialog):
         self.values: dict[str, QLabel] = {}
         for label, value in (*self.info.versions, ("Backend", self.info.backend),
                              *self.info.paths):
-            shown = QLabel(value)
+            shown = Label(value)
             shown.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             shown.setWordWrap(True)
             form.addRow(f"{label}:", shown)

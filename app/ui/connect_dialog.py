@@ -23,7 +23,6 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QFormLayout,
     QHBoxLayout,
-    QLabel,
     QLineEdit,
     QPushButton,
     QVBoxLayout,
@@ -34,6 +33,7 @@ from app.remote.client import RemoteClient, RemoteModel
 from app.store.credentials import ApiKeyStore
 from app.ui.picker.payloads import TaskOutcome
 from app.ui.picker.workers import TaskSignals, TaskWorker
+from app.ui.labels import Label
 
 
 class ConnectDialog(QDialog):
@@ -57,7 +57,7 @@ class ConnectDialog(QDialog):
         self._signals.finished.connect(self._on_models_finished)
 
         layout = QVBoxLayout(self)
-        intro = QLabel("An OpenAI-compatible server: llama-server, vLLM, SGLang, another "
+        intro = Label("An OpenAI-compatible server: llama-server, vLLM, SGLang, another "
                        "Tandem, Ollama or LM Studio. Replies run there; the gauge shows the "
                        "server's own speculation figures.")
         intro.setWordWrap(True)
@@ -73,7 +73,7 @@ class ConnectDialog(QDialog):
         self.remember_box = QCheckBox("Remember the key")
         self.remember_box.setChecked(True)
         form.addRow("", self.remember_box)
-        self.key_note = QLabel(keys.backend_note)
+        self.key_note = Label(keys.backend_note)
         self.key_note.setObjectName("gaugeNote")
         self.key_note.setWordWrap(True)
         form.addRow("", self.key_note)
@@ -86,7 +86,7 @@ class ConnectDialog(QDialog):
         row.addWidget(self.list_button)
         form.addRow("Model", row)
         layout.addLayout(form)
-        self.status_label = QLabel("")
+        self.status_label = Label("")
         self.status_label.setWordWrap(True)
         layout.addWidget(self.status_label)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok

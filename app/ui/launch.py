@@ -16,7 +16,7 @@ import types
 from collections.abc import Sequence
 from pathlib import Path
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
@@ -100,13 +100,15 @@ def main(argv: Sequence[str] | None = None, open_path: Path | None = None) -> in
         from PySide6.QtWidgets import QMessageBox
 
         where = getattr(exc, "filename", None) or ""
-        QMessageBox.critical(
-            None,
+        box = QMessageBox(
+            QMessageBox.Icon.Critical,
             "Tandem cannot start",
             f"Tandem could not prepare its folders {where}: {exc.strerror or exc}.\n\n"
             "Check that your home folder is writable (or set TANDEM_HOME to a writable "
             "folder) and start Tandem again.",
         )
+        box.setTextFormat(Qt.TextFormat.PlainText)  # a folder's name is any text
+        box.exec()
         return 2
 
     def _close_on_signal(_signum: int, _frame: types.FrameType | None) -> None:

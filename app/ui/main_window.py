@@ -23,7 +23,6 @@ from PySide6.QtGui import QCloseEvent, QIcon
 from PySide6.QtWidgets import (
     QDialog,
     QFileDialog,
-    QLabel,
     QMainWindow,
     QMessageBox,
     QSplitter,
@@ -63,6 +62,7 @@ from app.ui.sampling_panel import SamplingSettingsWidget
 from app.ui.service_bridge import ServiceBridge
 from app.ui.side_windows import SideWindows
 from app.ui.window_actions import install_window_actions
+from app.ui.labels import Label
 
 
 #: the narrowest the conversation list gets (pixels)
@@ -171,13 +171,13 @@ class MainWindow(QMainWindow):
         self.splitter.setSizes([220, 760, 320])
         col.addWidget(self.splitter, 1)
         self.setCentralWidget(central)
-        self.status_label = QLabel()
+        self.status_label = Label()
         self.statusBar().addWidget(self.status_label, 1)
-        self.api_status_label = QLabel()
+        self.api_status_label = Label()
         self.statusBar().addPermanentWidget(self.api_status_label)
         self.api = ApiServing(self.api_panel, self.api_status_label, self.gauge,
                               self.bridge.service, self.controller, self.settings,
-                              self.show_error, self)
+                              self.show_error, self.clear_errors, self)
 
         c = self.controller
         mb = self.model_bar

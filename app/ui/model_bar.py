@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 from app.chat.events import ModelInfo
 from app.options import K_MAX, DrafterNeeds, SpecMode, SpeculationConfig, drafter_unusable
 from app.ui.elided import ElidedButtonWidget, ElidedLabelWidget
+from app.ui.labels import Label
 
 #: the most pixels a model's file name takes in the bar (the rest is elided)
 NAME_MAX_PX = 260
@@ -108,7 +109,7 @@ class ModelBarWidget(QFrame):
         row.addWidget(self.adaptive_box)
         row.addWidget(self._separator())
 
-        self.layers_label = QLabel("")
+        self.layers_label = Label("")
         self.layers_label.setObjectName("layersLabel")
         row.addWidget(self.layers_label)
         row.addStretch(1)
@@ -170,7 +171,7 @@ class ModelBarWidget(QFrame):
 
     @staticmethod
     def _caption(text: str) -> QLabel:
-        label = QLabel(text)
+        label = Label(text)
         label.setObjectName("barCaption")
         return label
 

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 
 from app.catalog import demo
 from app.chat.events import ModelInfo, UserError
+from app.ui.labels import Label
 
 
 def status_text(info: ModelInfo | None, *, loading: bool, generating: bool) -> str:
@@ -51,9 +52,9 @@ class MessageBarWidget(QFrame):
         self.setObjectName("messageBar")
         row = QHBoxLayout(self)
         row.setContentsMargins(12, 6, 6, 6)
-        self.title = QLabel()
+        self.title = Label()
         self.title.setObjectName("messageBarTitle")
-        self.text = QLabel()
+        self.text = Label()
         self.text.setWordWrap(True)
         self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         row.addWidget(self.title)
@@ -117,10 +118,10 @@ class WelcomeWidget(QFrame):
         col = QVBoxLayout(self)
         col.setContentsMargins(40, 40, 40, 40)
         col.addStretch(1)
-        title = QLabel("Welcome to Tandem")
+        title = Label("Welcome to Tandem")
         title.setObjectName("welcomeTitle")
         col.addWidget(title, 0, Qt.AlignmentFlag.AlignHCenter)
-        blurb = QLabel(
+        blurb = Label(
             "Chat with a GGUF model on this computer. A small drafter proposes a few tokens "
             "ahead and the model checks them all in one pass; the panel on the right shows "
             "live how often the guesses are accepted and what that does to the speed."
@@ -141,7 +142,7 @@ class WelcomeWidget(QFrame):
         self.demo_button.clicked.connect(lambda: self.demo_clicked.emit(model.key))
         self.demo_button.setVisible(demo_available)
         col.addWidget(self.demo_button, 0, Qt.AlignmentFlag.AlignHCenter)
-        self.demo_note = QLabel(
+        self.demo_note = Label(
             f"A tiny instruct model ({model.size_mb} MB) that answers short requests; the "
             "starter prompts show where prompt lookup drafts well (a code edit) and where "
             "it cannot (a question). Open a larger GGUF for real chats."
@@ -168,7 +169,7 @@ class WelcomeWidget(QFrame):
         self.connect_button.clicked.connect(self.connect_clicked)
         col.addWidget(self.connect_button, 0, Qt.AlignmentFlag.AlignHCenter)
         if not demo_available:
-            hint = QLabel(demo.install_hint(model))
+            hint = Label(demo.install_hint(model))
             hint.setObjectName("gaugeNote")
             hint.setWordWrap(True)
             hint.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFormLayout,
     QGroupBox,
-    QLabel,
     QPushButton,
     QSpinBox,
     QVBoxLayout,
@@ -39,6 +38,7 @@ from app.options import (
     field_schema,
 )
 from app.store.settings import ModelSettings
+from app.ui.labels import Label
 
 #: the most threads the setting offers (as SessionConfig allows: 4 × the logical CPUs)
 MAX_THREADS = min(512, 4 * (os.cpu_count() or 1))
@@ -170,7 +170,7 @@ class SamplingSettingsWidget(QWidget):
         self.reload_button = QPushButton("Reload model")
         self.reload_button.clicked.connect(self.reload_clicked)
         mform.addRow("", self.reload_button)
-        self.pending_label = QLabel("")
+        self.pending_label = Label("")
         self.pending_label.setObjectName("gaugeNote")
         self.pending_label.setWordWrap(True)
         mform.addRow(self.pending_label)

@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QFormLayout,
     QHBoxLayout,
-    QLabel,
     QLineEdit,
     QMessageBox,
     QPlainTextEdit,
@@ -45,6 +44,7 @@ from app.chat.events import ModelInfo
 from app.errors import TandemError
 from app.formatting import serve_note_words
 from app.options import SpeculationConfig
+from app.ui.labels import Label
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -64,7 +64,7 @@ class ServerCommandDialog(QDialog):
         self.command: ServeCommand | None = None
 
         layout = QVBoxLayout(self)
-        intro = QLabel(
+        intro = Label(
             "Start the same target and drafter on a server with a GPU, then connect Tandem "
             "to it. The server reports its own acceptance figures to the gauge.")
         intro.setWordWrap(True)
@@ -94,7 +94,7 @@ class ServerCommandDialog(QDialog):
         self.repo_edit = QLineEdit()
         self.repo_edit.setPlaceholderText("owner/name of the original weights, e.g. "
                                           "HuggingFaceTB/SmolLM2-1.7B-Instruct")
-        self.repo_label = QLabel("Weights repository")
+        self.repo_label = Label("Weights repository")
         form.addRow(self.repo_label, self.repo_edit)
         layout.addLayout(form)
 
@@ -105,7 +105,7 @@ class ServerCommandDialog(QDialog):
         self.command_edit.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.command_edit.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         layout.addWidget(self.command_edit, 1)
-        self.notes_label = QLabel("")
+        self.notes_label = Label("")
         self.notes_label.setObjectName("serverCommandNotes")
         self.notes_label.setWordWrap(True)
         layout.addWidget(self.notes_label)

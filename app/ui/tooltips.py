@@ -1,19 +1,21 @@
-"""Long tooltips wrap instead of running across the screen.
+"""Tooltips are plain text, and long ones wrap instead of running across the screen.
 
 Qt shows a plain-text tooltip on one line however long it is (a settings tooltip of two
-sentences was as wide as the window); a rich-text tooltip is word-wrapped. The filter
-that :func:`install` puts on the application turns a long plain-text tooltip into rich
-text, escaped, the moment before Qt shows it, so every widget's tooltip wraps without
-each call site having to remember: a widget's own tooltip, a menu action's, and an item
-view's item or header section (a list, a tree, a combo box's popup), whose tooltip lives
-in the model.
+sentences was as wide as the window); a rich-text tooltip is word-wrapped. And Qt shows
+any tooltip that looks like HTML as rich text, so a file name, a model's name or an error
+from a template or a server in a tooltip would draw headings, images and links. The
+filter that :func:`install` puts on the application shows every tooltip as escaped text
+(:func:`wrapped`: long ones as a wrapping paragraph), so no call site has to remember:
+a widget's own tooltip, a menu action's, and an item view's item or header section (a
+list, a tree, a combo box's popup), whose tooltip lives in the model. Tandem writes no
+rich-text tooltips; the tooltips themselves are left as they were set.
 """
 
 from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import QEvent, QObject
+from PySide6.QtCore import QEvent, QObject, QRect
 from PySide6.QtGui import QHelpEvent, Qt  # QtGui's Qt namespace has mightBeRichText
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -29,11 +31,16 @@ WRAP_AFTER = 70
 
 
 def wrapped(text: str) -> str:
-    """``text`` as a tooltip Qt word-wraps: long plain text becomes an escaped rich-text
-    paragraph (line breaks kept); short text and rich text are returned as they are."""
-    if len(text) <= WRAP_AFTER or Qt.mightBeRichText(text):
+    """``text`` as Qt must be given it to show it as plain text: short text that Qt would
+    not take for HTML as it is; other text escaped, as a rich-text paragraph Qt
+    word-wraps when longer than :data:`WRAP_AFTER` characters (line breaks kept), or as
+    one unwrapped line."""
+    if len(text) <= WRAP_AFTER and not Qt.mightBeRichText(text):
         return text
-    return "<p>" + html.escape(text).replace("\n", "<br>") + "</p>"
+    escaped = html.escape(text).replace("\n", "<br>")
+    if len(text) <= WRAP_AFTER:
+        return "<p style='white-space:pre'>" + escaped + "</p>"
+    return "<p>" + escaped + "</p>"
 
 
 class _WrapToolTips(QObject):
@@ -47,14 +54,21 @@ class _WrapToolTips(QObject):
             if not watched.toolTipsVisible():  # the action's text, not a tooltip
                 return False
             action = watched.actionAt(event.pos())  # type: ignore[attr-defined]
-            if action is not None and (new := wrapped(action.toolTip())) != action.toolTip():
-                action.setToolTip(new)
-            return False
+            tip = action.toolTip() if action is not None else ""
+            if action is None or tip == action.text().replace("&", ""):
+                return False  # Qt's own rule: an action's tooltip that is its text is not shown
+            return _show(event, wrapped(tip), tip, watched)  # type: ignore[arg-type]
         tip = watched.toolTip()
-        new = wrapped(tip)
-        if new != tip:
-            watched.setToolTip(new)
-        return False  # Qt shows the (now wrapped) tooltip as usual
+        return _show(event, wrapped(tip), tip, watched)  # type: ignore[arg-type]
+
+
+def _show(event: QHelpEvent, new: str, tip: str, widget: QWidget) -> bool:
+    """Show ``new`` in place of the tooltip ``tip`` (True: shown here), or leave an
+    unchanged tooltip to Qt (False)."""
+    if not tip or new == tip:
+        return False
+    QToolTip.showText(event.globalPos(), new, widget, QRect(), widget.toolTipDuration())
+    return True
 
 
 def _item_tip(view: QAbstractItemView, viewport: QWidget, event: QHelpEvent) -> bool:

@@ -14,6 +14,7 @@ makes Enter (and the keypad's Enter) press the focused button everywhere, as use
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,6 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QGridLayout,
-    QLabel,
     QMainWindow,
     QMessageBox,
     QPushButton,
@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 
 import app
 from app.diagnostics import about_info
+from app.ui.labels import Label
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +147,8 @@ def show_shortcuts(parent: QWidget, rows: list[tuple[str, str]]) -> QDialog:
     col = QVBoxLayout(dialog)
     grid = QGridLayout()
     for i, (what, keys) in enumerate(rows):
-        grid.addWidget(QLabel(what), i, 0)
-        key_label = QLabel(f"<b>{keys}</b>")
+        grid.addWidget(Label(what), i, 0)
+        key_label = Label(f"<b>{html.escape(keys)}</b>", rich=True)
         grid.addWidget(key_label, i, 1)
     col.addLayout(grid)
     buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
@@ -177,6 +178,7 @@ def report_problem(parent: QWidget) -> QMessageBox:
                       + (" (opened in the file manager)." if opened else "."),
                       QMessageBox.StandardButton.Close, parent)
     box.setObjectName("reportProblemBox")
+    box.setTextFormat(Qt.TextFormat.PlainText)  # a folder's name is any text
     box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     box.open()
     return box

@@ -76,12 +76,23 @@ def test_another_drafter_without_a_k_gets_its_default_unless_the_servers_k_was_c
     ({"model": "m", "prompt": "x", "stream_options": {"include_usage": True}},
      "stream_options", "invalid_value"),
     ({"model": 3, "prompt": "x"}, "model", "invalid_type"),
+    ({"model": "m", "prompt": "x", "speculation": {"mode": "prompt-lookup", "ngram_min": 9,
+                                                   "ngram_max": 2}},
+     "speculation.ngram_max", "invalid_value"),
 ])
 def test_completion_refusals_name_the_parameter(body: dict[str, object], param: str,
                                                 code: str) -> None:
     with pytest.raises(ApiError) as err:
         parse_completion_request(json.dumps(body).encode(), *DEFAULTS, max_tokens_default=64)
     assert (err.value.status, err.value.param, err.value.code) == (400, param, code)
+
+
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity"])
+def test_nan_and_infinity_are_not_json(number: bytes) -> None:
+    body = b'{"model": "m", "prompt": "x", "temperature": ' + number + b"}"
+    with pytest.raises(ApiError) as err:
+        parse_completion_request(body, *DEFAULTS, max_tokens_default=64)
+    assert (err.value.status, err.value.code) == (400, "invalid_json")
 
 
 def test_an_image_part_is_refused() -> None:

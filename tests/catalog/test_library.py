@@ -236,7 +236,7 @@ def test_different_models_of_one_size_stay_apart(tmp_path: Path) -> None:
 
 def test_the_installed_gemma_demo_is_listed_without_adding_a_folder(tmp_path: Path) -> None:
     """The ``demo`` extra's package is installed here: a scan writes its model into the
-    models folder once, and lists it."""
+    models folder once, and lists it; deleted by the user, it is not written again."""
     from app.catalog import library as library_module
     from app.catalog.demo import GEMMA3
 
@@ -250,3 +250,5 @@ def test_the_installed_gemma_demo_is_listed_without_adding_a_folder(tmp_path: Pa
     mtime = entry.path.stat().st_mtime_ns
     assert [e.path for e in library.scan(write_demos=True)] == [entry.path]
     assert entry.path.stat().st_mtime_ns == mtime  # written once
+    entry.path.unlink()  # the user deletes it (253 MB): it stays deleted
+    assert library.scan(write_demos=True) == [] and not entry.path.exists()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.catalog.pairing import PairResult
 from app.chat.conversation import ChatController
 from app.chat.events import ModelInfo
 from app.chat.service import ChatService, _exact_verification_notes
@@ -42,7 +43,8 @@ class Script:
     ``gate``: when set, a reply stops after its first word until the gate opens (or the
     reply is cancelled). ``fail_after``: raise this error after the first word.
     ``load_error``: opening a session raises it; ``draft_error``: loading a draft model
-    raises it. ``exact_possible``: False makes an
+    raises it; ``draft_warnings``: the pairing's warnings about a draft that loads.
+    ``exact_possible``: False makes an
     exact-verification load fall back with a note, as real weights may. ``calls``: (messages or prompt,
     speculation) of every generation, in order. ``word_s``: seconds each word after the
     first takes (a slow engine; a cancel ends the wait at once).
@@ -54,6 +56,7 @@ class Script:
     fail_after: Exception | None = None
     load_error: Exception | None = None
     draft_error: Exception | None = None
+    draft_warnings: tuple[str, ...] = ()
     exact_possible: bool = True
     word_s: float = 0.0
     calls: list[tuple[object, SpeculationConfig]] = field(default_factory=list)
@@ -101,12 +104,13 @@ class FakeSession:
         self.last_plain_decode_tps: float | None = None
         self.suffix_index = SuffixIndex()
 
-    def set_draft_model(self, path: Path | None, progress: Any = None) -> None:
+    def set_draft_model(self, path: Path | None, progress: Any = None) -> PairResult | None:
         if path is not None and not Path(path).is_file():
             raise ModelLoadError(f"Model file not found: {path}")
         if path is not None and self.script.draft_error is not None:
             raise self.script.draft_error
         self.draft_model = FakeModel(path) if path is not None else None
+        return PairResult(True, (), self.script.draft_warnings) if path is not None else None
 
     def chat_prompt(self, messages: Sequence[ChatMessage]) -> list[int]:
         """One token per word and one per message (the fake's chat template)."""

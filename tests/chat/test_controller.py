@@ -22,6 +22,7 @@ from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.store.history import HistoryStore
 from app.store.settings import Settings
 from tests.chat.fakes import Pump, RecordingView, Script, fake_service
+from tests.synthetic import write_header_only
 
 
 class Clock:
@@ -40,7 +41,7 @@ class Rig:
     def __init__(self, tmp_path: Path, script: Script, service: ChatService | None = None) -> None:
         self.script = script
         self.target = tmp_path / "target.gguf"
-        self.target.write_bytes(b"GGUF")
+        write_header_only(self.target)
         self.settings = Settings()
         self.settings.model.target_path = self.target
         self.settings.sampling = SamplingParams(temperature=0.0, max_tokens=100)
@@ -235,6 +236,43 @@ def test_load_failure_then_success_clears_the_load_error(tmp_path: Path) -> None
     rig.c.close()
 
 
+def test_a_broken_file_opened_while_a_model_is_loaded_keeps_that_model(rig: Rig) -> None:
+    """Open GGUF… on a file cut short (a dropped download) while a model is loaded: the
+    file's header is read before anything is unloaded, so the window says why and keeps
+    its model, instead of unloading it and then failing."""
+    from app.chat.events import JobFailed, TargetKept
+    from tests.synthetic import write_tiny_llama
+
+    before = rig.c.model_info
+    assert before is not None
+    folder = rig.target.parent
+    write_tiny_llama(folder / "whole.gguf")
+    whole = (folder / "whole.gguf").read_bytes()
+    cut = folder / "cut.gguf"
+    cut.write_bytes(whole[: len(whole) * 9 // 10])
+    rig.c.load_model(cut)
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert [type(e) for e in rig.pump.seen[-2:]] == [TargetKept, JobFailed]
+    assert rig.c.model_info == before
+    assert rig.settings.model.target_path == before.target_path
+    assert "lies outside the file" in rig.view.errors[-1].message
+
+
+def test_a_draft_nearly_as_large_as_the_target_says_it_may_not_help(rig: Rig) -> None:
+    """The pairing's warning (a draft that is 100 % of the target's size, such as the
+    target chosen as its own draft) reaches the window, not only the log."""
+    warning = ("The draft is 100% of the target's size: each draft step costs nearly as "
+               "much as a target step, so expect no speedup.")
+    rig.script.draft_warnings = (warning,)
+    draft = write_header_only(rig.target.parent / "same.gguf")
+    rig.c.set_draft_model(draft)
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.c.model_info is not None and rig.c.model_info.draft_path == draft
+    error = rig.view.errors[-1]
+    assert (error.title, error.message, error.level, error.origin) == (
+        "This draft may not speed replies up", warning, "warning", "draft")
+
+
 def test_exact_verification_is_a_model_option_applied_on_reload(rig: Rig) -> None:
     assert rig.c.model_info is not None and not rig.c.model_info.exact_verification
     # from the sampling panel: remembered, applied by Reload
@@ -274,7 +312,7 @@ def test_the_prompt_cache_size_is_a_model_option_applied_on_reload(rig: Rig) -> 
 
 def test_choosing_the_draft_model_mode_loads_the_draft_or_asks_for_one(rig: Rig, tmp_path: Path) -> None:
     draft = tmp_path / "draft.gguf"
-    draft.write_bytes(b"GGUF")
+    write_header_only(draft)
     rig.view.draft_choice = draft
     rig.c.set_speculation(rig.settings.speculation.with_changes(mode=SpecMode.DRAFT_MODEL))
     assert "choose_draft_file" in rig.view.names() and rig.c.loading
@@ -310,7 +348,7 @@ def test_the_draft_model_mode_without_a_draft_gives_the_drafter_before_back(
     assert shown[-1] == before  # the Drafter box shows it again
 
     good = tmp_path / "draft.gguf"
-    good.write_bytes(b"GGUF")
+    write_header_only(good)
     rig.view.draft_choice = good
     rig.c.set_speculation(before.with_changes(mode=SpecMode.DRAFT_MODEL, draft_max=4))
     rig.pump.until(rig.c, lambda: not rig.c.loading)
@@ -328,7 +366,7 @@ def test_the_draft_model_mode_chosen_during_a_reply_keeps_the_drafter_before(
     before = rig.settings.speculation.with_changes(mode=SpecMode.SUFFIX, draft_max=12)
     rig.c.set_speculation(before)
     draft = tmp_path / "draft.gguf"
-    draft.write_bytes(b"GGUF")
+    write_header_only(draft)
     rig.settings.model.draft_path = draft
     rig.script.gate = threading.Event()
     rig.c.send_message("go")
@@ -351,9 +389,9 @@ def test_a_picked_target_loads_with_the_picked_draft_and_is_saved(rig: Rig, tmp_
     """The picker leaves the settings to the window: a new target chosen with a draft
     loads with that draft, and the settings hold both (and the mode) once applied."""
     other = tmp_path / "other.gguf"
-    other.write_bytes(b"GGUF")
+    write_header_only(other)
     draft = tmp_path / "draft.gguf"
-    draft.write_bytes(b"GGUF")
+    write_header_only(draft)
     before = (rig.settings.model.draft_path, rig.settings.speculation)
     rig.script.load_error = ModelLoadError("not a model")  # a load that fails: nothing changes
     rig.c.use_models(other, draft, SpecMode.DRAFT_MODEL)
@@ -383,7 +421,7 @@ def test_a_target_loaded_in_the_draft_model_mode_without_a_draft_says_so(
     assert rig.view.errors[-1].title == "No draft model"
     assert "without speculation" in rig.view.errors[-1].message
     draft = tmp_path / "draft.gguf"
-    draft.write_bytes(b"GGUF")
+    write_header_only(draft)
     rig.c.set_draft_model(draft)  # "Choose draft…": the warning goes once it loads
     rig.pump.until(rig.c, lambda: not rig.c.loading)
     assert ("clear_errors", ("draft",)) in rig.view.calls
@@ -394,7 +432,7 @@ def test_a_draft_that_fails_after_a_reload_stays_remembered(rig: Rig, tmp_path: 
     vocabulary, memory after a GPU-layer change) is neither forgotten nor the mode
     changed: the error says why, and the draft is tried again with the next target."""
     good = tmp_path / "draft.gguf"
-    good.write_bytes(b"GGUF")
+    write_header_only(good)
     rig.view.draft_choice = good
     rig.c.set_speculation(rig.settings.speculation.with_changes(mode=SpecMode.DRAFT_MODEL))
     rig.pump.until(rig.c, lambda: not rig.c.loading)
@@ -420,7 +458,7 @@ def test_a_draft_that_fails_after_a_reload_stays_remembered(rig: Rig, tmp_path: 
 def test_a_model_choice_gives_the_drafter_its_default_k_unless_k_was_chosen(
         rig: Rig, tmp_path: Path) -> None:
     draft = tmp_path / "draft.gguf"
-    draft.write_bytes(b"GGUF")
+    write_header_only(draft)
     assert rig.settings.speculation.draft_max == 16  # a new user's prompt lookup
     rig.c.use_models(rig.target, draft, SpecMode.DRAFT_MODEL)
     rig.pump.until(rig.c, lambda: not rig.c.loading)

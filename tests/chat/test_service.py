@@ -27,6 +27,7 @@ from app.engine.session import SessionConfig
 from app.errors import ModelLoadError, TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from tests.chat.fakes import Script, fake_service
+from tests.synthetic import write_header_only
 
 SAMPLING = SamplingParams(temperature=0.0, max_tokens=50)
 LOOKUP = SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP)
@@ -170,6 +171,7 @@ def test_subscribers_get_every_event_and_a_failing_one_breaks_nothing(
 def test_load_reports_progress_and_a_failed_load_leaves_no_session(script: Script,
                                                                     tmp_path: Path) -> None:
     service = fake_service(script)
+    write_header_only(tmp_path / "m.gguf")  # passes the checks made before an unload
     try:
         job = service.load(SessionConfig(target_path=tmp_path / "m.gguf"))
         events = list(job.events(timeout=30))

@@ -117,6 +117,11 @@ def test_a_last_message_longer_than_the_window_is_a_clear_error() -> None:
             fit_conversation(msgs, _tokens, 64, 16, policy)
     single = [ChatMessage("user", "x " * 20)]  # nothing to drop, fits: kept whole
     assert fit_conversation(single, _tokens, 30, 16, TRUNCATE) == (_tokens(single), None)
+    for policy in (STOP, TRUNCATE):  # nothing to drop, too long: no advice to drop
+        with pytest.raises(ContextOverflowError) as err:
+            fit_conversation(single, _tokens, 16, 16, policy)
+        assert str(err.value) == ("The prompt is 22 tokens long but the context window "
+                                  "holds 16. Shorten it or raise the context length.")
 
 
 @pytest.mark.parametrize("policy", [TRUNCATE, ROLLING])

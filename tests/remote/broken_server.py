@@ -14,6 +14,8 @@ client gets as far as the chat request. Modes:
   middle of the body (a protocol error for the client);
 * ``error-event``: two good chunks, then ``data: {"error": …}``;
 * ``slow``: headers, one chunk, then nothing until the test ends;
+* ``endless``: one-word chunks without end, whatever ``max_tokens`` asked (until the
+  client goes); ``huge``: the two chunks, then one of 1 MB;
 * ``json``: a whole non-streamed completion although a stream was asked for;
 * ``html``: a 200 answer with an HTML page.
 """
@@ -99,6 +101,16 @@ class _Handler(BaseHTTPRequestHandler):
         elif mode == "slow":
             self.wfile.flush()
             self.server.release.wait(60)
+            self.server.slow_ended = True
+        elif mode == "huge":
+            self.wfile.write(_chunk("x" * 1_000_000) + _chunk(finish="stop"))
+        elif mode == "endless":
+            try:
+                for _ in range(1_000_000):
+                    self.wfile.write(_chunk(" word"))
+                    self.server.endless_sent += 1
+            except OSError:  # the client closed the connection
+                pass
         # drop-close: nothing more; the connection closes
 
     def _stream_chunked(self) -> None:
@@ -123,6 +135,8 @@ class BrokenServer(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.mode = "ok"
+        self.endless_sent = 0
+        self.slow_ended = False  # a "slow" answer stopped waiting (released or 60 s)
         self.release = threading.Event()
         self.base_url = f"http://127.0.0.1:{self.server_address[1]}"
         self._thread = threading.Thread(target=self.serve_forever, name="broken-server",

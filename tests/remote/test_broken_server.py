@@ -157,6 +157,7 @@ def test_stop_does_not_wait_for_a_silent_server(broken: BrokenServer) -> None:
 
     broken.mode = "slow"
     broken.release.clear()
+    broken.slow_ended = False
     cancel = threading.Event()
     texts: list[str] = []
     result = None
@@ -169,6 +170,9 @@ def test_stop_does_not_wait_for_a_silent_server(broken: BrokenServer) -> None:
                         cancel.set()
                 else:
                     result = event
+            # the reply ended while the server still held its answer open (it holds it
+            # until released, or 60 s): the stop did not wait for the server
+            assert not broken.slow_ended
             broken.release.set()
             broken.mode = "ok"
             again = client.chat("broken", MESSAGES)
@@ -176,3 +180,29 @@ def test_stop_does_not_wait_for_a_silent_server(broken: BrokenServer) -> None:
         broken.release.set()
     assert isinstance(result, RemoteResult) and result.finish_reason == "cancelled"
     assert result.text == "Hello, world" == again.text
+
+
+@pytest.mark.parametrize("mode", ["endless", "huge"])
+def test_a_server_that_ignores_max_tokens_is_cut_off(broken: BrokenServer, mode: str) -> None:
+    """A server that writes past ``max_tokens`` (without end, or one enormous chunk) is
+    read only that far: the reply ends as ``length``, says the server overran, and its
+    text stays bounded (without the cut, memory grew for as long as the server wrote)."""
+    broken.mode, broken.endless_sent = mode, 0
+    texts: list[str] = []
+    with RemoteClient(broken.base_url) as client:
+        for event in client.stream_chat("broken", MESSAGES, max_tokens=50,
+                                        scrape_metrics=False):
+            if isinstance(event, RemoteDelta):
+                texts.append(event.text)
+            else:
+                result = event
+    assert isinstance(result, RemoteResult)
+    assert result.finish_reason == "length" and result.overran
+    assert result.text == "".join(texts)
+    if mode == "endless":
+        assert len(texts) == 50 and result.text == "Hello, world" + " word" * 48
+    else:
+        assert len(result.text) == 50 * 256  # MAX_CHARS_PER_TOKEN per token asked
+    broken.mode = "ok"  # the server is still there for the next request
+    with RemoteClient(broken.base_url) as client:
+        assert _collect(client)[1].finish_reason == "stop"  # type: ignore[union-attr]

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from tests.ui.conftest import REPEAT_PROMPT
+from tests.synthetic import write_header_only
 
 pytestmark = pytest.mark.slow
 
@@ -82,6 +83,9 @@ def test_a_port_in_use_is_reported(qtbot) -> None:  # type: ignore[no-untyped-de
         assert window.message_bar.current is not None
         assert "Cannot listen" in window.message_bar.current.message
         assert not window.api_panel.switch.isChecked()
+        assert window.api.start(0)  # another port: it serves, and the error is gone
+        assert window.message_bar.current is None and window.message_bar.isHidden()
+        window.api.stop()
     finally:
         taken.close()
         window.close()
@@ -99,7 +103,7 @@ def test_a_window_reply_queued_behind_an_api_reply_says_so_and_the_gauge_follows
     from tests.chat.fakes import Script, fake_service
 
     target = tmp_path / "fake-target.gguf"
-    target.write_bytes(b"GGUF")
+    write_header_only(target)
     script = Script(default="alpha beta gamma delta")
     settings = Settings()
     settings.model.target_path = target
@@ -151,7 +155,7 @@ def test_a_failed_api_request_does_not_leave_the_gauge_live(qtbot, tmp_path) -> 
     from tests.chat.fakes import Script, fake_service
 
     target = tmp_path / "fake-target.gguf"
-    target.write_bytes(b"GGUF")
+    write_header_only(target)
     script = Script(default="alpha beta gamma", fail_after=TandemError("the engine broke"))
     settings = Settings()
     settings.model.target_path = target

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE, SpecStats, acceptance_interval
 from app.ui.chat.chat_view import reply_footer
-from app.ui.gauge.gauge_panel import SpeculationGaugeWidget
+from app.ui.gauge.gauge_panel import SpeculationGaugeWidget, prediction_caveat
 
 
 def _stats(drafted: int, accepted: int, **kw: object) -> SpecStats:
@@ -124,8 +124,9 @@ def test_the_cpu_caveat_gives_what_a_check_cost_in_this_reply(qtbot) -> None:
     assert "took 1.1 one-token steps each, close to that assumption." in g.prediction_note.text()
     few = _stats(8, 6, draft_passes=2, draft_pass_time=0.1, plain_step_time=0.02)
     assert few.verification_cost is None  # two passes: no figure
-    g.show_stored(few)
-    assert "On a CPU a batch costs more" in g.prediction_note.text()
+    assert "On a CPU a batch costs more" in prediction_caveat(few)
+    g.show_stored(few)  # 8 drafts: no prediction is shown ("needs 30"), so no caveat
+    assert g.value_text("predicted") == "— (needs 30 drafts)" and g.prediction_note.isHidden()
     # a pass slower than decoding its tokens one at a time is load, not a cost
     assert _stats(40, 30, draft_passes=10, draft_pass_time=1.2,
                   plain_step_time=0.02).verification_cost is None

@@ -319,3 +319,38 @@ def test_a_reply_of_another_conversation_does_not_become_the_open_ones(
     wait_reply(qtbot, w)
     _load(qtbot, c, tiny_target)
     assert w.gauge.source_label.isHidden(), w.gauge.source_label.text()
+
+
+def test_html_in_a_file_name_or_an_error_is_shown_as_text(qtbot, tiny_window,  # type: ignore[no-untyped-def]
+                                                          tiny_target: Path,
+                                                          tmp_path: Path) -> None:
+    """A model's file name, a template's error or a server's message is untrusted: Qt's
+    labels would draw "<h1>" and "<img src=…>" in it as a heading and a local image (a
+    window grown past the screen). Every label in the window shows plain text, or
+    Tandem's own markup with the rest escaped."""
+    from PySide6.QtWidgets import QLabel
+
+    from app.chat.events import UserError
+
+    w = tiny_window
+    w.resize(1024, 720)
+    qtbot.waitUntil(lambda: w.width() == 1024, timeout=5000)
+    hostile = tmp_path / "<h1><font color=red>BIG<br><br><br>TEXT.gguf"
+    hostile.write_bytes(tiny_target.read_bytes())
+    _load(qtbot, w.controller, hostile)
+    assert hostile.name in w.status_label.text()
+    qtbot.wait(50)
+    height = w.height()
+    img = "<img src='/etc/x.png' width=900 height=900><a href='file:///etc/passwd'>x</a>"
+    w.show_error(UserError("<h1>Template error</h1>", img, "error", origin="load"))
+    qtbot.wait(50)
+    bar = w.message_bar
+    assert bar.title.text() == "<h1>Template error</h1>:" and bar.text.text() == img
+    for label in (w.status_label, bar.title, bar.text):
+        assert label.textFormat() == Qt.TextFormat.PlainText
+        assert label.sizeHint().height() < 200  # drawn as HTML, the image is 900 px high
+    assert w.height() < height + 100 and w.width() == 1024  # the bar's line or two
+    # every label but a form's row titles (Tandem's own words, the form's buddy labels)
+    auto = [lb.objectName() or lb.text()[:40] for lb in w.findChildren(QLabel)
+            if lb.textFormat() == Qt.TextFormat.AutoText and lb.buddy() is None]
+    assert not auto, auto

@@ -13,6 +13,7 @@ from app.store.settings import LoadedSettings, Settings
 from app.ui.main_window import MainWindow
 from app.ui.side_windows import SideWindows
 from tests.chat.fakes import Script, fake_service
+from tests.synthetic import write_header_only
 
 
 def _settled_load_ends(monkeypatch: pytest.MonkeyPatch) -> list[None]:
@@ -32,7 +33,7 @@ def _settled_load_ends(monkeypatch: pytest.MonkeyPatch) -> list[None]:
 
 def _window(qtbot, tmp_path: Path, script: Script) -> MainWindow:  # type: ignore[no-untyped-def]
     target = tmp_path / "fake-target.gguf"
-    target.write_bytes(b"GGUF")
+    write_header_only(target)
     settings = Settings()
     settings.model.target_path = target
     w = MainWindow(LoadedSettings(settings), service=fake_service(script))

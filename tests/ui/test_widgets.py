@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt, QThread
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QLabel, QToolTip
 
 from app.engine.stats import SpecStats
 from app.options import SamplingParams, SpecMode, SpeculationConfig
@@ -528,7 +528,6 @@ def test_the_prompt_cache_setting_shows_the_saved_size_and_emits_a_change(qtbot)
 def test_long_plain_tooltips_are_wrapped_when_shown(qtbot) -> None:
     from PySide6.QtCore import QEvent, QPoint
     from PySide6.QtGui import QHelpEvent
-    from PySide6.QtWidgets import QLabel
 
     from app.ui import tooltips
 
@@ -539,12 +538,38 @@ def test_long_plain_tooltips_are_wrapped_when_shown(qtbot) -> None:
     assert tooltips.wrapped(long) == "<p>" + long.replace("&", "&amp;").replace(
         "<", "&lt;").replace(">", "&gt;") + "</p>"
     assert tooltips.wrapped("short") == "short"
-    assert tooltips.wrapped("<b>rich</b> " + "x" * 80).startswith("<b>rich</b>")
     label = QLabel("x")
     qtbot.addWidget(label)
     label.setToolTip(long)
     QApplication.sendEvent(label, QHelpEvent(QEvent.Type.ToolTip, QPoint(1, 1), QPoint(1, 1)))
-    assert label.toolTip() == tooltips.wrapped(long)
+    assert QToolTip.text() == tooltips.wrapped(long)
+    assert label.toolTip() == long  # the widget keeps its own text
+    QToolTip.hideText()
+
+
+def test_tooltips_that_look_like_html_are_shown_as_text(qtbot) -> None:
+    """A file name, a model's name or a server's error in a tooltip is untrusted: Qt
+    would draw "<img src=…>" as an image read from a local file. Every tooltip is shown
+    escaped (Tandem writes none in HTML), short or long."""
+    from PySide6.QtCore import QEvent, QPoint
+    from PySide6.QtGui import QHelpEvent, QTextDocument
+
+    from app.ui import tooltips
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    tooltips.install(app)
+    for hostile in ("<h1>BIG</h1>.gguf", "<img src='/etc/x.png'> " + "y" * 80):
+        label = QLabel("x")
+        qtbot.addWidget(label)
+        label.setToolTip(hostile)
+        QApplication.sendEvent(label, QHelpEvent(QEvent.Type.ToolTip, QPoint(1, 1),
+                                                 QPoint(1, 1)))
+        shown = QToolTip.text()
+        doc = QTextDocument()
+        doc.setHtml(shown)
+        assert doc.toPlainText() == hostile  # what Qt draws is the text, tags and all
+        QToolTip.hideText()
 
 
 def test_long_item_and_menu_tooltips_are_wrapped_when_shown(qtbot) -> None:
@@ -553,7 +578,7 @@ def test_long_item_and_menu_tooltips_are_wrapped_when_shown(qtbot) -> None:
     library)."""
     from PySide6.QtCore import QEvent, QPoint
     from PySide6.QtGui import QAction, QHelpEvent
-    from PySide6.QtWidgets import QListWidget, QListWidgetItem, QMenu, QToolTip
+    from PySide6.QtWidgets import QListWidget, QListWidgetItem, QMenu
 
     from app.ui import tooltips
 
@@ -596,5 +621,6 @@ def test_long_item_and_menu_tooltips_are_wrapped_when_shown(qtbot) -> None:
     menu.show()
     at = menu.actionGeometry(action).center()
     QApplication.sendEvent(menu, QHelpEvent(QEvent.Type.ToolTip, at, menu.mapToGlobal(at)))
-    assert action.toolTip() == tooltips.wrapped(long)
+    assert QToolTip.text() == tooltips.wrapped(long)
+    assert action.toolTip() == long
     menu.close()

@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QLineEdit,
     QPushButton,
     QSpinBox,
@@ -30,6 +29,7 @@ from PySide6.QtWidgets import (
 from app.api.traffic import ApiReplyEnded
 from app.formatting import MISSING, or_dash
 from app.ui.copy_feedback import confirm_copied
+from app.ui.labels import Label
 
 #: rows of recent requests shown
 ROWS = 20
@@ -65,7 +65,7 @@ class ApiPanelWidget(QFrame):
         self.switch.toggled.connect(self._on_switch_toggled)
         row.addWidget(self.switch)
         row.addStretch(1)
-        row.addWidget(QLabel("Port"))
+        row.addWidget(Label("Port"))
         self.port = QSpinBox()
         self.port.setRange(1024, 65535)
         self.port.setValue(8080)
@@ -82,11 +82,11 @@ class ApiPanelWidget(QFrame):
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
         url_row.addWidget(self.copy_button)
         col.addLayout(url_row)
-        self.status = QLabel("Requests wait in the same queue as this window's replies.")
+        self.status = Label("Requests wait in the same queue as this window's replies.")
         self.status.setObjectName("gaugeCaption")
         self.status.setWordWrap(True)
         col.addWidget(self.status)
-        title = QLabel("Recent API requests")
+        title = Label("Recent API requests")
         title.setObjectName("gaugeName")
         col.addWidget(title)
         self.table = QTableWidget(0, 5)

@@ -44,12 +44,15 @@ class ApiServing(QObject):
         controller: the window's controller (the loaded model, the window's own reply).
         settings: the window's settings (the API's default sampling and speculation).
         show_error: where a failure to start is reported.
+        clear_errors: clears the window's errors of an origin (a failure to start is
+            cleared once serving starts).
     """
 
     def __init__(self, panel: ApiPanelWidget, status_label: QLabel,
                  gauge: SpeculationGaugeWidget, service: ChatService,
                  controller: ChatController, settings: Settings,
-                 show_error: Callable[[UserError], None], parent: QObject | None = None) -> None:
+                 show_error: Callable[[UserError], None],
+                 clear_errors: Callable[[str], None], parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.panel = panel
         self.status_label = status_label
@@ -58,6 +61,7 @@ class ApiServing(QObject):
         self.controller = controller
         self.settings = settings
         self._show_error = show_error
+        self._clear_errors = clear_errors
         self.server: Any = None  # an app.api.server.ApiServer while serving
         self.traffic = ApiTrafficFollower()
         status_label.hide()
@@ -91,6 +95,7 @@ class ApiServing(QObject):
             self.panel.set_serving(None)
             return False
         self.server = server
+        self._clear_errors("api")  # an earlier failure to start (a port in use) is over
         self.panel.set_serving(server.base_url)
         self.status_label.setText(f"API on {server.base_url}")
         self.status_label.show()

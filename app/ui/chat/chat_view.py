@@ -24,7 +24,6 @@ from PySide6.QtGui import QColor, QDesktopServices, QGuiApplication, QResizeEven
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
-    QLabel,
     QScrollArea,
     QSizePolicy,
     QTextBrowser,
@@ -43,6 +42,7 @@ from app.ui.chat.starter_prompts import StarterPrompt, StarterPromptsWidget
 from app.ui.copy_feedback import confirm_copied
 from app.ui.elided import ElidedLabelWidget
 from app.ui.explain import stored_auto_explanation, stored_context_words
+from app.ui.labels import Label
 
 _DOCUMENT_CSS = """
 p { margin-top: 0px; margin-bottom: 6px; }
@@ -239,14 +239,14 @@ class MessageWidget(QFrame):
         self._who = ElidedLabelWidget(_who(view), min_px=40)
         self._who.setObjectName("messageRole")
         header.addWidget(self._who)
-        self._streaming = QLabel(WRITING)
+        self._streaming = Label(WRITING)
         self._streaming.setObjectName("streamingLabel")
         self._streaming.hide()
         header.addWidget(self._streaming)
         header.addStretch(1)
         self._older = self._tool_button("‹", "Show the previous version of this reply")
         self._older.clicked.connect(self._on_older_clicked)
-        self.version_label = QLabel()
+        self.version_label = Label()
         self.version_label.setObjectName("versionLabel")
         self.version_label.setToolTip(
             "Versions of this reply (Regenerate adds one); the conversation continues "
@@ -271,7 +271,7 @@ class MessageWidget(QFrame):
         self.body = MarkdownBrowserWidget(self)
         self.body.copy_clicked.connect(self._on_body_copy_clicked)
         layout.addWidget(self.body)
-        self._footer = QLabel()
+        self._footer = Label()
         self._footer.setObjectName("messageFooter")
         self._footer.setWordWrap(True)
         self._footer.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

@@ -10,13 +10,14 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
-    QLabel,
     QPlainTextEdit,
     QPushButton,
     QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
+
+from app.ui.labels import Label
 
 _MIN_LINES, _MAX_LINES = 2, 8
 
@@ -78,7 +79,7 @@ class ComposerWidget(QWidget):
         self.edit_banner.setObjectName("editBanner")
         eb = QHBoxLayout(self.edit_banner)
         eb.setContentsMargins(12, 4, 12, 4)
-        eb.addWidget(QLabel("Editing a message: Send replaces it and every message after it."), 1)
+        eb.addWidget(Label("Editing a message: Send replaces it and every message after it."), 1)
         cancel_edit = QPushButton("Cancel edit")
         cancel_edit.clicked.connect(self.cancel_edit_clicked)
         eb.addWidget(cancel_edit)

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QGridLayout, QPushButton, QVBoxLayout, QWidget
 
 from app.store.paths import resources_dir
+from app.ui.labels import Label
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +74,10 @@ class StarterPromptsWidget(QFrame):
         col = QVBoxLayout(self)
         col.setContentsMargins(8, 24, 8, 8)
         col.setSpacing(8)
-        self.title = QLabel("Try one of these")
+        self.title = Label("Try one of these")
         self.title.setObjectName("starterTitle")
         col.addWidget(self.title)
-        self.hint = QLabel()
+        self.hint = Label()
         self.hint.setObjectName("starterHint")
         self.hint.setWordWrap(True)
         col.addWidget(self.hint)

@@ -44,6 +44,7 @@ from app.engine.cpu import free_threads, usable_cores
 from app.formatting import MISSING, advice_words, draft_length_words, or_dash
 from app.options import SpecMode
 from app.ui.gauge.rolling import RollingRate
+from app.ui.labels import Label
 
 log = logging.getLogger(__name__)
 
@@ -351,26 +352,27 @@ class SpeculationGaugeWidget(QFrame):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 10, 12, 10)
         layout.setSpacing(6)
-        self.source_label = QLabel()
+        self.source_label = Label()
         self.source_label.setObjectName("gaugeSource")
+        self.source_label.setWordWrap(True)  # "Written by <any file name>…": not wider
         self.source_label.hide()
         layout.addWidget(self.source_label)
-        self.mode_label = QLabel("No reply yet")
+        self.mode_label = Label("No reply yet")
         self.mode_label.setObjectName("gaugeMode")
         # wraps rather than widening the panel: "· last reply" is longer than "● live",
         # and an unwrapped header made the side panel grow and shrink with every reply
         self.mode_label.setWordWrap(True)
         layout.addWidget(self.mode_label)
-        self.reason_label = QLabel()
+        self.reason_label = Label()
         self.reason_label.setObjectName("gaugeReason")
         self.reason_label.setWordWrap(True)
         self.reason_label.hide()
         layout.addWidget(self.reason_label)
 
-        self.tps_label = QLabel("—")
+        self.tps_label = Label("—")
         self.tps_label.setObjectName("gaugeBig")
         layout.addWidget(self.tps_label)
-        self.tps_caption = QLabel("decode tok/s")
+        self.tps_caption = Label("decode tok/s")
         self.tps_caption.setObjectName("gaugeCaption")
         layout.addWidget(self.tps_caption)
         self.sparkline = SparklineWidget()
@@ -396,10 +398,10 @@ class SpeculationGaugeWidget(QFrame):
             ("ttft", "Time to first token", "prefill; speculation does not change it"),
         ]
         for i, (key, title, tip) in enumerate(rows):
-            name = QLabel(title)
+            name = Label(title)
             name.setToolTip(tip)
             name.setObjectName("gaugeName")
-            value = QLabel("—")
+            value = Label("—")
             value.setObjectName("gaugeValue")
             value.setToolTip(tip)
             value.setWordWrap(True)
@@ -409,7 +411,7 @@ class SpeculationGaugeWidget(QFrame):
             self._rows[key] = value
         grid.setColumnStretch(1, 1)
         layout.addLayout(grid)
-        self.prediction_note = QLabel(PREDICTION_ASSUMES + " On a CPU a batch costs more, "
+        self.prediction_note = Label(PREDICTION_ASSUMES + " On a CPU a batch costs more, "
                                       "so expect the measured speedup to be lower.")
         self.prediction_note.setObjectName("gaugeNote")
         self.prediction_note.setWordWrap(True)
@@ -417,7 +419,7 @@ class SpeculationGaugeWidget(QFrame):
         self._cpu_only = False
         layout.addWidget(self.prediction_note)
 
-        bars_title = QLabel("Acceptance by draft position (%)")
+        bars_title = Label("Acceptance by draft position (%)")
         bars_title.setObjectName("gaugeName")
         layout.addWidget(bars_title)
         self.bars = AcceptanceBarsWidget()
@@ -426,7 +428,7 @@ class SpeculationGaugeWidget(QFrame):
         self.tint_box = QCheckBox("Tint text from accepted drafts")
         self.tint_box.toggled.connect(self.tint_toggled)
         layout.addWidget(self.tint_box)
-        self.note_label = QLabel()
+        self.note_label = Label()
         self.note_label.setObjectName("gaugeNote")
         self.note_label.setWordWrap(True)
         layout.addWidget(self.note_label)
@@ -650,9 +652,11 @@ class SpeculationGaugeWidget(QFrame):
         self._rows["tau"].setText(or_dash(tau, ".2f", " tok/round") if spec else "1 (off)")
         self._rows["cost"].setText(or_dash(s.draft_cost_ratio, ".3f") if spec else MISSING)
         pred = s.predicted_speedup
-        if self._cpu_only and spec:  # no caveat beside "off", nor on a GPU
+        # the caveat qualifies a prediction shown: none beside "off" or "—", nor on a GPU
+        caveat = self._cpu_only and spec and pred is not None and not s.few_drafts
+        if caveat:
             self.prediction_note.setText(prediction_caveat(s))
-        self.prediction_note.setVisible(self._cpu_only and spec)
+        self.prediction_note.setVisible(caveat)
         if not spec:
             self._rows["predicted"].setText("1× (off)")
         elif pred is not None and s.few_drafts:

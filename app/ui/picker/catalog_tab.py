@@ -29,7 +29,6 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QLineEdit,
     QPushButton,
     QSplitter,
@@ -61,6 +60,7 @@ from app.ui.picker.library_tab import top_items
 from app.ui.picker.pair_check import PairCheckWidget
 from app.ui.picker.payloads import HubFilesChecked, PairChecked, TaskOutcome
 from app.ui.picker.workers import TaskSignals, TaskWorker
+from app.ui.labels import Label
 
 _PAIR_ROLE = Qt.ItemDataRole.UserRole
 
@@ -209,31 +209,31 @@ class CatalogTabWidget(QWidget):
         right = QWidget()
         rcol = QVBoxLayout(right)
         rcol.setContentsMargins(8, 0, 0, 0)
-        self.title_label = QLabel()
+        self.title_label = Label()
         self.title_label.setObjectName("pickerSectionTitle")
         self.title_label.setWordWrap(True)
         rcol.addWidget(self.title_label)
-        self.kind_label = QLabel()
+        self.kind_label = Label()
         self.kind_label.setObjectName("pairKind")
         self.kind_label.setWordWrap(True)
         rcol.addWidget(self.kind_label)
-        self.note_label = QLabel()
+        self.note_label = Label()
         self.note_label.setWordWrap(True)
         self.note_label.setObjectName("pickerHint")
         rcol.addWidget(self.note_label)
         form = QFormLayout()
-        self.target_label = QLabel()
+        self.target_label = Label()
         self.target_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.target_quant = QComboBox()
-        self.draft_label = QLabel()
+        self.draft_label = Label()
         self.draft_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.draft_quant = QComboBox()
         form.addRow("Target", self.target_label)
         form.addRow("Quantization", self.target_quant)
-        self.draft_row_label = QLabel("Draft")
+        self.draft_row_label = Label("Draft")
         form.addRow(self.draft_row_label, self.draft_label)
         form.addRow("Quantization", self.draft_quant)
-        self.total_label = QLabel()
+        self.total_label = Label()
         form.addRow("Total", self.total_label)
         rcol.addLayout(form)
         self.target_quant.currentIndexChanged.connect(self._on_target_quant_current_index_changed)
@@ -250,7 +250,7 @@ class CatalogTabWidget(QWidget):
         buttons.addWidget(self.download_button)
         buttons.addStretch(1)
         rcol.addLayout(buttons)
-        self.status_label = QLabel()
+        self.status_label = Label()
         self.status_label.setWordWrap(True)
         rcol.addWidget(self.status_label)
         self.pair_check = PairCheckWidget()
@@ -290,7 +290,7 @@ class CatalogTabWidget(QWidget):
         row.addWidget(self.hf_download_button)
         row.addStretch(1)
         col.addLayout(row)
-        self.hf_status = QLabel("Paste a repository and file, then Check: Download is offered "
+        self.hf_status = Label("Paste a repository and file, then Check: Download is offered "
                                 "once the check passed.")
         self.hf_status.setObjectName("pickerHint")
         self.hf_status.setWordWrap(True)
@@ -317,7 +317,7 @@ class CatalogTabWidget(QWidget):
         row.addWidget(self.endpoint_edit, 1)
         row.addWidget(self.endpoint_button)
         col.addLayout(row)
-        self.endpoint_label = QLabel()
+        self.endpoint_label = Label()
         self.endpoint_label.setObjectName("pickerHint")
         self.endpoint_label.setWordWrap(True)
         col.addWidget(self.endpoint_label)

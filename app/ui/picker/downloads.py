@@ -27,7 +27,6 @@ from PySide6.QtCore import QCoreApplication, QObject, Qt, QThreadPool, QTimer, S
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
-    QLabel,
     QProgressBar,
     QPushButton,
     QScrollArea,
@@ -42,6 +41,7 @@ from app.ui.picker.formatting import format_download
 from app.ui.picker.payloads import DownloadEnded, DownloadProgressed
 from app.ui.picker.workers import DownloadSignals, DownloadWorker
 from app.ui.qt_compat import apply_qt_workarounds
+from app.ui.labels import Label
 
 log = logging.getLogger(__name__)
 
@@ -387,9 +387,9 @@ class DownloadRowWidget(QFrame):
         col.setContentsMargins(10, 8, 10, 8)
         col.setSpacing(4)
         top = QHBoxLayout()
-        self.title_label = QLabel(state.title)
+        self.title_label = Label(state.title)
         self.title_label.setObjectName("downloadTitle")
-        self.repo_label = QLabel(state.repo_id)
+        self.repo_label = Label(state.repo_id)
         self.repo_label.setObjectName("downloadRepo")
         top.addWidget(self.title_label)
         top.addWidget(self.repo_label)
@@ -409,10 +409,10 @@ class DownloadRowWidget(QFrame):
         self.progress_bar.setRange(0, 1000)
         self.progress_bar.setTextVisible(True)
         col.addWidget(self.progress_bar)
-        self.status_label = QLabel()
+        self.status_label = Label()
         self.status_label.setObjectName("downloadStatus")
         col.addWidget(self.status_label)
-        self.error_label = QLabel()
+        self.error_label = Label()
         self.error_label.setObjectName("downloadError")
         self.error_label.setWordWrap(True)
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -478,7 +478,7 @@ class DownloadsTabWidget(QWidget):
         col = QVBoxLayout(self)
         col.setContentsMargins(10, 10, 10, 10)
         top = QHBoxLayout()
-        self.where_label = QLabel()
+        self.where_label = Label()
         self.where_label.setObjectName("pickerHint")
         top.addWidget(self.where_label, 1)
         self.clear_button = QPushButton("Clear finished")
@@ -492,7 +492,7 @@ class DownloadsTabWidget(QWidget):
         self.rows_layout = QVBoxLayout(body)
         self.rows_layout.setContentsMargins(0, 0, 0, 0)
         self.rows_layout.setSpacing(6)
-        self.empty_label = QLabel(
+        self.empty_label = Label(
             "No downloads. Choose a pair in the Catalog tab and click Download pair.")
         self.empty_label.setObjectName("pickerHint")
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)

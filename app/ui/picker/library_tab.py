@@ -28,7 +28,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QPushButton,
     QSplitter,
     QTreeWidget,
@@ -64,6 +63,7 @@ from app.ui.picker.formatting import (
 from app.ui.picker.pair_check import FAIL_COLOR, PASS_COLOR, WARN_COLOR, PairCheckWidget
 from app.ui.picker.payloads import DraftsRanked, LibraryScanned, ScanProgressed, TaskOutcome
 from app.ui.picker.workers import TaskSignals, TaskWorker
+from app.ui.labels import Label
 
 GREYED = QColor("#a0aec0")
 MODEL_COLUMNS = ["File", "Name in metadata", "Architecture", "Parameters", "Quantization",
@@ -269,7 +269,7 @@ class LibraryTabWidget(QWidget):
         self.models_dir_button.clicked.connect(self._on_models_dir_button_clicked)
         for b in (self.open_button, self.add_folder_button, self.rescan_button):
             bar.addWidget(b)
-        self.scan_label = QLabel()
+        self.scan_label = Label()
         self.scan_label.setObjectName("pickerHint")
         bar.addWidget(self.scan_label, 1)
         bar.addWidget(self.models_dir_button)
@@ -291,7 +291,7 @@ class LibraryTabWidget(QWidget):
         dcol = QVBoxLayout(drafts)
         dcol.setContentsMargins(0, 0, 0, 0)
         dcol.setSpacing(4)
-        self.drafts_title = QLabel("Drafts")
+        self.drafts_title = Label("Drafts")
         self.drafts_title.setObjectName("pickerSectionTitle")
         dcol.addWidget(self.drafts_title)
         self.draft_list = QTreeWidget()
@@ -313,7 +313,7 @@ class LibraryTabWidget(QWidget):
         self.draft_list.currentItemChanged.connect(self._on_draft_list_current_item_changed)
         self.draft_list.itemDoubleClicked.connect(self._on_draft_list_item_double_clicked)
         dcol.addWidget(self.draft_list, 1)
-        self.drafts_hint = QLabel(
+        self.drafts_hint = Label(
             f"c is estimated from file sizes. Speedup = E(α,k)/(1+c·k) at an assumed "
             f"α = {ASSUMED_ACCEPTANCE_RATE}, k = {self.draft_max}: a prediction, not a "
             "measurement; the real α depends on the text.")
@@ -326,7 +326,7 @@ class LibraryTabWidget(QWidget):
         mcol = QVBoxLayout(models)
         mcol.setContentsMargins(0, 0, 0, 0)
         mcol.setSpacing(4)
-        models_title = QLabel("Models on this computer: select the target")
+        models_title = Label("Models on this computer: select the target")
         models_title.setObjectName("pickerSectionTitle")
         mcol.addWidget(models_title)
         mcol.addWidget(self.model_table, 1)

@@ -13,10 +13,11 @@ import html
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QScrollArea, QVBoxLayout, QWidget
 
 from app.catalog.pairing import PairResult
 from app.ui.picker.formatting import rule_label
+from app.ui.labels import Label
 
 PASS_COLOR = QColor("#2f855a")
 FAIL_COLOR = QColor("#c53030")
@@ -49,17 +50,15 @@ class PairCheckWidget(QWidget):
         col = QVBoxLayout(self)
         col.setContentsMargins(0, 0, 0, 0)
         col.setSpacing(4)
-        self.title_label = QLabel()
+        self.title_label = Label()
         self.title_label.setObjectName("pickerSectionTitle")
         self.title_label.setWordWrap(True)
         col.addWidget(self.title_label)
-        self.verdict_label = QLabel()
+        self.verdict_label = Label()
         self.verdict_label.setObjectName("pairVerdict")
         self.verdict_label.setWordWrap(True)
         col.addWidget(self.verdict_label)
-        self.rules_label = QLabel()
-        self.rules_label.setObjectName("pairRules")
-        self.rules_label.setTextFormat(Qt.TextFormat.RichText)
+        self.rules_label = Label(rich=True)  # its details escaped (rules_html)
         self.rules_label.setWordWrap(True)
         self.rules_label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.rules_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -70,7 +69,7 @@ class PairCheckWidget(QWidget):
         self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.scroll_area.setWidget(self.rules_label)
         col.addWidget(self.scroll_area, 100)
-        self.note_label = QLabel()
+        self.note_label = Label()
         self.note_label.setObjectName("pairNote")
         self.note_label.setWordWrap(True)
         self.note_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

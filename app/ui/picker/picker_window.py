@@ -23,7 +23,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, Qt, QThreadPool, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QIcon, QShowEvent
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPushButton, QTabWidget, QVBoxLayout, QWidget
 
 from app.catalog.curated import CuratedPair
 from app.catalog.library import Library
@@ -38,6 +38,7 @@ from app.ui.picker.downloads import DownloadJobState, DownloadQueue, DownloadsTa
 from app.ui.picker.library_tab import LibraryTabWidget
 from app.ui.picker.payloads import LibraryScanned, ModelsChosen
 from app.ui.qt_compat import apply_qt_workarounds
+from app.ui.labels import Label
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ class ModelPickerWindow(QWidget):
 
         bottom = QHBoxLayout()
         bottom.setContentsMargins(12, 8, 12, 10)
-        self.summary_label = QLabel()
+        self.summary_label = Label()
         self.summary_label.setObjectName("pickerSummary")
         self.summary_label.setWordWrap(True)
         bottom.addWidget(self.summary_label, 1)

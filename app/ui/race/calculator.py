@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFormLayout,
     QHBoxLayout,
-    QLabel,
     QPushButton,
     QSpinBox,
     QVBoxLayout,
@@ -27,9 +26,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE, SpeedupCalculation, calculate_speedup
+from app.ui.labels import Label
 
-#: the longest draft the calculator charts and searches for the best k (a display range:
-#: the speedup model keeps falling well before the app's K_MAX)
+#: the longest draft the calculator charts and searches for the best k, unless the
+#: chosen k is longer (then up to it): the speedup model's best k is usually far below
 CHART_K_MAX = 16
 
 
@@ -73,25 +73,24 @@ class SpeedupCalculatorWidget(QWidget):
         self.measured_button.clicked.connect(self._on_measured_button_clicked)
         left.addWidget(self.measured_button)
 
-        self.e_label = QLabel()
+        self.e_label = Label()
         self.e_label.setObjectName("calcBig")
-        self.s_label = QLabel()
+        self.s_label = Label()
         self.s_label.setObjectName("calcBig")
-        self.best_label = QLabel()
+        self.best_label = Label()
         self.best_label.setWordWrap(True)
         grid = QFormLayout()
         grid.addRow("expected tokens per round E", self.e_label)
         grid.addRow("predicted speedup", self.s_label)
         left.addLayout(grid)
         left.addWidget(self.best_label)
-        formula = QLabel(
+        formula = Label(
             "E(α, k) = (1 − α<sup>k+1</sup>) / (1 − α), and E = k + 1 at α = 1<br>"
             "speedup = E / (1 + c·k)<br><br>"
             "<span style='color:#718096'>Leviathan, Kalman &amp; Matias 2023. The formula "
             "assumes the target checks k + 1 tokens in the time of one; on a CPU a batch "
-            "costs more, so the measured speedup is lower.</span>")
+            "costs more, so the measured speedup is lower.</span>", rich=True)
         formula.setWordWrap(True)
-        formula.setTextFormat(Qt.TextFormat.RichText)
         formula.setObjectName("calcFormula")
         left.addWidget(formula)
         left.addStretch(1)
@@ -182,17 +181,20 @@ class SpeedupCalculatorWidget(QWidget):
 
     def recalculate(self) -> SpeedupCalculation:
         alpha, k, c = self.alpha_spin.value(), self.k_spin.value(), self.c_spin.value()
-        calc = calculate_speedup(alpha, k, c, k_max=CHART_K_MAX)
+        k_max = max(CHART_K_MAX, k)
+        calc = calculate_speedup(alpha, k, c, k_max=k_max)
         self._calc = calc
         self.e_label.setText(f"{calc.expected_tokens:.2f} tokens")
         self.s_label.setText(f"{calc.speedup:.2f}×")
         self.best_label.setText(
-            f"Best k for this α and c (1–{CHART_K_MAX}): k = {calc.best_k}, "
+            f"Best k for this α and c (1–{k_max}): k = {calc.best_k}, "
             f"{calc.best_speedup:.2f}×.")
         curve = [QPointF(kk, calculate_speedup(alpha, kk, c, k_max=1).speedup)
-                 for kk in range(1, CHART_K_MAX + 1)]
+                 for kk in range(1, k_max + 1)]
         self.curve.replace(curve)
-        self.chosen.replace([QPointF(k, calc.speedup)] if k <= CHART_K_MAX else [])
+        self.ax.setRange(0, k_max + 1)
+        self.ax.setTickInterval(2 if k_max <= CHART_K_MAX else 8)
+        self.chosen.replace([QPointF(k, calc.speedup)])
         self.best.replace([QPointF(calc.best_k, calc.best_speedup)])
         top = max([p.y() for p in curve] + [calc.speedup, 1.0])
         self.ay.setRange(0, top * 1.15)

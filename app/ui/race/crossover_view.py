@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
@@ -31,6 +30,7 @@ from PySide6.QtWidgets import (
 from app.errors import TandemError
 from app.formatting import or_dash
 from app.remote.crossover import CrossoverResult, LevelSide, load_crossover
+from app.ui.labels import Label
 
 _ON = QColor("#2b6cb0")
 _OFF = QColor("#4a5568")
@@ -77,7 +77,7 @@ class CrossoverWidget(QWidget):
         col = QVBoxLayout(self)
         col.setContentsMargins(10, 8, 10, 8)
         top = QHBoxLayout()
-        self.source_label = QLabel("Run python -m app bench --server URL --server-off URL "
+        self.source_label = Label("Run python -m app bench --server URL --server-off URL "
                                    "--concurrency 1,2,4,8 --out crossover.json, then open "
                                    "the file here.")
         self.source_label.setWordWrap(True)
@@ -95,7 +95,7 @@ class CrossoverWidget(QWidget):
             view.setMinimumHeight(260)
             charts.addWidget(view, 1)
         col.addLayout(charts, 3)
-        self.verdict_label = QLabel("")
+        self.verdict_label = Label("")
         self.verdict_label.setObjectName("crossoverVerdict")
         self.verdict_label.setWordWrap(True)
         col.addWidget(self.verdict_label)

@@ -23,7 +23,6 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
-    QLabel,
     QPlainTextEdit,
     QSizePolicy,
     QVBoxLayout,
@@ -32,6 +31,7 @@ from PySide6.QtWidgets import (
 
 from app.chat.recording import LaneCounters, LaneRecording, counters_at, draft_spans, visible_chars
 from app.formatting import or_dash
+from app.ui.labels import Label
 
 #: background of text that came from accepted draft tokens (the chat view's tint)
 DRAFT_TINT = QColor("#fde7c4")
@@ -49,9 +49,9 @@ class StatWidget(QWidget):
         col = QVBoxLayout(self)
         col.setContentsMargins(0, 0, 0, 0)
         col.setSpacing(0)
-        self.value = QLabel("—")
+        self.value = Label("—")
         self.value.setObjectName("statValue")
-        self.caption = QLabel(caption)
+        self.caption = Label(caption)
         self.caption.setObjectName("statCaption")
         col.addWidget(self.value)
         col.addWidget(self.caption)
@@ -129,11 +129,11 @@ class RaceLaneWidget(QFrame):
         col.setSpacing(6)
 
         head = QHBoxLayout()
-        self.title = QLabel("Speculation off" if side == "off" else "Speculation on")
+        self.title = Label("Speculation off" if side == "off" else "Speculation on")
         self.title.setObjectName("laneTitle")
-        self.subtitle = QLabel("plain decoding" if side == "off" else "")
+        self.subtitle = Label("plain decoding" if side == "off" else "")
         self.subtitle.setObjectName("laneSubtitle")
-        self.badge = QLabel("")
+        self.badge = Label("")
         self.badge.setObjectName("laneBadge")
         self.badge.hide()
         head.addWidget(self.title)

@@ -14,6 +14,7 @@ proposing them pays on this machine.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,7 +23,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QListWidget,
     QListWidgetItem,
     QPushButton,
@@ -36,6 +36,7 @@ from app.chat.history_source import PastConversation, measured_lookup_alpha
 from app.engine.measure.lookup import LookupEstimate
 from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE
 from app.formatting import or_dash
+from app.ui.labels import Label
 
 #: rule of thumb for the verdict: best-n hit rate at or above which lookup clearly pays
 WORTH_IT = 0.30
@@ -119,7 +120,7 @@ class LookupEstimateWidget(QWidget):
         row.setSpacing(12)
 
         left = QVBoxLayout()
-        left.addWidget(QLabel("Past conversations to replay:"))
+        left.addWidget(Label("Past conversations to replay:"))
         self.list = QListWidget()
         self.list.setObjectName("lookupConversations")
         self.list.itemChanged.connect(self._on_list_item_changed)
@@ -140,13 +141,13 @@ class LookupEstimateWidget(QWidget):
         row.addLayout(left, 2)
 
         right = QVBoxLayout()
-        about = QLabel(
+        about = Label(
             "Prompt lookup drafts by finding the last n tokens earlier in the conversation "
             "and proposing what followed them. This replays that rule over your stored "
             "replies, without running a model. <b>Hit rate</b>: share of reply tokens it "
             "would have predicted. <b>Precision</b>: right proposals ÷ proposals, the "
             "figure to compare with a measured α. <b>Coverage</b>: how often it had "
-            "anything to propose.")
+            "anything to propose.", rich=True)
         about.setWordWrap(True)
         about.setObjectName("lookupAbout")
         right.addWidget(about)
@@ -159,16 +160,15 @@ class LookupEstimateWidget(QWidget):
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.table.setMaximumHeight(150)
         right.addWidget(self.table)
-        self.summary = QLabel("Choose conversations and press Estimate.")
+        self.summary = Label("Choose conversations and press Estimate.")
         self.summary.setObjectName("lookupSummary")
         self.summary.setWordWrap(True)
         right.addWidget(self.summary)
-        self.measured_label = QLabel("")
+        self.measured_label = Label("", rich=True)  # conversation titles escaped
         self.measured_label.setObjectName("lookupMeasured")
         self.measured_label.setWordWrap(True)
-        self.measured_label.setTextFormat(Qt.TextFormat.RichText)
         right.addWidget(self.measured_label)
-        self.verdict_label = QLabel("")
+        self.verdict_label = Label("")
         self.verdict_label.setObjectName("lookupVerdict")
         self.verdict_label.setWordWrap(True)
         right.addWidget(self.verdict_label)
@@ -284,9 +284,9 @@ class LookupEstimateWidget(QWidget):
             if m is not None and m.verified is not None:
                 extra = f" ({m.verified} draft{'s' if m.verified != 1 else ''}"
                 extra += ", too few to tell)" if m.verified < MIN_VERIFIED_FOR_ESTIMATE else ")"
-            lines.append(f"Measured α = <b>{a:.2f}</b> in {src}{extra}")
+            lines.append(f"Measured α = <b>{a:.2f}</b> in {html.escape(src)}{html.escape(extra)}")
         for m in timed:
-            lines.append(f"Measured speedup = <b>{m.speedup:.2f}×</b> in {m.source}")
+            lines.append(f"Measured speedup = <b>{m.speedup:.2f}×</b> in {html.escape(m.source)}")
         if best is not None and best.precision is not None:
             lines.append(f"Estimated precision at n = {best.n}: <b>{best.precision:.2f}</b>")
         self.measured_label.setText("<br>".join(lines))

@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QProgressBar,
     QPushButton,
     QScrollArea,
@@ -37,6 +36,7 @@ from PySide6.QtWidgets import (
 from app.chat.recording import RaceRecording
 from app.engine.measure.race import RacePair
 from app.formatting import draft_length_words
+from app.ui.labels import Label
 from app.ui.race.lane_pane import RaceLaneWidget
 from app.ui.race.report import (
     difference_text,
@@ -83,7 +83,7 @@ class RaceViewWidget(QWidget):
         col.setSpacing(8)
 
         status = QHBoxLayout()
-        self.status = QLabel("Press “Start race”: the prompt runs with speculation off, then "
+        self.status = Label("Press “Start race”: the prompt runs with speculation off, then "
                              "on, and both replies then replay side by side at their real speed.")
         self.status.setObjectName("raceStatus")
         self.status.setWordWrap(True)
@@ -113,7 +113,7 @@ class RaceViewWidget(QWidget):
         self.results = QFrame()
         self.results.setObjectName("raceResults")
         self._results_stack = QStackedLayout(self.results)
-        self.placeholder = QLabel("The table of figures appears here when the replay ends.")
+        self.placeholder = Label("The table of figures appears here when the replay ends.")
         self.placeholder.setObjectName("racePlaceholder")
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self._results_stack.addWidget(self.placeholder)
@@ -132,9 +132,12 @@ class RaceViewWidget(QWidget):
         self.table.setShowGrid(False)
         self.table.setAlternatingRowColors(True)
         hh = self.table.horizontalHeader()
-        hh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        # the row names whole; the "on" column, whose header names the drafter and its
+        # model file (any length), takes the rest and elides that header (its tooltip
+        # holds it whole)
+        hh.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         hh.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
-        hh.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
+        hh.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         self.table.verticalHeader().setDefaultSectionSize(21)
         self.table.setMinimumWidth(470)
         self.table.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
@@ -145,22 +148,22 @@ class RaceViewWidget(QWidget):
         side = QVBoxLayout(side_box)
         side.setContentsMargins(0, 0, 4, 0)
         side.setSpacing(8)
-        self.headline = QLabel("")
+        self.headline = Label("")
         self.headline.setObjectName("raceHeadline")
         self.headline.setWordWrap(True)
         side.addWidget(self.headline)
-        self.verdict = QLabel("")
+        self.verdict = Label("")
         self.verdict.setObjectName("raceVerdict")
         self.verdict.setWordWrap(True)
-        self.explanation = QLabel("")
+        self.explanation = Label("")
         self.explanation.setObjectName("raceExplanation")
         self.explanation.setWordWrap(True)
         self.explanation.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.settings_line = QLabel("")
+        self.settings_line = Label("")
         self.settings_line.setObjectName("raceSettings")
         self.settings_line.setWordWrap(True)
         side.addWidget(self.verdict)
-        self.prediction = QLabel("")
+        self.prediction = Label("")
         self.prediction.setObjectName("racePrediction")
         self.prediction.setWordWrap(True)
         side.addWidget(self.prediction)
@@ -373,8 +376,11 @@ class RaceViewWidget(QWidget):
     def _fill_results(self, rec: RaceRecording) -> None:
         r = rec.result
         rows = race_table_rows(r)
-        self.table.setHorizontalHeaderLabels(
-            ["", "speculation off", f"on: {rec.drafter}, {draft_length_words(r.on.draft_max, rec.adaptive)}"])
+        on_header = f"on: {rec.drafter}, {draft_length_words(r.on.draft_max, rec.adaptive)}"
+        self.table.setHorizontalHeaderLabels(["", "speculation off", on_header])
+        header_item = self.table.horizontalHeaderItem(2)
+        if header_item is not None:
+            header_item.setToolTip(on_header)
         self.table.setRowCount(len(rows))
         bold_rows = {"decode tok/s", "measured speedup (decode)", "identical text"}
         for i, (name, off, on) in enumerate(rows):

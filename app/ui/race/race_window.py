@@ -23,6 +23,7 @@ model (the drafter list and the target name describe the loaded one).
 
 from __future__ import annotations
 
+import html
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -36,7 +37,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
     QHBoxLayout,
-    QLabel,
     QMainWindow,
     QPlainTextEdit,
     QPushButton,
@@ -81,6 +81,7 @@ from app.ui.race.race_view import RaceViewWidget
 from app.ui.race.crossover_view import CrossoverWidget
 from app.ui.race.sweep_view import KSweepWidget
 from app.ui.service_bridge import ServiceBridge
+from app.ui.labels import Label
 
 log = logging.getLogger(__name__)
 
@@ -243,11 +244,11 @@ class RaceWindow(QMainWindow):
         hc.setContentsMargins(12, 8, 12, 8)
         hc.setSpacing(6)
         top = QHBoxLayout()
-        self.target_label = QLabel(f"Target: {self.model.target_path.name}")
+        self.target_label = Label(f"Target: {self.model.target_path.name}")
         self.target_label.setObjectName("raceTarget")
         top.addWidget(self.target_label)
         top.addSpacing(16)
-        top.addWidget(QLabel("Prompt:"))
+        top.addWidget(Label("Prompt:"))
         self.prompt_combo = QComboBox()
         self.prompt_combo.setMinimumWidth(260)
         if self._messages:
@@ -269,7 +270,7 @@ class RaceWindow(QMainWindow):
 
         row = QHBoxLayout()
         row.setSpacing(8)
-        row.addWidget(QLabel("Drafter"))
+        row.addWidget(Label("Drafter"))
         self.drafter_combo = QComboBox()
         for mode, label in race_drafters(self.model.draft_path,
                                          self.model if self.model.remote is None else None):
@@ -278,7 +279,7 @@ class RaceWindow(QMainWindow):
         self.drafter_combo.setCurrentIndex(max(0, idx))
         self._shown_drafter = SpecMode(self.drafter_combo.currentData())
         row.addWidget(self.drafter_combo)
-        row.addWidget(QLabel("k"))
+        row.addWidget(Label("k"))
         self.k_spin = QSpinBox()
         self.k_spin.setRange(1, K_MAX)
         self.k_spin.setValue(self._speculation.draft_max)
@@ -305,20 +306,20 @@ class RaceWindow(QMainWindow):
         self.exact_check.toggled.connect(self.exact_verification_requested)
         row.addWidget(self.exact_check)
         row.addSpacing(10)
-        row.addWidget(QLabel("Seed"))
+        row.addWidget(Label("Seed"))
         self.seed_spin = QSpinBox()
         self.seed_spin.setRange(-1, 2**31 - 1)
         self.seed_spin.setSpecialValueText("random")
         self.seed_spin.setValue(self._sampling.seed if self._sampling.seed < 2**31 else -1)
         row.addWidget(self.seed_spin)
-        row.addWidget(QLabel("Temperature"))
+        row.addWidget(Label("Temperature"))
         self.temp_spin = QDoubleSpinBox()
         self.temp_spin.setRange(0.0, 2.0)
         self.temp_spin.setSingleStep(0.1)
         self.temp_spin.setDecimals(2)
         self.temp_spin.setValue(min(2.0, self._sampling.temperature))
         row.addWidget(self.temp_spin)
-        row.addWidget(QLabel("Max tokens"))
+        row.addWidget(Label("Max tokens"))
         self.max_spin = QSpinBox()
         self.max_spin.setRange(4, 4096)
         self.max_spin.setValue(min(DEFAULT_RACE_TOKENS, self._sampling.max_tokens))
@@ -330,7 +331,7 @@ class RaceWindow(QMainWindow):
         self.start_button.clicked.connect(self._on_start_button_clicked)
         row.addWidget(self.start_button)
         hc.addLayout(row)
-        self.message = QLabel("")
+        self.message = Label("", rich=True)  # every text escaped (_show_message)
         self.message.setObjectName("raceError")
         self.message.setWordWrap(True)
         self.message.hide()
@@ -524,10 +525,12 @@ class RaceWindow(QMainWindow):
             log.error("%s: %s\n%s", error.title, error.message, error.detail)
         else:
             log.warning("%s: %s", error.title, error.message)
-        self._show_message(f"<b>{error.title}.</b> {error.message}", error.level)
+        self._show_message(f"{error.title}.", error.level, error.message)
 
-    def _show_message(self, html: str, level: str) -> None:
-        self.message.setText(html)
+    def _show_message(self, text: str, level: str, detail: str = "") -> None:
+        """Show ``text`` (in bold when a ``detail`` follows it) in the message strip."""
+        shown = html.escape(text)
+        self.message.setText(f"<b>{shown}</b> {html.escape(detail)}" if detail else shown)
         self.message.setProperty("level", level)
         self.message.style().unpolish(self.message)
         self.message.style().polish(self.message)

@@ -29,7 +29,6 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QLineEdit,
     QProgressBar,
     QPushButton,
@@ -43,6 +42,7 @@ from PySide6.QtWidgets import (
 from app.engine.measure.sweep import DEFAULT_SWEEP_KS, KSweepPoint, KSweepResult
 from app.formatting import or_dash
 from app.options import parse_draft_lengths
+from app.ui.labels import Label
 
 _MEASURED = QColor("#2b6cb0")
 _PREDICTED = QColor("#dd6b20")
@@ -125,7 +125,7 @@ class KSweepWidget(QWidget):
         self.chart_view.setRenderHint(QPainter.RenderHint.Antialiasing)
         self.chart_view.setMinimumSize(520, 300)
         left.addWidget(self.chart_view, 1)
-        self.caption = QLabel(CAPTION)
+        self.caption = Label(CAPTION)
         self.caption.setObjectName("sweepCaption")
         self.caption.setWordWrap(True)
         left.addWidget(self.caption)
@@ -153,12 +153,12 @@ class KSweepWidget(QWidget):
         self.progress = QProgressBar()
         self.progress.hide()
         right.addWidget(self.progress)
-        self.error_label = QLabel("")
+        self.error_label = Label("")
         self.error_label.setObjectName("sweepError")
         self.error_label.setWordWrap(True)
         self.error_label.hide()
         right.addWidget(self.error_label)
-        self.recommendation = QLabel("Run the sweep to see which k is fastest on this machine.")
+        self.recommendation = Label("Run the sweep to see which k is fastest on this machine.")
         self.recommendation.setObjectName("sweepRecommendation")
         self.recommendation.setWordWrap(True)
         right.addWidget(self.recommendation)

@@ -83,7 +83,7 @@ def test_gemma_target_lists_compatible_gemma_above_greyed_smollm(qtbot, picker: 
     mtp = next(r for r in rows if r[0].startswith("MTP"))
     assert mtp[1].startswith("needs multi-token-prediction (nextn) layers") and mtp[2]
     broken = next(r for r in rows if r[0] == "broken.gguf")
-    assert broken[1].startswith("readable:") and broken[2]
+    assert broken[1].startswith("broken.gguf is not a usable GGUF file") and broken[2]
     # the same-size copy is "too large": prompt lookup is preselected, not the copy
     assert tab.drafter is not None and tab.drafter.mode == "prompt-lookup"
     # the estimated c and the labelled prediction for the compatible draft

@@ -122,3 +122,20 @@ def test_lookup_verdict_takes_a_measured_race_into_account(qtbot) -> None:
     assert view.verdict_label.text().startswith("Not on this machine")
     assert "too few to tell" in view.measured_label.text()
     assert "0.46×" in view.measured_label.text()
+
+
+def test_calculator_charts_and_searches_up_to_a_k_past_its_usual_range(qtbot) -> None:
+    """k can be set to 64: the chart and "Best k" then reach it (at α = 1 and c = 0 the
+    best k is the longest, 65×), instead of stopping at 16 with nothing plotted there."""
+    calc = SpeedupCalculatorWidget()
+    qtbot.addWidget(calc)
+    calc.alpha_spin.setValue(1.0)
+    calc.c_spin.setValue(0.0)
+    calc.k_spin.setValue(64)
+    result = calc.recalculate()
+    assert (result.best_k, result.speedup) == (64, pytest.approx(65.0))
+    assert "(1–64): k = 64, 65.00×" in calc.best_label.text()
+    assert calc.curve.count() == 64 and calc.chosen.count() == 1
+    assert calc.ax.max() == 65
+    calc.k_spin.setValue(4)  # back within 1–16: the usual range
+    assert calc.curve.count() == 16 and calc.ax.max() == 17
