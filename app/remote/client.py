@@ -60,6 +60,10 @@ PROBE_TIMEOUT_S = 10.0
 #: reading a server that ignores the limit (the longest tokens of common vocabularies,
 #: runs of spaces in code, are well under this)
 MAX_CHARS_PER_TOKEN = 256
+#: the most bytes Tandem reads of an answer that is not a stream (the model list,
+#: ``/props``, ``/metrics``, an error, a whole completion): a server that sends more is
+#: not read further
+MAX_BODY_BYTES = 8 * 2**20
 
 log = logging.getLogger(__name__)
 
@@ -372,14 +376,40 @@ class RemoteClient:
                                status=status)
 
     def _get(self, path: str, *, timeout: float | None = None) -> httpx.Response:
+        """GET ``path``, its body read up to :data:`MAX_BODY_BYTES`."""
         try:
-            return self._http.get(path, timeout=timeout or httpx.USE_CLIENT_DEFAULT)
+            with self._http.stream("GET", path,
+                                   timeout=timeout or httpx.USE_CLIENT_DEFAULT) as response:
+                return self._bounded(response, f"GET {path}")
         except httpx.HTTPError as exc:
             raise self._translate(exc, f"GET {path}") from exc
 
+    def _bounded(self, response: httpx.Response, what: str) -> httpx.Response:
+        """``response`` with its body read, or ServerProtocolError past
+        :data:`MAX_BODY_BYTES` (decoded bytes: a compressed body counts as it unpacks)."""
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise ServerProtocolError(
+                    f"{self.base_url} sent more than {MAX_BODY_BYTES // 2**20} MB in answer "
+                    f"to {what}; Tandem stopped reading it.")
+            chunks.append(chunk)
+        # the bytes are decoded already: the copy carries no encoding or length to redo
+        headers = [(k, v) for k, v in response.headers.multi_items()
+                   if k.lower() not in ("content-encoding", "content-length",
+                                        "transfer-encoding")]
+        return httpx.Response(response.status_code, headers=headers,
+                              content=b"".join(chunks), request=response.request)
+
     def _probe_json(self, path: str) -> Any:
-        """GET ``path`` as JSON; None on any status other than 200 or a non-JSON answer."""
-        response = self._get(path, timeout=PROBE_TIMEOUT_S)
+        """GET ``path`` as JSON; None on any status other than 200, a non-JSON answer or
+        one past :data:`MAX_BODY_BYTES`."""
+        try:
+            response = self._get(path, timeout=PROBE_TIMEOUT_S)
+        except ServerProtocolError:
+            return None
         if response.status_code != 200:
             return None
         try:
@@ -634,11 +664,12 @@ class RemoteClient:
                                    headers={"Accept": "text/event-stream"}) as response:
                 self._stream_socket = _socket_of(response)
                 if response.status_code != 200:
-                    response.read()
-                    raise self._status_error(response, "the chat request")
+                    raise self._status_error(self._bounded(response, "the chat request"),
+                                             "the chat request")
                 ctype = response.headers.get("content-type", "")
                 if ctype.startswith("application/json"):
-                    yield from state.whole_response(response.read(), t0, self.base_url)
+                    whole = self._bounded(response, "the chat request").content
+                    yield from state.whole_response(whole, t0, self.base_url)
                     return
                 if not ctype.startswith("text/event-stream"):
                     raise ServerProtocolError(f"{self.base_url} answered the chat request "

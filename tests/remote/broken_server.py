@@ -14,6 +14,8 @@ client gets as far as the chat request. Modes:
   middle of the body (a protocol error for the client);
 * ``error-event``: two good chunks, then ``data: {"error": …}``;
 * ``slow``: headers, one chunk, then nothing until the test ends;
+* ``endless-error``: status 500 with a body without end (until the client goes);
+  ``endless-models``: ``/v1/models`` answers so;
 * ``endless``: one-word chunks without end, whatever ``max_tokens`` asked (until the
   client goes); ``huge``: the two chunks, then one of 1 MB;
 * ``json``: a whole non-streamed completion although a stream was asked for;
@@ -58,6 +60,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b'{"error": {"message": "no such route"}}', "application/json")
         elif mode == "models-garbage":
             self._send(200, b"<html>hello</html>", "text/html")
+        elif mode == "endless-models":
+            self._endless_body(200)
         elif mode == "models-401":
             self._send(401, b'{"error": {"message": "Invalid API Key"}}', "application/json")
         else:
@@ -68,7 +72,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         mode = self.server.mode
-        if mode == "chat-500":
+        if mode == "endless-error":
+            self._endless_body(500)
+        elif mode == "chat-500":
             self._send(500, b'{"error": {"message": "out of memory", "type": "server_error"}}',
                        "application/json")
         elif mode == "json":
@@ -82,6 +88,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._stream_chunked()
         else:
             self._stream(mode)
+
+    def _endless_body(self, status: int) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            self.wfile.write(b'{"error": {"message": "')
+            for _ in range(100_000):  # 100 MB at most
+                self.wfile.write(b"x" * 1024)
+        except OSError:  # the client closed the connection
+            pass
 
     def _stream(self, mode: str) -> None:
         self.send_response(200)

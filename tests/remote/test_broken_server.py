@@ -206,3 +206,19 @@ def test_a_server_that_ignores_max_tokens_is_cut_off(broken: BrokenServer, mode:
     broken.mode = "ok"  # the server is still there for the next request
     with RemoteClient(broken.base_url) as client:
         assert _collect(client)[1].finish_reason == "stop"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", ["endless-error", "endless-models"])
+def test_an_answer_without_end_is_read_only_so_far(broken: BrokenServer, mode: str) -> None:
+    """An error body or a model list that never ends is read up to MAX_BODY_BYTES, then
+    refused in one sentence (it was read whole, for as long as the server wrote)."""
+    from app.remote.client import MAX_BODY_BYTES
+
+    broken.mode = mode
+    with RemoteClient(broken.base_url) as client:
+        with pytest.raises(ServerProtocolError, match=f"more than {MAX_BODY_BYTES // 2**20} MB"):
+            if mode == "endless-models":
+                client.models()
+            else:
+                client.chat("broken", MESSAGES, scrape_metrics=False)
+    broken.mode = "ok"
