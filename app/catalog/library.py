@@ -14,7 +14,9 @@ models folder and the same file opened from elsewhere): the first found is kept 
 others become its :attr:`LibraryEntry.copies`, and no file is offered as a draft for
 itself. A demo model whose package is installed (the ``demo`` extra's Gemma 3 270M) is
 written into the models folder by the window's first scan that misses it, so it is
-listed without adding a folder by hand (:func:`write_installed_demos`).
+listed without adding a folder by hand (:func:`write_installed_demos`); once: deleted
+by the user, it stays deleted (delete ``.tandem-demos-written`` in the models folder to
+have it written again).
 
 Where to look is a :class:`LibraryConfig` (pydantic) saved as ``library.json`` in the
 config folder, next to the app's ``settings.json``.
@@ -326,6 +328,9 @@ def write_installed_demos(models_dir: Path, demos: Sequence[DemoModel]) -> list[
     written: list[Path] = []
     for demo in demos:
         dest = models_dir / demo.file
+        if dest.is_file() and demo.file not in done:  # there already (an earlier Tandem)
+            done.add(demo.file)
+            _record_demos(record, done)
         if dest.is_file() or demo.import_name is None or demo.file in done:
             continue
         try:
@@ -339,10 +344,19 @@ def write_installed_demos(models_dir: Path, demos: Sequence[DemoModel]) -> list[
             written.append(dest)
             log.info("wrote the demo model %s to %s", demo.title, dest)
             done.add(demo.file)
-            record.write_text("\n".join(sorted(n for n in done if n)) + "\n", encoding="utf-8")
+            _record_demos(record, done)
         except (ImportError, OSError, ValueError) as exc:
             log.warning("could not write the demo %s into %s: %s", demo.title, models_dir, exc)
     return written
+
+
+def _record_demos(record: Path, done: set[str]) -> None:
+    """Write the names of the demos written once (:data:`DEMOS_WRITTEN`); a failure is
+    logged (the demo may be written again)."""
+    try:
+        record.write_text("\n".join(sorted(n for n in done if n)) + "\n", encoding="utf-8")
+    except OSError as exc:
+        log.warning("could not record the demos written in %s: %s", record, exc)
 
 
 def is_chat_model(info: GGUFInfo) -> bool:
@@ -629,8 +643,8 @@ class Library:
                 process per file not checked before; see :mod:`app.catalog.loadcheck`).
                 The window and ``models list`` do; header-only callers need not.
             write_demos: first write the installed package demos that the models folder
-                lacks into it (:func:`write_installed_demos`; the window's library does,
-                so the ``demo`` extra's model is listed there).
+                lacks and never had into it (:func:`write_installed_demos`; the window's
+                library does, so the ``demo`` extra's model is listed there).
 
         Returns:
             Entries in discovery order, copies of one model merged into the first

@@ -647,7 +647,7 @@ class ChatService:
     # -- the jobs -----------------------------------------------------------------------
     def _load(self, ctx: JobContext, config: SessionConfig,
               earlier_replies: Sequence[str] = ()) -> ModelInfo:
-        if self._session is not None:
+        if self._session is not None:  # with none loaded, the load's own checks say it
             try:
                 _check_target_file(Path(config.target_path))
             except BaseException:

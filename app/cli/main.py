@@ -164,7 +164,7 @@ def _run_generate(args: argparse.Namespace) -> int:
         if result.note:
             print(result.note, file=sys.stderr)
         print(reply_stats_line(result), file=sys.stderr)
-    return 130 if cancel.is_set() else 0  # a reply cut by Ctrl-C is printed, and says so
+    return 130 if result.reason == "cancelled" else 0  # a reply cut by Ctrl-C is printed
 
 
 def _compare(session: Any, args: argparse.Namespace, sampling: Any, spec: Any,

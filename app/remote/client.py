@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import re
 import socket
 import threading
 import time
@@ -309,33 +310,31 @@ class RemoteClient:
 
     def _cut_on_cancel(self, cancel: threading.Event | None,
                        done: threading.Event) -> threading.Thread | None:
-        """A thread that closes the connections as soon as ``cancel`` is set while a
-        request runs (``done`` not set), so a stop never waits for a silent server's
-        next byte or for its read timeout. The connections are opened anew after.
-
-        The stream's socket is shut down first: closing a socket does not wake a thread
-        blocked reading it (Linux), a shutdown does."""
+        """A thread that shuts the stream's socket down as soon as ``cancel`` is set while
+        the stream runs (``done`` not set), so a stop never waits for a silent server's
+        next byte or for its read timeout: before the answer's headers (a long prompt
+        being read, a request queued) as after. A socket still connecting is shut down
+        once it is connected. A shutdown, unlike a close, wakes a thread blocked reading
+        the socket; the plain socket's shutdown is used on a TLS socket too (the TLS
+        one also unwraps it under the reader's feet)."""
         if cancel is None:
             return None
 
         def watch() -> None:
-            while not done.is_set():
-                if cancel.wait(0.05):
-                    if not done.is_set():
-                        sock = self._stream_socket
-                        if sock is not None:
-                            with contextlib.suppress(OSError):
-                                sock.shutdown(socket.SHUT_RDWR)
-                        self._http.close()
+            while not cancel.wait(0.05):
+                if done.is_set():
                     return
+            while not done.is_set():
+                sock = self._stream_socket
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                    return
+                done.wait(0.05)
 
         thread = threading.Thread(target=watch, name="remote-cancel", daemon=True)
         thread.start()
         return thread
-
-    def _reopen_if_cut(self) -> None:
-        if self._http.is_closed and not self._closed:
-            self._http = httpx.Client(**self._http_args)
 
     def __enter__(self) -> RemoteClient:
         return self
@@ -642,7 +641,7 @@ class RemoteClient:
         watcher = self._cut_on_cancel(cancel, done)
         try:
             yield from self._read_stream(path, body, state, t0, cancel)
-        except (httpx.HTTPError, RemoteError, OSError):
+        except Exception:
             if cancel is not None and cancel.is_set():
                 state.cancelled = True  # the connection was cut for the stop
             else:
@@ -651,7 +650,8 @@ class RemoteClient:
             done.set()
             if watcher is not None:
                 watcher.join()
-            self._reopen_if_cut()
+        if cancel is not None and cancel.is_set() and not state.finished:
+            state.cancelled = True  # the stop's shutdown ended the stream early
         if not state.finished and not state.cancelled:
             raise StreamDroppedError(
                 f"{self.base_url} ended the stream before the reply was complete; the "
@@ -659,10 +659,19 @@ class RemoteClient:
 
     def _read_stream(self, path: str, body: dict[str, Any], state: _StreamState, t0: float,
                      cancel: threading.Event | None) -> Iterator[RemoteDelta]:
+        """The stream, on a connection of its own: its socket is known from the moment it
+        connects (httpcore's ``trace`` request extension), for a stop to shut it down
+        (:meth:`_cut_on_cancel`); a pooled connection would be known only from the
+        answer's headers on."""
+
+        def trace(event: str, info: dict[str, Any]) -> None:
+            if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+                self._stream_socket = _socket_of(info.get("return_value"))
+
         try:
-            with self._http.stream("POST", path, json=body,
-                                   headers={"Accept": "text/event-stream"}) as response:
-                self._stream_socket = _socket_of(response)
+            with httpx.Client(**self._http_args) as http, http.stream(
+                    "POST", path, json=body, headers={"Accept": "text/event-stream"},
+                    extensions={"trace": trace}) as response:
                 if response.status_code != 200:
                     raise self._status_error(self._bounded(response, "the chat request"),
                                              "the chat request")
@@ -675,8 +684,9 @@ class RemoteClient:
                     raise ServerProtocolError(f"{self.base_url} answered the chat request "
                                               f"with {ctype or 'no content type'}, not a "
                                               "stream of server-sent events.")
-                yield from state.read_events(response.iter_lines(), t0, cancel,
-                                             self.base_url)
+                yield from state.read_events(
+                    bounded_lines(response.iter_text(), state.line_limit()), t0, cancel,
+                    self.base_url)
         except httpx.HTTPError as exc:
             if not state.started:
                 raise self._translate(exc, "the chat request") from exc
@@ -696,13 +706,49 @@ class RemoteClient:
         raise ServerProtocolError("the stream ended without a result")  # not reached
 
 
-def _socket_of(response: httpx.Response) -> socket.socket | None:
-    """The socket a streamed response is read from (httpcore's ``network_stream``
-    response extension), None where the transport has none (a mock, HTTP/2 streams)."""
-    stream = response.extensions.get("network_stream")
+def _socket_of(stream: object) -> socket.socket | None:
+    """The socket under an httpcore network stream (its ``get_extra_info("socket")``), None
+    where there is none."""
     get = getattr(stream, "get_extra_info", None)
     sock = get("socket") if get is not None else None
     return sock if isinstance(sock, socket.socket) else None
+
+
+class LineTooLongError(ValueError):
+    """A line of a server-sent event stream grew past its limit (:func:`bounded_lines`)."""
+
+
+_EOL = re.compile(r"\r\n|\r|\n")
+
+
+def bounded_lines(texts: Iterator[str], limit: int) -> Iterator[str]:
+    """The lines of a server-sent event stream (ended by CRLF, CR or LF, as the format
+    says; not by the other characters ``str.splitlines`` takes for line ends), read from
+    ``texts`` pieces of any size, each line at most ``limit`` characters.
+
+    Raises:
+        LineTooLongError: a line grew past ``limit`` before it ended (memory stays
+            bounded by it, where a reader that waits for the line's end holds it all).
+    """
+    pending: list[str] = []
+    size = 0
+    after_cr = False  # the last piece ended with CR: an LF first in the next one is its pair
+    for text in texts:
+        if after_cr and text.startswith("\n"):
+            text = text[1:]
+        after_cr = text.endswith("\r")
+        start = 0
+        for m in _EOL.finditer(text):
+            pending.append(text[start:m.start()])
+            yield "".join(pending)
+            pending, size, start = [], 0, m.end()
+        if start < len(text):
+            pending.append(text[start:])
+            size += len(text) - start
+            if size > limit:
+                raise LineTooLongError(f"a line longer than {limit} characters")
+    if pending:
+        yield "".join(pending)
 
 
 def _engine_from_owners(owners: set[str]) -> Engine | None:
@@ -757,28 +803,53 @@ class _StreamState:
     def read_events(self, lines: Iterator[str], t0: float,
                     cancel: threading.Event | None, base_url: str) -> Iterator[RemoteDelta]:
         """Server-sent events: ``data:`` lines joined until a blank line, ``[DONE]``
-        ends the stream; comments and other fields are ignored."""
+        ends the stream; comments and other fields are ignored. An event (or one line)
+        longer than :meth:`line_limit` ends the reading: as an overrun of ``max_tokens``
+        when one was asked, else as garbage."""
         data: list[str] = []
-        for line in lines:
-            if cancel is not None and cancel.is_set():
-                self.cancelled = True
-                return
-            if line.startswith("data:"):
-                data.append(line[5:].removeprefix(" "))
-                continue
-            if line.strip() or not data:
-                continue  # a comment, another field, or a blank line between events
-            payload, data = "\n".join(data), []
-            if payload.strip() == "[DONE]":
-                self.finished = True
-                return
-            delta = self._chunk(payload, t0, base_url)
-            if delta is not None:
-                yield delta
-            if self.overran:
-                return  # the caller closes the connection: the server stops
+        size = 0
+        try:
+            for line in lines:
+                if cancel is not None and cancel.is_set():
+                    self.cancelled = True
+                    return
+                if line.startswith("data:"):
+                    data.append(line[5:].removeprefix(" "))
+                    size += len(data[-1])
+                    if size > self.line_limit():
+                        raise LineTooLongError(f"an event longer than {self.line_limit()} "
+                                               "characters")
+                    continue
+                if line.strip() or not data:
+                    continue  # a comment, another field, or a blank line between events
+                payload, data, size = "\n".join(data), [], 0
+                if payload.strip() == "[DONE]":
+                    self.finished = True
+                    return
+                delta = self._chunk(payload, t0, base_url)
+                if delta is not None:
+                    yield delta
+                if self.overran:
+                    return  # the caller closes the connection: the server stops
+        except LineTooLongError as exc:
+            if self.max_chars is None:
+                raise self._garbage(base_url, str(exc)) from None
+            self._overrun()
+            return
         if data and "\n".join(data).strip() == "[DONE]":
             self.finished = True
+
+    def line_limit(self) -> int:
+        """The longest line or event read, characters: four times the reply's character
+        bound and 64 KiB more (an event's JSON around its text), or
+        :data:`MAX_BODY_BYTES` without ``max_tokens``."""
+        return MAX_BODY_BYTES if self.max_chars is None else 4 * self.max_chars + 2**16
+
+    def _overrun(self) -> None:
+        self.overran = True
+        self.finish, self.finished = "length", True
+        log.warning("the server sent more than max_tokens (%s); stopped reading",
+                    self.max_chunks)
 
     def _chunk(self, payload: str, t0: float, base_url: str) -> RemoteDelta | None:
         try:
@@ -815,21 +886,20 @@ class _StreamState:
         if not isinstance(content, str) or not content:
             return None
         now = time.perf_counter() - t0
+        if self.max_chunks is not None and self.chunks >= self.max_chunks:
+            self._overrun()  # a chunk carries at least one token: this one is past them
+            return None
+        if self.max_chars is not None and len(self.text) + len(content) > self.max_chars:
+            content = content[: max(0, self.max_chars - len(self.text))]
+            self._overrun()
+            if not content:
+                return None
         if self.t_first is None:
             self.t_first = now
         self.t_last = now
         self.chunks += 1
-        if self.max_chars is not None and len(self.text) + len(content) > self.max_chars:
-            content = content[: max(0, self.max_chars - len(self.text))]
-            self.overran = True
-        elif self.max_chunks is not None and self.chunks > self.max_chunks:
-            content, self.overran = "", True  # a chunk carries at least one token
-        if self.overran:
-            self.finish, self.finished = "length", True
-            log.warning("the server sent more than max_tokens (%s); stopped reading",
-                        self.max_chunks)
         self.text += content
-        return RemoteDelta(text=content, t=now) if content else None
+        return RemoteDelta(text=content, t=now)
 
     def whole_response(self, raw: bytes, t0: float, base_url: str) -> Iterator[RemoteDelta]:
         """A server that answered one JSON completion although a stream was asked for."""

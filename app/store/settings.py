@@ -134,6 +134,18 @@ def _migrate(raw: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"unknown settings version {version}")
     if version == 1:
         raw = _raise_v1_default_k(raw)
+    return _ngram_order(raw)
+
+
+def _ngram_order(raw: dict[str, Any]) -> dict[str, Any]:
+    """A file edited by hand with ``ngram_min`` above ``ngram_max`` (which the options
+    refuse) gets them swapped, as prompt lookup used them, instead of the whole file being
+    set aside."""
+    spec = raw.get("speculation")
+    if isinstance(spec, dict):
+        low, high = spec.get("ngram_min"), spec.get("ngram_max")
+        if isinstance(low, int) and isinstance(high, int) and low > high:
+            raw = {**raw, "speculation": {**spec, "ngram_min": high, "ngram_max": low}}
     return raw
 
 

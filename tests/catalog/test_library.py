@@ -252,3 +252,9 @@ def test_the_installed_gemma_demo_is_listed_without_adding_a_folder(tmp_path: Pa
     assert entry.path.stat().st_mtime_ns == mtime  # written once
     entry.path.unlink()  # the user deletes it (253 MB): it stays deleted
     assert library.scan(write_demos=True) == [] and not entry.path.exists()
+    # written by an earlier Tandem, which kept no record: recorded when first seen
+    (paths.models_dir() / ".tandem-demos-written").unlink()
+    entry.path.write_bytes(b"an earlier copy")
+    library.scan(write_demos=True)
+    entry.path.unlink()
+    assert library.scan(write_demos=True) == [] and not entry.path.exists()

@@ -14,6 +14,9 @@ client gets as far as the chat request. Modes:
   middle of the body (a protocol error for the client);
 * ``error-event``: two good chunks, then ``data: {"error": …}``;
 * ``slow``: headers, one chunk, then nothing until the test ends;
+* ``mute``: reads the request, then sends nothing, not even headers, until released
+  (a server reading a long prompt, or queueing the request);
+* ``endless-line``: the stream's headers, then one ``data:`` line without end;
 * ``endless-error``: status 500 with a body without end (until the client goes);
   ``endless-models``: ``/v1/models`` answers so;
 * ``endless``: one-word chunks without end, whatever ``max_tokens`` asked (until the
@@ -72,7 +75,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         mode = self.server.mode
-        if mode == "endless-error":
+        if mode == "mute":
+            self.server.release.wait(60)
+            self.server.mute_ended = True
+            self.close_connection = True
+        elif mode == "endless-error":
             self._endless_body(500)
         elif mode == "chat-500":
             self._send(500, b'{"error": {"message": "out of memory", "type": "server_error"}}',
@@ -108,6 +115,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
+        if mode == "endless-line":
+            try:
+                self.wfile.write(b'data: {"choices": [{"delta": {"content": "')
+                for _ in range(100_000):  # 100 MB at most
+                    self.wfile.write(b"y" * 1024)
+            except OSError:  # the client closed the connection
+                pass
+            return
         for text in CHUNKS:
             self.wfile.write(_chunk(text))
         self.wfile.flush()
@@ -156,6 +171,7 @@ class BrokenServer(ThreadingHTTPServer):
         self.mode = "ok"
         self.endless_sent = 0
         self.slow_ended = False  # a "slow" answer stopped waiting (released or 60 s)
+        self.mute_ended = False  # likewise a "mute" one
         self.release = threading.Event()
         self.base_url = f"http://127.0.0.1:{self.server_address[1]}"
         self._thread = threading.Thread(target=self.serve_forever, name="broken-server",

@@ -201,8 +201,9 @@ def test_a_server_that_ignores_max_tokens_is_cut_off(broken: BrokenServer, mode:
     assert result.text == "".join(texts)
     if mode == "endless":
         assert len(texts) == 50 and result.text == "Hello, world" + " word" * 48
-    else:
-        assert len(result.text) == 50 * 256  # MAX_CHARS_PER_TOKEN per token asked
+        assert result.n_tokens == 50 and result.token_count_source == "chunks"
+    else:  # the 1 MB event is longer than 50 tokens' bound: not read, nor kept
+        assert result.text == "Hello, world"
     broken.mode = "ok"  # the server is still there for the next request
     with RemoteClient(broken.base_url) as client:
         assert _collect(client)[1].finish_reason == "stop"  # type: ignore[union-attr]
@@ -222,3 +223,48 @@ def test_an_answer_without_end_is_read_only_so_far(broken: BrokenServer, mode: s
             else:
                 client.chat("broken", MESSAGES, scrape_metrics=False)
     broken.mode = "ok"
+
+
+def test_stop_does_not_wait_for_a_server_that_has_not_answered(broken: BrokenServer) -> None:
+    """The server took the request and sends nothing yet, not even headers (it reads a
+    long prompt, or the request waits in its queue): a stop ends the reply as cancelled
+    at once, not at the next byte or after the 300 s read timeout."""
+    import threading
+
+    broken.mode, broken.mute_ended = "mute", False
+    broken.release.clear()
+    cancel = threading.Event()
+    timer = threading.Timer(0.3, cancel.set)
+    timer.start()
+    try:
+        with RemoteClient(broken.base_url) as client:
+            result = client.chat("broken", MESSAGES, cancel=cancel, scrape_metrics=False)
+            assert not broken.mute_ended  # the server still held the request
+            assert result.finish_reason == "cancelled" and result.text == ""
+            broken.release.set()
+            broken.mode = "ok"
+            assert client.chat("broken", MESSAGES).text == "Hello, world"
+    finally:
+        timer.cancel()
+        broken.release.set()
+
+
+def test_a_line_without_end_is_read_only_so_far(broken: BrokenServer) -> None:
+    """A stream whose ``data:`` line never ends is read up to the bound that max_tokens
+    sets (four times its characters, 64 KiB more), then ends as an overrun: the reader
+    held the whole line before."""
+    broken.mode = "endless-line"
+    with RemoteClient(broken.base_url) as client:
+        result = client.chat("broken", MESSAGES, max_tokens=10, scrape_metrics=False)
+    assert result.overran and result.finish_reason == "length" and result.text == ""
+    broken.mode = "ok"
+
+
+def test_lines_end_at_cr_lf_or_crlf_only_and_are_bounded() -> None:
+    from app.remote.client import LineTooLongError, bounded_lines
+
+    pieces = ["data: a\r", "\ndata: b\u2028c\n", "\r\n", "da", "ta: d\rlast"]
+    assert list(bounded_lines(iter(pieces), 100)) == [
+        "data: a", "data: b\u2028c", "", "data: d", "last"]
+    with pytest.raises(LineTooLongError):
+        list(bounded_lines(iter(["x" * 60, "y" * 60]), 100))

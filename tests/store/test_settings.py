@@ -142,6 +142,17 @@ def test_a_version_1_file_gets_the_model_free_drafters_k(stored: dict[str, objec
     assert json.loads(paths.settings_path().read_text())["schema_version"] == SCHEMA_VERSION == 3
 
 
+def test_reversed_ngram_sizes_edited_by_hand_are_swapped_not_set_aside() -> None:
+    """The options refuse ngram_min above ngram_max (the API says so); a settings file
+    edited that way keeps everything else and gets them swapped, as lookup used them."""
+    paths.settings_path().write_text(json.dumps({"schema_version": SCHEMA_VERSION, "speculation": {
+        "mode": "prompt-lookup", "ngram_min": 5, "ngram_max": 3, "draft_max": 9}}))
+    loaded = load_settings()
+    assert loaded.problem is None
+    spec = loaded.settings.speculation
+    assert (spec.ngram_min, spec.ngram_max, spec.draft_max) == (3, 5, 9)
+
+
 def test_a_version_2_file_keeps_k_4() -> None:
     paths.settings_path().write_text(json.dumps(
         {"schema_version": 2, "speculation": {"mode": "suffix", "draft_max": 4}}))

@@ -48,6 +48,10 @@ def test_markdown_escapes_raw_html_and_renders_no_images() -> None:
     r = render_markdown('<script>alert(1)</script> <img src="file:///etc/passwd"> ![x](http://e/x.png)')
     assert "<script>" not in r.html and "&lt;script&gt;" in r.html
     assert "<img" not in r.html
+    # a link's title would be the chat view's tooltip, which Qt draws as HTML: dropped
+    titled = render_markdown('[x](https://e.com "<h1>BIG</h1><img src=/etc/x.png>")\n\n'
+                             '[y][r]\n\n[r]: https://a.b "T2"')
+    assert "title" not in titled.html and 'href="https://e.com"' in titled.html
 
 
 def test_markdown_code_blocks_are_highlighted_with_copy_links() -> None:

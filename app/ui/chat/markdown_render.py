@@ -21,8 +21,10 @@ import functools
 import html
 import re
 from dataclasses import dataclass
+from xml.etree import ElementTree
 
 import markdown
+from markdown.treeprocessors import Treeprocessor
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
@@ -146,12 +148,22 @@ def _code_block_html(index: int, code: str, lang: str) -> str:
     )
 
 
+class _NoTitles(Treeprocessor):  # type: ignore[misc]  # Markdown ships no type hints
+    """Drops ``title`` attributes (a link's ``[x](url "title")``): the chat view shows a
+    title as a tooltip, which Qt draws as rich text, and the text is the model's."""
+
+    def run(self, root: ElementTree.Element) -> None:
+        for element in root.iter():
+            element.attrib.pop("title", None)
+
+
 def _new_markdown() -> markdown.Markdown:
     md = markdown.Markdown(extensions=["tables", "sane_lists", "nl2br"])
     # Untrusted text: raw HTML is shown as text, and images are never fetched.
     md.preprocessors.deregister("html_block")
     for name in ("html", "image_link", "image_reference", "short_image_ref"):
         md.inlinePatterns.deregister(name)
+    md.treeprocessors.register(_NoTitles(md), "no_titles", 0)
     return md
 
 

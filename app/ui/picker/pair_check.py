@@ -59,6 +59,7 @@ class PairCheckWidget(QWidget):
         self.verdict_label.setWordWrap(True)
         col.addWidget(self.verdict_label)
         self.rules_label = Label(rich=True)  # its details escaped (rules_html)
+        self.rules_label.setObjectName("pairRules")
         self.rules_label.setWordWrap(True)
         self.rules_label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.rules_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

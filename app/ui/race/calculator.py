@@ -26,10 +26,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE, SpeedupCalculation, calculate_speedup
+from app.options import K_MAX
 from app.ui.labels import Label
 
-#: the longest draft the calculator charts and searches for the best k, unless the
-#: chosen k is longer (then up to it): the speedup model's best k is usually far below
+#: the longest draft the calculator charts, unless the chosen k or the best k is longer
+#: (then up to it); the best k is searched up to the app's K_MAX
 CHART_K_MAX = 16
 
 
@@ -181,13 +182,13 @@ class SpeedupCalculatorWidget(QWidget):
 
     def recalculate(self) -> SpeedupCalculation:
         alpha, k, c = self.alpha_spin.value(), self.k_spin.value(), self.c_spin.value()
-        k_max = max(CHART_K_MAX, k)
-        calc = calculate_speedup(alpha, k, c, k_max=k_max)
+        calc = calculate_speedup(alpha, k, c, k_max=K_MAX)
+        k_max = max(CHART_K_MAX, k, calc.best_k)
         self._calc = calc
         self.e_label.setText(f"{calc.expected_tokens:.2f} tokens")
         self.s_label.setText(f"{calc.speedup:.2f}×")
         self.best_label.setText(
-            f"Best k for this α and c (1–{k_max}): k = {calc.best_k}, "
+            f"Best k for this α and c (1–{K_MAX}): k = {calc.best_k}, "
             f"{calc.best_speedup:.2f}×.")
         curve = [QPointF(kk, calculate_speedup(alpha, kk, c, k_max=1).speedup)
                  for kk in range(1, k_max + 1)]

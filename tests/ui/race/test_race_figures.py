@@ -125,17 +125,25 @@ def test_lookup_verdict_takes_a_measured_race_into_account(qtbot) -> None:
 
 
 def test_calculator_charts_and_searches_up_to_a_k_past_its_usual_range(qtbot) -> None:
-    """k can be set to 64: the chart and "Best k" then reach it (at α = 1 and c = 0 the
-    best k is the longest, 65×), instead of stopping at 16 with nothing plotted there."""
+    """k can be set to 64: the chart reaches it, and "Best k" is searched up to K_MAX
+    whatever k is chosen (at α = 1 and c = 0 the best k is the longest, 65×), instead
+    of both stopping at 16 with nothing plotted there."""
+    from app.options import K_MAX
+
+    assert K_MAX == 64
     calc = SpeedupCalculatorWidget()
     qtbot.addWidget(calc)
     calc.alpha_spin.setValue(1.0)
     calc.c_spin.setValue(0.0)
-    calc.k_spin.setValue(64)
+    calc.k_spin.setValue(4)
     result = calc.recalculate()
-    assert (result.best_k, result.speedup) == (64, pytest.approx(65.0))
+    assert (result.best_k, result.best_speedup) == (64, pytest.approx(65.0))
     assert "(1–64): k = 64, 65.00×" in calc.best_label.text()
-    assert calc.curve.count() == 64 and calc.chosen.count() == 1
-    assert calc.ax.max() == 65
-    calc.k_spin.setValue(4)  # back within 1–16: the usual range
+    assert calc.curve.count() == 64 and calc.ax.max() == 65  # the best k is charted
+    calc.k_spin.setValue(64)
+    assert calc.chosen.count() == 1 and calc.recalculate().speedup == pytest.approx(65.0)
+    calc.alpha_spin.setValue(0.7)
+    calc.c_spin.setValue(0.05)
+    calc.k_spin.setValue(4)  # a best k within 1–16: the usual range
+    assert calc.recalculate().best_k <= 16
     assert calc.curve.count() == 16 and calc.ax.max() == 17
