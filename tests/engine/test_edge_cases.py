@@ -569,3 +569,28 @@ def test_an_abort_tandem_asked_for_is_not_reported_as_an_error(
             ctx.close()
     finally:
         model.close()
+
+
+def test_load_progress_keeps_its_end_for_the_context_and_the_pass_timing(
+        tiny_target: Path) -> None:
+    """The weights fill 0–85 % of the bar, the context 90 %, and 100 % comes only once
+    the pass sizes are timed (the bar stood at 100 % for those seconds); a cancel at
+    90 % stops the load."""
+    from app.errors import LoadCancelledError
+
+    seen: list[float] = []
+
+    def progress(p: float) -> bool:
+        seen.append(p)
+        return True
+
+    Session.open(SessionConfig(target_path=tiny_target, n_ctx=512), progress=progress).close()
+    weights = [p for p in seen if 0.0 < p < 0.9]
+    assert weights and max(weights) == pytest.approx(0.85)
+    assert seen == sorted(seen) and seen[-1] == 1.0 and 0.9 in seen
+
+    def stop_at_context(p: float) -> bool:
+        return p < 0.9
+
+    with pytest.raises(LoadCancelledError):
+        Session.open(SessionConfig(target_path=tiny_target, n_ctx=512), progress=stop_at_context)

@@ -163,3 +163,22 @@ def test_text_before_a_failure_reaches_the_consumer(broken: BrokenServer) -> Non
         assert done.note is not None and "nothing about speculation" in done.note
     finally:
         service.shutdown()
+
+
+def test_a_server_past_max_tokens_is_cut_off_and_the_reply_says_so(rig: Rig,
+                                                                     broken: BrokenServer) -> None:
+    """The server writes without end: the reply stops at max tokens (40 chunks here),
+    is saved as ended by length, and its record's note says the server kept writing."""
+    broken.mode = "ok"
+    rig.connect(broken.base_url)
+    broken.mode = "endless"
+    assert rig.c.send_message("hi")
+    rig.reply_done()
+    role, text, status, reason = rig.stored()[-1]
+    assert (role, status, reason) == ("assistant", "done", "length")
+    assert text == "Hello, world" + " word" * 38
+    [record] = [e.value for e in rig.pump.seen
+                if isinstance(e, JobDone) and isinstance(e.value, ReplyRecord)]
+    assert record.note is not None and record.note.startswith(
+        "The server kept writing past the 40 tokens asked for (max tokens)")
+    broken.mode = "ok"
