@@ -102,9 +102,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
+        self._write_without_end(b'{"error": {"message": "')
+
+    def _write_without_end(self, head: bytes) -> None:
+        """``head``, then kilobytes of text without a line end until the client goes
+        (100 MB at most)."""
         try:
-            self.wfile.write(b'{"error": {"message": "')
-            for _ in range(100_000):  # 100 MB at most
+            self.wfile.write(head)
+            for _ in range(100_000):
                 self.wfile.write(b"x" * 1024)
         except OSError:  # the client closed the connection
             pass
@@ -116,12 +121,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         if mode == "endless-line":
-            try:
-                self.wfile.write(b'data: {"choices": [{"delta": {"content": "')
-                for _ in range(100_000):  # 100 MB at most
-                    self.wfile.write(b"y" * 1024)
-            except OSError:  # the client closed the connection
-                pass
+            self._write_without_end(b'data: {"choices": [{"delta": {"content": "')
             return
         for text in CHUNKS:
             self.wfile.write(_chunk(text))
