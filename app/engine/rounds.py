@@ -57,6 +57,7 @@ class ReplyCounters:
     target_time: float = 0.0
     draft_passes: int = 0  # target passes that carried draft tokens
     draft_pass_time: float = 0.0  # their seconds
+    declined: int = 0  # drafts of which the cost-aware policy verified no token
 
     def __post_init__(self) -> None:
         self.accepted_at = [0] * self.k
@@ -278,6 +279,8 @@ class Round:
                     self.tails.score(history)
                     n = policy.trim(keys, self.draft_min)
                     self.tails.hold(len(history), drafts, keys, n)
+                    if n == 0:
+                        self.counters.declined += 1
                     del drafts[n:]
             if len(drafts) < self.draft_min:
                 drafts = []

@@ -1128,6 +1128,7 @@ class Session:
             target_time=c.target_time,
             draft_passes=c.draft_passes,
             draft_pass_time=c.draft_pass_time,
+            declined=c.declined,
             target_step_time=self.target_step_time,
             ttft=(reply.t_first - reply.t0) if reply.t_first is not None else 0.0,
             prefill_time=reply.t_prefill - reply.t0,

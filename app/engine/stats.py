@@ -256,6 +256,9 @@ class SpecStats:
     target_time: float = 0.0
     draft_passes: int = 0  # target passes that carried draft tokens (verification passes)
     draft_pass_time: float = 0.0  # their seconds
+    #: drafts (one per round) the drafter proposed of which the cost-aware policy verified
+    #: no token: a check would have cost more than it was expected to save here
+    declined: int = 0
     target_step_time: float | None = None  # a plain one-token target pass, seconds
     ttft: float = 0.0
     prefill_time: float = 0.0

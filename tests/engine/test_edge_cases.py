@@ -594,3 +594,18 @@ def test_load_progress_keeps_its_end_for_the_context_and_the_pass_timing(
 
     with pytest.raises(LoadCancelledError):
         Session.open(SessionConfig(target_path=tiny_target, n_ctx=512), progress=stop_at_context)
+
+
+def test_draft_tokens_the_policy_declines_are_counted(session: Session,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The drafts of which the cost-aware policy verifies nothing are counted as
+    declined (the gauge then says why nothing was checked), and never as proposed."""
+    from app.engine.policy import DraftLengthPolicy
+
+    prompt = [BOS, *([300, 301, 302, 303] * 6)]
+    fixed = run(session, prompt, GREEDY, SpeculationConfig(adaptive=False, mode="prompt-lookup"))
+    assert fixed.stats.proposed > 0 and fixed.stats.declined == 0
+    monkeypatch.setattr(DraftLengthPolicy, "trim", lambda self, keys, draft_min=0: 0)
+    r = run(session, prompt, GREEDY, SpeculationConfig(adaptive=True, mode="prompt-lookup"))
+    assert r.stats.declined > 0 and r.stats.proposed == r.stats.verified == 0
+    assert r.ids == fixed.ids  # what is verified never changes what is written

@@ -201,3 +201,20 @@ def test_the_big_figure_says_what_it_is_before_the_first_second_of_decoding(qtbo
     assert g.tps_caption.text() == "decode tok/s (so far)"
     g.end_reply(_stats(4, 3))
     assert g.tps_caption.text() == "decode tok/s (whole reply)"
+
+
+def test_a_reply_whose_drafts_were_all_declined_says_why(qtbot) -> None:
+    """On a CPU where a check of several tokens costs nearly as many one-token steps,
+    the adaptive policy may check none of the drafter's tokens: the gauge says so
+    instead of "nothing was drafted" (the starter prompts promise drafts)."""
+    from app.options import SpecMode
+    from app.ui.gauge.gauge_panel import declined_note
+
+    s = SpecStats(mode=SpecMode.PROMPT_LOOKUP, draft_max=16, adaptive=True, emitted=55,
+                  rounds=55, declined=38, decode_time=1.1)
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    g.show_stored(s)
+    assert g.value_text("alpha") == "— (none of 38 drafts was worth checking on this machine)"
+    assert declined_note(s).startswith("The drafter proposed 38 drafts, but on this machine")
+    assert declined_note(SpecStats(mode=SpecMode.PROMPT_LOOKUP, emitted=5, rounds=5)) == ""

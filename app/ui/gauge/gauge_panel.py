@@ -59,6 +59,9 @@ def alpha_text(s: SpecStats, streaming: bool) -> str:
     :data:`~app.engine.stats.MIN_VERIFIED_FOR_ESTIMATE` drafts also its 95 % interval,
     so one lucky draft does not read as 100 %; without drafts, why there is no figure."""
     alpha = s.acceptance_rate
+    if alpha is None and s.declined:
+        return (f"{MISSING} (none of {s.declined} draft{'s' if s.declined != 1 else ''} "
+                "was worth checking on this machine)")
     if alpha is None:
         return (f"{MISSING} (nothing drafted yet)" if streaming
                 else f"{MISSING} (nothing was drafted in this reply)")
@@ -132,9 +135,20 @@ def _reply_note(stats: SpecStats, note: str | None = None, threads_auto: bool = 
     """The gauge's note under a finished reply: ``note`` (or why speculation fell back),
     the draft-length rule of thumb when it applies (:func:`reply_advice`), and, with a
     thread count fixed in the settings (not ``threads_auto``), :func:`threads_note`."""
-    notes = [note or stats.fallback_reason or "", advice_words(reply_advice(stats)),
-             "" if threads_auto else threads_note(stats)]
+    notes = [note or stats.fallback_reason or "", declined_note(stats),
+             advice_words(reply_advice(stats)), "" if threads_auto else threads_note(stats)]
     return "\n".join(n for n in notes if n)
+
+
+def declined_note(stats: SpecStats) -> str:
+    """Why a reply whose drafter proposed tokens checked none (the adaptive policy found
+    no check worth its measured cost here), else ""."""
+    if stats.verified or not stats.declined:
+        return ""
+    drafts = f"{stats.declined} draft{'s' if stats.declined != 1 else ''}"
+    return (f"The drafter proposed {drafts}, but on this machine a check was measured to "
+            "cost more than the draft was expected to save, so the adaptive draft length "
+            "checked none (untick \u201cadaptive\u201d to check every draft).")
 
 
 def threads_note(stats: SpecStats, cores: int | None = None) -> str:
