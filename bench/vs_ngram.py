@@ -124,7 +124,7 @@ def run_llama_spec(args: argparse.Namespace, mode: str, prompt: str,
     if args.n_gpu_layers is not None:
         argv += ["-ngl", str(args.n_gpu_layers)]
     # llama.cpp's common log is written by a worker thread that is not flushed at exit
-    # (common/log.cpp; ggml-org/llama.cpp#22142): on a busy machine the summary lines can be
+    # (common/log.cpp, its worker thread): on a busy machine the summary lines can be
     # lost although the run succeeded. Such a run is repeated (at most twice).
     for attempt in range(3):
         res = C.run_child(argv, env=C.tiled_kernel_env(exact))

@@ -4,10 +4,9 @@ answer in plain text.
 
 uvicorn (0.55) has no timeout while a request's head or body is being read: its
 keep-alive timer runs only between requests and is reset by every byte received, so a
-client that sends part of a request and stops holds its connection for ever (uvicorn's
-own open issue Kludex/uvicorn#157 lists ``--timeout-request-start`` and
-``--timeout-request-complete``; the usual remedy, as in xorbitsai/inference#5213, is a
-wrapper of the protocol class). Its ``limit_concurrency`` counts those connections
+client that sends part of a request and stops holds its connection for ever (uvicorn
+has no ``--timeout-request-start`` or ``--timeout-request-complete``; the usual remedy,
+as other servers built on uvicorn do it, is a wrapper of the protocol class). Its ``limit_concurrency`` counts those connections
 too, so a few hundred of them lock every client out, and it answers with a plain-text
 503. :class:`GuardedH11Protocol` is uvicorn's h11 protocol with:
 

@@ -659,7 +659,7 @@ def _tokenizer_fields(kv: dict[str, Any], arch: str, tokens: list[bytes] | None)
     flag = _bool_kv(kv, "tokenizer.ggml.add_eos_token")
     add_eos = add_eos if flag is None else flag
     if (pre == "gemma4" or model == "gemma4") and not add_bos:
-        add_bos = True  # llama.cpp's Gemma 4 override (ggml-org/llama.cpp#21500)
+        add_bos = True  # llama.cpp's Gemma 4 override (src/llama-vocab.cpp, "gemma4")
     return dict(
         tokenizer_model=model, tokenizer_pre=pre, vocab_type=vocab_type, n_vocab=n_vocab,
         bos_id=bos, eos_id=eos, add_bos=add_bos, add_eos=add_eos,

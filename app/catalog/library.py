@@ -354,7 +354,7 @@ def _record_demos(record: Path, done: set[str]) -> None:
     """Write the names of the demos written once (:data:`DEMOS_WRITTEN`); a failure is
     logged (the demo may be written again)."""
     try:
-        record.write_text("\n".join(sorted(n for n in done if n)) + "\n", encoding="utf-8")
+        write_text_atomic(record, "\n".join(sorted(n for n in done if n)) + "\n")
     except OSError as exc:
         log.warning("could not record the demos written in %s: %s", record, exc)
 

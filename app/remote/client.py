@@ -811,7 +811,7 @@ class _StreamState:
         longer than :meth:`line_limit` ends the reading: as an overrun of ``max_tokens``
         when one was asked, else as garbage."""
         data: list[str] = []
-        size = 0
+        size, limit = 0, self.line_limit()
         try:
             for line in lines:
                 if cancel is not None and cancel.is_set():
@@ -820,9 +820,8 @@ class _StreamState:
                 if line.startswith("data:"):
                     data.append(line[5:].removeprefix(" "))
                     size += len(data[-1])
-                    if size > self.line_limit():
-                        raise LineTooLongError(f"an event longer than {self.line_limit()} "
-                                               "characters")
+                    if size > limit:
+                        raise LineTooLongError(f"an event longer than {limit} characters")
                     continue
                 if line.strip() or not data:
                     continue  # a comment, another field, or a blank line between events
