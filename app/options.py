@@ -17,6 +17,7 @@ validate (pydantic's ``model_copy(update=…)`` does not).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -49,6 +50,20 @@ PROMPT_CACHE_MAX_MIB = 1_048_576
 
 #: llama.cpp's "random seed" value is 2³²−1, so the largest fixed seed is 2³²−2.
 SEED_MAX = 2**32 - 2
+
+#: The context window a model is loaded with unless one is given, tokens (the window's
+#: Sampling → Model, every command's ``--n-ctx``).
+N_CTX = 4096
+#: The context window's range in the settings and the window, tokens (1 Mi: a bound for
+#: typing errors; a model's own maximum is checked at load).
+N_CTX_MIN, N_CTX_MAX = 256, 1_048_576
+
+
+def max_threads() -> int:
+    """The most CPU threads a config may ask for: 4 × the logical CPUs, at most 512
+    (llama.cpp's ``GGML_MAX_N_THREADS``). More threads than cores only make the threads
+    wait on each other; far more is a typo."""
+    return min(512, 4 * (os.cpu_count() or 1))
 
 
 #: The draft length k of a drafter that costs no forward pass per draft token (prompt
@@ -339,14 +354,16 @@ def auto_candidates() -> tuple[SpecMode, ...]:
 
 def drafter_table_markdown() -> str:
     """The drafters as the Markdown table docs/cli.md carries (a test keeps it current)."""
-    rows = ["| mode | picker | needs | command line | Auto may pick it | k by default |",
-            "| --- | --- | --- | --- | --- | --- |"]
+    rows = ["| mode | picker | needs | command line | Auto may pick it | k by default "
+            "| its own settings |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     for i in _INFOS.values():
         flag = i.cli_flag or ""
         if flag and i.needs is DrafterNeeds.DRAFT_MODEL:
             flag += " PATH"
+        own = ", ".join(f"`--{o.replace('_', '-')}`" for o in i.options)
         rows.append(f"| `{i.mode}` | {i.label} | {i.needs} | {f'`{flag}`' if flag else ''} | "
-                    f"{'yes' if i.auto_rank is not None else 'no'} | {i.default_k} |")
+                    f"{'yes' if i.auto_rank is not None else 'no'} | {i.default_k} | {own} |")
     return "\n".join(rows) + "\n"
 
 PROMPT_LOOKUP_INFO = DrafterInfo(

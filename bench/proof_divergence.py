@@ -35,7 +35,7 @@ from app.engine.divergence import SamplingTrace, compare_traces
 from app.engine.reply import ReplyRecord
 from app.engine.llama import LlamaContext, LlamaModel
 from app.engine.measure.prompts import load_prompts, prepare_prompt
-from app.engine.rounds import FAULTS
+from tests.faults import FAULTS
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpeculationConfig
 

@@ -30,7 +30,8 @@ def test_defaults_are_the_fields_except_those_stated_once() -> None:
         want = CLI_DEFAULTS.get(name, SamplingParams.model_fields[name].default)
         assert getattr(gen, dest) == want, name
     assert (gen.temp, gen.max_tokens) == (0.0, 256)  # greedy, a reply a terminal shows
-    for name in ("draft_min", "draft_p_min", "ngram_min", "ngram_max"):
+    for name in ("draft_min", "draft_p_min", "ngram_min", "ngram_max", "suffix_spec_factor",
+                 "suffix_min_prob"):
         assert getattr(gen, name) == SpeculationConfig.model_fields[name].default
     bench = _parse("bench", "--model", "m.gguf")
     assert (bench.temp, bench.seed, bench.max_tokens) == (0.0, 1234, 128)
@@ -73,3 +74,17 @@ def test_cache_ram_sets_the_prompt_cache_of_every_command_that_loads_a_model() -
     for bad in ("-1", "1048577", "lots"):
         with pytest.raises(SystemExit):
             _parse("generate", "hi", "--model", "m.gguf", "--cache-ram", bad)
+
+
+def test_reversed_ngram_sizes_are_refused_naming_the_flag() -> None:
+    """The CLI passes the sizes as given: the one rule (the options' validator) refuses
+    them, as the API does, instead of running other sizes than asked."""
+    from pydantic import ValidationError
+
+    from app.cli.options import option_error, speculation_configs
+    from app.options import SpecMode
+
+    args = _parse("generate", "hi", "--model", "m.gguf", "--ngram-min", "5", "--ngram-max", "3")
+    with pytest.raises(ValidationError) as err:
+        speculation_configs(args, SpecMode.PROMPT_LOOKUP, [None])
+    assert str(option_error(err.value)).startswith("Invalid option --ngram-max: ngram_max (3)")

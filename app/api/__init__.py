@@ -9,7 +9,16 @@ uvicorn, in the foreground (``python -m app serve``) or on a thread (the window'
 API" switch); :mod:`app.api.traffic` keeps the recent requests the window lists. No Qt.
 
 Per-request speculation: the extra body field ``"speculation"`` takes any field of
-:class:`~app.options.SpeculationConfig` (``mode``: ``off``, ``prompt-lookup``,
-``draft-model``; ``draft_max``; ``draft_min``; ``draft_p_min``; ``ngram_min``;
-``ngram_max``; ``adaptive``) over the server's default.
+:class:`~app.options.SpeculationConfig` (``mode``: any drafter's, docs/cli.md; ``draft_max``
+and the drafters' own settings; ``adaptive``) over the server's default.
+
+The defaults where the API listens and what it reads are here, so that the command line
+and the window name them without importing the server.
 """
+
+#: the address the API listens on by default (this computer only)
+DEFAULT_HOST = "127.0.0.1"
+#: the port the API listens on by default (llama-server's default too)
+DEFAULT_PORT = 8080
+#: the default request body limit, bytes (a 32k-token conversation is about 130 KB)
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024

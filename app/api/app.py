@@ -11,7 +11,9 @@ it waits in the same bounded queue as the window's replies and runs alone on the
 Answers and refusals:
 
 * a full queue (:class:`~app.chat.service.QueueFullError`) → 429 with ``Retry-After``;
-  no model loaded or the service shutting down → 503 with ``Retry-After``;
+  no model loaded or the service shutting down → 503 with ``Retry-After``; the
+  window's replies running on a remote server → 503 without it (this API serves
+  models loaded in Tandem);
 * bad input → OpenAI's error JSON (:mod:`app.api.protocol`) with 400, 401, 404, 413
   or 415; a prompt longer than the context → 400 ``context_length_exceeded``
   (the job's :class:`~app.errors.ContextOverflowError`); a bug → 500 with one sentence,
@@ -44,6 +46,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from app.api import DEFAULT_MAX_BODY_BYTES
 from app.api.protocol import (
     ApiError,
     GenerationRequest,
@@ -53,14 +56,20 @@ from app.api.protocol import (
 from app.api.replies import Reply, answer, error_response, stream
 from app.api.request_log import RequestLog
 from app.api.security import ApiKeyMiddleware, LoopbackHostMiddleware
-from app.chat.events import DraftChanged, JobDone, JobFailed, ModelInfo
+from app.chat.events import (
+    DraftChanged,
+    JobDone,
+    JobFailed,
+    ModelInfo,
+    RemoteConnected,
+    TargetKept,
+    remote_model_info,
+)
 from app.chat.service import ChatService, Job, QueueFullError
 from app.engine.reply import ReplyRecord
 from app.errors import TandemError
 from app.options import DrafterNeeds, SamplingParams, SpecMode, SpeculationConfig
 
-#: the default request body limit, bytes (a 32k-token conversation is about 130 KB)
-DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 
 Defaults = Callable[[], tuple[SamplingParams, SpeculationConfig]]
 
@@ -98,8 +107,11 @@ def model_id(info: ModelInfo) -> str:
 @dataclass
 class ApiState:
     """What the routes share: the service, the settings, the loaded model (kept up to
-    date from the service's load/draft/unload events), the request log, and where
-    request defaults come from (``defaults``; None: the settings')."""
+    date from the service's load and draft events), the request log, and where
+    request defaults come from (``defaults``; None: the settings').
+
+    ``model`` is None while no local model is loaded; ``remote`` names the remote server
+    the window's replies run on instead (the API serves local models only)."""
 
     service: ChatService
     settings: ApiSettings
@@ -108,19 +120,34 @@ class ApiState:
     log: RequestLog = field(default_factory=RequestLog)
     durations: list[float] = field(default_factory=list)
     loaded_at: int = field(default_factory=lambda: int(time.time()))
+    remote: str | None = None
+    _kept: int | None = None  # the load job that failed without unloading anything
+
+    def __post_init__(self) -> None:
+        model = self.model
+        if model is not None and model.remote is not None:
+            self.model, self.remote = None, model.target_name
 
     def on_event(self, event: object) -> None:
-        """Follow loads and unloads made by anyone (the window's model bar included)."""
-        if isinstance(event, JobDone):
+        """Follow loads, connects and draft changes made by anyone (the window's model
+        bar included); a load that fails before unloading anything
+        (:class:`TargetKept`) leaves the model as it was."""
+        if isinstance(event, TargetKept):
+            self._kept = event.job_id
+        elif isinstance(event, JobDone):
             if event.kind == "load" and isinstance(event.value, ModelInfo):
-                self.model, self.loaded_at = event.value, int(time.time())
-            elif event.kind == "unload":
+                self.model, self.remote = event.value, None
+                self.loaded_at = int(time.time())
+            elif event.kind == "load" and isinstance(event.value, RemoteConnected):
                 self.model = None
+                self.remote = remote_model_info(event.value, 0.0).target_name
             elif event.kind == "draft" and isinstance(event.value, DraftChanged) and self.model:
                 self.model = replace(self.model, draft_path=event.value.path,
                                      draft_name=event.value.name)
         elif isinstance(event, JobFailed) and event.kind == "load":
-            self.model = None  # the old session was closed before loading the new one
+            if self._kept != event.job_id:  # the old model was unloaded before the failure
+                self.model, self.remote = None, None
+            self._kept = None
 
     def retry_after(self, ahead: int) -> int:
         """Seconds until the queue has likely moved on: ``ahead`` jobs (plus the running
@@ -143,6 +170,11 @@ class ApiState:
             ApiError: 503 when none is loaded, 404 when ``requested`` is another.
         """
         info = self.model
+        if info is None and self.remote is not None:
+            raise ApiError(503, f"Tandem's replies run on a remote server ({self.remote}); "
+                           "this API serves models loaded in Tandem only: send requests "
+                           "to that server, or load a model in Tandem.",
+                           type="unavailable_error", code="model_not_loaded")
         if info is None:
             raise ApiError(503, "No model is loaded yet.", type="unavailable_error",
                            code="model_not_loaded", headers={"Retry-After": "5"})
@@ -200,6 +232,9 @@ async def health(request: Request) -> Response:
     service, info = state.service, state.model
     queue = {"running": service.running is not None, "waiting": service.waiting,
              "limit": service.queue_limit}
+    if info is None and state.remote is not None and not service.closed:
+        return JSONResponse({"status": f"replies run on a remote server ({state.remote})",
+                             "queue": queue}, status_code=503)
     if info is None or service.closed:
         return JSONResponse({"status": "no model loaded", "queue": queue}, status_code=503,
                             headers={"Retry-After": "5"})

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from app.api import DEFAULT_HOST, DEFAULT_PORT
 from app.api.app import ApiSettings, Defaults, close_app, create_app
 from app.api.connections import ConnectionLimits, protocol_factory
 from app.api.security import check_api_key
@@ -29,8 +30,6 @@ from app.errors import TandemError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8080
 #: the longest request head h11 reads (its default), bytes; above it: 400
 MAX_HEAD_BYTES = 16 * 1024
 

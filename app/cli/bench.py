@@ -58,7 +58,7 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "the earlier replies, which also feed the suffix drafter's index."
         ),
     )
-    add_model_args(p, n_ctx=4096)
+    add_model_args(p)
     add_drafting_args(p)
     p.add_argument("--prompts", default="builtin:code",
                    help="builtin:code, builtin:chat, builtin:agent (multi-turn), or a "

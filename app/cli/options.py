@@ -26,9 +26,8 @@ from app.engine.drafter_kinds import kinds
 from app.engine.session import SessionConfig
 from app.errors import TandemError
 from app.options import (
-    DRAFT_MODEL_K,
     DrafterNeeds,
-    FREE_DRAFTER_K,
+    N_CTX,
     PROMPT_CACHE_MAX_MIB,
     PROMPT_CACHE_MIB,
     SamplingParams,
@@ -44,8 +43,7 @@ def add_draft_length_arg(p: argparse.ArgumentParser, *, several: bool) -> None:
     """--draft-max: the draft length k (``several``: a list such as ``1,3,5,8`` into
     ``args.k``; else one k into ``args.draft_max``), default None (the drafter's default).
     ``--k`` is the same option under its older name, accepted but not listed."""
-    help_text = field_help(SpeculationConfig, "draft_max", default_text=(
-        f"{FREE_DRAFTER_K}; {DRAFT_MODEL_K} for a draft model"))
+    help_text = field_help(SpeculationConfig, "draft_max", default_text=default_ks_text())
     if several:
         help_text = "the draft lengths k to compare with off, e.g. 1,3,5,8; " + help_text
     kind: Any = draft_lengths_arg if several else int
@@ -53,6 +51,16 @@ def add_draft_length_arg(p: argparse.ArgumentParser, *, several: bool) -> None:
     p.add_argument("--draft-max", dest=dest, type=kind, default=None,
                    metavar="K[,K…]" if several else "K", help=help_text)
     p.add_argument("--k", dest=dest, type=kind, default=None, help=argparse.SUPPRESS)
+
+
+def default_ks_text() -> str:
+    """Each drafter's default k in words, from the registry: "16 with prompt lookup or
+    suffix lookup, 4 with a draft model, 3 with MTP" (most drafters first)."""
+    by_k: dict[int, list[str]] = {}
+    for info in drafter_infos():
+        by_k.setdefault(info.default_k, []).append(info.words)
+    groups = sorted(by_k.items(), key=lambda kv: -len(kv[1]))
+    return ", ".join(f"{k} with {' or '.join(words)}" for k, words in groups)
 
 
 def draft_lengths_arg(text: str) -> tuple[int, ...]:
@@ -86,7 +94,7 @@ def _cache_mib(text: str) -> int:
     return value
 
 
-def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
+def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int = N_CTX) -> None:
     """--model, --draft | --prompt-lookup | --suffix, --auto, --n-ctx, --n-gpu-layers,
     --threads, --cache-ram, --exact."""
     p.add_argument("--model", required=True, type=Path, help="target model GGUF")
@@ -126,8 +134,9 @@ def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int) -> None:
 
 
 def add_drafting_args(p: argparse.ArgumentParser) -> None:
-    """--draft-min, --draft-p-min, --fixed-k, --ngram-min, --ngram-max (help, defaults and
-    ranges from :class:`~app.options.SpeculationConfig`'s fields)."""
+    """--draft-min, --draft-p-min, --fixed-k, --ngram-min, --ngram-max,
+    --suffix-spec-factor, --suffix-min-prob (help, defaults and ranges from
+    :class:`~app.options.SpeculationConfig`'s fields)."""
     add_field_arg(p, SpeculationConfig, "draft_min", metavar="N")
     add_field_arg(p, SpeculationConfig, "draft_p_min", metavar="P")
     p.add_argument("--fixed-k", action="store_true",
@@ -135,6 +144,8 @@ def add_drafting_args(p: argparse.ArgumentParser) -> None:
                         "tokens as this machine's measured costs make worthwhile)")
     add_field_arg(p, SpeculationConfig, "ngram_min")
     add_field_arg(p, SpeculationConfig, "ngram_max")
+    add_field_arg(p, SpeculationConfig, "suffix_spec_factor", metavar="F")
+    add_field_arg(p, SpeculationConfig, "suffix_min_prob", metavar="P")
 
 
 #: Defaults of ``generate`` that differ from the fields' own (app/options.py), and why:
@@ -251,7 +262,9 @@ OPTION_NAMES = {
     "n_threads": "--threads", "n_ctx": "--n-ctx", "n_gpu_layers": "--n-gpu-layers",
     "prefix_cache_bytes": "--cache-ram",
     "draft_max": "--draft-max", "draft_min": "--draft-min", "draft_p_min": "--draft-p-min",
-    "ngram_min": "--ngram-min", "ngram_max": "--ngram-max", "temperature": "--temp",
+    "ngram_min": "--ngram-min", "ngram_max": "--ngram-max",
+    "suffix_spec_factor": "--suffix-spec-factor", "suffix_min_prob": "--suffix-min-prob",
+    "temperature": "--temp",
     "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p", "seed": "--seed",
     "repeat_penalty": "--repeat-penalty", "max_tokens": "--max-tokens", "system": "--system",
 }
@@ -280,7 +293,9 @@ def speculation_configs(args: argparse.Namespace, mode: SpecMode,
             draft_min=args.draft_min,
             draft_p_min=args.draft_p_min,
             ngram_min=args.ngram_min,
-            ngram_max=max(args.ngram_min, args.ngram_max),
+            ngram_max=args.ngram_max,
+            suffix_spec_factor=args.suffix_spec_factor,
+            suffix_min_prob=args.suffix_min_prob,
             adaptive=not args.fixed_k,
         )
         for k in ks

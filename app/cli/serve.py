@@ -13,7 +13,9 @@ import argparse
 import os
 import sys
 
+from app.api import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT
 from app.cli.options import (
+    add_draft_length_arg,
     add_drafting_args,
     add_field_arg,
     add_model_args,
@@ -39,18 +41,18 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "printable characters without spaces."
         ),
     )
-    add_model_args(p, n_ctx=4096)
-    p.add_argument("--draft-max", type=int, default=None, metavar="K",
-                   help="draft length k (default 16; 4 for a draft model)")
+    add_model_args(p)
+    add_draft_length_arg(p, several=False)
     add_drafting_args(p)
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    p.add_argument("--port", type=int, default=8080, help="port (8080; 0: any free port)")
+    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on ({DEFAULT_HOST})")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT,
+                   help=f"port ({DEFAULT_PORT}; 0: any free port)")
     p.add_argument("--api-key", default=os.environ.get("TANDEM_API_KEY"),
                    help="require 'Authorization: Bearer KEY' (default: $TANDEM_API_KEY)")
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="allow browser calls from this origin (repeatable; default: none)")
     p.add_argument("--max-body-bytes", type=int, default=None,
-                   help="request body limit in bytes (4 MiB)")
+                   help=f"request body limit in bytes ({DEFAULT_MAX_BODY_BYTES // 2**20} MiB)")
     add_field_arg(p, SamplingParams, "max_tokens")  # for requests that name none
     p.add_argument("--queue-limit", type=int, default=16,
                    help="requests that may wait behind the running one (16)")

@@ -179,8 +179,9 @@ class DraftLengthPolicy:
             default ``prior_alpha`` for every key.
     """
 
-    #: a draft is verified only when its expected rate beats plain decoding's by this
-    #: fraction: the estimates are noisy, and the best of noisy estimates is biased upward
+    #: a free drafter's draft (:meth:`trim`) is verified only when its expected rate
+    #: beats plain decoding's by this fraction: the estimates are noisy, and the best of
+    #: noisy estimates is biased upward (a draft model's :meth:`choose` applies none)
     margin = 0.05
     #: when :meth:`trim` would verify nothing of a draft, every this many such rounds it
     #: verifies its first token anyway, so that the estimates keep meeting the target;

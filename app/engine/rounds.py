@@ -21,7 +21,8 @@ the rounds counted; :class:`~app.engine.stats.SpecStats` is a snapshot of it.
 baseline under the same conditions.
 
 Tests and the proof benchmarks install a deliberately broken :class:`Verifier`
-(:data:`FAULTS`) to show that the divergence check calls such an engine suspect.
+(``tests/faults.py``) as ``Session.verifier`` to show that the divergence check calls
+such an engine suspect.
 """
 
 from __future__ import annotations
@@ -71,16 +72,14 @@ class Verified:
     ``tokens``: the emitted tokens with whether each was an accepted draft token;
     ``n_acc``: draft tokens that matched (their KV entries stay), the end-of-generation
     position included; ``n_verified`` / ``n_counted``: draft tokens compared / accepted
-    under the counting rules; ``rejected_at``: the batch position of the first sample
-    that differed from its draft token, None when none did; ``end``: "stop" when the
-    target sampled an end-of-generation token.
+    under the counting rules; ``end``: "stop" when the target sampled an
+    end-of-generation token.
     """
 
     tokens: list[tuple[int, bool]] = field(default_factory=list)
     n_acc: int = 0
     n_verified: int = 0
     n_counted: int = 0
-    rejected_at: int | None = None
     end: Literal["stop"] | None = None
 
 
@@ -118,7 +117,6 @@ class Verifier:
                 break
             if not match:
                 if is_draft:
-                    out.rejected_at = i
                     self.after_rejection(ctx, draw, i, len(batch))
                 break
         return out
@@ -130,27 +128,6 @@ class Verifier:
         """How many batch positions stay in the KV cache: the last token and the
         accepted drafts."""
         return 1 + n_acc
-
-
-class KeepRejectedKV(Verifier):
-    """A deliberate bug: rejected draft tokens stay in the KV cache and the positions move
-    past them, so the model attends to tokens that are not in the text."""
-
-    def kept(self, n_acc: int, n_batch: int) -> int:
-        return n_batch
-
-
-class ExtraDraw(Verifier):
-    """A deliberate bug: after a rejection the sampler also samples the next position and
-    throws the token away, so every later random draw is one step out of line."""
-
-    def after_rejection(self, ctx: LlamaContext, draw: Sample, i: int, n_batch: int) -> None:
-        if i + 1 < n_batch:
-            draw(ctx, i + 1)
-
-
-#: the deliberately broken verifiers by name (``--fault`` of the proof benchmarks)
-FAULTS: dict[str, type[Verifier]] = {"keep-rejected-kv": KeepRejectedKV, "extra-draw": ExtraDraw}
 
 
 @dataclass(frozen=True, slots=True)

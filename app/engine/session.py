@@ -68,14 +68,17 @@ from app.errors import (
     ModelLoadError,
     TandemError,
 )
-from app.options import FREE_DRAFTER_K, K_MAX, SamplingParams, SpecMode, SpeculationConfig
+from app.options import (
+    FREE_DRAFTER_K,
+    K_MAX,
+    N_CTX,
+    SamplingParams,
+    SpecMode,
+    SpeculationConfig,
+    max_threads,
+)
 
 log = logging.getLogger(__name__)
-
-def max_threads() -> int:
-    """The most CPU threads a config may ask for: 4 × the logical CPUs, at most 512."""
-    return min(512, 4 * (os.cpu_count() or 1))
-
 
 def default_threads() -> int:
     """CPU threads for decoding: the cores other processes leave free now (measured over
@@ -86,6 +89,11 @@ def default_threads() -> int:
 class SessionConfig(BaseModel):
     """What to load and how.
 
+    ``n_ctx``: the context window, tokens (lowered to the model's trained length, with a
+    note). ``n_batch``: the most prompt tokens one decode call takes (llama.cpp's
+    ``n_batch``; a longer prompt is read in chunks of this size, each a point where a
+    stop is noticed). ``use_mmap``: map the weights from the file instead of reading
+    them into memory (llama.cpp's default).
     ``n_gpu_layers`` None: all layers on the GPU when the build supports offload, else 0.
     ``n_threads`` None: :func:`default_threads` at load, then as many as the cores other
     processes leave free, changed between rounds (:class:`app.engine.cpu.ThreadGovernor`);
@@ -110,7 +118,7 @@ class SessionConfig(BaseModel):
 
     target_path: Path
     draft_path: Path | None = None
-    n_ctx: int = Field(4096, ge=16)
+    n_ctx: int = Field(N_CTX, ge=16)
     n_batch: int = Field(512, ge=1)
     n_gpu_layers: int | None = None
     n_threads: int | None = Field(None, ge=1)
@@ -122,8 +130,6 @@ class SessionConfig(BaseModel):
     @field_validator("n_threads")
     @classmethod
     def _threads_this_computer_can_use(cls, v: int | None) -> int | None:
-        # More threads than cores only make the threads wait on each other; far more is a
-        # typo. llama.cpp itself stops at GGML_MAX_N_THREADS (512).
         if v is not None and v > max_threads():
             raise ValueError(
                 f"{v} threads is more than this computer can use: it has {os.cpu_count() or 1} CPU "
@@ -395,8 +401,10 @@ class Session:
         self.mtp_bytes = 0
         #: whether verification is batch-invariant here (see SessionConfig.exact_verification)
         self.exact_verification = False
+        #: the notes (also in :attr:`notes`) that say why it is not, when it was asked for
+        self.exact_notes: tuple[str, ...] = ()
         #: samples the verified positions (a deliberately broken one in fault-injection
-        #: tests: :data:`app.engine.rounds.FAULTS`)
+        #: tests: ``tests/faults.py``)
         self.verifier: Verifier = Verifier()
 
     # -- loading --------------------------------------------------------------------
@@ -429,9 +437,10 @@ class Session:
         probe_model(target_path, n_gpu_layers=config.n_gpu_layers,
                     should_stop=lambda: progress is not None and not progress(0.0))
         notes: list[str] = [part_note] if part_note else []
+        exact_notes: list[str] = []  # why exact verification is not possible
         # exact settings only where they make verification exact (a Q8_0 cache otherwise
         # changes the numerics for nothing)
-        exact = config.exact_verification and _exact_possible(config, notes)
+        exact = config.exact_verification and _exact_possible(config, exact_notes)
         target = LlamaModel(
             target_path,
             n_gpu_layers=config.n_gpu_layers,
@@ -444,7 +453,7 @@ class Session:
             n_ctx = _checked_context_length(target, config, notes)
             if exact and any(d % EXACT_KV_BLOCK for d in target.head_dims()):
                 exact = False
-                notes.append(
+                exact_notes.append(
                     f"Exact verification needs attention heads whose size is a multiple of "
                     f"{EXACT_KV_BLOCK} (for its Q8_0 KV cache); this model's are "
                     f"{'/'.join(map(str, target.head_dims()))}."
@@ -466,7 +475,8 @@ class Session:
         try:
             session = cls(config, target, ctx)
             session.exact_verification = exact
-            session.notes.extend(notes)
+            session.exact_notes = tuple(exact_notes)
+            session.notes.extend(notes + exact_notes)
             session._calibrate_target_step()
             session._note_recurrent_rollback()
             session._note_mtp_layers(target_path)

@@ -33,10 +33,6 @@ suffix tree would follow (a node's children are the distinct next tokens of its
 occurrences, counted). Ties between equally frequent continuations go to the most recent
 occurrence, as prompt lookup does. Token ids are those of one target vocabulary: an index
 belongs to the :class:`~app.engine.session.Session` of one loaded model.
-
-:meth:`SuffixDrafter.peek` and :class:`SuffixDraftStats` expose, without drafting, what an
-"auto" drafter choice needs: the expected accepted length of the next draft, how often
-rounds found anything, and how well the estimates matched what the target accepted.
 """
 
 from __future__ import annotations
@@ -543,39 +539,6 @@ class SuffixIndex:
 # -- the drafter ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class SuffixDraftStats:
-    """What one :class:`SuffixDrafter` saw, for an "auto" drafter choice.
-
-    ``rounds``: draft calls; ``hits``: calls that proposed something; ``proposed``:
-    tokens proposed; ``predicted``: sum of the proposals' scores (expected accepted
-    tokens); ``followed``: proposed tokens that the context then continued with (the
-    target accepted them, or would have had the draft not been shortened by the loop);
-    ``from_history``: proposals that came from the index of earlier replies.
-    """
-
-    rounds: int = 0
-    hits: int = 0
-    proposed: int = 0
-    predicted: float = 0.0
-    followed: int = 0
-    from_history: int = 0
-
-    @property
-    def hit_rate(self) -> float | None:
-        """hits / rounds: how often a round had a draft."""
-        return self.hits / self.rounds if self.rounds else None
-
-    @property
-    def mean_draft_length(self) -> float | None:
-        return self.proposed / self.hits if self.hits else None
-
-    @property
-    def followed_rate(self) -> float | None:
-        """followed / proposed: the realised counterpart of an acceptance rate."""
-        return self.followed / self.proposed if self.proposed else None
-
-
 class SuffixDrafter:
     """Draft by suffix match over the context and an index of earlier replies (no model).
 
@@ -630,35 +593,16 @@ class SuffixDrafter:
         self.last = NO_CANDIDATE
         self._buf = np.full(256, _SEP, dtype=np.int32)
         self._n = 0
-        self._pending: tuple[int, tuple[int, ...]] | None = None  # (context len, draft)
-        self._stats = SuffixDraftStats()
-
-    @property
-    def stats(self) -> SuffixDraftStats:
-        return self._stats
 
     # -- the Drafter protocol ----------------------------------------------------------
     def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool] | None = None) -> None:
         self._n = 0
-        self._pending = None
         self._sync(prompt)
 
     def draft(self, context: Sequence[int], n_max: int) -> list[int]:
         self._sync(context)
-        self._account_followed(context)
         cand = self._candidate(n_max)
-        s = self._stats
-        hit = bool(cand.tokens)
-        self._stats = SuffixDraftStats(
-            rounds=s.rounds + 1,
-            hits=s.hits + hit,
-            proposed=s.proposed + len(cand.tokens),
-            predicted=s.predicted + cand.score,
-            followed=s.followed,
-            from_history=s.from_history + (hit and cand.source == "history"),
-        )
         self.last = cand
-        self._pending = (len(context), cand.tokens) if hit else None
         return list(cand.tokens)
 
     def close(self) -> None:
@@ -712,18 +656,6 @@ class SuffixDrafter:
         _, mc, qc, _ = key
         return SuffixDrafter._MATCH_PRIOR[mc] if qc == 3 else SuffixDrafter._UNSURE_PRIOR
 
-    # -- for an auto chooser -------------------------------------------------------------
-    def peek(self, context: Sequence[int], n_max: int) -> SuffixCandidate:
-        """What :meth:`draft` would propose now, without counting it as a round.
-
-        ``score`` is the expected accepted length under the count estimate (of the whole
-        draft, past the cap with ``past_cap``: a draft a policy will cut); an auto
-        chooser compares ``(1 + score) / t(len + 1)`` with ``1 / t(1)`` using measured
-        pass times t(n) (:class:`app.engine.policy.PassTimes`).
-        """
-        self._sync(context)
-        return self._candidate(n_max)
-
     # -- internals ---------------------------------------------------------------------
     def _sync(self, context: Sequence[int]) -> None:
         """Make the buffer hold ``context`` followed by a separator."""
@@ -742,21 +674,6 @@ class SuffixDrafter:
             self._buf[n_old:n] = np.asarray(context[n_old:n], dtype=np.int32)
         self._buf[n] = _SEP
         self._n = n
-
-    def _account_followed(self, context: Sequence[int]) -> None:
-        if self._pending is None:
-            return
-        start, proposal = self._pending
-        self._pending = None
-        followed = 0
-        for i, t in enumerate(proposal):
-            if start + i >= len(context) or context[start + i] != t:
-                break
-            followed += 1
-        s = self._stats
-        self._stats = SuffixDraftStats(
-            s.rounds, s.hits, s.proposed, s.predicted, s.followed + followed, s.from_history
-        )
 
     def _candidate(self, n_max: int) -> SuffixCandidate:
         cand, text, ends, cap = self._match(n_max)

@@ -30,7 +30,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Literal
@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from app.remote.errors import (
+    RemoteCancelledError,
     RemoteError,
     ServerAuthError,
     ServerHTTPError,
@@ -302,6 +303,9 @@ class RemoteClient:
         self._closed = False
         #: the socket of the stream being read, for a stop to cut (:meth:`_cut_on_cancel`)
         self._stream_socket: socket.socket | None = None
+        #: the socket of the pooled connection the GETs use, and the event that stops them
+        self._get_socket: socket.socket | None = None
+        self._get_cancel: threading.Event | None = None
         self._metrics_prefix: str | None | bool = False  # False: not looked at yet
 
     def __repr__(self) -> str:
@@ -312,15 +316,17 @@ class RemoteClient:
         self._closed = True
         self._http.close()
 
-    def _cut_on_cancel(self, cancel: threading.Event | None,
-                       done: threading.Event) -> threading.Thread | None:
+    def _cut_on_cancel(self, cancel: threading.Event | None, done: threading.Event,
+                       sock_of: Callable[[], socket.socket | None] | None = None
+                       ) -> threading.Thread | None:
         """A thread that shuts the stream's socket down as soon as ``cancel`` is set while
         the stream runs (``done`` not set), so a stop never waits for a silent server's
         next byte or for its read timeout: before the answer's headers (a long prompt
         being read, a request queued) as after. A socket still connecting is shut down
         once it is connected. A shutdown, unlike a close, wakes a thread blocked reading
         the socket; the plain socket's shutdown is used on a TLS socket too (the TLS
-        one also unwraps it under the reader's feet)."""
+        one also unwraps it under the reader's feet). ``sock_of`` gives the socket to cut
+        (default: the stream's)."""
         if cancel is None:
             return None
 
@@ -329,7 +335,7 @@ class RemoteClient:
                 if done.is_set():
                     return
             while not done.is_set():
-                sock = self._stream_socket
+                sock = sock_of() if sock_of is not None else self._stream_socket
                 if sock is not None:
                     with contextlib.suppress(OSError):
                         socket.socket.shutdown(sock, socket.SHUT_RDWR)
@@ -379,13 +385,47 @@ class RemoteClient:
                                status=status)
 
     def _get(self, path: str, *, timeout: float | None = None) -> httpx.Response:
-        """GET ``path``, its body read up to :data:`MAX_BODY_BYTES`."""
+        """GET ``path``, its body read up to :data:`MAX_BODY_BYTES`.
+
+        Raises:
+            RemoteCancelledError: the cancel event of :meth:`_cancellable` is set.
+            RemoteError: as :meth:`_translate` and :meth:`_bounded` say.
+        """
+        cancel = self._get_cancel
+
+        def trace(event: str, info: dict[str, Any]) -> None:
+            if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+                self._get_socket = _socket_of(info.get("return_value"))
+
+        if cancel is not None and cancel.is_set():
+            raise RemoteCancelledError(f"Stopped before {self.base_url} answered.")
         try:
-            with self._http.stream("GET", path,
-                                   timeout=timeout or httpx.USE_CLIENT_DEFAULT) as response:
+            with self._http.stream("GET", path, timeout=timeout or httpx.USE_CLIENT_DEFAULT,
+                                   extensions={"trace": trace}) as response:
                 return self._bounded(response, f"GET {path}")
         except httpx.HTTPError as exc:
+            if cancel is not None and cancel.is_set():
+                raise RemoteCancelledError(f"Stopped before {self.base_url} answered.") from exc
             raise self._translate(exc, f"GET {path}") from exc
+
+    @contextlib.contextmanager
+    def _cancellable(self, cancel: threading.Event | None) -> Iterator[None]:
+        """The GETs made inside stop as soon as ``cancel`` is set: the pooled connection's
+        socket is shut down (a silent server is not waited for) and later GETs raise
+        :class:`RemoteCancelledError`."""
+        if cancel is None:
+            yield
+            return
+        done = threading.Event()
+        self._get_cancel = cancel
+        watcher = self._cut_on_cancel(cancel, done, lambda: self._get_socket)
+        try:
+            yield
+        finally:
+            done.set()
+            if watcher is not None:
+                watcher.join()
+            self._get_cancel = None
 
     def _bounded(self, response: httpx.Response, what: str) -> httpx.Response:
         """``response`` with its body read, or ServerProtocolError past
@@ -396,7 +436,7 @@ class RemoteClient:
             size += len(chunk)
             if size > MAX_BODY_BYTES:
                 raise ServerProtocolError(
-                    f"{self.base_url} sent more than {MAX_BODY_BYTES // 2**20} MB in answer "
+                    f"{self.base_url} sent more than {MAX_BODY_BYTES // 2**20} MiB in answer "
                     f"to {what}; Tandem stopped reading it.")
             chunks.append(chunk)
         # the bytes are decoded already: the copy carries no encoding or length to redo
@@ -421,15 +461,18 @@ class RemoteClient:
             return None
 
     # -- models and recognition ----------------------------------------------------
-    def models(self) -> tuple[RemoteModel, ...]:
-        """``GET /v1/models``: the models the server offers.
+    def models(self, cancel: threading.Event | None = None) -> tuple[RemoteModel, ...]:
+        """``GET /v1/models``: the models the server offers (``cancel``: set it to stop
+        waiting for the answer).
 
         Raises:
+            RemoteCancelledError: ``cancel`` was set first.
             ServerUnreachableError, ServerTimeoutError, ServerAuthError: as named.
             ServerHTTPError: another error status (404: not an OpenAI-compatible server).
             ServerProtocolError: the answer is not OpenAI's model list.
         """
-        response = self._get("/v1/models")
+        with self._cancellable(cancel):
+            response = self._get("/v1/models")
         if response.status_code != 200:
             if response.status_code == 404:
                 raise ServerHTTPError(f"{self.base_url} has no /v1/models: it is not an "
@@ -468,13 +511,18 @@ class RemoteClient:
         except ValueError:
             return None
 
-    def identify(self) -> ServerInfo:
-        """Recognise the engine and read what it says about speculation.
+    def identify(self, cancel: threading.Event | None = None) -> ServerInfo:
+        """Recognise the engine and read what it says about speculation (``cancel``: set
+        it to stop at once, whichever request waits).
 
         Raises:
             the errors of :meth:`models` (the one request that must succeed); the other
-            probes are best effort.
+            probes are best effort. RemoteCancelledError: ``cancel`` was set.
         """
+        with self._cancellable(cancel):
+            return self._identify()
+
+    def _identify(self) -> ServerInfo:
         models = self.models()
         evidence: list[str] = []
         owners = {m.owned_by for m in models if m.owned_by}

@@ -38,6 +38,10 @@ class ServerHTTPError(RemoteError):
         self.status = status
 
 
+class RemoteCancelledError(RemoteError):
+    """The request was stopped (its cancel event set) before the server answered."""
+
+
 class ServerProtocolError(RemoteError):
     """The server answered something that is not what an OpenAI-compatible server sends."""
 

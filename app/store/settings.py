@@ -21,15 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app.options import (
     FREE_DRAFTER_K,
+    N_CTX,
+    N_CTX_MAX,
+    N_CTX_MIN,
     PROMPT_CACHE_MAX_MIB,
     PROMPT_CACHE_MIB,
     SamplingParams,
     SpecMode,
     SpeculationConfig,
+    max_threads,
 )
 from app.store import paths
 from app.store.files import write_json_atomic
@@ -63,7 +67,7 @@ class ModelSettings(_Section):
 
     target_path: Path | None = None
     draft_path: Path | None = None
-    n_ctx: Annotated[int, Field(ge=256, le=1_048_576)] = 4096
+    n_ctx: Annotated[int, Field(ge=N_CTX_MIN, le=N_CTX_MAX)] = N_CTX
     n_gpu_layers: Annotated[int | None, Field(ge=0)] = None
     exact_verification: bool = False
     #: CPU threads; None: as many as the cores other processes leave free, followed
@@ -71,6 +75,16 @@ class ModelSettings(_Section):
     n_threads: Annotated[int | None, Field(ge=1, le=512)] = None
     #: memory for saved prompt states, MiB (0: none are kept; :data:`PROMPT_CACHE_MIB`)
     prompt_cache_mib: Annotated[int, Field(ge=0, le=PROMPT_CACHE_MAX_MIB)] = PROMPT_CACHE_MIB
+
+    @field_validator("n_threads")
+    @classmethod
+    def _threads_of_this_computer(cls, v: int | None) -> int | None:
+        # a file written on a bigger computer: more than this one may use is Auto here
+        # (a load would refuse it: SessionConfig)
+        if v is not None and v > max_threads():
+            log.info("the settings' %d threads are more than this computer may use: Auto", v)
+            return None
+        return v
 
 
 class RemoteSettings(_Section):

@@ -52,6 +52,7 @@ class ConnectDialog(QDialog):
         self._keys = keys
         self._wanted_model = model
         self._generation = 0
+        self._listing = threading.Event()  # set: the model list being fetched stops
         self._pool = QThreadPool(self)
         self._signals = TaskSignals(self)
         self._signals.finished.connect(self._on_models_finished)
@@ -127,16 +128,18 @@ class ConnectDialog(QDialog):
             self.status_label.setText(str(exc))
             return
         self._generation += 1
+        self._listing.set()  # an earlier list still waiting is not needed any more
+        self._listing = threading.Event()
         self.status_label.setText("Asking the server for its models…")
         self.list_button.setEnabled(False)
 
         def job(_report: Callable[[object], None],
-                _cancel: threading.Event) -> tuple[RemoteModel, ...]:
+                cancel: threading.Event) -> tuple[RemoteModel, ...]:
             with client:
-                return client.models()
+                return client.models(cancel)
 
         self._pool.start(TaskWorker(job, self._signals, title="Could not list the models",
-                                    generation=self._generation))
+                                    generation=self._generation, cancel=self._listing))
 
     @Slot()
     def _on_list_button_clicked(self) -> None:
@@ -165,5 +168,6 @@ class ConnectDialog(QDialog):
 
     def done(self, result: int) -> None:
         self._generation += 1  # a late answer is ignored
+        self._listing.set()  # a server that does not answer is not waited for
         self._pool.waitForDone(10_000)
         super().done(result)

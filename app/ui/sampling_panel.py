@@ -1,7 +1,8 @@
 """Sampling, speculation and context settings: temperature, top-p, top-k, min-p, repeat
 penalty, seed, max tokens; the drafter's finer settings (draft_min, draft_p_min, n-gram
-sizes, as ``python -m app generate`` offers them); context length and GPU layers (these
-two apply when the model is reloaded).
+sizes, the suffix drafter's cap and probability floor, as ``python -m app generate``
+offers them; those the chosen drafter does not read are greyed out); context length and
+GPU layers (these two apply when the model is reloaded).
 
 The panel edits the settings' own objects (:class:`app.options.SamplingParams`,
 :class:`app.options.SpeculationConfig`) and emits them whole, validated; the window hands
@@ -12,7 +13,6 @@ can produce is valid for the engine; ranges and tooltips are read from the model
 
 from __future__ import annotations
 
-import os
 
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import (
@@ -32,16 +32,20 @@ from pydantic import BaseModel
 from app.options import (
     PROMPT_CACHE_MAX_MIB,
     PROMPT_CACHE_MIB,
+    N_CTX_MAX,
+    N_CTX_MIN,
     ContextOverflow,
     SamplingParams,
+    SpecMode,
     SpeculationConfig,
     field_schema,
+    max_threads,
 )
 from app.store.settings import ModelSettings
 from app.ui.labels import Label
 
 #: the most threads the setting offers (as SessionConfig allows: 4 × the logical CPUs)
-MAX_THREADS = min(512, 4 * (os.cpu_count() or 1))
+MAX_THREADS = max_threads()
 #: the largest value a QSpinBox holds (a C int); seeds above it are shown as this
 SPIN_MAX = 2**31 - 1
 
@@ -105,10 +109,15 @@ class SamplingSettingsWidget(QWidget):
         self.draft_p_min = self._double_field(SpeculationConfig, "draft_p_min", 0.05, 2)
         self.ngram_min = self._int_field(SpeculationConfig, "ngram_min")
         self.ngram_max = self._int_field(SpeculationConfig, "ngram_max")
+        self.suffix_spec_factor = self._double_field(SpeculationConfig, "suffix_spec_factor",
+                                                     0.25, 2)
+        self.suffix_min_prob = self._double_field(SpeculationConfig, "suffix_min_prob", 0.05, 2)
         sform.addRow("Min draft length", self.draft_min)
         sform.addRow("Draft min probability", self.draft_p_min)
         sform.addRow("Lookup n-gram min", self.ngram_min)
         sform.addRow("Lookup n-gram max", self.ngram_max)
+        sform.addRow("Suffix tokens per match", self.suffix_spec_factor)
+        sform.addRow("Suffix min probability", self.suffix_min_prob)
         outer.addWidget(sbox)
 
         outer.addWidget(self._model_box())
@@ -119,7 +128,14 @@ class SamplingSettingsWidget(QWidget):
         for s in (self.top_k, self.seed, self.max_tokens):
             s.valueChanged.connect(self._on_sampling_value_changed)
         self.context_overflow.currentIndexChanged.connect(self._on_sampling_value_changed)
-        for spin in (self.draft_min, self.draft_p_min, self.ngram_min, self.ngram_max):
+        # the n-gram sizes move together, visibly: a maximum below the minimum is refused
+        # by the options (first, so the change below is emitted already consistent)
+        self.ngram_min.valueChanged.connect(
+            lambda v: self.ngram_max.setValue(max(v, self.ngram_max.value())))
+        self.ngram_max.valueChanged.connect(
+            lambda v: self.ngram_min.setValue(min(v, self.ngram_min.value())))
+        for spin in (self.draft_min, self.draft_p_min, self.ngram_min, self.ngram_max,
+                     self.suffix_spec_factor, self.suffix_min_prob):
             spin.valueChanged.connect(self._on_speculation_value_changed)
         self.n_ctx.valueChanged.connect(self._on_model_value_changed)
         self.threads.valueChanged.connect(self._on_model_value_changed)
@@ -133,7 +149,8 @@ class SamplingSettingsWidget(QWidget):
         layers, exact verification, Reload."""
         mbox = QGroupBox("Model (applies on reload)")
         mform = QFormLayout(mbox)
-        self.n_ctx = self._int(256, 1_048_576, "context window in tokens: the conversation must fit in it")
+        self.n_ctx = self._int(N_CTX_MIN, N_CTX_MAX,
+                               "context window in tokens: the conversation must fit in it")
         self.n_ctx.setSingleStep(1024)
         self.cpu_only = QCheckBox("CPU only")
         self.cpu_only.setToolTip(_CPU_ONLY_TIP)
@@ -251,8 +268,21 @@ class SamplingSettingsWidget(QWidget):
             self.draft_p_min.setValue(speculation.draft_p_min)
             self.ngram_min.setValue(speculation.ngram_min)
             self.ngram_max.setValue(speculation.ngram_max)
+            self.suffix_spec_factor.setValue(speculation.suffix_spec_factor)
+            self.suffix_min_prob.setValue(speculation.suffix_min_prob)
         finally:
             self._filling = False
+        self._enable_details(speculation.mode)
+
+    def _enable_details(self, mode: SpecMode) -> None:
+        """Grey out the details the chosen drafter does not read (its
+        :attr:`~app.options.DrafterInfo.options`); Auto may use any drafter, off none."""
+        info = mode.info
+        for name in ("draft_p_min", "ngram_min", "ngram_max", "suffix_spec_factor",
+                     "suffix_min_prob"):
+            used = mode is SpecMode.AUTO or (info is not None and name in info.options)
+            getattr(self, name).setEnabled(used)
+        self.draft_min.setEnabled(mode is not SpecMode.OFF)
 
     def sampling(self) -> SamplingParams:
         """The sampling as shown (stop strings and the penalty window as last given)."""
@@ -269,14 +299,15 @@ class SamplingSettingsWidget(QWidget):
         )
 
     def speculation(self) -> SpeculationConfig:
-        """The speculation settings with the details as shown (an n-gram maximum below the
-        minimum is raised to it, a draft_min above k is lowered to k)."""
-        n_min = self.ngram_min.value()
+        """The speculation settings with the details as shown (a draft_min above k is
+        lowered to k, as a lower k lowers it everywhere)."""
         return self._speculation.with_changes(
             draft_min=min(self.draft_min.value(), self._speculation.draft_max),
             draft_p_min=round(self.draft_p_min.value(), 4),
-            ngram_min=n_min,
-            ngram_max=max(n_min, self.ngram_max.value()),
+            ngram_min=self.ngram_min.value(),
+            ngram_max=self.ngram_max.value(),
+            suffix_spec_factor=round(self.suffix_spec_factor.value(), 4),
+            suffix_min_prob=round(self.suffix_min_prob.value(), 4),
         )
 
     def gpu_layers_value(self) -> int | None:

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from app.catalog.server_command import (
     DEFAULT_API_KEY_ENV,
+    DEFAULT_PORT,
     ServeCommand,
     ServeEngine,
     ServeNote,
@@ -77,7 +78,7 @@ class ServerCommandDialog(QDialog):
         row = QHBoxLayout()
         self.port_spin = QSpinBox()
         self.port_spin.setRange(1, 65535)
-        self.port_spin.setValue(8080)
+        self.port_spin.setValue(DEFAULT_PORT)
         row.addWidget(self.port_spin)
         self.key_box = QCheckBox(f"require an API key (from ${DEFAULT_API_KEY_ENV})")
         self.key_box.setChecked(True)

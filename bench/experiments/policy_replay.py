@@ -11,12 +11,12 @@ the rule (up to rounding, below), so this script
    engine samples it; medians of 7 interleaved passes, at the depth of the set's median
    prompt);
 3. replays the drafter and :class:`~app.engine.policy.DraftLengthPolicy` through those
-   replies under each rule (:func:`~app.engine.measure.draft_replay.replay_policy`):
+   replies under each rule (:func:`tests.policy_replay.replay_policy`):
    each round's pass costs the measured t(1 + d), the drafter and policy cost what they
    take here, and plain decoding costs t(1) per position.
 
 Every rule sees the same replies and the same pass times, so their difference is theirs
-alone. The ``oracle`` rule (:func:`~app.engine.measure.draft_replay.oracle_replay`) is
+alone. The ``oracle`` rule (:func:`tests.policy_replay.oracle_replay`) is
 the least target time in which the reply can be verified from the drafter's drafts,
 knowing what the target accepts: no rule that verifies a prefix of each round's draft
 does better, so it bounds what any draft-length rule can get out of this drafter at this
@@ -55,7 +55,7 @@ import _common as C
 
 from app.engine.llama import LlamaContext, LlamaModel
 from app.engine.measure.bench import generate_once
-from app.engine.measure.draft_replay import PolicyReplay, ReplayRule, replay_policy
+from tests.policy_replay import PolicyReplay, ReplayRule, replay_policy
 from app.engine.measure.multiturn import load_conversations, prepare_turn
 from app.engine.measure.prompts import resolve_format
 from app.engine.drafter_kinds import suffix_lookup

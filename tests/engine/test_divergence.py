@@ -8,7 +8,8 @@ exactly what llama.cpp's dist sampler draws.
 
 from __future__ import annotations
 
-from app.engine.rounds import FAULTS, Verifier
+from app.engine.rounds import Verifier
+from tests.faults import FAULTS
 
 import math
 import random

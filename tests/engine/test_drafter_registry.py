@@ -86,6 +86,11 @@ def test_the_docs_table_is_the_registry_s() -> None:
     text = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
     table = text.split("<!-- drafters: begin -->\n")[1].split("<!-- drafters: end -->")[0]
     assert table == drafter_table_markdown()
+    from app.cli.options import OPTION_NAMES  # the table's flags are the real ones
+
+    for info in drafter_infos():
+        for option in info.options:
+            assert OPTION_NAMES[option] == "--" + option.replace("_", "-"), option
 
 
 def test_the_session_finds_each_drafter_through_the_registry(tiny_target: Path) -> None:

@@ -21,7 +21,8 @@ import pytest
 from app.engine.divergence import SamplingTrace, compare_traces
 from app.engine.llama import LlamaContext, LlamaModel
 from app.engine.probe import probe_model
-from app.engine.rounds import FAULTS, Verifier
+from app.engine.rounds import Verifier
+from tests.faults import FAULTS
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpeculationConfig
 from tests.engine.test_lossless_synthetic import SAMPLINGS, prompts

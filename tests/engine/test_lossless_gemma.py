@@ -14,7 +14,8 @@ drafts stays correct with the small (n_swa + n_ubatch) sliding-window cache.
 
 from __future__ import annotations
 
-from app.engine.rounds import FAULTS, Verifier
+from app.engine.rounds import Verifier
+from tests.faults import FAULTS
 
 from collections.abc import Iterator
 from pathlib import Path

@@ -32,7 +32,8 @@ from app.catalog.pairing import check_assistant_pair, rank_drafts
 from app.engine.auto import AutoChoice, ReplyObservation, choose_drafter, estimate_drafters
 from app.engine.divergence import SamplingTrace, compare_traces
 from app.engine.drafter_kinds.mtp import MTP_K, MTP_PRIOR_ACCEPTANCE
-from app.engine.rounds import FAULTS, Verifier
+from app.engine.rounds import Verifier
+from tests.faults import FAULTS
 from app.engine.session import Session, SessionConfig
 from app.errors import IncompatibleDraftError, ModelLoadError
 from app.options import SamplingParams, SpecMode, SpeculationConfig

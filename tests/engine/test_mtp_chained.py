@@ -30,7 +30,8 @@ from app.engine.divergence import SamplingTrace, compare_traces
 from app.engine.drafter_kinds import Unavailable, kind_for
 from app.engine.drafter_kinds.mtp import MTP_K, MTP_PRIOR_ACCEPTANCE
 from app.engine.drafters import DraftModelDrafter, PromptLookupDrafter
-from app.engine.rounds import FAULTS, Verifier
+from app.engine.rounds import Verifier
+from tests.faults import FAULTS
 from app.engine.session import Session, SessionConfig
 from app.engine.suffix import SuffixDrafter
 from app.options import SamplingParams, SpecMode, SpeculationConfig, drafter_unusable

@@ -12,7 +12,7 @@ import pytest
 
 from app.engine.drafter_kinds import kind_for
 from app.engine.drafters import Drafter, PromptLookupDrafter
-from app.engine.measure.draft_replay import PolicyReplay, replay_policy
+from tests.policy_replay import PolicyReplay, replay_policy
 from app.engine.policy import DraftLengthPolicy, PassTimes, UnverifiedTails
 from app.engine.sampling import SamplingParams
 from app.engine.session import Session, SessionConfig, SpeculationConfig

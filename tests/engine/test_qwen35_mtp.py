@@ -22,7 +22,8 @@ from app.catalog.gguf_meta import inspect_gguf
 from app.catalog.loadcheck import check_loads
 from app.engine.divergence import SamplingTrace, compare_traces
 from app.engine.llama import CONTEXT_TYPE_MTP, LlamaContext
-from app.engine.rounds import FAULTS, Verifier
+from app.engine.rounds import Verifier
+from tests.faults import FAULTS
 from app.engine.session import Session, SessionConfig
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from tests.engine.test_hybrid_rollback import DRAW_NEAR_TIE

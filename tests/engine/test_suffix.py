@@ -255,26 +255,6 @@ def test_reversed_suffix_order_matches_a_naive_sort() -> None:
         assert [key(p, depth) for p in got] == sorted(key(p, depth) for p in got)
 
 
-def test_followed_tokens_are_counted_from_the_next_context() -> None:
-    d = SuffixDrafter()
-    ctx = [1, 5, 6, 7, 8, 9, 2, 5, 6, 7]
-    d.begin(ctx)
-    assert d.draft(ctx, 3) == [8, 9, 2]
-    d.draft([*ctx, 8, 9, 4], 3)  # two of three were followed, then a correction
-    s = d.stats
-    assert s.rounds == 2 and s.hits >= 1 and s.followed == 2
-    assert s.predicted >= 3.0
-
-
-def test_peek_does_not_count_a_round() -> None:
-    d = SuffixDrafter()
-    ctx = [1, 5, 6, 7, 8, 9, 2, 5, 6, 7]
-    d.begin(ctx)
-    cand = d.peek(ctx, 8)
-    assert cand.tokens == (8, 9, 2) and cand.score == 3.0
-    assert d.stats.rounds == 0
-
-
 def test_bad_input_is_refused() -> None:
     idx = SuffixIndex()
     with pytest.raises(ValueError):
@@ -387,7 +367,7 @@ class _Scripted:
 
 
 def test_policy_replay_counts_as_the_engine_does() -> None:
-    from app.engine.measure.draft_replay import replay_policy
+    from tests.policy_replay import replay_policy
     from app.engine.policy import DraftLengthPolicy, PassTimes
 
     prompt, reply = [0], [1, 2, 3, 4, 5, 6]
@@ -419,7 +399,7 @@ def test_policy_replay_counts_as_the_engine_does() -> None:
 
 
 def test_a_cold_replay_times_each_batch_size_it_verifies() -> None:
-    from app.engine.measure.draft_replay import replay_policy
+    from tests.policy_replay import replay_policy
     from app.engine.policy import DraftLengthPolicy, PassTimes
 
     prompt, reply = [0], [1, 2, 3, 4, 5, 6]
@@ -447,7 +427,7 @@ def test_a_cold_replay_times_each_batch_size_it_verifies() -> None:
 
 
 def test_the_oracle_is_the_least_time_any_cut_takes() -> None:
-    from app.engine.measure.draft_replay import replay_policy
+    from tests.policy_replay import replay_policy
     from app.engine.policy import DraftLengthPolicy, PassTimes
 
     def run(rule: str, script: dict[int, list[int]], reply: list[int], cost: dict[int, float]):
@@ -481,7 +461,7 @@ def test_the_oracle_is_the_least_time_any_cut_takes() -> None:
 
 
 def test_the_replay_policy_rules_feed_the_policy() -> None:
-    from app.engine.measure.draft_replay import replay_policy
+    from tests.policy_replay import replay_policy
     from app.engine.policy import DraftLengthPolicy, PassTimes
 
     pt = PassTimes()

@@ -18,7 +18,8 @@ client gets as far as the chat request. Modes:
   (a server reading a long prompt, or queueing the request);
 * ``endless-line``: the stream's headers, then one ``data:`` line without end;
 * ``endless-error``: status 500 with a body without end (until the client goes);
-  ``endless-models``: ``/v1/models`` answers so;
+  ``endless-models``: ``/v1/models`` answers so; ``mute-models``: it answers nothing
+  until released, as ``mute`` does;
 * ``endless``: one-word chunks without end, whatever ``max_tokens`` asked (until the
   client goes); ``huge``: the two chunks, then one of 1 MB;
 * ``json``: a whole non-streamed completion although a stream was asked for;
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -65,6 +67,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, b"<html>hello</html>", "text/html")
         elif mode == "endless-models":
             self._endless_body(200)
+        elif mode == "mute-models":
+            self.server.release.wait(60)
+            self.server.mute_ended = True
+            self.close_connection = True
         elif mode == "models-401":
             self._send(401, b'{"error": {"message": "Invalid API Key"}}', "application/json")
         else:
@@ -177,6 +183,11 @@ class BrokenServer(ThreadingHTTPServer):
         self._thread = threading.Thread(target=self.serve_forever, name="broken-server",
                                         daemon=True)
         self._thread.start()
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that hangs up mid-answer is what these tests do; anything else prints."""
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
     def stop(self) -> None:
         self.release.set()

@@ -217,7 +217,7 @@ def test_an_answer_without_end_is_read_only_so_far(broken: BrokenServer, mode: s
 
     broken.mode = mode
     with RemoteClient(broken.base_url) as client:
-        with pytest.raises(ServerProtocolError, match=f"more than {MAX_BODY_BYTES // 2**20} MB"):
+        with pytest.raises(ServerProtocolError, match=f"more than {MAX_BODY_BYTES // 2**20} MiB"):
             if mode == "endless-models":
                 client.models()
             else:
@@ -247,6 +247,42 @@ def test_stop_does_not_wait_for_a_server_that_has_not_answered(broken: BrokenSer
     finally:
         timer.cancel()
         broken.release.set()
+
+
+def test_connecting_to_a_server_that_does_not_answer_stops_when_cancelled(
+        broken: BrokenServer) -> None:
+    """A server that takes the model-list request and answers nothing: cancelling the
+    connect (the load bar's Cancel, closing the window) ends it at once, not after the
+    300 s read timeout; the client and the service's worker are free again."""
+    import threading
+    import time
+
+    from app.chat.service import ChatService, JobError
+    from app.remote.errors import RemoteCancelledError
+
+    broken.mode, broken.mute_ended = "mute-models", False
+    broken.release.clear()
+    try:
+        cancel = threading.Event()
+        threading.Timer(0.3, cancel.set).start()
+        with RemoteClient(broken.base_url) as client:
+            t0 = time.monotonic()
+            with pytest.raises(RemoteCancelledError):
+                client.identify(cancel)
+            assert time.monotonic() - t0 < 5 and not broken.mute_ended
+        service = ChatService(warm_up=None)
+        try:
+            job = service.connect(RemoteClient(broken.base_url))
+            time.sleep(0.3)
+            job.cancel()
+            with pytest.raises(JobError, match="Connecting was cancelled"):
+                job.result(timeout=5)
+            assert not broken.mute_ended
+        finally:
+            service.shutdown(timeout=5)
+    finally:
+        broken.release.set()
+        broken.mode = "ok"
 
 
 def test_a_line_without_end_is_read_only_so_far(broken: BrokenServer) -> None:

@@ -140,6 +140,22 @@ def test_a_server_that_is_down_is_said_clearly(rig: Rig) -> None:
     assert "Cannot reach" in rig.view.errors[-1].message
 
 
+def test_a_server_that_cannot_be_used_keeps_what_was_connected(rig: Rig,
+                                                                broken: BrokenServer) -> None:
+    """Connecting fails before anything is unloaded: the server in use stays in use, in
+    the window and in the service."""
+    broken.mode = "ok"
+    rig.connect(broken.base_url)
+    before = rig.c.remote
+    assert before is not None
+    rig.connect(f"http://127.0.0.1:{free_port()}")
+    assert "Cannot reach" in rig.view.errors[-1].message
+    assert rig.c.remote == before and rig.c.model_info is not None
+    assert rig.c.send_message("hi")
+    rig.reply_done()
+    assert rig.stored()[-1][1:3] == ("Hello, world", "done")
+
+
 def test_text_before_a_failure_reaches_the_consumer(broken: BrokenServer) -> None:
     """The service sends the text it holds before a failure leaves (not only at its
     30 ms batch ticks), so a consumer has all of it."""

@@ -201,3 +201,16 @@ def test_a_model_path_that_is_not_utf8_is_saved_and_read_back(tmp_path: Path) ->
     assert "\\udcff" in text
     back = load_settings().settings.model.target_path
     assert back == odd and os.fsencode(back).endswith(b"model-\xff.gguf")
+
+
+def test_threads_from_a_bigger_computer_become_auto(tmp_path: Path) -> None:
+    """A settings file carried over from a computer with more cores loads with Auto
+    threads instead of a load that fails ("more than this computer can use")."""
+    from app.options import max_threads
+
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"schema_version": 3, "model": {"n_threads": max_threads() + 1}}))
+    loaded = load_settings(path)
+    assert loaded.problem is None and loaded.settings.model.n_threads is None
+    path.write_text(json.dumps({"schema_version": 3, "model": {"n_threads": 1}}))
+    assert load_settings(path).settings.model.n_threads == 1

@@ -351,6 +351,24 @@ def test_sampling_and_speculation_settings_persist(qtbot) -> None:
     assert s.ui.tint_drafts is False and s.ui.window_geometry and s.ui.splitter_state
 
 
+def test_the_ngram_sizes_move_together_in_the_sampling_tab(qtbot) -> None:
+    """A maximum set below the minimum takes the minimum with it (and the reverse), so
+    what the spin boxes show is what the next reply uses."""
+    w = _window(qtbot)
+    try:
+        panel = w.sampling_panel
+        panel.ngram_min.setValue(2)
+        panel.ngram_max.setValue(4)
+        panel.ngram_min.setValue(5)
+        assert (panel.ngram_min.value(), panel.ngram_max.value()) == (5, 5)
+        panel.ngram_max.setValue(3)
+        assert (panel.ngram_min.value(), panel.ngram_max.value()) == (3, 3)
+        spec = panel.speculation()
+        assert (spec.ngram_min, spec.ngram_max) == (3, 3)
+    finally:
+        w.close()
+
+
 def test_bar_labels_never_run_into_each_other_at_large_k(qtbot) -> None:
     # wide slots: values at the font's size, every position numbered
     assert bar_labels(40.0, 20.0, 10.0, 9.0) == (9.0, 1)
@@ -488,6 +506,33 @@ def test_sampling_panel_ranges_and_tooltips_are_the_fields(qtbot) -> None:
     # an open lower bound (top_p > 0) starts one shown step above it
     assert panel.top_p.minimum() == pytest.approx(0.01) and panel.top_p.maximum() == 1.0
     assert panel.seed.minimum() == -1 and panel.seed.maximum() == SPIN_MAX  # a C int
+    assert panel.suffix_spec_factor.minimum() == pytest.approx(0.01)
+    assert panel.suffix_min_prob.toolTip() == field_schema(SpeculationConfig,
+                                                           "suffix_min_prob").description
+
+
+def test_the_details_the_drafter_does_not_read_are_greyed_out(qtbot) -> None:
+    """Each drafter's declared options (DrafterInfo.options) stay editable; Auto may use
+    any drafter, so all do; with speculation off none does."""
+    from app.ui.sampling_panel import SamplingSettingsWidget
+
+    panel = SamplingSettingsWidget()
+    qtbot.addWidget(panel)
+    names = ("draft_min", "draft_p_min", "ngram_min", "ngram_max", "suffix_spec_factor",
+             "suffix_min_prob")
+
+    def enabled(mode: SpecMode) -> set[str]:
+        panel.set_speculation(SpeculationConfig(mode=mode))
+        return {n for n in names if getattr(panel, n).isEnabled()}
+
+    assert enabled(SpecMode.PROMPT_LOOKUP) == {"draft_min", "ngram_min", "ngram_max"}
+    assert enabled(SpecMode.SUFFIX) == {"draft_min", "suffix_spec_factor", "suffix_min_prob"}
+    assert enabled(SpecMode.DRAFT_MODEL) == {"draft_min", "draft_p_min"}
+    assert enabled(SpecMode.AUTO) == set(names)
+    assert enabled(SpecMode.OFF) == set()
+    panel.set_speculation(SpeculationConfig(mode=SpecMode.SUFFIX))
+    panel.suffix_min_prob.setValue(0.3)
+    assert panel.speculation().suffix_min_prob == pytest.approx(0.3)
 
 
 def test_without_a_gpu_backend_the_gpu_settings_are_greyed_out_and_say_why(qtbot) -> None:

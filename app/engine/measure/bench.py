@@ -415,11 +415,6 @@ class BenchReport:
         return (sum(s.identical for s in self.summaries), sum(s.near_tie for s in self.summaries),
                 sum(s.suspect for s in self.summaries), sum(s.compared for s in self.summaries))
 
-    @property
-    def differs_from_off(self) -> bool:
-        """Whether some "on" run's tokens differ from the "off" run of its prompt."""
-        return any(s.compared and s.identical < s.compared for s in self.summaries)
-
     def to_dict(self, include_tokens: bool = False) -> dict[str, Any]:
         """JSON-ready: ``settings``, ``configs`` (one summary each), ``runs``, ``notes``."""
         return {

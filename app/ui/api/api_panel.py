@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.api import DEFAULT_PORT
 from app.api.traffic import ApiReplyEnded
 from app.formatting import MISSING, or_dash
 from app.ui.copy_feedback import confirm_copied
@@ -68,7 +69,7 @@ class ApiPanelWidget(QFrame):
         row.addWidget(Label("Port"))
         self.port = QSpinBox()
         self.port.setRange(1024, 65535)
-        self.port.setValue(8080)
+        self.port.setValue(DEFAULT_PORT)
         row.addWidget(self.port)
         col.addLayout(row)
         url_row = QHBoxLayout()
@@ -114,9 +115,6 @@ class ApiPanelWidget(QFrame):
             f"Serving at {base_url} (no API key: this computer only). Requests wait in the "
             "same queue as this window's replies." if base_url else
             "Requests wait in the same queue as this window's replies.")
-
-    def set_status(self, text: str) -> None:
-        self.status.setText(text)
 
     def add_request(self, row: ApiReplyEnded) -> None:
         """Put a finished API request at the top of the list (at most :data:`ROWS`)."""

@@ -95,10 +95,6 @@ class ConversationListWidget(QWidget):
     def titles(self) -> list[str]:
         return [self.list.item(i).text() for i in range(self.list.count())]
 
-    def current_id(self) -> int | None:
-        item = self.list.currentItem()
-        return int(item.data(_ID_ROLE)) if item is not None else None
-
     @Slot(QListWidgetItem, QListWidgetItem)
     def _on_list_current_item_changed(
         self, current: QListWidgetItem | None, _previous: QListWidgetItem | None

@@ -18,7 +18,7 @@ WRITING = "● writing…"
 #: what a queued job is called, by origin and then by kind (else "job")
 _BY_ORIGIN = {"api": "API request", "race": "race"}
 _BY_KIND = {"load": "model load", "draft": "draft model load", "demo": "demo model",
-            "unload": "unload", "reply": "reply", "completion": "completion",
+            "reply": "reply", "completion": "completion",
             "race": "race", "sweep": "k sweep", "lookup": "estimate"}
 
 

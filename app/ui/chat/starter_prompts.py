@@ -113,6 +113,3 @@ class StarterPromptsWidget(QFrame):
             self.buttons.append(b)
         self.setVisible(bool(self._prompts))
 
-    def set_enabled(self, enabled: bool) -> None:
-        for b in self.buttons:
-            b.setEnabled(enabled)

@@ -5,7 +5,8 @@ suspect."""
 
 from __future__ import annotations
 
-from app.engine.rounds import FAULTS, Verifier
+from app.engine.rounds import Verifier
+from tests.faults import FAULTS
 
 import dataclasses
 
