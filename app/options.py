@@ -526,15 +526,21 @@ class SpeculationConfig(BaseModel):
             return default_draft_max(mode)
         return self.draft_max
 
+    def keeping_k(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """``changes`` with the k :meth:`k_for` keeps added where they name another
+        ``mode`` and no ``draft_max`` (an unknown mode is left for validation to name)."""
+        out = dict(changes)
+        if "mode" in out and "draft_max" not in out:
+            try:
+                out["draft_max"] = self.k_for(out["mode"])
+            except (ValueError, TypeError):
+                pass
+        return out
+
     def with_changes(self, **changes: Any) -> SpeculationConfig:
         """A copy with ``changes`` applied and validated (raises ValueError). Another
         ``mode`` without a ``draft_max`` takes the k :meth:`k_for` keeps."""
-        if "mode" in changes and "draft_max" not in changes:
-            try:
-                changes["draft_max"] = self.k_for(changes["mode"])
-            except (ValueError, TypeError):
-                pass  # an unknown mode: validation names it
-        return _with_changes(self, changes)
+        return _with_changes(self, self.keeping_k(changes))
 
 
 class ContextOverflow(str, Enum):

@@ -251,13 +251,8 @@ def _sampling(body: _Common, default: SamplingParams, max_tokens_default: int) -
 def _speculation(body: _Common, default: SpeculationConfig) -> SpeculationConfig:
     if body.speculation is None:
         return default
-    merged = {**default.model_dump(mode="json"), **body.speculation}
-    try:
-        if "mode" in body.speculation and "draft_max" not in body.speculation:
-            # another drafter without a k: its default k, unless the server's was chosen
-            merged["draft_max"] = default.k_for(body.speculation["mode"])
-    except (ValueError, TypeError):
-        pass  # an unknown mode: validation below names it
+    # another drafter without a k: its default k, unless the server's was chosen
+    merged = {**default.model_dump(mode="json"), **default.keeping_k(body.speculation)}
     try:
         # JSON mode so that strict validation still reads the mode from its name
         return SpeculationConfig.model_validate_json(json.dumps(merged), strict=True)
