@@ -240,3 +240,38 @@ def test_chat_on_a_model_without_a_template_says_so(tiny_target: Path, smollm_pa
             "--threads", "1", "hello")
     assert r.returncode == 0, r.stderr
     assert "no chat template" not in r.stderr
+
+
+def test_ctrl_c_stops_a_bench_and_reports_the_runs_done(tiny_model_dir: Path) -> None:
+    """Ctrl-C during ``bench`` stops after the run in progress: the runs done are
+    reported (``cancelled`` true, with a note) and the exit status is 130. It used to
+    raise KeyboardInterrupt wherever Python was; inside llama.cpp's abort callback it was
+    printed and dropped, and the bench went on and exited 0."""
+    import json
+    import signal
+
+    from tests.synthetic import write_tiny_llama
+
+    path = write_tiny_llama(tiny_model_dir / "tiny-bench-sigint.gguf", seed=5, n_embd=256,
+                            n_ff=1024, n_layer=4, n_ctx_train=8192)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "bench", "--model", str(path), "--prompt-lookup",
+         "--prompts", "builtin:code", "--limit", "1", "--repeat", "20", "--no-warmup",
+         "--n-ctx", "8192", "--max-tokens", "400", "--json"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # the progress lines: stop once a run has finished
+        seen.append(line)
+        if line.startswith("[1/"):
+            break
+    assert proc.poll() is None, "".join(seen)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, "".join(seen) + err
+    assert "Traceback" not in err and "Exception ignored" not in err
+    report = json.loads(out)
+    assert report["cancelled"] is True and 1 <= len(report["runs"]) < 40
+    assert any(n.startswith("Stopped with Ctrl-C") for n in report["notes"])
+    assert all(c["suspect"] == 0 for c in report["configs"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +30,22 @@ from app.cli.options import (
     speculation_configs,
 )
 from app.cli.crossover import add_crossover_args, run_server_bench
+from app.cli.interrupt import ctrl_c_sets, with_cancel
 from app.cli.json_output import print_json
 from app.cli.remote import add_server_args, run_remote_bench
 from app.cli.report import bench_json, bench_markdown, bench_text
 from app.engine.llama import build_info
-from app.engine.measure.bench import RunRecord, run_bench
-from app.engine.measure.multiturn import is_multiturn, load_conversations, run_conversations
-from app.engine.measure.prompts import load_prompts, prepare_prompt, resolve_format
+from app.engine.measure.bench import BenchReport, RunRecord, run_bench
+from app.engine.measure.multiturn import (
+    Conversation,
+    is_multiturn,
+    load_conversations,
+    run_conversations,
+)
+from app.engine.measure.prompts import BenchPrompt, load_prompts, prepare_prompt, resolve_format
 from app.engine.session import Session
-from app.errors import TandemError
-from app.options import SamplingParams, SpecMode, default_draft_max
+from app.errors import LoadCancelledError, TandemError
+from app.options import SamplingParams, SpecMode, SpeculationConfig, default_draft_max
 
 
 def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -105,8 +112,7 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
         return run_server_bench(args)
     _check_bench_options(args)
     if args.server:
-        cancel = threading.Event()
-        return run_remote_bench(args, cancel)
+        return with_cancel(lambda cancel: run_remote_bench(args, cancel))
     args.model = Path(args.model)
     check_model_files(args)
     mode = drafter_mode(args)
@@ -146,58 +152,71 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
         )
 
     cancel = threading.Event()
-    with Session.open(config) as session:
-        fmt = resolve_format(session, args.format)
-        prepared = [prepare_prompt(session, pr, fmt) for pr in prompts]
-        n_turns = sum(len(c.turns) for c in conversations)
-        settings: dict[str, Any] = {
-            "model": str(args.model),
-            "draft": str(args.draft) if args.draft else None,
-            "mode": mode.value,
-            "k": list(args.k) if mode is not SpecMode.OFF else [],
-            "prompts": args.prompts,
-            "n_prompts": n_turns if conversational else len(prepared),
-            "conversations": len(conversations) if conversational else None,
-            "format": fmt,
-            "repeat": args.repeat,
-            "max_tokens": args.max_tokens,
-            "n_ctx": session.n_ctx,
-            "threads": session.ctx.n_threads,
-            "cache_ram_mib": args.cache_ram,
-            "n_gpu_layers": session.n_gpu_layers,
-            "exact_verification": session.exact_verification,
-            "temperature": args.temp,
-            "seed": args.seed,
-            "fresh_cache": not args.keep_cache,
-            "divergence_recorded": not args.no_divergence and not conversational,
-            "llama_cpp_python": _llama_cpp_version(),
-            "cpu_features": list(build_info().cpu_features),
-        }
+    # Ctrl-C stops after the current run, and the runs done are reported (exit 130)
+    with ctrl_c_sets(cancel):
         try:
-            if conversational:
-                report = run_conversations(
-                    session, conversations, specs, sampling, fmt=fmt,
-                    repeat=args.repeat, warmup=not args.no_warmup,
-                    fresh_cache=not args.keep_cache, cancel=cancel, progress=progress,
-                    settings=settings,
-                )
-            else:
-                report = run_bench(
-                    session, prepared, specs, sampling,
-                    repeat=args.repeat, warmup=not args.no_warmup,
-                    fresh_cache=not args.keep_cache, cancel=cancel, progress=progress,
-                    settings=settings, record=not args.no_divergence,
-                )
-        except KeyboardInterrupt:
-            cancel.set()
-            raise
+            with Session.open(config, progress=lambda _p: not cancel.is_set()) as session:
+                report = _bench_session(session, args, mode, conversational, conversations,
+                                        prompts, specs, sampling, cancel, progress)
+        except LoadCancelledError as exc:
+            if not cancel.is_set():
+                raise
+            print(exc, file=sys.stderr)
+            return 130
     if args.json:
         print_json(bench_json(report, include_tokens=args.include_tokens))
     elif args.markdown:
         sys.stdout.write(bench_markdown(report))
     else:
         sys.stdout.write(bench_text(report))
-    return 0
+    return 130 if report.cancelled else 0
+
+
+def _bench_session(session: Session, args: argparse.Namespace, mode: SpecMode,
+                   conversational: bool, conversations: list[Conversation],
+                   prompts: list[BenchPrompt], specs: list[SpeculationConfig],
+                   sampling: SamplingParams, cancel: threading.Event,
+                   progress: Callable[[int, int, RunRecord], None]) -> BenchReport:
+    """The benchmark's runs on the loaded ``session``, with its settings recorded."""
+    fmt = resolve_format(session, args.format)
+    prepared = [prepare_prompt(session, pr, fmt) for pr in prompts]
+    n_turns = sum(len(c.turns) for c in conversations)
+    settings: dict[str, Any] = {
+        "model": str(args.model),
+        "draft": str(args.draft) if args.draft else None,
+        "mode": mode.value,
+        "k": list(args.k) if mode is not SpecMode.OFF else [],
+        "prompts": args.prompts,
+        "n_prompts": n_turns if conversational else len(prepared),
+        "conversations": len(conversations) if conversational else None,
+        "format": fmt,
+        "repeat": args.repeat,
+        "max_tokens": args.max_tokens,
+        "n_ctx": session.n_ctx,
+        "threads": session.ctx.n_threads,
+        "cache_ram_mib": args.cache_ram,
+        "n_gpu_layers": session.n_gpu_layers,
+        "exact_verification": session.exact_verification,
+        "temperature": args.temp,
+        "seed": args.seed,
+        "fresh_cache": not args.keep_cache,
+        "divergence_recorded": not args.no_divergence and not conversational,
+        "llama_cpp_python": _llama_cpp_version(),
+        "cpu_features": list(build_info().cpu_features),
+    }
+    if conversational:
+        return run_conversations(
+            session, conversations, specs, sampling, fmt=fmt,
+            repeat=args.repeat, warmup=not args.no_warmup,
+            fresh_cache=not args.keep_cache, cancel=cancel, progress=progress,
+            settings=settings,
+        )
+    return run_bench(
+        session, prepared, specs, sampling,
+        repeat=args.repeat, warmup=not args.no_warmup,
+        fresh_cache=not args.keep_cache, cancel=cancel, progress=progress,
+        settings=settings, record=not args.no_divergence,
+    )
 
 
 def _llama_cpp_version() -> str | None:

@@ -34,7 +34,6 @@ import codecs
 import dataclasses
 import logging
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -56,6 +55,7 @@ from app.cli.options import (
     session_config,
     speculation_configs,
 )
+from app.cli.interrupt import ctrl_c_sets, with_cancel
 from app.cli.json_output import print_json
 from app.cli.remote import add_server_args, run_remote_generate
 from app.cli.report import reply_stats_line
@@ -104,7 +104,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     if args.prompt == "-":
         args.prompt = read_prompt(sys.stdin)
     if args.server:
-        return _with_cancel(lambda cancel: run_remote_generate(args, cancel))
+        return with_cancel(lambda cancel: run_remote_generate(args, cancel))
     args.model = Path(args.model)
     check_model_files(args)
     if args.compare and args.no_spec:
@@ -128,28 +128,25 @@ def _run_generate(args: argparse.Namespace) -> int:
         raise option_error(exc) from exc
 
     cancel = threading.Event()
-    # Ctrl-C cancels like the Stop button, from loading to the end of the reply: a load
-    # stops with "cancelled", a reply ends within one round and is still printed. The
-    # handler stays until every native object is freed (a second Ctrl-C changes nothing).
-    previous = signal.signal(signal.SIGINT, lambda _sig, _frame: cancel.set())
-    try:
-        with Session.open(config, progress=lambda _p: not cancel.is_set()) as session:
-            for note in session.notes:
-                print(f"note: {note}", file=sys.stderr)
-            if args.chat and session.chat_format.uses_fallback:
-                print(f"note: {config.target_path.name} has no chat template: --chat wrote a "
-                      "plain User/Assistant transcript, which a base model may only continue",
-                      file=sys.stderr)
-            if args.compare:
-                return _compare(session, args, sampling, spec, cancel)
-            result = _stream_reply(session, args, sampling, spec, cancel)
-    except LoadCancelledError as exc:
-        if not cancel.is_set():
-            raise
-        print(exc, file=sys.stderr)  # Ctrl-C during the load
-        return 130
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    # Ctrl-C cancels like the Stop button, from loading to the end of the reply (the
+    # handler stays until every native object is freed)
+    with ctrl_c_sets(cancel):
+        try:
+            with Session.open(config, progress=lambda _p: not cancel.is_set()) as session:
+                for note in session.notes:
+                    print(f"note: {note}", file=sys.stderr)
+                if args.chat and session.chat_format.uses_fallback:
+                    print(f"note: {config.target_path.name} has no chat template: --chat "
+                          "wrote a plain User/Assistant transcript, which a base model may "
+                          "only continue", file=sys.stderr)
+                if args.compare:
+                    return _compare(session, args, sampling, spec, cancel)
+                result = _stream_reply(session, args, sampling, spec, cancel)
+        except LoadCancelledError as exc:
+            if not cancel.is_set():
+                raise
+            print(exc, file=sys.stderr)  # Ctrl-C during the load
+            return 130
     if args.json:
         print_json({
             "text": result.text,
@@ -187,20 +184,6 @@ def _compare(session: Any, args: argparse.Namespace, sampling: Any, spec: Any,
     else:
         sys.stdout.write(compare_text(result))
     return 130 if cancel.is_set() else 0
-
-
-def _with_cancel(run: Callable[[Any], int]) -> int:
-    """Run ``run(cancel)`` with Ctrl-C setting ``cancel`` (a reply then ends and is
-    still printed), as the local path does."""
-    import threading
-
-    cancel = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda _sig, _frame: cancel.set())
-    try:
-        status = run(cancel)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    return 130 if cancel.is_set() and status == 0 else status
 
 
 def read_prompt(stream: TextIO) -> str:

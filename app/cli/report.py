@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.engine.reply import ReplyRecord
-from app.engine.measure.bench import BenchReport
+from app.engine.measure.bench import DISTURBED_CORES, BenchReport
 from app.engine.measure.race import RaceResult
 from app.formatting import MISSING, divergence_words, or_dash
 from app.options import SpecMode
@@ -110,6 +110,13 @@ def bench_notes(report: BenchReport) -> list[str]:
     note = comparison_note(report)
     if note is not None:
         notes.append(note)
+    if report.cancelled:
+        notes.append("Stopped with Ctrl-C: the figures cover the runs that finished.")
+    disturbed = sum(s.disturbed for s in report.summaries)
+    if disturbed:
+        total = sum(s.disturbed + s.undisturbed for s in report.summaries)
+        notes.append(f"{disturbed} of {total} runs were disturbed: other processes kept more "
+                     f"than {DISTURBED_CORES:g} cores busy. Speed figures need a quiet machine.")
     return notes
 
 
