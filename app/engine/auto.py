@@ -26,9 +26,10 @@ Per reply, every drafter gets a score, an estimated speedup over plain decoding:
   (:func:`head_estimates`). Offered only for a target that carries the heads or has an
   assistant loaded (:func:`app.options.drafter_unusable`);
 * **measured**: once a drafter has produced at least :data:`MIN_MEASURED_TOKENS` reply
-  tokens in this conversation, its measured speedup (its tokens ÷ its decode time,
-  over plain decoding's rate) replaces the estimate, and a drafter measuring below
-  :data:`FLOOR` × plain is dropped for the rest of the conversation.
+  tokens in this conversation, its measured speedup (plain decoding's time for its
+  replies, from the one-token passes timed under each reply's own conditions, over
+  their decode time: :func:`measured_speedups`) replaces the estimate, and a drafter
+  measuring below :data:`FLOOR` × plain is dropped for the rest of the conversation.
 
 The best score wins if it reaches :data:`MARGIN` (an estimate must promise more than
 noise); otherwise the reply decodes without speculation. With nothing to score at all
@@ -37,9 +38,10 @@ model-free :data:`PRIOR` drafter runs at the largest k (reason ``prior``), unles
 head the model carries predicts a gain from its published prior (then it runs): drafting
 costs it nothing and its cost-aware draft length
 (:class:`app.engine.policy.DraftLengthPolicy`) stops verifying drafts that do not pay.
-Its measured speedups are in docs/benchmarks.md (``bench --auto``). The price: no reply of the session decodes plainly
-first, so a measured speedup is taken over 1 / t(1) (the fastest one-token pass, which
-leaves out the loop's ~2 % overhead) until one does, and reads a little low.
+Its measured speedups are in docs/benchmarks.md (``bench --auto``). The price: no reply of
+the session decodes plainly first; a reply without plain steps of its own is measured
+over the session's last plain rate, else over 1 / t(1) (the fastest one-token pass,
+which leaves out the loop's ~2 % overhead), and then reads a little low.
 
 :func:`choose_drafter` is the pure decision (tested with made-up figures),
 :func:`estimate_drafters` gathers the figures from a session, :func:`resolve_auto` does
@@ -96,16 +98,22 @@ class ReplyObservation:
     accepted: int = 0
     #: the reply's measured draft cost ratio c (None: not measured, or no draft step)
     draft_cost_ratio: float | None = None
+    #: plain decoding's seconds per token under this reply's conditions
+    #: (:attr:`SpecStats.plain_step_time <app.engine.stats.SpecStats.plain_step_time>`;
+    #: None: not measured)
+    plain_step_time: float | None = None
 
     @classmethod
     def from_stats(cls, stats: Mapping[str, Any]) -> ReplyObservation | None:
         """From a stored ``SpecStats.to_dict()``; None when it lacks the figures."""
         try:
             c = stats.get("draft_cost_ratio")
+            p = stats.get("plain_step_time")
             return cls(SpecMode(stats.get("mode", "off")), int(stats.get("emitted", 0)),
                        float(stats.get("decode_time", 0.0)), int(stats.get("verified", 0)),
                        int(stats.get("accepted", 0)),
-                       float(c) if isinstance(c, (int, float)) and c >= 0 else None)
+                       float(c) if isinstance(c, (int, float)) and c >= 0 else None,
+                       float(p) if isinstance(p, (int, float)) and p > 0 else None)
         except (TypeError, ValueError):
             return None
 
@@ -361,21 +369,28 @@ def _replay_speedup(counts: ReplayCounts, pass_time: Callable[[int], float | Non
 
 def measured_speedups(observations: Sequence[ReplyObservation], plain_tps: float | None
                       ) -> dict[SpecMode, tuple[float, int]]:
-    """Per drafter: (its reply tokens ÷ decode seconds ÷ ``plain_tps``, its tokens) over
-    ``observations``; empty without a plain rate."""
-    out: dict[SpecMode, tuple[float, int]] = {}
-    if not plain_tps:
-        return out
-    tokens: dict[SpecMode, int] = {}
+    """Per drafter: (plain decoding's time for its replies ÷ their decode seconds, its
+    reply tokens) over ``observations``.
+
+    A reply's plain time is its tokens × the plain step time measured under its own
+    conditions (:attr:`ReplyObservation.plain_step_time`: the same context length,
+    threads and load), else × 1 / ``plain_tps``; a reply with neither is left out. A
+    rate from another moment (a plain reply with a longer prompt, on fewer threads)
+    would compare unlike with unlike.
+    """
+    plain_s: dict[SpecMode, float] = {}
     seconds: dict[SpecMode, float] = {}
+    tokens: dict[SpecMode, int] = {}
     for o in observations:
         if o.mode is SpecMode.OFF or o.emitted <= 0 or o.decode_time <= 0:
             continue
-        tokens[o.mode] = tokens.get(o.mode, 0) + o.emitted
+        step = o.plain_step_time or (1.0 / plain_tps if plain_tps else None)
+        if step is None:
+            continue
+        plain_s[o.mode] = plain_s.get(o.mode, 0.0) + o.emitted * step
         seconds[o.mode] = seconds.get(o.mode, 0.0) + o.decode_time
-    for mode, n in tokens.items():
-        out[mode] = (n / seconds[mode] / plain_tps, n)
-    return out
+        tokens[o.mode] = tokens.get(o.mode, 0) + o.emitted
+    return {mode: (plain_s[mode] / seconds[mode], n) for mode, n in tokens.items()}
 
 
 def auto_ks(speculation: SpeculationConfig) -> tuple[int, ...]:

@@ -134,6 +134,23 @@ def test_measured_speedups_pool_tokens_and_time_per_drafter() -> None:
     assert measured_speedups(obs, plain_tps=None) == {}
 
 
+def test_a_reply_is_measured_against_plain_steps_timed_under_its_own_conditions() -> None:
+    """A plain reply decoded at 9.5 tok/s with a 3,000-token prompt on one thread is no
+    baseline for a suffix reply at 38.7 tok/s on two (the window's Auto said "measured
+    4.08× plain" where that reply's own plain steps gave 0.81×): each reply's own plain
+    step time is used; the session's plain rate only where a reply has none."""
+    own = ReplyObservation(SUFFIX, emitted=100, decode_time=100 / 38.7,
+                           plain_step_time=1 / 48.0)
+    m = measured_speedups([own], plain_tps=9.47)
+    assert m[SUFFIX][0] == pytest.approx(38.7 / 48.0)
+    # pooled as times: (100 / 48 + 50 / 20) s of plain decoding over the replies' 4 s
+    other = ReplyObservation(SUFFIX, emitted=50, decode_time=4 - 100 / 38.7)
+    m = measured_speedups([own, other], plain_tps=20.0)
+    assert m[SUFFIX] == (pytest.approx((100 / 48 + 50 / 20) / 4), 150)
+    assert ReplyObservation.from_stats({"mode": "suffix", "emitted": 3, "decode_time": 0.1,
+                                        "plain_step_time": 0.02}).plain_step_time == 0.02
+
+
 def test_observations_read_stored_statistics() -> None:
     o = ReplyObservation.from_stats({"mode": "suffix", "emitted": 12, "decode_time": 0.5,
                                      "verified": 8, "accepted": 6, "auto": {"mode": "suffix"}})

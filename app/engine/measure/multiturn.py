@@ -488,7 +488,8 @@ class _ConversationRuns:
         if choice is not None:
             state.observed.append(ReplyObservation(
                 fin.stats.mode, fin.stats.emitted, fin.stats.decode_time,
-                fin.stats.verified, fin.stats.accepted, fin.stats.draft_cost_ratio))
+                fin.stats.verified, fin.stats.accepted, fin.stats.draft_cost_ratio,
+                fin.stats.plain_step_time))
             self.auto_choices.append({"prompt": prompt.name, "repeat": rep,
                                       "choose_s": choose_s, **choice.to_dict()})
         rec = RunRecord(config_label(spec), prompt.name, self.flat, rep, fin, other_cores=other)
