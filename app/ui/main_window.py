@@ -27,7 +27,6 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QSplitter,
     QStackedWidget,
-    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -59,6 +58,7 @@ from app.ui.panels import MessageBarWidget, SystemPromptWidget, WelcomeWidget, s
 from app.ui.picker import DownloadQueue
 from app.ui.qt_compat import apply_qt_workarounds
 from app.ui.sampling_panel import SamplingSettingsWidget
+from app.ui.scrolled import ScrolledTabs, scrolled
 from app.ui.service_bridge import ServiceBridge
 from app.ui.side_windows import SideWindows
 from app.ui.window_actions import install_window_actions
@@ -142,7 +142,8 @@ class MainWindow(QMainWindow):
                                      demo_available(GEMMA3, paths.models_dir()))
         self.chat = ChatViewWidget()
         self.chat.set_tint(self.settings.ui.tint_drafts)
-        self.stack.addWidget(self.welcome)
+        self.welcome_page = scrolled(self.welcome)
+        self.stack.addWidget(self.welcome_page)
         self.stack.addWidget(self.chat)
         cl.addWidget(self.stack, 1)
         self.composer = ComposerWidget()
@@ -152,7 +153,7 @@ class MainWindow(QMainWindow):
         cl.addWidget(self.composer)
         self.splitter.addWidget(chat_col)
 
-        self.side_tabs = QTabWidget()
+        self.side_tabs = ScrolledTabs()
         self.side_tabs.setObjectName("sideTabs")
         self.gauge = SpeculationGaugeWidget()
         self.gauge.written_by = self.controller.written_by
@@ -160,10 +161,10 @@ class MainWindow(QMainWindow):
         self.sampling_panel = SamplingSettingsWidget()
         self.sampling_panel.set_values(self.settings.sampling, self.settings.model,
                                        self.settings.speculation)
-        self.side_tabs.addTab(self.gauge, "Speculation")
-        self.side_tabs.addTab(self.sampling_panel, "Sampling")
+        self.side_tabs.add_page(self.gauge, "Speculation")
+        self.side_tabs.add_page(self.sampling_panel, "Sampling")
         self.api_panel = ApiPanelWidget()
-        self.side_tabs.addTab(self.api_panel, "API")
+        self.side_tabs.add_page(self.api_panel, "API")
         self.splitter.addWidget(self.side_tabs)
         for i, stretch in enumerate((0, 1, 0)):
             self.splitter.setStretchFactor(i, stretch)
@@ -245,7 +246,7 @@ class MainWindow(QMainWindow):
         self.welcome.set_busy(c.loading)
         self.chat.set_busy(c.reply is not None, editing=c.editing_message_id is not None)
         show_welcome = c.model_info is None and not c.loading and not c.has_messages
-        self.stack.setCurrentWidget(self.welcome if show_welcome else self.chat)
+        self.stack.setCurrentWidget(self.welcome_page if show_welcome else self.chat)
         self.sampling_panel.set_pending_reload(c.pending_reload)
         self.status_label.setText(status_text(c.model_info, loading=c.loading,
                                               generating=c.reply is not None))

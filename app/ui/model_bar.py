@@ -66,7 +66,7 @@ class ModelBarWidget(QFrame):
         rows.setContentsMargins(10, 6, 10, 6)
         rows.setSpacing(4)
         row = QHBoxLayout()
-        row.setSpacing(8)
+        row.setSpacing(6)
         rows.addLayout(row)
 
         row.addWidget(self._caption("Target"))
@@ -88,6 +88,11 @@ class ModelBarWidget(QFrame):
         for mode in SpecMode:
             self.mode_combo.addItem(mode.label, mode)
         self.mode_combo.setToolTip(MODE_TIP)
+        # as wide as the chosen drafter's name needs, down to 12 characters in a narrow
+        # window (its list still shows every name whole)
+        self.mode_combo.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.mode_combo.setMinimumContentsLength(12)
         row.addWidget(self.mode_combo)
         self.draft_button = ElidedButtonWidget("Choose draft…", max_px=NAME_MAX_PX)
         self.draft_button.setToolTip("A small GGUF with the same tokenizer as the target")

@@ -425,7 +425,7 @@ def test_first_run_demo_model_in_one_click(qtbot, monkeypatch: pytest.MonkeyPatc
     w.show()
     demo_path = paths.models_dir() / DEMO_FILE
     try:
-        assert w.stack.currentWidget() is w.welcome
+        assert w.stack.currentWidget() is w.welcome_page
         assert "SmolLM2 135M Instruct" in w.welcome.demo_button.text()
         w.settings.model.n_ctx = 512
         qtbot.mouseClick(w.welcome.demo_button, Qt.MouseButton.LeftButton)

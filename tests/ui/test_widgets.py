@@ -223,10 +223,30 @@ def _window(qtbot, loaded: LoadedSettings | None = None):  # type: ignore[no-unt
     return w
 
 
+def test_the_window_fits_a_small_screen(qtbot) -> None:
+    """The side panel's tabs and the welcome page scroll instead of setting the window's
+    minimum size: the Sampling tab alone made it 817 px tall (a 768 px screen cut it
+    off) and the welcome page 1047 px wide."""
+    w = _window(qtbot)
+    try:
+        assert w.stack.currentWidget() is w.welcome_page
+        hint = w.minimumSizeHint()
+        assert hint.width() <= 900 and hint.height() <= 400, hint
+        w.side_tabs.setCurrentWidget(w.sampling_panel)
+        assert w.side_tabs.currentIndex() == 1
+        w.resize(1024, 600)
+        qtbot.waitUntil(lambda: w.height() == 600, timeout=5000)
+        area = w.side_tabs.currentWidget()
+        assert area.verticalScrollBar().maximum() > 0  # the Sampling tab scrolls
+        assert w.sampling_panel.width() <= area.viewport().width()  # never sideways
+    finally:
+        w.close()
+
+
 def test_first_run_offers_the_demo_model_and_open_gguf(qtbot) -> None:
     w = _window(qtbot)
     try:
-        assert w.stack.currentWidget() is w.welcome
+        assert w.stack.currentWidget() is w.welcome_page
         assert w.welcome.demo_button.isVisibleTo(w) and w.welcome.open_button.isVisibleTo(w)
         assert not w.send_button.isEnabled()
         assert w.message_bar.current is None
