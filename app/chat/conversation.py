@@ -579,7 +579,9 @@ class ChatController:
                                   "models.", level="warning", origin="load"))
             return
         info = self.model_info
-        if info is None or info.target_path != target:
+        # a remote server's model id may be the path of this very file (llama-server
+        # names its model by the path it was started with): it is not loaded here
+        if info is None or info.remote is not None or info.target_path != target:
             if self.load_model(target):
                 self._pick = _Pick(target, draft, mode)
             return

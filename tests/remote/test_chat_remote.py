@@ -156,6 +156,22 @@ def test_a_server_that_cannot_be_used_keeps_what_was_connected(rig: Rig,
     assert rig.stored()[-1][1:3] == ("Hello, world", "done")
 
 
+def test_the_models_window_switches_back_from_a_server_whose_model_is_a_path(
+        rig: Rig, broken: BrokenServer) -> None:
+    """llama-server names its model by the GGUF path it was started with: choosing that
+    same file in the Models window loads it here instead of doing nothing."""
+    from app.options import SpecMode
+
+    broken.mode = "ok"
+    rig.connect(broken.base_url)
+    assert rig.c.remote is not None and rig.c.model_info is not None
+    same = Path(rig.c.model_info.target_path)  # "broken": the server's model id
+    rig.c.use_models(same, None, SpecMode.PROMPT_LOOKUP)
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert "not found" in rig.view.errors[-1].message  # a load of that file was tried
+    assert rig.c.remote is not None  # and, refused, it left the server in use
+
+
 def test_text_before_a_failure_reaches_the_consumer(broken: BrokenServer) -> None:
     """The service sends the text it holds before a failure leaves (not only at its
     30 ms batch ticks), so a consumer has all of it."""
