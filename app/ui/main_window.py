@@ -203,7 +203,7 @@ class MainWindow(QMainWindow):
         self.chat.edit_clicked.connect(self.edit_message)
         self.chat.regenerate_clicked.connect(self.regenerate)
         self.chat.version_requested.connect(c.show_version)
-        self.chat.starter_prompt_clicked.connect(self.send_message)
+        self.chat.starter_prompt_clicked.connect(self._on_chat_starter_prompt_clicked)
         self.composer.send_clicked.connect(self.send_message)
         self.composer.stop_clicked.connect(c.stop_reply)
         self.composer.regenerate_clicked.connect(lambda: self.regenerate())
@@ -411,6 +411,12 @@ class MainWindow(QMainWindow):
         :meth:`ChatController.send_message`."""
         self.system_prompt.flush()
         return self.controller.send_message(self.input.toPlainText() if text is None else text)
+
+    @Slot(str)
+    def _on_chat_starter_prompt_clicked(self, text: str) -> None:
+        # the starter buttons go away with the first message: the next one is typed
+        self.send_message(text)
+        self.input.setFocus()
 
     def regenerate(self, message_id: int | None = None) -> bool:
         return self.controller.regenerate(message_id)

@@ -354,3 +354,18 @@ def test_html_in_a_file_name_or_an_error_is_shown_as_text(qtbot, tiny_window,  #
     auto = [lb.objectName() or lb.text()[:40] for lb in w.findChildren(QLabel)
             if lb.textFormat() == Qt.TextFormat.AutoText and lb.buddy() is None]
     assert not auto, auto
+
+
+def test_after_a_starter_prompt_the_message_box_has_the_focus(qtbot, tiny_window) -> None:  # type: ignore[no-untyped-def]
+    """A starter button goes away with the first message: typing the follow-up must not
+    need a click into the message box first."""
+    from PySide6.QtWidgets import QApplication
+
+    w = tiny_window
+    w.activateWindow()
+    buttons = w.chat.starters.buttons
+    assert buttons and buttons[0].isVisible()
+    buttons[0].setFocus()
+    buttons[0].click()
+    wait_reply(qtbot, w)
+    assert QApplication.focusWidget() is w.input
