@@ -216,7 +216,7 @@ class MainWindow(QMainWindow):
         sp.reload_clicked.connect(c.reload_model)
         self.window_actions = install_window_actions(
             self, new_chat=self.new_conversation, regenerate=self.regenerate,
-            stop=c.stop_reply, models=self.windows.open_model_picker,
+            stop=self._stop_or_leave_edit, models=self.windows.open_model_picker,
             run_elsewhere=self.show_server_command)
         self.about_action = self.window_actions.about
 
@@ -489,6 +489,13 @@ class MainWindow(QMainWindow):
             self.controller.delete_conversation(conversation_id)
 
     @Slot()
+    def _stop_or_leave_edit(self) -> None:
+        """Esc: stop the reply; with none, leave editing a message."""
+        if self.controller.reply is not None:
+            self.controller.stop_reply()
+        elif self.controller.editing_message_id is not None:
+            self._on_composer_cancel_edit_clicked()
+
     def _on_composer_cancel_edit_clicked(self) -> None:
         self.controller.cancel_edit()
         self.input.clear()

@@ -53,8 +53,10 @@ class WindowActions:
 
 def quit_keys() -> list[QKeySequence]:
     """The platform's Quit shortcut (Ctrl+Q on Linux, Cmd+Q on macOS); Ctrl+Q where the
-    platform has none (Windows names no standard Quit key)."""
-    keys = QKeySequence.keyBindings(QKeySequence.StandardKey.Quit)
+    platform has none (Windows names no standard Quit key). A binding without a modifier
+    (some platforms add the rare keyboard's "Exit" key) is left out."""
+    keys = [k for k in QKeySequence.keyBindings(QKeySequence.StandardKey.Quit)
+            if "+" in k.toString(QKeySequence.SequenceFormat.PortableText)]
     return keys or [QKeySequence("Ctrl+Q")]
 
 
@@ -90,7 +92,8 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
     add("New chat", [QKeySequence(QKeySequence.StandardKey.New)], new_chat, True)
     add("Models…", [QKeySequence("Ctrl+M")], models, True)
     add("Regenerate", [QKeySequence("Ctrl+R")], regenerate, False)
-    add("Stop the reply", [QKeySequence(Qt.Key.Key_Escape), QKeySequence("Ctrl+.")], stop, False)
+    add("Stop the reply (or leave editing)", [QKeySequence(Qt.Key.Key_Escape),
+                                              QKeySequence("Ctrl+.")], stop, False)
     file_menu.addSeparator()
     quit_action = add("Quit", quit_keys(), window.close, True)
     quit_action.setMenuRole(QAction.MenuRole.QuitRole)
@@ -143,6 +146,7 @@ def show_shortcuts(parent: QWidget, rows: list[tuple[str, str]]) -> QDialog:
     dialog = QDialog(parent)
     dialog.setObjectName("shortcutsDialog")
     dialog.setWindowTitle("Keyboard shortcuts")
+    dialog.setMinimumWidth(380)  # the title whole in the title bar
     dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     col = QVBoxLayout(dialog)
     grid = QGridLayout()

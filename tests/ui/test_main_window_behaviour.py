@@ -369,3 +369,22 @@ def test_after_a_starter_prompt_the_message_box_has_the_focus(qtbot, tiny_window
     buttons[0].click()
     wait_reply(qtbot, w)
     assert QApplication.focusWidget() is w.input
+
+
+def test_esc_leaves_editing_when_no_reply_runs(qtbot, tiny_window) -> None:  # type: ignore[no-untyped-def]
+    """Esc stops a reply; with none running it leaves editing a message (the input box
+    empties and Send sends a new message again)."""
+    from PySide6.QtCore import Qt
+
+    from app.ui.window_actions import quit_keys
+
+    w = tiny_window
+    assert w.send_message("hello")
+    wait_reply(qtbot, w)
+    first = w.controller.store.messages(w.controller.current_conversation)[0]
+    w.edit_message(first.id)
+    assert w.controller.editing_message_id == first.id and w.input.toPlainText() == "hello"
+    w.activateWindow()
+    qtbot.keyClick(w.input, Qt.Key.Key_Escape)
+    assert w.controller.editing_message_id is None and w.input.toPlainText() == ""
+    assert all("+" in k.toString() for k in quit_keys())  # no bare "Exit" key listed
