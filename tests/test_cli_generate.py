@@ -124,7 +124,8 @@ def test_generate_streams_text_without_json(tiny_target: Path) -> None:
 
 
 BAD_INPUT = ["missing", "not-gguf", "truncated", "incompatible", "bad-option", "folder", "fifo",
-             "dangling-link", "draft-min-over-k", "system-without-chat", "absurd-threads"]
+             "dangling-link", "draft-min-over-k", "system-without-chat", "absurd-threads",
+             "key-without-server"]
 
 
 @pytest.mark.parametrize("case", BAD_INPUT)
@@ -153,6 +154,9 @@ def test_bad_input_gives_one_line_and_status_2(
     elif case == "system-without-chat":
         args = ["--model", str(tiny_target), "--system", "Be brief."]
         expect = "Invalid option --system: a system prompt needs a chat prompt: add --chat"
+    elif case == "key-without-server":
+        args = ["--model", str(tiny_target), "--api-key-env", "SOME_KEY"]
+        expect = "Invalid option: --api-key-env names the API key of a remote server"
     elif case == "absurd-threads":
         args = ["--model", str(tiny_target), "--threads", "1000"]
         expect = "Invalid option --threads: 1000 threads is more than this computer can use"

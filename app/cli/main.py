@@ -57,7 +57,7 @@ from app.cli.options import (
 )
 from app.cli.interrupt import ctrl_c_sets, with_cancel
 from app.cli.json_output import print_json
-from app.cli.remote import add_server_args, run_remote_generate
+from app.cli.remote import add_server_args, refuse_key_without_server, run_remote_generate
 from app.cli.report import reply_stats_line
 from app.errors import LoadCancelledError, TandemError
 
@@ -105,6 +105,7 @@ def _run_generate(args: argparse.Namespace) -> int:
         args.prompt = read_prompt(sys.stdin)
     if args.server:
         return with_cancel(lambda cancel: run_remote_generate(args, cancel))
+    refuse_key_without_server(args)
     args.model = Path(args.model)
     check_model_files(args)
     if args.compare and args.no_spec:

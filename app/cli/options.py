@@ -63,6 +63,17 @@ def default_ks_text() -> str:
     return ", ".join(f"{k} with {' or '.join(words)}" for k, words in groups)
 
 
+def port_arg(text: str) -> int:
+    """A TCP port, 0 … 65535 (0: any free one), as an argparse ``type``."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: ports are 0 … 65535")
+    return port
+
+
 def draft_lengths_arg(text: str) -> tuple[int, ...]:
     """``--k 1,3,5,8`` as sorted, distinct draft lengths (argparse ``type``)."""
     try:

@@ -38,6 +38,18 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
             action.type = str  # a path for local models: main converts it
 
 
+def refuse_key_without_server(args: argparse.Namespace) -> None:
+    """A local run (no ``--server``) has no use for ``--api-key-env``: refused, as
+    ``--system`` without ``--chat`` is, instead of ignored.
+
+    Raises:
+        TandemError: ``--api-key-env`` was given.
+    """
+    if getattr(args, "api_key_env", None):
+        raise TandemError("Invalid option: --api-key-env names the API key of a remote "
+                          "server; it goes with --server.")
+
+
 def client_from_args(args: argparse.Namespace) -> RemoteClient:
     """A client for ``--server`` with the key from ``--api-key-env``.
 

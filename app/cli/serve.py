@@ -20,6 +20,7 @@ from app.cli.options import (
     add_field_arg,
     add_model_args,
     check_model_files,
+    port_arg,
     drafter_mode,
     session_config,
     speculation_configs,
@@ -45,7 +46,7 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_draft_length_arg(p, several=False)
     add_drafting_args(p)
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on ({DEFAULT_HOST})")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT,
+    p.add_argument("--port", type=port_arg, default=DEFAULT_PORT,
                    help=f"port ({DEFAULT_PORT}; 0: any free port)")
     p.add_argument("--api-key", default=os.environ.get("TANDEM_API_KEY"),
                    help="require 'Authorization: Bearer KEY' (default: $TANDEM_API_KEY)")

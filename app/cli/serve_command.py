@@ -25,6 +25,7 @@ from app.catalog.server_command import (
     resolve_mtp_assistant,
 )
 from app.cli.json_output import print_json
+from app.cli.options import port_arg
 from app.errors import TandemError
 from app.formatting import serve_note_words
 from app.options import DRAFT_MODEL_K, FREE_DRAFTER_K, SpecMode, default_draft_max
@@ -62,7 +63,7 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "EAGLE-3, 3 with MTP, 16 with prompt or suffix lookup)")
     p.add_argument("--draft-min", type=int, default=0, help="a shorter draft is dropped")
     p.add_argument("--host", default="0.0.0.0", help="where the server listens (default 0.0.0.0)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    p.add_argument("--port", type=port_arg, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
     p.add_argument("--api-key-env", default=DEFAULT_API_KEY_ENV, metavar="VAR",
                    help=f"the environment variable holding the server's API key (default "
                         f"{DEFAULT_API_KEY_ENV})")
