@@ -238,6 +238,12 @@ class RaceResult:
         return b / a if a and b else None
 
     @property
+    def first_pair_disturbed(self) -> bool:
+        """Whether other work disturbed the first pair: the lanes' own runs, which the
+        race window replays (its verdict leaves such a pair out)."""
+        return bool(self.pairs) and self.pairs[0].disturbed(self.typical_load)
+
+    @property
     def end_to_end_speedup(self) -> float | None:
         """End-to-end time off ÷ on (prefill included), for the same reply length."""
         a, b = self.off.duration, self.on.duration

@@ -249,7 +249,7 @@ class RaceViewWidget(QWidget):
                     if x is not None else "—")
             self.progress.setFormat(f"%v / {max_tokens} pairs")
             self.status.setText(
-                f"Timed {tokens} of {max_tokens} off/on pairs (each pair: {', '.join(self._pair_texts)})."
+                f"Timed {tokens} of {max_tokens} off/on pairs (speedup per pair: {', '.join(self._pair_texts)})."
                 + (" Timing the next…" if tokens < max_tokens else ""))
             return
         if lane == "warm-up":

@@ -19,7 +19,8 @@ def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
     """(figure, speculation off, speculation on) rows of the end-of-race table: TTFT,
     decode tok/s, end-to-end time, tokens, α, τ, measured speedup (decode), end-to-end
     speedup (end-to-end time off ÷ on, prefill included), predicted speedup, identical
-    text, and a status row when the race was stopped. When α rests on fewer than
+    text, a row when other work disturbed the replayed (first) pair, whose times the rows
+    before the speedups are, and a status row when the race was stopped. When α rests on fewer than
     :data:`~app.engine.stats.MIN_VERIFIED_FOR_ESTIMATE` drafts, its row gives the count
     and the predicted speedup is held."""
     so, sn = result.off.stats, result.on.stats
@@ -38,7 +39,8 @@ def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
         ("acceptance rate α", MISSING, alpha),
         ("mean acceptance length τ", MISSING, or_dash(sn.mean_acceptance_length, ".2f")),
         ("measured speedup (decode)", "1.00×", speedup_cell(result)),
-        ("end-to-end speedup", "1.00×", or_dash(result.end_to_end_speedup, ".2f", "×")),
+        ("end-to-end speedup", "1.00×", or_dash(result.end_to_end_speedup, ".2f", "×")
+         + (" (disturbed)" if result.first_pair_disturbed else "")),
         ("predicted speedup", MISSING, predicted),
         ("identical text", "",
          "yes" if result.identical else f"no (from token {(result.first_difference or 0) + 1})"),
@@ -50,6 +52,9 @@ def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
         rows.append(("off/on pairs timed", "",
                      f"{len(result.pairs)}, {kept} kept{busy}" if kept != len(result.pairs)
                      else f"{len(result.pairs)}{busy}"))
+    if result.first_pair_disturbed:
+        rows.append(("replayed pair", "", "disturbed by other work: its times above are "
+                     "not the verdict's"))
     if result.cancelled:
         rows.append(("status", "", "cancelled: figures are partial"))
     return rows

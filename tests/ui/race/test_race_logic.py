@@ -276,6 +276,11 @@ def test_headline_of_several_pairs_gives_a_verdict_only_when_they_agree() -> Non
     every = dataclasses.replace(r, pairs=(RacePair(50, 70, 0.9, 0.0),))
     assert speedup_headline(every).startswith("No speedup to report: other work disturbed "
                                               "every pair.")
+    # the replayed (first) pair was the disturbed one: its times are marked as such
+    first = dict((n, on) for n, _, on in race_table_rows(busy))
+    assert busy.first_pair_disturbed and first["end-to-end speedup"].endswith("(disturbed)")
+    assert first["replayed pair"].startswith("disturbed by other work")
+    assert not agree.first_pair_disturbed and "replayed pair" not in rows
 
 
 def test_a_load_through_the_whole_race_is_said_though_no_pair_is_left_out() -> None:
