@@ -240,7 +240,7 @@ def test_race_progress_shows_each_pair_as_it_arrives(qtbot) -> None:  # type: ig
     v.show_progress("off", 10, 96)
     assert "First pair, speculation off" in v.status.text()
     v.show_progress("pairs", 1, 3, RacePair(50.0, 70.0, 0.0, 0.0))
-    assert v.status.text() == "Timed 1 of 3 off/on pairs (each pair: 1.40×). Timing the next…"
+    assert v.status.text() == "Timed 1 of 3 off/on pairs (speedup per pair: 1.40×). Timing the next…"
     v.show_progress("pairs", 2, 3, RacePair(50.0, 20.0, 0.0, 1.4))
     v.show_progress("pairs", 3, 3, RacePair(50.0, 72.0, 0.0, 0.0))
     assert v.status.text() == "Timed 3 of 3 off/on pairs (speedup per pair: 1.40×, disturbed, 1.44×)."
