@@ -91,7 +91,13 @@ def main(argv: Sequence[str] | None = None, open_path: Path | None = None) -> in
     log.info("Qt %s, platform %s", qVersion(), qapp.platformName())
 
     from app.ui.main_window import MainWindow
+    from app.ui.single_instance import InstanceServer, hand_over
 
+    if hand_over(open_path):
+        log.info("handed %s to the Tandem already running", open_path or "nothing")
+        print("Tandem is already running" + (f": {open_path} opens there." if open_path
+                                              else "; its window was brought forward."))
+        return 0
     try:
         window = MainWindow(autoload=open_path is None)
     except OSError as exc:
@@ -124,11 +130,25 @@ def main(argv: Sequence[str] | None = None, open_path: Path | None = None) -> in
 
     window.show()
     log.info("window shown")
+    InstanceServer(lambda path: _brought_forward(window, path), parent=window)
     if open_path is not None:
         _open_from_command_line(window, open_path)
     status = qapp.exec()
     log.info("exit with status %s", status)
     return int(status)
+
+
+def _brought_forward(window: object, path: Path | None) -> None:
+    """A later start's request: the window comes to the front and loads ``path``."""
+    from app.ui.main_window import MainWindow
+
+    assert isinstance(window, MainWindow)
+    if window.isMinimized():
+        window.showNormal()
+    window.raise_()
+    window.activateWindow()
+    if path is not None:
+        _open_from_command_line(window, path)
 
 
 def _open_from_command_line(window: object, path: Path) -> None:
