@@ -40,7 +40,7 @@ def test_alpha_from_one_draft_shows_its_count_and_range_and_holds_the_prediction
     lo, hi = acceptance_interval(1, 1)  # type: ignore[misc]
     assert g.value_text("alpha") == (
         f"100%  (1/1; few drafts, 95% range {lo * 100:.0f}–{hi * 100:.0f}%)")
-    assert g.value_text("predicted") == f"— (needs {MIN_VERIFIED_FOR_ESTIMATE} drafts)"
+    assert g.value_text("predicted") == f"— (needs {MIN_VERIFIED_FOR_ESTIMATE} draft tokens)"
     enough = _stats(MIN_VERIFIED_FOR_ESTIMATE + 10, MIN_VERIFIED_FOR_ESTIMATE)
     g.end_reply(enough)
     assert g.value_text("alpha") == f"{enough.acceptance_rate * 100:.0f}%  (30/40)"  # type: ignore[operator]
@@ -49,9 +49,9 @@ def test_alpha_from_one_draft_shows_its_count_and_range_and_holds_the_prediction
 
 def test_reply_footer_gives_the_count_of_a_few_drafts_alpha() -> None:
     few = reply_footer(_stats(2, 2).to_dict(), "stop")
-    assert "α 100% (2/2 drafts)" in few
+    assert "α 100% (2/2 draft tokens)" in few
     many = reply_footer(_stats(40, 30).to_dict(), "stop")
-    assert "α 75%" in many and "drafts)" not in many
+    assert "α 75%" in many and "draft tokens)" not in many
 
 
 def test_wilson_interval() -> None:
@@ -126,7 +126,7 @@ def test_the_cpu_caveat_gives_what_a_check_cost_in_this_reply(qtbot) -> None:
     assert few.verification_cost is None  # two passes: no figure
     assert "On a CPU a batch costs more" in prediction_caveat(few)
     g.show_stored(few)  # 8 drafts: no prediction is shown ("needs 30"), so no caveat
-    assert g.value_text("predicted") == "— (needs 30 drafts)" and g.prediction_note.isHidden()
+    assert g.value_text("predicted") == "— (needs 30 draft tokens)" and g.prediction_note.isHidden()
     # a pass slower than decoding its tokens one at a time is load, not a cost
     assert _stats(40, 30, draft_passes=10, draft_pass_time=1.2,
                   plain_step_time=0.02).verification_cost is None
@@ -218,3 +218,20 @@ def test_a_reply_whose_drafts_were_all_declined_says_why(qtbot) -> None:
     assert g.value_text("alpha") == "— (none of 38 drafts was worth checking on this machine)"
     assert declined_note(s).startswith("The drafter proposed 38 drafts, but on this machine")
     assert declined_note(SpecStats(mode=SpecMode.PROMPT_LOOKUP, emitted=5, rounds=5)) == ""
+
+
+def test_the_draft_length_advice_counts_only_drafting_rounds() -> None:
+    """α 85 % with most rounds undrafted (the adaptive policy declined them) gave "τ stays
+    below 2: try another drafter or a smaller k": τ per drafting round is what says
+    whether the drafter fits."""
+    from app.engine.stats import SpecStats
+    from app.options import SpecMode
+    from app.ui.gauge.gauge_panel import reply_advice
+
+    mostly_plain = SpecStats(mode=SpecMode.SUFFIX, draft_max=16, emitted=200, rounds=150,
+                             draft_rounds=20, verified=40, accepted=34, decode_time=2.0)
+    assert mostly_plain.mean_acceptance_length is not None
+    assert mostly_plain.mean_acceptance_length < 2 and reply_advice(mostly_plain) is None
+    poor = SpecStats(mode=SpecMode.SUFFIX, draft_max=16, emitted=120, rounds=100,
+                     draft_rounds=60, verified=120, accepted=20, decode_time=2.0)
+    assert reply_advice(poor) == "other-drafter-or-smaller-k"

@@ -127,7 +127,7 @@ def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
             verified = int(stats.get("verified", 0))
             few = verified < MIN_VERIFIED_FOR_ESTIMATE
             parts.append(f"α {alpha * 100:.0f}%"
-                         + (f" ({stats.get('accepted', 0)}/{verified} drafts)" if few else ""))
+                         + (f" ({stats.get('accepted', 0)}/{verified} draft tokens)" if few else ""))
         tau = stats.get("mean_acceptance_length")
         if tau is not None and mode is not SpecMode.OFF:
             parts.append(f"τ {tau:.2f}")

@@ -227,13 +227,18 @@ def bar_labels(slot: float, value_width: float, number_width: float, font_size: 
 
 
 def reply_advice(s: SpecStats) -> str | None:
-    """The draft-length advice code for one reply, local or remote (None: none)."""
+    """The draft-length advice code for one reply, local or remote (None: none).
+
+    Locally it rests on τ per drafting round, 1 + accepted / drafting rounds (as a
+    remote server counts it): the reply's own τ also counts the rounds in which nothing
+    was drafted or the adaptive policy verified nothing, which says nothing about k or
+    the drafter's fit (α 85 % with most rounds undrafted read "τ stays below 2")."""
     remote = s.extra.get("remote")
     if isinstance(remote, dict):
         return remote.get("advice")
-    if s.mode is SpecMode.OFF:
+    if s.mode is SpecMode.OFF or not s.draft_rounds:
         return None
-    return draft_length_advice(s.mean_acceptance_length, s.draft_max, s.draft_rounds)
+    return draft_length_advice(1 + s.accepted / s.draft_rounds, s.draft_max, s.draft_rounds)
 
 
 class AcceptanceBarsWidget(QWidget):
@@ -404,7 +409,7 @@ class SpeculationGaugeWidget(QFrame):
             ("tau", "Mean accepted τ", "tokens emitted per target verification pass"),
             ("cost", "Draft cost c", "one draft step / one plain target step"),
             ("predicted", "Predicted speedup", "E(α,k) / (1 + c·k), Leviathan et al. 2023; "
-             f"held until α rests on {MIN_VERIFIED_FOR_ESTIMATE} drafts"),
+             f"held until α rests on {MIN_VERIFIED_FOR_ESTIMATE} draft tokens"),
             ("measured", "Measured speedup", "this reply's decode tok/s against plain decoding "
              "timed under the same conditions: one-token target passes of this reply (or of "
              "the last seconds, at the same thread count and load); the range comes from "
@@ -675,7 +680,7 @@ class SpeculationGaugeWidget(QFrame):
             self._rows["predicted"].setText("1× (off)")
         elif pred is not None and s.few_drafts:
             # E(α, k) from one or two drafts is an extrapolation, not a prediction.
-            self._rows["predicted"].setText(f"{MISSING} (needs {MIN_VERIFIED_FOR_ESTIMATE} drafts)")
+            self._rows["predicted"].setText(f"{MISSING} (needs {MIN_VERIFIED_FOR_ESTIMATE} draft tokens)")
         else:
             self._rows["predicted"].setText(or_dash(pred, ".2f", "×"))
         self._rows["measured"].setText(self._measured_text(s))

@@ -178,7 +178,7 @@ class SpeedupCalculatorWidget(QWidget):
         self.measured_button.setEnabled(True)
         self.measured_button.setToolTip("")
         self.measured_button.setText(f"Use the race's measured α = {alpha:.2f}, c = {c:.3f}"
-                                     + (f" ({verified} drafts)" if verified is not None else ""))
+                                     + (f" ({verified} draft tokens)" if verified is not None else ""))
 
     def recalculate(self) -> SpeedupCalculation:
         alpha, k, c = self.alpha_spin.value(), self.k_spin.value(), self.c_spin.value()

@@ -28,8 +28,8 @@ def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
     predicted = or_dash(result.predicted_speedup, ".2f", "×")
     if sn.acceptance_rate is not None and sn.few_drafts:
         # α and the prediction built on it rest on a handful of drafts: say so.
-        alpha = f"{sn.acceptance_rate:.2f} ({sn.accepted}/{sn.verified} drafts)"
-        predicted = f"{MISSING} (needs {MIN_VERIFIED_FOR_ESTIMATE} drafts)"
+        alpha = f"{sn.acceptance_rate:.2f} ({sn.accepted}/{sn.verified} draft tokens)"
+        predicted = f"{MISSING} (needs {MIN_VERIFIED_FOR_ESTIMATE} draft tokens)"
     rows = [
         ("TTFT", or_dash(so.ttft * 1000, ".0f", " ms"), or_dash(sn.ttft * 1000, ".0f", " ms")),
         ("decode tok/s", or_dash(so.decode_tps, ".1f"), or_dash(sn.decode_tps, ".1f")),

@@ -115,8 +115,8 @@ def test_table_rows_have_every_figure_of_a_race() -> None:
     assert rows["end-to-end speedup"][1] == "2.50×"
     assert rows["identical text"][1] == "yes"
     # α from 4 drafts: the count is shown and the prediction held
-    assert rows["acceptance rate α"][1] == "0.50 (2/4 drafts)"
-    assert rows["predicted speedup"][1] == "— (needs 30 drafts)"
+    assert rows["acceptance rate α"][1] == "0.50 (2/4 draft tokens)"
+    assert rows["predicted speedup"][1] == "— (needs 30 draft tokens)"
     r = _race()
     enough = dataclasses.replace(r, on=_with_stats(
         r.on, dataclasses.replace(r.on.stats, verified=40, accepted=20, proposed=40)))
