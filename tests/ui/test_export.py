@@ -59,3 +59,13 @@ def test_a_failed_export_is_reported_and_a_good_one_written(tmp_path: Path) -> N
         assert (tmp_path / "t.md").read_text() == "# T\n"
     finally:
         c.close()
+
+
+def test_the_suggested_file_name_drops_a_cut_word_and_punctuation() -> None:
+    """A title cut short ("… balcony. Wh…") suggested "Hi_ I_m … balcony_ Wh_.md"."""
+    from app.ui.chat.export_dialog import export_stem
+
+    assert export_stem("Hi, I'm planning a small balcony garden. Wh\u2026") == (
+        "Hi Im planning a small balcony garden")
+    assert export_stem("C++ / Rust?") == "C Rust"
+    assert export_stem("?!") == "" and export_stem("word " * 30).count("word") == 12

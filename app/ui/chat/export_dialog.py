@@ -27,12 +27,28 @@ def export_to(controller: ChatController, conversation_id: int, path: Path) -> b
     return True
 
 
+def export_stem(title: str, limit: int = 60) -> str:
+    """A file name (without extension) from a conversation's title: a title cut short
+    ("… balcony. Wh…") loses its last, partial word; punctuation goes; words are joined
+    by spaces, at most ``limit`` characters, cut between words ("" when nothing is left)."""
+    if title.endswith("\u2026"):
+        title = title[:-1].rsplit(" ", 1)[0] if " " in title else title[:-1]
+    title = title.replace("'", "").replace("\u2019", "")  # "I'm" stays one word
+    words = "".join(ch if ch.isalnum() or ch in "-_" else " " for ch in title).split()
+    stem = ""
+    for word in words:
+        if len(stem) + len(word) + (1 if stem else 0) > limit:
+            break
+        stem = f"{stem} {word}" if stem else word
+    return stem or (words[0][:limit] if words else "")
+
+
 def export_with_dialog(parent: QWidget, controller: ChatController,
                        conversation_id: int) -> bool:
     """Ask for a file name (Markdown by default, JSON on request), then :func:`export_to`."""
     title = next((c.title for c in controller.conversations() if c.id == conversation_id),
                  "conversation")
-    stem = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in title).strip()
+    stem = export_stem(title)
     name, _ = QFileDialog.getSaveFileName(
         parent, "Export conversation", str(Path.home() / f"{stem or 'conversation'}.md"),
         "Markdown (*.md);;JSON (*.json)")
