@@ -693,3 +693,21 @@ def test_long_item_and_menu_tooltips_are_wrapped_when_shown(qtbot) -> None:
     assert QToolTip.text() == tooltips.wrapped(long)
     assert action.toolTip() == long
     menu.close()
+
+
+def test_delete_on_the_conversation_list_asks_to_delete_the_current_one(qtbot) -> None:
+    """The Delete key did nothing on the list; it now does what the menu's Delete does
+    (the window then asks before deleting)."""
+    from PySide6.QtGui import QShortcut
+
+    from app.store.history import Conversation
+    from app.ui.chat.conversation_list import ConversationListWidget
+
+    w = ConversationListWidget()
+    qtbot.addWidget(w)
+    w.set_conversations([Conversation(id=7, title="seven", system_prompt="", created_at=0.0,
+                                      updated_at=0.0)], current=7)
+    [delete_key] = w.list.findChildren(QShortcut)
+    with qtbot.waitSignal(w.conversation_delete_clicked) as sig:
+        delete_key.activated.emit()
+    assert sig.args == [7]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtCore import QPoint, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QLineEdit,
@@ -66,6 +67,10 @@ class ConversationListWidget(QWidget):
         self.list.currentItemChanged.connect(self._on_list_current_item_changed)
         self.list.itemChanged.connect(self._on_list_item_changed)
         layout.addWidget(self.list, 1)
+        # Delete on the list deletes the current conversation (the window asks first)
+        delete_key = QShortcut(QKeySequence(QKeySequence.StandardKey.Delete), self.list,
+                               context=Qt.ShortcutContext.WidgetShortcut)
+        delete_key.activated.connect(self._on_delete_key_activated)
         self._search_timer = QTimer(self)
         self._search_timer.setSingleShot(True)
         self._search_timer.setInterval(200)
@@ -124,6 +129,12 @@ class ConversationListWidget(QWidget):
         elif chosen is export:
             self.conversation_export_clicked.emit(int(item.data(_ID_ROLE)))
         elif chosen is delete:
+            self.conversation_delete_clicked.emit(int(item.data(_ID_ROLE)))
+
+    @Slot()
+    def _on_delete_key_activated(self) -> None:
+        item = self.list.currentItem()
+        if item is not None and self.list.state() != QAbstractItemView.State.EditingState:
             self.conversation_delete_clicked.emit(int(item.data(_ID_ROLE)))
 
     @Slot(str)

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
-from PySide6.QtGui import QCloseEvent
+from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -201,6 +201,9 @@ class RaceWindow(QMainWindow):
         super().__init__(parent)
         self.setWindowFlag(Qt.WindowType.Window, True)
         self.setWindowTitle("Race: speculation off vs on")  # Qt appends the app name
+        # Esc stops a running race or sweep, else closes the window; Ctrl+W closes it
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self._escape)
+        QShortcut(QKeySequence(QKeySequence.StandardKey.Close), self, activated=self.close)
         self.setObjectName("raceWindow")
         self.setStyleSheet(STYLE)
         self.bridge = bridge
@@ -565,6 +568,12 @@ class RaceWindow(QMainWindow):
         except TandemError as exc:  # the queue is full or the app is closing
             self.show_error(UserError("Not now", str(exc), level="warning"))
             return None
+
+    def _escape(self) -> None:
+        if self._race is not None or self._sweep is not None:
+            self.stop()
+        else:
+            self.close()
 
     def stop(self) -> None:
         """Stop the running race or sweep; the engine stops within one round and what

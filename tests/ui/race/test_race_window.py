@@ -326,3 +326,17 @@ def test_closing_the_parent_closes_the_race_window_and_cancels_its_job(
     parent.close()
     assert not w.isVisible() and job.cancelled
     assert job.wait(60) is not None
+
+
+def test_esc_and_ctrl_w_close_the_race_window(qtbot, tiny_bridge: ServiceBridge) -> None:
+    """The race window took no keyboard close: Esc (with nothing running) and the
+    platform's Close key now close it (their shortcuts fired directly: the offscreen
+    platform activates no window to send keys to)."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QKeySequence, QShortcut
+
+    for key in (QKeySequence(Qt.Key.Key_Escape), QKeySequence(QKeySequence.StandardKey.Close)):
+        w = _open(qtbot, tiny_bridge)
+        [shortcut] = [s for s in w.findChildren(QShortcut) if s.key() == key]
+        shortcut.activated.emit()
+        qtbot.waitUntil(lambda w=w: not w.isVisible(), timeout=5000)
