@@ -31,7 +31,7 @@ from app.engine.reply import ReplyRecord, ReplyRequest
 from app.engine.stats import SpecStats, draft_length_advice
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.remote.client import RemoteClient, RemoteDelta, RemoteResult, ServerInfo
-from app.remote.errors import StreamDroppedError
+from app.remote.errors import RemoteError, StreamDroppedError
 
 
 def remote_extra(info: ServerInfo, model: str, result: RemoteResult) -> dict[str, Any]:
@@ -148,8 +148,23 @@ class RemoteSession:
                 yield TextDelta(text=event.text, from_draft=False, t=event.t,
                                 n_tokens=n_chunks)
             else:
-                self.info = self.client.refresh_speculation(self.info)
+                self.info = self._followed(event)
                 yield self._finished(event, asked, started_at)
+
+    def _followed(self, result: RemoteResult) -> ServerInfo:
+        """What the server is after this reply: read again in full when the reply drafted
+        although the server was found not to speculate (it was restarted with a drafter
+        while connected: its method, k and metrics changed), else with the drafter and k
+        filled in where they were unknown (:meth:`RemoteClient.refresh_speculation`).
+        Best effort: a failed probe keeps what was known."""
+        figures = result.figures
+        if figures is not None and figures.draft_tokens > 0 and (
+                self.info.speculation_method == "none"):
+            try:
+                return self.client.identify()
+            except RemoteError:
+                return self.info
+        return self.client.refresh_speculation(self.info)
 
     def _finished(self, result: RemoteResult, asked: ReplyRequest,
                   started_at: float) -> ReplyRecord:

@@ -47,6 +47,7 @@ class LlamaServer:
         threads: ``-t`` (1 by default: with 2 threads llama.cpp's threads wait for each
             other in a spin loop, which a busy machine turns into long stalls).
         ready_timeout: seconds to wait for ``/health`` before giving up.
+        port: the port (None: a free one).
 
     Raises:
         RuntimeError: the server exited or did not become ready; the message holds the
@@ -55,8 +56,8 @@ class LlamaServer:
 
     def __init__(self, binary: Path, model: Path, args: tuple[str, ...] | list[str] = (), *,
                  threads: int = 1, ctx: int = 2048, ready_timeout: float = 180.0,
-                 nice: bool = True) -> None:
-        self.port = free_port()
+                 nice: bool = True, port: int | None = None) -> None:
+        self.port = port if port is not None else free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log",
                                                 delete=False)

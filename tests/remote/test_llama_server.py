@@ -91,3 +91,37 @@ def test_cancel_closes_the_stream_and_keeps_the_text(client: RemoteClient) -> No
     assert result.text == "".join(received) and len(received) == 3
     after = client.chat(model, MESSAGES, max_tokens=4, temperature=0, scrape_metrics=False)
     assert after.text  # the server goes on serving after a client hung up
+
+
+def test_a_server_restarted_with_a_drafter_is_followed(smollm_path) -> None:  # type: ignore[no-untyped-def]
+    """A llama-server restarted with ``--spec-type`` while Tandem stays connected: the
+    first reply that drafts makes the session read the server again, so its drafter is
+    named (the window kept saying "none" until a manual reconnect)."""
+    from app.engine.chat import ChatMessage
+    from app.options import SamplingParams, SpeculationConfig
+    from app.remote.session import RemoteSession
+    from tests.remote.conftest import require_llama_server
+    from tests.remote.llama_server import SPEC_ARGS
+
+    exe = require_llama_server()
+    sampling = SamplingParams(temperature=0.0, max_tokens=48)
+    messages = [ChatMessage("user", PROMPT)]
+
+    def reply(session: RemoteSession) -> None:
+        for _ in session.chat(messages, sampling, SpeculationConfig(), threading.Event()):
+            pass
+
+    with LlamaServer(exe, smollm_path, ("--metrics",)) as plain:
+        port = plain.port
+        client = RemoteClient(plain.base_url)
+        info = client.identify()
+        session = RemoteSession(client, info, info.models[0].id)
+        reply(session)
+        assert session.info.speculation_method in ("none", None)
+    try:
+        with LlamaServer(exe, smollm_path, SPEC_ARGS, port=port):
+            reply(session)
+            assert session.info.speculation_method == "ngram-simple"
+            assert session.info.metrics_prefix == "llamacpp"
+    finally:
+        session.close()
