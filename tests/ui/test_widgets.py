@@ -142,6 +142,21 @@ def test_rolling_rate() -> None:
         RollingRate(0)
 
 
+def test_the_rolling_rate_falls_while_nothing_arrives() -> None:
+    """A server that stalls mid-reply (30 s after a SIGTERM) kept "14.8 tok/s (last
+    second) ● live" on the gauge; past one window of silence, the silence counts."""
+    now = [0.0]
+    r = RollingRate(window=1.0, clock=lambda: now[0])
+    for i in range(11):
+        now[0] = i * 0.1
+        r.add(i * 0.1, i * 2)  # 20 tokens/s
+    assert r.rate() == pytest.approx(20.0)
+    now[0] = 1.5  # half a second of silence: within the window, unchanged
+    assert r.rate() == pytest.approx(20.0)
+    now[0] = 1.0 + 1.0 + 9.0  # ten seconds of silence: 20 tokens over 1 + 9 s
+    assert r.rate() == pytest.approx(2.0) and r.silence() == pytest.approx(10.0)
+
+
 def test_gauge_repaints_at_most_ten_times_a_second(qtbot) -> None:
     g = SpeculationGaugeWidget()
     qtbot.addWidget(g)

@@ -622,7 +622,8 @@ class SpeculationGaugeWidget(QFrame):
     # -- output (≤ 10 Hz) -------------------------------------------------------------
     @Slot()
     def _on_timer_timeout(self) -> None:
-        if self._dirty:
+        # a stream gone quiet is repainted too: its rolling rate falls with the silence
+        if self._dirty or (self._streaming and self._rolling.silence() > self._rolling.window):
             self.refresh()
 
     def value_text(self, key: str) -> str:
@@ -656,8 +657,10 @@ class SpeculationGaugeWidget(QFrame):
         rolling = self._rolling.rate() if self._streaming else None
         big = rolling if rolling is not None else s.decode_tps
         self.tps_label.setText(or_dash(big, ".1f"))
+        quiet = self._rolling.silence() if self._streaming else 0.0
         self.tps_caption.setText(
-            "decode tok/s (last second)" if rolling is not None
+            f"decode tok/s (nothing for {quiet:.0f} s)" if rolling is not None and quiet >= 3
+            else "decode tok/s (last second)" if rolling is not None
             else "decode tok/s (whole reply)" if not self._streaming
             else "decode tok/s (so far)" if s.emitted else "reading the prompt…"
         )
