@@ -116,8 +116,7 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
     docs = documentation_path()
     documentation.setEnabled(docs is not None)
     if docs is not None:
-        documentation.triggered.connect(
-            lambda _checked=False: QDesktopServices.openUrl(QUrl.fromLocalFile(str(docs))))
+        documentation.triggered.connect(lambda _checked=False: open_documentation(window, docs))
     log_folder = help_menu.addAction("Open log folder")
     log_folder.triggered.connect(lambda _checked=False: open_log_folder())
     report = help_menu.addAction("Report a problem…")
@@ -160,6 +159,21 @@ def show_shortcuts(parent: QWidget, rows: list[tuple[str, str]]) -> QDialog:
     col.addWidget(buttons)
     dialog.open()
     return dialog
+
+
+def open_documentation(parent: QWidget, docs: Path) -> bool:
+    """Open the README with the desktop's viewer; where none opens it (no opener
+    installed), say where it is instead of doing nothing. Returns whether it opened."""
+    if QDesktopServices.openUrl(QUrl.fromLocalFile(str(docs))):
+        return True
+    box = QMessageBox(QMessageBox.Icon.Information, "Documentation",
+                      f"No program here opens it; the documentation is the file\n{docs}\n"
+                      "(Markdown: any text editor shows it).", parent=parent)
+    box.setTextFormat(Qt.TextFormat.PlainText)
+    box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    box.open()
+    return False
 
 
 def open_log_folder() -> bool:

@@ -160,6 +160,14 @@ def test_help_has_shortcuts_docs_log_folder_and_report(  # type: ignore[no-untyp
 
     window.window_actions.documentation.trigger()
     assert Path(opened[-1].toLocalFile()).name == "README.md" and Path(opened[-1].toLocalFile()).is_file()
+    readme = opened[-1].toLocalFile()
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url) and False)
+    window.window_actions.documentation.trigger()  # no program opens it: its path is said
+    qtbot.waitUntil(lambda: any(readme in b.text() for b in window.findChildren(QMessageBox)
+                                if b.isVisible()), timeout=5000)
+    for b in window.findChildren(QMessageBox):
+        b.close()
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url) or True)
     window.window_actions.log_folder.trigger()
     assert Path(opened[-1].toLocalFile()) == paths.log_dir()
 
