@@ -405,9 +405,13 @@ class SpeculationGaugeWidget(QFrame):
             ("reply_tps", "This reply", "decode tok/s over the whole reply (prefill excluded)"),
             ("e2e_tps", "End to end", "tok/s including the prompt's prefill"),
             ("alpha", "Acceptance α", "accepted draft tokens / verified draft tokens; with "
-             f"fewer than {MIN_VERIFIED_FOR_ESTIMATE} drafts the 95% Wilson interval is shown"),
+             f"fewer than {MIN_VERIFIED_FOR_ESTIMATE} draft tokens the 95% Wilson interval "
+             "is shown"),
             ("tau", "Mean accepted τ", "tokens emitted per target verification pass"),
-            ("cost", "Draft cost c", "one draft step / one plain target step"),
+            ("cost", "Draft cost c", "one draft step / one plain target step. For a "
+             "lookup drafter (prompt or suffix lookup), whose drafts cost no model pass: "
+             "the time of every lookup of the reply per draft token verified, so where "
+             "few drafts were worth checking it can come near 1"),
             ("predicted", "Predicted speedup", "E(α,k) / (1 + c·k), Leviathan et al. 2023; "
              f"held until α rests on {MIN_VERIFIED_FOR_ESTIMATE} draft tokens"),
             ("measured", "Measured speedup", "this reply's decode tok/s against plain decoding "
