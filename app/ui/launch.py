@@ -91,13 +91,11 @@ def main(argv: Sequence[str] | None = None, open_path: Path | None = None) -> in
     log.info("Qt %s, platform %s", qVersion(), qapp.platformName())
 
     from app.ui.main_window import MainWindow
-    from app.ui.single_instance import InstanceServer, hand_over
+    from app.ui.single_instance import InstanceServer, hand_over, take_lock
 
-    if hand_over(open_path):
-        log.info("handed %s to the Tandem already running", open_path or "nothing")
-        print("Tandem is already running" + (f": {open_path} opens there." if open_path
-                                              else "; its window was brought forward."))
-        return 0
+    lock = take_lock()
+    if lock is None:  # another Tandem runs for this data folder
+        return _second_start(open_path, hand_over(open_path))
     try:
         window = MainWindow(autoload=open_path is None)
     except OSError as exc:
@@ -130,12 +128,32 @@ def main(argv: Sequence[str] | None = None, open_path: Path | None = None) -> in
 
     window.show()
     log.info("window shown")
-    InstanceServer(lambda path: _brought_forward(window, path), parent=window)
+    instance = InstanceServer(parent=window)
+    instance.open_requested.connect(lambda path: _brought_forward(window, path))
     if open_path is not None:
         _open_from_command_line(window, open_path)
     status = qapp.exec()
     log.info("exit with status %s", status)
+    lock.unlock()
     return int(status)
+
+
+def _second_start(open_path: Path | None, handed: bool) -> int:
+    """This start found another Tandem running: say what became of ``open_path``."""
+    if handed:
+        log.info("handed %s to the Tandem already running", open_path or "nothing")
+        print("Tandem is already running" + (f": {open_path} opens there." if open_path
+                                              else "; its window was brought forward."))
+        return 0
+    log.warning("another Tandem holds this data folder and did not answer")
+    from PySide6.QtWidgets import QMessageBox
+
+    box = QMessageBox(QMessageBox.Icon.Warning, "Tandem is already running",
+                      "Another Tandem window uses this data folder but did not answer "
+                      "(it may be busy). Use that window, or close it and start again.")
+    box.setTextFormat(Qt.TextFormat.PlainText)
+    box.exec()
+    return 1
 
 
 def _brought_forward(window: object, path: Path | None) -> None:

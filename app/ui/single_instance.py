@@ -3,92 +3,152 @@ a terminal or a file manager while Tandem runs) hands its file to the running wi
 exits, instead of opening a second window on the same history database and settings (the
 last one closed would write its settings over the other's).
 
-The running window listens on a local socket (:class:`QLocalServer`: a Unix domain
-socket, a named pipe on Windows) named after the data folder, so Tandems with another
-``TANDEM_HOME`` stay apart. The message is one line of JSON, ``{"open": path | null}``,
-answered by ``ok``.
+Who runs is decided by a lock file in the data folder (:class:`QLockFile`: it names its
+owner's process, so a lock left by a crash is taken over). The owner listens on a local
+connection (:mod:`multiprocessing.connection`: a Unix domain socket, a named pipe on
+Windows) whose peers must know a random key kept in the data folder, readable by this
+user only. A later start sends ``{"open": path | None}`` and waits for ``"ok"``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-from collections.abc import Callable
+import os
+import secrets
+import sys
+import tempfile
+import threading
+from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 
-from PySide6.QtCore import QObject
-from PySide6.QtNetwork import QLocalServer, QLocalSocket
+from PySide6.QtCore import QLockFile, QObject, Signal
 
 from app.store import paths
 
 log = logging.getLogger(__name__)
 
-#: how long a second start waits for the running window, milliseconds
-CONNECT_MS = 1000
-#: the longest message read, bytes (a path)
-MAX_MESSAGE = 64 * 1024
+#: how long a later start waits for the running window to answer, seconds (it may still
+#: be starting: the lock is taken before the window is built)
+ANSWER_S = 10.0
 
 
-def server_name() -> str:
-    """The socket's name: this user's, for this data folder."""
+def _digest() -> str:
     folder = str(paths.data_dir().resolve())
-    return "tandem-" + hashlib.sha256(folder.encode("utf-8")).hexdigest()[:16]
+    return hashlib.sha256(folder.encode("utf-8")).hexdigest()[:16]
 
 
-def hand_over(open_path: Path | None) -> bool:
-    """Give ``open_path`` (None: just show the window) to a Tandem already running for
-    this data folder. True when one took it (this process should then exit)."""
-    socket = QLocalSocket()
-    socket.connectToServer(server_name())
-    if not socket.waitForConnected(CONNECT_MS):
-        return False
-    message = {"open": str(open_path) if open_path is not None else None}
-    socket.write((json.dumps(message) + "\n").encode("utf-8"))
-    socket.flush()
-    answered = socket.waitForReadyRead(CONNECT_MS) and bytes(socket.readAll().data()) == b"ok"
-    socket.disconnectFromServer()
-    return answered
+def address() -> str:
+    """The connection's address: this data folder's, for this user."""
+    if sys.platform == "win32":
+        return rf"\\.\pipe\tandem-{_digest()}"
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return str(Path(tempfile.gettempdir()) / f"tandem-{uid}-{_digest()}.sock")
+
+
+def _key_path() -> Path:
+    return paths.data_dir() / "instance.key"
+
+
+def _read_key() -> bytes | None:
+    try:
+        key = _key_path().read_bytes()
+    except OSError:
+        return None
+    return key if len(key) == 32 else None
+
+
+def _new_key() -> bytes:
+    key = secrets.token_bytes(32)
+    path = _key_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+    return key
+
+
+def take_lock() -> QLockFile | None:
+    """The lock that makes this process the running Tandem of its data folder, or None
+    when another live process holds it. Keep the object until the process exits."""
+    paths.data_dir().mkdir(parents=True, exist_ok=True)
+    lock = QLockFile(str(paths.data_dir() / "instance.lock"))
+    lock.setStaleLockTime(0)  # stale only when its process is gone, however old
+    return lock if lock.tryLock(0) else None
+
+
+def hand_over(open_path: Path | None, wait_s: float = ANSWER_S) -> bool:
+    """Give ``open_path`` (None: just show the window) to the running Tandem of this data
+    folder, retrying while it starts, for up to ``wait_s`` seconds. True when it took it."""
+    deadline = _now() + wait_s
+    while True:
+        key = _read_key()
+        if key is not None:
+            try:
+                with Client(address(), authkey=key) as conn:
+                    conn.send({"open": str(open_path) if open_path is not None else None})
+                    if conn.poll(max(0.1, deadline - _now())) and conn.recv() == "ok":
+                        return True
+            except (OSError, EOFError, ValueError) as exc:  # not listening yet; a stale key
+                log.debug("the running Tandem did not answer yet: %s", exc)
+        if _now() >= deadline:
+            return False
+        threading.Event().wait(0.2)
+
+
+def _now() -> float:
+    import time
+
+    return time.monotonic()
 
 
 class InstanceServer(QObject):
-    """The running window's end: ``on_open(path | None)`` for each later start.
+    """The running Tandem's end: :attr:`open_requested` (a path, or None to just come to
+    the front) for each later start, on the GUI thread. Listens from construction on a
+    thread of its own; the process's exit ends it."""
 
-    Args:
-        on_open: called on the GUI thread with the path a later start named (None: it
-            named none; the window should just come to the front).
-    """
+    open_requested = Signal(object)
 
-    def __init__(self, on_open: Callable[[Path | None], None],
-                 parent: QObject | None = None) -> None:
+    def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._on_open = on_open
-        self.server = QLocalServer(self)
-        self.server.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)
-        name = server_name()
-        if not self.server.listen(name):
-            QLocalServer.removeServer(name)  # left by a Tandem that crashed
-            if not self.server.listen(name):
-                log.warning("no single-instance socket: %s", self.server.errorString())
-        self.server.newConnection.connect(self._on_new_connection)
-
-    def _on_new_connection(self) -> None:
-        while (socket := self.server.nextPendingConnection()) is not None:
-            socket.readyRead.connect(lambda s=socket: self._read(s))
-            socket.disconnected.connect(socket.deleteLater)
-
-    def _read(self, socket: QLocalSocket) -> None:
-        if not socket.canReadLine():
-            if socket.bytesAvailable() > MAX_MESSAGE:
-                socket.abort()
-            return
-        line = bytes(socket.readLine(MAX_MESSAGE).data())
+        key = _new_key()
+        where = address()
+        if sys.platform != "win32":
+            Path(where).unlink(missing_ok=True)  # left by a Tandem that crashed: the lock is ours
         try:
-            message = json.loads(line)
-            raw = message.get("open") if isinstance(message, dict) else None
-        except ValueError:
-            socket.abort()
+            self._listener: Listener | None = Listener(where, authkey=key)
+        except OSError as exc:
+            log.warning("no single-instance connection at %s: %s", where, exc)
+            self._listener = None
             return
-        socket.write(b"ok")
-        socket.flush()
-        self._on_open(Path(raw) if isinstance(raw, str) and raw else None)
+        threading.Thread(target=self._serve, name="single-instance", daemon=True).start()
+
+    def _serve(self) -> None:
+        assert self._listener is not None
+        while True:
+            try:
+                conn = self._listener.accept()
+            except OSError:
+                return  # closed
+            except Exception:  # a peer without the key (AuthenticationError) and the like
+                log.debug("refused a connection", exc_info=True)
+                continue
+            self._answer(conn)
+
+    def _answer(self, conn: Connection) -> None:
+        with conn:
+            try:
+                if not conn.poll(5.0):
+                    return
+                message = conn.recv()
+                raw = message.get("open") if isinstance(message, dict) else None
+                conn.send("ok")
+            except (OSError, EOFError, ValueError):
+                return
+        self.open_requested.emit(Path(raw) if isinstance(raw, str) and raw else None)
+
+    def close(self) -> None:
+        """Stop listening (the address is removed)."""
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None

@@ -48,7 +48,7 @@ UNUSED_QT_PLUGINS: dict[str, str] = {
     "platforms/libqminimalegl.so": "headless EGL platform",
     "egldeviceintegrations/*": "EGLFS device integrations",
     "generic/libqtuiotouchplugin.so": "TUIO touch events over the network: needs QtNetwork",
-    "networkinformation/*": "network status: Tandem uses QtNetwork's local socket only",
+    "networkinformation/*": "network status: Tandem does not use QtNetwork",
     "tls/*": "TLS for QtNetwork: Tandem downloads with Python's ssl",
 }
 
