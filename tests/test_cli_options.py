@@ -30,9 +30,10 @@ def test_defaults_are_the_fields_except_those_stated_once() -> None:
         want = CLI_DEFAULTS.get(name, SamplingParams.model_fields[name].default)
         assert getattr(gen, dest) == want, name
     assert (gen.temp, gen.max_tokens) == (0.0, 256)  # greedy, a reply a terminal shows
-    for name in ("draft_min", "draft_p_min", "ngram_min", "ngram_max", "suffix_spec_factor",
+    for name in ("draft_min", "draft_p_min", "ngram_min", "suffix_spec_factor",
                  "suffix_min_prob"):
         assert getattr(gen, name) == SpeculationConfig.model_fields[name].default
+    assert gen.ngram_max is None  # not given: the field's default, raised to --ngram-min
     bench = _parse("bench", "--model", "m.gguf")
     assert (bench.temp, bench.seed, bench.max_tokens) == (0.0, 1234, 128)
     assert BENCH_DEFAULTS == {"temperature": 0.0, "seed": 1234, "max_tokens": 128}
@@ -88,6 +89,10 @@ def test_reversed_ngram_sizes_are_refused_naming_the_flag() -> None:
     with pytest.raises(ValidationError) as err:
         speculation_configs(args, SpecMode.PROMPT_LOOKUP, [None])
     assert str(option_error(err.value)).startswith("Invalid option --ngram-max: ngram_max (3)")
+    # --ngram-min alone above the default maximum raises the maximum with it
+    alone = _parse("generate", "hi", "--model", "m.gguf", "--ngram-min", "6")
+    [spec] = speculation_configs(alone, SpecMode.PROMPT_LOOKUP, [None])
+    assert (spec.ngram_min, spec.ngram_max) == (6, 6)
 
 
 @pytest.mark.parametrize("command", ["serve", "serve-command"])

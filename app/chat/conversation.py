@@ -741,6 +741,7 @@ class ChatController:
                 stored = self.store.messages(conversation_id)
             except (KeyError, sqlite3.Error) as exc:
                 self._history_unreadable(exc)
+                conv, stored = None, []
                 conversation_id, self.current_conversation = None, None
             # the figures of the last finished reply (as shown), none when it has none
             raw = next((m.stats for m in reversed(stored)
@@ -1044,10 +1045,23 @@ class ChatController:
         reply.stats = fin.stats
         reply.record = fin
         self.reply = None
+        self._follow_remote_drafter(fin.stats.extra.get("remote"))
         self.view.clear_errors("reply")  # an earlier reply's error no longer applies
         self.view.reply_finished(reply, fin, stored)
         self.view.conversations_changed()
         self.view.state_changed()
+
+    def _follow_remote_drafter(self, remote: object) -> None:
+        """The remote server's drafter and k as its latest reply found them (a server
+        restarted with a drafter while connected), for the bar and the next gauge."""
+        info = self.model_info
+        if info is None or info.remote is None or not isinstance(remote, dict):
+            return
+        server = info.remote.info
+        method, k = remote.get("method"), remote.get("draft_max")
+        if (method, k) != (server.speculation_method, server.draft_max):
+            now = replace(server, speculation_method=method, draft_max=k)
+            self.model_info = replace(info, remote=replace(info.remote, info=now))
 
     def _fail_reply(self, reply: ActiveReply, error: UserError) -> None:
         restored: StoredMessage | None = None

@@ -153,7 +153,8 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
         )
 
     cancel = threading.Event()
-    # Ctrl-C stops after the current run, and the runs done are reported (exit 130)
+    # Ctrl-C ends the run in progress within one round (it is dropped) and the runs that
+    # finished are reported (exit 130)
     with ctrl_c_sets(cancel):
         try:
             with Session.open(config, progress=lambda _p: not cancel.is_set()) as session:

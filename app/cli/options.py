@@ -155,6 +155,7 @@ def add_drafting_args(p: argparse.ArgumentParser) -> None:
                         "tokens as this machine's measured costs make worthwhile)")
     add_field_arg(p, SpeculationConfig, "ngram_min")
     add_field_arg(p, SpeculationConfig, "ngram_max")
+    p.set_defaults(ngram_max=None)  # not given: the default, raised to --ngram-min
     add_field_arg(p, SpeculationConfig, "suffix_spec_factor", metavar="F")
     add_field_arg(p, SpeculationConfig, "suffix_min_prob", metavar="P")
 
@@ -296,7 +297,12 @@ def option_error(exc: ValidationError) -> TandemError:
 def speculation_configs(args: argparse.Namespace, mode: SpecMode,
                         ks: Sequence[int | None]) -> list[SpeculationConfig]:
     """One SpeculationConfig per draft length k; None: the drafter's default k
-    (:func:`app.options.default_draft_max`). Pydantic errors propagate as ValueError."""
+    (:func:`app.options.default_draft_max`). ``--ngram-max`` not given is its default,
+    raised to ``--ngram-min`` (given both, reversed, they are refused). Pydantic errors
+    propagate as ValueError."""
+    ngram_max = args.ngram_max
+    if ngram_max is None:
+        ngram_max = max(args.ngram_min, SpeculationConfig.model_fields["ngram_max"].default)
     return [
         SpeculationConfig(
             mode=mode,
@@ -304,7 +310,7 @@ def speculation_configs(args: argparse.Namespace, mode: SpecMode,
             draft_min=args.draft_min,
             draft_p_min=args.draft_p_min,
             ngram_min=args.ngram_min,
-            ngram_max=args.ngram_max,
+            ngram_max=ngram_max,
             suffix_spec_factor=args.suffix_spec_factor,
             suffix_min_prob=args.suffix_min_prob,
             adaptive=not args.fixed_k,

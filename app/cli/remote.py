@@ -22,6 +22,7 @@ from app.cli.json_output import print_json
 from app.errors import TandemError
 from app.formatting import advice_words
 from app.remote.client import RemoteClient, RemoteDelta, RemoteResult, ServerInfo
+from app.remote.errors import RemoteCancelledError
 from app.remote.session import remote_extra
 
 
@@ -172,7 +173,10 @@ def run_remote_bench(args: argparse.Namespace, cancel: threading.Event) -> int:
 
     prompts = load_prompts(args.prompts)[: args.limit]
     with client_from_args(args) as client:
-        info = client.identify()
+        try:
+            info = client.identify(cancel)
+        except RemoteCancelledError:
+            return 130  # Ctrl-C before the server answered: nothing was measured
         _check_model(info, args.model)
         before = client.spec_counters()
         runs: list[dict[str, Any]] = []
@@ -183,8 +187,8 @@ def run_remote_bench(args: argparse.Namespace, cancel: threading.Event) -> int:
                 r = client.chat(args.model, [{"role": "user", "content": prompt.chat}],
                                 max_tokens=args.max_tokens, temperature=args.temp,
                                 seed=args.seed if args.seed >= 0 else None, cancel=cancel)
-                if i == 0 and not args.no_warmup:
-                    continue
+                if (i == 0 and not args.no_warmup) or r.finish_reason == "cancelled":
+                    continue  # the warm-up, or a run Ctrl-C cut short
                 runs.append({"prompt": prompt.name, **remote_stats_json(info, args.model, r)})
                 if not args.quiet:
                     print(f"{prompt.name}: {stats_line(info, r)}", file=sys.stderr)
@@ -193,6 +197,7 @@ def run_remote_bench(args: argparse.Namespace, cancel: threading.Event) -> int:
     summary = bench_summary(runs)
     delta = after.minus(before) if before is not None and after is not None else None
     out = {"server": server_json(info, args.model), "summary": summary,
+           "cancelled": cancel.is_set(),
            "server_wide": None if delta is None else {
                "drafts": delta.drafts, "draft_tokens": delta.draft_tokens,
                "accepted": delta.accepted, "accepted_per_pos": list(delta.accepted_per_pos)},
@@ -203,6 +208,8 @@ def run_remote_bench(args: argparse.Namespace, cancel: threading.Event) -> int:
         print(f"{info.engine.value} {info.version or ''} at {info.base_url}, model {args.model}")
         for key, value in summary.items():
             print(f"  {key}: {value if not isinstance(value, float) else f'{value:.3f}'}")
+        if cancel.is_set():
+            print("  Stopped with Ctrl-C: the figures cover the runs that finished.")
     return 0
 
 

@@ -372,11 +372,11 @@ def measured_speedups(observations: Sequence[ReplyObservation], plain_tps: float
     """Per drafter: (plain decoding's time for its replies ÷ their decode seconds, its
     reply tokens) over ``observations``.
 
-    A reply's plain time is its tokens × the plain step time measured under its own
-    conditions (:attr:`ReplyObservation.plain_step_time`: the same context length,
-    threads and load), else × 1 / ``plain_tps``; a reply with neither is left out. A
-    rate from another moment (a plain reply with a longer prompt, on fewer threads)
-    would compare unlike with unlike.
+    A reply's plain time is its tokens × the plain step time measured for it
+    (:attr:`ReplyObservation.plain_step_time`: one-token passes timed during the reply,
+    or in the seconds before it at the same thread count and load), else × 1 /
+    ``plain_tps``; a reply with neither is left out. A rate from another moment (a plain
+    reply with a longer prompt, on fewer threads) would compare unlike with unlike.
     """
     plain_s: dict[SpecMode, float] = {}
     seconds: dict[SpecMode, float] = {}

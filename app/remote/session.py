@@ -148,10 +148,10 @@ class RemoteSession:
                 yield TextDelta(text=event.text, from_draft=False, t=event.t,
                                 n_tokens=n_chunks)
             else:
-                self.info = self._followed(event)
+                self.info = self._followed(event, cancel)
                 yield self._finished(event, asked, started_at)
 
-    def _followed(self, result: RemoteResult) -> ServerInfo:
+    def _followed(self, result: RemoteResult, cancel: threading.Event) -> ServerInfo:
         """What the server is after this reply: read again in full when the reply drafted
         although the server was found not to speculate (it was restarted with a drafter
         while connected: its method, k and metrics changed), else with the drafter and k
@@ -161,8 +161,8 @@ class RemoteSession:
         if figures is not None and figures.draft_tokens > 0 and (
                 self.info.speculation_method == "none"):
             try:
-                return self.client.identify()
-            except RemoteError:
+                return self.client.identify(cancel)
+            except RemoteError:  # a stop (RemoteCancelledError) included
                 return self.info
         return self.client.refresh_speculation(self.info)
 

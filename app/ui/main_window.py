@@ -40,7 +40,7 @@ from app.engine.stats import SpecStats
 from app.options import SamplingParams, SpeculationConfig
 from app.store import paths
 from app.store.history import Conversation, StoredMessage
-from app.store.settings import LoadedSettings, load_settings
+from app.store.settings import LoadedSettings, Settings, load_settings
 from app.ui.api import ApiPanelWidget
 from app.ui.api.serving import ApiServing
 from app.ui.chat.chat_view import ChatViewWidget, message_view, reply_footer
@@ -58,7 +58,7 @@ from app.ui.panels import MessageBarWidget, SystemPromptWidget, WelcomeWidget, s
 from app.ui.picker import DownloadQueue
 from app.ui.qt_compat import apply_qt_workarounds
 from app.ui.sampling_panel import SamplingSettingsWidget
-from app.ui.scrolled import ScrolledTabs, scrolled
+from app.ui.scrolled import ScrolledTabWidget, scrolled
 from app.ui.service_bridge import ServiceBridge
 from app.ui.side_windows import SideWindows
 from app.ui.window_actions import install_window_actions
@@ -67,6 +67,22 @@ from app.ui.labels import Label
 
 #: the narrowest the conversation list gets (pixels)
 SIDEBAR_MIN_PX = 180
+
+
+def _side_panel(settings: Settings, controller: ChatController) -> tuple[
+        ScrolledTabWidget, SpeculationGaugeWidget, SamplingSettingsWidget, ApiPanelWidget]:
+    """The side panel's scrolling tabs: Speculation (the gauge), Sampling, API."""
+    tabs = ScrolledTabWidget()
+    tabs.setObjectName("sideTabs")
+    gauge = SpeculationGaugeWidget()
+    gauge.written_by = controller.written_by
+    gauge.set_tint(settings.ui.tint_drafts)
+    sampling = SamplingSettingsWidget()
+    sampling.set_values(settings.sampling, settings.model, settings.speculation)
+    api = ApiPanelWidget()
+    for page, title in ((gauge, "Speculation"), (sampling, "Sampling"), (api, "API")):
+        tabs.add_page(page, title)
+    return tabs, gauge, sampling, api
 
 
 class MainWindow(QMainWindow):
@@ -153,18 +169,8 @@ class MainWindow(QMainWindow):
         cl.addWidget(self.composer)
         self.splitter.addWidget(chat_col)
 
-        self.side_tabs = ScrolledTabs()
-        self.side_tabs.setObjectName("sideTabs")
-        self.gauge = SpeculationGaugeWidget()
-        self.gauge.written_by = self.controller.written_by
-        self.gauge.set_tint(self.settings.ui.tint_drafts)
-        self.sampling_panel = SamplingSettingsWidget()
-        self.sampling_panel.set_values(self.settings.sampling, self.settings.model,
-                                       self.settings.speculation)
-        self.side_tabs.add_page(self.gauge, "Speculation")
-        self.side_tabs.add_page(self.sampling_panel, "Sampling")
-        self.api_panel = ApiPanelWidget()
-        self.side_tabs.add_page(self.api_panel, "API")
+        self.side_tabs, self.gauge, self.sampling_panel, self.api_panel = _side_panel(
+            self.settings, self.controller)
         self.splitter.addWidget(self.side_tabs)
         for i, stretch in enumerate((0, 1, 0)):
             self.splitter.setStretchFactor(i, stretch)
@@ -488,14 +494,13 @@ class MainWindow(QMainWindow):
         if answer == QMessageBox.StandardButton.Yes:
             self.controller.delete_conversation(conversation_id)
 
-    @Slot()
-    def _stop_or_leave_edit(self) -> None:
-        """Esc: stop the reply; with none, leave editing a message."""
+    def _stop_or_leave_edit(self) -> None:  # Esc
         if self.controller.reply is not None:
             self.controller.stop_reply()
         elif self.controller.editing_message_id is not None:
             self._on_composer_cancel_edit_clicked()
 
+    @Slot()
     def _on_composer_cancel_edit_clicked(self) -> None:
         self.controller.cancel_edit()
         self.input.clear()

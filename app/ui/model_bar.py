@@ -88,11 +88,11 @@ class ModelBarWidget(QFrame):
         for mode in SpecMode:
             self.mode_combo.addItem(mode.label, mode)
         self.mode_combo.setToolTip(MODE_TIP)
-        # as wide as the chosen drafter's name needs, down to 12 characters in a narrow
-        # window (its list still shows every name whole)
-        self.mode_combo.setSizeAdjustPolicy(
-            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.mode_combo.setMinimumContentsLength(12)
+        # as wide as the longest drafter name wants, down to about 12 characters in a
+        # narrow window (the layout honours an explicit minimum width over the hint; the
+        # list still shows every name whole)
+        self.mode_combo.setMinimumWidth(self.mode_combo.fontMetrics().horizontalAdvance("x" * 12)
+                                        + 40)
         row.addWidget(self.mode_combo)
         self.draft_button = ElidedButtonWidget("Choose draft…", max_px=NAME_MAX_PX)
         self.draft_button.setToolTip("A small GGUF with the same tokenizer as the target")

@@ -172,6 +172,18 @@ def test_the_models_window_switches_back_from_a_server_whose_model_is_a_path(
     assert rig.c.remote is not None  # and, refused, it left the server in use
 
 
+def test_the_window_follows_the_drafter_a_reply_found(rig: Rig, broken: BrokenServer) -> None:
+    """A reply that found the server speculating (it was restarted with a drafter) updates
+    what the window holds about it, so the bar and the next reply's gauge name it."""
+    broken.mode = "ok"
+    rig.connect(broken.base_url)
+    assert rig.c.remote is not None and rig.c.remote.info.speculation_method is None
+    rig.c._follow_remote_drafter({"method": "ngram-simple", "draft_max": 16})
+    assert rig.c.remote is not None
+    assert (rig.c.remote.info.speculation_method, rig.c.remote.info.draft_max) == (
+        "ngram-simple", 16)
+
+
 def test_text_before_a_failure_reaches_the_consumer(broken: BrokenServer) -> None:
     """The service sends the text it holds before a failure leaves (not only at its
     30 ms batch ticks), so a consumer has all of it."""

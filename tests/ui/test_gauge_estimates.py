@@ -39,7 +39,7 @@ def test_alpha_from_one_draft_shows_its_count_and_range_and_holds_the_prediction
     g.end_reply(one)
     lo, hi = acceptance_interval(1, 1)  # type: ignore[misc]
     assert g.value_text("alpha") == (
-        f"100%  (1/1; few drafts, 95% range {lo * 100:.0f}–{hi * 100:.0f}%)")
+        f"100%  (1/1; few draft tokens, 95% range {lo * 100:.0f}–{hi * 100:.0f}%)")
     assert g.value_text("predicted") == f"— (needs {MIN_VERIFIED_FOR_ESTIMATE} draft tokens)"
     enough = _stats(MIN_VERIFIED_FOR_ESTIMATE + 10, MIN_VERIFIED_FOR_ESTIMATE)
     g.end_reply(enough)

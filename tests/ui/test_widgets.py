@@ -726,3 +726,36 @@ def test_delete_on_the_conversation_list_asks_to_delete_the_current_one(qtbot) -
     with qtbot.waitSignal(w.conversation_delete_clicked) as sig:
         delete_key.activated.emit()
     assert sig.args == [7]
+
+
+def test_the_wheel_scrolls_the_sampling_tab_instead_of_changing_its_values(qtbot) -> None:
+    """In the scrolling Sampling tab the pointer passes over spin boxes: a wheel there
+    scrolls the tab unless the box has the focus (then it changes the value, as ever)."""
+    from PySide6.QtCore import QPoint, QPointF, Qt
+    from PySide6.QtGui import QWheelEvent
+    from PySide6.QtWidgets import QApplication
+
+    w = _window(qtbot)
+    try:
+        w.side_tabs.setCurrentWidget(w.sampling_panel)
+        w.resize(1024, 500)
+        area = w.side_tabs.currentWidget()
+        qtbot.waitUntil(lambda: area.verticalScrollBar().maximum() > 0, timeout=5000)
+        spin = w.sampling_panel.temperature
+        before = spin.value()
+
+        def wheel() -> None:
+            event = QWheelEvent(QPointF(5, 5), QPointF(spin.mapToGlobal(QPoint(5, 5))),
+                                QPoint(0, 0), QPoint(0, -120), Qt.MouseButton.NoButton,
+                                Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase,
+                                False)
+            QApplication.sendEvent(spin, event)
+
+        wheel()
+        assert spin.value() == before and area.verticalScrollBar().value() > 0
+        spin.setFocus()
+        qtbot.waitUntil(spin.hasFocus, timeout=5000)
+        wheel()
+        assert spin.value() != before
+    finally:
+        w.close()

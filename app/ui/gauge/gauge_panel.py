@@ -56,8 +56,9 @@ _MUTED = QColor("#8a94a3")
 
 def alpha_text(s: SpecStats, streaming: bool) -> str:
     """The acceptance rate in words: ``75%  (30/40)``; with fewer than
-    :data:`~app.engine.stats.MIN_VERIFIED_FOR_ESTIMATE` drafts also its 95 % interval,
-    so one lucky draft does not read as 100 %; without drafts, why there is no figure."""
+    :data:`~app.engine.stats.MIN_VERIFIED_FOR_ESTIMATE` draft tokens also its 95 %
+    interval, so one lucky token does not read as 100 %; without drafts, why there is no
+    figure."""
     alpha = s.acceptance_rate
     if alpha is None and s.declined:
         return (f"{MISSING} (none of {s.declined} draft{'s' if s.declined != 1 else ''} "
@@ -68,7 +69,7 @@ def alpha_text(s: SpecStats, streaming: bool) -> str:
     interval = s.acceptance_interval
     if s.few_drafts and interval is not None:
         lo, hi = interval
-        return (f"{alpha * 100:.0f}%  ({s.accepted}/{s.verified}; few drafts, 95% range "
+        return (f"{alpha * 100:.0f}%  ({s.accepted}/{s.verified}; few draft tokens, 95% range "
                 f"{lo * 100:.0f}–{hi * 100:.0f}%)")
     return f"{alpha * 100:.0f}%  ({s.accepted}/{s.verified})"
 
@@ -343,6 +344,28 @@ class SparklineWidget(QWidget):
         p.drawPolyline(QPolygonF(pts))
 
 
+#: the gauge's figures: (key, name, tooltip)
+GAUGE_ROWS = [
+    ("reply_tps", "This reply", "decode tok/s over the whole reply (prefill excluded)"),
+    ("e2e_tps", "End to end", "tok/s including the prompt's prefill"),
+    ("alpha", "Acceptance α", "accepted draft tokens / verified draft tokens; with "
+     f"fewer than {MIN_VERIFIED_FOR_ESTIMATE} draft tokens the 95% Wilson interval "
+     "is shown"),
+    ("tau", "Mean accepted τ", "tokens emitted per target verification pass"),
+    ("cost", "Draft cost c", "one draft step / one plain target step. For a "
+     "lookup drafter (prompt or suffix lookup), whose drafts cost no model pass: "
+     "the time of every lookup of the reply per draft token verified, so where "
+     "few drafts were worth checking it can come near 1"),
+    ("predicted", "Predicted speedup", "E(α,k) / (1 + c·k), Leviathan et al. 2023; "
+     f"held until α rests on {MIN_VERIFIED_FOR_ESTIMATE} draft tokens"),
+    ("measured", "Measured speedup", "this reply's decode tok/s against plain decoding "
+     "timed under the same conditions: one-token target passes of this reply (or of "
+     "the last seconds, at the same thread count and load); the range comes from "
+     "the spread of those passes"),
+    ("ttft", "Time to first token", "prefill; speculation does not change it"),
+]
+
+
 class SpeculationGaugeWidget(QFrame):
     """Live figures for the reply in progress (or the last reply)."""
 
@@ -401,26 +424,7 @@ class SpeculationGaugeWidget(QFrame):
         grid.setHorizontalSpacing(10)
         grid.setVerticalSpacing(4)
         self._rows: dict[str, QLabel] = {}
-        rows = [
-            ("reply_tps", "This reply", "decode tok/s over the whole reply (prefill excluded)"),
-            ("e2e_tps", "End to end", "tok/s including the prompt's prefill"),
-            ("alpha", "Acceptance α", "accepted draft tokens / verified draft tokens; with "
-             f"fewer than {MIN_VERIFIED_FOR_ESTIMATE} draft tokens the 95% Wilson interval "
-             "is shown"),
-            ("tau", "Mean accepted τ", "tokens emitted per target verification pass"),
-            ("cost", "Draft cost c", "one draft step / one plain target step. For a "
-             "lookup drafter (prompt or suffix lookup), whose drafts cost no model pass: "
-             "the time of every lookup of the reply per draft token verified, so where "
-             "few drafts were worth checking it can come near 1"),
-            ("predicted", "Predicted speedup", "E(α,k) / (1 + c·k), Leviathan et al. 2023; "
-             f"held until α rests on {MIN_VERIFIED_FOR_ESTIMATE} draft tokens"),
-            ("measured", "Measured speedup", "this reply's decode tok/s against plain decoding "
-             "timed under the same conditions: one-token target passes of this reply (or of "
-             "the last seconds, at the same thread count and load); the range comes from "
-             "the spread of those passes"),
-            ("ttft", "Time to first token", "prefill; speculation does not change it"),
-        ]
-        for i, (key, title, tip) in enumerate(rows):
+        for i, (key, title, tip) in enumerate(GAUGE_ROWS):
             name = Label(title)
             name.setToolTip(tip)
             name.setObjectName("gaugeName")

@@ -202,8 +202,8 @@ class RaceWindow(QMainWindow):
         self.setWindowFlag(Qt.WindowType.Window, True)
         self.setWindowTitle("Race: speculation off vs on")  # Qt appends the app name
         # Esc stops a running race or sweep, else closes the window; Ctrl+W closes it
-        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self._escape)
-        QShortcut(QKeySequence(QKeySequence.StandardKey.Close), self, activated=self.close)
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self).activated.connect(self._escape)
+        QShortcut(QKeySequence(QKeySequence.StandardKey.Close), self).activated.connect(self.close)
         self.setObjectName("raceWindow")
         self.setStyleSheet(STYLE)
         self.bridge = bridge

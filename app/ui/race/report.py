@@ -20,9 +20,9 @@ def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
     decode tok/s, end-to-end time, tokens, α, τ, measured speedup (decode), end-to-end
     speedup (end-to-end time off ÷ on, prefill included), predicted speedup, identical
     text, a row when other work disturbed the replayed (first) pair, whose times the rows
-    before the speedups are, and a status row when the race was stopped. When α rests on fewer than
-    :data:`~app.engine.stats.MIN_VERIFIED_FOR_ESTIMATE` drafts, its row gives the count
-    and the predicted speedup is held."""
+    before the speedups are, and a status row when the race was stopped. When α rests on
+    fewer than :data:`~app.engine.stats.MIN_VERIFIED_FOR_ESTIMATE` draft tokens, its row
+    gives the count and the predicted speedup is held."""
     so, sn = result.off.stats, result.on.stats
     alpha = or_dash(sn.acceptance_rate, ".2f")
     predicted = or_dash(result.predicted_speedup, ".2f", "×")
