@@ -97,8 +97,8 @@ def test_reversed_ngram_sizes_are_refused_naming_the_flag() -> None:
 
 @pytest.mark.parametrize("command", ["serve", "serve-command"])
 def test_a_port_out_of_range_is_a_usage_error_before_any_load(command: str) -> None:
-    """``serve --port 99999`` loaded the model and then died with a traceback from
-    bind(); now argparse refuses it at once."""
+    """``serve --port 99999`` is refused by argparse at once, before the model loads
+    (bind() would fail only after it)."""
     base = ["--model", "m.gguf"] + (["--engine", "llama-server"] if command == "serve-command" else [])
     assert _parse(command, *base, "--port", "0").port == 0
     for bad in ("99999", "-5", "http"):

@@ -198,25 +198,21 @@ def run_cancellable(cmd: list[str], *, timeout: float,
         subprocess.TimeoutExpired: it ran longer than ``timeout`` seconds (killed too).
         OSError: it could not start.
     """
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                text=True)
-        deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          stdin=subprocess.DEVNULL, text=True) as proc:
         while True:
-            try:
-                code = proc.wait(0.2)
-                break
+            try:  # retrying communicate after its timeout loses no output (Python docs)
+                out, err = proc.communicate(timeout=0.2)
+                return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
             except subprocess.TimeoutExpired:
                 stop = cancel is not None and cancel.is_set()
                 if stop or time.monotonic() > deadline:
                     proc.kill()
-                    proc.wait()
+                    proc.communicate()
                     if stop:
                         raise LoadCancelledError("Cancelled.") from None
                     raise subprocess.TimeoutExpired(cmd, timeout) from None
-        out.seek(0)
-        err.seek(0)
-        return subprocess.CompletedProcess(cmd, code, out.read(), err.read())
 
 
 def obtain_demo(model: DemoModel, destination: Path,

@@ -1,7 +1,7 @@
 """Pages that scroll instead of setting the window's minimum size: the side panel's tabs
 (Speculation, Sampling, API) and the welcome page. A QTabWidget or QStackedWidget is as
-tall as its tallest page; the Sampling tab alone made the window at least 817 px tall,
-more than a 768 px screen shows."""
+tall as its tallest page, and the Sampling tab is taller than a 768 px screen leaves
+room for."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ import secrets
 import sys
 import tempfile
 import threading
+import time
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 
@@ -80,26 +81,20 @@ def take_lock() -> QLockFile | None:
 def hand_over(open_path: Path | None, wait_s: float = ANSWER_S) -> bool:
     """Give ``open_path`` (None: just show the window) to the running Tandem of this data
     folder, retrying while it starts, for up to ``wait_s`` seconds. True when it took it."""
-    deadline = _now() + wait_s
+    deadline = time.monotonic() + wait_s
     while True:
         key = _read_key()
         if key is not None:
             try:
                 with Client(address(), authkey=key) as conn:
                     conn.send({"open": str(open_path) if open_path is not None else None})
-                    if conn.poll(max(0.1, deadline - _now())) and conn.recv() == "ok":
+                    if conn.poll(max(0.1, deadline - time.monotonic())) and conn.recv() == "ok":
                         return True
             except (OSError, EOFError, ValueError) as exc:  # not listening yet; a stale key
                 log.debug("the running Tandem did not answer yet: %s", exc)
-        if _now() >= deadline:
+        if time.monotonic() >= deadline:
             return False
-        threading.Event().wait(0.2)
-
-
-def _now() -> float:
-    import time
-
-    return time.monotonic()
+        time.sleep(0.2)
 
 
 class InstanceServer(QObject):

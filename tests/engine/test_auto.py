@@ -136,9 +136,9 @@ def test_measured_speedups_pool_tokens_and_time_per_drafter() -> None:
 
 def test_a_reply_is_measured_against_plain_steps_timed_under_its_own_conditions() -> None:
     """A plain reply decoded at 9.5 tok/s with a 3,000-token prompt on one thread is no
-    baseline for a suffix reply at 38.7 tok/s on two (the window's Auto said "measured
-    4.08× plain" where that reply's own plain steps gave 0.81×): each reply's own plain
-    step time is used; the session's plain rate only where a reply has none."""
+    baseline for a suffix reply at 38.7 tok/s on two, whose own plain steps give 0.81×:
+    each reply's own plain step time is used; the session's plain rate only where a reply
+    has none."""
     own = ReplyObservation(SUFFIX, emitted=100, decode_time=100 / 38.7,
                            plain_step_time=1 / 48.0)
     m = measured_speedups([own], plain_tps=9.47)

@@ -96,7 +96,7 @@ def test_cancel_closes_the_stream_and_keeps_the_text(client: RemoteClient) -> No
 def test_a_server_restarted_with_a_drafter_is_followed(smollm_path) -> None:  # type: ignore[no-untyped-def]
     """A llama-server restarted with ``--spec-type`` while Tandem stays connected: the
     first reply that drafts makes the session read the server again, so its drafter is
-    named (the window kept saying "none" until a manual reconnect)."""
+    named without a manual reconnect."""
     from app.engine.chat import ChatMessage
     from app.options import SamplingParams, SpeculationConfig
     from app.remote.session import RemoteSession

@@ -62,7 +62,8 @@ def test_a_failed_export_is_reported_and_a_good_one_written(tmp_path: Path) -> N
 
 
 def test_the_suggested_file_name_drops_a_cut_word_and_punctuation() -> None:
-    """A title cut short ("… balcony. Wh…") suggested "Hi_ I_m … balcony_ Wh_.md"."""
+    """A title cut short ("… balcony. Wh…") suggests "Hi Im planning … garden", with no
+    underscores for punctuation and no half word."""
     from app.ui.chat.export_dialog import export_stem
 
     assert export_stem("Hi, I'm planning a small balcony garden. Wh\u2026") == (

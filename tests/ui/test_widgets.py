@@ -143,8 +143,8 @@ def test_rolling_rate() -> None:
 
 
 def test_the_rolling_rate_falls_while_nothing_arrives() -> None:
-    """A server that stalls mid-reply (30 s after a SIGTERM) kept "14.8 tok/s (last
-    second) ● live" on the gauge; past one window of silence, the silence counts."""
+    """A server that stalls mid-reply: past one window of silence, the silence counts,
+    so the live rate falls instead of holding its last value."""
     now = [0.0]
     r = RollingRate(window=1.0, clock=lambda: now[0])
     for i in range(11):
@@ -240,8 +240,7 @@ def _window(qtbot, loaded: LoadedSettings | None = None):  # type: ignore[no-unt
 
 def test_the_window_fits_a_small_screen(qtbot) -> None:
     """The side panel's tabs and the welcome page scroll instead of setting the window's
-    minimum size: the Sampling tab alone made it 817 px tall (a 768 px screen cut it
-    off) and the welcome page 1047 px wide."""
+    minimum size, so the window fits a 1024 × 768 screen with room to spare."""
     w = _window(qtbot)
     try:
         assert w.stack.currentWidget() is w.welcome_page
@@ -711,8 +710,8 @@ def test_long_item_and_menu_tooltips_are_wrapped_when_shown(qtbot) -> None:
 
 
 def test_delete_on_the_conversation_list_asks_to_delete_the_current_one(qtbot) -> None:
-    """The Delete key did nothing on the list; it now does what the menu's Delete does
-    (the window then asks before deleting)."""
+    """The Delete key on the list does what the menu's Delete does (the window then asks
+    before deleting)."""
     from PySide6.QtGui import QShortcut
 
     from app.store.history import Conversation

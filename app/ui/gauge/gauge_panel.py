@@ -233,7 +233,7 @@ def reply_advice(s: SpecStats) -> str | None:
     Locally it rests on τ per drafting round, 1 + accepted / drafting rounds (as a
     remote server counts it): the reply's own τ also counts the rounds in which nothing
     was drafted or the adaptive policy verified nothing, which says nothing about k or
-    the drafter's fit (α 85 % with most rounds undrafted read "τ stays below 2")."""
+    the drafter's fit."""
     remote = s.extra.get("remote")
     if isinstance(remote, dict):
         return remote.get("advice")

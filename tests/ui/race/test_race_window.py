@@ -329,9 +329,9 @@ def test_closing_the_parent_closes_the_race_window_and_cancels_its_job(
 
 
 def test_esc_and_ctrl_w_close_the_race_window(qtbot, tiny_bridge: ServiceBridge) -> None:
-    """The race window took no keyboard close: Esc (with nothing running) and the
-    platform's Close key now close it (their shortcuts fired directly: the offscreen
-    platform activates no window to send keys to)."""
+    """Esc (with nothing running) and the platform's Close key close the race window
+    (their shortcuts fired directly: the offscreen platform activates no window to send
+    keys to)."""
     from PySide6.QtCore import Qt
     from PySide6.QtGui import QKeySequence, QShortcut
 
