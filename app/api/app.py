@@ -57,13 +57,14 @@ from app.api.replies import Reply, answer, error_response, stream
 from app.api.request_log import RequestLog
 from app.api.security import ApiKeyMiddleware, LoopbackHostMiddleware
 from app.chat.events import (
+    Disconnected,
     DraftChanged,
     JobDone,
     JobFailed,
     ModelInfo,
     RemoteConnected,
     TargetKept,
-    remote_model_info,
+    remote_target_name,
 )
 from app.chat.service import ChatService, Job, QueueFullError
 from app.engine.reply import ReplyRecord
@@ -140,7 +141,9 @@ class ApiState:
                 self.loaded_at = int(time.time())
             elif event.kind == "load" and isinstance(event.value, RemoteConnected):
                 self.model = None
-                self.remote = remote_model_info(event.value, 0.0).target_name
+                self.remote = remote_target_name(event.value)
+            elif event.kind == "load" and isinstance(event.value, Disconnected):
+                self.model, self.remote = None, None
             elif event.kind == "draft" and isinstance(event.value, DraftChanged) and self.model:
                 self.model = replace(self.model, draft_path=event.value.path,
                                      draft_name=event.value.name)

@@ -32,6 +32,7 @@ from app.chat.demo import DEFAULT_DEMO, bundled_demo_path, find_demo
 from app.chat.events import (
     AutoChosen,
     DemoPrepared,
+    Disconnected,
     DraftChanged,
     DraftKept,
     JobDone,
@@ -509,6 +510,24 @@ class ChatController:
         self._start_model_job(self.service.connect(client, model, origin=self.origin),
                               f"Connecting to {client.base_url}", fraction=None)
 
+    def disconnect_server(self) -> None:
+        """Stop using the remote server: the local target of the settings is loaded again
+        where its file is still there, else no model is loaded (the welcome page)."""
+        if self.remote is None:
+            return
+        if self.reply is not None:
+            self.report(UserError("Busy", "Stop the reply before disconnecting.",
+                                  level="warning", origin="load"))
+            return
+        target = self.settings.model.target_path
+        if target is not None and target.is_file():
+            self.load_model(target)
+            return
+        self.view.model_will_change()
+        self._model_before_load, self._target_kept = self.model_info, False
+        self._start_model_job(self.service.disconnect(origin=self.origin),
+                              f"Disconnecting from {self.remote.info.base_url}", fraction=None)
+
     @property
     def remote(self) -> RemoteConnected | None:
         """The connected remote server, None when replies run on a local model."""
@@ -672,6 +691,10 @@ class ChatController:
             self.view.state_changed()
         elif isinstance(value, DemoPrepared):
             self.load_model(value.path)
+        elif isinstance(value, Disconnected):
+            self.model_info = None
+            self.view.model_changed(None)
+            self.view.state_changed()
 
     def _apply_pick(self, loaded: Path) -> None:
         """The Models window's draft and mode, once its target has loaded (the draft then

@@ -64,7 +64,8 @@ class JobStarted:
 @dataclass(frozen=True, slots=True)
 class JobDone:
     """Job ``job_id`` ended and returned ``value``: a :class:`ModelInfo` (load) or a
-    :class:`RemoteConnected` (load: a connect), a :class:`DraftChanged` (draft), a
+    :class:`RemoteConnected` (load: a connect), a :class:`Disconnected` (load: a
+    disconnect), a :class:`DraftChanged` (draft), a
     :class:`DemoPrepared` (demo), a :class:`~app.engine.reply.ReplyRecord` (reply,
     completion; also when cancelled), a race recording, a k sweep result, a lookup
     estimate, or whatever a ``task`` returned."""
@@ -214,20 +215,32 @@ class RemoteConnected:
     model: str
 
 
+@dataclass(frozen=True, slots=True)
+class Disconnected:
+    """The remote server at ``base_url`` is no longer used; no model is loaded."""
+
+    base_url: str
+
+
 def remote_model_label(model: str) -> str:
     """A remote model id as people read it: a GGUF path's file name (llama-server names
     its model by the path it was started with), any other id as it is (``org/name``)."""
     return model.rsplit("/", 1)[-1] if model.lower().endswith(".gguf") else model
 
 
+def remote_target_name(connected: RemoteConnected) -> str:
+    """The remote model's name as the window shows it: ``model.gguf @ host:port``."""
+    host = connected.info.base_url.split("://", 1)[-1]
+    return f"{remote_model_label(connected.model)} @ {host}"
+
+
 def remote_model_info(connected: RemoteConnected, seconds: float) -> ModelInfo:
     """The :class:`ModelInfo` of a remote server's model (``seconds``: connect time)."""
     info = connected.info
     engine = info.engine.value + (f" {info.version}" if info.version else "")
-    host = info.base_url.split("://", 1)[-1]
     return ModelInfo(
         target_path=Path(connected.model),
-        target_name=f"{remote_model_label(connected.model)} @ {host}",
+        target_name=remote_target_name(connected),
         draft_path=None, draft_name=None, n_ctx=0, n_layer=0, n_gpu_layers=0,
         gpu_supported=False, cpu_reason=None, uses_fallback_template=False,
         load_seconds=seconds, system_info=engine, remote=connected)

@@ -49,6 +49,7 @@ from typing import Any
 from app.chat.demo import DEFAULT_DEMO, DemoModel, write_demo_model
 from app.chat.events import (
     AutoChosen,
+    Disconnected,
     DraftChanged,
     DraftKept,
     JobDone,
@@ -454,6 +455,14 @@ class ChatService:
         return self.submit("load", lambda ctx: self._connect(ctx, client, model),
                            origin=origin, title=f"Could not use {client.base_url}")
 
+    def disconnect(self, *, origin: str = "window") -> Job:
+        """Stop using the connected remote server (its client is closed); no model is
+        loaded afterwards. Value: :class:`Disconnected`.
+
+        Raises (in the job): TandemError when no remote server is in use."""
+        return self.submit("load", self._disconnect, origin=origin,
+                           title="Could not disconnect")
+
     def set_draft_model(self, path: Path | None, *, origin: str = "window") -> Job:
         """Load (a path) or unload (None) the draft model next to the loaded target.
         Value: :class:`DraftChanged`. On failure a :class:`DraftKept` event says which
@@ -688,6 +697,16 @@ class ChatService:
         self._session = RemoteSession(client, info, chosen)
         log.info("connected to %s (%s), model %s", info.base_url, info.engine.value, chosen)
         return RemoteConnected(info, chosen)
+
+    def _disconnect(self, ctx: JobContext) -> Disconnected:
+        session = self._session
+        if not isinstance(session, RemoteSession):
+            ctx.emit(TargetKept(ctx.job_id))
+            raise TandemError("No remote server is in use.")
+        self._close_session()
+        self._recent.clear()
+        log.info("disconnected from %s", session.info.base_url)
+        return Disconnected(session.info.base_url)
 
     def _set_draft(self, ctx: JobContext, path: Path | None) -> DraftChanged:
         session = ctx.session

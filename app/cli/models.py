@@ -43,7 +43,9 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     msub = models.add_subparsers(dest="models_command", metavar="SUBCOMMAND")
     models.set_defaults(handler=lambda _args: _usage(models))
 
-    p = msub.add_parser("list", help="models found in the models folder, added folders, LM Studio, HF cache")
+    found = ("models in the models folder, added folders and opened files, and those LM Studio, "
+             "Ollama, llama.cpp, Jan and the Hugging Face cache downloaded")
+    p = msub.add_parser("list", help=found, description=found[0].upper() + found[1:] + ".")
     p.add_argument("--folder", action="append", type=Path, default=[], help="also scan this folder")
     p.add_argument("--no-load-check", action="store_true",
                    help="read headers only; do not check that llama.cpp loads each model")

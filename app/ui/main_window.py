@@ -15,7 +15,7 @@ gauge follows API replies (labelled "API traffic") through
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QCoreApplication, Qt, QTimer, Slot
@@ -85,6 +85,14 @@ def _side_panel(settings: Settings, controller: ChatController) -> tuple[
     return tabs, gauge, sampling, api
 
 
+def _single_shot_timer(parent: QWidget, ms: int, slot: Callable[[], object]) -> QTimer:
+    timer = QTimer(parent)
+    timer.setSingleShot(True)
+    timer.setInterval(ms)
+    timer.timeout.connect(slot)
+    return timer
+
+
 class MainWindow(QMainWindow):
     """Tandem's window. See the module docstring.
 
@@ -118,10 +126,7 @@ class MainWindow(QMainWindow):
                                    self.downloads)
         self._closed = False
         self._build()
-        self._settings_timer = QTimer(self)
-        self._settings_timer.setSingleShot(True)
-        self._settings_timer.setInterval(400)
-        self._settings_timer.timeout.connect(self.controller.save_settings)
+        self._settings_timer = _single_shot_timer(self, 400, self.controller.save_settings)
         self.bridge.event_received.connect(self._on_bridge_event_received)
         warm_up_markdown()
         self._restore_geometry()
@@ -223,8 +228,7 @@ class MainWindow(QMainWindow):
         self.window_actions = install_window_actions(
             self, new_chat=self.new_conversation, regenerate=self.regenerate,
             stop=self._stop_or_leave_edit, models=self.windows.open_model_picker,
-            run_elsewhere=self.show_server_command)
-        self.about_action = self.window_actions.about
+            server=(self.show_server_command, c.disconnect_server))
 
     def _restore_geometry(self) -> None:
         ui = self.settings.ui
@@ -256,6 +260,8 @@ class MainWindow(QMainWindow):
         self.sampling_panel.set_pending_reload(c.pending_reload)
         self.status_label.setText(status_text(c.model_info, loading=c.loading,
                                               generating=c.reply is not None))
+        if self.window_actions.disconnect is not None:
+            self.window_actions.disconnect.setEnabled(c.remote is not None and not c.busy)
 
     def loading_changed(self, loading: bool, fraction: float | None, what: str) -> None:
         self.model_bar.progress.setRange(0, 0 if fraction is None else 1000)

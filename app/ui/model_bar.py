@@ -114,7 +114,8 @@ class ModelBarWidget(QFrame):
         row.addWidget(self.adaptive_box)
         row.addWidget(self._separator())
 
-        self.layers_label = Label("")
+        # a server's engine and drafter can be long: elided, so they never widen the window
+        self.layers_label = ElidedLabelWidget("", min_px=60)
         self.layers_label.setObjectName("layersLabel")
         row.addWidget(self.layers_label)
         row.addStretch(1)
@@ -217,8 +218,7 @@ class ModelBarWidget(QFrame):
         self._grey_unusable_drafters(info if info is not None and info.remote is None else None)
         if info is None:
             self.target_label.set_full_text("no model", tooltip="")
-            self.layers_label.setText("")
-            self.layers_label.setToolTip("")
+            self.layers_label.set_full_text("", tooltip="")
             self._set_remote(False)
             return
         if info.remote is not None:
@@ -232,14 +232,12 @@ class ModelBarWidget(QFrame):
                if info.uses_fallback_template else "")
         ))
         if info.n_gpu_layers > 0:
-            self.layers_label.setText(f"GPU · {info.n_gpu_layers}/{info.n_layer} layers")
-            self.layers_label.setToolTip(info.system_info)
+            self.layers_label.set_full_text(f"GPU · {info.n_gpu_layers}/{info.n_layer} layers",
+                                            tooltip=info.system_info)
         else:
-            self.layers_label.setText("CPU only")
-            self.layers_label.setToolTip(
+            self.layers_label.set_full_text("CPU only", tooltip=(
                 f"All {info.n_layer} layers run on the CPU because {info.cpu_reason}."
-                f"\n\n{info.system_info}"
-            )
+                f"\n\n{info.system_info}"))
         # the file name, as for the target (the metadata name is in the tooltip)
         self._draft_assistant = info.draft_is_assistant
         self.set_draft_name(info.draft_path.name if info.draft_path is not None else None,
@@ -273,15 +271,16 @@ class ModelBarWidget(QFrame):
             f"{info.remote.model}\non {server.base_url}\n{server.engine.value}"
             + (f" {server.version}" if server.version else "")))
         method = server.speculation_method or "drafter not reported"
-        self.layers_label.setText(f"{server.engine.value} · {method}")
-        self.layers_label.setToolTip(
+        self.layers_label.set_full_text(f"{server.engine.value} · {method}", tooltip=(
             "Replies run on the server; it speculates as it was started. What it "
-            "answered: " + ", ".join(server.evidence))
+            "answered: " + ", ".join(server.evidence)))
         self._set_remote(True)
 
     def set_remote_drafter(self, engine: str | None, method: str | None) -> None:
         """The remote server's drafter as its latest reply named it."""
-        self.layers_label.setText(f"{engine or 'server'} · {method or 'drafter not reported'}")
+        self.layers_label.set_full_text(
+            f"{engine or 'server'} · {method or 'drafter not reported'}",
+            tooltip=self.layers_label.toolTip())
 
     def _set_remote(self, remote: bool) -> None:
         """A remote server decides its own drafter and k: the bar's are off meanwhile."""

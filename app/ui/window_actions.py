@@ -49,6 +49,8 @@ class WindowActions:
     documentation: QAction
     log_folder: QAction
     report_problem: QAction
+    #: Server → Disconnect (None without a Server menu); enabled while a server is used
+    disconnect: QAction | None = None
 
 
 def quit_keys() -> list[QKeySequence]:
@@ -70,9 +72,11 @@ def documentation_path() -> Path | None:
 def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object],
                            regenerate: Callable[[], object], stop: Callable[[], object],
                            models: Callable[[], object],
-                           run_elsewhere: Callable[[], object] | None = None) -> WindowActions:
-    """Add the File menu, the Server menu (when ``run_elsewhere`` is given), the Help
-    menu, the shortcuts, and Enter on buttons to ``window``."""
+                           server: tuple[Callable[[], object], Callable[[], object]] | None = None,
+                           ) -> WindowActions:
+    """Add the File menu, the Server menu (when ``server`` gives its two actions: run
+    this on a bigger machine, disconnect), the Help menu, the shortcuts, and Enter on
+    buttons to ``window``."""
     file_menu = window.menuBar().addMenu("&File")
     shortcut_rows: list[tuple[str, str]] = []
 
@@ -100,14 +104,21 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
     shortcut_rows += [("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
                       ("Press the focused button", "Enter or Space")]
 
-    if run_elsewhere is not None:
-        server = window.menuBar().addMenu("&Server")
-        server.setToolTipsVisible(True)  # the action's tooltip says what it gives
-        launch = server.addAction("Run this on a bigger machine…")
+    disconnect = None
+    if server is not None:
+        run_elsewhere, disconnect_server = server
+        server_menu = window.menuBar().addMenu("&Server")
+        server_menu.setToolTipsVisible(True)  # the action's tooltip says what it gives
+        launch = server_menu.addAction("Run this on a bigger machine…")
         launch.setObjectName("runElsewhereAction")
         launch.setToolTip("The llama-server or vLLM command that runs the loaded target "
                           "and drafter on another machine")
         launch.triggered.connect(lambda _checked=False: run_elsewhere())
+        disconnect = server_menu.addAction("Disconnect from the server")
+        disconnect.setToolTip("Replies run on this computer again: the model opened "
+                              "last is loaded, if any")
+        disconnect.setEnabled(False)
+        disconnect.triggered.connect(lambda _checked=False: disconnect_server())
 
     help_menu = window.menuBar().addMenu("&Help")
     shortcuts = help_menu.addAction("Keyboard shortcuts")
@@ -126,7 +137,8 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
     about.setMenuRole(QAction.MenuRole.AboutRole)
     about.triggered.connect(lambda _checked=False: show_about(window))
     install_enter_presses_buttons()
-    return WindowActions(about, quit_action, shortcuts, documentation, log_folder, report)
+    return WindowActions(about, quit_action, shortcuts, documentation, log_folder, report,
+                         disconnect)
 
 
 def show_about(parent: QMainWindow) -> QDialog:

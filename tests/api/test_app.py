@@ -224,6 +224,9 @@ def test_the_api_follows_refused_loads_failed_connects_and_a_remote_server(
         h = httpx.get(health)
         assert h.status_code == 503 and "remote server" in h.json()["status"]
         assert httpx.get(server.base_url + "/models").json()["data"] == []
+        service.disconnect().result(timeout=30)
+        r = httpx.post(server.base_url + "/chat/completions", json=_chat())
+        assert r.status_code == 503 and "remote server" not in r.json()["error"]["message"]
         target = write_header_only(tmp_path / f"{MODEL}.gguf")
         service.load(SessionConfig(target_path=target)).result(timeout=30)
         assert httpx.post(server.base_url + "/chat/completions", json=_chat()).status_code == 200

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.chat.conversation import ChatController
-from app.chat.events import JobDone, ReplyStreamed
+from app.chat.events import JobDone, JobFailed, ReplyStreamed
 from app.engine.reply import ReplyRecord
 from app.chat.service import ChatService
 from app.options import SamplingParams, SpeculationConfig
@@ -170,6 +170,29 @@ def test_the_models_window_switches_back_from_a_server_whose_model_is_a_path(
     rig.pump.until(rig.c, lambda: not rig.c.loading)
     assert "not found" in rig.view.errors[-1].message  # a load of that file was tried
     assert rig.c.remote is not None  # and, refused, it left the server in use
+
+
+def test_disconnecting_goes_back_to_the_local_model_or_to_none(
+        rig: Rig, broken: BrokenServer, smollm_path: Path, tmp_path: Path) -> None:
+    """Server → Disconnect loads the local target of the settings again; without one (or
+    its file gone) the server is closed and no model is loaded."""
+    broken.mode = "ok"
+    rig.settings.model.target_path = tmp_path / "gone.gguf"
+    rig.connect(broken.base_url)
+    assert rig.c.remote is not None
+    rig.c.disconnect_server()
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.c.remote is None and rig.c.model_info is None
+    failed = rig.service.submit("task", lambda ctx: ctx.engine).wait(30)
+    assert isinstance(failed, JobFailed) and "No model is loaded" in failed.error.message
+
+    rig.settings.model.target_path = smollm_path
+    rig.connect(broken.base_url)
+    assert rig.c.remote is not None
+    rig.c.disconnect_server()
+    rig.pump.until(rig.c, lambda: not rig.c.loading, timeout=120)
+    assert rig.c.remote is None and rig.c.model_info is not None
+    assert rig.c.model_info.target_path == smollm_path
 
 
 def test_the_window_follows_the_drafter_a_reply_found(rig: Rig, broken: BrokenServer) -> None:

@@ -192,3 +192,41 @@ def test_connect_to_a_server_sits_beside_open_gguf(qtbot) -> None:  # type: igno
         bar.connect_action.trigger()
     with qtbot.waitSignal(bar.open_target_clicked, timeout=5000):
         bar.open_button.click()
+
+
+def test_server_disconnect_goes_back_to_the_local_model(  # type: ignore[no-untyped-def]
+        qtbot, window, broken: BrokenServer) -> None:
+    """Server → Disconnect is enabled only while a server is in use, and loads the local
+    model again."""
+    from app.remote import RemoteClient
+
+    local = window.controller.model_info.target_path
+    disconnect = window.window_actions.disconnect
+    assert disconnect is not None and not disconnect.isEnabled()
+    window.controller.connect_server(RemoteClient(broken.base_url))
+    qtbot.waitUntil(lambda: window.controller.remote is not None, timeout=30_000)
+    assert disconnect.isEnabled()
+    disconnect.trigger()
+    qtbot.waitUntil(lambda: window.controller.model_info is not None
+                    and window.controller.remote is None, timeout=120_000)
+    assert window.controller.model_info.target_path == local
+    assert not disconnect.isEnabled()
+    assert window.model_bar.target_label.full_text() == local.name
+
+
+def test_a_servers_long_names_do_not_widen_the_window(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """The bar elides a remote model's name and the server's engine and drafter, so
+    connecting never raises the window's minimum width."""
+    from app.chat.events import RemoteConnected, remote_model_info
+    from app.ui.model_bar import ModelBarWidget
+
+    bar = ModelBarWidget()
+    qtbot.addWidget(bar)
+    empty = bar.minimumSizeHint().width()
+    info = dataclasses.replace(INFO, speculation_method="draft-model " * 8,
+                               base_url="http://a-rather-long-host-name.example:8080")
+    bar.set_model(remote_model_info(RemoteConnected(info, "/models/" + "x" * 80 + ".gguf"), 0.1))
+    assert bar.minimumSizeHint().width() <= empty
+    assert bar.layers_label.full_text().startswith("llama-server · draft-model")
+    bar.set_remote_drafter("llama-server", "ngram-mod " * 10)
+    assert bar.minimumSizeHint().width() <= empty
