@@ -145,6 +145,20 @@ class ActiveReply:
         return self.buffer.spans
 
 
+def last_reply_stats(messages: Sequence[StoredMessage]) -> SpecStats | None:
+    """The statistics of the last finished reply in ``messages`` (None: no such reply,
+    or it kept none, or they cannot be read: logged)."""
+    raw = next((m.stats for m in reversed(messages)
+                if m.role == "assistant" and m.status == "done"), None)
+    if raw is None:
+        return None
+    try:
+        return SpecStats.from_dict(raw)
+    except (TypeError, ValueError):
+        log.warning("stored reply statistics are unreadable: %.200r", raw)
+        return None
+
+
 class ChatView(Protocol):
     """What the controller tells its window. Every method is called on the consumer's
     thread; none may call back into the controller synchronously except for reading
@@ -766,21 +780,37 @@ class ChatController:
                 self._history_unreadable(exc)
                 conv, stored = None, []
                 conversation_id, self.current_conversation = None, None
-            # the figures of the last finished reply (as shown), none when it has none
-            raw = next((m.stats for m in reversed(stored)
-                        if m.role == "assistant" and m.status == "done"), None)
-            if raw is not None and self.reply is None:
-                try:
-                    last_stats = SpecStats.from_dict(raw)
-                except (TypeError, ValueError):
-                    log.warning("stored statistics of conversation %s are unreadable",
-                                conversation_id)
+            if self.reply is None:
+                last_stats = last_reply_stats(stored)
         self._roles = [(m.id, m.role) for m in stored]
         self.view.conversation_opened(conv, stored, last_stats)
         self.settings.ui.last_conversation_id = conversation_id
         self.view.save_settings_soon()
         self.view.conversations_changed()
         self.view.state_changed()
+
+    def last_reply(self) -> tuple[StoredMessage | None, SpecStats | None]:
+        """The open conversation's last finished reply and its statistics (either None
+        when there is none, or no readable figures)."""
+        if self.current_conversation is None or self.store is None:
+            return None, None
+        try:
+            stored = self.store.messages(self.current_conversation)
+        except sqlite3.Error as exc:
+            self._history_unreadable(exc)
+            return None, None
+        last = next((m for m in reversed(stored)
+                     if m.role == "assistant" and m.status == "done"), None)
+        return last, last_reply_stats(stored)
+
+    def conversation_title(self, conversation_id: int) -> str:
+        """A conversation's title ("" when it cannot be read)."""
+        if self.store is None:
+            return ""
+        try:
+            return self.store.conversation(conversation_id).title
+        except (KeyError, sqlite3.Error):
+            return ""
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         if self.store is not None:
@@ -848,6 +878,14 @@ class ChatController:
             Whether a reply was started (False: empty text, no model, busy, no store, or
             the history could not be written; the caller keeps the text then).
         """
+        if self.reply is not None and self.reply.conversation_id != self.current_conversation:
+            title = self.conversation_title(self.reply.conversation_id)
+            where = f"in \u201c{title}\u201d" if title else "in another conversation"
+            self.report(UserError(
+                "A reply is being written", f"Tandem writes one reply at a time, and one is "
+                f"being written {where}: send this when it ends, or stop it (Esc).",
+                level="warning", origin="reply"))
+            return False
         if not text.strip() or self.busy or self.model_info is None or self.store is None:
             return False
         try:

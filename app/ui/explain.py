@@ -27,16 +27,16 @@ def _where(choice: AutoChoice) -> str:
 
 
 def _evidence_words(e: DrafterEvidence, choice: AutoChoice) -> str:
-    """Why this drafter scored as it did: ``92 % accepted in the last 3 replies``."""
+    """Why this drafter scored as it did: ``92% accepted in the last 3 replies``."""
     speed = f"{e.speedup:.2f}× plain" if e.speedup is not None else ""
     if e.source == "measured":
         alpha = e.acceptance_rate
         if alpha is None:
             return f"measured {speed} over its last {_replies(e.replies)} here"
-        return (f"{alpha * 100:.0f} % accepted in the last {_replies(e.replies)} "
+        return (f"{alpha * 100:.0f}% accepted in the last {_replies(e.replies)} "
                 f"(measured {speed})")
     if e.source == "prior":
-        published = (f"the published {(e.assumed_acceptance or 0) * 100:.0f} % acceptance "
+        published = (f"the published {(e.assumed_acceptance or 0) * 100:.0f}% acceptance "
                      f"of MTP heads and c = {e.cost_ratio or 0:.2f}")
         if e.cost_from_replies:
             return (f"no acceptance measured here yet; {speed} expected from {published} "
@@ -44,7 +44,7 @@ def _evidence_words(e: DrafterEvidence, choice: AutoChoice) -> str:
         return f"not tried here yet; {speed} expected from {published} measured by the load check"
     if e.source == "priced":
         alpha = e.acceptance_rate
-        rate = f"{alpha * 100:.0f} % accepted" if alpha is not None else "drafted"
+        rate = f"{alpha * 100:.0f}% accepted" if alpha is not None else "drafted"
         return (f"{rate} in the last {_replies(e.replies)}, c = {e.cost_ratio or 0:.2f} "
                 f"(estimated {speed})")
     if e.source == "untried":
@@ -52,48 +52,68 @@ def _evidence_words(e: DrafterEvidence, choice: AutoChoice) -> str:
     alpha = e.acceptance_rate
     if alpha is None:
         return f"found no match {_where(choice)} yet"
-    return (f"{alpha * 100:.0f} % of its drafts would have been accepted over "
+    return (f"{alpha * 100:.0f}% of its drafts would have been accepted over "
             f"{_replies(e.replies)} {_where(choice)} (estimated {speed})")
 
 
-def auto_explanation(choice: AutoChoice) -> str:
-    """One sentence: what Auto chose and why, from its figures.
+def auto_reason(choice: AutoChoice) -> str:
+    """Why Auto chose what it chose, from its figures (the choice itself left out).
 
-    Examples: ``suffix lookup: 92 % accepted in the last 3 replies (measured 1.85×
-    plain)``; ``no speculation: prompt lookup found no match in this conversation yet``.
+    Examples: ``92% accepted in the last 3 replies (measured 1.85× plain)``; ``prompt
+    lookup found no match in this conversation yet``.
     """
     if choice.reason == "prior":
-        return (f"{choice.mode.words}, k ≤ {choice.draft_max}: nothing to learn from yet; it "
-                "costs nothing to try and drafts only while drafts pay")
-    dropped = "".join(
-        f"; {e.mode.words} left out: measured {e.speedup:.2f}× plain here"
+        return "nothing to learn from yet; it costs nothing to try and drafts only while drafts pay"
+    dropped = "; ".join(
+        f"{e.mode.words} left out: measured {e.speedup:.2f}× plain here"
         for e in choice.evidence if e.mode in choice.dropped and e.speedup is not None)
     if choice.mode is not SpecMode.OFF:
         lead = next((e for e in choice.evidence if e.mode is choice.mode), None)
         why = _evidence_words(lead, choice) if lead is not None else "best estimate"
-        return f"{choice.mode.words}, k ≤ {choice.draft_max}: {why}{dropped}"
+        return "; ".join(filter(None, (why, dropped)))
     scored = [e for e in choice.evidence if e.mode not in choice.dropped]
     if scored and all(e.source == "replay" and not e.verified for e in scored):
         names = " and ".join(e.mode.words for e in scored)
-        return f"no speculation: {names} found no match {_where(choice)} yet{dropped}"
-    if scored:
+        why = f"{names} found no match {_where(choice)} yet"
+    elif scored:
         best = scored[0]
-        return (f"no speculation: {best.mode.words} came closest "
-                f"({_evidence_words(best, choice)}), under the {MARGIN:.2f}× a drafter "
-                f"must reach{dropped}")
-    if dropped:
-        return "no speculation" + dropped
-    return "no speculation: no drafter could be priced here"
+        why = (f"{best.mode.words} came closest, {_evidence_words(best, choice)}; a drafter "
+               f"must reach {MARGIN:.2f}×")
+    elif dropped:
+        why = ""
+    else:
+        why = "no drafter could be priced here"
+    return "; ".join(filter(None, (why, dropped)))
 
 
-def stored_auto_explanation(stats: Mapping[str, Any] | None) -> str | None:
-    """:func:`auto_explanation` of a stored reply's ``stats["auto"]``; None when there is
-    none or it cannot be read."""
+def auto_explanation(choice: AutoChoice) -> str:
+    """One sentence: what Auto chose and why (:func:`auto_reason`), from its figures.
+
+    Examples: ``suffix lookup, k ≤ 16: 92% accepted in the last 3 replies (measured
+    1.85× plain)``; ``no speculation: prompt lookup found no match in this conversation
+    yet``.
+    """
+    head = (f"{choice.mode.words}, k ≤ {choice.draft_max}" if choice.mode is not SpecMode.OFF
+            else "no speculation")
+    reason = auto_reason(choice)
+    return f"{head}: {reason}" if reason else head
+
+
+def stored_auto_explanation(stats: Mapping[str, Any] | None, *,
+                            reason_only: bool = False) -> str | None:
+    """:func:`auto_explanation` of a stored reply's ``stats["auto"]`` (``reason_only``:
+    :func:`auto_reason`, as a sentence, for a footer whose first line names the choice);
+    None when there is none or it cannot be read."""
     raw = (stats or {}).get("auto")
     if not isinstance(raw, Mapping):
         return None
     choice = AutoChoice.from_dict(raw)
-    return auto_explanation(choice) if choice is not None else None
+    if choice is None:
+        return None
+    if not reason_only:
+        return auto_explanation(choice)
+    reason = auto_reason(choice)
+    return reason[:1].upper() + reason[1:] + "." if reason else None
 
 
 def context_fit_words(fit: ContextFit) -> str:

@@ -85,6 +85,27 @@ def _side_panel(settings: Settings, controller: ChatController) -> tuple[
     return tabs, gauge, sampling, api
 
 
+def _show_last_reply(gauge: SpeculationGaugeWidget, last: StoredMessage | None,
+                     last_stats: SpecStats | None, waiting: bool) -> None:
+    """The gauge shows a conversation's last finished reply (``last``, its figures
+    ``last_stats``); a reply that streams keeps the gauge (``waiting``: one does)."""
+    if last_stats is None:  # no figures (not another conversation's)
+        gauge.show_no_reply("No reply yet" if last is None else "Waiting for the reply"
+                            if waiting else "No figures for the last reply")
+    else:
+        gauge.show_stored(last_stats, last.model if last else None)
+    if not gauge.live:  # a reply that streams keeps its own explanation
+        gauge.set_explanation(stored_auto_explanation(last.stats if last else None))
+
+
+def _choose_gguf(window: MainWindow, title: str) -> Path | None:
+    target = window.settings.model.target_path
+    start = str(target.parent) if target else str(paths.models_dir())
+    name, _ = QFileDialog.getOpenFileName(window, title, start,
+                                          "GGUF models (*.gguf);;All files (*)")
+    return Path(name) if name else None
+
+
 def _single_shot_timer(parent: QWidget, ms: int, slot: Callable[[], object]) -> QTimer:
     timer = QTimer(parent)
     timer.setSingleShot(True)
@@ -228,6 +249,10 @@ class MainWindow(QMainWindow):
         self.window_actions = install_window_actions(
             self, new_chat=self.new_conversation, regenerate=self.regenerate,
             stop=self._stop_or_leave_edit, models=self.windows.open_model_picker,
+            open_model=self._on_model_bar_open_target_clicked, search=cv.search.setFocus,
+            connect=self._on_model_bar_connect_server_clicked,
+            export=lambda: c.current_conversation is not None and export_with_dialog(
+                self, c, c.current_conversation),
             server=(self.show_server_command, c.disconnect_server))
 
     def _restore_geometry(self) -> None:
@@ -248,7 +273,8 @@ class MainWindow(QMainWindow):
 
     def state_changed(self) -> None:
         c = self.controller
-        self.composer.set_state(streaming=c.reply is not None, can_send=c.can_send,
+        here = c.reply is not None and c.reply.conversation_id == c.current_conversation
+        self.composer.set_state(streaming=here, can_send=c.can_send,
                                 can_regenerate=c.can_regenerate,
                                 editing=c.editing_message_id is not None,
                                 model_loaded=c.model_info is not None)
@@ -297,6 +323,7 @@ class MainWindow(QMainWindow):
 
     def conversations_changed(self) -> None:
         convs = self.controller.conversations(self.conversations.search.text())
+        self.composer.stored_as(self.controller.current_conversation)
         self.conversations.set_conversations(convs, self.controller.current_conversation)
 
     def conversation_opened(self, conversation: Conversation | None,
@@ -304,18 +331,16 @@ class MainWindow(QMainWindow):
                             last_stats: SpecStats | None) -> None:
         self.system_prompt.set_text(conversation.system_prompt if conversation else "")
         self.chat.set_messages([message_view(m) for m in messages])
+        self.composer.show_conversation(conversation.id if conversation else None)
         last = next((m for m in reversed(messages)
                      if m.role == "assistant" and m.status == "done"), None)
-        if last_stats is None:  # no figures (not another conversation's)
-            self.gauge.show_no_reply("No reply yet" if last is None else
-                                     "Waiting for the reply" if self.controller.reply else
-                                     "No figures for the last reply")
-        else:
-            self.gauge.show_stored(last_stats, last.model if last else None)
-        if not self.gauge.live:  # a reply that streams keeps its own explanation
-            self.gauge.set_explanation(stored_auto_explanation(last.stats if last else None))
         reply = self.controller.reply
-        if reply is not None and conversation is not None and reply.conversation_id == conversation.id:
+        _show_last_reply(self.gauge, last, last_stats, waiting=reply is not None)
+        here = reply is not None and conversation is not None and reply.conversation_id == conversation.id
+        if reply is not None and self._gauge_reply is reply:  # the live figures are whose?
+            self.gauge.set_source(None if here else "The reply being written in \u201c"
+                                  f"{self.controller.conversation_title(reply.conversation_id)}\u201d")
+        if reply is not None and here:
             self.chat.begin_stream(reply.message_id, reply.text, reply.spans)
             self.chat.set_stream_status(reply.message_id, reply_status_words(
                 reply.ahead, reply.started, reply.prefill, bool(reply.text)))
@@ -391,6 +416,8 @@ class MainWindow(QMainWindow):
         here = stored is not None and reply.conversation_id == self.controller.current_conversation
         self.gauge.end_reply(fin.stats, fin.note, stored=here,
                              model=stored.model if stored is not None else None)
+        if reply.conversation_id != self.controller.current_conversation:  # back to the open one
+            _show_last_reply(self.gauge, *self.controller.last_reply(), waiting=False)
         remote = fin.stats.extra.get("remote")
         if isinstance(remote, dict):  # llama-server names its drafter after a request
             self.model_bar.set_remote_drafter(remote.get("engine"), remote.get("method"))
@@ -412,7 +439,7 @@ class MainWindow(QMainWindow):
         return open_server_command(self.controller.model_info, self.model_bar.speculation(), self)
 
     def choose_draft_file(self) -> Path | None:
-        return self._choose_gguf("Choose a draft model (same tokenizer as the target)")
+        return _choose_gguf(self, "Choose a draft model (same tokenizer as the target)")
 
     def save_settings_soon(self) -> None:
         self._settings_timer.start()
@@ -449,16 +476,9 @@ class MainWindow(QMainWindow):
         self.open_conversation(None)
         self.input.setFocus()
 
-    def _choose_gguf(self, title: str) -> Path | None:
-        target = self.settings.model.target_path
-        start = str(target.parent) if target else str(paths.models_dir())
-        name, _ = QFileDialog.getOpenFileName(self, title, start,
-                                              "GGUF models (*.gguf);;All files (*)")
-        return Path(name) if name else None
-
     @Slot()
     def _on_model_bar_open_target_clicked(self) -> None:
-        if (path := self._choose_gguf("Open a GGUF model")) is not None:
+        if (path := _choose_gguf(self, "Open a GGUF model")) is not None:
             self.controller.load_model(path)
 
     @Slot()
@@ -495,8 +515,10 @@ class MainWindow(QMainWindow):
 
     @Slot(int)
     def _on_conversations_conversation_delete_clicked(self, conversation_id: int) -> None:
-        answer = QMessageBox.question(self, "Delete conversation",
-                                      "Delete this conversation and all its messages?")
+        answer = QMessageBox.question(  # Enter keeps it: deleting takes a deliberate Yes
+            self, "Delete conversation", "Delete this conversation and all its messages?",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            QMessageBox.StandardButton.No)
         if answer == QMessageBox.StandardButton.Yes:
             self.controller.delete_conversation(conversation_id)
 

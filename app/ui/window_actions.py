@@ -71,7 +71,9 @@ def documentation_path() -> Path | None:
 
 def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object],
                            regenerate: Callable[[], object], stop: Callable[[], object],
-                           models: Callable[[], object],
+                           models: Callable[[], object], open_model: Callable[[], object],
+                           connect: Callable[[], object], export: Callable[[], object],
+                           search: Callable[[], object],
                            server: tuple[Callable[[], object], Callable[[], object]] | None = None,
                            ) -> WindowActions:
     """Add the File menu, the Server menu (when ``server`` gives its two actions: run
@@ -89,12 +91,17 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
         window.addAction(action)
         if in_menu:
             file_menu.addAction(action)
-        shortcut_rows.append((text.rstrip("…"), " or ".join(
-            k.toString(QKeySequence.SequenceFormat.NativeText) for k in keys)))
+        if keys:
+            shortcut_rows.append((text.rstrip("…"), " or ".join(
+                k.toString(QKeySequence.SequenceFormat.NativeText) for k in keys)))
         return action
 
     add("New chat", [QKeySequence(QKeySequence.StandardKey.New)], new_chat, True)
+    add("Open GGUF…", [QKeySequence(QKeySequence.StandardKey.Open)], open_model, True)
+    add("Connect to a server…", [], connect, True)
     add("Models…", [QKeySequence("Ctrl+M")], models, True)
+    add("Export conversation…", [QKeySequence("Ctrl+E")], export, True)
+    add("Search conversations", [QKeySequence(QKeySequence.StandardKey.Find)], search, False)
     add("Regenerate", [QKeySequence("Ctrl+R")], regenerate, False)
     add("Stop the reply (or leave editing)", [QKeySequence(Qt.Key.Key_Escape),
                                               QKeySequence("Ctrl+.")], stop, False)

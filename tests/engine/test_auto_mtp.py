@@ -48,7 +48,7 @@ def test_a_first_reply_runs_the_head_when_its_prior_predicts_a_gain() -> None:
         MTP, "prior", 0.85, 0.3)
     words = auto_explanation(c)
     assert words.startswith("MTP, k ≤ 4: not tried here yet; 1.60× plain "
-                            "expected from the published 85 % acceptance")
+                            "expected from the published 85% acceptance")
     assert "c = 0.30 measured by the load check" in words
     # stored with the reply and read back with its figures
     assert AutoChoice.from_dict(c.to_dict()) == c
@@ -65,7 +65,7 @@ def test_with_replayed_figures_the_head_competes_on_its_estimate() -> None:
                              measured_accepted=30, cost_ratio=0.4)
     c = choose_drafter([replayed, priced])
     assert c.mode is MTP and c.evidence[0].source == "priced"
-    assert auto_explanation(c) == ("MTP, k ≤ 4: 75 % accepted in the last "
+    assert auto_explanation(c) == ("MTP, k ≤ 4: 75% accepted in the last "
                                    "2 replies, c = 0.40 (estimated 1.50× plain)")
 
 

@@ -481,7 +481,7 @@ def test_auto_prices_the_assistant_from_its_replies(paired: Session) -> None:
     assert choice.evidence[0].cost_from_replies
     assert AutoChoice.from_dict(choice.to_dict()) == choice
     words = auto_explanation(choice)
-    assert "85 % acceptance of MTP heads and c = 0.25 measured over its last 1 reply" in words
+    assert "85% acceptance of MTP heads and c = 0.25 measured over its last 1 reply" in words
     assert "load check" not in words
     r = run(paired, prompts()[0], SAMPLINGS[0], SpeculationConfig(mode="mtp", draft_max=3,
                                                                   adaptive=False))

@@ -129,14 +129,16 @@ def test_auto_explains_its_choice_in_the_gauge_and_the_footer(  # type: ignore[n
         assert reason.startswith("Auto: suffix lookup, k ≤ 16: nothing to learn from yet")
         assert w.gauge.reason_label.isVisible()
         footer = w.chat.messages[-1].footer_text
-        assert "suffix lookup, k ≤ 16: nothing to learn from yet" in footer
+        assert "Auto: suffix lookup k=16" in footer and "\nNothing to learn from yet; it costs" in footer
 
         _send(qtbot, w, FIRST)  # now there is a reply to replay: an estimate or off, worded
         second = w.controller.store.messages(w.controller.current_conversation)[-1]
         auto = second.stats["auto"]  # type: ignore[index]
         assert auto["reason"] in ("estimate", "no-gain") and auto["evidence"]
         assert w.gauge.explanation.startswith("Auto: ")
-        assert w.gauge.explanation[len("Auto: "):] in w.chat.messages[-1].footer_text
+        # the footer names the choice on its first line and gives the reason below it
+        why = w.gauge.explanation[len("Auto: "):].split(": ", 1)[1]
+        assert "\n" + why[:1].upper() + why[1:] in w.chat.messages[-1].footer_text
         assert "replay" in {e["source"] for e in auto["evidence"]}
     finally:
         w.close()

@@ -135,6 +135,48 @@ def test_a_new_chat_shows_no_other_conversations_gauge(qtbot, window) -> None:  
     assert window.gauge.value_text("reply_tps") == "—"
 
 
+def test_another_conversation_during_a_reply(qtbot, ui_settings: Settings) -> None:  # type: ignore[no-untyped-def]
+    """While a reply is written in one conversation and another is open: the gauge says
+    whose reply it shows, Send there says why it waits, the text typed stays with its
+    conversation, and once the reply ends the gauge shows the open conversation again."""
+    from app.options import SamplingParams
+    from tests.ui.conftest import loaded_window, wait_reply
+
+    ui_settings.sampling = SamplingParams(temperature=0.0, max_tokens=400)
+    window = loaded_window(qtbot, ui_settings)
+    try:
+        _another_conversation_during_a_reply(qtbot, window, wait_reply)
+    finally:
+        window.close()
+
+
+def _another_conversation_during_a_reply(qtbot, window, wait_reply) -> None:  # type: ignore[no-untyped-def]
+    c = window.controller
+    assert window.send_message("Count slowly from one to one hundred: one, two, three,")
+    first = c.current_conversation
+    title = c.conversation_title(first)
+    qtbot.waitUntil(lambda: c.reply is not None and window._gauge_reply is c.reply
+                    and bool(c.reply.text), timeout=60_000)
+    window.input.setPlainText("typed in the first one")
+    window.new_conversation()
+    assert window.input.toPlainText() == ""
+    assert window.gauge.source_label.text() == f"The reply being written in \u201c{title}\u201d"
+    assert window.send_button.text() == "Send"  # Stop belongs to the other conversation
+    window.input.setPlainText("Now add a docstring too.")
+    window.send_button.click()
+    warning = window.message_bar.current
+    assert warning is not None and title in warning.message and "one reply at a time" in warning.message
+    assert window.input.toPlainText() == "Now add a docstring too."  # nothing lost
+    window.open_conversation(first)
+    assert window.input.toPlainText() == "typed in the first one"
+    assert not window.gauge.source_label.isVisibleTo(window) and window.send_button.text() == "Stop"
+    window.new_conversation()
+    assert window.input.toPlainText() == "Now add a docstring too."
+    c.stop_reply()
+    wait_reply(qtbot, window)
+    assert window.gauge.mode_label.text() == "No reply yet"  # the open (new) conversation's
+
+
 def test_quit_has_the_platform_shortcut_and_closes_the_window(qtbot, window) -> None:  # type: ignore[no-untyped-def]
     quit_action = window.window_actions.quit
     keys = [k.toString() for k in quit_action.shortcuts()]
@@ -177,6 +219,36 @@ def test_help_has_shortcuts_docs_log_folder_and_report(  # type: ignore[no-untyp
     assert box.isVisible() and str(paths.log_dir()) in box.text()
     assert str(paths.log_dir()) in QGuiApplication.clipboard().text()
     box.close()
+
+
+def test_file_menu_and_keys_reach_models_search_and_export(  # type: ignore[no-untyped-def]
+        qtbot, window, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Open GGUF (Ctrl+O), Connect, Models, Export (Ctrl+E) are in the File menu; Ctrl+F
+    goes to the search box; all are in the shortcuts list; deleting a conversation asks
+    with No as the default, so Enter keeps it."""
+    file_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&File")
+    assert [a.text() for a in file_menu.actions() if not a.isSeparator()] == [
+        "New chat", "Open GGUF…", "Connect to a server…", "Models…", "Export conversation…",
+        "Quit"]
+    by_text = {a.text(): a for a in window.actions()}
+    assert by_text["Open GGUF…"].shortcut().toString() == "Ctrl+O"
+    assert by_text["Search conversations"].shortcut().toString() == "Ctrl+F"
+    by_text["Search conversations"].trigger()
+    qtbot.waitUntil(lambda: window.conversations.search.hasFocus(), timeout=5000)
+
+    window.window_actions.shortcuts.trigger()
+    [dialog] = [d for d in window.findChildren(QDialog) if d.objectName() == "shortcutsDialog"]
+    texts = [label.text() for label in dialog.findChildren(QLabel)]
+    assert {"Open GGUF", "Search conversations", "Export conversation"} <= set(texts)
+    dialog.close()
+
+    asked: list[object] = []
+    monkeypatch.setattr(QMessageBox, "question", lambda *a: asked.append(a[-1]) or
+                        QMessageBox.StandardButton.No)
+    cid = _conversation("kept", 1, None)
+    window._on_conversations_conversation_delete_clicked(cid)
+    assert asked == [QMessageBox.StandardButton.No]
+    assert any(conv.id == cid for conv in window.controller.conversations())
 
 
 def test_enter_presses_the_focused_button(qtbot, window) -> None:  # type: ignore[no-untyped-def]

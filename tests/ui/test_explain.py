@@ -43,7 +43,7 @@ def test_a_measured_drafter_reads_as_its_acceptance_over_its_replies() -> None:
     choice = choose_drafter([_nothing_matched(LOOKUP), suffix])
     assert (choice.mode, choice.reason) == (SUFFIX, "measured")
     assert choice.evidence[0].mode is SUFFIX  # the winner's evidence first
-    assert auto_explanation(choice) == ("suffix lookup, k ≤ 16: 92 % accepted in the last "
+    assert auto_explanation(choice) == ("suffix lookup, k ≤ 16: 92% accepted in the last "
                                         "3 replies (measured 1.85× plain)")
 
 
@@ -53,7 +53,7 @@ def test_an_estimate_reads_as_the_replayed_acceptance() -> None:
     lookup = DrafterEstimate(LOOKUP, {8: 1.6}, replayed={8: counts}, replayed_replies=2)
     choice = choose_drafter([lookup])
     words = auto_explanation(choice)
-    assert words == ("prompt lookup, k ≤ 8: 80 % of its drafts would have been accepted over "
+    assert words == ("prompt lookup, k ≤ 8: 80% of its drafts would have been accepted over "
                      "2 replies in this conversation (estimated 1.60× plain)")
     again = AutoChoice.from_dict(choice.to_dict())
     assert again == choice

@@ -3,6 +3,8 @@ on few drafts or on none, and hold the predicted speedup until it means somethin
 
 from __future__ import annotations
 
+import pytest
+
 from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE, SpecStats, acceptance_interval
 from app.ui.chat.chat_view import reply_footer
 from app.ui.gauge.gauge_panel import SpeculationGaugeWidget, prediction_caveat
@@ -235,3 +237,21 @@ def test_the_draft_length_advice_counts_only_drafting_rounds() -> None:
     poor = SpecStats(mode=SpecMode.SUFFIX, draft_max=16, emitted=120, rounds=100,
                      draft_rounds=60, verified=120, accepted=20, decode_time=2.0)
     assert reply_advice(poor) == "other-drafter-or-smaller-k"
+
+
+def test_a_larger_k_is_advised_only_where_it_would_pay() -> None:
+    """Drafts accepted whole (τ near k + 1) call for a larger k only when drafting is
+    cheap: a draft model nearly as dear as its target (c 1.19) gained 0.49× and got
+    "a larger k would likely pay"."""
+    from app.options import SpecMode
+    from app.ui.gauge.gauge_panel import reply_advice
+
+    def whole(c: float) -> SpecStats:
+        return SpecStats(mode=SpecMode.DRAFT_MODEL, draft_max=4, emitted=100, rounds=20,
+                         draft_rounds=20, proposed=80, verified=80, accepted=79,
+                         draft_steps=80, draft_time=80 * 0.02 * c, target_step_time=0.02,
+                         decode_time=2.0)
+
+    assert whole(0.05).draft_cost_ratio == pytest.approx(0.05)
+    assert reply_advice(whole(0.05)) == "larger-k"
+    assert reply_advice(whole(1.19)) is None

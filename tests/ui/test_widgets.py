@@ -420,7 +420,7 @@ def test_bar_labels_never_run_into_each_other_at_large_k(qtbot) -> None:
     drawn = {image.pixelColor(x, 50).name() for x in range(300)}
     assert "#f0a63a" in drawn  # the bars, in the gauge's draft colour
     tip = bars.toolTip().splitlines()
-    assert len(tip) == 15 and tip[0] == "position 1: 90 % accepted (9 of 10)"
+    assert len(tip) == 15 and tip[0] == "position 1: 90% accepted (9 of 10)"
 
 
 def test_k_at_the_drafters_default_follows_the_drafter_and_a_chosen_k_stays(qtbot) -> None:

@@ -134,7 +134,8 @@ def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
     if finish_reason in _REASON_LABELS:
         parts.append(_REASON_LABELS[finish_reason])
     line = " · ".join(parts)
-    for extra in (stored_auto_explanation(stats), stored_context_words(stats), note):
+    for extra in (stored_auto_explanation(stats, reason_only=True), stored_context_words(stats),
+                  note):
         if extra:
             line = f"{line}\n{extra}" if line else extra
     return line

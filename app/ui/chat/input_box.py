@@ -1,7 +1,8 @@
 """The message input: Enter sends, Shift+Enter adds a line; grows with its text.
 
 :class:`ComposerWidget` is the strip under the conversation: the "editing a message"
-banner, the input box, and the Send/Stop and Regenerate buttons.
+banner, the input box, and the Send/Stop and Regenerate buttons. It keeps each
+conversation's unsent text while another conversation is open.
 """
 
 from __future__ import annotations
@@ -104,12 +105,37 @@ class ComposerWidget(QWidget):
         ir.addLayout(buttons)
         col.addWidget(row)
         self._streaming = False
+        self._editing = False
+        #: the open conversation (None: a new one) and the text typed in the others
+        self._conversation: int | None = None
+        self._unsent: dict[int | None, str] = {}
         self.input.submitted.connect(self._on_input_submitted)
+
+    def show_conversation(self, conversation_id: int | None) -> None:
+        """Another conversation (None: a new one) is open: the text typed so far stays
+        with the conversation it was typed in (not a message being edited, which the
+        switch cancels), and this one's comes back."""
+        if conversation_id == self._conversation:
+            return
+        text = self.input.toPlainText()
+        if text.strip() and not self._editing:
+            self._unsent[self._conversation] = text
+        else:
+            self._unsent.pop(self._conversation, None)
+        self._conversation = conversation_id
+        self.input.setPlainText(self._unsent.pop(conversation_id, ""))
+
+    def stored_as(self, conversation_id: int | None) -> None:
+        """The new conversation that is open was stored under ``conversation_id`` (its
+        first message or system prompt); no-op for any other."""
+        if self._conversation is None:
+            self._conversation = conversation_id
 
     def set_state(self, *, streaming: bool, can_send: bool, can_regenerate: bool,
                   editing: bool, model_loaded: bool) -> None:
-        """Buttons, banner and placeholder for the window's state."""
-        self._streaming = streaming
+        """Buttons, banner and placeholder for the window's state (``streaming``: a
+        reply streams in the open conversation)."""
+        self._streaming, self._editing = streaming, editing
         self.send_button.setText("Stop" if streaming else "Send")
         self.send_button.setEnabled(streaming or can_send)
         self.send_button.setToolTip("Stop the reply (Esc or Ctrl+.)" if streaming else

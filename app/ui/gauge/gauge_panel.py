@@ -38,11 +38,12 @@ from app.engine.stats import (
     MIN_VERIFIED_FOR_ESTIMATE,
     MIN_VERIFIED_FOR_SPEEDUP,
     SpecStats,
+    best_draft_length,
     draft_length_advice,
 )
 from app.engine.cpu import free_threads, usable_cores
 from app.formatting import MISSING, advice_words, draft_length_words, or_dash
-from app.options import SpecMode
+from app.options import K_MAX, SpecMode
 from app.ui.gauge.rolling import RollingRate
 from app.ui.labels import Label
 
@@ -233,13 +234,21 @@ def reply_advice(s: SpecStats) -> str | None:
     Locally it rests on τ per drafting round, 1 + accepted / drafting rounds (as a
     remote server counts it): the reply's own τ also counts the rounds in which nothing
     was drafted or the adaptive policy verified nothing, which says nothing about k or
-    the drafter's fit."""
+    the drafter's fit. "A larger k" is given only where the reply's own α and c agree
+    (:func:`~app.engine.stats.best_draft_length` above k): with a dear drafter (c near
+    1, a draft model nearly as large as its target) whole acceptance does not make a
+    longer draft pay."""
     remote = s.extra.get("remote")
     if isinstance(remote, dict):
         return remote.get("advice")
     if s.mode is SpecMode.OFF or not s.draft_rounds:
         return None
-    return draft_length_advice(1 + s.accepted / s.draft_rounds, s.draft_max, s.draft_rounds)
+    advice = draft_length_advice(1 + s.accepted / s.draft_rounds, s.draft_max, s.draft_rounds)
+    alpha, c = s.acceptance_rate, s.draft_cost_ratio
+    if advice == "larger-k" and alpha is not None and c is not None and (
+            best_draft_length(alpha, c, K_MAX) <= s.draft_max):
+        return None
+    return advice
 
 
 class AcceptanceBarsWidget(QWidget):
@@ -256,7 +265,7 @@ class AcceptanceBarsWidget(QWidget):
         self._rates = [a / v if v else None
                        for a, v in zip(accepted_at, verified_at, strict=False)]
         self.setToolTip("\n".join(
-            f"position {i + 1}: {rate * 100:.0f} % accepted ({a} of {v})"
+            f"position {i + 1}: {rate * 100:.0f}% accepted ({a} of {v})"
             for i, (rate, a, v) in enumerate(zip(self._rates, accepted_at, verified_at))
             if rate is not None))
         self.update()
@@ -487,8 +496,7 @@ class SpeculationGaugeWidget(QFrame):
         traffic · chat"``); shown above the figures until the next reply begins.
         ``remote``: the server's description (engine, version, method, k) when the reply
         runs on a remote server; its figures arrive with :meth:`end_reply`."""
-        self.source_label.setText(source or "")
-        self.source_label.setVisible(source is not None)
+        self.set_source(source)
         self._streaming = True
         self._stored = False
         self._failed = False
@@ -503,6 +511,12 @@ class SpeculationGaugeWidget(QFrame):
                                 extra={"remote": remote} if remote is not None else {})
         self.note_label.setText("")
         self._dirty = True
+
+    def set_source(self, source: str | None) -> None:
+        """Whose reply the figures are, above them (None: the open conversation's, said
+        by nothing); :meth:`begin_reply` sets it for each reply."""
+        self.source_label.setText(source or "")
+        self.source_label.setVisible(source is not None)
 
     def add_tokens(self, t: float, n_tokens: int) -> None:
         """Reply tokens emitted so far at time ``t`` (seconds since the request)."""

@@ -72,7 +72,7 @@ def verdict(estimate: LookupEstimate, measured: Sequence[LookupMeasurement] = ()
     if best is None or not estimate.reply_tokens:
         return "No assistant replies in the chosen conversations: nothing to estimate."
     h = estimate.for_n(best).hit_rate or 0.0
-    share = f"{h * 100:.0f} % of the reply tokens"
+    share = f"{h * 100:.0f}% of the reply tokens"
     timed = [m for m in measured if m.speedup is not None]
     if timed:
         top = max(timed, key=lambda m: m.speedup or 0.0)

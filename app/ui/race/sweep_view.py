@@ -77,7 +77,7 @@ def sweep_caption(result: KSweepResult, y_max: float) -> str:
             text = (f"The curve leaves the chart at the top for k ≥ {above[0][0]} (it reaches "
                     f"{top_y:.0f} tok/s at k = {top_k}).")
             if shares:
-                text += (f" The points measured there reach at most {max(shares) * 100:.0f} % "
+                text += (f" The points measured there reach at most {max(shares) * 100:.0f}% "
                          "of it: the formula assumes the target checks k + 1 tokens in the "
                          "time of one.")
             parts.append(text)
