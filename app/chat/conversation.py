@@ -776,7 +776,7 @@ class ChatController:
             try:
                 conv = self.store.conversation(conversation_id)
                 stored = self.store.messages(conversation_id)
-            except (KeyError, sqlite3.Error) as exc:
+            except (KeyError, ValueError, TypeError, RecursionError, sqlite3.Error) as exc:
                 self._history_unreadable(exc)
                 conv, stored = None, []
                 conversation_id, self.current_conversation = None, None

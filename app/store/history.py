@@ -206,6 +206,51 @@ def current_stats(stats: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _read_stats(row: sqlite3.Row) -> dict[str, Any] | None:
+    """A row's statistics, None when it has none or they cannot be read (logged: a
+    damaged row shows its text without figures rather than stopping the window)."""
+    raw = row["stats_json"]
+    if not raw:
+        return None
+    try:
+        stats = json.loads(raw)
+    except (ValueError, TypeError, RecursionError):
+        stats = None
+    if not isinstance(stats, dict):
+        log.warning("message %s: unreadable statistics, left out", row["id"])
+        return None
+    return current_stats(stats)
+
+
+def _read_spans(row: sqlite3.Row) -> tuple[tuple[int, int], ...]:
+    """A row's draft spans ((start, end) character offsets), () when they cannot be
+    read (logged)."""
+    raw = row["draft_spans"]
+    if not raw:
+        return ()
+    try:
+        return tuple((int(a), int(b)) for a, b in json.loads(raw))
+    except (ValueError, TypeError, RecursionError):
+        log.warning("message %s: unreadable draft spans, left out", row["id"])
+        return ()
+
+
+def _read_time(row: sqlite3.Row, column: str) -> float:
+    """A row's time stamp in seconds since the epoch, 0.0 when it is not a number."""
+    try:
+        return float(row[column])
+    except (ValueError, TypeError):
+        return 0.0
+
+
+def _read_text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _read_seed(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
 def _spans_json(spans: Sequence[tuple[int, int]]) -> str | None:
     return json.dumps([[int(a), int(b)] for a, b in spans]) if spans else None
 
@@ -767,42 +812,37 @@ class HistoryStore:
             id=int(row["id"]),
             title=str(row["title"]),
             system_prompt=str(row["system_prompt"]),
-            created_at=float(row["created_at"]),
-            updated_at=float(row["updated_at"]),
+            created_at=_read_time(row, "created_at"),
+            updated_at=_read_time(row, "updated_at"),
         )
 
     @staticmethod
     def _version(row: sqlite3.Row, shown: bool) -> ReplyVersion:
         return ReplyVersion(
             number=0, shown=shown, content=str(row["content"]),
-            finish_reason=row["finish_reason"],
-            stats=(current_stats(json.loads(row["stats_json"])) if row["stats_json"]
-                   else None),
-            draft_spans=tuple((int(a), int(b)) for a, b in
-                              (json.loads(row["draft_spans"]) if row["draft_spans"] else [])),
-            note=row["note"], seed=row["seed"], model=row["model"],
-            created_at=float(row["created_at"]))
+            finish_reason=_read_text(row["finish_reason"]), stats=_read_stats(row),
+            draft_spans=_read_spans(row), note=_read_text(row["note"]),
+            seed=_read_seed(row["seed"]), model=_read_text(row["model"]),
+            created_at=_read_time(row, "created_at"))
 
     @staticmethod
     def _message(row: sqlite3.Row) -> StoredMessage:
-        stats = json.loads(row["stats_json"]) if row["stats_json"] else None
-        if isinstance(stats, dict):
-            stats = current_stats(stats)
-        spans_raw = json.loads(row["draft_spans"]) if row["draft_spans"] else []
+        """A message as stored; damaged fields (statistics, spans, times, written by
+        hand or by a broken disk) read as missing rather than failing the conversation."""
         return StoredMessage(
             id=int(row["id"]),
             conversation_id=int(row["conversation_id"]),
             role=row["role"],
             content=str(row["content"]),
             status=row["status"],
-            finish_reason=row["finish_reason"],
-            stats=stats,
-            draft_spans=tuple((int(a), int(b)) for a, b in spans_raw),
-            note=row["note"],
-            seed=row["seed"],
-            model=row["model"],
-            created_at=float(row["created_at"]),
-            updated_at=float(row["updated_at"]),
+            finish_reason=_read_text(row["finish_reason"]),
+            stats=_read_stats(row),
+            draft_spans=_read_spans(row),
+            note=_read_text(row["note"]),
+            seed=_read_seed(row["seed"]),
+            model=_read_text(row["model"]),
+            created_at=_read_time(row, "created_at"),
+            updated_at=_read_time(row, "updated_at"),
             version=int(row["earlier_versions"]) + 1,
             versions=int(row["other_versions"]) + 1,
         )

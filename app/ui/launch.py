@@ -93,27 +93,13 @@ def main(argv: Sequence[str] | None = None, open_path: Path | None = None) -> in
     from app.ui.main_window import MainWindow
     from app.ui.single_instance import InstanceServer, hand_over, take_lock
 
-    lock = take_lock()
-    if lock is None:  # another Tandem runs for this data folder
-        return _second_start(open_path, hand_over(open_path))
     try:
+        lock = take_lock()
+        if lock is None:  # another Tandem runs for this data folder
+            return _second_start(open_path, hand_over(open_path))
         window = MainWindow(autoload=open_path is None)
     except OSError as exc:
-        # Typically an unwritable home/config/data folder: say so instead of vanishing.
-        log.critical("cannot start", exc_info=True)
-        from PySide6.QtWidgets import QMessageBox
-
-        where = getattr(exc, "filename", None) or ""
-        box = QMessageBox(
-            QMessageBox.Icon.Critical,
-            "Tandem cannot start",
-            f"Tandem could not prepare its folders {where}: {exc.strerror or exc}.\n\n"
-            "Check that your home folder is writable (or set TANDEM_HOME to a writable "
-            "folder) and start Tandem again.",
-        )
-        box.setTextFormat(Qt.TextFormat.PlainText)  # a folder's name is any text
-        box.exec()
-        return 2
+        return _cannot_start(exc)
 
     def _close_on_signal(_signum: int, _frame: types.FrameType | None) -> None:
         QTimer.singleShot(0, window.close)
@@ -136,6 +122,27 @@ def main(argv: Sequence[str] | None = None, open_path: Path | None = None) -> in
     log.info("exit with status %s", status)
     lock.unlock()
     return int(status)
+
+
+def _cannot_start(exc: OSError) -> int:
+    """Typically an unwritable home, config or data folder (or a file where a folder
+    should be): say so instead of vanishing. Returns the exit status, 2."""
+    log.critical("cannot start", exc_info=True)
+    from PySide6.QtWidgets import QMessageBox
+
+    where = getattr(exc, "filename", None) or ""
+    box = QMessageBox(
+        QMessageBox.Icon.Critical,
+        "Tandem cannot start",
+        f"Tandem could not prepare its folders {where}: {exc.strerror or exc}.\n\n"
+        "Check that your home folder is writable (or set TANDEM_HOME to a writable "
+        "folder) and start Tandem again.",
+    )
+    box.setTextFormat(Qt.TextFormat.PlainText)  # a folder's name is any text
+    print(f"Tandem cannot start: it could not prepare its folders {where}: "
+          f"{exc.strerror or exc}.", file=sys.stderr)
+    box.exec()
+    return 2
 
 
 def _second_start(open_path: Path | None, handed: bool) -> int:

@@ -311,3 +311,36 @@ def test_showing_another_version_keeps_its_arrows_under_the_pointer(qtbot) -> No
     qtbot.wait(100)  # the layout settles
     assert reply.version == (1, 2)
     assert header_y() == before
+
+
+@pytest.mark.parametrize("column, value", [
+    ("stats_json", "not json"), ("stats_json", "[" * 100_000), ("stats_json", "[1, 2]"),
+    ("stats_json", '{"decode_tps": "fast", "emitted": [], "auto": 5, "context": "x"}'),
+    ("stats_json", '{"mode": 7, "auto": {"mode": 3, "evidence": "x"}}'),
+    ("draft_spans", "[[1]]"), ("draft_spans", "5"), ("created_at", "abc"), ("seed", "x"),
+])
+def test_a_damaged_reply_in_the_history_never_stops_the_window(  # type: ignore[no-untyped-def]
+        qtbot, column: str, value: str) -> None:
+    """A value damaged by hand or by a disk: the window starts on that conversation and
+    shows its text; only the damaged figures are missing."""
+    import sqlite3
+
+    from app.ui.main_window import MainWindow
+
+    cid = _conversation("damaged", 1, SpecStats(mode=SpecMode.PROMPT_LOOKUP, emitted=3, rounds=3))
+    db = sqlite3.connect(paths.history_path())
+    db.execute(f"UPDATE messages SET {column} = ? WHERE role = 'assistant'", (value,))
+    db.commit()
+    db.close()
+    settings = Settings()
+    settings.ui.last_conversation_id = cid
+    w = MainWindow(LoadedSettings(settings), autoload=False)
+    qtbot.addWidget(w)
+    try:
+        assert w.controller.current_conversation == cid
+        assert [m.text for m in w.chat.messages] == ["damaged question 0", "damaged answer 0"]
+        w.open_conversation(None)
+        w.open_conversation(cid)
+        assert w.controller.current_conversation == cid and len(w.chat.messages) == 2
+    finally:
+        w.close()

@@ -758,3 +758,22 @@ def test_the_wheel_scrolls_the_sampling_tab_instead_of_changing_its_values(qtbot
         assert spin.value() != before
     finally:
         w.close()
+
+
+def test_a_data_folder_that_cannot_be_made_is_said_not_a_silent_exit(tmp_path: Path) -> None:
+    """TANDEM_HOME is a file: the window's start says why it cannot start (a dialog, and
+    a line on stderr) and exits with 2, as it does for other folder errors."""
+    home = tmp_path / "not-a-folder"
+    home.write_text("a file")
+    script = ("import sys\n"
+              "from PySide6.QtWidgets import QMessageBox\n"
+              "QMessageBox.exec = lambda self: 0\n"
+              "from app.ui import launch\n"
+              "sys.exit(launch.main())\n")
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", TANDEM_HOME=str(home),
+               PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    # (the log, which cannot go to its folder either, goes to stderr with the details)
+    assert "\nTandem cannot start: it could not prepare its folders" in done.stderr

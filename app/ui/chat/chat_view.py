@@ -13,6 +13,7 @@ scrolled up.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -43,6 +44,8 @@ from app.ui.copy_feedback import confirm_copied
 from app.ui.elided import ElidedLabelWidget
 from app.ui.explain import stored_auto_explanation, stored_context_words
 from app.ui.labels import Label
+
+log = logging.getLogger(__name__)
 
 _DOCUMENT_CSS = """
 p { margin-top: 0px; margin-bottom: 6px; }
@@ -146,7 +149,11 @@ def message_view(m: StoredMessage) -> MessageView:
     statistics footer."""
     footer = ""
     if m.role == "assistant" and m.status == "done":
-        footer = reply_footer(m.stats, m.finish_reason, m.note)
+        try:
+            footer = reply_footer(m.stats, m.finish_reason, m.note)
+        except (TypeError, ValueError, AttributeError):  # figures of the wrong kinds
+            log.warning("message %s: statistics not shown (unreadable)", m.id)
+            footer = reply_footer(None, m.finish_reason, m.note)
     return MessageView(m.id, m.role, m.content, m.draft_spans, footer, m.model,
                        m.version, m.versions)
 
