@@ -29,32 +29,41 @@ from app.chat.requests import (
     SweepRequest,
 )
 from app.chat.service import ChatService, Job, JobContext
+from app.engine.context_fit import ContextFit, fit_conversation
 from app.engine.events import Event
 from app.engine.measure.bench import RunRecord, generate_once
 from app.engine.measure.lookup import LookupEstimate, estimate_lookup_hit_rate, model_tokenizer
-from app.engine.measure.prompts import BenchPrompt, PreparedPrompt, prepare_chat, prepare_prompt
+from app.engine.measure.prompts import BenchPrompt, PreparedPrompt, prepare_prompt
 from app.engine.measure.race import RacePair, run_race
 from app.engine.measure.sweep import KSweepResult, run_k_sweep
 from app.engine.session import Session
 from app.errors import TandemError
-from app.options import SpecMode, SpeculationConfig
+from app.options import SamplingParams, SpecMode, SpeculationConfig
 
 #: progress events at most this often (seconds); the engine reports every token
 PROGRESS_INTERVAL_S = 0.1
 
 
-def prepare(session: Session, spec: PromptSpec) -> PreparedPrompt:
-    """Tokenize ``spec`` for the session's target (see :class:`PromptSpec`).
+def prepare(session: Session, spec: PromptSpec,
+            sampling: SamplingParams) -> tuple[PreparedPrompt, ContextFit | None]:
+    """Tokenize ``spec`` for the session's target (see :class:`PromptSpec`); a
+    conversation longer than the context window is shortened as a chat reply's would be
+    (``sampling.context_overflow``, :func:`~app.engine.context_fit.fit_conversation`),
+    and what was dropped comes second (None: nothing).
 
     Raises:
         TandemError: the prompt is empty, or the chat template failed.
+        ContextOverflowError: the conversation does not fit and the policy is ``stop``.
     """
     if spec.messages:
-        return prepare_chat(session, spec.messages, name=spec.name)
+        tokens, fit = fit_conversation(spec.messages, session.chat_prompt, session.n_ctx,
+                                       sampling.max_tokens, sampling.context_overflow)
+        return PreparedPrompt(tuple(tokens), tuple(session.chat_format.stop), spec.name,
+                              "chat"), fit
     if not spec.text.strip():
         raise TandemError("The prompt is empty.")
     return prepare_prompt(session, BenchPrompt(spec.name or "prompt", spec.text, spec.text,
-                                               spec.stop))
+                                               spec.stop)), None
 
 
 def drafter_words(session: Session, speculation: SpeculationConfig) -> str:
@@ -91,7 +100,7 @@ def start_lookup_estimate(service: ChatService, request: LookupRequest, *,
 
 def _race(ctx: JobContext, request: RaceRequest) -> RaceRecording:
     session = ctx.session
-    prompt = prepare(session, request.prompt)
+    prompt, fit = prepare(session, request.prompt, request.sampling)
     if request.warm_up:
         warm = request.sampling.with_changes(max_tokens=2)
         for spec in (SpeculationConfig(), request.speculation):
@@ -129,12 +138,13 @@ def _race(ctx: JobContext, request: RaceRequest) -> RaceRecording:
         cpu_backend=session.n_gpu_layers == 0,
         adaptive=request.speculation.adaptive,
         exact_verification=session.exact_verification,
+        context=fit,
     )
 
 
 def _sweep(ctx: JobContext, request: SweepRequest) -> KSweepResult:
     session = ctx.session
-    prompt = prepare(session, request.prompt)
+    prompt, _fit = prepare(session, request.prompt, request.sampling)
 
     def progress(done: int, total: int, rec: RunRecord) -> None:
         ctx.emit(SweepProgressed(ctx.job_id, done, total, rec.label, rec.stats.decode_tps))

@@ -17,6 +17,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.engine.context_fit import ContextFit
 from app.engine.events import StatsUpdate, TextDelta
 from app.engine.measure.race import RaceLane, RaceResult
 
@@ -63,7 +64,8 @@ class RaceRecording:
     export; ``cpu_backend``: the target ran on the CPU (0 GPU layers), which decides the
     wording of the difference explanation; ``adaptive``: the "on" run let the engine's
     cost-aware policy draft fewer than k tokens per round; ``exact_verification``: the
-    target was loaded for exact verification (:mod:`app.engine.exact`).
+    target was loaded for exact verification (:mod:`app.engine.exact`); ``context``: what
+    was dropped from a conversation to fit the context window (None: nothing).
     """
 
     result: RaceResult
@@ -76,6 +78,7 @@ class RaceRecording:
     cpu_backend: bool = True
     adaptive: bool = False
     exact_verification: bool = False
+    context: ContextFit | None = None
 
     @property
     def duration(self) -> float:

@@ -74,6 +74,7 @@ from app.options import (
     drafter_infos,
     drafter_unusable,
 )
+from app.ui.explain import context_fit_words
 from app.ui.qt_compat import apply_qt_workarounds
 from app.ui.race.calculator import SpeedupCalculatorWidget
 from app.ui.race.lookup_view import LookupEstimateWidget
@@ -308,7 +309,10 @@ class RaceWindow(QMainWindow):
             "reloads the model and reopens this window.")
         self.exact_check.toggled.connect(self.exact_verification_requested)
         row.addWidget(self.exact_check)
-        row.addSpacing(10)
+        row.addStretch(1)
+        hc.addLayout(row)
+        row = QHBoxLayout()  # two rows, so that the window fits a 1024-pixel screen
+        row.setSpacing(8)
         row.addWidget(Label("Seed"))
         self.seed_spin = QSpinBox()
         self.seed_spin.setRange(-1, 2**31 - 1)
@@ -636,6 +640,8 @@ class RaceWindow(QMainWindow):
                                                 verified=s.verified, speedup=r.measured_speedup)
         if s.fallback_reason:
             self._show_message(s.fallback_reason, "warning")
+        elif rec.context is not None:  # both lanes raced the shortened conversation
+            self._show_message(context_fit_words(rec.context), "info")
 
     # -- k sweep ----------------------------------------------------------------------
     def start_sweep(self) -> bool:

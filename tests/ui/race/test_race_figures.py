@@ -44,6 +44,32 @@ def test_lane_header_keeps_the_k_of_the_race_shown(qtbot, tiny_bridge: ServiceBr
     w.close()
 
 
+def test_a_conversation_longer_than_the_context_is_raced_as_the_chat_shortens_it(
+        qtbot, tiny_bridge: ServiceBridge) -> None:
+    """"This conversation" follows the chat's overflow policy: earlier messages are
+    dropped as a reply's would be, both lanes race that, and the window says what was
+    dropped (the lanes stopped at the full window instead)."""
+    from app.engine.chat import ChatMessage
+    from app.options import ContextOverflow
+
+    info = describe_session(session_of(tiny_bridge), 0.0)
+    said = "the quick brown fox jumps over the lazy dog " * 4
+    messages = tuple(ChatMessage(role, f"{i}: {said}") for i in range(6)
+                     for role in ("user", "assistant")) + (ChatMessage("user", "and now?"),)
+    w = RaceWindow(tiny_bridge, info, messages=messages, sampling=SamplingParams(
+        temperature=0.0, seed=1, max_tokens=12, context_overflow=ContextOverflow.TRUNCATE_MIDDLE),
+        speculation=SpeculationConfig(mode="prompt-lookup", draft_max=4))
+    qtbot.addWidget(w)
+    w.show()
+    assert w.start_race()
+    qtbot.waitUntil(lambda: not w.busy, timeout=RACE_TIMEOUT_MS)
+    rec = w.race_view.recording
+    assert rec is not None and rec.context is not None and rec.context.dropped_messages > 0
+    assert rec.result.off.stats.emitted == 12 and rec.result.on.stats.emitted == 12
+    assert "Dropped" in w.message.text()
+    w.close()
+
+
 def _sweep(predicted_speedups: list[float], measured: list[float], plain: float = 40.0,
            alpha: float | None = 0.9) -> KSweepResult:
     ks = list(range(1, len(measured) + 1))
@@ -147,3 +173,13 @@ def test_calculator_charts_and_searches_up_to_a_k_past_its_usual_range(qtbot) ->
     calc.k_spin.setValue(4)  # a best k within 1–16: the usual range
     assert calc.recalculate().best_k <= 16
     assert calc.curve.count() == 16 and calc.ax.max() == 17
+
+
+def test_the_race_window_fits_a_1024_pixel_screen(qtbot, tiny_bridge: ServiceBridge) -> None:
+    info = describe_session(session_of(tiny_bridge), 0.0)
+    w = RaceWindow(tiny_bridge, info)
+    qtbot.addWidget(w)
+    w.show()
+    hint = w.minimumSizeHint()
+    assert hint.width() <= 1000 and hint.height() <= 740, hint
+    w.close()
