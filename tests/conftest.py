@@ -50,8 +50,8 @@ def tandem_home(tmp_path_factory: pytest.TempPathFactory,
     monkeypatch.setenv("OLLAMA_MODELS", str(home / "other-apps" / "ollama"))
     monkeypatch.setenv("LLAMA_CACHE", str(home / "other-apps" / "llama.cpp"))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / "other-apps" / "xdg-data"))
-    # a library scan writes the installed demo packages' models into the models folder
-    # (253 MB for Gemma 3 270M): only the tests of that do it
+    # the Models window offers to write the installed demo packages' models into the
+    # models folder (253 MB for Gemma 3 270M): only the tests of that see them
     import app.catalog.library
 
     monkeypatch.setattr(app.catalog.library, "installed_package_demos", lambda: ())

@@ -13,10 +13,9 @@ is listed once, and so is a copy with the same content (the demo model written i
 models folder and the same file opened from elsewhere): the first found is kept and the
 others become its :attr:`LibraryEntry.copies`, and no file is offered as a draft for
 itself. A demo model whose package is installed (the ``demo`` extra's Gemma 3 270M) is
-written into the models folder by the window's first scan that misses it, so it is
-listed without adding a folder by hand (:func:`write_installed_demos`); once: deleted
-by the user, it stays deleted (delete ``.tandem-demos-written`` in the models folder to
-have it written again).
+written into the models folder when the user asks (the Models window's "Add … demo"
+button, :func:`write_installed_demos`), never by a scan of its own accord: it is a
+quarter of a gigabyte.
 
 Where to look is a :class:`LibraryConfig` (pydantic) saved as ``library.json`` in the
 config folder, next to the app's ``settings.json``.
@@ -303,14 +302,18 @@ def installed_package_demos() -> tuple[DemoModel, ...]:
                  if d.import_name is not None and importlib.util.find_spec(d.import_name) is not None)
 
 
-#: in the models folder: the file names of the package demos written there once, one per
-#: line (a demo the user deleted is not written again)
-DEMOS_WRITTEN = ".tandem-demos-written"
+def missing_package_demos(models_dir: Path, demos: Sequence[DemoModel] | None = None
+                          ) -> tuple[DemoModel, ...]:
+    """The installed package demos (default :func:`installed_package_demos`) whose file
+    is not in ``models_dir``."""
+    demos = installed_package_demos() if demos is None else demos
+    return tuple(d for d in demos if d.import_name is not None
+                 and not (models_dir / d.file).is_file())
 
 
 def write_installed_demos(models_dir: Path, demos: Sequence[DemoModel]) -> list[Path]:
     """Write each package demo that is not in ``models_dir`` there, so the library lists
-    it: once; a demo written before and deleted since stays deleted (:data:`DEMOS_WRITTEN`).
+    it (asked for by the user: it is 253 MB for Gemma 3 270M).
 
     A demo is skipped (and logged) when the disk lacks room for it with 1 GB to spare or
     writing fails; a scan never fails because of a demo.
@@ -320,18 +323,10 @@ def write_installed_demos(models_dir: Path, demos: Sequence[DemoModel]) -> list[
     """
     import importlib
 
-    record = models_dir / DEMOS_WRITTEN
-    try:
-        done = set(record.read_text(encoding="utf-8").split("\n"))
-    except OSError:
-        done = set()
     written: list[Path] = []
-    for demo in demos:
+    for demo in missing_package_demos(models_dir, demos):
         dest = models_dir / demo.file
-        if dest.is_file() and demo.file not in done:  # there already (an earlier Tandem)
-            done.add(demo.file)
-            _record_demos(record, done)
-        if dest.is_file() or demo.import_name is None or demo.file in done:
+        if demo.import_name is None:  # not a package demo (missing_package_demos: never)
             continue
         try:
             if shutil.disk_usage(models_dir).free < demo.size_mb * 1_000_000 + 1_000_000_000:
@@ -343,20 +338,9 @@ def write_installed_demos(models_dir: Path, demos: Sequence[DemoModel]) -> list[
             tmp.replace(dest)
             written.append(dest)
             log.info("wrote the demo model %s to %s", demo.title, dest)
-            done.add(demo.file)
-            _record_demos(record, done)
         except (ImportError, OSError, ValueError) as exc:
             log.warning("could not write the demo %s into %s: %s", demo.title, models_dir, exc)
     return written
-
-
-def _record_demos(record: Path, done: set[str]) -> None:
-    """Write the names of the demos written once (:data:`DEMOS_WRITTEN`); a failure is
-    logged (the demo may be written again)."""
-    try:
-        write_text_atomic(record, "\n".join(sorted(n for n in done if n)) + "\n")
-    except OSError as exc:
-        log.warning("could not record the demos written in %s: %s", record, exc)
 
 
 def is_chat_model(info: GGUFInfo) -> bool:
@@ -484,7 +468,8 @@ class Library:
         hf_cache_dir: the Hugging Face cache (default: huggingface_hub's, from ``HF_HOME``
             / ``HF_HUB_CACHE``).
         demos: package demos that :meth:`scan` writes into the models folder when they
-            are missing there and it is asked to (default :func:`installed_package_demos`).
+            are missing there and it is asked to (default :func:`installed_package_demos`;
+            :meth:`missing_demos`).
 
     Methods read the disk each time; nothing is kept between calls except the metadata
     cache of :mod:`app.catalog.gguf_meta`. Safe to use from a worker thread.
@@ -513,6 +498,10 @@ class Library:
     @property
     def models_dir(self) -> Path:
         return current_models_dir(self.config)
+
+    def missing_demos(self) -> tuple[DemoModel, ...]:
+        """The package demos :meth:`scan` would write when asked to (see ``demos``)."""
+        return missing_package_demos(self.models_dir, self._demos)
 
     def add_folder(self, folder: Path) -> None:
         """Remember a folder to scan ("Add folder…"). Raises TandemError if not a folder."""
@@ -643,8 +632,8 @@ class Library:
                 process per file not checked before; see :mod:`app.catalog.loadcheck`).
                 The window and ``models list`` do; header-only callers need not.
             write_demos: first write the installed package demos that the models folder
-                lacks and never had into it (:func:`write_installed_demos`; the window's
-                library does, so the ``demo`` extra's model is listed there).
+                lacks into it (:func:`write_installed_demos`; the Models window's "Add …
+                demo" button).
 
         Returns:
             Entries in discovery order, copies of one model merged into the first
@@ -652,8 +641,7 @@ class Library:
             projectors, adapters and imatrix files are left out.
         """
         if write_demos:
-            demos = self._demos if self._demos is not None else installed_package_demos()
-            write_installed_demos(self.models_dir, demos)
+            write_installed_demos(self.models_dir, self.missing_demos())
         files = self.discover()
         entries: list[LibraryEntry] = []
         for i, mf in enumerate(files):

@@ -282,6 +282,8 @@ class ChatController:
         self._draft_choice: _DraftChoice | None = None
         self._pick: _Pick | None = None  # a Models-window choice whose target is loading
         self._target_kept = False  # the failing load unloaded nothing
+        #: (target, draft) pairs whose "may not speed replies up" warning was shown
+        self._warned_pairs: set[tuple[Path | None, Path | None]] = set()
         self._roles: list[tuple[int, str]] = []  # (id, role) of the open conversation
         self._closed = False
 
@@ -659,6 +661,7 @@ class ChatController:
             self.settings.remote.model = value.model
             self.view.save_settings_soon()
             self.view.clear_errors("load")
+            self.view.clear_errors("reply")
             self.view.model_changed(self.model_info)
             self.view.state_changed()
         elif isinstance(value, ModelInfo):
@@ -668,6 +671,7 @@ class ChatController:
             self.view.save_settings_soon()
             remember_opened_model(value.target_path)  # listed in the picker's library
             self.view.clear_errors("load")
+            self.view.clear_errors("reply")  # about the model before (its context, say)
             self.view.model_changed(value)
             self.view.state_changed()
             if value.notes:
@@ -693,7 +697,9 @@ class ChatController:
             if value.path is not None:
                 remember_opened_model(value.path)
                 self.view.clear_errors("draft")  # "No draft model", a failed draft
-            if value.warnings:
+            pair = (self.model_info.target_path if self.model_info else None, value.path)
+            if value.warnings and pair not in self._warned_pairs:  # once, not at each reload
+                self._warned_pairs.add(pair)
                 self.report(UserError("This draft may not speed replies up",
                                       " ".join(value.warnings), level="warning",
                                       origin="draft"))

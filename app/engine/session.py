@@ -250,13 +250,22 @@ class ModelVocab:
 
 
 def check_loaded_pair(target: LlamaModel, draft: LlamaModel) -> PairResult:
-    """llama.cpp's pairing rule applied to two loaded models."""
+    """llama.cpp's pairing rule applied to two loaded models; the size warning compares
+    their files' sizes, as ``models pair`` and the Models window do."""
     return check_pair(
         ModelVocab(target),
         ModelVocab(draft),
-        target_size=target.size_bytes,
-        draft_size=draft.size_bytes,
+        target_size=_file_size(target),
+        draft_size=_file_size(draft),
     )
+
+
+def _file_size(model: LlamaModel) -> int:
+    """The model's GGUF files' bytes (all parts), or its tensors' when unreadable."""
+    try:
+        return inspect_gguf(model.path).file_size
+    except (OSError, TandemError):
+        return model.size_bytes
 
 
 def _asked(events: Iterator[Event], messages: tuple[ChatMessage, ...],

@@ -234,27 +234,26 @@ def test_different_models_of_one_size_stay_apart(tmp_path: Path) -> None:
     assert sorted(e.path.name for e in library.scan()) == ["a.gguf", "b.gguf"]
 
 
-def test_the_installed_gemma_demo_is_listed_without_adding_a_folder(tmp_path: Path) -> None:
-    """The ``demo`` extra's package is installed here: a scan writes its model into the
-    models folder once, and lists it; deleted by the user, it is not written again."""
+def test_the_installed_gemma_demo_is_written_into_the_models_folder_when_asked(
+        tmp_path: Path) -> None:
+    """The ``demo`` extra's package is installed here: a scan asked to (the Models
+    window's button) writes its model into the models folder and lists it; a plain scan
+    never writes it (253 MB), also after the user deleted it."""
     from app.catalog import library as library_module
     from app.catalog.demo import GEMMA3
 
     assert GEMMA3 in library_module.__dict__["DEMOS"].values()
     library = Library(LibraryConfig(), lmstudio_dirs=[], ollama_dirs=[], llama_cpp_dirs=[], jan_dirs=[],
                       hf_cache_dir=tmp_path / "none", demos=[GEMMA3])
-    assert library.scan() == []  # only a scan that is asked to writes it (the window's)
+    assert library.missing_demos() == (GEMMA3,)
+    assert library.scan() == [] and library.missing_demos() == (GEMMA3,)
     [entry] = library.scan(write_demos=True)
     assert entry.path == paths.models_dir() / GEMMA3.file
     assert entry.usable and entry.info is not None and entry.info.architecture == "gemma3"
+    assert library.missing_demos() == ()
     mtime = entry.path.stat().st_mtime_ns
     assert [e.path for e in library.scan(write_demos=True)] == [entry.path]
-    assert entry.path.stat().st_mtime_ns == mtime  # written once
-    entry.path.unlink()  # the user deletes it (253 MB): it stays deleted
-    assert library.scan(write_demos=True) == [] and not entry.path.exists()
-    # written by an earlier Tandem, which kept no record: recorded when first seen
-    (paths.models_dir() / ".tandem-demos-written").unlink()
-    entry.path.write_bytes(b"an earlier copy")
-    library.scan(write_demos=True)
-    entry.path.unlink()
-    assert library.scan(write_demos=True) == [] and not entry.path.exists()
+    assert entry.path.stat().st_mtime_ns == mtime  # not written again while it is there
+    entry.path.unlink()  # the user deletes it: it stays deleted until asked for again
+    assert library.scan() == [] and not entry.path.exists()
+    assert library.missing_demos() == (GEMMA3,)

@@ -88,3 +88,24 @@ def test_pairing_on_metadata_equals_pairing_on_loaded_models(gemma_path: Path, s
         meta = check_pair(load_vocab(t), load_vocab(d))
         assert [(c.rule, c.ok) for c in meta.checks] == [(c.rule, c.ok) for c in loaded.checks]
         assert meta.compatible == loaded.compatible
+
+
+def test_the_loaded_pair_and_the_files_give_the_same_size_warning(
+        gemma_path: Path, gemma_q5_1: Path) -> None:
+    """The window (two loaded models) and ``models pair`` (two files) word the
+    draft-too-large warning with the same percentage: both compare file sizes."""
+    from app.catalog.gguf_meta import inspect_gguf, load_vocab
+    from app.catalog.pairing import check_pair
+    from app.engine.session import check_loaded_pair
+
+    files = check_pair(load_vocab(gemma_q5_1), load_vocab(gemma_path),
+                       target_size=inspect_gguf(gemma_q5_1).file_size,
+                       draft_size=inspect_gguf(gemma_path).file_size)
+    tm = llama.LlamaModel(gemma_q5_1, vocab_only=True, n_gpu_layers=0)
+    dm = llama.LlamaModel(gemma_path, vocab_only=True, n_gpu_layers=0)
+    try:
+        loaded = check_loaded_pair(tm, dm)
+    finally:
+        tm.close()
+        dm.close()
+    assert files.warnings and loaded.warnings == files.warnings

@@ -269,6 +269,8 @@ def test_load_failure_then_success_clears_the_load_error(tmp_path: Path) -> None
     rig.pump.until(rig.c, lambda: not rig.c.loading)
     assert rig.c.model_info is not None
     assert ("clear_errors", ("load",)) in rig.view.calls
+    # a reply's error (a prompt too long for the context) was about the model before
+    assert ("clear_errors", ("reply",)) in rig.view.calls
     rig.c.close()
 
 
@@ -307,6 +309,10 @@ def test_a_draft_nearly_as_large_as_the_target_says_it_may_not_help(rig: Rig) ->
     error = rig.view.errors[-1]
     assert (error.title, error.message, error.level, error.origin) == (
         "This draft may not speed replies up", warning, "warning", "draft")
+    shown = len(rig.view.errors)
+    rig.c.set_draft_model(draft)  # again (a reload pairs them again): said once
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert len(rig.view.errors) == shown
 
 
 def test_exact_verification_is_a_model_option_applied_on_reload(rig: Rig) -> None:

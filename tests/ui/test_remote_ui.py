@@ -63,6 +63,8 @@ def test_the_gauge_shows_the_servers_figures(qtbot) -> None:  # type: ignore[no-
     assert len(rates) < 48  # positions past the last accepted one are left out
     footer = reply_footer(stats.to_dict(), "length")
     assert "llama-server · ngram-simple" in footer and f"α {fig['acceptance_rate'] * 100:.0f}%" in footer
+    # one rate for the reply: the footer's is the gauge's
+    assert f"{g.tps_label.text()} tok/s" in footer and stats.decode_tps != float(g.tps_label.text())
 
 
 def test_a_server_that_reports_nothing_says_so(qtbot) -> None:  # type: ignore[no-untyped-def]

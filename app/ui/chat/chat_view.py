@@ -104,7 +104,10 @@ def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
     parts: list[str] = []
     if stats:
         parts.append(f"{stats.get('emitted', 0)} tokens")
-        tps = stats.get("decode_tps")
+        remote = (stats.get("extra") or {}).get("remote")
+        # a remote reply's rate as the gauge shows it (tokens after the first, measured
+        # on the stream: its first token is the prefill's)
+        tps = remote.get("decode_tps") if isinstance(remote, dict) else stats.get("decode_tps")
         if tps:
             parts.append(f"{tps:.1f} tok/s")
         threads = stats.get("n_threads")
@@ -114,7 +117,6 @@ def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
             mode: SpecMode | None = SpecMode(stats.get("mode", SpecMode.OFF.value))
         except ValueError:  # written by a newer Tandem with a drafter this one lacks
             mode = None
-        remote = (stats.get("extra") or {}).get("remote")
         if isinstance(remote, dict):  # a remote server's reply: its own figures
             parts.extend(remote_footer_parts(remote))
             stats = {}

@@ -161,7 +161,7 @@ def top_items(tree: QTreeWidget) -> list[QTreeWidgetItem]:
             if (item := tree.topLevelItem(i)) is not None]
 
 
-def _scan_job(library: Library, add_file: Path | None) -> Callable[
+def _scan_job(library: Library, add_file: Path | None, write_demos: bool = False) -> Callable[
         [Callable[[object], None], threading.Event], LibraryScanned]:
     def job(report: Callable[[object], None], cancel: threading.Event) -> LibraryScanned:
         t0 = time.monotonic()
@@ -169,7 +169,7 @@ def _scan_job(library: Library, add_file: Path | None) -> Callable[
             library.add_file(add_file)
             library.save()
         entries = library.scan(on_progress=lambda d, n, p: report(ScanProgressed(d, n, p)),
-                               cancel=cancel, check_loads=True, write_demos=True)
+                               cancel=cancel, check_loads=True, write_demos=write_demos)
         return LibraryScanned(tuple(entries), cancel.is_set(), time.monotonic() - t0)
     return job
 
@@ -267,8 +267,14 @@ class LibraryTabWidget(QWidget):
         self.models_dir_button = QPushButton("Models folder…")
         self.models_dir_button.setToolTip("Where downloads go (also scanned)")
         self.models_dir_button.clicked.connect(self._on_models_dir_button_clicked)
-        for b in (self.open_button, self.add_folder_button, self.rescan_button):
+        # an installed package demo (the demo extra's Gemma) is written only when asked
+        self.demo_button = QPushButton()
+        self.demo_button.setToolTip("Write the demo model of the installed package into the "
+                                    "models folder, so it is listed here")
+        self.demo_button.clicked.connect(lambda: self.rescan(write_demos=True))
+        for b in (self.open_button, self.add_folder_button, self.rescan_button, self.demo_button):
             bar.addWidget(b)
+        self._show_demo_button()
         self.scan_label = Label()
         self.scan_label.setObjectName("pickerHint")
         bar.addWidget(self.scan_label, 1)
@@ -400,8 +406,16 @@ class LibraryTabWidget(QWidget):
         return rows
 
     # -- scanning ----------------------------------------------------------------------
-    def rescan(self, *, add_file: Path | None = None) -> None:
-        """Scan the library again off the GUI thread (a running scan is cancelled).
+    def _show_demo_button(self) -> None:
+        missing = self.library.missing_demos()
+        self.demo_button.setVisible(bool(missing))
+        if missing:
+            self.demo_button.setText(" and ".join(f"Add the {d.title} demo ({d.size_mb} MB)"
+                                                  for d in missing))
+
+    def rescan(self, *, add_file: Path | None = None, write_demos: bool = False) -> None:
+        """Scan the library again off the GUI thread (a running scan is cancelled);
+        ``write_demos``: first write the missing package demos into the models folder.
 
         The saved configuration is read again first: the chat window remembers models
         opened there (:func:`app.catalog.library.remember_opened_model`)."""
@@ -410,12 +424,14 @@ class LibraryTabWidget(QWidget):
         self._scan_generation += 1
         cancel = threading.Event()
         self._scan_cancel = cancel
-        worker = TaskWorker(_scan_job(self.library, add_file), self._scan_signals,
+        worker = TaskWorker(_scan_job(self.library, add_file, write_demos), self._scan_signals,
                             title="Library scan failed", generation=self._scan_generation,
                             cancel=cancel)
         self.scanning = True
-        self.scan_label.setText(f"Reading {add_file.name}…" if add_file else "Scanning…")
+        self.scan_label.setText(f"Reading {add_file.name}…" if add_file else
+                                "Writing the demo model…" if write_demos else "Scanning…")
         self.rescan_button.setEnabled(False)
+        self.demo_button.setEnabled(False)
         self._tasks.start(worker)
 
     def cancel_scan(self) -> None:
@@ -435,6 +451,8 @@ class LibraryTabWidget(QWidget):
         self.scanning = False
         self._scan_cancel = None
         self.rescan_button.setEnabled(True)
+        self.demo_button.setEnabled(True)
+        self._show_demo_button()
         if outcome.error is not None or not isinstance(outcome.value, LibraryScanned):
             self.scan_label.setText("Scan failed")
             self.failed.emit(outcome.error or UserError("Library scan failed", "No result."))

@@ -266,3 +266,30 @@ def test_the_picker_is_freed_without_the_cycle_collector(qtbot, models_dir: Path
         assert ref() is None
     finally:
         gc.enable()
+
+
+def test_the_demo_package_model_is_written_only_when_asked(  # type: ignore[no-untyped-def]
+        qtbot, empty_models_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo extra's Gemma (253 MB) is not copied into the models folder by a scan:
+    the library offers a button, and the click writes and lists it."""
+    import app.catalog.library
+    from app.catalog.demo import GEMMA3
+
+    monkeypatch.setattr(app.catalog.library, "installed_package_demos", lambda: (GEMMA3,))
+
+    w = ModelPickerWindow()
+    qtbot.addWidget(w)
+    w.show()
+    try:
+        wait_scanned(qtbot, w)
+        tab = w.library_tab
+        assert not (empty_models_dir / GEMMA3.file).exists() and not _rows(w)
+        assert not tab.demo_button.isHidden()
+        assert tab.demo_button.text() == f"Add the {GEMMA3.title} demo ({GEMMA3.size_mb} MB)"
+        tab.demo_button.click()
+        wait_scanned(qtbot, w)
+        assert (empty_models_dir / GEMMA3.file).is_file() and set(_rows(w)) == {GEMMA3.file}
+        assert tab.demo_button.isHidden()
+    finally:
+        w.close()
+        assert w.shutdown()
