@@ -4,6 +4,7 @@ and defaults, with the defaults that differ stated once (CLI_DEFAULTS, BENCH_DEF
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +106,70 @@ def test_a_port_out_of_range_is_a_usage_error_before_any_load(command: str) -> N
         with pytest.raises(SystemExit) as exc:
             _parse(command, *base, "--port", bad)
         assert exc.value.code == 2
+
+
+@pytest.mark.parametrize(("command", "option"), [
+    ("generate", "--temp"), ("generate", "--top-p"), ("bench", "--temp"),
+    ("serve", "--draft-p-min"), ("serve", "--suffix-min-prob")])
+def test_nan_is_refused_as_not_a_number_not_as_out_of_range(
+        capsys: pytest.CaptureFixture[str], command: str, option: str) -> None:
+    """Every comparison with NaN is false, so a range check would say "should be less
+    than or equal to 5" (or let it through): the option's type refuses it by name."""
+    base = [command, "--model", "m.gguf"] + (["hi"] if command == "generate" else [])
+    assert getattr(_parse(*base, option, "0.5"), option.lstrip("-").replace("-", "_")) == 0.5
+    for nan in ("nan", "NaN", "-nan"):
+        with pytest.raises(SystemExit) as exc:
+            _parse(*base, f"{option}={nan}")
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument {option}: must be a number" in err and "NaN is not allowed" in err
+        assert "less than" not in err
+
+
+CONTRADICTIONS = [
+    (["generate", "hi", "--no-spec", "--prompt-lookup"], "--no-spec", "--prompt-lookup"),
+    (["generate", "hi", "--auto", "--no-spec"], "--no-spec", "--auto"),
+    (["generate", "hi", "--no-spec", "--draft", "MODEL"], "--no-spec", "--draft"),
+    (["generate", "hi", "--auto", "--suffix"], "--auto", "--suffix"),
+    (["bench", "--auto", "--prompt-lookup"], "--auto", "--prompt-lookup"),
+    (["serve", "--auto", "--mtp"], "--auto", "--mtp"),
+]
+
+
+@pytest.mark.parametrize(("argv", "first", "second"), CONTRADICTIONS)
+def test_contradictory_drafter_choices_are_refused_naming_both_flags(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        smollm_path: Path, argv: list[str], first: str, second: str) -> None:
+    """Every command that takes the drafter switches refuses two choices that cannot
+    both hold (before any load), instead of silently following one of them."""
+    import app.chat.service
+    import app.engine.session
+    from app.cli.main import main
+
+    def no_load(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the command went on to load the model")
+
+    monkeypatch.setattr(app.engine.session.Session, "open", no_load)
+    monkeypatch.setattr(app.chat.service, "ChatService", no_load)
+    argv = [str(smollm_path) if a == "MODEL" else a for a in argv]
+    port = ["--port", "0"] if argv[0] == "serve" else []  # never 8080, should it serve
+    code = main([*argv, "--model", str(smollm_path), *port])
+    out, err = capsys.readouterr()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and not out and len(lines) == 1, err
+    assert lines[0].startswith("error: Invalid option: ")
+    assert first in lines[0] and second in lines[0] and "drop one of them" in lines[0]
+
+
+def test_choices_that_agree_still_pass() -> None:
+    from app.cli.options import drafter_mode
+    from app.options import SpecMode
+
+    assert drafter_mode(_parse("generate", "hi", "--model", "m", "--no-spec"),
+                        off=True) is SpecMode.OFF
+    assert drafter_mode(_parse("bench", "--model", "m", "--auto", "--draft", "d.gguf")
+                        ) is SpecMode.AUTO  # Auto may choose the draft model given
+    assert drafter_mode(_parse("serve", "--model", "m", "--suffix")) is SpecMode.SUFFIX
+    assert drafter_mode(_parse("serve", "--model", "m")) is SpecMode.OFF
+    assert drafter_mode(_parse("generate", "hi", "--model", "m", "--mtp",
+                               "--mtp-assistant", "a.gguf")) is SpecMode("mtp")

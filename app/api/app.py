@@ -41,7 +41,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -55,7 +54,7 @@ from app.api.protocol import (
 )
 from app.api.replies import Reply, answer, error_response, stream
 from app.api.request_log import RequestLog
-from app.api.security import ApiKeyMiddleware, LoopbackHostMiddleware
+from app.api.security import ApiKeyMiddleware, JsonCORSMiddleware, LoopbackHostMiddleware
 from app.chat.events import (
     Disconnected,
     DraftChanged,
@@ -385,7 +384,7 @@ def create_app(service: ChatService, settings: ApiSettings | None = None,
     if settings.loopback_only:
         middleware.append(Middleware(LoopbackHostMiddleware))
     if settings.cors_origins:  # outside the key check, so a browser can read a 401
-        middleware.append(Middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
+        middleware.append(Middleware(JsonCORSMiddleware, allow_origins=list(settings.cors_origins),
                                      allow_methods=["GET", "POST"],
                                      allow_headers=["authorization", "content-type"]))
     if settings.api_key:

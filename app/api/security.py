@@ -12,7 +12,9 @@ from __future__ import annotations
 import hmac
 import ipaddress
 
-from starlette.responses import JSONResponse
+from starlette.datastructures import Headers
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import TandemError
@@ -121,3 +123,28 @@ class LoopbackHostMiddleware:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class JsonCORSMiddleware(CORSMiddleware):
+    """Starlette's CORS middleware, whose refused preflight (an origin, method or header
+    not allowed) answers OpenAI's error JSON like every other refusal: 400
+    ``cors_not_allowed``, with the preflight's own headers (``Vary``, the allowed methods
+    and headers), instead of Starlette's plain text."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code < 400:
+            return response
+        refused = bytes(response.body).decode("utf-8", "replace").removeprefix(
+            "Disallowed CORS ").strip() or "request"
+        origin = request_headers.get("origin", "")
+        headers = {name: value for name, value in response.headers.items()
+                   if name not in ("content-type", "content-length")}
+        return JSONResponse(
+            {"error": {"message": f"CORS preflight refused: this server does not allow "
+                                  f"the {refused} of this request (origin {origin!r}); "
+                                  "browsers may call it from the origins given with "
+                                  "serve --cors-origin only.",
+                       "type": "invalid_request_error", "param": None,
+                       "code": "cors_not_allowed"}},
+            status_code=response.status_code, headers=headers)

@@ -105,17 +105,22 @@ class ApiServer:
             window's live settings); see :func:`app.api.app.create_app`.
         limits: timeouts and the connection limit (default
             :class:`~app.api.connections.ConnectionLimits`).
+        sock: a listening socket from :func:`bind` (on ``host``:``port``) to serve on,
+            bound before a long load so that a port in use is said at once; None: bind
+            when serving starts. The server closes it when it stops.
 
     Raises:
         ApiAddressError: ``host`` is not loopback and no key is given (here), or the
-            port is in use (from :meth:`start` / :meth:`serve_forever`).
+            port is in use (from :meth:`start` / :meth:`serve_forever`, or from
+            :func:`bind` before, for ``sock``).
         ApiKeyError: the key cannot protect the server (here).
     """
 
     def __init__(self, service: ChatService, *, host: str = DEFAULT_HOST,
                  port: int = DEFAULT_PORT, settings: ApiSettings | None = None,
                  model: ModelInfo | None = None, defaults: Defaults | None = None,
-                 limits: ConnectionLimits | None = None) -> None:
+                 limits: ConnectionLimits | None = None,
+                 sock: socket.socket | None = None) -> None:
         settings = settings or ApiSettings()
         check_address(host, settings.api_key)
         self.limits = limits or ConnectionLimits()
@@ -124,6 +129,7 @@ class ApiServer:
         self.settings = settings.model_copy(update={"loopback_only": is_loopback(host)})
         self.app, self.state = create_app(service, self.settings, model, defaults)
         self._sock: socket.socket | None = None
+        self._bound = sock
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._requested_port = port
@@ -141,7 +147,8 @@ class ApiServer:
     def _prepare(self) -> Any:
         import uvicorn
 
-        self._sock = bind(self.host, self._requested_port)
+        given, self._bound = self._bound, None  # a given socket serves once
+        self._sock = given if given is not None else bind(self.host, self._requested_port)
         self.port = self._sock.getsockname()[1]
         # The connection limit and the timeouts are the guarded protocol's, not
         # uvicorn's limit_concurrency (which half-sent requests exhaust, see

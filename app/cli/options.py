@@ -12,6 +12,7 @@ leaves :mod:`app.cli`: the layers below get the configs built here.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -174,26 +175,48 @@ BENCH_DEFAULTS: dict[str, Any] = {"temperature": 0.0, "seed": 1234, "max_tokens"
 
 
 def field_help(model: type[BaseModel], name: str, default: Any = None, *,
-               default_text: str | None = None) -> str:
-    """A help text from a field of ``model``: its description, its range and the default
-    (``default`` when given, else the field's; ``default_text`` words it instead)."""
+               default_text: str | None = None, description: str | None = None) -> str:
+    """A help text from a field of ``model``: its description (``description`` words it
+    instead), its range and the default (``default`` when given, else the field's;
+    ``default_text`` words it instead)."""
     f = field_schema(model, name)
     shown = default_text if default_text is not None else (
         f.default if default is None else default)
     bounds = f.range_text()
-    return f"{f.description} ({bounds + '; ' if bounds else ''}default {shown})"
+    return (f"{description or f.description} "
+            f"({bounds + '; ' if bounds else ''}default {shown})")
+
+
+def number_arg(text: str) -> float:
+    """A real number as an argparse ``type``: what ``float()`` reads, except NaN, which
+    no range check can refuse (every comparison with it is false).
+
+    Raises:
+        argparse.ArgumentTypeError: not a number, or NaN.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError(f"must be a number ({text!r}: NaN is not allowed)")
+    return value
 
 
 def add_field_arg(p: argparse.ArgumentParser, model: type[BaseModel], name: str,
-                  defaults: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+                  defaults: Mapping[str, Any] | None = None, *,
+                  description: str | None = None, **kwargs: Any) -> None:
     """Add the option :data:`OPTION_NAMES` gives field ``name`` of ``model``, typed as the
-    field, with its help (:func:`field_help`) and its default unless ``defaults`` (one of
-    :data:`CLI_DEFAULTS`, :data:`BENCH_DEFAULTS`) names another. The value is checked
-    against the field's range when the config is built (:func:`option_error`)."""
+    field (a float field: :func:`number_arg`, which refuses NaN), with its help
+    (:func:`field_help`; ``description`` replaces the field's words) and its default
+    unless ``defaults`` (one of :data:`CLI_DEFAULTS`, :data:`BENCH_DEFAULTS`) names
+    another. The value is checked against the field's range when the config is built
+    (:func:`option_error`)."""
     f = field_schema(model, name)
     default = (defaults or {}).get(name, f.default)
-    p.add_argument(OPTION_NAMES[name], type=type(f.default), default=default,
-                   help=field_help(model, name, default), **kwargs)
+    kind: Any = number_arg if isinstance(f.default, float) else type(f.default)
+    p.add_argument(OPTION_NAMES[name], type=kind, default=default,
+                   help=field_help(model, name, default, description=description), **kwargs)
 
 
 def add_sampling_args(p: argparse.ArgumentParser, names: Sequence[str],
@@ -204,27 +227,55 @@ def add_sampling_args(p: argparse.ArgumentParser, names: Sequence[str],
 
 
 def drafter_mode(args: argparse.Namespace, *, off: bool = False) -> SpecMode:
-    """The drafter the options ask for (``off`` forces plain decoding; --mtp-assistant
-    means MTP).
+    """The drafter the options ask for (``off``: ``--no-spec``, plain decoding;
+    --mtp-assistant means MTP).
 
     Raises:
-        TandemError: --mtp-assistant with another drafter's switch or --auto.
+        TandemError: contradictory choices, each named with its flag
+            (:func:`drafter_choices`): ``off`` with a drafter's switch, --auto or
+            --mtp-assistant; --auto with a drafter's switch other than the draft model
+            it may choose; --mtp-assistant with another drafter's switch.
     """
+    switches = drafter_choices(args)
+    auto = bool(getattr(args, "auto", False))
+    assistant = getattr(args, "mtp_assistant", None) is not None
+    given = [*switches, *(["--auto"] if auto else []),
+             *(["--mtp-assistant"] if assistant else [])]
+    if off and given:
+        raise TandemError(f"Invalid option: --no-spec turns speculation off, which "
+                          f"contradicts {given[0]}; drop one of them.")
     if off:
         return SpecMode.OFF
-    mode = SpecMode.AUTO if getattr(args, "auto", False) else SpecMode.OFF
+    mtp = SpecMode("mtp")
+    chosen = [(flag, mode) for flag, mode in switches.items()
+              if not (assistant and mode is mtp)]
+    if assistant and (chosen or auto):
+        other = chosen[0][1].value if chosen else SpecMode.AUTO.value
+        raise TandemError(f"Invalid option: --mtp-assistant drafts with MTP, not "
+                          f"{other}; drop one of them.")
+    if assistant:
+        return mtp
+    fixed = [(flag, mode) for flag, mode in chosen
+             if mode.info is None or mode.info.needs is not DrafterNeeds.DRAFT_MODEL]
+    if auto and fixed:
+        raise TandemError(f"Invalid option: --auto chooses the drafter itself, which "
+                          f"contradicts {fixed[0][0]}; drop one of them.")
+    if auto:
+        return SpecMode.AUTO
+    return chosen[0][1] if chosen else SpecMode.OFF
+
+
+def drafter_choices(args: argparse.Namespace) -> dict[str, SpecMode]:
+    """The drafter switches given (``--prompt-lookup``, ``--draft PATH`` …) → their modes,
+    in the registry's order (argparse lets at most one through: they are one mutually
+    exclusive group)."""
+    given: dict[str, SpecMode] = {}
     for kind in kinds():
         flag = kind.info.cli_flag
         value = getattr(args, flag.lstrip("-").replace("-", "_"), None) if flag else None
-        if mode is SpecMode.OFF and value is not None and value is not False:
-            mode = kind.mode
-    if getattr(args, "mtp_assistant", None) is None:
-        return mode
-    mtp = SpecMode("mtp")
-    if mode not in (SpecMode.OFF, mtp):
-        raise TandemError(f"Invalid option: --mtp-assistant drafts with MTP, not "
-                          f"{mode.value}; drop one of them.")
-    return mtp
+        if flag and value is not None and value is not False:
+            given[flag] = kind.mode
+    return given
 
 
 def check_model_files(args: argparse.Namespace) -> None:
@@ -279,6 +330,7 @@ OPTION_NAMES = {
     "temperature": "--temp",
     "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p", "seed": "--seed",
     "repeat_penalty": "--repeat-penalty", "max_tokens": "--max-tokens", "system": "--system",
+    "max_body_bytes": "--max-body-bytes",
 }
 
 

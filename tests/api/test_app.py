@@ -171,6 +171,56 @@ def test_api_key_cors_and_host(tmp_path: Path) -> None:
         service.shutdown()
 
 
+def test_a_refused_cors_preflight_is_openai_error_json(tmp_path: Path) -> None:
+    """Starlette answers a refused preflight in plain text; this API's refusals are all
+    OpenAI's error JSON."""
+    service = fake_service(Script())
+    info = service.load(SessionConfig(target_path=tmp_path / f"{MODEL}.gguf")).result(timeout=30)
+    server = ApiServer(service, port=0, model=info, settings=ApiSettings(
+        cors_origins=("http://editor.local",)))
+    server.start()
+    try:
+        url = server.base_url + "/chat/completions"
+        other = httpx.options(url, headers={"Origin": "http://evil.example",
+                                            "Access-Control-Request-Method": "POST"})
+        assert other.status_code == 400
+        assert other.headers["content-type"] == "application/json"
+        assert "access-control-allow-origin" not in other.headers
+        assert "Origin" in other.headers["vary"]
+        error = other.json()["error"]
+        assert (error["type"], error["code"]) == ("invalid_request_error", "cors_not_allowed")
+        assert "origin" in error["message"] and "http://evil.example" in error["message"]
+        method = httpx.options(url, headers={"Origin": "http://editor.local",
+                                             "Access-Control-Request-Method": "DELETE"})
+        assert method.status_code == 400 and "method" in method.json()["error"]["message"]
+        ok = httpx.options(url, headers={"Origin": "http://editor.local",
+                                         "Access-Control-Request-Method": "POST"})
+        assert ok.status_code == 200
+        assert ok.headers["access-control-allow-origin"] == "http://editor.local"
+    finally:
+        server.stop()
+        service.shutdown()
+
+
+def test_the_server_serves_on_a_socket_bound_before_it(tmp_path: Path) -> None:
+    """``serve`` binds the port before the long load (a port in use is said at once) and
+    hands the socket over; the server serves on it and closes it when it stops."""
+    service = fake_service(Script())
+    info = service.load(SessionConfig(target_path=tmp_path / f"{MODEL}.gguf")).result(timeout=30)
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    server = ApiServer(service, port=0, model=info, sock=sock)
+    server.start()
+    try:
+        assert server.port == port and server.base_url.endswith(f":{port}/v1")
+        assert httpx.get(server.base_url.removesuffix("/v1") + "/health").status_code == 200
+    finally:
+        server.stop()
+        service.shutdown()
+    assert sock.fileno() == -1  # closed with the server
+    bind("127.0.0.1", port).close()  # and the port is free again
+
+
 def test_no_model_is_503_until_one_loads(tmp_path: Path) -> None:
     service = fake_service(Script())
     server = ApiServer(service, port=0)  # nothing loaded yet
