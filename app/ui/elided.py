@@ -28,9 +28,16 @@ class _ElidedText:
     _full: str
     _max_px: int
     _min_px: int
+    _keep = ""  # a text never elided (keep_whole)
 
     def full_text(self) -> str:
         return self._full
+
+    def keep_whole(self, text: str) -> None:
+        """Never get narrower than ``text`` in the widget's current font (a short text
+        such as "CPU only" then always shows whole; longer ones are elided)."""
+        self._keep = text
+        self.updateGeometry()  # type: ignore[attr-defined]
 
     def sizeHint(self) -> QSize:
         h = super().sizeHint()  # type: ignore[misc]
@@ -38,7 +45,11 @@ class _ElidedText:
         return QSize(max(self._min_px, min(self._max_px, want)), h.height())
 
     def minimumSizeHint(self) -> QSize:
-        return QSize(self._min_px, super().minimumSizeHint().height())  # type: ignore[misc]
+        least = self._min_px
+        if self._keep:
+            least = max(least, self.fontMetrics().horizontalAdvance(self._keep)  # type: ignore[attr-defined]
+                        + self.PADDING_PX)
+        return QSize(least, super().minimumSizeHint().height())  # type: ignore[misc]
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)  # type: ignore[misc]

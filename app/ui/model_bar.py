@@ -95,6 +95,8 @@ class ModelBarWidget(QFrame):
                                         + 40)
         row.addWidget(self.mode_combo)
         self.draft_button = ElidedButtonWidget("Choose draft…", max_px=NAME_MAX_PX)
+        # "Choose draft…" stays whole; a draft's file name is shortened below that
+        self.draft_button.keep_whole("Choose draft…")
         self.draft_button.setToolTip("A small GGUF with the same tokenizer as the target")
         self.draft_button.clicked.connect(self.open_draft_clicked)
         row.addWidget(self.draft_button)
@@ -116,6 +118,7 @@ class ModelBarWidget(QFrame):
 
         # a server's engine and drafter can be long: elided, so they never widen the window
         self.layers_label = ElidedLabelWidget("", min_px=60)
+        self.layers_label.keep_whole("CPU only")
         self.layers_label.setObjectName("layersLabel")
         row.addWidget(self.layers_label)
         row.addStretch(1)

@@ -777,3 +777,24 @@ def test_a_data_folder_that_cannot_be_made_is_said_not_a_silent_exit(tmp_path: P
     assert done.returncode == 2, done.stderr[-2000:]
     # (the log, which cannot go to its folder either, goes to stderr with the details)
     assert "\nTandem cannot start: it could not prepare its folders" in done.stderr
+
+
+def test_the_model_bar_at_its_narrowest_keeps_its_short_words_whole(qtbot) -> None:
+    """At 1024 pixels the bar is at its minimum: a model's file name is shortened, but
+    "Choose draft…" and "CPU only" are not ("Cho…ft…", "CPU…nly")."""
+    from app.chat.events import ModelInfo
+
+    bar = ModelBarWidget()
+    qtbot.addWidget(bar)
+    bar.show()
+    bar.set_model(ModelInfo(
+        target_path=Path("/m/SmolLM2-135M-Instruct.Q4_1.gguf"), target_name="SmolLM2",
+        draft_path=None, draft_name=None, n_ctx=4096, n_layer=30, n_gpu_layers=0,
+        gpu_supported=False, cpu_reason="no GPU", uses_fallback_template=False,
+        load_seconds=1.0, system_info=""))
+    bar.resize(bar.minimumSizeHint().width(), bar.height())
+    qtbot.waitUntil(lambda: bar.width() == bar.minimumSizeHint().width(), timeout=5000)
+    QApplication.processEvents()
+    assert bar.draft_button.text() == "Choose draft…"
+    assert bar.layers_label.text() == "CPU only"
+    assert bar.target_label.text() != bar.target_label.full_text()  # the long one gives way
