@@ -524,7 +524,7 @@ class ChatController:
         self.view.model_changed(None)
         self._connect_started = self.clock()
         self._start_model_job(self.service.connect(client, model, origin=self.origin),
-                              f"Connecting to {client.base_url}", fraction=None)
+                              f"Connecting to {client.display_url}", fraction=None)
 
     def disconnect_server(self) -> None:
         """Stop using the remote server: the local target of the settings is loaded again
@@ -542,7 +542,7 @@ class ChatController:
         self.view.model_will_change()
         self._model_before_load, self._target_kept = self.model_info, False
         self._start_model_job(self.service.disconnect(origin=self.origin),
-                              f"Disconnecting from {self.remote.info.base_url}", fraction=None)
+                              f"Disconnecting from {self.remote.info.display_url}", fraction=None)
 
     @property
     def remote(self) -> RemoteConnected | None:

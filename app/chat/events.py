@@ -217,7 +217,8 @@ class RemoteConnected:
 
 @dataclass(frozen=True, slots=True)
 class Disconnected:
-    """The remote server at ``base_url`` is no longer used; no model is loaded."""
+    """The remote server at ``base_url`` (its password hidden) is no longer used; no
+    model is loaded."""
 
     base_url: str
 
@@ -230,7 +231,7 @@ def remote_model_label(model: str) -> str:
 
 def remote_target_name(connected: RemoteConnected) -> str:
     """The remote model's name as the window shows it: ``model.gguf @ host:port``."""
-    host = connected.info.base_url.split("://", 1)[-1]
+    host = connected.info.display_url.split("://", 1)[-1]
     return f"{remote_model_label(connected.model)} @ {host}"
 
 

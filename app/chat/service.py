@@ -453,7 +453,7 @@ class ChatService:
         other measurement jobs need a local model and fail with a clear message. The
         client is closed when the service unloads it, or at once when connecting fails."""
         return self.submit("load", lambda ctx: self._connect(ctx, client, model),
-                           origin=origin, title=f"Could not use {client.base_url}")
+                           origin=origin, title=f"Could not use {client.display_url}")
 
     def disconnect(self, *, origin: str = "window") -> Job:
         """Stop using the connected remote server (its client is closed); no model is
@@ -680,10 +680,10 @@ class ChatService:
                 raise LoadCancelledError("Connecting was cancelled.") from None
             ids = [m.id for m in info.models]
             if not ids:
-                raise TandemError(f"{client.base_url} offers no model (/v1/models is empty).")
+                raise TandemError(f"{client.display_url} offers no model (/v1/models is empty).")
             chosen = model or ids[0]
             if chosen not in ids:
-                raise TandemError(f"{client.base_url} has no model {chosen!r}; it offers: "
+                raise TandemError(f"{client.display_url} has no model {chosen!r}; it offers: "
                                   f"{', '.join(ids[:10])}.")
             if ctx.cancel.is_set():
                 raise LoadCancelledError("Connecting was cancelled.")
@@ -695,7 +695,7 @@ class ChatService:
         self._close_session()
         self._recent.clear()
         self._session = RemoteSession(client, info, chosen)
-        log.info("connected to %s (%s), model %s", info.base_url, info.engine.value, chosen)
+        log.info("connected to %s (%s), model %s", info.display_url, info.engine.value, chosen)
         return RemoteConnected(info, chosen)
 
     def _disconnect(self, ctx: JobContext) -> Disconnected:
@@ -705,8 +705,8 @@ class ChatService:
             raise TandemError("No remote server is in use.")
         self._close_session()
         self._recent.clear()
-        log.info("disconnected from %s", session.info.base_url)
-        return Disconnected(session.info.base_url)
+        log.info("disconnected from %s", session.info.display_url)
+        return Disconnected(session.info.display_url)
 
     def _set_draft(self, ctx: JobContext, path: Path | None) -> DraftChanged:
         session = ctx.session

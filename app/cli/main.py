@@ -341,7 +341,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     from app.store.logs import start_log
 
     start_log("cli", log_fields())  # tandem-cli.log in the user log folder, with a header
-    logging.getLogger("app.cli").info("command: %s", " ".join(sys.argv[1:] if argv is None else argv))
+    from app.remote.display import redact_userinfo  # a --server password stays out of the log
+
+    logging.getLogger("app.cli").info("command: %s", redact_userinfo(
+        " ".join(sys.argv[1:] if argv is None else argv)))
     try:
         return handler(args)
     except TandemError as exc:

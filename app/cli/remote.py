@@ -7,6 +7,10 @@ stream and reports the server's own speculation figures (``timings``,
 ``--model`` names the server's model id (``/v1/models``). The API key comes from the
 environment variable ``--api-key-env`` names, never from the command line (where other
 users' ``ps`` would show it).
+
+What the server sends is printed with its control characters escaped
+(:func:`~app.remote.display.printable`): always in messages, and in the reply text when
+stdout is a terminal (piped or redirected, the reply is data and keeps its bytes).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from app.cli.json_output import print_json
 from app.errors import TandemError
 from app.formatting import advice_words
 from app.remote.client import RemoteClient, RemoteDelta, RemoteResult, ServerInfo
+from app.remote.display import printable
 from app.remote.errors import RemoteCancelledError
 from app.remote.session import remote_extra
 
@@ -52,10 +57,12 @@ def refuse_key_without_server(args: argparse.Namespace) -> None:
 
 
 def client_from_args(args: argparse.Namespace) -> RemoteClient:
-    """A client for ``--server`` with the key from ``--api-key-env``.
+    """A client for ``--server`` with the key from ``--api-key-env`` (the spaces and
+    line ends around it dropped).
 
     Raises:
-        TandemError: the variable is not set or empty; the address is not one.
+        TandemError: the variable is not set or empty; the address is not one; the key
+            has a control character or one outside ASCII (the message does not show it).
     """
     key = None
     if args.api_key_env:
@@ -69,14 +76,38 @@ def client_from_args(args: argparse.Namespace) -> RemoteClient:
 def _check_model(info: ServerInfo, model: str) -> None:
     ids = [m.id for m in info.models]
     if model not in ids:
-        raise TandemError(f"{info.base_url} has no model {model!r}; it offers: "
-                          f"{', '.join(ids[:10]) or 'none'}.")
+        offers = ", ".join(i if len(i) <= 80 else i[:80] + "…" for i in ids[:10])
+        raise TandemError(printable(f"{info.display_url} has no model {model!r}; it offers: "
+                                    f"{offers or 'none'}."))
+
+
+def _identify(client: RemoteClient, model: str, cancel: threading.Event) -> ServerInfo | None:
+    """What the server is, checked to offer ``model``; None when Ctrl-C stopped it
+    before the server answered.
+
+    Raises:
+        TandemError: the server failed, or has no such model."""
+    try:
+        info = client.identify(cancel)
+    except RemoteCancelledError:
+        return None
+    _check_model(info, model)
+    return info
+
+
+def write_reply_text(text: str) -> None:
+    """Reply text from a server on stdout as it arrives: its control characters escaped
+    on a terminal (an escape sequence would act on it), as they are otherwise."""
+    sys.stdout.write(printable(text) if sys.stdout.isatty() else text)
+    sys.stdout.flush()
 
 
 def server_json(info: ServerInfo, model: str) -> dict[str, Any]:
-    """The ``server`` object of ``--json`` outputs (docs/json.md)."""
-    return {"engine": info.engine.value, "version": info.version, "base_url": info.base_url,
-            "model": model, "method": info.speculation_method, "draft_max": info.draft_max}
+    """The ``server`` object of ``--json`` outputs (docs/json.md); ``base_url`` with a
+    password in it as ``***``."""
+    return {"engine": info.engine.value, "version": info.version,
+            "base_url": info.display_url, "model": model,
+            "method": info.speculation_method, "draft_max": info.draft_max}
 
 
 def remote_stats_json(info: ServerInfo, model: str, r: RemoteResult) -> dict[str, Any]:
@@ -120,7 +151,7 @@ def stats_line(info: ServerInfo, r: RemoteResult) -> str:
             parts.append("server-wide figures (other clients included)")
     method = info.speculation_method or "method unknown"
     parts.append(method + (f", k={info.draft_max}" if info.draft_max else ""))
-    return " · ".join(parts)
+    return printable(" · ".join(parts))
 
 
 def run_remote_generate(args: argparse.Namespace, cancel: threading.Event) -> int:
@@ -128,8 +159,10 @@ def run_remote_generate(args: argparse.Namespace, cancel: threading.Event) -> in
     if args.compare:
         raise TandemError("--compare races two modes inside Tandem; it needs a local --model.")
     with client_from_args(args) as client:
-        info = client.identify()
-        _check_model(info, args.model)
+        found = _identify(client, args.model, cancel)
+        if found is None:
+            return 130  # Ctrl-C before the server answered: no reply was asked for
+        info = found
         options: dict[str, Any] = dict(
             max_tokens=args.max_tokens, temperature=args.temp, top_p=args.top_p,
             seed=args.seed if args.seed >= 0 else None, stop=tuple(args.stop),
@@ -145,12 +178,11 @@ def run_remote_generate(args: argparse.Namespace, cancel: threading.Event) -> in
         for ev in events:
             if isinstance(ev, RemoteDelta):
                 if not args.json:
-                    sys.stdout.write(ev.text)
-                    sys.stdout.flush()
+                    write_reply_text(ev.text)
             else:
                 result = ev
         assert result is not None
-        info = client.refresh_speculation(info)
+        info = client.refresh_speculation(info, result, cancel)
     if args.json:
         print_json({"text": result.text, "finish_reason": result.finish_reason,
                     "server": server_json(info, args.model),
@@ -173,13 +205,13 @@ def run_remote_bench(args: argparse.Namespace, cancel: threading.Event) -> int:
 
     prompts = load_prompts(args.prompts)[: args.limit]
     with client_from_args(args) as client:
-        try:
-            info = client.identify(cancel)
-        except RemoteCancelledError:
+        found = _identify(client, args.model, cancel)
+        if found is None:
             return 130  # Ctrl-C before the server answered: nothing was measured
-        _check_model(info, args.model)
+        info = found
         before = client.spec_counters()
         runs: list[dict[str, Any]] = []
+        last: RemoteResult | None = None
         for prompt in prompts:
             for i in range(args.repeat + (0 if args.no_warmup else 1)):
                 if cancel.is_set():
@@ -187,13 +219,14 @@ def run_remote_bench(args: argparse.Namespace, cancel: threading.Event) -> int:
                 r = client.chat(args.model, [{"role": "user", "content": prompt.chat}],
                                 max_tokens=args.max_tokens, temperature=args.temp,
                                 seed=args.seed if args.seed >= 0 else None, cancel=cancel)
+                last = r
                 if (i == 0 and not args.no_warmup) or r.finish_reason == "cancelled":
                     continue  # the warm-up, or a run Ctrl-C cut short
                 runs.append({"prompt": prompt.name, **remote_stats_json(info, args.model, r)})
                 if not args.quiet:
                     print(f"{prompt.name}: {stats_line(info, r)}", file=sys.stderr)
         after = client.spec_counters()
-        info = client.refresh_speculation(info)
+        info = client.refresh_speculation(info, last, cancel)
     summary = bench_summary(runs)
     delta = after.minus(before) if before is not None and after is not None else None
     out = {"server": server_json(info, args.model), "summary": summary,
@@ -205,7 +238,8 @@ def run_remote_bench(args: argparse.Namespace, cancel: threading.Event) -> int:
     if args.json:
         print_json(out)
     else:
-        print(f"{info.engine.value} {info.version or ''} at {info.base_url}, model {args.model}")
+        print(printable(f"{info.engine.value} {info.version or ''} at {info.display_url}, "
+                        f"model {args.model}"))
         for key, value in summary.items():
             print(f"  {key}: {value if not isinstance(value, float) else f'{value:.3f}'}")
         if cancel.is_set():

@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import re
 import socket
 import threading
@@ -34,7 +35,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import httpx
 
@@ -48,7 +49,8 @@ from app.remote.errors import (
     ServerUnreachableError,
     StreamDroppedError,
 )
-from app.remote.figures import SpeculationFigures, combine, from_response
+from app.remote.display import printable, redact_url, redact_userinfo, url_password
+from app.remote.figures import SpeculationFigures, combine, count, from_response
 from app.remote.prometheus import SpecCounters, metric_prefixes, parse_spec_counters
 
 #: seconds to wait for a connection before calling a server unreachable
@@ -56,8 +58,21 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 #: seconds without a byte from the server before a request is called timed out (a long
 #: prompt's prefill on a busy server can take this long before the first token)
 DEFAULT_READ_TIMEOUT_S = 300.0
-#: seconds each recognition probe (``/props``, ``/metrics``…) may take
+#: seconds each recognition probe (``/props``, ``/metrics``…) may take, its whole answer
+#: included
 PROBE_TIMEOUT_S = 10.0
+#: seconds the whole answer to ``GET /v1/models`` may take (headers and body): a server
+#: that trickles it is cut off there (the read timeout alone restarts with every byte)
+ANSWER_DEADLINE_S = 60.0
+#: the longest server address Tandem takes, characters
+MAX_URL_CHARS = 2048
+#: lines of a stream without reply text Tandem reads per token asked (``max_tokens``),
+#: and :data:`NO_TEXT_LINES_EXTRA` more: role, usage and finish chunks, reasoning chunks,
+#: keep-alive and progress comments, the blank lines between events. A server that sends
+#: more is not sending a reply. :data:`NO_TEXT_LINES_UNBOUNDED` without ``max_tokens``.
+NO_TEXT_LINES_PER_TOKEN = 16
+NO_TEXT_LINES_EXTRA = 10_000
+NO_TEXT_LINES_UNBOUNDED = 1_000_000
 #: characters a reply may carry per token asked (``max_tokens``) before Tandem stops
 #: reading a server that ignores the limit (the longest tokens of common vocabularies,
 #: runs of spaces in code, are well under this)
@@ -88,10 +103,15 @@ class Engine(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class RemoteModel:
-    """One entry of ``/v1/models``: its ``id`` (what requests name) and ``owned_by``."""
+    """One entry of ``/v1/models``: its ``id`` (what requests name) and ``owned_by``;
+    ``speculation_method`` and ``draft_max`` where the entry says how the server drafts
+    for it (another Tandem's ``meta.speculation``: its default drafter mode, ``none``
+    when off, and k), else None."""
 
     id: str
     owned_by: str | None = None
+    speculation_method: str | None = None
+    draft_max: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +141,11 @@ class ServerInfo:
     speculation_method: str | None = None
     draft_max: int | None = None
     evidence: tuple[str, ...] = ()
+
+    @property
+    def display_url(self) -> str:
+        """:attr:`base_url` as messages and logs show it: a password in it as ``***``."""
+        return redact_url(self.base_url)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +179,9 @@ class RemoteResult:
         overran: the server kept sending past the ``max_tokens`` asked for (more text
             chunks than that, or more than :data:`MAX_CHARS_PER_TOKEN` characters per
             token asked), so Tandem stopped reading; ``finish_reason`` is ``length``.
+        speculation_method, draft_max: the drafter (``none`` when off) and k the
+            response itself names (another Tandem's ``tandem`` object: ``mode`` and
+            ``draft_max``); None when it names none.
     """
 
     text: str
@@ -168,6 +196,8 @@ class RemoteResult:
     figures: SpeculationFigures | None = None
     server_timings: dict[str, Any] | None = None
     overran: bool = False
+    speculation_method: str | None = None
+    draft_max: int | None = None
 
     @property
     def decode_tps(self) -> float | None:
@@ -187,7 +217,9 @@ class RemoteResult:
     def server_decode_tps(self) -> float | None:
         """The server's own decode rate (``timings.predicted_per_second``), if sent."""
         value = (self.server_timings or {}).get("predicted_per_second")
-        return float(value) if isinstance(value, (int, float)) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        return float(value) if 0 <= value < 1e9 else None  # nonsense is not reported
 
     def to_dict(self) -> dict[str, Any]:
         """The result's figures, JSON-ready (seconds and tokens/s; None where unknown)."""
@@ -211,29 +243,112 @@ class RemoteResult:
 RemoteEvent = RemoteDelta | RemoteResult
 
 
+_EXAMPLE = "give one like http://127.0.0.1:8080 or https://host/path"
+#: characters a host name may have (letters of any script for an internationalised one)
+_HOST = re.compile(r"[\w.\-:]+")
+
+
 def normalize_base_url(url: str) -> str:
-    """``http(s)://host[:port][/prefix]`` without a trailing ``/`` or ``/v1``.
+    """``http(s)://[user[:password]@]host[:port][/prefix]`` without a trailing ``/`` or
+    ``/v1``.
 
     Raises:
-        RemoteError: not an http or https address with a host.
+        RemoteError: not an http or https address with a host: longer than
+            :data:`MAX_URL_CHARS`, with a space or a control character, a host that is
+            not a host name or IP address, a port outside 1–65535. The message shows the
+            address with its password as ``***`` and its control characters escaped.
     """
     text = url.strip()
+    if len(text) > MAX_URL_CHARS:
+        raise RemoteError(f"The server address is {len(text)} characters long; Tandem takes "
+                          f"addresses of up to {MAX_URL_CHARS}: {_EXAMPLE}.")
+    shown = printable(repr(redact_url(text)))
+    if len(shown) > 120:
+        shown = shown[:100] + "…"
+    if any(ch.isspace() or not ch.isprintable() for ch in text):
+        raise RemoteError(f"{shown} is not a server address: it contains a space or a "
+                          f"control character; {_EXAMPLE}.")
     if "://" not in text:
         text = "http://" + text
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535"…
+        raise RemoteError(f"{shown} is not a server address ({exc}); {_EXAMPLE}.") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise RemoteError(f"{url!r} is not a server address: give one like "
-                          "http://127.0.0.1:8080 or https://host/path.")
+        raise RemoteError(f"{shown} is not a server address: {_EXAMPLE}.")
+    if not _HOST.fullmatch(parts.hostname):
+        raise RemoteError(f"{shown} is not a server address: its host has characters a "
+                          f"host name cannot have; {_EXAMPLE}.")
+    if port == 0:
+        raise RemoteError(f"{shown} is not a server address: port 0 is not a port a "
+                          f"server listens on (ports are 1–65535); {_EXAMPLE}.")
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[: -len("/v1")]
-    return f"{parts.scheme}://{parts.netloc}{path}"
+    normalized = f"{parts.scheme}://{parts.netloc}{path}"
+    try:
+        httpx.URL(normalized)
+    except httpx.InvalidURL as exc:
+        raise RemoteError(f"{shown} is not a server address ({printable(str(exc))}); "
+                          f"{_EXAMPLE}.") from None
+    return normalized
+
+
+def _checked_key(api_key: str | None) -> str | None:
+    """``api_key`` without the spaces and line ends around it (a key file written on
+    Windows ends in CR LF); None when nothing is left.
+
+    Raises:
+        RemoteError: the key has a character an HTTP header cannot carry (a control
+            character, or one outside ASCII). The message does not show the key.
+    """
+    if api_key is None or not api_key.strip():
+        return None
+    key = api_key.strip()
+    if not all(" " <= ch <= "~" for ch in key):
+        raise RemoteError("The API key has a character that cannot be sent to a server (a "
+                          "control character, or one outside ASCII): check the key, or "
+                          "the file or variable it came from. (The key is not shown here.)")
+    return key
+
+
+def _no_constant(name: str) -> None:
+    """``NaN``, ``Infinity`` and ``-Infinity`` (not JSON, though Python writes them) are
+    read as null: a figure that is not a number is not reported."""
+    return None
+
+
+def _finite(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None  # 1e999: not a number either
+
+
+class JSONTooDeepError(ValueError):
+    """JSON nested deeper than Python's recursion limit lets :func:`loads` read."""
+
+
+def loads(raw: str | bytes) -> Any:
+    """JSON a server sent, parsed: ``NaN``, ``±Infinity`` and numbers past a float's
+    range read as None.
+
+    Raises:
+        ValueError: not JSON (invalid UTF-8 included), or nested deeper than Python's
+            recursion limit lets it parse (``[[[[…`` 100,000 deep).
+    """
+    try:
+        return json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise JSONTooDeepError("JSON nested too deep to read") from None
 
 
 def _error_message(response: httpx.Response) -> str:
-    """The server's own error sentence (OpenAI's ``{"error": {"message"}}``), short."""
+    """The server's own error sentence (OpenAI's ``{"error": {"message"}}``, a plain
+    ``error`` or ``detail`` string), else the start of its body; at most 300 characters."""
     try:
-        body = response.json()
+        body = loads(response.content)
+    except JSONTooDeepError:
+        return "an error body that is not OpenAI's (JSON nested too deep to read)"
     except ValueError:
         return response.text.strip()[:200]
     if isinstance(body, dict):
@@ -244,7 +359,7 @@ def _error_message(response: httpx.Response) -> str:
             return err[:300]
         if isinstance(body.get("detail"), str):
             return str(body["detail"])[:300]
-    return json.dumps(body)[:200]
+    return response.text.strip()[:200]
 
 
 def _sampling_fields(max_tokens: int | None, temperature: float | None, top_p: float | None,
@@ -265,31 +380,49 @@ class RemoteClient:
     """One OpenAI-compatible server at ``base_url``.
 
     Args:
-        base_url: ``http(s)://host:port`` (a trailing ``/v1`` is accepted and dropped).
-        api_key: sent as ``Authorization: Bearer …`` when given; never logged, never in
+        base_url: ``http(s)://host:port`` (a trailing ``/v1`` is accepted and dropped;
+            a ``user:password@`` part is sent as HTTP basic authentication and shown as
+            ``user:***@`` in every message: :attr:`display_url`).
+        api_key: sent as ``Authorization: Bearer …`` when given (the spaces and line
+            ends around it dropped; only spaces left is no key); never logged, never in
             ``repr`` or error messages.
         verify: TLS verification: True (the system's certificates), a CA bundle path,
             or False (only for a server the user chose not to verify).
         connect_timeout, read_timeout: seconds (see the module constants).
+        answer_deadline: seconds the whole answer to ``GET /v1/models`` may take
+            (:data:`ANSWER_DEADLINE_S`).
         transport: an httpx transport (tests: ``httpx.MockTransport`` is not used here;
             the tests run real servers); None for the default.
 
     Raises:
-        RemoteError: ``base_url`` is not an address.
+        RemoteError: ``base_url`` is not an address (:func:`normalize_base_url`), or the
+            key has a character a header cannot carry.
 
-    The client is used from one thread at a time; :meth:`close` releases its connections.
+    Every error the client raises is a :class:`RemoteError` whose message shows neither
+    the API key nor the address's password, with the control characters of what the
+    server sent escaped (:func:`~app.remote.display.printable`). The client is used from
+    one thread at a time; :meth:`close` releases its connections.
     """
 
     def __init__(self, base_url: str, *, api_key: str | None = None,
                  verify: bool | str = True,
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
                  read_timeout: float = DEFAULT_READ_TIMEOUT_S,
+                 answer_deadline: float = ANSWER_DEADLINE_S,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.base_url = normalize_base_url(base_url)
+        #: the address as messages and logs show it (a password as ``***``)
+        self.display_url = redact_url(self.base_url)
         self.read_timeout = read_timeout
+        self.answer_deadline = answer_deadline
+        key = _checked_key(api_key)
         headers = {"Accept": "application/json"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        #: what an error message must not show, longest first, and what it shows instead
+        self._secrets = sorted(
+            ((secret, "***") for secret in (key, url_password(self.base_url))
+             if secret and len(secret) >= 4), key=lambda pair: -len(pair[0]))
         self._http_args: dict[str, Any] = dict(
             # one TLS context for every client made here (a stream has its own): httpx
             # makes one per client otherwise, for http too, loading the CA bundle (about
@@ -309,7 +442,38 @@ class RemoteClient:
         self._metrics_prefix: str | None | bool = False  # False: not looked at yet
 
     def __repr__(self) -> str:
-        return f"RemoteClient({self.base_url!r})"
+        return f"RemoteClient({self.display_url!r})"
+
+    def _clean(self, text: str) -> str:
+        """``text`` as a message may show it: the address with its password hidden, the
+        key and the password replaced by ``***``, control characters escaped."""
+        text = redact_userinfo(text.replace(self.base_url, self.display_url))
+        for secret, shown in self._secrets:
+            text = text.replace(secret, shown)
+            with contextlib.suppress(UnicodeError):
+                text = text.replace(unquote(secret), shown)
+        return printable(text)
+
+    @contextlib.contextmanager
+    def _scrubbed(self) -> Iterator[None]:
+        """Every error leaving the block is a :class:`RemoteError` with a clean message
+        (:meth:`_clean`); the exceptions it was raised from are dropped when their text
+        shows a secret (a log with tracebacks would show it). A server's JSON nested
+        past the recursion limit somewhere else, or a number past a float's range, is a
+        :class:`ServerProtocolError` instead of a traceback."""
+        try:
+            yield
+        except (RecursionError, OverflowError) as exc:
+            what = ("nested too deep" if isinstance(exc, RecursionError)
+                    else "a number out of range")
+            raise ServerProtocolError(f"{self.display_url} sent something that is not "
+                                      f"OpenAI-compatible ({what}).") from None
+        except RemoteError as exc:
+            exc.args = tuple(self._clean(a) if isinstance(a, str) else a for a in exc.args)
+            if any(self._clean(str(c)) != printable(str(c)) for c in _causes(exc)):
+                exc.__cause__ = exc.__context__ = None
+                exc.__suppress_context__ = True
+            raise
 
     def close(self) -> None:
         """Close the connections (the client cannot be used after)."""
@@ -353,8 +517,10 @@ class RemoteClient:
         self.close()
 
     # -- plumbing ----------------------------------------------------------------
-    def _translate(self, exc: httpx.HTTPError, what: str) -> RemoteError:
-        """A user's sentence for an httpx failure while doing ``what``."""
+    def _translate(self, exc: httpx.HTTPError, what: str,
+                   waited: float | None = None) -> RemoteError:
+        """A user's sentence for an httpx failure while doing ``what`` (``waited``: the
+        read timeout it ran under, default :attr:`read_timeout`)."""
         url = self.base_url
         if isinstance(exc, httpx.ConnectTimeout):
             return ServerUnreachableError(f"{url} did not accept a connection in time "
@@ -368,7 +534,7 @@ class RemoteClient:
             return ServerUnreachableError(f"Cannot reach {url} ({reason}). Is the server "
                                           "running, and is the address right?")
         if isinstance(exc, httpx.TimeoutException):
-            return ServerTimeoutError(f"{url} sent nothing for {self.read_timeout:g} s "
+            return ServerTimeoutError(f"{url} sent nothing for {waited or self.read_timeout:g} s "
                                       f"({what}). The server may be overloaded.")
         if isinstance(exc, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
             return RemoteError(f"{url} is not an address Tandem can use ({exc}).")
@@ -381,17 +547,28 @@ class RemoteClient:
         if status in (401, 403):
             return ServerAuthError(f"{self.base_url} refused the request ({status}): "
                                    f"{message or 'the API key is missing or wrong'}.")
-        return ServerHTTPError(f"{self.base_url} answered {status} to {what}: {message}",
-                               status=status)
+        if 300 <= status < 400:
+            location = response.headers.get("location", "")[:200]
+            return ServerHTTPError(f"{self.base_url} answered {status} to {what}, a redirect"
+                                   f"{f' to {location}' if location else ''}: Tandem does "
+                                   "not follow redirects; give the address it points to "
+                                   "if you trust it.", status=status)
+        return ServerHTTPError(f"{self.base_url} answered {status} to {what}: "
+                               f"{message or '(no message)'}", status=status)
 
     def _get(self, path: str, *, timeout: float | None = None) -> httpx.Response:
-        """GET ``path``, its body read up to :data:`MAX_BODY_BYTES`.
+        """GET ``path``, its body read up to :data:`MAX_BODY_BYTES`, the whole answer
+        within ``timeout`` seconds (default :attr:`answer_deadline`): the connection is
+        cut there however slowly the server trickles its bytes.
 
         Raises:
             RemoteCancelledError: the cancel event of :meth:`_cancellable` is set.
+            ServerTimeoutError: the answer took longer than ``timeout``.
             RemoteError: as :meth:`_translate` and :meth:`_bounded` say.
         """
         cancel = self._get_cancel
+        limit = timeout or self.answer_deadline
+        read = min(limit, self.read_timeout)
 
         def trace(event: str, info: dict[str, Any]) -> None:
             if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
@@ -399,14 +576,51 @@ class RemoteClient:
 
         if cancel is not None and cancel.is_set():
             raise RemoteCancelledError(f"Stopped before {self.base_url} answered.")
+        per_read = httpx.Timeout(read, connect=self._http.timeout.connect)
+        expired, stop_timer = self._deadline(limit)
         try:
-            with self._http.stream("GET", path, timeout=timeout or httpx.USE_CLIENT_DEFAULT,
+            with self._http.stream("GET", path, timeout=per_read,
                                    extensions={"trace": trace}) as response:
                 return self._bounded(response, f"GET {path}")
         except httpx.HTTPError as exc:
             if cancel is not None and cancel.is_set():
                 raise RemoteCancelledError(f"Stopped before {self.base_url} answered.") from exc
-            raise self._translate(exc, f"GET {path}") from exc
+            if expired.is_set():
+                raise ServerTimeoutError(
+                    f"{self.base_url} took more than {limit:g} s to answer GET {path} (it "
+                    "sends its answer too slowly); Tandem stopped waiting.") from exc
+            raise self._translate(exc, f"GET {path}", read) from exc
+        finally:
+            stop_timer()
+
+    def _deadline(self, seconds: float) -> tuple[threading.Event, Callable[[], None]]:
+        """A timer that shuts the GETs' connection down ``seconds`` from now (a read
+        blocked on it wakes with an error): the event it sets then, and the function
+        that stops it (call it when the GET is over; after it the timer cuts nothing)."""
+        expired = threading.Event()
+        lock = threading.Lock()
+        over = False
+
+        def expire() -> None:
+            with lock:
+                if over:
+                    return
+                expired.set()
+                sock = self._get_socket
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+        def stop() -> None:
+            nonlocal over
+            with lock:
+                over = True
+            timer.cancel()
+
+        timer = threading.Timer(seconds, expire)
+        timer.daemon = True
+        timer.start()
+        return expired, stop
 
     @contextlib.contextmanager
     def _cancellable(self, cancel: threading.Event | None) -> Iterator[None]:
@@ -456,7 +670,7 @@ class RemoteClient:
         if response.status_code != 200:
             return None
         try:
-            return response.json()
+            return loads(response.content)
         except ValueError:
             return None
 
@@ -469,10 +683,16 @@ class RemoteClient:
             RemoteCancelledError: ``cancel`` was set first.
             ServerUnreachableError, ServerTimeoutError, ServerAuthError: as named.
             ServerHTTPError: another error status (404: not an OpenAI-compatible server).
-            ServerProtocolError: the answer is not OpenAI's model list.
+            ServerProtocolError: the answer is not OpenAI's model list (JSON nested
+                past the recursion limit included).
+            ServerTimeoutError: no answer, or not all of it, within
+                :attr:`answer_deadline` seconds.
         """
-        with self._cancellable(cancel):
-            response = self._get("/v1/models")
+        with self._scrubbed(), self._cancellable(cancel):
+            return self._models()
+
+    def _models(self) -> tuple[RemoteModel, ...]:
+        response = self._get("/v1/models")
         if response.status_code != 200:
             if response.status_code == 404:
                 raise ServerHTTPError(f"{self.base_url} has no /v1/models: it is not an "
@@ -480,7 +700,11 @@ class RemoteClient:
                                       "another path).", status=404)
             raise self._status_error(response, "GET /v1/models")
         try:
-            body = response.json()
+            body = loads(response.content)
+        except JSONTooDeepError:
+            raise ServerProtocolError(f"{self.base_url}/v1/models sent something that is not "
+                                      "OpenAI-compatible (JSON nested too deep to read)."
+                                      ) from None
         except ValueError as exc:
             raise ServerProtocolError(f"{self.base_url}/v1/models did not answer JSON: "
                                       f"{response.text[:120]!r}") from exc
@@ -489,13 +713,17 @@ class RemoteClient:
                 isinstance(m, dict) and isinstance(m.get("id"), str) for m in data):
             raise ServerProtocolError(f"{self.base_url}/v1/models is not an OpenAI model "
                                       "list (no 'data' list of models with an 'id').")
-        return tuple(RemoteModel(id=m["id"], owned_by=m.get("owned_by")
-                                 if isinstance(m.get("owned_by"), str) else None)
-                     for m in data)
+        return tuple(_model_entry(m) for m in data)
 
     def metrics_text(self) -> str | None:
-        """``GET /metrics`` as text; None when the server has no metrics endpoint."""
-        response = self._get("/metrics", timeout=PROBE_TIMEOUT_S)
+        """``GET /metrics`` as text; None when the server has no metrics endpoint.
+
+        Raises:
+            RemoteError: the server could not be reached, or sent more than
+                :data:`MAX_BODY_BYTES` or took more than :data:`PROBE_TIMEOUT_S`.
+        """
+        with self._scrubbed():
+            response = self._get("/metrics", timeout=PROBE_TIMEOUT_S)
         if response.status_code != 200:
             return None
         return response.text
@@ -519,7 +747,7 @@ class RemoteClient:
             the errors of :meth:`models` (the one request that must succeed); the other
             probes are best effort. RemoteCancelledError: ``cancel`` was set.
         """
-        with self._cancellable(cancel):
+        with self._scrubbed(), self._cancellable(cancel):
             return self._identify()
 
     def _identify(self) -> ServerInfo:
@@ -562,25 +790,37 @@ class RemoteClient:
         draft_max = None
         if engine is Engine.LLAMA_SERVER and counters is not None and counters.accepted_per_pos:
             draft_max = len(counters.accepted_per_pos)  # one series per position up to k
+        if engine is Engine.TANDEM:  # its default drafter, in its model list
+            method = next((m.speculation_method for m in models if m.speculation_method),
+                          None)
+            draft_max = next((m.draft_max for m in models if m.draft_max), None)
         return ServerInfo(base_url=self.base_url, engine=engine or Engine.OPENAI_COMPATIBLE,
                           version=version, models=models, metrics_prefix=prefix,
                           speculation_method=method, draft_max=draft_max,
                           evidence=tuple(evidence))
 
-    def refresh_speculation(self, info: ServerInfo) -> ServerInfo:
-        """``info`` with the drafter and k read again where they were unknown
-        (llama-server names them only after its first request); unchanged for other
-        engines or when both are known. Probes are best effort: a failure keeps ``info``."""
+    def refresh_speculation(self, info: ServerInfo, result: RemoteResult | None = None,
+                            cancel: threading.Event | None = None) -> ServerInfo:
+        """``info`` with the drafter and k of the reply ``result`` where it names them
+        (another Tandem: its ``tandem`` object says which drafter served that reply),
+        else read again where they were unknown (llama-server names them only after its
+        first request); unchanged for other engines or when both are known. Probes are
+        best effort: a failure, or ``cancel`` set, keeps ``info``."""
+        if result is not None and (result.speculation_method or result.draft_max):
+            return dataclasses.replace(
+                info, speculation_method=result.speculation_method or info.speculation_method,
+                draft_max=result.draft_max or info.draft_max)
         if info.engine is not Engine.LLAMA_SERVER or (
                 info.speculation_method is not None and info.draft_max is not None):
             return info
         try:
-            method = info.speculation_method or self._llama_slots_method()
-            draft_max = info.draft_max
-            if draft_max is None:
-                counters = self.spec_counters()
-                if counters is not None and counters.accepted_per_pos:
-                    draft_max = len(counters.accepted_per_pos)
+            with self._scrubbed(), self._cancellable(cancel):
+                method = info.speculation_method or self._llama_slots_method()
+                draft_max = info.draft_max
+                if draft_max is None:
+                    counters = self.spec_counters()
+                    if counters is not None and counters.accepted_per_pos:
+                        draft_max = len(counters.accepted_per_pos)
         except RemoteError:
             return info
         return dataclasses.replace(info, speculation_method=method, draft_max=draft_max)
@@ -639,8 +879,12 @@ class RemoteClient:
             ServerUnreachableError, ServerTimeoutError, ServerAuthError,
             ServerHTTPError: before any text arrived.
             StreamDroppedError: the stream broke, timed out, carried an error or
-                garbage after it began; ``partial_text`` holds what had arrived.
-            ServerProtocolError: the answer is not an OpenAI chat stream or completion.
+                garbage (:meth:`_StreamState.read_events`: not OpenAI's chunks, text
+                without SSE framing, more lines without reply text than
+                ``max_tokens`` allows) after it began; ``partial_text`` holds what had
+                arrived.
+            ServerProtocolError: the answer is not an OpenAI chat stream or completion
+                (JSON nested past the recursion limit included).
         """
         body: dict[str, Any] = {"model": model, "messages": [dict(m) for m in messages],
                                 "stream": True, "stream_options": {"include_usage": True}}
@@ -663,21 +907,24 @@ class RemoteClient:
     def _measured_stream(self, path: str, body: dict[str, Any],
                          cancel: threading.Event | None,
                          scrape_metrics: bool) -> Iterator[RemoteEvent]:
-        before = self._scrape() if scrape_metrics else None
-        state = _StreamState(model=str(body.get("model", "")))
-        asked = body.get("max_tokens")
-        if isinstance(asked, int) and asked > 0:  # a server that ignores it is cut off
-            state.max_chunks, state.max_chars = asked, asked * MAX_CHARS_PER_TOKEN
-        t0 = time.perf_counter()
-        yield from self._run_stream(path, body, state, t0, cancel)
-        delta = None
-        if before is not None:
-            after = self._scrape()
-            delta = after.minus(before) if after is not None else None
-        yield state.result(t0, combine(from_response(state.final_fields), delta))
+        with self._scrubbed():
+            before = self._scrape(cancel) if scrape_metrics else None
+            state = _StreamState(model=str(body.get("model", "")))
+            asked = body.get("max_tokens")
+            if isinstance(asked, int) and asked > 0:  # a server that ignores it is cut off
+                state.max_chunks, state.max_chars = asked, asked * MAX_CHARS_PER_TOKEN
+            t0 = time.perf_counter()
+            yield from self._run_stream(path, body, state, t0, cancel)
+            delta = None
+            if before is not None:
+                after = self._scrape(cancel)
+                delta = after.minus(before) if after is not None else None
+            yield state.result(t0, combine(from_response(state.final_fields), delta))
 
-    def _scrape(self) -> SpecCounters | None:
-        if self._metrics_prefix is None:
+    def _scrape(self, cancel: threading.Event | None = None) -> SpecCounters | None:
+        """The ``/metrics`` counters now (best effort: None on any failure, within
+        :data:`PROBE_TIMEOUT_S`; None at once when ``cancel`` is set)."""
+        if self._metrics_prefix is None or (cancel is not None and cancel.is_set()):
             return None
         try:
             counters = self.spec_counters()
@@ -758,6 +1005,16 @@ class RemoteClient:
         raise ServerProtocolError("the stream ended without a result")  # not reached
 
 
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exceptions ``exc`` was raised from or while handling (20 at most)."""
+    seen = exc.__cause__ or exc.__context__
+    for _ in range(20):
+        if seen is None:
+            return
+        yield seen
+        seen = seen.__cause__ or seen.__context__
+
+
 def _socket_of(stream: object) -> socket.socket | None:
     """The socket under an httpcore network stream (its ``get_extra_info("socket")``), None
     where there is none."""
@@ -767,10 +1024,27 @@ def _socket_of(stream: object) -> socket.socket | None:
 
 
 class LineTooLongError(ValueError):
-    """A line of a server-sent event stream grew past its limit (:func:`bounded_lines`)."""
+    """A line of a server-sent event stream grew past its limit (:func:`bounded_lines`).
+
+    Attributes:
+        data: the line is a ``data:`` line that starts a JSON object (a chunk, whose
+            reply text a server may overrun ``max_tokens`` with); else it is a comment,
+            another field, or not a chunk at all.
+    """
+
+    def __init__(self, message: str, *, data: bool = True) -> None:
+        super().__init__(message)
+        self.data = data
 
 
 _EOL = re.compile(r"\r\n|\r|\n")
+
+
+def _is_object_data(start: str) -> bool:
+    """``start`` (a line's first characters) opens a ``data:`` line with a JSON object
+    (or with nothing yet to tell)."""
+    rest = start[5:].lstrip(" ")
+    return start.startswith("data:") and (rest.startswith("{") or not rest)
 
 
 def bounded_lines(texts: Iterator[str], limit: int) -> Iterator[str]:
@@ -798,9 +1072,36 @@ def bounded_lines(texts: Iterator[str], limit: int) -> Iterator[str]:
             pending.append(text[start:])
             size += len(text) - start
             if size > limit:
-                raise LineTooLongError(f"a line longer than {limit} characters")
+                raise LineTooLongError(f"a line longer than {limit} characters",
+                                       data=_is_object_data("".join(pending[:8])[:16]))
     if pending:
         yield "".join(pending)
+
+
+def _tandem_mode(mode: Any) -> str | None:
+    """Another Tandem's drafter mode (``prompt-lookup``, ``draft-model``…) as a method
+    name: ``none`` for ``off``; None when it is not a short word."""
+    if not isinstance(mode, str) or not mode or len(mode) > 64:
+        return None
+    return "none" if mode == "off" else mode
+
+
+def _model_entry(entry: dict[str, Any]) -> RemoteModel:
+    """One ``/v1/models`` entry (an object with a string ``id``): another Tandem's
+    ``meta.speculation`` gives its default drafter and k."""
+    owned_by = entry.get("owned_by")
+    meta = entry.get("meta")
+    spec = meta.get("speculation") if isinstance(meta, dict) else None
+    spec = spec if isinstance(spec, dict) else {}
+    return RemoteModel(id=entry["id"], owned_by=owned_by if isinstance(owned_by, str) else None,
+                       speculation_method=_tandem_mode(spec.get("mode")),
+                       draft_max=_draft_max(spec.get("draft_max")))
+
+
+def _draft_max(value: Any) -> int | None:
+    """A draft length k a server reports: a count from 1 to 1024, else None."""
+    k = count(value)
+    return k if k is not None and 1 <= k <= 1024 else None
 
 
 def _engine_from_owners(owners: set[str]) -> Engine | None:
@@ -855,21 +1156,38 @@ class _StreamState:
     def read_events(self, lines: Iterator[str], t0: float,
                     cancel: threading.Event | None, base_url: str) -> Iterator[RemoteDelta]:
         """Server-sent events: ``data:`` lines joined until a blank line, ``[DONE]``
-        ends the stream; comments and other fields are ignored. An event (or one line)
-        longer than :meth:`line_limit` ends the reading: as an overrun of ``max_tokens``
-        when one was asked, else as garbage."""
+        ends the stream; comments and other fields are ignored. An event (or one
+        ``data:`` line) longer than :meth:`line_limit` ends the reading: as an overrun of
+        ``max_tokens`` when one was asked, else as garbage.
+
+        Raises:
+            StreamDroppedError: garbage: a chunk that is not OpenAI's, another line
+                longer than :meth:`line_limit` (text without SSE framing, an endless
+                comment or field), or more lines without reply text than
+                :meth:`no_text_limit` (events without text, comments or blank lines
+                without end; after a finish reason the reading just stops there); an
+                error event.
+        """
         data: list[str] = []
         size, limit = 0, self.line_limit()
+        n_lines, no_text_limit = 0, self.no_text_limit()
         try:
             for line in lines:
                 if cancel is not None and cancel.is_set():
                     self.cancelled = True
                     return
+                n_lines += 1
+                if n_lines - 2 * self.chunks > no_text_limit:  # a text event: 2 lines
+                    if self.finished:
+                        return  # the reply is complete; what follows is not read
+                    raise self._garbage(base_url, f"more than {no_text_limit} lines "
+                                        "without reply text")
                 if line.startswith("data:"):
                     data.append(line[5:].removeprefix(" "))
                     size += len(data[-1])
                     if size > limit:
-                        raise LineTooLongError(f"an event longer than {limit} characters")
+                        raise LineTooLongError(f"an event longer than {limit} characters",
+                                               data=_is_object_data("data:" + data[0][:8]))
                     continue
                 if line.strip() or not data:
                     continue  # a comment, another field, or a blank line between events
@@ -883,7 +1201,7 @@ class _StreamState:
                 if self.overran:
                     return  # the caller closes the connection: the server stops
         except LineTooLongError as exc:
-            if self.max_chars is None:
+            if self.max_chars is None or not exc.data:
                 raise self._garbage(base_url, str(exc)) from None
             self._overrun()
             return
@@ -896,15 +1214,40 @@ class _StreamState:
         :data:`MAX_BODY_BYTES` without ``max_tokens``."""
         return MAX_BODY_BYTES if self.max_chars is None else 4 * self.max_chars + 2**16
 
+    def no_text_limit(self) -> int:
+        """The most lines without reply text read: :data:`NO_TEXT_LINES_PER_TOKEN` per
+        token asked and :data:`NO_TEXT_LINES_EXTRA` more, or
+        :data:`NO_TEXT_LINES_UNBOUNDED` without ``max_tokens``."""
+        if self.max_chunks is None:
+            return NO_TEXT_LINES_UNBOUNDED
+        return NO_TEXT_LINES_PER_TOKEN * self.max_chunks + NO_TEXT_LINES_EXTRA
+
     def _overrun(self) -> None:
         self.overran = True
         self.finish, self.finished = "length", True
         log.warning("the server sent more than max_tokens (%s); stopped reading",
                     self.max_chunks)
 
+    def _take_fields(self, body: dict[str, Any]) -> None:
+        """The figures a chunk or a whole answer carries: ``timings`` and ``usage`` (their
+        numbers and words only: a nested value is dropped), ``metrics`` and another
+        Tandem's ``tandem`` object; and the model that answered (a name of at most 256
+        characters)."""
+        for key in ("timings", "usage", "metrics", "tandem"):
+            value = body.get(key)
+            if isinstance(value, dict):
+                self.final_fields[key] = value if key in ("metrics", "tandem") else {
+                    k: v for k, v in value.items()
+                    if v is None or isinstance(v, (str, int, float, bool))}
+        model = body.get("model")
+        if isinstance(model, str) and 0 < len(model) <= 256:
+            self.model = model
+
     def _chunk(self, payload: str, t0: float, base_url: str) -> RemoteDelta | None:
         try:
-            chunk = json.loads(payload)
+            chunk = loads(payload)
+        except JSONTooDeepError as exc:
+            raise self._garbage(base_url, str(exc)) from None
         except ValueError:
             raise self._garbage(base_url, f"not JSON: {payload[:80]!r}") from None
         if not isinstance(chunk, dict):
@@ -913,13 +1256,10 @@ class _StreamState:
             err = chunk["error"]
             message = err.get("message") if isinstance(err, dict) else err
             raise StreamDroppedError(f"{base_url} reported an error during the reply: "
-                                     f"{str(message)[:300]}; the text received so far "
-                                     "is kept.", partial_text=self.text)
-        for key in ("timings", "usage", "metrics"):
-            if isinstance(chunk.get(key), dict):
-                self.final_fields[key] = chunk[key]
-        if isinstance(chunk.get("model"), str):
-            self.model = chunk["model"]
+                                     f"{message[:300] if isinstance(message, str) else '?'}"
+                                     "; the text received so far is kept.",
+                                     partial_text=self.text)
+        self._take_fields(chunk)
         choices = chunk.get("choices")
         if not isinstance(choices, list):
             raise self._garbage(base_url, "a chunk without 'choices'")
@@ -929,7 +1269,8 @@ class _StreamState:
         if not isinstance(choice, dict):
             raise self._garbage(base_url, "a choice that is not an object")
         if choice.get("finish_reason"):
-            self.finish = str(choice["finish_reason"])
+            reason = choice["finish_reason"]
+            self.finish = reason if isinstance(reason, str) else "stop"
             self.finished = True  # some servers send [DONE] later or not at all
         delta = choice.get("delta")
         content = (delta.get("content") if isinstance(delta, dict)
@@ -953,19 +1294,25 @@ class _StreamState:
         return RemoteDelta(text=content, t=now)
 
     def whole_response(self, raw: bytes, t0: float, base_url: str) -> Iterator[RemoteDelta]:
-        """A server that answered one JSON completion although a stream was asked for."""
+        """A server that answered one JSON completion although a stream was asked for.
+
+        Raises:
+            ServerProtocolError: ``raw`` is not a chat or text completion (not JSON,
+                nested too deep to read, no ``choices[0]`` with a text).
+        """
         try:
-            body = json.loads(raw)
+            body = loads(raw)
             choice = body["choices"][0]
             content = (choice["message"]["content"] if "message" in choice
                        else choice["text"]) or ""
+            if not isinstance(body, dict) or not isinstance(content, str):
+                raise TypeError("not a completion")
         except (ValueError, KeyError, IndexError, TypeError):
             raise ServerProtocolError(f"{base_url} answered the chat request with JSON "
                                       "that is not a chat completion.") from None
-        for key in ("timings", "usage", "metrics"):
-            if isinstance(body.get(key), dict):
-                self.final_fields[key] = body[key]
-        self.finish = str(choice.get("finish_reason") or "stop")
+        self._take_fields(body)
+        reason = choice.get("finish_reason")
+        self.finish = reason if isinstance(reason, str) and reason else "stop"
         self.finished = True
         now = time.perf_counter() - t0
         self.t_first = self.t_last = now
@@ -975,25 +1322,33 @@ class _StreamState:
             yield RemoteDelta(text=self.text, t=now)
 
     def result(self, t0: float, figures: SpeculationFigures | None) -> RemoteResult:
+        """The stream's :class:`RemoteResult`. A token count the server reports that is
+        not one (negative, absurd: :func:`~app.remote.figures.count`), or fewer tokens
+        than the text chunks received, is taken as not reported: the next source counts
+        the tokens."""
         total = time.perf_counter() - t0
         usage = self.final_fields.get("usage") or {}
-        timings = self.final_fields.get("timings")
+        timings = self.final_fields.get("timings") or {}
+        tandem = self.final_fields.get("tandem") or {}
         n_tokens, source = self.chunks, "chunks"
-        if isinstance(usage.get("completion_tokens"), int):
-            n_tokens, source = usage["completion_tokens"], "usage"
-        elif isinstance(timings, dict) and isinstance(timings.get("predicted_n"), int):
-            n_tokens, source = timings["predicted_n"], "timings"
+        for name, fields, key in (("usage", usage, "completion_tokens"),
+                                  ("timings", timings, "predicted_n")):
+            reported = count(fields.get(key), integer=True)
+            if reported is not None and reported >= self.chunks:
+                n_tokens, source = reported, name
+                break
         finish: RemoteFinish = "cancelled" if self.cancelled else (
             "length" if self.finish == "length" else "stop")
-        prompt = usage.get("prompt_tokens")
         return RemoteResult(
             text=self.text, finish_reason=finish, model=self.model, n_tokens=n_tokens,
             token_count_source=source,  # type: ignore[arg-type]
-            prompt_tokens=prompt if isinstance(prompt, int) else None,
+            prompt_tokens=count(usage.get("prompt_tokens"), integer=True),
             ttft=self.t_first if self.t_first is not None else total,
             decode_time=(self.t_last - self.t_first)
             if self.t_first is not None and self.t_last is not None else 0.0,
             total_time=total, figures=figures,
-            server_timings=timings if isinstance(timings, dict) else None,
+            server_timings=timings or None,
             overran=self.overran,
+            speculation_method=_tandem_mode(tandem.get("mode")),
+            draft_max=_draft_max(tandem.get("draft_max")),
         )

@@ -35,6 +35,10 @@ server's counters and may include other clients' requests that ran at the same t
 
 FigureSource = Literal["response", "metrics", "response+metrics"]
 
+#: the most draft positions read (per-position counts, an acceptance histogram); a
+#: longer list is not reported
+MAX_POSITIONS = 1024
+
 
 @dataclass(frozen=True, slots=True)
 class SpeculationFigures:
@@ -104,17 +108,28 @@ class SpeculationFigures:
         }
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+#: the largest token or draft count believed for one request or one position (a
+#: billion: far past any context window); a larger one is not reported
+MAX_COUNT = 10**9
+
+
+def count(value: Any, *, integer: bool = False) -> int | None:
+    """A count a server reported (tokens, drafts), or None where it is not one: not a
+    number (a bool, a string, null, NaN, ±Infinity), negative, or larger than
+    :data:`MAX_COUNT`. A float is truncated unless ``integer`` (then only a JSON
+    integer is taken)."""
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
         return None
-    return int(value) if value >= 0 else None
+    if not (0 <= value <= MAX_COUNT):  # False for NaN too
+        return None
+    return int(value)
 
 
 def from_timings(timings: Mapping[str, Any]) -> SpeculationFigures | None:
     """Figures from llama-server's ``timings`` object (None when it has no ``draft_n``,
     which llama-server omits for a request that drafted nothing)."""
-    draft_n = _int(timings.get("draft_n"))
-    accepted = _int(timings.get("draft_n_accepted"))
+    draft_n = count(timings.get("draft_n"))
+    accepted = count(timings.get("draft_n_accepted"))
     if draft_n is None or accepted is None:
         return None
     return SpeculationFigures(source="response", scope="request", draft_tokens=draft_n,
@@ -146,14 +161,15 @@ def from_vllm_metrics(metrics: Mapping[str, Any]) -> SpeculationFigures | None:
     spec = metrics.get("speculative_decoding")
     if not isinstance(spec, Mapping):
         return None
-    draft_tokens = _int(_first(spec, "num_draft_tokens", "draft_tokens"))
-    accepted = _int(_first(spec, "num_accepted_draft_tokens", "num_accepted_tokens",
-                           "accepted_tokens"))
+    draft_tokens = count(_first(spec, "num_draft_tokens", "draft_tokens"))
+    accepted = count(_first(spec, "num_accepted_draft_tokens", "num_accepted_tokens",
+                            "accepted_tokens"))
     if draft_tokens is None or accepted is None:
         return None
     per_pos_raw = _first(spec, "num_accepted_tokens_per_pos", "accepted_tokens_per_pos")
     per_pos: tuple[int, ...] = ()
-    if isinstance(per_pos_raw, list) and all(_int(v) is not None for v in per_pos_raw):
+    if (isinstance(per_pos_raw, list) and len(per_pos_raw) <= MAX_POSITIONS
+            and all(count(v) is not None for v in per_pos_raw)):
         per_pos = tuple(int(v) for v in per_pos_raw)
     else:
         per_pos = _per_pos_from_histogram(spec.get("acceptance_histogram"))
@@ -161,21 +177,28 @@ def from_vllm_metrics(metrics: Mapping[str, Any]) -> SpeculationFigures | None:
     return SpeculationFigures(
         source="response", scope="request", draft_tokens=draft_tokens,
         accepted=min(accepted, draft_tokens),
-        drafts=_int(_first(spec, "num_spec_steps", "num_drafts", "drafts")),
+        drafts=count(_first(spec, "num_spec_steps", "num_drafts", "drafts")),
         accepted_per_pos=per_pos,
         reported_mean_acceptance_length=float(tau) if isinstance(tau, (int, float))
-        and not isinstance(tau, bool) and tau >= 1.0 else None,
+        and not isinstance(tau, bool) and 1.0 <= tau <= MAX_POSITIONS + 1 else None,
     )
 
 
 def _per_pos_from_histogram(histogram: Any) -> tuple[int, ...]:
     """Accepted tokens at each draft position from vLLM's ``acceptance_histogram``
     (``h[j]`` steps accepted exactly j tokens): position i counts ``sum(h[i+1:])``.
-    Empty when the histogram is missing or not a list of counts."""
-    if not isinstance(histogram, list) or not all(_int(v) is not None for v in histogram):
+    Empty when the histogram is missing, longer than :data:`MAX_POSITIONS` + 1 or not a
+    list of counts."""
+    if (not isinstance(histogram, list) or len(histogram) > MAX_POSITIONS + 1
+            or not all(count(v) is not None for v in histogram)):
         return ()
     counts = [int(v) for v in histogram]
-    return tuple(sum(counts[i + 1:]) for i in range(len(counts) - 1))
+    out: list[int] = []
+    tail = sum(counts[1:])
+    for c in counts[1:]:
+        out.append(tail)
+        tail -= c
+    return tuple(out)
 
 
 def from_response(body: Mapping[str, Any]) -> SpeculationFigures | None:

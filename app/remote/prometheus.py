@@ -29,6 +29,10 @@ _COUNTERS = {
     "spec_decode_num_accepted_tokens_total": "accepted",
 }
 _PER_POS = "spec_decode_num_accepted_tokens_per_pos_total"
+#: the most draft positions read; a higher ``position`` label is not a draft position
+MAX_POSITIONS = 1024
+#: the largest counter value taken (2**53: past it a float no longer counts by ones)
+MAX_VALUE = float(2**53)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +94,9 @@ def parse_spec_counters(text: str) -> SpecCounters | None:
         three ``spec_decode_num_*_total`` counters (a server without speculation metrics).
 
     Raises:
-        ValueError: the text is not Prometheus exposition format, or a
-            per-position series has no integer ``position`` label.
+        ValueError: the text is not Prometheus exposition format, a per-position series
+            has no integer ``position`` label from 0 to :data:`MAX_POSITIONS` − 1, or a
+            counter is not a count (negative, NaN, infinite, past :data:`MAX_VALUE`).
     """
     totals: dict[str, float] = {}
     per_pos: dict[int, float] = {}
@@ -101,9 +106,12 @@ def parse_spec_counters(text: str) -> SpecCounters | None:
             if ":" not in sample.name:
                 continue
             head, name = sample.name.split(":", 1)
+            value = float(sample.value)
+            if name in (*_COUNTERS, _PER_POS) and not 0.0 <= value <= MAX_VALUE:
+                raise ValueError(f"{sample.name} is not a count: {value}")  # NaN too
             if name in _COUNTERS:
                 prefix = prefix or head
-                totals[name] = totals.get(name, 0.0) + float(sample.value)
+                totals[name] = totals.get(name, 0.0) + value
             elif name == _PER_POS:
                 prefix = prefix or head
                 try:
@@ -111,7 +119,9 @@ def parse_spec_counters(text: str) -> SpecCounters | None:
                 except (KeyError, ValueError) as exc:
                     raise ValueError(f"{sample.name} has no integer 'position' label: "
                                      f"{sample.labels}") from exc
-                per_pos[pos] = per_pos.get(pos, 0.0) + float(sample.value)
+                if not 0 <= pos < MAX_POSITIONS:
+                    raise ValueError(f"{sample.name}: position {pos} is not a draft position")
+                per_pos[pos] = per_pos.get(pos, 0.0) + value
     if prefix is None or not totals:
         return None
     n_pos = max(per_pos) + 1 if per_pos else 0

@@ -112,8 +112,9 @@ class RemoteSession:
 
     @property
     def name(self) -> str:
-        """``model @ host`` for window titles and logs (never the API key)."""
-        return f"{self.model} @ {self.info.base_url}"
+        """``model @ host`` for window titles and logs (never the API key, a password in
+        the address as ``***``)."""
+        return f"{self.model} @ {self.info.display_url}"
 
     def close(self) -> None:
         """Close the connection; the session cannot be used after."""
@@ -155,8 +156,9 @@ class RemoteSession:
         """What the server is after this reply: read again in full when the reply drafted
         although the server was found not to speculate (it was restarted with a drafter
         while connected: its method, k and metrics changed), else with the drafter and k
-        filled in where they were unknown (:meth:`RemoteClient.refresh_speculation`).
-        Best effort: a failed probe keeps what was known."""
+        the reply names (another Tandem), or filled in where they were unknown
+        (:meth:`RemoteClient.refresh_speculation`). Best effort: a failed probe keeps
+        what was known."""
         figures = result.figures
         if figures is not None and figures.draft_tokens > 0 and (
                 self.info.speculation_method == "none"):
@@ -164,7 +166,7 @@ class RemoteSession:
                 return self.client.identify(cancel)
             except RemoteError:  # a stop (RemoteCancelledError) included
                 return self.info
-        return self.client.refresh_speculation(self.info)
+        return self.client.refresh_speculation(self.info, result, cancel)
 
     def _finished(self, result: RemoteResult, asked: ReplyRequest,
                   started_at: float) -> ReplyRecord:

@@ -271,7 +271,7 @@ class ModelBarWidget(QFrame):
         assert info.remote is not None
         server = info.remote.info
         self.target_label.set_full_text(info.target_name, tooltip=(
-            f"{info.remote.model}\non {server.base_url}\n{server.engine.value}"
+            f"{info.remote.model}\non {server.display_url}\n{server.engine.value}"
             + (f" {server.version}" if server.version else "")))
         method = server.speculation_method or "drafter not reported"
         self.layers_label.set_full_text(f"{server.engine.value} · {method}", tooltip=(

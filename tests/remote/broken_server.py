@@ -24,6 +24,31 @@ client gets as far as the chat request. Modes:
   client goes); ``huge``: the two chunks, then one of 1 MB;
 * ``json``: a whole non-streamed completion although a stream was asked for;
 * ``html``: a 200 answer with an HTML page.
+
+Hostile modes (a server that means harm, or is badly broken):
+
+* ``models-trickle``: ``/v1/models`` promises a body and sends one byte of it every
+  0.05 s (until the client goes); ``models-deep``: a model list nested 50,000 deep;
+  ``models-escapes``: a model id with terminal escapes (ESC, OSC, BEL);
+  ``models-echo-key``: 401 with an error that repeats the ``Authorization`` header
+  and carries an escape sequence;
+* ``deep-json``: the chat request answered with one JSON completion nested 100,000
+  deep; ``deep-error``: status 500 with such an ``error``; ``deep-chunk``: the two
+  chunks, then one nested so deep;
+* ``bad-figures``: the two chunks, then figures that are not counts (``NaN`` and
+  ``Infinity`` draft counts, ``usage.completion_tokens`` of 10**30, ``-5`` prompt
+  tokens), then the finish;
+* ``empty-deltas``, ``no-choices``, ``comments``, ``blank-lines``: events without text
+  (``{"choices":[{"delta":{}}]}``, ``{"choices":[]}``), ``: ping`` comment lines or
+  blank lines without end (until the client goes);
+* ``raw-text``: ``xxxx…`` without a line end or SSE framing; ``endless-field``: one
+  ``event:`` line without end;
+* ``escapes``: one chunk of text with NUL, ESC, CSI and OSC sequences, then the finish;
+* ``replay``: what a real engine answered, from the folder :attr:`BrokenServer.replay`
+  (``models.json``, ``chat_stream.sse``, ``chat.json`` of ``tests/remote/data``).
+
+The last request's ``Authorization`` header is kept in :attr:`BrokenServer.last_auth`,
+every request's path in :attr:`BrokenServer.paths`.
 """
 
 from __future__ import annotations
@@ -32,10 +57,18 @@ import json
 import socket
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 CHUNKS = ("Hello", ", world")
+#: the model id of the ``models-escapes`` mode
+ESCAPED_ID = "m\x1b]0;PWNED\x07\x1b[2J"
+#: the text of the ``escapes`` mode
+ESCAPED_TEXT = "a\x00b\x1b[2J\x1b]0;PWN\x07\x9bc"
+#: lines (or events) the endless modes send at most
+_ENDLESS_LINES = 10_000_000
 
 
 def _chunk(text: str | None = None, finish: str | None = None) -> bytes:
@@ -61,8 +94,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         mode = self.server.mode
+        self.server.last_auth = self.headers.get("Authorization")
+        self.server.paths.append(self.path)
         if self.path != "/v1/models":
             self._send(404, b'{"error": {"message": "no such route"}}', "application/json")
+        elif mode == "replay":
+            assert self.server.replay is not None
+            self._send(200, (self.server.replay / "models.json").read_bytes(),
+                       "application/json")
+        elif mode in _HOSTILE_MODELS:
+            _HOSTILE_MODELS[mode](self)
         elif mode == "models-garbage":
             self._send(200, b"<html>hello</html>", "text/html")
         elif mode == "endless-models":
@@ -79,9 +120,15 @@ class _Handler(BaseHTTPRequestHandler):
                 "application/json")
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
         mode = self.server.mode
-        if mode == "mute":
+        self.server.last_auth = self.headers.get("Authorization")
+        self.server.paths.append(self.path)
+        if mode in _HOSTILE_CHAT:
+            _HOSTILE_CHAT[mode](self)
+        elif mode == "replay":
+            self._replay(bool(body.get("stream")))
+        elif mode == "mute":
             self.server.release.wait(60)
             self.server.mute_ended = True
             self.close_connection = True
@@ -153,6 +200,31 @@ class _Handler(BaseHTTPRequestHandler):
                 pass
         # drop-close: nothing more; the connection closes
 
+    def _replay(self, stream: bool) -> None:
+        folder = self.server.replay
+        assert folder is not None, "set BrokenServer.replay for the replay mode"
+        if stream:
+            self._start_stream()
+            self.wfile.write((folder / "chat_stream.sse").read_bytes())
+        else:
+            self._send(200, (folder / "chat.json").read_bytes(), "application/json")
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _repeat(self, piece: bytes) -> None:
+        """``piece`` again and again until the client goes (:data:`_ENDLESS_LINES` times
+        at most)."""
+        try:
+            for _ in range(_ENDLESS_LINES):
+                self.wfile.write(piece)
+        except OSError:  # the client closed the connection
+            pass
+
     def _stream_chunked(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -167,6 +239,97 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
+def _models_trickle(h: _Handler) -> None:
+    h.send_response(200)
+    h.send_header("Content-Type", "application/json")
+    h.send_header("Content-Length", "100000")
+    h.end_headers()
+    h.close_connection = True
+    try:
+        for _ in range(100_000):
+            h.wfile.write(b" ")
+            h.wfile.flush()
+            time.sleep(0.05)
+    except OSError:
+        pass
+
+
+def _models_deep(h: _Handler) -> None:
+    h._send(200, b'{"data":' + b"[" * 50_000 + b"]" * 50_000 + b"}", "application/json")
+
+
+def _models_escapes(h: _Handler) -> None:
+    h._send(200, json.dumps({"object": "list", "data": [
+        {"id": ESCAPED_ID, "object": "model", "owned_by": "x"}]}).encode(), "application/json")
+
+
+def _models_echo_key(h: _Handler) -> None:
+    message = f"Invalid API key: {h.headers.get('Authorization')} \x1b[31mRED"
+    h._send(401, json.dumps({"error": {"message": message}}).encode(), "application/json")
+
+
+_HOSTILE_MODELS = {"models-trickle": _models_trickle, "models-deep": _models_deep,
+                   "models-escapes": _models_escapes, "models-echo-key": _models_echo_key}
+
+
+def _deep_json(h: _Handler) -> None:
+    h._send(200, b'{"choices":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "application/json")
+
+
+def _deep_error(h: _Handler) -> None:
+    h._send(500, b'{"error":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "application/json")
+
+
+def _deep_chunk(h: _Handler) -> None:
+    h._start_stream()
+    for text in CHUNKS:
+        h.wfile.write(_chunk(text))
+    h.wfile.write(b"data: " + b"[" * 100_000 + b"]" * 100_000 + b"\n\n")
+
+
+def _bad_figures(h: _Handler) -> None:
+    h._start_stream()
+    for text in CHUNKS:
+        h.wfile.write(_chunk(text))
+    h.wfile.write(b'data: {"choices": [], "usage": {"completion_tokens": 1' + b"0" * 30
+                  + b', "prompt_tokens": -5}, "timings": {"draft_n": NaN, '
+                  b'"draft_n_accepted": Infinity, "predicted_n": -3, '
+                  b'"predicted_per_second": 1e999}}\n\n')
+    h.wfile.write(_chunk(finish="stop") + b"data: [DONE]\n\n")
+
+
+def _endless(piece: bytes) -> Any:
+    def send(h: _Handler) -> None:
+        h._start_stream()
+        h._repeat(piece)
+    return send
+
+
+def _escapes(h: _Handler) -> None:
+    h._start_stream()
+    h.wfile.write(_chunk(ESCAPED_TEXT) + _chunk(finish="stop") + b"data: [DONE]\n\n")
+
+
+_HOSTILE_CHAT = {
+    "deep-json": _deep_json, "deep-error": _deep_error, "deep-chunk": _deep_chunk,
+    "bad-figures": _bad_figures, "escapes": _escapes,
+    "empty-deltas": _endless(b'data: {"choices": [{"delta": {}}]}\n\n'),
+    "no-choices": _endless(b'data: {"choices": []}\n\n'),
+    "comments": _endless(b": ping\n" * 100),
+    "blank-lines": _endless(b"\n" * 1000),
+    "raw-text": _endless(b"x" * 1024),
+}
+
+
+def _endless_field(h: _Handler) -> None:
+    h._start_stream()
+    h.wfile.write(b"event: ")
+    h._repeat(b"x" * 1024)
+
+
+_HOSTILE_CHAT["endless-field"] = _endless_field
+
+
 class BrokenServer(ThreadingHTTPServer):
     """The broken server; ``base_url`` is where it listens; :meth:`stop` ends it."""
 
@@ -179,6 +342,12 @@ class BrokenServer(ThreadingHTTPServer):
         self.slow_ended = False  # a "slow" answer stopped waiting (released or 60 s)
         self.mute_ended = False  # likewise a "mute" one
         self.release = threading.Event()
+        #: the folder the ``replay`` mode answers from
+        self.replay: Path | None = None
+        #: the ``Authorization`` header of the last request (None: none)
+        self.last_auth: str | None = None
+        #: the path of every request, in order
+        self.paths: list[str] = []
         self.base_url = f"http://127.0.0.1:{self.server_address[1]}"
         self._thread = threading.Thread(target=self.serve_forever, name="broken-server",
                                         daemon=True)

@@ -81,3 +81,48 @@ def test_vllm_per_request_summary() -> None:
     assert from_vllm_metrics({"speculative_decoding": {"mean_acceptance_length": 2}}) is None
     assert from_response({"timings": {"predicted_n": 3}}) is None
     assert from_response({"metrics": {"speculative_decoding": "garbage"}}) is None
+
+
+def test_counts_that_are_not_counts_are_not_reported() -> None:
+    """NaN and ±Infinity (Python's json reads them) raised OverflowError; negative and
+    absurd counts were shown as they came."""
+    from app.remote.figures import MAX_COUNT, count, from_timings
+
+    for bad in (float("nan"), float("inf"), -float("inf"), -5, 10**30, 1e308, True, "7", None):
+        assert count(bad) is None
+    assert count(7.0) == 7 and count(7.0, integer=True) is None and count(MAX_COUNT) == MAX_COUNT
+    assert from_timings({"draft_n": float("nan"), "draft_n_accepted": float("inf")}) is None
+    assert from_timings({"draft_n": -1, "draft_n_accepted": 1e308}) is None
+    assert from_timings({"draft_n": 10**30, "draft_n_accepted": 5}) is None
+
+
+def test_vllm_lists_past_the_positions_bound_are_not_read() -> None:
+    """A histogram of millions of entries took quadratic time (a hang); past the bound
+    it is not reported, below it the result is as before."""
+    from app.remote.figures import MAX_POSITIONS
+
+    spec = {"num_draft_tokens": 6, "num_accepted_draft_tokens": 3, "num_spec_steps": 2,
+            "acceptance_histogram": [0] * 1_000_000, "mean_acceptance_length": float("inf")}
+    f = from_vllm_metrics({"speculative_decoding": spec})
+    assert f is not None and f.accepted_per_pos == () and f.mean_acceptance_length == 2.5
+    spec["acceptance_histogram"] = [1, 0, 1, 0]  # one step accepted 0, one accepted 2
+    f = from_vllm_metrics({"speculative_decoding": spec})
+    assert f is not None and f.accepted_per_pos == (1, 1, 0)
+    spec["num_accepted_tokens_per_pos"] = [1] * (MAX_POSITIONS + 1)
+    f = from_vllm_metrics({"speculative_decoding": spec})
+    assert f is not None and f.accepted_per_pos == (1, 1, 0)  # the list was refused
+
+
+@pytest.mark.parametrize("text", [
+    "llamacpp:spec_decode_num_draft_tokens_total NaN\n",
+    "llamacpp:spec_decode_num_draft_tokens_total +Inf\n",
+    "llamacpp:spec_decode_num_draft_tokens_total " + "9" * 5000 + "\n",
+    "llamacpp:spec_decode_num_draft_tokens_total -1\n",
+    'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="1000000000"} 1\n'
+    "llamacpp:spec_decode_num_drafts_total 1\n",
+])
+def test_counters_that_are_not_counts_are_an_error(text: str) -> None:
+    """An infinite counter raised OverflowError (a traceback); a position of a billion
+    built a tuple of a billion entries."""
+    with pytest.raises(ValueError):
+        parse_spec_counters(text)
