@@ -101,13 +101,13 @@ class DivergenceLike(Protocol):
 
 
 def percent(p: float) -> str:
-    """A probability for people: ``41 %``, ``2.5 %``, ``0.3 %``, ``< 0.1 %``."""
+    """A probability for people: ``41%``, ``2.5%``, ``0.3%``, ``< 0.1%``."""
     v = 100.0 * p
     if v >= 9.95:
-        return f"{v:.0f} %"
+        return f"{v:.0f}%"
     if v >= 0.1:
-        return f"{v:.1f} %"
-    return "< 0.1 %" if v > 0 else "0 %"
+        return f"{v:.1f}%"
+    return "< 0.1%" if v > 0 else "0%"
 
 
 def token_words(text: str | None) -> str:
@@ -118,8 +118,8 @@ def token_words(text: str | None) -> str:
 def divergence_words(d: DivergenceLike) -> str:
     """The first difference of a plain and a speculative run, and the verdict, in words.
 
-    For example: "At token 14 plain decoding chose ' >' (27 %), speculation chose ' <'
-    (27 % in the plain run; 26 % and 28 % in the speculative run): a near-tie — the runs'
+    For example: "At token 14 plain decoding chose ' >' (27%), speculation chose ' <'
+    (27% in the plain run; 26% and 28% in the speculative run): a near-tie — the runs'
     preference between the two moved by 0.08 logits, within the 1.5 that counts as a
     floating-point difference between batch sizes." Sampled runs say "drew" and that both
     drew the same random number. Probabilities are each run's final sampling

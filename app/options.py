@@ -54,6 +54,9 @@ SEED_MAX = 2**32 - 2
 #: The context window a model is loaded with unless one is given, tokens (the window's
 #: Sampling → Model, every command's ``--n-ctx``).
 N_CTX = 4096
+#: jobs that may wait behind the running one in the chat service before submitting is
+#: refused (QueueFullError; the local API's 429)
+DEFAULT_QUEUE_LIMIT = 16
 #: The context window's range in the settings and the window, tokens (1 Mi: a bound for
 #: typing errors; a model's own maximum is checked at load).
 N_CTX_MIN, N_CTX_MAX = 256, 1_048_576

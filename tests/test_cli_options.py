@@ -141,7 +141,7 @@ def test_contradictory_drafter_choices_are_refused_naming_both_flags(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         smollm_path: Path, argv: list[str], first: str, second: str) -> None:
     """Every command that takes the drafter switches refuses two choices that cannot
-    both hold (before any load), instead of silently following one of them."""
+    both hold (before any load), naming both flags."""
     import app.chat.service
     import app.engine.session
     from app.cli.main import main

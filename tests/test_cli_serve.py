@@ -122,3 +122,19 @@ def test_the_cors_warnings_reach_stderr_before_the_model_loads(
     assert [ln.split(" lets ")[0] for ln in lines[:2]] == [
         "warning: --cors-origin *", "warning: --cors-origin null"]
     assert lines[2].startswith("error: Cannot listen")
+
+
+def test_the_port_taken_before_the_load_refuses_connections_until_it_serves() -> None:
+    """serve binds its port before the model loads but listens only once it serves: a
+    client during the load is refused at once (it would otherwise wait unanswered), and
+    the port is free again once the socket is closed (a failed load)."""
+    from app.api.server import bind
+
+    sock = bind("127.0.0.1", 0, listen=False)
+    port = sock.getsockname()[1]
+    try:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5)
+    finally:
+        sock.close()
+    bind("127.0.0.1", port).close()

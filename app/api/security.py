@@ -136,15 +136,28 @@ class JsonCORSMiddleware(CORSMiddleware):
         if response.status_code < 400:
             return response
         refused = bytes(response.body).decode("utf-8", "replace").removeprefix(
-            "Disallowed CORS ").strip() or "request"
-        origin = request_headers.get("origin", "")
+            "Disallowed CORS ").strip()
         headers = {name: value for name, value in response.headers.items()
                    if name not in ("content-type", "content-length")}
+        why = "; ".join(_refusal_words(part.strip(), request_headers)
+                        for part in refused.split(",") if part.strip()) or "it is not allowed"
         return JSONResponse(
-            {"error": {"message": f"CORS preflight refused: this server does not allow "
-                                  f"the {refused} of this request (origin {origin!r}); "
-                                  "browsers may call it from the origins given with "
-                                  "serve --cors-origin only.",
+            {"error": {"message": f"CORS preflight refused: {why}.",
                        "type": "invalid_request_error", "param": None,
                        "code": "cors_not_allowed"}},
             status_code=response.status_code, headers=headers)
+
+
+def _refusal_words(part: str, request_headers: Headers) -> str:
+    """One reason Starlette gave for refusing a preflight ("origin", "method",
+    "headers"…), in words that say what to change."""
+    if part == "origin":
+        return (f"the origin {request_headers.get('origin', '')!r} is not allowed (serve "
+                "--cors-origin names the origins whose pages may call this API)")
+    if part == "method":
+        return (f"the method {request_headers.get('access-control-request-method', '')!r} "
+                "is not allowed (GET and POST are)")
+    if part == "headers":
+        return ("a requested header is not allowed (authorization and content-type are): "
+                f"{request_headers.get('access-control-request-headers', '')!r}")
+    return f"the {part} is not allowed"

@@ -75,8 +75,10 @@ def client_host(host: str) -> str:
     return bare
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host``:``port`` (0: any free port).
+def bind(host: str, port: int, *, listen: bool = True) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` (0: any free port), listening unless
+    ``listen`` is False (then connections are refused until the server listens: a
+    socket taken before a long load, so that nobody connects and waits meanwhile).
 
     Raises:
         ApiAddressError: the port is in use or the address is not this machine's.
@@ -86,7 +88,8 @@ def bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host.strip("[]"), port))
-        sock.listen(128)
+        if listen:
+            sock.listen(128)
     except OSError as exc:
         sock.close()
         raise ApiAddressError(f"Cannot listen on {host}:{port}: {exc.strerror or exc}.") from None
@@ -105,7 +108,7 @@ class ApiServer:
             window's live settings); see :func:`app.api.app.create_app`.
         limits: timeouts and the connection limit (default
             :class:`~app.api.connections.ConnectionLimits`).
-        sock: a listening socket from :func:`bind` (on ``host``:``port``) to serve on,
+        sock: a socket from :func:`bind` (on ``host``:``port``, listening or not) to serve on,
             bound before a long load so that a port in use is said at once; None: bind
             when serving starts. The server closes it when it stops.
 
@@ -148,6 +151,8 @@ class ApiServer:
         import uvicorn
 
         given, self._bound = self._bound, None  # a given socket serves once
+        if given is not None:
+            given.listen(128)
         self._sock = given if given is not None else bind(self.host, self._requested_port)
         self.port = self._sock.getsockname()[1]
         # The connection limit and the timeouts are the guarded protocol's, not
@@ -218,6 +223,7 @@ class ApiServer:
 
     def _finish(self) -> None:
         close_app(self.app)
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        for sock in (self._sock, self._bound):  # a given socket never served included
+            if sock is not None:
+                sock.close()
+        self._sock = self._bound = None

@@ -311,16 +311,19 @@ def missing_package_demos(models_dir: Path, demos: Sequence[DemoModel] | None = 
                  and not (models_dir / d.file).is_file())
 
 
-def write_installed_demos(models_dir: Path, demos: Sequence[DemoModel]) -> list[Path]:
+def write_installed_demos(models_dir: Path, demos: Sequence[DemoModel],
+                          problems: list[str] | None = None) -> list[Path]:
     """Write each package demo that is not in ``models_dir`` there, so the library lists
     it (asked for by the user: it is 253 MB for Gemma 3 270M).
 
-    A demo is skipped (and logged) when the disk lacks room for it with 1 GB to spare or
-    writing fails; a scan never fails because of a demo.
+    A demo is skipped when the disk lacks room for it with 1 GB to spare or writing
+    fails: logged, and a sentence saying why appended to ``problems``; a scan never
+    fails because of a demo.
 
     Returns:
         The files written.
     """
+    said = problems if problems is not None else []
     import importlib
 
     written: list[Path] = []
@@ -331,6 +334,8 @@ def write_installed_demos(models_dir: Path, demos: Sequence[DemoModel]) -> list[
         try:
             if shutil.disk_usage(models_dir).free < demo.size_mb * 1_000_000 + 1_000_000_000:
                 log.warning("not writing the demo %s into %s: too little free space", demo.title, models_dir)
+                said.append(f"{demo.title} was not written into {models_dir}: it needs "
+                            f"{demo.size_mb} MB and 1 GB to spare on that disk.")
                 continue
             package = importlib.import_module(demo.import_name)
             tmp = dest.with_name(dest.name + ".incomplete")
@@ -340,6 +345,7 @@ def write_installed_demos(models_dir: Path, demos: Sequence[DemoModel]) -> list[
             log.info("wrote the demo model %s to %s", demo.title, dest)
         except (ImportError, OSError, ValueError) as exc:
             log.warning("could not write the demo %s into %s: %s", demo.title, models_dir, exc)
+            said.append(f"{demo.title} could not be written into {models_dir}: {exc}")
     return written
 
 
@@ -488,6 +494,8 @@ class Library:
     ) -> None:
         self._from_disk = config is None
         self._demos = demos
+        #: why the last :meth:`scan` asked to write demos left one unwritten (sentences)
+        self.demo_problems: list[str] = []
         self.config = config if config is not None else load_library_config()
         self._lmstudio_dirs = lmstudio_dirs
         self._ollama_dirs = ollama_dirs
@@ -640,8 +648,9 @@ class Library:
             (:func:`merge_copies`). Unreadable files are entries with ``error`` set;
             projectors, adapters and imatrix files are left out.
         """
+        self.demo_problems = []
         if write_demos:
-            write_installed_demos(self.models_dir, self.missing_demos())
+            write_installed_demos(self.models_dir, self.missing_demos(), self.demo_problems)
         files = self.discover()
         entries: list[LibraryEntry] = []
         for i, mf in enumerate(files):

@@ -539,6 +539,10 @@ class ChatController:
         if target is not None and target.is_file():
             self.load_model(target)
             return
+        if target is not None:
+            self.report(UserError("Model not found", f"{target} is no longer there: no model "
+                                  "is loaded after disconnecting.", level="warning",
+                                  origin="load"))
         self.view.model_will_change()
         self._model_before_load, self._target_kept = self.model_info, False
         self._start_model_job(self.service.disconnect(origin=self.origin),
@@ -713,6 +717,7 @@ class ChatController:
             self.load_model(value.path)
         elif isinstance(value, Disconnected):
             self.model_info = None
+            self.view.clear_errors("reply")  # the server's errors
             self.view.model_changed(None)
             self.view.state_changed()
 
@@ -809,14 +814,21 @@ class ChatController:
                      if m.role == "assistant" and m.status == "done"), None)
         return last, last_reply_stats(stored)
 
-    def conversation_title(self, conversation_id: int) -> str:
-        """A conversation's title ("" when it cannot be read)."""
-        if self.store is None:
-            return ""
-        try:
-            return self.store.conversation(conversation_id).title
-        except (KeyError, sqlite3.Error):
-            return ""
+    def where_reply_runs(self, *, elsewhere_only: bool = False) -> str | None:
+        """Where the reply in progress is written, in words: "The reply being written in
+        “Capitals”" ("… in another conversation" when its title cannot be read); None
+        without a reply, or (``elsewhere_only``) when it is the open conversation's."""
+        reply = self.reply
+        if reply is None or (elsewhere_only and reply.conversation_id == self.current_conversation):
+            return None
+        title = ""
+        if self.store is not None and reply.conversation_id >= 0:
+            try:
+                title = self.store.conversation(reply.conversation_id).title
+            except (KeyError, sqlite3.Error):
+                pass
+        return ("The reply being written in " + (f"\u201c{title}\u201d" if title
+                                                 else "another conversation"))
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         if self.store is not None:
@@ -881,18 +893,20 @@ class ChatController:
         """Store ``text`` as a user message and start the reply.
 
         Returns:
-            Whether a reply was started (False: empty text, no model, busy, no store, or
-            the history could not be written; the caller keeps the text then).
+            Whether a reply was started (False: empty text, no model, busy (a reply
+            written in another conversation is reported), no store, or the history could
+            not be written; the caller keeps the text then).
         """
-        if self.reply is not None and self.reply.conversation_id != self.current_conversation:
-            title = self.conversation_title(self.reply.conversation_id)
-            where = f"in \u201c{title}\u201d" if title else "in another conversation"
+        if not text.strip():
+            return False
+        if (where := self.where_reply_runs(elsewhere_only=True)) is not None:
             self.report(UserError(
-                "A reply is being written", f"Tandem writes one reply at a time, and one is "
-                f"being written {where}: send this when it ends, or stop it (Esc).",
+                "A reply is being written", f"Tandem writes one reply at a time, and "
+                f"{where[0].lower()}{where[1:]} is not finished: send this when it ends, or "
+                "stop it (Esc).",
                 level="warning", origin="reply"))
             return False
-        if not text.strip() or self.busy or self.model_info is None or self.store is None:
+        if self.busy or self.model_info is None or self.store is None:
             return False
         try:
             if self.current_conversation is None:

@@ -77,7 +77,7 @@ from app.catalog.gguf_meta import inspect_gguf
 from app.catalog.model_file import model_entry_path
 from app.catalog.pairing import ASSISTANT_TARGETS, is_assistant_arch
 from app.errors import LoadCancelledError, ModelNotLoadedError, TandemError
-from app.options import SamplingParams, SpecMode, SpeculationConfig
+from app.options import DEFAULT_QUEUE_LIMIT, SamplingParams, SpecMode, SpeculationConfig
 from app.remote.client import RemoteClient
 from app.remote.errors import RemoteCancelledError
 from app.remote.session import RemoteSession
@@ -90,8 +90,6 @@ TEXT_BATCH_S = 0.03
 PROGRESS_INTERVAL_S = 0.05
 #: chat replies kept for the auto choice of a new conversation (see ChatService._recent)
 RECENT_REPLIES = 4
-#: jobs that may wait behind the running one before submitting raises QueueFullError
-DEFAULT_QUEUE_LIMIT = 16
 
 Listener = Callable[[object], None]
 Opener = Callable[..., Session]
@@ -332,7 +330,8 @@ class ChatService:
     queue. See the module docstring.
 
     Args:
-        queue_limit: jobs that may wait behind the running one (≥ 0).
+        queue_limit: jobs that may wait behind the running one (≥ 1: every job waits in
+            the queue, if only for a moment, before it runs).
         opener: opens a session, ``opener(config, progress=callback)``; default
             :meth:`Session.open` (tests pass a fake engine).
         describe: builds the :class:`ModelInfo` of a loaded session.
@@ -350,8 +349,8 @@ class ChatService:
         warm_up: Callable[[], None] | None = _warm_up_llama,
         name: str = "tandem-service",
     ) -> None:
-        if queue_limit < 0:
-            raise ValueError(f"queue_limit must be >= 0, got {queue_limit}")
+        if queue_limit < 1:
+            raise ValueError(f"queue_limit must be >= 1, got {queue_limit}")
         self.queue_limit = queue_limit
         self._opener = opener
         self._describe = describe

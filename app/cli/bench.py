@@ -32,7 +32,12 @@ from app.cli.options import (
 from app.cli.crossover import add_crossover_args, run_server_bench
 from app.cli.interrupt import ctrl_c_sets, with_cancel
 from app.cli.json_output import print_json
-from app.cli.remote import add_server_args, refuse_key_without_server, run_remote_bench
+from app.cli.remote import (
+    add_server_args,
+    refuse_drafter_with_server,
+    refuse_key_without_server,
+    run_remote_bench,
+)
 from app.cli.report import bench_json, bench_markdown, bench_text
 from app.engine.llama import build_info
 from app.engine.measure.bench import BenchReport, RunRecord, run_bench
@@ -112,6 +117,7 @@ def _run_bench_cli(args: argparse.Namespace) -> int:
         return run_server_bench(args)
     _check_bench_options(args)
     if args.server:
+        refuse_drafter_with_server(args)
         return with_cancel(lambda cancel: run_remote_bench(args, cancel))
     refuse_key_without_server(args)
     args.model = Path(args.model)

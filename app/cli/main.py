@@ -57,7 +57,12 @@ from app.cli.options import (
 )
 from app.cli.interrupt import ctrl_c_sets, with_cancel
 from app.cli.json_output import print_json
-from app.cli.remote import add_server_args, refuse_key_without_server, run_remote_generate
+from app.cli.remote import (
+    add_server_args,
+    refuse_drafter_with_server,
+    refuse_key_without_server,
+    run_remote_generate,
+)
 from app.cli.report import reply_stats_line
 from app.errors import LoadCancelledError, TandemError
 
@@ -104,6 +109,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     if args.prompt == "-":
         args.prompt = read_prompt(sys.stdin)
     if args.server:
+        refuse_drafter_with_server(args)
         return with_cancel(lambda cancel: run_remote_generate(args, cancel))
     refuse_key_without_server(args)
     args.model = Path(args.model)

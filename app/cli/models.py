@@ -43,8 +43,8 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     msub = models.add_subparsers(dest="models_command", metavar="SUBCOMMAND")
     models.set_defaults(handler=lambda _args: _usage(models))
 
-    found = ("models in the models folder, added folders and opened files, and those LM Studio, "
-             "Ollama, llama.cpp, Jan and the Hugging Face cache downloaded")
+    found = ("models in the models folder, added folders and opened files, and those that "
+             "LM Studio, Ollama, llama.cpp and Jan downloaded or the Hugging Face cache holds")
     p = msub.add_parser("list", help=found, description=found[0].upper() + found[1:] + ".")
     p.add_argument("--folder", action="append", type=Path, default=[], help="also scan this folder")
     p.add_argument("--no-load-check", action="store_true",

@@ -250,9 +250,9 @@ def drafter_mode(args: argparse.Namespace, *, off: bool = False) -> SpecMode:
     chosen = [(flag, mode) for flag, mode in switches.items()
               if not (assistant and mode is mtp)]
     if assistant and (chosen or auto):
-        other = chosen[0][1].value if chosen else SpecMode.AUTO.value
-        raise TandemError(f"Invalid option: --mtp-assistant drafts with MTP, not "
-                          f"{other}; drop one of them.")
+        other = chosen[0][0] if chosen else "--auto"
+        raise TandemError(f"Invalid option: --mtp-assistant drafts with MTP, which "
+                          f"contradicts {other}; drop one of them.")
     if assistant:
         return mtp
     fixed = [(flag, mode) for flag, mode in chosen

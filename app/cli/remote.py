@@ -56,6 +56,26 @@ def refuse_key_without_server(args: argparse.Namespace) -> None:
                           "server; it goes with --server.")
 
 
+def refuse_drafter_with_server(args: argparse.Namespace) -> None:
+    """A remote server drafts as it was started: a drafter switch, ``--auto``,
+    ``--no-spec`` or ``--mtp-assistant`` beside ``--server`` is refused, not ignored.
+
+    Raises:
+        TandemError: one of them was given.
+    """
+    from app.cli.options import drafter_choices
+
+    given = [*drafter_choices(args)]
+    given += [flag for flag, name in (("--auto", "auto"), ("--no-spec", "no_spec"))
+              if getattr(args, name, False)]
+    if getattr(args, "mtp_assistant", None) is not None:
+        given.append("--mtp-assistant")
+    if given:
+        raise TandemError(f"Invalid option: {given[0]} has no effect with --server: the "
+                          "server drafts as it was started (serve-command prints the "
+                          "command that starts it with a drafter).")
+
+
 def client_from_args(args: argparse.Namespace) -> RemoteClient:
     """A client for ``--server`` with the key from ``--api-key-env`` (the spaces and
     line ends around it dropped).

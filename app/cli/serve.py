@@ -30,13 +30,11 @@ from app.cli.options import (
     speculation_configs,
 )
 from app.errors import TandemError
-from app.options import SamplingParams, SpeculationConfig
+from app.options import DEFAULT_QUEUE_LIMIT, SamplingParams, SpeculationConfig
 
 if TYPE_CHECKING:
     from app.api.app import ApiSettings
 
-#: requests that may wait behind the running one by default
-DEFAULT_QUEUE_LIMIT = 16
 
 
 def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -149,7 +147,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print(warning, file=sys.stderr)
     # the port is bound (and a port in use said) now, not after the load; the server
     # closes the socket when it stops, this block when the load fails
-    with bind(args.host, args.port) as sock:
+    with bind(args.host, args.port, listen=False) as sock:
         service = ChatService(queue_limit=args.queue_limit)
         try:
             print(f"Loading {args.model.name}…", file=sys.stderr, flush=True)

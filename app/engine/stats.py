@@ -14,6 +14,7 @@ k the draft length and c the draft cost ratio:
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -168,6 +169,21 @@ DraftLengthAdvice = Literal["larger-k", "other-drafter-or-smaller-k"]
 """``larger-k``: τ is close to k + 1, drafts are nearly always accepted whole, so a longer
 draft would pay; ``other-drafter-or-smaller-k``: τ stays below 2, fewer than one draft
 token is accepted per round, so the drafter is a poor fit or k is too long."""
+
+
+def _numbers(value: Any, kind: type) -> tuple[Any, ...]:
+    """A stored list of numbers of ``kind`` (int: whole numbers) as a tuple.
+
+    Raises:
+        TypeError: not a list, or an item of another kind (a bool, a text, NaN, ∞).
+    """
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{value!r} is not a list of numbers")
+    ok = (int,) if kind is int else (int, float)
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, ok) or not math.isfinite(v):
+            raise TypeError(f"{v!r} in a list of numbers ({kind.__name__} expected)")
+    return tuple(value)
 
 
 def draft_length_advice(tau: float | None, k: int | None,
@@ -438,8 +454,34 @@ class SpecStats:
         names = {f for f in cls.__dataclass_fields__}
         kw = {k: v for k, v in d.items() if k in names}
         kw["mode"] = SpecMode(kw.get("mode", SpecMode.OFF.value))
-        kw["accepted_at"] = tuple(kw.get("accepted_at", ()))
-        kw["verified_at"] = tuple(kw.get("verified_at", ()))
+        kw["accepted_at"] = _numbers(kw.get("accepted_at", ()), int)
+        kw["verified_at"] = _numbers(kw.get("verified_at", ()), int)
         if kw.get("plain_step_range") is not None:
-            kw["plain_step_range"] = tuple(kw["plain_step_range"])
+            kw["plain_step_range"] = _numbers(kw["plain_step_range"], float)
+        for name, value in kw.items():
+            kind = _FIELD_KINDS.get(name)
+            if kind is not None and not (value is None and name in _OPTIONAL) and (
+                    isinstance(value, bool) is not (kind is bool)
+                    or not isinstance(value, (int, float) if kind is float else kind)):
+                raise TypeError(f"statistics field {name}: {value!r} ({kind.__name__} expected)")
+        if not isinstance(kw.get("extra", {}), dict):
+            raise TypeError("statistics field extra is not an object")
         return cls(**kw)
+
+
+def _field_kinds() -> tuple[dict[str, type], frozenset[str]]:
+    """Each plain field of :class:`SpecStats` (int, float, str, bool, or one of them or
+    None) and its kind, for :meth:`SpecStats.from_dict`'s checks; the optional ones."""
+    kinds: dict[str, type] = {}
+    optional: set[str] = set()
+    for name, hint in typing.get_type_hints(SpecStats).items():
+        args = typing.get_args(hint)
+        if hint in (int, float, str, bool):
+            kinds[name] = hint
+        elif len(args) == 2 and type(None) in args and args[0] in (int, float, str, bool):
+            kinds[name] = args[0]
+            optional.add(name)
+    return kinds, frozenset(optional)
+
+
+_FIELD_KINDS, _OPTIONAL = _field_kinds()

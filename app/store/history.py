@@ -230,7 +230,7 @@ def _read_spans(row: sqlite3.Row) -> tuple[tuple[int, int], ...]:
         return ()
     try:
         return tuple((int(a), int(b)) for a, b in json.loads(raw))
-    except (ValueError, TypeError, RecursionError):
+    except (ValueError, TypeError, OverflowError, RecursionError):
         log.warning("message %s: unreadable draft spans, left out", row["id"])
         return ()
 

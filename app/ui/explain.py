@@ -78,7 +78,7 @@ def auto_reason(choice: AutoChoice) -> str:
     elif scored:
         best = scored[0]
         why = (f"{best.mode.words} came closest, {_evidence_words(best, choice)}; a drafter "
-               f"must reach {MARGIN:.2f}×")
+               f"must reach {MARGIN:.2f}× plain")
     elif dropped:
         why = ""
     else:

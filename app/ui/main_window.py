@@ -45,7 +45,7 @@ from app.ui.api import ApiPanelWidget
 from app.ui.api.serving import ApiServing
 from app.ui.chat.chat_view import ChatViewWidget, message_view, reply_footer
 from app.ui.chat.conversation_list import ConversationListWidget
-from app.ui.chat.export_dialog import export_with_dialog
+from app.ui.chat.export_dialog import export_open_conversation, export_with_dialog
 from app.ui.chat.input_box import ComposerWidget
 from app.ui.chat.markdown_render import warm_up as warm_up_markdown
 from app.ui.chat.reply_status import reply_status_words
@@ -96,6 +96,14 @@ def _show_last_reply(gauge: SpeculationGaugeWidget, last: StoredMessage | None,
         gauge.show_stored(last_stats, last.model if last else None)
     if not gauge.live:  # a reply that streams keeps its own explanation
         gauge.set_explanation(stored_auto_explanation(last.stats if last else None))
+
+
+def _back_to_open_conversation(gauge: SpeculationGaugeWidget, controller: ChatController,
+                               reply: ActiveReply) -> None:
+    """A reply written in another conversation ended: the gauge shows the open one's
+    last reply again."""
+    if reply.conversation_id != controller.current_conversation:
+        _show_last_reply(gauge, *controller.last_reply(), waiting=False)
 
 
 def _choose_gguf(window: MainWindow, title: str) -> Path | None:
@@ -251,8 +259,7 @@ class MainWindow(QMainWindow):
             stop=self._stop_or_leave_edit, models=self.windows.open_model_picker,
             open_model=self._on_model_bar_open_target_clicked, search=cv.search.setFocus,
             connect=self._on_model_bar_connect_server_clicked,
-            export=lambda: c.current_conversation is not None and export_with_dialog(
-                self, c, c.current_conversation),
+            export=lambda: export_open_conversation(self, c),
             server=(self.show_server_command, c.disconnect_server))
 
     def _restore_geometry(self) -> None:
@@ -336,11 +343,9 @@ class MainWindow(QMainWindow):
                      if m.role == "assistant" and m.status == "done"), None)
         reply = self.controller.reply
         _show_last_reply(self.gauge, last, last_stats, waiting=reply is not None)
-        here = reply is not None and conversation is not None and reply.conversation_id == conversation.id
         if reply is not None and self._gauge_reply is reply:  # the live figures are whose?
-            self.gauge.set_source(None if here else "The reply being written in \u201c"
-                                  f"{self.controller.conversation_title(reply.conversation_id)}\u201d")
-        if reply is not None and here:
+            self.gauge.set_source(self.controller.where_reply_runs(elsewhere_only=True))
+        if reply is not None and conversation is not None and reply.conversation_id == conversation.id:
             self.chat.begin_stream(reply.message_id, reply.text, reply.spans)
             self.chat.set_stream_status(reply.message_id, reply_status_words(
                 reply.ahead, reply.started, reply.prefill, bool(reply.text)))
@@ -348,7 +353,7 @@ class MainWindow(QMainWindow):
     def message_added(self, message: StoredMessage) -> None:
         self.chat.add_message(message_view(message))
         if message.role == "user":
-            self.input.clear()
+            self.composer.edit_ended()  # the box empties, or shows what an edit interrupted
 
     def messages_removed(self, from_message_id: int) -> None:
         self.chat.remove_from(from_message_id)
@@ -416,14 +421,14 @@ class MainWindow(QMainWindow):
         here = stored is not None and reply.conversation_id == self.controller.current_conversation
         self.gauge.end_reply(fin.stats, fin.note, stored=here,
                              model=stored.model if stored is not None else None)
-        if reply.conversation_id != self.controller.current_conversation:  # back to the open one
-            _show_last_reply(self.gauge, *self.controller.last_reply(), waiting=False)
+        _back_to_open_conversation(self.gauge, self.controller, reply)
         remote = fin.stats.extra.get("remote")
         if isinstance(remote, dict):  # llama-server names its drafter after a request
             self.model_bar.set_remote_drafter(remote.get("engine"), remote.get("method"))
 
     def reply_failed(self, reply: ActiveReply, error: UserError) -> None:
         self.gauge.fail_reply(f"The reply failed: {error.message}")
+        _back_to_open_conversation(self.gauge, self.controller, reply)
         if not reply.text and not reply.regenerated:
             self.chat.remove_from(reply.message_id)
         elif not reply.text:
@@ -463,7 +468,7 @@ class MainWindow(QMainWindow):
     def edit_message(self, message_id: int) -> None:
         """Put a user message in the input box; Send replaces it and what follows."""
         if (text := self.controller.begin_edit(message_id)) is not None:
-            self.input.setPlainText(text)
+            self.composer.begin_edit(text)
             self.input.setFocus()
             self.state_changed()
 
@@ -520,6 +525,7 @@ class MainWindow(QMainWindow):
             QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
             QMessageBox.StandardButton.No)
         if answer == QMessageBox.StandardButton.Yes:
+            self.composer.deleting(conversation_id)  # its unsent text goes to the new chat
             self.controller.delete_conversation(conversation_id)
 
     def _stop_or_leave_edit(self) -> None:  # Esc
@@ -531,7 +537,7 @@ class MainWindow(QMainWindow):
     @Slot()
     def _on_composer_cancel_edit_clicked(self) -> None:
         self.controller.cancel_edit()
-        self.input.clear()
+        self.composer.edit_ended()
         self.state_changed()
 
     @Slot(bool)

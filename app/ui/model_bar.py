@@ -116,9 +116,9 @@ class ModelBarWidget(QFrame):
         row.addWidget(self.adaptive_box)
         row.addWidget(self._separator())
 
-        # a server's engine and drafter can be long: elided, so they never widen the window
+        # where the layers run (kept whole); a server's engine and drafter, which can be
+        # long, are elided instead, so they never widen the window
         self.layers_label = ElidedLabelWidget("", min_px=60)
-        self.layers_label.keep_whole("CPU only")
         self.layers_label.setObjectName("layersLabel")
         row.addWidget(self.layers_label)
         row.addStretch(1)
@@ -241,6 +241,7 @@ class ModelBarWidget(QFrame):
             self.layers_label.set_full_text("CPU only", tooltip=(
                 f"All {info.n_layer} layers run on the CPU because {info.cpu_reason}."
                 f"\n\n{info.system_info}"))
+        self.layers_label.keep_whole(self.layers_label.full_text())
         # the file name, as for the target (the metadata name is in the tooltip)
         self._draft_assistant = info.draft_is_assistant
         self.set_draft_name(info.draft_path.name if info.draft_path is not None else None,
@@ -274,6 +275,7 @@ class ModelBarWidget(QFrame):
             f"{info.remote.model}\non {server.display_url}\n{server.engine.value}"
             + (f" {server.version}" if server.version else "")))
         method = server.speculation_method or "drafter not reported"
+        self.layers_label.keep_whole("")
         self.layers_label.set_full_text(f"{server.engine.value} · {method}", tooltip=(
             "Replies run on the server; it speculates as it was started. What it "
             "answered: " + ", ".join(server.evidence)))

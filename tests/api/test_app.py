@@ -172,8 +172,9 @@ def test_api_key_cors_and_host(tmp_path: Path) -> None:
 
 
 def test_a_refused_cors_preflight_is_openai_error_json(tmp_path: Path) -> None:
-    """Starlette answers a refused preflight in plain text; this API's refusals are all
-    OpenAI's error JSON."""
+    """A refused preflight is OpenAI's error JSON, as every refusal of this API is, and
+    says what was refused: the origin (with the option that allows one), or for an
+    allowed origin the method."""
     service = fake_service(Script())
     info = service.load(SessionConfig(target_path=tmp_path / f"{MODEL}.gguf")).result(timeout=30)
     server = ApiServer(service, port=0, model=info, settings=ApiSettings(
@@ -190,9 +191,12 @@ def test_a_refused_cors_preflight_is_openai_error_json(tmp_path: Path) -> None:
         error = other.json()["error"]
         assert (error["type"], error["code"]) == ("invalid_request_error", "cors_not_allowed")
         assert "origin" in error["message"] and "http://evil.example" in error["message"]
+        assert "--cors-origin" in error["message"]
         method = httpx.options(url, headers={"Origin": "http://editor.local",
                                              "Access-Control-Request-Method": "DELETE"})
-        assert method.status_code == 400 and "method" in method.json()["error"]["message"]
+        words = method.json()["error"]["message"]
+        assert method.status_code == 400 and "'DELETE' is not allowed (GET and POST are)" in words
+        assert "--cors-origin" not in words  # the origin was fine
         ok = httpx.options(url, headers={"Origin": "http://editor.local",
                                          "Access-Control-Request-Method": "POST"})
         assert ok.status_code == 200

@@ -257,3 +257,23 @@ def test_the_installed_gemma_demo_is_written_into_the_models_folder_when_asked(
     entry.path.unlink()  # the user deletes it: it stays deleted until asked for again
     assert library.scan() == [] and not entry.path.exists()
     assert library.missing_demos() == (GEMMA3,)
+
+
+def test_a_demo_that_cannot_be_written_says_why(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Too little room for the demo (and 1 GB to spare): nothing is written, and the
+    scan that was asked to write it says why (the Models window shows it)."""
+    from collections import namedtuple
+
+    from app.catalog import library as library_module
+    from app.catalog.demo import GEMMA3
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(library_module.shutil, "disk_usage",
+                        lambda _p: usage(10**9, 9 * 10**8, 10**8))
+    library = Library(LibraryConfig(), lmstudio_dirs=[], ollama_dirs=[], llama_cpp_dirs=[], jan_dirs=[],
+                      hf_cache_dir=tmp_path / "none", demos=[GEMMA3])
+    assert library.scan(write_demos=True) == []
+    assert not (paths.models_dir() / GEMMA3.file).exists()
+    [why] = library.demo_problems
+    assert why.startswith("Gemma 3 270M was not written into") and "253 MB" in why

@@ -174,8 +174,8 @@ def test_the_models_window_switches_back_from_a_server_whose_model_is_a_path(
 
 def test_disconnecting_goes_back_to_the_local_model_or_to_none(
         rig: Rig, broken: BrokenServer, smollm_path: Path, tmp_path: Path) -> None:
-    """Server → Disconnect loads the local target of the settings again; without one (or
-    its file gone) the server is closed and no model is loaded."""
+    """Server → Disconnect loads the local target of the settings again; with its file
+    gone the server is closed, no model is loaded, and the window says why."""
     broken.mode = "ok"
     rig.settings.model.target_path = tmp_path / "gone.gguf"
     rig.connect(broken.base_url)
@@ -183,6 +183,7 @@ def test_disconnecting_goes_back_to_the_local_model_or_to_none(
     rig.c.disconnect_server()
     rig.pump.until(rig.c, lambda: not rig.c.loading)
     assert rig.c.remote is None and rig.c.model_info is None
+    assert rig.view.errors[-1].title == "Model not found" and "gone.gguf" in rig.view.errors[-1].message
     failed = rig.service.submit("task", lambda ctx: ctx.engine).wait(30)
     assert isinstance(failed, JobFailed) and "No model is loaded" in failed.error.message
 

@@ -59,3 +59,16 @@ def test_generate_server_refuses_compare_and_a_missing_key(
     assert main(["generate", "--server", llama_server.base_url, "--model", "m",
                  "--api-key-env", "TANDEM_TEST_UNSET_KEY", "x"]) == 2
     assert "not set" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("command", "flag"), [
+    ("generate", "--prompt-lookup"), ("generate", "--no-spec"), ("generate", "--auto"),
+    ("generate", "--suffix"), ("bench", "--prompt-lookup"), ("bench", "--auto")])
+def test_a_drafter_option_beside_server_is_refused_not_ignored(
+        capsys: pytest.CaptureFixture[str], command: str, flag: str) -> None:
+    """The server drafts as it was started: a local drafter's option next to --server is
+    a usage error naming it (before anything is sent; nothing listens on port 9)."""
+    argv = [command, "--server", "http://127.0.0.1:9", "--model", "m", flag]
+    assert main(argv + (["x"] if command == "generate" else [])) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} has no effect with --server" in err and "Traceback" not in err

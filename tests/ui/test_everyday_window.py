@@ -154,7 +154,7 @@ def _another_conversation_during_a_reply(qtbot, window, wait_reply) -> None:  # 
     c = window.controller
     assert window.send_message("Count slowly from one to one hundred: one, two, three,")
     first = c.current_conversation
-    title = c.conversation_title(first)
+    title = c.store.conversation(first).title
     qtbot.waitUntil(lambda: c.reply is not None and window._gauge_reply is c.reply
                     and bool(c.reply.text), timeout=60_000)
     window.input.setPlainText("typed in the first one")
@@ -235,6 +235,9 @@ def test_file_menu_and_keys_reach_models_search_and_export(  # type: ignore[no-u
     assert by_text["Search conversations"].shortcut().toString() == "Ctrl+F"
     by_text["Search conversations"].trigger()
     qtbot.waitUntil(lambda: window.conversations.search.hasFocus(), timeout=5000)
+    by_text["Export conversation…"].trigger()  # a new chat: nothing to export, said
+    assert window.message_bar.current is not None
+    assert window.message_bar.current.title == "Nothing to export"
 
     window.window_actions.shortcuts.trigger()
     [dialog] = [d for d in window.findChildren(QDialog) if d.objectName() == "shortcutsDialog"]
@@ -317,6 +320,10 @@ def test_showing_another_version_keeps_its_arrows_under_the_pointer(qtbot) -> No
     ("stats_json", "not json"), ("stats_json", "[" * 100_000), ("stats_json", "[1, 2]"),
     ("stats_json", '{"decode_tps": "fast", "emitted": [], "auto": 5, "context": "x"}'),
     ("stats_json", '{"mode": 7, "auto": {"mode": 3, "evidence": "x"}}'),
+    ("stats_json", '{"mode": "prompt-lookup", "emitted": 3, "rounds": "x"}'),
+    ("stats_json", '{"mode": "prompt-lookup", "emitted": 3, "rounds": 3, "extra": [1]}'),
+    ("stats_json", '{"mode": "prompt-lookup", "accepted_at": [1, "a"], "verified_at": 5}'),
+    ("draft_spans", "[[0, Infinity]]"),
     ("draft_spans", "[[1]]"), ("draft_spans", "5"), ("created_at", "abc"), ("seed", "x"),
 ])
 def test_a_damaged_reply_in_the_history_never_stops_the_window(  # type: ignore[no-untyped-def]

@@ -241,8 +241,7 @@ def test_the_draft_length_advice_counts_only_drafting_rounds() -> None:
 
 def test_a_larger_k_is_advised_only_where_it_would_pay() -> None:
     """Drafts accepted whole (τ near k + 1) call for a larger k only when drafting is
-    cheap: a draft model nearly as dear as its target (c 1.19) gained 0.49× and got
-    "a larger k would likely pay"."""
+    cheap: with a draft model nearly as dear as its target (c 1.19) no k pays more."""
     from app.options import SpecMode
     from app.ui.gauge.gauge_panel import reply_advice
 

@@ -780,21 +780,57 @@ def test_a_data_folder_that_cannot_be_made_is_said_not_a_silent_exit(tmp_path: P
 
 
 def test_the_model_bar_at_its_narrowest_keeps_its_short_words_whole(qtbot) -> None:
-    """At 1024 pixels the bar is at its minimum: a model's file name is shortened, but
-    "Choose draft…" and "CPU only" are not ("Cho…ft…", "CPU…nly")."""
+    """At its minimum width (a 1024-pixel window) the bar shortens the model's file name,
+    not "Choose draft…" nor where the layers run."""
     from app.chat.events import ModelInfo
 
     bar = ModelBarWidget()
     qtbot.addWidget(bar)
     bar.show()
-    bar.set_model(ModelInfo(
-        target_path=Path("/m/SmolLM2-135M-Instruct.Q4_1.gguf"), target_name="SmolLM2",
-        draft_path=None, draft_name=None, n_ctx=4096, n_layer=30, n_gpu_layers=0,
-        gpu_supported=False, cpu_reason="no GPU", uses_fallback_template=False,
-        load_seconds=1.0, system_info=""))
-    bar.resize(bar.minimumSizeHint().width(), bar.height())
-    qtbot.waitUntil(lambda: bar.width() == bar.minimumSizeHint().width(), timeout=5000)
-    QApplication.processEvents()
-    assert bar.draft_button.text() == "Choose draft…"
-    assert bar.layers_label.text() == "CPU only"
-    assert bar.target_label.text() != bar.target_label.full_text()  # the long one gives way
+    for gpu_layers, where in ((0, "CPU only"), (30, "GPU · 30/30 layers")):
+        bar.set_model(ModelInfo(
+            target_path=Path("/m/SmolLM2-135M-Instruct.Q4_1.gguf"), target_name="SmolLM2",
+            draft_path=None, draft_name=None, n_ctx=4096, n_layer=30, n_gpu_layers=gpu_layers,
+            gpu_supported=gpu_layers > 0, cpu_reason="no GPU", uses_fallback_template=False,
+            load_seconds=1.0, system_info=""))
+        bar.resize(bar.minimumSizeHint().width(), bar.height())
+        qtbot.waitUntil(lambda: bar.width() == bar.minimumSizeHint().width(), timeout=5000)
+        QApplication.processEvents()
+        assert bar.draft_button.text() == "Choose draft…"
+        assert bar.layers_label.text() == where
+        assert bar.target_label.text() != bar.target_label.full_text()  # the long one gives way
+
+
+def test_the_composer_keeps_each_conversations_unsent_text(qtbot) -> None:
+    """Text typed and not sent stays with its conversation across switches, edits and
+    the deletion of the conversation it was typed in: nothing typed is lost."""
+    from app.ui.chat.input_box import ComposerWidget
+
+    c = ComposerWidget()
+    qtbot.addWidget(c)
+    box = c.input
+    c.show_conversation(1)
+    box.setPlainText("draft for one")
+    c.show_conversation(2)
+    assert box.toPlainText() == ""
+    box.setPlainText("draft for two")
+    c.show_conversation(1)
+    assert box.toPlainText() == "draft for one"
+    c.begin_edit("an earlier message")  # Edit on a message: the box shows it …
+    assert box.toPlainText() == "an earlier message"
+    c.edit_ended()  # … Cancel edit (or its Send) brings the draft back
+    assert box.toPlainText() == "draft for one"
+    c.begin_edit("an earlier message")
+    c.show_conversation(2)  # a switch cancels the edit; the draft stays with 1
+    assert box.toPlainText() == "draft for two"
+    c.show_conversation(1)
+    assert box.toPlainText() == "draft for one"
+    c.edit_ended()  # a message sent without an edit: the box empties
+    assert box.toPlainText() == ""
+    box.setPlainText("typed, then the conversation deleted")
+    c.deleting(1)
+    c.show_conversation(None)  # the new chat the deletion opens gets it
+    assert box.toPlainText() == "typed, then the conversation deleted"
+    c.show_conversation(2)
+    c.show_conversation(None)
+    assert box.toPlainText() == "typed, then the conversation deleted"

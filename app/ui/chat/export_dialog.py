@@ -43,6 +43,16 @@ def export_stem(title: str, limit: int = 60) -> str:
     return stem or (words[0][:limit] if words else "")
 
 
+def export_open_conversation(parent: QWidget, controller: ChatController) -> bool:
+    """File → Export conversation…: :func:`export_with_dialog` of the open conversation;
+    a new chat with nothing in it yet says so instead."""
+    if controller.current_conversation is None:
+        controller.report(UserError("Nothing to export", "This chat has no messages yet.",
+                                    level="warning", origin="history"))
+        return False
+    return export_with_dialog(parent, controller, controller.current_conversation)
+
+
 def export_with_dialog(parent: QWidget, controller: ChatController,
                        conversation_id: int) -> bool:
     """Ask for a file name (Markdown by default, JSON on request), then :func:`export_to`."""

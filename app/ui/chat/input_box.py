@@ -105,25 +105,52 @@ class ComposerWidget(QWidget):
         ir.addLayout(buttons)
         col.addWidget(row)
         self._streaming = False
-        self._editing = False
         #: the open conversation (None: a new one) and the text typed in the others
         self._conversation: int | None = None
         self._unsent: dict[int | None, str] = {}
+        self._before_edit: str | None = None  # the text an edit replaced in the box
+        self._deleted = False  # the open conversation is being deleted
         self.input.submitted.connect(self._on_input_submitted)
 
     def show_conversation(self, conversation_id: int | None) -> None:
         """Another conversation (None: a new one) is open: the text typed so far stays
-        with the conversation it was typed in (not a message being edited, which the
-        switch cancels), and this one's comes back."""
+        with the conversation it was typed in (a message being edited, which the switch
+        cancels, leaves the text typed before the edit there), and this one's comes
+        back. The text of a conversation being deleted (:meth:`deleting`) comes along."""
         if conversation_id == self._conversation:
             return
-        text = self.input.toPlainText()
-        if text.strip() and not self._editing:
+        text = self.input.toPlainText() if self._before_edit is None else self._before_edit
+        self._before_edit = None
+        if self._deleted:
+            self._deleted = False
+            waiting = self._unsent.get(conversation_id, "")
+            self._unsent[conversation_id] = "\n".join(t for t in (text, waiting) if t.strip())
+        elif text.strip():
             self._unsent[self._conversation] = text
         else:
             self._unsent.pop(self._conversation, None)
         self._conversation = conversation_id
         self.input.setPlainText(self._unsent.pop(conversation_id, ""))
+
+    def deleting(self, conversation_id: int) -> None:
+        """``conversation_id`` is about to be deleted: its unsent text is dropped, and
+        when it is the open one, the text in the box goes to the conversation opened
+        next."""
+        self._unsent.pop(conversation_id, None)
+        self._deleted = conversation_id == self._conversation
+
+    def begin_edit(self, text: str) -> None:
+        """An earlier message is edited: ``text`` replaces the box's, which
+        :meth:`edit_ended` brings back."""
+        if self._before_edit is None:
+            self._before_edit = self.input.toPlainText()
+        self.input.setPlainText(text)
+
+    def edit_ended(self) -> None:
+        """A message was sent or an edit cancelled: the box shows what an edit replaced,
+        else nothing."""
+        self.input.setPlainText(self._before_edit or "")
+        self._before_edit = None
 
     def stored_as(self, conversation_id: int | None) -> None:
         """The new conversation that is open was stored under ``conversation_id`` (its
@@ -135,7 +162,7 @@ class ComposerWidget(QWidget):
                   editing: bool, model_loaded: bool) -> None:
         """Buttons, banner and placeholder for the window's state (``streaming``: a
         reply streams in the open conversation)."""
-        self._streaming, self._editing = streaming, editing
+        self._streaming = streaming
         self.send_button.setText("Stop" if streaming else "Send")
         self.send_button.setEnabled(streaming or can_send)
         self.send_button.setToolTip("Stop the reply (Esc or Ctrl+.)" if streaming else

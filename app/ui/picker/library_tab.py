@@ -468,6 +468,9 @@ class LibraryTabWidget(QWidget):
         if scanned.cancelled:
             text += " · stopped early"
         self.scan_label.setText(text)
+        if self.library.demo_problems:  # the "Add … demo" button's write failed
+            self.failed.emit(UserError("Demo model not written", " ".join(self.library.demo_problems),
+                                       level="warning"))
         self.scan_finished.emit(scanned)
 
     def set_entries(self, entries: tuple[LibraryEntry, ...]) -> None:

@@ -45,7 +45,7 @@ NOT_WORTH_IT = 0.10
 
 
 def _pct(v: float | None) -> str:
-    return or_dash(v * 100 if v is not None else None, ".0f", " %")
+    return or_dash(v * 100 if v is not None else None, ".0f", "%")
 
 
 @dataclass(frozen=True, slots=True)

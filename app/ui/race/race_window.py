@@ -638,10 +638,11 @@ class RaceWindow(QMainWindow):
         if s.mode is SpecMode.PROMPT_LOOKUP:
             self.lookup_view.set_measured_alpha("this window's race", s.acceptance_rate,
                                                 verified=s.verified, speedup=r.measured_speedup)
-        if s.fallback_reason:
-            self._show_message(s.fallback_reason, "warning")
-        elif rec.context is not None:  # both lanes raced the shortened conversation
-            self._show_message(context_fit_words(rec.context), "info")
+        # both lanes raced the shortened conversation when it had to be shortened
+        notes = [s.fallback_reason, context_fit_words(rec.context) if rec.context else None]
+        if any(notes):
+            self._show_message(" ".join(n for n in notes if n),
+                               "warning" if s.fallback_reason else "info")
 
     # -- k sweep ----------------------------------------------------------------------
     def start_sweep(self) -> bool:

@@ -81,7 +81,7 @@ def test_both_panes_mark_and_scroll_to_the_first_difference(qtbot) -> None:  # t
         assert pane.text.textCursor().position() == len(COMMON)
     words = view.explanation.text()
     assert not view.explanation.isHidden()
-    assert "plain decoding chose ' x' (41 %), speculation chose ' yé' (39 % in the plain run" in words
+    assert "plain decoding chose ' x' (41%), speculation chose ' yé' (39% in the plain run" in words
     assert "a near-tie" in words
     # replaying clears the mark; the end of the replay marks again
     view.replay()

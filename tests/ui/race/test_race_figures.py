@@ -48,7 +48,7 @@ def test_a_conversation_longer_than_the_context_is_raced_as_the_chat_shortens_it
         qtbot, tiny_bridge: ServiceBridge) -> None:
     """"This conversation" follows the chat's overflow policy: earlier messages are
     dropped as a reply's would be, both lanes race that, and the window says what was
-    dropped (the lanes stopped at the full window instead)."""
+    dropped."""
     from app.engine.chat import ChatMessage
     from app.options import ContextOverflow
 

@@ -139,8 +139,8 @@ def test_difference_is_said_with_the_four_probabilities_and_the_verdict() -> Non
     assert not r.identical and r.first_difference == 2
     text = difference_text(r)
     assert text is not None
-    assert text.startswith("At token 3 plain decoding chose ' x' (41 %), speculation chose "
-                           "' y' (39 % in the plain run; 38 % and 43 % in the speculative run)")
+    assert text.startswith("At token 3 plain decoding chose ' x' (41%), speculation chose "
+                           "' y' (39% in the plain run; 38% and 43% in the speculative run)")
     assert "a near-tie" in text and "0.20 logits" in text and "suspect" not in text
     assert "near-tie" in identical_text(r) and "token 3" in identical_text(r)
     sampled = difference_text(_diverged(sampled=True)) or ""
