@@ -5,9 +5,6 @@ lookup, a 512-token context so that an over-long prompt is cheap)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +13,8 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import REPO
+from tests.serve_process import served
+
 
 MODEL = "SmolLM2-135M-Instruct.Q4_1"
 CODE = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
@@ -24,22 +22,9 @@ CODE = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n
 
 @pytest.fixture(scope="module")
 def server(smollm_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    home = tmp_path_factory.mktemp("serve-home")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--model", str(smollm_path), "--prompt-lookup",
-         "--port", "0", "--n-ctx", "512", "--max-body-bytes", "65536"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "TANDEM_HOME": str(home)})
-    assert proc.stdout is not None
-    base = proc.stdout.readline().strip()  # the first line once it serves
-    if not base.startswith("http://"):
-        proc.kill()
-        pytest.fail(f"serve did not start: {proc.stderr.read() if proc.stderr else ''}")
-    try:
+    with served(smollm_path, tmp_path_factory.mktemp("serve-home"),
+                "--max-body-bytes", "65536") as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(60)
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,6 @@ SmolLM2-135M-Instruct with prompt lookup (slow: it loads the model).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,8 +19,8 @@ import pytest
 from app.cli import main
 from app.remote import Engine, RemoteClient, RemoteResult
 from app.remote.client import _StreamState
-from tests.conftest import REPO
 from tests.remote.broken_server import BrokenServer
+from tests.serve_process import served
 
 RECORDED = Path(__file__).parent / "data" / "tandem-0.1.0"
 MANIFEST = json.loads((RECORDED / "manifest.json").read_text())
@@ -86,22 +83,8 @@ def test_a_tandem_reply_without_drafting_says_none() -> None:
 @pytest.fixture(scope="module")
 def tandem_server(smollm_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``python -m app serve`` with prompt lookup on 127.0.0.1 (its address, without /v1)."""
-    home = tmp_path_factory.mktemp("serve-home")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--model", str(smollm_path), "--prompt-lookup",
-         "--port", "0", "--n-ctx", "512"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "TANDEM_HOME": str(home)})
-    assert proc.stdout is not None
-    base = proc.stdout.readline().strip()  # the first line once it serves
-    if not base.startswith("http://"):
-        proc.kill()
-        pytest.fail(f"serve did not start: {proc.stderr.read() if proc.stderr else ''}")
-    try:
+    with served(smollm_path, tmp_path_factory.mktemp("serve-home")) as base:
         yield base.removesuffix("/v1")
-    finally:
-        proc.terminate()
-        proc.wait(60)
 
 
 @pytest.mark.slow
