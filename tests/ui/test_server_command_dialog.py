@@ -75,7 +75,9 @@ def test_the_server_menu_without_a_model_explains(qtbot) -> None:
     qtbot.addWidget(w)
     try:
         [server] = [a for a in w.menuBar().actions() if a.text() == "&Server"]
-        [action] = server.menu().actions()
+        action, disconnect = server.menu().actions()
+        assert action.objectName() == "runElsewhereAction"
+        assert disconnect.text() == "Disconnect from the server" and not disconnect.isEnabled()
         action.trigger()
         boxes = w.findChildren(QMessageBox)
         assert len(boxes) == 1 and "Load a target model first" in boxes[0].text()
