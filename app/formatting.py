@@ -8,10 +8,28 @@ or a duration the same way. Sizes use decimal units, as the Hugging Face Hub sho
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
 
 #: What a figure that was not measured (or cannot be computed) is shown as.
 MISSING = "—"
+
+
+#: control characters (Unicode category Cc: C0, DEL, C1) other than newline and tab
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_NAMED = {"\r": "\\r", "\x0b": "\\v", "\x0c": "\\f"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    ch = match.group()
+    return _NAMED.get(ch) or f"\\x{ord(ch):02x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character except newline and tab written as a
+    backslash escape (ESC as ``\\x1b``, CR as ``\\r``, C1's CSI as ``\\x9b``), so that it
+    shows as text on a terminal instead of acting on it. Other characters are kept."""
+    return _CONTROL.sub(_escape, text)
 
 
 def valid_text(s: str) -> str:

@@ -63,7 +63,7 @@ from app.cli.remote import (
     refuse_key_without_server,
     run_remote_generate,
 )
-from app.cli.report import reply_stats_line
+from app.cli.report import reply_stats_line, write_reply_text
 from app.errors import LoadCancelledError, TandemError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -238,8 +238,7 @@ def _stream_reply(session: Any, args: argparse.Namespace, sampling: Any, spec: A
     result = None
     for ev in events:
         if isinstance(ev, TextDelta) and not args.json:
-            sys.stdout.write(ev.text)
-            sys.stdout.flush()
+            write_reply_text(ev.text)
         elif isinstance(ev, ReplyRecord):
             result = ev
     if result is None:

@@ -9,7 +9,7 @@ environment variable ``--api-key-env`` names, never from the command line (where
 users' ``ps`` would show it).
 
 What the server sends is printed with its control characters escaped
-(:func:`~app.remote.display.printable`): always in messages, and in the reply text when
+(:func:`~app.formatting.printable`): always in messages, and in the reply text when
 stdout is a terminal (piped or redirected, the reply is data and keeps its bytes).
 """
 
@@ -23,10 +23,10 @@ import threading
 from typing import Any
 
 from app.cli.json_output import print_json
+from app.cli.report import write_reply_text
 from app.errors import TandemError
-from app.formatting import advice_words
+from app.formatting import advice_words, printable
 from app.remote.client import RemoteClient, RemoteDelta, RemoteResult, ServerInfo
-from app.remote.display import printable
 from app.remote.errors import RemoteCancelledError
 from app.remote.session import remote_extra
 
@@ -113,13 +113,6 @@ def _identify(client: RemoteClient, model: str, cancel: threading.Event) -> Serv
         return None
     _check_model(info, model)
     return info
-
-
-def write_reply_text(text: str) -> None:
-    """Reply text from a server on stdout as it arrives: its control characters escaped
-    on a terminal (an escape sequence would act on it), as they are otherwise."""
-    sys.stdout.write(printable(text) if sys.stdout.isatty() else text)
-    sys.stdout.flush()
 
 
 def server_json(info: ServerInfo, model: str) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The command line's words for measured figures: the benchmark table (aligned text or
-Markdown) and the one-line statistics after a streamed reply.
+Markdown) and the one-line statistics after a streamed reply; and the reply text itself
+as it streams (:func:`write_reply_text`).
 
 The engine returns numbers (:class:`~app.engine.measure.bench.BenchReport`,
 :class:`~app.engine.stats.SpecStats`); this module is where the command line turns them
@@ -8,13 +9,14 @@ into text. Missing figures print as an em dash (:func:`app.formatting.or_dash`).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from app.engine.reply import ReplyRecord
 from app.engine.measure.bench import DISTURBED_CORES, BenchReport
 from app.engine.measure.race import RaceResult
-from app.formatting import MISSING, divergence_words, or_dash
+from app.formatting import MISSING, divergence_words, or_dash, printable
 from app.options import SpecMode
 
 #: Said under a multi-turn benchmark (:mod:`app.engine.measure.multiturn`).
@@ -29,6 +31,14 @@ BENCH_HEADER = (
     "config", "runs", "decode tok/s", "lat p50 ms", "lat p95 ms", "TTFT ms",
     "α", "τ", "c", "pred ×", "meas ×", "pairs ×", "set ×", "identical", "near-tie", "suspect",
 )
+
+
+def write_reply_text(text: str) -> None:
+    """Reply text (a local model's or a server's) on stdout as it arrives: its control
+    characters escaped on a terminal (an escape sequence would act on it), as they are
+    otherwise (piped, it is data)."""
+    sys.stdout.write(printable(text) if sys.stdout.isatty() else text)
+    sys.stdout.flush()
 
 
 def _ms(v: float | None) -> float | None:

@@ -49,7 +49,8 @@ from app.remote.errors import (
     ServerUnreachableError,
     StreamDroppedError,
 )
-from app.remote.display import printable, redact_url, redact_userinfo, url_password
+from app.formatting import printable
+from app.remote.display import redact_url, redact_userinfo, url_password
 from app.remote.figures import SpeculationFigures, combine, count, from_response
 from app.remote.prometheus import SpecCounters, metric_prefixes, parse_spec_counters
 
@@ -400,7 +401,7 @@ class RemoteClient:
 
     Every error the client raises is a :class:`RemoteError` whose message shows neither
     the API key nor the address's password, with the control characters of what the
-    server sent escaped (:func:`~app.remote.display.printable`). The client is used from
+    server sent escaped (:func:`~app.formatting.printable`). The client is used from
     one thread at a time; :meth:`close` releases its connections.
     """
 

@@ -1,33 +1,14 @@
-"""What Tandem shows of what a server sent, and of a server's address.
+"""What Tandem shows of a server's address.
 
-Anything a server sends may carry terminal control sequences (ESC, OSC, NUL…) that
-would retitle, clear or rewrite the user's terminal if printed as they are; and an
-address may carry a password (``http://user:pass@host``) that must not reach a message
-or a log. :func:`printable` escapes the first, :func:`redact_url` hides the second. No
-Qt, no httpx: pure text functions.
+An address may carry a password (``http://user:pass@host``) that must not reach a
+message or a log: :func:`redact_url` hides it (what a server sends is escaped by
+:func:`app.formatting.printable`). No Qt, no httpx: pure text functions.
 """
 
 from __future__ import annotations
 
 import re
 from urllib.parse import urlsplit
-
-#: control characters (Unicode category Cc: C0, DEL, C1) other than newline and tab
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_NAMED = {"\r": "\\r", "\x0b": "\\v", "\x0c": "\\f"}
-
-
-def _escape(match: re.Match[str]) -> str:
-    ch = match.group()
-    return _NAMED.get(ch) or f"\\x{ord(ch):02x}"
-
-
-def printable(text: str) -> str:
-    """``text`` with every control character except newline and tab written as a
-    backslash escape (ESC as ``\\x1b``, CR as ``\\r``, C1's CSI as ``\\x9b``), so that it
-    shows as text on a terminal instead of acting on it. Other characters are kept."""
-    return _CONTROL.sub(_escape, text)
-
 
 def redact_url(url: str) -> str:
     """``url`` with the password of its user part shown as ``***``

@@ -21,7 +21,8 @@ from app.remote import (
     ServerUnreachableError,
     StreamDroppedError,
 )
-from app.remote.display import printable, redact_url, redact_userinfo
+from app.formatting import printable
+from app.remote.display import redact_url, redact_userinfo
 from app.remote.errors import RemoteCancelledError
 from tests.remote.broken_server import BrokenServer
 from tests.remote.llama_server import free_port
