@@ -1,4 +1,5 @@
-"""Fixtures of the remote-engine tests: one llama-server for the whole folder.
+"""Fixtures of the remote-engine tests: one llama-server for the whole folder, and a
+misbehaving server (:class:`~tests.remote.broken_server.BrokenServer`) per module.
 
 Without a built ``llama-server`` (``bench/build_llama_tools.sh``) the tests that need it
 are skipped, except under CI (``CI=true``), where ``.ci/run`` builds it and its absence
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.remote.broken_server import BrokenServer
 from tests.remote.llama_server import SPEC_ARGS, LlamaServer, llama_server_binary
 
 
@@ -48,3 +50,11 @@ def fresh_llama_server(smollm_path: Path) -> Iterator[LlamaServer]:
     exe = require_llama_server()
     with LlamaServer(exe, smollm_path, SPEC_ARGS) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def broken() -> Iterator[BrokenServer]:
+    """A local server that misbehaves as its ``mode`` says, one per test module."""
+    server = BrokenServer()
+    yield server
+    server.stop()

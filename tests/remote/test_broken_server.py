@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Iterator
 
 import pytest
 
@@ -27,13 +26,6 @@ from tests.remote.broken_server import BrokenServer
 from tests.remote.llama_server import free_port
 
 MESSAGES = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture(scope="module")
-def broken() -> Iterator[BrokenServer]:
-    server = BrokenServer()
-    yield server
-    server.stop()
 
 
 def _collect(client: RemoteClient) -> tuple[list[str], Exception | RemoteResult]:

@@ -55,13 +55,6 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     r.c.close()
 
 
-@pytest.fixture(scope="module")
-def broken() -> Iterator[BrokenServer]:
-    server = BrokenServer()
-    yield server
-    server.stop()
-
-
 def test_chat_regenerate_edit_and_stop_on_llama_server(rig: Rig, llama_server: LlamaServer) -> None:
     rig.connect(llama_server.base_url)
     remote = rig.c.remote

@@ -11,19 +11,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from app.cli import main
 from tests.remote.broken_server import ESCAPED_ID, ESCAPED_TEXT, BrokenServer
-
-
-@pytest.fixture(scope="module")
-def broken() -> Iterator[BrokenServer]:
-    server = BrokenServer()
-    yield server
-    server.stop()
 
 
 def _generate(broken: BrokenServer, *extra: str, server: str | None = None) -> list[str]:
