@@ -239,8 +239,7 @@ def drafter_mode(args: argparse.Namespace, *, off: bool = False) -> SpecMode:
     switches = drafter_choices(args)
     auto = bool(getattr(args, "auto", False))
     assistant = getattr(args, "mtp_assistant", None) is not None
-    given = [*switches, *(["--auto"] if auto else []),
-             *(["--mtp-assistant"] if assistant else [])]
+    given = drafter_flags(args)
     if off and given:
         raise TandemError(f"Invalid option: --no-spec turns speculation off, which "
                           f"contradicts {given[0]}; drop one of them.")
@@ -263,6 +262,20 @@ def drafter_mode(args: argparse.Namespace, *, off: bool = False) -> SpecMode:
     if auto:
         return SpecMode.AUTO
     return chosen[0][1] if chosen else SpecMode.OFF
+
+
+def drafter_flags(args: argparse.Namespace, *, no_spec: bool = False) -> list[str]:
+    """Every drafter option given, as its flag: the drafter switches
+    (:func:`drafter_choices`), ``--auto``, ``--mtp-assistant`` and (``no_spec``)
+    ``--no-spec``."""
+    given = [*drafter_choices(args)]
+    if getattr(args, "auto", False):
+        given.append("--auto")
+    if getattr(args, "mtp_assistant", None) is not None:
+        given.append("--mtp-assistant")
+    if no_spec and getattr(args, "no_spec", False):
+        given.append("--no-spec")
+    return given
 
 
 def drafter_choices(args: argparse.Namespace) -> dict[str, SpecMode]:

@@ -63,14 +63,9 @@ def refuse_drafter_with_server(args: argparse.Namespace) -> None:
     Raises:
         TandemError: one of them was given.
     """
-    from app.cli.options import drafter_choices
+    from app.cli.options import drafter_flags
 
-    given = [*drafter_choices(args)]
-    given += [flag for flag, name in (("--auto", "auto"), ("--no-spec", "no_spec"))
-              if getattr(args, name, False)]
-    if getattr(args, "mtp_assistant", None) is not None:
-        given.append("--mtp-assistant")
-    if given:
+    if given := drafter_flags(args, no_spec=True):
         raise TandemError(f"Invalid option: {given[0]} has no effect with --server: the "
                           "server drafts as it was started (serve-command prints the "
                           "command that starts it with a drafter).")
