@@ -16,6 +16,8 @@ what it measured.
 
 from __future__ import annotations
 
+import dataclasses
+
 import time
 from collections.abc import Callable
 
@@ -144,14 +146,15 @@ def _race(ctx: JobContext, request: RaceRequest) -> RaceRecording:
 
 def _sweep(ctx: JobContext, request: SweepRequest) -> KSweepResult:
     session = ctx.session
-    prompt, _fit = prepare(session, request.prompt, request.sampling)
+    prompt, fit = prepare(session, request.prompt, request.sampling)
 
     def progress(done: int, total: int, rec: RunRecord) -> None:
         ctx.emit(SweepProgressed(ctx.job_id, done, total, rec.label, rec.stats.decode_tps))
 
-    return run_k_sweep(session, prompt, request.sampling, request.speculation, request.ks,
-                       repeat=request.repeat, warmup=request.warm_up, cancel=ctx.cancel,
-                       progress=progress)
+    result = run_k_sweep(session, prompt, request.sampling, request.speculation, request.ks,
+                         repeat=request.repeat, warmup=request.warm_up, cancel=ctx.cancel,
+                         progress=progress)
+    return dataclasses.replace(result, context=fit)
 
 
 def _lookup(ctx: JobContext, request: LookupRequest) -> LookupEstimate:

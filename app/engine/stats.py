@@ -245,9 +245,10 @@ class SpecStats:
     * ``accepted_at[i]`` / ``verified_at[i]``: acceptances / verifications of draft
       position i + 1 (i = 0 … k − 1).
     * ``draft_cost_ratio`` c = (draft time / draft forward steps) / plain target step time
-      (prompt lookup and suffix: draft time per proposed token / target step time). The target step
-      time is the fastest of a few one-token passes timed when the model was loaded,
-      then the median with the one-token rounds of plain decoding.
+      (prompt lookup and suffix: draft time per proposed token / target step time). The
+      plain step time is this reply's baseline (``plain_step_time``) where one exists,
+      else ``target_step_time``: the fastest of a few one-token passes timed when the
+      model was loaded, then the median with the one-token rounds of plain decoding.
     * ``predicted_speedup`` = E(α, k) / (1 + c·k) from the measured α and c.
     * ``decode_tps`` = emitted / decode time, where decode time runs from the end of the
       prefill to the end of generation (as llama-speculative-simple reports it);
@@ -325,17 +326,24 @@ class SpecStats:
 
     @property
     def draft_cost_ratio(self) -> float | None:
-        """c = draft step time / plain target step time; 0 for a drafter with no model."""
+        """c = draft step time / plain target step time t₁; 0 for a drafter with no model.
+
+        t₁ is :attr:`plain_step_time` (the plain baseline under this reply's conditions:
+        its depth in the context, its thread count, the load then) where one exists, else
+        :attr:`target_step_time`, so that c, the measured speedup and the verification
+        cost divide by the same step; a step timed at load on an empty cache is faster
+        than one deep in a conversation."""
+        t1 = self.plain_step_time or self.target_step_time
         if self.mode in (SpecMode.PROMPT_LOOKUP, SpecMode.SUFFIX):
             # No forward passes: the cost per proposed token, so that c·k̄ is the lookup
             # time of a drafting round in units of a target step, as the formula needs.
-            if self.target_step_time and self.proposed:
-                return (self.draft_time / self.proposed) / self.target_step_time
+            if t1 and self.proposed:
+                return (self.draft_time / self.proposed) / t1
             return None
         step = self.draft_step_time
-        if step is None or not self.target_step_time:
+        if step is None or not t1:
             return None
-        return step / self.target_step_time
+        return step / t1
 
     @property
     def verification_cost(self) -> tuple[float, float] | None:

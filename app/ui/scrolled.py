@@ -56,7 +56,8 @@ def scrolled(page: QWidget, *, keep_width: bool = False) -> QScrollArea:
 class ScrolledTabWidget(QTabWidget):
     """Tabs whose pages scroll vertically (:func:`scrolled` with ``keep_width``).
     :meth:`setCurrentWidget` and :meth:`indexOf` take the page itself as well as its
-    scroll area."""
+    scroll area; ``currentWidget()`` and ``widget(i)`` stay Qt's and return the scroll
+    area (whose ``widget()`` is the page)."""
 
     def add_page(self, page: QWidget, title: str) -> int:
         return self.addTab(scrolled(page, keep_width=True), title)

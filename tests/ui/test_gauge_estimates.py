@@ -3,6 +3,8 @@ on few drafts or on none, and hold the predicted speedup until it means somethin
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE, SpecStats, acceptance_interval
@@ -254,3 +256,26 @@ def test_a_larger_k_is_advised_only_where_it_would_pay() -> None:
     assert whole(0.05).draft_cost_ratio == pytest.approx(0.05)
     assert reply_advice(whole(0.05)) == "larger-k"
     assert reply_advice(whole(1.19)) is None
+
+
+def test_c_divides_by_the_same_plain_step_as_the_measured_speedup() -> None:
+    """A step timed at load on an empty cache (0.02 s) is faster than one at the reply's
+    depth (0.03 s): c, the measured speedup and the verification cost all divide by the
+    reply's own baseline once one exists, so c does not jump when the reply ends."""
+    from app.options import SpecMode
+
+    def reply(plain: float | None) -> SpecStats:
+        return SpecStats(mode=SpecMode.DRAFT_MODEL, draft_max=4, emitted=100, rounds=30,
+                         draft_rounds=30, proposed=120, verified=120, accepted=70,
+                         draft_steps=120, draft_time=120 * 0.006, target_step_time=0.02,
+                         draft_passes=30, draft_pass_time=30 * 0.045, decode_time=2.0,
+                         plain_step_time=plain)
+
+    assert reply(None).draft_cost_ratio == pytest.approx(0.3)  # no baseline: the load's
+    deep = reply(0.03)
+    assert deep.draft_cost_ratio == pytest.approx(0.2)
+    assert deep.measured_speedup == pytest.approx(100 / 2.0 * 0.03)
+    assert deep.verification_cost == pytest.approx((5.0, 1.5))
+    # the lookup drafters' c (per proposed token) divides by the same step
+    lookup = dataclasses.replace(deep, mode=SpecMode.SUFFIX, draft_steps=0)
+    assert lookup.draft_cost_ratio == pytest.approx(0.006 / 0.03)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.engine.context_fit import ContextFit
 from app.engine.measure.bench import (
     ConfigSummary,
     ProgressFn,
@@ -64,6 +65,8 @@ class KSweepResult:
     (k, E(α, k) / (1 + c·k)) for k = 1 … max k, and ``predicted_tps`` the same times the
     plain decode speed, for drawing on the measured tok/s axis. ``recommended_k`` is the
     fastest measured k (ties: the smaller); ``predicted_best_k`` the model's choice.
+    ``context``: what was dropped from a conversation longer than the context window
+    before it was swept, as a chat reply would drop it (None: nothing).
     """
 
     plain_decode_tps: float | None
@@ -74,6 +77,7 @@ class KSweepResult:
     recommended_k: int | None
     predicted_best_k: int | None
     cancelled: bool = False
+    context: ContextFit | None = None
 
     @property
     def predicted_tps(self) -> tuple[tuple[int, float], ...]:
@@ -104,6 +108,7 @@ class KSweepResult:
             "recommended_k": self.recommended_k,
             "predicted_best_k": self.predicted_best_k,
             "cancelled": self.cancelled,
+            "context": self.context.to_dict() if self.context is not None else None,
         }
 
 

@@ -694,6 +694,8 @@ class RaceWindow(QMainWindow):
             return
         self._warm = True
         self.sweep_view.show_result(result)
+        if result.context is not None:  # every k swept the shortened conversation
+            self._show_message(context_fit_words(result.context), "info")
         if self.speculation().mode is SpecMode.PROMPT_LOOKUP:
             speedups = [p.measured_speedup for p in result.points
                         if p.measured_speedup is not None]

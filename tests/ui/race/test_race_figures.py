@@ -44,21 +44,25 @@ def test_lane_header_keeps_the_k_of_the_race_shown(qtbot, tiny_bridge: ServiceBr
     w.close()
 
 
+def _long_conversation_window(bridge: ServiceBridge) -> RaceWindow:
+    from app.engine.chat import ChatMessage
+    from app.options import ContextOverflow
+
+    info = describe_session(session_of(bridge), 0.0)
+    said = "the quick brown fox jumps over the lazy dog " * 4
+    messages = tuple(ChatMessage(role, f"{i}: {said}") for i in range(6)
+                     for role in ("user", "assistant")) + (ChatMessage("user", "and now?"),)
+    return RaceWindow(bridge, info, messages=messages, sampling=SamplingParams(
+        temperature=0.0, seed=1, max_tokens=12, context_overflow=ContextOverflow.TRUNCATE_MIDDLE),
+        speculation=SpeculationConfig(mode="prompt-lookup", draft_max=4))
+
+
 def test_a_conversation_longer_than_the_context_is_raced_as_the_chat_shortens_it(
         qtbot, tiny_bridge: ServiceBridge) -> None:
     """"This conversation" follows the chat's overflow policy: earlier messages are
     dropped as a reply's would be, both lanes race that, and the window says what was
     dropped."""
-    from app.engine.chat import ChatMessage
-    from app.options import ContextOverflow
-
-    info = describe_session(session_of(tiny_bridge), 0.0)
-    said = "the quick brown fox jumps over the lazy dog " * 4
-    messages = tuple(ChatMessage(role, f"{i}: {said}") for i in range(6)
-                     for role in ("user", "assistant")) + (ChatMessage("user", "and now?"),)
-    w = RaceWindow(tiny_bridge, info, messages=messages, sampling=SamplingParams(
-        temperature=0.0, seed=1, max_tokens=12, context_overflow=ContextOverflow.TRUNCATE_MIDDLE),
-        speculation=SpeculationConfig(mode="prompt-lookup", draft_max=4))
+    w = _long_conversation_window(tiny_bridge)
     qtbot.addWidget(w)
     w.show()
     assert w.start_race()
@@ -66,6 +70,22 @@ def test_a_conversation_longer_than_the_context_is_raced_as_the_chat_shortens_it
     rec = w.race_view.recording
     assert rec is not None and rec.context is not None and rec.context.dropped_messages > 0
     assert rec.result.off.stats.emitted == 12 and rec.result.on.stats.emitted == 12
+    assert "Dropped" in w.message.text()
+    w.close()
+
+
+def test_a_k_sweep_of_a_conversation_longer_than_the_context_says_what_it_dropped(
+        qtbot, tiny_bridge: ServiceBridge) -> None:
+    w = _long_conversation_window(tiny_bridge)
+    qtbot.addWidget(w)
+    w.show()
+    w.sweep_view.ks_edit.setText("2")
+    assert w.start_sweep()
+    qtbot.waitUntil(lambda: not w.busy, timeout=RACE_TIMEOUT_MS)
+    result = w.sweep_view.result
+    assert result is not None and result.context is not None
+    assert result.context.dropped_messages > 0
+    assert result.to_dict()["context"]["dropped_messages"] == result.context.dropped_messages
     assert "Dropped" in w.message.text()
     w.close()
 
