@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QDialog,
     QFileDialog,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QSplitter,
     QStackedWidget,
@@ -112,6 +113,26 @@ def _choose_gguf(window: MainWindow, title: str) -> Path | None:
     name, _ = QFileDialog.getOpenFileName(window, title, start,
                                           "GGUF models (*.gguf);;All files (*)")
     return Path(name) if name else None
+
+
+def draft_menu(window: MainWindow) -> QMenu:
+    """"Choose draft…": the Models window, which ranks the library's models as drafts for
+    the loaded target and greys the incompatible ones with the reason, or any GGUF file
+    (checked against the target when it loads). Deleted when it closes."""
+    menu = QMenu(window)
+    menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    info = window.controller.model_info
+    ranked = menu.addAction("Compatible drafts in the Models window…")
+    ranked.triggered.connect(
+        lambda: window.windows.open_drafts_for(info.target_path if info is not None else None))
+    other = menu.addAction("Open a GGUF file…")
+    other.triggered.connect(lambda: _open_draft_file(window))
+    return menu
+
+
+def _open_draft_file(window: MainWindow) -> None:
+    if (path := window.choose_draft_file()) is not None:
+        window.controller.set_draft_model(path)
 
 
 def _single_shot_timer(parent: QWidget, ms: int, slot: Callable[[], object]) -> QTimer:
@@ -500,8 +521,8 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _on_model_bar_open_draft_clicked(self) -> None:
-        if (path := self.choose_draft_file()) is not None:
-            self.controller.set_draft_model(path)
+        button = self.model_bar.draft_button
+        draft_menu(self).popup(button.mapToGlobal(button.rect().bottomLeft()))
 
     @Slot()
     def _on_model_bar_load_cancel_clicked(self) -> None:

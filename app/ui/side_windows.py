@@ -9,6 +9,8 @@ is running (the window does not send while it is).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import QObject, QTimer, Slot
 from PySide6.QtWidgets import QWidget
 
@@ -54,6 +56,15 @@ class SideWindows(QObject):
         self.picker.show()
         self.picker.raise_()
         self.picker.activateWindow()
+
+    def open_drafts_for(self, target: Path | None) -> None:
+        """Open the Models window's library with ``target`` selected, so that its drafts
+        list ranks the library's models as drafts for it (None: as the window was)."""
+        self.open_model_picker()
+        assert self.picker is not None
+        self.picker.open_tab("Library")
+        if target is not None:
+            self.picker.library_tab.choose_target(target)
 
     @Slot(object)
     def _on_picker_models_chosen(self, chosen: ModelsChosen) -> None:

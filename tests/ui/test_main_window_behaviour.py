@@ -388,3 +388,43 @@ def test_esc_leaves_editing_when_no_reply_runs(qtbot, tiny_window) -> None:  # t
     qtbot.keyClick(w.input, Qt.Key.Key_Escape)
     assert w.controller.editing_message_id is None and w.input.toPlainText() == ""
     assert all("+" in k.toString() for k in quit_keys())  # no bare "Exit" key listed
+
+
+def test_choose_draft_offers_the_ranked_drafts_or_any_file(qtbot, tiny_window,  # type: ignore[no-untyped-def]
+                                                           monkeypatch, tmp_path: Path) -> None:
+    """"Choose draft…" opens a menu: the Models window with the loaded target selected
+    (its drafts list ranks the library's models for it and greys the incompatible ones),
+    or a file dialog for any GGUF."""
+    from PySide6.QtWidgets import QApplication, QMenu
+
+    from app.ui.picker.library_tab import NO_DRAFT_MODEL_LABEL
+
+    w = tiny_window
+    target = w.controller.model_info.target_path
+    qtbot.mouseClick(w.model_bar.draft_button, Qt.MouseButton.LeftButton)
+    menu = QApplication.activePopupWidget()
+    assert isinstance(menu, QMenu)
+    ranked, other = [a for a in menu.actions() if not a.isSeparator()]
+    assert ranked.text() == "Compatible drafts in the Models window…"
+    assert other.text() == "Open a GGUF file…"
+    picked: list[Path | None] = []
+    monkeypatch.setattr(w, "choose_draft_file", lambda: None)  # the dialog, cancelled
+    monkeypatch.setattr(w.controller, "set_draft_model", picked.append)
+    other.trigger()
+    assert picked == [] and w.windows.picker is None  # nothing chosen, nothing changed
+    monkeypatch.setattr(w, "choose_draft_file", lambda: tmp_path / "draft.gguf")
+    other.trigger()
+    assert picked == [tmp_path / "draft.gguf"]
+    ranked.trigger()
+    menu.close()
+    picker = w.windows.picker
+    assert picker is not None and picker.isVisible()
+    assert picker.tabs.tabText(picker.tabs.currentIndex()).startswith("Library")
+    qtbot.waitUntil(lambda: not picker.library_tab.scanning, timeout=LOAD_TIMEOUT_MS)
+    tab = picker.library_tab
+    assert tab.target is not None and tab.target.is_file(target)
+    qtbot.waitUntil(lambda: not tab.ranking, timeout=LOAD_TIMEOUT_MS)
+    # the library holds no other model: the drafts list says so, greyed, and where to look
+    label, status, greyed = tab.draft_rows()[0]
+    assert label == NO_DRAFT_MODEL_LABEL and greyed and "Catalog" in status
+    picker.close()

@@ -196,6 +196,23 @@ def _rank_job(target: LibraryEntry, entries: tuple[LibraryEntry, ...]) -> Callab
     return job
 
 
+#: the first column of the draft list's line for a library without a draft model
+NO_DRAFT_MODEL_LABEL = "Draft model: none here"
+
+
+def _no_draft_model_row() -> QTreeWidgetItem:
+    """The draft list's greyed line where no model of the library can draft for the target."""
+    row = QTreeWidgetItem([NO_DRAFT_MODEL_LABEL, "—", "—", "—",
+                           "no model in the library has this tokenizer: the Catalog tab "
+                           "lists pairs to download, Open GGUF… adds a file"])
+    row.setToolTip(0, "A draft model must share the target's tokenizer (vocabulary, BOS "
+                      "and EOS tokens); smaller models of the same family usually do.")
+    row.setFlags(row.flags() & ~Qt.ItemFlag.ItemIsSelectable & ~Qt.ItemFlag.ItemIsEnabled)
+    for c in range(row.columnCount()):
+        row.setForeground(c, QBrush(GREYED))
+    return row
+
+
 class LibraryTabWidget(QWidget):
     """Models on this machine (top), drafts for the selected target and the pairing check
     (bottom). See the module docstring.
@@ -609,7 +626,7 @@ class LibraryTabWidget(QWidget):
         incompatible = [i for i, c in enumerate(candidates) if not c.compatible]
         for i in compatible:
             self.draft_list.addTopLevelItem(self._draft_item(i, candidates[i]))
-        rows: list[QTreeWidgetItem] = []
+        rows: list[QTreeWidgetItem] = [] if compatible else [_no_draft_model_row()]
         target_info = self.target.info if self.target is not None else None
         for info in listed_drafters():  # from the registry
             why = drafter_unusable(info, target_info)
