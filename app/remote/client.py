@@ -27,8 +27,10 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import re
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,6 +39,7 @@ from enum import Enum
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
+import certifi
 import httpx
 
 from app.remote.errors import (
@@ -50,7 +53,13 @@ from app.remote.errors import (
     StreamDroppedError,
 )
 from app.formatting import printable
-from app.remote.display import redact_url, redact_userinfo, url_password
+from app.remote.display import (
+    looks_like_html,
+    page_text,
+    redact_url,
+    redact_userinfo,
+    url_password,
+)
 from app.remote.figures import SpeculationFigures, combine, count, from_response
 from app.remote.prometheus import SpecCounters, metric_prefixes, parse_spec_counters
 
@@ -249,6 +258,29 @@ _EXAMPLE = "give one like http://127.0.0.1:8080 or https://host/path"
 _HOST = re.compile(r"[\w.\-:]+")
 
 
+def tls_context(verify: bool | str = True) -> ssl.SSLContext:
+    """The TLS context of a client's connections.
+
+    ``True``: ``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` where either is set (as httpx and
+    OpenSSL read them), else certifi's bundle and the operating system's own certificates
+    (``SSLContext.load_default_certs``: the Windows store, OpenSSL's paths on Linux), so
+    a company's authority installed on the system is trusted as a browser trusts it.
+    A string: that CA file or folder only. ``False``: no verification.
+
+    Raises:
+        OSError, ssl.SSLError: the CA file or folder cannot be read.
+    """
+    if verify is not True or os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
+        if isinstance(verify, str):
+            if os.path.isdir(verify):
+                return ssl.create_default_context(capath=verify)
+            return ssl.create_default_context(cafile=verify)
+        return httpx.create_ssl_context(verify=verify)
+    ctx = ssl.create_default_context(cafile=certifi.where())
+    ctx.load_default_certs()
+    return ctx
+
+
 def normalize_base_url(url: str) -> str:
     """``http(s)://[user[:password]@]host[:port][/prefix]`` without a trailing ``/`` or
     ``/v1``.
@@ -351,7 +383,7 @@ def _error_message(response: httpx.Response) -> str:
     except JSONTooDeepError:
         return "an error body that is not OpenAI's (JSON nested too deep to read)"
     except ValueError:
-        return response.text.strip()[:200]
+        return _body_start(response.text)
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict) and isinstance(err.get("message"), str):
@@ -360,7 +392,15 @@ def _error_message(response: httpx.Response) -> str:
             return err[:300]
         if isinstance(body.get("detail"), str):
             return str(body["detail"])[:300]
-    return response.text.strip()[:200]
+    return _body_start(response.text)
+
+
+def _body_start(text: str) -> str:
+    """The start of an error body that is not JSON: an HTML page's words (a proxy's
+    "502 Bad Gateway" page), else the text itself; at most 200 characters."""
+    if looks_like_html(text):
+        return page_text(text) or "an HTML page without text"
+    return text.strip()[:200]
 
 
 def _sampling_fields(max_tokens: int | None, temperature: float | None, top_p: float | None,
@@ -387,8 +427,10 @@ class RemoteClient:
         api_key: sent as ``Authorization: Bearer …`` when given (the spaces and line
             ends around it dropped; only spaces left is no key); never logged, never in
             ``repr`` or error messages.
-        verify: TLS verification: True (the system's certificates), a CA bundle path,
-            or False (only for a server the user chose not to verify).
+        verify: TLS verification (:func:`tls_context`): True (the certificates the
+            operating system trusts and certifi's; ``SSL_CERT_FILE`` or ``SSL_CERT_DIR``
+            instead where set), a CA bundle path, or False (only for a server the user
+            chose not to verify).
         connect_timeout, read_timeout: seconds (see the module constants).
         answer_deadline: seconds the whole answer to ``GET /v1/models`` may take
             (:data:`ANSWER_DEADLINE_S`).
@@ -429,7 +471,7 @@ class RemoteClient:
             # makes one per client otherwise, for http too, loading the CA bundle (about
             # 40 ms on a 2-core CPU), which every reply's time to first token would carry
             base_url=self.base_url, headers=headers,
-            verify=httpx.create_ssl_context(verify=verify),
+            verify=tls_context(verify),
             timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
             follow_redirects=False, transport=transport,
         )
@@ -530,8 +572,10 @@ class RemoteClient:
         if isinstance(exc, httpx.ConnectError):
             reason = str(exc) or type(exc).__name__
             if "CERTIFICATE" in reason.upper() or "SSL" in reason.upper():
-                return ServerUnreachableError(f"{url}: its TLS certificate could not be "
-                                              f"verified ({reason}).")
+                return ServerUnreachableError(
+                    f"{url}: its TLS certificate could not be verified ({reason}). For a "
+                    "server whose certificate your own authority signed, start Tandem with "
+                    "SSL_CERT_FILE set to that authority's certificate file (PEM).")
             return ServerUnreachableError(f"Cannot reach {url} ({reason}). Is the server "
                                           "running, and is the address right?")
         if isinstance(exc, httpx.TimeoutException):

@@ -43,6 +43,8 @@ Hostile modes (a server that means harm, or is badly broken):
   blank lines without end (until the client goes);
 * ``raw-text``: ``xxxx…`` without a line end or SSE framing; ``endless-field``: one
   ``event:`` line without end;
+* ``proxy-502``: status 502 with the HTML page a proxy (nginx) sends when the server
+  behind it is down;
 * ``escapes``: one chunk of text with NUL, ESC, CSI and OSC sequences, then the finish;
 * ``replay``: what a real engine answered, from the folder :attr:`BrokenServer.replay`
   (``models.json``, ``chat_stream.sse``, ``chat.json`` of ``tests/remote/data``).
@@ -280,6 +282,15 @@ def _deep_error(h: _Handler) -> None:
     h._send(500, b'{"error":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "application/json")
 
 
+_NGINX_502 = (b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+              b"<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx/1.24.0"
+              b"</center>\r\n</body>\r\n</html>\r\n")
+
+
+def _proxy_502(h: _Handler) -> None:
+    h._send(502, _NGINX_502, "text/html")
+
+
 def _deep_chunk(h: _Handler) -> None:
     h._start_stream()
     for text in CHUNKS:
@@ -312,6 +323,7 @@ def _escapes(h: _Handler) -> None:
 
 _HOSTILE_CHAT = {
     "deep-json": _deep_json, "deep-error": _deep_error, "deep-chunk": _deep_chunk,
+    "proxy-502": _proxy_502,
     "bad-figures": _bad_figures, "escapes": _escapes,
     "empty-deltas": _endless(b'data: {"choices": [{"delta": {}}]}\n\n'),
     "no-choices": _endless(b'data: {"choices": []}\n\n'),

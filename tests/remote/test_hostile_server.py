@@ -87,6 +87,26 @@ def test_json_nested_too_deep_is_refused_in_a_sentence(
     broken.mode = "ok"
 
 
+def test_a_proxys_html_error_page_reads_as_its_words(broken: BrokenServer) -> None:
+    broken.mode = "proxy-502"
+    with RemoteClient(broken.base_url) as client, pytest.raises(ServerHTTPError) as info:
+        client.chat("broken", MESSAGES, scrape_metrics=False)
+    assert str(info.value).endswith("answered 502 to the chat request: "
+                                    "502 Bad Gateway nginx/1.24.0")
+    broken.mode = "ok"
+
+
+def test_an_html_page_gives_its_text_without_markup_head_or_scripts() -> None:
+    from app.remote.display import looks_like_html, page_text
+
+    page = ("<!DOCTYPE html><html><head><title>T</title><style>p{}</style></head><body>"
+            "<script>alert(1)</script><p>Service &amp; more\n\n  unavailable</p><p>")
+    assert looks_like_html(page) and not looks_like_html("upstream timed out <p>")
+    assert page_text(page) == "Service & more unavailable"
+    assert page_text("<html><body></body></html>") == ""
+    assert len(page_text("<p>" + "word " * 1000)) == 200
+
+
 @pytest.mark.parametrize("max_tokens", [None, 50])
 def test_a_chunk_nested_too_deep_is_garbage_keeping_the_text(
         broken: BrokenServer, max_tokens: int | None) -> None:
