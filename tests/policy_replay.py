@@ -31,7 +31,8 @@ ReplayRule = Literal["choose", "trim", "full", "oracle"]
 class PolicyReplay:
     """A reply replayed under a draft-length rule: its rounds, the seconds its target
     passes would take at the given pass times (``target_s``) and the seconds its drafter
-    and policy took in this process (``draft_s``), against plain decoding's
+    and policy took in this process (``draft_s``, CPU time by default), against plain
+    decoding's
     ``plain_s`` = t(1) per sampled position."""
 
     counts: ReplayCounts
@@ -62,7 +63,7 @@ def replay_policy(
     ends_with_eog: bool,
     max_tokens: int,
     draft_end: Callable[[int, Sequence[int]], int] | None = None,
-    clock: Callable[[], float] = time.perf_counter,
+    clock: Callable[[], float] = time.thread_time,
     observe_passes: bool = False,
 ) -> PolicyReplay:
     """Replay one reply as the engine's loop would run it under ``rule``.
@@ -87,6 +88,9 @@ def replay_policy(
         max_tokens: the reply's token limit (drafts may run past an end-of-generation
             token the drafter cannot foresee, as in the engine).
         pass_time: seconds of a target pass over n tokens (sampling included).
+        clock: what times the drafter and the policy (``draft_s``); by default this
+            thread's CPU time, which other processes on a busy machine do not inflate
+            as they inflate wall time.
         draft_end: (reply tokens emitted so far, draft) → how many leading draft tokens
             are worth verifying; the draft is cut there before the rule applies, as the
             engine cuts it (:func:`app.engine.text.draft_length_before_end`).

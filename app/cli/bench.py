@@ -70,7 +70,7 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "the earlier replies, which also feed the suffix drafter's index."
         ),
     )
-    add_model_args(p)
+    add_model_args(p, server=True, required=False)
     add_drafting_args(p)
     p.add_argument("--prompts", default="builtin:code",
                    help="builtin:code, builtin:chat, builtin:agent (multi-turn), or a "

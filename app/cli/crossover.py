@@ -31,12 +31,8 @@ RENDER_CHART_ARG = "--tandem-render-crossover"
 
 def add_crossover_args(p: argparse.ArgumentParser) -> None:
     """Add the crossover's options to ``bench``'s parser (``--server`` and
-    ``--api-key-env`` come from :func:`app.cli.remote.add_server_args`); ``--model``
-    becomes optional there (a local bench checks it itself)."""
-    for action in p._actions:  # argparse keeps its actions here; no public way to relax one
-        if action.dest == "model":
-            action.required = False
-            action.help = "target model GGUF (with --server: the model name to request)"
+    ``--api-key-env`` come from :func:`app.cli.remote.add_server_args`; ``bench`` makes
+    ``--model`` optional, and a local bench checks it itself)."""
     g = p.add_argument_group("serving crossover (remote servers)")
     g.add_argument("--server-off", metavar="URL",
                    help="the same model served without speculation: with --server, the "

@@ -73,7 +73,7 @@ def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p = sub.add_parser("generate", help="generate one reply with a GGUF target model")
     p.add_argument("prompt", help="the prompt text (with --chat: the user message); "
                                   "'-' reads it from standard input")
-    add_model_args(p)
+    add_model_args(p, server=True)
     p.add_argument("--no-spec", action="store_true", help="speculation off: plain decoding")
     add_draft_length_arg(p, several=False)
     add_drafting_args(p)

@@ -106,10 +106,20 @@ def _cache_mib(text: str) -> int:
     return value
 
 
-def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int = N_CTX) -> None:
+def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int = N_CTX, server: bool = False,
+                   required: bool = True) -> None:
     """--model, --draft | --prompt-lookup | --suffix, --auto, --n-ctx, --n-gpu-layers,
-    --threads, --cache-ram, --exact."""
-    p.add_argument("--model", required=True, type=Path, help="target model GGUF")
+    --threads, --cache-ram, --exact.
+
+    ``server``: the command also takes ``--server`` (:func:`app.cli.remote.add_server_args`),
+    where ``--model`` is the server's model id: it is kept as typed (a ``str``; the
+    command makes a local model's a ``Path``). ``required``: whether ``--model`` must be
+    given (a command that checks it itself passes False)."""
+    if server:
+        p.add_argument("--model", required=required, type=str,
+                       help="target model GGUF (with --server: the model id to request)")
+    else:
+        p.add_argument("--model", required=required, type=Path, help="target model GGUF")
     drafter = p.add_mutually_exclusive_group()
     for kind in kinds():  # one switch per registered drafter
         info = kind.info

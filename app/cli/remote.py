@@ -33,15 +33,12 @@ from app.remote.session import remote_extra
 
 def add_server_args(p: argparse.ArgumentParser) -> None:
     """``--server URL`` and ``--api-key-env VAR``; with ``--server``, ``--model`` is the
-    server's model id (kept as typed, not as a path)."""
+    server's model id (``add_model_args(p, server=True)`` keeps it as typed)."""
     p.add_argument("--server", default=None, metavar="URL",
                    help="use a remote OpenAI-compatible server (llama-server, vLLM, SGLang, "
                         "another Tandem…) at URL; --model is then its model id")
     p.add_argument("--api-key-env", default=None, metavar="VAR",
                    help="with --server: the environment variable holding its API key")
-    for action in p._actions:
-        if action.dest == "model":
-            action.type = str  # a path for local models: main converts it
 
 
 def refuse_key_without_server(args: argparse.Namespace) -> None:

@@ -80,7 +80,7 @@ def comparison_note(report: BenchReport) -> str | None:
     parts = [f"{identical} identical", f"{near} near-tie{'' if near == 1 else 's'}",
              f"{suspect} suspect"]
     if unmeasured:
-        # a new user read "not measured" as a failure: say why when nothing was recorded
+        # "not measured" is not a failure: say why when nothing was recorded
         why = (" (this run recorded no divergence: runs played as conversations and "
                "--no-divergence do not)"
                if report.settings.get("divergence_recorded") is False else "")

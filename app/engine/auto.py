@@ -459,8 +459,8 @@ def estimate_drafters(
                                        replayed_replies=len(turns)))
 
     t_draft = session.draft_step_time() if session.draft_model is not None else None
-    # a draft model pays a forward pass per draft token: priced at the lengths auto
-    # offered it before k = 16 was added for the model-free drafters
+    # a draft model pays a forward pass per draft token, so its long drafts rarely pay:
+    # it is priced at k ≤ DRAFT_MODEL_AUTO_K_MAX only (the model-free drafters go to 16)
     draft_ks = tuple(k for k in ks if k <= DRAFT_MODEL_AUTO_K_MAX) or ks[:1]
     if t_draft is not None and t1:
         verified = sum(o.verified for o in observations if o.mode is SpecMode.DRAFT_MODEL)

@@ -380,8 +380,8 @@ class UnverifiedTails:
 
     A key whose counts say "rejected" keeps its drafts cut, so a verification alone
     would never learn that the same kind of draft is now right (a reply that copies its
-    prompt, after turns in which such matches failed): the policy declined 80 rounds in a
-    row of a turn whose drafts the target would all have accepted. The text the target
+    prompt, after turns in which such matches failed): without this, a whole turn whose
+    drafts the target would all have accepted can go undrafted. The text the target
     writes anyway answers for every cut-away token: it equals what the target samples at
     that position, so :meth:`score` updates the keys' counts
     (:meth:`DraftLengthPolicy.observe_followed`) with the tokens up to the first one the

@@ -845,12 +845,12 @@ class Session:
     def _sync_prefix(self, tokens: Sequence[int], cancel: threading.Event | None) -> int:
         """Make the target KV cache hold ``tokens``; returns how many were evaluated."""
         done = 0
-        for progress in self._prefill(tokens, cancel, time.perf_counter):
+        for progress in self._prefill(tokens, cancel):
             done = progress.done
         return done
 
-    def _prefill(self, tokens: Sequence[int], cancel: threading.Event | None,
-                 clock: Callable[[], float]) -> Iterator[PrefillProgress]:
+    def _prefill(self, tokens: Sequence[int],
+                 cancel: threading.Event | None) -> Iterator[PrefillProgress]:
         """Make the target KV cache hold ``tokens`` (call it under the lock): the cached
         prefix is kept (or a saved state put back, :meth:`_reuse_prefix`), the rest is
         evaluated in chunks of ``n_batch``. Yields a :class:`PrefillProgress` before the
@@ -858,7 +858,7 @@ class Session:
         inside one (the abort callback), and a chunk cut short leaves the cache empty."""
         keep = self._reuse_prefix(tokens)
         todo = list(tokens[keep:])
-        t0 = clock()
+        t0 = time.perf_counter()
         yield PrefillProgress(0, len(todo), keep, 0.0)
         if not todo:
             return
@@ -880,7 +880,7 @@ class Session:
                 return
             self._kv_tokens.extend(chunk)
             done += len(chunk)
-            yield PrefillProgress(done, len(todo), keep, clock() - t0)
+            yield PrefillProgress(done, len(todo), keep, time.perf_counter() - t0)
 
     def _reuse_prefix(self, tokens: Sequence[int]) -> int:
         """Keep the cached prefix of ``tokens``, or put back a saved state that shares
@@ -897,7 +897,6 @@ class Session:
         cancel: threading.Event | None = None,
         *,
         stats_interval: float = 0.1,
-        clock: Callable[[], float] = time.perf_counter,
         trace: SamplingTrace | None = None,
     ) -> Iterator[Event]:
         """Generate a reply to ``prompt`` (token ids, starting with BOS where the model adds one).
@@ -926,7 +925,7 @@ class Session:
                 )
             self._busy = True
         try:
-            yield from self._generate(prompt, sampling, spec, cancel, stats_interval, clock, trace)
+            yield from self._generate(prompt, sampling, spec, cancel, stats_interval, trace)
         finally:
             self._busy = False
 
@@ -937,10 +936,9 @@ class Session:
         spec: SpeculationConfig,
         cancel: threading.Event | None,
         stats_interval: float,
-        clock: Callable[[], float],
         trace: SamplingTrace | None,
     ) -> Iterator[Event]:
-        started_at = time.time()
+        started_at, clock = time.time(), time.perf_counter
         reply = _Reply(prompt, clock(), TextStream(sampling.stop), sampling.max_tokens,
                        self.target.token_to_piece)
         is_cancelled = cancel.is_set if cancel is not None else (lambda: False)
@@ -949,7 +947,7 @@ class Session:
                 raise TandemError("The model has been unloaded.")
             drafter, reply.note = self._make_drafter(spec)
             reply.passes0 = drafter.forward_passes if drafter is not None else 0
-            for progress in self._prefill(prompt[:-1], cancel, clock):
+            for progress in self._prefill(prompt[:-1], cancel):
                 reply.prefill_tokens = progress.done
                 yield progress
             sampler = TargetSampler(self.target, sampling)
@@ -973,7 +971,7 @@ class Session:
                     if self._closed:
                         reason = "cancelled"
                         break
-                    reason = self._round(reply, rnd, clock)
+                    reason = self._round(reply, rnd)
                 yield from reply.take_deltas()
                 now = clock()
                 if now - last_stats >= stats_interval:
@@ -1026,7 +1024,7 @@ class Session:
                 table.calibrate(n, t)
         return table
 
-    def _round(self, reply: _Reply, rnd: Round, clock: Callable[[], float]) -> FinishReason | None:
+    def _round(self, reply: _Reply, rnd: Round) -> FinishReason | None:
         """One round under the lock: threads, draft, verification, rollback. Returns why
         the reply ends after it, or None."""
         ctx, n_past = self.ctx, reply.n_past
@@ -1047,7 +1045,8 @@ class Session:
             drafts, keys = rnd.propose(reply.history, n_max)
         batch = [reply.history[-1], *drafts]
         v, n_keep, dt = rnd.run(reply.history, n_past, drafts, keys,
-                                lambda tok, from_draft: reply.accept(tok, from_draft, clock()))
+                                lambda tok, from_draft: reply.accept(tok, from_draft,
+                                                                     time.perf_counter()))
         self._pass_table().observe(len(batch), dt)
         if not drafts:
             self._observe_plain_step(reply, dt, now)

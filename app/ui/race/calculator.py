@@ -56,7 +56,7 @@ class SpeedupCalculatorWidget(QWidget):
         self.alpha_spin.setValue(0.7)
         self.alpha_spin.setToolTip("Acceptance rate: accepted draft tokens ÷ verified draft tokens")
         self.k_spin = QSpinBox()
-        self.k_spin.setRange(1, 64)
+        self.k_spin.setRange(1, K_MAX)
         self.k_spin.setValue(4)
         self.k_spin.setToolTip("Draft length: tokens proposed per round")
         self.c_spin = QDoubleSpinBox()

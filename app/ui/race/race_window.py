@@ -73,6 +73,7 @@ from app.options import (
     SpeculationConfig,
     drafter_infos,
     drafter_unusable,
+    field_schema,
 )
 from app.ui.explain import context_fit_words
 from app.ui.qt_compat import apply_qt_workarounds
@@ -81,6 +82,7 @@ from app.ui.race.lookup_view import LookupEstimateWidget
 from app.ui.race.race_view import RaceViewWidget
 from app.ui.race.crossover_view import CrossoverWidget
 from app.ui.race.sweep_view import KSweepWidget
+from app.ui.sampling_panel import SPIN_MAX
 from app.ui.service_bridge import ServiceBridge
 from app.ui.labels import Label
 
@@ -315,16 +317,17 @@ class RaceWindow(QMainWindow):
         row.setSpacing(8)
         row.addWidget(Label("Seed"))
         self.seed_spin = QSpinBox()
-        self.seed_spin.setRange(-1, 2**31 - 1)
+        self.seed_spin.setRange(-1, SPIN_MAX)  # as the Sampling tab's
         self.seed_spin.setSpecialValueText("random")
-        self.seed_spin.setValue(self._sampling.seed if self._sampling.seed < 2**31 else -1)
+        self.seed_spin.setValue(min(self._sampling.seed, SPIN_MAX))
         row.addWidget(self.seed_spin)
         row.addWidget(Label("Temperature"))
         self.temp_spin = QDoubleSpinBox()
-        self.temp_spin.setRange(0.0, 2.0)
+        temperature = field_schema(SamplingParams, "temperature")
+        self.temp_spin.setRange(temperature.low or 0.0, temperature.high or 0.0)
         self.temp_spin.setSingleStep(0.1)
         self.temp_spin.setDecimals(2)
-        self.temp_spin.setValue(min(2.0, self._sampling.temperature))
+        self.temp_spin.setValue(self._sampling.temperature)
         row.addWidget(self.temp_spin)
         row.addWidget(Label("Max tokens"))
         self.max_spin = QSpinBox()
