@@ -1,5 +1,6 @@
 """How numbers are written for people: figures that may be missing, sizes, durations,
-parameter counts; and file names that are not valid Unicode.
+parameter counts; file names that are not valid Unicode; and JSON text read back
+without the ``RecursionError`` of a file nested too deep (:func:`loads_json`).
 
 The bottom of the app next to :mod:`app.options` (it imports nothing from it), so that
 the window, the command line and the catalog's messages write a missing figure, a size
@@ -8,8 +9,29 @@ or a duration the same way. Sizes use decimal units, as the Hugging Face Hub sho
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Protocol
+from typing import Any, Protocol
+
+class JSONTooDeepError(ValueError):
+    """JSON nested deeper than Python's recursion limit lets :func:`loads_json` read."""
+
+
+def loads_json(raw: str | bytes, **kwargs: Any) -> Any:
+    """``json.loads(raw, **kwargs)``, where JSON nested too deep to parse (``[[[[…``
+    50,000 deep, which ``json`` meets with a ``RecursionError``) is a ``ValueError``
+    like any other text that is not JSON, so that a settings file, a manifest another
+    app wrote or a server's answer is refused as unreadable, never a traceback.
+
+    Raises:
+        JSONTooDeepError: nested too deep (a ``ValueError``).
+        ValueError: not JSON (``json.JSONDecodeError``, invalid UTF-8).
+    """
+    try:
+        return json.loads(raw, **kwargs)
+    except RecursionError:
+        raise JSONTooDeepError("JSON nested too deep to read") from None
+
 
 #: What a figure that was not measured (or cannot be computed) is shown as.
 MISSING = "—"

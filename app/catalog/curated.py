@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from app.catalog.gguf_meta import split_part_names
 from app.errors import TandemError
+from app.formatting import loads_json
 
 
 #: a Hugging Face repository id, ``owner/name``
@@ -211,7 +212,7 @@ def _load_default() -> tuple[CuratedPair, ...]:
 
 def _load(path: Path) -> tuple[CuratedPair, ...]:
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = loads_json(path.read_text(encoding="utf-8"))
         return _CatalogFile.model_validate(raw).pairs
     except OSError as exc:
         raise TandemError(f"The model catalog {path} cannot be read: {exc.strerror or exc}.") from exc

@@ -34,7 +34,6 @@ layouts as of late 2026.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -42,6 +41,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from app.formatting import loads_json
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def _home(environ: Mapping[str, str]) -> Path:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return loads_json(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeError, ValueError) as exc:
         log.info("skipping %s: %s", path, exc)
         return None

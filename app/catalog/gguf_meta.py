@@ -59,7 +59,7 @@ from gguf import (
 )
 
 from app.errors import GGUFError
-from app.formatting import valid_text
+from app.formatting import loads_json, valid_text
 
 log = logging.getLogger(__name__)
 
@@ -821,7 +821,7 @@ def _cache_get(key: str, signature: str, want_tokens: bool) -> tuple[GGUFInfo, P
                 con.close()
         if row is None:
             return None
-        info = GGUFInfo.from_dict(json.loads(row[0]))
+        info = GGUFInfo.from_dict(loads_json(row[0]))
         tokens = PackedTokens.from_compressed(row[1]) if want_tokens else None
         return info, tokens
     except (sqlite3.Error, OSError, ValueError, KeyError, TypeError, zlib.error, struct.error) as exc:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import logging
 import os
 import shutil
@@ -49,6 +48,7 @@ from app.catalog.pairing import (
     unreadable_candidate,
 )
 from app.errors import TandemError
+from app.formatting import loads_json
 from app.store import paths
 from app.store.files import write_text_atomic
 
@@ -106,7 +106,7 @@ def load_library_config(path: Path | None = None) -> LibraryConfig:
     """
     path = path or library_config_path()
     try:
-        return LibraryConfig.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        return LibraryConfig.model_validate(loads_json(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
         return LibraryConfig()
     except (OSError, ValueError, ValidationError) as exc:

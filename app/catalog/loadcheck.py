@@ -46,6 +46,7 @@ from typing import Any, Literal
 from app.catalog.gguf_meta import split_part_names, split_parts
 from app.catalog.model_file import check_model_file
 from app.errors import LoadCancelledError, ModelLoadError
+from app.formatting import loads_json
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +261,7 @@ def _cache_file() -> Path:
 
 def _read_cache() -> dict[str, Any]:
     try:
-        data = json.loads(_cache_file().read_text(encoding="utf-8"))
+        data = loads_json(_cache_file().read_text(encoding="utf-8"))
         if isinstance(data, dict) and data.get("version") == _CACHE_VERSION:
             return data
     except (OSError, ValueError):
@@ -373,7 +374,7 @@ def _parse_child(stdout: str) -> tuple[str | None, dict[str, Any] | None]:
             stage = rest[len("stage "):].strip()
         elif rest.startswith("{"):
             try:
-                answer = json.loads(rest)
+                answer = loads_json(rest)
             except ValueError:
                 pass
     return stage, answer

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -52,7 +51,7 @@ from app.remote.errors import (
     ServerUnreachableError,
     StreamDroppedError,
 )
-from app.formatting import printable
+from app.formatting import JSONTooDeepError, loads_json, printable
 from app.remote.display import (
     looks_like_html,
     page_text,
@@ -357,22 +356,15 @@ def _finite(text: str) -> float | None:
     return value if math.isfinite(value) else None  # 1e999: not a number either
 
 
-class JSONTooDeepError(ValueError):
-    """JSON nested deeper than Python's recursion limit lets :func:`loads` read."""
-
-
 def loads(raw: str | bytes) -> Any:
     """JSON a server sent, parsed: ``NaN``, ``±Infinity`` and numbers past a float's
     range read as None.
 
     Raises:
         ValueError: not JSON (invalid UTF-8 included), or nested deeper than Python's
-            recursion limit lets it parse (``[[[[…`` 100,000 deep).
+            recursion limit lets it parse (``[[[[…`` 100,000 deep: :class:`JSONTooDeepError`).
     """
-    try:
-        return json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
-    except RecursionError:
-        raise JSONTooDeepError("JSON nested too deep to read") from None
+    return loads_json(raw, parse_constant=_no_constant, parse_float=_finite)
 
 
 def _error_message(response: httpx.Response) -> str:

@@ -52,6 +52,7 @@ from typing import Any, Literal
 
 from app.engine.measure.bench import median, percentile
 from app.errors import TandemError
+from app.formatting import loads_json
 from app.remote.client import ChatMessage, RemoteClient, RemoteResult
 from app.remote.errors import RemoteError
 from app.remote.prometheus import SpecCounters
@@ -275,7 +276,7 @@ def load_crossover(path: Path) -> CrossoverResult:
         TandemError: unreadable, not JSON, or not a crossover result.
     """
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_json(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise TandemError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
     except json.JSONDecodeError as exc:

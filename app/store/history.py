@@ -27,6 +27,7 @@ Single-threaded by design: the window uses one store from the GUI thread.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from app.formatting import valid_text
+from app.formatting import loads_json, valid_text
 from app.store import paths
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,38 @@ class HistoryError(Exception):
 class HistoryFromNewerVersionError(HistoryError):
     """The database was written by a newer Tandem (a higher schema version): readable by
     that version, so it is never set aside."""
+
+
+class HistoryBusyError(HistoryError):
+    """Another program holds the database locked (a SQLite shell or browser, a backup
+    tool, ``PRAGMA locking_mode=EXCLUSIVE``): the file is good, so it is never set aside."""
+
+
+#: SQLite's primary result codes for a database another connection holds
+#: (SQLITE_BUSY, SQLITE_LOCKED; https://sqlite.org/rescode.html)
+_BUSY_CODES = frozenset({5, 6})
+
+
+def _opening_failed(path: Path, exc: sqlite3.Error) -> HistoryError:
+    """The :class:`HistoryError` for a SQLite error while opening ``path``: busy or
+    locked (:class:`HistoryBusyError`), else unusable."""
+    code = getattr(exc, "sqlite_errorcode", None)  # Python ≥ 3.11
+    busy = (code & 0xFF in _BUSY_CODES if isinstance(code, int)
+            else "locked" in str(exc) or "busy" in str(exc))
+    if busy:
+        return HistoryBusyError(
+            f"The history database {path} is in use by another program ({exc}): close "
+            "that program, then restart Tandem. Nothing was changed.")
+    return HistoryError(f"The history database {path} cannot be opened: {exc}")
+
+
+def _free_name(path: Path) -> Path:
+    """``path``, or ``path`` with ``-1``, ``-2``… added where a file of that name exists."""
+    candidate, n = path, 0
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +246,7 @@ def _read_stats(row: sqlite3.Row) -> dict[str, Any] | None:
     if not raw:
         return None
     try:
-        stats = json.loads(raw)
+        stats = loads_json(raw)
     except (ValueError, TypeError, RecursionError):
         stats = None
     if not isinstance(stats, dict):
@@ -229,7 +262,7 @@ def _read_spans(row: sqlite3.Row) -> tuple[tuple[int, int], ...]:
     if not raw:
         return ()
     try:
-        return tuple((int(a), int(b)) for a, b in json.loads(raw))
+        return tuple((int(a), int(b)) for a, b in loads_json(raw))
     except (ValueError, TypeError, OverflowError, RecursionError):
         log.warning("message %s: unreadable draft spans, left out", row["id"])
         return ()
@@ -268,6 +301,33 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
         return
     conn.executescript(_SCHEMA_2)  # version 1 → 2 (a new database: 0 → 2)
     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+def _columns(conn: sqlite3.Connection) -> dict[str, set[str]]:
+    """The columns of each table of ``conn``'s main database, by table name."""
+    tables = [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+    return {t: {r[1] for r in conn.execute("SELECT * FROM pragma_table_info(?)", (t,))}
+            for t in tables}
+
+
+def _expected_columns() -> dict[str, set[str]]:
+    """The tables and columns of :data:`SCHEMA_VERSION`, read from the schema itself."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as mem:
+        mem.executescript(_SCHEMA + _SCHEMA_2)
+        return _columns(mem)
+
+
+def _check_tables(conn: sqlite3.Connection, path: Path) -> None:
+    """Raise :class:`HistoryError` when a table of the schema lacks a column (a database
+    edited by hand, or another program's file of the same name), instead of failing at
+    the first read of that column."""
+    found = _columns(conn)
+    for table, columns in _expected_columns().items():
+        missing = sorted(columns - found.get(table, columns))
+        if missing:
+            raise HistoryError(f"The history database {path} is not Tandem's: its table "
+                               f"{table} has no column {', '.join(missing)}.")
 
 
 class HistoryStore:
@@ -338,16 +398,18 @@ class HistoryStore:
 
         Raises:
             HistoryError: the folder is unusable.
-            HistoryFromNewerVersionError: the database is from a newer Tandem (never set
-                aside: that would lose a good history).
+            HistoryFromNewerVersionError, HistoryBusyError: the database is from a newer
+                Tandem, or another program holds it locked (never set aside: that would
+                lose a good history).
         """
         path = path or paths.history_path()
         try:
             return cls.open(path, recover=True), None
         except HistoryError as exc:
-            if isinstance(exc, HistoryFromNewerVersionError) or not path.is_file():
+            if isinstance(exc, (HistoryFromNewerVersionError, HistoryBusyError)) \
+                    or not path.is_file():
                 raise
-            aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+            aside = _free_name(path.with_name(f"{path.name}.corrupt-{int(time.time())}"))
             try:
                 path.replace(aside)
                 for suffix in ("-wal", "-shm"):
@@ -377,8 +439,11 @@ class HistoryStore:
             # A short busy timeout: the window's thread must not freeze for long when
             # another process (a second Tandem) holds a write lock.
             conn = sqlite3.connect(os.fsdecode(path), timeout=1.0, isolation_level=None)
-        except (OSError, sqlite3.Error) as exc:
+        except OSError as exc:
             raise HistoryError(f"The history database {path} cannot be opened: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise _opening_failed(path, exc) from exc
+        store: HistoryStore | None = None
         try:
             conn.row_factory = sqlite3.Row
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -394,15 +459,18 @@ class HistoryStore:
                 )
             conn.executescript(_SCHEMA)
             _migrate(conn, version)
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise HistoryError(f"The history database {path} cannot be opened: {exc}") from exc
-        except BaseException:
-            conn.close()
+            _check_tables(conn, path)
+            store = cls(conn, path)
+            if recover:  # reads every unfinished reply: where a damaged page shows first
+                store.recover_interrupted()
+        except BaseException as exc:
+            if store is not None:
+                store.close()  # its liveness lock too
+            else:
+                conn.close()
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise _opening_failed(path, exc) from exc
             raise
-        store = cls(conn, path)
-        if recover:
-            store.recover_interrupted()
         return store
 
     def close(self) -> None:

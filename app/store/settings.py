@@ -23,6 +23,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from app.formatting import loads_json
 from app.options import (
     FREE_DRAFTER_K,
     N_CTX,
@@ -202,7 +203,7 @@ def load_settings(path: Path | None = None) -> LoadedSettings:
     except (OSError, UnicodeDecodeError) as exc:
         return _set_aside(path, f"it could not be read ({exc})")
     try:
-        raw = json.loads(text)
+        raw = loads_json(text)
         if not isinstance(raw, dict):
             raise ValueError("it is not a JSON object")
         settings = Settings.model_validate(_migrate(raw))
@@ -227,7 +228,7 @@ def saved_exact_verification(path: Path | None = None) -> bool:
     path creates the config folder when missing, as every settings access does).
     """
     try:
-        raw = json.loads((path or paths.settings_path()).read_text(encoding="utf-8"))
+        raw = loads_json((path or paths.settings_path()).read_text(encoding="utf-8"))
         return bool(isinstance(raw, dict) and isinstance(raw.get("model"), dict)
                     and raw["model"].get("exact_verification") is True)
     except Exception:  # missing, unreadable, not JSON: the default

@@ -58,6 +58,9 @@ def ollama(tmp_path: Path) -> Path:
     bad = models / "manifests" / "registry.ollama.ai" / "library" / "broken" / "latest"
     bad.parent.mkdir(parents=True)
     bad.write_text("{not json")
+    deep = models / "manifests" / "registry.ollama.ai" / "library" / "deep" / "latest"
+    deep.parent.mkdir(parents=True)
+    deep.write_text('{"layers": ' + "[" * 50_000 + "]" * 50_000 + "}")  # past the recursion limit
     return models
 
 

@@ -140,6 +140,8 @@ def test_broken_config_gives_defaults(tmp_path: Path) -> None:
     path.write_text('{"folders": 3}')
     assert load_library_config() == LibraryConfig()
     assert path.read_text() == '{"folders": 3}'  # left for the user to see
+    path.write_text("[" * 50_000 + "]" * 50_000)  # nested past the recursion limit
+    assert load_library_config() == LibraryConfig()
 
 
 def test_add_file_and_folder(tmp_path: Path) -> None:

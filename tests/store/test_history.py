@@ -18,6 +18,7 @@ from app.store import paths
 from app.engine.stats import SpecStats
 from app.options import SpecMode
 from app.store.history import (
+    HistoryBusyError,
     DEFAULT_TITLE,
     HistoryError,
     HistoryFromNewerVersionError,
@@ -249,6 +250,88 @@ def test_a_corrupt_database_is_set_aside_and_a_new_one_started(tmp_path: Path) -
         store.close()
     kept = list(tmp_path.glob("history.sqlite3.corrupt-*"))
     assert len(kept) == 1 and kept[0].read_bytes().startswith(b"this is not")
+
+
+def _history_with_unfinished_reply(path: Path) -> None:
+    s = HistoryStore.open(path)
+    for i in range(50):
+        c = s.create_conversation()
+        s.add_user_message(c.id, f"precious data {i} " + "x" * 3000)
+    s.save_partial(s.begin_reply(c.id).id, "half a reply")  # the start-up recovery reads it
+    s.close()
+
+
+def test_a_database_damaged_inside_is_set_aside_not_a_crash(tmp_path: Path) -> None:
+    """A header intact and pages damaged further in: the start-up recovery is the first
+    to read them, and its error sets the file aside like any other damage."""
+    path = tmp_path / "history.sqlite3"
+    _history_with_unfinished_reply(path)
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.seek(4096)  # every page after the first (the schema's)
+        f.write(b"\xa5" * (size - 4096))
+    store, problem = HistoryStore.open_or_set_aside(path)
+    try:
+        assert problem is not None and "moved to" in problem
+        assert store.list_conversations() == []
+    finally:
+        store.close()
+    assert len(list(tmp_path.glob("history.sqlite3.corrupt-*"))) == 1
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a POSIX subprocess protocol")
+def test_a_database_another_program_holds_locked_is_left_alone(tmp_path: Path) -> None:
+    """A SQLite shell or backup tool holding the file (an exclusive lock) is no damage:
+    the window is told, and the history is neither set aside nor replaced."""
+    path = tmp_path / "history.sqlite3"
+    _history_with_unfinished_reply(path)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sqlite3, sys
+        c = sqlite3.connect({str(path)!r}, isolation_level=None)
+        c.execute("PRAGMA locking_mode=EXCLUSIVE")
+        c.execute("BEGIN EXCLUSIVE"); c.execute("COMMIT")  # the lock stays taken
+        print("held", flush=True)
+        sys.stdin.readline()
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(HistoryBusyError, match="in use by another program"):
+            HistoryStore.open_or_set_aside(path)
+        assert not list(tmp_path.glob("*.corrupt-*"))
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        holder.wait(10)
+    with HistoryStore.open(path) as store:  # all there once the other program is gone
+        assert len(store.list_conversations()) == 50
+
+
+def test_a_table_without_its_columns_is_not_tandems_and_is_set_aside(tmp_path: Path) -> None:
+    path = tmp_path / "history.sqlite3"
+    _history_with_unfinished_reply(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE messages RENAME COLUMN content TO body")
+    conn.close()
+    with pytest.raises(HistoryError, match="its table messages has no column content"):
+        HistoryStore.open(path)
+    store, problem = HistoryStore.open_or_set_aside(path)
+    store.close()
+    assert problem is not None and "moved to" in problem
+
+
+def test_two_damaged_databases_set_aside_in_the_same_second_are_both_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(time, "time", lambda: 1_800_000_000.0)
+    path = tmp_path / "history.sqlite3"
+    for n in range(2):
+        path.write_bytes(f"damaged {n}".encode() * 100)
+        store, problem = HistoryStore.open_or_set_aside(path)
+        store.close()
+        assert problem is not None
+    kept = sorted(p.name for p in tmp_path.glob("history.sqlite3.corrupt-*")
+                  if not p.name.endswith(("-wal", "-shm")))
+    assert kept == ["history.sqlite3.corrupt-1800000000", "history.sqlite3.corrupt-1800000000-1"]
 
 
 def test_an_unopenable_path_is_a_history_error(tmp_path: Path) -> None:

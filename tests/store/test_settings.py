@@ -51,6 +51,8 @@ def test_no_temporary_file_is_left(tmp_path: Path) -> None:
         ('{"schema_version": 1, "bogus": true}', "bogus"),
         ('{"model": {}}', "no schema_version"),
         ('{"schema_version": 99}', "newer Tandem"),
+        ('{"schema_version": 3, "remote": ' + '{"a": ' * 50_000 + "1" + "}" * 50_001,
+         "nested too deep"),
     ],
 )
 def test_corrupt_file_is_set_aside_and_defaults_used(content: str, reason: str) -> None:

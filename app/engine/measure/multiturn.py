@@ -66,6 +66,7 @@ from app.engine.measure.prompts import (
 from app.engine.session import Session
 from app.engine.suffix import SuffixIndex
 from app.errors import PromptSetError
+from app.formatting import loads_json
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.store.paths import resources_dir
 
@@ -117,9 +118,9 @@ def is_multiturn(spec: str) -> bool:
     try:
         if path.suffix.lower() == ".jsonl":
             first = next((ln for ln in raw.splitlines() if ln.strip()), "")
-            obj = json.loads(first) if first else None
+            obj = loads_json(first) if first else None
             return isinstance(obj, dict) and "turns" in obj
-        data = json.loads(raw) if path.suffix.lower() == ".json" else None
+        data = loads_json(raw) if path.suffix.lower() == ".json" else None
     except json.JSONDecodeError:
         return False
     return isinstance(data, dict) and "conversations" in data
@@ -228,7 +229,7 @@ def load_conversations(spec: str) -> list[Conversation]:
         path = _set_path(spec)
         if path.suffix.lower() == ".json" and path.is_file():
             try:
-                single: Any = json.loads(path.read_text(encoding="utf-8"))
+                single: Any = loads_json(path.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError):
                 single = None
             if isinstance(single, dict) and "turns" in single:
@@ -246,9 +247,9 @@ def load_conversations(spec: str) -> list[Conversation]:
         raise PromptSetError(f"Could not read the prompt file {path}: {exc}") from exc
     try:
         if path.suffix.lower() == ".jsonl":
-            data: Any = [json.loads(ln) for ln in raw.splitlines() if ln.strip()]
+            data: Any = [loads_json(ln) for ln in raw.splitlines() if ln.strip()]
         else:
-            data = json.loads(raw)
+            data = loads_json(raw)
     except json.JSONDecodeError as exc:
         raise PromptSetError(f"{path} is not valid JSON: {exc}") from exc
     return parse_conversations(data, str(path))

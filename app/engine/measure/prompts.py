@@ -20,6 +20,7 @@ from typing import Any, Literal
 from app.engine.chat import ChatMessage, tokenize_plain
 from app.engine.session import Session
 from app.errors import PromptSetError, TandemError
+from app.formatting import loads_json
 from app.store import paths
 
 PromptFormat = Literal["auto", "plain", "chat"]
@@ -116,7 +117,7 @@ def load_prompts(spec: str) -> list[BenchPrompt]:
     items: list[Any]
     try:
         if suffix == ".json":
-            data = json.loads(raw)
+            data = loads_json(raw)
             if isinstance(data, dict) and "conversations" in data:
                 raise PromptSetError(
                     f"{path} is a multi-turn set; load it with "
@@ -126,7 +127,7 @@ def load_prompts(spec: str) -> list[BenchPrompt]:
             if not isinstance(items, list):
                 raise TandemError(f"{path}: expected a list of prompts.")
         elif suffix == ".jsonl":
-            items = [json.loads(line) for line in raw.splitlines() if line.strip()]
+            items = [loads_json(line) for line in raw.splitlines() if line.strip()]
         else:
             blocks: list[list[str]] = [[]]
             for line in raw.splitlines():

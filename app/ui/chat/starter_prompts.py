@@ -9,7 +9,6 @@ prompt, and the chat window sends it as the user's message.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QPushButton, QVBoxLayout, QWidget
 
+from app.formatting import loads_json
 from app.store.paths import resources_dir
 from app.ui.labels import Label
 
@@ -55,7 +55,7 @@ def load_starter_prompts(has_chat_template: bool, path: Path | None = None) -> t
     """
     path = path or starters_path()
     try:
-        data = _StartersFile.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        data = _StartersFile.model_validate(loads_json(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, ValidationError) as exc:
         log.warning("starter prompts %s unusable: %s", path, exc)
         return ()
