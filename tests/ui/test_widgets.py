@@ -834,3 +834,41 @@ def test_the_composer_keeps_each_conversations_unsent_text(qtbot) -> None:
     c.show_conversation(2)
     c.show_conversation(None)
     assert box.toPlainText() == "typed, then the conversation deleted"
+
+
+def test_a_long_conversation_opens_on_its_last_messages(qtbot) -> None:
+    """Every message is a rendered text browser: a conversation opens on its last
+    SHOWN_AT_ONCE, and the button above shows earlier ones a batch at a time, the view
+    staying where it was; editing a message not shown removes it and all after it."""
+    from app.ui.chat.chat_view import SHOWN_AT_ONCE, ChatViewWidget
+
+    n = 2 * SHOWN_AT_ONCE + 7
+    views = [MessageView(i, "user" if i % 2 else "assistant", f"message {i}\n\nline two")
+             for i in range(1, n + 1)]
+    chat = ChatViewWidget()
+    qtbot.addWidget(chat)
+    chat.resize(600, 400)
+    chat.show()
+    chat.set_messages(views)
+    assert len(chat.messages) == SHOWN_AT_ONCE and chat.earlier_count == n - SHOWN_AT_ONCE
+    assert chat.messages[0].message_id == n - SHOWN_AT_ONCE + 1
+    assert chat.earlier_button.isVisible()
+    assert chat.earlier_button.text() == (f"Show {SHOWN_AT_ONCE} earlier messages "
+                                          f"({n - SHOWN_AT_ONCE} not shown)")
+    bar = chat.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum() > 0)
+    bar.setValue(0)  # the user scrolled to the top, where the button is
+    top = chat.messages[0]
+    chat.earlier_button.click()
+    assert len(chat.messages) == 2 * SHOWN_AT_ONCE and chat.messages[SHOWN_AT_ONCE] is top
+    assert chat.earlier_button.text() == "Show 7 earlier messages"
+    # the message that was at the top is still in view, with the new ones above it
+    qtbot.waitUntil(lambda: bar.value() > 0)
+    y = top.mapTo(chat.widget(), top.rect().topLeft()).y()
+    assert bar.value() <= y < bar.value() + chat.viewport().height()
+    chat.show_earlier()
+    assert [w.message_id for w in chat.messages] == list(range(1, n + 1))
+    assert not chat.earlier_button.isVisible()
+    chat.set_messages(views)
+    chat.remove_from(3)  # not shown: it and every message after it go
+    assert chat.messages == [] and chat.earlier_count == 2 and chat.earlier_button.isVisible()

@@ -25,6 +25,7 @@ from PySide6.QtGui import QColor, QDesktopServices, QGuiApplication, QResizeEven
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
+    QPushButton,
     QScrollArea,
     QSizePolicy,
     QTextBrowser,
@@ -426,11 +427,19 @@ class MessageWidget(QFrame):
         self.version_requested.emit(self.message_id, self._version + 1)
 
 
+#: messages a conversation opens with, and more each time "Show earlier messages" is
+#: clicked: every message is a rendered text browser, so a conversation of thousands
+#: would take minutes and gigabytes to show at once
+SHOWN_AT_ONCE = 50
+
+
 class ChatViewWidget(QScrollArea):
     """The messages of the current conversation, newest at the bottom.
 
-    A streaming reply (:meth:`stream`) is re-rendered as its text grows, except that
-    after a costly render (its Markdown grows with the reply) the next one waits, so
+    A conversation opens on its last :data:`SHOWN_AT_ONCE` messages; a button above them
+    shows as many earlier ones at a time (:meth:`show_earlier`), the view staying where
+    it was. A streaming reply (:meth:`stream`) is re-rendered as its text grows, except
+    that after a costly render (its Markdown grows with the reply) the next one waits, so
     rendering takes at most a quarter of the GUI thread's time; the latest text is then
     shown when the wait is over.
     """
@@ -458,9 +467,18 @@ class ChatViewWidget(QScrollArea):
         self.starters.starter_prompt_clicked.connect(self.starter_prompt_clicked)
         self.starters.hide()
         self._layout.addWidget(self.starters)
+        self.earlier_button = QPushButton()
+        self.earlier_button.setObjectName("earlierButton")
+        self.earlier_button.clicked.connect(self.show_earlier)
+        self.earlier_button.hide()
+        self._layout.addWidget(self.earlier_button, 0, Qt.AlignmentFlag.AlignHCenter)
         self._layout.addStretch(1)
         self.setWidget(self._container)
         self._messages: list[MessageWidget] = []
+        self._earlier: list[MessageView] = []  # not shown yet, oldest first
+        self._from_bottom: int | None = None  # kept while earlier messages are laid out
+        self._restoring = False  # the view itself is scrolling (not the user)
+        self._busy = (False, False)
         self._tint = True
         self._stick = True
         self._next_render = 0.0  # time.monotonic() before which no re-render is due
@@ -490,6 +508,8 @@ class ChatViewWidget(QScrollArea):
             w.hide()
             w.deleteLater()
         self._messages = []
+        self._earlier = []
+        self._update_earlier()
         self._stick = True
         self._update_starters()
 
@@ -503,16 +523,59 @@ class ChatViewWidget(QScrollArea):
         self.starters.setVisible(bool(self.starters.prompts) and not self._messages)
 
     def set_messages(self, views: Sequence[MessageView]) -> None:
+        """Show a conversation: its last :data:`SHOWN_AT_ONCE` messages, the button for
+        the others."""
         self.clear()
-        for v in views:
+        split = max(0, len(views) - SHOWN_AT_ONCE)
+        self._earlier = list(views[:split])
+        for v in views[split:]:
             self.add_message(v)
+        self._update_earlier()
         self._update_regenerate()
 
-    def add_message(self, view: MessageView) -> MessageWidget:
+    @property
+    def earlier_count(self) -> int:
+        """Messages of the conversation above the first one shown."""
+        return len(self._earlier)
+
+    @Slot()
+    def show_earlier(self) -> None:
+        """Show up to :data:`SHOWN_AT_ONCE` more of the earlier messages above the others,
+        the view keeping its place (the message that was at the top stays in view)."""
+        if not self._earlier:
+            return
+        batch = self._earlier[-SHOWN_AT_ONCE:]
+        del self._earlier[-SHOWN_AT_ONCE:]
+        bar = self.verticalScrollBar()
+        self._from_bottom = bar.maximum() - bar.value()
+        self._stick = False
+        first = self._layout.indexOf(self.earlier_button) + 1
+        made = [self._message_widget(v) for v in batch]
+        for i, w in enumerate(made):
+            self._layout.insertWidget(first + i, w)
+            w.set_edit_enabled(not self._busy[0], regenerate=not any(self._busy))
+        self._messages[:0] = made
+        self._update_earlier()
+        self._update_regenerate()
+
+    def _update_earlier(self) -> None:
+        n = len(self._earlier)
+        self.earlier_button.setVisible(n > 0)
+        if n:
+            shown = min(n, SHOWN_AT_ONCE)
+            self.earlier_button.setText(
+                f"Show {shown} earlier message{'' if shown == 1 else 's'} ({n} not shown)"
+                if shown < n else f"Show {shown} earlier message{'' if shown == 1 else 's'}")
+
+    def _message_widget(self, view: MessageView) -> MessageWidget:
         w = MessageWidget(view, self._tint, self._container)
         w.edit_clicked.connect(self.edit_clicked)
         w.regenerate_clicked.connect(self.regenerate_clicked)
         w.version_requested.connect(self.version_requested)
+        return w
+
+    def add_message(self, view: MessageView) -> MessageWidget:
+        w = self._message_widget(view)
         self._layout.insertWidget(self._layout.count() - 1, w)
         self._messages.append(w)
         self._stick = True
@@ -537,7 +600,14 @@ class ChatViewWidget(QScrollArea):
             w.set_footer(text)
 
     def remove_from(self, message_id: int) -> None:
-        """Remove a message and every message after it."""
+        """Remove a message and every message after it (one not shown yet too)."""
+        hidden = next((i for i, v in enumerate(self._earlier) if v.message_id == message_id),
+                      None)
+        if hidden is not None:
+            del self._earlier[hidden:]
+            self._update_earlier()
+            if self._messages:
+                message_id = self._messages[0].message_id  # every shown one goes
         for i, w in enumerate(self._messages):
             if w.message_id == message_id:
                 for gone in self._messages[i:]:
@@ -604,6 +674,7 @@ class ChatViewWidget(QScrollArea):
     def set_busy(self, busy: bool, editing: bool = False) -> None:
         """While a reply streams, Edit and Regenerate are disabled; while a message is
         edited, Regenerate (Send then replaces the message and its reply)."""
+        self._busy = (busy, editing)
         for w in self._messages:
             w.set_edit_enabled(not busy, regenerate=not busy and not editing)
 
@@ -621,7 +692,15 @@ class ChatViewWidget(QScrollArea):
     def _on_scrollbar_range_changed(self, _min: int, maximum: int) -> None:
         if self._stick:
             self.verticalScrollBar().setValue(maximum)
+        elif self._from_bottom is not None:  # earlier messages grew the page above
+            self._restoring = True
+            try:
+                self.verticalScrollBar().setValue(maximum - self._from_bottom)
+            finally:
+                self._restoring = False
 
     @Slot(int)
     def _on_scrollbar_value_changed(self, value: int) -> None:
         self._stick = value >= self.verticalScrollBar().maximum() - 8
+        if not self._restoring:  # the user scrolled: the place to keep is theirs now
+            self._from_bottom = None
