@@ -103,9 +103,11 @@ def exact_kernel_for_window() -> bool:
 def _gui(open_path: Path | None) -> int:
     from app import system_libs
     from app.diagnostics import log_fields
-    from app.store.logs import start_log
+    from app.store.logs import remember_last_crash, start_log, watch_fatal_errors
 
     start_log("gui", log_fields())  # first, so that a window that cannot open is logged too
+    remember_last_crash()  # before watching anew empties crash.log
+    watch_fatal_errors("gui")
     problem = system_libs.gui_problem()
     if problem is not None:
         system_libs.report_problem(problem)

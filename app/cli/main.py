@@ -343,9 +343,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         parser.print_help()
         return 2
     from app.diagnostics import log_fields
-    from app.store.logs import start_log
+    from app.store.logs import start_log, watch_fatal_errors
 
     start_log("cli", log_fields())  # tandem-cli.log in the user log folder, with a header
+    watch_fatal_errors("cli")  # a crash in llama.cpp prints the tracebacks, not only "Bus error"
     from app.remote.display import redact_userinfo  # a --server password stays out of the log
 
     logging.getLogger("app.cli").info("command: %s", redact_userinfo(

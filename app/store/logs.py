@@ -6,11 +6,18 @@ and the fields its caller adds (Qt, llama-cpp-python and the llama.cpp commit, t
 backend; see :func:`app.engine.llama.build_info`), so a log sent with a bug report says
 what produced it. Files rotate at 2 MB (two old files kept). Qt-free; the header fields
 about llama.cpp and Qt are passed in, so this module imports neither.
+
+A fatal signal (a crash in llama.cpp or Qt, or a bus error when a memory-mapped model
+file is shortened while it is loaded) ends the process before any of that can log:
+:func:`watch_fatal_errors` has Python's ``faulthandler`` write the threads' tracebacks
+to ``crash.log`` (the window) or the terminal (the command line), and the window's next
+start says what happened (:func:`take_last_crash`).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import faulthandler
 import logging
 import logging.handlers
 import os
@@ -18,6 +25,7 @@ import platform
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import IO
 
 from app.store import paths
 
@@ -27,6 +35,71 @@ MAX_BYTES = 2_000_000
 BACKUPS = 2
 
 _handlers: dict[Path, logging.Handler] = {}
+
+#: where the window's faulthandler writes (in the log folder)
+CRASH_FILE = "crash.log"
+_crash_file: IO[str] | None = None
+
+#: what a fatal signal most likely means, by faulthandler's name for it
+_CRASH_HINTS = {
+    "Bus error": "This happens when a model file is changed, shortened or deleted while "
+                 "it is loaded (Tandem reads models in place): replace a model file only "
+                 "while another model is loaded or Tandem is closed.",
+}
+
+
+def take_last_crash() -> str | None:
+    """The sentence for the user when the window's previous run ended with a fatal signal
+    (its ``crash.log`` holds faulthandler's report), else None. The report is kept as
+    ``crash.log.1`` (the one before it is replaced), so that this says it once.
+    Never raises: an unreadable log folder reads as no crash."""
+    try:
+        path = paths.log_dir() / CRASH_FILE
+        text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+        if not text.strip():
+            return None
+        kept = path.with_name(CRASH_FILE + ".1")
+        path.replace(kept)
+    except OSError:
+        return None
+    first = text.strip().splitlines()[0]  # "Fatal Python error: Bus error"
+    what = first.partition(": ")[2].strip() or first
+    hint = _CRASH_HINTS.get(what, "If it happens again, that file helps a bug report.")
+    return f"Tandem stopped unexpectedly last time ({what}). {hint} The report is {kept}."
+
+
+_previous_crash: str | None = None
+
+
+def remember_last_crash() -> None:
+    """:func:`take_last_crash`, kept for the window to show (:func:`pop_previous_crash`)."""
+    global _previous_crash
+    _previous_crash = take_last_crash()
+
+
+def pop_previous_crash() -> str | None:
+    """The sentence :func:`remember_last_crash` kept (once: it is cleared)."""
+    global _previous_crash
+    words, _previous_crash = _previous_crash, None
+    return words
+
+
+def watch_fatal_errors(kind: str) -> None:
+    """Have ``faulthandler`` report a fatal signal's tracebacks: the window's into
+    ``crash.log`` in the log folder (read at its next start by :func:`take_last_crash`,
+    which must run first), the command line's on stderr. Without a writable log folder
+    the window's go to stderr too."""
+    global _crash_file
+    if kind == "gui":
+        try:
+            _crash_file = open(paths.log_dir() / CRASH_FILE, "w", encoding="utf-8")  # noqa: SIM115 (open for the process's life)
+        except OSError:
+            _crash_file = None
+    target = _crash_file if _crash_file is not None else sys.stderr
+    try:
+        faulthandler.enable(file=target, all_threads=True)
+    except (OSError, ValueError, RuntimeError):  # a stderr without a file descriptor
+        pass
 
 
 def os_description() -> str:

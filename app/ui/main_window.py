@@ -41,6 +41,7 @@ from app.engine.stats import SpecStats
 from app.options import SamplingParams, SpeculationConfig
 from app.store import paths
 from app.store.history import Conversation, StoredMessage
+from app.store.logs import pop_previous_crash
 from app.store.settings import LoadedSettings, Settings, load_settings
 from app.ui.api import ApiPanelWidget
 from app.ui.api.serving import ApiServing
@@ -166,6 +167,9 @@ class MainWindow(QMainWindow):
         if loaded.problem:
             problems.insert(0, UserError("Settings reset", loaded.problem, level="warning",
                                          origin="settings"))
+        if (crash := pop_previous_crash()) is not None:
+            problems.insert(0, UserError("Tandem stopped unexpectedly", crash,
+                                         level="warning", origin="crash"))
         self.downloads = DownloadQueue(self)
         self.api_keys = ApiKeyStore()  # remote servers' keys: the OS keyring or this session
         self.bridge = ServiceBridge(service, self)

@@ -65,3 +65,33 @@ def test_unwritable_log_folder_means_no_file_not_a_crash(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(paths, "log_dir", fail)
     assert logs.start_log("gui") is None
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGBUS"), reason="POSIX signals")
+def test_a_fatal_signal_is_reported_and_said_at_the_next_start(tandem_home: Path) -> None:
+    """A bus error (what a model file shortened while it is memory-mapped raises) ends
+    the window's process at once: faulthandler's report lands in crash.log, the next
+    start says what happened once, with the likely cause; the command line prints the
+    report on the terminal."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TANDEM_HOME": str(tandem_home)}
+    crash = ("import os, signal; from app.store.logs import watch_fatal_errors; "
+             "watch_fatal_errors({kind!r}); os.kill(os.getpid(), signal.SIGBUS)")
+    gui = subprocess.run([sys.executable, "-c", crash.format(kind="gui")], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert gui.returncode != 0 and "Bus error" in (paths.log_dir() / "crash.log").read_text()
+    words = logs.take_last_crash()
+    assert words is not None
+    assert words.startswith("Tandem stopped unexpectedly last time (Bus error). This happens "
+                            "when a model file is changed, shortened or deleted while it is "
+                            "loaded")
+    assert str(paths.log_dir() / "crash.log.1") in words
+    assert logs.take_last_crash() is None  # said once
+    cli = subprocess.run([sys.executable, "-c", crash.format(kind="cli")], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert cli.returncode != 0 and "Fatal Python error: Bus error" in cli.stderr
+    assert logs.take_last_crash() is None  # the command line leaves no crash.log
+

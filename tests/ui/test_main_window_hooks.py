@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from app.options import SpecMode
 from app.ui.picker import ModelsChosen
 from tests.ui.conftest import LOAD_TIMEOUT_MS
@@ -85,3 +87,21 @@ def test_a_model_opened_in_the_chat_window_is_listed_in_the_library(qtbot, windo
     row = picker.library_tab.model_table.topLevelItem(0)
     assert row.text(0) == target.name  # the file name is the title
     picker.close()
+
+
+def test_the_window_shows_the_last_crash_once(qtbot, tandem_home: Path) -> None:  # type: ignore[no-untyped-def]
+    from app.store import logs, paths
+    from app.store.settings import LoadedSettings, Settings
+    from app.ui.main_window import MainWindow
+
+    (paths.log_dir() / "crash.log").write_text("Fatal Python error: Segmentation fault\n\n")
+    logs.remember_last_crash()
+    w = MainWindow(LoadedSettings(Settings()), autoload=False)
+    qtbot.addWidget(w)
+    try:
+        err = w.message_bar.current
+        assert err is not None and err.title == "Tandem stopped unexpectedly"
+        assert "(Segmentation fault). If it happens again" in err.message
+        assert logs.pop_previous_crash() is None
+    finally:
+        w.close()
