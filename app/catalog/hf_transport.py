@@ -15,7 +15,9 @@ public form, so they live here and nowhere else, pinned by a contract test
   change: pause, cancel and progress act per :data:`CHUNK_BYTES` here, and no library
   setting is touched. It keeps ``http_get``'s behaviour: resume with an HTTP Range
   request, start over when the server ignores the range, retry a dropped connection a
-  few times from where it stopped, and a size consistency check at the end.
+  few times from where it stopped, and a size consistency check at the end. Unlike
+  ``http_get``, it also stops as soon as a server sends more than the expected size
+  (:class:`BodyTooLongError`), so an endless body cannot fill the disk.
 """
 
 from __future__ import annotations
@@ -34,6 +36,24 @@ CHUNK_BYTES = 1 << 18
 #: count restarts whenever data arrives (as huggingface_hub's http_get does)
 RETRIES = 5
 RETRY_WAIT_S = 1.0
+
+
+class BodyTooLongError(OSError):
+    """The server sent more bytes than the size announced for the file (a broken mirror
+    or proxy, or an endless body). Raised by :func:`download_to` before the first byte
+    past ``expected_size`` is written or reported, so the file never grows beyond it.
+
+    Attributes:
+        expected_size: the size announced (bytes).
+        received: bytes of the file the server had sent when the transfer stopped
+            (resumed bytes included); always more than ``expected_size``.
+    """
+
+    def __init__(self, expected_size: int, received: int) -> None:
+        super().__init__(f"the server sent more than the {expected_size} bytes announced"
+                         f" (at least {received})")
+        self.expected_size = expected_size
+        self.received = received
 
 
 @contextlib.contextmanager
@@ -81,12 +101,18 @@ def download_to(
     it stopped (the error is raised): for a file whose resumed bytes nothing could check
     afterwards.
 
+    A chunk that would take the file past ``expected_size`` is neither reported nor
+    written: the transfer stops there (:class:`BodyTooLongError`), so a server that sends
+    an endless body costs at most one chunk of memory and no disk.
+
     Raises:
         huggingface_hub.errors.HfHubHTTPError: the server refused (416 for a range past
             the end, 404, 5xx…).
         httpx2.HTTPError: the connection failed and :data:`RETRIES` retries did not help.
-        OSError: writing failed, or (without an errno) the server sent a different
-            number of bytes than ``expected_size``.
+        BodyTooLongError: the server sent more than ``expected_size`` bytes; the file
+            holds at most ``expected_size`` bytes, the last ones possibly not the file's.
+        OSError: writing failed, or (without an errno) the server sent fewer bytes than
+            ``expected_size``.
     """
     import httpx2
     from huggingface_hub import hf_raise_for_status
@@ -107,6 +133,8 @@ def download_to(
                     on_bytes(-have)
                     have = 0
                 for chunk in response.iter_bytes(chunk_bytes):
+                    if have + len(chunk) > expected_size:
+                        raise BodyTooLongError(expected_size, have + len(chunk))
                     if chunk:
                         on_bytes(len(chunk))
                         fh.write(chunk)

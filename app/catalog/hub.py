@@ -20,9 +20,13 @@ the models folder, and so the library, only after its size and its hash match: t
 sha256 the hub gives for an LFS file, or the git object id it gives for a file kept in
 git (or, from a mirror without LFS headers, the id of the LFS pointer, which the
 content's sha256 and size determine). A file with neither is never resumed: its bytes
-are taken in one request from byte 0, since nothing could check resumed ones. The lock
-file of a transfer is removed when it ends. Xet storage is not used: plain HTTP
-through the hub's redirect works for every file and is what makes resuming ours.
+are taken in one request from byte 0, since nothing could check resumed ones. A
+transfer holds a lock file next to its partial file (filelock, taken without waiting)
+and removes it when it ends; deleting a partial download (cancel, a failed job removed)
+takes the same lock, so a file that another window or process is downloading is left
+alone. A server that sends more than the size it announced is stopped at that size.
+Xet storage is not used: plain HTTP through the hub's redirect works for every file and
+is what makes resuming ours.
 
 Tokens: huggingface_hub's own storage (``hf auth login``) and ``HF_TOKEN``. Endpoint: see
 :func:`resolve_endpoint` (flag, ``HF_ENDPOINT``, the library setting, huggingface.co).
@@ -36,7 +40,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import logging
 import os
 import re
@@ -57,7 +60,7 @@ from app.catalog.gguf_meta import (
     split_part_names,
     split_parts,
 )
-from app.catalog.hf_transport import CHUNK_BYTES, download_to, open_stream
+from app.catalog.hf_transport import CHUNK_BYTES, BodyTooLongError, download_to, open_stream
 from app.catalog.pairing import ModelShape, PairResult, check_drafter_pair
 from app.errors import (
     DownloadError,
@@ -75,7 +78,7 @@ from app.errors import (
     NotAHubError,
     TandemError,
 )
-from app.formatting import format_bytes
+from app.formatting import format_bytes, loads_json
 from app.store.files import write_json_atomic
 
 if TYPE_CHECKING:
@@ -424,7 +427,7 @@ def _manifest_path(repo_dir: Path) -> Path:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_json(path.read_text(encoding="utf-8"))
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
@@ -435,6 +438,34 @@ def _existing_parent(path: Path) -> Path:
         if p.exists():
             return p
     return path
+
+
+def _lock_path(partial: Path) -> Path:
+    """The lock file a transfer holds while it writes ``partial`` (filelock's, taken
+    without waiting)."""
+    return partial.with_name(partial.name + ".lock")
+
+
+def _partial_in_use(partial: Path) -> bool:
+    """Whether a transfer holds the lock of ``partial`` now: one in another window or
+    process (a live one: the OS releases a dead process's lock), or another job here.
+
+    Probes by taking the lock without waiting and releasing it at once. A missing lock
+    file means no transfer (each creates it before writing); a lock file that cannot be
+    opened counts as free, so that the caller meets the real error where it acts.
+    """
+    from filelock import FileLock, Timeout
+
+    lock_path = _lock_path(partial)
+    if not lock_path.exists():
+        return False
+    try:
+        with FileLock(str(lock_path), timeout=0):
+            return False
+    except Timeout:
+        return True
+    except OSError:
+        return False
 
 
 def _hash_file(path: Path, on_bytes: Callable[[int], None]) -> tuple[str, str]:
@@ -562,24 +593,54 @@ class Download:
         self._stop_paused = True
         self._stop.set()
 
-    def cancel(self) -> None:
+    def cancel(self) -> list[str]:
         """Stop soon and delete the partial files; when the job is not running, delete
-        them now (a paused download the user gives up)."""
+        them now (a paused download the user gives up), as :meth:`discard_partial` does.
+
+        Returns:
+            When the job is not running, the names of the files whose partial file was
+            left alone because another download is writing it; else an empty list.
+        """
         self._stop_paused = False
         self._stop.set()
         if not self._running:
-            self.discard_partial()
+            return self.discard_partial()
+        return []
 
-    def discard_partial(self) -> None:
-        """Delete this job's partial files, notes and lock files (never a completed file).
-        Called when no transfer runs, so no lock is held."""
+    def discard_partial(self) -> list[str]:
+        """Delete this job's partial files, notes and lock files (never a completed file),
+        except those another transfer is writing now (another window or process, or
+        another job here): each file's lock is taken first without waiting, as a
+        transfer takes it, and a file whose lock is held is left alone. Called when this
+        job's own transfer has ended (its lock released).
+
+        Returns:
+            The names of the files left alone because another download holds their lock
+            (empty when everything was deleted).
+
+        Raises:
+            OSError: a lock file could not be created or a file deleted (a read-only
+                folder).
+        """
+        from filelock import FileLock, Timeout
+
+        in_use: list[str] = []
         for f in self.files:
             p = self._partial_path(f.filename)
-            for q in (p, p.with_name(p.name + ".json"), p.with_name(p.name + ".lock")):
-                try:
-                    q.unlink()
-                except FileNotFoundError:
-                    pass
+            note, lock_path = p.with_name(p.name + ".json"), _lock_path(p)
+            if not any(q.exists() for q in (p, note, lock_path)):
+                continue  # nothing to delete; taking the lock would create .partial/
+            try:
+                with FileLock(str(lock_path), timeout=0):
+                    try:
+                        p.unlink(missing_ok=True)
+                        note.unlink(missing_ok=True)
+                    finally:
+                        lock_path.unlink(missing_ok=True)  # as _fetch does, while held
+            except Timeout:
+                log.info("not deleting %s: another download is writing it", p)
+                in_use.append(f.filename)
+        return in_use
 
     def _check_stop(self) -> None:
         if self._stop.is_set():
@@ -642,8 +703,10 @@ class Download:
         Raises:
             DownloadStopped: :meth:`pause` or :meth:`cancel` was called.
             DownloadError: hub errors (gated, not found, unreachable), not enough free
-                space, a size or sha256 mismatch (the bad file is deleted), a
-                connection lost for good (the partial file is kept for resuming), or a
+                space, a size or sha256 mismatch (the bad file is deleted), a server
+                that sends more than the size it announced (stopped there, the partial
+                file deleted), a connection lost for good (the partial file is kept for
+                resuming), the file being downloaded by another window or process, or a
                 disk error.
         """
         self._stop.clear()  # a paused job object may be run again
@@ -711,6 +774,8 @@ class Download:
             have = partial.stat().st_size
         except OSError:
             return 0
+        if _partial_in_use(partial):
+            return have  # another download writes it: _fetch reports that, nothing is deleted
         if note.get("etag") != info.etag or note.get("size") != info.size or have > info.size:
             log.info("discarding stale partial download %s", partial)
             partial.unlink(missing_ok=True)
@@ -746,7 +811,7 @@ class Download:
 
         partial = self._partial_path(info.file.filename)
         partial.parent.mkdir(parents=True, exist_ok=True)
-        lock_path = partial.with_name(partial.name + ".lock")
+        lock_path = _lock_path(partial)
         try:
             with FileLock(str(lock_path), timeout=0):
                 try:
@@ -812,6 +877,19 @@ class Download:
                         raise _hub_error(exc, info.file, self.endpoint) from exc
                 except httpx2.HTTPError as exc:
                     transfer_error = exc  # connection lost for good: sizes decide below
+                except BodyTooLongError as exc:
+                    # Nothing past the announced size was written, but what was may be the
+                    # start of a body that is not the file: never resume from it.
+                    transfer_error = DownloadError(
+                        f"{name} arrived larger than the hub says: {urlparse(info.url).netloc}"
+                        f" sent more than the {info.size} bytes ({format_bytes(info.size)}) it"
+                        " announced; the download was stopped and the partial file discarded."
+                        " Try again; if it keeps happening, check the hub endpoint:"
+                        f" {ENDPOINT_SETTING_HINT}."
+                    )
+                    transfer_error.__cause__ = exc
+                    fh.truncate(0)
+                    note_path.unlink(missing_ok=True)
                 except OSError as exc:
                     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                         raise DownloadError(
@@ -903,17 +981,25 @@ class Download:
 
 @dataclass(frozen=True, slots=True)
 class PendingDownload:
-    """A partial download left by an earlier run (for the downloads panel to offer)."""
+    """A partial download in the models folder (for the downloads panel to offer).
+
+    Attributes:
+        downloaded / size: bytes on disk and bytes of the whole file.
+        in_use: a transfer holds the file's lock now (another window or process, or a
+            job here, is downloading it): not a paused download to offer or delete.
+    """
 
     repo_id: str
     filename: str
     revision: str
     downloaded: int
     size: int
+    in_use: bool = False
 
 
 def pending_downloads(models_dir: Path | None = None) -> list[PendingDownload]:
-    """Partial downloads in the models folder that can be resumed with :class:`Download`."""
+    """Partial downloads in the models folder: left by an earlier run (resumable with
+    :class:`Download`), or being written now by another window or process (``in_use``)."""
     if models_dir is None:
         from app.catalog.library import current_models_dir
 
@@ -927,6 +1013,7 @@ def pending_downloads(models_dir: Path | None = None) -> list[PendingDownload]:
                 PendingDownload(
                     str(data["repo_id"]), str(data["filename"]), str(data.get("revision", "main")),
                     partial.stat().st_size if partial.exists() else 0, int(data["size"]),
+                    _partial_in_use(partial),
                 )
             )
         except (KeyError, TypeError, ValueError):

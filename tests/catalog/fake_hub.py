@@ -13,8 +13,10 @@ It speaks what the real ``huggingface_hub`` client uses for a download:
   ``GatedRepo`` with 401/403/404.
 
 Faults can be injected per file: drop the connection after n body bytes (once), claim a
-wrong size, serve corrupted bytes (always, or only to resumed requests), describe it by
-another kind of ETag (``etag_kind``), or answer a status code a number of times first; and
+wrong size, serve corrupted bytes (always, or only to resumed requests), send a body that
+never ends (``endless_body``: the file, then zeros, chunked, until the client hangs up),
+describe it by another kind of ETag (``etag_kind``), or answer a status code a number of
+times first; and
 ``rate`` slows bodies down to a given number of bytes per second, like a real network.
 Every body byte sent is counted per file (:attr:`FakeHub.sent`).
 """
@@ -76,6 +78,7 @@ class FakeHub:
     # ETag that is no hash at all).
     etag_kind: dict[str, str] = field(default_factory=dict)
     corrupt_resumed: dict[str, bytes] = field(default_factory=dict)  # served to Range requests only
+    endless_body: set[str] = field(default_factory=set)  # GETs of these bytes never end
     sent: Counter[str] = field(default_factory=Counter)
     requests: list[Request] = field(default_factory=list)
 
@@ -182,6 +185,9 @@ class _Handler(BaseHTTPRequestHandler):
             if hosted is None:
                 self._error(404, None, "no such blob")
                 return
+            if key in hub.endless_body and not head:
+                self._send_endless(key, hosted)
+                return
             self._send_bytes(key, hosted, head)
             return
         m = re.match(r"^/([^/]+)/([^/]+)/resolve/([^/]+)/(.+)$", path)
@@ -274,6 +280,25 @@ class _Handler(BaseHTTPRequestHandler):
             if not self._write(key, chunk):
                 return
             pos += n
+
+    def _send_endless(self, key: str, hosted: HostedFile) -> None:
+        """A body that never ends: the file from the requested byte, then zeros, in HTTP
+        chunks, until the client closes the connection (as a broken proxy might)."""
+        m = re.match(r"^bytes=(\d+)-", (self.headers.get("Range") or "").strip())
+        start = int(m[1]) if m else 0
+        self.send_response(206 if m else 200)
+        if m:
+            self.send_header("Content-Range", f"bytes {start}-{hosted.size - 1}/{hosted.size}")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+        pos = start
+        while True:
+            data = hosted.read(pos, pos + (64 << 10)) if pos < hosted.size else b""
+            data += bytes((64 << 10) - len(data))
+            if not self._write(key, b"%x\r\n%s\r\n" % (len(data), data)):
+                return
+            pos += len(data)
 
     def _write(self, key: str, chunk: bytes) -> bool:
         if self.fake.rate:

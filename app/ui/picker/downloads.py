@@ -7,6 +7,8 @@ not stop a download; the picker finds it still running when it is opened again. 
 the app quits, :meth:`DownloadQueue.shutdown` pauses every download (partial files are
 kept) and joins the pool; the next start offers them again as paused downloads
 (:func:`app.catalog.hub.pending_downloads`), and Resume continues where they stopped.
+A partial file that another window or process is downloading is neither offered nor
+deleted here: Cancel and Remove leave it to that download (the row says so).
 
 :class:`DownloadsTabWidget` shows the jobs: bytes, speed and ETA per job, Pause/Resume,
 Cancel (Remove once failed or finished), and errors in full (a gated repository's message says where to accept the
@@ -61,11 +63,12 @@ class DownloadJobState:
         job_id: the queue's id for the job.
         repo_id, filenames: what is downloaded (every part of a split model).
         status: ``queued`` (starting), ``running``, ``pausing``, ``paused`` (partial
-            files kept), ``cancelling``, ``cancelled`` (partial files deleted),
+            files kept), ``cancelling``, ``cancelled`` (partial files deleted, except
+            one another window or process is downloading: then ``error`` says so),
             ``failed`` (``error`` says why; Resume retries), ``done`` (``path`` is in
             the models folder).
         progress: the latest progress (None before the first report).
-        error: why the job failed.
+        error: why the job failed, or (a warning) what a cancel left alone.
         path: the model file to load, once done.
     """
 
@@ -222,17 +225,17 @@ class DownloadQueue(QObject):
             download.cancel()
             self._set(job_id, status="cancelling")
         else:  # paused or failed: no worker runs, the partial files go now
-            download.cancel()
-            self._set(job_id, status="cancelled")
+            self._set(job_id, status="cancelled", error=_left_alone(download.cancel()))
 
     def remove(self, job_id: int) -> None:
         """Take a finished (done or cancelled) or failed job off the list. A failed job's
-        partial files are deleted (no worker runs for it); a completed file never is."""
+        partial files are deleted (no worker runs for it), except one that another
+        window or process is downloading; a completed file never is."""
         state = self._jobs.get(job_id)
         if state is None or not (state.finished or state.status == "failed"):
             return
         if state.status == "failed":
-            self._downloads[job_id].discard_partial()
+            self._downloads[job_id].discard_partial()  # logs what it leaves alone
         del self._jobs[job_id]
         self._downloads.pop(job_id, None)
         self.job_removed.emit(job_id)
@@ -244,7 +247,9 @@ class DownloadQueue(QObject):
     def restore_pending(self, models_dir: Path | None = None) -> list[int]:
         """List partial downloads left by an earlier run as paused jobs (Resume continues).
 
-        Files already listed are skipped, so calling this again is harmless.
+        Files already listed are skipped, so calling this again is harmless; so are
+        partial files that another window or process is downloading now (their lock is
+        held): they are not paused, and Cancel must not delete them.
 
         Returns:
             The ids of the jobs added.
@@ -256,7 +261,7 @@ class DownloadQueue(QObject):
             log.warning("cannot look for partial downloads: %s", exc)
             return added
         for p in pending:
-            if self._find(p.repo_id, [p.filename]) is not None:
+            if p.in_use or self._find(p.repo_id, [p.filename]) is not None:
                 continue
             try:
                 download = Download(p.repo_id, p.filename, models_dir=models_dir, revision=p.revision)
@@ -325,8 +330,8 @@ class DownloadQueue(QObject):
             state = self._set(ended.job_id, status="done", path=ended.path, error=None)
             self.download_completed.emit(state)
         elif requested == "cancel" or ended.stopped == "cancelled":
-            download.discard_partial()
-            self._set(ended.job_id, status="cancelled")
+            left_alone = download.discard_partial()
+            self._set(ended.job_id, status="cancelled", error=_left_alone(left_alone))
         elif ended.stopped == "paused":
             self._set(ended.job_id, status="paused")
         else:
@@ -335,6 +340,21 @@ class DownloadQueue(QObject):
     @Slot()
     def _on_app_about_to_quit(self) -> None:
         self.shutdown()
+
+
+def _left_alone(filenames: Sequence[str]) -> UserError | None:
+    """The warning for a cancelled job whose partial files another download is writing
+    (None when there are none): they were not deleted."""
+    if not filenames:
+        return None
+    names = ", ".join(PurePosixPath(n).name for n in filenames)
+    what = (("is", "its partial file was") if len(filenames) == 1
+            else ("are", "their partial files were"))
+    return UserError(
+        "Partial file left alone",
+        f"{names} {what[0]} being downloaded by another window or process right now, so"
+        f" {what[1]} not deleted. Cancel that download there, or let it finish.",
+        level="warning", origin="download")
 
 
 _STATUS_TEXT: dict[str, str] = {
@@ -360,6 +380,8 @@ def status_text(state: DownloadJobState) -> str:
         p = state.progress
         where = f"file {p.file_index + 1} of {p.file_count} · " if p.file_count > 1 else ""
         return f"{_PHASE_TEXT.get(p.phase, p.phase)} · {where}{format_download(p)}"
+    if state.status == "cancelled" and state.error is not None:
+        return "Cancelled"  # the error says which partial file was left alone
     text = _STATUS_TEXT.get(state.status, state.status)
     if (state.progress is not None and state.progress.downloaded > 0
             and state.status in ("paused", "failed", "pausing")):
