@@ -407,7 +407,7 @@ def tandem_figures(record: ReplyRecord) -> dict[str, Any]:
     verified draft tokens, TTFT in ms, end-to-end tok/s, the engine's finish reason, the
     seed used, a note, and ``context``: what was dropped to fit the context window
     (``policy``, ``n_ctx``, ``dropped_messages``, ``dropped_tokens``, ``prompt_tokens``,
-    ``reply_room``, ``kept_first``; null when nothing was)."""
+    ``reply_room``, ``kept_first``, ``kept_system``; null when nothing was)."""
     stats = record.stats
     return {
         "mode": stats.mode.value,

@@ -415,6 +415,8 @@ class ChatController:
         self.settings.speculation = speculation
         self.view.speculation_changed(speculation)
         self.view.save_settings_soon()
+        if speculation.mode not in (SpecMode.DRAFT_MODEL, SpecMode("mtp")):
+            self.view.clear_errors("draft")  # about a draft model no reply uses now
         if (speculation.mode is SpecMode.DRAFT_MODEL and before.mode is not SpecMode.DRAFT_MODEL
                 and self.model_info is not None and self.remote is None
                 and self.model_info.draft_path is None and not self.loading):
@@ -434,6 +436,18 @@ class ChatController:
                 return
             self._draft_choice = _DraftChoice(before, asked)
             self.set_draft_model(draft)
+        if (self.reply is not None and speculation.mode is not before.mode
+                and speculation.mode is not self.reply.speculation.mode):
+            self._say_next_reply(speculation.mode)
+
+    def _say_next_reply(self, mode: SpecMode) -> None:
+        """A drafter chosen while a reply is written applies from the next one: said."""
+        change = ("Speculation is off" if mode is SpecMode.OFF else
+                  "Auto chooses the drafter" if mode is SpecMode.AUTO else
+                  f"The drafter is {mode.words}")
+        self.report(UserError(
+            "From the next reply", f"{change} from the next reply; the reply being written "
+            "keeps its own.", level="warning", origin="reply"))
 
     def _draft_choice_failed(self) -> None:
         """The draft loaded for a switch to the draft-model mode failed and none stays
@@ -676,6 +690,7 @@ class ChatController:
             remember_opened_model(value.target_path)  # listed in the picker's library
             self.view.clear_errors("load")
             self.view.clear_errors("reply")  # about the model before (its context, say)
+            self.view.clear_errors("draft")  # its draft: said again below if it still holds
             self.view.model_changed(value)
             self.view.state_changed()
             if value.notes:
@@ -906,6 +921,10 @@ class ChatController:
                 "stop it (Esc).",
                 level="warning", origin="reply"))
             return False
+        if (why := self._cannot_send_now()) is not None:
+            self.report(UserError("Not sent yet", f"{why}; your message stays in the box.",
+                                  level="warning", origin="reply"))
+            return False
         if self.busy or self.model_info is None or self.store is None:
             return False
         try:
@@ -925,6 +944,18 @@ class ChatController:
         self.view.message_added(message)
         self.view.conversations_changed()
         return self._start_reply()
+
+    def _cannot_send_now(self) -> str | None:
+        """Why a message cannot be sent now, in words (None: nothing stands in the way
+        but, perhaps, a missing model or history, which the window already shows)."""
+        if self.reply is not None:
+            return ("Tandem writes one reply at a time: send this when the reply ends, or "
+                    "stop it (Esc)")
+        if self.loading:
+            return "A model is loading: send this when it has loaded"
+        if self._race_busy:
+            return "The race is using the model: send this when it has finished"
+        return None
 
     def regenerate(self, message_id: int | None = None) -> bool:
         """Generate a reply again: the last one (default) or ``message_id`` (the

@@ -40,6 +40,7 @@ class ContextFit:
     fit a window of ``n_ctx`` tokens while leaving ``reply_room`` tokens for the reply
     (fewer when even the shortest prompt could not leave that many). ``kept_first``: the
     conversation's first exchange was kept (truncate-middle, when that was enough).
+    ``kept_system``: the conversation starts with a system prompt, which is always kept.
     """
 
     policy: ContextOverflow
@@ -49,6 +50,7 @@ class ContextFit:
     prompt_tokens: int
     reply_room: int
     kept_first: bool = False
+    kept_system: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (stored with the reply's statistics, sent by the local API)."""
@@ -56,7 +58,7 @@ class ContextFit:
                 "dropped_messages": self.dropped_messages,
                 "dropped_tokens": self.dropped_tokens,
                 "prompt_tokens": self.prompt_tokens, "reply_room": self.reply_room,
-                "kept_first": self.kept_first}
+                "kept_first": self.kept_first, "kept_system": self.kept_system}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ContextFit | None:
@@ -65,7 +67,8 @@ class ContextFit:
             return cls(ContextOverflow(data["policy"]), int(data["n_ctx"]),
                        int(data["dropped_messages"]), int(data["dropped_tokens"]),
                        int(data["prompt_tokens"]), int(data.get("reply_room", 0)),
-                       bool(data.get("kept_first", False)))
+                       bool(data.get("kept_first", False)),
+                       bool(data.get("kept_system", False)))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -201,4 +204,4 @@ def fit_conversation(
     dropped = sum(len(parts[i]) for i in order[:hi])
     kept_first = policy is ContextOverflow.TRUNCATE_MIDDLE and 0 not in order[:hi]
     return best, ContextFit(policy, n_ctx, dropped, len(full) - len(best), len(best),
-                            min(room, n_ctx - len(best)), kept_first)
+                            min(room, n_ctx - len(best)), kept_first, bool(head))

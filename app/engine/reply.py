@@ -28,6 +28,22 @@ FinishReason = Literal["stop", "length", "cancelled"]
 """``stop``: an end-of-generation token or a stop string; ``length``: max_tokens or the
 context window was reached; ``cancelled``: the cancel event was set."""
 
+_CONTEXT_FULL = ("The context window (", " tokens) is full; raise the context length or "
+                 "start a new conversation.")
+
+
+def context_full_note(n_ctx: int) -> str:
+    """The note of a reply that ended because the context window of ``n_ctx`` tokens
+    was full (its finish reason is ``length``, as OpenAI's API says it)."""
+    return f"{_CONTEXT_FULL[0]}{n_ctx}{_CONTEXT_FULL[1]}"
+
+
+def ended_at_full_context(note: str | None) -> bool:
+    """Whether ``note`` is :func:`context_full_note`'s (for any window size)."""
+    return (note is not None and note.startswith(_CONTEXT_FULL[0])
+            and note.endswith(_CONTEXT_FULL[1]))
+
+
 Span = tuple[int, int]
 """``(start, end)``: a character range of a reply's text."""
 

@@ -40,7 +40,15 @@ from app.engine.divergence import SamplingTrace
 from app.engine.drafter_kinds import Unavailable, kind_for
 from app.engine.drafters import Drafter, DraftModelDrafter
 from app.engine.events import ContextTrimmed, Event, PrefillProgress, StatsUpdate, TextDelta
-from app.engine.reply import FinishReason, ReplyRecord, ReplyRequest, Span, add_span, clip_spans
+from app.engine.reply import (
+    FinishReason,
+    ReplyRecord,
+    ReplyRequest,
+    Span,
+    add_span,
+    clip_spans,
+    context_full_note,
+)
 from app.engine.exact import EXACT_CONTEXT, EXACT_KV_BLOCK, ContextSettings, exact_blockers
 from app.engine.llama import (
     VOCAB_TYPE_NAMES,
@@ -1030,9 +1038,7 @@ class Session:
         ctx, n_past = self.ctx, reply.n_past
         room = ctx.n_ctx - n_past - 1  # positions left after the last token's
         if room < 0:
-            reply.note = reply.note or (
-                f"The context window ({ctx.n_ctx} tokens) is full; raise the context "
-                "length or start a new conversation.")
+            reply.note = reply.note or context_full_note(ctx.n_ctx)
             return "length"
         self._govern_threads(reply)
         drafts: list[int] = []

@@ -245,7 +245,8 @@ class SpecStats:
     * ``accepted_at[i]`` / ``verified_at[i]``: acceptances / verifications of draft
       position i + 1 (i = 0 … k − 1).
     * ``draft_cost_ratio`` c = (draft time / draft forward steps) / plain target step time
-      (prompt lookup and suffix: draft time per proposed token / target step time). The
+      (prompt lookup and suffix: a lookup's mean time, draft time / rounds, per token of
+      the mean draft, k̄ = proposed / drafting rounds, over the target step time). The
       plain step time is this reply's baseline (``plain_step_time``) where one exists,
       else ``target_step_time``: the fastest of a few one-token passes timed when the
       model was loaded, then the median with the one-token rounds of plain decoding.
@@ -335,10 +336,13 @@ class SpecStats:
         than one deep in a conversation."""
         t1 = self.plain_step_time or self.target_step_time
         if self.mode in (SpecMode.PROMPT_LOOKUP, SpecMode.SUFFIX):
-            # No forward passes: the cost per proposed token, so that c·k̄ is the lookup
-            # time of a drafting round in units of a target step, as the formula needs.
-            if t1 and self.proposed:
-                return (self.draft_time / self.proposed) / t1
+            # No forward passes: every round looks up, drafting or not, so c·k̄ is one
+            # lookup's mean time (draft time / rounds) in target steps, as the formula
+            # needs: c = draft time / rounds / k̄ / t₁ with k̄ = proposed / drafting rounds.
+            # (Per proposed token alone, the lookups of rounds that drafted nothing would
+            # count against the few tokens proposed early in a reply.)
+            if t1 and self.proposed and self.rounds:
+                return self.draft_time * self.draft_rounds / (self.rounds * self.proposed * t1)
             return None
         step = self.draft_step_time
         if step is None or not t1:

@@ -120,11 +120,13 @@ def context_fit_words(fit: ContextFit) -> str:
     """``Dropped 3 earlier messages (1,240 tokens) to fit the 4,096-token window``, and
     what was kept."""
     n = fit.dropped_messages
-    kept = ("the system prompt and the first exchange were kept" if fit.kept_first
-            else "the system prompt was kept")
+    kept = [what for what, was in (("the system prompt", fit.kept_system),
+                                   ("the first exchange", fit.kept_first)) if was]
+    how = fit.policy.label.lower()
+    if kept:
+        how += f": {' and '.join(kept)} {'were' if len(kept) > 1 else 'was'} kept"
     return (f"Dropped {n} earlier message{'s' if n != 1 else ''} ({fit.dropped_tokens:,} "
-            f"tokens) to fit the {fit.n_ctx:,}-token window ({fit.policy.label.lower()}: "
-            f"{kept})")
+            f"tokens) to fit the {fit.n_ctx:,}-token window ({how})")
 
 
 def stored_context_words(stats: Mapping[str, Any] | None) -> str | None:

@@ -313,6 +313,16 @@ def test_a_draft_nearly_as_large_as_the_target_says_it_may_not_help(rig: Rig) ->
     rig.c.set_draft_model(draft)  # again (a reload pairs them again): said once
     rig.pump.until(rig.c, lambda: not rig.c.loading)
     assert len(rig.view.errors) == shown
+    # a drafter without a draft model takes the warning away, and so does another target
+    rig.view.calls.clear()
+    rig.c.set_speculation(rig.settings.speculation.with_changes(mode=SpecMode.PROMPT_LOOKUP))
+    assert ("clear_errors", ("draft",)) in rig.view.calls
+    rig.view.calls.clear()
+    rig.c.set_speculation(rig.settings.speculation.with_changes(mode=SpecMode.DRAFT_MODEL))
+    assert ("clear_errors", ("draft",)) not in rig.view.calls
+    rig.c.load_model(rig.target)
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert ("clear_errors", ("draft",)) in rig.view.calls
 
 
 def test_exact_verification_is_a_model_option_applied_on_reload(rig: Rig) -> None:
@@ -605,3 +615,20 @@ def test_regenerate_waits_while_a_message_is_edited(rig: Rig) -> None:
     assert not rig.c.can_regenerate and not rig.c.regenerate() and rig.c.reply is None
     rig.c.cancel_edit()
     assert rig.c.can_regenerate
+
+
+def test_a_drafter_changed_during_a_reply_is_said_to_apply_from_the_next(rig: Rig) -> None:
+    rig.script.gate = threading.Event()
+    assert rig.c.send_message("hello") and rig.script.at_gate.wait(30)
+    spec = rig.settings.speculation
+    rig.c.set_speculation(spec.with_changes(draft_max=spec.draft_max + 1))  # k: no word
+    assert not [e for e in rig.view.errors if e.title == "From the next reply"]
+    rig.c.set_speculation(spec.with_changes(mode=SpecMode.OFF))
+    said = rig.view.errors[-1]
+    assert (said.title, said.message) == (
+        "From the next reply",
+        "Speculation is off from the next reply; the reply being written keeps its own.")
+    assert not rig.c.send_message("more")  # and a message sent now says why it waits
+    assert rig.view.errors[-1].title == "Not sent yet"
+    rig.script.gate.set()
+    rig.pump.until(rig.c, lambda: rig.c.reply is None)

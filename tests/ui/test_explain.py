@@ -4,6 +4,8 @@ speculation because nothing matched, the prior, and a stored choice read back.""
 
 from __future__ import annotations
 
+import dataclasses
+
 from app.engine.auto import (
     AutoChoice,
     DrafterEstimate,
@@ -79,9 +81,14 @@ def test_the_prior_a_dropped_drafter_and_old_records() -> None:
 
 
 def test_the_context_note_says_what_was_dropped_and_kept() -> None:
-    fit = ContextFit(ContextOverflow.TRUNCATE_MIDDLE, 4096, 3, 1240, 3000, 1024, True)
+    fit = ContextFit(ContextOverflow.TRUNCATE_MIDDLE, 4096, 3, 1240, 3000, 1024, True, True)
     assert context_fit_words(fit) == (
         "Dropped 3 earlier messages (1,240 tokens) to fit the 4,096-token window "
         "(truncate middle: the system prompt and the first exchange were kept)")
+    # a conversation without a system prompt: none is said to be kept
+    assert context_fit_words(dataclasses.replace(fit, kept_system=False)).endswith(
+        "(truncate middle: the first exchange was kept)")
+    rolling = ContextFit(ContextOverflow.ROLLING_WINDOW, 4096, 1, 40, 3000, 1024)
+    assert context_fit_words(rolling).endswith("window (rolling window)")
     assert stored_context_words({"context": fit.to_dict()}) == context_fit_words(fit)
     assert stored_context_words({}) is None

@@ -279,3 +279,25 @@ def test_c_divides_by_the_same_plain_step_as_the_measured_speedup() -> None:
     # the lookup drafters' c (per proposed token) divides by the same step
     lookup = dataclasses.replace(deep, mode=SpecMode.SUFFIX, draft_steps=0)
     assert lookup.draft_cost_ratio == pytest.approx(0.006 / 0.03)
+
+
+def test_a_lookup_drafters_c_is_its_lookup_time_per_round_over_the_mean_draft() -> None:
+    """Every round looks up, drafting or not: early in a reply 40 lookups found 2 drafts
+    of 3 tokens. Per proposed token alone c would read 40 lookups over 6 tokens (0.67,
+    far from what a lookup costs); per round over the mean draft it reads 0.0167, as the
+    formula needs (c·k̄ = one lookup in target steps)."""
+    from app.options import SpecMode
+
+    early = SpecStats(mode=SpecMode.PROMPT_LOOKUP, draft_max=16, emitted=44, rounds=40,
+                      draft_rounds=2, proposed=6, verified=6, accepted=4,
+                      draft_time=40 * 0.001, target_step_time=0.02, decode_time=1.0)
+    assert early.draft_cost_ratio == pytest.approx(0.001 / 3 / 0.02)
+
+
+def test_a_reply_cut_by_the_full_context_says_so_once() -> None:
+    from app.engine.reply import context_full_note
+
+    note = context_full_note(512)
+    footer = reply_footer({"emitted": 289, "mode": "off"}, "length", note)
+    assert "hit the token limit" not in footer and footer.endswith(note)
+    assert "hit the token limit" in reply_footer({"emitted": 512, "mode": "off"}, "length")

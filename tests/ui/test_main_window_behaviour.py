@@ -428,3 +428,21 @@ def test_choose_draft_offers_the_ranked_drafts_or_any_file(qtbot, tiny_window,  
     label, status, greyed = tab.draft_rows()[0]
     assert label == NO_DRAFT_MODEL_LABEL and greyed and "Catalog" in status
     picker.close()
+
+
+def test_enter_during_a_reply_says_why_nothing_is_sent_and_keeps_the_text(  # type: ignore[no-untyped-def]
+        qtbot, tiny_window, monkeypatch) -> None:
+    w = tiny_window
+    w.controller.set_sampling(w.settings.sampling.with_changes(max_tokens=1000))
+    paused = _hold_after_first_text(monkeypatch)
+    assert w.send_message("hello")
+    qtbot.waitUntil(paused.is_set, timeout=60_000)
+    w.input.setPlainText("and another thing")
+    qtbot.keyClick(w.input, Qt.Key.Key_Return)
+    err = w.message_bar.current
+    assert err is not None and err.title == "Not sent yet"
+    assert err.message.startswith("Tandem writes one reply at a time")
+    assert w.input.toPlainText() == "and another thing"
+    assert w.controller.reply is not None  # Enter never stops the reply
+    w.controller.stop_reply()
+    wait_reply(qtbot, w)

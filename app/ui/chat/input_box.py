@@ -179,5 +179,6 @@ class ComposerWidget(QWidget):
 
     @Slot()
     def _on_input_submitted(self) -> None:
-        if not self._streaming:
-            self.send_clicked.emit()
+        # while a reply streams too: the window says why nothing is sent yet (Enter is
+        # never Stop: a message typed during a reply must not stop it)
+        self.send_clicked.emit()
