@@ -57,6 +57,9 @@ N_CTX = 4096
 #: jobs that may wait behind the running one in the chat service before submitting is
 #: refused (QueueFullError; the local API's 429)
 DEFAULT_QUEUE_LIMIT = 16
+#: the port an OpenAI-compatible server listens on by default: Tandem's local API and the
+#: commands it writes for llama-server (its default too; vLLM's is 8000)
+DEFAULT_PORT = 8080
 #: The context window's range in the settings and the window, tokens (1 Mi: a bound for
 #: typing errors; a model's own maximum is checked at load).
 N_CTX_MIN, N_CTX_MAX = 256, 1_048_576

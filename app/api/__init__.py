@@ -16,9 +16,9 @@ The defaults where the API listens and what it reads are here, so that the comma
 and the window name them without importing the server.
 """
 
+from app.options import DEFAULT_PORT  # noqa: F401 (the default port, named here too)
+
 #: the address the API listens on by default (this computer only)
 DEFAULT_HOST = "127.0.0.1"
-#: the port the API listens on by default (llama-server's default too)
-DEFAULT_PORT = 8080
 #: the default request body limit, bytes (a 32k-token conversation is about 130 KB)
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024

@@ -45,10 +45,8 @@ from pathlib import Path
 
 from app.catalog.curated import CuratedModel, CuratedPair, load_curated_pairs
 from app.errors import TandemError
-from app.options import SpecMode, SpeculationConfig
+from app.options import DEFAULT_PORT, SpecMode, SpeculationConfig
 
-#: the port both engines listen on by default (llama-server's default; vLLM's is 8000)
-DEFAULT_PORT = 8080
 #: the environment variable the commands read the API key from
 DEFAULT_API_KEY_ENV = "TANDEM_SERVER_KEY"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

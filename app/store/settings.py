@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from app.formatting import loads_json
 from app.options import (
+    DEFAULT_PORT,
     FREE_DRAFTER_K,
     N_CTX,
     N_CTX_MAX,
@@ -101,6 +102,8 @@ class UiSettings(_Section):
     saveState bytes, base64-encoded; ``last_conversation_id`` is reopened at start-up."""
 
     tint_drafts: bool = True
+    #: the API tab's port (its switch is off at every start)
+    api_port: int = Field(DEFAULT_PORT, ge=1024, le=65535)
     window_geometry: str | None = None
     splitter_state: str | None = None
     last_conversation_id: int | None = None

@@ -176,3 +176,20 @@ def test_a_failed_api_request_does_not_leave_the_gauge_live(qtbot, tmp_path) -> 
         assert "the engine broke" in w.gauge.note_label.text()
     finally:
         w.close()
+
+
+def test_the_api_port_is_remembered(qtbot, tandem_home) -> None:  # type: ignore[no-untyped-def]
+    from app.store.settings import LoadedSettings, Settings, load_settings
+    from app.ui.main_window import MainWindow
+
+    w = MainWindow(LoadedSettings(Settings()), autoload=False)
+    qtbot.addWidget(w)
+    assert w.api_panel.port.value() == 8080
+    w.api_panel.port.setValue(18097)
+    w.close()
+    saved = load_settings().settings
+    assert saved.ui.api_port == 18097
+    again = MainWindow(LoadedSettings(saved), autoload=False)
+    qtbot.addWidget(again)
+    assert again.api_panel.port.value() == 18097
+    again.close()

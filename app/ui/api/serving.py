@@ -65,7 +65,13 @@ class ApiServing(QObject):
         self.server: Any = None  # an app.api.server.ApiServer while serving
         self.traffic = ApiTrafficFollower()
         status_label.hide()
+        panel.port.setValue(settings.ui.api_port)
+        panel.port.valueChanged.connect(self._on_panel_port_changed)
         panel.serve_toggled.connect(self._on_panel_serve_toggled)
+
+    @Slot(int)
+    def _on_panel_port_changed(self, port: int) -> None:
+        self.settings.ui.api_port = port  # saved with the window's settings
 
     @Slot(bool)
     def _on_panel_serve_toggled(self, on: bool) -> None:
