@@ -288,6 +288,15 @@ def _spans_json(spans: Sequence[tuple[int, int]]) -> str | None:
     return json.dumps([[int(a), int(b)] for a, b in spans]) if spans else None
 
 
+def automatic_title(content: str) -> str:
+    """The title a conversation gets from its first user message: the text on one line,
+    cut to 60 characters with "…" ("" for blank text)."""
+    title = " ".join(content.split())
+    if len(title) > _TITLE_CHARS:
+        title = title[: _TITLE_CHARS - 1].rstrip() + "…"
+    return title
+
+
 def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
@@ -540,8 +549,9 @@ class HistoryStore:
         """Conversations, most recently active first.
 
         Args:
-            search: when not blank, only conversations whose title or any message contains
-                it (case-insensitive for ASCII letters; ``%`` and ``_`` match literally).
+            search: when not blank, only conversations whose title or any message
+                (any version of a reply) contains it (case-insensitive for ASCII letters;
+                ``%`` and ``_`` match literally).
         """
         needle = search.strip()
         if not needle:
@@ -550,10 +560,14 @@ class HistoryStore:
             ).fetchall()
         else:
             pattern = f"%{_escape_like(needle)}%"
+            # a reply's versions that are not shown count too (the user saw them)
             rows = self._conn.execute(
                 "SELECT * FROM conversations c WHERE c.title LIKE ?1 ESCAPE '\\' OR EXISTS ("
                 " SELECT 1 FROM messages m WHERE m.conversation_id = c.id"
-                " AND m.content LIKE ?1 ESCAPE '\\') ORDER BY updated_at DESC, id DESC",
+                " AND m.content LIKE ?1 ESCAPE '\\') OR EXISTS ("
+                " SELECT 1 FROM reply_versions v JOIN messages m ON m.id = v.message_id"
+                " WHERE m.conversation_id = c.id AND v.content LIKE ?1 ESCAPE '\\')"
+                " ORDER BY updated_at DESC, id DESC",
                 (pattern,),
             ).fetchall()
         return [self._conversation(r) for r in rows]
@@ -632,9 +646,7 @@ class HistoryStore:
                 (conversation_id, content, now, now),
             )
             mid = int(cur.lastrowid or 0)
-            title = " ".join(content.split())
-            if len(title) > _TITLE_CHARS:
-                title = title[: _TITLE_CHARS - 1].rstrip() + "…"
+            title = automatic_title(content)
             if title:
                 c.execute(
                     "UPDATE conversations SET title = ? WHERE id = ? AND title = ? AND NOT EXISTS"
@@ -819,11 +831,23 @@ class HistoryStore:
     def delete_from(self, message_id: int) -> int:
         """Delete a message and every later message of its conversation (edit, regenerate).
 
+        Deleting the first message gives back the title it gave the conversation ("New
+        chat" again, so :meth:`add_user_message` names it from the edited text); a title
+        the user gave is kept. The store does not record who gave a title: a title equal
+        to :func:`automatic_title` of that message counts as the automatic one.
+
         Returns:
             How many messages were deleted.
         """
         msg = self.message(message_id)
+        title = automatic_title(msg.content) if msg.role == "user" else ""
         with self._tx() as c:
+            if title:  # the first message edited: its title follows (unless renamed by hand)
+                c.execute(
+                    "UPDATE conversations SET title = ? WHERE id = ? AND title = ? AND NOT EXISTS"
+                    " (SELECT 1 FROM messages WHERE conversation_id = ? AND id < ?)",
+                    (DEFAULT_TITLE, msg.conversation_id, title, msg.conversation_id, message_id),
+                )
             cur = c.execute(
                 "DELETE FROM messages WHERE conversation_id = ? AND id >= ?",
                 (msg.conversation_id, message_id),

@@ -48,12 +48,17 @@ class SideWindows(QObject):
 
     @Slot()
     def open_model_picker(self) -> None:
-        """Show the model library / catalog / downloads window (one instance)."""
+        """Show the model library / catalog / downloads window (one instance), with the
+        target and drafter the chat window uses now selected (each time: a choice made
+        there and not applied is not kept)."""
         if self.picker is None:
             self.picker = ModelPickerWindow(settings=self.settings, downloads=self.downloads,
                                             parent=self._window)
             self.picker.models_chosen.connect(self._on_picker_models_chosen)
         self.picker.show()
+        s = self.settings
+        self.picker.library_tab.show_in_use(s.model.target_path, s.speculation.mode,
+                                            s.model.draft_path)
         self.picker.raise_()
         self.picker.activateWindow()
 

@@ -26,6 +26,12 @@ from app.store.history import Conversation
 _ID_ROLE = Qt.ItemDataRole.UserRole
 
 
+def _item_id(item: QListWidgetItem) -> int | None:
+    """The conversation id of a row; None for the "no conversation matches" line."""
+    value = item.data(_ID_ROLE)
+    return int(value) if value is not None else None
+
+
 class ConversationListWidget(QWidget):
     """Conversations, most recent first, with a search box on top."""
 
@@ -79,7 +85,9 @@ class ConversationListWidget(QWidget):
         self._filling = False
 
     def set_conversations(self, conversations: Sequence[Conversation], current: int | None) -> None:
-        """Show ``conversations`` and select ``current`` (without emitting activation)."""
+        """Show ``conversations`` and select ``current`` (without emitting activation).
+
+        When a search finds nothing, one greyed, unselectable line says so."""
         self._filling = True
         try:
             self.list.clear()
@@ -91,51 +99,108 @@ class ConversationListWidget(QWidget):
                 self.list.addItem(item)
                 if c.id == current:
                     self.list.setCurrentItem(item)
+            needle = self.search.text().strip()
+            shown = not conversations and bool(needle)
+            # titles are elided on one line; the sentence wraps so the sidebar shows it all
+            self.list.setWordWrap(shown)
+            if shown:
+                line = QListWidgetItem(f"No conversation matches \u201c{needle}\u201d")
+                line.setFlags(Qt.ItemFlag.NoItemFlags)  # greyed, not selectable
+                line.setToolTip(line.text())
+                self.list.addItem(line)
         finally:
             self._filling = False
 
     def ids(self) -> list[int]:
-        return [int(self.list.item(i).data(_ID_ROLE)) for i in range(self.list.count())]
+        """The listed conversations' ids, top to bottom."""
+        return [cid for i in range(self.list.count())
+                if (cid := _item_id(self.list.item(i))) is not None]
 
     def titles(self) -> list[str]:
-        return [self.list.item(i).text() for i in range(self.list.count())]
+        """The listed conversations' titles, top to bottom."""
+        return [self.list.item(i).text() for i in range(self.list.count())
+                if _item_id(self.list.item(i)) is not None]
+
+    def placeholder(self) -> str | None:
+        """The line shown instead of conversations (a search found none), else None."""
+        if self.list.count() == 1 and _item_id(self.list.item(0)) is None:
+            return self.list.item(0).text()
+        return None
+
+    def _item_for(self, conversation_id: int) -> QListWidgetItem | None:
+        for i in range(self.list.count()):
+            if _item_id(self.list.item(i)) == conversation_id:
+                return self.list.item(i)
+        return None
 
     @Slot(QListWidgetItem, QListWidgetItem)
     def _on_list_current_item_changed(
         self, current: QListWidgetItem | None, _previous: QListWidgetItem | None
     ) -> None:
-        if self._filling or current is None:
+        cid = _item_id(current) if current is not None else None
+        if self._filling or cid is None:
             return
-        self.conversation_activated.emit(int(current.data(_ID_ROLE)))
+        self.conversation_activated.emit(cid)
 
     @Slot(QListWidgetItem)
     def _on_list_item_changed(self, item: QListWidgetItem) -> None:
-        if self._filling:
+        cid = _item_id(item)
+        if self._filling or cid is None:
             return
-        self.conversation_renamed.emit(int(item.data(_ID_ROLE)), item.text())
+        self.conversation_renamed.emit(cid, item.text())
 
     @Slot(QPoint)
     def _on_list_custom_context_menu_requested(self, pos: QPoint) -> None:
         item = self.list.itemAt(pos)
-        if item is None:
+        cid = _item_id(item) if item is not None else None
+        if cid is None:
             return
+        # The menu runs an event loop: a reply finishing meanwhile refills the list and
+        # deletes ``item``. Only the id is kept across it.
         menu = QMenu(self)
         rename = menu.addAction("Rename")
         export = menu.addAction("Export…")
         delete = menu.addAction("Delete")
         chosen = menu.exec(self.list.viewport().mapToGlobal(pos))
+        menu.deleteLater()
         if chosen is rename:
-            self.list.editItem(item)
+            self.rename_conversation(cid)
         elif chosen is export:
-            self.conversation_export_clicked.emit(int(item.data(_ID_ROLE)))
+            self.export_conversation(cid)
         elif chosen is delete:
-            self.conversation_delete_clicked.emit(int(item.data(_ID_ROLE)))
+            self.delete_conversation(cid)
+
+    def rename_conversation(self, conversation_id: int) -> bool:
+        """Start editing that conversation's title in the list (the menu's Rename).
+        Returns False, doing nothing, when it is no longer listed."""
+        item = self._item_for(conversation_id)
+        if item is None:
+            return False
+        self.list.editItem(item)
+        return True
+
+    def export_conversation(self, conversation_id: int) -> bool:
+        """Emit :attr:`conversation_export_clicked` (the menu's Export…) if that
+        conversation is still listed; returns whether it was."""
+        if self._item_for(conversation_id) is None:
+            return False
+        self.conversation_export_clicked.emit(conversation_id)
+        return True
+
+    def delete_conversation(self, conversation_id: int) -> bool:
+        """Emit :attr:`conversation_delete_clicked` (the menu's Delete) if that
+        conversation is still listed; returns whether it was."""
+        if self._item_for(conversation_id) is None:
+            return False
+        self.conversation_delete_clicked.emit(conversation_id)
+        return True
 
     @Slot()
     def _on_delete_key_activated(self) -> None:
         item = self.list.currentItem()
-        if item is not None and self.list.state() != QAbstractItemView.State.EditingState:
-            self.conversation_delete_clicked.emit(int(item.data(_ID_ROLE)))
+        cid = _item_id(item) if item is not None else None
+        if cid is not None and self.list.state() != QAbstractItemView.State.EditingState:
+            self.conversation_delete_clicked.emit(cid)
 
     @Slot(str)
     def _on_search_text_changed(self, _text: str) -> None:

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.catalog.demo import DemoModel
 from app.catalog.library import Library, LibraryEntry, drafts_for
 from app.catalog.pairing import DraftCandidate
 from app.chat.events import UserError
@@ -153,6 +154,14 @@ def preferred_draft(candidates: tuple[DraftCandidate[LibraryEntry], ...], k: int
         if speedup > 1.0 and (best is None or speedup > best[0]):
             best = (speedup, i)
     return best[1] if best is not None else None
+
+
+def _is_demo_file(entry: LibraryEntry, demo: DemoModel) -> bool:
+    """Whether ``entry`` is ``demo``'s file: its name, and its size to the MB the demo
+    gives (a file the user downloaded from elsewhere, or the demo written before)."""
+    if entry.info is None or not any(p.name == demo.file for p in (entry.path, *entry.copies)):
+        return False
+    return abs(entry.info.file_size - demo.size_mb * 1_000_000) < 1_000_000
 
 
 def top_items(tree: QTreeWidget) -> list[QTreeWidgetItem]:
@@ -367,14 +376,28 @@ class LibraryTabWidget(QWidget):
                 f"Speedup at α = {ASSUMED_ACCEPTANCE_RATE}, k = {self.draft_max}", "Status"]
 
     # -- wishes from the window --------------------------------------------------------
-    def set_wanted(self, target: Path | None, mode: SpecMode | str, draft: Path | None) -> None:
+    def set_wanted(self, target: Path | None, mode: SpecMode | str, draft: Path | None,
+                   *, in_use: bool = False) -> None:
         """Select this target and drafter when they appear (the saved choice). A saved draft
-        model that is too large to help is not preselected (see :func:`preferred_draft`)."""
+        model that is too large to help is not preselected (see :func:`preferred_draft`),
+        unless ``in_use``: the chat window runs with it now, and the picker shows that."""
         self._wanted_target = target
         self._wanted_mode = SpecMode(mode)
         self._wanted_draft = draft
         self._wanted_for = target
-        self._wanted_clicked = False
+        self._wanted_clicked = in_use
+
+    def show_in_use(self, target: Path | None, mode: SpecMode | str, draft: Path | None) -> None:
+        """Select the target and drafter the chat window uses now, replacing whatever
+        was selected here: at once when they are listed, else once a scan or the draft
+        ranking lists them (a target not in the library leaves the selection as it is)."""
+        self.set_wanted(target, mode, draft, in_use=True)
+        if target is None:
+            return
+        if self.target is None or not self.target.is_file(target):
+            self.choose_target(target)  # ranks its drafts, then preselects the wanted one
+        elif not self.ranking and (off := self._drafter_item(SpecMode.OFF, None)) is not None:
+            self._preselect(self.candidates, off)  # its drafts are listed: select again
 
     def choose_target(self, path: Path) -> bool:
         """Select the model at ``path`` as the target; False when it is not listed."""
@@ -424,7 +447,9 @@ class LibraryTabWidget(QWidget):
 
     # -- scanning ----------------------------------------------------------------------
     def _show_demo_button(self) -> None:
-        missing = self.library.missing_demos()
+        # a demo already listed from another folder (same file name and size) is not offered
+        missing = [d for d in self.library.missing_demos()
+                   if not any(_is_demo_file(e, d) for e in self.entries)]
         self.demo_button.setVisible(bool(missing))
         if missing:
             self.demo_button.setText(" and ".join(f"Add the {d.title} demo ({d.size_mb} MB)"
@@ -469,13 +494,14 @@ class LibraryTabWidget(QWidget):
         self._scan_cancel = None
         self.rescan_button.setEnabled(True)
         self.demo_button.setEnabled(True)
-        self._show_demo_button()
         if outcome.error is not None or not isinstance(outcome.value, LibraryScanned):
+            self._show_demo_button()
             self.scan_label.setText("Scan failed")
             self.failed.emit(outcome.error or UserError("Library scan failed", "No result."))
             return
         scanned = outcome.value
         self.set_entries(scanned.entries)
+        self._show_demo_button()  # after the entries: a demo listed already is not offered
         broken = sum(1 for e in scanned.entries if not e.usable)
         n = len(scanned.entries)
         text = f"{n} model{'s' if n != 1 else ''}"

@@ -145,8 +145,9 @@ class ModelPickerWindow(QWidget):
         self.downloads.download_completed.connect(self._on_downloads_download_completed)
         self.downloads.job_changed.connect(self._on_downloads_job_changed)
 
+        # in the app the settings are what the chat window uses now: shown as they are
         self.library_tab.set_wanted(current.model.target_path, current.speculation.mode,
-                                    current.model.draft_path)
+                                    current.model.draft_path, in_use=settings is not None)
         self.downloads_tab.set_models_dir(self._models_dir())
         self.downloads.restore_pending(self._models_dir())
         self._update_downloads_tab_title()

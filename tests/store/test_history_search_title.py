@@ -1,0 +1,87 @@
+"""Search finds text in any version of a reply, and a conversation named after its first
+message follows that message when it is edited (a title given by hand stays)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from app.store.history import DEFAULT_TITLE, HistoryStore, automatic_title
+
+
+@pytest.fixture
+def store() -> Iterator[HistoryStore]:
+    s = HistoryStore.open()
+    yield s
+    s.close()
+
+
+def _reply(store: HistoryStore, cid: int, text: str) -> int:
+    mid = store.begin_reply(cid).id
+    store.finish_reply(mid, text, "stop", {"mode": "off"})
+    return mid
+
+
+def test_search_finds_a_reply_version_that_is_not_shown(store: HistoryStore) -> None:
+    cid = store.create_conversation().id
+    store.add_user_message(cid, "tell me about animals")
+    mid = _reply(store, cid, "the aardvark eats ants")
+    store.begin_reply_version(mid)
+    store.finish_reply(mid, "the pangolin has scales", "stop", {"mode": "off"})
+    other = store.create_conversation().id
+    store.add_user_message(other, "something else")
+    assert [c.id for c in store.list_conversations("pangolin")] == [cid]  # the shown one
+    assert [c.id for c in store.list_conversations("AARDVARK")] == [cid]  # an earlier one
+    assert store.list_conversations("zebra") == []
+    store.show_version(mid, 1)
+    assert [c.id for c in store.list_conversations("pangolin")] == [cid]
+
+
+def test_editing_the_first_message_renames_a_conversation_named_after_it(
+        store: HistoryStore) -> None:
+    cid = store.create_conversation().id
+    first = store.add_user_message(cid, "What do  foxes\neat?")
+    assert store.conversation(cid).title == "What do foxes eat?"
+    _reply(store, cid, "mice")
+    # the edit: the message and everything after it go, the new text is sent
+    store.delete_from(first.id)
+    assert store.conversation(cid).title == DEFAULT_TITLE
+    store.add_user_message(cid, "What do owls eat?")
+    assert store.conversation(cid).title == "What do owls eat?"
+
+
+def test_a_long_first_message_edited_follows_too(store: HistoryStore) -> None:
+    text = "word " * 40
+    cid = store.create_conversation().id
+    first = store.add_user_message(cid, text)
+    assert store.conversation(cid).title == automatic_title(text)
+    assert len(automatic_title(text)) == 60 and automatic_title(text).endswith("…")
+    store.delete_from(first.id)
+    store.add_user_message(cid, "short now")
+    assert store.conversation(cid).title == "short now"
+
+
+def test_a_title_given_by_hand_stays_when_the_first_message_is_edited(
+        store: HistoryStore) -> None:
+    cid = store.create_conversation().id
+    first = store.add_user_message(cid, "What do foxes eat?")
+    store.rename_conversation(cid, "Fox diet")
+    store.delete_from(first.id)
+    store.add_user_message(cid, "What do owls eat?")
+    assert store.conversation(cid).title == "Fox diet"
+
+
+def test_editing_a_later_message_keeps_the_title(store: HistoryStore) -> None:
+    cid = store.create_conversation().id
+    store.add_user_message(cid, "hello")
+    _reply(store, cid, "hi")
+    # a later message with the same text as the title: still not the first one
+    later = store.add_user_message(cid, "hello")
+    store.delete_from(later.id)
+    store.add_user_message(cid, "bye")
+    assert store.conversation(cid).title == "hello"
+    # removing a reply (a failed one) leaves the title alone
+    failed = store.begin_reply(cid).id
+    store.delete_from(failed)
+    assert store.conversation(cid).title == "hello"

@@ -1,0 +1,107 @@
+"""The conversation list's right-click menu survives the list being refilled while it is
+open (a reply finishing refreshes it), and a search that finds nothing says so."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from PySide6.QtCore import QPoint, Qt, QTimer
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QAbstractItemView, QApplication, QLineEdit, QMenu
+
+from app.store.history import Conversation
+from app.ui.chat.conversation_list import ConversationListWidget
+
+FOXES = Conversation(1, "About foxes", "", 0.0, 1.0)
+OWLS = Conversation(2, "About owls", "", 0.0, 2.0)
+
+
+@pytest.fixture
+def widget(qtbot) -> ConversationListWidget:  # type: ignore[no-untyped-def]
+    w = ConversationListWidget()
+    qtbot.addWidget(w)
+    w.resize(300, 400)
+    w.show()
+    w.set_conversations([OWLS, FOXES], current=2)
+    return w
+
+
+def _choose_while_open(qtbot, w: ConversationListWidget, row: int, action: str,  # type: ignore[no-untyped-def]
+                       meanwhile: Callable[[], None]) -> None:
+    """Right-click ``row``; while the menu is open run ``meanwhile``, then choose
+    ``action`` with the keyboard."""
+    seen: list[str] = []
+
+    def in_menu() -> None:
+        menu = QApplication.activePopupWidget()
+        if not isinstance(menu, QMenu):
+            QTimer.singleShot(20, in_menu)  # not shown yet
+            return
+        meanwhile()
+        chosen = next(a for a in menu.actions() if a.text() == action)
+        menu.setActiveAction(chosen)
+        seen.append(action)
+        QTest.keyClick(menu, Qt.Key.Key_Return)
+
+    QTimer.singleShot(0, in_menu)
+    pos = w.list.visualItemRect(w.list.item(row)).center()
+    w.list.customContextMenuRequested.emit(pos)  # returns once the menu has closed
+    assert seen == [action]
+
+
+def test_delete_from_the_menu_after_the_list_was_refilled(qtbot, widget) -> None:  # type: ignore[no-untyped-def]
+    w = widget
+    with qtbot.waitSignal(w.conversation_delete_clicked) as deleted:
+        _choose_while_open(qtbot, w, 1, "Delete",
+                           lambda: w.set_conversations([FOXES, OWLS], current=2))
+    assert deleted.args == [FOXES.id]
+
+
+def test_export_from_the_menu_after_the_list_was_refilled(qtbot, widget) -> None:  # type: ignore[no-untyped-def]
+    w = widget
+    with qtbot.waitSignal(w.conversation_export_clicked) as exported:
+        _choose_while_open(qtbot, w, 0, "Export…",
+                           lambda: w.set_conversations([FOXES, OWLS], current=2))
+    assert exported.args == [OWLS.id]
+
+
+def test_rename_from_the_menu_edits_the_row_where_it_is_now(qtbot, widget) -> None:  # type: ignore[no-untyped-def]
+    w = widget
+    _choose_while_open(qtbot, w, 1, "Rename",  # foxes moves from row 1 to row 0
+                       lambda: w.set_conversations([FOXES, OWLS], current=2))
+    assert w.list.state() == QAbstractItemView.State.EditingState
+    editors = [e for e in w.list.viewport().findChildren(QLineEdit) if e.isVisible()]
+    assert [e.text() for e in editors] == [FOXES.title]
+
+
+def test_a_conversation_gone_meanwhile_is_left_alone(qtbot, widget) -> None:  # type: ignore[no-untyped-def]
+    w = widget
+    emitted: list[int] = []
+    w.conversation_delete_clicked.connect(emitted.append)
+    _choose_while_open(qtbot, w, 1, "Delete", lambda: w.set_conversations([OWLS], current=2))
+    _choose_while_open(qtbot, w, 0, "Rename", lambda: w.set_conversations([FOXES], current=None))
+    assert emitted == [] and w.list.state() != QAbstractItemView.State.EditingState
+
+
+def test_a_search_without_matches_says_so_in_a_line_that_cannot_be_chosen(
+        qtbot, widget) -> None:  # type: ignore[no-untyped-def]
+    w = widget
+    activated: list[int] = []
+    w.conversation_activated.connect(activated.append)
+    w.search.setText("  zebra ")
+    w.set_conversations([], current=None)
+    assert w.placeholder() == "No conversation matches \u201czebra\u201d"
+    assert w.ids() == [] and w.titles() == []
+    line = w.list.item(0)
+    assert line.flags() == Qt.ItemFlag.NoItemFlags
+    qtbot.mouseClick(w.list.viewport(), Qt.MouseButton.LeftButton,
+                     pos=w.list.visualItemRect(line).center())
+    w.list.customContextMenuRequested.emit(w.list.visualItemRect(line).center())  # no menu
+    assert activated == [] and not line.isSelected()
+    # no search: an empty list stays empty (the window shows its welcome instead)
+    w.search.clear()
+    w.set_conversations([], current=None)
+    assert w.list.count() == 0 and w.placeholder() is None
+    w.set_conversations([FOXES], current=None)
+    assert w.placeholder() is None and w.titles() == [FOXES.title]
