@@ -32,6 +32,14 @@ BENCH_HEADER = (
     "α", "τ", "c", "pred ×", "meas ×", "pairs ×", "set ×", "identical", "near-tie", "suspect",
 )
 
+#: what the speedup columns are, said under the table
+BENCH_LEGEND = (
+    "pred ×: E(α, k̄)/(1 + c·k̄) from the measured α and c; meas ×: median decode tok/s "
+    "over off's; pairs ×: median over prompts of on/off decode tok/s; set ×: the whole "
+    "set's tokens per decode second over off's. A row whose τ is near 1 drafted almost "
+    "nothing: its × is run-to-run variation."
+)
+
 
 def write_reply_text(text: str) -> None:
     """Reply text (a local model's or a server's) on stdout as it arrives: its control
@@ -154,6 +162,8 @@ def bench_markdown(report: BenchReport) -> str:
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines.append("")
     lines.append(_settings_line(report.settings))
+    lines.append("")
+    lines.append(BENCH_LEGEND)
     diffs = divergence_lines(report)
     if diffs:
         lines.append("")
@@ -177,6 +187,7 @@ def bench_text(report: BenchReport) -> str:
     lines = [fmt_row(header)] + [fmt_row(r) for r in rows]
     lines.append("")
     lines.append(_settings_line(report.settings))
+    lines.append(BENCH_LEGEND)
     diffs = divergence_lines(report)
     if diffs:
         lines.append("")
