@@ -16,7 +16,7 @@ The defaults where the API listens and what it reads are here, so that the comma
 and the window name them without importing the server.
 """
 
-from app.options import DEFAULT_PORT  # noqa: F401 (the default port, named here too)
+from app.options import DEFAULT_PORT as DEFAULT_PORT  # the default port, named here too
 
 #: the address the API listens on by default (this computer only)
 DEFAULT_HOST = "127.0.0.1"

@@ -14,7 +14,6 @@ import sys
 
 from app.catalog.server_command import (
     DEFAULT_API_KEY_ENV,
-    DEFAULT_PORT,
     ModelSource,
     ServeDrafter,
     ServeEngine,
@@ -28,7 +27,7 @@ from app.cli.json_output import print_json
 from app.cli.options import port_arg
 from app.errors import TandemError
 from app.formatting import serve_note_words
-from app.options import DRAFT_MODEL_K, FREE_DRAFTER_K, SpecMode, default_draft_max
+from app.options import DEFAULT_PORT, DRAFT_MODEL_K, FREE_DRAFTER_K, SpecMode, default_draft_max
 
 
 def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

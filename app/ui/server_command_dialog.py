@@ -33,7 +33,6 @@ from PySide6.QtWidgets import (
 
 from app.catalog.server_command import (
     DEFAULT_API_KEY_ENV,
-    DEFAULT_PORT,
     ServeCommand,
     ServeEngine,
     ServeNote,
@@ -44,7 +43,7 @@ from app.catalog.server_command import (
 from app.chat.events import ModelInfo
 from app.errors import TandemError
 from app.formatting import serve_note_words
-from app.options import SpeculationConfig
+from app.options import DEFAULT_PORT, SpeculationConfig
 from app.ui.labels import Label
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
