@@ -412,7 +412,9 @@ def test_k_sweep_gives_one_point_per_k(self_draft_session: Session) -> None:
     assert all(p.decode_tps is not None and p.decode_tps > 0 for p in sweep.points)
     assert all(p.identical for p in sweep.points)
     assert sweep.acceptance_rate == 1.0
-    assert sweep.recommended_k in (1, 2, 3)
+    assert sweep.fastest_k in (1, 2, 3)
+    # a draft as large as its target rarely beats off: then no k is recommended
+    assert sweep.recommended_k == (None if sweep.no_k_beat_off else sweep.fastest_k)
     assert len(sweep.predicted_curve) == 3
 
 

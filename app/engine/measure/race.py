@@ -186,11 +186,28 @@ class RaceResult:
         return statistics.median(loads) if loads else None
 
     @property
+    def kept_pairs(self) -> tuple[RacePair, ...]:
+        """The pairs with no disturbed run and both rates measured: the pairs the
+        speedup's median, its range and the verdict are taken over."""
+        typical = self.typical_load
+        return tuple(p for p in self.pairs
+                     if not p.disturbed(typical) and p.speedup is not None)
+
+    @property
     def kept_speedups(self) -> tuple[float, ...]:
         """Speedups of the pairs with no disturbed run."""
-        typical = self.typical_load
-        return tuple(x for p in self.pairs
-                     if not p.disturbed(typical) and (x := p.speedup) is not None)
+        return tuple(p.speedup for p in self.kept_pairs if p.speedup is not None)
+
+    @property
+    def median_decode_tps(self) -> tuple[float, float] | None:
+        """(off, on) decode tok/s, each the median over the kept pairs (prefill
+        excluded); None without a kept pair. The ratio of these medians need not equal
+        :attr:`measured_speedup`, the median of the pairs' own ratios."""
+        kept = self.kept_pairs
+        if not kept:
+            return None
+        return (statistics.median(p.off_tps or 0.0 for p in kept),
+                statistics.median(p.on_tps or 0.0 for p in kept))
 
     @property
     def disturbed_runs(self) -> int:
@@ -262,6 +279,7 @@ class RaceResult:
             "first_difference": self.first_difference,
             "measured_speedup": self.measured_speedup,
             "speedup_range": self.speedup_range,
+            "median_decode_tps": self.median_decode_tps,
             "verdict": self.verdict,
             "disturbed_runs": self.disturbed_runs,
             "typical_load": self.typical_load,

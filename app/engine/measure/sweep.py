@@ -3,7 +3,8 @@
 The race window's "k sweep" tab runs :func:`run_k_sweep`: the prompt with speculation
 off and at k = 1, 2, 3, 4, 5, 6, 8 (each drafting up to exactly k), measured tok/s per k
 next to the predicted curve E(α, k) / (1 + c·k) from the sweep's own α and c, and a
-recommended k (Leviathan et al. 2023; formulas in :mod:`app.engine.stats`). No Qt.
+recommended k: the fastest one, when it beat speculation off (Leviathan et al. 2023;
+formulas in :mod:`app.engine.stats`). No Qt.
 """
 
 from __future__ import annotations
@@ -63,8 +64,10 @@ class KSweepResult:
     ``acceptance_rate`` α is pooled over every k (Σ accepted / Σ verified) and
     ``draft_cost_ratio`` c is the median over every k; ``predicted_curve`` holds
     (k, E(α, k) / (1 + c·k)) for k = 1 … max k, and ``predicted_tps`` the same times the
-    plain decode speed, for drawing on the measured tok/s axis. ``recommended_k`` is the
-    fastest measured k (ties: the smaller); ``predicted_best_k`` the model's choice.
+    plain decode speed, for drawing on the measured tok/s axis. ``fastest_k`` is the
+    fastest measured k (ties: the smaller; a k whose every run other work disturbed only
+    when no k has a clean run); :attr:`recommended_k` is that k only when it decoded
+    faster than speculation off; ``predicted_best_k`` the model's choice.
     ``context``: what was dropped from a conversation longer than the context window
     before it was swept, as a chat reply would drop it (None: nothing).
     """
@@ -74,10 +77,32 @@ class KSweepResult:
     acceptance_rate: float | None
     draft_cost_ratio: float | None
     predicted_curve: tuple[tuple[int, float], ...]
-    recommended_k: int | None
+    fastest_k: int | None
     predicted_best_k: int | None
     cancelled: bool = False
     context: ContextFit | None = None
+
+    def point(self, k: int | None) -> KSweepPoint | None:
+        """The point measured at draft length ``k`` (None: no such point)."""
+        return next((p for p in self.points if p.k == k), None)
+
+    @property
+    def recommended_k(self) -> int | None:
+        """The draft length to use: :attr:`fastest_k` when its decode speed beat
+        speculation off's in this sweep (measured speedup > 1×), or when off was not
+        measured (nothing to compare with); None when no k beat off (:attr:`no_k_beat_off`)
+        or no k finished."""
+        if self.no_k_beat_off:
+            return None
+        return self.fastest_k
+
+    @property
+    def no_k_beat_off(self) -> bool:
+        """Speculation off was measured and even the fastest k decoded no faster than it
+        (measured speedup ≤ 1×): there is no k to recommend over turning speculation off."""
+        best = self.point(self.fastest_k)
+        return (best is not None and best.measured_speedup is not None
+                and best.measured_speedup <= 1.0)
 
     @property
     def predicted_tps(self) -> tuple[tuple[int, float], ...]:
@@ -105,6 +130,7 @@ class KSweepResult:
             "draft_cost_ratio": self.draft_cost_ratio,
             "predicted_curve": [list(x) for x in self.predicted_curve],
             "predicted_tps": [list(x) for x in self.predicted_tps],
+            "fastest_k": self.fastest_k,
             "recommended_k": self.recommended_k,
             "predicted_best_k": self.predicted_best_k,
             "cancelled": self.cancelled,
@@ -153,14 +179,14 @@ def _sweep_result(
         best_pred = best_draft_length(alpha, c, k_max)
     measured = [p for p in points if p.decode_tps is not None and not p.all_disturbed] or [
         p for p in points if p.decode_tps is not None]
-    rec = max(measured, key=lambda p: (p.decode_tps or 0.0, -p.k)).k if measured else None
+    fastest = max(measured, key=lambda p: (p.decode_tps or 0.0, -p.k)).k if measured else None
     return KSweepResult(
         plain_decode_tps=off.decode_tps_median if off is not None else None,
         points=points,
         acceptance_rate=alpha,
         draft_cost_ratio=c,
         predicted_curve=curve,
-        recommended_k=rec,
+        fastest_k=fastest,
         predicted_best_k=best_pred,
         cancelled=cancelled,
     )

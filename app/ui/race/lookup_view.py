@@ -34,11 +34,13 @@ from PySide6.QtWidgets import (
 
 from app.chat.history_source import PastConversation, measured_lookup_alpha
 from app.engine.measure.lookup import LookupEstimate
+from app.engine.measure.race import VERDICT_MARGIN
 from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE
 from app.formatting import or_dash
 from app.ui.labels import Label
 
-#: rule of thumb for the verdict: best-n hit rate at or above which lookup clearly pays
+#: best-n hit rate at or above which the verdict says the replies repeat a lot (whether
+#: that pays is this machine's to measure: :func:`verdict`)
 WORTH_IT = 0.30
 #: below this, lookup seldom proposes the right token
 NOT_WORTH_IT = 0.10
@@ -65,8 +67,11 @@ def verdict(estimate: LookupEstimate, measured: Sequence[LookupMeasurement] = ()
 
     A speedup measured with prompt lookup on this machine (a race, a k sweep) decides:
     what the replay finds in the stored replies says how often lookup could propose the
-    right token, not whether proposing pays here. Without one, the best n's hit rate
-    decides by rule of thumb (the thresholds :data:`WORTH_IT` and :data:`NOT_WORTH_IT`).
+    right token, not whether proposing pays here. Without one, the best n's hit rate is
+    reported for what it is (the thresholds :data:`WORTH_IT` and :data:`NOT_WORTH_IT`
+    only choose the words): whether it pays depends on this machine's cost of checking
+    drafts, which a race measures. The best measured speedup counts as a gain or a loss
+    only beyond :data:`~app.engine.measure.race.VERDICT_MARGIN` of 1×.
     """
     best = estimate.best_n
     if best is None or not estimate.reply_tokens:
@@ -77,26 +82,45 @@ def verdict(estimate: LookupEstimate, measured: Sequence[LookupMeasurement] = ()
     if timed:
         top = max(timed, key=lambda m: m.speedup or 0.0)
         speed = top.speedup or 0.0
-        if speed < 1.0:
+        if speed < 1.0 - VERDICT_MARGIN:
             return (f"Not on this machine so far: prompt lookup decoded at {speed:.2f}× the "
                     f"speed of speculation off in {top.source}, even at its best. The replay "
                     f"says lookup would have predicted {share} (n = {best}), but here checking "
                     "its drafts cost more than they saved. Race again on a prompt your replies "
                     "repeat (code edits, rewrites) before turning it on.")
+        if speed <= 1.0 + VERDICT_MARGIN:
+            return (f"No gain measured here so far: prompt lookup decoded at {speed:.2f}× the "
+                    f"speed of speculation off in {top.source}, even at its best, within "
+                    f"{VERDICT_MARGIN:.0%} of it. The replay says lookup would have predicted "
+                    f"{share} (n = {best}). Race on a prompt your replies repeat to see "
+                    "whether it pays there.")
         return (f"Worth it here: prompt lookup decoded {speed:.2f}× as fast as speculation off "
                 f"in {top.source}, and the replay says it would have predicted {share} of "
                 f"your replies (n = {best}).")
+    pays = ("Whether that pays depends on this machine's cost of checking drafts: race it "
+            "to see.")
     if h >= WORTH_IT:
-        return (f"Likely worth it. With n = {best}, lookup would have predicted {share}: "
-                "your replies repeat a lot of what came before (code edits, rewrites, "
-                "quotes), which is where prompt lookup shines. Race it to measure the "
-                "speedup on this machine.")
+        return (f"Lookup would have predicted {share} (n = {best}): your replies repeat a lot "
+                "of what came before (code edits, rewrites, quotes), which is where prompt "
+                f"lookup can help. {pays}")
     if h >= NOT_WORTH_IT:
-        return (f"Sometimes. With n = {best}, lookup would have predicted {share}. Expect "
-                "a gain on replies that repeat the conversation and little on the rest.")
-    return (f"Probably not. Even with n = {best}, lookup would have predicted only {share}. "
+        return (f"Lookup would have predicted {share} (n = {best}): some of your replies "
+                f"repeat the conversation, most do not. {pays}")
+    return (f"Probably not: even with n = {best}, lookup would have predicted only {share}. "
             "When it finds no match it proposes nothing, so leaving it on costs little, but "
-            "a draft model will help more on replies like these.")
+            "it has little to gain on replies like these.")
+
+
+def verdict_tone(measured: Sequence[LookupMeasurement]) -> str:
+    """How :func:`verdict` leans, for its colour: "pays" when a speedup measured here
+    beat speculation off by more than the margin, "costs" when the best one fell below
+    it, "" (neutral) when nothing was timed or the best was within the margin."""
+    speeds = [m.speedup for m in measured if m.speedup is not None]
+    if not speeds:
+        return ""
+    top = max(speeds)
+    return ("pays" if top > 1.0 + VERDICT_MARGIN
+            else "costs" if top < 1.0 - VERDICT_MARGIN else "")
 
 
 class LookupEstimateWidget(QWidget):
@@ -224,7 +248,7 @@ class LookupEstimateWidget(QWidget):
             self._measured[source] = LookupMeasurement(source, alpha, verified, speedup)
         self._update_measured()
         if self._estimate is not None:
-            self.verdict_label.setText(verdict(self._estimate, self.measurements()))
+            self._show_verdict(self._estimate)
 
     def measurements(self) -> list[LookupMeasurement]:
         """What was measured with prompt lookup in this window (races, sweeps)."""
@@ -249,9 +273,16 @@ class LookupEstimateWidget(QWidget):
                 self.table.setItem(i, j, item)
         self.summary.setText(f"{estimate.replies} assistant replies, {estimate.reply_tokens} "
                              "tokens replayed.")
-        self.verdict_label.setText(verdict(estimate, self.measurements()))
+        self._show_verdict(estimate)
         self._update_measured()
         self._update_buttons()
+
+    def _show_verdict(self, estimate: LookupEstimate) -> None:
+        measured = self.measurements()
+        self.verdict_label.setText(verdict(estimate, measured))
+        self.verdict_label.setProperty("tone", verdict_tone(measured))
+        self.verdict_label.style().unpolish(self.verdict_label)
+        self.verdict_label.style().polish(self.verdict_label)
 
     def show_error(self, message: str) -> None:
         self._busy = False

@@ -119,8 +119,11 @@ STYLE = """
 #raceSettings, #sweepCaption, #lookupAbout { color: #718096; font-size: 11px; }
 #raceStatus { color: #4a5568; }
 #sweepRecommendation { font-weight: 600; color: #22543d; }
+#sweepRecommendation[none_beat="true"] { color: #975a16; }
 #sweepError { color: #c53030; }
-#lookupVerdict { font-weight: 600; color: #22543d; }
+#lookupVerdict { font-weight: 600; color: #2d3748; }
+#lookupVerdict[tone="pays"] { color: #22543d; }
+#lookupVerdict[tone="costs"] { color: #975a16; }
 #calcBig { font-size: 20px; font-weight: 700; color: #2b6cb0; }
 """
 

@@ -13,6 +13,7 @@ from app.chat.recording import RaceRecording
 from app.engine.measure.race import DISTURBED_CORES, VERDICT_MARGIN, RaceResult
 from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE
 from app.formatting import MISSING, divergence_words, draft_length_words, or_dash
+from app.options import DrafterNeeds, SpecMode
 
 
 def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
@@ -30,16 +31,19 @@ def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
         # α and the prediction built on it rest on a handful of drafts: say so.
         alpha = f"{sn.acceptance_rate:.2f} ({sn.accepted}/{sn.verified} draft tokens)"
         predicted = f"{MISSING} (needs {MIN_VERIFIED_FOR_ESTIMATE} draft tokens)"
+    # with several pairs the lanes are the first (replayed) pair's runs: their times say so
+    lanes = ", replayed pair" if len(result.pairs) > 1 else ""
     rows = [
-        ("TTFT", or_dash(so.ttft * 1000, ".0f", " ms"), or_dash(sn.ttft * 1000, ".0f", " ms")),
-        ("decode tok/s", or_dash(so.decode_tps, ".1f"), or_dash(sn.decode_tps, ".1f")),
-        ("end-to-end time", or_dash(result.off.duration, ".2f", " s"),
+        ("TTFT" + lanes, or_dash(so.ttft * 1000, ".0f", " ms"),
+         or_dash(sn.ttft * 1000, ".0f", " ms")),
+        decode_rate_row(result),
+        ("end-to-end time" + lanes, or_dash(result.off.duration, ".2f", " s"),
          or_dash(result.on.duration, ".2f", " s")),
         ("tokens", str(len(result.off.token_ids)), str(len(result.on.token_ids))),
         ("acceptance rate α", MISSING, alpha),
         ("mean acceptance length τ", MISSING, or_dash(sn.mean_acceptance_length, ".2f")),
         ("measured speedup (decode)", "1.00×", speedup_cell(result)),
-        ("end-to-end speedup", "1.00×", or_dash(result.end_to_end_speedup, ".2f", "×")
+        ("end-to-end speedup" + lanes, "1.00×", or_dash(result.end_to_end_speedup, ".2f", "×")
          + (" (disturbed)" if result.first_pair_disturbed else "")),
         ("predicted speedup", MISSING, predicted),
         ("identical text", "",
@@ -58,6 +62,24 @@ def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
     if result.cancelled:
         rows.append(("status", "", "cancelled: figures are partial"))
     return rows
+
+
+def decode_rate_row(result: RaceResult) -> tuple[str, str, str]:
+    """The decode tok/s row, from the same runs as the measured speedup beside it: with
+    several pairs timed, each side's median over the kept pairs ("decode tok/s, median
+    of 3 pairs"); with one kept pair of several, that pair's; with none kept, the
+    replayed (first) pair's, named so; with one pair, the lanes' own."""
+    so, sn = result.off.stats, result.on.stats
+    kept = result.kept_pairs
+    medians = result.median_decode_tps
+    if len(result.pairs) <= 1:
+        return "decode tok/s", or_dash(so.decode_tps, ".1f"), or_dash(sn.decode_tps, ".1f")
+    if medians is None:
+        return ("decode tok/s, replayed pair", or_dash(so.decode_tps, ".1f"),
+                or_dash(sn.decode_tps, ".1f"))
+    name = (f"decode tok/s, median of {len(kept)} pairs" if len(kept) > 1
+            else f"decode tok/s, pair {result.pairs.index(kept[0]) + 1} of {len(result.pairs)}")
+    return name, f"{medians[0]:.1f}", f"{medians[1]:.1f}"
 
 
 def speedup_cell(result: RaceResult) -> str:
@@ -124,14 +146,12 @@ def speedup_headline(result: RaceResult) -> str:
         return "No speedup to report: the race did not finish."
     if ms is None:
         return "No speedup to report: the race did not finish."
-    if result.on.stats.proposed == 0:
-        # Both runs decoded plainly: their ratio is run-to-run variation, not a drafter's.
-        return (f"Nothing was drafted, so both runs decoded plainly: the {ms:.2f}× between "
-                "their decode speeds is run-to-run variation, not a speedup." + busy)
     kept = result.kept_speedups
     r = result.speedup_range
     spread = (f" (median of {len(kept)} pairs, {r[0]:.2f}–{r[1]:.2f}×)"
               if r is not None and len(kept) >= 2 else "")
+    if result.on.stats.proposed == 0:
+        return nothing_drafted_headline(result, ms, spread) + busy
     sooner = ""
     if not result.pairs:  # one pair, the lanes': their end-to-end times too
         e2e = result.end_to_end_speedup
@@ -149,6 +169,67 @@ def speedup_headline(result: RaceResult) -> str:
     return (f"No verdict: the pairs ran {r[0]:.2f}–{r[1]:.2f}× (median {ms:.2f}×); a "
             f"verdict needs every pair more than {VERDICT_MARGIN:.0%} to the same side of "
             "1×." + busy)
+
+
+def nothing_drafted_headline(result: RaceResult, ms: float, spread: str) -> str:
+    """The outcome of a race whose "on" runs proposed no draft token.
+
+    No draft was checked, so no gain came from drafting; but the drafter still ran (a
+    draft model reads the prompt and runs its steps, prompt lookup searches the context
+    each round), so "on" is not plain decoding at plain cost. The pairs decide as for
+    any race (:attr:`RaceResult.verdict`): when every kept pair ran "on" slower, it was
+    slower (:func:`prediction_note` then names the drafter's measured work); only pairs
+    that do not agree are called run-to-run variation. ``ms``: the measured speedup;
+    ``spread``: its median-and-range words.
+    """
+    kept = result.kept_speedups
+    verdict = result.verdict if result.pairs else None
+    if verdict == "slower":
+        return (f"Nothing was drafted, and speculation was still slower: {ms:.2f}× the decode "
+                f"speed{spread}, slower in every pair.")
+    if verdict == "faster":
+        return (f"Nothing was drafted, yet speculation on ran faster in every pair: {ms:.2f}× "
+                f"the decode speed{spread}. No draft token was checked, so the gap did not "
+                "come from drafting.")
+    if len(kept) >= 2 and result.speedup_range is not None:
+        lo, hi = result.speedup_range
+        return (f"Nothing was drafted, and the pairs do not agree: they ran {lo:.2f}–{hi:.2f}× "
+                f"(median {ms:.2f}×), not all more than {VERDICT_MARGIN:.0%} to one side of "
+                "1×: run-to-run variation, not a speedup.")
+    return (f"Nothing was drafted. One pair only: {ms:.2f}× the decode speed; one pair "
+            "cannot tell the drafter's own cost from run-to-run variation, run the race "
+            "again.")
+
+
+def drafter_cost_words(result: RaceResult) -> str:
+    """What the "on" run's drafter cost though it proposed nothing, from the replayed
+    pair's figures: a draft model's reading of the prompt (its TTFT against plain's,
+    when more than :data:`VERDICT_MARGIN` longer), its draft steps or a model-free
+    drafter's lookups (seconds, share of the decode time), and drafts the cost-aware
+    policy declined. Empty when none of these was measured."""
+    so, sn = result.off.stats, result.on.stats
+    info = sn.mode.info
+    model = info is not None and info.needs is not DrafterNeeds.NOTHING
+    parts: list[str] = []
+    if model and so.ttft > 0 and sn.ttft > so.ttft * (1.0 + VERDICT_MARGIN):
+        parts.append(f"it read the prompt too (TTFT {sn.ttft * 1000:.0f} ms against "
+                     f"{so.ttft * 1000:.0f} ms off)")
+    if sn.draft_time > 0 and sn.decode_time > 0:
+        share = f"{sn.draft_time / sn.decode_time:.0%} of the {sn.decode_time:.2f} s decode"
+        if model and sn.draft_steps:
+            parts.append(f"its {sn.draft_steps} draft steps took {sn.draft_time:.2f} s "
+                         f"({share}) and no token was proposed")
+        elif not model:
+            parts.append(f"its lookups in {sn.rounds} rounds took {sn.draft_time * 1000:.0f} "
+                         f"ms ({share}) and found nothing to propose")
+    if sn.declined:
+        parts.append(f"the cost-aware policy declined all {sn.declined} drafts (checking "
+                     "them was expected to cost more than they would save)")
+    if not parts:
+        return ""
+    who = ("The draft model" if sn.mode is SpecMode.DRAFT_MODEL
+           else info.words.capitalize() if info is not None else "The drafter")
+    return f"{who} still ran: " + "; ".join(parts) + "."
 
 
 def _runs(n: int) -> str:
@@ -186,12 +267,16 @@ def replay_status(result: RaceResult) -> str:
 
 
 def prediction_note(result: RaceResult, cpu_backend: bool) -> str | None:
-    """Why the measured speedup falls short of the predicted one, when it clearly does.
+    """Why the measured speedup falls short of the predicted one, when it clearly does;
+    for a race in which nothing was drafted, what the drafter cost all the same
+    (:func:`drafter_cost_words`).
 
     The predicted speedup E(α, k) / (1 + c·k) assumes the target checks k + 1 tokens in
     the time of one plain step (Leviathan et al. 2023), which holds where decoding is
     limited by memory bandwidth (GPUs); on a CPU a batch costs more.
     """
+    if result.on.stats.proposed == 0 and not result.cancelled:
+        return drafter_cost_words(result) or None  # no prediction without drafts
     ms, ps = result.measured_speedup, result.predicted_speedup
     if ms is None or ps is None or ps < 1.25 * ms or result.on.stats.few_drafts:
         return None

@@ -171,7 +171,10 @@ class KSweepWidget(QWidget):
         self.table.verticalHeader().hide()
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        hh = self.table.horizontalHeader()
+        hh.setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        # the tok/s column may carry a note ("8.5 (1 busy run out)"): always whole
+        hh.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         self.table.verticalHeader().setDefaultSectionSize(21)
         right.addWidget(self.table, 1)
         row.addLayout(right, 2)
@@ -233,15 +236,16 @@ class KSweepWidget(QWidget):
     @staticmethod
     def recommendation_text(result: KSweepResult) -> str:
         """The recommendation in words."""
-        if result.recommended_k is None:
+        if result.fastest_k is None:
             return "No k finished; nothing to recommend." if not result.cancelled else \
                 "Stopped before any k finished."
-        best = next(p for p in result.points if p.k == result.recommended_k)
+        best = result.point(result.fastest_k)
+        assert best is not None  # fastest_k is one of the points
         text = (f"Fastest measured: k = {best.k}, {or_dash(best.decode_tps, '.1f')} tok/s "
                 f"({or_dash(best.measured_speedup, '.2f', '×')} speculation off).")
-        if best.measured_speedup is not None and best.measured_speedup < 1.0:
-            text += (" No k beat speculation off on this prompt here: keep speculation off "
-                     "(or adaptive) for prompts like it.")
+        if result.no_k_beat_off:
+            text += (" No k beat speculation off on this prompt here, so no k is recommended: "
+                     "keep speculation off (or adaptive) for prompts like it.")
         if result.predicted_best_k is not None:
             text += f" The formula alone would pick k = {result.predicted_best_k}."
         if result.acceptance_rate is not None:
@@ -308,9 +312,9 @@ class KSweepWidget(QWidget):
             best.setColor(_BEST)
             best.setBorderColor(QColor("white"))
             best.setMarkerSize(15)
-            best_tps = next(p.decode_tps for p in result.points if p.k == result.recommended_k)
-            if best_tps is not None:
-                best.append(QPointF(result.recommended_k, best_tps))
+            point = result.point(result.recommended_k)
+            if point is not None and point.decode_tps is not None:
+                best.append(QPointF(point.k, point.decode_tps))
             series.append(best)
 
         seen = [y for _, y in measured] + ([plain] if plain else [])
@@ -348,11 +352,15 @@ class KSweepWidget(QWidget):
         pts: Sequence[KSweepPoint] = result.points
         self.table.setRowCount(len(pts))
         for i, p in enumerate(pts):
+            busy = (("busy", "Other work disturbed every run of this k: not recommended "
+                     "while another k has an undisturbed run.") if p.all_disturbed
+                    else (f"{p.disturbed} busy run{'s' if p.disturbed != 1 else ''} out",
+                          f"{p.disturbed} run{'s' if p.disturbed != 1 else ''} of this k "
+                          "disturbed by other work, left out of the median.")
+                    if p.disturbed else None)
             cells = [
                 str(p.k),
-                or_dash(p.decode_tps, ".1f") + (
-                    " (machine busy: not recommended)" if p.all_disturbed
-                    else f" ({p.disturbed} busy run left out)" if p.disturbed else ""),
+                or_dash(p.decode_tps, ".1f") + (f" ({busy[0]})" if busy else ""),
                 or_dash(p.measured_speedup, ".2f", "×"),
                 or_dash(p.acceptance_rate, ".2f"),
                 or_dash(p.mean_acceptance_length, ".2f"),
@@ -362,6 +370,8 @@ class KSweepWidget(QWidget):
             for j, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
+                if j == 1 and busy:
+                    item.setToolTip(busy[1])
                 if p.k == result.recommended_k:
                     f = item.font()
                     f.setBold(True)
@@ -372,8 +382,18 @@ class KSweepWidget(QWidget):
     def _update_buttons(self) -> None:
         self.run_button.setText("Stop" if self._running else "Run k sweep")
         k = self._result.recommended_k if self._result is not None else None
+        none_beat = self._result is not None and self._result.no_k_beat_off
         self.apply_button.setEnabled(k is not None and not self._running)
-        self.apply_button.setText(f"Apply k = {k}" if k is not None else "Apply k")
+        self.apply_button.setText(f"Apply k = {k}" if k is not None
+                                  else "No k to apply: none beat speculation off" if none_beat
+                                  else "Apply k")
+        self.apply_button.setToolTip(
+            "No k decoded faster than speculation off in this sweep" if none_beat
+            else "Use this draft length in the chat window")
+        # the words turn from green to amber when they advise against every k
+        self.recommendation.setProperty("none_beat", none_beat)
+        self.recommendation.style().unpolish(self.recommendation)
+        self.recommendation.style().polish(self.recommendation)
         self.ks_edit.setEnabled(not self._running)
         self.repeat_spin.setEnabled(not self._running)
         self.warm_check.setEnabled(not self._running)

@@ -99,7 +99,7 @@ def _sweep(predicted_speedups: list[float], measured: list[float], plain: float 
                    for k, m, p in zip(ks, measured, predicted_speedups, strict=True))
     curve = tuple(zip(ks, predicted_speedups, strict=True)) if alpha is not None else ()
     return KSweepResult(plain, points, alpha, 0.01 if alpha is not None else None, curve,
-                        recommended_k=1, predicted_best_k=len(ks))
+                        fastest_k=1, predicted_best_k=len(ks))
 
 
 def _y_max(view: KSweepWidget) -> float:
@@ -152,7 +152,7 @@ def _estimate(hit_rate: float) -> LookupEstimate:
 
 def test_lookup_verdict_takes_a_measured_race_into_account(qtbot) -> None:
     est = _estimate(0.5)
-    assert verdict(est).startswith("Likely worth it")  # the replay alone
+    assert verdict(est).startswith("Lookup would have predicted 50%")  # the replay alone
     slow = [LookupMeasurement("this window's race", 0.9, verified=40, speedup=0.46)]
     text = verdict(est, slow)
     assert "worth it" not in text.lower().split(".")[0] and text.startswith("Not on this machine")
@@ -163,7 +163,7 @@ def test_lookup_verdict_takes_a_measured_race_into_account(qtbot) -> None:
     view = LookupEstimateWidget()
     qtbot.addWidget(view)
     view.show_estimate(est)
-    assert view.verdict_label.text().startswith("Likely worth it")
+    assert view.verdict_label.text().startswith("Lookup would have predicted")
     view.set_measured_alpha("this window's race", 1.0, verified=2, speedup=0.46)
     assert view.verdict_label.text().startswith("Not on this machine")
     assert "too few to tell" in view.measured_label.text()
