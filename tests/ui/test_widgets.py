@@ -872,3 +872,17 @@ def test_a_long_conversation_opens_on_its_last_messages(qtbot) -> None:
     chat.set_messages(views)
     chat.remove_from(3)  # not shown: it and every message after it go
     assert chat.messages == [] and chat.earlier_count == 2 and chat.earlier_button.isVisible()
+
+
+def test_a_markdown_table_has_padded_cells_and_a_grid(qtbot) -> None:
+    from PySide6.QtGui import QTextTable
+
+    w = MessageWidget(MessageView(1, "assistant", "| Planet | Moons |\n|---|---:|\n| Neptune | 28 |"),
+                      tint=True)
+    qtbot.addWidget(w)
+    doc = w.body.document()
+    tables = [f for f in doc.rootFrame().childFrames() if isinstance(f, QTextTable)]
+    assert len(tables) == 1
+    fmt = tables[0].format()
+    assert fmt.cellPadding() == 4 and fmt.border() == 1  # "Neptune" and "28" apart
+    assert w.text == "| Planet | Moons |\n|---|---:|\n| Neptune | 28 |"

@@ -157,6 +157,16 @@ class _NoTitles(Treeprocessor):  # type: ignore[misc]  # Markdown ships no type 
             element.attrib.pop("title", None)
 
 
+class _TableCells(Treeprocessor):  # type: ignore[misc]  # Markdown ships no type hints
+    """Gives tables cell padding and a thin grid: Qt's rich text draws a bare ``<table>``
+    with its cells touching ("Neptune28ice giant")."""
+
+    def run(self, root: ElementTree.Element) -> None:
+        for table in root.iter("table"):
+            table.attrib.update({"cellpadding": "4", "cellspacing": "0", "border": "1",
+                                 "style": "border-color: #d0d7de"})
+
+
 def _new_markdown() -> markdown.Markdown:
     md = markdown.Markdown(extensions=["tables", "sane_lists", "nl2br"])
     # Untrusted text: raw HTML is shown as text, and images are never fetched.
@@ -164,6 +174,7 @@ def _new_markdown() -> markdown.Markdown:
     for name in ("html", "image_link", "image_reference", "short_image_ref"):
         md.inlinePatterns.deregister(name)
     md.treeprocessors.register(_NoTitles(md), "no_titles", 0)
+    md.treeprocessors.register(_TableCells(md), "table_cells", 0)
     return md
 
 
