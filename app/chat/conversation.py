@@ -421,11 +421,11 @@ class ChatController:
                 and self.model_info is not None and self.remote is None
                 and self.model_info.draft_path is None and not self.loading):
             if self.busy:
+                self.set_speculation(before)  # first: it clears the "draft" messages
                 self.report(UserError(
                     "No draft model yet", "A draft model loads only while no reply or race "
                     "runs: choose \u201cDraft model\u201d again when it has finished.",
                     level="warning", origin="draft"))
-                self.set_speculation(before)
                 return
             draft = self.settings.model.draft_path
             asked = draft is None or not draft.is_file()
@@ -690,7 +690,7 @@ class ChatController:
             remember_opened_model(value.target_path)  # listed in the picker's library
             self.view.clear_errors("load")
             self.view.clear_errors("reply")  # about the model before (its context, say)
-            self.view.clear_errors("draft")  # its draft: said again below if it still holds
+            self.view.clear_errors("draft")  # about the pair before (a draft's failure)
             self.view.model_changed(value)
             self.view.state_changed()
             if value.notes:

@@ -64,17 +64,21 @@ def predicted_speedup(alpha: float, k: int, c: float) -> float:
 
 
 def round_mix_speedup(
-    alpha: float, c: float, k_bar: float, draft_rounds: int, plain_rounds: int
+    alpha: float, c: float, k_bar: float, draft_rounds: int, plain_rounds: int,
+    plain_round_cost: float = 1.0,
 ) -> float:
     """Predicted speedup of a run whose rounds drafted k̄ tokens on average, some none.
 
-    S = (n_d·E(α, k̄) + n_p) / (n_d·(1 + c·k̄) + n_p), with n_d drafting rounds and n_p
-    plain ones (a plain round emits one token in one target step). E at a fractional k̄
+    S = (n_d·E(α, k̄) + n_p) / (n_d·(1 + c·k̄) + n_p·p), with n_d drafting rounds and n_p
+    plain ones (a plain round emits one token in one target step plus what its drafter
+    spent finding nothing: ``plain_round_cost`` p, in target steps; 1 for a draft model,
+    which drafts nothing without cost only when it is not asked). E at a fractional k̄
     approximates the mean of E over the actual draft lengths. With n_p = 0 and k̄ = k
     this is :func:`predicted_speedup`.
     """
     e = expected_tokens_per_round(alpha, k_bar)
-    return (draft_rounds * e + plain_rounds) / (draft_rounds * (1.0 + c * k_bar) + plain_rounds)
+    return (draft_rounds * e + plain_rounds) / (
+        draft_rounds * (1.0 + c * k_bar) + plain_rounds * plain_round_cost)
 
 
 #: Fewer verified draft tokens than this and an acceptance rate is too uncertain to
@@ -214,6 +218,11 @@ def draft_length_advice(tau: float | None, k: int | None,
     return None
 
 
+#: drafters that look their drafts up instead of running a model: their c is a lookup's
+#: time, and every round looks up, drafting or not
+LOOKUP_MODES = (SpecMode.PROMPT_LOOKUP, SpecMode.SUFFIX)
+
+
 @dataclass(frozen=True, slots=True)
 class SpecStats:
     """A snapshot of one reply's decoding statistics. Times are seconds, rates per second.
@@ -335,7 +344,7 @@ class SpecStats:
         cost divide by the same step; a step timed at load on an empty cache is faster
         than one deep in a conversation."""
         t1 = self.plain_step_time or self.target_step_time
-        if self.mode in (SpecMode.PROMPT_LOOKUP, SpecMode.SUFFIX):
+        if self.mode in LOOKUP_MODES:
             # No forward passes: every round looks up, drafting or not, so c·k̄ is one
             # lookup's mean time (draft time / rounds) in target steps, as the formula
             # needs: c = draft time / rounds / k̄ / t₁ with k̄ = proposed / drafting rounds.
@@ -388,7 +397,10 @@ class SpecStats:
         k_bar = self.mean_draft_length
         if k_bar is None or not self.rounds:
             return predicted_speedup(a, self.draft_max, c)
-        return round_mix_speedup(a, c, k_bar, self.draft_rounds, self.rounds - self.draft_rounds)
+        # a lookup drafter looked up in the rounds that drafted nothing too: c·k̄ each
+        lookup = self.mode in LOOKUP_MODES
+        return round_mix_speedup(a, c, k_bar, self.draft_rounds, self.rounds - self.draft_rounds,
+                                 1.0 + c * k_bar if lookup else 1.0)
 
     @property
     def measured_speedup(self) -> float | None:

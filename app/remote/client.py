@@ -40,6 +40,7 @@ from urllib.parse import unquote, urlsplit
 
 import certifi
 import httpx
+import truststore
 
 from app.remote.errors import (
     RemoteCancelledError,
@@ -260,11 +261,12 @@ _HOST = re.compile(r"[\w.\-:]+")
 def tls_context(verify: bool | str = True) -> ssl.SSLContext:
     """The TLS context of a client's connections.
 
-    ``True``: ``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` where either is set (as httpx and
-    OpenSSL read them), else certifi's bundle and the operating system's own certificates
-    (``SSLContext.load_default_certs``: the Windows store, OpenSSL's paths on Linux), so
-    a company's authority installed on the system is trusted as a browser trusts it.
-    A string: that CA file or folder only. ``False``: no verification.
+    ``True``: ``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` where either is set (they replace
+    every other authority, as in httpx and OpenSSL), else the operating system's own
+    verification (truststore: the macOS keychain, the Windows store, OpenSSL's system
+    paths on Linux) with certifi's authorities added, so that an authority a company
+    installed on the system is trusted as the system's browser trusts it. A string:
+    that CA file or folder only. ``False``: no verification.
 
     Raises:
         OSError, ssl.SSLError: the CA file or folder cannot be read.
@@ -275,8 +277,8 @@ def tls_context(verify: bool | str = True) -> ssl.SSLContext:
                 return ssl.create_default_context(capath=verify)
             return ssl.create_default_context(cafile=verify)
         return httpx.create_ssl_context(verify=verify)
-    ctx = ssl.create_default_context(cafile=certifi.where())
-    ctx.load_default_certs()
+    ctx = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(cafile=certifi.where())
     return ctx
 
 
@@ -419,8 +421,8 @@ class RemoteClient:
         api_key: sent as ``Authorization: Bearer …`` when given (the spaces and line
             ends around it dropped; only spaces left is no key); never logged, never in
             ``repr`` or error messages.
-        verify: TLS verification (:func:`tls_context`): True (the certificates the
-            operating system trusts and certifi's; ``SSL_CERT_FILE`` or ``SSL_CERT_DIR``
+        verify: TLS verification (:func:`tls_context`): True (the operating system's
+            verification and certifi's authorities; ``SSL_CERT_FILE`` or ``SSL_CERT_DIR``
             instead where set), a CA bundle path, or False (only for a server the user
             chose not to verify).
         connect_timeout, read_timeout: seconds (see the module constants).
@@ -566,8 +568,10 @@ class RemoteClient:
             if "CERTIFICATE" in reason.upper() or "SSL" in reason.upper():
                 return ServerUnreachableError(
                     f"{url}: its TLS certificate could not be verified ({reason}). For a "
-                    "server whose certificate your own authority signed, start Tandem with "
-                    "SSL_CERT_FILE set to that authority's certificate file (PEM).")
+                    "server whose certificate your own authority signed, add that "
+                    "authority to this computer's trusted certificates, or start Tandem "
+                    "with SSL_CERT_FILE set to a PEM bundle holding it and the public "
+                    "authorities (it replaces them).")
             return ServerUnreachableError(f"Cannot reach {url} ({reason}). Is the server "
                                           "running, and is the address right?")
         if isinstance(exc, httpx.TimeoutException):

@@ -132,22 +132,36 @@ class HistoryBusyError(HistoryError):
     tool, ``PRAGMA locking_mode=EXCLUSIVE``): the file is good, so it is never set aside."""
 
 
-#: SQLite's primary result codes for a database another connection holds
-#: (SQLITE_BUSY, SQLITE_LOCKED; https://sqlite.org/rescode.html)
+class HistoryDamagedError(HistoryError):
+    """The file is not a SQLite database, is damaged (SQLite's "malformed"), or its
+    tables are not Tandem's: the only errors for which the window sets it aside
+    (:meth:`HistoryStore.open_or_set_aside`). A full disk, a read-only file or an I/O
+    error say nothing about the file, which is then left as it is."""
+
+
+#: SQLite's primary result codes (https://sqlite.org/rescode.html): a database another
+#: connection holds (SQLITE_BUSY, SQLITE_LOCKED), and a damaged file or one that is not
+#: a database (SQLITE_CORRUPT, SQLITE_NOTADB)
 _BUSY_CODES = frozenset({5, 6})
+_DAMAGE_CODES = frozenset({11, 26})
 
 
 def _opening_failed(path: Path, exc: sqlite3.Error) -> HistoryError:
     """The :class:`HistoryError` for a SQLite error while opening ``path``: busy or
-    locked (:class:`HistoryBusyError`), else unusable."""
+    locked (:class:`HistoryBusyError`), damaged (:class:`HistoryDamagedError`), else
+    unusable for now (a full disk, a read-only file: nothing to set aside)."""
     code = getattr(exc, "sqlite_errorcode", None)  # Python ≥ 3.11
-    busy = (code & 0xFF in _BUSY_CODES if isinstance(code, int)
-            else "locked" in str(exc) or "busy" in str(exc))
-    if busy:
+    text = str(exc).lower()
+    primary = code & 0xFF if isinstance(code, int) else None
+    if primary in _BUSY_CODES if primary is not None else ("locked" in text or "busy" in text):
         return HistoryBusyError(
             f"The history database {path} is in use by another program ({exc}): close "
             "that program, then restart Tandem. Nothing was changed.")
-    return HistoryError(f"The history database {path} cannot be opened: {exc}")
+    if primary in _DAMAGE_CODES if primary is not None else (
+            "malformed" in text or "not a database" in text):
+        return HistoryDamagedError(f"The history database {path} is damaged: {exc}")
+    return HistoryError(f"The history database {path} cannot be used now ({exc}); it was "
+                        "left as it is.")
 
 
 def _free_name(path: Path) -> Path:
@@ -335,8 +349,8 @@ def _check_tables(conn: sqlite3.Connection, path: Path) -> None:
     for table, columns in _expected_columns().items():
         missing = sorted(columns - found.get(table, columns))
         if missing:
-            raise HistoryError(f"The history database {path} is not Tandem's: its table "
-                               f"{table} has no column {', '.join(missing)}.")
+            raise HistoryDamagedError(f"The history database {path} is not Tandem's: its "
+                                      f"table {table} has no column {', '.join(missing)}.")
 
 
 class HistoryStore:
@@ -400,24 +414,25 @@ class HistoryStore:
 
     @classmethod
     def open_or_set_aside(cls, path: Path | None = None) -> tuple[HistoryStore, str | None]:
-        """Open the database for the window; a corrupt one is set aside and a new one made.
+        """Open the database for the window; a damaged one (:class:`HistoryDamagedError`)
+        is set aside and a new one made.
 
         Returns:
             The store, and a sentence for the user when the old file was set aside.
 
         Raises:
-            HistoryError: the folder is unusable.
+            HistoryError: the folder is unusable, or the database cannot be used now (a
+                full disk, a read-only file, an I/O error).
             HistoryFromNewerVersionError, HistoryBusyError: the database is from a newer
-                Tandem, or another program holds it locked (never set aside: that would
-                lose a good history).
+                Tandem, or another program holds it locked.
+            (None of these is set aside: that would lose a good history.)
         """
         path = path or paths.history_path()
         try:
             return cls.open(path, recover=True), None
         except HistoryError as exc:
-            if isinstance(exc, (HistoryFromNewerVersionError, HistoryBusyError)) \
-                    or not path.is_file():
-                raise
+            if not isinstance(exc, HistoryDamagedError) or not path.is_file():
+                raise  # a newer Tandem's, a locked one, a full disk: the file is kept
             aside = _free_name(path.with_name(f"{path.name}.corrupt-{int(time.time())}"))
             try:
                 path.replace(aside)
@@ -466,9 +481,9 @@ class HistoryStore:
                     f"The history database {path} was written by a newer Tandem "
                     f"(schema {version}); update Tandem to open it."
                 )
+            _check_tables(conn, path)  # before anything is written into another's file
             conn.executescript(_SCHEMA)
             _migrate(conn, version)
-            _check_tables(conn, path)
             store = cls(conn, path)
             if recover:  # reads every unfinished reply: where a damaged page shows first
                 store.recover_interrupted()

@@ -42,9 +42,9 @@ _crash_file: IO[str] | None = None
 
 #: what a fatal signal most likely means, by faulthandler's name for it
 _CRASH_HINTS = {
-    "Bus error": "This happens when a model file is changed, shortened or deleted while "
-                 "it is loaded (Tandem reads models in place): replace a model file only "
-                 "while another model is loaded or Tandem is closed.",
+    "Bus error": "Most often a model file was shortened or overwritten while it was "
+                 "loaded (Tandem reads models in place): replace a model file only while "
+                 "another model is loaded or Tandem is closed.",
 }
 
 

@@ -71,6 +71,9 @@ class FakeHub:
     corrupt: dict[str, bytes] = field(default_factory=dict)
     fail_first: dict[str, list[int]] = field(default_factory=dict)  # statuses answered first
     rate: float | None = None  # bytes per second for file bodies (None: as fast as possible)
+    #: when given, a file body stops after its first MiB until the event is set (a
+    #: download that is surely still running while a test acts; set it to let it end)
+    hold: threading.Event | None = None
     ignore_range: bool = False  # answer 200 with the whole file, as some proxies do
     # How /resolve/ describes a file: "lfs" (default: 302 to the CDN with X-Linked-Etag =
     # sha256), "git" (a file kept in git: 200 with ETag = its git blob id), "pointer" (a
@@ -303,6 +306,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _write(self, key: str, chunk: bytes) -> bool:
         if self.fake.rate:
             time.sleep(len(chunk) / self.fake.rate)
+        if self.fake.hold is not None and self.fake.sent[key] >= 1 << 20:
+            self.fake.hold.wait(120)
         try:
             self.wfile.write(chunk)
         except (BrokenPipeError, ConnectionResetError):

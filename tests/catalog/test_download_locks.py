@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def _wait_for_bytes(partial: Path, proc: subprocess.Popen[str], timeout_s: float
 def test_a_download_in_another_process_is_left_alone(hub: FakeHub, payload: bytes,
                                                      tmp_path: Path) -> None:
     hub.add(REPO, FILE, payload)
-    hub.rate = 1_000_000  # about 3 s: long enough to act while it runs
+    hub.hold = threading.Event()  # the other download stays running until released
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-c", OTHER_PROCESS, REPO, FILE, str(tmp_path)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -81,8 +82,10 @@ def test_a_download_in_another_process_is_left_alone(hub: FakeHub, payload: byte
         with pytest.raises(DownloadError, match="already being downloaded"):
             Download(REPO, FILE, models_dir=tmp_path).run()
         assert all(p.exists() for p in _companions(partial))
+        hub.hold.set()
         out, err = proc.communicate(timeout=60)
     finally:
+        hub.hold.set()
         if proc.poll() is None:
             proc.kill()
             proc.wait()

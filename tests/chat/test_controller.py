@@ -426,6 +426,8 @@ def test_the_draft_model_mode_chosen_during_a_reply_keeps_the_drafter_before(
     rig.c.set_speculation(before.with_changes(mode=SpecMode.DRAFT_MODEL, draft_max=4))
     assert rig.settings.speculation == before and "choose_draft_file" not in rig.view.names()
     assert rig.view.errors[-1].origin == "draft" and "finished" in rig.view.errors[-1].message
+    names = rig.view.names()  # said after the drafter of before came back, not cleared by it
+    assert "clear_errors" not in names[len(names) - 1 - names[::-1].index("show_error"):]
     seen = len(rig.view.errors)
     rig.c.use_models(rig.target, draft, SpecMode.DRAFT_MODEL)  # the picker, while busy
     assert [e.title for e in rig.view.errors[seen:]] == ["Busy"]  # one warning, kept in view

@@ -19,6 +19,7 @@ from app.engine.stats import SpecStats
 from app.options import SpecMode
 from app.store.history import (
     HistoryBusyError,
+    HistoryDamagedError,
     DEFAULT_TITLE,
     HistoryError,
     HistoryFromNewerVersionError,
@@ -181,7 +182,7 @@ def test_reopen_keeps_everything_and_marks_interrupted(tandem_home: Path) -> Non
 def test_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "history.sqlite3"
     bad.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(HistoryError, match="cannot be opened"):
+    with pytest.raises(HistoryDamagedError, match="is damaged: file is not a database"):
         HistoryStore.open(bad)
 
 
@@ -409,3 +410,22 @@ def test_valid_text_writes_undecodable_bytes_and_lone_surrogates_as_escapes() ->
     # before one helper the JSON writer raised UnicodeEncodeError on the second kind
     assert json_safe({"path": "a\ud800.gguf"}) == {"path": "a\\ud800.gguf",
                                                    "path_undecodable": True}
+
+
+def test_a_full_disk_at_start_leaves_the_history_where_it_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only damage sets a file aside: a write that fails at start (the recovery of an
+    unfinished reply on a full disk) says so and keeps the file and its conversations."""
+    path = tmp_path / "history.sqlite3"
+    _history_with_unfinished_reply(path)
+
+    def full(self: HistoryStore) -> int:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(HistoryStore, "recover_interrupted", full)
+        with pytest.raises(HistoryError, match="cannot be used now .database or disk is full"):
+            HistoryStore.open_or_set_aside(path)
+    assert not list(tmp_path.glob("*.corrupt-*"))
+    with HistoryStore.open(path) as store:
+        assert len(store.list_conversations()) == 50

@@ -85,9 +85,8 @@ def test_a_fatal_signal_is_reported_and_said_at_the_next_start(tandem_home: Path
     assert gui.returncode != 0 and "Bus error" in (paths.log_dir() / "crash.log").read_text()
     words = logs.take_last_crash()
     assert words is not None
-    assert words.startswith("Tandem stopped unexpectedly last time (Bus error). This happens "
-                            "when a model file is changed, shortened or deleted while it is "
-                            "loaded")
+    assert words.startswith("Tandem stopped unexpectedly last time (Bus error). Most often "
+                            "a model file was shortened or overwritten while it was loaded")
     assert str(paths.log_dir() / "crash.log.1") in words
     assert logs.take_last_crash() is None  # said once
     cli = subprocess.run([sys.executable, "-c", crash.format(kind="cli")], env=env,

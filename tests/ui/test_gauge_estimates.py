@@ -292,6 +292,12 @@ def test_a_lookup_drafters_c_is_its_lookup_time_per_round_over_the_mean_draft() 
                       draft_rounds=2, proposed=6, verified=6, accepted=4,
                       draft_time=40 * 0.001, target_step_time=0.02, decode_time=1.0)
     assert early.draft_cost_ratio == pytest.approx(0.001 / 3 / 0.02)
+    # the prediction charges every round its lookup: 40 lookups are 2 target steps, and
+    # 38 plain rounds plus 2 drafting rounds of E(α, 3) tokens take 40 steps and them
+    from app.engine.stats import expected_tokens_per_round
+
+    e = expected_tokens_per_round(4 / 6, 3.0)
+    assert early.predicted_speedup == pytest.approx((2 * e + 38) / (40 + 40 * 0.001 / 0.02))
 
 
 def test_a_reply_cut_by_the_full_context_says_so_once() -> None:

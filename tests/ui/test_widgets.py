@@ -869,9 +869,21 @@ def test_a_long_conversation_opens_on_its_last_messages(qtbot) -> None:
     chat.show_earlier()
     assert [w.message_id for w in chat.messages] == list(range(1, n + 1))
     assert not chat.earlier_button.isVisible()
+    # a reply growing at the bottom (streaming) does not move the messages just opened
     chat.set_messages(views)
-    chat.remove_from(3)  # not shown: it and every message after it go
-    assert chat.messages == [] and chat.earlier_count == 2 and chat.earlier_button.isVisible()
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum() > 0)
+    bar.setValue(0)
+    top = chat.messages[0]
+    chat.earlier_button.click()
+    qtbot.waitUntil(lambda: bar.value() > 0)
+    shown_at = top.y() - bar.value()
+    chat.messages[-1].set_content("grown\n\n" * 200)
+    qtbot.wait(50)
+    assert top.y() - bar.value() == shown_at
+    chat.set_messages(views)
+    chat.remove_from(3)  # not shown: it and every message after it go; 1 and 2 are shown
+    assert [w.message_id for w in chat.messages] == [1, 2] and chat.earlier_count == 0
+    assert not chat.earlier_button.isVisible()
 
 
 def test_a_markdown_table_has_padded_cells_and_a_grid(qtbot) -> None:

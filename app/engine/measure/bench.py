@@ -34,7 +34,7 @@ from app.engine.events import Event
 from app.engine.measure.prompts import PreparedPrompt
 from app.engine.reply import ReplyFields, ReplyRecord
 from app.engine.session import Session
-from app.engine.stats import predicted_speedup, round_mix_speedup
+from app.engine.stats import LOOKUP_MODES, predicted_speedup, round_mix_speedup
 from app.errors import TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 
@@ -310,10 +310,14 @@ def _pooled_predicted_speedup(rs: Sequence[RunRecord], alpha: float | None, c: f
     draft_rounds = sum(r.stats.draft_rounds for r in rs)
     proposed = sum(r.stats.proposed for r in rs)
     # k̄ and the share of plain rounds as the runs actually had them (the adaptive
-    # policy drafts less than k, sometimes nothing), as SpecStats does per run.
-    return (round_mix_speedup(alpha, c, proposed / draft_rounds, draft_rounds,
-                              rounds - draft_rounds)
-            if draft_rounds else predicted_speedup(alpha, k, c))
+    # policy drafts less than k, sometimes nothing), as SpecStats does per run, a lookup
+    # drafter's plain rounds charged their lookup as there
+    if not draft_rounds:
+        return predicted_speedup(alpha, k, c)
+    k_bar = proposed / draft_rounds
+    lookup = rs[0].stats.mode in LOOKUP_MODES
+    return round_mix_speedup(alpha, c, k_bar, draft_rounds, rounds - draft_rounds,
+                             1.0 + c * k_bar if lookup else 1.0)
 
 
 def _summarize_config(label: str, rs: Sequence[RunRecord], off_tps: float | None,

@@ -478,7 +478,9 @@ class ChatViewWidget(QScrollArea):
         self.setWidget(self._container)
         self._messages: list[MessageWidget] = []
         self._earlier: list[MessageView] = []  # not shown yet, oldest first
-        self._from_bottom: int | None = None  # kept while earlier messages are laid out
+        #: a message kept at its place on the screen (its y minus the scroll value) while
+        #: the page grows above it (earlier messages shown), until the user scrolls
+        self._anchor: tuple[MessageWidget, int] | None = None
         self._restoring = False  # the view itself is scrolling (not the user)
         self._busy = (False, False)
         self._tint = True
@@ -511,6 +513,7 @@ class ChatViewWidget(QScrollArea):
             w.deleteLater()
         self._messages = []
         self._earlier = []
+        self._anchor = None
         self._update_earlier()
         self._stick = True
         self._update_starters()
@@ -549,7 +552,9 @@ class ChatViewWidget(QScrollArea):
         batch = self._earlier[-SHOWN_AT_ONCE:]
         del self._earlier[-SHOWN_AT_ONCE:]
         bar = self.verticalScrollBar()
-        self._from_bottom = bar.maximum() - bar.value()
+        if self._messages:  # the message at the top stays where it is on the screen
+            top = self._messages[0]
+            self._anchor = (top, top.y() - bar.value())
         self._stick = False
         first = self._layout.indexOf(self.earlier_button) + 1
         made = [self._message_widget(v) for v in batch]
@@ -613,11 +618,17 @@ class ChatViewWidget(QScrollArea):
         for i, w in enumerate(self._messages):
             if w.message_id == message_id:
                 for gone in self._messages[i:]:
+                    if self._anchor is not None and self._anchor[0] is gone:
+                        self._anchor = None
                     self._layout.removeWidget(gone)
                     gone.hide()
                     gone.deleteLater()
                 del self._messages[i:]
                 break
+        if not self._messages and self._earlier:  # all shown ones went: the earlier come
+            self._stick = True
+            self.show_earlier()
+            self._anchor, self._stick = None, True
         self._update_regenerate()
         self._update_starters()
 
@@ -694,10 +705,11 @@ class ChatViewWidget(QScrollArea):
     def _on_scrollbar_range_changed(self, _min: int, maximum: int) -> None:
         if self._stick:
             self.verticalScrollBar().setValue(maximum)
-        elif self._from_bottom is not None:  # earlier messages grew the page above
+        elif self._anchor is not None:  # earlier messages grew the page above
+            widget, offset = self._anchor
             self._restoring = True
             try:
-                self.verticalScrollBar().setValue(maximum - self._from_bottom)
+                self.verticalScrollBar().setValue(widget.y() - offset)
             finally:
                 self._restoring = False
 
@@ -705,4 +717,4 @@ class ChatViewWidget(QScrollArea):
     def _on_scrollbar_value_changed(self, value: int) -> None:
         self._stick = value >= self.verticalScrollBar().maximum() - 8
         if not self._restoring:  # the user scrolled: the place to keep is theirs now
-            self._from_bottom = None
+            self._anchor = None

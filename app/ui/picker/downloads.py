@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.catalog.hub import Download, DownloadProgress, pending_downloads
+from app.catalog.hub import PARTIAL_DIR, Download, DownloadProgress, pending_downloads
 from app.chat.events import UserError
 from app.errors import TandemError
 from app.ui.picker.formatting import format_download
@@ -225,7 +225,9 @@ class DownloadQueue(QObject):
             download.cancel()
             self._set(job_id, status="cancelling")
         else:  # paused or failed: no worker runs, the partial files go now
-            self._set(job_id, status="cancelled", error=_left_alone(download.cancel()))
+            cancelled = _discarding(download, download.cancel)
+            self._set(job_id, status="cancelled" if isinstance(cancelled, list) else "failed",
+                      error=_left_alone(cancelled) if isinstance(cancelled, list) else cancelled)
 
     def remove(self, job_id: int) -> None:
         """Take a finished (done or cancelled) or failed job off the list. A failed job's
@@ -235,7 +237,11 @@ class DownloadQueue(QObject):
         if state is None or not (state.finished or state.status == "failed"):
             return
         if state.status == "failed":
-            self._downloads[job_id].discard_partial()  # logs what it leaves alone
+            download = self._downloads[job_id]
+            error = _discarding(download, download.discard_partial)  # logs what it leaves
+            if isinstance(error, UserError):  # a folder that refuses: the row stays
+                self._set(job_id, error=error)
+                return
         del self._jobs[job_id]
         self._downloads.pop(job_id, None)
         self.job_removed.emit(job_id)
@@ -330,8 +336,11 @@ class DownloadQueue(QObject):
             state = self._set(ended.job_id, status="done", path=ended.path, error=None)
             self.download_completed.emit(state)
         elif requested == "cancel" or ended.stopped == "cancelled":
-            left_alone = download.discard_partial()
-            self._set(ended.job_id, status="cancelled", error=_left_alone(left_alone))
+            left = _discarding(download, download.discard_partial)
+            if isinstance(left, list):
+                self._set(ended.job_id, status="cancelled", error=_left_alone(left))
+            else:
+                self._set(ended.job_id, status="failed", error=left)
         elif ended.stopped == "paused":
             self._set(ended.job_id, status="paused")
         else:
@@ -340,6 +349,21 @@ class DownloadQueue(QObject):
     @Slot()
     def _on_app_about_to_quit(self) -> None:
         self.shutdown()
+
+
+def _discarding(download: Download, discard: Callable[[], list[str]]) -> list[str] | UserError:
+    """``discard()`` (a job's partial files deleted: what was left alone), or the error
+    for a folder that refused (a lock file that cannot be made, a file that cannot be
+    deleted: a read-only or foreign models folder), which names the folder."""
+    try:
+        return discard()
+    except OSError as exc:
+        return UserError(
+            "Partial files not deleted",
+            f"The partial download in {download.repo_dir / PARTIAL_DIR} could not be deleted "
+            f"({exc}). "
+            "Delete that folder's files by hand, or make the folder writable.",
+            origin="download")
 
 
 def _left_alone(filenames: Sequence[str]) -> UserError | None:

@@ -90,3 +90,22 @@ def test_remove_of_a_failed_job_leaves_the_other_downloads_partial(  # type: ign
         assert partial.stat().st_size == SIZE // 2
         assert partial.with_name(partial.name + ".json").exists()
     assert queue.shutdown()
+
+
+def test_a_partial_that_cannot_be_deleted_is_said_not_raised(  # type: ignore[no-untyped-def]
+        qtbot, hub: FakeHub, empty_models_dir: Path) -> None:
+    """A lock file that cannot be opened (a folder in its place here; a read-only or
+    foreign models folder in life): Cancel and Remove say which folder, nothing escapes
+    the slot, and the row stays with the reason."""
+    partial, _ = _leave_partial(empty_models_dir, hub)
+    queue = DownloadQueue()
+    [job] = queue.restore_pending(empty_models_dir)
+    partial.with_name(partial.name + ".lock").mkdir()
+    queue.cancel(job)
+    state = queue.job(job)
+    assert state.status == "failed" and state.error is not None
+    assert state.error.title == "Partial files not deleted"
+    assert str(partial.parent) in state.error.message and partial.exists()
+    queue.remove(job)  # a failed job: Remove tries again, and keeps the row
+    assert queue.job(job) is not None and queue.job(job).error is not None
+    assert queue.shutdown()
