@@ -65,20 +65,20 @@ def predicted_speedup(alpha: float, k: int, c: float) -> float:
 
 def round_mix_speedup(
     alpha: float, c: float, k_bar: float, draft_rounds: int, plain_rounds: int,
-    plain_round_cost: float = 1.0,
+    plain_cost: float = 1.0,
 ) -> float:
     """Predicted speedup of a run whose rounds drafted k̄ tokens on average, some none.
 
     S = (n_d·E(α, k̄) + n_p) / (n_d·(1 + c·k̄) + n_p·p), with n_d drafting rounds and n_p
-    plain ones (a plain round emits one token in one target step plus what its drafter
-    spent finding nothing: ``plain_round_cost`` p, in target steps; 1 for a draft model,
-    which drafts nothing without cost only when it is not asked). E at a fractional k̄
+    plain ones (a plain round emits one token in one target step, plus what its drafter
+    spent finding nothing: ``plain_cost`` p in target steps,
+    :func:`plain_round_cost`). E at a fractional k̄
     approximates the mean of E over the actual draft lengths. With n_p = 0 and k̄ = k
     this is :func:`predicted_speedup`.
     """
     e = expected_tokens_per_round(alpha, k_bar)
     return (draft_rounds * e + plain_rounds) / (
-        draft_rounds * (1.0 + c * k_bar) + plain_rounds * plain_round_cost)
+        draft_rounds * (1.0 + c * k_bar) + plain_rounds * plain_cost)
 
 
 #: Fewer verified draft tokens than this and an acceptance rate is too uncertain to
@@ -221,6 +221,14 @@ def draft_length_advice(tau: float | None, k: int | None,
 #: drafters that look their drafts up instead of running a model: their c is a lookup's
 #: time, and every round looks up, drafting or not
 LOOKUP_MODES = (SpecMode.PROMPT_LOOKUP, SpecMode.SUFFIX)
+
+
+def plain_round_cost(mode: SpecMode, c: float, k_bar: float) -> float:
+    """What a round that verified no draft costs, in target steps (for
+    :func:`round_mix_speedup`): one step, plus a lookup drafter's lookup (c·k̄: its c is
+    a lookup's time per token of the mean draft); a draft model that drafts nothing
+    was not run."""
+    return 1.0 + c * k_bar if mode in LOOKUP_MODES else 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,10 +405,8 @@ class SpecStats:
         k_bar = self.mean_draft_length
         if k_bar is None or not self.rounds:
             return predicted_speedup(a, self.draft_max, c)
-        # a lookup drafter looked up in the rounds that drafted nothing too: c·k̄ each
-        lookup = self.mode in LOOKUP_MODES
         return round_mix_speedup(a, c, k_bar, self.draft_rounds, self.rounds - self.draft_rounds,
-                                 1.0 + c * k_bar if lookup else 1.0)
+                                 plain_round_cost(self.mode, c, k_bar))
 
     @property
     def measured_speedup(self) -> float | None:

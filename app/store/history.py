@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -261,7 +262,7 @@ def _read_stats(row: sqlite3.Row) -> dict[str, Any] | None:
         return None
     try:
         stats = loads_json(raw)
-    except (ValueError, TypeError, RecursionError):
+    except (ValueError, TypeError):  # not JSON, or nested too deep (loads_json)
         stats = None
     if not isinstance(stats, dict):
         log.warning("message %s: unreadable statistics, left out", row["id"])
@@ -277,7 +278,7 @@ def _read_spans(row: sqlite3.Row) -> tuple[tuple[int, int], ...]:
         return ()
     try:
         return tuple((int(a), int(b)) for a, b in loads_json(raw))
-    except (ValueError, TypeError, OverflowError, RecursionError):
+    except (ValueError, TypeError, OverflowError):
         log.warning("message %s: unreadable draft spans, left out", row["id"])
         return ()
 
@@ -334,6 +335,7 @@ def _columns(conn: sqlite3.Connection) -> dict[str, set[str]]:
             for t in tables}
 
 
+@functools.cache
 def _expected_columns() -> dict[str, set[str]]:
     """The tables and columns of :data:`SCHEMA_VERSION`, read from the schema itself."""
     with contextlib.closing(sqlite3.connect(":memory:")) as mem:

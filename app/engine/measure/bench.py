@@ -34,7 +34,7 @@ from app.engine.events import Event
 from app.engine.measure.prompts import PreparedPrompt
 from app.engine.reply import ReplyFields, ReplyRecord
 from app.engine.session import Session
-from app.engine.stats import LOOKUP_MODES, predicted_speedup, round_mix_speedup
+from app.engine.stats import plain_round_cost, predicted_speedup, round_mix_speedup
 from app.errors import TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 
@@ -315,9 +315,8 @@ def _pooled_predicted_speedup(rs: Sequence[RunRecord], alpha: float | None, c: f
     if not draft_rounds:
         return predicted_speedup(alpha, k, c)
     k_bar = proposed / draft_rounds
-    lookup = rs[0].stats.mode in LOOKUP_MODES
     return round_mix_speedup(alpha, c, k_bar, draft_rounds, rounds - draft_rounds,
-                             1.0 + c * k_bar if lookup else 1.0)
+                             plain_round_cost(rs[0].stats.mode, c, k_bar))
 
 
 def _summarize_config(label: str, rs: Sequence[RunRecord], off_tps: float | None,

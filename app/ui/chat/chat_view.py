@@ -626,9 +626,8 @@ class ChatViewWidget(QScrollArea):
                 del self._messages[i:]
                 break
         if not self._messages and self._earlier:  # all shown ones went: the earlier come
-            self._stick = True
             self.show_earlier()
-            self._anchor, self._stick = None, True
+            self._stick = True  # nothing on screen to keep in place: follow the bottom
         self._update_regenerate()
         self._update_starters()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtCore import QPoint, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QPoint, Qt, QTimer, Signal, SignalInstance, Slot
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -182,17 +182,17 @@ class ConversationListWidget(QWidget):
     def export_conversation(self, conversation_id: int) -> bool:
         """Emit :attr:`conversation_export_clicked` (the menu's Export…) if that
         conversation is still listed; returns whether it was."""
-        if self._item_for(conversation_id) is None:
-            return False
-        self.conversation_export_clicked.emit(conversation_id)
-        return True
+        return self._emit_if_listed(self.conversation_export_clicked, conversation_id)
 
     def delete_conversation(self, conversation_id: int) -> bool:
         """Emit :attr:`conversation_delete_clicked` (the menu's Delete) if that
         conversation is still listed; returns whether it was."""
+        return self._emit_if_listed(self.conversation_delete_clicked, conversation_id)
+
+    def _emit_if_listed(self, signal: SignalInstance, conversation_id: int) -> bool:
         if self._item_for(conversation_id) is None:
             return False
-        self.conversation_delete_clicked.emit(conversation_id)
+        signal.emit(conversation_id)
         return True
 
     @Slot()

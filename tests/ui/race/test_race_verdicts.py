@@ -1,5 +1,5 @@
-"""Verdicts in the race window that a user trial found untrue (gemma-3-270m Q5_1 target,
-Q4_K_M draft model, and prompt lookup): a race in which nothing was drafted but every pair
+"""Verdicts in the race window, on the cases where a careless one is untrue (gemma-3-270m
+Q5_1 target, Q4_K_M draft model, and prompt lookup): a race in which nothing was drafted but every pair
 ran slower, table rates from one pair beside a median speedup over three, a k sweep that
 advised speculation off yet offered a k, a tok/s column cut off, and "Likely worth it"
 from a hit rate alone."""
@@ -27,7 +27,7 @@ from tests.ui.race.test_race_logic import _race, _with_stats
 
 
 def _nothing_drafted(*pairs: RacePair) -> RaceResult:
-    """The trial's race: a draft model that proposed nothing (its policy declined every
+    """A race with a draft model that proposed nothing (its policy declined every
     draft), whose lane read the prompt too (TTFT 1815 ms against 969 ms)."""
     r = _race()
     on = dataclasses.replace(r.on.stats, mode="draft-model", proposed=0, verified=0,
@@ -75,7 +75,7 @@ def test_nothing_drafted_yet_slower_in_every_pair_is_called_slower_with_its_cost
 
 
 def test_table_rates_come_from_the_same_pairs_as_the_median_speedup() -> None:
-    # the trial: the replayed pair ran 23.9 off and 25.4 on, the median speedup was 0.98×
+    # the replayed pair ran 23.9 off and 25.4 on, the median speedup was 0.98×
     r = dataclasses.replace(_race(), pairs=(RacePair(23.9, 25.4, 0.0, 0.0),
                                             RacePair(26.0, 25.0, 0.0, 0.0),
                                             RacePair(25.0, 24.5, 0.0, 0.0)))
@@ -178,7 +178,7 @@ def test_a_hit_rate_alone_never_says_lookup_is_worth_it(qtbot) -> None:  # type:
     assert alone.startswith("Lookup would have predicted 46% of the reply tokens (n = 2)")
     assert "depends on this machine's cost of checking drafts: race it to see" in alone
     assert verdict_tone([]) == ""
-    # the trial: measured here at well under plain speed
+    # measured here at well under plain speed
     slow = [LookupMeasurement("this window's race", 0.3, verified=60, speedup=0.35)]
     assert verdict(est, slow).startswith("Not on this machine so far: prompt lookup decoded "
                                          "at 0.35×")
