@@ -768,14 +768,37 @@ class Download:
 
     def _prepare_partial(self, info: RemoteFileInfo) -> int:
         """Bytes already downloaded for this file that can be kept (0 after a change)."""
+        from filelock import FileLock, Timeout
+
         partial = self._partial_path(info.file.filename)
+        try:
+            have = partial.stat().st_size
+        except OSError:
+            return 0
+        lock_path = _lock_path(partial)
+        lock, held = FileLock(str(lock_path), timeout=0), False
+        try:
+            lock.acquire()  # held while deciding and deleting, as discard_partial does
+            held = True
+        except Timeout:
+            return have  # another download writes it: _fetch reports that, nothing is deleted
+        except OSError:
+            pass  # no lock can be made here (read-only): _fetch meets that error
+        try:
+            return self._keep_or_discard(partial, info)
+        finally:
+            if held:
+                lock_path.unlink(missing_ok=True)  # as _fetch does, while held
+                lock.release()
+
+    def _keep_or_discard(self, partial: Path, info: RemoteFileInfo) -> int:
+        """The bytes of ``partial`` kept for resuming, or 0 after deleting a stale or
+        uncheckable one (the caller holds its lock)."""
         note = _read_json(partial.with_name(partial.name + ".json"))
         try:
             have = partial.stat().st_size
         except OSError:
             return 0
-        if _partial_in_use(partial):
-            return have  # another download writes it: _fetch reports that, nothing is deleted
         if note.get("etag") != info.etag or note.get("size") != info.size or have > info.size:
             log.info("discarding stale partial download %s", partial)
             partial.unlink(missing_ok=True)

@@ -121,15 +121,16 @@ def _run_list(args: argparse.Namespace) -> int:
     if not entries:
         print("No models found. Download one (`models download`) or add a folder (`models config --add-folder`).")
         return 0
+    row = "{:40}  {:8} {:>9}  {:>6}  {:5} {:>7}  {:8}  {}"
+    print(row.format("name", "quant", "size", "params", "vocab", "tokens", "source", "path"))
     for e in entries:
         if e.info is None or e.error is not None:
             print(f"!  {e.path}  ({e.error})")
             continue
         i = e.info
-        print(
-            f"{i.name[:40]:40}  {i.quantization:8} {format_bytes(i.file_size):>9}  {format_parameters(i.parameter_count):>6}"
-            f"  {i.vocab_type:4} {i.n_vocab:>7}  {e.file.source:8}  {e.path}"
-        )
+        print(row.format(i.name[:40], i.quantization, format_bytes(i.file_size),
+                         format_parameters(i.parameter_count), i.vocab_type, i.n_vocab,
+                         e.file.source, e.path))
     return 0
 
 

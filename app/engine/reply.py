@@ -39,9 +39,10 @@ def context_full_note(n_ctx: int) -> str:
 
 
 def ended_at_full_context(note: str | None) -> bool:
-    """Whether ``note`` is :func:`context_full_note`'s (for any window size)."""
-    return (note is not None and note.startswith(_CONTEXT_FULL[0])
-            and note.endswith(_CONTEXT_FULL[1]))
+    """Whether ``note`` ends with :func:`context_full_note`'s line (for any window size;
+    an earlier line, such as a drafter's fallback, may come before it)."""
+    last = note.rsplit("\n", 1)[-1] if note is not None else ""
+    return last.startswith(_CONTEXT_FULL[0]) and last.endswith(_CONTEXT_FULL[1])
 
 
 Span = tuple[int, int]

@@ -1038,7 +1038,8 @@ class Session:
         ctx, n_past = self.ctx, reply.n_past
         room = ctx.n_ctx - n_past - 1  # positions left after the last token's
         if room < 0:
-            reply.note = reply.note or context_full_note(ctx.n_ctx)
+            full = context_full_note(ctx.n_ctx)  # said last: the ending is read from it
+            reply.note = f"{reply.note}\n{full}" if reply.note else full
             return "length"
         self._govern_threads(reply)
         drafts: list[int] = []

@@ -136,6 +136,18 @@ def _open_draft_file(window: MainWindow) -> None:
         window.controller.set_draft_model(path)
 
 
+def _ask_to_delete(window: QWidget, title: str | None) -> bool:
+    """Whether the user confirms deleting the conversation ``title`` (None: not listed).
+    Enter keeps it: deleting takes a deliberate Yes."""
+    which = f"“{title}”" if title else "this conversation"
+    answer = QMessageBox.question(
+        window, "Delete conversation",
+        f"Delete {which} and all its messages? This cannot be undone.",
+        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+        QMessageBox.StandardButton.No)
+    return answer == QMessageBox.StandardButton.Yes
+
+
 def _single_shot_timer(parent: QWidget, ms: int, slot: Callable[[], object]) -> QTimer:
     timer = QTimer(parent)
     timer.setSingleShot(True)
@@ -545,11 +557,7 @@ class MainWindow(QMainWindow):
 
     @Slot(int)
     def _on_conversations_conversation_delete_clicked(self, conversation_id: int) -> None:
-        answer = QMessageBox.question(  # Enter keeps it: deleting takes a deliberate Yes
-            self, "Delete conversation", "Delete this conversation and all its messages?",
-            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
-            QMessageBox.StandardButton.No)
-        if answer == QMessageBox.StandardButton.Yes:
+        if _ask_to_delete(self, self.conversations.title_of(conversation_id)):
             self.composer.deleting(conversation_id)  # its unsent text goes to the new chat
             self.controller.delete_conversation(conversation_id)
 

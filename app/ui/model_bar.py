@@ -36,6 +36,13 @@ from app.ui.labels import Label
 
 #: the most pixels a model's file name takes in the bar (the rest is elided)
 NAME_MAX_PX = 260
+
+
+def shown_name(file_name: str) -> str:
+    """A GGUF's file name as the bar shows it: without the ".gguf" every one of them
+    ends with, so a name shortened to fit keeps its quantization ("SmolLM2…Q4_1")."""
+    stem, dot, ext = file_name.rpartition(".")
+    return stem if dot and stem and ext.lower() == "gguf" else file_name
 MODE_TIP = ("Speculative decoding for the next reply: a drafter proposes k tokens and the "
             "target checks them in one pass. Applies without reloading the target.")
 
@@ -228,7 +235,7 @@ class ModelBarWidget(QFrame):
             self._show_remote(info)
             return
         self._set_remote(False)
-        self.target_label.set_full_text(info.target_path.name, tooltip=(
+        self.target_label.set_full_text(shown_name(info.target_path.name), tooltip=(
             f"{info.target_path.name}\n{info.target_name}\n{info.target_path}\n"
             f"context {info.n_ctx} tokens"
             + ("\nno chat template in the GGUF: a plain User/Assistant transcript is used"
@@ -325,13 +332,13 @@ class ModelBarWidget(QFrame):
         assistant = (self._draft_assistant and self._draft_name is not None
                      and info is not None and info.needs is DrafterNeeds.MTP_HEAD)
         self.draft_button.setVisible(is_draft or assistant)
-        text = f"Draft: {self._draft_name}" if self._draft_name else "Choose draft…"
-        if assistant:
-            text = f"MTP assistant: {self._draft_name}"
+        role = "MTP assistant" if assistant else "Draft"
+        name = self._draft_name
         # elided: a long draft file name must not widen the bar (and so the window)
-        self.draft_button.set_full_text(text)
+        self.draft_button.set_full_text(f"{role}: {shown_name(name)}" if name
+                                        else "Choose draft…")
         self.draft_button.setToolTip(
-            (f"{text}\n" if self._draft_name else "")
+            (f"{role}: {name}\n" if name else "")
             + (f"{self._draft_detail}\n" if self._draft_detail else "")
             + "A small GGUF with the same tokenizer as the target")
         speculating = self.mode() is not SpecMode.OFF

@@ -67,6 +67,14 @@ def test_list_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert entries[model]["repo_id"] == "acme/x-GGUF" and entries[model]["info"]["name"] == "Listed"
     assert entries[extra]["source"] == "folder"
 
+    code, out, _ = run(capsys, "models", "list", "--no-load-check", "--folder", str(tmp_path))
+    header, *rows = out.splitlines()
+    assert header.split() == ["name", "quant", "size", "params", "vocab", "tokens", "source", "path"]
+    by_path = {row.split()[-1]: row for row in rows}
+    assert by_path[str(extra)].startswith("Extra ") and " folder " in by_path[str(extra)]
+    # every column starts where its heading does
+    assert by_path[str(extra)].index(" folder ") + 1 == header.index("source")
+
 
 def test_download_and_errors(capsys: pytest.CaptureFixture[str], hub: FakeHub) -> None:
     data = b"GGUF" + bytes(range(256)) * 100

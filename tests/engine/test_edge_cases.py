@@ -156,6 +156,21 @@ def test_tiny_context_ends_with_length_not_a_crash(tiny_target: Path, mode: str)
             list(s.generate([BOS] + [300] * 70, sp))
 
 
+def test_a_full_context_after_a_drafters_fallback_keeps_both_notes(tiny_target: Path) -> None:
+    """A reply that fell back to plain decoding (no draft model loaded) and then filled
+    the context says both, the ending last, where the window reads it."""
+    from app.engine.reply import ended_at_full_context
+
+    prompt = [BOS] + [300 + (i % 7) for i in range(40)]
+    with Session.open(SessionConfig(target_path=tiny_target, n_ctx=64, n_threads=2)) as s:
+        r = run(s, prompt, SamplingParams(temperature=0.0, max_tokens=500),
+                SpeculationConfig(adaptive=False, mode="draft-model", draft_max=8))
+    assert r.finished.reason == "length" and r.finished.note is not None
+    first, last = r.finished.note.split("\n")
+    assert "draft" in first.lower() and "context window" in last
+    assert ended_at_full_context(r.finished.note)
+
+
 def test_multibyte_characters_split_across_tokens_stream_whole(
     tiny_model_dir: Path, session: Session
 ) -> None:

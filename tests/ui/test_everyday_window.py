@@ -246,11 +246,14 @@ def test_file_menu_and_keys_reach_models_search_and_export(  # type: ignore[no-u
     dialog.close()
 
     asked: list[object] = []
-    monkeypatch.setattr(QMessageBox, "question", lambda *a: asked.append(a[-1]) or
+    monkeypatch.setattr(QMessageBox, "question", lambda *a: asked.append(a[2:]) or
                         QMessageBox.StandardButton.No)
     cid = _conversation("kept", 1, None)
+    window.conversations_changed()  # listed, as a click on it needs
     window._on_conversations_conversation_delete_clicked(cid)
-    assert asked == [QMessageBox.StandardButton.No]
+    [(text, _buttons, default)] = asked
+    assert default == QMessageBox.StandardButton.No
+    assert text.startswith("Delete “kept” and all its messages?")  # it names which
     assert any(conv.id == cid for conv in window.controller.conversations())
 
 

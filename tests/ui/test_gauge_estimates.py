@@ -307,3 +307,7 @@ def test_a_reply_cut_by_the_full_context_says_so_once() -> None:
     footer = reply_footer({"emitted": 289, "mode": "off"}, "length", note)
     assert "hit the token limit" not in footer and footer.endswith(note)
     assert "hit the token limit" in reply_footer({"emitted": 512, "mode": "off"}, "length")
+    # a drafter's fallback said earlier in the reply stays, and the ending is still read
+    both = f"Speculation was turned off for this reply.\n{note}"
+    footer = reply_footer({"emitted": 289, "mode": "off"}, "length", both)
+    assert "hit the token limit" not in footer and footer.endswith(both)

@@ -213,7 +213,7 @@ def test_server_disconnect_goes_back_to_the_local_model(  # type: ignore[no-unty
                     and window.controller.remote is None, timeout=120_000)
     assert window.controller.model_info.target_path == local
     assert not disconnect.isEnabled()
-    assert window.model_bar.target_label.full_text() == local.name
+    assert window.model_bar.target_label.full_text() == local.stem
 
 
 def test_a_servers_long_names_do_not_widen_the_window(qtbot) -> None:  # type: ignore[no-untyped-def]

@@ -799,6 +799,20 @@ def test_the_model_bar_at_its_narrowest_keeps_its_short_words_whole(qtbot) -> No
         assert bar.draft_button.text() == "Choose draft…"
         assert bar.layers_label.text() == where
         assert bar.target_label.text() != bar.target_label.full_text()  # the long one gives way
+        # shortened in the middle, without ".gguf": the name's end (its quantization)
+        # stays in sight
+        assert bar.target_label.full_text() == "SmolLM2-135M-Instruct.Q4_1"
+        assert bar.target_label.text().endswith("4_1")
+        assert "SmolLM2-135M-Instruct.Q4_1.gguf" in bar.target_label.toolTip()
+
+
+def test_the_bar_names_a_gguf_without_its_extension() -> None:
+    from app.ui.model_bar import shown_name
+
+    assert shown_name("gemma-3-270m-q4_k_m.gguf") == "gemma-3-270m-q4_k_m"
+    assert shown_name("Model.GGUF") == "Model"
+    assert shown_name("weights.bin") == "weights.bin"
+    assert shown_name(".gguf") == ".gguf"
 
 
 def test_the_composer_keeps_each_conversations_unsent_text(qtbot) -> None:

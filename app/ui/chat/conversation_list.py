@@ -121,6 +121,11 @@ class ConversationListWidget(QWidget):
         return [self.list.item(i).text() for i in range(self.list.count())
                 if _item_id(self.list.item(i)) is not None]
 
+    def title_of(self, conversation_id: int) -> str | None:
+        """That conversation's title as listed; None when it is not listed."""
+        item = self._item_for(conversation_id)
+        return item.text() if item is not None else None
+
     def placeholder(self) -> str | None:
         """The line shown instead of conversations (a search found none), else None."""
         if self.list.count() == 1 and _item_id(self.list.item(0)) is None:
