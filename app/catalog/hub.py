@@ -776,19 +776,21 @@ class Download:
         except OSError:
             return 0
         lock_path = _lock_path(partial)
-        lock, held = FileLock(str(lock_path), timeout=0), False
+        lock = FileLock(str(lock_path), timeout=0)
         try:
             lock.acquire()  # held while deciding and deleting, as discard_partial does
-            held = True
-        except Timeout:
-            return have  # another download writes it: _fetch reports that, nothing is deleted
-        except OSError:
-            pass  # no lock can be made here (read-only): _fetch meets that error
+        except (Timeout, OSError):
+            # another download writes it, or no lock can be taken here (a read-only
+            # folder, another account's lock file): nothing is deleted, _fetch reports it
+            return have
         try:
             return self._keep_or_discard(partial, info)
         finally:
-            if held:
+            try:
                 lock_path.unlink(missing_ok=True)  # as _fetch does, while held
+            except OSError:
+                pass  # (a read-only folder): the lock file stays, unheld, harmless
+            finally:
                 lock.release()
 
     def _keep_or_discard(self, partial: Path, info: RemoteFileInfo) -> int:

@@ -121,16 +121,19 @@ def _run_list(args: argparse.Namespace) -> int:
     if not entries:
         print("No models found. Download one (`models download`) or add a folder (`models config --add-folder`).")
         return 0
-    row = "{:40}  {:8} {:>9}  {:>6}  {:5} {:>7}  {:8}  {}"
-    print(row.format("name", "quant", "size", "params", "vocab", "tokens", "source", "path"))
+    rows = [["name", "quant", "size", "params", "vocab", "tokens", "source", "path"]]
+    rows += [[e.info.name[:40], e.info.quantization, format_bytes(e.info.file_size),
+              format_parameters(e.info.parameter_count), e.info.vocab_type,
+              str(e.info.n_vocab), e.file.source, str(e.path)]
+             for e in entries if e.info is not None and e.error is None]
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    right = {2, 3, 5}  # size, params, tokens: numbers
+    for r in rows:
+        print("  ".join(v.rjust(w) if c in right else v.ljust(w)
+                        for c, (v, w) in enumerate(zip(r, widths))).rstrip())
     for e in entries:
         if e.info is None or e.error is not None:
             print(f"!  {e.path}  ({e.error})")
-            continue
-        i = e.info
-        print(row.format(i.name[:40], i.quantization, format_bytes(i.file_size),
-                         format_parameters(i.parameter_count), i.vocab_type, i.n_vocab,
-                         e.file.source, e.path))
     return 0
 
 

@@ -118,8 +118,9 @@ class ReplyRecord:
         stats: the final statistics (:class:`~app.engine.stats.SpecStats`: counts, α, τ,
             TTFT, prefill and decode times in seconds, the mode and k in effect).
         seed: the sampler's seed actually used.
-        note: a sentence for the user when something noteworthy happened (the context
-            window filled up, speculation fell back to plain decoding).
+        note: for the user when something noteworthy happened, a line each (speculation
+            fell back to plain decoding; the context window filled up, always the last
+            line: :func:`ended_at_full_context`).
         spans: character ranges of :attr:`text` that came from accepted draft tokens.
         auto: Auto's choice for this reply and why (None unless Auto was asked for).
         context: what was dropped from a chat conversation to fit the context window

@@ -137,15 +137,18 @@ def _open_draft_file(window: MainWindow) -> None:
 
 
 def _ask_to_delete(window: QWidget, title: str | None) -> bool:
-    """Whether the user confirms deleting the conversation ``title`` (None: not listed).
-    Enter keeps it: deleting takes a deliberate Yes."""
+    """Whether the user confirms deleting the conversation ``title`` (None: not listed;
+    a long one is shortened to 60 characters). Enter keeps it: deleting takes a
+    deliberate Yes."""
+    if title and len(title) > 60:
+        title = title[:59].rstrip() + "…"
     which = f"“{title}”" if title else "this conversation"
-    answer = QMessageBox.question(
-        window, "Delete conversation",
-        f"Delete {which} and all its messages? This cannot be undone.",
-        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
-        QMessageBox.StandardButton.No)
-    return answer == QMessageBox.StandardButton.Yes
+    box = QMessageBox(QMessageBox.Icon.Question, "Delete conversation",
+                      f"Delete {which} and all its messages? This cannot be undone.",
+                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, window)
+    box.setTextFormat(Qt.TextFormat.PlainText)  # a title is any text, "<div>" included
+    box.setDefaultButton(QMessageBox.StandardButton.No)
+    return box.exec() == QMessageBox.StandardButton.Yes
 
 
 def _single_shot_timer(parent: QWidget, ms: int, slot: Callable[[], object]) -> QTimer:

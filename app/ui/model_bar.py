@@ -36,6 +36,8 @@ from app.ui.labels import Label
 
 #: the most pixels a model's file name takes in the bar (the rest is elided)
 NAME_MAX_PX = 260
+MODE_TIP = ("Speculative decoding for the next reply: a drafter proposes k tokens and the "
+            "target checks them in one pass. Applies without reloading the target.")
 
 
 def shown_name(file_name: str) -> str:
@@ -43,8 +45,6 @@ def shown_name(file_name: str) -> str:
     ends with, so a name shortened to fit keeps its quantization ("SmolLM2…Q4_1")."""
     stem, dot, ext = file_name.rpartition(".")
     return stem if dot and stem and ext.lower() == "gguf" else file_name
-MODE_TIP = ("Speculative decoding for the next reply: a drafter proposes k tokens and the "
-            "target checks them in one pass. Applies without reloading the target.")
 
 
 class ModelBarWidget(QFrame):

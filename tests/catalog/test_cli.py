@@ -72,8 +72,10 @@ def test_list_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert header.split() == ["name", "quant", "size", "params", "vocab", "tokens", "source", "path"]
     by_path = {row.split()[-1]: row for row in rows}
     assert by_path[str(extra)].startswith("Extra ") and " folder " in by_path[str(extra)]
-    # every column starts where its heading does
+    # every column starts where its heading does, whatever its values' lengths
     assert by_path[str(extra)].index(" folder ") + 1 == header.index("source")
+    assert by_path[str(model)].index(" models ") + 1 == header.index("source")
+    assert by_path[str(model)].index(str(model)) == header.index("path")
 
 
 def test_download_and_errors(capsys: pytest.CaptureFixture[str], hub: FakeHub) -> None:

@@ -128,3 +128,21 @@ def test_discarding_nothing_creates_nothing(tmp_path: Path) -> None:
     job = Download(REPO, FILE, models_dir=tmp_path, endpoint="http://127.0.0.1:9")
     assert job.discard_partial() == []
     assert not (tmp_path / REPO).exists()  # no .partial/ made just to take a lock
+
+
+def test_a_stale_partial_is_judged_only_under_its_lock(hub: FakeHub, payload: bytes,
+                                                       tmp_path: Path) -> None:
+    """A partial whose note no longer matches the hub is deleted before a new download
+    only by whoever holds its lock: held elsewhere, it survives the attempt; once
+    released, the download starts over and leaves no lock file behind."""
+    hub.add(REPO, FILE, payload)
+    partial, note, lock = _companions(_partial(tmp_path))
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(b"z" * 1000)
+    note.write_text(f'{{"repo_id": "{REPO}", "filename": "{FILE}", "etag": "old", "size": 5}}')
+    with FileLock(str(lock), timeout=0):
+        with pytest.raises(DownloadError, match="already being downloaded"):
+            Download(REPO, FILE, models_dir=tmp_path).run()
+        assert partial.read_bytes() == b"z" * 1000 and note.exists()
+    assert Download(REPO, FILE, models_dir=tmp_path).run().read_bytes() == payload
+    assert not partial.parent.exists()  # partial, note and lock file all gone

@@ -246,14 +246,20 @@ def test_file_menu_and_keys_reach_models_search_and_export(  # type: ignore[no-u
     dialog.close()
 
     asked: list[object] = []
-    monkeypatch.setattr(QMessageBox, "question", lambda *a: asked.append(a[2:]) or
-                        QMessageBox.StandardButton.No)
-    cid = _conversation("kept", 1, None)
+    monkeypatch.setattr(QMessageBox, "exec", lambda box: asked.append(
+        (box.text(), box.textFormat(), box.defaultButton() is box.button(
+            QMessageBox.StandardButton.No))) or QMessageBox.StandardButton.No)
+    cid = _conversation("kept <div>", 1, None)
+    long_cid = _conversation("a" * 100, 1, None)
     window.conversations_changed()  # listed, as a click on it needs
     window._on_conversations_conversation_delete_clicked(cid)
-    [(text, _buttons, default)] = asked
-    assert default == QMessageBox.StandardButton.No
-    assert text.startswith("Delete “kept” and all its messages?")  # it names which
+    window._on_conversations_conversation_delete_clicked(long_cid)
+    window._on_conversations_conversation_delete_clicked(10**9)  # no longer listed
+    (text, fmt, no_is_default), (long_text, _, _), (unlisted, _, _) = asked
+    assert no_is_default and fmt == Qt.TextFormat.PlainText  # the tag shows as typed
+    assert text.startswith("Delete “kept <div>” and all its messages?")  # it names which
+    assert f"“{'a' * 59}…”" in long_text
+    assert unlisted.startswith("Delete this conversation and all its messages?")
     assert any(conv.id == cid for conv in window.controller.conversations())
 
 

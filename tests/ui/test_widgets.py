@@ -806,9 +806,16 @@ def test_the_model_bar_at_its_narrowest_keeps_its_short_words_whole(qtbot) -> No
         assert "SmolLM2-135M-Instruct.Q4_1.gguf" in bar.target_label.toolTip()
 
 
-def test_the_bar_names_a_gguf_without_its_extension() -> None:
+def test_the_bar_names_a_gguf_without_its_extension(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from app.options import SpecMode, SpeculationConfig
     from app.ui.model_bar import shown_name
 
+    bar = ModelBarWidget()
+    qtbot.addWidget(bar)
+    bar.set_speculation(SpeculationConfig(mode=SpecMode.DRAFT_MODEL))
+    bar.set_draft_name("small-Q8_0.gguf", "Small")
+    assert bar.draft_button.full_text() == "Draft: small-Q8_0"
+    assert bar.draft_button.toolTip().startswith("Draft: small-Q8_0.gguf\nSmall\n")
     assert shown_name("gemma-3-270m-q4_k_m.gguf") == "gemma-3-270m-q4_k_m"
     assert shown_name("Model.GGUF") == "Model"
     assert shown_name("weights.bin") == "weights.bin"
