@@ -174,7 +174,10 @@ class PlainSteps:
 
     def baseline(self, own: Sequence[float], now: float, n_threads: int,
                  other: float | None) -> tuple[float, tuple[float, float], str] | None:
-        """(median seconds, (first, third quartile), "reply" or "recent"), or None.
+        """(median seconds, (low, high), "reply" or "recent"), or None. (low, high): the
+        10th and 90th percentiles of the passes, the fastest and slowest of fewer than 10
+        (quartiles of a few passes missed the plain reply's own speed in 5 of 8
+        ``builtin:code`` replies of SmolLM2 on a Zen 4).
 
         ``own``: this reply's one-token pass times at the current thread count.
         """
@@ -187,8 +190,11 @@ class PlainSteps:
             return None
         if len(times) == 1:
             return times[0], (times[0], times[0]), source
-        q1, q2, q3 = statistics.quantiles(times, n=4, method="inclusive")
-        return q2, (q1, q3), source
+        median = statistics.median(times)
+        if len(times) < 10:
+            return median, (min(times), max(times)), source
+        deciles = statistics.quantiles(times, n=10, method="inclusive")
+        return median, (deciles[0], deciles[-1]), source
 
 
 class Round:

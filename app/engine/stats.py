@@ -305,7 +305,8 @@ class SpecStats:
     #: target passes timed during this reply ("reply"), or recently in this session at
     #: the same thread count and load ("recent"), seconds; None when neither exists
     plain_step_time: float | None = None
-    #: the quartiles of those passes, seconds (the baseline's spread)
+    #: the spread of those passes, seconds: their 10th and 90th percentiles (the fastest
+    #: and slowest of fewer than 10)
     plain_step_range: tuple[float, float] | None = None
     plain_step_source: str | None = None
     #: CPU threads the target ran with at the end, and other processes' load then (cores)
@@ -428,7 +429,8 @@ class SpecStats:
 
     @property
     def measured_speedup_range(self) -> tuple[float, float] | None:
-        """:attr:`measured_speedup` at the baseline's quartiles (low, high), or None."""
+        """:attr:`measured_speedup` at the ends of the baseline's spread (low, high), or
+        None."""
         tps, r = self.decode_tps, self.plain_step_range
         if self.measured_speedup is None or tps is None or r is None:
             return None

@@ -29,6 +29,7 @@ class _ElidedText:
     _max_px: int
     _min_px: int
     _keep = ""  # a text never elided (keep_whole)
+    _prefix = ""  # the start of the text never elided (keep_prefix)
 
     def full_text(self) -> str:
         return self._full
@@ -38,6 +39,12 @@ class _ElidedText:
         such as "CPU only" then always shows whole; longer ones are elided)."""
         self._keep = text
         self.updateGeometry()  # type: ignore[attr-defined]
+
+    def keep_prefix(self, prefix: str) -> None:
+        """Never shorten ``prefix`` when the text starts with it: the rest is shortened
+        instead ("Draft: gemma…q4_k_m", not "Draft…q4_k_m")."""
+        self._prefix = prefix
+        self._elide()
 
     def sizeHint(self) -> QSize:
         h = super().sizeHint()  # type: ignore[misc]
@@ -59,7 +66,12 @@ class _ElidedText:
         raise NotImplementedError
 
     def _elide(self) -> None:
-        self.setText(elided(self, self._full, self._text_width()))  # type: ignore[attr-defined, arg-type]
+        width, full, prefix = self._text_width(), self._full, self._prefix
+        if prefix and full.startswith(prefix) and len(full) > len(prefix):
+            rest = width - self.fontMetrics().horizontalAdvance(prefix)  # type: ignore[attr-defined]
+            self.setText(prefix + elided(self, full[len(prefix):], rest))  # type: ignore[attr-defined, arg-type]
+        else:
+            self.setText(elided(self, full, width))  # type: ignore[attr-defined, arg-type]
 
 
 class ElidedLabelWidget(_ElidedText, QLabel):

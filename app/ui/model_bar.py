@@ -77,7 +77,7 @@ class ModelBarWidget(QFrame):
         rows.addLayout(row)
 
         row.addWidget(self._caption("Target"))
-        self.target_label = ElidedLabelWidget("no model", max_px=NAME_MAX_PX)
+        self.target_label = ElidedLabelWidget("no model", max_px=NAME_MAX_PX, min_px=110)
         self.target_label.setObjectName("targetName")
         row.addWidget(self.target_label)
         self.open_button = self._open_button()
@@ -334,7 +334,9 @@ class ModelBarWidget(QFrame):
         self.draft_button.setVisible(is_draft or assistant)
         role = "MTP assistant" if assistant else "Draft"
         name = self._draft_name
-        # elided: a long draft file name must not widen the bar (and so the window)
+        # elided: a long draft file name must not widen the bar (and so the window); its
+        # role stays whole
+        self.draft_button.keep_prefix(f"{role}: ")
         self.draft_button.set_full_text(f"{role}: {shown_name(name)}" if name
                                         else "Choose draft…")
         self.draft_button.setToolTip(

@@ -80,7 +80,11 @@ def test_the_plain_baseline_is_this_replys_or_a_recent_one_at_the_same_threads_a
     own = [0.010, 0.012, 0.011, 0.013]
     base = steps.baseline(own, 100.0, 2, 0.0)
     assert base is not None and base[2] == "reply" and base[0] == pytest.approx(0.0115)
-    assert base[1][0] <= base[0] <= base[1][1]
+    assert base[1] == (0.010, 0.013)  # a few passes: their fastest and slowest
+    many = [0.010 + 0.001 * i for i in range(11)] + [0.5]  # one pass hit by other work
+    base = steps.baseline(many, 100.0, 2, 0.0)
+    assert base is not None and base[0] == pytest.approx(0.0155)
+    assert base[1] == pytest.approx((0.0111, 0.0199))  # 10th and 90th: not the 0.5
     steps.add(PlainStep(0.020, 95.0, 2, 0.1))
     assert steps.baseline([0.010], 100.0, 2, 0.0) == (0.020, (0.020, 0.020), "recent")
     assert steps.baseline([], 100.0, 1, 0.0) is None  # another thread count
@@ -108,6 +112,36 @@ def test_a_speculative_reply_carries_its_own_plain_baseline(tiny_target: Path) -
         assert again.ids == r.ids
         off = run(s, prompt, greedy, SpeculationConfig())
         assert off.ids == r.ids and off.stats.measured_speedup is None
+
+
+def test_the_plain_baseline_skips_one_token_passes_that_follow_a_batch(
+        tiny_target: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-token pass right after a batch (the prefill, a verification) builds its
+    graph anew, which plain decoding does once: it is no baseline step. Only passes
+    after another one-token pass are, and the passes timed after the reply start with
+    an untimed one."""
+    prompt = [BOS] + [300, 301, 302, 303, 304, 305] * 6
+    greedy = SamplingParams(temperature=0.0, max_tokens=24)
+    spec = SpeculationConfig(mode="prompt-lookup", draft_max=4, adaptive=False)
+    events: list[object] = []
+    with Session.open(SessionConfig(target_path=tiny_target, n_ctx=256, n_threads=1)) as s:
+        table = s._pass_table()
+        observe, step = table.observe, s._observe_plain_step
+        monkeypatch.setattr(table, "observe", lambda n, dt: events.append(n) or observe(n, dt))
+        monkeypatch.setattr(s, "_observe_plain_step",
+                            lambda *a: events.append("baseline") or step(*a))
+        r = run(s, prompt, greedy, spec)
+        passes = [e for e in events if e != "baseline"]
+        assert r.stats.draft_rounds >= 1 and max(passes) > 1  # batches were verified
+        assert "baseline" in events  # and baseline steps taken between them
+        for i, e in enumerate(events):
+            if e == "baseline":
+                this, before = [p for p in events[:i] if p != "baseline"][-2:]
+                assert this == before == 1, events
+        off = SpeculationConfig()
+        events.clear()
+        plain = run(s, prompt, greedy, off)  # every pass but the first after the prefill
+        assert events.count("baseline") == len(plain.ids) - 1 == events.count(1) - 1
 
 
 def test_threads_change_between_rounds_without_changing_the_text(tiny_target: Path) -> None:

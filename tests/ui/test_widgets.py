@@ -822,6 +822,22 @@ def test_the_bar_names_a_gguf_without_its_extension(qtbot) -> None:  # type: ign
     assert shown_name(".gguf") == ".gguf"
 
 
+def test_an_elided_button_keeps_its_prefix_whole(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from app.ui.elided import ElidedButtonWidget
+
+    button = ElidedButtonWidget()
+    qtbot.addWidget(button)
+    button.keep_prefix("Draft: ")
+    button.set_full_text("Draft: gemma-3-270m-it-qat-copy-q4_k_m")
+    button.show()
+    button.resize(200, button.height())
+    QApplication.processEvents()
+    text = button.text()  # shortened after its prefix, not across it
+    assert text.startswith("Draft: ") and "…" in text and text.endswith("k_m"), text
+    button.set_full_text("Choose draft…")  # a text without the prefix: elided as before
+    assert button.text() == "Choose draft…"
+
+
 def test_the_composer_keeps_each_conversations_unsent_text(qtbot) -> None:
     """Text typed and not sent stays with its conversation across switches, edits and
     the deletion of the conversation it was typed in: nothing typed is lost."""
