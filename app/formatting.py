@@ -161,8 +161,9 @@ def divergence_words(d: DivergenceLike) -> str:
     For example: "At token 14 plain decoding chose ' >' (27%), speculation chose ' <'
     (27% in the plain run; 26% and 28% in the speculative run): a near-tie — the runs'
     preference between the two moved by 0.08 logits, within the 1.5 that counts as a
-    floating-point difference between batch sizes." Sampled runs say "drew" and that both
-    drew the same random number. Probabilities are each run's final sampling
+    floating-point difference between batch sizes." Sampled runs say "drew", that both
+    drew the same random number, and that the number fell at the boundary between the two
+    tokens (a near-tie of the draw, however unequal their chances). Probabilities are each run's final sampling
     distribution. ``identical`` runs: "identical to plain decoding, token for token".
     """
     if d.verdict == "identical" or d.index is None or d.off_probs is None or d.on_probs is None:
@@ -177,6 +178,13 @@ def divergence_words(d: DivergenceLike) -> str:
     if d.sampled:
         head += ", with the same random number"
     shift = or_dash(d.logit_shift, ".2f")
+    if d.verdict == "near-tie" and d.sampled:
+        # the tie is the draw's: however unequal the two tokens' chances, the random number
+        # fell where so small a shift moves the boundary between them
+        return (f"{head}: a near-tie of the draw — the random number fell at the boundary "
+                f"between the two tokens, which the runs' preference moved by {shift} "
+                f"logits, within the {d.threshold:g} that counts as a floating-point "
+                "difference between batch sizes.")
     if d.verdict == "near-tie":
         return (f"{head}: a near-tie — the runs' preference between the two moved by {shift} "
                 f"logits, within the {d.threshold:g} that counts as a floating-point "

@@ -91,7 +91,7 @@ def test_a_search_without_matches_says_so_in_a_line_that_cannot_be_chosen(
     w.conversation_activated.connect(activated.append)
     w.search.setText("  zebra ")
     w.set_conversations([], current=None)
-    assert w.placeholder() == "No conversation matches \u201czebra\u201d"
+    assert w.placeholder() == "No conversation matches\n\u201czebra\u201d"
     assert w.ids() == [] and w.titles() == []
     line = w.list.item(0)
     assert line.flags() == Qt.ItemFlag.NoItemFlags

@@ -99,12 +99,11 @@ class ConversationListWidget(QWidget):
                 self.list.addItem(item)
                 if c.id == current:
                     self.list.setCurrentItem(item)
-            needle = self.search.text().strip()
-            shown = not conversations and bool(needle)
-            # titles are elided on one line; the sentence wraps so the sidebar shows it all
-            self.list.setWordWrap(shown)
-            if shown:
-                line = QListWidgetItem(f"No conversation matches \u201c{needle}\u201d")
+            needle = " ".join(self.search.text().split())
+            if not conversations and needle:
+                # on two lines, so that a narrow sidebar shows the words whole (the list
+                # elides a line instead of wrapping it)
+                line = QListWidgetItem(f"No conversation matches\n\u201c{needle}\u201d")
                 line.setFlags(Qt.ItemFlag.NoItemFlags)  # greyed, not selectable
                 line.setToolTip(line.text())
                 self.list.addItem(line)

@@ -376,6 +376,7 @@ class RaceWindow(QMainWindow):
         self.prompt_edit.textChanged.connect(self._on_prompt_edit_text_changed)
         self.drafter_combo.currentIndexChanged.connect(self._on_drafter_combo_current_index_changed)
         self.k_spin.valueChanged.connect(self._on_k_spin_value_changed)
+        self.sweep_view.offer_k(self.k_spin.value())
         self.adaptive_check.toggled.connect(self._on_adaptive_check_toggled)
 
         if self._messages:
@@ -822,8 +823,9 @@ class RaceWindow(QMainWindow):
         self._update_on_subtitle()
 
     @Slot(int)
-    def _on_k_spin_value_changed(self, _value: int) -> None:
+    def _on_k_spin_value_changed(self, value: int) -> None:
         self._update_on_subtitle()
+        self.sweep_view.offer_k(value)
 
     @Slot(bool)
     def _on_adaptive_check_toggled(self, _checked: bool) -> None:

@@ -134,7 +134,8 @@ class KSweepWidget(QWidget):
         right = QVBoxLayout()
         right.setSpacing(8)
         form = QFormLayout()
-        self.ks_edit = QLineEdit(", ".join(str(k) for k in DEFAULT_SWEEP_KS))
+        self._offered_ks = ", ".join(str(k) for k in DEFAULT_SWEEP_KS)  # not edited yet
+        self.ks_edit = QLineEdit(self._offered_ks)
         self.ks_edit.setToolTip("Draft lengths to measure, separated by commas")
         self.repeat_spin = QSpinBox()
         self.repeat_spin.setRange(1, 9)
@@ -180,6 +181,14 @@ class KSweepWidget(QWidget):
         row.addLayout(right, 2)
 
     # -- public -----------------------------------------------------------------------
+    def offer_k(self, k: int) -> None:
+        """Add the race's k to the default draft lengths (1 … 8), so that the sweep also
+        measures the k in use (a lookup drafter's default is 16); draft lengths the user
+        typed are left as they are."""
+        if self.ks_edit.text() == self._offered_ks:
+            self._offered_ks = ", ".join(str(n) for n in sorted({*DEFAULT_SWEEP_KS, k}))
+            self.ks_edit.setText(self._offered_ks)
+
     def ks(self) -> tuple[int, ...]:
         """The draft lengths typed in (raises ValueError with a message for the user)."""
         return parse_draft_lengths(self.ks_edit.text())

@@ -90,6 +90,20 @@ def test_both_panes_mark_and_scroll_to_the_first_difference(qtbot) -> None:  # t
     assert _marked(view.on_pane) == " yé"
 
 
+def test_a_sampled_near_tie_says_the_draw_was_the_tie() -> None:
+    """A draw where plain decoding took a 71 % token and speculation a 17 % one is no tie
+    of the chances: the words say the random number fell at their boundary."""
+    from app.formatting import divergence_words
+
+    d = dataclasses.replace(_recording().result.divergence, sampled=True,
+                            off_probs=(0.71, 0.17), on_probs=(0.70, 0.17), logit_shift=0.02)
+    words = divergence_words(d)
+    assert "drew ' x' (71%), speculation drew ' yé' (17% in the plain run" in words
+    assert "a near-tie of the draw — the random number fell at the boundary" in words
+    greedy = divergence_words(dataclasses.replace(d, sampled=False))
+    assert "a near-tie — the runs' preference" in greedy and "draw" not in greedy
+
+
 def test_identical_races_mark_nothing(qtbot) -> None:  # type: ignore[no-untyped-def]
     rec = _recording()
     same = dataclasses.replace(rec.result, on=rec.result.off, identical=True,

@@ -109,6 +109,19 @@ def test_the_race_drafter_keeps_a_chosen_k_and_settings_set_the_drafter_first(
     w.close()
 
 
+def test_the_k_sweep_also_measures_the_k_in_use(qtbot, tiny_bridge: ServiceBridge) -> None:  # type: ignore[no-untyped-def]
+    """The sweep's default draft lengths (1 … 8) gain the race's k (a lookup drafter's
+    16) and follow it until the user types their own."""
+    w = _open(qtbot, tiny_bridge, speculation=SpeculationConfig(mode="prompt-lookup"))
+    assert w.sweep_view.ks() == (1, 2, 3, 4, 5, 6, 8, 16)
+    w.k_spin.setValue(12)
+    assert w.sweep_view.ks() == (1, 2, 3, 4, 5, 6, 8, 12)
+    w.sweep_view.ks_edit.setText("2, 3")
+    w.k_spin.setValue(10)
+    assert w.sweep_view.ks() == (2, 3)  # typed: kept
+    w.close()
+
+
 # -- tiny model: sweep and lookup ------------------------------------------------------
 def test_k_sweep_gives_one_point_per_k_and_applies_the_best(qtbot, tiny_bridge: ServiceBridge) -> None:
     w = _open(qtbot, tiny_bridge, prompt="▁def ▁x ( ▁y ) : ▁return ▁y",
