@@ -34,10 +34,15 @@ BENCH_HEADER = (
 
 #: what the speedup columns are, said under the table
 BENCH_LEGEND = (
+    "lat: time between consecutive tokens (tokens accepted from one draft arrive "
+    "together, so speculation's p50 can be near 0); TTFT: time to the first token; "
+    "α: acceptance rate; τ: tokens per round; c: draft cost per token in target steps. "
     "pred ×: E(α, k̄)/(1 + c·k̄) from the measured α and c; meas ×: median decode tok/s "
     "over off's; pairs ×: median over prompts of on/off decode tok/s; set ×: the whole "
     "set's tokens per decode second over off's. A row whose τ is near 1 drafted almost "
-    "nothing: its × is run-to-run variation."
+    "nothing: its × is run-to-run variation. identical: replies equal to off's, token "
+    "for token; near-tie / suspect: a difference measured as floating-point noise between "
+    "batch sizes / one that does not fit it (docs/proof.md)."
 )
 
 

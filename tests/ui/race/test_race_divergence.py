@@ -144,3 +144,4 @@ def test_a_broken_engine_is_called_suspect_by_race_and_bench(gemma_path) -> None
     assert report.records[1].divergence is not None
     assert report.records[1].to_dict()["divergence"]["verdict"] == "suspect"
     assert "0 identical, 0 near-ties, 1 suspect" in bench_text(report)
+    assert "near-tie / suspect: a difference measured as" in bench_text(report)  # legend
