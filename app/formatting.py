@@ -163,8 +163,9 @@ def divergence_words(d: DivergenceLike) -> str:
     preference between the two moved by 0.08 logits, within the 1.5 that counts as a
     floating-point difference between batch sizes." Sampled runs say "drew", that both
     drew the same random number, and that the number fell at the boundary between the two
-    tokens (a near-tie of the draw, however unequal their chances). Probabilities are each run's final sampling
-    distribution. ``identical`` runs: "identical to plain decoding, token for token".
+    tokens (a near-tie of the draw, however unequal their chances). Probabilities are
+    each run's final sampling distribution. ``identical`` runs: "identical to plain
+    decoding, token for token".
     """
     if d.verdict == "identical" or d.index is None or d.off_probs is None or d.on_probs is None:
         return "identical to plain decoding, token for token"

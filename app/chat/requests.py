@@ -34,14 +34,16 @@ class RaceRequest:
     """Race ``prompt`` off vs on. ``warm_up``: first run both modes for two untimed
     tokens (the first generation of a session maps weights in and builds graphs, which
     would slow down whichever lane runs first). ``pairs``: off/on pairs timed for the
-    speedup's median and spread (:func:`app.engine.measure.race.run_race`). Value: a
-    :class:`~app.chat.recording.RaceRecording`."""
+    speedup's median and spread (:func:`app.engine.measure.race.run_race`); five, so
+    that a verdict (every kept pair on one side) is rarely noise: with three, two races
+    of the same prompt on a noisy 2-core machine gave "1.07× as fast (1.05–1.08)" and
+    then "no verdict (0.87–1.14)". Value: a :class:`~app.chat.recording.RaceRecording`."""
 
     prompt: PromptSpec
     sampling: SamplingParams
     speculation: SpeculationConfig
     warm_up: bool = True
-    pairs: int = 3
+    pairs: int = 5
 
 
 @dataclass(frozen=True, slots=True)

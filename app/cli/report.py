@@ -32,7 +32,7 @@ BENCH_HEADER = (
     "α", "τ", "c", "pred ×", "meas ×", "pairs ×", "set ×", "identical", "near-tie", "suspect",
 )
 
-#: what the speedup columns are, said under the table
+#: what the columns are, said under the table
 BENCH_LEGEND = (
     "lat: time between consecutive tokens (tokens accepted from one draft arrive "
     "together, so speculation's p50 can be near 0); TTFT: time to the first token; "

@@ -145,11 +145,11 @@ class PlainSteps:
     """Recent one-token target passes of a session: the plain-decoding baseline of the
     measured speedup, taken under the same conditions as the reply it is compared with.
 
-    A reply's own one-token passes (rounds that drafted nothing) are the baseline when it
-    has :attr:`min_own` of them; else the session's passes from the last :attr:`fresh`
-    seconds at the same thread count whose load differs from now by at most
-    :attr:`same_load` cores. :meth:`stale` tells the loop when to verify no draft in a
-    round so that such a pass exists.
+    A reply's own one-token passes (rounds that drafted nothing, right after another
+    one-token pass) are the baseline when it has :attr:`min_own` of them; else the
+    session's passes from the last :attr:`fresh` seconds at the same thread count whose
+    load differs from now by at most :attr:`same_load` cores. :meth:`comparable` tells
+    the session when to time a few such passes at a reply's end.
     """
 
     min_own = 3
@@ -168,9 +168,9 @@ class PlainSteps:
                 and (other is None or s.other_cores is None
                      or abs(s.other_cores - other) <= self.same_load)]
 
-    def stale(self, now: float, n_threads: int, other: float | None) -> bool:
-        """Whether no pass comparable with now exists (a plain round would give one)."""
-        return not self._comparable(now, n_threads, other)
+    def comparable(self, now: float, n_threads: int, other: float | None) -> int:
+        """How many passes are comparable with now (fresh, same threads and load)."""
+        return len(self._comparable(now, n_threads, other))
 
     def baseline(self, own: Sequence[float], now: float, n_threads: int,
                  other: float | None) -> tuple[float, tuple[float, float], str] | None:

@@ -1083,7 +1083,8 @@ class Session:
         time :attr:`PlainSteps.min_own` of them at the reply's end (its last token at its
         depth, sampled, then removed again): the measured speedup's baseline under this
         reply's conditions. Costs that many target steps after the reply, not in it, and
-        one more before them, untimed as a baseline, which builds the one-token graph."""
+        one more before them, untimed as a baseline, which builds the one-token graph
+        when the reply's last pass was a batch. Stops when the session closes."""
         ctx, pos = self.ctx, reply.n_past
         c = rnd.counters
         # (not on recurrent state: its snapshots cannot undo a whole one-token decode)
@@ -1092,10 +1093,13 @@ class Session:
                 or c.draft_rounds < MIN_DRAFT_ROUNDS_FOR_SPEEDUP
                 or c.verified < MIN_VERIFIED_FOR_SPEEDUP
                 or len(reply.own_plain) >= PlainSteps.min_own
-                or not self._plain_steps.stale(time.monotonic(), ctx.n_threads,
-                                               self._governor.other)):
+                or self._plain_steps.comparable(time.monotonic(), ctx.n_threads,
+                                                self._governor.other) >= PlainSteps.min_own):
             return
-        for i in range(PlainSteps.min_own + 1):  # the first builds the one-token graph
+        warm = 1 if reply.last_pass != 1 else 0  # a pass that builds the one-token graph
+        for i in range(PlainSteps.min_own + warm):
+            if self._closing:
+                return  # (each pass below leaves the cache as the reply left it)
             t = time.perf_counter()
             try:
                 ctx.decode([reply.history[-1]], pos, logits="last")
@@ -1109,7 +1113,7 @@ class Session:
                 ctx.clear()
                 self._kv_tokens = []
                 return
-            if i > 0:
+            if i >= warm:
                 self._observe_plain_step(reply, dt, time.monotonic())
             self._pass_table().observe(1, dt)  # the policy's t(1) at this thread count
 
@@ -1131,6 +1135,7 @@ class Session:
             return
         self.ctx.set_threads(n, n)
         reply.own_plain.clear()  # passes at the old count are no baseline any more
+        reply.last_pass = 0  # nor is the next, the first at the new count
         if self._draft_drafter is not None:
             self._draft_drafter.ctx.set_threads(n, n)
         table = self._pass_table()

@@ -76,7 +76,7 @@ def test_the_governor_follows_load_after_two_readings_and_only_when_asked() -> N
 
 def test_the_plain_baseline_is_this_replys_or_a_recent_one_at_the_same_threads_and_load() -> None:
     steps = PlainSteps()
-    assert steps.baseline([], 100.0, 2, 0.0) is None and steps.stale(100.0, 2, 0.0)
+    assert steps.baseline([], 100.0, 2, 0.0) is None and steps.comparable(100.0, 2, 0.0) == 0
     own = [0.010, 0.012, 0.011, 0.013]
     base = steps.baseline(own, 100.0, 2, 0.0)
     assert base is not None and base[2] == "reply" and base[0] == pytest.approx(0.0115)
@@ -90,7 +90,7 @@ def test_the_plain_baseline_is_this_replys_or_a_recent_one_at_the_same_threads_a
     assert steps.baseline([], 100.0, 1, 0.0) is None  # another thread count
     assert steps.baseline([], 100.0, 2, 1.0) is None  # the load changed since
     assert steps.baseline([], 100.0 + PlainSteps.fresh + 6, 2, 0.0) is None  # too old
-    assert not steps.stale(100.0, 2, 0.0) and steps.stale(100.0, 2, 1.0)
+    assert steps.comparable(100.0, 2, 0.0) == 1 and steps.comparable(100.0, 2, 1.0) == 0
 
 
 def test_a_speculative_reply_carries_its_own_plain_baseline(tiny_target: Path) -> None:
@@ -144,6 +144,37 @@ def test_the_plain_baseline_skips_one_token_passes_that_follow_a_batch(
         assert events.count("baseline") == len(plain.ids) - 1 == events.count(1) - 1
 
 
+def test_a_reply_without_enough_plain_steps_times_them_at_its_end(
+        tiny_target: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fewer than ``min_own`` baseline steps in the reply and in the session's recent
+    ones: that many are timed after the reply, after one untimed pass when the reply
+    ended on a batch, and the cache is left as the reply left it."""
+    from app.engine.rounds import PlainSteps
+
+    monkeypatch.setattr(PlainSteps, "min_own", 40)  # more than any reply here has
+    prompt = [BOS] + [300, 301, 302, 303, 304, 305] * 6
+    greedy = SamplingParams(temperature=0.0, max_tokens=64)
+    spec = SpeculationConfig(mode="prompt-lookup", draft_max=4, adaptive=False)
+    events: list[object] = []
+    with Session.open(SessionConfig(target_path=tiny_target, n_ctx=256, n_threads=1)) as s:
+        table = s._pass_table()
+        observe, step, at_end = table.observe, s._observe_plain_step, s._time_plain_steps
+        monkeypatch.setattr(table, "observe", lambda n, dt: events.append(n) or observe(n, dt))
+        monkeypatch.setattr(s, "_observe_plain_step",
+                            lambda *a: events.append("baseline") or step(*a))
+        monkeypatch.setattr(s, "_time_plain_steps",
+                            lambda *a: events.append("end") or at_end(*a))
+        r = run(s, prompt, greedy, spec)
+        assert r.stats.draft_rounds >= 3 and r.stats.verified >= 10
+        end = events.index("end")
+        last = [e for e in events[:end] if e != "baseline"][-1]
+        tail = events[end + 1:]
+        warm = 0 if last == 1 else 1
+        assert tail.count("baseline") == 40 and tail.count(1) == 40 + warm == len(tail) - 40
+        assert r.stats.plain_step_source == "reply"
+        assert run(s, prompt, greedy, spec).ids == r.ids  # the cache as the reply left it
+
+
 def test_threads_change_between_rounds_without_changing_the_text(tiny_target: Path) -> None:
     prompt = [BOS] + [300, 301, 302, 303, 304, 305] * 6
     greedy = SamplingParams(temperature=0.0, max_tokens=32)
@@ -182,8 +213,11 @@ def test_the_race_verdict_needs_every_undisturbed_pair_to_agree() -> None:
                   RacePair(50, 48, quiet, quiet))
     assert flip.disturbed_runs == 1 and flip.kept_speedups == (73 / 50, 48 / 50)
     assert flip.verdict == "unclear"
-    slower = result(RacePair(50, 40, None, None), RacePair(50, 45, None, None))
+    slower = result(RacePair(50, 40, None, None), RacePair(50, 45, None, None),
+                    RacePair(50, 44, None, None))
     assert slower.verdict == "slower"
+    # two agreeing pairs are too few: they agree by chance half the time
+    assert result(*slower.pairs[:2]).verdict == "unclear"
     busy = result(RacePair(50, 70, 0.9, quiet))
     assert busy.verdict is None and busy.measured_speedup is None
     assert result().measured_speedup == pytest.approx(70 / 50)  # no pairs: the lanes

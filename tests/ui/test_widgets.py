@@ -190,7 +190,7 @@ def test_gauge_measured_speedup_is_against_plain_steps_of_the_same_moment(qtbot)
     g = SpeculationGaugeWidget()
     qtbot.addWidget(g)
     # 60 tokens in 1.0 s of decoding: 60 tok/s; plain one-token passes of 20 ms (19–21 ms
-    # quartiles) timed in this reply: 50 tok/s, so 60 × 0.020 = 1.20× (1.14–1.26)
+    # their spread) timed in this reply: 50 tok/s, so 60 × 0.020 = 1.20× (1.14–1.26)
     spec = SpecStats(mode="prompt-lookup", draft_max=4, emitted=60, rounds=20,
                      draft_rounds=20, verified=40, accepted=40, decode_time=1.0)
     g.end_reply(spec)
@@ -823,18 +823,28 @@ def test_the_bar_names_a_gguf_without_its_extension(qtbot) -> None:  # type: ign
 
 
 def test_an_elided_button_keeps_its_prefix_whole(qtbot) -> None:  # type: ignore[no-untyped-def]
-    from app.ui.elided import ElidedButtonWidget
+    from app.ui.elided import ElidedButtonWidget, elided
 
     button = ElidedButtonWidget()
     qtbot.addWidget(button)
-    button.keep_prefix("Draft: ")
-    button.set_full_text("Draft: gemma-3-270m-it-qat-copy-q4_k_m")
+    full = "MTP assistant: gemma-3-270m-it-qat-copy-q4_k_m"
     button.show()
-    button.resize(200, button.height())
+    width = next(w for w in range(120, 400, 4)  # where plain eliding cuts into the prefix
+                 if not elided(button, full, w - button.PADDING_PX).startswith("MTP assistant: ")
+                 and button.fontMetrics().horizontalAdvance("MTP assistant: ab…yz")
+                 <= w - button.PADDING_PX)
+    button.keep_prefix("MTP assistant: ")
+    button.set_full_text(full)
+    button.resize(width, button.height())
     QApplication.processEvents()
     text = button.text()  # shortened after its prefix, not across it
-    assert text.startswith("Draft: ") and "…" in text and text.endswith("k_m"), text
+    assert text.startswith("MTP assistant: ") and "…" in text and text.endswith("m"), text
+    button.resize(60, button.height())  # too narrow for the prefix: elided as a whole
+    QApplication.processEvents()
+    assert "…" in button.text() and not button.text().startswith("MTP assistant: ")
     button.set_full_text("Choose draft…")  # a text without the prefix: elided as before
+    button.resize(300, button.height())
+    QApplication.processEvents()
     assert button.text() == "Choose draft…"
 
 

@@ -123,6 +123,10 @@ def cancelled_lane(label: str, sampling: SamplingParams, speculation: Speculatio
 DISTURBED_CORES = 0.3
 #: a verdict needs every kept pair beyond this margin on the same side of 1×
 VERDICT_MARGIN = 0.02
+#: … and at least this many kept pairs: under noise wider than the margin and no real
+#: difference, n pairs all land on one side by chance with probability up to 2·(½)ⁿ:
+#: 50 % for 2, 25 % for 3, 6 % for the 5 a race times (RaceRequest.pairs)
+VERDICT_MIN_PAIRS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,15 +227,15 @@ class RaceResult:
 
     @property
     def verdict(self) -> str | None:
-        """"faster" or "slower" when at least two pairs were kept and all of them lie
-        beyond :data:`VERDICT_MARGIN` on that side of 1×; "unclear" when they do not
-        agree (or only one was kept); None when none was kept."""
+        """"faster" or "slower" when at least :data:`VERDICT_MIN_PAIRS` pairs were kept
+        and all of them lie beyond :data:`VERDICT_MARGIN` on that side of 1×; "unclear"
+        when they do not agree (or fewer were kept); None when none was kept."""
         kept = self.kept_speedups
         if not kept:
             return None
-        if len(kept) >= 2 and min(kept) > 1.0 + VERDICT_MARGIN:
+        if len(kept) >= VERDICT_MIN_PAIRS and min(kept) > 1.0 + VERDICT_MARGIN:
             return "faster"
-        if len(kept) >= 2 and max(kept) < 1.0 - VERDICT_MARGIN:
+        if len(kept) >= VERDICT_MIN_PAIRS and max(kept) < 1.0 - VERDICT_MARGIN:
             return "slower"
         return "unclear"
 

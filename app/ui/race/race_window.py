@@ -821,6 +821,7 @@ class RaceWindow(QMainWindow):
         self.k_spin.setValue(shown.k_for(new))
         self.k_spin.blockSignals(False)
         self._update_on_subtitle()
+        self.sweep_view.offer_k(self.k_spin.value())
 
     @Slot(int)
     def _on_k_spin_value_changed(self, value: int) -> None:

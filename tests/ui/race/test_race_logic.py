@@ -318,14 +318,18 @@ def test_the_finished_first_badge_never_contradicts_the_verdict() -> None:
     assert lane_winner(r) == ("on", r.on.duration, r.off.duration / r.on.duration)
     unclear = dataclasses.replace(r, pairs=(RacePair(50, 48, 0.0, 0.0), RacePair(50, 73, 0.0, 0.0)))
     assert unclear.verdict == "unclear" and lane_winner(unclear) is None
-    faster = dataclasses.replace(r, pairs=(RacePair(50, 70, 0.0, 0.0), RacePair(50, 73, 0.0, 0.0)))
+    faster = dataclasses.replace(r, pairs=(RacePair(50, 70, 0.0, 0.0), RacePair(50, 73, 0.0, 0.0),
+                                           RacePair(50, 71, 0.0, 0.0)))
     assert lane_winner(faster) is not None and lane_winner(faster)[0] == "on"  # type: ignore[index]
-    slower = dataclasses.replace(r, pairs=(RacePair(50, 40, 0.0, 0.0), RacePair(50, 41, 0.0, 0.0)))
+    two = dataclasses.replace(faster, pairs=faster.pairs[:2])  # two agreeing pairs: no verdict
+    assert two.verdict == "unclear" and lane_winner(two) is None
+    slower = dataclasses.replace(r, pairs=(RacePair(50, 40, 0.0, 0.0), RacePair(50, 41, 0.0, 0.0),
+                                           RacePair(50, 42, 0.0, 0.0)))
     assert lane_winner(slower) is None  # the replayed pair's on lane won, the race did not
     off_first = dataclasses.replace(slower, off=r.on, on=r.off)  # lanes swapped: off faster
     assert lane_winner(off_first) == ("off", r.on.duration, r.off.duration / r.on.duration)
     left_out = dataclasses.replace(r, pairs=(RacePair(50, 70, 0.0, 1.0), RacePair(50, 73, 0.0, 0.0),
-                                             RacePair(50, 75, 0.0, 0.0)))
+                                             RacePair(50, 75, 0.0, 0.0), RacePair(50, 74, 0.0, 0.0)))
     assert left_out.verdict == "faster" and lane_winner(left_out) is None  # its pair was left out
     every = dataclasses.replace(r, pairs=(RacePair(50, 70, 1.0, 0.0), RacePair(50, 73, 0.0, 1.0)))
     assert not every.kept_speedups and "median" not in replay_status(every)
@@ -333,7 +337,7 @@ def test_the_finished_first_badge_never_contradicts_the_verdict() -> None:
         r.off.stats, total_time=r.on.duration * 1.01)))
     assert lane_winner(tie) is None  # 1.01× sooner is no finish to badge
     assert lane_winner(dataclasses.replace(r, cancelled=True)) is None
-    assert replay_status(faster).startswith("Finished. The lanes replayed the first of 2")
+    assert replay_status(faster).startswith("Finished. The lanes replayed the first of 3")
     assert replay_status(r) == "Finished."
 
 

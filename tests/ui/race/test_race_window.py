@@ -116,6 +116,9 @@ def test_the_k_sweep_also_measures_the_k_in_use(qtbot, tiny_bridge: ServiceBridg
     assert w.sweep_view.ks() == (1, 2, 3, 4, 5, 6, 8, 16)
     w.k_spin.setValue(12)
     assert w.sweep_view.ks() == (1, 2, 3, 4, 5, 6, 8, 12)
+    w.k_spin.setValue(16)
+    w.drafter_combo.setCurrentIndex(w.drafter_combo.findData("draft-model"))  # k 16 → 4
+    assert w.speculation().draft_max == 4 and w.sweep_view.ks() == (1, 2, 3, 4, 5, 6, 8)
     w.sweep_view.ks_edit.setText("2, 3")
     w.k_spin.setValue(10)
     assert w.sweep_view.ks() == (2, 3)  # typed: kept
@@ -217,15 +220,15 @@ def test_gemma_race_is_identical_replays_and_exports(qtbot, gemma_bridge: Servic
     assert w.race_view.on_pane.alpha.value.text() == f"{r.on.stats.acceptance_rate:.2f}"
     table = _table(w)
     assert table["identical text"][1] == "yes"
-    # three interleaved off/on pairs, the lanes' own first; the headline is their median
-    assert len(r.pairs) == 3 and r.pairs[0].off_tps == r.off.stats.decode_tps
-    assert table["off/on pairs timed"][1].startswith("3")
+    # five interleaved off/on pairs, the lanes' own first; the headline is their median
+    assert len(r.pairs) == 5 and r.pairs[0].off_tps == r.off.stats.decode_tps
+    assert table["off/on pairs timed"][1].startswith("5")
     assert w.race_view.headline.text() == speedup_headline(r)
     # the rates beside the median speedup are the medians of the same kept pairs
     n_kept = len(r.kept_pairs)
     medians = r.median_decode_tps or (r.off.stats.decode_tps, r.on.stats.decode_tps)
     rate_row = (f"decode tok/s, median of {n_kept} pairs" if n_kept > 1
-                else f"decode tok/s, pair {r.pairs.index(r.kept_pairs[0]) + 1} of 3"
+                else f"decode tok/s, pair {r.pairs.index(r.kept_pairs[0]) + 1} of 5"
                 if n_kept else "decode tok/s, replayed pair")
     assert table[rate_row] == (f"{medians[0]:.1f}", f"{medians[1]:.1f}")
     assert "Identical text" in w.race_view.verdict.text()
