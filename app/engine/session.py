@@ -989,7 +989,7 @@ class Session:
             reply.t_end = clock()
             if rnd.drafter is not None and reason != "cancelled":
                 with self._lock:
-                    self._time_plain_steps(reply, rnd, sampler.sample)
+                    self._time_plain_steps(reply, rnd, sampler.sample, is_cancelled)
         finally:
             sampler.close()
         with self._lock:
@@ -1077,28 +1077,38 @@ class Session:
         self._target_step_samples.append(seconds)
         del self._target_step_samples[:-64]
 
+    #: the most seconds :meth:`_time_plain_steps` may add after a reply (by the pass
+    #: table's t(1)): a model whose steps take longer gets its baseline from its own and
+    #: recent passes only, rather than a reply that ends seconds late
+    END_TIMING_BUDGET = 0.5
+
     def _time_plain_steps(self, reply: _Reply, rnd: Round,
-                          sample: Callable[[LlamaContext, int], int]) -> None:
-        """After a speculative reply with no comparable one-token pass (:class:`PlainSteps`),
-        time :attr:`PlainSteps.min_own` of them at the reply's end (its last token at its
-        depth, sampled, then removed again): the measured speedup's baseline under this
-        reply's conditions. Costs that many target steps after the reply, not in it, and
-        one more before them, untimed as a baseline, which builds the one-token graph
-        when the reply's last pass was a batch. Stops when the session closes."""
+                          sample: Callable[[LlamaContext, int], int],
+                          is_cancelled: Callable[[], bool]) -> None:
+        """After a speculative reply with fewer than :attr:`PlainSteps.min_own` comparable
+        one-token passes (:class:`PlainSteps`), time that many at the reply's end (its
+        last token at its depth, sampled, then removed again): the measured speedup's
+        baseline under this reply's conditions. Costs that many target steps after the
+        reply, not in it, and one more before them, untimed as a baseline, which builds
+        the one-token graph when the reply's last pass was a batch; skipped when they
+        would take more than :attr:`END_TIMING_BUDGET`; stops when the session closes or
+        the reply is cancelled."""
         ctx, pos = self.ctx, reply.n_past
         c = rnd.counters
+        warm = 1 if reply.last_pass != 1 else 0  # a pass that builds the one-token graph
+        t1 = self._pass_table()(1) or 0.0
         # (not on recurrent state: its snapshots cannot undo a whole one-token decode)
         if (self._closed or self._closing or not self.rollback_supported
                 or self.target.is_recurrent or pos + 1 >= ctx.n_ctx
                 or c.draft_rounds < MIN_DRAFT_ROUNDS_FOR_SPEEDUP
                 or c.verified < MIN_VERIFIED_FOR_SPEEDUP
                 or len(reply.own_plain) >= PlainSteps.min_own
+                or t1 * (PlainSteps.min_own + warm) > self.END_TIMING_BUDGET
                 or self._plain_steps.comparable(time.monotonic(), ctx.n_threads,
                                                 self._governor.other) >= PlainSteps.min_own):
             return
-        warm = 1 if reply.last_pass != 1 else 0  # a pass that builds the one-token graph
         for i in range(PlainSteps.min_own + warm):
-            if self._closing:
+            if self._closing or is_cancelled():
                 return  # (each pass below leaves the cache as the reply left it)
             t = time.perf_counter()
             try:

@@ -173,6 +173,13 @@ def test_a_reply_without_enough_plain_steps_times_them_at_its_end(
         assert tail.count("baseline") == 40 and tail.count(1) == 40 + warm == len(tail) - 40
         assert r.stats.plain_step_source == "reply"
         assert run(s, prompt, greedy, spec).ids == r.ids  # the cache as the reply left it
+        # passes that would take longer than the budget are not timed (a large model's
+        # reply would end seconds late)
+        monkeypatch.setattr(PlainSteps, "min_own", 400)
+        monkeypatch.setattr(Session, "END_TIMING_BUDGET", 0.0)
+        events.clear()
+        run(s, prompt, greedy, spec)
+        assert "baseline" not in events[events.index("end"):]
 
 
 def test_threads_change_between_rounds_without_changing_the_text(tiny_target: Path) -> None:

@@ -13,7 +13,7 @@ One pair of runs is one sample of a noisy machine: back to back, the same race g
 and on interleaved (off-on, on-off, …, so that a drift favours neither side), measures
 other processes' load during each run (:mod:`app.engine.cpu`), leaves out the pairs with
 a disturbed run, and reports the median speedup with its range; it gives a verdict only
-when every kept pair agrees (:attr:`RaceResult.verdict`).
+when at least three pairs were kept and every one agrees (:attr:`RaceResult.verdict`).
 
 Formulas: E(α, k) = (1 − α^(k+1)) / (1 − α) and S = E / (1 + c·k)
 (:mod:`app.engine.stats`, Leviathan et al. 2023).

@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 
 from app.chat.recording import RaceRecording
-from app.engine.measure.race import DISTURBED_CORES, VERDICT_MARGIN, RaceResult
+from app.engine.measure.race import DISTURBED_CORES, VERDICT_MARGIN, VERDICT_MIN_PAIRS, RaceResult
 from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE
 from app.formatting import MISSING, divergence_words, draft_length_words, or_dash
 from app.options import DrafterNeeds, SpecMode
@@ -123,8 +123,9 @@ def identical_text(result: RaceResult) -> str:
 
 def speedup_headline(result: RaceResult) -> str:
     """The race's outcome in one or two sentences: the median decode speedup over the
-    pairs that no other work disturbed, and a verdict only when every such pair agrees
-    (:attr:`RaceResult.verdict`); how many runs other work disturbed."""
+    pairs that no other work disturbed, and a verdict only when at least three such pairs
+    were kept and all agree (:attr:`RaceResult.verdict`); how many runs other work
+    disturbed."""
     ms = result.measured_speedup
     busy = ""
     if result.disturbed_runs:
@@ -166,9 +167,18 @@ def speedup_headline(result: RaceResult) -> str:
         return (f"One undisturbed pair only: {ms:.2f}× the decode speed; one pair is no "
                 "verdict, run the race again." + busy)
     assert r is not None  # two kept pairs or more
+    if len(kept) < VERDICT_MIN_PAIRS and _one_side(kept):
+        return (f"Only {len(kept)} undisturbed pairs, {r[0]:.2f}–{r[1]:.2f}× (median "
+                f"{ms:.2f}×): a verdict needs {VERDICT_MIN_PAIRS} that agree, run the race "
+                "again." + busy)
     return (f"No verdict: the pairs ran {r[0]:.2f}–{r[1]:.2f}× (median {ms:.2f}×); a "
             f"verdict needs every pair more than {VERDICT_MARGIN:.0%} to the same side of "
             "1×." + busy)
+
+
+def _one_side(speedups: Sequence[float]) -> bool:
+    """Whether every speedup lies beyond :data:`VERDICT_MARGIN` on the same side of 1×."""
+    return (min(speedups) > 1.0 + VERDICT_MARGIN) or (max(speedups) < 1.0 - VERDICT_MARGIN)
 
 
 def nothing_drafted_headline(result: RaceResult, ms: float, spread: str) -> str:
@@ -191,6 +201,10 @@ def nothing_drafted_headline(result: RaceResult, ms: float, spread: str) -> str:
         return (f"Nothing was drafted, yet speculation on ran faster in every pair: {ms:.2f}× "
                 f"the decode speed{spread}. No draft token was checked, so the gap did not "
                 "come from drafting.")
+    if 2 <= len(kept) < VERDICT_MIN_PAIRS and _one_side(kept):
+        return (f"Nothing was drafted. Only {len(kept)} undisturbed pairs ({ms:.2f}× the "
+                f"decode speed{spread}): a verdict needs {VERDICT_MIN_PAIRS} that agree, run "
+                "the race again.")
     if len(kept) >= 2 and result.speedup_range is not None:
         lo, hi = result.speedup_range
         return (f"Nothing was drafted, and the pairs do not agree: they ran {lo:.2f}–{hi:.2f}× "

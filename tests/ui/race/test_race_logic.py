@@ -323,6 +323,8 @@ def test_the_finished_first_badge_never_contradicts_the_verdict() -> None:
     assert lane_winner(faster) is not None and lane_winner(faster)[0] == "on"  # type: ignore[index]
     two = dataclasses.replace(faster, pairs=faster.pairs[:2])  # two agreeing pairs: no verdict
     assert two.verdict == "unclear" and lane_winner(two) is None
+    assert speedup_headline(two) == ("Only 2 undisturbed pairs, 1.40–1.46× (median 1.43×): a "
+                                     "verdict needs 3 that agree, run the race again.")
     slower = dataclasses.replace(r, pairs=(RacePair(50, 40, 0.0, 0.0), RacePair(50, 41, 0.0, 0.0),
                                            RacePair(50, 42, 0.0, 0.0)))
     assert lane_winner(slower) is None  # the replayed pair's on lane won, the race did not

@@ -62,6 +62,9 @@ def test_nothing_drafted_yet_slower_in_every_pair_is_called_slower_with_its_cost
     assert mixed.verdict == "unclear"
     assert "run-to-run variation, not a speedup" in speedup_headline(mixed)
     assert "0.97–1.03×" in speedup_headline(mixed)
+    two = _nothing_drafted(RacePair(30, 33, 0.0, 0.0), RacePair(30, 34, 0.0, 0.0))
+    assert "Only 2 undisturbed pairs" in speedup_headline(two)
+    assert "run-to-run variation" not in speedup_headline(two)  # they do agree
     faster = _nothing_drafted(RacePair(30, 33, 0.0, 0.0), RacePair(30, 34, 0.0, 0.0),
                               RacePair(30, 33.5, 0.0, 0.0))
     assert "did not come from drafting" in speedup_headline(faster)
