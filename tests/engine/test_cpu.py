@@ -114,23 +114,31 @@ def test_a_speculative_reply_carries_its_own_plain_baseline(tiny_target: Path) -
         assert off.ids == r.ids and off.stats.measured_speedup is None
 
 
+def _log_passes(s: Session, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The session's target passes in order: each pass's token count, "baseline" for a
+    pass taken as a plain-decoding baseline step, "end" where a reply's end timing
+    begins."""
+    events: list[object] = []
+    table = s._pass_table()
+    observe, step, at_end = table.observe, s._observe_plain_step, s._time_plain_steps
+    monkeypatch.setattr(table, "observe", lambda n, dt: events.append(n) or observe(n, dt))
+    monkeypatch.setattr(s, "_observe_plain_step", lambda *a: events.append("baseline") or step(*a))
+    monkeypatch.setattr(s, "_time_plain_steps", lambda *a: events.append("end") or at_end(*a))
+    return events
+
+
 def test_the_plain_baseline_skips_one_token_passes_that_follow_a_batch(
         tiny_target: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A one-token pass right after a batch (the prefill, a verification) builds its
     graph anew, which plain decoding does once: it is no baseline step. Only passes
-    after another one-token pass are, and the passes timed after the reply start with
-    an untimed one."""
+    after another one-token pass are."""
     prompt = [BOS] + [300, 301, 302, 303, 304, 305] * 6
     greedy = SamplingParams(temperature=0.0, max_tokens=24)
     spec = SpeculationConfig(mode="prompt-lookup", draft_max=4, adaptive=False)
-    events: list[object] = []
     with Session.open(SessionConfig(target_path=tiny_target, n_ctx=256, n_threads=1)) as s:
-        table = s._pass_table()
-        observe, step = table.observe, s._observe_plain_step
-        monkeypatch.setattr(table, "observe", lambda n, dt: events.append(n) or observe(n, dt))
-        monkeypatch.setattr(s, "_observe_plain_step",
-                            lambda *a: events.append("baseline") or step(*a))
+        events = _log_passes(s, monkeypatch)
         r = run(s, prompt, greedy, spec)
+        del events[events.index("end"):]  # the rounds' passes (the end timing: below)
         passes = [e for e in events if e != "baseline"]
         assert r.stats.draft_rounds >= 1 and max(passes) > 1  # batches were verified
         assert "baseline" in events  # and baseline steps taken between them
@@ -155,15 +163,8 @@ def test_a_reply_without_enough_plain_steps_times_them_at_its_end(
     prompt = [BOS] + [300, 301, 302, 303, 304, 305] * 6
     greedy = SamplingParams(temperature=0.0, max_tokens=64)
     spec = SpeculationConfig(mode="prompt-lookup", draft_max=4, adaptive=False)
-    events: list[object] = []
     with Session.open(SessionConfig(target_path=tiny_target, n_ctx=256, n_threads=1)) as s:
-        table = s._pass_table()
-        observe, step, at_end = table.observe, s._observe_plain_step, s._time_plain_steps
-        monkeypatch.setattr(table, "observe", lambda n, dt: events.append(n) or observe(n, dt))
-        monkeypatch.setattr(s, "_observe_plain_step",
-                            lambda *a: events.append("baseline") or step(*a))
-        monkeypatch.setattr(s, "_time_plain_steps",
-                            lambda *a: events.append("end") or at_end(*a))
+        events = _log_passes(s, monkeypatch)
         r = run(s, prompt, greedy, spec)
         assert r.stats.draft_rounds >= 3 and r.stats.verified >= 10
         end = events.index("end")
