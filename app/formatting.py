@@ -155,6 +155,11 @@ def token_words(text: str | None) -> str:
     return repr(text if text is not None else "")
 
 
+def shortened(text: str, most: int) -> str:
+    """``text`` cut to at most ``most`` characters, ending with "…" when cut."""
+    return text if len(text) <= most else text[: most - 1].rstrip() + "…"
+
+
 def divergence_words(d: DivergenceLike) -> str:
     """The first difference of a plain and a speculative run, and the verdict, in words.
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from app.formatting import loads_json, valid_text
+from app.formatting import loads_json, shortened, valid_text
 from app.store import paths
 
 log = logging.getLogger(__name__)
@@ -306,10 +306,7 @@ def _spans_json(spans: Sequence[tuple[int, int]]) -> str | None:
 def automatic_title(content: str) -> str:
     """The title a conversation gets from its first user message: the text on one line,
     cut to 60 characters with "…" ("" for blank text)."""
-    title = " ".join(content.split())
-    if len(title) > _TITLE_CHARS:
-        title = title[: _TITLE_CHARS - 1].rstrip() + "…"
-    return title
+    return shortened(" ".join(content.split()), _TITLE_CHARS)
 
 
 def _escape_like(text: str) -> str:

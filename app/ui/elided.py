@@ -67,14 +67,14 @@ class _ElidedText:
 
     def _elide(self) -> None:
         width, full, prefix = self._text_width(), self._full, self._prefix
-        metrics = self.fontMetrics()  # type: ignore[attr-defined]
-        rest = width - metrics.horizontalAdvance(prefix)
-        # the prefix kept whole where the rest still shows a few characters around "…"
-        if (prefix and full.startswith(prefix) and len(full) > len(prefix)
-                and rest >= metrics.horizontalAdvance("ab…yz")):
-            self.setText(prefix + elided(self, full[len(prefix):], rest))  # type: ignore[attr-defined, arg-type]
-        else:
-            self.setText(elided(self, full, width))  # type: ignore[attr-defined, arg-type]
+        if prefix and full.startswith(prefix) and len(full) > len(prefix):
+            metrics = self.fontMetrics()  # type: ignore[attr-defined]
+            rest = width - metrics.horizontalAdvance(prefix)
+            # the prefix kept whole where the rest still shows a few characters around "…"
+            if rest >= metrics.horizontalAdvance("ab…yz"):
+                self.setText(prefix + elided(self, full[len(prefix):], rest))  # type: ignore[attr-defined, arg-type]
+                return
+        self.setText(elided(self, full, width))  # type: ignore[attr-defined, arg-type]
 
 
 class ElidedLabelWidget(_ElidedText, QLabel):

@@ -38,6 +38,7 @@ from app.chat.events import ModelInfo, UserError
 from app.chat.service import ChatService
 from app.engine.reply import ReplyRecord
 from app.engine.stats import SpecStats
+from app.formatting import shortened
 from app.options import SamplingParams, SpeculationConfig
 from app.store import paths
 from app.store.history import Conversation, StoredMessage
@@ -140,9 +141,7 @@ def _ask_to_delete(window: QWidget, title: str | None) -> bool:
     """Whether the user confirms deleting the conversation ``title`` (None: not listed;
     a long one is shortened to 60 characters). Enter keeps it: deleting takes a
     deliberate Yes."""
-    if title and len(title) > 60:
-        title = title[:59].rstrip() + "…"
-    which = f"“{title}”" if title else "this conversation"
+    which = f"“{shortened(title, 60)}”" if title else "this conversation"
     box = QMessageBox(QMessageBox.Icon.Question, "Delete conversation",
                       f"Delete {which} and all its messages? This cannot be undone.",
                       QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, window)

@@ -226,18 +226,25 @@ class RaceResult:
         return (min(kept), max(kept)) if kept else None
 
     @property
+    def kept_side(self) -> str | None:
+        """"faster" or "slower" when every kept pair lies beyond :data:`VERDICT_MARGIN`
+        on that side of 1× (however few were kept), else None."""
+        kept = self.kept_speedups
+        if kept and min(kept) > 1.0 + VERDICT_MARGIN:
+            return "faster"
+        if kept and max(kept) < 1.0 - VERDICT_MARGIN:
+            return "slower"
+        return None
+
+    @property
     def verdict(self) -> str | None:
-        """"faster" or "slower" when at least :data:`VERDICT_MIN_PAIRS` pairs were kept
-        and all of them lie beyond :data:`VERDICT_MARGIN` on that side of 1×; "unclear"
-        when they do not agree (or fewer were kept); None when none was kept."""
+        """:attr:`kept_side` when at least :data:`VERDICT_MIN_PAIRS` pairs were kept;
+        "unclear" when they do not agree (or fewer were kept); None when none was kept."""
         kept = self.kept_speedups
         if not kept:
             return None
-        if len(kept) >= VERDICT_MIN_PAIRS and min(kept) > 1.0 + VERDICT_MARGIN:
-            return "faster"
-        if len(kept) >= VERDICT_MIN_PAIRS and max(kept) < 1.0 - VERDICT_MARGIN:
-            return "slower"
-        return "unclear"
+        side = self.kept_side
+        return side if side is not None and len(kept) >= VERDICT_MIN_PAIRS else "unclear"
 
     def difference_span(self, lane: RaceLane) -> tuple[int, int] | None:
         """Characters [start, end) of ``lane.text`` taken by the first differing token

@@ -167,18 +167,13 @@ def speedup_headline(result: RaceResult) -> str:
         return (f"One undisturbed pair only: {ms:.2f}× the decode speed; one pair is no "
                 "verdict, run the race again." + busy)
     assert r is not None  # two kept pairs or more
-    if len(kept) < VERDICT_MIN_PAIRS and _one_side(kept):
+    if len(kept) < VERDICT_MIN_PAIRS and result.kept_side is not None:
         return (f"Only {len(kept)} undisturbed pairs, {r[0]:.2f}–{r[1]:.2f}× (median "
                 f"{ms:.2f}×): a verdict needs {VERDICT_MIN_PAIRS} that agree, run the race "
                 "again." + busy)
     return (f"No verdict: the pairs ran {r[0]:.2f}–{r[1]:.2f}× (median {ms:.2f}×); a "
             f"verdict needs every pair more than {VERDICT_MARGIN:.0%} to the same side of "
             "1×." + busy)
-
-
-def _one_side(speedups: Sequence[float]) -> bool:
-    """Whether every speedup lies beyond :data:`VERDICT_MARGIN` on the same side of 1×."""
-    return (min(speedups) > 1.0 + VERDICT_MARGIN) or (max(speedups) < 1.0 - VERDICT_MARGIN)
 
 
 def nothing_drafted_headline(result: RaceResult, ms: float, spread: str) -> str:
@@ -201,7 +196,7 @@ def nothing_drafted_headline(result: RaceResult, ms: float, spread: str) -> str:
         return (f"Nothing was drafted, yet speculation on ran faster in every pair: {ms:.2f}× "
                 f"the decode speed{spread}. No draft token was checked, so the gap did not "
                 "come from drafting.")
-    if 2 <= len(kept) < VERDICT_MIN_PAIRS and _one_side(kept):
+    if 2 <= len(kept) < VERDICT_MIN_PAIRS and result.kept_side is not None:
         return (f"Nothing was drafted. Only {len(kept)} undisturbed pairs ({ms:.2f}× the "
                 f"decode speed{spread}): a verdict needs {VERDICT_MIN_PAIRS} that agree, run "
                 "the race again.")
