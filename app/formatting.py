@@ -73,6 +73,11 @@ def or_dash(value: float | None, spec: str = "", unit: str = "", *, none: str = 
     return none if value is None else f"{value:{spec}}{unit}"
 
 
+def format_count(n: int | None) -> str:
+    """``262,144``; ``—`` when unknown."""
+    return or_dash(n, ",")
+
+
 def format_bytes(n: float) -> str:
     """``4.68 GB``, ``531 MB``, ``12 KB``, ``900 B`` (powers of 1000, like the Hugging Face Hub)."""
     n = float(n)

@@ -110,7 +110,7 @@ def _print_json(data: dict[str, Any]) -> None:
 
 def _run_list(args: argparse.Namespace) -> int:
     from app.catalog.library import Library, load_library_config
-    from app.formatting import format_bytes, format_parameters
+    from app.formatting import format_bytes, format_count, format_parameters
 
     config = load_library_config()
     config.folders = [*config.folders, *[f.expanduser().absolute() for f in args.folder]]
@@ -121,13 +121,17 @@ def _run_list(args: argparse.Namespace) -> int:
     if not entries:
         print("No models found. Download one (`models download`) or add a folder (`models config --add-folder`).")
         return 0
-    rows = [["name", "quant", "size", "params", "vocab", "tokens", "source", "path"]]
-    rows += [[e.info.name[:40], e.info.quantization, format_bytes(e.info.file_size),
-              format_parameters(e.info.parameter_count), e.info.vocab_type,
-              str(e.info.n_vocab), e.file.source, str(e.path)]
+    # the window's names (file names), then the metadata's; "trained ctx": the context
+    # length the model was trained for (a load may use less: Sampling → Model)
+    rows = [["file", "name in metadata", "quant", "size", "params", "trained ctx", "vocab",
+             "tokens", "source", "path"]]
+    rows += [[e.title[:48], e.info.name[:32], e.info.quantization,
+              format_bytes(e.info.file_size), format_parameters(e.info.parameter_count),
+              format_count(e.info.context_length), e.info.vocab_type, str(e.info.n_vocab),
+              e.file.source, str(e.path)]
              for e in entries if e.info is not None and e.error is None]
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    right = {2, 3, 5}  # size, params, tokens: numbers
+    right = {3, 4, 5, 7}  # size, params, trained ctx, tokens: numbers
     for r in rows:
         print("  ".join(v.rjust(w) if c in right else v.ljust(w)
                         for c, (v, w) in enumerate(zip(r, widths))).rstrip())

@@ -69,14 +69,19 @@ class ModelSettings(_Section):
 
     target_path: Path | None = None
     draft_path: Path | None = None
-    n_ctx: Annotated[int, Field(ge=N_CTX_MIN, le=N_CTX_MAX)] = N_CTX
+    n_ctx: int = Field(N_CTX, ge=N_CTX_MIN, le=N_CTX_MAX, description=(
+        "context window in tokens: the conversation must fit in it"))
     n_gpu_layers: Annotated[int | None, Field(ge=0)] = None
     exact_verification: bool = False
-    #: CPU threads; None: as many as the cores other processes leave free, followed
-    #: while the machine's load changes (:mod:`app.engine.cpu`)
-    n_threads: Annotated[int | None, Field(ge=1, le=512)] = None
-    #: memory for saved prompt states, MiB (0: none are kept; :data:`PROMPT_CACHE_MIB`)
-    prompt_cache_mib: Annotated[int, Field(ge=0, le=PROMPT_CACHE_MAX_MIB)] = PROMPT_CACHE_MIB
+    #: (:mod:`app.engine.cpu`; the window shows None as 0, "Auto")
+    n_threads: int | None = Field(None, ge=1, le=512, description=(
+        "CPU threads for decoding. Auto: as many as the cores other programs leave free, "
+        "changed while a reply runs when the machine gets busy or quiet (a thread that "
+        "waits for a busy core stalls the others at every step)"))
+    prompt_cache_mib: int = Field(PROMPT_CACHE_MIB, ge=0, le=PROMPT_CACHE_MAX_MIB, description=(
+        "Memory for saved prompt states: a conversation or API request the model's "
+        "context gave up is kept, so that returning to it re-reads only what is new "
+        f"instead of the whole prompt. Off: none are kept. Default {PROMPT_CACHE_MIB} MiB."))
 
     @field_validator("n_threads")
     @classmethod

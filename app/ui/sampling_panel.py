@@ -30,10 +30,6 @@ from PySide6.QtWidgets import (
 from pydantic import BaseModel
 
 from app.options import (
-    PROMPT_CACHE_MAX_MIB,
-    PROMPT_CACHE_MIB,
-    N_CTX_MAX,
-    N_CTX_MIN,
     ContextOverflow,
     SamplingParams,
     SpecMode,
@@ -149,23 +145,17 @@ class SamplingSettingsWidget(QWidget):
         layers, exact verification, Reload."""
         mbox = QGroupBox("Model (applies on reload)")
         mform = QFormLayout(mbox)
-        self.n_ctx = self._int(N_CTX_MIN, N_CTX_MAX,
-                               "context window in tokens: the conversation must fit in it")
+        self.n_ctx = self._int_field(ModelSettings, "n_ctx")
         self.n_ctx.setSingleStep(1024)
         self.cpu_only = QCheckBox("CPU only")
         self.cpu_only.setToolTip(_CPU_ONLY_TIP)
         self.gpu_layers = self._int(0, 999, _GPU_LAYERS_TIP)
         self._gpu_supported = True
         self._saved_gpu_layers: int | None = None  # the setting, kept on a CPU-only build
-        self.threads = self._int(0, MAX_THREADS, (
-            "CPU threads for decoding. Auto: as many as the cores other programs leave free, "
-            "changed while a reply runs when the machine gets busy or quiet (a thread that "
-            "waits for a busy core stalls the others at every step)"))
+        # 0 shows the setting's None (Auto); at most what this computer may use
+        self.threads = self._int(0, MAX_THREADS, field_schema(ModelSettings, "n_threads").description)
         self.threads.setSpecialValueText("Auto (free cores)")
-        self.prompt_cache = self._int(0, PROMPT_CACHE_MAX_MIB, (
-            "Memory for saved prompt states: a conversation or API request the model's "
-            "context gave up is kept, so that returning to it re-reads only what is new "
-            f"instead of the whole prompt. Off: none are kept. Default {PROMPT_CACHE_MIB} MiB."))
+        self.prompt_cache = self._int_field(ModelSettings, "prompt_cache_mib")
         self.prompt_cache.setSuffix(" MiB")
         self.prompt_cache.setSingleStep(256)
         self.prompt_cache.setSpecialValueText("Off")

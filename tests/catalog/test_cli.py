@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -69,9 +70,13 @@ def test_list_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
 
     code, out, _ = run(capsys, "models", "list", "--no-load-check", "--folder", str(tmp_path))
     header, *rows = out.splitlines()
-    assert header.split() == ["name", "quant", "size", "params", "vocab", "tokens", "source", "path"]
+    assert re.split(r"\s{2,}", header) == [
+        "file", "name in metadata", "quant", "size", "params", "trained ctx", "vocab",
+        "tokens", "source", "path"]
     by_path = {row.split()[-1]: row for row in rows}
-    assert by_path[str(extra)].startswith("Extra ") and " folder " in by_path[str(extra)]
+    # named as the window names it (the file), the metadata's name beside it
+    assert by_path[str(extra)].startswith("extra.gguf ") and " folder " in by_path[str(extra)]
+    assert by_path[str(extra)].index(" Extra ") + 1 == header.index("name in metadata")
     # every column starts where its heading does, whatever its values' lengths
     assert by_path[str(extra)].index(" folder ") + 1 == header.index("source")
     assert by_path[str(model)].index(" models ") + 1 == header.index("source")

@@ -1,5 +1,6 @@
 """The conversation list's right-click menu survives the list being refilled while it is
-open (a reply finishing refreshes it), and a search that finds nothing says so."""
+open (a reply finishing refreshes it) and does not open the conversation it acts on, and a
+search that finds nothing says so."""
 
 from __future__ import annotations
 
@@ -64,6 +65,20 @@ def test_export_from_the_menu_after_the_list_was_refilled(qtbot, widget) -> None
         _choose_while_open(qtbot, w, 0, "Export…",
                            lambda: w.set_conversations([FOXES, OWLS], current=2))
     assert exported.args == [OWLS.id]
+
+
+def test_a_right_click_opens_the_menu_not_the_conversation(qtbot, widget) -> None:  # type: ignore[no-untyped-def]
+    w = widget
+    activated: list[int] = []
+    w.conversation_activated.connect(activated.append)
+    foxes = w.list.visualItemRect(w.list.item(1)).center()
+    qtbot.mouseClick(w.list.viewport(), Qt.MouseButton.RightButton, pos=foxes)
+    with qtbot.waitSignal(w.conversation_export_clicked) as exported:
+        _choose_while_open(qtbot, w, 1, "Export…", lambda: None)
+    assert exported.args == [FOXES.id]
+    assert activated == [] and w.list.currentRow() == 0  # owls stays open
+    qtbot.mouseClick(w.list.viewport(), Qt.MouseButton.LeftButton, pos=foxes)
+    assert activated == [FOXES.id] and w.list.currentRow() == 1
 
 
 def test_rename_from_the_menu_edits_the_row_where_it_is_now(qtbot, widget) -> None:  # type: ignore[no-untyped-def]

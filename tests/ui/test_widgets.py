@@ -543,6 +543,14 @@ def test_sampling_panel_ranges_and_tooltips_are_the_fields(qtbot) -> None:
     assert panel.suffix_spec_factor.minimum() == pytest.approx(0.01)
     assert panel.suffix_min_prob.toolTip() == field_schema(SpeculationConfig,
                                                            "suffix_min_prob").description
+    # the Model box: the settings' fields (threads: 0 is Auto, the setting's None)
+    from app.store.settings import ModelSettings
+    for name, spin in (("n_ctx", panel.n_ctx), ("prompt_cache_mib", panel.prompt_cache)):
+        f = field_schema(ModelSettings, name)
+        assert (spin.minimum(), spin.maximum()) == (f.low, f.high), name
+        assert spin.toolTip() == f.description and f.description
+    assert panel.threads.minimum() == 0 and panel.threads.specialValueText().startswith("Auto")
+    assert panel.threads.toolTip() == field_schema(ModelSettings, "n_threads").description
 
 
 def test_the_details_the_drafter_does_not_read_are_greyed_out(qtbot) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtCore import QPoint, Qt, QTimer, Signal, SignalInstance, Slot
-from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtGui import QKeySequence, QMouseEvent, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QLineEdit,
@@ -30,6 +30,17 @@ def _item_id(item: QListWidgetItem) -> int | None:
     """The conversation id of a row; None for the "no conversation matches" line."""
     value = item.data(_ID_ROLE)
     return int(value) if value is not None else None
+
+
+class _List(QListWidget):
+    """A list whose right-click only opens the menu: it does not also select (and so
+    open) the conversation under the pointer, which Export… or Delete… act on by id."""
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt's name)
+        if event.button() == Qt.MouseButton.RightButton:
+            event.accept()
+            return
+        super().mousePressEvent(event)
 
 
 class ConversationListWidget(QWidget):
@@ -61,7 +72,7 @@ class ConversationListWidget(QWidget):
         self.search.setPlaceholderText("Search conversations")
         self.search.setClearButtonEnabled(True)
         layout.addWidget(self.search)
-        self.list = QListWidget()
+        self.list = _List()
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.list.setUniformItemSizes(True)

@@ -10,7 +10,7 @@ from app.catalog.hub import DownloadProgress
 from app.catalog.library import Source
 from app.engine.drafter_kinds import DrafterPrediction
 from app.engine.stats import predicted_speedup
-from app.formatting import MISSING, format_bytes, format_duration, or_dash
+from app.formatting import MISSING, format_bytes, format_duration
 from app.options import DrafterInfo
 
 #: The acceptance rate assumed for the "predicted speedup" column of the draft list.
@@ -40,11 +40,6 @@ SOURCE_LABELS: dict[str, str] = {
     "jan": "Jan",
     "hf-cache": "Hugging Face cache",
 }
-
-
-def format_count(n: int | None) -> str:
-    """``262,144``; ``—`` when unknown."""
-    return or_dash(n, ",")
 
 
 def source_label(source: Source | str) -> str:

@@ -43,7 +43,7 @@ from app.chat.events import UserError
 from app.engine.drafter_kinds import DrafterPrediction, kinds
 from app.engine.stats import predicted_speedup
 from app.errors import TandemError
-from app.formatting import format_bytes, format_parameters
+from app.formatting import format_bytes, format_count, format_parameters
 from app.options import (
     DRAFT_MODEL_K,
     DrafterInfo,
@@ -55,7 +55,6 @@ from app.options import (
 from app.ui.picker.formatting import (
     ASSUMED_ACCEPTANCE_RATE,
     format_cost_ratio,
-    format_count,
     format_predicted_speedup,
     prediction_status,
     prediction_words,
@@ -68,7 +67,7 @@ from app.ui.labels import Label
 
 GREYED = QColor("#a0aec0")
 MODEL_COLUMNS = ["File", "Name in metadata", "Architecture", "Parameters", "Quantization",
-                 "Size", "Context", "Tokenizer", "Chat template", "Location"]
+                 "Size", "Trained context", "Tokenizer", "Chat template", "Location"]
 DRAFT_COLUMNS = ["Drafter", "Size", "c (est.)", "Speedup", "Status"]
 _KIND_ROLE = Qt.ItemDataRole.UserRole
 _INDEX_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -560,6 +559,9 @@ class LibraryTabWidget(QWidget):
             ])
             item.setToolTip(0, str(e.path) + "".join(f"\nthe same model also at {c}" for c in e.copies))
             item.setToolTip(1, "general.name in the GGUF metadata")
+            item.setToolTip(6, "the context length the model was trained for (its GGUF's "
+                               "context_length); a load uses the context length set in "
+                               "Sampling → Model, at most this")
             item.setToolTip(7, f"tokenizer model {info.tokenizer_model}, pre-tokenizer "
                                f"{info.tokenizer_pre}; BOS {info.bos_id} (added: {info.add_bos}), "
                                f"EOS {info.eos_id} (added: {info.add_eos})")

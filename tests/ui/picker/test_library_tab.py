@@ -57,6 +57,10 @@ def test_library_lists_models_with_their_metadata_and_broken_files(picker: Model
     # the file name is the title, the metadata name second
     assert gemma[:9] == [GEMMA_FILE, "Gemma 3 270m", "gemma3", "268M", "Q4_K_M", "253 MB",
                          "32,768", "SPM · 262,144", "no"]
+    # the context column is the trained one, which its heading and tooltip say
+    table = picker.library_tab.model_table
+    assert table.headerItem().text(6) == "Trained context"
+    assert "Sampling → Model" in table.topLevelItem(0).toolTip(6)
     smol = rows[SMOLLM_FILE]
     assert smol[0] == SMOLLM_FILE and smol[1].startswith("Smollm2 135M")
     assert smol[2:9] == ["llama", "135M", "Q4_1", "98.4 MB", "8,192", "BPE · 49,152", "yes"]
