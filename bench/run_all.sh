@@ -7,7 +7,8 @@
 #    llama-cpp-python sdist (once; bench/.llama-tools/);
 # 2. bench/vs_llamacpp.py: Tandem ÷ llama-bench (plain) and ÷ llama-speculative-simple
 #    (draft model = the target itself, k 4, 2 threads), medians of 5 rounds;
-# 3. bench/memory.py: peak RSS at n_ctx 8192 vs llama.cpp's own tool;
+# 3. bench/verify_cost.py: what a verification pass's logits cost; bench/memory.py: peak
+#    RSS at n_ctx 8192 vs llama.cpp's own tool;
 # 4. bench/vs_ngram.py: prompt lookup and suffix vs llama.cpp's n-gram modes;
 #    the suffix index's memory; app bench --suffix on agent;
 #    app bench --auto with a costly draft (the target itself) on agent and chat;
@@ -28,6 +29,9 @@ TOOLS_BIN="${LLAMA_TOOLS_DIR:-bench/.llama-tools}/bin"
 
 echo "== Tandem vs llama.cpp (plain and speculative) =="
 "$PY" bench/vs_llamacpp.py --model "$MODEL" --k 4 --threads "$THREADS" --n-predict 128 --repeat 5
+
+echo "== a verification pass: logits at every position vs at the last =="
+"$PY" bench/verify_cost.py --model "$MODEL" --threads "$THREADS" --repeat 30
 
 echo "== memory at n_ctx 8192 =="
 "$PY" bench/memory.py --model "$MODEL" --n-ctx 8192 --threads "$THREADS"

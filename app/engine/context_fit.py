@@ -189,9 +189,11 @@ def fit_conversation(
     shortest = prompt_without(len(parts))
     with_room = fits(shortest, True)
     if not with_room and not fits(shortest, False):
+        what, them = (("The system prompt and the last message alone are", "them") if head
+                      else ("The last message alone is", "it"))
         raise ContextOverflowError(
-            f"The system prompt and the last message alone are {len(shortest)} tokens; the "
-            f"context window holds {n_ctx}. Shorten them or raise the context length.")
+            f"{what} {len(shortest)} tokens; the context window holds {n_ctx}. Shorten "
+            f"{them} or raise the context length.")
     lo, hi, best = 1, len(parts), shortest  # the fewest exchanges to drop that fit
     while lo < hi:
         mid = (lo + hi) // 2

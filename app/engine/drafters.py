@@ -16,6 +16,7 @@ Plain decoding is the same loop with no drafter.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Protocol
 
@@ -35,6 +36,11 @@ class Drafter(Protocol):
     lookup: its probability estimate, match length and source). Its drafts cost nothing,
     so when sampling the session proposes the longest draft and lets
     :meth:`app.engine.policy.DraftLengthPolicy.trim` cut it by those keys.
+
+    A drafter with a model may define ``catch_up_time``: the seconds it spent evaluating
+    tokens it had not seen, beyond what one round adds (after rounds that drafted
+    nothing). Its :meth:`draft` calls include that time; the rounds count it apart from
+    the draft steps (:attr:`~app.engine.stats.SpecStats.draft_catch_up_time`).
     """
 
     #: the mode this drafter implements
@@ -92,19 +98,32 @@ class DraftModelDrafter:
         self.ctx = ctx
         self.p_min = p_min
         self.forward_passes = 0
+        #: seconds of passes that caught up with more tokens than a round adds (after
+        #: rounds that drafted nothing): drafting's cost, but no draft step of c
+        self.catch_up_time = 0.0
         self._kv: list[int] = []  # tokens held in the draft KV cache, positions 0..len-1
 
+    #: the most tokens a round adds that the draft has not evaluated: the target's own
+    #: token, and the last draft token when the whole draft was accepted
+    ROUND_TOKENS = 2
+
     def _sync(self, tokens: Sequence[int], need_logits: bool) -> None:
-        """Make the draft KV cache hold exactly ``tokens``; logits for the last if asked."""
+        """Make the draft KV cache hold exactly ``tokens``; logits for the last if asked.
+        A pass over at most :attr:`ROUND_TOKENS` tokens is a draft step; a longer one is
+        a catch-up (:attr:`catch_up_time`)."""
         # with logits wanted, the last token is evaluated again even when it is held
         reuse = tokens[:-1] if need_logits and tokens else tokens
         keep = reuse_prefix(self.ctx, self._kv, reuse, self.saved_states,
                             recurrent=self.model.is_recurrent)
         todo = list(tokens[keep:])
         if todo:
+            t0 = time.perf_counter()
             self.ctx.decode(todo, keep, logits="last" if need_logits else "none")
             self._kv.extend(todo)
-            self.forward_passes += 1
+            if len(todo) <= self.ROUND_TOKENS:
+                self.forward_passes += 1
+            else:
+                self.catch_up_time += time.perf_counter() - t0
 
     def reset(self) -> None:
         """Forget the draft KV cache (the next call re-evaluates everything)."""
@@ -112,13 +131,14 @@ class DraftModelDrafter:
         self._kv = []
 
     def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool] | None = None) -> None:
-        passes = self.forward_passes
+        passes, catch_up = self.forward_passes, self.catch_up_time
         try:
             with self.ctx.abortable(should_stop):
                 self._sync(prompt[:-1], need_logits=False)
         except DecodeAborted:
             self.reset()
-        self.forward_passes = passes  # the prompt prefill is not a draft step
+        # the prompt prefill is neither a draft step nor drafting's catch-up
+        self.forward_passes, self.catch_up_time = passes, catch_up
 
     def draft(self, context: Sequence[int], n_max: int) -> list[int]:
         if n_max <= 0:

@@ -55,6 +55,7 @@ class ReplyCounters:
     accepted_at: list[int] = field(default_factory=list)
     verified_at: list[int] = field(default_factory=list)
     draft_time: float = 0.0
+    draft_catch_up_time: float = 0.0  # not in draft_time (Drafter: catch_up_time)
     target_time: float = 0.0
     draft_passes: int = 0  # target passes that carried draft tokens
     draft_pass_time: float = 0.0  # their seconds
@@ -244,10 +245,13 @@ class Round:
         keys: tuple[Hashable, ...] | None = None
         if n_max > 0:
             steps0, t0 = drafter.forward_passes, self.clock()
+            caught_up0 = getattr(drafter, "catch_up_time", 0.0)
             drafts = drafter.draft(history, n_max)[:n_max]
             keys = self.token_keys() if self.token_keys is not None else None
-            dt = self.clock() - t0
+            catch_up = getattr(drafter, "catch_up_time", 0.0) - caught_up0
+            dt = self.clock() - t0 - catch_up
             self.counters.draft_time += dt
+            self.counters.draft_catch_up_time += catch_up
             policy.observe_draft_steps(drafter.forward_passes - steps0, dt)
             n_vocab = self.model.n_vocab
             # vocabularies may differ by up to 128 ids (pairing rule)

@@ -1173,6 +1173,7 @@ class Session:
             verified_at=tuple(c.verified_at),
             draft_steps=(rnd.drafter.forward_passes - reply.passes0) if rnd.drafter else 0,
             draft_time=c.draft_time,
+            draft_catch_up_time=c.draft_catch_up_time,
             target_time=c.target_time,
             draft_passes=c.draft_passes,
             draft_pass_time=c.draft_pass_time,

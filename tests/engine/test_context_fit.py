@@ -115,6 +115,11 @@ def test_a_last_message_longer_than_the_window_is_a_clear_error() -> None:
         with pytest.raises(ContextOverflowError, match="system prompt and the last message "
                                                        "alone are 105 tokens"):
             fit_conversation(msgs, _tokens, 64, 16, policy)
+    # without a system prompt the error does not name one
+    with pytest.raises(ContextOverflowError) as err:
+        fit_conversation(msgs[1:], _tokens, 64, 16, TRUNCATE)
+    assert str(err.value).startswith("The last message alone is ")
+    assert "system" not in str(err.value) and "Shorten it or" in str(err.value)
     single = [ChatMessage("user", "x " * 20)]  # nothing to drop, fits: kept whole
     assert fit_conversation(single, _tokens, 30, 16, TRUNCATE) == (_tokens(single), None)
     for policy in (STOP, TRUNCATE):  # nothing to drop, too long: no advice to drop

@@ -100,3 +100,19 @@ def test_the_draft_model_stops_drafting_at_the_end_of_the_reply() -> None:
     d._kv = [1, 2]  # the context is already in the draft's cache
     assert d.draft([1, 2], 8) == [3, 4, 7]
     assert d.forward_passes == 1 + 2  # re-evaluating the last context token, then 3 and 4
+
+
+def test_a_catch_up_over_undrafted_rounds_is_no_draft_step() -> None:
+    # after rounds that drafted nothing the draft evaluates what it missed in one pass:
+    # its time is the drafter's catch_up_time, not a draft step (c would count a pass
+    # over many tokens as one step: 9× the target for the target as its own draft)
+    ctx = _ScriptedContext([3, 4, 5, 6])
+    d = DraftModelDrafter(_Vocab(), ctx)  # type: ignore[arg-type]
+    d._kv = [1, 2]
+    context = [1, 2, 10, 11, 12, 13]  # four tokens the draft has not seen
+    assert d.draft(context, 2) == [3, 4]
+    assert d.forward_passes == 1 and d.catch_up_time > 0  # the pass over 3 only
+    caught_up = d.catch_up_time
+    # the next round: the whole draft accepted and the target's token: two new tokens
+    assert len(d.draft([*context, 3, 4, 9], 1)) == 1
+    assert d.forward_passes == 2 and d.catch_up_time == caught_up  # a draft step

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -624,3 +625,35 @@ def test_draft_tokens_the_policy_declines_are_counted(session: Session,
     r = run(session, prompt, GREEDY, SpeculationConfig(adaptive=True, mode="prompt-lookup"))
     assert r.stats.declined > 0 and r.stats.proposed == r.stats.verified == 0
     assert r.ids == fixed.ids  # what is verified never changes what is written
+
+
+class _CatchingUpDrafter(ReplayDrafter):
+    """Spends a timed catch-up (a sleep) in each call before drafting."""
+
+    def __init__(self, prompt: list[int], continuation: tuple[int, ...]) -> None:
+        super().__init__(prompt, continuation)
+        self.catch_up_time = 0.0
+
+    def draft(self, context: list[int], n_max: int) -> list[int]:  # type: ignore[override]
+        t0 = time.perf_counter()
+        time.sleep(0.02)
+        self.catch_up_time += time.perf_counter() - t0
+        return super().draft(context, n_max)
+
+
+def test_a_draft_models_catch_up_is_counted_apart_from_its_draft_steps(
+        session: Session, plain_ids: tuple[int, ...]) -> None:
+    # c is a draft step's time over the target's: a catch-up over rounds that drafted
+    # nothing is decode time, but no draft step (Gemma drafting for itself showed c 9)
+    drafter = _CatchingUpDrafter(PROMPT, plain_ids)
+    install_drafter(session, drafter)
+    try:
+        r = run(session, PROMPT, GREEDY, SpeculationConfig(adaptive=False, mode="draft-model",
+                                                           draft_max=4))
+    finally:
+        del session._make_drafter
+    st = r.stats
+    assert r.ids == plain_ids and st.draft_steps == len(drafter.calls) > 0
+    assert st.draft_catch_up_time == pytest.approx(drafter.catch_up_time)
+    assert st.draft_time < 0.5 * st.draft_catch_up_time  # the steps themselves: no sleep
+    assert st.decode_time > st.draft_catch_up_time  # still the reply's time

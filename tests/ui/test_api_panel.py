@@ -16,6 +16,7 @@ pytestmark = pytest.mark.slow
 
 def test_serve_api_gauge_follows_an_api_request(qtbot, window) -> None:  # type: ignore[no-untyped-def]
     panel = window.api_panel
+    window.settings.sampling = window.settings.sampling.with_changes(seed=42)  # the chat's
     assert window.api.start(0)  # any free port
     base = panel.url.text()
     assert base.startswith("http://127.0.0.1:") and base.endswith("/v1")
@@ -52,6 +53,9 @@ def test_serve_api_gauge_follows_an_api_request(qtbot, window) -> None:  # type:
     assert logged is not None and logged.request.speculation.mode == "suffix"
     assert logged.speculation.draft_max == 12 and logged.stats.mode == "suffix"
     assert window.settings.speculation.mode == "prompt-lookup"  # the window's unchanged
+    # a request without a seed gets a random one, not the window conversation's
+    assert logged.request.sampling.seed == -1 and window.settings.sampling.seed == 42
+    assert "random seed" in panel.status.text()
     usage = answers[0].json()["usage"]
     assert panel.table.item(0, 1).text() == "completion"
     assert panel.table.item(0, 2).text() == str(usage["completion_tokens"])

@@ -157,6 +157,21 @@ def test_the_rolling_rate_falls_while_nothing_arrives() -> None:
     assert r.rate() == pytest.approx(2.0) and r.silence() == pytest.approx(10.0)
 
 
+def test_every_gauge_figure_says_what_it_means_before_how_it_is_computed(qtbot) -> None:
+    from app.ui.gauge.gauge_panel import GAUGE_ROWS
+
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    assert g.tps_label.toolTip().startswith("Tokens per second")  # the big number too
+    for key, _name, tip in GAUGE_ROWS:
+        first = tip.split(": ")[0].split(". ")[0]
+        # the first clause is words, not a formula (no ÷ or /, no α τ c definitions)
+        assert "/" not in first and "÷" not in first and "E(" not in first, key
+    tips = dict((k, t) for k, _n, t in GAUGE_ROWS)
+    assert "α can be 100% while few tokens came from drafts" in tips["alpha"]
+    assert "catch-up" in tips["cost"]
+
+
 def test_gauge_repaints_at_most_ten_times_a_second(qtbot) -> None:
     g = SpeculationGaugeWidget()
     qtbot.addWidget(g)

@@ -46,6 +46,11 @@ def alpha_cell(row: ApiReplyEnded) -> str:
     return MISSING if a is None else f"{a * 100:.0f}%"
 
 
+#: what a request gets from the window (the API's defaults: app.ui.api.serving)
+_REQUESTS = ("Requests wait in the same queue as this window's replies. What a request "
+             "leaves unset comes from the Sampling tab, but the seed: a request without "
+             "one gets a random seed.")
+
 class ApiPanelWidget(QFrame):
     """Serve the loaded model as an OpenAI-compatible API (see the module docstring)."""
 
@@ -83,7 +88,7 @@ class ApiPanelWidget(QFrame):
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
         url_row.addWidget(self.copy_button)
         col.addLayout(url_row)
-        self.status = Label("Requests wait in the same queue as this window's replies.")
+        self.status = Label(_REQUESTS)
         self.status.setObjectName("gaugeCaption")
         self.status.setWordWrap(True)
         col.addWidget(self.status)
@@ -112,9 +117,8 @@ class ApiPanelWidget(QFrame):
         self.copy_button.setEnabled(base_url is not None)
         self.port.setEnabled(base_url is None)
         self.status.setText(
-            f"Serving at {base_url} (no API key: this computer only). Requests wait in the "
-            "same queue as this window's replies." if base_url else
-            "Requests wait in the same queue as this window's replies.")
+            f"Serving at {base_url} (no API key: this computer only). {_REQUESTS}"
+            if base_url else _REQUESTS)
 
     def add_request(self, row: ApiReplyEnded) -> None:
         """Put a finished API request at the top of the list (at most :data:`ROWS`)."""

@@ -82,7 +82,8 @@ class ApiServing(QObject):
 
     def start(self, port: int) -> bool:
         """Serve the loaded session as an OpenAI-compatible API on 127.0.0.1:``port``
-        (0: any free port), with the window's sampling and speculation as defaults.
+        (0: any free port), with the window's sampling (but its seed) and speculation as
+        defaults.
 
         Returns:
             whether it serves; a failure (a port in use) is shown as a
@@ -92,8 +93,10 @@ class ApiServing(QObject):
 
         self.stop()
         try:
+            # the seed is the window's conversation's: a request without its own draws a
+            # random one, as OpenAI's API does, rather than every client drawing alike
             server = ApiServer(self.service, port=port, model=self.controller.model_info,
-                               defaults=lambda: (self.settings.sampling,
+                               defaults=lambda: (self.settings.sampling.with_changes(seed=-1),
                                                  self.settings.speculation))
             server.start()
         except TandemError as exc:

@@ -353,25 +353,37 @@ class SparklineWidget(QWidget):
         p.drawPolyline(QPolygonF(pts))
 
 
-#: the gauge's figures: (key, name, tooltip)
+#: the gauge's figures: (key, name, tooltip). Each tooltip says what the figure means in
+#: plain words first, then exactly how it is computed.
 GAUGE_ROWS = [
-    ("reply_tps", "This reply", "decode tok/s over the whole reply (prefill excluded)"),
-    ("e2e_tps", "End to end", "tok/s including the prompt's prefill"),
-    ("alpha", "Acceptance α", "accepted draft tokens / verified draft tokens; with "
-     f"fewer than {MIN_VERIFIED_FOR_ESTIMATE} draft tokens the 95% Wilson interval "
-     "is shown"),
-    ("tau", "Mean accepted τ", "tokens emitted per target verification pass"),
-    ("cost", "Draft cost c", "one draft step / one plain target step. For a "
-     "lookup drafter (prompt or suffix lookup), whose drafts cost no model pass: "
-     "the time of every lookup of the reply per draft token verified, so where "
-     "few drafts were worth checking it can come near 1"),
-    ("predicted", "Predicted speedup", "E(α,k) / (1 + c·k), Leviathan et al. 2023; "
-     f"held until α rests on {MIN_VERIFIED_FOR_ESTIMATE} draft tokens"),
-    ("measured", "Measured speedup", "this reply's decode tok/s against plain decoding "
-     "timed under the same conditions: one-token target passes of this reply (or of "
-     "the last seconds, at the same thread count and load); the range comes from "
-     "the spread of those passes"),
-    ("ttft", "Time to first token", "prefill; speculation does not change it"),
+    ("reply_tps", "This reply", "How fast this reply was written: tokens per second from "
+     "its first token to its last (reading the prompt not included)."),
+    ("e2e_tps", "End to end", "Tokens per second including the time spent reading the "
+     "prompt before the first token."),
+    ("alpha", "Acceptance α", "How often the model agreed with the drafter: the share of "
+     "checked draft tokens it accepted (accepted / verified). Rounds that drafted nothing "
+     "do not count, so α can be 100% while few tokens came from drafts (see τ). With "
+     f"fewer than {MIN_VERIFIED_FOR_ESTIMATE} draft tokens checked, a 95% (Wilson) range "
+     "is shown."),
+    ("tau", "Mean accepted τ", "Tokens written per model pass: 1.00 is plain decoding; "
+     "3.00 means each pass of the target model wrote three tokens on average (its own "
+     "and two accepted draft tokens)."),
+    ("cost", "Draft cost c", "What drafting one token costs, in steps of the target "
+     "model: one draft model step ÷ one plain target step (0 for a drafter without a "
+     "model). A draft model's catch-up over rounds that drafted nothing is not a step: it "
+     "counts in the reply's time, not in c. For a lookup drafter (prompt or suffix "
+     "lookup): the time of every lookup of the reply per draft token verified, so where "
+     "few drafts were worth checking it can come near 1."),
+    ("predicted", "Predicted speedup", "The speedup α and c promise if checking k + 1 "
+     "tokens took as long as one step (as on a GPU): E(α,k) / (1 + c·k), Leviathan et "
+     f"al. 2023. Held until α rests on {MIN_VERIFIED_FOR_ESTIMATE} draft tokens; on a "
+     "CPU a check of many tokens costs more, which the note below says."),
+    ("measured", "Measured speedup", "How much faster this reply was than plain decoding "
+     "on this machine now: its tok/s against one-token target passes timed under the "
+     "same conditions (of this reply, or of the last seconds at the same thread count "
+     "and load); the range comes from the spread of those passes."),
+    ("ttft", "Time to first token", "How long the prompt took to read before the first "
+     "token (prefill); speculation does not change it."),
 ]
 
 
@@ -422,6 +434,9 @@ class SpeculationGaugeWidget(QFrame):
 
         self.tps_label = Label("—")
         self.tps_label.setObjectName("gaugeBig")
+        self.tps_label.setToolTip(
+            "Tokens per second being written now (over the last second while a reply "
+            "runs; the whole reply's once it has ended). A token is a word or part of one.")
         layout.addWidget(self.tps_label)
         self.tps_caption = Label("decode tok/s")
         self.tps_caption.setObjectName("gaugeCaption")

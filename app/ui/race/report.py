@@ -231,6 +231,9 @@ def drafter_cost_words(result: RaceResult) -> str:
         elif not model:
             parts.append(f"its lookups in {sn.rounds} rounds took {sn.draft_time * 1000:.0f} "
                          f"ms ({share}) and found nothing to propose")
+    if model and sn.draft_catch_up_time > 0:
+        parts.append(f"catching up with the tokens of rounds that drafted nothing took "
+                     f"{sn.draft_catch_up_time:.2f} s")
     if sn.declined:
         parts.append(f"the cost-aware policy declined all {sn.declined} drafts (checking "
                      "them was expected to cost more than they would save)")
