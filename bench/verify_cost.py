@@ -5,12 +5,14 @@ one-token step, on this machine.
 
 The difference is the target's output layer (``n_vocab × n_embd``) run for n − 1 more
 positions: on a model whose vocabulary is large beside its width (Gemma 3 270M: 262,144
-× 640, more weights than its transformer blocks) it is most of what drafting costs, and
-the draft-length policy reads it from its pass-time table (:mod:`app.engine.policy`).
-llama.cpp's own speculative tools request the same logits, so they pay it too.
+× 640, more weights than its transformer blocks) it is a large part of what a
+verification pass costs, which the draft-length policy reads from its pass-time table
+(:mod:`app.engine.policy`). llama.cpp's own speculative tools request the same logits.
 
 Each repetition times every (n, logits) pair once, in turn, after the same prompt (the
-pass is removed from the KV cache again); medians over ``--repeat`` repetitions.
+pass is removed from the KV cache again); medians over ``--repeat`` repetitions. The
+other processes' CPU time during the run is recorded (``_common.OtherCpu``); the result
+is also written under ``bench/out/``.
 
 Usage:
     .venv/bin/python bench/verify_cost.py --model .cache/test-models/gemma-3-270m-q4_k_m.gguf \\
@@ -28,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import _common as C  # noqa: E402
 from app.engine.llama import LlamaContext, LlamaModel  # noqa: E402
 
 SIZES = (1, 2, 3, 4, 8, 16)
@@ -77,16 +80,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=30, help="timed repetitions (median)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    before, other = C.machine_note(), C.OtherCpu()
     r = measure(args.model, args.threads, args.repeat)
+    during = other.note()
+    r.update(machine_before=before, machine_during=during,
+             disturbed=C.disturbed(before, during))
+    path = C.write_result("verify_cost", r)
     if args.json:
         print(json.dumps(r, indent=1))
-        return 0
-    print(f"{r['model']} (vocabulary {r['n_vocab']:,}), {r['threads']} threads, "
-          f"medians of {r['repeat']}; one-token step {r['step_ms']:.1f} ms")
-    print("   n   logits at all n   logits at the last   (in one-token steps)")
-    for row in r["passes"]:  # type: ignore[attr-defined]
-        print(f"{row['n']:4}   {row['logits_all_ms']:7.1f} ms {row['logits_all_steps']:5.2f}"
-              f"   {row['logits_last_ms']:7.1f} ms {row['logits_last_steps']:5.2f}")
+    else:
+        print(f"{r['model']} (vocabulary {r['n_vocab']:,}), {r['threads']} threads, "
+              f"medians of {r['repeat']}; one-token step {r['step_ms']:.1f} ms")
+        print("   n   logits at all n   logits at the last   (in one-token steps)")
+        for row in r["passes"]:  # type: ignore[attr-defined]
+            print(f"{row['n']:4}   {row['logits_all_ms']:7.1f} ms "
+                  f"{row['logits_all_steps']:5.2f}   {row['logits_last_ms']:7.1f} ms "
+                  f"{row['logits_last_steps']:5.2f}")
+        print(f"other processes: {during.get('other_cores')} cores"
+              + (f"; {C.disturbed_line(before, during)}" if r["disturbed"] else ""))
+    print(f"written: {path}", file=sys.stderr)
     return 0
 
 

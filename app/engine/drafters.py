@@ -109,21 +109,33 @@ class DraftModelDrafter:
 
     def _sync(self, tokens: Sequence[int], need_logits: bool) -> None:
         """Make the draft KV cache hold exactly ``tokens``; logits for the last if asked.
-        A pass over at most :attr:`ROUND_TOKENS` tokens is a draft step; a longer one is
-        a catch-up (:attr:`catch_up_time`)."""
+
+        With logits asked, the pass that gives them (over at most :attr:`ROUND_TOKENS`
+        tokens) is a draft step; more tokens than a round adds (after rounds that drafted
+        nothing) are evaluated first in a pass of their own, a catch-up
+        (:attr:`catch_up_time`), so that a draft step's time stays one step's."""
         # with logits wanted, the last token is evaluated again even when it is held
         reuse = tokens[:-1] if need_logits and tokens else tokens
         keep = reuse_prefix(self.ctx, self._kv, reuse, self.saved_states,
                             recurrent=self.model.is_recurrent)
         todo = list(tokens[keep:])
-        if todo:
-            t0 = time.perf_counter()
-            self.ctx.decode(todo, keep, logits="last" if need_logits else "none")
+        if not todo:
+            return
+        if not need_logits:
+            self.ctx.decode(todo, keep, logits="none")
             self._kv.extend(todo)
-            if len(todo) <= self.ROUND_TOKENS:
-                self.forward_passes += 1
-            else:
-                self.catch_up_time += time.perf_counter() - t0
+            self.forward_passes += 1
+            return
+        behind = len(todo) - self.ROUND_TOKENS
+        if behind > 0:
+            t0 = time.perf_counter()
+            self.ctx.decode(todo[:behind], keep, logits="none")
+            self._kv.extend(todo[:behind])
+            self.catch_up_time += time.perf_counter() - t0
+            keep, todo = keep + behind, todo[behind:]
+        self.ctx.decode(todo, keep, logits="last")
+        self._kv.extend(todo)
+        self.forward_passes += 1
 
     def reset(self) -> None:
         """Forget the draft KV cache (the next call re-evaluates everything)."""

@@ -27,8 +27,10 @@ Two rules, one per kind of drafter:
   E(α̂, d) / (t(d + 1) + d · t_draft), E(α, d) = (1 − α^(d+1)) / (1 − α) (Leviathan et al.
   2023), with α̂ the draft model's running acceptance rate.
 
-Neither rule can lock itself out of drafting: a trimmed-away draft is still verified one
-token deep every :attr:`~DraftLengthPolicy.explore_every` rounds (so the estimates keep
+Neither rule can lock itself out of drafting where drafting could pay: a trimmed-away
+draft is still verified one token deep every :attr:`~DraftLengthPolicy.explore_every`
+rounds (a draft model's only while a draft it accepted whole would beat plain decoding
+at its measured step cost; so the estimates keep
 meeting the target; the interval doubles, up to
 :attr:`~DraftLengthPolicy.explore_most`, while the target keeps rejecting those tokens,
 as at a high temperature where a rejected one-token verification costs most of a step,
@@ -325,7 +327,22 @@ class DraftLengthPolicy:
             r = self.expected_rate(d)
             if r is not None and r > best_rate * (1.0 + 1e-9):
                 best_d, best_rate = d, r
+        if best_d == 0 and not self._could_pay(lo, k, base):
+            # a draft step costs so much that even a draft the target accepted whole
+            # would be slower than plain decoding: trying one only learns α, and a draft
+            # model behind by the rounds it skipped first catches up (a pass over them)
+            self._exploring = False
+            return 0
         return self._explore_if_declined(best_d, lo)
+
+    def _could_pay(self, lo: int, k: int, base: float) -> bool:
+        """Whether some draft length in [lo, k] would beat plain decoding's ``base`` rate
+        if the target accepted every draft token (α = 1: E = d + 1)."""
+        for d in range(lo, k + 1):
+            t = self.pass_times(d + 1)
+            if t is not None and (d + 1) / (t + d * self.draft_step_time) > base:
+                return True
+        return False
 
     def trim(self, keys: Sequence[Hashable | None], draft_min: int = 0) -> int:
         """How many tokens of a free drafter's draft to verify.

@@ -249,7 +249,8 @@ class Round:
             drafts = drafter.draft(history, n_max)[:n_max]
             keys = self.token_keys() if self.token_keys is not None else None
             catch_up = getattr(drafter, "catch_up_time", 0.0) - caught_up0
-            dt = self.clock() - t0 - catch_up
+            # (the drafter times its catch-up with its own clock: never below 0 here)
+            dt = max(0.0, self.clock() - t0 - catch_up)
             self.counters.draft_time += dt
             self.counters.draft_catch_up_time += catch_up
             policy.observe_draft_steps(drafter.forward_passes - steps0, dt)

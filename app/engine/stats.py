@@ -348,7 +348,9 @@ class SpecStats:
 
     @property
     def draft_cost_ratio(self) -> float | None:
-        """c = draft step time / plain target step time t₁; 0 for a drafter with no model.
+        """c = draft step time / plain target step time t₁; for a lookup drafter, its
+        lookup time per round over its mean draft length, in t₁ (below); None where
+        neither was measured.
 
         t₁ is :attr:`plain_step_time` (the plain baseline under this reply's conditions:
         its depth in the context, its thread count, the load then) where one exists, else

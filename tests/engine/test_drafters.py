@@ -70,6 +70,7 @@ class _ScriptedContext:
 
     def __init__(self, script: list[int], n_vocab: int = 8) -> None:
         self.script, self.n_vocab, self.decoded = script, n_vocab, 0
+        self.passes: list[list[int]] = []
 
     def logits(self, _index: int):  # type: ignore[no-untyped-def]
         import numpy as np
@@ -80,6 +81,7 @@ class _ScriptedContext:
 
     def decode(self, tokens, _pos, logits="last") -> None:  # type: ignore[no-untyped-def]
         self.decoded += 1 if len(tokens) == 1 else 0
+        self.passes.append(list(tokens))
 
     def truncate(self, keep: int, _n: int) -> int:
         return keep
@@ -111,8 +113,11 @@ def test_a_catch_up_over_undrafted_rounds_is_no_draft_step() -> None:
     d._kv = [1, 2]
     context = [1, 2, 10, 11, 12, 13]  # four tokens the draft has not seen
     assert d.draft(context, 2) == [3, 4]
-    assert d.forward_passes == 1 and d.catch_up_time > 0  # the pass over 3 only
+    # the catch-up over 10, 11, then a draft step over 12, 13 (its logits give 3), then 3
+    assert ctx.passes == [[10, 11], [12, 13], [3]]
+    assert d.forward_passes == 2 and d.catch_up_time > 0
     caught_up = d.catch_up_time
     # the next round: the whole draft accepted and the target's token: two new tokens
     assert len(d.draft([*context, 3, 4, 9], 1)) == 1
-    assert d.forward_passes == 2 and d.catch_up_time == caught_up  # a draft step
+    assert ctx.passes[-1] == [4, 9]  # one pass: a draft step
+    assert d.forward_passes == 3 and d.catch_up_time == caught_up

@@ -60,14 +60,31 @@ def test_a_draft_model_is_tried_before_its_acceptance_is_known_and_explored_afte
     """With the steep pass costs of a CPU (calibrated at load) the prior alone declines
     every length, so a draft model would never be tried: measured, Gemma 3 270M as its
     own draft drafted in 0 of 48 rounds. It drafts k until a draft token was verified,
-    then chooses, and a declined draft is still tried one token deep now and then."""
+    then chooses, and a declined draft is still tried one token deep now and then, where
+    some acceptance could make it pay."""
     policy = DraftLengthPolicy(_table(_avx512_times()))
     assert policy.expected_rate(3) < policy.expected_rate(0)  # the prior: not worth it
     assert policy.choose(4) == 4  # the draft's acceptance is not measured yet
-    policy.observe_draft_steps(4, 4 * 0.0146)  # a step as dear as the target's
-    policy.observe_verification(4, 4)
+    policy.observe_draft_steps(4, 4 * 0.0015)  # a draft a tenth of the target's cost
+    policy.observe_verification(4, 0)  # … whose first tokens were rejected
+    policy.alpha = 0.0
     choices = [policy.choose(4) for _ in range(2 * DraftLengthPolicy.explore_every)]
     assert choices.count(0) == len(choices) - 2 and choices.count(1) == 2
+
+
+def test_a_draft_model_that_cannot_pay_even_when_accepted_is_not_explored() -> None:
+    """A draft step as dear as the target's (the target as its own draft): a one-token
+    draft accepted every time gives 2 tokens in t(2) + t(1) = 2.68 steps, slower than
+    plain decoding, so trying it again only costs: above all the catch-up, a pass over
+    every token of the rounds it skipped (SmolLM2 135M Q4_1 drafting for itself on
+    builtin:chat, ``python -m app bench --draft``: 0.74–0.79× plain while it explored
+    every 64 rounds, 0.93× and 0.99× without; ratio of medians, 2026-12-07)."""
+    policy = DraftLengthPolicy(_table(_avx512_times()))
+    assert policy.choose(4) == 4
+    policy.observe_draft_steps(4, 4 * 0.0146)
+    policy.observe_verification(4, 4)  # accepted whole, and still not worth it
+    choices = [policy.choose(4) for _ in range(4 * DraftLengthPolicy.explore_every)]
+    assert choices == [0] * len(choices)
 
 
 def test_trim_cuts_a_draft_where_its_tokens_stop_paying() -> None:

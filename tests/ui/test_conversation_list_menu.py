@@ -29,9 +29,11 @@ def widget(qtbot) -> ConversationListWidget:  # type: ignore[no-untyped-def]
 
 
 def _choose_while_open(qtbot, w: ConversationListWidget, row: int, action: str,  # type: ignore[no-untyped-def]
-                       meanwhile: Callable[[], None]) -> None:
+                       meanwhile: Callable[[], None],
+                       open_menu: Callable[[QPoint], None] | None = None) -> None:
     """Right-click ``row``; while the menu is open run ``meanwhile``, then choose
-    ``action`` with the keyboard."""
+    ``action`` with the keyboard. ``open_menu(pos)`` opens it (default: the list's
+    context-menu signal, as Qt emits it on a right-click)."""
     seen: list[str] = []
 
     def in_menu() -> None:
@@ -47,7 +49,8 @@ def _choose_while_open(qtbot, w: ConversationListWidget, row: int, action: str, 
 
     QTimer.singleShot(0, in_menu)
     pos = w.list.visualItemRect(w.list.item(row)).center()
-    w.list.customContextMenuRequested.emit(pos)  # returns once the menu has closed
+    # returns once the menu has closed
+    (open_menu or w.list.customContextMenuRequested.emit)(pos)
     assert seen == [action]
 
 
@@ -71,12 +74,19 @@ def test_a_right_click_opens_the_menu_not_the_conversation(qtbot, widget) -> Non
     w = widget
     activated: list[int] = []
     w.conversation_activated.connect(activated.append)
-    foxes = w.list.visualItemRect(w.list.item(1)).center()
-    qtbot.mouseClick(w.list.viewport(), Qt.MouseButton.RightButton, pos=foxes)
+    requested: list[QPoint] = []
+    w.list.customContextMenuRequested.connect(requested.append)
+    window = w.list.window().windowHandle()
+
+    def right_click(pos: QPoint) -> None:  # through the window, as a mouse does it
+        QTest.mouseClick(window, Qt.MouseButton.RightButton,
+                         pos=w.list.viewport().mapTo(w.list.window(), pos))
+
     with qtbot.waitSignal(w.conversation_export_clicked) as exported:
-        _choose_while_open(qtbot, w, 1, "Export…", lambda: None)
-    assert exported.args == [FOXES.id]
+        _choose_while_open(qtbot, w, 1, "Export…", lambda: None, open_menu=right_click)
+    assert requested and exported.args == [FOXES.id]
     assert activated == [] and w.list.currentRow() == 0  # owls stays open
+    foxes = w.list.visualItemRect(w.list.item(1)).center()
     qtbot.mouseClick(w.list.viewport(), Qt.MouseButton.LeftButton, pos=foxes)
     assert activated == [FOXES.id] and w.list.currentRow() == 1
 

@@ -224,6 +224,26 @@ def test_a_reply_whose_drafts_were_all_declined_says_why(qtbot) -> None:
     assert declined_note(SpecStats(mode=SpecMode.PROMPT_LOOKUP, emitted=5, rounds=5)) == ""
 
 
+def test_a_draft_models_catch_up_is_noted_where_it_cost_a_tenth_of_the_reply(qtbot) -> None:
+    """The catch-up over rounds that drafted nothing is in the reply's rate but in no
+    draft step (so not in c): the note says how much of the reply it took."""
+    from app.options import SpecMode
+    from app.ui.gauge.gauge_panel import catch_up_note
+
+    s = SpecStats(mode=SpecMode.DRAFT_MODEL, draft_max=4, adaptive=True, emitted=126,
+                  rounds=124, draft_rounds=2, verified=2, accepted=2, draft_steps=2,
+                  draft_catch_up_time=0.36, decode_time=1.4)
+    assert catch_up_note(s) == ("The draft model spent 0.36 s (26% of this reply's time) "
+                                "catching up with the tokens of rounds that drafted "
+                                "nothing, before it could draft again.")
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    g.show_stored(s)
+    assert catch_up_note(s) in g.note_label.text()
+    small = dataclasses.replace(s, draft_catch_up_time=0.1)  # 7 %: not noted
+    assert catch_up_note(small) == ""
+
+
 def test_the_draft_length_advice_counts_only_drafting_rounds() -> None:
     """α 85 % with most rounds undrafted (the adaptive policy declined them) gave "τ stays
     below 2: try another drafter or a smaller k": τ per drafting round is what says

@@ -51,6 +51,7 @@ _REQUESTS = ("Requests wait in the same queue as this window's replies. What a r
              "leaves unset comes from the Sampling tab, but the seed: a request without "
              "one gets a random seed.")
 
+
 class ApiPanelWidget(QFrame):
     """Serve the loaded model as an OpenAI-compatible API (see the module docstring)."""
 

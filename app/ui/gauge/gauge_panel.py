@@ -116,7 +116,7 @@ def remote_title(remote: dict[str, Any]) -> str:
 
 
 PREDICTION_ASSUMES = ("The prediction assumes the target checks k + 1 tokens in the time of "
-                      "one, as on a GPU.")
+                      "one.")
 
 
 def prediction_caveat(s: SpecStats) -> str:
@@ -137,9 +137,25 @@ def _reply_note(stats: SpecStats, note: str | None = None, threads_auto: bool = 
     """The gauge's note under a finished reply: ``note`` (or why speculation fell back),
     the draft-length rule of thumb when it applies (:func:`reply_advice`), and, with a
     thread count fixed in the settings (not ``threads_auto``), :func:`threads_note`."""
-    notes = [note or stats.fallback_reason or "", declined_note(stats),
+    notes = [note or stats.fallback_reason or "", declined_note(stats), catch_up_note(stats),
              advice_words(reply_advice(stats)), "" if threads_auto else threads_note(stats)]
     return "\n".join(n for n in notes if n)
+
+
+#: the share of a reply's decode time a draft model's catch-up must reach to be noted
+CATCH_UP_NOTED = 0.1
+
+
+def catch_up_note(stats: SpecStats) -> str:
+    """When a draft model spent at least :data:`CATCH_UP_NOTED` of the reply's decode
+    time catching up with the tokens of rounds that drafted nothing (time that is in
+    the reply's rate but in no draft step, so not in c), how much; else ""."""
+    t, decode = stats.draft_catch_up_time, stats.decode_time
+    if decode <= 0 or t < CATCH_UP_NOTED * decode:
+        return ""
+    return (f"The draft model spent {t:.2f} s ({t / decode:.0%} of this reply's time) "
+            "catching up with the tokens of rounds that drafted nothing, before it could "
+            "draft again.")
 
 
 def declined_note(stats: SpecStats) -> str:
@@ -356,8 +372,8 @@ class SparklineWidget(QWidget):
 #: the gauge's figures: (key, name, tooltip). Each tooltip says what the figure means in
 #: plain words first, then exactly how it is computed.
 GAUGE_ROWS = [
-    ("reply_tps", "This reply", "How fast this reply was written: tokens per second from "
-     "its first token to its last (reading the prompt not included)."),
+    ("reply_tps", "This reply", "How fast this reply was written: its tokens per second "
+     "from the end of reading the prompt to its last token."),
     ("e2e_tps", "End to end", "Tokens per second including the time spent reading the "
      "prompt before the first token."),
     ("alpha", "Acceptance α", "How often the model agreed with the drafter: the share of "
@@ -369,21 +385,22 @@ GAUGE_ROWS = [
      "3.00 means each pass of the target model wrote three tokens on average (its own "
      "and two accepted draft tokens)."),
     ("cost", "Draft cost c", "What drafting one token costs, in steps of the target "
-     "model: one draft model step ÷ one plain target step (0 for a drafter without a "
-     "model). A draft model's catch-up over rounds that drafted nothing is not a step: it "
-     "counts in the reply's time, not in c. For a lookup drafter (prompt or suffix "
-     "lookup): the time of every lookup of the reply per draft token verified, so where "
-     "few drafts were worth checking it can come near 1."),
-    ("predicted", "Predicted speedup", "The speedup α and c promise if checking k + 1 "
-     "tokens took as long as one step (as on a GPU): E(α,k) / (1 + c·k), Leviathan et "
-     f"al. 2023. Held until α rests on {MIN_VERIFIED_FOR_ESTIMATE} draft tokens; on a "
-     "CPU a check of many tokens costs more, which the note below says."),
+     "model: one draft model step ÷ one plain target step. A draft model's catch-up over "
+     "rounds that drafted nothing is not a step: it counts in the reply's time, not in c. "
+     "For a lookup drafter (prompt or suffix lookup): the reply's lookup time per round "
+     "divided by its mean draft length (tokens proposed per drafting round), in target "
+     "steps, so where few rounds drafted it can come near 1."),
+    ("predicted", "Predicted speedup", "The speedup α and c promise if checking a draft "
+     "took as long as one plain step: E(α, k̄) / (1 + c·k̄) (Leviathan et al. 2023) with "
+     "k̄ the mean draft length, rounds that drafted nothing counting as plain steps. "
+     f"Held until α rests on {MIN_VERIFIED_FOR_ESTIMATE} draft tokens. Where a check of "
+     "several tokens costs more than one step (on a CPU), the note below says so."),
     ("measured", "Measured speedup", "How much faster this reply was than plain decoding "
      "on this machine now: its tok/s against one-token target passes timed under the "
-     "same conditions (of this reply, or of the last seconds at the same thread count "
-     "and load); the range comes from the spread of those passes."),
-    ("ttft", "Time to first token", "How long the prompt took to read before the first "
-     "token (prefill); speculation does not change it."),
+     "same conditions (of this reply, or of the last 10 s at the same thread count and "
+     "load); the range comes from the spread of those passes."),
+    ("ttft", "Time to first token", "How long until the first token appeared: reading the "
+     "prompt (the prefill; a draft model reads it too) and the first round."),
 ]
 
 
