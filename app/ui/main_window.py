@@ -65,6 +65,7 @@ from app.ui.scrolled import ScrolledTabWidget, scrolled
 from app.ui.service_bridge import ServiceBridge
 from app.ui.side_windows import SideWindows
 from app.ui.window_actions import install_window_actions
+from app.ui.elided import ElidedLabelWidget
 from app.ui.labels import Label
 
 
@@ -251,7 +252,8 @@ class MainWindow(QMainWindow):
         self.splitter.setSizes([220, 760, 320])
         col.addWidget(self.splitter, 1)
         self.setCentralWidget(central)
-        self.status_label = Label()
+        # elided, so that a long status leaves the API's address beside it whole
+        self.status_label = ElidedLabelWidget(min_px=120)
         self.statusBar().addWidget(self.status_label, 1)
         self.api_status_label = Label()
         self.statusBar().addPermanentWidget(self.api_status_label)
@@ -330,8 +332,8 @@ class MainWindow(QMainWindow):
         show_welcome = c.model_info is None and not c.loading and not c.has_messages
         self.stack.setCurrentWidget(self.welcome_page if show_welcome else self.chat)
         self.sampling_panel.set_pending_reload(c.pending_reload)
-        self.status_label.setText(status_text(c.model_info, loading=c.loading,
-                                              generating=c.reply is not None))
+        self.status_label.set_full_text(status_text(c.model_info, loading=c.loading,
+                                                    generating=c.reply is not None))
         if self.window_actions.disconnect is not None:
             self.window_actions.disconnect.setEnabled(c.remote is not None and not c.busy)
 

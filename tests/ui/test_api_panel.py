@@ -7,6 +7,7 @@ import threading
 
 import httpx
 import pytest
+from PySide6.QtWidgets import QApplication
 
 from tests.ui.conftest import REPEAT_PROMPT
 from tests.synthetic import write_header_only
@@ -22,6 +23,15 @@ def test_serve_api_gauge_follows_an_api_request(qtbot, window) -> None:  # type:
     assert base.startswith("http://127.0.0.1:") and base.endswith("/v1")
     assert panel.copy_button.isEnabled() and panel.switch.isChecked()
     assert window.api_status_label.text() == f"API on {base}"
+    # beside a long model status, the address still shows whole (the status is elided)
+    window.resize(1024, 720)
+    qtbot.waitUntil(lambda: window.width() == 1024, timeout=5000)
+    window.status_label.set_full_text("a status far longer than the bar " * 6)
+    QApplication.processEvents()
+    label = window.api_status_label
+    assert label.width() >= label.fontMetrics().horizontalAdvance(label.text())
+    assert window.status_label.text() != window.status_label.full_text()  # elided
+    window.state_changed()
 
     model = httpx.get(base + "/models").json()["data"][0]["id"]
     answers: list[httpx.Response] = []

@@ -338,7 +338,7 @@ def test_html_in_a_file_name_or_an_error_is_shown_as_text(qtbot, tiny_window,  #
     hostile = tmp_path / "<h1><font color=red>BIG<br><br><br>TEXT.gguf"
     hostile.write_bytes(tiny_target.read_bytes())
     _load(qtbot, w.controller, hostile)
-    assert hostile.name in w.status_label.text()
+    assert hostile.name in w.status_label.full_text()
     qtbot.wait(50)
     height = w.height()
     img = "<img src='/etc/x.png' width=900 height=900><a href='file:///etc/passwd'>x</a>"

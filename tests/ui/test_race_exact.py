@@ -56,7 +56,7 @@ def test_the_race_option_reloads_exact_and_reopens_the_race(qtbot, tmp_path: Pat
         race = w.windows.race
         assert race.model.exact_verification and race.exact_check.isChecked()
         assert w.settings.model.exact_verification and w.sampling_panel.exact.isChecked()
-        assert w.status_label.text().endswith("· exact verification")
+        assert w.status_label.full_text().endswith("· exact verification")
         assert not race.message.isVisible()
     finally:
         w.close()
@@ -77,7 +77,7 @@ def test_a_model_that_cannot_be_exact_is_said_in_the_race(qtbot, tmp_path: Path)
         assert w.sampling_panel.exact.isChecked()
         assert race.message.isVisible()
         assert "not possible" in race.message.text() and "other weights" in race.message.text()
-        assert "exact verification" not in w.status_label.text()
+        assert "exact verification" not in w.status_label.full_text()
     finally:
         w.close()
 
