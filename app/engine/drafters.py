@@ -24,6 +24,7 @@ from app.engine.llama import DecodeAborted, LlamaContext, LlamaModel
 from app.engine.prefix_cache import PrefixStateCache, reuse_prefix
 from app.engine.prefix_cache import common_prefix_length as common_prefix_length  # re-exported
 from app.engine.sampling import top_probability
+from app.errors import TandemError
 from app.options import SpecMode
 
 
@@ -40,7 +41,10 @@ class Drafter(Protocol):
     A drafter with a model may define ``catch_up_time``: the seconds it spent evaluating
     tokens it had not seen, beyond what one round adds (after rounds that drafted
     nothing). Its :meth:`draft` calls include that time; the rounds count it apart from
-    the draft steps (:attr:`~app.engine.stats.SpecStats.draft_catch_up_time`).
+    the draft steps (:attr:`~app.engine.stats.SpecStats.draft_catch_up_time`). It may
+    also define ``time_step() -> float | None``: one draft step timed alone, which the
+    rounds call when the policy asks (:meth:`~app.engine.policy.DraftLengthPolicy.
+    take_step_timing`).
     """
 
     #: the mode this drafter implements
@@ -106,14 +110,23 @@ class DraftModelDrafter:
     #: the most tokens a round adds that the draft has not evaluated: the target's own
     #: token, and the last draft token when the whole draft was accepted
     ROUND_TOKENS = 2
+    #: tokens beyond :attr:`ROUND_TOKENS` from which they are a catch-up pass of their
+    #: own; fewer ride in the draft step's pass (a second pass would cost about a step)
+    CATCH_UP_MIN = 8
 
     def _sync(self, tokens: Sequence[int], need_logits: bool) -> None:
         """Make the draft KV cache hold exactly ``tokens``; logits for the last if asked.
 
-        With logits asked, the pass that gives them (over at most :attr:`ROUND_TOKENS`
-        tokens) is a draft step; more tokens than a round adds (after rounds that drafted
-        nothing) are evaluated first in a pass of their own, a catch-up
-        (:attr:`catch_up_time`), so that a draft step's time stays one step's."""
+        With logits asked, the pass that gives them is a draft step; when at least
+        :attr:`CATCH_UP_MIN` more tokens than a round adds are missing (after rounds that
+        drafted nothing), they are evaluated first in a pass of their own, a catch-up
+        (:attr:`catch_up_time`), so that a draft step's time stays one step's. A failed
+        pass forgets the cache (llama.cpp may keep part of a long batch), so the next
+        call evaluates everything again.
+
+        Raises:
+            TandemError: llama.cpp failed to decode.
+        """
         # with logits wanted, the last token is evaluated again even when it is held
         reuse = tokens[:-1] if need_logits and tokens else tokens
         keep = reuse_prefix(self.ctx, self._kv, reuse, self.saved_states,
@@ -121,21 +134,39 @@ class DraftModelDrafter:
         todo = list(tokens[keep:])
         if not todo:
             return
-        if not need_logits:
-            self.ctx.decode(todo, keep, logits="none")
-            self._kv.extend(todo)
-            self.forward_passes += 1
-            return
-        behind = len(todo) - self.ROUND_TOKENS
-        if behind > 0:
-            t0 = time.perf_counter()
-            self.ctx.decode(todo[:behind], keep, logits="none")
-            self._kv.extend(todo[:behind])
-            self.catch_up_time += time.perf_counter() - t0
-            keep, todo = keep + behind, todo[behind:]
-        self.ctx.decode(todo, keep, logits="last")
+        try:
+            behind = len(todo) - self.ROUND_TOKENS
+            if need_logits and behind >= self.CATCH_UP_MIN:
+                t0 = time.perf_counter()
+                self.ctx.decode(todo[:behind], keep, logits="none")
+                self._kv.extend(todo[:behind])
+                self.catch_up_time += time.perf_counter() - t0
+                keep, todo = keep + behind, todo[behind:]
+            self.ctx.decode(todo, keep, logits="last" if need_logits else "none")
+        except BaseException:
+            self.reset()
+            raise
         self._kv.extend(todo)
         self.forward_passes += 1
+
+    def time_step(self) -> float | None:
+        """Seconds of one draft step, timed now: one token evaluated after the cache's
+        last and removed again (nothing else changes). None with an empty cache, or
+        when llama.cpp fails (the cache is then forgotten)."""
+        n = len(self._kv)
+        if n == 0 or n >= self.ctx.n_ctx:
+            return None
+        t0 = time.perf_counter()
+        try:
+            self.ctx.decode([self._kv[-1]], n, logits="last")
+            dt = time.perf_counter() - t0
+            self.forward_passes += 1  # a draft step (in c)
+            if self.ctx.seq_rm(n, -1):
+                return dt
+        except TandemError:
+            pass
+        self.reset()
+        return None
 
     def reset(self) -> None:
         """Forget the draft KV cache (the next call re-evaluates everything)."""

@@ -173,7 +173,7 @@ class DraftLengthPolicy:
     Args:
         pass_times: the target's measured pass times (shared by all drafters).
         prior_alpha: α̂ before any verification, and what it drifts back to.
-        smoothing: weight of a new observation in α̂ and the draft step time.
+        smoothing: weight of a new observation in α̂.
         revert: fraction of the distance to the prior that α̂ recovers per round in
             which nothing was verified.
         key_prior: a token key's acceptance before any is measured (the drafter's
@@ -216,6 +216,10 @@ class DraftLengthPolicy:
         self.smoothing = smoothing
         self.revert = revert
         self.draft_step_time = 0.0
+        self._draft_steps: deque[float] = deque(maxlen=self.draft_step_window)
+        #: set every :attr:`explore_every` declined rounds of a draft model that cannot
+        #: pay (:meth:`choose`): time one draft step alone (:meth:`take_step_timing`)
+        self._time_a_step = False
         self._declined = 0  # trim decisions that verified nothing since the last exploration
         self._explore_interval = self.explore_every
         self._exploring = False  # the last trim verified a declined draft's first token
@@ -224,12 +228,23 @@ class DraftLengthPolicy:
         self._measured = False  # whether any draft token was verified yet
 
     # -- observations ---------------------------------------------------------------
+    #: the draft step time is the median of this many recent observations (one per
+    #: drafting round or timed step), so one slow moment does not set it
+    draft_step_window = 9
+
     def observe_draft_steps(self, steps: int, seconds: float) -> None:
         """The drafter ran ``steps`` forward passes in ``seconds`` (none for lookup)."""
         if steps > 0:
-            per = seconds / steps
-            old = self.draft_step_time
-            self.draft_step_time = per if old == 0.0 else old + self.smoothing * (per - old)
+            self._draft_steps.append(seconds / steps)
+            self.draft_step_time = statistics.median(self._draft_steps)
+
+    def take_step_timing(self) -> bool:
+        """Whether the drafter should time one draft step now (without drafting): set by
+        :meth:`choose` now and then while a draft model cannot pay, so that a step
+        timed slow once (a busy moment, another thread count) is timed again; cleared
+        by asking."""
+        wanted, self._time_a_step = self._time_a_step, False
+        return wanted
 
     def observe_verification(
         self, verified: int, accepted: int, keys: Sequence[Hashable] | None = None
@@ -309,7 +324,10 @@ class DraftLengthPolicy:
         the draft's acceptance is not, and the prior alone would keep a good draft from
         ever being tried where a pass over several tokens costs much more than one (a
         CPU). When the choice is 0, every :attr:`explore_every`-th time the shortest
-        allowed length instead, as :meth:`trim` does.
+        allowed length instead, as :meth:`trim` does; but where even a draft accepted
+        whole would be slower than plain decoding at the measured step time, never, and
+        then every :attr:`explore_every`-th time :meth:`take_step_timing` asks for one
+        draft step to be timed alone.
 
         Args:
             k: the most draft tokens this round may verify.
@@ -330,8 +348,12 @@ class DraftLengthPolicy:
         if best_d == 0 and not self._could_pay(lo, k, base):
             # a draft step costs so much that even a draft the target accepted whole
             # would be slower than plain decoding: trying one only learns α, and a draft
-            # model behind by the rounds it skipped first catches up (a pass over them)
+            # model behind by the rounds it skipped first catches up (a pass over them);
+            # its step alone is timed again now and then instead
             self._exploring = False
+            self._declined += 1
+            if self._declined >= self.explore_every:
+                self._declined, self._time_a_step = 0, True
             return 0
         return self._explore_if_declined(best_d, lo)
 

@@ -241,6 +241,8 @@ class Round:
             n_max = 0  # the draft would be discarded: do not pay for it
         if self.adaptive and n_max > 0 and self.token_keys is None:
             n_max = policy.choose(n_max, self.draft_min)  # a draft model pays per token
+            if policy.take_step_timing():
+                self._time_draft_step(drafter, policy)
         drafts: list[int] = []
         keys: tuple[Hashable, ...] | None = None
         if n_max > 0:
@@ -275,6 +277,18 @@ class Round:
         if not drafts:
             policy.observe_no_draft()
         return drafts, keys
+
+    def _time_draft_step(self, drafter: Drafter, policy: DraftLengthPolicy) -> None:
+        """Time one step of a draft model that is not drafting (its ``time_step``) for
+        the policy; a draft step of this reply's (counted in c)."""
+        time_step = getattr(drafter, "time_step", None)
+        if time_step is None:
+            return
+        t0 = self.clock()
+        seconds = time_step()
+        self.counters.draft_time += self.clock() - t0
+        if seconds is not None:
+            policy.observe_draft_steps(1, seconds)
 
     def run(self, history: list[int], n_past: int, drafts: list[int],
             keys: tuple[Hashable, ...] | None,

@@ -6,6 +6,7 @@ import pytest
 
 from app.engine.drafters import DraftModelDrafter, PromptLookupDrafter
 from app.engine.prefix_cache import common_prefix_length
+from app.errors import TandemError
 
 
 def test_proposes_what_followed_the_most_recent_match() -> None:
@@ -70,7 +71,9 @@ class _ScriptedContext:
 
     def __init__(self, script: list[int], n_vocab: int = 8) -> None:
         self.script, self.n_vocab, self.decoded = script, n_vocab, 0
-        self.passes: list[list[int]] = []
+        self.passes: list[tuple[list[int], int, str]] = []
+        self.removed: list[int] = []
+        self.fail_next, self.cleared = False, 0
 
     def logits(self, _index: int):  # type: ignore[no-untyped-def]
         import numpy as np
@@ -79,9 +82,19 @@ class _ScriptedContext:
         row[self.script[min(self.decoded, len(self.script) - 1)]] = 1.0
         return row
 
-    def decode(self, tokens, _pos, logits="last") -> None:  # type: ignore[no-untyped-def]
+    def decode(self, tokens, pos, logits="last") -> None:  # type: ignore[no-untyped-def]
+        if self.fail_next:
+            self.fail_next = False
+            raise TandemError("llama_decode failed")
         self.decoded += 1 if len(tokens) == 1 else 0
-        self.passes.append(list(tokens))
+        self.passes.append((list(tokens), pos, logits))
+
+    def seq_rm(self, p0: int, _p1: int = -1) -> bool:
+        self.removed.append(p0)
+        return True
+
+    def clear(self) -> None:
+        self.cleared += 1
 
     def truncate(self, keep: int, _n: int) -> int:
         return keep
@@ -105,19 +118,49 @@ def test_the_draft_model_stops_drafting_at_the_end_of_the_reply() -> None:
 
 
 def test_a_catch_up_over_undrafted_rounds_is_no_draft_step() -> None:
-    # after rounds that drafted nothing the draft evaluates what it missed in one pass:
-    # its time is the drafter's catch_up_time, not a draft step (c would count a pass
-    # over many tokens as one step: 9× the target for the target as its own draft)
+    # after rounds that drafted nothing the draft evaluates what it missed in a pass of
+    # its own: its time is the drafter's catch_up_time, not a draft step (counted as one,
+    # the target drafting for itself showed c 3.9 to 9 instead of about 1)
     ctx = _ScriptedContext([3, 4, 5, 6])
     d = DraftModelDrafter(_Vocab(), ctx)  # type: ignore[arg-type]
     d._kv = [1, 2]
-    context = [1, 2, 10, 11, 12, 13]  # four tokens the draft has not seen
+    missed = list(range(10, 20))  # ten tokens the draft has not seen
+    context = [1, 2, *missed]
     assert d.draft(context, 2) == [3, 4]
-    # the catch-up over 10, 11, then a draft step over 12, 13 (its logits give 3), then 3
-    assert ctx.passes == [[10, 11], [12, 13], [3]]
+    # the catch-up over 10…17 (no logits), the draft step over 18, 19, then 3
+    assert ctx.passes == [(missed[:8], 2, "none"), (missed[8:], 10, "last"), ([3], 12, "last")]
+    assert d._kv == [*context, 3]
     assert d.forward_passes == 2 and d.catch_up_time > 0
     caught_up = d.catch_up_time
     # the next round: the whole draft accepted and the target's token: two new tokens
     assert len(d.draft([*context, 3, 4, 9], 1)) == 1
-    assert ctx.passes[-1] == [4, 9]  # one pass: a draft step
+    assert ctx.passes[-1] == ([4, 9], 13, "last")  # one pass: a draft step
     assert d.forward_passes == 3 and d.catch_up_time == caught_up
+    # a few tokens behind (after one declined round): one pass, still a draft step
+    before = len(ctx.passes)
+    d.draft([*context, 3, 4, 9, 21, 22, 23], 1)
+    assert ctx.passes[before:] == [([21, 22, 23], 15, "last")]
+    assert d.forward_passes == 4 and d.catch_up_time == caught_up
+
+
+def test_a_failed_catch_up_forgets_the_draft_cache() -> None:
+    # llama.cpp may keep part of a long batch that failed: the draft's record of its
+    # cache would no longer match it, so it is forgotten and evaluated again next time
+    ctx = _ScriptedContext([3, 4])
+    d = DraftModelDrafter(_Vocab(), ctx)  # type: ignore[arg-type]
+    d._kv = [1, 2]
+    ctx.fail_next = True
+    with pytest.raises(TandemError):
+        d.draft([1, 2, *range(10, 20)], 2)
+    assert d._kv == [] and ctx.cleared == 1
+
+
+def test_a_draft_step_is_timed_alone_and_leaves_the_cache_as_it_was() -> None:
+    ctx = _ScriptedContext([3])
+    d = DraftModelDrafter(_Vocab(), ctx)  # type: ignore[arg-type]
+    assert d.time_step() is None  # nothing in the cache to follow
+    d._kv = [1, 2, 5]
+    seconds = d.time_step()
+    assert seconds is not None and seconds >= 0.0
+    assert ctx.passes == [([5], 3, "last")] and ctx.removed == [3] and d._kv == [1, 2, 5]
+    assert d.forward_passes == 1  # a draft step, in c

@@ -83,8 +83,18 @@ def test_a_draft_model_that_cannot_pay_even_when_accepted_is_not_explored() -> N
     assert policy.choose(4) == 4
     policy.observe_draft_steps(4, 4 * 0.0146)
     policy.observe_verification(4, 4)  # accepted whole, and still not worth it
-    choices = [policy.choose(4) for _ in range(4 * DraftLengthPolicy.explore_every)]
+    timings = 0
+    choices = []
+    for _ in range(4 * DraftLengthPolicy.explore_every):
+        choices.append(policy.choose(4))
+        timings += policy.take_step_timing()
     assert choices == [0] * len(choices)
+    # … but its step alone is timed again now and then (a step timed at a busy moment
+    # must not lock a draft out): cheap steps timed later bring the drafting back
+    assert timings == 4
+    for _ in range(DraftLengthPolicy.draft_step_window // 2 + 1):
+        policy.observe_draft_steps(1, 0.0015)
+    assert policy.draft_step_time == 0.0015 and policy.choose(4) > 0
 
 
 def test_trim_cuts_a_draft_where_its_tokens_stop_paying() -> None:

@@ -28,6 +28,7 @@ def test_serve_api_gauge_follows_an_api_request(qtbot, window) -> None:  # type:
     qtbot.waitUntil(lambda: window.width() == 1024, timeout=5000)
     window.status_label.set_full_text("a status far longer than the bar " * 6)
     QApplication.processEvents()
+    assert window.width() == 1024  # the long status did not widen the window
     label = window.api_status_label
     assert label.width() >= label.fontMetrics().horizontalAdvance(label.text())
     assert window.status_label.text() != window.status_label.full_text()  # elided

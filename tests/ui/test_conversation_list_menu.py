@@ -35,11 +35,14 @@ def _choose_while_open(qtbot, w: ConversationListWidget, row: int, action: str, 
     ``action`` with the keyboard. ``open_menu(pos)`` opens it (default: the list's
     context-menu signal, as Qt emits it on a right-click)."""
     seen: list[str] = []
+    tries = [250]  # 5 s: a menu that never opened must not be answered in a later test
 
     def in_menu() -> None:
         menu = QApplication.activePopupWidget()
         if not isinstance(menu, QMenu):
-            QTimer.singleShot(20, in_menu)  # not shown yet
+            tries[0] -= 1
+            if tries[0] > 0:
+                QTimer.singleShot(20, in_menu)  # not shown yet
             return
         meanwhile()
         chosen = next(a for a in menu.actions() if a.text() == action)

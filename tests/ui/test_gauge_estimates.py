@@ -234,8 +234,8 @@ def test_a_draft_models_catch_up_is_noted_where_it_cost_a_tenth_of_the_reply(qtb
                   rounds=124, draft_rounds=2, verified=2, accepted=2, draft_steps=2,
                   draft_catch_up_time=0.36, decode_time=1.4)
     assert catch_up_note(s) == ("The draft model spent 0.36 s (26% of this reply's time) "
-                                "catching up with the tokens of rounds that drafted "
-                                "nothing, before it could draft again.")
+                                "catching up with text it had not read (the rounds that "
+                                "drafted nothing), before it could draft again.")
     g = SpeculationGaugeWidget()
     qtbot.addWidget(g)
     g.show_stored(s)

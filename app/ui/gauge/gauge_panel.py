@@ -115,8 +115,8 @@ def remote_title(remote: dict[str, Any]) -> str:
     return f"{engine} · {method}" + (f" · k = {k}" if k else "")
 
 
-PREDICTION_ASSUMES = ("The prediction assumes the target checks k + 1 tokens in the time of "
-                      "one.")
+PREDICTION_ASSUMES = ("The prediction assumes the target checks a draft in the time of one "
+                      "plain step.")
 
 
 def prediction_caveat(s: SpecStats) -> str:
@@ -154,8 +154,8 @@ def catch_up_note(stats: SpecStats) -> str:
     if decode <= 0 or t < CATCH_UP_NOTED * decode:
         return ""
     return (f"The draft model spent {t:.2f} s ({t / decode:.0%} of this reply's time) "
-            "catching up with the tokens of rounds that drafted nothing, before it could "
-            "draft again.")
+            "catching up with text it had not read (the rounds that drafted nothing), "
+            "before it could draft again.")
 
 
 def declined_note(stats: SpecStats) -> str:
@@ -389,10 +389,11 @@ GAUGE_ROWS = [
      "rounds that drafted nothing is not a step: it counts in the reply's time, not in c. "
      "For a lookup drafter (prompt or suffix lookup): the reply's lookup time per round "
      "divided by its mean draft length (tokens proposed per drafting round), in target "
-     "steps, so where few rounds drafted it can come near 1."),
+     "steps."),
     ("predicted", "Predicted speedup", "The speedup α and c promise if checking a draft "
      "took as long as one plain step: E(α, k̄) / (1 + c·k̄) (Leviathan et al. 2023) with "
-     "k̄ the mean draft length, rounds that drafted nothing counting as plain steps. "
+     "k̄ the mean draft length, rounds that drafted nothing counting as plain steps "
+     "(with their lookups, for a lookup drafter). "
      f"Held until α rests on {MIN_VERIFIED_FOR_ESTIMATE} draft tokens. Where a check of "
      "several tokens costs more than one step (on a CPU), the note below says so."),
     ("measured", "Measured speedup", "How much faster this reply was than plain decoding "
