@@ -150,19 +150,24 @@ class DraftModelDrafter:
         self.forward_passes += 1
 
     def time_step(self) -> float | None:
-        """Seconds of one draft step, timed now: one token evaluated after the cache's
-        last and removed again (nothing else changes). None with an empty cache, or
-        when llama.cpp fails (the cache is then forgotten)."""
+        """Seconds of one draft step, timed now for the draft-length policy: one token
+        evaluated after the cache's last and removed again, twice, the faster of the two
+        (the first may build the one-token graph again after a batch); nothing else
+        changes and no draft step is counted (no draft is made). None with an empty
+        cache, or when llama.cpp fails (the cache is then forgotten)."""
         n = len(self._kv)
         if n == 0 or n >= self.ctx.n_ctx:
             return None
-        t0 = time.perf_counter()
+        times = []
         try:
-            self.ctx.decode([self._kv[-1]], n, logits="last")
-            dt = time.perf_counter() - t0
-            self.forward_passes += 1  # a draft step (in c)
-            if self.ctx.seq_rm(n, -1):
-                return dt
+            for _ in range(2):
+                t0 = time.perf_counter()
+                self.ctx.decode([self._kv[-1]], n, logits="last")
+                times.append(time.perf_counter() - t0)
+                if not self.ctx.seq_rm(n, -1):
+                    break
+            else:
+                return min(times)
         except TandemError:
             pass
         self.reset()

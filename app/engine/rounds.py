@@ -279,14 +279,11 @@ class Round:
         return drafts, keys
 
     def _time_draft_step(self, drafter: Drafter, policy: DraftLengthPolicy) -> None:
-        """Time one step of a draft model that is not drafting (its ``time_step``) for
-        the policy; a draft step of this reply's (counted in c)."""
+        """Time a step of a draft model that is not drafting (its ``time_step``) for the
+        policy. No draft step of the reply (nothing was drafted: c stays unmeasured);
+        its time is in the reply's decode time."""
         time_step = getattr(drafter, "time_step", None)
-        if time_step is None:
-            return
-        t0 = self.clock()
-        seconds = time_step()
-        self.counters.draft_time += self.clock() - t0
+        seconds = time_step() if time_step is not None else None
         if seconds is not None:
             policy.observe_draft_steps(1, seconds)
 

@@ -85,9 +85,16 @@ def test_a_right_click_opens_the_menu_not_the_conversation(qtbot, widget) -> Non
         QTest.mouseClick(window, Qt.MouseButton.RightButton,
                          pos=w.list.viewport().mapTo(w.list.window(), pos))
 
+    shown: list[list[str]] = []  # the rows selected while the menu is open
+
+    def while_open() -> None:
+        shown.append([i.text() for i in w.list.selectedItems()])
+
     with qtbot.waitSignal(w.conversation_export_clicked) as exported:
-        _choose_while_open(qtbot, w, 1, "Export…", lambda: None, open_menu=right_click)
+        _choose_while_open(qtbot, w, 1, "Export…", while_open, open_menu=right_click)
     assert requested and exported.args == [FOXES.id]
+    assert shown == [[FOXES.title]]  # the menu's row shows which conversation it is for
+    assert [i.text() for i in w.list.selectedItems()] == [OWLS.title]  # then owls again
     assert activated == [] and w.list.currentRow() == 0  # owls stays open
     foxes = w.list.visualItemRect(w.list.item(1)).center()
     qtbot.mouseClick(w.list.viewport(), Qt.MouseButton.LeftButton, pos=foxes)

@@ -224,6 +224,25 @@ def test_a_reply_whose_drafts_were_all_declined_says_why(qtbot) -> None:
     assert declined_note(SpecStats(mode=SpecMode.PROMPT_LOOKUP, emitted=5, rounds=5)) == ""
 
 
+def test_a_draft_model_reply_that_drafted_nothing_says_why(qtbot) -> None:
+    """A draft model as costly as the target: the adaptive length drafts nothing, and
+    the gauge says so rather than leaving only "nothing was drafted"."""
+    from app.options import SpecMode
+    from app.ui.gauge.gauge_panel import undrafted_note
+
+    s = SpecStats(mode=SpecMode.DRAFT_MODEL, draft_max=4, adaptive=True, emitted=60,
+                  rounds=60, decode_time=1.2)
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    g.show_stored(s)
+    assert undrafted_note(s).startswith("The adaptive draft length drafted nothing")
+    assert undrafted_note(s) in g.note_label.text()
+    fixed = dataclasses.replace(s, adaptive=False)  # then it drafts every round
+    lookup = dataclasses.replace(s, mode=SpecMode.SUFFIX)  # declined_note's case
+    drafted = dataclasses.replace(s, draft_rounds=3, verified=6, accepted=6)
+    assert undrafted_note(fixed) == undrafted_note(lookup) == undrafted_note(drafted) == ""
+
+
 def test_a_draft_models_catch_up_is_noted_where_it_cost_a_tenth_of_the_reply(qtbot) -> None:
     """The catch-up over rounds that drafted nothing is in the reply's rate but in no
     draft step (so not in c): the note says how much of the reply it took."""

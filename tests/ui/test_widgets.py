@@ -968,3 +968,12 @@ def test_a_markdown_table_has_padded_cells_and_a_grid(qtbot) -> None:
     fmt = tables[0].format()
     assert fmt.cellPadding() == 4 and fmt.border() == 1  # "Neptune" and "28" apart
     assert w.text == "| Planet | Moons |\n|---|---:|\n| Neptune | 28 |"
+
+
+def test_a_hash_without_a_space_is_text_not_a_heading() -> None:
+    # a commented-out line of code in a reply ("#print(x)") kept its text and "#"; a
+    # heading needs a space after the hashes (CommonMark), which Python-Markdown skips
+    html = render_markdown("#print(fibonacci(20))\nx = 1").html
+    assert "<h1>" not in html and "#print(fibonacci(20))" in html
+    assert "<h1>Title</h1>" in render_markdown("# Title").html
+    assert "<h2>Sub</h2>" in render_markdown("## Sub ##").html

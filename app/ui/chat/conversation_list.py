@@ -168,7 +168,7 @@ class ConversationListWidget(QWidget):
     def _on_list_custom_context_menu_requested(self, pos: QPoint) -> None:
         item = self.list.itemAt(pos)
         cid = _item_id(item) if item is not None else None
-        if cid is None:
+        if item is None or cid is None:
             return
         # The menu runs an event loop: a reply finishing meanwhile refills the list and
         # deletes ``item``. Only the id is kept across it.
@@ -176,8 +176,14 @@ class ConversationListWidget(QWidget):
         rename = menu.addAction("Rename")
         export = menu.addAction("Export…")
         delete = menu.addAction("Delete")
+        # the row the menu is for shows selected while it is open (selecting does not
+        # open it: the current row does), then the open conversation's row again
+        item.setSelected(True)
         chosen = menu.exec(self.list.viewport().mapToGlobal(pos))
         menu.deleteLater()
+        current = self.list.currentItem()
+        if current is not None:
+            current.setSelected(True)
         if chosen is rename:
             self.rename_conversation(cid)
         elif chosen is export:

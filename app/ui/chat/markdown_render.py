@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from xml.etree import ElementTree
 
 import markdown
+from markdown.blockprocessors import HashHeaderProcessor
 from markdown.treeprocessors import Treeprocessor
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
@@ -167,8 +168,18 @@ class _TableCells(Treeprocessor):  # type: ignore[misc]  # Markdown ships no typ
                                  "style": "border-color: #d0d7de"})
 
 
+class _AtxHeading(HashHeaderProcessor):  # type: ignore[misc]  # no type hints
+    """A ``#`` heading only where a space (or the line's end) follows the hashes, as
+    CommonMark has it: Python-Markdown also reads ``#print(x)``, a commented-out line of
+    code in a reply, as a heading and drops its ``#``."""
+
+    RE = re.compile(r"(?:^|\n)(?P<level>#{1,6})"
+                    r"(?P<header>(?:[ \t](?:\\.|[^\\#]|#+(?=[^#\n]))*?)?)#*(?:\n|$)")
+
+
 def _new_markdown() -> markdown.Markdown:
     md = markdown.Markdown(extensions=["tables", "sane_lists", "nl2br"])
+    md.parser.blockprocessors.register(_AtxHeading(md.parser), "hashheader", 70)
     # Untrusted text: raw HTML is shown as text, and images are never fetched.
     md.preprocessors.deregister("html_block")
     for name in ("html", "image_link", "image_reference", "short_image_ref"):

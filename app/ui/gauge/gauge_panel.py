@@ -43,7 +43,7 @@ from app.engine.stats import (
 )
 from app.engine.cpu import free_threads, usable_cores
 from app.formatting import MISSING, advice_words, draft_length_words, or_dash
-from app.options import K_MAX, SpecMode
+from app.options import K_MAX, DrafterNeeds, SpecMode
 from app.ui.gauge.rolling import RollingRate
 from app.ui.labels import Label
 
@@ -137,9 +137,23 @@ def _reply_note(stats: SpecStats, note: str | None = None, threads_auto: bool = 
     """The gauge's note under a finished reply: ``note`` (or why speculation fell back),
     the draft-length rule of thumb when it applies (:func:`reply_advice`), and, with a
     thread count fixed in the settings (not ``threads_auto``), :func:`threads_note`."""
-    notes = [note or stats.fallback_reason or "", declined_note(stats), catch_up_note(stats),
+    notes = [note or stats.fallback_reason or "", declined_note(stats), undrafted_note(stats),
+             catch_up_note(stats),
              advice_words(reply_advice(stats)), "" if threads_auto else threads_note(stats)]
     return "\n".join(n for n in notes if n)
+
+
+def undrafted_note(stats: SpecStats) -> str:
+    """Why a reply of a drafter with a model (a draft model, MTP) under the adaptive
+    draft length drafted nothing: the policy expected no draft to beat plain decoding
+    at that model's measured cost and acceptance here; else ""."""
+    info = stats.mode.info
+    if (info is None or info.needs is DrafterNeeds.NOTHING or not stats.adaptive
+            or stats.draft_rounds or not stats.emitted):
+        return ""
+    return ("The adaptive draft length drafted nothing in this reply: at the draft's "
+            "measured cost and acceptance on this machine, no draft was expected to be "
+            "faster than plain decoding (untick \u201cadaptive\u201d to draft every round).")
 
 
 #: the share of a reply's decode time a draft model's catch-up must reach to be noted
