@@ -90,11 +90,19 @@ class KSweepResult:
     def recommended_k(self) -> int | None:
         """The draft length to use: :attr:`fastest_k` when its decode speed beat
         speculation off's in this sweep (measured speedup > 1×), or when off was not
-        measured (nothing to compare with); None when no k beat off (:attr:`no_k_beat_off`)
-        or no k finished."""
-        if self.no_k_beat_off:
+        measured (nothing to compare with); None when no k beat off (:attr:`no_k_beat_off`),
+        when other work disturbed every run of every k (:attr:`all_busy`), or no k
+        finished."""
+        if self.no_k_beat_off or self.all_busy:
             return None
         return self.fastest_k
+
+    @property
+    def all_busy(self) -> bool:
+        """Other work disturbed every run of the fastest k (and so of every k: a k with a
+        clean run would have been preferred): its figures are not a recommendation."""
+        best = self.point(self.fastest_k)
+        return best is not None and best.all_disturbed
 
     @property
     def no_k_beat_off(self) -> bool:

@@ -252,7 +252,10 @@ class KSweepWidget(QWidget):
         assert best is not None  # fastest_k is one of the points
         text = (f"Fastest measured: k = {best.k}, {or_dash(best.decode_tps, '.1f')} tok/s "
                 f"({or_dash(best.measured_speedup, '.2f', '×')} speculation off).")
-        if result.no_k_beat_off:
+        if result.all_busy:
+            text += (" Other work disturbed every run of every k (marked busy), so no k is "
+                     "recommended: run the sweep again when the machine is quieter.")
+        elif result.no_k_beat_off:
             text += (" No k beat speculation off on this prompt here, so no k is recommended: "
                      "keep speculation off (or adaptive) for prompts like it.")
         if result.predicted_best_k is not None:
@@ -391,13 +394,16 @@ class KSweepWidget(QWidget):
     def _update_buttons(self) -> None:
         self.run_button.setText("Stop" if self._running else "Run k sweep")
         k = self._result.recommended_k if self._result is not None else None
-        none_beat = self._result is not None and self._result.no_k_beat_off
+        busy = self._result is not None and self._result.all_busy
+        none_beat = self._result is not None and self._result.no_k_beat_off and not busy
         self.apply_button.setEnabled(k is not None and not self._running)
         self.apply_button.setText(f"Apply k = {k}" if k is not None
+                                  else "No k to apply: every run was busy" if busy
                                   else "No k to apply: none beat speculation off" if none_beat
                                   else "Apply k")
         self.apply_button.setToolTip(
-            "No k decoded faster than speculation off in this sweep" if none_beat
+            "Other work disturbed every run of every k in this sweep" if busy
+            else "No k decoded faster than speculation off in this sweep" if none_beat
             else "Use this draft length in the chat window")
         # the words turn from green to amber when they advise against every k
         self.recommendation.setProperty("none_beat", none_beat)

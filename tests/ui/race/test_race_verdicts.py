@@ -135,6 +135,25 @@ def test_a_sweep_where_no_k_beat_off_recommends_no_k(qtbot) -> None:  # type: ig
     assert view.series_points("recommended") == [(2.0, 13.0)]
 
 
+def test_a_sweep_whose_every_run_was_busy_recommends_no_k(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """A trial's sweep under a CI's load marked every row "busy" and still offered
+    "Apply k = 3": figures that other work disturbed throughout are no recommendation."""
+    busy = [_rec("off", 0, 10.0)]
+    for k, rate in {1: 12.0, 3: 13.0, 4: 11.0}.items():
+        busy.append(dataclasses.replace(
+            _rec(f"k={k}", k, rate, verified=10, accepted=2, rounds=5, draft_time=0.01 * k,
+                 steps=k, identical=True), other_cores=1.0))
+    result = k_sweep_from_records(busy)
+    assert result.fastest_k == 3 and result.all_busy and result.recommended_k is None
+    view = KSweepWidget()
+    qtbot.addWidget(view)
+    view.show_result(result)
+    assert not view.apply_button.isEnabled()
+    assert view.apply_button.text() == "No k to apply: every run was busy"
+    assert "disturbed every run of every k" in view.recommendation.text()
+    assert not _sweep_records({1: 12.0, 3: 13.0}).all_busy  # clean runs: as before
+
+
 def _cells_fit(table: QTableWidget) -> list[str]:
     """The cells whose text is wider than their column (drawn elided: "8.5 …")."""
     fm = table.fontMetrics()

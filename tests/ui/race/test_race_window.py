@@ -151,8 +151,9 @@ def test_k_sweep_gives_one_point_per_k_and_applies_the_best(qtbot, tiny_bridge: 
     assert predicted[0][1] == pytest.approx(result.predicted_curve[0][1] * result.plain_decode_tps)
     assert w.sweep_view.table.rowCount() == 4
     k = result.recommended_k
-    if k is None:  # no k beat speculation off on this machine: nothing to apply
-        assert result.no_k_beat_off and not w.sweep_view.apply_button.isEnabled()
+    if k is None:  # no k beat speculation off here, or other work disturbed every run
+        assert result.no_k_beat_off or result.all_busy
+        assert not w.sweep_view.apply_button.isEnabled()
         w.close()
         return
     assert k in (1, 2, 3, 4)
