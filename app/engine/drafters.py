@@ -165,13 +165,11 @@ class DraftModelDrafter:
                 self.ctx.decode([self._kv[-1]], n, logits="last")
                 times.append(time.perf_counter() - t0)
                 if not self.ctx.seq_rm(n, -1):
-                    break
-            else:
-                return min(times)
+                    raise TandemError("the timed token could not be removed")
         except TandemError:
-            pass
-        self.reset()
-        return None
+            self.reset()
+            return None
+        return min(times)
 
     def reset(self) -> None:
         """Forget the draft KV cache (the next call re-evaluates everything)."""

@@ -29,19 +29,19 @@ Two rules, one per kind of drafter:
 
 Neither rule can lock itself out of drafting where drafting could pay: a trimmed-away
 draft is still verified one token deep every :attr:`~DraftLengthPolicy.explore_every`
-rounds (a draft model's only while a draft it accepted whole would beat plain decoding
-at its measured step cost; so the estimates keep
-meeting the target; the interval doubles, up to
+rounds (so the estimates keep meeting the target; the interval doubles, up to
 :attr:`~DraftLengthPolicy.explore_most`, while the target keeps rejecting those tokens,
 as at a high temperature where a rejected one-token verification costs most of a step,
 and a draft with a key of a high prior, such as a long verbatim match, is verified on
 its own estimate whatever the interval; and the tokens a trim cut away are scored
 against the text the target then writes, :class:`UnverifiedTails`, so a distrusted key
-learns when its drafts come right again), α̂ drifts back to its prior while nothing is
-drafted, and a pass
-size's cost is the median of its recent passes (:class:`PassTimes`), so a size that
-looked dear under a burst of load looks cheap again once it is timed in a quiet moment,
-and one not timed lately keeps the cost it had.
+learns when its drafts come right again); a draft model for which even a draft accepted
+whole would be slower than plain decoding at its measured step time is not tried but has
+a step timed alone as often instead (its step time is the median of recent ones); α̂
+drifts back to its prior while nothing is drafted, and a pass size's cost is the median
+of its recent passes (:class:`PassTimes`), so a size that looked dear under a burst of
+load looks cheap again once it is timed in a quiet moment, and one not timed lately keeps
+the cost it had.
 
 Which tokens are verified never changes which tokens are emitted: the target samples
 every position either way, so the policy affects the speed only, never the output.

@@ -93,11 +93,18 @@ def test_the_plain_baseline_is_this_replys_or_a_recent_one_at_the_same_threads_a
     assert steps.comparable(100.0, 2, 0.0) == 1 and steps.comparable(100.0, 2, 1.0) == 0
 
 
+#: a prompt that prompt lookup drafts from, and prompt lookup at a fixed k of 4
+_REPEATING = [BOS] + [300, 301, 302, 303, 304, 305] * 6
+_LOOKUP = SpeculationConfig(mode="prompt-lookup", draft_max=4, adaptive=False)
+
+
+def _one_thread(target: Path) -> Session:
+    return Session.open(SessionConfig(target_path=target, n_ctx=256, n_threads=1))
+
+
 def test_a_speculative_reply_carries_its_own_plain_baseline(tiny_target: Path) -> None:
-    prompt = [BOS] + [300, 301, 302, 303, 304, 305] * 6
-    greedy = SamplingParams(temperature=0.0, max_tokens=24)
-    spec = SpeculationConfig(mode="prompt-lookup", draft_max=4, adaptive=False)
-    with Session.open(SessionConfig(target_path=tiny_target, n_ctx=256, n_threads=1)) as s:
+    prompt, greedy, spec = _REPEATING, SamplingParams(temperature=0.0, max_tokens=24), _LOOKUP
+    with _one_thread(tiny_target) as s:
         r = run(s, prompt, greedy, spec)
         st = r.stats
         # the rounds drafted; one-token passes were timed under the reply's conditions
@@ -132,10 +139,8 @@ def test_the_plain_baseline_skips_one_token_passes_that_follow_a_batch(
     """A one-token pass right after a batch (the prefill, a verification) builds its
     graph anew, which plain decoding does once: it is no baseline step. Only passes
     after another one-token pass are."""
-    prompt = [BOS] + [300, 301, 302, 303, 304, 305] * 6
-    greedy = SamplingParams(temperature=0.0, max_tokens=24)
-    spec = SpeculationConfig(mode="prompt-lookup", draft_max=4, adaptive=False)
-    with Session.open(SessionConfig(target_path=tiny_target, n_ctx=256, n_threads=1)) as s:
+    prompt, greedy, spec = _REPEATING, SamplingParams(temperature=0.0, max_tokens=24), _LOOKUP
+    with _one_thread(tiny_target) as s:
         events = _log_passes(s, monkeypatch)
         r = run(s, prompt, greedy, spec)
         del events[events.index("end"):]  # the rounds' passes (the end timing: below)
@@ -160,10 +165,8 @@ def test_a_reply_without_enough_plain_steps_times_them_at_its_end(
     from app.engine.rounds import PlainSteps
 
     monkeypatch.setattr(PlainSteps, "min_own", 40)  # more than any reply here has
-    prompt = [BOS] + [300, 301, 302, 303, 304, 305] * 6
-    greedy = SamplingParams(temperature=0.0, max_tokens=64)
-    spec = SpeculationConfig(mode="prompt-lookup", draft_max=4, adaptive=False)
-    with Session.open(SessionConfig(target_path=tiny_target, n_ctx=256, n_threads=1)) as s:
+    prompt, greedy, spec = _REPEATING, SamplingParams(temperature=0.0, max_tokens=64), _LOOKUP
+    with _one_thread(tiny_target) as s:
         events = _log_passes(s, monkeypatch)
         r = run(s, prompt, greedy, spec)
         assert r.stats.draft_rounds >= 3 and r.stats.verified >= 10

@@ -120,7 +120,7 @@ def test_the_draft_model_stops_drafting_at_the_end_of_the_reply() -> None:
 def test_a_catch_up_over_undrafted_rounds_is_no_draft_step() -> None:
     # after rounds that drafted nothing the draft evaluates what it missed in a pass of
     # its own: its time is the drafter's catch_up_time, not a draft step (counted as one,
-    # the target drafting for itself showed c 3.9 to 9 instead of about 1)
+    # a pass over many tokens would make a draft step look several steps long)
     ctx = _ScriptedContext([3, 4, 5, 6])
     d = DraftModelDrafter(_Vocab(), ctx)  # type: ignore[arg-type]
     d._kv = [1, 2]

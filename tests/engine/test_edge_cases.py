@@ -644,7 +644,7 @@ class _CatchingUpDrafter(ReplayDrafter):
 def test_a_draft_models_catch_up_is_counted_apart_from_its_draft_steps(
         session: Session, plain_ids: tuple[int, ...]) -> None:
     # c is a draft step's time over the target's: a catch-up over rounds that drafted
-    # nothing is decode time, but no draft step (Gemma drafting for itself showed c 9)
+    # nothing is decode time, but no draft step (else c would count many tokens as one)
     drafter = _CatchingUpDrafter(PROMPT, plain_ids)
     install_drafter(session, drafter)
     try:

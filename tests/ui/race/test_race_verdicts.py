@@ -136,8 +136,8 @@ def test_a_sweep_where_no_k_beat_off_recommends_no_k(qtbot) -> None:  # type: ig
 
 
 def test_a_sweep_whose_every_run_was_busy_recommends_no_k(qtbot) -> None:  # type: ignore[no-untyped-def]
-    """A trial's sweep under a CI's load marked every row "busy" and still offered
-    "Apply k = 3": figures that other work disturbed throughout are no recommendation."""
+    """A sweep whose every row is marked "busy" (other work disturbed every run) offers
+    no "Apply k": figures disturbed throughout are no recommendation."""
     busy = [_rec("off", 0, 10.0)]
     for k, rate in {1: 12.0, 3: 13.0, 4: 11.0}.items():
         busy.append(dataclasses.replace(
