@@ -199,9 +199,6 @@ class ChatView(Protocol):
     def message_added(self, message: StoredMessage) -> None:
         """A message was stored in the open conversation (a streaming reply included)."""
 
-    def messages_removed(self, from_message_id: int) -> None:
-        """This message and every later one of the open conversation are gone."""
-
     def reply_started(self, reply: ActiveReply) -> None:
         """The reply's message is stored and generation was asked for."""
 
@@ -221,9 +218,14 @@ class ChatView(Protocol):
     def reply_trimmed(self, reply: ActiveReply) -> None:
         """Earlier messages were dropped to fit the context window (``reply.context``)."""
 
-    def message_changed(self, message: StoredMessage) -> None:
-        """A shown message changed in place (another version of a reply is shown, or a
-        failed regeneration gave the earlier version back)."""
+    def message_edited(self, message: StoredMessage) -> None:
+        """An edited user message was stored with its new text, the messages after it
+        kept with its earlier version (none follow it now); the edit is over."""
+
+    def version_shown(self, message: StoredMessage, after: Sequence[StoredMessage]) -> None:
+        """Another version of a message is shown (‹ ›; a regeneration's new, streaming
+        one; the earlier one given back by a failed regeneration): it changed in place and
+        the messages after it are now ``after``."""
 
     def reply_finished(self, reply: ActiveReply, record: ReplyRecord,
                        stored: StoredMessage | None) -> None:
@@ -934,14 +936,19 @@ class ChatController:
                 self.settings.ui.last_conversation_id = conv.id
                 self.view.save_settings_soon()
             if self.editing_message_id is not None:
-                self._remove_from(self.editing_message_id)
-                self.cancel_edit()
-            message = self.store.add_user_message(self.current_conversation, text)
-        except sqlite3.Error as exc:
+                message = self.store.edit_message(self.editing_message_id, text)
+            else:
+                message = self.store.add_user_message(self.current_conversation, text)
+        except (sqlite3.Error, KeyError, ValueError) as exc:
             self._history_failed(exc)
             return False
-        self._roles.append((message.id, message.role))
-        self.view.message_added(message)
+        if self.editing_message_id is not None:
+            self.cancel_edit()
+            self._forget_after(message.id)
+            self.view.message_edited(message)
+        else:
+            self._roles.append((message.id, message.role))
+            self.view.message_added(message)
         self.view.conversations_changed()
         return self._start_reply()
 
@@ -958,8 +965,8 @@ class ChatController:
         return None
 
     def regenerate(self, message_id: int | None = None) -> bool:
-        """Generate a reply again: the last one (default) or ``message_id`` (the
-        messages after it are removed). The earlier text stays as a version of the reply
+        """Generate a reply again: the last one (default) or ``message_id``. The earlier
+        text stays as a version of the reply, with the messages that followed it
         (:meth:`show_version`). When the conversation ends with a user message (its
         reply failed), that reply is asked for again."""
         if self.busy or self.model_info is None or self.store is None:
@@ -973,34 +980,50 @@ class ChatController:
             return self._start_reply()  # the last reply failed: ask for it again
         if (message_id, "assistant") not in self._roles:
             return False  # not a reply of the open conversation
-        try:
-            if message_id != self._roles[-1][0]:
-                later = next(i for i, _ in self._roles if i > message_id)
-                self._remove_from(later)
-        except sqlite3.Error as exc:
-            self._history_failed(exc)
-            return False
         return self._start_reply(version_of=message_id)
 
     def show_version(self, message_id: int, number: int) -> bool:
-        """Show version ``number`` (1 = the first generated) of a reply; the
-        conversation continues from it. Returns whether it is shown (not while a reply
-        streams; a history error is reported)."""
-        if self.store is None or self.reply is not None:
+        """Show version ``number`` (1 = the first written) of a reply or user message,
+        with the messages that followed it; the conversation continues from it. Returns
+        whether it is shown (not while a reply streams or a message is edited; a history
+        error is reported)."""
+        if self.store is None or self.reply is not None or self.editing_message_id is not None:
             return False
         try:
             stored = self.store.show_version(message_id, number)
-        except (KeyError, ValueError):
+        except KeyError:
             return False
-        except sqlite3.Error as exc:
+        except (ValueError, sqlite3.Error) as exc:
             self._history_failed(exc)
             return False
-        self.view.message_changed(stored)
+        self._show_branch(stored)
+        self.view.conversations_changed()  # a first message's version may give the title
         return True
+
+    def _show_branch(self, message: StoredMessage | None) -> None:
+        """``message`` shows another version: so do the messages after it (None: a
+        reply that is gone, with nothing after it)."""
+        if (message is None or self.store is None
+                or message.conversation_id != self.current_conversation):
+            return
+        try:
+            after = [m for m in self.store.messages(message.conversation_id) if m.id > message.id]
+        except sqlite3.Error as exc:
+            self._history_unreadable(exc)
+            after = []
+        self._forget_after(message.id)
+        self._roles += [(m.id, m.role) for m in after]
+        self.view.version_shown(message, after)
+
+    def _forget_after(self, message_id: int) -> None:
+        """The messages after ``message_id`` left the open conversation (kept with the
+        version before them)."""
+        self._roles = [(i, r) for i, r in self._roles if i <= message_id]
 
     def begin_edit(self, message_id: int) -> str | None:
         """Edit a user message: returns its text for the input box (None: not now). The
-        next :meth:`send_message` replaces it and every message after it."""
+        next :meth:`send_message` gives it the new text; its earlier text stays as a
+        version with the messages that followed it (:meth:`show_version`)."""
         if self.store is None or self.reply is not None:
             return None
         try:
@@ -1019,12 +1042,6 @@ class ChatController:
         if self.reply is not None:
             self.reply.job.cancel()
 
-    def _remove_from(self, message_id: int) -> None:
-        assert self.store is not None
-        self.store.delete_from(message_id)
-        self._roles = [(i, r) for i, r in self._roles if i < message_id]
-        self.view.messages_removed(message_id)
-
     def _start_reply(self, version_of: int | None = None) -> bool:
         """Ask for a reply to the open conversation: a new message, or with
         ``version_of`` a new version of that stored reply (its row streams again)."""
@@ -1038,6 +1055,8 @@ class ChatController:
             # observations leave it out
             stored = (self.store.begin_reply_version(version_of, model=model)
                       if version_of is not None else self.store.begin_reply(cid, model=model))
+            if version_of is not None:
+                self._forget_after(version_of)  # kept with the version it replaces
             messages = self.prompt_messages(cid)
             observations = (self.auto_observations(cid)
                             if speculation.mode is SpecMode.AUTO else [])
@@ -1048,11 +1067,14 @@ class ChatController:
             job = self.service.reply(messages, self.settings.sampling, speculation,
                                      origin=self.origin, observations=observations)
         except TandemError as exc:  # the queue is full (API traffic) or shutting down
-            if version_of is not None:
-                self.store.discard_reply_version(stored.id)
-            else:
-                self.store.delete_from(stored.id)
             self.report(UserError("Not now", str(exc), level="warning", origin="reply"))
+            try:
+                if version_of is not None:
+                    self._show_branch(self.store.discard_reply_version(stored.id))
+                else:
+                    self.store.delete_reply(stored.id)
+            except (KeyError, ValueError, sqlite3.Error) as failed:
+                self._history_failed(failed)
             return False
         self.reply = ActiveReply(job, cid, stored.id, speculation, ReplyBuffer(clock=self.clock),
                                  ahead=self.service.ahead_of(job),
@@ -1061,7 +1083,7 @@ class ChatController:
             self._roles.append((stored.id, stored.role))
             self.view.message_added(stored)
         else:
-            self.view.message_changed(stored)
+            self.view.version_shown(stored, [])
         self.view.reply_started(self.reply)
         self.view.state_changed()
         return True
@@ -1185,15 +1207,15 @@ class ChatController:
                 elif reply.regenerated:  # nothing came: the earlier version is shown again
                     restored = self.store.discard_reply_version(reply.message_id)
                 else:
-                    self.store.delete_from(reply.message_id)
-            except (KeyError, sqlite3.Error):  # the error below is the one to show
+                    self.store.delete_reply(reply.message_id)
+            except (KeyError, ValueError, sqlite3.Error):  # the error below is the one to show
                 log.warning("the failed reply could not be saved", exc_info=True)
         if not reply.text and restored is None:
             self._roles = [(i, r) for i, r in self._roles if i != reply.message_id]
         self.reply = None
         self.view.reply_failed(reply, error)
         if restored is not None:
-            self.view.message_changed(restored)
+            self._show_branch(restored)
         self.view.state_changed()
         self.report(error)
 

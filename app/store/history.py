@@ -19,6 +19,11 @@ Statistics written by earlier versions under older names (mode ``plain`` for ``o
 ``drafted``/``drafted_at`` for ``verified``/``verified_at``) are translated once, as
 they are read (:func:`current_stats`), so nothing above the store knows the old names.
 
+Editing a user message or regenerating a reply keeps the version it replaces, with the
+messages that followed it: a conversation is a tree whose shown path is the
+``messages`` rows; :meth:`HistoryStore.show_version` switches a message to another
+version and the path after it with it (:mod:`app.store.tails`).
+
 ``draft_spans`` are ``(start, end)`` character offsets of reply text that came from
 accepted draft tokens, kept so the chat view can tint them after a restart too.
 
@@ -43,15 +48,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.formatting import loads_json, shortened, valid_text
-from app.store import paths
+from app.store import paths, tails
 
 log = logging.getLogger(__name__)
 
 Role = Literal["system", "user", "assistant"]
 MessageStatus = Literal["streaming", "done"]
 DEFAULT_TITLE = "New chat"
-#: 2: earlier versions of a reply (table ``reply_versions``, :meth:`HistoryStore.versions`)
-SCHEMA_VERSION = 2
+#: 2: earlier versions of a reply (table ``reply_versions``, :meth:`HistoryStore.versions`);
+#: 3: versions of user messages too, each version with the messages that followed it
+#: (``reply_versions.tail_json``, :mod:`app.store.tails`)
+SCHEMA_VERSION = 3
 _TITLE_CHARS = 60
 
 _SCHEMA = """
@@ -84,10 +91,12 @@ CREATE TABLE IF NOT EXISTS reply_owners (
 );
 """
 
-#: Schema 2: the versions of a reply that are not shown. The shown version stays in its
-#: ``messages`` row (so every reader of the conversation sees the shown version and
-#: nothing else); showing another one swaps the two rows' values. Versions are numbered
-#: by ``created_at`` (when each was generated), whichever is shown.
+#: Schema 2: the versions of a message that are not shown (the table's name is from when
+#: only replies had versions; since schema 3 an edited user message's earlier texts are
+#: here too). The shown version stays in its ``messages`` row (so every reader of the
+#: conversation sees the shown version and nothing else); showing another one swaps the
+#: two rows' values and the messages after them (:mod:`app.store.tails`). Versions are
+#: numbered by ``created_at`` (when each was written), whichever is shown.
 _SCHEMA_2 = """
 CREATE TABLE IF NOT EXISTS reply_versions (
     id            INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -105,9 +114,10 @@ CREATE TABLE IF NOT EXISTS reply_versions (
 CREATE INDEX IF NOT EXISTS reply_versions_by_message ON reply_versions (message_id, created_at);
 """
 
-#: a reply's own values, the same columns in ``messages`` and ``reply_versions``
-_VERSION_COLUMNS = ("content", "finish_reason", "stats_json", "draft_spans", "note", "seed",
-                    "model", "created_at", "updated_at")
+#: Schema 3: the messages that followed a version that is not shown (JSON, or NULL)
+_TAIL_COLUMN = "tail_json"
+
+_VERSION_COLUMNS = tails.VERSION_COLUMNS
 
 #: a message row with its version number and count (1 and 1 for a reply never regenerated)
 _MESSAGE_SELECT = (
@@ -193,8 +203,8 @@ class StoredMessage:
     ``stop``/``length``/``cancelled`` from the engine, ``interrupted`` when the app died
     mid-reply, ``error`` when generation failed, None for user messages. ``stats``: the
     engine's ``SpecStats.to_dict()`` for finished replies. ``version`` of ``versions``:
-    which version of a regenerated reply this is (1 of 1 for any other message); the
-    others are :meth:`HistoryStore.versions`.
+    which version of a regenerated reply or an edited user message this is (1 of 1 for
+    any other message); the others are :meth:`HistoryStore.versions`.
     """
 
     id: int
@@ -216,9 +226,9 @@ class StoredMessage:
 
 @dataclass(frozen=True, slots=True)
 class ReplyVersion:
-    """One version of a reply (:meth:`HistoryStore.versions`): ``number`` counts from 1
-    in the order they were generated; ``shown``: the one the conversation continues from
-    (its ``messages`` row). Fields as :class:`StoredMessage`."""
+    """One version of a reply or user message (:meth:`HistoryStore.versions`):
+    ``number`` counts from 1 in the order they were written; ``shown``: the one the
+    conversation continues from (its ``messages`` row). Fields as :class:`StoredMessage`."""
 
     number: int
     shown: bool
@@ -315,12 +325,14 @@ def _escape_like(text: str) -> str:
 
 def _migrate(conn: sqlite3.Connection, version: int) -> None:
     """Bring a database of schema ``version`` (0: new) up to :data:`SCHEMA_VERSION`.
-    Every step only adds tables (``IF NOT EXISTS``), so nothing stored is rewritten and a
-    step cut short by a crash is simply done again at the next open; the version is
-    written last."""
+    Every step only adds tables (``IF NOT EXISTS``) or a column where it is missing, so
+    nothing stored is rewritten and a step cut short by a crash is simply done again at
+    the next open; the version is written last."""
     if version >= SCHEMA_VERSION:
         return
     conn.executescript(_SCHEMA_2)  # version 1 → 2 (a new database: 0 → 2)
+    if _TAIL_COLUMN not in _columns(conn)["reply_versions"]:  # 2 → 3
+        conn.execute(f"ALTER TABLE reply_versions ADD COLUMN {_TAIL_COLUMN} TEXT")
     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
 
@@ -334,7 +346,8 @@ def _columns(conn: sqlite3.Connection) -> dict[str, set[str]]:
 
 @functools.cache
 def _expected_columns() -> dict[str, set[str]]:
-    """The tables and columns of :data:`SCHEMA_VERSION`, read from the schema itself."""
+    """The tables and columns every schema since 2 has, read from the schema itself
+    (a column a later step adds, :data:`_TAIL_COLUMN`, is added when missing)."""
     with contextlib.closing(sqlite3.connect(":memory:")) as mem:
         mem.executescript(_SCHEMA + _SCHEMA_2)
         return _columns(mem)
@@ -564,8 +577,9 @@ class HistoryStore:
 
         Args:
             search: when not blank, only conversations whose title or any message
-                (any version of a reply) contains it (case-insensitive for ASCII letters;
-                ``%`` and ``_`` match literally).
+                (any version of a message, and the messages kept with a version not
+                shown) contains it (case-insensitive for ASCII letters; ``%`` and ``_``
+                match literally).
         """
         needle = search.strip()
         if not needle:
@@ -574,15 +588,19 @@ class HistoryStore:
             ).fetchall()
         else:
             pattern = f"%{_escape_like(needle)}%"
-            # a reply's versions that are not shown count too (the user saw them)
+            # the text as it reads inside a kept tail's JSON (quotes, newlines escaped)
+            in_json = f"%{_escape_like(json.dumps(needle, ensure_ascii=False)[1:-1])}%"
+            # versions not shown and the messages kept with them count too (the user
+            # saw them)
             rows = self._conn.execute(
                 "SELECT * FROM conversations c WHERE c.title LIKE ?1 ESCAPE '\\' OR EXISTS ("
                 " SELECT 1 FROM messages m WHERE m.conversation_id = c.id"
                 " AND m.content LIKE ?1 ESCAPE '\\') OR EXISTS ("
                 " SELECT 1 FROM reply_versions v JOIN messages m ON m.id = v.message_id"
-                " WHERE m.conversation_id = c.id AND v.content LIKE ?1 ESCAPE '\\')"
+                " WHERE m.conversation_id = c.id AND (v.content LIKE ?1 ESCAPE '\\'"
+                f" OR v.{_TAIL_COLUMN} LIKE ?2 ESCAPE '\\'))"
                 " ORDER BY updated_at DESC, id DESC",
-                (pattern,),
+                (pattern, in_json),
             ).fetchall()
         return [self._conversation(r) for r in rows]
 
@@ -748,14 +766,15 @@ class HistoryStore:
                 raise KeyError(message_id)
         return self.message(message_id)
 
-    # -- reply versions ---------------------------------------------------------------
+    # -- versions -----------------------------------------------------------------------
     def begin_reply_version(self, message_id: int, model: str | None = None) -> StoredMessage:
         """Regenerate a finished reply in place: its current version is kept among its
-        versions, its row becomes a new, empty ``streaming`` version (the newest).
+        versions with the messages after it (they leave the conversation with it), its
+        row becomes a new, empty ``streaming`` version (the newest).
 
         Raises:
             KeyError: no such message.
-            ValueError: it is not a reply, or it is still streaming.
+            ValueError: it is not a finished reply, or a reply after it is streaming.
         """
         msg = self.message(message_id)
         if msg.role != "assistant" or msg.status != "done":
@@ -764,10 +783,8 @@ class HistoryStore:
         if model is not None:
             model = valid_text(model)
         owner = self._owner_token()
-        cols = ", ".join(_VERSION_COLUMNS)
         with self._tx() as c:
-            c.execute(f"INSERT INTO reply_versions (message_id, {cols}) SELECT id, {cols}"
-                      " FROM messages WHERE id = ?", (message_id,))
+            self._keep_shown_version(c, msg)
             c.execute("UPDATE messages SET content = '', status = 'streaming', finish_reason ="
                       " NULL, stats_json = NULL, draft_spans = NULL, note = NULL, seed = NULL,"
                       " model = ?, created_at = ?, updated_at = ? WHERE id = ?",
@@ -778,9 +795,52 @@ class HistoryStore:
                           (message_id, owner))
         return self.message(message_id)
 
+    def edit_message(self, message_id: int, content: str) -> StoredMessage:
+        """Give a user message new text: its current text is kept as a version with the
+        messages after it (they leave the conversation with it; :meth:`show_version`
+        brings them back). The first message's title follows, unless it was renamed.
+
+        Raises:
+            KeyError: no such message.
+            ValueError: it is not a user message, or a reply after it is streaming.
+        """
+        msg = self.message(message_id)
+        if msg.role != "user":
+            raise ValueError(f"message {message_id} is not a user message")
+        now = time.time()
+        with self._tx() as c:
+            self._keep_shown_version(c, msg)
+            c.execute("UPDATE messages SET content = ?, created_at = ?, updated_at = ?"
+                      " WHERE id = ?", (content, now, now, message_id))
+            self._retitle(c, msg, content)
+            self._touch(c, msg.conversation_id, now)
+        return self.message(message_id)
+
+    def _keep_shown_version(self, c: sqlite3.Connection, msg: StoredMessage) -> None:
+        """Copy ``msg``'s shown version into ``reply_versions`` with the messages after
+        it, which leave the conversation."""
+        tail = tails.read_tail(c, msg.conversation_id, msg.id)
+        cols = ", ".join(_VERSION_COLUMNS)
+        c.execute(f"INSERT INTO reply_versions (message_id, {cols}, {_TAIL_COLUMN})"
+                  f" SELECT id, {cols}, ? FROM messages WHERE id = ?",
+                  (tails.dumps(tail), msg.id))
+        tails.drop_tail(c, msg.conversation_id, msg.id)
+
+    def _retitle(self, c: sqlite3.Connection, msg: StoredMessage, content: str) -> None:
+        """The first message's text changed to ``content``: a title it gave the
+        conversation follows (one the user gave stays; the store does not record who gave
+        a title, so a title equal to :func:`automatic_title` of the old text counts as
+        the automatic one)."""
+        old, new = automatic_title(msg.content), automatic_title(content) or DEFAULT_TITLE
+        if msg.role == "user" and old and old != new:
+            c.execute("UPDATE conversations SET title = ? WHERE id = ? AND title = ? AND NOT"
+                      " EXISTS (SELECT 1 FROM messages WHERE conversation_id = ? AND id < ?)",
+                      (new, msg.conversation_id, old, msg.conversation_id, msg.id))
+
     def versions(self, message_id: int) -> list[ReplyVersion]:
-        """Every version of a reply in the order they were generated (one, the shown
-        one, for a reply never regenerated). Raises KeyError: no such message."""
+        """Every version of a message in the order they were written (one, the shown
+        one, for a message never regenerated or edited). Raises KeyError: no such
+        message."""
         shown = self.message(message_id)
         rows = self._conn.execute(
             "SELECT * FROM reply_versions WHERE message_id = ?", (message_id,)).fetchall()
@@ -792,18 +852,21 @@ class HistoryStore:
         return [dataclasses.replace(v, number=i + 1) for i, v in enumerate(out)]
 
     def show_version(self, message_id: int, number: int) -> StoredMessage:
-        """Make version ``number`` (1 = the first generated) the shown one: the
-        conversation continues from it. Returns the message as now shown.
+        """Make version ``number`` (1 = the first written) of a message the shown one,
+        with the messages that followed it (those after the version shown until now are
+        kept with that version). Returns the message as now shown; the messages after it
+        are :meth:`messages` with a larger id.
 
         Raises:
             KeyError: no such message.
-            ValueError: no such version, or the reply is streaming.
+            ValueError: no such version, the message or a reply after it is streaming,
+                or the messages kept with that version are damaged (nothing changes).
         """
         msg = self.message(message_id)
         if msg.status != "done":
             raise ValueError(f"reply {message_id} is still being written")
         if not 1 <= number <= msg.versions:
-            raise ValueError(f"reply {message_id} has no version {number} (1 … {msg.versions})")
+            raise ValueError(f"message {message_id} has no version {number} (1 … {msg.versions})")
         if number == msg.version:
             return msg
         rows = self._conn.execute(
@@ -816,58 +879,63 @@ class HistoryStore:
         cols = ", ".join(_VERSION_COLUMNS)
         with self._tx() as c:
             mine = c.execute(f"SELECT {cols} FROM messages WHERE id = ?", (message_id,)).fetchone()
-            theirs = c.execute(f"SELECT {cols} FROM reply_versions WHERE id = ?", (vid,)).fetchone()
-            c.execute(f"UPDATE messages SET {assign} WHERE id = ?", (*theirs, message_id))
-            c.execute(f"UPDATE reply_versions SET {assign} WHERE id = ?", (*mine, vid))
+            theirs = c.execute(f"SELECT {cols}, {_TAIL_COLUMN} FROM reply_versions WHERE id = ?",
+                               (vid,)).fetchone()
+            their_tail = tails.loads(theirs[_TAIL_COLUMN])
+            my_tail = tails.read_tail(c, msg.conversation_id, message_id)
+            c.execute(f"UPDATE messages SET {assign} WHERE id = ?",
+                      (*theirs[:len(_VERSION_COLUMNS)], message_id))
+            c.execute(f"UPDATE reply_versions SET {assign}, {_TAIL_COLUMN} = ? WHERE id = ?",
+                      (*mine, tails.dumps(my_tail), vid))
+            tails.drop_tail(c, msg.conversation_id, message_id)
+            tails.write_tail(c, msg.conversation_id, their_tail)
+            self._retitle(c, msg, str(theirs["content"]))
         return self.message(message_id)
 
     def discard_reply_version(self, message_id: int) -> StoredMessage | None:
         """A regeneration produced nothing (it failed before any text): show the newest
-        earlier version again. A reply without earlier versions is deleted (None)."""
+        earlier version again, with the messages that followed it. A reply without
+        earlier versions is deleted (None).
+
+        Raises:
+            KeyError: no such message.
+            ValueError: the messages kept with the earlier version are damaged (it stays
+                kept; the empty version stays shown).
+        """
         msg = self.message(message_id)
         row = self._conn.execute(
             "SELECT id FROM reply_versions WHERE message_id = ? ORDER BY created_at DESC, id DESC"
             " LIMIT 1", (message_id,)).fetchone()
         if row is None:
-            self.delete_from(message_id)
+            self.delete_reply(message_id)
             return None
         assign = ", ".join(f"{c} = ?" for c in _VERSION_COLUMNS)
         cols = ", ".join(_VERSION_COLUMNS)
         with self._tx() as c:
-            theirs = c.execute(f"SELECT {cols} FROM reply_versions WHERE id = ?",
+            theirs = c.execute(f"SELECT {cols}, {_TAIL_COLUMN} FROM reply_versions WHERE id = ?",
                                (int(row[0]),)).fetchone()
+            their_tail = tails.loads(theirs[_TAIL_COLUMN])
             c.execute(f"UPDATE messages SET {assign}, status = 'done' WHERE id = ?",
-                      (*theirs, message_id))
+                      (*theirs[:len(_VERSION_COLUMNS)], message_id))
             c.execute("DELETE FROM reply_versions WHERE id = ?", (int(row[0]),))
+            tails.write_tail(c, msg.conversation_id, their_tail)
             self._touch(c, msg.conversation_id, time.time())
         return self.message(message_id)
 
-    def delete_from(self, message_id: int) -> int:
-        """Delete a message and every later message of its conversation (edit, regenerate).
+    def delete_reply(self, message_id: int) -> None:
+        """Delete a reply (with its versions): one that could not start, or that failed
+        before any text came. Messages after it (there are none then) stay.
 
-        Deleting the first message gives back the title it gave the conversation ("New
-        chat" again, so :meth:`add_user_message` names it from the edited text); a title
-        the user gave is kept. The store does not record who gave a title: a title equal
-        to :func:`automatic_title` of that message counts as the automatic one.
-
-        Returns:
-            How many messages were deleted.
+        Raises:
+            KeyError: no such message.
+            ValueError: it is not a reply.
         """
         msg = self.message(message_id)
-        title = automatic_title(msg.content) if msg.role == "user" else ""
+        if msg.role != "assistant":
+            raise ValueError(f"message {message_id} is not a reply")
         with self._tx() as c:
-            if title:  # the first message edited: its title follows (unless renamed by hand)
-                c.execute(
-                    "UPDATE conversations SET title = ? WHERE id = ? AND title = ? AND NOT EXISTS"
-                    " (SELECT 1 FROM messages WHERE conversation_id = ? AND id < ?)",
-                    (DEFAULT_TITLE, msg.conversation_id, title, msg.conversation_id, message_id),
-                )
-            cur = c.execute(
-                "DELETE FROM messages WHERE conversation_id = ? AND id >= ?",
-                (msg.conversation_id, message_id),
-            )
+            c.execute("DELETE FROM messages WHERE id = ?", (message_id,))
             self._touch(c, msg.conversation_id, time.time())
-            return int(cur.rowcount)
 
     def recover_interrupted(self) -> int:
         """Mark replies left ``streaming`` by a process that is gone as ``interrupted``.

@@ -396,11 +396,14 @@ class MainWindow(QMainWindow):
         if message.role == "user":
             self.composer.edit_ended()  # the box empties, or shows what an edit interrupted
 
-    def messages_removed(self, from_message_id: int) -> None:
-        self.chat.remove_from(from_message_id)
+    def message_edited(self, message: StoredMessage) -> None:
+        self.chat.replace_after(message_view(message), [])
+        self.composer.edit_ended()
 
-    def message_changed(self, message: StoredMessage) -> None:
-        self.chat.update_message(message_view(message))
+    def version_shown(self, message: StoredMessage, after: Sequence[StoredMessage]) -> None:
+        self.chat.replace_after(message_view(message), [message_view(m) for m in after])
+        # the figures of the reply switched to, or of the last reply of the path shown
+        message = next((m for m in reversed([message, *after]) if m.role == "assistant"), message)
         if (message.role != "assistant" or message.status != "done" or self.gauge.live
                 or message.conversation_id != self.controller.current_conversation):
             return  # a version being written, or not the open conversation's reply

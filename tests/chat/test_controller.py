@@ -165,7 +165,7 @@ def test_a_reply_that_fails_before_any_text_leaves_no_empty_message(rig: Rig, tm
     assert rig.c.last_reply_id is None
 
 
-def test_regenerate_and_edit_replace_what_follows(rig: Rig) -> None:
+def test_regenerate_and_edit_keep_what_they_replace(rig: Rig) -> None:
     rig.script.replies = ["first answer", "second answer", "third answer"]
     rig.c.send_message("question")
     rig.reply_done()
@@ -178,6 +178,46 @@ def test_regenerate_and_edit_replace_what_follows(rig: Rig) -> None:
     rig.reply_done()
     assert [m[1] for m in rig.stored()] == ["better question", "third answer"]
     assert rig.c.editing_message_id is None
+    assert [v.content for v in rig.store.versions(user_id)] == ["question", "better question"]
+
+
+def test_an_earlier_edit_or_regeneration_keeps_the_later_turns_and_switching_brings_them_back(
+        rig: Rig) -> None:
+    rig.script.replies = ["a1", "a2", "a1 again", "b1"]
+    for q in ("q1", "q2"):
+        rig.c.send_message(q)
+        rig.reply_done()
+    q1, r1, q2, r2 = [m.id for m in rig.store.messages(rig.c.current_conversation)]  # type: ignore[arg-type]
+    rig.view.calls.clear()
+    assert rig.c.regenerate(r1)  # an earlier reply: the turn after it is kept with "a1"
+    name, (shown, after) = rig.view.calls[0]
+    assert (name, shown.id, shown.status, after) == ("version_shown", r1, "streaming", [])
+    rig.reply_done()
+    assert [m[1] for m in rig.stored()] == ["q1", "a1 again"]
+    assert rig.c.last_reply_id == r1
+
+    assert rig.c.show_version(r1, 1)  # back: "a1" and the turn that followed it
+    assert [m[1] for m in rig.stored()] == ["q1", "a1", "q2", "a2"]
+    name, (shown, after) = rig.view.calls[-1]
+    assert name == "version_shown" and shown.content == "a1"
+    assert [m.content for m in after] == ["q2", "a2"]
+    assert rig.c.last_reply_id == after[-1].id  # the controller follows the path shown
+
+    assert rig.c.begin_edit(q1) == "q1"
+    assert not rig.c.show_version(r1, 2)  # not while a message is edited
+    rig.view.calls.clear()
+    assert rig.c.send_message("Q1")
+    assert rig.view.names()[0] == "message_edited"
+    assert rig.view.calls[0][1][0].content == "Q1"
+    # the edited message and its new reply: what followed "q1" is kept with it, apart
+    assert [(m[0], m[2]) for m in rig.stored()] == [("user", "done"), ("assistant", "streaming")]
+    rig.reply_done()
+    assert [m[1] for m in rig.stored()] == ["Q1", "b1"]
+    assert rig.c.show_version(q1, 1)
+    assert [m[1] for m in rig.stored()] == ["q1", "a1", "q2", "a2"]
+    # the kept reply came back with its own versions (under a new id: kept rows are new)
+    reply = rig.store.messages(rig.c.current_conversation)[1]  # type: ignore[arg-type]
+    assert [v.content for v in rig.store.versions(reply.id)] == ["a1", "a1 again"]
 
 
 def test_a_locked_history_never_leaves_the_controller_stuck(rig: Rig, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -578,7 +618,7 @@ def test_regenerate_keeps_versions_and_a_failed_one_gives_the_earlier_back(
         rig.reply_done()
         m = rig.store.message(reply_id)
         assert (m.content, m.status, m.version, m.versions) == ("second answer", "done", 2, 2)
-        assert rig.view.calls[-3][0] == "message_changed"  # the window shows it again
+        assert rig.view.calls[-3][0] == "version_shown"  # the window shows it again
         assert rig.view.errors[-1].message == "The conversation does not fit."
 
     user_id = rig.store.messages(rig.c.current_conversation)[0].id  # type: ignore[arg-type]

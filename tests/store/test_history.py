@@ -148,18 +148,19 @@ def test_statistics_stored_under_old_names_read_back_in_todays(tandem_home: Path
     assert current_stats({"verified": 3, "drafted": 9})["verified"] == 3
 
 
-def test_delete_from_truncates_the_conversation(store: HistoryStore) -> None:
+def test_delete_reply_deletes_that_reply_only(store: HistoryStore) -> None:
     c = store.create_conversation()
     other = store.create_conversation()
-    ids = []
-    for i in range(3):
-        ids.append(store.add_user_message(c.id, f"q{i}").id)
-        r = store.begin_reply(c.id)
-        store.finish_reply(r.id, f"a{i}", "stop")
+    q = store.add_user_message(c.id, "q")
+    r = store.begin_reply(c.id)
     kept = store.add_user_message(other.id, "elsewhere")
-    assert store.delete_from(ids[1]) == 4
-    assert [m.content for m in store.messages(c.id)] == ["q0", "a0"]
+    store.delete_reply(r.id)
+    assert [m.content for m in store.messages(c.id)] == ["q"]
     assert store.message(kept.id).content == "elsewhere"
+    with pytest.raises(ValueError, match="not a reply"):
+        store.delete_reply(q.id)
+    with pytest.raises(KeyError):
+        store.delete_reply(r.id)
 
 
 def test_reopen_keeps_everything_and_marks_interrupted(tandem_home: Path) -> None:

@@ -38,17 +38,29 @@ def test_search_finds_a_reply_version_that_is_not_shown(store: HistoryStore) -> 
     assert [c.id for c in store.list_conversations("pangolin")] == [cid]
 
 
+def test_search_finds_the_messages_kept_with_a_version_not_shown(store: HistoryStore) -> None:
+    cid = store.create_conversation().id
+    first = store.add_user_message(cid, "tell me about animals")
+    _reply(store, cid, 'the "okapi" lives in\nthe Ituri forest — naïve giraffe')
+    store.edit_message(first.id, "tell me about plants")  # the reply leaves with version 1
+    assert [m.content for m in store.messages(cid)] == ["tell me about plants"]
+    for needle in ("Ituri", '"okapi"', "in\nthe", "naïve", "ANIMALS"):
+        assert [c.id for c in store.list_conversations(needle)] == [cid], needle
+    assert store.list_conversations("baobab") == []
+
+
 def test_editing_the_first_message_renames_a_conversation_named_after_it(
         store: HistoryStore) -> None:
     cid = store.create_conversation().id
     first = store.add_user_message(cid, "What do  foxes\neat?")
     assert store.conversation(cid).title == "What do foxes eat?"
     _reply(store, cid, "mice")
-    # the edit: the message and everything after it go, the new text is sent
-    store.delete_from(first.id)
-    assert store.conversation(cid).title == DEFAULT_TITLE
-    store.add_user_message(cid, "What do owls eat?")
+    store.edit_message(first.id, "What do owls eat?")
     assert store.conversation(cid).title == "What do owls eat?"
+    store.show_version(first.id, 1)  # the first text again: its title too
+    assert store.conversation(cid).title == "What do foxes eat?"
+    store.edit_message(first.id, "   ")  # a blank text gives the default title back
+    assert store.conversation(cid).title == DEFAULT_TITLE
 
 
 def test_a_long_first_message_edited_follows_too(store: HistoryStore) -> None:
@@ -57,8 +69,7 @@ def test_a_long_first_message_edited_follows_too(store: HistoryStore) -> None:
     first = store.add_user_message(cid, text)
     assert store.conversation(cid).title == automatic_title(text)
     assert len(automatic_title(text)) == 60 and automatic_title(text).endswith("…")
-    store.delete_from(first.id)
-    store.add_user_message(cid, "short now")
+    store.edit_message(first.id, "short now")
     assert store.conversation(cid).title == "short now"
 
 
@@ -67,8 +78,9 @@ def test_a_title_given_by_hand_stays_when_the_first_message_is_edited(
     cid = store.create_conversation().id
     first = store.add_user_message(cid, "What do foxes eat?")
     store.rename_conversation(cid, "Fox diet")
-    store.delete_from(first.id)
-    store.add_user_message(cid, "What do owls eat?")
+    store.edit_message(first.id, "What do owls eat?")
+    assert store.conversation(cid).title == "Fox diet"
+    store.show_version(first.id, 1)
     assert store.conversation(cid).title == "Fox diet"
 
 
@@ -78,10 +90,9 @@ def test_editing_a_later_message_keeps_the_title(store: HistoryStore) -> None:
     _reply(store, cid, "hi")
     # a later message with the same text as the title: still not the first one
     later = store.add_user_message(cid, "hello")
-    store.delete_from(later.id)
-    store.add_user_message(cid, "bye")
+    store.edit_message(later.id, "bye")
     assert store.conversation(cid).title == "hello"
     # removing a reply (a failed one) leaves the title alone
     failed = store.begin_reply(cid).id
-    store.delete_from(failed)
+    store.delete_reply(failed)
     assert store.conversation(cid).title == "hello"

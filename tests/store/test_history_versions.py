@@ -1,6 +1,8 @@
-"""Reply versions in the history: regenerating keeps the earlier reply, any version can be
-shown (the conversation reads the shown one), a failed regeneration gives the earlier one
-back, and a version-1 database is migrated forward without losing anything."""
+"""Versions in the history: regenerating keeps the earlier reply and editing the earlier
+text, each with the messages that followed it; any version can be shown with what
+followed it (the conversation reads the shown path), a failed regeneration gives the
+earlier one back, and version-1 and version-2 databases are migrated forward without
+losing anything."""
 
 from __future__ import annotations
 
@@ -85,14 +87,122 @@ def test_a_failed_regeneration_shows_the_earlier_version_again(store: HistorySto
         store.message(lone)
 
 
-def test_deleting_from_a_reply_deletes_its_versions(store: HistoryStore) -> None:
+def test_deleting_a_reply_deletes_its_versions(store: HistoryStore) -> None:
     cid = store.create_conversation().id
     store.add_user_message(cid, "q")
     mid = _reply(store, cid, "a", "off")
     store.begin_reply_version(mid)
     store.finish_reply(mid, "b", "stop")
-    store.delete_from(mid)
+    store.delete_reply(mid)
     assert store._conn.execute("SELECT COUNT(*) FROM reply_versions").fetchone()[0] == 0
+
+
+def _texts(store: HistoryStore, cid: int) -> list[str]:
+    return [m.content for m in store.messages(cid)]
+
+
+def _chat(store: HistoryStore, cid: int, *turns: str) -> list[int]:
+    """Each turn a question and its reply ``re: <question>``; the ids in order."""
+    ids = []
+    for q in turns:
+        ids.append(store.add_user_message(cid, q).id)
+        ids.append(_reply(store, cid, f"re: {q}", "off"))
+    return ids
+
+
+def test_an_edit_keeps_the_earlier_text_with_the_messages_that_followed_it(
+        store: HistoryStore) -> None:
+    cid = store.create_conversation().id
+    q1, _, q2, _, _, _ = _chat(store, cid, "one", "two", "three")
+    edited = store.edit_message(q2, "TWO")
+    assert (edited.id, edited.content, edited.version, edited.versions) == (q2, "TWO", 2, 2)
+    assert _texts(store, cid) == ["one", "re: one", "TWO"]
+    _reply(store, cid, "re: TWO", "off")
+    back = store.show_version(q2, 1)
+    assert (back.content, back.version, back.versions) == ("two", 1, 2)
+    assert _texts(store, cid) == ["one", "re: one", "two", "re: two", "three", "re: three"]
+    assert [v.content for v in store.versions(q2)] == ["two", "TWO"]
+    store.show_version(q2, 2)
+    assert _texts(store, cid) == ["one", "re: one", "TWO", "re: TWO"]
+    assert [m.id for m in store.messages(cid)][:2] == [q1, q1 + 1]  # before it: untouched
+    with pytest.raises(ValueError, match="not a user message"):
+        store.edit_message(q1 + 1, "a reply")
+
+
+def test_regenerating_an_earlier_reply_keeps_the_later_messages_with_its_old_version(
+        store: HistoryStore) -> None:
+    cid = store.create_conversation().id
+    _, r1, _, _ = _chat(store, cid, "one", "two")
+    store.begin_reply_version(r1)
+    assert _texts(store, cid) == ["one", ""]
+    store.finish_reply(r1, "re: one, again", "stop")
+    store.add_user_message(cid, "after the new one")
+    store.show_version(r1, 1)
+    assert _texts(store, cid) == ["one", "re: one", "two", "re: two"]
+    store.show_version(r1, 2)
+    assert _texts(store, cid) == ["one", "re: one, again", "after the new one"]
+
+
+def test_versions_nested_in_kept_messages_survive_every_switch(store: HistoryStore) -> None:
+    cid = store.create_conversation().id
+    q1, _, q2, r2 = _chat(store, cid, "one", "two")
+    store.begin_reply_version(r2)  # "two" gets a second reply, and that one a follow-up
+    store.finish_reply(r2, "re: two (2)", "stop", {"mode": "suffix"}, draft_spans=[(0, 3)],
+                       seed=7)
+    _chat(store, cid, "deep")
+    store.edit_message(q1, "ONE")  # all of it leaves with "one"
+    assert _texts(store, cid) == ["ONE"]
+    for _ in range(2):  # back and forth: nothing is lost or duplicated
+        store.show_version(q1, 1)
+        assert _texts(store, cid) == ["one", "re: one", "two", "re: two (2)", "deep", "re: deep"]
+        store.show_version(q1, 2)
+        assert _texts(store, cid) == ["ONE"]
+    store.show_version(q1, 1)
+    r2_now = store.messages(cid)[3]
+    assert (r2_now.version, r2_now.versions, r2_now.stats, r2_now.draft_spans, r2_now.seed) == (
+        2, 2, {"mode": "suffix"}, ((0, 3),), 7)
+    store.show_version(r2_now.id, 1)  # the nested version, with its own (empty) tail
+    assert _texts(store, cid) == ["one", "re: one", "two", "re: two"]
+    store.show_version(r2_now.id, 2)
+    assert _texts(store, cid)[-2:] == ["deep", "re: deep"]
+    rows = store._conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+    assert rows == 6  # the shown path only: the rest lives with its versions
+
+
+def test_a_failed_regeneration_of_an_earlier_reply_gives_its_later_messages_back(
+        store: HistoryStore) -> None:
+    cid = store.create_conversation().id
+    _, r1, _, _ = _chat(store, cid, "one", "two")
+    store.begin_reply_version(r1)
+    back = store.discard_reply_version(r1)
+    assert back is not None and back.versions == 1
+    assert _texts(store, cid) == ["one", "re: one", "two", "re: two"]
+
+
+def test_a_switch_that_cannot_be_made_changes_nothing(store: HistoryStore) -> None:
+    cid = store.create_conversation().id
+    q1, _, _, r2 = _chat(store, cid, "one", "two")
+    store.edit_message(q1, "ONE")
+    _reply(store, cid, "re: ONE", "off")
+    # a reply after the shown version still streams (another window writes it)
+    streaming = store.begin_reply(cid)
+    with pytest.raises(ValueError, match="still being written"):
+        store.show_version(q1, 1)
+    with pytest.raises(ValueError, match="still being written"):
+        store.edit_message(q1, "uno")
+    store.finish_reply(streaming.id, "late", "stop")
+    before = _texts(store, cid)
+    # the kept messages were damaged by hand: the switch is refused, nothing changes
+    store._conn.execute("UPDATE reply_versions SET tail_json = '[{\"role\": 5}]'")
+    with pytest.raises(ValueError, match="damaged"):
+        store.show_version(q1, 1)
+    store._conn.execute("UPDATE reply_versions SET tail_json = "
+                        "'[{\"role\": \"user\", \"content\": \"x\"}]'")
+    with pytest.raises(ValueError, match="damaged"):  # no created_at: refused at the insert
+        store.show_version(q1, 1)
+    assert _texts(store, cid) == before and store.message(q1).content == "ONE"
+    assert store.versions(q1)[0].content == "one"
+    assert r2 not in [m.id for m in store.messages(cid)]
 
 
 def test_a_version_1_database_is_migrated_forward(tmp_path: Path) -> None:
@@ -107,8 +217,31 @@ def test_a_version_1_database_is_migrated_forward(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     with HistoryStore.open(path) as s:
-        assert s._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert s._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         assert [m.content for m in s.messages(cid)] == ["old question", "old answer"]
         s.begin_reply_version(mid)
         s.finish_reply(mid, "new answer", "stop")
         assert [v.content for v in s.versions(mid)] == ["old answer", "new answer"]
+
+
+def test_a_version_2_database_gains_kept_messages_and_keeps_its_versions(
+        tmp_path: Path) -> None:
+    path = tmp_path / "history.sqlite3"
+    with HistoryStore.open(path) as s:
+        cid = s.create_conversation().id
+        q = s.add_user_message(cid, "old question").id
+        mid = _reply(s, cid, "old answer", "off")
+        s.begin_reply_version(mid)
+        s.finish_reply(mid, "newer answer", "stop")
+    conn = sqlite3.connect(path)  # what a version-2 Tandem left: versions without tails
+    conn.execute("ALTER TABLE reply_versions DROP COLUMN tail_json")
+    conn.execute("PRAGMA user_version=2")
+    conn.commit()
+    conn.close()
+    with HistoryStore.open(path) as s:
+        assert s._conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert [v.content for v in s.versions(mid)] == ["old answer", "newer answer"]
+        assert s.show_version(mid, 1).content == "old answer"
+        s.edit_message(q, "new question")
+        assert s.show_version(q, 1).content == "old question"
+        assert [m.content for m in s.messages(cid)] == ["old question", "old answer"]

@@ -1,8 +1,8 @@
 """The window with the tiny synthetic model: a conversation too long for the context
 window (Regenerate stays available, the error does not outlive a later success, the
 gauge does not stay "live", the overflow policy drops earlier messages and says so),
-reply versions (‹ 1/2 ›, the conversation continues from the shown one) and Auto's
-explanation in the gauge and the reply footer."""
+reply and message versions (‹ 1/2 ›, the conversation continues from the shown one,
+an edit keeps the turns after it) and Auto's explanation in the gauge and the reply footer."""
 
 from __future__ import annotations
 
@@ -119,6 +119,38 @@ def test_regenerate_keeps_versions_and_the_conversation_follows_the_shown_one(  
         w.close()
 
 
+def test_an_edit_keeps_the_later_turns_and_the_messages_arrows_bring_them_back(  # type: ignore[no-untyped-def]
+        qtbot, tiny_target: Path) -> None:
+    w = loaded_window(qtbot, _settings(tiny_target, ContextOverflow.TRUNCATE_MIDDLE))
+    try:
+        _send(qtbot, w, "First question")
+        _send(qtbot, w, "Second question")
+        before = [m.text for m in w.chat.messages]
+        first = w.chat.messages[0]
+        w.edit_message(first.message_id)
+        older = w.chat.messages[1]._older
+        assert not first._older.isVisible() and not older.isEnabled()  # nothing to switch
+        w.input.setPlainText("Another first question")
+        assert w.send_message()
+        wait_reply(qtbot, w)
+        shown = w.chat.messages
+        assert [m.text for m in shown][0] == "Another first question" and len(shown) == 2
+        assert shown[0] is first and first.version == (2, 2) and first.version_label.isVisible()
+        assert "version of this message" in first._older.toolTip()
+        assert w.input.toPlainText() == "" and not w.composer.edit_banner.isVisibleTo(w)
+
+        first._older.click()  # ‹ on the user message: the first text and all that followed
+        assert [m.text for m in w.chat.messages] == before
+        assert first.version == (1, 2) and first._newer.isEnabled()
+        assert [m.content for m in w.controller.prompt_messages()][-1] == before[-1]
+        first._newer.click()
+        assert [m.text for m in w.chat.messages][0] == "Another first question"
+        assert len(w.chat.messages) == 2
+        assert len(w.controller.conversations()) == 1  # one conversation, not a copy
+    finally:
+        w.close()
+
+
 def test_auto_explains_its_choice_in_the_gauge_and_the_footer(  # type: ignore[no-untyped-def]
         qtbot, tiny_target: Path) -> None:
     w = loaded_window(qtbot, _settings(tiny_target, ContextOverflow.TRUNCATE_MIDDLE,
@@ -182,7 +214,7 @@ def test_a_version_shows_its_own_model_and_figures_or_none(  # type: ignore[no-u
         store.add_user_message(other.id, "hello")
         w.open_conversation(other.id)
         assert w.gauge.mode_label.text() == "No reply yet"
-        w.message_changed(store.message(reply_id))  # version 1 of the first conversation
+        w.version_shown(store.message(reply_id), [])  # version 1 of the first conversation
         assert w.gauge.mode_label.text() == "No reply yet"
         assert w.gauge.tps_label.text() == MISSING
     finally:

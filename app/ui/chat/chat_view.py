@@ -231,7 +231,7 @@ class MessageWidget(QFrame):
     regenerate_clicked = Signal(int)
     """Regenerate on a reply was clicked (message id)."""
     version_requested = Signal(int, int)
-    """‹ or › of a reply with versions was clicked (message id, version number wanted)."""
+    """‹ or › of a message with versions was clicked (message id, version number wanted)."""
 
     def __init__(self, view: MessageView, tint: bool, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -257,14 +257,18 @@ class MessageWidget(QFrame):
         self._streaming.hide()
         header.addWidget(self._streaming)
         header.addStretch(1)
-        self._older = self._tool_button("‹", "Show the previous version of this reply")
+        what = "message" if view.role == "user" else "reply"
+        self._older = self._tool_button(
+            "‹", f"Show the previous version of this {what} and what followed it")
         self._older.clicked.connect(self._on_older_clicked)
         self.version_label = Label()
         self.version_label.setObjectName("versionLabel")
         self.version_label.setToolTip(
-            "Versions of this reply (Regenerate adds one); the conversation continues "
-            "from the one shown")
-        self._newer = self._tool_button("›", "Show the next version of this reply")
+            f"Versions of this {what} ({'Edit' if view.role == 'user' else 'Regenerate'} "
+            "adds one); each keeps the messages that followed it, and the conversation "
+            "continues from the one shown")
+        self._newer = self._tool_button(
+            "›", f"Show the next version of this {what} and what followed it")
         self._newer.clicked.connect(self._on_newer_clicked)
         for w in (self._older, self.version_label, self._newer):
             header.addWidget(w)
@@ -372,11 +376,13 @@ class MessageWidget(QFrame):
         self._regen.setVisible(visible and self.role == "assistant")
 
     def set_edit_enabled(self, enabled: bool, regenerate: bool | None = None) -> None:
-        """Edit, Regenerate (``regenerate``, default ``enabled``) and ‹ ›."""
+        """Edit, and Regenerate and ‹ › (``regenerate``, default ``enabled``: while a
+        message is edited, the messages it would replace stay where they are)."""
+        switch = enabled if regenerate is None else regenerate
         self._edit.setEnabled(enabled)
-        self._regen.setEnabled(enabled if regenerate is None else regenerate)
-        self._older.setEnabled(enabled and self._version > 1)
-        self._newer.setEnabled(enabled and self._version < self._versions)
+        self._regen.setEnabled(switch)
+        self._older.setEnabled(switch and self._version > 1)
+        self._newer.setEnabled(switch and self._version < self._versions)
 
     def _render(self) -> None:
         if self.role == "user":
@@ -600,6 +606,19 @@ class ChatViewWidget(QScrollArea):
             w.set_content(view.content, view.draft_spans)
             w.set_footer(view.footer)
             w.set_version(view.version, view.versions)
+
+    def replace_after(self, view: MessageView, after: Sequence[MessageView]) -> None:
+        """Another version of a message is shown: it changes in place and the messages
+        after it are ``after``. The view keeps its scroll position, as
+        :meth:`update_message`."""
+        ids = [v.message_id for v in self._earlier] + [w.message_id for w in self._messages]
+        if view.message_id in ids[:-1]:
+            self.remove_from(ids[ids.index(view.message_id) + 1])
+        self.update_message(view)
+        for v in after:
+            self.add_message(v).set_edit_enabled(not self._busy[0],
+                                                 regenerate=not any(self._busy))
+        self._stick = False
 
     def set_footer(self, message_id: int, text: str) -> None:
         """Set a message's footer (a streaming reply says what was dropped to fit)."""

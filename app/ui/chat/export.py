@@ -1,4 +1,4 @@
-"""A conversation written out as Markdown or JSON, every version of every reply included.
+"""A conversation written out as Markdown or JSON, every version of every message included.
 
 Qt-free (the window's "Export…" calls it; tests call it directly). The Markdown is for
 reading: each reply shows the version the conversation continued from, with its
@@ -6,8 +6,10 @@ drafter and speed, and the other versions follow it in ``<details>`` blocks, so 
 and speculative versions can be compared in any Markdown viewer. The JSON is for
 programs: :data:`EXPORT_SCHEMA_VERSION`, the conversation, and per message its text,
 finish reason, statistics (``SpecStats.to_dict()`` with ``auto`` and ``context`` when
-recorded) and, for a reply with versions, ``versions``: every version in the order they
-were generated, the shown one marked.
+recorded) and, for a message with versions (a regenerated reply, an edited user
+message), ``versions``: every version in the order they were written, the shown one
+marked. Both write the conversation's shown path: the messages that followed a version
+not shown are not written.
 """
 
 from __future__ import annotations
@@ -102,7 +104,10 @@ def conversation_markdown(store: HistoryStore, conversation_id: int) -> str:
         if m.role == "assistant":
             out += _reply_markdown(m, store.versions(m.id) if m.versions > 1 else [])
         else:
-            out += ["## You" if m.role == "user" else f"## {m.role}", "", m.content, ""]
+            head = "## You" if m.role == "user" else f"## {m.role}"
+            if m.versions > 1:  # an edited message: the text the conversation went on from
+                head += f" (version {m.version} of {m.versions})"
+            out += [head, "", m.content, ""]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -80,7 +80,9 @@ class ComposerWidget(QWidget):
         self.edit_banner.setObjectName("editBanner")
         eb = QHBoxLayout(self.edit_banner)
         eb.setContentsMargins(12, 4, 12, 4)
-        eb.addWidget(Label("Editing a message: Send replaces it and every message after it."), 1)
+        eb.addWidget(Label(
+            "Editing a message: Send starts a new version of it. The current one stays, "
+            "with the messages after it: switch back with ‹ ›."), 1)
         cancel_edit = QPushButton("Cancel edit")
         cancel_edit.clicked.connect(self.cancel_edit_clicked)
         eb.addWidget(cancel_edit)
