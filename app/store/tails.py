@@ -21,6 +21,8 @@ import json
 import sqlite3
 from typing import Any
 
+from app.formatting import loads_json
+
 #: a message's own values, the same columns in ``messages`` and ``reply_versions``
 VERSION_COLUMNS = ("content", "finish_reason", "stats_json", "draft_spans", "note", "seed",
                    "model", "created_at", "updated_at")
@@ -30,8 +32,17 @@ _ROLES = frozenset({"user", "assistant"})
 
 def dumps(tail: list[dict[str, Any]]) -> str | None:
     """``tail`` as stored in ``tail_json`` (None for no messages). Text stays unescaped
-    (``ensure_ascii=False``) so that a search for a word finds it in the JSON too."""
-    return json.dumps(tail, ensure_ascii=False) if tail else None
+    (``ensure_ascii=False``) so that a search for a word finds it in the JSON too.
+
+    Raises:
+        ValueError: versions nested too deep to write (hundreds of levels of edits
+            inside kept messages); the caller's transaction then changes nothing.
+    """
+    try:
+        return json.dumps(tail, ensure_ascii=False) if tail else None
+    except RecursionError:
+        raise ValueError("the versions after this message are nested too deep to keep "
+                         "another level") from None
 
 
 def loads(text: str | None) -> list[dict[str, Any]]:
@@ -40,8 +51,8 @@ def loads(text: str | None) -> list[dict[str, Any]]:
     if text is None:
         return []
     try:
-        tail = json.loads(text)
-    except ValueError as exc:
+        tail = loads_json(text)
+    except ValueError as exc:  # not JSON, or nested too deep to read
         raise ValueError(f"the messages kept with that version are damaged ({exc})") from None
     if not isinstance(tail, list) or not all(
             isinstance(m, dict) and m.get("role") in _ROLES and isinstance(m.get("content"), str)

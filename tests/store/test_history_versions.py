@@ -245,3 +245,14 @@ def test_a_version_2_database_gains_kept_messages_and_keeps_its_versions(
         s.edit_message(q, "new question")
         assert s.show_version(q, 1).content == "old question"
         assert [m.content for m in s.messages(cid)] == ["old question", "old answer"]
+
+
+def test_kept_messages_nested_too_deep_are_refused_not_a_traceback(store: HistoryStore) -> None:
+    cid = store.create_conversation().id
+    q1, _ = _chat(store, cid, "one")
+    store.edit_message(q1, "ONE")
+    deep = "[" * 100_000 + "]" * 100_000  # what a hand-edited file could hold
+    store._conn.execute("UPDATE reply_versions SET tail_json = ?", (deep,))
+    with pytest.raises(ValueError, match="damaged"):
+        store.show_version(q1, 1)
+    assert _texts(store, cid) == ["ONE"]
