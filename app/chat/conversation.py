@@ -347,7 +347,7 @@ class ChatController:
         """Regenerate has something to do: the conversation ends with a reply (a new
         version of it), or with a user message whose reply failed (a context overflow,
         an engine error): the reply is asked for again. Not while a message is being
-        edited: Send then replaces it and the reply."""
+        edited: Send then gives it a new version and a new reply."""
         return bool(self._roles) and self.reply is None and self.model_info is not None \
             and not self.loading and not self._race_busy and self.editing_message_id is None
 
@@ -939,7 +939,13 @@ class ChatController:
                 message = self.store.edit_message(self.editing_message_id, text)
             else:
                 message = self.store.add_user_message(self.current_conversation, text)
-        except (sqlite3.Error, KeyError, ValueError) as exc:
+        except (KeyError, ValueError) as exc:  # gone, or a reply after it streams
+            why = str(exc) if isinstance(exc, ValueError) else "it was deleted (another window)"
+            self.report(UserError("Not sent", f"The message could not be edited: {why}. "
+                                  "Your text stays in the box.", level="warning",
+                                  origin="reply"))
+            return False
+        except sqlite3.Error as exc:
             self._history_failed(exc)
             return False
         if self.editing_message_id is not None:
@@ -993,7 +999,11 @@ class ChatController:
             stored = self.store.show_version(message_id, number)
         except KeyError:
             return False
-        except (ValueError, sqlite3.Error) as exc:
+        except ValueError as exc:  # a reply after it streams (another window), damaged
+            self.report(UserError("Version not shown", f"That version was not shown: {exc}.",
+                                  level="warning", origin="history"))
+            return False
+        except sqlite3.Error as exc:
             self._history_failed(exc)
             return False
         self._show_branch(stored)
@@ -1042,6 +1052,18 @@ class ChatController:
         if self.reply is not None:
             self.reply.job.cancel()
 
+    def _take_back(self, message_id: int, *, regenerated: bool) -> None:
+        """A reply begun in the history was not asked for: a new one is deleted, a new
+        version gives the earlier one back with the messages that followed it."""
+        assert self.store is not None
+        try:
+            if regenerated:
+                self._show_branch(self.store.discard_reply_version(message_id))
+            else:
+                self.store.delete_reply(message_id)
+        except (KeyError, ValueError, sqlite3.Error):  # the error already shown is the one
+            log.warning("the reply that was not asked for stays in the history", exc_info=True)
+
     def _start_reply(self, version_of: int | None = None) -> bool:
         """Ask for a reply to the open conversation: a new message, or with
         ``version_of`` a new version of that stored reply (its row streams again)."""
@@ -1055,26 +1077,23 @@ class ChatController:
             # observations leave it out
             stored = (self.store.begin_reply_version(version_of, model=model)
                       if version_of is not None else self.store.begin_reply(cid, model=model))
-            if version_of is not None:
-                self._forget_after(version_of)  # kept with the version it replaces
-            messages = self.prompt_messages(cid)
-            observations = (self.auto_observations(cid)
-                            if speculation.mode is SpecMode.AUTO else [])
         except (sqlite3.Error, KeyError, ValueError) as exc:
             self._history_failed(exc)
             return False
+        if version_of is not None:
+            self._forget_after(version_of)  # kept with the version it replaces
         try:
+            messages = self.prompt_messages(cid)
+            observations = (self.auto_observations(cid)
+                            if speculation.mode is SpecMode.AUTO else [])
             job = self.service.reply(messages, self.settings.sampling, speculation,
                                      origin=self.origin, observations=observations)
-        except TandemError as exc:  # the queue is full (API traffic) or shutting down
-            self.report(UserError("Not now", str(exc), level="warning", origin="reply"))
-            try:
-                if version_of is not None:
-                    self._show_branch(self.store.discard_reply_version(stored.id))
-                else:
-                    self.store.delete_reply(stored.id)
-            except (KeyError, ValueError, sqlite3.Error) as failed:
-                self._history_failed(failed)
+        except (TandemError, sqlite3.Error, KeyError, ValueError) as exc:
+            if isinstance(exc, TandemError):  # the queue is full (API traffic), shutting down
+                self.report(UserError("Not now", str(exc), level="warning", origin="reply"))
+            else:
+                self._history_failed(exc)
+            self._take_back(stored.id, regenerated=version_of is not None)
             return False
         self.reply = ActiveReply(job, cid, stored.id, speculation, ReplyBuffer(clock=self.clock),
                                  ahead=self.service.ahead_of(job),
@@ -1165,7 +1184,9 @@ class ChatController:
             stats["auto"] = fin.auto.to_dict()
         if fin.context is not None:
             stats["context"] = fin.context.to_dict()  # what the reply did not see
-        if self.store is not None and reply.conversation_id >= 0:
+        # a regeneration stopped before any text gives the earlier version back
+        take_back = reply.regenerated and fin.reason == "cancelled" and not fin.text
+        if self.store is not None and reply.conversation_id >= 0 and not take_back:
             try:
                 stored = self.store.finish_reply(reply.message_id, fin.text, fin.reason,
                                                  stats, draft_spans=spans,
@@ -1182,6 +1203,8 @@ class ChatController:
         self._follow_remote_drafter(fin.stats.extra.get("remote"))
         self.view.clear_errors("reply")  # an earlier reply's error no longer applies
         self.view.reply_finished(reply, fin, stored)
+        if take_back and self.store is not None and reply.conversation_id >= 0:
+            self._take_back(reply.message_id, regenerated=True)
         self.view.conversations_changed()
         self.view.state_changed()
 

@@ -119,7 +119,8 @@ _TAIL_COLUMN = "tail_json"
 
 _VERSION_COLUMNS = tails.VERSION_COLUMNS
 
-#: a message row with its version number and count (1 and 1 for a reply never regenerated)
+#: a message row with its version number and count (1 and 1 for a message never
+#: regenerated or edited)
 _MESSAGE_SELECT = (
     "SELECT m.*,"
     " (SELECT COUNT(*) FROM reply_versions v WHERE v.message_id = m.id) AS other_versions,"
@@ -588,19 +589,20 @@ class HistoryStore:
             ).fetchall()
         else:
             pattern = f"%{_escape_like(needle)}%"
-            # the text as it reads inside a kept tail's JSON (quotes, newlines escaped)
-            in_json = f"%{_escape_like(json.dumps(needle, ensure_ascii=False)[1:-1])}%"
-            # versions not shown and the messages kept with them count too (the user
-            # saw them)
+            # versions not shown and the texts of the messages kept with them count too
+            # (the user saw them); a kept tail's JSON is read by SQLite's json_tree, its
+            # "content" values only (a damaged one, json_valid false, as none)
             rows = self._conn.execute(
                 "SELECT * FROM conversations c WHERE c.title LIKE ?1 ESCAPE '\\' OR EXISTS ("
                 " SELECT 1 FROM messages m WHERE m.conversation_id = c.id"
                 " AND m.content LIKE ?1 ESCAPE '\\') OR EXISTS ("
                 " SELECT 1 FROM reply_versions v JOIN messages m ON m.id = v.message_id"
                 " WHERE m.conversation_id = c.id AND (v.content LIKE ?1 ESCAPE '\\'"
-                f" OR v.{_TAIL_COLUMN} LIKE ?2 ESCAPE '\\'))"
+                " OR EXISTS (SELECT 1 FROM json_tree(CASE WHEN json_valid(v.tail_json)"
+                " THEN v.tail_json ELSE '[]' END) t"
+                " WHERE t.key = 'content' AND t.value LIKE ?1 ESCAPE '\\')))"
                 " ORDER BY updated_at DESC, id DESC",
-                (pattern, in_json),
+                (pattern,),
             ).fetchall()
         return [self._conversation(r) for r in rows]
 
@@ -653,7 +655,7 @@ class HistoryStore:
         rows = self._conn.execute(
             "SELECT content FROM messages WHERE role = 'assistant' AND status = 'done' "
             "AND content != '' AND (finish_reason IS NULL OR finish_reason != 'error') "
-            "ORDER BY id DESC LIMIT ?", (limit,)
+            "ORDER BY created_at DESC, id DESC LIMIT ?", (limit,)
         ).fetchall()
         return [r[0] for r in reversed(rows)]
 
@@ -776,15 +778,14 @@ class HistoryStore:
             KeyError: no such message.
             ValueError: it is not a finished reply, or a reply after it is streaming.
         """
-        msg = self.message(message_id)
-        if msg.role != "assistant" or msg.status != "done":
-            raise ValueError(f"message {message_id} is not a finished reply")
-        now = time.time()
         if model is not None:
             model = valid_text(model)
         owner = self._owner_token()
         with self._tx() as c:
-            self._keep_shown_version(c, msg)
+            msg = self.message(message_id)
+            if msg.role != "assistant" or msg.status != "done":
+                raise ValueError(f"message {message_id} is not a finished reply")
+            now = self._keep_shown_version(c, msg)
             c.execute("UPDATE messages SET content = '', status = 'streaming', finish_reason ="
                       " NULL, stats_json = NULL, draft_spans = NULL, note = NULL, seed = NULL,"
                       " model = ?, created_at = ?, updated_at = ? WHERE id = ?",
@@ -804,27 +805,35 @@ class HistoryStore:
             KeyError: no such message.
             ValueError: it is not a user message, or a reply after it is streaming.
         """
-        msg = self.message(message_id)
-        if msg.role != "user":
-            raise ValueError(f"message {message_id} is not a user message")
-        now = time.time()
         with self._tx() as c:
-            self._keep_shown_version(c, msg)
+            msg = self.message(message_id)
+            if msg.role != "user":
+                raise ValueError(f"message {message_id} is not a user message")
+            now = self._keep_shown_version(c, msg)
             c.execute("UPDATE messages SET content = ?, created_at = ?, updated_at = ?"
                       " WHERE id = ?", (content, now, now, message_id))
             self._retitle(c, msg, content)
             self._touch(c, msg.conversation_id, now)
         return self.message(message_id)
 
-    def _keep_shown_version(self, c: sqlite3.Connection, msg: StoredMessage) -> None:
+    def _keep_shown_version(self, c: sqlite3.Connection, msg: StoredMessage) -> float:
         """Copy ``msg``'s shown version into ``reply_versions`` with the messages after
-        it, which leave the conversation."""
+        it, which leave the conversation. Returns the time to give the next version:
+        now, or just after the newest version when the clock reads earlier (a coarse
+        or stepped clock), since versions are numbered by when they were written."""
         tail = tails.read_tail(c, msg.conversation_id, msg.id)
         cols = ", ".join(_VERSION_COLUMNS)
         c.execute(f"INSERT INTO reply_versions (message_id, {cols}, {_TAIL_COLUMN})"
                   f" SELECT id, {cols}, ? FROM messages WHERE id = ?",
                   (tails.dumps(tail), msg.id))
         tails.drop_tail(c, msg.conversation_id, msg.id)
+        newest = c.execute("SELECT MAX(created_at) FROM reply_versions WHERE message_id = ?",
+                           (msg.id,)).fetchone()[0]
+        now = time.time()
+        try:
+            return max(now, float(newest) + 1e-6)
+        except (TypeError, ValueError):  # a time stamp damaged by hand
+            return now
 
     def _retitle(self, c: sqlite3.Connection, msg: StoredMessage, content: str) -> None:
         """The first message's text changed to ``content``: a title it gave the
@@ -851,6 +860,27 @@ class HistoryStore:
         out.sort(key=lambda v: v.created_at)
         return [dataclasses.replace(v, number=i + 1) for i, v in enumerate(out)]
 
+    def kept_messages(self, message_id: int) -> dict[int, list[dict[str, Any]]]:
+        """The messages kept with each version of a message that is not shown, by
+        version number (as :meth:`versions` numbers them; a version with none is left
+        out), each message a dict of :func:`app.store.tails.read_tail`'s shape (nested
+        versions carry their own ``tail``). Kept messages that cannot be read (a
+        database edited by hand) are left out, logged. Raises KeyError: no such message."""
+        numbers = [v.number for v in self.versions(message_id) if not v.shown]
+        rows = self._conn.execute(f"SELECT {_TAIL_COLUMN} FROM reply_versions WHERE"
+                                  " message_id = ? ORDER BY created_at, id",
+                                  (message_id,)).fetchall()
+        out = {}
+        for number, row in zip(numbers, rows, strict=False):
+            try:
+                tail = tails.loads(row[0])
+            except ValueError:
+                log.warning("message %s version %s: kept messages unreadable", message_id, number)
+                continue
+            if tail:
+                out[number] = tail
+        return out
+
     def show_version(self, message_id: int, number: int) -> StoredMessage:
         """Make version ``number`` (1 = the first written) of a message the shown one,
         with the messages that followed it (those after the version shown until now are
@@ -862,22 +892,22 @@ class HistoryStore:
             ValueError: no such version, the message or a reply after it is streaming,
                 or the messages kept with that version are damaged (nothing changes).
         """
-        msg = self.message(message_id)
-        if msg.status != "done":
-            raise ValueError(f"reply {message_id} is still being written")
-        if not 1 <= number <= msg.versions:
-            raise ValueError(f"message {message_id} has no version {number} (1 … {msg.versions})")
-        if number == msg.version:
-            return msg
-        rows = self._conn.execute(
-            "SELECT id FROM reply_versions WHERE message_id = ?"
-            " ORDER BY created_at, id", (message_id,)).fetchall()
-        others = [int(r[0]) for r in rows]
-        # the versions in order are others[:v-1] + [shown] + others[v-1:]
-        vid = others[number - 1] if number < msg.version else others[number - 2]
         assign = ", ".join(f"{c} = ?" for c in _VERSION_COLUMNS)
         cols = ", ".join(_VERSION_COLUMNS)
         with self._tx() as c:
+            msg = self.message(message_id)
+            if msg.status != "done":
+                raise ValueError(f"reply {message_id} is still being written")
+            if not 1 <= number <= msg.versions:
+                raise ValueError(
+                    f"message {message_id} has no version {number} (1 … {msg.versions})")
+            if number == msg.version:
+                return msg
+            others = [int(r[0]) for r in c.execute(
+                "SELECT id FROM reply_versions WHERE message_id = ? ORDER BY created_at, id",
+                (message_id,))]
+            # the versions in order are others[:v-1] + [shown] + others[v-1:]
+            vid = others[number - 1] if number < msg.version else others[number - 2]
             mine = c.execute(f"SELECT {cols} FROM messages WHERE id = ?", (message_id,)).fetchone()
             theirs = c.execute(f"SELECT {cols}, {_TAIL_COLUMN} FROM reply_versions WHERE id = ?",
                                (vid,)).fetchone()
@@ -893,32 +923,39 @@ class HistoryStore:
         return self.message(message_id)
 
     def discard_reply_version(self, message_id: int) -> StoredMessage | None:
-        """A regeneration produced nothing (it failed before any text): show the newest
-        earlier version again, with the messages that followed it. A reply without
-        earlier versions is deleted (None).
+        """A regeneration produced nothing (it failed or was stopped before any text):
+        show the newest earlier version again, with the messages that followed it. A
+        reply without earlier versions is deleted (None). When messages follow the empty
+        version all the same (another window sent one meanwhile), nothing is moved: it
+        stays, finished as ``error``.
 
         Raises:
             KeyError: no such message.
             ValueError: the messages kept with the earlier version are damaged (it stays
                 kept; the empty version stays shown).
         """
-        msg = self.message(message_id)
-        row = self._conn.execute(
-            "SELECT id FROM reply_versions WHERE message_id = ? ORDER BY created_at DESC, id DESC"
-            " LIMIT 1", (message_id,)).fetchone()
-        if row is None:
-            self.delete_reply(message_id)
-            return None
         assign = ", ".join(f"{c} = ?" for c in _VERSION_COLUMNS)
         cols = ", ".join(_VERSION_COLUMNS)
         with self._tx() as c:
-            theirs = c.execute(f"SELECT {cols}, {_TAIL_COLUMN} FROM reply_versions WHERE id = ?",
-                               (int(row[0]),)).fetchone()
-            their_tail = tails.loads(theirs[_TAIL_COLUMN])
-            c.execute(f"UPDATE messages SET {assign}, status = 'done' WHERE id = ?",
-                      (*theirs[:len(_VERSION_COLUMNS)], message_id))
-            c.execute("DELETE FROM reply_versions WHERE id = ?", (int(row[0]),))
-            tails.write_tail(c, msg.conversation_id, their_tail)
+            msg = self.message(message_id)
+            row = c.execute(f"SELECT id, {cols}, {_TAIL_COLUMN} FROM reply_versions WHERE"
+                            " message_id = ? ORDER BY created_at DESC, id DESC LIMIT 1",
+                            (message_id,)).fetchone()
+            later = c.execute("SELECT 1 FROM messages WHERE conversation_id = ? AND id > ?"
+                              " LIMIT 1", (msg.conversation_id, message_id)).fetchone()
+            if later is not None:  # another window went on from it: nothing is moved
+                c.execute("UPDATE messages SET status = 'done', finish_reason = 'error'"
+                          " WHERE id = ?", (message_id,))
+            elif row is None:
+                c.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+                self._touch(c, msg.conversation_id, time.time())
+                return None
+            else:
+                their_tail = tails.loads(row[_TAIL_COLUMN])
+                c.execute(f"UPDATE messages SET {assign}, status = 'done' WHERE id = ?",
+                          (*tuple(row)[1:1 + len(_VERSION_COLUMNS)], message_id))
+                c.execute("DELETE FROM reply_versions WHERE id = ?", (int(row["id"]),))
+                tails.write_tail(c, msg.conversation_id, their_tail)
             self._touch(c, msg.conversation_id, time.time())
         return self.message(message_id)
 

@@ -10,8 +10,8 @@ own versions and their tails, nested (a JSON list, :func:`read_tail`'s shape).
 Showing another version moves the shown tail into JSON (:func:`read_tail`, then
 :func:`drop_tail`) and the other one's back into rows (:func:`write_tail`): the rows get
 new ids, after every other message of the conversation, so ordering by id still gives
-the conversation's order. A tail lives in one place only, so switching back and forth
-copies nothing. Everything here runs inside the caller's transaction: a tail that cannot
+the conversation's order. A tail lives in one place only (each switch rewrites the two
+it swaps; none is ever copied). Everything here runs inside the caller's transaction: a tail that cannot
 be read or written raises before the transaction commits, and nothing changes.
 """
 

@@ -102,6 +102,21 @@ def _show_last_reply(gauge: SpeculationGaugeWidget, last: StoredMessage | None,
         gauge.set_explanation(stored_auto_explanation(last.stats if last else None))
 
 
+def _show_path_figures(gauge: SpeculationGaugeWidget, controller: ChatController,
+                       path: Sequence[StoredMessage]) -> None:
+    """Another version was shown: the gauge shows the figures of the last reply of
+    ``path`` (the version and the messages after it), unless a reply streams. An
+    interrupted or failed version has none: not another version's figures."""
+    reply = next((m for m in reversed(path) if m.role == "assistant"), None)
+    if gauge.live or (reply is not None and reply.status != "done"):
+        return  # a reply streams, or the version being written
+    if reply is None:  # none after the version: the conversation's last (not another path's)
+        _show_last_reply(gauge, *controller.last_reply(), waiting=False)
+        return
+    gauge.show_stored_figures(reply.stats, reply.model, "No figures for this version")
+    gauge.set_explanation(stored_auto_explanation(reply.stats))
+
+
 def _back_to_open_conversation(gauge: SpeculationGaugeWidget, controller: ChatController,
                                reply: ActiveReply) -> None:
     """A reply written in another conversation ended: the gauge shows the open one's
@@ -328,7 +343,7 @@ class MainWindow(QMainWindow):
                                 model_loaded=c.model_info is not None)
         self.model_bar.set_busy(c.busy)
         self.welcome.set_busy(c.loading)
-        self.chat.set_busy(c.reply is not None, editing=c.editing_message_id is not None)
+        self.chat.set_busy(c.reply is not None, editing=c.editing_message_id)
         show_welcome = c.model_info is None and not c.loading and not c.has_messages
         self.stack.setCurrentWidget(self.welcome_page if show_welcome else self.chat)
         self.sampling_panel.set_pending_reload(c.pending_reload)
@@ -402,14 +417,8 @@ class MainWindow(QMainWindow):
 
     def version_shown(self, message: StoredMessage, after: Sequence[StoredMessage]) -> None:
         self.chat.replace_after(message_view(message), [message_view(m) for m in after])
-        # the figures of the reply switched to, or of the last reply of the path shown
-        message = next((m for m in reversed([message, *after]) if m.role == "assistant"), message)
-        if (message.role != "assistant" or message.status != "done" or self.gauge.live
-                or message.conversation_id != self.controller.current_conversation):
-            return  # a version being written, or not the open conversation's reply
-        # an interrupted or failed version has none: not another version's figures
-        self.gauge.show_stored_figures(message.stats, message.model, "No figures for this version")
-        self.gauge.set_explanation(stored_auto_explanation(message.stats))
+        if message.conversation_id == self.controller.current_conversation:
+            _show_path_figures(self.gauge, self.controller, [message, *after])
 
     def reply_started(self, reply: ActiveReply) -> None:
         self.chat.begin_stream(reply.message_id)
@@ -510,7 +519,7 @@ class MainWindow(QMainWindow):
         return self.controller.regenerate(message_id)
 
     def edit_message(self, message_id: int) -> None:
-        """Put a user message in the input box; Send replaces it and what follows."""
+        """Put a user message in the input box; Send makes its text a new version."""
         if (text := self.controller.begin_edit(message_id)) is not None:
             self.composer.begin_edit(text)
             self.input.setFocus()

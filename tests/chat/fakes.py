@@ -47,7 +47,7 @@ class Script:
     ``exact_possible``: False makes an
     exact-verification load fall back with a note, as real weights may. ``calls``: (messages or prompt,
     speculation) of every generation, in order. ``word_s``: seconds each word after the
-    first takes (a slow engine; a cancel ends the wait at once).
+    first takes, ``first_word_s`` the first (a slow engine; a cancel ends the wait at once).
     """
 
     replies: list[str] = field(default_factory=list)
@@ -59,6 +59,7 @@ class Script:
     draft_warnings: tuple[str, ...] = ()
     exact_possible: bool = True
     word_s: float = 0.0
+    first_word_s: float = 0.0
     calls: list[tuple[object, SpeculationConfig]] = field(default_factory=list)
     at_gate: threading.Event = field(default_factory=threading.Event)
 
@@ -165,8 +166,9 @@ class FakeSession:
         reason = "stop"
         speculating = spec.mode is not SpecMode.OFF
         for i, word in enumerate(words):
-            if i and self.script.word_s and cancel is not None:
-                cancel.wait(self.script.word_s)
+            wait = self.script.word_s if i else self.script.first_word_s
+            if wait and cancel is not None:
+                cancel.wait(wait)
             if cancel is not None and cancel.is_set():
                 reason = "cancelled"
                 break

@@ -629,6 +629,59 @@ def test_regenerate_keeps_versions_and_a_failed_one_gives_the_earlier_back(
     assert not rig.c.show_version(reply_id, 3)
 
 
+def test_an_earlier_regeneration_that_fails_stops_or_is_not_queued_gives_its_turns_back(
+        rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.chat import fakes
+
+    rig.script.replies = ["a1", "a2"]
+    for q in ("q1", "q2"):
+        rig.c.send_message(q)
+        rig.reply_done()
+    r1 = rig.store.messages(rig.c.current_conversation)[1].id  # type: ignore[arg-type]
+    whole = [m[1] for m in rig.stored()]
+
+    def check() -> None:  # the earlier version, its turns, and the controller's view of them
+        assert [m[1] for m in rig.stored()] == whole
+        assert rig.store.message(r1).versions == 1
+        assert rig.c.last_reply_id == rig.store.messages(rig.c.current_conversation)[-1].id  # type: ignore[arg-type]
+        name, (shown, after) = next(c for c in reversed(rig.view.calls) if c[0] == "version_shown")
+        assert shown.content == "a1" and [m.content for m in after] == ["q2", "a2"]
+
+    with monkeypatch.context() as mp:  # fails before any text
+        mp.setattr(fakes, "fit_conversation", _refuse)
+        assert rig.c.regenerate(r1)
+        rig.reply_done()
+    check()
+    rig.script.first_word_s = 30.0  # stopped (Esc) before any text
+    assert rig.c.regenerate(r1)
+    rig.c.stop_reply()
+    rig.reply_done()
+    check()
+    rig.script.first_word_s = 0.0
+
+    def full(*_a: object, **_k: object) -> None:
+        raise TandemError("The queue is full.")
+
+    with monkeypatch.context() as mp:  # never queued
+        mp.setattr(rig.c.service, "reply", full)
+        assert not rig.c.regenerate(r1)
+    check()
+    assert rig.view.errors[-1].message == "The queue is full."
+
+
+def test_an_edit_that_cannot_be_made_keeps_the_text_and_says_why(rig: Rig) -> None:
+    rig.c.send_message("q1")
+    rig.reply_done()
+    q1 = rig.store.messages(rig.c.current_conversation)[0].id  # type: ignore[arg-type]
+    assert rig.c.begin_edit(q1) == "q1"
+    rig.store.begin_reply(rig.c.current_conversation)  # type: ignore[arg-type]  # another window's
+    assert not rig.c.send_message("Q1")
+    error = rig.view.errors[-1]
+    assert (error.title, error.level) == ("Not sent", "warning")
+    assert "a reply after it is still being written" in error.message
+    assert "stays in the box" in error.message and rig.c.editing_message_id == q1
+
+
 def test_after_a_failed_reply_regenerate_asks_for_it_again(
         rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.chat import fakes
@@ -647,8 +700,8 @@ def test_after_a_failed_reply_regenerate_asks_for_it_again(
 
 
 def test_regenerate_waits_while_a_message_is_edited(rig: Rig) -> None:
-    """Editing a message means Send replaces it and its reply; Regenerate meanwhile
-    made a new version under the "Editing a message" banner."""
+    """While a message is edited, Send gives it a new version and a new reply;
+    Regenerate meanwhile would make a reply version under the editing banner."""
     rig.script.replies = ["one two"]
     assert rig.c.send_message("hello")
     rig.reply_done()

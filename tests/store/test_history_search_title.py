@@ -47,6 +47,10 @@ def test_search_finds_the_messages_kept_with_a_version_not_shown(store: HistoryS
     for needle in ("Ituri", '"okapi"', "in\nthe", "naïve", "ANIMALS"):
         assert [c.id for c in store.list_conversations(needle)] == [cid], needle
     assert store.list_conversations("baobab") == []
+    # the kept messages' text only: not the names and values stored beside it
+    for needle in ("role", "assistant", "content", "finish_reason", "stop", "created_at",
+                   "versions", "null"):
+        assert store.list_conversations(needle) == [], needle
 
 
 def test_editing_the_first_message_renames_a_conversation_named_after_it(

@@ -202,7 +202,38 @@ def test_a_switch_that_cannot_be_made_changes_nothing(store: HistoryStore) -> No
         store.show_version(q1, 1)
     assert _texts(store, cid) == before and store.message(q1).content == "ONE"
     assert store.versions(q1)[0].content == "one"
-    assert r2 not in [m.id for m in store.messages(cid)]
+    assert store._conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == len(before)
+
+
+def test_versions_written_within_one_clock_tick_are_numbered_as_written(
+        store: HistoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    import app.store.history as history
+
+    monkeypatch.setattr(history.time, "time", lambda: 1_000.0)  # a coarse or stuck clock
+    cid = store.create_conversation().id
+    q = store.add_user_message(cid, "one").id
+    assert store.edit_message(q, "two").version == 2
+    assert store.edit_message(q, "three").version == 3
+    assert [(v.number, v.content, v.shown) for v in store.versions(q)] == [
+        (1, "one", False), (2, "two", False), (3, "three", True)]
+    for number, text in ((1, "one"), (2, "two"), (3, "three"), (2, "two")):
+        shown = store.show_version(q, number)
+        assert (shown.content, shown.version) == (text, number)
+        assert [v.content for v in store.versions(q) if v.shown] == [text]
+
+
+def test_a_failed_regeneration_moves_nothing_when_another_window_went_on_from_it(
+        store: HistoryStore) -> None:
+    cid = store.create_conversation().id
+    _, r1, _, _ = _chat(store, cid, "one", "two")
+    store.begin_reply_version(r1)  # this window regenerates "re: one" ...
+    store.add_user_message(cid, "from another window")  # ... while another one sends
+    back = store.discard_reply_version(r1)
+    assert back is not None and (back.status, back.finish_reason, back.content) == (
+        "done", "error", "")
+    assert _texts(store, cid) == ["one", "", "from another window"]
+    store.show_version(r1, 1)  # the earlier version and its turns are all still there
+    assert _texts(store, cid) == ["one", "re: one", "two", "re: two"]
 
 
 def test_a_version_1_database_is_migrated_forward(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
-"""A conversation exported with its reply versions (app/ui/chat/export.py): Markdown shows
-the version the conversation continued from and the others in <details>, each with its
-drafter and speed; JSON keeps every version's text and statistics, the shown one marked."""
+"""A conversation exported with its versions (app/ui/chat/export.py): Markdown shows the
+version the conversation continued from and the others in <details>, each with its
+drafter and speed; JSON keeps every version's text and statistics, the shown one marked,
+and the messages that followed each version not shown."""
 
 from __future__ import annotations
 
@@ -70,3 +71,50 @@ def test_the_suggested_file_name_drops_a_cut_word_and_punctuation() -> None:
         "Hi Im planning a small balcony garden")
     assert export_stem("C++ / Rust?") == "C Rust"
     assert export_stem("?!") == "" and export_stem("word " * 30).count("word") == 12
+
+
+def test_the_json_export_is_the_whole_tree_and_the_markdown_says_what_it_leaves_out(
+        tmp_path: Path) -> None:
+    with HistoryStore.open(tmp_path / "h.sqlite3") as store:
+        cid = store.create_conversation().id
+        q1 = store.add_user_message(cid, "first question").id
+        r1 = store.begin_reply(cid).id
+        store.finish_reply(r1, "first answer", "stop", {"mode": "off", "emitted": 2})
+        store.add_user_message(cid, "follow-up")
+        r2 = store.begin_reply(cid).id
+        store.finish_reply(r2, "follow-up answer", "stop", {"plain": 1, "mode": "plain"})
+        store.begin_reply_version(r2)  # a nested version, kept with the first question
+        store.finish_reply(r2, "follow-up answer 2", "stop")
+        store.edit_message(q1, "better question")
+        r3 = store.begin_reply(cid).id
+        store.finish_reply(r3, "better answer", "stop")
+
+        data = json.loads(export_conversation(store, cid, tmp_path / "c.json").read_text())
+        first = data["messages"][0]
+        assert (first["content"], first["version"]) == ("better question", 2)
+        v1, v2 = first["versions"]
+        assert (v1["number"], v1["shown"], v1["content"]) == (1, False, "first question")
+        assert "followed_by" not in v2 and v2["shown"]
+        kept = v1["followed_by"]
+        assert [k["content"] for k in kept] == ["first answer", "follow-up",
+                                                "follow-up answer 2"]
+        assert kept[0]["stats"] == {"mode": "off", "emitted": 2}
+        nested = kept[2]
+        assert nested["version"] == 2 and [v["content"] for v in nested["versions"]] == [
+            "follow-up answer", "follow-up answer 2"]
+        assert nested["versions"][0]["stats"]["mode"] == "off"  # old names read as today's
+
+        md = conversation_markdown(store, cid)
+        assert "## You (version 2 of 2, the one the conversation continued from)" in md
+        assert ("<details><summary>Version 1 of 2 · 3 messages followed it (in the JSON "
+                "export)</summary>\n\nfirst question") in md
+        assert "follow-up" not in md  # not on the path shown
+
+
+def test_a_name_typed_without_an_extension_gets_the_chosen_types() -> None:
+    from app.ui.chat.export_dialog import export_path
+
+    assert export_path("/tmp/notes", "JSON (*.json)") == Path("/tmp/notes.json")
+    assert export_path("/tmp/notes", "Markdown (*.md)") == Path("/tmp/notes.md")
+    assert export_path("/tmp/notes.md", "JSON (*.json)") == Path("/tmp/notes.md")
+    assert export_path("/tmp/v1.2 notes.txt", "JSON (*.json)") == Path("/tmp/v1.2 notes.txt")

@@ -977,3 +977,42 @@ def test_a_hash_without_a_space_is_text_not_a_heading() -> None:
     assert "<h1>" not in html and "#print(fibonacci(20))" in html
     assert "<h1>Title</h1>" in render_markdown("# Title").html
     assert "<h2>Sub</h2>" in render_markdown("## Sub ##").html
+
+
+def test_another_version_replaces_the_messages_after_it_and_a_long_path_is_paged(qtbot) -> None:
+    """‹ › shows another version: the messages after it are replaced (a few: in place,
+    the others kept as they were; more than a page: shown as a conversation opens, its
+    last SHOWN_AT_ONCE); the message being edited is marked and its ‹ › wait."""
+    from app.ui.chat.chat_view import SHOWN_AT_ONCE, ChatViewWidget
+
+    chat = ChatViewWidget()
+    qtbot.addWidget(chat)
+    chat.resize(600, 400)
+    chat.show()
+    chat.set_messages([MessageView(i, "user" if i % 2 else "assistant", f"m{i}")
+                       for i in range(1, 7)])
+    kept = chat.messages[:3]
+    chat.replace_after(MessageView(3, "user", "m3, version 2", version=2, versions=2),
+                       [MessageView(10, "assistant", "r10")])
+    assert [w.text for w in chat.messages] == ["m1", "m2", "m3, version 2", "r10"]
+    assert chat.messages[:3] == kept and kept[2].version == (2, 2)
+    assert not chat.messages[-1]._regen.isHidden()  # the new last reply offers Regenerate
+    assert all(w._regen.isHidden() for w in chat.messages[:-1])
+
+    long_path = [MessageView(100 + i, "user" if i % 2 else "assistant", f"p{i}")
+                 for i in range(2 * SHOWN_AT_ONCE)]
+    chat.replace_after(MessageView(3, "user", "m3", version=1, versions=2), long_path)
+    assert len(chat.messages) == SHOWN_AT_ONCE
+    assert chat.earlier_count == 3 + SHOWN_AT_ONCE  # m1 … m3 and the path's first half
+    chat.show_earlier()
+    chat.show_earlier()
+    assert [w.text for w in chat.messages][:4] == ["m1", "m2", "m3", "p0"]
+    assert chat.messages[2].version == (1, 2)
+    assert [w.message_id for w in chat.messages][3:] == [v.message_id for v in long_path]
+
+    chat.set_busy(False, editing=3)
+    marked = [w.message_id for w in chat.messages if w.property("editing")]
+    assert marked == [3] and not chat.messages[2]._newer.isEnabled()
+    chat.set_busy(False)
+    assert not any(w.property("editing") for w in chat.messages)
+    assert chat.messages[2]._newer.isEnabled()

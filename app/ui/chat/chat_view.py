@@ -237,6 +237,7 @@ class MessageWidget(QFrame):
         super().__init__(parent)
         self.message_id = view.message_id
         self.role = view.role
+        self._model = view.model
         self._text = view.content
         self._spans: tuple[tuple[int, int], ...] = view.draft_spans
         self._tint = tint
@@ -335,12 +336,19 @@ class MessageWidget(QFrame):
 
     @property
     def version(self) -> tuple[int, int]:
-        """(shown version, versions) of a reply; (1, 1) when never regenerated."""
+        """(shown version, versions) of a message; (1, 1) when never regenerated or
+        edited."""
         return self._version, self._versions
+
+    def view(self) -> MessageView:
+        """What the widget shows now, as the view it could be built from again."""
+        return MessageView(self.message_id, self.role, self._text, self._spans,
+                           self.footer_text, self._model, self._version, self._versions)
 
     def set_author(self, view: MessageView) -> None:
         """The header names the model of the version shown (a regenerated reply's
         versions may come from different models)."""
+        self._model = view.model
         self._who.set_full_text(_who(view))
 
     def set_version(self, version: int, versions: int) -> None:
@@ -355,6 +363,14 @@ class MessageWidget(QFrame):
         self.version_label.setText(f"{self._version}/{self._versions}")
         self._older.setEnabled(self._version > 1 and self._copy.isEnabled())
         self._newer.setEnabled(self._version < self._versions and self._copy.isEnabled())
+
+    def set_editing(self, editing: bool) -> None:
+        """Mark the message as the one being edited (the style sheet's
+        ``[editing="true"]``)."""
+        if bool(self.property("editing")) != editing:
+            self.setProperty("editing", editing)
+            self.style().unpolish(self)
+            self.style().polish(self)
 
     def set_streaming(self, streaming: bool) -> None:
         self._streaming.setVisible(streaming)
@@ -457,7 +473,7 @@ class ChatViewWidget(QScrollArea):
     regenerate_clicked = Signal(int)
     """A reply's Regenerate was clicked (message id)."""
     version_requested = Signal(int, int)
-    """A reply's ‹ or › was clicked (message id, version number wanted)."""
+    """A message's ‹ or › was clicked (message id, version number wanted)."""
     starter_prompt_clicked = Signal(str)
     """A starter prompt of the empty chat was clicked (its text, to send)."""
 
@@ -466,6 +482,9 @@ class ChatViewWidget(QScrollArea):
         self.setObjectName("chatView")
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # always there, so that a path of another length after ‹ › does not move the
+        # buttons sideways under the pointer
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn)
         self._container = QWidget()
         self._container.setObjectName("chatContainer")
         self._layout = QVBoxLayout(self._container)
@@ -489,6 +508,7 @@ class ChatViewWidget(QScrollArea):
         self._anchor: tuple[MessageWidget, int] | None = None
         self._restoring = False  # the view itself is scrolling (not the user)
         self._busy = (False, False)
+        self._editing: int | None = None  # the message being edited
         self._tint = True
         self._stick = True
         self._next_render = 0.0  # time.monotonic() before which no re-render is due
@@ -567,6 +587,7 @@ class ChatViewWidget(QScrollArea):
         for i, w in enumerate(made):
             self._layout.insertWidget(first + i, w)
             w.set_edit_enabled(not self._busy[0], regenerate=not any(self._busy))
+            w.set_editing(w.message_id == self._editing)
         self._messages[:0] = made
         self._update_earlier()
         self._update_regenerate()
@@ -610,15 +631,24 @@ class ChatViewWidget(QScrollArea):
     def replace_after(self, view: MessageView, after: Sequence[MessageView]) -> None:
         """Another version of a message is shown: it changes in place and the messages
         after it are ``after``. The view keeps its scroll position, as
-        :meth:`update_message`."""
+        :meth:`update_message`; a path longer than :data:`SHOWN_AT_ONCE` after it is
+        shown as a conversation opens (its last messages, the others behind the
+        button), so that a long one costs what opening it costs."""
         ids = [v.message_id for v in self._earlier] + [w.message_id for w in self._messages]
         if view.message_id in ids[:-1]:
             self.remove_from(ids[ids.index(view.message_id) + 1])
         self.update_message(view)
-        for v in after:
-            self.add_message(v).set_edit_enabled(not self._busy[0],
-                                                 regenerate=not any(self._busy))
-        self._stick = False
+        if len(after) > SHOWN_AT_ONCE:
+            self.set_messages([*self._earlier, *(w.view() for w in self._messages), *after])
+            self.set_busy(self._busy[0], editing=self._editing)
+            return
+        made = [self._message_widget(v) for v in after]
+        for w in made:
+            self._layout.insertWidget(self._layout.count() - 1, w)
+            w.set_edit_enabled(not self._busy[0], regenerate=not any(self._busy))
+        self._messages += made
+        self._update_regenerate()
+        self._update_starters()
 
     def set_footer(self, message_id: int, text: str) -> None:
         """Set a message's footer (a streaming reply says what was dropped to fit)."""
@@ -702,12 +732,15 @@ class ChatViewWidget(QScrollArea):
         w.set_content(pending[1], pending[2])
         self._next_render = t0 + 4 * (time.monotonic() - t0)
 
-    def set_busy(self, busy: bool, editing: bool = False) -> None:
-        """While a reply streams, Edit and Regenerate are disabled; while a message is
-        edited, Regenerate (Send then replaces the message and its reply)."""
-        self._busy = (busy, editing)
+    def set_busy(self, busy: bool, editing: int | None = None) -> None:
+        """While a reply streams, Edit, Regenerate and ‹ › are disabled; while message
+        ``editing`` is edited (it is marked), Regenerate and ‹ › (the messages Send
+        will move aside stay put)."""
+        self._busy = (busy, editing is not None)
+        self._editing = editing
         for w in self._messages:
-            w.set_edit_enabled(not busy, regenerate=not busy and not editing)
+            w.set_edit_enabled(not busy, regenerate=not busy and editing is None)
+            w.set_editing(w.message_id == editing)
 
     def _update_regenerate(self) -> None:
         last_reply = next((w for w in reversed(self._messages) if w.role == "assistant"), None)

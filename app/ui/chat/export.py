@@ -1,15 +1,17 @@
 """A conversation written out as Markdown or JSON, every version of every message included.
 
 Qt-free (the window's "Export…" calls it; tests call it directly). The Markdown is for
-reading: each reply shows the version the conversation continued from, with its
-drafter and speed, and the other versions follow it in ``<details>`` blocks, so plain
-and speculative versions can be compared in any Markdown viewer. The JSON is for
-programs: :data:`EXPORT_SCHEMA_VERSION`, the conversation, and per message its text,
-finish reason, statistics (``SpecStats.to_dict()`` with ``auto`` and ``context`` when
+reading: the conversation as shown, each message with the version the conversation
+continued from (a reply with its drafter and speed) and its other versions in
+``<details>`` blocks, so plain and speculative versions can be compared in any Markdown
+viewer; a version that other messages followed says how many (they are in the JSON).
+The JSON is the whole conversation, for programs and backups:
+:data:`EXPORT_SCHEMA_VERSION`, the conversation, and per message its text, finish
+reason, statistics (``SpecStats.to_dict()`` with ``auto`` and ``context`` when
 recorded) and, for a message with versions (a regenerated reply, an edited user
 message), ``versions``: every version in the order they were written, the shown one
-marked. Both write the conversation's shown path: the messages that followed a version
-not shown are not written.
+marked, and a version not shown with ``followed_by``: the messages that followed it,
+in the same form (their own versions included).
 """
 
 from __future__ import annotations
@@ -18,8 +20,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+from app.formatting import loads_json
 from app.options import SpecMode
-from app.store.history import Conversation, HistoryStore, ReplyVersion, StoredMessage
+from app.store.history import (
+    Conversation,
+    HistoryStore,
+    ReplyVersion,
+    StoredMessage,
+    current_stats,
+)
 from app.store.files import write_text_atomic
 
 #: the JSON export's layout version (fields are only ever added within one version)
@@ -31,6 +40,34 @@ def _version_dict(v: ReplyVersion) -> dict[str, Any]:
             "finish_reason": v.finish_reason, "stats": v.stats,
             "draft_spans": [list(s) for s in v.draft_spans], "note": v.note, "seed": v.seed,
             "model": v.model, "created_at": v.created_at}
+
+
+def _kept_stats(raw: object) -> dict[str, Any] | None:
+    try:
+        stats = loads_json(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    return current_stats(stats) if isinstance(stats, dict) else None
+
+
+def _kept_entry(m: dict[str, Any]) -> dict[str, Any]:
+    """A kept message (:func:`app.store.tails.read_tail`'s shape) as an exported one."""
+    def values(v: dict[str, Any]) -> dict[str, Any]:
+        return {"content": v.get("content"), "finish_reason": v.get("finish_reason"),
+                "stats": _kept_stats(v.get("stats_json")), "model": v.get("model"),
+                "note": v.get("note"), "seed": v.get("seed"), "created_at": v.get("created_at")}
+
+    entry: dict[str, Any] = {"role": m.get("role"), **values(m)}
+    others = [v for v in m.get("versions") or [] if isinstance(v, dict)]
+    if others:
+        shown = {**values(m), "shown": True}
+        versions = sorted([{**values(v), "shown": False,
+                            **({"followed_by": [_kept_entry(k) for k in v["tail"]]}
+                               if v.get("tail") else {})} for v in others] + [shown],
+                          key=lambda v: float(v["created_at"] or 0))
+        entry["version"] = versions.index(shown) + 1
+        entry["versions"] = [{"number": i + 1, **v} for i, v in enumerate(versions)]
+    return entry
 
 
 def conversation_data(store: HistoryStore, conversation_id: int) -> dict[str, Any]:
@@ -47,8 +84,12 @@ def conversation_data(store: HistoryStore, conversation_id: int) -> dict[str, An
             "stats": m.stats, "model": m.model, "note": m.note, "seed": m.seed,
             "created_at": m.created_at}
         if m.versions > 1:
+            kept = store.kept_messages(m.id)
             entry["version"] = m.version
-            entry["versions"] = [_version_dict(v) for v in store.versions(m.id)]
+            entry["versions"] = [
+                {**_version_dict(v), **({"followed_by": [_kept_entry(k) for k in kept[v.number]]}
+                                        if v.number in kept else {})}
+                for v in store.versions(m.id)]
         messages.append(entry)
     return {"schema_version": EXPORT_SCHEMA_VERSION, "title": conv.title,
             "system_prompt": conv.system_prompt, "created_at": conv.created_at,
@@ -76,16 +117,27 @@ def _figures(stats: dict[str, Any] | None, finish_reason: str | None) -> str:
     return " · ".join(parts)
 
 
-def _reply_markdown(m: StoredMessage, versions: list[ReplyVersion]) -> list[str]:
-    head = "## Assistant" + (f" · {m.model}" if m.model else "")
-    if m.versions > 1:
+def _message_markdown(store: HistoryStore, m: StoredMessage) -> list[str]:
+    """One message of the shown path: the version shown, the others in ``<details>``."""
+    versions = store.versions(m.id) if m.versions > 1 else []
+    kept = {n: len(t) for n, t in store.kept_messages(m.id).items()} if versions else {}
+    reply = m.role == "assistant"
+    head = ("## Assistant" + (f" · {m.model}" if m.model else "") if reply
+            else "## You" if m.role == "user" else f"## {m.role}")
+    if versions:
         head += f" (version {m.version} of {m.versions}, the one the conversation continued from)"
-    out = [head, "", m.content, "", f"*{_figures(m.stats, m.finish_reason)}*", ""]
+    out = [head, "", m.content, ""]
+    if reply:
+        out += [f"*{_figures(m.stats, m.finish_reason)}*", ""]
     for v in versions:
         if v.shown:
             continue
-        out += [f"<details><summary>Version {v.number} of {len(versions)} · "
-                f"{_figures(v.stats, v.finish_reason)}</summary>", "", v.content, "",
+        about = [_figures(v.stats, v.finish_reason)] if reply else []
+        if kept.get(v.number):
+            n = kept[v.number]
+            about.append(f"{n} message{'' if n == 1 else 's'} followed it (in the JSON export)")
+        out += [f"<details><summary>Version {v.number} of {len(versions)}"
+                + "".join(f" · {a}" for a in about) + "</summary>", "", v.content, "",
                 "</details>", ""]
     return out
 
@@ -101,13 +153,7 @@ def conversation_markdown(store: HistoryStore, conversation_id: int) -> str:
     if conv.system_prompt.strip():
         out += ["**System prompt:**", "", conv.system_prompt, ""]
     for m in store.messages(conversation_id):
-        if m.role == "assistant":
-            out += _reply_markdown(m, store.versions(m.id) if m.versions > 1 else [])
-        else:
-            head = "## You" if m.role == "user" else f"## {m.role}"
-            if m.versions > 1:  # an edited message: the text the conversation went on from
-                head += f" (version {m.version} of {m.versions})"
-            out += [head, "", m.content, ""]
+        out += _message_markdown(store, m)
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -13,7 +13,7 @@ from app.ui.chat.export import export_conversation
 
 
 def export_to(controller: ChatController, conversation_id: int, path: Path) -> bool:
-    """Write a conversation, every reply version included, as Markdown (or JSON for a
+    """Write a conversation, every version included, as Markdown (or JSON for a
     ``.json`` name); a failure is reported (message bar) and False returned."""
     store = controller.store
     if store is None:
@@ -43,6 +43,18 @@ def export_stem(title: str, limit: int = 60) -> str:
     return stem or (words[0][:limit] if words else "")
 
 
+_FILTERS = {"Markdown (*.md)": ".md", "JSON (*.json)": ".json"}
+
+
+def export_path(name: str, selected_filter: str) -> Path:
+    """The file a save dialog's answer names: a name typed without an extension gets
+    the chosen type's (JSON chosen, "notes" → "notes.json"); one typed with an
+    extension is written as typed (its extension decides the format)."""
+    path = Path(name)
+    suffix = _FILTERS.get(selected_filter, ".md")
+    return path if path.suffix else path.with_name(path.name + suffix)
+
+
 def export_open_conversation(parent: QWidget, controller: ChatController) -> bool:
     """File → Export conversation…: :func:`export_with_dialog` of the open conversation;
     a new chat with nothing in it yet says so instead."""
@@ -59,7 +71,7 @@ def export_with_dialog(parent: QWidget, controller: ChatController,
     title = next((c.title for c in controller.conversations() if c.id == conversation_id),
                  "conversation")
     stem = export_stem(title)
-    name, _ = QFileDialog.getSaveFileName(
+    name, chosen = QFileDialog.getSaveFileName(
         parent, "Export conversation", str(Path.home() / f"{stem or 'conversation'}.md"),
-        "Markdown (*.md);;JSON (*.json)")
-    return bool(name) and export_to(controller, conversation_id, Path(name))
+        ";;".join(_FILTERS))
+    return bool(name) and export_to(controller, conversation_id, export_path(name, chosen))

@@ -80,9 +80,11 @@ class ComposerWidget(QWidget):
         self.edit_banner.setObjectName("editBanner")
         eb = QHBoxLayout(self.edit_banner)
         eb.setContentsMargins(12, 4, 12, 4)
-        eb.addWidget(Label(
-            "Editing a message: Send starts a new version of it. The current one stays, "
-            "with the messages after it: switch back with ‹ ›."), 1)
+        banner = Label(
+            "Editing the marked message: Send makes the new text a new version of it. "
+            "The current one stays, with the messages after it: switch back with ‹ ›.")
+        banner.setWordWrap(True)  # a long line would widen the window's middle
+        eb.addWidget(banner, 1)
         cancel_edit = QPushButton("Cancel edit")
         cancel_edit.clicked.connect(self.cancel_edit_clicked)
         eb.addWidget(cancel_edit)
