@@ -112,6 +112,10 @@ class UiSettings(_Section):
     window_geometry: str | None = None
     splitter_state: str | None = None
     last_conversation_id: int | None = None
+    #: text typed and not sent, by conversation id ("new": a chat not stored yet)
+    unsent: dict[str, str] = {}
+    #: where the last conversation was exported (the next export's dialog opens there)
+    export_folder: str | None = None
 
 
 #: The drafter a new user starts with: prompt lookup needs no second model.

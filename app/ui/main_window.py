@@ -214,6 +214,7 @@ class MainWindow(QMainWindow):
         self.bridge.event_received.connect(self._on_bridge_event_received)
         warm_up_markdown()
         self._restore_geometry()
+        self.composer.restore_unsent(self.settings.ui.unsent)
         self.conversations_changed()
         self.controller.start(autoload=autoload, problems=problems)
 
@@ -609,6 +610,7 @@ class MainWindow(QMainWindow):
             ui = self.settings.ui
             ui.window_geometry = bytes(self.saveGeometry().toBase64().data()).decode()
             ui.splitter_state = bytes(self.splitter.saveState().toBase64().data()).decode()
+            ui.unsent = self.composer.unsent_texts()  # saved by the controller's close
             self._settings_timer.stop()
             self.windows.shutdown()
             self.api.stop()

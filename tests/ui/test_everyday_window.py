@@ -177,6 +177,31 @@ def _another_conversation_during_a_reply(qtbot, window, wait_reply) -> None:  # 
     assert window.gauge.mode_label.text() == "No reply yet"  # the open (new) conversation's
 
 
+def test_text_typed_and_not_sent_is_there_after_a_restart(qtbot, tandem_home) -> None:  # type: ignore[no-untyped-def]
+    from app.store.settings import load_settings
+    from app.ui.main_window import MainWindow
+
+    cid = _conversation("kept", 1, None)
+    w = MainWindow(LoadedSettings(Settings()), autoload=False)
+    qtbot.addWidget(w)
+    w.input.setPlainText("half a question for the new chat")
+    w.open_conversation(cid)
+    w.input.setPlainText("a long prompt\nI was still writing")
+    w.close()
+    saved = load_settings().settings
+    assert saved.ui.unsent == {"new": "half a question for the new chat",
+                               str(cid): "a long prompt\nI was still writing"}
+    again = MainWindow(LoadedSettings(saved), autoload=False)
+    qtbot.addWidget(again)
+    assert again.controller.current_conversation == cid  # reopened, with its text
+    assert again.input.toPlainText() == "a long prompt\nI was still writing"
+    again.new_conversation()
+    assert again.input.toPlainText() == "half a question for the new chat"
+    again.input.clear()  # sent or deleted: nothing is kept for it
+    again.close()
+    assert load_settings().settings.ui.unsent == {str(cid): "a long prompt\nI was still writing"}
+
+
 def test_quit_has_the_platform_shortcut_and_closes_the_window(qtbot, window) -> None:  # type: ignore[no-untyped-def]
     quit_action = window.window_actions.quit
     keys = [k.toString() for k in quit_action.shortcuts()]

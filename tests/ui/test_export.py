@@ -118,3 +118,35 @@ def test_a_name_typed_without_an_extension_gets_the_chosen_types() -> None:
     assert export_path("/tmp/notes", "Markdown (*.md)") == Path("/tmp/notes.md")
     assert export_path("/tmp/notes.md", "JSON (*.json)") == Path("/tmp/notes.md")
     assert export_path("/tmp/v1.2 notes.txt", "JSON (*.json)") == Path("/tmp/v1.2 notes.txt")
+
+
+def test_the_dialog_writes_the_chosen_type_and_opens_where_the_last_export_went(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.chat.conversation import ChatController
+    from app.store.settings import Settings
+    from app.ui.chat.export_dialog import export_with_dialog
+    from tests.chat.fakes import RecordingView, Script, fake_service
+
+    store = HistoryStore.open(tmp_path / "h.sqlite3")
+    cid = store.create_conversation(title="Fox diet").id
+    store.add_user_message(cid, "What do foxes eat?")
+    c = ChatController(Settings(), store, fake_service(Script()), RecordingView())
+    asked: list[str] = []
+
+    def dialog(_parent, _title, start, _filters):  # type: ignore[no-untyped-def]
+        asked.append(start)
+        return str(tmp_path / "out" / "notes"), "JSON (*.json)"  # typed without extension
+
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", dialog)
+    try:
+        (tmp_path / "out").mkdir()
+        assert export_with_dialog(None, c, cid)  # type: ignore[arg-type]
+        data = json.loads((tmp_path / "out" / "notes.json").read_text())
+        assert data["messages"][0]["content"] == "What do foxes eat?"
+        assert asked[0] == str(Path.home() / "Fox diet.md")
+        assert export_with_dialog(None, c, cid)  # type: ignore[arg-type]
+        assert asked[1] == str(tmp_path / "out" / "Fox diet.md")
+    finally:
+        c.close()

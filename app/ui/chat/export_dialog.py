@@ -67,11 +67,23 @@ def export_open_conversation(parent: QWidget, controller: ChatController) -> boo
 
 def export_with_dialog(parent: QWidget, controller: ChatController,
                        conversation_id: int) -> bool:
-    """Ask for a file name (Markdown by default, JSON on request), then :func:`export_to`."""
+    """Ask for a file name (Markdown by default, JSON on request; in the folder of the
+    last export), then :func:`export_to`."""
     title = next((c.title for c in controller.conversations() if c.id == conversation_id),
                  "conversation")
     stem = export_stem(title)
+    ui = controller.settings.ui
+    folder = Path(ui.export_folder) if ui.export_folder else Path.home()
+    if not folder.is_dir():  # gone since (a USB stick): home, as the first time
+        folder = Path.home()
     name, chosen = QFileDialog.getSaveFileName(
-        parent, "Export conversation", str(Path.home() / f"{stem or 'conversation'}.md"),
+        parent, "Export conversation", str(folder / f"{stem or 'conversation'}.md"),
         ";;".join(_FILTERS))
-    return bool(name) and export_to(controller, conversation_id, export_path(name, chosen))
+    if not name:
+        return False
+    path = export_path(name, chosen)
+    if not export_to(controller, conversation_id, path):
+        return False
+    ui.export_folder = str(path.parent)
+    controller.save_settings()
+    return True

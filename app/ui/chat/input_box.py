@@ -2,7 +2,8 @@
 
 :class:`ComposerWidget` is the strip under the conversation: the "editing a message"
 banner, the input box, and the Send/Stop and Regenerate buttons. It keeps each
-conversation's unsent text while another conversation is open.
+conversation's unsent text while another conversation is open, and (through the
+settings) from one run to the next.
 """
 
 from __future__ import annotations
@@ -135,6 +136,24 @@ class ComposerWidget(QWidget):
             self._unsent.pop(self._conversation, None)
         self._conversation = conversation_id
         self.input.setPlainText(self._unsent.pop(conversation_id, ""))
+
+    def unsent_texts(self) -> dict[str, str]:
+        """The text typed and not sent, by conversation id (``"new"``: a chat not stored
+        yet), the box's included (while a message is edited, the text the edit
+        replaced): what :class:`~app.store.settings.UiSettings` keeps across restarts."""
+        texts = dict(self._unsent)
+        box = self.input.toPlainText() if self._before_edit is None else self._before_edit
+        texts[self._conversation] = box
+        return {("new" if k is None else str(k)): v for k, v in texts.items() if v.strip()}
+
+    def restore_unsent(self, texts: dict[str, str]) -> None:
+        """Take back :meth:`unsent_texts` of an earlier run (before the first
+        :meth:`show_conversation`; keys that are no conversation id are ignored)."""
+        for key, text in texts.items():
+            if key == "new" or key.isdigit():
+                self._unsent[None if key == "new" else int(key)] = text
+        if not self.input.toPlainText():
+            self.input.setPlainText(self._unsent.pop(self._conversation, ""))
 
     def deleting(self, conversation_id: int) -> None:
         """``conversation_id`` is about to be deleted: its unsent text is dropped, and
