@@ -62,7 +62,7 @@ from app.engine.reply import ReplyRecord, clip_spans
 from app.engine.stats import SpecStats
 from app.engine.suffix import DEFAULT_MAX_REPLIES
 from app.errors import TandemError
-from app.formatting import valid_text
+from app.formatting import shortened, valid_text
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.remote.client import RemoteClient
 from app.store import paths
@@ -793,10 +793,12 @@ class ChatController:
         """Conversations matching ``search`` (newest first); [] without a store."""
         return self.store.list_conversations(search) if self.store is not None else []
 
-    def open_conversation(self, conversation_id: int | None) -> None:
-        """Show a conversation (None: a fresh, not yet stored one)."""
+    def open_conversation(self, conversation_id: int | None, search: str = "") -> None:
+        """Show a conversation (None: a fresh, not yet stored one). Opened from a
+        ``search`` that matched only a version not shown, it says where that is."""
         self.current_conversation = conversation_id
         self.cancel_edit()
+        self.view.clear_errors("search")  # where another conversation's search was found
         conv: Conversation | None = None
         stored: list[StoredMessage] = []
         last_stats: SpecStats | None = None
@@ -816,6 +818,23 @@ class ChatController:
         self.view.save_settings_soon()
         self.view.conversations_changed()
         self.view.state_changed()
+        if conv is not None and search.strip():
+            self._say_where_found(conv.id, search.strip())
+
+    def _say_where_found(self, conversation_id: int, search: str) -> None:
+        assert self.store is not None
+        try:
+            where = self.store.found_elsewhere(conversation_id, search)
+        except sqlite3.Error:
+            return  # only a hint
+        if where is not None:
+            whose = "your message" if where.role == "user" else "the reply"
+            self.report(UserError(
+                "Found in another version", f"“{shortened(search, 40)}” is not in the "
+                f"messages shown: it is in another version of {whose} "
+                f"“{shortened(' '.join(where.content.split()), 50)}”, or in the messages "
+                "that followed one. Its ‹ › arrows show the versions.",
+                level="warning", origin="search"))
 
     def last_reply(self) -> tuple[StoredMessage | None, SpecStats | None]:
         """The open conversation's last finished reply and its statistics (either None

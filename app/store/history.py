@@ -130,6 +130,16 @@ _MESSAGE_SELECT = (
 )
 
 
+#: a version not shown (``v``) whose text, or a kept message's text, matches ``?1`` (a
+#: LIKE pattern): a kept tail's JSON is read by SQLite's json_tree, its "content"
+#: values only (a damaged one, json_valid false, as none)
+_VERSION_MATCHES = (
+    "(v.content LIKE ?1 ESCAPE '\\' OR EXISTS (SELECT 1 FROM json_tree(CASE WHEN"
+    " json_valid(v.tail_json) THEN v.tail_json ELSE '[]' END) t"
+    " WHERE t.key = 'content' AND t.value LIKE ?1 ESCAPE '\\'))"
+)
+
+
 class HistoryError(Exception):
     """The database is unusable (not SQLite, or from a newer Tandem). Message is for the user."""
 
@@ -590,21 +600,35 @@ class HistoryStore:
         else:
             pattern = f"%{_escape_like(needle)}%"
             # versions not shown and the texts of the messages kept with them count too
-            # (the user saw them); a kept tail's JSON is read by SQLite's json_tree, its
-            # "content" values only (a damaged one, json_valid false, as none)
+            # (the user saw them)
             rows = self._conn.execute(
                 "SELECT * FROM conversations c WHERE c.title LIKE ?1 ESCAPE '\\' OR EXISTS ("
                 " SELECT 1 FROM messages m WHERE m.conversation_id = c.id"
                 " AND m.content LIKE ?1 ESCAPE '\\') OR EXISTS ("
                 " SELECT 1 FROM reply_versions v JOIN messages m ON m.id = v.message_id"
-                " WHERE m.conversation_id = c.id AND (v.content LIKE ?1 ESCAPE '\\'"
-                " OR EXISTS (SELECT 1 FROM json_tree(CASE WHEN json_valid(v.tail_json)"
-                " THEN v.tail_json ELSE '[]' END) t"
-                " WHERE t.key = 'content' AND t.value LIKE ?1 ESCAPE '\\')))"
+                f" WHERE m.conversation_id = c.id AND {_VERSION_MATCHES})"
                 " ORDER BY updated_at DESC, id DESC",
                 (pattern,),
             ).fetchall()
         return [self._conversation(r) for r in rows]
+
+    def found_elsewhere(self, conversation_id: int, search: str) -> StoredMessage | None:
+        """Where :meth:`list_conversations` found ``search`` in a conversation when it is
+        not on the path shown: the first shown message one of whose other versions, or
+        the messages kept with one, contains it. None when the title or a shown message
+        contains it, or nothing does (same matching as the search)."""
+        pattern = f"%{_escape_like(search.strip())}%"
+        shown = self._conn.execute(
+            "SELECT 1 FROM conversations c WHERE c.id = ?2 AND (c.title LIKE ?1 ESCAPE '\\'"
+            " OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id"
+            " AND m.content LIKE ?1 ESCAPE '\\'))", (pattern, conversation_id)).fetchone()
+        if not search.strip() or shown is not None:
+            return None
+        row = self._conn.execute(
+            f"{_MESSAGE_SELECT} WHERE m.conversation_id = ?2 AND EXISTS (SELECT 1 FROM"
+            f" reply_versions v WHERE v.message_id = m.id AND {_VERSION_MATCHES})"
+            " ORDER BY m.id LIMIT 1", (pattern, conversation_id)).fetchone()
+        return None if row is None else self._message(row)
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         """Set the title (blank titles become "New chat")."""

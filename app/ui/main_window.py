@@ -528,7 +528,7 @@ class MainWindow(QMainWindow):
 
     def open_conversation(self, conversation_id: int | None) -> None:
         self.system_prompt.flush()
-        self.controller.open_conversation(conversation_id)
+        self.controller.open_conversation(conversation_id, self.conversations.search.text())
 
     @Slot()
     def new_conversation(self) -> None:

@@ -669,6 +669,27 @@ def test_an_earlier_regeneration_that_fails_stops_or_is_not_queued_gives_its_tur
     assert rig.view.errors[-1].message == "The queue is full."
 
 
+def test_a_conversation_opened_from_a_search_says_which_message_hides_the_match(
+        rig: Rig) -> None:
+    rig.script.replies = ["the okapi lives in the Ituri forest", "plants grow"]
+    rig.c.send_message("tell me about animals")
+    rig.reply_done()
+    cid = rig.c.current_conversation
+    q1 = rig.store.messages(cid)[0].id  # type: ignore[arg-type]
+    rig.c.begin_edit(q1)
+    rig.c.send_message("tell me about plants")
+    rig.reply_done()
+    rig.c.open_conversation(None)
+    rig.c.open_conversation(cid, search="okapi")
+    error = rig.view.errors[-1]
+    assert (error.title, error.origin) == ("Found in another version", "search")
+    assert "“okapi”" in error.message and "your message “tell me about plants”" in error.message
+    count = len(rig.view.errors)
+    rig.c.open_conversation(cid, search="plants")  # on the path shown: nothing to say
+    assert len(rig.view.errors) == count
+    assert ("clear_errors", ("search",)) in rig.view.calls
+
+
 def test_an_edit_that_cannot_be_made_keeps_the_text_and_says_why(rig: Rig) -> None:
     rig.c.send_message("q1")
     rig.reply_done()

@@ -100,3 +100,23 @@ def test_editing_a_later_message_keeps_the_title(store: HistoryStore) -> None:
     failed = store.begin_reply(cid).id
     store.delete_reply(failed)
     assert store.conversation(cid).title == "hello"
+
+
+def test_found_elsewhere_names_the_shown_message_whose_versions_hold_the_text(
+        store: HistoryStore) -> None:
+    cid = store.create_conversation().id
+    first = store.add_user_message(cid, "tell me about animals")
+    _reply(store, cid, "the okapi lives in the Ituri forest")
+    store.add_user_message(cid, "and birds?")
+    second = _reply(store, cid, "the hoatzin")
+    store.begin_reply_version(second)
+    store.finish_reply(second, "the kakapo", "stop")
+    assert store.found_elsewhere(cid, "kakapo") is None  # shown
+    assert store.found_elsewhere(cid, "animals") is None  # shown
+    assert store.found_elsewhere(cid, "zebra") is None  # nowhere
+    where = store.found_elsewhere(cid, "HOATZIN")  # an earlier version of the reply
+    assert where is not None and where.id == second
+    store.edit_message(first.id, "tell me about plants")
+    where = store.found_elsewhere(cid, "okapi")  # kept with the first text
+    assert where is not None and (where.id, where.content) == (first.id, "tell me about plants")
+    assert store.found_elsewhere(cid, "  ") is None
