@@ -20,6 +20,7 @@ which logs it and hands it to :meth:`ChatView.show_error`: never a traceback on 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import time
@@ -793,6 +794,13 @@ class ChatController:
         """Conversations matching ``search`` (newest first); [] without a store."""
         return self.store.list_conversations(search) if self.store is not None else []
 
+    def has_conversation(self, conversation_id: int) -> bool:
+        """Whether the history holds it (False without a store, or when unreadable)."""
+        try:
+            return self.store is not None and self.store.has_conversation(conversation_id)
+        except sqlite3.Error:
+            return False
+
     def open_conversation(self, conversation_id: int | None, search: str = "") -> None:
         """Show a conversation (None: a fresh, not yet stored one). Opened from a
         ``search`` that matched only a version not shown, it says where that is."""
@@ -959,8 +967,10 @@ class ChatController:
             else:
                 message = self.store.add_user_message(self.current_conversation, text)
         except (KeyError, ValueError) as exc:  # gone, or a reply after it streams
-            why = str(exc) if isinstance(exc, ValueError) else "it was deleted (another window)"
-            self.report(UserError("Not sent", f"The message could not be edited: {why}. "
+            what = "message" if self.editing_message_id is not None else "conversation"
+            why = str(exc) if isinstance(exc, ValueError) else f"the {what} was deleted"
+            self.report(UserError("Not sent", f"The {what} could not be "
+                                  f"{'edited' if what == 'message' else 'added to'}: {why}. "
                                   "Your text stays in the box.", level="warning",
                                   origin="reply"))
             return False
@@ -1071,17 +1081,26 @@ class ChatController:
         if self.reply is not None:
             self.reply.job.cancel()
 
-    def _take_back(self, message_id: int, *, regenerated: bool) -> None:
-        """A reply begun in the history was not asked for: a new one is deleted, a new
-        version gives the earlier one back with the messages that followed it."""
+    def _take_back(self, message_id: int, *, regenerated: bool, stopped: bool = False) -> None:
+        """A reply begun in the history was not asked for, or was stopped before any
+        text (``stopped``): a new one is deleted, a new version gives the earlier one
+        back with the messages that followed it. When the history refuses, the empty
+        reply is finished as stopped (never left "streaming") and the refusal shown."""
         assert self.store is not None
         try:
             if regenerated:
-                self._show_branch(self.store.discard_reply_version(message_id))
+                self._show_branch(self.store.discard_reply_version(
+                    message_id, "cancelled" if stopped else "error"))
             else:
                 self.store.delete_reply(message_id)
-        except (KeyError, ValueError, sqlite3.Error):  # the error already shown is the one
-            log.warning("the reply that was not asked for stays in the history", exc_info=True)
+        except (KeyError, ValueError, sqlite3.Error) as exc:
+            log.warning("the empty reply could not be taken back", exc_info=True)
+            with contextlib.suppress(KeyError, sqlite3.Error):
+                stored = self.store.finish_reply(message_id, "", "cancelled")
+                if regenerated:  # the view shows the history as it is
+                    self._show_branch(stored)
+            if not isinstance(exc, KeyError):  # gone: nothing to say
+                self._history_failed(exc)
 
     def _start_reply(self, version_of: int | None = None) -> bool:
         """Ask for a reply to the open conversation: a new message, or with
@@ -1223,7 +1242,7 @@ class ChatController:
         self.view.clear_errors("reply")  # an earlier reply's error no longer applies
         self.view.reply_finished(reply, fin, stored)
         if take_back and self.store is not None and reply.conversation_id >= 0:
-            self._take_back(reply.message_id, regenerated=True)
+            self._take_back(reply.message_id, regenerated=True, stopped=True)
         self.view.conversations_changed()
         self.view.state_changed()
 

@@ -946,12 +946,13 @@ class HistoryStore:
             self._retitle(c, msg, str(theirs["content"]))
         return self.message(message_id)
 
-    def discard_reply_version(self, message_id: int) -> StoredMessage | None:
+    def discard_reply_version(self, message_id: int,
+                              finish_reason: str = "error") -> StoredMessage | None:
         """A regeneration produced nothing (it failed or was stopped before any text):
         show the newest earlier version again, with the messages that followed it. A
         reply without earlier versions is deleted (None). When messages follow the empty
         version all the same (another window sent one meanwhile), nothing is moved: it
-        stays, finished as ``error``.
+        stays, finished with ``finish_reason`` (``error``, or ``cancelled`` when stopped).
 
         Raises:
             KeyError: no such message.
@@ -968,8 +969,8 @@ class HistoryStore:
             later = c.execute("SELECT 1 FROM messages WHERE conversation_id = ? AND id > ?"
                               " LIMIT 1", (msg.conversation_id, message_id)).fetchone()
             if later is not None:  # another window went on from it: nothing is moved
-                c.execute("UPDATE messages SET status = 'done', finish_reason = 'error'"
-                          " WHERE id = ?", (message_id,))
+                c.execute("UPDATE messages SET status = 'done', finish_reason = ?"
+                          " WHERE id = ?", (finish_reason, message_id))
             elif row is None:
                 c.execute("DELETE FROM messages WHERE id = ?", (message_id,))
                 self._touch(c, msg.conversation_id, time.time())

@@ -214,7 +214,8 @@ class MainWindow(QMainWindow):
         self.bridge.event_received.connect(self._on_bridge_event_received)
         warm_up_markdown()
         self._restore_geometry()
-        self.composer.restore_unsent(self.settings.ui.unsent)
+        self.composer.restore_unsent(self.settings.ui.unsent, self.controller.has_conversation)
+        self.settings.ui.unsent = {}  # in the box now (a crash must not bring back sent text)
         self.conversations_changed()
         self.controller.start(autoload=autoload, problems=problems)
 

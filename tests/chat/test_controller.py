@@ -640,23 +640,25 @@ def test_an_earlier_regeneration_that_fails_stops_or_is_not_queued_gives_its_tur
     r1 = rig.store.messages(rig.c.current_conversation)[1].id  # type: ignore[arg-type]
     whole = [m[1] for m in rig.stored()]
 
-    def check() -> None:  # the earlier version, its turns, and the controller's view of them
+    def check(since: int) -> None:  # the earlier version, its turns, the window told
         assert [m[1] for m in rig.stored()] == whole
         assert rig.store.message(r1).versions == 1
         assert rig.c.last_reply_id == rig.store.messages(rig.c.current_conversation)[-1].id  # type: ignore[arg-type]
-        name, (shown, after) = next(c for c in reversed(rig.view.calls) if c[0] == "version_shown")
+        name, (shown, after) = [c for c in rig.view.calls[since:] if c[0] == "version_shown"][-1]
         assert shown.content == "a1" and [m.content for m in after] == ["q2", "a2"]
 
     with monkeypatch.context() as mp:  # fails before any text
         mp.setattr(fakes, "fit_conversation", _refuse)
+        since = len(rig.view.calls)
         assert rig.c.regenerate(r1)
         rig.reply_done()
-    check()
+    check(since)
     rig.script.first_word_s = 30.0  # stopped (Esc) before any text
+    since = len(rig.view.calls)
     assert rig.c.regenerate(r1)
     rig.c.stop_reply()
     rig.reply_done()
-    check()
+    check(since)
     rig.script.first_word_s = 0.0
 
     def full(*_a: object, **_k: object) -> None:
@@ -664,9 +666,30 @@ def test_an_earlier_regeneration_that_fails_stops_or_is_not_queued_gives_its_tur
 
     with monkeypatch.context() as mp:  # never queued
         mp.setattr(rig.c.service, "reply", full)
+        since = len(rig.view.calls)
         assert not rig.c.regenerate(r1)
-    check()
+    check(since)
     assert rig.view.errors[-1].message == "The queue is full."
+
+
+def test_a_stopped_regeneration_the_history_refuses_to_take_back_is_finished_not_streaming(
+        rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    rig.c.send_message("q1")
+    rig.reply_done()
+    r1 = rig.c.last_reply_id
+    assert r1 is not None
+
+    def locked(*_a: object, **_k: object) -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(rig.store, "discard_reply_version", locked)
+    rig.script.first_word_s = 30.0
+    assert rig.c.regenerate(r1)
+    rig.c.stop_reply()
+    rig.reply_done()
+    assert rig.stored()[-1] == ("assistant", "", "done", "cancelled")
+    assert rig.view.errors[-1].title == "History not saved"
+    assert rig.c.regenerate(r1) is True  # a finished reply: it can be generated again
 
 
 def test_a_conversation_opened_from_a_search_says_which_message_hides_the_match(

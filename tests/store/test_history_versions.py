@@ -207,9 +207,12 @@ def test_a_switch_that_cannot_be_made_changes_nothing(store: HistoryStore) -> No
 
 def test_versions_written_within_one_clock_tick_are_numbered_as_written(
         store: HistoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
     import app.store.history as history
 
-    monkeypatch.setattr(history.time, "time", lambda: 1_000.0)  # a coarse or stuck clock
+    stuck = types.SimpleNamespace(time=lambda: 1_000.0)  # a coarse or stuck clock
+    monkeypatch.setattr(history, "time", stuck)  # the store's clock only
     cid = store.create_conversation().id
     q = store.add_user_message(cid, "one").id
     assert store.edit_message(q, "two").version == 2

@@ -191,6 +191,8 @@ def test_text_typed_and_not_sent_is_there_after_a_restart(qtbot, tandem_home) ->
     saved = load_settings().settings
     assert saved.ui.unsent == {"new": "half a question for the new chat",
                                str(cid): "a long prompt\nI was still writing"}
+    # a conversation deleted since and keys edited by hand are left out
+    saved.ui.unsent.update({"99999": "gone", "²": "x", "9" * 5000: "y", "-1": "z"})
     again = MainWindow(LoadedSettings(saved), autoload=False)
     qtbot.addWidget(again)
     assert again.controller.current_conversation == cid  # reopened, with its text

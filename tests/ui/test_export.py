@@ -118,6 +118,35 @@ def test_a_name_typed_without_an_extension_gets_the_chosen_types() -> None:
     assert export_path("/tmp/notes", "Markdown (*.md)") == Path("/tmp/notes.md")
     assert export_path("/tmp/notes.md", "JSON (*.json)") == Path("/tmp/notes.md")
     assert export_path("/tmp/v1.2 notes.txt", "JSON (*.json)") == Path("/tmp/v1.2 notes.txt")
+    assert export_path("/tmp/report 1.5", "JSON (*.json)") == Path("/tmp/report 1.5.json")
+    assert export_path("/tmp/Dr. Who", "Markdown (*.md)") == Path("/tmp/Dr. Who.md")
+    assert export_path("/tmp/notes.", "JSON (*.json)") == Path("/tmp/notes.json")
+
+
+def test_kept_messages_edited_by_hand_export_as_missing_values_not_a_crash(
+        tmp_path: Path) -> None:
+    with HistoryStore.open(tmp_path / "h.sqlite3") as store:
+        cid = store.create_conversation().id
+        q = store.add_user_message(cid, "question").id
+        r = store.begin_reply(cid).id
+        store.finish_reply(r, "answer", "stop")
+        store.edit_message(q, "another question")
+        odd = [{"role": "assistant", "content": "kept", "created_at": "yesterday",
+                "versions": [{"content": "v", "created_at": "x", "tail": [5, "abc"]},
+                             {"content": "w", "created_at": None, "tail_json": "[broken"}]},
+               {"role": "user", "content": "kept too", "versions": 5}]
+        store._conn.execute("UPDATE reply_versions SET tail_json = ?", (json.dumps(odd),))
+        data = json.loads(export_conversation(store, cid, tmp_path / "c.json").read_text())
+        kept = data["messages"][0]["versions"][0]["followed_by"]
+        assert [k["content"] for k in kept] == ["kept", "kept too"]
+        versions = kept[0]["versions"]
+        assert {v["content"] for v in versions} == {"kept", "v", "w"}
+        assert next(v for v in versions if v["content"] == "w")["followed_by_raw"] == "[broken"
+        assert next(v for v in versions if v["content"] == "v")["followed_by"] == [
+            {"role": None, "content": None, "finish_reason": None, "stats": None,
+             "model": None, "note": None, "seed": None, "created_at": None}] * 2
+        assert "versions" not in kept[1]
+        assert "kept" not in conversation_markdown(store, cid)
 
 
 def test_the_dialog_writes_the_chosen_type_and_opens_where_the_last_export_went(

@@ -631,9 +631,9 @@ class ChatViewWidget(QScrollArea):
     def replace_after(self, view: MessageView, after: Sequence[MessageView]) -> None:
         """Another version of a message is shown: it changes in place and the messages
         after it are ``after``. The view keeps its scroll position, as
-        :meth:`update_message`; a path longer than :data:`SHOWN_AT_ONCE` after it is
-        shown as a conversation opens (its last messages, the others behind the
-        button), so that a long one costs what opening it costs."""
+        :meth:`update_message`, unless more than :data:`SHOWN_AT_ONCE` messages follow:
+        those are shown as a conversation opens (its last messages at the bottom, the
+        others behind the button), so that a long path costs what opening it costs."""
         ids = [v.message_id for v in self._earlier] + [w.message_id for w in self._messages]
         if view.message_id in ids[:-1]:
             self.remove_from(ids[ids.index(view.message_id) + 1])
@@ -646,6 +646,7 @@ class ChatViewWidget(QScrollArea):
         for w in made:
             self._layout.insertWidget(self._layout.count() - 1, w)
             w.set_edit_enabled(not self._busy[0], regenerate=not any(self._busy))
+            w.set_editing(w.message_id == self._editing)
         self._messages += made
         self._update_regenerate()
         self._update_starters()

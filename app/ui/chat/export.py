@@ -50,22 +50,41 @@ def _kept_stats(raw: object) -> dict[str, Any] | None:
     return current_stats(stats) if isinstance(stats, dict) else None
 
 
-def _kept_entry(m: dict[str, Any]) -> dict[str, Any]:
-    """A kept message (:func:`app.store.tails.read_tail`'s shape) as an exported one."""
+def _time(value: object) -> float:
+    """A kept time stamp as seconds (0.0 when it is not a number: edited by hand)."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+
+
+def _kept_entry(m: object) -> dict[str, Any]:
+    """A kept message (:func:`app.store.tails.read_tail`'s shape) as an exported one;
+    values of the wrong kinds (a database edited by hand) are exported as missing, and
+    kept messages that could not be read as their stored text (``followed_by_raw``)."""
+    m = m if isinstance(m, dict) else {}
+
     def values(v: dict[str, Any]) -> dict[str, Any]:
         return {"content": v.get("content"), "finish_reason": v.get("finish_reason"),
                 "stats": _kept_stats(v.get("stats_json")), "model": v.get("model"),
                 "note": v.get("note"), "seed": v.get("seed"), "created_at": v.get("created_at")}
 
+    def version(v: dict[str, Any]) -> dict[str, Any]:
+        out = {**values(v), "shown": False}
+        if isinstance(v.get("tail"), list) and v["tail"]:
+            out["followed_by"] = [_kept_entry(k) for k in v["tail"]]
+        elif isinstance(v.get("tail_json"), str):
+            out["followed_by_raw"] = v["tail_json"]
+        return out
+
     entry: dict[str, Any] = {"role": m.get("role"), **values(m)}
-    others = [v for v in m.get("versions") or [] if isinstance(v, dict)]
+    others = m.get("versions")
+    others = [v for v in others if isinstance(v, dict)] if isinstance(others, list) else []
     if others:
         shown = {**values(m), "shown": True}
-        versions = sorted([{**values(v), "shown": False,
-                            **({"followed_by": [_kept_entry(k) for k in v["tail"]]}
-                               if v.get("tail") else {})} for v in others] + [shown],
-                          key=lambda v: float(v["created_at"] or 0))
-        entry["version"] = versions.index(shown) + 1
+        versions = sorted([version(v) for v in others] + [shown],
+                          key=lambda v: _time(v["created_at"]))
+        entry["version"] = next(i for i, v in enumerate(versions) if v is shown) + 1
         entry["versions"] = [{"number": i + 1, **v} for i, v in enumerate(versions)]
     return entry
 

@@ -3,6 +3,7 @@ failure through the controller's one error path."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog, QWidget
@@ -20,7 +21,7 @@ def export_to(controller: ChatController, conversation_id: int, path: Path) -> b
         return False
     try:
         export_conversation(store, conversation_id, path)
-    except (OSError, KeyError) as exc:
+    except (OSError, KeyError, ValueError, TypeError, sqlite3.Error) as exc:
         controller.report(UserError("Export failed", f"{path} was not written: {exc}",
                                     origin="export"))
         return False
@@ -44,15 +45,18 @@ def export_stem(title: str, limit: int = 60) -> str:
 
 
 _FILTERS = {"Markdown (*.md)": ".md", "JSON (*.json)": ".json"}
+#: extensions a typed name keeps (its own decides the format: JSON, else Markdown)
+_KEPT_SUFFIXES = frozenset({".md", ".markdown", ".json", ".txt"})
 
 
 def export_path(name: str, selected_filter: str) -> Path:
-    """The file a save dialog's answer names: a name typed without an extension gets
-    the chosen type's (JSON chosen, "notes" → "notes.json"); one typed with an
-    extension is written as typed (its extension decides the format)."""
+    """The file a save dialog's answer names: a name typed without one of
+    :data:`_KEPT_SUFFIXES` gets the chosen type's (JSON chosen: "notes" → "notes.json",
+    "report 1.5" → "report 1.5.json"); "notes.md" is written as typed."""
     path = Path(name)
-    suffix = _FILTERS.get(selected_filter, ".md")
-    return path if path.suffix else path.with_name(path.name + suffix)
+    if path.suffix.lower() in _KEPT_SUFFIXES:
+        return path
+    return path.with_name(path.name.rstrip(".") + _FILTERS.get(selected_filter, ".md"))
 
 
 def export_open_conversation(parent: QWidget, controller: ChatController) -> bool:

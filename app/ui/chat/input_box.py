@@ -8,6 +8,8 @@ settings) from one run to the next.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
@@ -146,12 +148,15 @@ class ComposerWidget(QWidget):
         texts[self._conversation] = box
         return {("new" if k is None else str(k)): v for k, v in texts.items() if v.strip()}
 
-    def restore_unsent(self, texts: dict[str, str]) -> None:
+    def restore_unsent(self, texts: dict[str, str], exists: Callable[[int], bool]) -> None:
         """Take back :meth:`unsent_texts` of an earlier run (before the first
-        :meth:`show_conversation`; keys that are no conversation id are ignored)."""
+        :meth:`show_conversation`): the new chat's, and those of conversations that
+        still ``exist`` (keys that name none, a file edited by hand, are ignored)."""
         for key, text in texts.items():
-            if key == "new" or key.isdigit():
-                self._unsent[None if key == "new" else int(key)] = text
+            if key == "new":
+                self._unsent[None] = text
+            elif key.isascii() and key.isdigit() and len(key) < 19 and exists(int(key)):
+                self._unsent[int(key)] = text
         if not self.input.toPlainText():
             self.input.setPlainText(self._unsent.pop(self._conversation, ""))
 
