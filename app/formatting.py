@@ -36,6 +36,11 @@ def loads_json(raw: str | bytes, **kwargs: Any) -> Any:
 #: What a figure that was not measured (or cannot be computed) is shown as.
 MISSING = "—"
 
+#: Why a reply ended, in the words a message's footer (and an export) uses; ``stop``
+#: (the model finished) needs none.
+REASON_WORDS = {"length": "hit the token limit", "cancelled": "stopped",
+                "interrupted": "interrupted (the app closed)", "error": "failed"}
+
 
 #: control characters (Unicode category Cc: C0, DEL, C1) other than newline and tab
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

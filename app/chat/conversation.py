@@ -1063,8 +1063,8 @@ class ChatController:
         """Edit a user message: returns its text for the input box (None: not now). The
         next :meth:`send_message` gives it the new text; its earlier text stays as a
         version with the messages that followed it (:meth:`show_version`)."""
-        if self.store is None or self.reply is not None:
-            return None
+        if self.store is None or self.reply is not None or (message_id, "user") not in self._roles:
+            return None  # not a message of the open conversation (any more)
         try:
             text = self.store.message(message_id).content
         except (KeyError, sqlite3.Error) as exc:

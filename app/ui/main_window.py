@@ -214,8 +214,8 @@ class MainWindow(QMainWindow):
         self.bridge.event_received.connect(self._on_bridge_event_received)
         warm_up_markdown()
         self._restore_geometry()
-        self.composer.restore_unsent(self.settings.ui.unsent, self.controller.has_conversation)
-        self.settings.ui.unsent = {}  # in the box now (a crash must not bring back sent text)
+        self.composer.keep_unsent(self.settings.ui, self.save_settings_soon,
+                                  self.controller.has_conversation)
         self.conversations_changed()
         self.controller.start(autoload=autoload, problems=problems)
 
@@ -306,6 +306,8 @@ class MainWindow(QMainWindow):
         self.composer.stop_clicked.connect(c.stop_reply)
         self.composer.regenerate_clicked.connect(lambda: self.regenerate())
         self.composer.cancel_edit_clicked.connect(self._on_composer_cancel_edit_clicked)
+        # queued: the controller is still opening the conversation when it is emitted
+        self.composer.edit_resumed.connect(self.edit_message, Qt.ConnectionType.QueuedConnection)
         self.gauge.tint_toggled.connect(self._on_gauge_tint_toggled)
         sp = self.sampling_panel
         sp.sampling_changed.connect(c.set_sampling)
@@ -520,10 +522,11 @@ class MainWindow(QMainWindow):
     def regenerate(self, message_id: int | None = None) -> bool:
         return self.controller.regenerate(message_id)
 
-    def edit_message(self, message_id: int) -> None:
-        """Put a user message in the input box; Send makes its text a new version."""
-        if (text := self.controller.begin_edit(message_id)) is not None:
-            self.composer.begin_edit(text)
+    def edit_message(self, message_id: int, text: str | None = None) -> None:
+        """Put a user message in the input box (or ``text``: an edit taken up again);
+        Send makes its text a new version."""
+        if (original := self.controller.begin_edit(message_id)) is not None:
+            self.composer.begin_edit(original if text is None else text, message_id)
             self.input.setFocus()
             self.state_changed()
 
@@ -611,7 +614,6 @@ class MainWindow(QMainWindow):
             ui = self.settings.ui
             ui.window_geometry = bytes(self.saveGeometry().toBase64().data()).decode()
             ui.splitter_state = bytes(self.splitter.saveState().toBase64().data()).decode()
-            ui.unsent = self.composer.unsent_texts()  # saved by the controller's close
             self._settings_timer.stop()
             self.windows.shutdown()
             self.api.stop()

@@ -187,6 +187,9 @@ def test_text_typed_and_not_sent_is_there_after_a_restart(qtbot, tandem_home) ->
     w.input.setPlainText("half a question for the new chat")
     w.open_conversation(cid)
     w.input.setPlainText("a long prompt\nI was still writing")
+    # kept as it is typed (saved within a moment), not only at a normal quit
+    qtbot.waitUntil(lambda: load_settings().settings.ui.unsent.get(str(cid)) ==
+                    "a long prompt\nI was still writing", timeout=5000)
     w.close()
     saved = load_settings().settings
     assert saved.ui.unsent == {"new": "half a question for the new chat",
@@ -202,6 +205,28 @@ def test_text_typed_and_not_sent_is_there_after_a_restart(qtbot, tandem_home) ->
     again.input.clear()  # sent or deleted: nothing is kept for it
     again.close()
     assert load_settings().settings.ui.unsent == {str(cid): "a long prompt\nI was still writing"}
+
+
+def test_an_edit_left_for_another_conversation_is_taken_up_again(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    store = window.controller.store
+    cid = _conversation("edited", 1, None)
+    other = _conversation("other", 1, None)
+    window.open_conversation(cid)
+    window.input.setPlainText("typed before the edit")
+    first = window.chat.messages[0]
+    window.edit_message(first.message_id)
+    window.input.setPlainText("the question, rewritten")
+    window.open_conversation(other)  # the edit is left, not lost
+    assert window.controller.editing_message_id is None
+    assert window.input.toPlainText() == ""
+    window.open_conversation(cid)
+    qtbot.waitUntil(lambda: window.controller.editing_message_id == first.message_id)
+    assert window.input.toPlainText() == "the question, rewritten"
+    assert window.composer.edit_banner.isVisibleTo(window)
+    assert window.chat.messages[0].property("editing")
+    window._on_composer_cancel_edit_clicked()  # what the edit replaced comes back
+    assert window.input.toPlainText() == "typed before the edit"
+    assert store is not None and store.message(first.message_id).versions == 1
 
 
 def test_quit_has_the_platform_shortcut_and_closes_the_window(qtbot, window) -> None:  # type: ignore[no-untyped-def]

@@ -886,15 +886,22 @@ def test_the_composer_keeps_each_conversations_unsent_text(qtbot) -> None:
     box.setPlainText("draft for two")
     c.show_conversation(1)
     assert box.toPlainText() == "draft for one"
-    c.begin_edit("an earlier message")  # Edit on a message: the box shows it …
+    c.begin_edit("an earlier message", 7)  # Edit on a message: the box shows it …
     assert box.toPlainText() == "an earlier message"
     c.edit_ended()  # … Cancel edit (or its Send) brings the draft back
     assert box.toPlainText() == "draft for one"
-    c.begin_edit("an earlier message")
-    c.show_conversation(2)  # a switch cancels the edit; the draft stays with 1
-    assert box.toPlainText() == "draft for two"
-    c.show_conversation(1)
+    c.begin_edit("an earlier message", 7)
+    box.setPlainText("an earlier message, rewritten")
+    resumed: list[tuple[int, str]] = []
+    c.edit_resumed.connect(lambda mid, text: resumed.append((mid, text)))
+    c.show_conversation(2)  # a switch leaves the edit; the draft stays with 1
+    assert box.toPlainText() == "draft for two" and resumed == []
+    c.show_conversation(1)  # the draft, and the edit to take up again
     assert box.toPlainText() == "draft for one"
+    assert resumed == [(7, "an earlier message, rewritten")]
+    c.show_conversation(2)
+    c.show_conversation(1)  # taken up once only
+    assert len(resumed) == 1
     c.edit_ended()  # a message sent without an edit: the box empties
     assert box.toPlainText() == ""
     box.setPlainText("typed, then the conversation deleted")

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.formatting import REASON_WORDS
 from app.engine.reply import ended_at_full_context
 from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE
 from app.options import SpecMode
@@ -61,8 +62,6 @@ a { color: #0969da; }
 """
 
 _TINT = QColor(TINT_COLOR)
-_REASON_LABELS = {"length": "hit the token limit", "cancelled": "stopped",
-                  "interrupted": "interrupted (the app closed)", "error": "failed"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +137,9 @@ def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
         tau = stats.get("mean_acceptance_length")
         if tau is not None and mode is not SpecMode.OFF:
             parts.append(f"τ {tau:.2f}")
-    if finish_reason in _REASON_LABELS and not (
+    if finish_reason in REASON_WORDS and not (
             finish_reason == "length" and ended_at_full_context(note)):  # the note says so
-        parts.append(_REASON_LABELS[finish_reason])
+        parts.append(REASON_WORDS[finish_reason])
     line = " · ".join(parts)
     for extra in (stored_auto_explanation(stats, reason_only=True), stored_context_words(stats),
                   note):

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from app.formatting import loads_json
+from app.formatting import REASON_WORDS, loads_json
 from app.options import SpecMode
 from app.store.history import (
     Conversation,
@@ -118,7 +118,7 @@ def conversation_data(store: HistoryStore, conversation_id: int) -> dict[str, An
 def _figures(stats: dict[str, Any] | None, finish_reason: str | None) -> str:
     """``75 tokens · 18.3 tok/s · prompt lookup k=16 · α 95%`` (what the footer says first)."""
     if not stats:
-        return finish_reason or ""
+        return REASON_WORDS.get(finish_reason or "", finish_reason or "")
     parts = [f"{stats.get('emitted', 0)} tokens"]
     if stats.get("decode_tps"):
         parts.append(f"{stats['decode_tps']:.1f} tok/s")
@@ -132,7 +132,7 @@ def _figures(stats: dict[str, Any] | None, finish_reason: str | None) -> str:
     if stats.get("acceptance_rate") is not None:
         parts.append(f"α {stats['acceptance_rate'] * 100:.0f}%")
     if finish_reason and finish_reason != "stop":
-        parts.append(finish_reason)
+        parts.append(REASON_WORDS.get(finish_reason, finish_reason))
     return " · ".join(parts)
 
 

@@ -21,6 +21,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.store.settings import UiSettings
+
 from app.ui.labels import Label
 
 _MIN_LINES, _MAX_LINES = 2, 8
@@ -62,6 +64,11 @@ class ChatInputWidget(QPlainTextEdit):
         self.setFixedHeight(h)
 
 
+#: the longest unsent text written to the settings (a paste of a whole log stays in the
+#: box, but is not rewritten into the settings file at every pause in typing)
+UNSENT_KEPT_CHARS = 200_000
+
+
 class ComposerWidget(QWidget):
     """Edit banner, input box, Send/Stop and Regenerate (see the module docstring)."""
 
@@ -73,6 +80,9 @@ class ComposerWidget(QWidget):
     """Regenerate was clicked."""
     cancel_edit_clicked = Signal()
     """"Cancel edit" was clicked in the banner."""
+    edit_resumed = Signal(int, str)
+    """A conversation left while one of its messages was edited is open again: take the
+    edit up again (message id, the text as it was left)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -116,18 +126,26 @@ class ComposerWidget(QWidget):
         self._conversation: int | None = None
         self._unsent: dict[int | None, str] = {}
         self._before_edit: str | None = None  # the text an edit replaced in the box
+        self._editing: int | None = None  # the message being edited
+        #: edits left by opening another conversation: (message id, text), by conversation
+        self._edits: dict[int | None, tuple[int, str]] = {}
         self._deleted = False  # the open conversation is being deleted
+        #: where :meth:`keep_unsent` keeps the texts across restarts, and how it saves
+        self._kept: tuple[UiSettings, Callable[[], None]] | None = None
         self.input.submitted.connect(self._on_input_submitted)
 
     def show_conversation(self, conversation_id: int | None) -> None:
         """Another conversation (None: a new one) is open: the text typed so far stays
         with the conversation it was typed in (a message being edited, which the switch
-        cancels, leaves the text typed before the edit there), and this one's comes
-        back. The text of a conversation being deleted (:meth:`deleting`) comes along."""
+        cancels, is taken up again with its text when that conversation opens again:
+        :attr:`edit_resumed`), and this one's comes back. The text of a conversation
+        being deleted (:meth:`deleting`) comes along."""
         if conversation_id == self._conversation:
             return
         text = self.input.toPlainText() if self._before_edit is None else self._before_edit
-        self._before_edit = None
+        if self._editing is not None and not self._deleted:
+            self._edits[self._conversation] = (self._editing, self.input.toPlainText())
+        self._before_edit, self._editing = None, None
         if self._deleted:
             self._deleted = False
             waiting = self._unsent.get(conversation_id, "")
@@ -138,6 +156,8 @@ class ComposerWidget(QWidget):
             self._unsent.pop(self._conversation, None)
         self._conversation = conversation_id
         self.input.setPlainText(self._unsent.pop(conversation_id, ""))
+        if (left := self._edits.pop(conversation_id, None)) is not None:
+            self.edit_resumed.emit(*left)
 
     def unsent_texts(self) -> dict[str, str]:
         """The text typed and not sent, by conversation id (``"new"``: a chat not stored
@@ -148,37 +168,57 @@ class ComposerWidget(QWidget):
         texts[self._conversation] = box
         return {("new" if k is None else str(k)): v for k, v in texts.items() if v.strip()}
 
-    def restore_unsent(self, texts: dict[str, str], exists: Callable[[int], bool]) -> None:
-        """Take back :meth:`unsent_texts` of an earlier run (before the first
-        :meth:`show_conversation`): the new chat's, and those of conversations that
-        still ``exist`` (keys that name none, a file edited by hand, are ignored)."""
-        for key, text in texts.items():
+    def keep_unsent(self, ui: UiSettings, save_soon: Callable[[], None],
+                    exists: Callable[[int], bool]) -> None:
+        """Keep the unsent texts in ``ui.unsent`` from now on (``save_soon`` after each
+        change, so that a crash loses at most the last moments' typing), after taking
+        back an earlier run's (before the first :meth:`show_conversation`): the new
+        chat's, and those of conversations that still ``exist`` (keys that name none, a
+        file edited by hand, are ignored). A text over :data:`UNSENT_KEPT_CHARS` stays
+        in the box but is not written to the settings."""
+        for key, text in ui.unsent.items():
             if key == "new":
                 self._unsent[None] = text
             elif key.isascii() and key.isdigit() and len(key) < 19 and exists(int(key)):
                 self._unsent[int(key)] = text
         if not self.input.toPlainText():
             self.input.setPlainText(self._unsent.pop(self._conversation, ""))
+        self._kept = (ui, save_soon)
+        self.input.textChanged.connect(self._on_input_text_changed)
+        self._on_input_text_changed()
+
+    @Slot()
+    def _on_input_text_changed(self) -> None:
+        if self._kept is None:
+            return
+        ui, save_soon = self._kept
+        texts = {k: v for k, v in self.unsent_texts().items() if len(v) <= UNSENT_KEPT_CHARS}
+        if texts != ui.unsent:
+            ui.unsent = texts
+            save_soon()
 
     def deleting(self, conversation_id: int) -> None:
         """``conversation_id`` is about to be deleted: its unsent text is dropped, and
         when it is the open one, the text in the box goes to the conversation opened
         next."""
         self._unsent.pop(conversation_id, None)
+        self._edits.pop(conversation_id, None)
         self._deleted = conversation_id == self._conversation
+        self._on_input_text_changed()
 
-    def begin_edit(self, text: str) -> None:
-        """An earlier message is edited: ``text`` replaces the box's, which
+    def begin_edit(self, text: str, message_id: int) -> None:
+        """Message ``message_id`` is edited: ``text`` replaces the box's, which
         :meth:`edit_ended` brings back."""
         if self._before_edit is None:
             self._before_edit = self.input.toPlainText()
+        self._editing = message_id
         self.input.setPlainText(text)
 
     def edit_ended(self) -> None:
         """A message was sent or an edit cancelled: the box shows what an edit replaced,
         else nothing."""
-        self.input.setPlainText(self._before_edit or "")
-        self._before_edit = None
+        before, self._before_edit, self._editing = self._before_edit, None, None
+        self.input.setPlainText(before or "")
 
     def stored_as(self, conversation_id: int | None) -> None:
         """The new conversation that is open was stored under ``conversation_id`` (its

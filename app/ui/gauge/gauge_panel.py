@@ -409,7 +409,7 @@ GAUGE_ROWS = [
      "k̄ the mean draft length, rounds that drafted nothing counting as plain steps "
      "(with their lookups, for a lookup drafter). "
      f"Held until α rests on {MIN_VERIFIED_FOR_ESTIMATE} draft tokens. Where a check of "
-     "several tokens costs more than one step (on a CPU), the note below says so."),
+     "several tokens costs more than one step (on a CPU), a note below the figures says so."),
     ("measured", "Measured speedup", "How much faster this reply was than plain decoding "
      "on this machine now: its tok/s against one-token target passes timed under the "
      "same conditions (of this reply, or of the last 10 s at the same thread count and "

@@ -96,6 +96,8 @@ def _auto_words(joiner: str) -> str:
 
 
 PROMPT_LOOKUP_LABEL = picker_label(SpecMode.PROMPT_LOOKUP.info)  # type: ignore[arg-type]
+#: drafters that need no model of their own, so a choice of one suits any target
+_ANY_TARGET = frozenset({SpecMode.AUTO, SpecMode.PROMPT_LOOKUP, SpecMode.SUFFIX, SpecMode.OFF})
 SUFFIX_LABEL = picker_label(SpecMode.SUFFIX.info)  # type: ignore[arg-type]
 
 
@@ -695,7 +697,9 @@ class LibraryTabWidget(QWidget):
 
     def _preselect(self, candidates: tuple[DraftCandidate[LibraryEntry], ...],
                    off: QTreeWidgetItem) -> None:
-        """Select the wanted drafter, else the best draft model, else prompt lookup."""
+        """Select the wanted drafter, else the best draft model, else the wanted drafter
+        when it needs no model (Auto, lookup, off: it suits any target), else prompt
+        lookup."""
         chosen = None
         if self.target is not None and self._wanted_for is not None and self.target.is_file(self._wanted_for):
             chosen = self._drafter_item(self._wanted_mode, self._wanted_draft)
@@ -704,6 +708,8 @@ class LibraryTabWidget(QWidget):
                 chosen = None  # a saved draft too large to help is not preselected
         if chosen is None:
             chosen = self._best_predicted(candidates)
+        if chosen is None and self._wanted_mode in _ANY_TARGET:
+            chosen = self._drafter_item(self._wanted_mode, None)
         self.draft_list.setCurrentItem(
             chosen or self._drafter_item(SpecMode.PROMPT_LOOKUP, None) or off)
 

@@ -297,3 +297,19 @@ def test_the_demo_package_model_is_written_only_when_asked(  # type: ignore[no-u
     finally:
         w.close()
         assert w.shutdown()
+
+
+def test_a_drafter_that_needs_no_model_stays_chosen_for_another_target(  # type: ignore[no-untyped-def]
+        qtbot, models_dir: Path) -> None:
+    # Auto in use with Gemma; SmolLM2 picked as the target: no draft model of the library
+    # predicts a gain for it, so Auto stays (it used to fall back to prompt lookup)
+    w = ModelPickerWindow()
+    qtbot.addWidget(w)
+    wait_scanned(qtbot, w)
+    tab = w.library_tab
+    tab.show_in_use(models_dir / GEMMA_FILE, SpecMode.AUTO, None)
+    with qtbot.waitSignal(tab.drafts_ranked, timeout=SCAN_TIMEOUT_MS):
+        assert tab.choose_target(models_dir / SMOLLM_FILE)
+    qtbot.waitUntil(lambda: tab.drafter is not None, timeout=SCAN_TIMEOUT_MS)
+    assert tab.drafter.mode == SpecMode.AUTO
+    assert w.shutdown()
