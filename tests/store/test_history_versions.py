@@ -239,17 +239,22 @@ def test_a_failed_regeneration_moves_nothing_when_another_window_went_on_from_it
     assert _texts(store, cid) == ["one", "re: one", "two", "re: two"]
 
 
+def _rewind(path: Path, version: int, statement: str) -> None:
+    """Make the database at ``path`` what a Tandem of schema ``version`` left."""
+    conn = sqlite3.connect(path)
+    conn.execute(statement)
+    conn.execute(f"PRAGMA user_version={version}")
+    conn.commit()
+    conn.close()
+
+
 def test_a_version_1_database_is_migrated_forward(tmp_path: Path) -> None:
     path = tmp_path / "history.sqlite3"
     with HistoryStore.open(path) as s:
         cid = s.create_conversation().id
         s.add_user_message(cid, "old question")
         mid = _reply(s, cid, "old answer", "off")
-    conn = sqlite3.connect(path)  # what a version-1 Tandem left: no versions table
-    conn.execute("DROP TABLE reply_versions")
-    conn.execute("PRAGMA user_version=1")
-    conn.commit()
-    conn.close()
+    _rewind(path, 1, "DROP TABLE reply_versions")  # a version-1 Tandem had no versions
     with HistoryStore.open(path) as s:
         assert s._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         assert [m.content for m in s.messages(cid)] == ["old question", "old answer"]
@@ -267,11 +272,7 @@ def test_a_version_2_database_gains_kept_messages_and_keeps_its_versions(
         mid = _reply(s, cid, "old answer", "off")
         s.begin_reply_version(mid)
         s.finish_reply(mid, "newer answer", "stop")
-    conn = sqlite3.connect(path)  # what a version-2 Tandem left: versions without tails
-    conn.execute("ALTER TABLE reply_versions DROP COLUMN tail_json")
-    conn.execute("PRAGMA user_version=2")
-    conn.commit()
-    conn.close()
+    _rewind(path, 2, "ALTER TABLE reply_versions DROP COLUMN tail_json")  # no kept tails
     with HistoryStore.open(path) as s:
         assert s._conn.execute("PRAGMA user_version").fetchone()[0] == 3
         assert [v.content for v in s.versions(mid)] == ["old answer", "newer answer"]
