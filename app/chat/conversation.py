@@ -288,6 +288,8 @@ class ChatController:
         #: (target, draft) pairs whose "may not speed replies up" warning was shown
         self._warned_pairs: set[tuple[Path | None, Path | None]] = set()
         self._roles: list[tuple[int, str]] = []  # (id, role) of the open conversation
+        #: empty replies left "streaming" because the history refused to finish them
+        self._unfinished: set[int] = set()
         self._closed = False
 
     # -- state ------------------------------------------------------------------------
@@ -795,11 +797,12 @@ class ChatController:
         return self.store.list_conversations(search) if self.store is not None else []
 
     def has_conversation(self, conversation_id: int) -> bool:
-        """Whether the history holds it (False without a store, or when unreadable)."""
+        """Whether the history may hold it: False only when the history says it does
+        not (without a store, or when it cannot be read, nothing is known: True)."""
         try:
-            return self.store is not None and self.store.has_conversation(conversation_id)
+            return self.store is None or self.store.has_conversation(conversation_id)
         except sqlite3.Error:
-            return False
+            return True
 
     def open_conversation(self, conversation_id: int | None, search: str = "") -> None:
         """Show a conversation (None: a fresh, not yet stored one). Opened from a
@@ -882,15 +885,16 @@ class ChatController:
                 self._history_failed(exc)
         self.view.conversations_changed()
 
-    def delete_conversation(self, conversation_id: int) -> None:
-        """Delete a conversation (stopping its reply if one streams)."""
+    def delete_conversation(self, conversation_id: int) -> bool:
+        """Delete a conversation (stopping its reply if one streams). Returns whether it
+        was deleted (a history error is reported)."""
         if self.store is None:
-            return
+            return False
         try:
             self.store.delete_conversation(conversation_id)
         except sqlite3.Error as exc:
             self._history_failed(exc)
-            return
+            return False
         if self.reply is not None and self.reply.conversation_id == conversation_id:
             self.stop_reply()
             self.reply.conversation_id = -1  # its rows are gone: nothing to finish
@@ -898,6 +902,7 @@ class ChatController:
             self.open_conversation(None)
         else:
             self.view.conversations_changed()
+        return True
 
     def set_system_prompt(self, text: str) -> None:
         """The open conversation's system prompt (a fresh conversation is stored once it
@@ -1015,6 +1020,10 @@ class ChatController:
             return self._start_reply()  # the last reply failed: ask for it again
         if (message_id, "assistant") not in self._roles:
             return False  # not a reply of the open conversation
+        if message_id in self._unfinished:  # a take-back the history refused: finish it
+            with contextlib.suppress(KeyError, sqlite3.Error):  # _start_reply reports
+                self.store.finish_reply(message_id, "", "cancelled")
+                self._unfinished.discard(message_id)
         return self._start_reply(version_of=message_id)
 
     def show_version(self, message_id: int, number: int) -> bool:
@@ -1081,25 +1090,33 @@ class ChatController:
         if self.reply is not None:
             self.reply.job.cancel()
 
-    def _take_back(self, message_id: int, *, regenerated: bool, stopped: bool = False) -> None:
-        """A reply begun in the history was not asked for, or was stopped before any
-        text (``stopped``): a new one is deleted, a new version gives the earlier one
-        back with the messages that followed it. When the history refuses, the empty
-        reply is finished as stopped (never left "streaming") and the refusal shown."""
+    def _take_back(self, message_id: int, *, regenerated: bool, stopped: bool = False,
+                   reported: bool = False) -> None:
+        """A reply begun in the history was not asked for (the reason already
+        ``reported``), or was stopped before any text (``stopped``): a new one is
+        deleted, a new version gives the earlier one back with the messages that
+        followed it. When the history refuses, the empty reply is finished (``cancelled``
+        or ``error``: never left "streaming"), shown, and the refusal reported."""
         assert self.store is not None
+        reason = "cancelled" if stopped else "error"
         try:
             if regenerated:
-                self._show_branch(self.store.discard_reply_version(
-                    message_id, "cancelled" if stopped else "error"))
+                self._show_branch(self.store.discard_reply_version(message_id, reason))
             else:
                 self.store.delete_reply(message_id)
         except (KeyError, ValueError, sqlite3.Error) as exc:
             log.warning("the empty reply could not be taken back", exc_info=True)
-            with contextlib.suppress(KeyError, sqlite3.Error):
-                stored = self.store.finish_reply(message_id, "", "cancelled")
-                if regenerated:  # the view shows the history as it is
-                    self._show_branch(stored)
-            if not isinstance(exc, KeyError):  # gone: nothing to say
+            try:
+                stored: StoredMessage | None = self.store.finish_reply(message_id, "", reason)
+            except (KeyError, sqlite3.Error):  # regenerate() finishes it later
+                stored = None
+                self._unfinished.add(message_id)
+            if stored is not None and regenerated:  # the view shows the history as it is
+                self._show_branch(stored)
+            elif stored is not None and stored.conversation_id == self.current_conversation:
+                self._roles.append((stored.id, stored.role))
+                self.view.message_added(stored)
+            if not reported and not isinstance(exc, KeyError):  # gone: nothing to say
                 self._history_failed(exc)
 
     def _start_reply(self, version_of: int | None = None) -> bool:
@@ -1131,7 +1148,7 @@ class ChatController:
                 self.report(UserError("Not now", str(exc), level="warning", origin="reply"))
             else:
                 self._history_failed(exc)
-            self._take_back(stored.id, regenerated=version_of is not None)
+            self._take_back(stored.id, regenerated=version_of is not None, reported=True)
             return False
         self.reply = ActiveReply(job, cid, stored.id, speculation, ReplyBuffer(clock=self.clock),
                                  ahead=self.service.ahead_of(job),

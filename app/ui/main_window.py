@@ -166,6 +166,18 @@ def _ask_to_delete(window: QWidget, title: str | None) -> bool:
     return box.exec() == QMessageBox.StandardButton.Yes
 
 
+def _resume_edit(window: MainWindow, conversation_id: int | None, message_id: int,
+                 text: str) -> None:
+    """Take up an edit left for another conversation, now open again (connected queued:
+    the controller is still opening it when the composer asks); one that cannot be
+    (another conversation open by now, a reply streams, the message is gone) keeps its
+    text (:meth:`ComposerWidget.edit_not_resumed`)."""
+    if conversation_id is None or conversation_id != window.controller.current_conversation \
+            or not window.edit_message(message_id, text):
+        if conversation_id is not None:
+            window.composer.edit_not_resumed(conversation_id, message_id, text)
+
+
 def _single_shot_timer(parent: QWidget, ms: int, slot: Callable[[], object]) -> QTimer:
     timer = QTimer(parent)
     timer.setSingleShot(True)
@@ -205,7 +217,7 @@ class MainWindow(QMainWindow):
         self.bridge = ServiceBridge(service, self)
         #: the window's reply the gauge shows (None: it follows whatever else runs)
         self._gauge_reply: ActiveReply | None = None
-        self.controller = ChatController(self.settings, store, self.bridge.service, self)
+        self.controller = c = ChatController(self.settings, store, self.bridge.service, self)
         self.windows = SideWindows(self, self.controller, self.bridge, self.settings,
                                    self.downloads)
         self._closed = False
@@ -214,8 +226,8 @@ class MainWindow(QMainWindow):
         self.bridge.event_received.connect(self._on_bridge_event_received)
         warm_up_markdown()
         self._restore_geometry()
-        self.composer.keep_unsent(self.settings.ui, self.save_settings_soon,
-                                  self.controller.has_conversation)
+        self.composer.keep_unsent(self.settings.ui, (self.save_settings_soon, c.save_settings),
+                                  c.has_conversation)
         self.conversations_changed()
         self.controller.start(autoload=autoload, problems=problems)
 
@@ -306,8 +318,8 @@ class MainWindow(QMainWindow):
         self.composer.stop_clicked.connect(c.stop_reply)
         self.composer.regenerate_clicked.connect(lambda: self.regenerate())
         self.composer.cancel_edit_clicked.connect(self._on_composer_cancel_edit_clicked)
-        # queued: the controller is still opening the conversation when it is emitted
-        self.composer.edit_resumed.connect(self.edit_message, Qt.ConnectionType.QueuedConnection)
+        self.composer.edit_resumed.connect(lambda *left: _resume_edit(self, *left),
+                                           Qt.ConnectionType.QueuedConnection)
         self.gauge.tint_toggled.connect(self._on_gauge_tint_toggled)
         sp = self.sampling_panel
         sp.sampling_changed.connect(c.set_sampling)
@@ -522,13 +534,14 @@ class MainWindow(QMainWindow):
     def regenerate(self, message_id: int | None = None) -> bool:
         return self.controller.regenerate(message_id)
 
-    def edit_message(self, message_id: int, text: str | None = None) -> None:
-        """Put a user message in the input box (or ``text``: an edit taken up again);
-        Send makes its text a new version."""
+    def edit_message(self, message_id: int, text: str | None = None) -> bool:
+        """Edit a user message (``text``: an edit taken up again). False: not now (a
+        reply streams, or it is no message of the open conversation)."""
         if (original := self.controller.begin_edit(message_id)) is not None:
             self.composer.begin_edit(original if text is None else text, message_id)
             self.input.setFocus()
             self.state_changed()
+        return original is not None
 
     def open_conversation(self, conversation_id: int | None) -> None:
         self.system_prompt.flush()
@@ -579,8 +592,7 @@ class MainWindow(QMainWindow):
     @Slot(int)
     def _on_conversations_conversation_delete_clicked(self, conversation_id: int) -> None:
         if _ask_to_delete(self, self.conversations.title_of(conversation_id)):
-            self.composer.deleting(conversation_id)  # its unsent text goes to the new chat
-            self.controller.delete_conversation(conversation_id)
+            self.composer.deleting(conversation_id, self.controller.delete_conversation)
 
     def _stop_or_leave_edit(self) -> None:  # Esc
         if self.controller.reply is not None:
@@ -611,6 +623,7 @@ class MainWindow(QMainWindow):
         if not self._closed:
             self._closed = True
             self.system_prompt.flush()
+            self.composer.save_unsent()  # written by the controller's close below
             ui = self.settings.ui
             ui.window_geometry = bytes(self.saveGeometry().toBase64().data()).decode()
             ui.splitter_state = bytes(self.splitter.saveState().toBase64().data()).decode()

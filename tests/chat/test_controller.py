@@ -267,9 +267,12 @@ def test_a_locked_history_is_reported_for_every_conversation_action(
     rig.script.gate.set()
     rig.reply_done()
     assert [m.content for m in rig.store.messages(cid)][-2:] == ["second", "the streaming answer"]
+    rig.c.open_conversation(cid)  # readable again: the edit below reads a message
+    assert (user_id, "user") in rig.c._roles
+    errors = len(rig.view.errors)
     monkeypatch.setattr(rig.store, "message", locked)
     assert rig.c.begin_edit(user_id) is None and rig.c.editing_message_id is None
-    assert rig.view.errors[-1].title == "History not readable"
+    assert [e.title for e in rig.view.errors[errors:]] == ["History not readable"]
 
 
 def test_the_window_reply_waits_in_the_queue_behind_an_api_request(rig: Rig) -> None:
@@ -689,7 +692,24 @@ def test_a_stopped_regeneration_the_history_refuses_to_take_back_is_finished_not
     rig.reply_done()
     assert rig.stored()[-1] == ("assistant", "", "done", "cancelled")
     assert rig.view.errors[-1].title == "History not saved"
+    rig.script.first_word_s = 0.0
     assert rig.c.regenerate(r1) is True  # a finished reply: it can be generated again
+    rig.reply_done()
+
+    with monkeypatch.context() as mp:  # finishing it is refused too: it waits, streaming
+        mp.setattr(rig.store, "finish_reply", locked)
+        rig.script.first_word_s = 30.0
+        errors = len(rig.view.errors)
+        assert rig.c.regenerate(r1)
+        rig.c.stop_reply()
+        rig.reply_done()
+        assert rig.stored()[-1][2] == "streaming"
+        assert [e.title for e in rig.view.errors[errors:]].count("History not saved") == 1
+    rig.script.first_word_s = 0.0
+    rig.script.replies = ["again"]
+    assert rig.c.regenerate(r1)  # the next regeneration finishes it first
+    rig.reply_done()
+    assert rig.stored()[-1] == ("assistant", "again", "done", "stop")
 
 
 def test_a_conversation_opened_from_a_search_says_which_message_hides_the_match(

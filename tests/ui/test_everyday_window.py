@@ -228,6 +228,16 @@ def test_an_edit_left_for_another_conversation_is_taken_up_again(qtbot, window) 
     assert window.input.toPlainText() == "typed before the edit"
     assert store is not None and store.message(first.message_id).versions == 1
 
+    window.edit_message(first.message_id)  # left again, and the window closed meanwhile
+    window.input.setPlainText("rewritten once more")
+    window.open_conversation(other)
+    window.close()
+    from app.store.settings import load_settings
+
+    saved = load_settings().settings.ui.unsent
+    assert saved[f"{cid}:edit:{first.message_id}"] == "rewritten once more"
+    assert saved[str(cid)] == "typed before the edit"
+
 
 def test_quit_has_the_platform_shortcut_and_closes_the_window(qtbot, window) -> None:  # type: ignore[no-untyped-def]
     quit_action = window.window_actions.quit

@@ -121,6 +121,7 @@ def test_a_name_typed_without_an_extension_gets_the_chosen_types() -> None:
     assert export_path("/tmp/report 1.5", "JSON (*.json)") == Path("/tmp/report 1.5.json")
     assert export_path("/tmp/Dr. Who", "Markdown (*.md)") == Path("/tmp/Dr. Who.md")
     assert export_path("/tmp/notes.", "JSON (*.json)") == Path("/tmp/notes.json")
+    assert export_path("/tmp/...", "JSON (*.json)") == Path("/tmp/conversation.json")
 
 
 def test_kept_messages_edited_by_hand_export_as_missing_values_not_a_crash(

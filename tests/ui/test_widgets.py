@@ -892,21 +892,34 @@ def test_the_composer_keeps_each_conversations_unsent_text(qtbot) -> None:
     assert box.toPlainText() == "draft for one"
     c.begin_edit("an earlier message", 7)
     box.setPlainText("an earlier message, rewritten")
-    resumed: list[tuple[int, str]] = []
-    c.edit_resumed.connect(lambda mid, text: resumed.append((mid, text)))
+    resumed: list[tuple[int, int, str]] = []
+    c.edit_resumed.connect(lambda cid, mid, text: resumed.append((cid, mid, text)))
     c.show_conversation(2)  # a switch leaves the edit; the draft stays with 1
     assert box.toPlainText() == "draft for two" and resumed == []
+    assert c.unsent_texts() == {"1": "draft for one", "2": "draft for two",
+                                "1:edit:7": "an earlier message, rewritten"}
     c.show_conversation(1)  # the draft, and the edit to take up again
     assert box.toPlainText() == "draft for one"
-    assert resumed == [(7, "an earlier message, rewritten")]
+    assert resumed == [(1, 7, "an earlier message, rewritten")]
     c.show_conversation(2)
     c.show_conversation(1)  # taken up once only
     assert len(resumed) == 1
+    c.edit_not_resumed(1, 7, "an earlier message, rewritten")  # not now: kept in the box
+    assert box.toPlainText() == "draft for one\n\nan earlier message, rewritten"
+    c.edit_not_resumed(2, 8, "left in two")  # two is not open: it waits for two
+    assert c.unsent_texts()["2:edit:8"] == "left in two"
+    box.setPlainText("draft for one")
     c.edit_ended()  # a message sent without an edit: the box empties
     assert box.toPlainText() == ""
     box.setPlainText("typed, then the conversation deleted")
-    c.deleting(1)
-    c.show_conversation(None)  # the new chat the deletion opens gets it
+    c.deleting(2, lambda _cid: False)  # a deletion that failed keeps everything
+    assert c.unsent_texts()["2:edit:8"] == "left in two"
+
+    def delete(_cid: int) -> bool:  # as the controller does: the new chat opens
+        c.show_conversation(None)
+        return True
+
+    c.deleting(1, delete)  # the new chat the deletion opens gets the box's text
     assert box.toPlainText() == "typed, then the conversation deleted"
     c.show_conversation(2)
     c.show_conversation(None)

@@ -56,7 +56,8 @@ def export_path(name: str, selected_filter: str) -> Path:
     path = Path(name)
     if path.suffix.lower() in _KEPT_SUFFIXES:
         return path
-    return path.with_name(path.name.rstrip(".") + _FILTERS.get(selected_filter, ".md"))
+    stem = path.name.rstrip(".") or "conversation"  # "..." is no name
+    return path.with_name(stem + _FILTERS.get(selected_filter, ".md"))
 
 
 def export_open_conversation(parent: QWidget, controller: ChatController) -> bool:

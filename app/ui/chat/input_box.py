@@ -64,9 +64,15 @@ class ChatInputWidget(QPlainTextEdit):
         self.setFixedHeight(h)
 
 
-#: the longest unsent text written to the settings (a paste of a whole log stays in the
-#: box, but is not rewritten into the settings file at every pause in typing)
+#: the most unsent text written to the settings, all texts together (a paste of a whole
+#: log stays in the box, but is not rewritten into the settings file at every pause)
 UNSENT_KEPT_CHARS = 200_000
+
+
+def _id(text: str) -> int | None:
+    """A conversation or message id written as text; None for anything else (a
+    settings file edited by hand)."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 19 else None
 
 
 class ComposerWidget(QWidget):
@@ -80,9 +86,10 @@ class ComposerWidget(QWidget):
     """Regenerate was clicked."""
     cancel_edit_clicked = Signal()
     """"Cancel edit" was clicked in the banner."""
-    edit_resumed = Signal(int, str)
+    edit_resumed = Signal(object, int, str)
     """A conversation left while one of its messages was edited is open again: take the
-    edit up again (message id, the text as it was left)."""
+    edit up again (conversation id, message id, the text as it was left); one that
+    cannot be taken up goes back through :meth:`edit_not_resumed`."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -129,9 +136,10 @@ class ComposerWidget(QWidget):
         self._editing: int | None = None  # the message being edited
         #: edits left by opening another conversation: (message id, text), by conversation
         self._edits: dict[int | None, tuple[int, str]] = {}
-        self._deleted = False  # the open conversation is being deleted
+        self._deleted: int | None = None  # the open conversation, while it is deleted
         #: where :meth:`keep_unsent` keeps the texts across restarts, and how it saves
-        self._kept: tuple[UiSettings, Callable[[], None]] | None = None
+        #: them (soon, now)
+        self._kept: tuple[UiSettings, Callable[[], object], Callable[[], object]] | None = None
         self.input.submitted.connect(self._on_input_submitted)
 
     def show_conversation(self, conversation_id: int | None) -> None:
@@ -143,11 +151,11 @@ class ComposerWidget(QWidget):
         if conversation_id == self._conversation:
             return
         text = self.input.toPlainText() if self._before_edit is None else self._before_edit
-        if self._editing is not None and not self._deleted:
+        if self._editing is not None and self._deleted is None:
             self._edits[self._conversation] = (self._editing, self.input.toPlainText())
         self._before_edit, self._editing = None, None
-        if self._deleted:
-            self._deleted = False
+        if self._deleted is not None:
+            self._deleted = None
             waiting = self._unsent.get(conversation_id, "")
             self._unsent[conversation_id] = "\n".join(t for t in (text, waiting) if t.strip())
         elif text.strip():
@@ -157,54 +165,86 @@ class ComposerWidget(QWidget):
         self._conversation = conversation_id
         self.input.setPlainText(self._unsent.pop(conversation_id, ""))
         if (left := self._edits.pop(conversation_id, None)) is not None:
-            self.edit_resumed.emit(*left)
+            self.edit_resumed.emit(conversation_id, *left)
+
+    def edit_not_resumed(self, conversation_id: int, message_id: int, text: str) -> None:
+        """:attr:`edit_resumed` could not take the edit up (a reply streams, the message
+        is gone, another conversation is open by now): its text is not lost. Another
+        conversation open: it waits for the next opening of its own; else it joins the
+        box's text."""
+        if conversation_id != self._conversation:
+            self._edits[conversation_id] = (message_id, text)
+        else:
+            box = self.input.toPlainText()
+            self.input.setPlainText(f"{box}\n\n{text}" if box.strip() else text)
+        self.save_unsent()
 
     def unsent_texts(self) -> dict[str, str]:
-        """The text typed and not sent, by conversation id (``"new"``: a chat not stored
-        yet), the box's included (while a message is edited, the text the edit
-        replaced): what :class:`~app.store.settings.UiSettings` keeps across restarts."""
+        """The text typed and not sent, as :class:`~app.store.settings.UiSettings` keeps
+        it across restarts: by conversation id (``"new"``: a chat not stored yet), the
+        box's included, and an edit's text (left for another conversation, or under way)
+        as ``"<conversation>:edit:<message>"``."""
         texts = dict(self._unsent)
         box = self.input.toPlainText() if self._before_edit is None else self._before_edit
         texts[self._conversation] = box
-        return {("new" if k is None else str(k)): v for k, v in texts.items() if v.strip()}
+        out = {("new" if k is None else str(k)): v for k, v in texts.items() if v.strip()}
+        edits = dict(self._edits)
+        if self._editing is not None:
+            edits[self._conversation] = (self._editing, self.input.toPlainText())
+        out.update({f"{k}:edit:{mid}": v for k, (mid, v) in edits.items()
+                    if k is not None and v.strip()})
+        return out
 
-    def keep_unsent(self, ui: UiSettings, save_soon: Callable[[], None],
+    def keep_unsent(self, ui: UiSettings, save: tuple[Callable[[], object], Callable[[], object]],
                     exists: Callable[[int], bool]) -> None:
-        """Keep the unsent texts in ``ui.unsent`` from now on (``save_soon`` after each
-        change, so that a crash loses at most the last moments' typing), after taking
-        back an earlier run's (before the first :meth:`show_conversation`): the new
-        chat's, and those of conversations that still ``exist`` (keys that name none, a
-        file edited by hand, are ignored). A text over :data:`UNSENT_KEPT_CHARS` stays
-        in the box but is not written to the settings."""
+        """Keep the unsent texts in ``ui.unsent`` from now on, saved (``save``: soon,
+        now) after each change, at once when text went away (sent: a crash must not
+        bring it back), so that a crash loses at most the last moments' typing; after
+        taking back an earlier run's (before the first :meth:`show_conversation`): the
+        new chat's, and those of conversations that may still ``exist`` (keys that name
+        none, a file edited by hand, are ignored). Texts over :data:`UNSENT_KEPT_CHARS`
+        (each, and all together) stay in the box but are not written to the settings."""
         for key, text in ui.unsent.items():
-            if key == "new":
+            conv, _, mid = key.partition(":edit:")
+            if conv == "new" and not mid:
                 self._unsent[None] = text
-            elif key.isascii() and key.isdigit() and len(key) < 19 and exists(int(key)):
-                self._unsent[int(key)] = text
+            elif _id(conv) is not None and exists(int(conv)) and not mid:
+                self._unsent[int(conv)] = text
+            elif _id(conv) is not None and _id(mid) is not None and exists(int(conv)):
+                self._edits[int(conv)] = (int(mid), text)
         if not self.input.toPlainText():
             self.input.setPlainText(self._unsent.pop(self._conversation, ""))
-        self._kept = (ui, save_soon)
-        self.input.textChanged.connect(self._on_input_text_changed)
-        self._on_input_text_changed()
+        self._kept = (ui, *save)
+        self.input.textChanged.connect(self.save_unsent)
+        self.save_unsent()
 
     @Slot()
-    def _on_input_text_changed(self) -> None:
+    def save_unsent(self) -> None:
+        """Write the unsent texts into the settings given to :meth:`keep_unsent`."""
         if self._kept is None:
             return
-        ui, save_soon = self._kept
-        texts = {k: v for k, v in self.unsent_texts().items() if len(v) <= UNSENT_KEPT_CHARS}
+        ui, save_soon, save_now = self._kept
+        texts, total = {}, 0
+        for key, text in sorted(self.unsent_texts().items(), key=lambda kv: len(kv[1])):
+            if total + len(text) <= UNSENT_KEPT_CHARS:
+                texts[key] = text
+                total += len(text)
         if texts != ui.unsent:
+            went = any(k not in texts for k in ui.unsent)  # sent, or cleared
             ui.unsent = texts
-            save_soon()
+            (save_now if went else save_soon)()
 
-    def deleting(self, conversation_id: int) -> None:
-        """``conversation_id`` is about to be deleted: its unsent text is dropped, and
-        when it is the open one, the text in the box goes to the conversation opened
-        next."""
-        self._unsent.pop(conversation_id, None)
-        self._edits.pop(conversation_id, None)
-        self._deleted = conversation_id == self._conversation
-        self._on_input_text_changed()
+    def deleting(self, conversation_id: int, delete: Callable[[int], bool]) -> None:
+        """Delete ``conversation_id`` (``delete`` says whether it was): its unsent text
+        and edit go with it, and when it was the open one, the text in the box goes to
+        the conversation opened next (a deletion that failed keeps everything)."""
+        self._deleted = conversation_id if conversation_id == self._conversation else None
+        deleted = delete(conversation_id)
+        self._deleted = None
+        if deleted:
+            self._unsent.pop(conversation_id, None)
+            self._edits.pop(conversation_id, None)
+            self.save_unsent()
 
     def begin_edit(self, text: str, message_id: int) -> None:
         """Message ``message_id`` is edited: ``text`` replaces the box's, which
@@ -223,8 +263,9 @@ class ComposerWidget(QWidget):
     def stored_as(self, conversation_id: int | None) -> None:
         """The new conversation that is open was stored under ``conversation_id`` (its
         first message or system prompt); no-op for any other."""
-        if self._conversation is None:
+        if self._conversation is None and conversation_id is not None:
             self._conversation = conversation_id
+            self.save_unsent()  # its text is kept under its id from now on
 
     def set_state(self, *, streaming: bool, can_send: bool, can_regenerate: bool,
                   editing: bool, model_loaded: bool) -> None:
