@@ -20,7 +20,6 @@ which logs it and hands it to :meth:`ChatView.show_error`: never a traceback on 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sqlite3
 import time
@@ -288,8 +287,6 @@ class ChatController:
         #: (target, draft) pairs whose "may not speed replies up" warning was shown
         self._warned_pairs: set[tuple[Path | None, Path | None]] = set()
         self._roles: list[tuple[int, str]] = []  # (id, role) of the open conversation
-        #: empty replies left "streaming" because the history refused to finish them
-        self._unfinished: set[int] = set()
         self._closed = False
 
     # -- state ------------------------------------------------------------------------
@@ -1020,10 +1017,6 @@ class ChatController:
             return self._start_reply()  # the last reply failed: ask for it again
         if (message_id, "assistant") not in self._roles:
             return False  # not a reply of the open conversation
-        if message_id in self._unfinished:  # a take-back the history refused: finish it
-            with contextlib.suppress(KeyError, sqlite3.Error):  # _start_reply reports
-                self.store.finish_reply(message_id, "", "cancelled")
-                self._unfinished.discard(message_id)
         return self._start_reply(version_of=message_id)
 
     def show_version(self, message_id: int, number: int) -> bool:
@@ -1096,7 +1089,8 @@ class ChatController:
         ``reported``), or was stopped before any text (``stopped``): a new one is
         deleted, a new version gives the earlier one back with the messages that
         followed it. When the history refuses, the empty reply is finished (``cancelled``
-        or ``error``: never left "streaming"), shown, and the refusal reported."""
+        or ``error``), shown, and the refusal reported; when it refuses that too (locked),
+        the reply stays "streaming" until the next start marks it interrupted."""
         assert self.store is not None
         reason = "cancelled" if stopped else "error"
         try:
@@ -1108,9 +1102,8 @@ class ChatController:
             log.warning("the empty reply could not be taken back", exc_info=True)
             try:
                 stored: StoredMessage | None = self.store.finish_reply(message_id, "", reason)
-            except (KeyError, sqlite3.Error):  # regenerate() finishes it later
+            except (KeyError, sqlite3.Error):  # the next start marks it interrupted
                 stored = None
-                self._unfinished.add(message_id)
             if stored is not None and regenerated:  # the view shows the history as it is
                 self._show_branch(stored)
             elif stored is not None and stored.conversation_id == self.current_conversation:

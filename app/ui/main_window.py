@@ -425,7 +425,7 @@ class MainWindow(QMainWindow):
     def message_added(self, message: StoredMessage) -> None:
         self.chat.add_message(message_view(message))
         if message.role == "user":
-            self.composer.edit_ended()  # the box empties, or shows what an edit interrupted
+            self.composer.sent(message.content)  # the box empties (or shows what an edit hid)
 
     def message_edited(self, message: StoredMessage) -> None:
         self.chat.replace_after(message_view(message), [])

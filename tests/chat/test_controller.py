@@ -696,21 +696,6 @@ def test_a_stopped_regeneration_the_history_refuses_to_take_back_is_finished_not
     assert rig.c.regenerate(r1) is True  # a finished reply: it can be generated again
     rig.reply_done()
 
-    with monkeypatch.context() as mp:  # finishing it is refused too: it waits, streaming
-        mp.setattr(rig.store, "finish_reply", locked)
-        rig.script.first_word_s = 30.0
-        errors = len(rig.view.errors)
-        assert rig.c.regenerate(r1)
-        rig.c.stop_reply()
-        rig.reply_done()
-        assert rig.stored()[-1][2] == "streaming"
-        assert [e.title for e in rig.view.errors[errors:]].count("History not saved") == 1
-    rig.script.first_word_s = 0.0
-    rig.script.replies = ["again"]
-    assert rig.c.regenerate(r1)  # the next regeneration finishes it first
-    rig.reply_done()
-    assert rig.stored()[-1] == ("assistant", "again", "done", "stop")
-
 
 def test_a_conversation_opened_from_a_search_says_which_message_hides_the_match(
         rig: Rig) -> None:

@@ -909,7 +909,9 @@ def test_the_composer_keeps_each_conversations_unsent_text(qtbot) -> None:
     c.edit_not_resumed(2, 8, "left in two")  # two is not open: it waits for two
     assert c.unsent_texts()["2:edit:8"] == "left in two"
     box.setPlainText("draft for one")
-    c.edit_ended()  # a message sent without an edit: the box empties
+    c.sent("a starter prompt")  # sent by a click, not from the box: the box stays
+    assert box.toPlainText() == "draft for one"
+    c.sent("draft for one")  # sent from the box: it empties
     assert box.toPlainText() == ""
     box.setPlainText("typed, then the conversation deleted")
     c.deleting(2, lambda _cid: False)  # a deletion that failed keeps everything

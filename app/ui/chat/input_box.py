@@ -86,7 +86,7 @@ class ComposerWidget(QWidget):
     """Regenerate was clicked."""
     cancel_edit_clicked = Signal()
     """"Cancel edit" was clicked in the banner."""
-    edit_resumed = Signal(object, int, str)
+    edit_resumed = Signal(object, object, str)
     """A conversation left while one of its messages was edited is open again: take the
     edit up again (conversation id, message id, the text as it was left); one that
     cannot be taken up goes back through :meth:`edit_not_resumed`."""
@@ -225,7 +225,10 @@ class ComposerWidget(QWidget):
             return
         ui, save_soon, save_now = self._kept
         texts, total = {}, 0
-        for key, text in sorted(self.unsent_texts().items(), key=lambda kv: len(kv[1])):
+        here = "new" if self._conversation is None else str(self._conversation)
+        # the open conversation's first (what is being typed), then the shortest
+        for key, text in sorted(self.unsent_texts().items(), key=lambda kv: (
+                kv[0].partition(":")[0] != here, len(kv[1]))):
             if total + len(text) <= UNSENT_KEPT_CHARS:
                 texts[key] = text
                 total += len(text)
@@ -253,6 +256,12 @@ class ComposerWidget(QWidget):
             self._before_edit = self.input.toPlainText()
         self._editing = message_id
         self.input.setPlainText(text)
+
+    def sent(self, text: str) -> None:
+        """A user message ``text`` was stored: the box empties (:meth:`edit_ended`) when
+        it held that text or an edit; a starter prompt sent leaves what was typed."""
+        if self._before_edit is not None or self.input.toPlainText() == text:
+            self.edit_ended()
 
     def edit_ended(self) -> None:
         """A message was sent or an edit cancelled: the box shows what an edit replaced,
