@@ -14,6 +14,7 @@ from typing import Any
 
 from app.engine.auto import MARGIN, AutoChoice, DrafterEvidence
 from app.engine.context_fit import ContextFit
+from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE
 from app.options import SpecMode
 
 
@@ -52,6 +53,10 @@ def _evidence_words(e: DrafterEvidence, choice: AutoChoice) -> str:
     alpha = e.acceptance_rate
     if alpha is None:
         return f"found no match {_where(choice)} yet"
+    if e.verified < MIN_VERIFIED_FOR_ESTIMATE:  # say how little it rests on
+        return (f"{e.accepted} of its {e.verified} drafts would have been accepted over "
+                f"{_replies(e.replies)} {_where(choice)} (estimated {speed}, from few "
+                "drafts)")
     return (f"{alpha * 100:.0f}% of its drafts would have been accepted over "
             f"{_replies(e.replies)} {_where(choice)} (estimated {speed})")
 

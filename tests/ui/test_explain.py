@@ -60,6 +60,13 @@ def test_an_estimate_reads_as_the_replayed_acceptance() -> None:
     again = AutoChoice.from_dict(choice.to_dict())
     assert again == choice
     assert stored_auto_explanation({"auto": choice.to_dict()}) == words
+    # an estimate from fewer drafts than a rate is built on says how few
+    few = ReplayCounts(rounds=10, draft_rounds=3, proposed=14, verified=14, accepted=14,
+                       emitted=24, pass_sizes=(5,) * 3 + (1,) * 7)
+    lookup = DrafterEstimate(LOOKUP, {8: 2.21}, replayed={8: few}, replayed_replies=1)
+    assert auto_explanation(choose_drafter([lookup])) == (
+        "prompt lookup, k ≤ 8: 14 of its 14 drafts would have been accepted over 1 reply "
+        "in this conversation (estimated 2.21× plain, from few drafts)")
 
 
 def test_the_prior_a_dropped_drafter_and_old_records() -> None:
