@@ -353,10 +353,10 @@ class MainWindow(QMainWindow):
     def state_changed(self) -> None:
         c = self.controller
         here = c.reply is not None and c.reply.conversation_id == c.current_conversation
-        self.composer.set_state(streaming=here, can_send=c.can_send,
-                                can_regenerate=c.can_regenerate,
-                                editing=c.editing_message_id is not None,
+        self.composer.set_state(streaming=here, can_send=c.can_send, can_regenerate=c
+                                .can_regenerate, editing=c.editing_message_id is not None,
                                 model_loaded=c.model_info is not None)
+        self.conversations.set_writing(c.reply.conversation_id if c.reply is not None else None)
         self.model_bar.set_busy(c.busy)
         self.welcome.set_busy(c.loading)
         self.chat.set_busy(c.reply is not None, editing=c.editing_message_id)

@@ -162,6 +162,9 @@ def _another_conversation_during_a_reply(qtbot, window, wait_reply) -> None:  # 
     assert window.input.toPlainText() == ""
     assert window.gauge.source_label.text() == f"The reply being written in \u201c{title}\u201d"
     assert window.send_button.text() == "Send"  # Stop belongs to the other conversation
+    rows = window.conversations.list  # the list marks the conversation being written in
+    marked = [rows.item(i) for i in range(rows.count()) if rows.item(i).font().italic()]
+    assert [i.text() for i in marked] == [title] and "being written" in marked[0].toolTip()
     window.input.setPlainText("Now add a docstring too.")
     window.send_button.click()
     warning = window.message_bar.current
@@ -175,6 +178,7 @@ def _another_conversation_during_a_reply(qtbot, window, wait_reply) -> None:  # 
     c.stop_reply()
     wait_reply(qtbot, window)
     assert window.gauge.mode_label.text() == "No reply yet"  # the open (new) conversation's
+    assert not any(rows.item(i).font().italic() for i in range(rows.count()))
 
 
 def test_text_typed_and_not_sent_is_there_after_a_restart(qtbot, tandem_home) -> None:  # type: ignore[no-untyped-def]

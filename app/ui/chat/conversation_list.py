@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtCore import QPoint, Qt, QTimer, Signal, SignalInstance, Slot
-from PySide6.QtGui import QKeySequence, QMouseEvent, QShortcut
+from PySide6.QtGui import QIcon, QKeySequence, QMouseEvent, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QLineEdit,
@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMenu,
     QPushButton,
+    QStyle,
     QVBoxLayout,
     QWidget,
 )
@@ -62,6 +63,8 @@ class ConversationListWidget(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("conversationList")
+        self._writing: int | None = None  # the conversation whose reply is being written
+        self._writing_icon = self.style().standardIcon(QStyle.StandardPixmap.SP_BrowserReload)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 4, 8)
         self.new_button = QPushButton("+  New chat")
@@ -110,6 +113,7 @@ class ConversationListWidget(QWidget):
                 self.list.addItem(item)
                 if c.id == current:
                     self.list.setCurrentItem(item)
+            self._mark_writing()
             needle = " ".join(self.search.text().split())
             if not conversations and needle:
                 # on two lines, so that a narrow sidebar shows the words whole (the list
@@ -120,6 +124,27 @@ class ConversationListWidget(QWidget):
                 self.list.addItem(line)
         finally:
             self._filling = False
+
+    def set_writing(self, conversation_id: int | None) -> None:
+        """Mark the conversation whose reply is being written (None: none), so that a
+        reply left streaming in another conversation shows in the list."""
+        if conversation_id != self._writing:
+            self._writing = conversation_id
+            self._mark_writing()
+
+    def _mark_writing(self) -> None:
+        for i in range(self.list.count()):
+            item = self.list.item(i)
+            cid = _item_id(item)
+            if cid is None:
+                continue
+            writing = cid == self._writing
+            font = item.font()
+            font.setItalic(writing)
+            item.setFont(font)
+            item.setIcon(self._writing_icon if writing else QIcon())
+            title = item.text()
+            item.setToolTip(f"{title}\n(a reply is being written here)" if writing else title)
 
     def ids(self) -> list[int]:
         """The listed conversations' ids, top to bottom."""
