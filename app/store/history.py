@@ -275,20 +275,26 @@ def current_stats(stats: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _read_stats(row: sqlite3.Row) -> dict[str, Any] | None:
-    """A row's statistics, None when it has none or they cannot be read (logged: a
-    damaged row shows its text without figures rather than stopping the window)."""
-    raw = row["stats_json"]
-    if not raw:
+def stats_from_json(raw: object) -> dict[str, Any] | None:
+    """Stored statistics (``stats_json``: a row's, or a kept message's) in today's names
+    (:func:`current_stats`); None when there are none or they cannot be read (not
+    text, not JSON, nested too deep, not an object)."""
+    if not raw or not isinstance(raw, (str, bytes)):
         return None
     try:
         stats = loads_json(raw)
     except (ValueError, TypeError):  # not JSON, or nested too deep (loads_json)
-        stats = None
-    if not isinstance(stats, dict):
-        log.warning("message %s: unreadable statistics, left out", row["id"])
         return None
-    return current_stats(stats)
+    return current_stats(stats) if isinstance(stats, dict) else None
+
+
+def _read_stats(row: sqlite3.Row) -> dict[str, Any] | None:
+    """A row's statistics, None when it has none or they cannot be read (logged: a
+    damaged row shows its text without figures rather than stopping the window)."""
+    stats = stats_from_json(row["stats_json"])
+    if stats is None and row["stats_json"]:
+        log.warning("message %s: unreadable statistics, left out", row["id"])
+    return stats
 
 
 def _read_spans(row: sqlite3.Row) -> tuple[tuple[int, int], ...]:
@@ -328,6 +334,15 @@ def automatic_title(content: str) -> str:
     """The title a conversation gets from its first user message: the text on one line,
     cut to 60 characters with "…" ("" for blank text)."""
     return shortened(" ".join(content.split()), _TITLE_CHARS)
+
+
+def _name_from_first(c: sqlite3.Connection, conversation_id: int, message_id: int,
+                     old: str, new: str) -> None:
+    """Title the conversation ``new`` when ``message_id`` is its first message and its
+    title is still ``old`` (a title the user gave is never replaced)."""
+    c.execute("UPDATE conversations SET title = ? WHERE id = ? AND title = ? AND NOT EXISTS"
+              " (SELECT 1 FROM messages WHERE conversation_id = ? AND id < ?)",
+              (new, conversation_id, old, conversation_id, message_id))
 
 
 def _escape_like(text: str) -> str:
@@ -704,13 +719,8 @@ class HistoryStore:
                 (conversation_id, content, now, now),
             )
             mid = int(cur.lastrowid or 0)
-            title = automatic_title(content)
-            if title:
-                c.execute(
-                    "UPDATE conversations SET title = ? WHERE id = ? AND title = ? AND NOT EXISTS"
-                    " (SELECT 1 FROM messages WHERE conversation_id = ? AND id < ?)",
-                    (title, conversation_id, DEFAULT_TITLE, conversation_id, mid),
-                )
+            if title := automatic_title(content):
+                _name_from_first(c, conversation_id, mid, DEFAULT_TITLE, title)
         return self.message(mid)
 
     def begin_reply(self, conversation_id: int, model: str | None = None) -> StoredMessage:
@@ -866,9 +876,7 @@ class HistoryStore:
         the automatic one)."""
         old, new = automatic_title(msg.content), automatic_title(content) or DEFAULT_TITLE
         if msg.role == "user" and old and old != new:
-            c.execute("UPDATE conversations SET title = ? WHERE id = ? AND title = ? AND NOT"
-                      " EXISTS (SELECT 1 FROM messages WHERE conversation_id = ? AND id < ?)",
-                      (new, msg.conversation_id, old, msg.conversation_id, msg.id))
+            _name_from_first(c, msg.conversation_id, msg.id, old, new)
 
     def versions(self, message_id: int) -> list[ReplyVersion]:
         """Every version of a message in the order they were written (one, the shown

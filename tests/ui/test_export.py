@@ -73,16 +73,21 @@ def test_the_suggested_file_name_drops_a_cut_word_and_punctuation() -> None:
     assert export_stem("?!") == "" and export_stem("word " * 30).count("word") == 12
 
 
+def _turn(store: HistoryStore, cid: int, question: str, answer: str,
+          stats: dict[str, object] | None = None) -> tuple[int, int]:
+    """A question and its finished reply; their ids."""
+    q = store.add_user_message(cid, question).id
+    r = store.begin_reply(cid).id
+    store.finish_reply(r, answer, "stop", stats)
+    return q, r
+
+
 def test_the_json_export_is_the_whole_tree_and_the_markdown_says_what_it_leaves_out(
         tmp_path: Path) -> None:
     with HistoryStore.open(tmp_path / "h.sqlite3") as store:
         cid = store.create_conversation().id
-        q1 = store.add_user_message(cid, "first question").id
-        r1 = store.begin_reply(cid).id
-        store.finish_reply(r1, "first answer", "stop", {"mode": "off", "emitted": 2})
-        store.add_user_message(cid, "follow-up")
-        r2 = store.begin_reply(cid).id
-        store.finish_reply(r2, "follow-up answer", "stop", {"plain": 1, "mode": "plain"})
+        q1, _ = _turn(store, cid, "first question", "first answer", {"mode": "off", "emitted": 2})
+        _, r2 = _turn(store, cid, "follow-up", "follow-up answer", {"plain": 1, "mode": "plain"})
         store.begin_reply_version(r2)  # a nested version, kept with the first question
         store.finish_reply(r2, "follow-up answer 2", "stop")
         store.edit_message(q1, "better question")
@@ -114,13 +119,13 @@ def test_the_json_export_is_the_whole_tree_and_the_markdown_says_what_it_leaves_
 def test_a_name_typed_without_an_extension_gets_the_chosen_types() -> None:
     from app.ui.chat.export_dialog import export_path
 
-    assert export_path("/tmp/notes", "JSON (*.json)") == Path("/tmp/notes.json")
-    assert export_path("/tmp/notes", "Markdown (*.md)") == Path("/tmp/notes.md")
-    assert export_path("/tmp/notes.md", "JSON (*.json)") == Path("/tmp/notes.md")
-    assert export_path("/tmp/v1.2 notes.txt", "JSON (*.json)") == Path("/tmp/v1.2 notes.txt")
+    assert export_path("/tmp/summary", "JSON (*.json)") == Path("/tmp/summary.json")
+    assert export_path("/tmp/summary", "Markdown (*.md)") == Path("/tmp/summary.md")
+    assert export_path("/tmp/summary.md", "JSON (*.json)") == Path("/tmp/summary.md")
+    assert export_path("/tmp/v1.2 summary.txt", "JSON (*.json)") == Path("/tmp/v1.2 summary.txt")
     assert export_path("/tmp/report 1.5", "JSON (*.json)") == Path("/tmp/report 1.5.json")
     assert export_path("/tmp/Dr. Who", "Markdown (*.md)") == Path("/tmp/Dr. Who.md")
-    assert export_path("/tmp/notes.", "JSON (*.json)") == Path("/tmp/notes.json")
+    assert export_path("/tmp/summary.", "JSON (*.json)") == Path("/tmp/summary.json")
     assert export_path("/tmp/...", "JSON (*.json)") == Path("/tmp/conversation.json")
 
 
@@ -128,9 +133,7 @@ def test_kept_messages_edited_by_hand_export_as_missing_values_not_a_crash(
         tmp_path: Path) -> None:
     with HistoryStore.open(tmp_path / "h.sqlite3") as store:
         cid = store.create_conversation().id
-        q = store.add_user_message(cid, "question").id
-        r = store.begin_reply(cid).id
-        store.finish_reply(r, "answer", "stop")
+        q, _ = _turn(store, cid, "question", "answer")
         store.edit_message(q, "another question")
         odd = [{"role": "assistant", "content": "kept", "created_at": "yesterday",
                 "versions": [{"content": "v", "created_at": "x", "tail": [5, "abc"]},
@@ -167,13 +170,13 @@ def test_the_dialog_writes_the_chosen_type_and_opens_where_the_last_export_went(
 
     def dialog(_parent, _title, start, _filters):  # type: ignore[no-untyped-def]
         asked.append(start)
-        return str(tmp_path / "out" / "notes"), "JSON (*.json)"  # typed without extension
+        return str(tmp_path / "out" / "summary"), "JSON (*.json)"  # typed without extension
 
     monkeypatch.setattr(QFileDialog, "getSaveFileName", dialog)
     try:
         (tmp_path / "out").mkdir()
         assert export_with_dialog(None, c, cid)  # type: ignore[arg-type]
-        data = json.loads((tmp_path / "out" / "notes.json").read_text())
+        data = json.loads((tmp_path / "out" / "summary.json").read_text())
         assert data["messages"][0]["content"] == "What do foxes eat?"
         assert asked[0] == str(Path.home() / "Fox diet.md")
         assert export_with_dialog(None, c, cid)  # type: ignore[arg-type]

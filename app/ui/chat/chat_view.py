@@ -585,8 +585,6 @@ class ChatViewWidget(QScrollArea):
         made = [self._message_widget(v) for v in batch]
         for i, w in enumerate(made):
             self._layout.insertWidget(first + i, w)
-            w.set_edit_enabled(not self._busy[0], regenerate=not any(self._busy))
-            w.set_editing(w.message_id == self._editing)
         self._messages[:0] = made
         self._update_earlier()
         self._update_regenerate()
@@ -601,10 +599,13 @@ class ChatViewWidget(QScrollArea):
                 if shown < n else f"Show {shown} earlier message{'' if shown == 1 else 's'}")
 
     def _message_widget(self, view: MessageView) -> MessageWidget:
+        """A message's widget, wired, in the view's state (busy, the message edited)."""
         w = MessageWidget(view, self._tint, self._container)
         w.edit_clicked.connect(self.edit_clicked)
         w.regenerate_clicked.connect(self.regenerate_clicked)
         w.version_requested.connect(self.version_requested)
+        w.set_edit_enabled(not self._busy[0], regenerate=not any(self._busy))
+        w.set_editing(w.message_id == self._editing)
         return w
 
     def add_message(self, view: MessageView) -> MessageWidget:
@@ -639,13 +640,10 @@ class ChatViewWidget(QScrollArea):
         self.update_message(view)
         if len(after) > SHOWN_AT_ONCE:
             self.set_messages([*self._earlier, *(w.view() for w in self._messages), *after])
-            self.set_busy(self._busy[0], editing=self._editing)
             return
         made = [self._message_widget(v) for v in after]
         for w in made:
             self._layout.insertWidget(self._layout.count() - 1, w)
-            w.set_edit_enabled(not self._busy[0], regenerate=not any(self._busy))
-            w.set_editing(w.message_id == self._editing)
         self._messages += made
         self._update_regenerate()
         self._update_starters()

@@ -20,14 +20,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from app.formatting import REASON_WORDS, loads_json
+from app.formatting import REASON_WORDS
 from app.options import SpecMode
 from app.store.history import (
     Conversation,
     HistoryStore,
     ReplyVersion,
     StoredMessage,
-    current_stats,
+    stats_from_json,
 )
 from app.store.files import write_text_atomic
 
@@ -40,14 +40,6 @@ def _version_dict(v: ReplyVersion) -> dict[str, Any]:
             "finish_reason": v.finish_reason, "stats": v.stats,
             "draft_spans": [list(s) for s in v.draft_spans], "note": v.note, "seed": v.seed,
             "model": v.model, "created_at": v.created_at}
-
-
-def _kept_stats(raw: object) -> dict[str, Any] | None:
-    try:
-        stats = loads_json(raw) if isinstance(raw, str) else None
-    except ValueError:
-        return None
-    return current_stats(stats) if isinstance(stats, dict) else None
 
 
 def _time(value: object) -> float:
@@ -66,7 +58,7 @@ def _kept_entry(m: object) -> dict[str, Any]:
 
     def values(v: dict[str, Any]) -> dict[str, Any]:
         return {"content": v.get("content"), "finish_reason": v.get("finish_reason"),
-                "stats": _kept_stats(v.get("stats_json")), "model": v.get("model"),
+                "stats": stats_from_json(v.get("stats_json")), "model": v.get("model"),
                 "note": v.get("note"), "seed": v.get("seed"), "created_at": v.get("created_at")}
 
     def version(v: dict[str, Any]) -> dict[str, Any]:

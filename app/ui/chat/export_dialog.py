@@ -51,8 +51,8 @@ _KEPT_SUFFIXES = frozenset({".md", ".markdown", ".json", ".txt"})
 
 def export_path(name: str, selected_filter: str) -> Path:
     """The file a save dialog's answer names: a name typed without one of
-    :data:`_KEPT_SUFFIXES` gets the chosen type's (JSON chosen: "notes" → "notes.json",
-    "report 1.5" → "report 1.5.json"); "notes.md" is written as typed."""
+    :data:`_KEPT_SUFFIXES` gets the chosen type's (JSON chosen: "summary" → "summary.json",
+    "report 1.5" → "report 1.5.json"); "summary.md" is written as typed."""
     path = Path(name)
     if path.suffix.lower() in _KEPT_SUFFIXES:
         return path

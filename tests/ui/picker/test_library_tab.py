@@ -302,7 +302,7 @@ def test_the_demo_package_model_is_written_only_when_asked(  # type: ignore[no-u
 def test_a_drafter_that_needs_no_model_stays_chosen_for_another_target(  # type: ignore[no-untyped-def]
         qtbot, models_dir: Path) -> None:
     # Auto in use with Gemma; SmolLM2 picked as the target: no draft model of the library
-    # predicts a gain for it, so Auto stays (it used to fall back to prompt lookup)
+    # predicts a gain for it, so Auto stays chosen (not prompt lookup)
     w = ModelPickerWindow()
     qtbot.addWidget(w)
     wait_scanned(qtbot, w)
