@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -85,6 +86,7 @@ class ChatFormat:
         #: why the GGUF's own template is not used (it did not compile, or failed on a
         #: sample conversation), else None
         self.template_error: str | None = None
+        self._spellings_cache: dict[str, tuple[str, ...]] = {}
         # The environment transformers renders chat templates in (trim/lstrip blocks,
         # loop controls, a tojson that keeps non-ASCII), but sandboxed, immutable and
         # with size budgets on everything that builds strings (app.engine.template_sandbox).
@@ -180,11 +182,69 @@ class ChatFormat:
         return out
 
     def tokenize(self, messages: Sequence[ChatMessage]) -> list[int]:
-        """Prompt tokens for ``messages``, ending where the assistant's reply begins."""
-        return with_single_bos(
-            self.model,
-            self.model.tokenize(self.render(messages), add_special=False, parse_special=True),
-        )
+        """Prompt tokens for ``messages``, ending where the assistant's reply begins.
+
+        The template's own markup is parsed for control tokens (``<|im_start|>``); the
+        text of a message is not: a control token's spelling typed or pasted into a
+        message reaches the model as the characters it is, so a message cannot end its
+        turn or open another role's. Messages without such text are tokenized in one
+        piece with the markup (the same tokens as before).
+        """
+        text = self.render(messages)
+        tokens: list[int] = []
+        for piece, literal in _pieces(text, self._control_spellings(messages)):
+            tokens += self.model.tokenize(piece, add_special=False, parse_special=not literal)
+        return with_single_bos(self.model, tokens)
+
+    def _control_spellings(self, messages: Sequence[ChatMessage]) -> list[tuple[str, tuple[str, ...]]]:
+        """(content, the control-token spellings in it) for each message with any, in
+        order: the tokens that ``parse_special`` finds and plain tokenizing does not,
+        and that print as nothing (llama.cpp's rendering of control tokens). Cached
+        per text: a conversation is tokenized again at every turn."""
+        found = []
+        for m in messages:
+            spellings = self._spellings_cache.get(m.content)
+            if spellings is None:
+                parsed = self.model.tokenize(m.content, add_special=False, parse_special=True)
+                plain = set(self.model.tokenize(m.content, add_special=False, parse_special=False))
+                ids = dict.fromkeys(t for t in parsed
+                                    if t not in plain and not self.model.token_to_piece(t))
+                spellings = tuple(self.model.token_text(t).decode("utf-8", "replace") for t in ids)
+                if len(self._spellings_cache) >= 1024:
+                    self._spellings_cache.clear()
+                self._spellings_cache[m.content] = spellings
+            if spellings:
+                found.append((m.content, spellings))
+        return found
+
+
+def _pieces(text: str, contents: Sequence[tuple[str, tuple[str, ...]]]) -> list[tuple[str, bool]]:
+    """``text`` cut into (piece, literal) runs: the control-token spellings inside each
+    message's content are literal, the rest is markup and ordinary text.
+
+    Each content is looked for after the previous one (a template prints messages in
+    order); one the template changed (trimmed, folded into another) is looked for as
+    printed, then stripped, and otherwise left as the template printed it.
+    """
+    out: list[tuple[str, bool]] = []
+    start = cursor = 0
+    for content, spellings in contents:
+        at = text.find(content, cursor)
+        if at < 0:
+            content = content.strip()
+            at = text.find(content, cursor) if content else -1
+        if at < 0:
+            continue
+        pattern = re.compile("|".join(re.escape(s) for s in sorted(spellings, key=len, reverse=True)))
+        for match in pattern.finditer(text, at, at + len(content)):
+            if match.start() > start:
+                out.append((text[start:match.start()], False))
+            out.append((match.group(), True))
+            start = match.end()
+        cursor = at + len(content)
+    if start < len(text) or not out:
+        out.append((text[start:], False))
+    return out
 
 
 def with_single_bos(model: LlamaModel, tokens: Sequence[int]) -> list[int]:
