@@ -275,6 +275,7 @@ class ChatController:
         self.reply: ActiveReply | None = None
         self.current_conversation: int | None = None
         self.editing_message_id: int | None = None
+        self._edit_text = ""  # the edited message's text as stored
         self.pending_reload = False
         self._race_busy = False
         self._model_job: Job | None = None  # a load, draft change or demo in progress
@@ -945,6 +946,11 @@ class ChatController:
         """
         if not text.strip():
             return False
+        if self.editing_message_id is not None and text == self._edit_text:
+            self.report(UserError(
+                "Nothing changed", "The message reads as it did: change it to send it as a "
+                "new version, or Cancel edit.", level="warning", origin="reply"))
+            return False
         if (where := self.where_reply_runs(elsewhere_only=True)) is not None:
             self.report(UserError(
                 "A reply is being written", f"Tandem writes one reply at a time, and "
@@ -1072,7 +1078,7 @@ class ChatController:
         except (KeyError, sqlite3.Error) as exc:
             self._history_unreadable(exc)
             return None
-        self.editing_message_id = message_id
+        self.editing_message_id, self._edit_text = message_id, text
         return text
 
     def cancel_edit(self) -> None:

@@ -538,7 +538,7 @@ class MainWindow(QMainWindow):
         """Edit a user message (``text``: an edit taken up again). False: not now (a
         reply streams, or it is no message of the open conversation)."""
         if (original := self.controller.begin_edit(message_id)) is not None:
-            self.composer.begin_edit(original if text is None else text, message_id)
+            self.composer.begin_edit(original, message_id, text)
             self.input.setFocus()
             self.state_changed()
         return original is not None

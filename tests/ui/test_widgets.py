@@ -928,6 +928,39 @@ def test_the_composer_keeps_each_conversations_unsent_text(qtbot) -> None:
     assert box.toPlainText() == "typed, then the conversation deleted"
 
 
+def test_send_waits_for_an_edit_to_change_the_text_and_a_deleted_edit_moves_on(qtbot) -> None:
+    """An edit whose text is still the message's own has nothing to send (it would be an
+    identical version); a conversation deleted while one of its messages is edited
+    hands both the text before the edit and the rewrite to the chat opened next."""
+    from app.ui.chat.input_box import ComposerWidget
+
+    c = ComposerWidget()
+    qtbot.addWidget(c)
+    c.show_conversation(1)
+    c.set_state(streaming=False, can_send=True, can_regenerate=True, editing=False,
+                model_loaded=True)
+    c.input.setPlainText("typed before the edit")
+    assert c.send_button.isEnabled()
+    c.begin_edit("the question", 7)
+    assert not c.send_button.isEnabled() and "Change the message" in c.send_button.toolTip()
+    c.input.setPlainText("the question, sharper")
+    assert c.send_button.isEnabled() and c.send_button.toolTip() == "Send (Enter)"
+    c.input.setPlainText("the question")
+    assert not c.send_button.isEnabled()
+    c.edit_ended()
+    assert c.send_button.isEnabled() and c.input.toPlainText() == "typed before the edit"
+    c.begin_edit("the question", 7, "a rewrite left earlier")  # taken up again
+    assert c.send_button.isEnabled() and c.input.toPlainText() == "a rewrite left earlier"
+
+    def delete(_cid: int) -> bool:  # as the controller does: the new chat opens
+        c.show_conversation(None)
+        return True
+
+    c.deleting(1, delete)
+    assert c.input.toPlainText() == "typed before the edit\na rewrite left earlier"
+    assert c.unsent_texts() == {"new": "typed before the edit\na rewrite left earlier"}
+
+
 def test_a_long_conversation_opens_on_its_last_messages(qtbot) -> None:
     """Every message is a rendered text browser: a conversation opens on its last
     SHOWN_AT_ONCE, and the button above shows earlier ones a batch at a time, the view

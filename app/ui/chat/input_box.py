@@ -134,6 +134,8 @@ class ComposerWidget(QWidget):
         self._unsent: dict[int | None, str] = {}
         self._before_edit: str | None = None  # the text an edit replaced in the box
         self._editing: int | None = None  # the message being edited
+        self._edit_original = ""  # its text as stored: Send waits for a change
+        self._can_send = False
         #: edits left by opening another conversation: (message id, text), by conversation
         self._edits: dict[int | None, tuple[int, str]] = {}
         self._deleted: int | None = None  # the open conversation, while it is deleted
@@ -141,23 +143,26 @@ class ComposerWidget(QWidget):
         #: them (soon, now)
         self._kept: tuple[UiSettings, Callable[[], object], Callable[[], object]] | None = None
         self.input.submitted.connect(self._on_input_submitted)
+        self.input.textChanged.connect(self._update_send_button)
 
     def show_conversation(self, conversation_id: int | None) -> None:
         """Another conversation (None: a new one) is open: the text typed so far stays
         with the conversation it was typed in (a message being edited, which the switch
         cancels, is taken up again with its text when that conversation opens again:
         :attr:`edit_resumed`), and this one's comes back. The text of a conversation
-        being deleted (:meth:`deleting`) comes along."""
+        being deleted (:meth:`deleting`) comes along, an edit's rewritten text too."""
         if conversation_id == self._conversation:
             return
         text = self.input.toPlainText() if self._before_edit is None else self._before_edit
+        rewrite = "" if self._editing is None or self.edit_unchanged else self.input.toPlainText()
         if self._editing is not None and self._deleted is None:
             self._edits[self._conversation] = (self._editing, self.input.toPlainText())
         self._before_edit, self._editing = None, None
         if self._deleted is not None:
             self._deleted = None
             waiting = self._unsent.get(conversation_id, "")
-            self._unsent[conversation_id] = "\n".join(t for t in (text, waiting) if t.strip())
+            self._unsent[conversation_id] = "\n".join(
+                t for t in (text, rewrite, waiting) if t.strip())
         elif text.strip():
             self._unsent[self._conversation] = text
         else:
@@ -249,13 +254,14 @@ class ComposerWidget(QWidget):
             self._edits.pop(conversation_id, None)
             self.save_unsent()
 
-    def begin_edit(self, text: str, message_id: int) -> None:
-        """Message ``message_id`` is edited: ``text`` replaces the box's, which
-        :meth:`edit_ended` brings back."""
+    def begin_edit(self, original: str, message_id: int, text: str | None = None) -> None:
+        """Message ``message_id`` (whose text is ``original``) is edited: ``text``
+        (default ``original``) replaces the box's, which :meth:`edit_ended` brings back.
+        Send waits until the text differs from ``original``."""
         if self._before_edit is None:
             self._before_edit = self.input.toPlainText()
-        self._editing = message_id
-        self.input.setPlainText(text)
+        self._editing, self._edit_original = message_id, original
+        self.input.setPlainText(original if text is None else text)
 
     def sent(self, text: str) -> None:
         """A user message ``text`` was stored: the box empties (:meth:`edit_ended`) when
@@ -268,6 +274,7 @@ class ComposerWidget(QWidget):
         else nothing."""
         before, self._before_edit, self._editing = self._before_edit, None, None
         self.input.setPlainText(before or "")
+        self._update_send_button()
 
     def stored_as(self, conversation_id: int | None) -> None:
         """The new conversation that is open was stored under ``conversation_id`` (its
@@ -280,16 +287,28 @@ class ComposerWidget(QWidget):
                   editing: bool, model_loaded: bool) -> None:
         """Buttons, banner and placeholder for the window's state (``streaming``: a
         reply streams in the open conversation)."""
-        self._streaming = streaming
-        self.send_button.setText("Stop" if streaming else "Send")
-        self.send_button.setEnabled(streaming or can_send)
-        self.send_button.setToolTip("Stop the reply (Esc or Ctrl+.)" if streaming else
-                                    "Send (Enter)" if can_send else "Load a model first")
+        self._streaming, self._can_send = streaming, can_send
+        self._update_send_button()
         self.regenerate_button.setEnabled(can_send and not streaming and can_regenerate)
         self.edit_banner.setVisible(editing)
         self.input.setPlaceholderText("Message  (Enter sends, Shift+Enter adds a line)"
                                       if model_loaded else "Load a model to start chatting")
         self.input.viewport().update()  # the placeholder is painted by the viewport
+
+    @property
+    def edit_unchanged(self) -> bool:
+        """A message is edited and the box still holds its text as stored."""
+        return self._editing is not None and self.input.toPlainText() == self._edit_original
+
+    @Slot()
+    def _update_send_button(self) -> None:
+        unchanged = not self._streaming and self.edit_unchanged
+        self.send_button.setText("Stop" if self._streaming else "Send")
+        self.send_button.setEnabled(self._streaming or (self._can_send and not unchanged))
+        self.send_button.setToolTip(
+            "Stop the reply (Esc or Ctrl+.)" if self._streaming else
+            "Change the message to send it as a new version" if unchanged and self._can_send
+            else "Send (Enter)" if self._can_send else "Load a model first")
 
     @Slot()
     def _on_send_button_clicked(self) -> None:
