@@ -288,8 +288,8 @@ class SpecStats:
     verified_at: tuple[int, ...] = ()
     draft_steps: int = 0
     draft_time: float = 0.0
-    #: seconds a draft model spent catching up with tokens of rounds that drafted
-    #: nothing: part of the decode time, not of the draft steps (nor of c)
+    #: seconds a draft model or MTP head spent catching up with tokens of rounds that
+    #: drafted nothing: part of the decode time, not of the draft steps (nor of c)
     draft_catch_up_time: float = 0.0
     target_time: float = 0.0
     draft_passes: int = 0  # target passes that carried draft tokens (verification passes)

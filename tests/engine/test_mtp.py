@@ -297,3 +297,47 @@ def test_a_restored_prefix_never_drafts_from_an_older_contexts_row(
         assert len(drafter.draft([*newer, x, after_x], 2)) == 2
         drafter.close()
         tctx.close()
+
+
+@pytest.mark.parametrize("heads", [1, 2], ids=["one-head", "chained"])
+def test_rows_missed_over_undrafted_rounds_are_a_catch_up_not_draft_steps(
+        tmp_path_factory: pytest.TempPathFactory, heads: int) -> None:
+    """After rounds that drafted nothing the head mirrors what it missed in a pass of its
+    own (timed as catch_up_time), so a draft step's time stays one pass's; the draft is
+    the one the head proposes when it mirrors everything in its first draft pass."""
+    from app.engine.drafter_kinds.mtp import MTPDrafter
+    from tests.synthetic import write_tiny_hyv3_mtp
+
+    folder = tmp_path_factory.mktemp("catch-up")
+    path = (write_tiny_glm4moe_mtp(folder / "one.gguf", mtp_perturb=0.0) if heads == 1
+            else write_tiny_hyv3_mtp(folder / "two.gguf", n_heads=2))
+    with llama.LlamaModel(path, load_mtp=True) as t:
+        tctx = llama.LlamaContext(t, n_ctx=256, n_threads=1)
+
+        def drafted(catch_up_min: int) -> tuple[list[int], int, float]:
+            hctx = llama.LlamaContext(t, n_ctx=256, n_batch=tctx.n_batch, n_threads=1,
+                                      n_outputs_max=1, context_type=llama.CONTEXT_TYPE_MTP)
+            drafter = MTPDrafter(tctx, hctx)
+            drafter.listen()
+            tctx.clear()
+            prompt = [1, *range(30, 40)]
+            tctx.decode(prompt, 0)
+            drafter.begin(prompt)
+            context = [*prompt, int(tctx.logits(-1).argmax())]
+            for _ in range(12):  # twelve plain rounds: the head drafts nothing
+                tctx.decode(context[-1:], len(context) - 1)
+                context.append(int(tctx.logits(-1).argmax()))
+            passes = drafter.forward_passes
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr("app.engine.drafters.DraftModelDrafter.CATCH_UP_MIN", catch_up_min)
+                out = drafter.draft(context, 3)
+            steps, caught_up = drafter.forward_passes - passes, drafter.catch_up_time
+            drafter.close()
+            return out, steps, caught_up
+
+        split, steps, caught_up = drafted(8)
+        whole, whole_steps, none = drafted(10**6)
+        tctx.close()
+    assert split and split == whole
+    assert caught_up > 0 and none == 0.0
+    assert steps == whole_steps == (len(split) if heads == 1 else heads)

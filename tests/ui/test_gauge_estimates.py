@@ -261,6 +261,8 @@ def test_a_draft_models_catch_up_is_noted_where_it_cost_a_tenth_of_the_reply(qtb
     assert catch_up_note(s) in g.note_label.text()
     small = dataclasses.replace(s, draft_catch_up_time=0.1)  # 7 %: not noted
     assert catch_up_note(small) == ""
+    head = dataclasses.replace(s, mode=SpecMode("mtp"))
+    assert catch_up_note(head).startswith("The MTP head spent 0.36 s")
 
 
 def test_the_draft_length_advice_counts_only_drafting_rounds() -> None:

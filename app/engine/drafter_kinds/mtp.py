@@ -56,6 +56,7 @@ target's own whatever the head proposes.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -66,7 +67,7 @@ from app.catalog.gguf_meta import inspect_gguf
 from app.catalog.loadcheck import cached_verdict
 from app.catalog.pairing import ASSISTANT_TARGETS
 from app.engine.drafter_kinds import DrafterHost, DrafterPrediction, Unavailable, register
-from app.engine.drafters import Drafter, common_prefix_length
+from app.engine.drafters import Drafter, DraftModelDrafter, common_prefix_length
 from app.engine.llama import (
     CONTEXT_TYPE_MTP,
     LlamaContext,
@@ -152,6 +153,9 @@ class MTPDrafter:
         self.ctx = ctx
         self.p_min = p_min
         self.forward_passes = 0
+        #: seconds of passes over positions the head missed beyond what a round adds
+        #: (after rounds that drafted nothing): drafting's cost, but no draft step of c
+        self.catch_up_time = 0.0
         #: the head's cache: the token at each position 0, 1, …
         self._fed: list[int] = []
         #: (token, target hidden state) by position, as the target evaluated them
@@ -283,6 +287,7 @@ class MTPDrafter:
             if h is None:
                 self._mirror(todo)
                 return []  # the target's state there was not seen: this round is plain
+            todo = self._catch_up(todo)
             if self.n_heads > 1:
                 self._chain_heads(context, h, todo, n_max, out)
             else:
@@ -299,6 +304,20 @@ class MTPDrafter:
         else:
             self._fed.append(context[-1])
         return out
+
+    def _catch_up(self, todo: _Rows) -> _Rows:
+        """Mirror the rows beyond what one round adds in a pass of their own, timed into
+        :attr:`catch_up_time` and not counted as a draft step (as
+        :meth:`app.engine.drafters.DraftModelDrafter._sync` does, from as many rows);
+        returns the rows left for the draft step's first pass."""
+        behind = len(todo[0]) - DraftModelDrafter.ROUND_TOKENS
+        if behind < DraftModelDrafter.CATCH_UP_MIN:
+            return todo
+        t0, passes = time.perf_counter(), self.forward_passes
+        self._mirror((todo[0][:behind], todo[1][:behind], todo[2][:behind]))
+        self.forward_passes = passes
+        self.catch_up_time += time.perf_counter() - t0
+        return todo[0][behind:], todo[1][behind:], todo[2][behind:]
 
     def _chain(self, context: Sequence[int], h: npt.NDArray[np.float32], todo: _Rows,
                n_max: int, out: list[int]) -> None:

@@ -161,13 +161,14 @@ CATCH_UP_NOTED = 0.1
 
 
 def catch_up_note(stats: SpecStats) -> str:
-    """When a draft model spent at least :data:`CATCH_UP_NOTED` of the reply's decode
+    """When a draft model or MTP head spent at least :data:`CATCH_UP_NOTED` of the reply's decode
     time catching up with the tokens of rounds that drafted nothing (time that is in
     the reply's rate but in no draft step, so not in c), how much; else ""."""
     t, decode = stats.draft_catch_up_time, stats.decode_time
     if decode <= 0 or t < CATCH_UP_NOTED * decode:
         return ""
-    return (f"The draft model spent {t:.2f} s ({t / decode:.0%} of this reply's time) "
+    who = "The MTP head" if stats.mode is SpecMode("mtp") else "The draft model"
+    return (f"{who} spent {t:.2f} s ({t / decode:.0%} of this reply's time) "
             "catching up with text it had not read (the rounds that drafted nothing), "
             "before it could draft again.")
 
@@ -399,8 +400,8 @@ GAUGE_ROWS = [
      "3.00 means each pass of the target model wrote three tokens on average (its own "
      "and two accepted draft tokens)."),
     ("cost", "Draft cost c", "What drafting one token costs, in steps of the target "
-     "model: one draft model step ÷ one plain target step. A draft model's catch-up over "
-     "rounds that drafted nothing is not a step: it counts in the reply's time, not in c. "
+     "model: one draft model step ÷ one plain target step. A draft model's (or MTP "
+     "head's) catch-up over rounds that drafted nothing is not a step: it counts in the reply's time, not in c. "
      "For a lookup drafter (prompt or suffix lookup): the reply's lookup time per round "
      "divided by its mean draft length (tokens proposed per drafting round), in target "
      "steps."),
