@@ -230,6 +230,9 @@ class LlamaModel:
             cb = L.llama_progress_callback(_progress)
             params.progress_callback = cb
         _take_native_errors()
+        # the file as loaded: with mmap its pages are read from it while the model lives
+        # (:meth:`changed_on_disk`)
+        self._file_stat = os.stat(self.path) if use_mmap and not vocab_only else None
         ptr = L.llama_model_load_from_file(os.fsencode(self.path), params)
         del cb
         if callback_error:
@@ -333,6 +336,26 @@ class LlamaModel:
     @property
     def name(self) -> str:
         return self.meta("general.name") or self.path.stem
+
+    def changed_on_disk(self) -> str | None:
+        """Why the weights can no longer be read safely, in words, else None: the file
+        was truncated or rewritten in place since it was loaded with mmap, so its
+        pages now hold other bytes or none (reading past a file's end kills the process
+        with SIGBUS). A file deleted, or replaced by a rename as downloads do, is no
+        danger: the mapping keeps the file it was made from."""
+        was = self._file_stat
+        if was is None:
+            return None
+        try:
+            now = os.stat(self.path)
+        except OSError:
+            return None
+        if (now.st_dev, now.st_ino) != (was.st_dev, was.st_ino):
+            return None
+        if (now.st_size, now.st_mtime_ns) == (was.st_size, was.st_mtime_ns):
+            return None
+        return (f"{self.path.name} was changed on disk after it was loaded ({was.st_size:,} "
+                f"bytes then, {now.st_size:,} now)")
 
     # -- vocabulary -----------------------------------------------------------------
     def token_to_piece(self, token: int) -> bytes:

@@ -919,11 +919,17 @@ class Session:
 
         Raises:
             ContextOverflowError: the prompt does not fit in the context window.
-            TandemError: the session is closed or busy, or llama.cpp failed.
+            TandemError: the session is closed or busy, a model file was truncated or
+                rewritten since it was loaded (:meth:`LlamaModel.changed_on_disk`), or
+                llama.cpp failed.
         """
         spec = speculation or SpeculationConfig()
         with self._lock:
             self._check_idle()
+            for model in (self.target, self.draft_model):
+                if model is not None and (why := model.changed_on_disk()) is not None:
+                    raise TandemError(f"{why}: reading it now could crash Tandem. Load the "
+                                      "model again.")
             if not prompt:
                 raise TandemError("The prompt is empty.")
             if len(prompt) >= self.ctx.n_ctx:

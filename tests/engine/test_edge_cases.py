@@ -401,6 +401,57 @@ def test_close_is_idempotent_and_generation_after_close_fails(tiny_target: Path)
         list(s.generate(PROMPT, GREEDY))
 
 
+_CHANGED_ON_DISK = """
+import os, shutil, sys
+from pathlib import Path
+from app.engine.session import Session, SessionConfig
+from app.errors import TandemError
+from app.options import SamplingParams
+from tests.synthetic import BOS
+src, tmp = Path(sys.argv[1]), Path(sys.argv[2])
+greedy, prompt = SamplingParams(temperature=0.0, max_tokens=4), [BOS, 5, 6, 7]
+for case in ("replaced", "deleted", "truncated"):
+    path = tmp / f"{case}.gguf"
+    shutil.copyfile(src, path)
+    s = Session.open(SessionConfig(target_path=path, n_ctx=64, n_threads=1))
+    list(s.generate(prompt, greedy))
+    if case == "replaced":  # a download's rename: the mapping keeps the old file
+        shutil.copyfile(src, tmp / "new.gguf")
+        os.replace(tmp / "new.gguf", path)
+    elif case == "deleted":
+        path.unlink()
+    else:
+        with open(path, "r+b") as fh:
+            fh.truncate(path.stat().st_size // 2)
+    try:
+        list(s.generate([BOS, 9, 8], greedy))
+        print(case, "generated")
+    except TandemError as exc:
+        print(case, "refused:", exc)
+    s.close()
+"""
+
+
+def test_a_model_file_truncated_while_loaded_is_refused_not_read(
+        tiny_target: Path, tmp_path: Path) -> None:
+    """The weights are mapped from the file: reading a page past its new end after an
+    in-place truncation kills the process (SIGBUS). The next reply is refused in words
+    instead; a file replaced by a rename or deleted still generates (the mapping keeps
+    the file it was made from). In a child process: a regression crashes only it."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _CHANGED_ON_DISK, str(tiny_target),
+                          str(tmp_path)], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[:2] == ["replaced generated", "deleted generated"], out.stdout
+    assert lines[2].startswith("truncated refused: truncated.gguf was changed on disk after "
+                               "it was loaded"), out.stdout
+    assert "Load the model again" in lines[2]
+
+
 def _malformed(tmp: Path, good: Path) -> dict[str, Path]:
     data = good.read_bytes()
     out: dict[str, bytes] = {
