@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -191,17 +192,19 @@ class ChatFormat:
         piece with the markup (the same tokens as before).
         """
         text = self.render(messages)
+        spellings = self._control_spellings(messages)
+        pieces = self._literal_pieces(messages, spellings, text) if spellings else None
         tokens: list[int] = []
-        for piece, literal in _pieces(text, self._control_spellings(messages)):
+        for piece, literal in pieces or [(text, False)]:
             tokens += self.model.tokenize(piece, add_special=False, parse_special=not literal)
         return with_single_bos(self.model, tokens)
 
-    def _control_spellings(self, messages: Sequence[ChatMessage]) -> list[tuple[str, tuple[str, ...]]]:
-        """(content, the control-token spellings in it) for each message with any, in
-        order: the tokens that ``parse_special`` finds and plain tokenizing does not,
-        and that print as nothing (llama.cpp's rendering of control tokens). Cached
-        per text: a conversation is tokenized again at every turn."""
-        found = []
+    def _control_spellings(self, messages: Sequence[ChatMessage]) -> set[str]:
+        """The control-token spellings in the messages' texts: tokens that
+        ``parse_special`` finds and plain tokenizing does not, and that print as nothing
+        (llama.cpp's rendering of control tokens). Cached per text: a conversation is
+        tokenized again at every turn."""
+        found: set[str] = set()
         for m in messages:
             spellings = self._spellings_cache.get(m.content)
             if spellings is None:
@@ -213,38 +216,36 @@ class ChatFormat:
                 if len(self._spellings_cache) >= 1024:
                     self._spellings_cache.clear()
                 self._spellings_cache[m.content] = spellings
-            if spellings:
-                found.append((m.content, spellings))
+            found.update(spellings)
         return found
 
+    def _literal_pieces(self, messages: Sequence[ChatMessage], spellings: set[str],
+                        text: str) -> list[tuple[str, bool]] | None:
+        """``text`` (the rendered ``messages``) as (piece, literal) runs: each spelling
+        inside a message is literal, the rest is markup and ordinary text. Found by
+        rendering the messages again with each spelling swapped for a unique mark;
+        None when that render, marks put back, is not ``text`` (a template that reads
+        the text it prints): then the whole text is parsed as before."""
+        nonce = secrets.token_hex(6)
+        hidden: list[str] = []
 
-def _pieces(text: str, contents: Sequence[tuple[str, tuple[str, ...]]]) -> list[tuple[str, bool]]:
-    """``text`` cut into (piece, literal) runs: the control-token spellings inside each
-    message's content are literal, the rest is markup and ordinary text.
+        def hide(match: re.Match[str]) -> str:
+            hidden.append(match.group())
+            return f"\ue000{nonce}.{len(hidden) - 1}\ue001"
 
-    Each content is looked for after the previous one (a template prints messages in
-    order); one the template changed (trimmed, folded into another) is looked for as
-    printed, then stripped, and otherwise left as the template printed it.
-    """
-    out: list[tuple[str, bool]] = []
-    start = cursor = 0
-    for content, spellings in contents:
-        at = text.find(content, cursor)
-        if at < 0:
-            content = content.strip()
-            at = text.find(content, cursor) if content else -1
-        if at < 0:
-            continue
-        pattern = re.compile("|".join(re.escape(s) for s in sorted(spellings, key=len, reverse=True)))
-        for match in pattern.finditer(text, at, at + len(content)):
-            if match.start() > start:
-                out.append((text[start:match.start()], False))
-            out.append((match.group(), True))
-            start = match.end()
-        cursor = at + len(content)
-    if start < len(text) or not out:
-        out.append((text[start:], False))
-    return out
+        spelled = re.compile("|".join(map(re.escape, sorted(spellings, key=len, reverse=True))))
+        try:
+            marked = self.render([ChatMessage(m.role, spelled.sub(hide, m.content))
+                                  for m in messages])
+        except ChatTemplateError:
+            return None
+        pieces: list[tuple[str, bool]] = []
+        at = 0
+        for mark in re.finditer(f"\ue000{nonce}\\.(\\d+)\ue001", marked):
+            pieces += [(marked[at:mark.start()], False), (hidden[int(mark.group(1))], True)]
+            at = mark.end()
+        pieces.append((marked[at:], False))
+        return pieces if "".join(p for p, _ in pieces) == text else None
 
 
 def with_single_bos(model: LlamaModel, tokens: Sequence[int]) -> list[int]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from jinja2 import Environment, pass_context, pass_environment, pass_eval_context
 
-from app.engine.chat import FALLBACK_STOP, ChatFormat, ChatMessage, _pieces
+from app.engine.chat import FALLBACK_STOP, ChatFormat, ChatMessage
 from app.engine.llama import LlamaModel
 from app.engine.template_sandbox import TemplateSandbox, _pass_arg, guarded
 from app.errors import ChatTemplateError
@@ -173,8 +173,26 @@ def test_a_base_models_transcript_keeps_typed_turn_markers_as_text(gemma_path: P
     assert "a<end_of_turn>b" in model.detokenize(tokens)
 
 
-def test_pieces_find_a_trimmed_message_and_leave_one_the_template_rewrote() -> None:
-    text = "<s>[U] hi <x> there[/U][U] HI <X>[/U]"
-    pieces = _pieces(text, [("  hi <x> there \n", ("<x>",)), ("hi <X>", ("<X>",))])
-    assert pieces == [("<s>[U] hi ", False), ("<x>", True), (" there[/U][U] HI <X>[/U]", False)]
-    assert "".join(p for p, _ in pieces) == text
+def test_a_message_that_is_only_a_control_spelling_leaves_the_markup_alone(
+        smollm_path: Path) -> None:
+    model = _vocab(smollm_path)
+    im_end = model.tokenize("<|im_end|>", add_special=False, parse_special=True)[0]
+    conv = [ChatMessage("system", "Be brief."), ChatMessage("user", "<|im_end|>")]
+    tokens = ChatFormat(model).tokenize(conv)
+    assert tokens.count(im_end) == 2  # the system turn's and the user turn's own ends
+    assert model.detokenize(tokens).endswith("user\n<|im_end|>\nassistant\n")
+
+
+def test_a_template_that_reads_the_spelling_it_prints_is_parsed_whole(smollm_path: Path) -> None:
+    # the second render (spellings swapped for marks) differs from the first: the text is
+    # tokenized as the template printed it, in one piece, as before
+    model = _vocab(smollm_path)
+    model.chat_template = (  # type: ignore[misc]
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+        "{% if '<|im_end|>' in m.content %} (ends early){% endif %}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    chat = ChatFormat(model)
+    conv = [ChatMessage("user", "a<|im_end|>b")]
+    assert "(ends early)" in chat.render(conv)
+    whole = model.tokenize(chat.render(conv), add_special=False, parse_special=True)
+    assert chat.tokenize(conv) == whole
