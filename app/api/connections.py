@@ -162,10 +162,9 @@ class GuardedH11Protocol(H11Protocol):
 
     def send_400_response(self, msg: str) -> None:
         """h11 could not parse the request (uvicorn answers plain text here)."""
-        size = self.config.h11_max_incomplete_event_size
-        limit = f" (a request head may hold at most {size} bytes)" if size else ""
         self._close_with(error_bytes(
-            400, f"The request is not valid HTTP/1.1{limit}.",
+            400, "The request is not valid HTTP/1.1 (a malformed request line or header, or "
+            "a request head too large).",
             type="invalid_request_error", code="invalid_http_request"))
 
     # -- the guards -----------------------------------------------------------------------

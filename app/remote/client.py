@@ -303,6 +303,9 @@ def normalize_base_url(url: str) -> str:
         raise RemoteError(f"{shown} is not a server address: it contains a space or a "
                           f"control character; {_EXAMPLE}.")
     if "://" not in text:
+        if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:/", text):  # "htp:/host", "http:/host"
+            raise RemoteError(f"{shown} is not a server address: it should start with "
+                              f"http:// or https://; {_EXAMPLE}.")
         text = "http://" + text
     try:
         parts = urlsplit(text)
@@ -619,17 +622,21 @@ class RemoteClient:
             raise RemoteCancelledError(f"Stopped before {self.base_url} answered.")
         per_read = httpx.Timeout(read, connect=self._http.timeout.connect)
         expired, stop_timer = self._deadline(limit)
+        answered = False
         try:
             with self._http.stream("GET", path, timeout=per_read,
                                    extensions={"trace": trace}) as response:
+                answered = True
                 return self._bounded(response, f"GET {path}")
         except httpx.HTTPError as exc:
             if cancel is not None and cancel.is_set():
                 raise RemoteCancelledError(f"Stopped before {self.base_url} answered.") from exc
             if expired.is_set():
+                how = ("it sends its answer too slowly" if answered else
+                       "not even a response head came: busy, hung, or not an HTTP server")
                 raise ServerTimeoutError(
-                    f"{self.base_url} took more than {limit:g} s to answer GET {path} (it "
-                    "sends its answer too slowly); Tandem stopped waiting.") from exc
+                    f"{self.base_url} took more than {limit:g} s to answer GET {path} "
+                    f"({how}); Tandem stopped waiting.") from exc
             raise self._translate(exc, f"GET {path}", read) from exc
         finally:
             stop_timer()

@@ -71,7 +71,8 @@ class ConnectDialog(QDialog):
         self.key_edit.setEchoMode(QLineEdit.EchoMode.Password)
         self.key_edit.setPlaceholderText("none")
         form.addRow("API key", self.key_edit)
-        self.remember_box = QCheckBox("Remember the key")
+        self.remember_box = QCheckBox("Remember the key" if keys.persistent
+                                      else "Remember the key until Tandem closes")
         self.remember_box.setChecked(True)
         form.addRow("", self.remember_box)
         self.key_note = Label(keys.backend_note)

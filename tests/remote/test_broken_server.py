@@ -131,11 +131,18 @@ def test_a_server_that_never_answers_is_a_timeout() -> None:
         with RemoteClient(url, read_timeout=0.5) as client:
             with pytest.raises(ServerTimeoutError, match="sent nothing for 0.5 s"):
                 client.models()
+        # the whole answer's deadline, before the read timeout: not "too slowly"
+        with RemoteClient(url, answer_deadline=0.5) as client:
+            with pytest.raises(ServerTimeoutError, match="not even a response head came"):
+                client.models()
 
 
 def test_bad_addresses_are_refused_clearly() -> None:
     with pytest.raises(RemoteError, match="not a server address"):
         RemoteClient("ftp://example.org")
+    for typo in ("htp:/bad", "http:/localhost:8080"):
+        with pytest.raises(RemoteError, match="should start with http:// or https://"):
+            RemoteClient(typo)
     with pytest.raises(RemoteError, match="not a server address"):
         RemoteClient("http://")
     assert RemoteClient("127.0.0.1:8080/v1/").base_url == "http://127.0.0.1:8080"

@@ -3,6 +3,7 @@ gauge live, labelled as API traffic, and lands in the list of recent requests.""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import httpx
@@ -23,6 +24,18 @@ def test_serve_api_gauge_follows_an_api_request(qtbot, window) -> None:  # type:
     assert base.startswith("http://127.0.0.1:") and base.endswith("/v1")
     assert panel.copy_button.isEnabled() and panel.switch.isChecked()
     assert window.api_status_label.text() == f"API on {base}"
+    assert "503" not in panel.status.text()  # a model of its own is loaded
+    info = window.controller.model_info
+    try:  # the line says why requests get 503 while nothing local is loaded
+        window.controller.model_info = None
+        window.api._show_serving()
+        assert "No model is loaded: requests are answered 503" in panel.status.text()
+        window.controller.model_info = dataclasses.replace(info, remote=object())
+        window.api._show_serving()
+        assert "connected to a server" in panel.status.text()
+    finally:
+        window.controller.model_info = info
+        window.api._show_serving()
     # beside a long model status, the address still shows whole (the status is elided)
     window.resize(1024, 720)
     qtbot.waitUntil(lambda: window.width() == 1024, timeout=5000)

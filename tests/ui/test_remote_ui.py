@@ -56,11 +56,16 @@ def test_the_gauge_shows_the_servers_figures(qtbot) -> None:  # type: ignore[no-
     assert g.mode_label.text().startswith("llama-server b1-0c1e570 · ngram-simple · k = 48")
     assert g.value_text("alpha") == (f"{fig['acceptance_rate'] * 100:.0f}%  "
                                      f"({fig['accepted']}/{fig['draft_tokens']})")
-    assert g.value_text("tau") == f"{fig['mean_acceptance_length']:.2f} tok/round"
+    # the gauge's τ over every pass (60 tokens, 12 of them accepted drafts: 48 passes),
+    # then the server's per drafting round
+    assert stats.emitted == 60 and fig["accepted"] == 12 and fig["drafts"] == 2
+    assert g.value_text("tau") == "1.25 tok/round (7.00 per drafting round)"
     assert "servers do not report" in g.value_text("cost")
     rates = g.bars.rates
     assert rates and rates[0] == pytest.approx(fig["accepted_per_pos"][0] / fig["drafts"])
-    assert len(rates) < 48  # positions past the last accepted one are left out
+    # the positions up to the last accepted one (8), and the 9th where acceptance stopped
+    assert rates[7] == pytest.approx(0.5) and rates[8] == 0.0 and len(rates) == 9
+    assert "positions 10–48: none accepted" in g.bars.toolTip()
     footer = reply_footer(stats.to_dict(), "length")
     assert "llama-server · ngram-simple" in footer and f"α {fig['acceptance_rate'] * 100:.0f}%" in footer
     # one rate for the reply: the footer's is the gauge's
@@ -82,7 +87,8 @@ def test_a_server_that_reports_nothing_says_so(qtbot) -> None:  # type: ignore[n
     wide = dict(stats.extra["remote"], figures=dict(stats.extra["remote"]["figures"],
                                                      scope="server-wide"))
     g.end_reply(dataclasses.replace(stats, extra={"remote": wide}))
-    assert "server-wide" in g.value_text("alpha") and "server-wide" in g.value_text("tau")
+    assert "server-wide" in g.value_text("alpha")
+    assert g.value_text("tau") == "7.00 per drafting round · server-wide"
 
 
 def test_draft_length_advice_for_local_and_remote(qtbot) -> None:  # type: ignore[no-untyped-def]
@@ -167,6 +173,7 @@ def test_the_connect_dialog_lists_the_models(qtbot, broken: BrokenServer,  # typ
     dialog = ConnectDialog(keys, broken.base_url, "broken")
     qtbot.addWidget(dialog)
     assert "this session only" in dialog.key_note.text()
+    assert dialog.remember_box.text() == "Remember the key until Tandem closes"
     dialog.key_edit.setText("secret")
     dialog.list_models()
     qtbot.waitUntil(lambda: dialog.model_combo.count() == 1, timeout=30_000)

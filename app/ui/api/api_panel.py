@@ -109,8 +109,9 @@ class ApiPanelWidget(QFrame):
         col.addWidget(self.table, 1)
 
     # -- what the window tells it ------------------------------------------------------
-    def set_serving(self, base_url: str | None) -> None:
-        """Show the server as on (its base URL) or off (None), without emitting."""
+    def set_serving(self, base_url: str | None, note: str = "") -> None:
+        """Show the server as on (its base URL, and ``note``: why requests cannot be
+        answered now) or off (None), without emitting."""
         self.switch.blockSignals(True)
         self.switch.setChecked(base_url is not None)
         self.switch.blockSignals(False)
@@ -118,7 +119,7 @@ class ApiPanelWidget(QFrame):
         self.copy_button.setEnabled(base_url is not None)
         self.port.setEnabled(base_url is None)
         self.status.setText(
-            f"Serving at {base_url} (no API key: this computer only). {_REQUESTS}"
+            f"Serving at {base_url} (no API key: this computer only). {note}{_REQUESTS}"
             if base_url else _REQUESTS)
 
     def add_request(self, row: ApiReplyEnded) -> None:

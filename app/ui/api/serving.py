@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, Slot
+from PySide6.QtCore import QObject, QTimer, Slot
 from PySide6.QtWidgets import QLabel
 
 from app.api.traffic import (
@@ -25,7 +25,7 @@ from app.api.traffic import (
     ApiTrafficFollower,
 )
 from app.chat.conversation import ChatController
-from app.chat.events import UserError
+from app.chat.events import JobDone, JobFailed, UserError
 from app.chat.service import ChatService
 from app.errors import TandemError
 from app.store.settings import Settings
@@ -105,7 +105,7 @@ class ApiServing(QObject):
             return False
         self.server = server
         self._clear_errors("api")  # an earlier failure to start (a port in use) is over
-        self.panel.set_serving(server.base_url)
+        self._show_serving()
         self.status_label.setText(f"API on {server.base_url}")
         self.status_label.show()
         return True
@@ -118,8 +118,23 @@ class ApiServing(QObject):
         self.panel.set_serving(None)
         self.status_label.hide()
 
+    @Slot()
+    def _show_serving(self) -> None:
+        """The panel's serving line, saying when no model of Tandem's own is loaded (the
+        API then answers every request 503)."""
+        if self.server is None:
+            return
+        info = self.controller.model_info
+        note = ("" if info is not None and info.remote is None else
+                "The window is connected to a server, and the API serves a model loaded in "
+                "Tandem only: requests are answered 503 until one is. " if info is not None
+                else "No model is loaded: requests are answered 503 until one is. ")
+        self.panel.set_serving(self.server.base_url, note)
+
     def handle(self, event: object) -> None:
         """Follow one service event (any kind; those of API replies move the gauge)."""
+        if isinstance(event, (JobDone, JobFailed)) and event.kind == "load":
+            QTimer.singleShot(0, self._show_serving)  # once the controller has it too
         update = self.traffic.handle(event)
         if update is None:
             return

@@ -96,13 +96,28 @@ def remote_rows(s: SpecStats, remote: dict[str, Any]) -> dict[str, str]:
     rows["alpha"] = (f"{MISSING} (nothing was drafted)" if alpha is None else
                      f"{alpha * 100:.0f}%  ({figures['accepted']}/{figures['draft_tokens']}"
                      f"{scope})")
-    tau = figures.get("mean_acceptance_length")
-    if alpha is None:
-        rows["tau"] = f"{MISSING} (nothing was drafted)"
-    else:
-        rows["tau"] = (f"{MISSING} (the server does not count rounds)" if tau is None
-                       else f"{tau:.2f} tok/round{scope}")
+    rows["tau"] = remote_tau_text(s, remote, figures)
     return rows
+
+
+def remote_tau_text(s: SpecStats, remote: dict[str, Any], figures: dict[str, Any]) -> str:
+    """τ of a remote reply as the gauge defines it, tokens per target pass over every
+    round: each pass writes its own token and the draft tokens it accepted, so the
+    passes are the reply's tokens less the accepted ones (llama-server's
+    ``n_decode_total`` agrees). It needs the request's own counts and a counted token
+    total; the server's τ per drafting round (1 + accepted / drafts) follows, named
+    as such, and stands alone where the first cannot be had."""
+    if figures.get("acceptance_rate") is None:
+        return f"{MISSING} (nothing was drafted)"
+    accepted, n = figures.get("accepted"), s.emitted
+    per_draft = figures.get("mean_acceptance_length")
+    drafting = "" if per_draft is None else f"{per_draft:.2f} per drafting round"
+    if (figures.get("scope") == "request" and isinstance(accepted, int) and n > accepted
+            and remote.get("token_count_source") in ("usage", "timings")):
+        return f"{n / (n - accepted):.2f} tok/round" + (f" ({drafting})" if drafting else "")
+    if not drafting:
+        return f"{MISSING} (the server does not count rounds)"
+    return drafting + (" · server-wide" if figures.get("scope") == "server-wide" else "")
 
 
 def remote_title(remote: dict[str, Any]) -> str:
@@ -778,11 +793,21 @@ class SpeculationGaugeWidget(QFrame):
         self.tps_caption.setText("decode tok/s (whole reply, measured by Tandem)")
         for key, text in remote_rows(s, remote).items():
             self._rows[key].setText(text)
-        # servers export a counter for every position up to their k (48 for llama-server's
-        # n-gram drafter): positions past the last accepted one are left out
-        n = max((i + 1 for i, a in enumerate(s.accepted_at) if a), default=0)
-        n = min(len(s.accepted_at), max(n, 4))
+        self._remote_positions(s, remote)
+
+    def _remote_positions(self, s: SpecStats, remote: dict[str, Any]) -> None:
+        """Servers export a counter for every position up to their k (48 for
+        llama-server's n-gram drafter): the bars end at the first position after the
+        last accepted one that drafts reached (its 0 % shows where acceptance
+        stopped); the tooltip says what was left out."""
+        last = max((i + 1 for i, a in enumerate(s.accepted_at) if a), default=0)
+        figures = remote.get("figures") or {}
+        drafted = figures.get("mean_draft_length") or 0
+        n = min(len(s.accepted_at), max(last + (1 if drafted > last else 0), 4))
         self.bars.set_positions(s.accepted_at[:n], s.verified_at[:n])
+        if n < len(s.accepted_at):
+            self.bars.setToolTip(self.bars.toolTip() + f"\npositions {n + 1}–"
+                                 f"{len(s.accepted_at)}: none accepted")
 
     def _measured_text(self, s: SpecStats) -> str:
         return measured_speedup_text(s, self._streaming)
