@@ -151,7 +151,7 @@ def stats_line(info: ServerInfo, r: RemoteResult) -> str:
     else:
         parts.append(f"α {f.acceptance_rate:.0%} ({f.accepted}/{f.draft_tokens})")
         if f.mean_acceptance_length is not None:
-            parts.append(f"τ {f.mean_acceptance_length:.2f}")
+            parts.append(f"τ {f.mean_acceptance_length:.2f} per drafting round")
         if f.scope == "server-wide":
             parts.append("server-wide figures (other clients included)")
     method = info.speculation_method or "method unknown"

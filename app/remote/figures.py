@@ -251,3 +251,28 @@ def combine(response: SpeculationFigures | None,
             accepted_per_pos=delta.accepted_per_pos,
         )
     return None
+
+
+def tokens_per_pass(n_tokens: int, remote: dict[str, Any]) -> float | None:
+    """τ of a remote reply over every round, as Tandem defines it for its own replies:
+    tokens per target pass. Each pass writes its own token and the draft tokens it
+    accepted, so the passes are the reply's tokens less the accepted ones
+    (llama-server's ``n_decode_total`` agrees). None without the request's own
+    counts (``scope`` "request"), a counted token total (``usage`` or ``timings``) or
+    anything drafted.
+
+    Args:
+        n_tokens: the reply's tokens.
+        remote: the reply's ``stats.extra["remote"]``
+            (:func:`app.remote.session.remote_extra`).
+    """
+    figures = remote.get("figures")
+    if not isinstance(figures, dict) or not figures.get("draft_tokens"):
+        return None
+    accepted = figures.get("accepted")
+    if (figures.get("scope") != "request" or not isinstance(accepted, int)
+            or remote.get("token_count_source") not in ("usage", "timings")
+            or n_tokens <= accepted):
+        return None
+    return n_tokens / (n_tokens - accepted)
+

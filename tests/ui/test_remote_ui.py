@@ -68,6 +68,7 @@ def test_the_gauge_shows_the_servers_figures(qtbot) -> None:  # type: ignore[no-
     assert "positions 10–48: none accepted" in g.bars.toolTip()
     footer = reply_footer(stats.to_dict(), "length")
     assert "llama-server · ngram-simple" in footer and f"α {fig['acceptance_rate'] * 100:.0f}%" in footer
+    assert "τ 1.25" in footer  # the gauge's τ; the server's alone is "per drafting round"
     # one rate for the reply: the footer's is the gauge's
     assert f"{g.tps_label.text()} tok/s" in footer and stats.decode_tps != float(g.tps_label.text())
 

@@ -38,6 +38,7 @@ from app.formatting import REASON_WORDS
 from app.engine.reply import ended_at_full_context
 from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE
 from app.options import SpecMode
+from app.remote.figures import tokens_per_pass
 from app.store.history import StoredMessage
 from app.ui.chat.draft_tint import apply_tint, tinted_ranges
 from app.ui.chat.markdown_render import TINT_COLOR, render_markdown
@@ -78,9 +79,10 @@ class MessageView:
     versions: int = 1
 
 
-def remote_footer_parts(remote: dict[str, Any]) -> list[str]:
+def remote_footer_parts(remote: dict[str, Any], n_tokens: int) -> list[str]:
     """A remote reply's footer parts: the engine and drafter as the server names them,
-    and its α and τ (with their scope), or that it reported nothing."""
+    and its α and τ (per pass over every round, as for a local reply, else the
+    server's per drafting round, said so), or that it reported nothing."""
     parts = [f"{remote.get('engine', 'server')} · "
              f"{remote.get('method') or 'drafter not reported'}"]
     figures = remote.get("figures")
@@ -93,8 +95,10 @@ def remote_footer_parts(remote: dict[str, Any]) -> list[str]:
                      f"({figures['accepted']}/{figures['draft_tokens']}{wide})")
     else:
         parts.append("nothing drafted")
-    if figures.get("mean_acceptance_length") is not None and figures.get("drafts"):
-        parts.append(f"τ {figures['mean_acceptance_length']:.2f}")
+    if (per_pass := tokens_per_pass(n_tokens, remote)) is not None:
+        parts.append(f"τ {per_pass:.2f}")
+    elif figures.get("mean_acceptance_length") is not None and figures.get("drafts"):
+        parts.append(f"τ {figures['mean_acceptance_length']:.2f} per drafting round")
     return parts
 
 
@@ -119,7 +123,7 @@ def reply_footer(stats: dict[str, Any] | None, finish_reason: str | None,
         except ValueError:  # written by a newer Tandem with a drafter this one lacks
             mode = None
         if isinstance(remote, dict):  # a remote server's reply: its own figures
-            parts.extend(remote_footer_parts(remote))
+            parts.extend(remote_footer_parts(remote, int(stats.get("emitted", 0))))
             stats = {}
         label = mode.words if mode is not None else str(stats.get("mode"))
         if mode is not SpecMode.OFF:

@@ -44,6 +44,7 @@ from app.engine.stats import (
 from app.engine.cpu import free_threads, usable_cores
 from app.formatting import MISSING, advice_words, draft_length_words, or_dash
 from app.options import K_MAX, DrafterNeeds, SpecMode
+from app.remote.figures import tokens_per_pass
 from app.ui.gauge.rolling import RollingRate
 from app.ui.labels import Label
 
@@ -102,19 +103,15 @@ def remote_rows(s: SpecStats, remote: dict[str, Any]) -> dict[str, str]:
 
 def remote_tau_text(s: SpecStats, remote: dict[str, Any], figures: dict[str, Any]) -> str:
     """τ of a remote reply as the gauge defines it, tokens per target pass over every
-    round: each pass writes its own token and the draft tokens it accepted, so the
-    passes are the reply's tokens less the accepted ones (llama-server's
-    ``n_decode_total`` agrees). It needs the request's own counts and a counted token
-    total; the server's τ per drafting round (1 + accepted / drafts) follows, named
-    as such, and stands alone where the first cannot be had."""
+    round (:func:`app.remote.figures.tokens_per_pass`), then the server's τ per drafting
+    round (1 + accepted / drafts), named as such; that alone where the first cannot be
+    had."""
     if figures.get("acceptance_rate") is None:
         return f"{MISSING} (nothing was drafted)"
-    accepted, n = figures.get("accepted"), s.emitted
     per_draft = figures.get("mean_acceptance_length")
     drafting = "" if per_draft is None else f"{per_draft:.2f} per drafting round"
-    if (figures.get("scope") == "request" and isinstance(accepted, int) and n > accepted
-            and remote.get("token_count_source") in ("usage", "timings")):
-        return f"{n / (n - accepted):.2f} tok/round" + (f" ({drafting})" if drafting else "")
+    if (per_pass := tokens_per_pass(s.emitted, remote)) is not None:
+        return f"{per_pass:.2f} tok/round" + (f" ({drafting})" if drafting else "")
     if not drafting:
         return f"{MISSING} (the server does not count rounds)"
     return drafting + (" · server-wide" if figures.get("scope") == "server-wide" else "")
