@@ -946,7 +946,7 @@ class ChatController:
         """
         if not text.strip():
             return False
-        if self.editing_message_id is not None and text == self._edit_text:
+        if self.editing_message_id is not None and text.strip() == self._edit_text.strip():
             self.report(UserError(
                 "Nothing changed", "The message reads as it did: change it to send it as a "
                 "new version, or Cancel edit.", level="warning", origin="reply"))

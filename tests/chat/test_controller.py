@@ -174,7 +174,7 @@ def test_regenerate_and_edit_keep_what_they_replace(rig: Rig) -> None:
     assert [m[1] for m in rig.stored()] == ["question", "second answer"]
     user_id = rig.store.messages(rig.c.current_conversation)[0].id  # type: ignore[arg-type]
     assert rig.c.begin_edit(user_id) == "question"
-    assert not rig.c.send_message("question")  # unchanged: no identical version
+    assert not rig.c.send_message("question ")  # unchanged: no identical version
     assert rig.c.editing_message_id == user_id and "reads as it did" in rig.view.errors[-1].message
     assert [v.content for v in rig.store.versions(user_id)] == ["question"]
     assert rig.c.send_message("better question")

@@ -140,3 +140,21 @@ def test_a_search_without_matches_says_so_in_a_line_that_cannot_be_chosen(
     assert w.list.count() == 0 and w.placeholder() is None
     w.set_conversations([FOXES], current=None)
     assert w.placeholder() is None and w.titles() == [FOXES.title]
+
+
+def test_focus_without_an_open_conversation_opens_none(qtbot, widget) -> None:  # type: ignore[no-untyped-def]
+    """A new chat is open (no current row), as after deleting the open conversation:
+    the list gaining focus (the confirmation dialog closing, Tab) opens nothing; the
+    arrow keys and a click still do."""
+    from PySide6.QtCore import QEvent
+    from PySide6.QtGui import QFocusEvent
+
+    w = widget
+    w.set_conversations([OWLS, FOXES], current=None)
+    activated: list[int] = []
+    w.conversation_activated.connect(activated.append)
+    for reason in (Qt.FocusReason.ActiveWindowFocusReason, Qt.FocusReason.TabFocusReason):
+        QApplication.sendEvent(w.list, QFocusEvent(QEvent.Type.FocusIn, reason))
+    assert activated == [] and w.list.currentItem() is None
+    QTest.keyClick(w.list, Qt.Key.Key_Down)
+    assert activated == [OWLS.id]

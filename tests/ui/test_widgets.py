@@ -945,7 +945,7 @@ def test_send_waits_for_an_edit_to_change_the_text_and_a_deleted_edit_moves_on(q
     assert not c.send_button.isEnabled() and "Change the message" in c.send_button.toolTip()
     c.input.setPlainText("the question, sharper")
     assert c.send_button.isEnabled() and c.send_button.toolTip() == "Send (Enter)"
-    c.input.setPlainText("the question")
+    c.input.setPlainText("the question \n")  # a space or a line break is no change
     assert not c.send_button.isEnabled()
     c.edit_ended()
     assert c.send_button.isEnabled() and c.input.toPlainText() == "typed before the edit"
@@ -1051,8 +1051,10 @@ def test_another_version_replaces_the_messages_after_it_and_a_long_path_is_paged
                        [MessageView(10, "assistant", "r10")])
     assert [w.text for w in chat.messages] == ["m1", "m2", "m3, version 2", "r10"]
     assert chat.messages[:3] == kept and kept[2].version == (2, 2)
-    assert not chat.messages[-1]._regen.isHidden()  # the new last reply offers Regenerate
-    assert all(w._regen.isHidden() for w in chat.messages[:-1])
+    # every reply offers Regenerate; an earlier one says what becomes of the rest
+    assert [w._regen.isHidden() for w in chat.messages] == [True, False, True, False]
+    assert "stay with the current version" in chat.messages[1]._regen.toolTip()
+    assert chat.messages[-1]._regen.toolTip() == "Generate this reply again"
 
     long_path = [MessageView(100 + i, "user" if i % 2 else "assistant", f"p{i}")
                  for i in range(2 * SHOWN_AT_ONCE)]

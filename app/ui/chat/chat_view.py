@@ -391,8 +391,13 @@ class MessageWidget(QFrame):
         """The words beside a streaming reply (empty when it is not streaming)."""
         return self._streaming.text() if self._streaming.isVisibleTo(self) else ""
 
-    def set_regenerate_visible(self, visible: bool) -> None:
+    def set_regenerate_visible(self, visible: bool, *, last: bool = True) -> None:
+        """Show Regenerate on a reply; ``last``: the conversation's last message (an
+        earlier reply's tooltip says what becomes of the messages after it)."""
         self._regen.setVisible(visible and self.role == "assistant")
+        self._regen.setToolTip("Generate this reply again" if last else
+                               "Generate this reply again; the messages after it stay with "
+                               "the current version (‹ › brings them back)")
 
     def set_edit_enabled(self, enabled: bool, regenerate: bool | None = None) -> None:
         """Edit, and Regenerate and ‹ › (``regenerate``, default ``enabled``: while a
@@ -745,9 +750,11 @@ class ChatViewWidget(QScrollArea):
             w.set_editing(w.message_id == editing)
 
     def _update_regenerate(self) -> None:
-        last_reply = next((w for w in reversed(self._messages) if w.role == "assistant"), None)
+        # every reply can be written again; an earlier one keeps what followed it with
+        # the version it replaces (‹ › brings it back)
+        last = self._messages[-1] if self._messages else None
         for w in self._messages:
-            w.set_regenerate_visible(w is last_reply and w is self._messages[-1])
+            w.set_regenerate_visible(True, last=w is last)
 
     def scroll_to_bottom(self) -> None:
         self._stick = True

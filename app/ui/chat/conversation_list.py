@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtCore import QPoint, Qt, QTimer, Signal, SignalInstance, Slot
-from PySide6.QtGui import QIcon, QKeySequence, QMouseEvent, QShortcut
+from PySide6.QtGui import QFocusEvent, QIcon, QKeySequence, QMouseEvent, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QLineEdit,
@@ -42,6 +42,21 @@ class _List(QListWidget):
             event.accept()
             return
         super().mousePressEvent(event)
+
+    def focusInEvent(self, event: QFocusEvent) -> None:  # noqa: N802 (Qt's name)
+        """Qt makes the first row current when a list without a current row gains focus
+        (a dialog closing, Tab): that would open a conversation nobody chose — after
+        deleting the open one, the top one instead of the new chat. The list keeps no
+        current row then; the arrow keys still pick one."""
+        if self.currentItem() is not None:
+            super().focusInEvent(event)
+            return
+        blocked = self.blockSignals(True)
+        try:
+            super().focusInEvent(event)
+            self.selectionModel().clearCurrentIndex()
+        finally:
+            self.blockSignals(blocked)
 
 
 class ConversationListWidget(QWidget):

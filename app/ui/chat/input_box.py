@@ -297,8 +297,10 @@ class ComposerWidget(QWidget):
 
     @property
     def edit_unchanged(self) -> bool:
-        """A message is edited and the box still holds its text as stored."""
-        return self._editing is not None and self.input.toPlainText() == self._edit_original
+        """A message is edited and the box still holds its text as stored (spaces and
+        line breaks around it aside)."""
+        return (self._editing is not None
+                and self.input.toPlainText().strip() == self._edit_original.strip())
 
     @Slot()
     def _update_send_button(self) -> None:
