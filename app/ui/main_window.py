@@ -499,7 +499,7 @@ class MainWindow(QMainWindow):
         self.gauge.fail_reply(f"The reply failed: {error.message}")
         _back_to_open_conversation(self.gauge, self.controller, reply)
         if not reply.text and not reply.regenerated:
-            self.chat.remove_from(reply.message_id)
+            self.chat.remove_from(reply.message_id, error.message)
         elif not reply.text:
             self.chat.end_stream(reply.message_id, "", (), "")  # the earlier version follows
         else:

@@ -58,6 +58,9 @@ def test_an_overflow_leaves_regenerate_on_and_the_next_success_clears_it(  # typ
     assert "failed" in w.gauge.mode_label.text()
     assert "context window holds 256" in w.gauge.note_label.text()
     assert [m.role for m in w.chat.messages] == ["user", "assistant", "user"]
+    # under the unanswered message, once the banner is closed too: why, and the way on
+    assert w.chat.failure.isVisibleTo(w.chat) and "context window holds 256" in w.chat.failure.text()
+    assert w.chat.failure.text().startswith("No reply: ")
 
     # the way on: let Tandem drop earlier messages, then Regenerate
     w.sampling_panel.context_overflow.setCurrentIndex(
@@ -67,6 +70,7 @@ def test_an_overflow_leaves_regenerate_on_and_the_next_success_clears_it(  # typ
     wait_reply(qtbot, w)
 
     assert w.message_bar.current is None and not w.message_bar.isVisible()  # no stale banner
+    assert not w.chat.failure.isVisibleTo(w.chat)
     assert not w.gauge.live and "last\u00a0reply" in w.gauge.mode_label.text()
     reply = w.chat.messages[-1]
     assert reply.role == "assistant" and reply.text

@@ -507,6 +507,12 @@ class ChatViewWidget(QScrollArea):
         self.earlier_button.clicked.connect(self.show_earlier)
         self.earlier_button.hide()
         self._layout.addWidget(self.earlier_button, 0, Qt.AlignmentFlag.AlignHCenter)
+        #: why the last message got no reply (until the next message is shown)
+        self.failure = Label()
+        self.failure.setObjectName("gaugeNote")
+        self.failure.setWordWrap(True)
+        self.failure.hide()
+        self._layout.addWidget(self.failure)
         self._layout.addStretch(1)
         self.setWidget(self._container)
         self._messages: list[MessageWidget] = []
@@ -551,6 +557,7 @@ class ChatViewWidget(QScrollArea):
         self._update_earlier()
         self._stick = True
         self._update_starters()
+        self.failure.hide()
 
     def set_starter_prompts(self, prompts: Sequence[StarterPrompt], *,
                             base_model: bool = False) -> None:
@@ -619,7 +626,8 @@ class ChatViewWidget(QScrollArea):
 
     def add_message(self, view: MessageView) -> MessageWidget:
         w = self._message_widget(view)
-        self._layout.insertWidget(self._layout.count() - 1, w)
+        self.failure.hide()
+        self._layout.insertWidget(self._layout.indexOf(self.failure), w)
         self._messages.append(w)
         self._stick = True
         self._update_regenerate()
@@ -651,8 +659,9 @@ class ChatViewWidget(QScrollArea):
             self.set_messages([*self._earlier, *(w.view() for w in self._messages), *after])
             return
         made = [self._message_widget(v) for v in after]
+        self.failure.hide()
         for w in made:
-            self._layout.insertWidget(self._layout.count() - 1, w)
+            self._layout.insertWidget(self._layout.indexOf(self.failure), w)
         self._messages += made
         self._update_regenerate()
         self._update_starters()
@@ -662,8 +671,10 @@ class ChatViewWidget(QScrollArea):
         if (w := self.message(message_id)) is not None:
             w.set_footer(text)
 
-    def remove_from(self, message_id: int) -> None:
-        """Remove a message and every message after it (one not shown yet too)."""
+    def remove_from(self, message_id: int, failure: str | None = None) -> None:
+        """Remove a message and every message after it (one not shown yet too);
+        ``failure``: why it was a reply that never came, said under the last message
+        until another is shown."""
         hidden = next((i for i, v in enumerate(self._earlier) if v.message_id == message_id),
                       None)
         if hidden is not None:
@@ -686,6 +697,9 @@ class ChatViewWidget(QScrollArea):
             self._stick = True  # nothing on screen to keep in place: follow the bottom
         self._update_regenerate()
         self._update_starters()
+        if failure is not None and self._messages:
+            self.failure.setText(f"No reply: {failure} Regenerate asks again.")
+            self.failure.show()
 
     def set_tint(self, tint: bool) -> None:
         self._tint = tint
