@@ -946,7 +946,7 @@ class ChatController:
         """
         if not text.strip():
             return False
-        if self.editing_message_id is not None and text.strip() == self._edit_text.strip():
+        if self.editing_message_id is not None and text.rstrip() == self._edit_text.rstrip():
             self.report(UserError(
                 "Nothing changed", "The message reads as it did: change it to send it as a "
                 "new version, or Cancel edit.", level="warning", origin="reply"))

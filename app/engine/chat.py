@@ -14,6 +14,8 @@ sequence starts with exactly one BOS when the vocabulary adds one.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import logging
 import json
 import re
 import secrets
@@ -45,6 +47,8 @@ FALLBACK_TEMPLATE = (
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 FALLBACK_STOP = ("\nUser:", "\nAssistant:")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +91,7 @@ class ChatFormat:
         #: why the GGUF's own template is not used (it did not compile, or failed on a
         #: sample conversation), else None
         self.template_error: str | None = None
-        self._spellings_cache: dict[str, tuple[str, ...]] = {}
+        self._spellings_cache: dict[bytes, tuple[str, ...]] = {}
         # The environment transformers renders chat templates in (trim/lstrip blocks,
         # loop controls, a tojson that keeps non-ASCII), but sandboxed, immutable and
         # with size budgets on everything that builds strings (app.engine.template_sandbox).
@@ -188,25 +192,32 @@ class ChatFormat:
         The template's own markup is parsed for control tokens (``<|im_start|>``); the
         text of a message is not: a control token's spelling typed or pasted into a
         message reaches the model as the characters it is, so a message cannot end its
-        turn or open another role's. Messages without such text are tokenized in one
-        piece with the markup (the same tokens as before).
+        turn or open another role's (:meth:`_runs`; a template that reads the spelling
+        it prints is parsed whole, with a warning in the log). Messages without such
+        text are tokenized in one piece with the markup, as llama.cpp tokenizes a chat.
         """
         text = self.render(messages)
         spellings = self._control_spellings(messages)
-        pieces = self._literal_pieces(messages, spellings, text) if spellings else None
-        tokens: list[int] = []
-        for piece, literal in pieces or [(text, False)]:
-            tokens += self.model.tokenize(piece, add_special=False, parse_special=not literal)
+        runs = self._runs(messages, spellings, text) if spellings else None
+        if runs is None:
+            tokens = self.model.tokenize(text, add_special=False, parse_special=True)
+        else:
+            tokens = []
+            for run in runs:
+                tokens += [run] if isinstance(run, int) else self.model.tokenize(
+                    run, add_special=False, parse_special=False)
         return with_single_bos(self.model, tokens)
 
     def _control_spellings(self, messages: Sequence[ChatMessage]) -> set[str]:
         """The control-token spellings in the messages' texts: tokens that
         ``parse_special`` finds and plain tokenizing does not, and that print as nothing
-        (llama.cpp's rendering of control tokens). Cached per text: a conversation is
-        tokenized again at every turn."""
+        (llama.cpp's rendering of control tokens). Cached by a digest of each text: a
+        conversation is tokenized again at every turn."""
         found: set[str] = set()
         for m in messages:
-            spellings = self._spellings_cache.get(m.content)
+            key = hashlib.blake2b(m.content.encode("utf-8", "surrogatepass"),
+                                  digest_size=16).digest()
+            spellings = self._spellings_cache.get(key)
             if spellings is None:
                 parsed = self.model.tokenize(m.content, add_special=False, parse_special=True)
                 plain = set(self.model.tokenize(m.content, add_special=False, parse_special=False))
@@ -215,9 +226,41 @@ class ChatFormat:
                 spellings = tuple(self.model.token_text(t).decode("utf-8", "replace") for t in ids)
                 if len(self._spellings_cache) >= 1024:
                     self._spellings_cache.clear()
-                self._spellings_cache[m.content] = spellings
+                self._spellings_cache[key] = spellings
             found.update(spellings)
         return found
+
+    def _runs(self, messages: Sequence[ChatMessage], spellings: set[str],
+              text: str) -> list[int | str] | None:
+        """``text`` (the rendered ``messages``) cut as llama.cpp cuts a text it parses
+        for control tokens — each control token (its id) and the raw text between two
+        (a string, tokenized in one call: a vocabulary's leading space and the merges
+        come out as llama.cpp's own tokenizing makes them) — except that ``spellings``
+        inside the messages stay raw text. None when the messages cannot be told from
+        the markup (:meth:`_literal_pieces`)."""
+        pieces = self._literal_pieces(messages, spellings, text)
+        if pieces is None:
+            log.warning("the chat template reads the control-token text in a message: "
+                        "that text is parsed as control tokens")
+            return None
+        controls: dict[str, int] = {}  # the markup's control tokens, by spelling
+        for piece, literal in pieces:
+            for t in [] if literal else self.model.tokenize(piece, add_special=False,
+                                                             parse_special=True):
+                if not self.model.token_to_piece(t):
+                    controls[self.model.token_text(t).decode("utf-8", "replace")] = t
+        controls.pop("", None)
+        spelled = re.compile("|".join(map(re.escape, sorted(controls, key=len, reverse=True))))
+        runs: list[int | str] = []
+        raw = ""
+        for piece, literal in pieces:
+            at = 0
+            for match in [] if literal or not controls else spelled.finditer(piece):
+                raw += piece[at:match.start()]
+                runs += [raw, controls[match.group()]] if raw else [controls[match.group()]]
+                raw, at = "", match.end()
+            raw += piece[at:]
+        return runs + [raw] if raw else runs
 
     def _literal_pieces(self, messages: Sequence[ChatMessage], spellings: set[str],
                         text: str) -> list[tuple[str, bool]] | None:
@@ -226,6 +269,8 @@ class ChatFormat:
         rendering the messages again with each spelling swapped for a unique mark;
         None when that render, marks put back, is not ``text`` (a template that reads
         the text it prints): then the whole text is parsed as before."""
+        if not spellings:
+            return [(text, False)]
         nonce = secrets.token_hex(6)
         hidden: list[str] = []
 

@@ -25,6 +25,7 @@ from typing import Any, Literal, TypedDict
 import numpy as np
 import numpy.typing as npt
 
+from app.catalog.gguf_meta import split_part_names, split_parts
 from app.catalog.model_file import check_model_file
 from app.engine.exact import TILED_MM_ENV
 from app.errors import ContextOverflowError, LoadCancelledError, ModelLoadError, TandemError
@@ -114,6 +115,20 @@ def tiled_kquant_matmul_disabled() -> bool:
     ``atoi`` reads as 0, before llama.cpp was first used (ggml-cpu/tiled/tiled.cpp)."""
     env = tiled_mm_env_at_start()
     return env is not None and c_atoi(env) == 0
+
+
+def _file_stats(path: Path) -> list[tuple[Path, os.stat_result]]:
+    """``os.stat`` of ``path``, and of every other part when it is part 1 of a split
+    model (llama.cpp maps them all); a part that cannot be read is left out."""
+    parts = split_parts(path)
+    names = split_part_names(path.name, parts[2]) if parts is not None and parts[1] == 1 else [path.name]
+    out = []
+    for name in names:
+        try:
+            out.append((path.with_name(name), os.stat(path.with_name(name))))
+        except OSError:
+            continue
+    return out
 
 
 def supports_gpu_offload() -> bool:
@@ -230,9 +245,9 @@ class LlamaModel:
             cb = L.llama_progress_callback(_progress)
             params.progress_callback = cb
         _take_native_errors()
-        # the file as loaded: with mmap its pages are read from it while the model lives
-        # (:meth:`changed_on_disk`)
-        self._file_stat = os.stat(self.path) if use_mmap and not vocab_only else None
+        # the files as loaded (every part of a split model): with mmap their pages are
+        # read from them while the model lives (:meth:`changed_on_disk`)
+        self._file_stats = _file_stats(self.path) if use_mmap and not vocab_only else []
         ptr = L.llama_model_load_from_file(os.fsencode(self.path), params)
         del cb
         if callback_error:
@@ -338,24 +353,22 @@ class LlamaModel:
         return self.meta("general.name") or self.path.stem
 
     def changed_on_disk(self) -> str | None:
-        """Why the weights can no longer be read safely, in words, else None: the file
-        was truncated or rewritten in place since it was loaded with mmap, so its
-        pages now hold other bytes or none (reading past a file's end kills the process
-        with SIGBUS). A file deleted, or replaced by a rename as downloads do, is no
-        danger: the mapping keeps the file it was made from."""
-        was = self._file_stat
-        if was is None:
-            return None
-        try:
-            now = os.stat(self.path)
-        except OSError:
-            return None
-        if (now.st_dev, now.st_ino) != (was.st_dev, was.st_ino):
-            return None
-        if (now.st_size, now.st_mtime_ns) == (was.st_size, was.st_mtime_ns):
-            return None
-        return (f"{self.path.name} was changed on disk after it was loaded ({was.st_size:,} "
-                f"bytes then, {now.st_size:,} now)")
+        """Why the weights can no longer be read safely, in words, else None: a file
+        loaded with mmap (a split model's every part) was truncated or rewritten in
+        place since, which its size tells: a page past a file's new end kills the
+        process with SIGBUS when read. A file deleted, or replaced by a rename as
+        downloads do, is no danger: the mapping keeps the file it was made from. A
+        rewrite that keeps the size (or a new time alone) is not seen.
+        """
+        for path, was in self._file_stats:
+            try:
+                now = os.stat(path)
+            except OSError:
+                continue
+            if (now.st_dev, now.st_ino) == (was.st_dev, was.st_ino) and now.st_size != was.st_size:
+                return (f"{path.name} was changed on disk after it was loaded "
+                        f"({was.st_size:,} bytes then, {now.st_size:,} now)")
+        return None
 
     # -- vocabulary -----------------------------------------------------------------
     def token_to_piece(self, token: int) -> bytes:

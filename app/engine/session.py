@@ -760,10 +760,17 @@ class Session:
             return self._draft_step_probe
 
     def _check_idle(self) -> None:
+        """Raises TandemError when the session cannot run a pass now: closed, busy, or a
+        model file shrank on disk since it was loaded (:meth:`LlamaModel.changed_on_disk`;
+        checked before each use, so a file truncated during a reply is not caught)."""
         if self._closed:
             raise TandemError("The model has been unloaded.")
         if self._busy:
             raise TandemError("A reply is still being generated.")
+        for model in (self.target, self.draft_model, self.assistant_model):
+            if model is not None and (why := model.changed_on_disk()) is not None:
+                raise TandemError(f"{why}: reading it now could crash Tandem. Load the "
+                                  "model again.")
 
     # -- prompts --------------------------------------------------------------------
     def chat_prompt(self, messages: Sequence[ChatMessage]) -> list[int]:
@@ -926,10 +933,6 @@ class Session:
         spec = speculation or SpeculationConfig()
         with self._lock:
             self._check_idle()
-            for model in (self.target, self.draft_model):
-                if model is not None and (why := model.changed_on_disk()) is not None:
-                    raise TandemError(f"{why}: reading it now could crash Tandem. Load the "
-                                      "model again.")
             if not prompt:
                 raise TandemError("The prompt is empty.")
             if len(prompt) >= self.ctx.n_ctx:

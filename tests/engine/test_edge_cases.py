@@ -410,7 +410,7 @@ from app.options import SamplingParams
 from tests.synthetic import BOS
 src, tmp = Path(sys.argv[1]), Path(sys.argv[2])
 greedy, prompt = SamplingParams(temperature=0.0, max_tokens=4), [BOS, 5, 6, 7]
-for case in ("replaced", "deleted", "truncated"):
+for case in ("replaced", "deleted", "touched", "truncated"):
     path = tmp / f"{case}.gguf"
     shutil.copyfile(src, path)
     s = Session.open(SessionConfig(target_path=path, n_ctx=64, n_threads=1))
@@ -420,6 +420,8 @@ for case in ("replaced", "deleted", "truncated"):
         os.replace(tmp / "new.gguf", path)
     elif case == "deleted":
         path.unlink()
+    elif case == "touched":  # a new time alone: the same bytes
+        os.utime(path, (1, 1))
     else:
         with open(path, "r+b") as fh:
             fh.truncate(path.stat().st_size // 2)
@@ -437,7 +439,8 @@ def test_a_model_file_truncated_while_loaded_is_refused_not_read(
     """The weights are mapped from the file: reading a page past its new end after an
     in-place truncation kills the process (SIGBUS). The next reply is refused in words
     instead; a file replaced by a rename or deleted still generates (the mapping keeps
-    the file it was made from). In a child process: a regression crashes only it."""
+    the file it was made from), as does one whose time alone changed. In a child
+    process: a regression crashes only it."""
     import subprocess
     import sys
 
@@ -446,10 +449,10 @@ def test_a_model_file_truncated_while_loaded_is_refused_not_read(
                          cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
-    assert lines[:2] == ["replaced generated", "deleted generated"], out.stdout
-    assert lines[2].startswith("truncated refused: truncated.gguf was changed on disk after "
+    assert lines[:3] == ["replaced generated", "deleted generated", "touched generated"], out.stdout
+    assert lines[3].startswith("truncated refused: truncated.gguf was changed on disk after "
                                "it was loaded"), out.stdout
-    assert "Load the model again" in lines[2]
+    assert "Load the model again" in lines[3]
 
 
 def _malformed(tmp: Path, good: Path) -> dict[str, Path]:
@@ -708,3 +711,16 @@ def test_a_draft_models_catch_up_is_counted_apart_from_its_draft_steps(
     assert st.draft_catch_up_time == pytest.approx(drafter.catch_up_time)
     assert st.draft_time < 0.5 * st.draft_catch_up_time  # the steps themselves: no sleep
     assert st.decode_time > st.draft_catch_up_time  # still the reply's time
+
+
+def test_every_part_of_a_split_model_is_watched(tmp_path: Path) -> None:
+    # llama.cpp maps every part: a later part truncated is as fatal as part 1
+    from app.engine.llama import _file_stats
+
+    for i in (1, 2):
+        (tmp_path / f"m-0000{i}-of-00002.gguf").write_bytes(b"GGUF" * i)
+    watched = _file_stats(tmp_path / "m-00001-of-00002.gguf")
+    assert [(p.name, st.st_size) for p, st in watched] == [
+        ("m-00001-of-00002.gguf", 4), ("m-00002-of-00002.gguf", 8)]
+    assert [p.name for p, _ in _file_stats(tmp_path / "m-00002-of-00002.gguf")] == [
+        "m-00002-of-00002.gguf"]

@@ -140,6 +140,12 @@ def test_a_head_that_copies_the_trunk_drafts_what_the_target_says(
                                                                adaptive=False))
             assert r.ids == plain.ids
             assert r.stats.verified > 0 and r.stats.accepted == r.stats.verified
+        # long drafts accepted whole leave as many rows to mirror: a draft step's work,
+        # no catch-up (that is for rounds that drafted nothing)
+        long = run(s, prompts()[0], SAMPLINGS[0], SpeculationConfig(mode="mtp", draft_max=16,
+                                                                    adaptive=False))
+        assert long.stats.accepted == long.stats.verified >= 16
+        assert long.stats.draft_catch_up_time == 0.0
 
 
 def test_a_rollback_that_keeps_rejected_tokens_is_called_suspect(

@@ -151,9 +151,53 @@ def test_a_control_token_typed_in_a_message_reaches_the_model_as_text(smollm_pat
     # one <|im_end|> per message, from the template; the typed ones are characters
     assert tokens.count(im_end[0]) == 4
     assert typed in model.detokenize(tokens)
-    literal = model.tokenize("<|im_end|>", add_special=False, parse_special=False)
-    assert len(literal) > 1
-    assert any(tokens[i:i + len(literal)] == literal for i in range(len(tokens)))
+    # the turns before it are tokenized as llama.cpp tokenizes the whole chat
+    chat = ChatFormat(model)
+    before = chat.render(conv[:1], add_generation_prompt=False)
+    assert tokens[:len(before_ids := model.tokenize(before, add_special=False,
+                                                    parse_special=True))] == before_ids
+
+
+def _tokens(chat: ChatFormat, runs: list[int | str]) -> list[int]:
+    out: list[int] = []
+    for run in runs:
+        out += [run] if isinstance(run, int) else chat.model.tokenize(
+            run, add_special=False, parse_special=False)
+    return out
+
+
+@pytest.mark.parametrize("vocab", ["bpe", "spm-space-prefix"])
+def test_the_cut_at_control_tokens_is_llama_cpps_own(vocab: str, smollm_path: Path,
+                                                       tiny_target: Path) -> None:
+    # llama.cpp tokenizes the raw text between control tokens in one piece, a leading
+    # space first where an SPM vocabulary asks for one: cut the same way, a chat gets
+    # the same tokens as from llama.cpp's own parse
+    model = _vocab(smollm_path if vocab == "bpe" else tiny_target)
+    if vocab != "bpe":
+        model.chat_template = (  # type: ignore[misc]
+            "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}</s>"
+            "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}")
+    chat = ChatFormat(model)
+    conv = [ChatMessage("system", "Be brief."), ChatMessage("user", "hello the world"),
+            ChatMessage("assistant", "the model"), ChatMessage("user", "a token")]
+    text = chat.render(conv)
+    runs = chat._runs(conv, set(), text)
+    assert runs is not None and any(isinstance(r, int) for r in runs)
+    assert _tokens(chat, runs) == model.tokenize(text, add_special=False, parse_special=True)
+
+
+def test_a_typed_control_spelling_gets_no_spaces_around_it_in_an_spm_vocabulary(
+        tiny_target: Path) -> None:
+    model = _vocab(tiny_target)
+    model.chat_template = (  # type: ignore[misc]
+        "{% for m in messages %}[{{ m.role }}] {{ m.content }}</s>{% endfor %}")
+    eos = model.tokenize("</s>", add_special=False, parse_special=True)
+    assert len(eos) == 1
+    tokens = ChatFormat(model).tokenize([ChatMessage("user", "hello</s>world")])
+    assert tokens.count(eos[0]) == 1  # the template's
+    # (this vocabulary spells a space as the bytes of "▁"): the leading space llama.cpp
+    # adds to the text after the BOS and the typed one, none around the typed "</s>"
+    assert model.detokenize(tokens) == "▁[user]▁hello</s>world"
 
 
 def test_messages_without_control_text_tokenize_with_the_markup_in_one_piece(smollm_path: Path) -> None:

@@ -10,6 +10,7 @@ import httpx
 import pytest
 from PySide6.QtWidgets import QApplication
 
+from app.chat.events import JobDone
 from tests.ui.conftest import REPEAT_PROMPT
 from tests.synthetic import write_header_only
 
@@ -28,8 +29,9 @@ def test_serve_api_gauge_follows_an_api_request(qtbot, window) -> None:  # type:
     info = window.controller.model_info
     try:  # the line says why requests get 503 while nothing local is loaded
         window.controller.model_info = None
-        window.api._show_serving()
-        assert "No model is loaded: requests are answered 503" in panel.status.text()
+        window.api.handle(JobDone(0, "load", "window", None))  # as after an unload
+        qtbot.waitUntil(lambda: "No model is loaded: requests are answered 503"
+                        in panel.status.text(), timeout=5000)
         window.controller.model_info = dataclasses.replace(info, remote=object())
         window.api._show_serving()
         assert "connected to a server" in panel.status.text()

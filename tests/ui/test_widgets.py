@@ -945,8 +945,11 @@ def test_send_waits_for_an_edit_to_change_the_text_and_a_deleted_edit_moves_on(q
     assert not c.send_button.isEnabled() and "Change the message" in c.send_button.toolTip()
     c.input.setPlainText("the question, sharper")
     assert c.send_button.isEnabled() and c.send_button.toolTip() == "Send (Enter)"
-    c.input.setPlainText("the question \n")  # a space or a line break is no change
+    c.input.setPlainText("the question \n")  # a space or a line break after it: no change
     assert not c.send_button.isEnabled()
+    c.input.setPlainText("    the question")  # indented (a code block, in Markdown): a change
+    assert c.send_button.isEnabled()
+    c.input.setPlainText("the question")
     c.edit_ended()
     assert c.send_button.isEnabled() and c.input.toPlainText() == "typed before the edit"
     c.begin_edit("the question", 7, "a rewrite left earlier")  # taken up again

@@ -156,6 +156,7 @@ class MTPDrafter:
         #: seconds of passes over positions the head missed beyond what a round adds
         #: (after rounds that drafted nothing): drafting's cost, but no draft step of c
         self.catch_up_time = 0.0
+        self._last_draft = 0  # the last draft's length: a round adds up to that many rows
         #: the head's cache: the token at each position 0, 1, …
         self._fed: list[int] = []
         #: (token, target hidden state) by position, as the target evaluated them
@@ -303,14 +304,18 @@ class MTPDrafter:
             self.reset()
         else:
             self._fed.append(context[-1])
+        self._last_draft = len(out)
         return out
 
     def _catch_up(self, todo: _Rows) -> _Rows:
-        """Mirror the rows beyond what one round adds in a pass of their own, timed into
-        :attr:`catch_up_time` and not counted as a draft step (as
+        """Mirror the rows beyond what one round adds (after rounds that drafted
+        nothing) in a pass of their own, timed into :attr:`catch_up_time` and not
+        counted as a draft step (as
         :meth:`app.engine.drafters.DraftModelDrafter._sync` does, from as many rows);
         returns the rows left for the draft step's first pass."""
-        behind = len(todo[0]) - DraftModelDrafter.ROUND_TOKENS
+        # the head drops its draft rows after drafting: a round leaves the accepted
+        # draft tokens to mirror, up to the last draft's length
+        behind = len(todo[0]) - max(DraftModelDrafter.ROUND_TOKENS, self._last_draft + 1)
         if behind < DraftModelDrafter.CATCH_UP_MIN:
             return todo
         t0, passes = time.perf_counter(), self.forward_passes

@@ -298,9 +298,9 @@ class ComposerWidget(QWidget):
     @property
     def edit_unchanged(self) -> bool:
         """A message is edited and the box still holds its text as stored (spaces and
-        line breaks around it aside)."""
+        line breaks after it aside)."""
         return (self._editing is not None
-                and self.input.toPlainText().strip() == self._edit_original.strip())
+                and self.input.toPlainText().rstrip() == self._edit_original.rstrip())
 
     @Slot()
     def _update_send_button(self) -> None:
