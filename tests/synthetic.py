@@ -81,6 +81,7 @@ def write_tiny_llama(
     tensor_types: dict[str, str] | None = None,
     add_bos: bool = True,
     split_max_tensors: int = 0,
+    name: str = "tiny-llama-test",
 ) -> Path:
     """Write a loadable tiny llama GGUF (F32) and return its path.
 
@@ -90,6 +91,8 @@ def write_tiny_llama(
         eos_id: which token id the vocabulary calls EOS (an end-of-generation token).
         tokens, token_types: replace the vocabulary's texts and types (``n_vocab`` each).
         add_bos: ``tokenizer.ggml.add_bos_token`` (whether tokenizing adds BOS).
+        name: ``general.name`` (llama.cpp gives every control token of a model named
+            like Phi-3 its RSTRIP attribute).
         split_max_tensors: split into parts of at most this many tensors, named as
             llama.cpp's gguf-split names them (``path`` then names part 1's stem).
         tensor_types: store the named tensors (``"output_norm.weight"``, or a suffix such
@@ -107,7 +110,7 @@ def write_tiny_llama(
         return a
 
     writer = GGUFWriter(str(path), "llama", split_max_tensors=split_max_tensors)
-    writer.add_name("tiny-llama-test")
+    writer.add_name(name)
     writer.add_context_length(n_ctx_train)
     writer.add_embedding_length(n_embd)
     writer.add_block_count(n_layer)

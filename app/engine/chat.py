@@ -252,14 +252,17 @@ class ChatFormat:
         controls.pop("", None)
         spelled = re.compile("|".join(map(re.escape, sorted(controls, key=len, reverse=True))))
         runs: list[int | str] = []
-        raw = ""
+        raw, strip_next = "", False
         for piece, literal in pieces:
             at = 0
             for match in [] if literal or not controls else spelled.finditer(piece):
-                raw += piece[at:match.start()]
-                runs += [raw, controls[match.group()]] if raw else [controls[match.group()]]
+                token = controls[match.group()]
+                raw, strip_next = _stripped(raw + piece[at:match.start()], strip_next,
+                                            *self.model.strips_around(token))
+                runs += [raw, token] if raw else [token]
                 raw, at = "", match.end()
             raw += piece[at:]
+        raw = _stripped(raw, strip_next, False, False)[0]
         return runs + [raw] if raw else runs
 
     def _literal_pieces(self, messages: Sequence[ChatMessage], spellings: set[str],
@@ -291,6 +294,22 @@ class ChatFormat:
             at = mark.end()
         pieces.append((marked[at:], False))
         return pieces if "".join(p for p, _ in pieces) == text else None
+
+
+#: what C's isspace calls whitespace (llama.cpp strips it around LSTRIP/RSTRIP tokens)
+_C_SPACE = " \t\n\v\f\r"
+
+
+def _stripped(raw: str, lstrip: bool, before: bool, after: bool) -> tuple[str, bool]:
+    """``raw`` between two control tokens as llama.cpp's partition leaves it: its leading
+    whitespace gone after a token that strips what follows it (``lstrip``), its trailing
+    whitespace before one that strips what precedes it (``before``); returns it and
+    whether the next raw text loses its leading whitespace (``after``)."""
+    if lstrip:
+        raw = raw.lstrip(_C_SPACE)
+    if before:
+        raw = raw.rstrip(_C_SPACE)
+    return raw, after
 
 
 def with_single_bos(model: LlamaModel, tokens: Sequence[int]) -> list[int]:

@@ -394,6 +394,14 @@ class LlamaModel:
         self._require()
         return bytes(lib().llama_vocab_get_text(self._vocab, token) or b"")
 
+    def strips_around(self, token: int) -> tuple[bool, bool]:
+        """Whether llama.cpp strips the whitespace before and after ``token`` where its
+        spelling is parsed from text (its LSTRIP and RSTRIP attributes)."""
+        self._require()
+        L = lib()
+        attr = int(L.llama_vocab_get_attr(self._vocab, token))
+        return bool(attr & L.LLAMA_TOKEN_ATTR_LSTRIP), bool(attr & L.LLAMA_TOKEN_ATTR_RSTRIP)
+
     def is_eog(self, token: int) -> bool:
         """Whether the token ends generation (EOS, EOT, <end_of_turn>, <|im_end|>…)."""
         v = self._eog_cache.get(token)

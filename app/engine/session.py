@@ -540,7 +540,7 @@ class Session:
                 loaded before stays loaded. Any later failure leaves no draft loaded.
         """
         with self._lock:
-            self._check_idle()
+            self._check_idle(reading=())  # a draft changed on disk can still be replaced
             part_note, assistant = None, False
             if path is not None:  # a file that cannot be read leaves the loaded draft
                 path, part_note = model_entry_path(path)
@@ -669,7 +669,7 @@ class Session:
             TandemError: a generation is in progress or the session is closed.
         """
         with self._lock:
-            self._check_idle()
+            self._check_idle(reading=())
             self.ctx.clear()
             self._kv_tokens = []
             self.saved_states.clear()
@@ -759,15 +759,19 @@ class Session:
                 self._draft_step_probe = best
             return self._draft_step_probe
 
-    def _check_idle(self) -> None:
+    def _check_idle(self, reading: Sequence[LlamaModel | None] | None = None) -> None:
         """Raises TandemError when the session cannot run a pass now: closed, busy, or a
-        model file shrank on disk since it was loaded (:meth:`LlamaModel.changed_on_disk`;
-        checked before each use, so a file truncated during a reply is not caught)."""
+        model file it is ``reading`` (default: every model loaded; ``()``: none, for
+        what reads no weights) changed size on disk since it was loaded
+        (:meth:`LlamaModel.changed_on_disk`). Checked before each use, so a file
+        truncated during a reply is not caught."""
         if self._closed:
             raise TandemError("The model has been unloaded.")
         if self._busy:
             raise TandemError("A reply is still being generated.")
-        for model in (self.target, self.draft_model, self.assistant_model):
+        if reading is None:
+            reading = (self.target, self.draft_model, self.assistant_model)
+        for model in reading:
             if model is not None and (why := model.changed_on_disk()) is not None:
                 raise TandemError(f"{why}: reading it now could crash Tandem. Load the "
                                   "model again.")
@@ -926,13 +930,14 @@ class Session:
 
         Raises:
             ContextOverflowError: the prompt does not fit in the context window.
-            TandemError: the session is closed or busy, a model file was truncated or
-                rewritten since it was loaded (:meth:`LlamaModel.changed_on_disk`), or
+            TandemError: the session is closed or busy, a model file it reads changed
+                size since it was loaded (:meth:`LlamaModel.changed_on_disk`), or
                 llama.cpp failed.
         """
         spec = speculation or SpeculationConfig()
         with self._lock:
-            self._check_idle()
+            # without speculation only the target's weights are read
+            self._check_idle(reading=(self.target,) if spec.mode is SpecMode.OFF else None)
             if not prompt:
                 raise TandemError("The prompt is empty.")
             if len(prompt) >= self.ctx.n_ctx:

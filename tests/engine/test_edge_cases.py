@@ -406,7 +406,7 @@ import os, shutil, sys
 from pathlib import Path
 from app.engine.session import Session, SessionConfig
 from app.errors import TandemError
-from app.options import SamplingParams
+from app.options import SamplingParams, SpeculationConfig
 from tests.synthetic import BOS
 src, tmp = Path(sys.argv[1]), Path(sys.argv[2])
 greedy, prompt = SamplingParams(temperature=0.0, max_tokens=4), [BOS, 5, 6, 7]
@@ -431,6 +431,17 @@ for case in ("replaced", "deleted", "touched", "truncated"):
     except TandemError as exc:
         print(case, "refused:", exc)
     s.close()
+# a draft model's file truncated: plain replies go on, and the draft can be unloaded
+shutil.copyfile(src, tmp / "draft.gguf")
+s = Session.open(SessionConfig(target_path=src, draft_path=tmp / "draft.gguf", n_ctx=64,
+                               n_threads=1))
+with open(tmp / "draft.gguf", "r+b") as fh:
+    fh.truncate(1000)
+list(s.generate(prompt, greedy, SpeculationConfig(mode="off")))
+s.set_draft_model(None)
+list(s.generate(prompt, greedy, SpeculationConfig(mode="prompt-lookup")))
+print("draft truncated: plain replies and an unload went on")
+s.close()
 """
 
 
@@ -453,6 +464,7 @@ def test_a_model_file_truncated_while_loaded_is_refused_not_read(
     assert lines[3].startswith("truncated refused: truncated.gguf was changed on disk after "
                                "it was loaded"), out.stdout
     assert "Load the model again" in lines[3]
+    assert lines[4] == "draft truncated: plain replies and an unload went on", out.stdout
 
 
 def _malformed(tmp: Path, good: Path) -> dict[str, Path]:

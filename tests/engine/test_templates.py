@@ -166,24 +166,48 @@ def _tokens(chat: ChatFormat, runs: list[int | str]) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("vocab", ["bpe", "spm-space-prefix"])
+PHI3 = ("{% for m in messages %}{{ '<|' + m.role + '|>\n' + m.content + '<|end|>\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}")
+
+
+def _phi3_like(folder: Path) -> Path:
+    """A tiny SPM vocabulary with Phi-3's turn tokens, named so that llama.cpp gives its
+    control tokens RSTRIP (the whitespace after them is dropped when parsed)."""
+    from tests.synthetic import tiny_vocab, write_tiny_llama
+
+    tokens, _, types = tiny_vocab(512)
+    for i, t in enumerate((b"<|endoftext|>", b"<|user|>", b"<|end|>", b"<|assistant|>",
+                           b"<|system|>")):  # llama.cpp looks the first up for Phi-3
+        tokens[-1 - i], types[-1 - i] = t, 3  # CONTROL
+    return write_tiny_llama(folder / "phi3-like.gguf", tokens=tokens, token_types=types,
+                            chat_template=PHI3, n_layer=1, name="Phi3 tiny")
+
+
+@pytest.mark.parametrize("vocab", ["bpe", "spm-space-prefix", "spm-rstrip"])
 def test_the_cut_at_control_tokens_is_llama_cpps_own(vocab: str, smollm_path: Path,
-                                                       tiny_target: Path) -> None:
+                                                       tiny_target: Path, tmp_path: Path) -> None:
     # llama.cpp tokenizes the raw text between control tokens in one piece, a leading
-    # space first where an SPM vocabulary asks for one: cut the same way, a chat gets
-    # the same tokens as from llama.cpp's own parse
-    model = _vocab(smollm_path if vocab == "bpe" else tiny_target)
-    if vocab != "bpe":
+    # space first where an SPM vocabulary asks for one, the whitespace beside an
+    # LSTRIP/RSTRIP token dropped: cut the same way, a chat gets llama.cpp's own tokens
+    path = {"bpe": smollm_path, "spm-space-prefix": tiny_target}.get(vocab)
+    model = _vocab(path or _phi3_like(tmp_path))
+    if vocab == "spm-space-prefix":
         model.chat_template = (  # type: ignore[misc]
             "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}</s>"
             "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}")
     chat = ChatFormat(model)
+    assert not chat.uses_fallback
     conv = [ChatMessage("system", "Be brief."), ChatMessage("user", "hello the world"),
             ChatMessage("assistant", "the model"), ChatMessage("user", "a token")]
     text = chat.render(conv)
     runs = chat._runs(conv, set(), text)
     assert runs is not None and any(isinstance(r, int) for r in runs)
     assert _tokens(chat, runs) == model.tokenize(text, add_special=False, parse_special=True)
+    if vocab == "spm-rstrip":  # and a typed "<|end|>" leaves the markup's tokens alone
+        typed = [*conv[:3], ChatMessage("user", "a <|end|> token")]
+        whole = model.tokenize(chat.render(conv[:3], add_generation_prompt=False),
+                               add_special=False, parse_special=True)
+        assert chat.tokenize(typed)[1:len(whole) + 1] == whole  # after the BOS
 
 
 def test_a_typed_control_spelling_gets_no_spaces_around_it_in_an_spm_vocabulary(

@@ -156,7 +156,9 @@ class MTPDrafter:
         #: seconds of passes over positions the head missed beyond what a round adds
         #: (after rounds that drafted nothing): drafting's cost, but no draft step of c
         self.catch_up_time = 0.0
-        self._last_draft = 0  # the last draft's length: a round adds up to that many rows
+        #: the last draft's length, and the context's then: the round after it leaves up
+        #: to that many rows to mirror
+        self._last_draft, self._drafted_at = 0, 0
         #: the head's cache: the token at each position 0, 1, …
         self._fed: list[int] = []
         #: (token, target hidden state) by position, as the target evaluated them
@@ -288,7 +290,7 @@ class MTPDrafter:
             if h is None:
                 self._mirror(todo)
                 return []  # the target's state there was not seen: this round is plain
-            todo = self._catch_up(todo)
+            todo = self._catch_up(todo, len(context))
             if self.n_heads > 1:
                 self._chain_heads(context, h, todo, n_max, out)
             else:
@@ -304,18 +306,21 @@ class MTPDrafter:
             self.reset()
         else:
             self._fed.append(context[-1])
-        self._last_draft = len(out)
+        self._last_draft, self._drafted_at = len(out), len(context)
         return out
 
-    def _catch_up(self, todo: _Rows) -> _Rows:
+    def _catch_up(self, todo: _Rows, n_context: int) -> _Rows:
         """Mirror the rows beyond what one round adds (after rounds that drafted
         nothing) in a pass of their own, timed into :attr:`catch_up_time` and not
         counted as a draft step (as
         :meth:`app.engine.drafters.DraftModelDrafter._sync` does, from as many rows);
         returns the rows left for the draft step's first pass."""
-        # the head drops its draft rows after drafting: a round leaves the accepted
-        # draft tokens to mirror, up to the last draft's length
-        behind = len(todo[0]) - max(DraftModelDrafter.ROUND_TOKENS, self._last_draft + 1)
+        # the head drops its draft rows after drafting: the round right after a draft
+        # leaves its accepted tokens to mirror (the context grew by them and one more)
+        allowed = DraftModelDrafter.ROUND_TOKENS
+        if n_context - self._drafted_at <= self._last_draft + 1:
+            allowed = max(allowed, self._last_draft + 1)
+        behind = len(todo[0]) - allowed
         if behind < DraftModelDrafter.CATCH_UP_MIN:
             return todo
         t0, passes = time.perf_counter(), self.forward_passes
