@@ -125,6 +125,15 @@ def _back_to_open_conversation(gauge: SpeculationGaugeWidget, controller: ChatCo
         _show_last_reply(gauge, *controller.last_reply(), waiting=False)
 
 
+def _reply_failed_around(window: MainWindow, reply: ActiveReply, error: UserError) -> None:
+    """Beside the chat, a failed reply: the gauge says why (and shows the open
+    conversation's last reply again when it was another's), the model bar whether a
+    remote server stopped answering."""
+    window.gauge.fail_reply(f"The reply failed: {error.message}")
+    _back_to_open_conversation(window.gauge, window.controller, reply)
+    window.model_bar.reply_failed(error)
+
+
 def _choose_gguf(window: MainWindow, title: str) -> Path | None:
     target = window.settings.model.target_path
     start = str(target.parent) if target else str(paths.models_dir())
@@ -496,8 +505,7 @@ class MainWindow(QMainWindow):
             self.model_bar.set_remote_drafter(remote.get("engine"), remote.get("method"))
 
     def reply_failed(self, reply: ActiveReply, error: UserError) -> None:
-        self.gauge.fail_reply(f"The reply failed: {error.message}")
-        _back_to_open_conversation(self.gauge, self.controller, reply)
+        _reply_failed_around(self, reply, error)
         if not reply.text and not reply.regenerated:
             self.chat.remove_from(reply.message_id, error.message)
         elif not reply.text:

@@ -29,8 +29,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.chat.events import ModelInfo
+from app.chat.events import ModelInfo, UserError
 from app.options import K_MAX, DrafterNeeds, SpecMode, SpeculationConfig, drafter_unusable
+from app.remote.errors import ServerTimeoutError, ServerUnreachableError, StreamDroppedError
 from app.ui.elided import ElidedButtonWidget, ElidedLabelWidget
 from app.ui.labels import Label
 
@@ -49,6 +50,9 @@ def shown_name(file_name: str) -> str:
 
 class ModelBarWidget(QFrame):
     """Target · drafter · k · layers · progress. See the module docstring."""
+
+    _remote = False  # a server is connected (its drafter and k are its own)
+    _remote_tip = ""  # the tooltip of the server's line
 
     open_target_clicked = Signal()
     """"Open GGUF…" for the target was clicked."""
@@ -283,19 +287,43 @@ class ModelBarWidget(QFrame):
             + (f" {server.version}" if server.version else "")))
         method = server.speculation_method or "drafter not reported"
         self.layers_label.keep_whole("")
-        self.layers_label.set_full_text(f"{server.engine.value} · {method}", tooltip=(
-            "Replies run on the server; it speculates as it was started. What it "
-            "answered: " + ", ".join(server.evidence)))
+        self._remote_tip = ("Replies run on the server; it speculates as it was started. "
+                            "What it answered: " + ", ".join(server.evidence))
+        self._mark_unreachable(None)
+        self.layers_label.set_full_text(f"{server.engine.value} · {method}",
+                                        tooltip=self._remote_tip)
         self._set_remote(True)
 
     def set_remote_drafter(self, engine: str | None, method: str | None) -> None:
-        """The remote server's drafter as its latest reply named it."""
+        """The remote server's drafter as its latest reply named it (it answers)."""
+        self._mark_unreachable(None)
         self.layers_label.set_full_text(
             f"{engine or 'server'} · {method or 'drafter not reported'}",
-            tooltip=self.layers_label.toolTip())
+            tooltip=self._remote_tip)
+
+    def reply_failed(self, error: UserError) -> None:
+        """A reply failed: when it could not reach the connected server, or lost it
+        mid-reply, the server's line says so (amber) until a reply gets through."""
+        lost = (ServerUnreachableError, ServerTimeoutError, StreamDroppedError)
+        if self._remote and error.cause is not None and issubclass(error.cause, lost):
+            self._mark_unreachable(error.message)
+
+    def _mark_unreachable(self, why: str | None) -> None:
+        label = self.layers_label
+        if (why is not None) == bool(label.property("unreachable")):
+            return
+        label.setProperty("unreachable", why is not None)
+        label.style().unpolish(label)
+        label.style().polish(label)
+        if why is not None:
+            label.set_full_text(label.full_text() + " · not answering",
+                                tooltip=f"The last reply failed: {why}")
 
     def _set_remote(self, remote: bool) -> None:
         """A remote server decides its own drafter and k: the bar's are off meanwhile."""
+        self._remote = remote
+        if not remote:
+            self._mark_unreachable(None)
         tip = "The server speculates as it was started; this applies to local models."
         for w in (self.mode_combo, self.k_spin, self.adaptive_box, self.draft_button):
             w.setEnabled(not remote)

@@ -240,3 +240,25 @@ def test_a_servers_long_names_do_not_widen_the_window(qtbot) -> None:  # type: i
     assert bar.layers_label.full_text().startswith("llama-server · draft-model")
     bar.set_remote_drafter("llama-server", "ngram-mod " * 10)
     assert bar.minimumSizeHint().width() <= empty
+
+
+def test_the_bar_says_when_the_server_stopped_answering(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """A reply that could not reach the server (or lost it) marks the server's line
+    until a reply gets through; other failures do not."""
+    from app.chat.events import RemoteConnected, UserError, remote_model_info
+    from app.remote.errors import ServerHTTPError, ServerUnreachableError
+    from app.ui.model_bar import ModelBarWidget
+
+    bar = ModelBarWidget()
+    qtbot.addWidget(bar)
+    bar.set_model(remote_model_info(RemoteConnected(INFO, "m"), 0.1))
+    line = bar.layers_label
+    bar.reply_failed(UserError("Reply failed", "HTTP 500", cause=ServerHTTPError))
+    assert not line.property("unreachable") and line.full_text() == "llama-server · ngram-simple"
+    refused = "Cannot reach http://127.0.0.1:8080: Connection refused."
+    bar.reply_failed(UserError("Reply failed", refused, cause=ServerUnreachableError))
+    assert line.property("unreachable") and line.full_text().endswith("· not answering")
+    assert refused in line.toolTip()
+    bar.set_remote_drafter("llama-server", "ngram-simple")  # a reply got through
+    assert not line.property("unreachable") and line.full_text() == "llama-server · ngram-simple"
+    assert "Replies run on the server" in line.toolTip()
