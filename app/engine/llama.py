@@ -121,7 +121,8 @@ def _file_stats(path: Path) -> list[tuple[Path, os.stat_result]]:
     """``os.stat`` of ``path``, and of every other part when it is part 1 of a split
     model (llama.cpp maps them all); a part that cannot be read is left out."""
     parts = split_parts(path)
-    names = split_part_names(path.name, parts[2]) if parts is not None and parts[1] == 1 else [path.name]
+    first = parts is not None and parts[1] == 1
+    names = split_part_names(path.name, parts[2]) if parts is not None and first else [path.name]
     out = []
     for name in names:
         try:

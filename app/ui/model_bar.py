@@ -309,8 +309,14 @@ class ModelBarWidget(QFrame):
             self._mark_unreachable(error.message)
 
     def _mark_unreachable(self, why: str | None) -> None:
+        """Mark the server's line as not answering (``why``: the failure, its tooltip)
+        or unmark it (None)."""
         label = self.layers_label
-        if (why is not None) == bool(label.property("unreachable")):
+        marked = bool(label.property("unreachable"))
+        if why is not None and marked:
+            label.setToolTip(f"The last reply failed: {why}")
+            return
+        if (why is not None) == marked:
             return
         label.setProperty("unreachable", why is not None)
         label.style().unpolish(label)

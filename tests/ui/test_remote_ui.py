@@ -246,7 +246,7 @@ def test_the_bar_says_when_the_server_stopped_answering(qtbot) -> None:  # type:
     """A reply that could not reach the server (or lost it) marks the server's line
     until a reply gets through; other failures do not."""
     from app.chat.events import RemoteConnected, UserError, remote_model_info
-    from app.remote.errors import ServerHTTPError, ServerUnreachableError
+    from app.remote.errors import ServerHTTPError, ServerUnreachableError, StreamDroppedError
     from app.ui.model_bar import ModelBarWidget
 
     bar = ModelBarWidget()
@@ -259,6 +259,9 @@ def test_the_bar_says_when_the_server_stopped_answering(qtbot) -> None:  # type:
     bar.reply_failed(UserError("Reply failed", refused, cause=ServerUnreachableError))
     assert line.property("unreachable") and line.full_text().endswith("· not answering")
     assert refused in line.toolTip()
+    dropped = "The connection broke during the reply."
+    bar.reply_failed(UserError("Reply failed", dropped, cause=StreamDroppedError))
+    assert dropped in line.toolTip() and line.full_text().count("not answering") == 1
     bar.set_remote_drafter("llama-server", "ngram-simple")  # a reply got through
     assert not line.property("unreachable") and line.full_text() == "llama-server · ngram-simple"
     assert "Replies run on the server" in line.toolTip()

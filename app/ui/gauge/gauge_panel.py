@@ -173,9 +173,9 @@ CATCH_UP_NOTED = 0.1
 
 
 def catch_up_note(stats: SpecStats) -> str:
-    """When a draft model or MTP head spent at least :data:`CATCH_UP_NOTED` of the reply's decode
-    time catching up with the tokens of rounds that drafted nothing (time that is in
-    the reply's rate but in no draft step, so not in c), how much; else ""."""
+    """When a draft model or MTP head spent at least :data:`CATCH_UP_NOTED` of the
+    reply's decode time catching up with the tokens of rounds that drafted nothing (time
+    that is in the reply's rate but in no draft step, so not in c), how much; else ""."""
     t, decode = stats.draft_catch_up_time, stats.decode_time
     if decode <= 0 or t < CATCH_UP_NOTED * decode:
         return ""
@@ -413,7 +413,8 @@ GAUGE_ROWS = [
      "and two accepted draft tokens)."),
     ("cost", "Draft cost c", "What drafting one token costs, in steps of the target "
      "model: one draft model step ÷ one plain target step. A draft model's (or MTP "
-     "head's) catch-up over rounds that drafted nothing is not a step: it counts in the reply's time, not in c. "
+     "head's) catch-up over rounds that drafted nothing is not a step: it counts in the "
+     "reply's time, not in c. "
      "For a lookup drafter (prompt or suffix lookup): the reply's lookup time per round "
      "divided by its mean draft length (tokens proposed per drafting round), in target "
      "steps."),
