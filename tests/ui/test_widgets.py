@@ -943,8 +943,15 @@ def test_send_waits_for_an_edit_to_change_the_text_and_a_deleted_edit_moves_on(q
     assert c.send_button.isEnabled()
     c.begin_edit("the question", 7)
     assert not c.send_button.isEnabled() and "Change the message" in c.send_button.toolTip()
+    sent: list[bool] = []
+    c.send_clicked.connect(lambda: sent.append(True))
+    c.input.submitted.emit()  # Enter: nothing to send, said in the edit's banner
+    assert sent == [] and c.edit_banner_label.text().startswith("Nothing changed yet")
     c.input.setPlainText("the question, sharper")
     assert c.send_button.isEnabled() and c.send_button.toolTip() == "Send (Enter)"
+    assert c.edit_banner_label.text().startswith("Editing the marked message")
+    c.input.submitted.emit()
+    assert sent == [True]
     c.input.setPlainText("the question \n")  # a space or a line break after it: no change
     assert not c.send_button.isEnabled()
     c.input.setPlainText("    the question")  # indented (a code block, in Markdown): a change

@@ -69,6 +69,14 @@ class ChatInputWidget(QPlainTextEdit):
 UNSENT_KEPT_CHARS = 200_000
 
 
+#: the banner over the box while a message is edited
+EDIT_BANNER = ("Editing the marked message: Send makes the new text a new version of it. "
+               "The current one stays, with the messages after it: switch back with ‹ ›.")
+#: the banner when Enter is pressed on an edit that changed nothing
+EDIT_UNCHANGED = ("Nothing changed yet: change the message to send it as a new version, "
+                  "or Cancel edit.")
+
+
 def _id(text: str) -> int | None:
     """A conversation or message id written as text; None for anything else (a
     settings file edited by hand)."""
@@ -100,9 +108,7 @@ class ComposerWidget(QWidget):
         self.edit_banner.setObjectName("editBanner")
         eb = QHBoxLayout(self.edit_banner)
         eb.setContentsMargins(12, 4, 12, 4)
-        banner = Label(
-            "Editing the marked message: Send makes the new text a new version of it. "
-            "The current one stays, with the messages after it: switch back with ‹ ›.")
+        self.edit_banner_label = banner = Label(EDIT_BANNER)
         banner.setWordWrap(True)  # a long line would widen the window's middle
         eb.addWidget(banner, 1)
         cancel_edit = QPushButton("Cancel edit")
@@ -304,6 +310,8 @@ class ComposerWidget(QWidget):
 
     @Slot()
     def _update_send_button(self) -> None:
+        if not self.edit_unchanged:
+            self.edit_banner_label.setText(EDIT_BANNER)
         unchanged = not self._streaming and self.edit_unchanged
         self.send_button.setText("Stop" if self._streaming else "Send")
         self.send_button.setEnabled(self._streaming or (self._can_send and not unchanged))
@@ -319,5 +327,9 @@ class ComposerWidget(QWidget):
     @Slot()
     def _on_input_submitted(self) -> None:
         # while a reply streams too: the window says why nothing is sent yet (Enter is
-        # never Stop: a message typed during a reply must not stop it)
+        # never Stop: a message typed during a reply must not stop it). An edit that
+        # changed nothing is said in the edit's own banner, where the eyes are.
+        if self.edit_unchanged and not self._streaming:
+            self.edit_banner_label.setText(EDIT_UNCHANGED)
+            return
         self.send_clicked.emit()
