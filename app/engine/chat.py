@@ -19,7 +19,7 @@ import logging
 import json
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -250,7 +250,7 @@ class ChatFormat:
                 if not self.model.token_to_piece(t):
                     controls[self.model.token_text(t).decode("utf-8", "replace")] = t
         controls.pop("", None)
-        spelled = re.compile("|".join(map(re.escape, sorted(controls, key=len, reverse=True))))
+        spelled = _longest_first(controls)
         runs: list[int | str] = []
         raw, strip_next = "", False
         for piece, literal in pieces:
@@ -281,7 +281,7 @@ class ChatFormat:
             hidden.append(match.group())
             return f"\ue000{nonce}.{len(hidden) - 1}\ue001"
 
-        spelled = re.compile("|".join(map(re.escape, sorted(spellings, key=len, reverse=True))))
+        spelled = _longest_first(spellings)
         try:
             marked = self.render([ChatMessage(m.role, spelled.sub(hide, m.content))
                                   for m in messages])
@@ -294,6 +294,12 @@ class ChatFormat:
             at = mark.end()
         pieces.append((marked[at:], False))
         return pieces if "".join(p for p, _ in pieces) == text else None
+
+
+def _longest_first(spellings: Iterable[str]) -> re.Pattern[str]:
+    """A pattern matching any of ``spellings`` as they are, the longest first where one
+    begins another (as llama.cpp matches its special tokens)."""
+    return re.compile("|".join(map(re.escape, sorted(spellings, key=len, reverse=True))))
 
 
 #: what C's isspace calls whitespace (llama.cpp strips it around LSTRIP/RSTRIP tokens)

@@ -121,12 +121,12 @@ def _file_stats(path: Path) -> list[tuple[Path, os.stat_result]]:
     """``os.stat`` of ``path``, and of every other part when it is part 1 of a split
     model (llama.cpp maps them all); a part that cannot be read is left out."""
     parts = split_parts(path)
-    first = parts is not None and parts[1] == 1
-    names = split_part_names(path.name, parts[2]) if parts is not None and first else [path.name]
+    names = ([path.name] if parts is None or parts[1] != 1
+             else split_part_names(path.name, parts[2]))
     out = []
-    for name in names:
+    for part in (path.with_name(name) for name in names):
         try:
-            out.append((path.with_name(name), os.stat(path.with_name(name))))
+            out.append((part, os.stat(part)))
         except OSError:
             continue
     return out

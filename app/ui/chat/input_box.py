@@ -310,9 +310,10 @@ class ComposerWidget(QWidget):
 
     @Slot()
     def _update_send_button(self) -> None:
-        if not self.edit_unchanged:
+        same = self.edit_unchanged  # read once: this runs on every keystroke
+        if not same:
             self.edit_banner_label.setText(EDIT_BANNER)
-        unchanged = not self._streaming and self.edit_unchanged
+        unchanged = not self._streaming and same
         self.send_button.setText("Stop" if self._streaming else "Send")
         self.send_button.setEnabled(self._streaming or (self._can_send and not unchanged))
         self.send_button.setToolTip(
