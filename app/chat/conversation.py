@@ -145,6 +145,13 @@ class ActiveReply:
         return self.buffer.spans
 
 
+def same_edit(text: str, stored: str) -> bool:
+    """Whether an edited message's ``text`` says what its ``stored`` text says: the same
+    but for spaces and line breaks at the end (sending it would store an identical
+    version)."""
+    return text.rstrip() == stored.rstrip()
+
+
 def last_reply_stats(messages: Sequence[StoredMessage]) -> SpecStats | None:
     """The statistics of the last finished reply in ``messages`` (None: no such reply,
     or it kept none, or they cannot be read: logged)."""
@@ -946,7 +953,7 @@ class ChatController:
         """
         if not text.strip():
             return False
-        if self.editing_message_id is not None and text.rstrip() == self._edit_text.rstrip():
+        if self.editing_message_id is not None and same_edit(text, self._edit_text):
             self.report(UserError(
                 "Nothing changed", "The message reads as it did: change it to send it as a "
                 "new version, or Cancel edit.", level="warning", origin="reply"))

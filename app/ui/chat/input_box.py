@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.chat.conversation import same_edit
 from app.store.settings import UiSettings
 
 from app.ui.labels import Label
@@ -305,8 +306,8 @@ class ComposerWidget(QWidget):
     def edit_unchanged(self) -> bool:
         """A message is edited and the box still holds its text as stored (spaces and
         line breaks after it aside)."""
-        return (self._editing is not None
-                and self.input.toPlainText().rstrip() == self._edit_original.rstrip())
+        return self._editing is not None and same_edit(self.input.toPlainText(),
+                                                        self._edit_original)
 
     @Slot()
     def _update_send_button(self) -> None:
