@@ -175,6 +175,18 @@ def _ask_to_delete(window: QWidget, title: str | None) -> bool:
     return box.exec() == QMessageBox.StandardButton.Yes
 
 
+def _ask_to_discard_rewrite(window: QWidget) -> bool:
+    """Whether the user confirms leaving an edit whose text was changed (Esc); Enter
+    keeps editing: throwing the rewrite away takes a deliberate Discard."""
+    box = QMessageBox(QMessageBox.Icon.Question, "Leave editing",
+                      "Discard your changes to this message?",
+                      QMessageBox.StandardButton.Discard | QMessageBox.StandardButton.Cancel,
+                      window)
+    box.button(QMessageBox.StandardButton.Cancel).setText("Keep editing")
+    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+    return box.exec() == QMessageBox.StandardButton.Discard
+
+
 def _resume_edit(window: MainWindow, conversation_id: int | None, message_id: int,
                  text: str) -> None:
     """Take up an edit left for another conversation, now open again (connected queued:
@@ -605,7 +617,8 @@ class MainWindow(QMainWindow):
     def _stop_or_leave_edit(self) -> None:  # Esc
         if self.controller.reply is not None:
             self.controller.stop_reply()
-        elif self.controller.editing_message_id is not None:
+        elif self.controller.editing_message_id is not None and (
+                self.composer.edit_unchanged or _ask_to_discard_rewrite(self)):
             self._on_composer_cancel_edit_clicked()
 
     @Slot()

@@ -390,6 +390,33 @@ def test_esc_leaves_editing_when_no_reply_runs(qtbot, tiny_window) -> None:  # t
     assert all("+" in k.toString() for k in quit_keys())  # no bare "Exit" key listed
 
 
+def test_esc_asks_before_throwing_a_rewrite_away(qtbot, tiny_window,  # type: ignore[no-untyped-def]
+                                                 monkeypatch) -> None:
+    """Esc while an edit's text was changed asks first: "Keep editing" (the default)
+    keeps the rewrite in the box, "Discard" leaves editing."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QMessageBox
+
+    w = tiny_window
+    assert w.send_message("hello")
+    wait_reply(qtbot, w)
+    first = w.controller.store.messages(w.controller.current_conversation)[0]
+    w.edit_message(first.id)
+    w.input.setPlainText("hello there, a longer question")
+    asked: list[str] = []
+    answer = [QMessageBox.StandardButton.Cancel]
+    monkeypatch.setattr(QMessageBox, "exec", lambda box: (asked.append(box.text()), answer[0])[1])
+    w.activateWindow()
+    qtbot.keyClick(w.input, Qt.Key.Key_Escape)
+    assert asked == ["Discard your changes to this message?"]
+    assert w.controller.editing_message_id == first.id
+    assert w.input.toPlainText() == "hello there, a longer question"
+    answer[0] = QMessageBox.StandardButton.Discard
+    qtbot.keyClick(w.input, Qt.Key.Key_Escape)
+    assert len(asked) == 2 and w.controller.editing_message_id is None
+    assert w.input.toPlainText() == ""
+
+
 def test_choose_draft_offers_the_ranked_drafts_or_any_file(qtbot, tiny_window,  # type: ignore[no-untyped-def]
                                                            monkeypatch, tmp_path: Path) -> None:
     """"Choose draft…" opens a menu: the Models window with the loaded target selected
