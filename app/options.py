@@ -279,6 +279,12 @@ class SpecMode(str, metaclass=_SpecModes):
         """The drafter's declaration; None for off and auto."""
         return _INFOS.get(self)
 
+    @property
+    def needs(self) -> DrafterNeeds | None:
+        """What the drafter needs besides the target; None for off and auto."""
+        info = _INFOS.get(self)
+        return info.needs if info is not None else None
+
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler
                                      ) -> core_schema.CoreSchema:

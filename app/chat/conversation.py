@@ -63,7 +63,7 @@ from app.engine.stats import SpecStats
 from app.engine.suffix import DEFAULT_MAX_REPLIES
 from app.errors import TandemError
 from app.formatting import shortened, valid_text
-from app.options import SamplingParams, SpecMode, SpeculationConfig
+from app.options import DrafterNeeds, SamplingParams, SpecMode, SpeculationConfig
 from app.remote.client import RemoteClient
 from app.store import paths
 from app.store.history import (
@@ -425,7 +425,7 @@ class ChatController:
         self.settings.speculation = speculation
         self.view.speculation_changed(speculation)
         self.view.save_settings_soon()
-        if speculation.mode not in (SpecMode.DRAFT_MODEL, SpecMode("mtp")):
+        if speculation.mode.needs in (None, DrafterNeeds.NOTHING):
             self.view.clear_errors("draft")  # about a draft model no reply uses now
         if (speculation.mode is SpecMode.DRAFT_MODEL and before.mode is not SpecMode.DRAFT_MODEL
                 and self.model_info is not None and self.remote is None

@@ -106,7 +106,7 @@ def _cache_mib(text: str) -> int:
     return value
 
 
-def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int = N_CTX, server: bool = False,
+def add_model_args(p: argparse.ArgumentParser, *, server: bool = False,
                    required: bool = True) -> None:
     """--model, --draft | --prompt-lookup | --suffix, --auto, --n-ctx, --n-gpu-layers,
     --threads, --cache-ram, --exact.
@@ -136,7 +136,7 @@ def add_model_args(p: argparse.ArgumentParser, *, n_ctx: int = N_CTX, server: bo
                    help="an MTP assistant GGUF paired with the target (Gemma 4's assistant "
                         "drafter, which reads the target's KV cache); drafts with MTP "
                         "(implies --mtp)")
-    p.add_argument("--n-ctx", type=int, default=n_ctx, help=f"context window ({n_ctx})")
+    p.add_argument("--n-ctx", type=int, default=N_CTX, help=f"context window, tokens ({N_CTX})")
     p.add_argument("--n-gpu-layers", type=int, default=None,
                    help="layers on the GPU (default: all when a GPU backend is built in)")
     p.add_argument("--threads", type=int, default=None,

@@ -58,7 +58,7 @@ from typing import Any, Literal
 from app.engine.drafter_kinds import kinds
 from app.engine.measure.draft_replay import ReplayCounts, replay_reply
 from app.engine.session import Session
-from app.engine.stats import expected_tokens_per_round
+from app.engine.stats import round_rate
 from app.engine.suffix import SuffixIndex
 from app.options import (
     DrafterNeeds,
@@ -470,7 +470,7 @@ def estimate_drafters(
         for k in draft_ks:
             tk = session.pass_time(k + 1)
             if tk:
-                predicted[k] = expected_tokens_per_round(alpha, k) * t1 / (tk + k * t_draft)
+                predicted[k] = round_rate(alpha, k, tk, t_draft) * t1
         out.append(with_measured(SpecMode.DRAFT_MODEL, predicted, optimistic=not verified))
     if t1:
         out.extend(dataclasses.replace(with_measured(e.mode, dict(e.predicted)),
@@ -528,7 +528,7 @@ def head_estimates(session: Session, observations: Sequence[ReplyObservation],
         for k in priced:
             tk = session.pass_time(k + 1)
             if tk:
-                predicted[k] = expected_tokens_per_round(alpha, k) * t1 / (tk + k * c * t1)
+                predicted[k] = round_rate(alpha, k, tk, c * t1) * t1
         out.append(DrafterEstimate(kind.mode, predicted,
                                    prior_acceptance=None if verified else alpha,
                                    cost_ratio=c, cost_from_replies=bool(costs)))

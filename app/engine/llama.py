@@ -305,7 +305,6 @@ class LlamaModel:
         #: width of the hidden state an MTP head takes from the trunk (``n_embd_out``)
         self.n_embd_out: int = (int(L.llama_model_n_embd_out(ptr))
                                 if hp and hasattr(L, "llama_model_n_embd_out") else self.n_embd)
-        self.n_params: int = int(L.llama_model_n_params(ptr))
         self.size_bytes: int = int(L.llama_model_size(ptr))
 
     @property

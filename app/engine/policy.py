@@ -53,7 +53,7 @@ import statistics
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 
-from app.engine.stats import expected_tokens_per_round
+from app.engine.stats import round_rate
 
 
 class PassTimes:
@@ -311,9 +311,7 @@ class DraftLengthPolicy:
         t = self.pass_times(d + 1)
         if t is None:
             return None
-        return expected_tokens_per_round(min(max(self.alpha, 0.0), 1.0), d) / (
-            t + d * self.draft_step_time
-        )
+        return round_rate(min(max(self.alpha, 0.0), 1.0), d, t, self.draft_step_time)
 
     # -- the choices ----------------------------------------------------------------
     def choose(self, k: int, draft_min: int = 0) -> int:

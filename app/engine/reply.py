@@ -153,11 +153,6 @@ class ReplyRecord:
         """The draft length k in effect (0 without a drafter)."""
         return self.stats.draft_max
 
-    @property
-    def ended_at(self) -> float:
-        """Wall-clock time the reply ended, seconds since the epoch (0.0 when unknown)."""
-        return self.started_at + self.stats.total_time if self.started_at else 0.0
-
     def asked(self, **changes: Any) -> ReplyRecord:
         """This record with fields of its :attr:`request` changed (the chat service
         fills in the conversation and the speculation asked for).

@@ -11,9 +11,9 @@
    own sampler chain, accepts a draft token while it equals the sample, and the first
    sample that differs (or the bonus sample after a fully accepted draft) is the round's
    own token;
-3. the rejected positions leave the target's KV cache (the return value of
-   ``llama_memory_seq_rm`` is checked); the draft model re-syncs its own cache by
-   common prefix on its next call.
+3. the session (:meth:`app.engine.session.Session._round`) removes the rejected
+   positions from the target's KV cache (the return value of ``llama_memory_seq_rm`` is
+   checked); the draft model re-syncs its own cache by common prefix on its next call.
 
 Plain decoding is the same round with an empty draft. :class:`ReplyCounters` holds what
 the rounds counted; :class:`~app.engine.stats.SpecStats` is a snapshot of it.
@@ -291,7 +291,7 @@ class Round:
             keys: tuple[Hashable, ...] | None,
             accept: Callable[[int, bool], bool]) -> tuple[Verified, int, float]:
         """Verify ``drafts`` after ``history`` (whose last token is not yet in the KV
-        cache at ``n_past``) and roll back what was rejected.
+        cache at ``n_past``); the caller removes the rejected positions from the KV cache.
 
         Returns:
             (the verification, positions kept in the KV cache, seconds of the target pass

@@ -18,7 +18,7 @@ import typing
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from app.options import SpecMode
+from app.options import DrafterNeeds, SpecMode
 
 
 def expected_tokens_per_round(alpha: float, k: float) -> float:
@@ -44,6 +44,23 @@ def expected_tokens_per_round(alpha: float, k: float) -> float:
     if alpha >= 1.0 - 1e-12:
         return float(k + 1)
     return (1.0 - float(alpha ** (k + 1))) / (1.0 - alpha)
+
+
+def round_rate(alpha: float, k: int, pass_time: float, draft_step_time: float) -> float:
+    """E(α, k) / (t(k + 1) + k · t_draft): expected tokens per second of rounds that
+    draft ``k`` tokens, from measured times (the cost side of
+    :func:`predicted_speedup` with the target's real batched pass instead of one step).
+
+    Args:
+        alpha: per-token acceptance rate in [0, 1].
+        k: draft length, ≥ 0.
+        pass_time: seconds of the target's pass over k + 1 tokens (> 0).
+        draft_step_time: seconds the drafter takes per draft token (≥ 0).
+
+    Multiplied by a plain step's time t₁ it is the round's speedup over plain decoding.
+    Source: Leviathan et al. 2023, eq. (1) over the measured cost of a round.
+    """
+    return expected_tokens_per_round(alpha, k) / (pass_time + k * draft_step_time)
 
 
 def predicted_speedup(alpha: float, k: int, c: float) -> float:
@@ -218,9 +235,11 @@ def draft_length_advice(tau: float | None, k: int | None,
     return None
 
 
-#: drafters that look their drafts up instead of running a model: their c is a lookup's
-#: time, and every round looks up, drafting or not
-LOOKUP_MODES = (SpecMode.PROMPT_LOOKUP, SpecMode.SUFFIX)
+def looks_up(mode: SpecMode) -> bool:
+    """Whether the drafter looks its drafts up instead of running a model (it needs
+    nothing besides the target): its c is a lookup's time, and every round looks up,
+    drafting or not."""
+    return mode.needs is DrafterNeeds.NOTHING
 
 
 def plain_round_cost(mode: SpecMode, c: float, k_bar: float) -> float:
@@ -228,7 +247,7 @@ def plain_round_cost(mode: SpecMode, c: float, k_bar: float) -> float:
     :func:`round_mix_speedup`): one step, plus a lookup drafter's lookup (c·k̄: its c is
     a lookup's time per token of the mean draft); a draft model that drafts nothing
     was not run."""
-    return 1.0 + c * k_bar if mode in LOOKUP_MODES else 1.0
+    return 1.0 + c * k_bar if looks_up(mode) else 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,7 +377,7 @@ class SpecStats:
         cost divide by the same step; a step timed at load on an empty cache is faster
         than one deep in a conversation."""
         t1 = self.plain_step_time or self.target_step_time
-        if self.mode in LOOKUP_MODES:
+        if looks_up(self.mode):
             # No forward passes: every round looks up, drafting or not, so c·k̄ is one
             # lookup's mean time (draft time / rounds) in target steps, as the formula
             # needs: c = draft time / rounds / k̄ / t₁ with k̄ = proposed / drafting rounds.

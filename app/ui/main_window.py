@@ -46,7 +46,8 @@ from app.store.logs import pop_previous_crash
 from app.store.settings import LoadedSettings, Settings, load_settings
 from app.ui.api import ApiPanelWidget
 from app.ui.api.serving import ApiServing
-from app.ui.chat.chat_view import ChatViewWidget, message_view, reply_footer
+from app.ui.chat.chat_view import ChatViewWidget, message_view
+from app.ui.chat.footer import reply_footer
 from app.ui.chat.conversation_list import ConversationListWidget
 from app.ui.chat.export_dialog import export_open_conversation, export_with_dialog
 from app.ui.chat.input_box import ComposerWidget

@@ -22,7 +22,8 @@ def test_markdown_and_json_carry_every_version(tmp_path: Path) -> None:
         store.begin_reply_version(mid, model="smol.gguf")
         store.finish_reply(mid, "drafted text", "stop",
                            {"mode": "prompt-lookup", "draft_max": 16, "emitted": 41,
-                            "decode_tps": 31.5, "acceptance_rate": 0.95})
+                            "decode_tps": 31.5, "acceptance_rate": 0.95,
+                            "verified": 60, "accepted": 57})
         md = conversation_markdown(store, cid)
         assert md.startswith("# Rename add to add_numbers.\n\n**System prompt:**\n\nBe brief.")
         assert ("## Assistant · smol.gguf (version 2 of 2, the one the conversation "

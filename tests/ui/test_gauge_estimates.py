@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from app.engine.stats import MIN_VERIFIED_FOR_ESTIMATE, SpecStats, acceptance_interval
-from app.ui.chat.chat_view import reply_footer
+from app.ui.chat.footer import reply_footer
 from app.ui.gauge.gauge_panel import SpeculationGaugeWidget, prediction_caveat
 
 

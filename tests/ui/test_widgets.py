@@ -26,7 +26,8 @@ from app.store.settings import (
     load_settings,
     save_settings,
 )
-from app.ui.chat.chat_view import MessageView, MessageWidget, reply_footer
+from app.ui.chat.chat_view import MessageView, MessageWidget
+from app.ui.chat.footer import reply_footer
 from app.ui.chat.input_box import ChatInputWidget
 from app.ui.chat.markdown_render import render_markdown
 from app.ui.gauge.gauge_panel import (

@@ -20,8 +20,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from app.formatting import REASON_WORDS
-from app.options import SpecMode
 from app.store.history import (
     Conversation,
     HistoryStore,
@@ -30,6 +28,7 @@ from app.store.history import (
     stats_from_json,
 )
 from app.store.files import write_text_atomic
+from app.ui.chat.footer import reply_figures
 
 #: the JSON export's layout version (fields are only ever added within one version)
 EXPORT_SCHEMA_VERSION = 1
@@ -108,24 +107,9 @@ def conversation_data(store: HistoryStore, conversation_id: int) -> dict[str, An
 
 
 def _figures(stats: dict[str, Any] | None, finish_reason: str | None) -> str:
-    """``75 tokens · 18.3 tok/s · prompt lookup k=16 · α 95%`` (what the footer says first)."""
-    if not stats:
-        return REASON_WORDS.get(finish_reason or "", finish_reason or "")
-    parts = [f"{stats.get('emitted', 0)} tokens"]
-    if stats.get("decode_tps"):
-        parts.append(f"{stats['decode_tps']:.1f} tok/s")
-    try:
-        mode = SpecMode(stats.get("mode", "off"))
-        words = mode.words + (f" k={stats.get('draft_max', 0)}" if mode is not SpecMode.OFF
-                              else "")
-    except ValueError:
-        words = str(stats.get("mode"))
-    parts.append(("Auto: " if isinstance(stats.get("auto"), dict) else "") + words)
-    if stats.get("acceptance_rate") is not None:
-        parts.append(f"α {stats['acceptance_rate'] * 100:.0f}%")
-    if finish_reason and finish_reason != "stop":
-        parts.append(REASON_WORDS.get(finish_reason, finish_reason))
-    return " · ".join(parts)
+    """``75 tokens · 18.3 tok/s · prompt lookup k=16 · α 95%``: the footer's first line
+    (:func:`app.ui.chat.footer.reply_figures`)."""
+    return " · ".join(reply_figures(stats, finish_reason))
 
 
 def _message_markdown(store: HistoryStore, m: StoredMessage) -> list[str]:

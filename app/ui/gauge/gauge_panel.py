@@ -179,7 +179,7 @@ def catch_up_note(stats: SpecStats) -> str:
     t, decode = stats.draft_catch_up_time, stats.decode_time
     if decode <= 0 or t < CATCH_UP_NOTED * decode:
         return ""
-    who = "The MTP head" if stats.mode is SpecMode("mtp") else "The draft model"
+    who = "The MTP head" if stats.mode.needs is DrafterNeeds.MTP_HEAD else "The draft model"
     return (f"{who} spent {t:.2f} s ({t / decode:.0%} of this reply's time) "
             "catching up with text it had not read (the rounds that drafted nothing), "
             "before it could draft again.")

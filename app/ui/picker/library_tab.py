@@ -96,8 +96,6 @@ def _auto_words(joiner: str) -> str:
 
 
 PROMPT_LOOKUP_LABEL = picker_label(SpecMode.PROMPT_LOOKUP.info)  # type: ignore[arg-type]
-#: drafters that need no model of their own, so a choice of one suits any target
-_ANY_TARGET = frozenset({SpecMode.AUTO, SpecMode.PROMPT_LOOKUP, SpecMode.SUFFIX, SpecMode.OFF})
 SUFFIX_LABEL = picker_label(SpecMode.SUFFIX.info)  # type: ignore[arg-type]
 
 
@@ -431,8 +429,7 @@ class LibraryTabWidget(QWidget):
                 continue
             if kind == "draft":
                 cand = self.candidates[item.data(0, _INDEX_ROLE)]
-                wanted = SpecMode("mtp") if cand.assistant else SpecMode.DRAFT_MODEL
-                if mode is wanted and draft is not None and cand.key.is_file(draft):
+                if mode is drafter_mode(cand) and draft is not None and cand.key.is_file(draft):
                     return item
             elif kind == mode:
                 return item
@@ -708,7 +705,7 @@ class LibraryTabWidget(QWidget):
                 chosen = None  # a saved draft too large to help is not preselected
         if chosen is None:
             chosen = self._best_predicted(candidates)
-        if chosen is None and self._wanted_mode in _ANY_TARGET:
+        if chosen is None and self._wanted_mode.needs in (None, DrafterNeeds.NOTHING):
             chosen = self._drafter_item(self._wanted_mode, None)
         self.draft_list.setCurrentItem(
             chosen or self._drafter_item(SpecMode.PROMPT_LOOKUP, None) or off)
