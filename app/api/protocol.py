@@ -93,6 +93,10 @@ class _Common(BaseModel):
     top_k: int | None = None
     min_p: float | None = None
     repeat_penalty: float | None = None
+    repeat_last_n: int | None = None
+    dry_multiplier: float | None = None
+    dry_base: float | None = None
+    dry_allowed_length: int | None = None
     return_progress: bool = False
     seed: int | None = None
     stop: str | list[str] | None = None
@@ -218,15 +222,18 @@ def _refuse_unsupported(body: _Common) -> None:
             raise _unsupported("suffix", "is not supported (no fill-in-the-middle).")
 
 
+#: the request fields that set the :class:`SamplingParams` field of the same name (as
+#: llama-server reads them); max_tokens and stop are read on their own
+_SAMPLING_NAMES = tuple(n for n in SamplingParams.model_fields
+                        if n in _Common.model_fields and n not in ("max_tokens", "stop"))
+
+
 def _sampling(body: _Common, default: SamplingParams, max_tokens_default: int) -> SamplingParams:
     changes: dict[str, Any] = {}
-    names = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
-             "min_p": "min_p", "repeat_penalty": "repeat_penalty", "seed": "seed",
-             "context_overflow": "context_overflow"}
-    for field, param in names.items():
-        value = getattr(body, param)
+    for name in _SAMPLING_NAMES:
+        value = getattr(body, name)
         if value is not None:
-            changes[field] = value
+            changes[name] = value
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None \
         else body.max_tokens
     changes["max_tokens"] = max_tokens if max_tokens is not None else max_tokens_default

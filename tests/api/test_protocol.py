@@ -53,6 +53,21 @@ def test_a_request_becomes_the_engines_configs() -> None:
     assert plain.prompt == "x" and plain.sampling.max_tokens == 512
 
 
+def test_llama_servers_repetition_fields_reach_the_sampler_or_are_refused() -> None:
+    """repeat_last_n and the DRY fields set the sampler's (llama-server reads the same
+    names); a value out of the sampler's range is a 400 naming the field."""
+    body = {"model": "m", "prompt": "x", "repeat_last_n": 128, "dry_multiplier": 0.8,
+            "dry_base": 2.0, "dry_allowed_length": 3}
+    s = parse_completion_request(json.dumps(body).encode(), *DEFAULTS,
+                                 max_tokens_default=8).sampling
+    assert (s.repeat_last_n, s.dry_multiplier, s.dry_base, s.dry_allowed_length) == (
+        128, 0.8, 2.0, 3)
+    with pytest.raises(ApiError) as err:
+        parse_completion_request(b'{"model": "m", "prompt": "x", "dry_base": 0.5}', *DEFAULTS,
+                                 max_tokens_default=8)
+    assert err.value.status == 400 and err.value.body()["error"]["param"] == "dry_base"
+
+
 def test_another_drafter_without_a_k_gets_its_default_unless_the_servers_k_was_chosen() -> None:
     def k(server: SpeculationConfig, speculation: dict[str, object]) -> int:
         body = {"model": "m", "prompt": "x", "speculation": speculation}
