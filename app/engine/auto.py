@@ -53,7 +53,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple, get_args
 
 from app.engine.drafter_kinds import kinds
 from app.engine.measure.draft_replay import ReplayCounts, replay_reply
@@ -174,7 +174,7 @@ class DrafterEstimate:
 
 
 Source = Literal["replay", "measured", "untried", "prior", "priced"]
-_SOURCES = ("replay", "measured", "untried", "prior", "priced")
+_SOURCES = get_args(Source)
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +274,7 @@ class AutoChoice:
         the evidence was recorded read back without it."""
         try:
             reason = str(data["reason"])
-            if reason not in ("estimate", "measured", "prior", "no-gain", "no-drafter"):
+            if reason not in get_args(Reason):
                 return None
             score = data.get("score")
             return cls(
@@ -286,6 +286,40 @@ class AutoChoice:
                 "session" if data.get("replayed_from") == "session" else "conversation")
         except (KeyError, TypeError, ValueError):
             return None
+
+
+class _Scored(NamedTuple):
+    """A drafter's score in :func:`choose_drafter`: its speedup at draft length ``k``,
+    why (``reason``), its place in Auto's preference (``rank``, lower first at equal
+    scores), and whether it rests on an optimistic estimate (α = 1, never drafted)."""
+
+    score: float
+    rank: int
+    mode: SpecMode
+    k: int
+    reason: Reason
+    optimistic: bool
+
+
+def _nothing_known(estimates: Sequence[DrafterEstimate]) -> bool:
+    """Whether no drafter was measured or replayed (only priors and optimistic guesses)."""
+    return not any(e.measured_speedup is not None
+                   or (e.predicted and not e.optimistic and e.prior_acceptance is None)
+                   for e in estimates)
+
+
+def _scored(est: DrafterEstimate, rank: int) -> _Scored | None:
+    """A drafter's measured speedup at the k of its best estimate (the largest k
+    without estimates), else its best estimate; None without either."""
+    if est.predicted:
+        k, predicted = max(est.predicted.items(), key=lambda kv: (kv[1], -kv[0]))
+    elif est.measured:
+        k, predicted = max(AUTO_KS), 0.0
+    else:
+        return None
+    if est.measured and est.measured_speedup is not None:
+        return _Scored(est.measured_speedup, rank, est.mode, k, "measured", False)
+    return _Scored(predicted, rank, est.mode, k, "estimate", est.optimistic and not est.measured)
 
 
 def choose_drafter(estimates: Iterable[DrafterEstimate], *, floor: float = FLOOR,
@@ -303,60 +337,45 @@ def choose_drafter(estimates: Iterable[DrafterEstimate], *, floor: float = FLOOR
     then the best such head is chosen (reason ``estimate``).
     """
     estimates = list(estimates)
-    if any(e.mode is PRIOR for e in estimates) and not any(
-            e.measured_speedup is not None
-            or (e.predicted and not e.optimistic and e.prior_acceptance is None)
-            for e in estimates):
-        # nothing measured or replayed: a head the model carries when its published
-        # prior predicts a gain, else the free prior drafter
+    if any(e.mode is PRIOR for e in estimates) and _nothing_known(estimates):
+        # a head the model carries when its published prior predicts a gain, else the
+        # free prior drafter
         estimates = [e for e in estimates if e.prior_acceptance is not None
                      and e.predicted and max(e.predicted.values()) >= margin]
         if not estimates:
             return AutoChoice(PRIOR, prior_k, "prior")
-    scores: list[tuple[SpecMode, int, float]] = []
+    scored: list[_Scored] = []
     dropped: list[SpecMode] = []
     evidence: list[DrafterEvidence] = []
-    best: tuple[float, int, SpecMode, int, Reason] | None = None  # score, -rank, mode, k
-    best_optimistic: tuple[float, int, SpecMode, int, Reason] | None = None
     candidates = auto_candidates()
     for est in estimates:
-        rank = candidates.index(est.mode) if est.mode in candidates else len(candidates)
         if est.measured and est.measured_speedup is not None and est.measured_speedup < floor:
             dropped.append(est.mode)
             evidence.append(est.evidence(max(AUTO_KS)))
-            continue
-        if est.predicted:
-            k, predicted = max(est.predicted.items(), key=lambda kv: (kv[1], -kv[0]))
-        elif est.measured:
-            k, predicted = max(AUTO_KS), 0.0
-        else:
-            continue
-        reason: Reason
-        if est.measured and est.measured_speedup is not None:
-            score, reason = est.measured_speedup, "measured"
-        else:
-            score, reason = predicted, "estimate"
-        scores.append((est.mode, k, score))
-        evidence.append(est.evidence(k))
-        entry = (score, -rank, est.mode, k, reason)
-        if est.optimistic and not est.measured:
-            if best_optimistic is None or entry[:2] > best_optimistic[:2]:
-                best_optimistic = entry
-        elif best is None or entry[:2] > best[:2]:
-            best = entry
+        elif (s := _scored(est, candidates.index(est.mode) if est.mode in candidates
+                           else len(candidates))) is not None:
+            scored.append(s)
+            evidence.append(est.evidence(s.k))
+
+    def top(optimistic: bool) -> _Scored | None:  # the first of the best at equal scores
+        return max((s for s in scored if s.optimistic is optimistic),
+                   key=lambda s: (s.score, -s.rank), default=None)
+
+    best, hopeful = top(False), top(True)
     # an untried draft model (α = 1 assumed) only when nothing realistic pays
-    if ((best is None or best[0] < margin)
-            and best_optimistic is not None and best_optimistic[0] >= margin):
-        best = best_optimistic
+    if (best is None or best.score < margin) and hopeful is not None and hopeful.score >= margin:
+        best = hopeful
+    scores = tuple((s.mode, s.k, s.score) for s in scored)
     if best is None:
-        return AutoChoice(SpecMode.OFF, 0, "no-drafter", None, tuple(scores), tuple(dropped),
+        return AutoChoice(SpecMode.OFF, 0, "no-drafter", None, scores, tuple(dropped),
                           tuple(evidence))
+    winner = best.mode
     # the winner's (or, off, the best one's) evidence first: it is the one explained
-    evidence.sort(key=lambda e: e.mode is not best[2])
-    if best[0] < margin:
-        return AutoChoice(SpecMode.OFF, 0, "no-gain", best[0], tuple(scores), tuple(dropped),
+    evidence.sort(key=lambda e: e.mode is not winner)
+    if best.score < margin:
+        return AutoChoice(SpecMode.OFF, 0, "no-gain", best.score, scores, tuple(dropped),
                           tuple(evidence))
-    return AutoChoice(best[2], best[3], best[4], best[0], tuple(scores), tuple(dropped),
+    return AutoChoice(best.mode, best.k, best.reason, best.score, scores, tuple(dropped),
                       tuple(evidence))
 
 
