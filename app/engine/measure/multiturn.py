@@ -62,6 +62,7 @@ from app.engine.measure.prompts import (
     PreparedPrompt,
     load_prompts,
     prepare_chat,
+    prompt_texts,
 )
 from app.engine.session import Session
 from app.engine.suffix import SuffixIndex
@@ -72,7 +73,6 @@ from app.store.paths import resources_dir
 
 _TOP_KEYS = {"name", "description", "format", "conversations"}
 _CONV_KEYS = {"name", "system", "turns"}
-_TURN_KEYS = {"text", "plain", "chat", "stop"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,32 +126,8 @@ def is_multiturn(spec: str) -> bool:
     return isinstance(data, dict) and "conversations" in data
 
 
-def _strings(value: Any, where: str, key: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list) and all(isinstance(s, str) for s in value):
-        return tuple(value)
-    raise PromptSetError(f"{where}: '{key}' must be a string or a list of strings.")
-
-
 def _turn(obj: Any, where: str) -> Turn:
-    if isinstance(obj, str):
-        if not obj:
-            raise PromptSetError(f"{where} is empty.")
-        return Turn(plain=obj, chat=obj)
-    if not isinstance(obj, dict):
-        raise PromptSetError(f"{where} is neither a string nor an object.")
-    unknown = set(obj) - _TURN_KEYS
-    if unknown:
-        raise PromptSetError(f"{where}: unknown key(s) {sorted(unknown)}; use text, plain, chat, stop.")
-    text = obj.get("text")
-    plain = obj.get("plain", text)
-    chat = obj.get("chat", text if text is not None else plain)
-    if plain is None and isinstance(chat, str):
-        plain = chat
-    if not isinstance(plain, str) or not isinstance(chat, str) or not (plain or chat):
-        raise PromptSetError(f"{where} needs a non-empty 'text' string (or 'plain' and 'chat').")
-    stop = _strings(obj.get("stop", []), where, "stop")
+    plain, chat, stop = prompt_texts(obj, where)
     return Turn(plain=plain, chat=chat, stop=stop)
 
 

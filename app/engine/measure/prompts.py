@@ -57,25 +57,52 @@ class PreparedPrompt:
     format: Literal["plain", "chat"] = "plain"
 
 
-def _prompt_from_obj(obj: Any, index: int, source: str) -> BenchPrompt:
+def prompt_texts(obj: Any, where: str, names: bool = False) -> tuple[str, str, tuple[str, ...]]:
+    """A prompt or a conversation's turn of a prompt file: a string, or an object with
+    ``text`` (or ``plain`` and ``chat``, each defaulting to the other) and ``stop`` (a
+    string or a list of strings); ``names``: a ``name`` key is allowed too.
+
+    Returns:
+        (plain text, chat text, stop strings).
+
+    Raises:
+        PromptSetError: an empty prompt, an unknown key, a value of the wrong type (the
+            message starts with ``where``).
+    """
     if isinstance(obj, str):
-        return BenchPrompt(name=f"prompt-{index + 1}", plain=obj, chat=obj)
-    if isinstance(obj, dict):
-        text = obj.get("text")
-        plain = obj.get("plain", text)
-        chat = obj.get("chat", text if text is not None else plain)
-        if not isinstance(plain, str) or not isinstance(chat, str):
-            raise TandemError(
-                f"{source}: prompt {index + 1} needs a 'text' string (or 'plain' and 'chat')."
-            )
-        stop = obj.get("stop", [])
-        if isinstance(stop, str):
-            stop = [stop]
-        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-            raise TandemError(f"{source}: prompt {index + 1}: 'stop' must be a list of strings.")
-        name = obj.get("name") or f"prompt-{index + 1}"
-        return BenchPrompt(name=str(name), plain=plain, chat=chat, stop=tuple(stop))
-    raise TandemError(f"{source}: prompt {index + 1} is neither a string nor an object.")
+        if not obj:
+            raise PromptSetError(f"{where} is empty.")
+        return obj, obj, ()
+    if not isinstance(obj, dict):
+        raise PromptSetError(f"{where} is neither a string nor an object.")
+    allowed = _TEXT_KEYS | ({"name"} if names else set())
+    unknown = set(obj) - allowed
+    if unknown:
+        raise PromptSetError(f"{where}: unknown key(s) {sorted(unknown)}; use "
+                             f"{', '.join(sorted(allowed))}.")
+    text = obj.get("text")
+    plain = obj.get("plain", text)
+    chat = obj.get("chat", text if text is not None else plain)
+    if plain is None and isinstance(chat, str):
+        plain = chat
+    if not isinstance(plain, str) or not isinstance(chat, str) or not (plain or chat):
+        raise PromptSetError(f"{where} needs a non-empty 'text' string (or 'plain' and 'chat').")
+    stop = obj.get("stop", [])
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise PromptSetError(f"{where}: 'stop' must be a string or a list of strings.")
+    return plain, chat, tuple(stop)
+
+
+#: the keys of a prompt object (and of a conversation's turn)
+_TEXT_KEYS = {"text", "plain", "chat", "stop"}
+
+
+def _prompt_from_obj(obj: Any, index: int, source: str) -> BenchPrompt:
+    plain, chat, stop = prompt_texts(obj, f"{source}: prompt {index + 1}", names=True)
+    name = (obj.get("name") if isinstance(obj, dict) else None) or f"prompt-{index + 1}"
+    return BenchPrompt(name=str(name), plain=plain, chat=chat, stop=stop)
 
 
 def load_prompts(spec: str) -> list[BenchPrompt]:
