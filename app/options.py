@@ -65,11 +65,15 @@ DEFAULT_PORT = 8080
 N_CTX_MIN, N_CTX_MAX = 256, 1_048_576
 
 
+#: llama.cpp's ``GGML_MAX_N_THREADS``: the most threads ggml runs
+GGML_MAX_N_THREADS = 512
+
+
 def max_threads() -> int:
-    """The most CPU threads a config may ask for: 4 × the logical CPUs, at most 512
-    (llama.cpp's ``GGML_MAX_N_THREADS``). More threads than cores only make the threads
-    wait on each other; far more is a typo."""
-    return min(512, 4 * (os.cpu_count() or 1))
+    """The most CPU threads a config may ask for: 4 × the logical CPUs, at most
+    :data:`GGML_MAX_N_THREADS`. More threads than cores only make the threads wait on
+    each other; far more is a typo."""
+    return min(GGML_MAX_N_THREADS, 4 * (os.cpu_count() or 1))
 
 
 #: The draft length k of a drafter that costs no forward pass per draft token (prompt

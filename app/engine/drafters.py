@@ -77,8 +77,6 @@ class Drafter(Protocol):
         """Free native resources. Idempotent."""
 
 
-
-
 class DraftModelDrafter:
     """Greedy drafting with a second GGUF model that shares the target's tokenizer.
 

@@ -27,6 +27,7 @@ from app.formatting import loads_json
 from app.options import (
     DEFAULT_PORT,
     FREE_DRAFTER_K,
+    GGML_MAX_N_THREADS,
     N_CTX,
     N_CTX_MAX,
     N_CTX_MIN,
@@ -74,7 +75,7 @@ class ModelSettings(_Section):
     n_gpu_layers: Annotated[int | None, Field(ge=0)] = None
     exact_verification: bool = False
     #: (:mod:`app.engine.cpu`; the window shows None as 0, "Auto")
-    n_threads: int | None = Field(None, ge=1, le=512, description=(
+    n_threads: int | None = Field(None, ge=1, le=GGML_MAX_N_THREADS, description=(
         "CPU threads for decoding. Auto: as many as the cores other programs leave free, "
         "changed while a reply runs when the machine gets busy or quiet (a thread that "
         "waits for a busy core stalls the others at every step)"))

@@ -143,9 +143,7 @@ def speedup_headline(result: RaceResult) -> str:
     if ms is None and result.pairs and not result.cancelled and not result.kept_speedups:
         return ("No speedup to report: other work disturbed every pair." + busy
                 + " Run the race again when the machine is quieter.").replace("  ", " ")
-    if result.cancelled and (ms is None or not result.pairs):
-        return "No speedup to report: the race did not finish."
-    if ms is None:
+    if ms is None or (result.cancelled and not result.pairs):
         return "No speedup to report: the race did not finish."
     kept = result.kept_speedups
     r = result.speedup_range
