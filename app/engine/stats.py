@@ -323,7 +323,8 @@ class SpecStats:
     total_time: float = 0.0
     fallback_reason: str | None = None
     calibrated: bool = False  # whether target_step_time was measured in this session
-    #: the plain decoding baseline under this reply's conditions: the median of one-token
+    #: the plain decoding baseline under this reply's conditions: the mean (fastest and
+    #: slowest tenth left out: :meth:`~app.engine.rounds.PlainSteps.baseline`) of one-token
     #: target passes timed during this reply ("reply"), or recently in this session at
     #: the same thread count and load ("recent"), seconds; None when neither exists
     plain_step_time: float | None = None

@@ -85,6 +85,11 @@ def test_the_plain_baseline_is_this_replys_or_a_recent_one_at_the_same_threads_a
     base = steps.baseline(many, 100.0, 2, 0.0)
     assert base is not None and base[0] == pytest.approx(0.0155)
     assert base[1] == pytest.approx((0.0111, 0.0199))  # 10th and 90th: not the 0.5
+    # other work preempts 3 passes in 10 (14 ms → 40 ms): plain decoding would have paid
+    # that too, so the baseline is near the mean (22 ms), not the unhindered median
+    preempted = [0.014] * 14 + [0.040] * 6
+    base = steps.baseline(preempted, 100.0, 2, 0.0)
+    assert base is not None and base[0] == pytest.approx((0.014 * 12 + 0.040 * 4) / 16)
     steps.add(PlainStep(0.020, 95.0, 2, 0.1))
     assert steps.baseline([0.010], 100.0, 2, 0.0) == (0.020, (0.020, 0.020), "recent")
     assert steps.baseline([], 100.0, 1, 0.0) is None  # another thread count

@@ -273,9 +273,11 @@ class RaceResult:
 
     @property
     def end_to_end_speedup(self) -> float | None:
-        """End-to-end time off ÷ on (prefill included), for the same reply length."""
+        """End-to-end time off ÷ on (prefill included); None unless both lanes wrote as
+        many tokens (else it would compare unequal work)."""
         a, b = self.off.duration, self.on.duration
-        return a / b if a > 0 and b > 0 else None
+        same = self.off.stats.emitted == self.on.stats.emitted
+        return a / b if same and a > 0 and b > 0 else None
 
     @property
     def predicted_speedup(self) -> float | None:

@@ -366,7 +366,7 @@ class RaceViewWidget(QWidget):
         winner = lane_winner(r)
         if winner is not None:
             pane = self.on_pane if winner[0] == "on" else self.off_pane
-            pane.mark_winner(f"finished first: {winner[1]:.2f} s, {winner[2]:.2f}× sooner")
+            pane.mark_winner(winner[1])
         self.status.setText(replay_status(r))
         self._set_results_visible(True)
         self._update_buttons()

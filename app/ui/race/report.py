@@ -246,23 +246,35 @@ def _runs(n: int) -> str:
     return f"{n} run" if n == 1 else f"{n} runs"
 
 
-def lane_winner(result: RaceResult) -> tuple[str, float, float] | None:
-    """The lane ("off" or "on") to badge as finished first, its end-to-end seconds and
-    how many times sooner it finished than the other; None when the race was stopped,
-    when the replayed pair finished within :data:`VERDICT_MARGIN` of each other, or when
-    the race's verdict over all its pairs is not that side (the lanes replay one pair:
-    a badge beside "no verdict" would contradict it)."""
-    off_d, on_d = result.off.duration, result.on.duration
-    if result.cancelled or off_d <= 0 or on_d <= 0:
+def lane_winner(result: RaceResult) -> tuple[str, str] | None:
+    """The lane ("off" or "on") to badge and the badge: "finished first" with its
+    end-to-end seconds and how many times sooner, when both lanes wrote as many tokens;
+    else (the texts differ in length: finishing first would compare unequal work) the
+    lane that decoded more tokens per second, and how many each wrote. None when the
+    race was stopped, when the replayed pair is within :data:`VERDICT_MARGIN` of a tie,
+    or when the race's verdict over all its pairs is not that side (the lanes replay one
+    pair: a badge beside "no verdict" would contradict it)."""
+    off, on = result.off, result.on
+    if result.cancelled or off.duration <= 0 or on.duration <= 0:
         return None
-    side, first, ratio = (("on", on_d, off_d / on_d) if on_d < off_d
-                          else ("off", off_d, on_d / off_d))
+    same = off.stats.emitted == on.stats.emitted
+    if same:
+        off_t, on_t = off.duration, on.duration
+    elif off.stats.decode_tps and on.stats.decode_tps:
+        off_t, on_t = 1.0 / off.stats.decode_tps, 1.0 / on.stats.decode_tps
+    else:
+        return None
+    side, ratio = ("on", off_t / on_t) if on_t < off_t else ("off", on_t / off_t)
     if ratio < 1.0 + VERDICT_MARGIN:
         return None
     if result.pairs and (result.verdict != ("faster" if side == "on" else "slower")
                          or result.pairs[0].disturbed(result.typical_load)):
         return None  # no verdict that side, or the replayed pair itself was left out
-    return side, first, ratio
+    won, lost = (on, off) if side == "on" else (off, on)
+    if same:
+        return side, f"finished first: {won.duration:.2f} s, {ratio:.2f}× sooner"
+    return side, (f"decoded {ratio:.2f}× as fast ({won.stats.emitted} tokens against "
+                  f"{lost.stats.emitted})")
 
 
 def replay_status(result: RaceResult) -> str:

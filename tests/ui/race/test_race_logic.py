@@ -315,7 +315,7 @@ def test_the_finished_first_badge_never_contradicts_the_verdict() -> None:
     from app.ui.race.report import lane_winner, replay_status
 
     r = _race()  # the on lane finished 2.5× sooner, no pairs: the lanes are the race
-    assert lane_winner(r) == ("on", r.on.duration, r.off.duration / r.on.duration)
+    assert lane_winner(r) == ("on", "finished first: 1.00 s, 2.50× sooner")
     unclear = dataclasses.replace(r, pairs=(RacePair(50, 48, 0.0, 0.0), RacePair(50, 73, 0.0, 0.0)))
     assert unclear.verdict == "unclear" and lane_winner(unclear) is None
     faster = dataclasses.replace(r, pairs=(RacePair(50, 70, 0.0, 0.0), RacePair(50, 73, 0.0, 0.0),
@@ -329,7 +329,7 @@ def test_the_finished_first_badge_never_contradicts_the_verdict() -> None:
                                            RacePair(50, 42, 0.0, 0.0)))
     assert lane_winner(slower) is None  # the replayed pair's on lane won, the race did not
     off_first = dataclasses.replace(slower, off=r.on, on=r.off)  # lanes swapped: off faster
-    assert lane_winner(off_first) == ("off", r.on.duration, r.off.duration / r.on.duration)
+    assert lane_winner(off_first) == ("off", "finished first: 1.00 s, 2.50× sooner")
     left_out = dataclasses.replace(r, pairs=(RacePair(50, 70, 0.0, 1.0), RacePair(50, 73, 0.0, 0.0),
                                              RacePair(50, 75, 0.0, 0.0), RacePair(50, 74, 0.0, 0.0)))
     assert left_out.verdict == "faster" and lane_winner(left_out) is None  # its pair was left out
@@ -339,6 +339,11 @@ def test_the_finished_first_badge_never_contradicts_the_verdict() -> None:
         r.off.stats, total_time=r.on.duration * 1.01)))
     assert lane_winner(tie) is None  # 1.01× sooner is no finish to badge
     assert lane_winner(dataclasses.replace(r, cancelled=True)) is None
+    # the texts differ in length: the on lane stopped after 2 tokens, sooner but with
+    # half the work, so the badge compares decode rates (8 against 2 tok/s), not times
+    short = dataclasses.replace(r, on=_with_stats(r.on, dataclasses.replace(
+        r.on.stats, emitted=2, decode_time=0.25, total_time=0.75)))
+    assert lane_winner(short) == ("on", "decoded 4.00× as fast (2 tokens against 4)")
     assert replay_status(faster).startswith("Finished. The lanes replayed the first of 3")
     assert replay_status(r) == "Finished."
 
