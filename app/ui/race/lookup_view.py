@@ -54,12 +54,14 @@ def _pct(v: float | None) -> str:
 class LookupMeasurement:
     """Prompt lookup measured on this machine: where (``source``), its α, how many
     verified drafts that α rests on (None: unknown) and the decode speedup it achieved
-    over speculation off in the same run (None: not measured)."""
+    over speculation off in the same run (None: not measured); ``settled``: whether that
+    speedup is a verdict (False: a race whose pairs did not agree gave none)."""
 
     source: str
     alpha: float | None
     verified: int | None = None
     speedup: float | None = None
+    settled: bool = True
 
 
 def verdict(estimate: LookupEstimate, measured: Sequence[LookupMeasurement] = ()) -> str:
@@ -78,7 +80,12 @@ def verdict(estimate: LookupEstimate, measured: Sequence[LookupMeasurement] = ()
         return "No assistant replies in the chosen conversations: nothing to estimate."
     h = estimate.for_n(best).hit_rate or 0.0
     share = f"{h * 100:.0f}% of the reply tokens"
-    timed = [m for m in measured if m.speedup is not None]
+    timed = [m for m in measured if m.speedup is not None and m.settled]
+    if not timed and (unsettled := [m for m in measured if m.speedup is not None]):
+        return (f"No verdict yet: in {unsettled[0].source} prompt lookup decoded at a median "
+                f"{unsettled[0].speedup or 0.0:.2f}× the speed of speculation off, but its "
+                "runs did not agree on a side. The replay says lookup would have predicted "
+                f"{share} (n = {best}). Race again when the machine is quieter.")
     if timed:
         top = max(timed, key=lambda m: m.speedup or 0.0)
         speed = top.speedup or 0.0
@@ -115,7 +122,7 @@ def verdict_tone(measured: Sequence[LookupMeasurement]) -> str:
     """How :func:`verdict` leans, for its colour: "pays" when a speedup measured here
     beat speculation off by more than the margin, "costs" when the best one fell below
     it, "" (neutral) when nothing was timed or the best was within the margin."""
-    speeds = [m.speedup for m in measured if m.speedup is not None]
+    speeds = [m.speedup for m in measured if m.speedup is not None and m.settled]
     if not speeds:
         return ""
     top = max(speeds)
@@ -237,15 +244,17 @@ class LookupEstimateWidget(QWidget):
         self._update_buttons()
 
     def set_measured_alpha(self, source: str, alpha: float | None, *,
-                           verified: int | None = None, speedup: float | None = None) -> None:
+                           verified: int | None = None, speedup: float | None = None,
+                           settled: bool = True) -> None:
         """Show prompt lookup as measured elsewhere (``source``: "this window's race", "the
         k sweep"): its α, the drafts it rests on and the decode speedup over speculation
-        off. With neither α nor a speedup the entry is removed. The verdict takes a
-        measured speedup into account."""
+        off (``settled``: False when the race gave no verdict). With neither α nor a
+        speedup the entry is removed. The verdict takes a settled speedup into account."""
         if alpha is None and speedup is None:
             self._measured.pop(source, None)
         else:
-            self._measured[source] = LookupMeasurement(source, alpha, verified, speedup)
+            self._measured[source] = LookupMeasurement(source, alpha, verified, speedup,
+                                                       settled)
         self._update_measured()
         if self._estimate is not None:
             self._show_verdict(self._estimate)
@@ -317,7 +326,8 @@ class LookupEstimateWidget(QWidget):
                 extra += ", too few to tell)" if m.verified < MIN_VERIFIED_FOR_ESTIMATE else ")"
             lines.append(f"Measured α = <b>{a:.2f}</b> in {html.escape(src)}{html.escape(extra)}")
         for m in timed:
-            lines.append(f"Measured speedup = <b>{m.speedup:.2f}×</b> in {html.escape(m.source)}")
+            lines.append(f"Measured speedup = <b>{m.speedup:.2f}×</b> in {html.escape(m.source)}"
+                         + ("" if m.settled else " (no verdict: its runs disagreed)"))
         if best is not None and best.precision is not None:
             lines.append(f"Estimated precision at n = {best.n}: <b>{best.precision:.2f}</b>")
         self.measured_label.setText("<br>".join(lines))

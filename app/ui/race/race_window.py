@@ -643,8 +643,10 @@ class RaceWindow(QMainWindow):
         self.calculator.set_measured(s.acceptance_rate, s.draft_cost_ratio, s.draft_max or None,
                                      verified=s.verified)
         if s.mode is SpecMode.PROMPT_LOOKUP:
-            self.lookup_view.set_measured_alpha("this window's race", s.acceptance_rate,
-                                                verified=s.verified, speedup=r.measured_speedup)
+            self.lookup_view.set_measured_alpha(
+                "this window's race", s.acceptance_rate, verified=s.verified,
+                speedup=r.measured_speedup,
+                settled=not r.pairs or r.verdict in ("faster", "slower"))
         # both lanes raced the shortened conversation when it had to be shortened
         notes = [s.fallback_reason, context_fit_words(rec.context) if rec.context else None]
         if any(notes):

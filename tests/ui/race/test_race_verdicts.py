@@ -210,6 +210,12 @@ def test_a_hit_rate_alone_never_says_lookup_is_worth_it(qtbot) -> None:  # type:
     assert verdict(est, even).startswith("No gain measured here so far")
     assert verdict_tone(even) == ""
     assert verdict_tone([LookupMeasurement("the k sweep", 0.9, speedup=1.3)]) == "pays"
+    # a race whose pairs did not agree (0.94–1.27×, median 1.11×) is no "worth it"
+    split = [LookupMeasurement("this window's race", 0.98, verified=55, speedup=1.11,
+                               settled=False)]
+    assert verdict(est, split).startswith("No verdict yet: in this window's race prompt "
+                                          "lookup decoded at a median 1.11×")
+    assert verdict_tone(split) == ""
 
     view = LookupEstimateWidget()
     qtbot.addWidget(view)
