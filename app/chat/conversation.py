@@ -1245,8 +1245,9 @@ class ChatController:
             stats["auto"] = fin.auto.to_dict()
         if fin.context is not None:
             stats["context"] = fin.context.to_dict()  # what the reply did not see
-        # a regeneration stopped before any text gives the earlier version back
-        take_back = reply.regenerated and fin.reason == "cancelled" and not fin.text
+        # a reply stopped before any text (Esc, closing while the prompt is read) is
+        # none: a new one is deleted, a regeneration gives the earlier version back
+        take_back = fin.reason == "cancelled" and not fin.text
         if self.store is not None and reply.conversation_id >= 0 and not take_back:
             try:
                 stored = self.store.finish_reply(reply.message_id, fin.text, fin.reason,
@@ -1265,7 +1266,7 @@ class ChatController:
         self.view.clear_errors("reply")  # an earlier reply's error no longer applies
         self.view.reply_finished(reply, fin, stored)
         if take_back and self.store is not None and reply.conversation_id >= 0:
-            self._take_back(reply.message_id, regenerated=True, stopped=True)
+            self._take_back(reply.message_id, regenerated=reply.regenerated, stopped=True)
         self.view.conversations_changed()
         self.view.state_changed()
 

@@ -506,7 +506,10 @@ class MainWindow(QMainWindow):
                        stored: StoredMessage | None) -> None:
         footer = (message_view(stored).footer if stored is not None
                   else reply_footer(fin.stats.to_dict(), fin.reason, fin.note))
-        self.chat.end_stream(reply.message_id, reply.text, reply.spans, footer)
+        if fin.reason == "cancelled" and not fin.text and not reply.regenerated:
+            self.chat.remove_from(reply.message_id, "stopped before any text.")
+        else:
+            self.chat.end_stream(reply.message_id, reply.text, reply.spans, footer)
         # a reply saved in the open conversation is its last reply from now on; one of
         # another conversation (opened away from while it streamed) is shown, not kept
         here = stored is not None and reply.conversation_id == self.controller.current_conversation

@@ -139,6 +139,21 @@ def test_stop_keeps_the_text_so_far_as_a_cancelled_reply(rig: Rig) -> None:
     assert rig.c.can_send
 
 
+def test_a_new_reply_stopped_before_any_text_is_none(rig: Rig) -> None:
+    """Stopped while the prompt is read (Esc, or the window closing): no empty
+    "stopped" reply is kept; the question stands alone and Regenerate asks again."""
+    rig.script.first_word_s = 30.0
+    rig.c.send_message("go")
+    rig.c.stop_reply()
+    rig.reply_done()
+    assert rig.stored() == [("user", "go", "done", None)]
+    assert rig.c.can_send
+    rig.script.first_word_s = 0.0
+    rig.c.send_message("again")
+    rig.reply_done()
+    assert [r for r, *_ in rig.stored()] == ["user", "user", "assistant"]
+
+
 def test_a_failed_reply_keeps_its_text_with_the_error_and_reports_it_once(rig: Rig) -> None:
     rig.script.fail_after = TandemError("The context window is full.")
     rig.script.replies = ["started"]

@@ -76,6 +76,8 @@ def test_a_long_paste_shows_prefill_progress_and_stop_ends_it(qtbot, window,  # 
     qtbot.keyClick(window.input, Qt.Key.Key_Escape)  # Stop during the prefill
     wait_reply(qtbot, window)
     stored = window.controller.store.messages(window.controller.current_conversation)
-    assert [m.role for m in stored] == ["user", "assistant"]
-    assert stored[-1].finish_reason == "cancelled" and stored[-1].content == ""
-    assert reply_widget.stream_status == ""
+    # stopped before any text: no empty "stopped" reply, the question stands alone
+    assert [m.role for m in stored] == ["user"]
+    assert reply_widget not in window.chat.messages
+    assert window.chat.failure.text() == ("No reply: stopped before any text. Regenerate asks "
+                                          "again.")
