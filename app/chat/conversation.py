@@ -296,6 +296,8 @@ class ChatController:
         self._warned_pairs: set[tuple[Path | None, Path | None]] = set()
         self._roles: list[tuple[int, str]] = []  # (id, role) of the open conversation
         self._closed = False
+        #: the window is closing: a reply it stops ends "interrupted", not "stopped"
+        self._closing = False
 
     # -- state ------------------------------------------------------------------------
     @property
@@ -1248,9 +1250,10 @@ class ChatController:
         # a reply stopped before any text (Esc, closing while the prompt is read) is
         # none: a new one is deleted, a regeneration gives the earlier version back
         take_back = fin.reason == "cancelled" and not fin.text
+        reason = "interrupted" if self._closing and fin.reason == "cancelled" else fin.reason
         if self.store is not None and reply.conversation_id >= 0 and not take_back:
             try:
-                stored = self.store.finish_reply(reply.message_id, fin.text, fin.reason,
+                stored = self.store.finish_reply(reply.message_id, fin.text, reason,
                                                  stats, draft_spans=spans,
                                                  note=fin.note, seed=fin.seed)
             except KeyError:
@@ -1316,6 +1319,7 @@ class ChatController:
         """
         if self._closed:
             return
+        self._closing = True
         self.service.shutdown()
         if flush is not None:
             flush()
@@ -1325,7 +1329,7 @@ class ChatController:
         reply = self.reply
         if reply is not None and self.store is not None and reply.conversation_id >= 0:
             try:  # no outcome (should not happen): keep the text
-                self.store.finish_reply(reply.message_id, reply.text, "cancelled",
+                self.store.finish_reply(reply.message_id, reply.text, "interrupted",
                                         reply.stats.to_dict() if reply.stats else None,
                                         draft_spans=reply.spans)
             except (KeyError, sqlite3.Error):

@@ -308,6 +308,8 @@ def test_the_window_reply_waits_in_the_queue_behind_an_api_request(rig: Rig) -> 
 
 
 def test_closing_while_a_reply_streams_finalises_it(tmp_path: Path) -> None:
+    """The text so far is kept, ended "interrupted (the app closed)", not "stopped" as
+    by Esc."""
     rig = Rig(tmp_path, Script(gate=threading.Event(), replies=["saved on close and more"]))
     rig.start()
     rig.c.send_message("go")
@@ -316,7 +318,7 @@ def test_closing_while_a_reply_streams_finalises_it(tmp_path: Path) -> None:
     rig.c.close(flush=lambda: rig.pump.drain(rig.c))
     with HistoryStore.open(tmp_path / "history.sqlite3") as store:
         msg = store.message(reply.message_id)
-    assert (msg.content, msg.status, msg.finish_reason) == ("saved", "done", "cancelled")
+    assert (msg.content, msg.status, msg.finish_reason) == ("saved", "done", "interrupted")
     assert not rig.service._thread.is_alive()
 
 
