@@ -354,7 +354,7 @@ def test_closing_during_generation_exits_0(tmp_path: Path, ui_settings: Settings
     try:
         [conv] = store.list_conversations()
         user, reply = store.messages(conv.id)
-        assert reply.status == "done" and reply.finish_reason == "cancelled"
+        assert reply.status == "done" and reply.finish_reason == "interrupted"
         assert len(reply.content) > 20 and reply.stats is not None
     finally:
         store.close()
