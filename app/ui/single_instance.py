@@ -8,6 +8,11 @@ owner's process, so a lock left by a crash is taken over). The owner listens on 
 connection (:mod:`multiprocessing.connection`: a Unix domain socket, a named pipe on
 Windows) whose peers must know a random key kept in the data folder, readable by this
 user only. A later start sends ``{"open": path | None}`` and waits for ``"ok"``.
+
+Each connection is checked (the key's challenge, both ways) and answered on a thread of
+its own, under a deadline on both ends: a peer that connects and closes, resets or says
+nothing costs its own thread at most :data:`HANDSHAKE_S` seconds and never stops the
+window from answering the next start, and a start gives up after its ``wait_s``.
 """
 
 from __future__ import annotations
@@ -16,11 +21,20 @@ import hashlib
 import logging
 import os
 import secrets
+import socket
+import struct
 import sys
 import tempfile
 import threading
 import time
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import (
+    Client,
+    Connection,
+    Listener,
+    answer_challenge,
+    deliver_challenge,
+)
 from pathlib import Path
 
 from PySide6.QtCore import QLockFile, QObject, Signal
@@ -32,6 +46,40 @@ log = logging.getLogger(__name__)
 #: how long a later start waits for the running window to answer, seconds (it may still
 #: be starting: the lock is taken before the window is built)
 ANSWER_S = 10.0
+#: how long the running window gives a peer to prove the key and send its request
+HANDSHAKE_S = 5.0
+#: connections checked at once; more are closed unanswered (a start retries)
+CONCURRENT = 4
+
+
+def _deadline(conn: Connection, seconds: float) -> None:
+    """Make every blocking read and write on ``conn`` fail (OSError) after ``seconds``
+    instead of waiting for ever: ``SO_RCVTIMEO``/``SO_SNDTIMEO`` on its socket. The
+    key's challenge (:func:`multiprocessing.connection.deliver_challenge` and
+    :func:`~multiprocessing.connection.answer_challenge`, which :class:`Listener` and
+    :func:`Client` run without a timeout) then ends when the peer is silent. No-op on
+    Windows (named pipes)."""
+    if sys.platform == "win32":
+        return
+    whole = max(0.001, seconds)
+    tv = struct.pack("ll", int(whole), int((whole % 1) * 1_000_000))
+    sock = socket.socket(fileno=os.dup(conn.fileno()))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+    finally:
+        sock.close()  # the duplicate only: the options stay on the shared socket
+
+
+def _authenticate(conn: Connection, key: bytes, *, server: bool) -> None:
+    """The key's challenge both ways, in the order :class:`Listener` (``server``) and
+    :func:`Client` run it. Raises AuthenticationError, OSError or EOFError."""
+    if server:
+        deliver_challenge(conn, key)
+        answer_challenge(conn, key)
+    else:
+        answer_challenge(conn, key)
+        deliver_challenge(conn, key)
 
 
 def _digest() -> str:
@@ -86,11 +134,14 @@ def hand_over(open_path: Path | None, wait_s: float = ANSWER_S) -> bool:
         key = _read_key()
         if key is not None:
             try:
-                with Client(address(), authkey=key) as conn:
+                with Client(address()) as conn:
+                    _deadline(conn, max(0.1, deadline - time.monotonic()))
+                    _authenticate(conn, key, server=False)
                     conn.send({"open": str(open_path) if open_path is not None else None})
                     if conn.poll(max(0.1, deadline - time.monotonic())) and conn.recv() == "ok":
                         return True
-            except (OSError, EOFError, ValueError) as exc:  # not listening yet; a stale key
+            except (OSError, EOFError, ValueError, AuthenticationError) as exc:
+                # not listening yet, a stale key, or no answer before the deadline
                 log.debug("the running Tandem did not answer yet: %s", exc)
         if time.monotonic() >= deadline:
             return False
@@ -106,12 +157,15 @@ class InstanceServer(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        key = _new_key()
+        self._key = _new_key()
+        self._slots = threading.BoundedSemaphore(CONCURRENT)
         where = address()
         if sys.platform != "win32":
             Path(where).unlink(missing_ok=True)  # left by a Tandem that crashed: the lock is ours
         try:
-            self._listener: Listener | None = Listener(where, authkey=key)
+            # no authkey here: Listener.accept would run the key's challenge itself,
+            # without a deadline, on the one thread that accepts
+            self._listener: Listener | None = Listener(where)
         except OSError as exc:
             log.warning("no single-instance connection at %s: %s", where, exc)
             self._listener = None
@@ -119,27 +173,42 @@ class InstanceServer(QObject):
         threading.Thread(target=self._serve, name="single-instance", daemon=True).start()
 
     def _serve(self) -> None:
-        assert self._listener is not None
         while True:
-            try:
-                conn = self._listener.accept()
-            except OSError:
+            listener = self._listener
+            if listener is None:
                 return  # closed
-            except Exception:  # a peer without the key (AuthenticationError) and the like
-                log.debug("refused a connection", exc_info=True)
+            try:
+                conn = listener.accept()
+            except OSError:
+                if self._listener is None:
+                    return
+                log.debug("accepting a connection failed", exc_info=True)
+                time.sleep(0.05)  # (out of descriptors, say): no busy loop meanwhile
                 continue
-            self._answer(conn)
+            if not self._slots.acquire(blocking=False):
+                conn.close()  # CONCURRENT peers are being checked already
+                continue
+            threading.Thread(target=self._answer, args=(conn,), name="single-instance peer",
+                             daemon=True).start()
 
     def _answer(self, conn: Connection) -> None:
-        with conn:
-            try:
-                if not conn.poll(5.0):
+        try:
+            with conn:
+                _deadline(conn, HANDSHAKE_S)
+                _authenticate(conn, self._key, server=True)
+                if not conn.poll(HANDSHAKE_S):
                     return
                 message = conn.recv()
                 raw = message.get("open") if isinstance(message, dict) else None
                 conn.send("ok")
-            except (OSError, EOFError, ValueError):
-                return
+        except (OSError, EOFError, ValueError, AuthenticationError):
+            log.debug("refused a connection", exc_info=True)
+            return
+        except Exception:  # what a peer with the key sent could not be read back
+            log.debug("refused a request", exc_info=True)
+            return
+        finally:
+            self._slots.release()
         self.open_requested.emit(Path(raw) if isinstance(raw, str) and raw else None)
 
     def close(self) -> None:

@@ -52,3 +52,62 @@ def test_a_lock_left_by_a_crash_is_taken_over(tmp_path: Path) -> None:
     lock = take_lock()
     assert lock is not None
     lock.unlock()
+
+
+def test_a_peer_that_closes_resets_or_says_nothing_never_stops_the_hand_over(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """Peers that connect and close, reset, or stay silent (a second start killed at the
+    wrong moment, any local program): the window keeps answering the next start, which
+    never waits past its own deadline."""
+    import socket
+    import struct
+    import threading
+
+    from app.ui.single_instance import address
+
+    server = InstanceServer()
+    opened: list[object] = []
+    server.open_requested.connect(opened.append)
+    silent = []
+    try:
+        for how in ("close", "reset", "silent"):
+            peer = socket.socket(socket.AF_UNIX)
+            peer.connect(address())
+            if how == "reset":
+                peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            if how == "silent":
+                silent.append(peer)  # stays connected, sends nothing
+            else:
+                peer.close()
+            time.sleep(0.2)
+            got: list[bool] = []
+            t = threading.Thread(target=lambda: got.append(hand_over(None, wait_s=3.0)))
+            t0 = time.monotonic()
+            t.start()
+            qtbot.waitUntil(lambda: not t.is_alive(), timeout=10_000)
+            assert got == [True] and time.monotonic() - t0 < 3.5, how
+        qtbot.waitUntil(lambda: len(opened) == 3, timeout=5_000)
+    finally:
+        for s in silent:
+            s.close()
+        server.close()
+
+
+def test_a_start_gives_up_on_a_window_that_accepts_and_never_answers(tmp_path: Path) -> None:
+    """A listening socket whose owner never answers (hung): the start returns False after
+    its wait, instead of hanging (the key's challenge has no timeout of its own)."""
+    import socket
+
+    from app.ui.single_instance import _new_key, address
+
+    _new_key()
+    Path(address()).unlink(missing_ok=True)
+    hung = socket.socket(socket.AF_UNIX)
+    hung.bind(address())
+    hung.listen(8)  # accepts into the backlog, never reads
+    try:
+        t0 = time.monotonic()
+        assert not hand_over(None, wait_s=1.5)
+        assert time.monotonic() - t0 < 4
+    finally:
+        hung.close()
+        Path(address()).unlink(missing_ok=True)
