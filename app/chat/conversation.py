@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from app.chat.demo import DEFAULT_DEMO, bundled_demo_path, find_demo
 from app.chat.events import (
@@ -298,6 +298,9 @@ class ChatController:
         self._closed = False
         #: the window is closing: a reply it stops ends "interrupted", not "stopped"
         self._closing = False
+        #: replies whose final save the history refused (a full disk): message id →
+        #: finish_reply's arguments, saved again before the next reply and at close
+        self._unsaved: dict[int, tuple[Any, ...]] = {}
 
     # -- state ------------------------------------------------------------------------
     @property
@@ -379,11 +382,33 @@ class ChatController:
         ))
 
     def _history_failed(self, exc: Exception) -> None:
+        if "full" in str(exc).lower():  # SQLITE_FULL: "database or disk is full"
+            advice = ("The disk is full: free some space. What is on screen stays; a reply "
+                      "not saved is saved again with your next message and when Tandem "
+                      "closes.")
+        else:
+            advice = "If another Tandem window is open, close it; your text is kept."
         self.report(UserError(
             "History not saved",
-            f"The chat history could not be written ({exc}). If another Tandem window is "
-            "open, close it; your text is kept.", origin="history",
+            f"The chat history could not be written ({exc}). {advice}", origin="history",
         ))
+
+    def _save_unsaved(self) -> None:
+        """Save the replies whose final save failed, when the history takes them now;
+        those it still refuses stay for the next try."""
+        if self.store is None:
+            return
+        for message_id, (text, reason, stats, spans, note, seed) in list(self._unsaved.items()):
+            try:
+                self.store.finish_reply(message_id, text, reason, stats, draft_spans=spans,
+                                        note=note, seed=seed)
+            except KeyError:
+                pass  # deleted meanwhile
+            except sqlite3.Error as exc:
+                log.warning("reply %d still not saved: %s", message_id, exc)
+                continue
+            self._unsaved.pop(message_id)
+            log.info("reply %d saved after an earlier failure", message_id)
 
     # -- start and settings -----------------------------------------------------------
     def start(self, *, autoload: bool = True, problems: Sequence[UserError] = ()) -> None:
@@ -1136,6 +1161,7 @@ class ChatController:
         speculation = self.settings.speculation
         model = self.reply_model_label
         try:
+            self._save_unsaved()  # an earlier reply first: the prompt reads it back
             # the reply's own row is streaming (empty) from here: the prompt and the
             # observations leave it out
             stored = (self.store.begin_reply_version(version_of, model=model)
@@ -1259,6 +1285,8 @@ class ChatController:
             except KeyError:
                 stored = None
             except sqlite3.Error as exc:  # the reply stays on screen; the window stays usable
+                self._unsaved[reply.message_id] = (fin.text, reason, stats, spans, fin.note,
+                                                   fin.seed)
                 self._history_failed(exc)
         reply.buffer.text = fin.text
         reply.buffer.spans = spans
@@ -1337,6 +1365,9 @@ class ChatController:
         self.reply = None
         self._closed = True
         self.save_settings()
+        self._save_unsaved()
+        if self._unsaved:
+            log.error("%d replies could not be saved at close", len(self._unsaved))
         if self.store is not None:
             self.store.close()
             self.store = None

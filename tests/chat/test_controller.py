@@ -254,6 +254,51 @@ def test_a_locked_history_never_leaves_the_controller_stuck(rig: Rig, monkeypatc
     assert rig.view.errors[-1].title == "History not saved"
 
 
+def test_a_reply_the_full_disk_refused_is_saved_once_there_is_room(
+        rig: Rig, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The disk filled while a reply was written: it stays on screen, the message says
+    the disk is full (not "close another window"), and the whole reply is saved with the
+    next message once there is room, instead of its last partial save."""
+    finish = rig.store.finish_reply
+
+    def full(*_a, **_k):  # type: ignore[no-untyped-def]
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(rig.store, "finish_reply", full)
+    rig.script.replies = ["the whole reply", "second"]
+    assert rig.c.send_message("first")
+    rig.reply_done()
+    message = rig.view.errors[-1].message
+    assert "The disk is full: free some space" in message and "another Tandem" not in message
+    assert rig.stored()[-1][2] == "streaming"
+    monkeypatch.setattr(rig.store, "finish_reply", finish)  # room again
+    assert rig.c.send_message("next")
+    rig.reply_done()
+    assert rig.stored() == [("user", "first", "done", None),
+                            ("assistant", "the whole reply", "done", "stop"),
+                            ("user", "next", "done", None),
+                            ("assistant", "second", "done", "stop")]
+
+
+def test_a_reply_the_full_disk_refused_is_saved_at_close(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, Script(replies=["kept whole"]))
+    rig.start()
+    finish = rig.store.finish_reply
+
+    def full(*_a, **_k):  # type: ignore[no-untyped-def]
+        raise sqlite3.OperationalError("database or disk is full")
+
+    rig.store.finish_reply = full  # type: ignore[method-assign]
+    assert rig.c.send_message("go")
+    rig.reply_done()
+    rig.store.finish_reply = finish  # type: ignore[method-assign]
+    rig.c.close()
+    with HistoryStore.open(tmp_path / "history.sqlite3") as store:
+        [conv] = store.list_conversations()
+        assert [(m.content, m.status) for m in store.messages(conv.id)] == [
+            ("go", "done"), ("kept whole", "done")]
+
+
 def test_a_locked_history_is_reported_for_every_conversation_action(
         rig: Rig, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Rename, delete, system prompt, edit and open each say the history is locked
