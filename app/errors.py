@@ -14,6 +14,11 @@ class TandemError(Exception):
     """An error whose message is written for the user and shown verbatim."""
 
 
+class FolderError(TandemError, OSError):
+    """A folder Tandem needs is a file, or cannot be created (read-only, no permission, a
+    drive that is gone); an OSError too, for callers that catch those."""
+
+
 class ModelLoadError(TandemError):
     """A GGUF file could not be loaded (missing, not a GGUF, corrupt, out of memory)."""
 

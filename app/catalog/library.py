@@ -47,7 +47,7 @@ from app.catalog.pairing import (
     rank_drafts,
     unreadable_candidate,
 )
-from app.errors import TandemError
+from app.errors import FolderError, TandemError
 from app.formatting import loads_json
 from app.store import paths
 from app.store.files import write_text_atomic
@@ -125,13 +125,15 @@ def save_library_config(config: LibraryConfig, path: Path | None = None) -> Path
 
 
 def current_models_dir(config: LibraryConfig | None = None) -> Path:
-    """The models folder (created if missing): the configured one or ``<data>/models``."""
+    """The models folder (created if missing): the configured one or ``<data>/models``.
+
+    Raises:
+        FolderError: it is a file or cannot be created (a drive that is gone, read-only).
+    """
     config = config if config is not None else load_library_config()
     if config.models_dir is None:
         return paths.models_dir()
-    folder = config.models_dir.expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return paths.ensure_folder(config.models_dir.expanduser(), "models folder")
 
 
 def lmstudio_models_dirs() -> list[Path]:
@@ -496,6 +498,8 @@ class Library:
         self._demos = demos
         #: why the last :meth:`scan` asked to write demos left one unwritten (sentences)
         self.demo_problems: list[str] = []
+        #: why the configured models folder cannot be used (None: it can)
+        self.models_dir_problem: str | None = None
         self.config = config if config is not None else load_library_config()
         self._lmstudio_dirs = lmstudio_dirs
         self._ollama_dirs = ollama_dirs
@@ -505,7 +509,17 @@ class Library:
 
     @property
     def models_dir(self) -> Path:
-        return current_models_dir(self.config)
+        """The configured models folder, or ``<data>/models`` while the configured one
+        cannot be used (:attr:`models_dir_problem` then says why)."""
+        try:
+            folder = current_models_dir(self.config)
+        except FolderError as exc:
+            if self.models_dir_problem != str(exc):
+                log.warning("%s Using %s meanwhile.", exc, paths.models_dir())
+            self.models_dir_problem = str(exc)
+            return paths.models_dir()
+        self.models_dir_problem = None
+        return folder
 
     def missing_demos(self) -> tuple[DemoModel, ...]:
         """The package demos :meth:`scan` would write when asked to (see ``demos``)."""

@@ -311,6 +311,13 @@ def _escape_unencodable(exc: UnicodeError) -> tuple[str, int]:
     return "".join(out), exc.end
 
 
+class _PlainFormatter(logging.Formatter):
+    """``warning: message``: a log record as a line for the user."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {record.getMessage()}"
+
+
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Run the CLI; returns the process exit status (module docstring: 0, 1, 2, 130).
 
@@ -332,8 +339,12 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         from app.engine.exact import tiled_kernel_off_for_exact
 
         tiled_kernel_off_for_exact()
+    stderr = logging.StreamHandler()
+    # a warning reads "warning: …" as the error line does; --verbose names the module
+    stderr.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s")
+                        if args.verbose else _PlainFormatter())
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+                        handlers=[stderr])
     if not args.verbose:
         # llama.cpp's loader warnings are noise on a terminal; errors reach the user as
         # TandemError messages instead.

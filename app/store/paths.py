@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from app.errors import FolderError
+
 APP_NAME = "Tandem"
 HOME_ENV = "TANDEM_HOME"
 
@@ -26,9 +28,29 @@ def _home_override() -> Path | None:
     return Path(value).expanduser() if value else None
 
 
+def ensure_folder(path: Path, what: str = "folder") -> Path:
+    """``path``, created with its parents when missing.
+
+    Raises:
+        FolderError: it is a file, or cannot be created; the message names ``what`` (the
+            models folder, …), the path and the reason in words.
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        error = FolderError(f"Tandem's {what} {path} is a file, not a folder: move it away "
+                            "or choose another folder.")
+    except OSError as exc:
+        error = FolderError(f"Tandem cannot create its {what} {path}: "
+                            f"{exc.strerror or exc}.")
+        error.errno = exc.errno
+    else:
+        return path
+    raise error
+
+
 def _ensure(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return ensure_folder(path, "data folder" if path.name != "models" else "models folder")
 
 
 def config_dir() -> Path:

@@ -95,6 +95,24 @@ def test_download_and_errors(capsys: pytest.CaptureFixture[str], hub: FakeHub) -
     assert code == 2 and err == "error: y.gguf was not found in acme/x-GGUF (revision main).\n"
 
 
+def test_a_models_folder_that_is_a_file_is_one_error_line(
+        capsys: pytest.CaptureFixture[str], hub: FakeHub, tmp_path: Path) -> None:
+    """The configured models folder cannot be used (a file; a drive that is gone): a
+    download says so in one line (2), the listing warns and lists what it finds."""
+    from app.catalog.library import LibraryConfig, save_library_config
+
+    hub.add("acme/x-GGUF", "x.gguf", b"GGUF" + bytes(64))
+    a_file = tmp_path / "models"
+    a_file.write_text("")
+    save_library_config(LibraryConfig(models_dir=a_file))
+    code, out, err = run(capsys, "models", "download", "acme/x-GGUF", "x.gguf")
+    assert code == 2 and out == ""
+    assert err == (f"error: Tandem's models folder {a_file} is a file, not a folder: move it "
+                   "away or choose another folder.\n")
+    code, _, err = run(capsys, "models", "list")
+    assert code == 0 and "Traceback" not in err
+
+
 def test_download_curated_pair_checks_first(capsys: pytest.CaptureFixture[str], hub: FakeHub, tmp_path: Path) -> None:
     pair = find_pair("qwen3-8b")
     toks = token_list(151936)

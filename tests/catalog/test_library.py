@@ -133,6 +133,26 @@ def test_config_roundtrip_and_models_dir(tmp_path: Path) -> None:
     assert current_models_dir(LibraryConfig()) == paths.models_dir()
 
 
+def test_a_models_folder_that_cannot_be_made_is_said_in_words(tmp_path: Path) -> None:
+    """A configured models folder that is a file (or a drive that is gone): the CLI and
+    the downloads get a FolderError naming it; the library uses <data>/models meanwhile
+    and says why."""
+    from app.errors import FolderError
+
+    a_file = tmp_path / "a file"
+    a_file.write_text("not a folder")
+    config = LibraryConfig(models_dir=a_file)
+    with pytest.raises(FolderError, match=r"models folder .*a file is a file, not a folder"):
+        current_models_dir(config)
+    library = Library(config, lmstudio_dirs=[], ollama_dirs=[], llama_cpp_dirs=[],
+                      jan_dirs=[], hf_cache_dir=None)
+    assert library.models_dir == paths.models_dir()
+    assert library.models_dir_problem is not None and "a file" in library.models_dir_problem
+    under = LibraryConfig(models_dir=a_file / "models")  # its parent is a file
+    with pytest.raises(FolderError, match="cannot create its models folder"):
+        current_models_dir(under)
+
+
 def test_broken_config_gives_defaults(tmp_path: Path) -> None:
     path = library_config_path()
     path.write_text("{not json")

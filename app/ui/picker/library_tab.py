@@ -52,6 +52,7 @@ from app.options import (
     drafter_infos,
     drafter_unusable,
 )
+from app.store import paths
 from app.ui.picker.formatting import (
     ASSUMED_ACCEPTANCE_RATE,
     format_cost_ratio,
@@ -512,6 +513,11 @@ class LibraryTabWidget(QWidget):
         if self.library.demo_problems:  # the "Add … demo" button's write failed
             self.failed.emit(UserError("Demo model not written", " ".join(self.library.demo_problems),
                                        level="warning"))
+        if self.library.models_dir_problem:  # a drive that is gone: downloads go elsewhere
+            self.failed.emit(UserError(
+                "Models folder not found", f"{self.library.models_dir_problem} Downloads go "
+                f"to {paths.models_dir()} meanwhile (Models folder… changes it).",
+                level="warning"))
         self.scan_finished.emit(scanned)
 
     def set_entries(self, entries: tuple[LibraryEntry, ...]) -> None:

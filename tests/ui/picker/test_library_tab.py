@@ -313,3 +313,24 @@ def test_a_drafter_that_needs_no_model_stays_chosen_for_another_target(  # type:
     qtbot.waitUntil(lambda: tab.drafter is not None, timeout=SCAN_TIMEOUT_MS)
     assert tab.drafter.mode == SpecMode.AUTO
     assert w.shutdown()
+
+
+def test_a_models_folder_that_is_gone_is_said_and_downloads_go_to_the_default(  # type: ignore[no-untyped-def]
+        qtbot, tmp_path: Path) -> None:
+    """The configured models folder is a file (a drive that is gone reads the same): the
+    Models window opens, lists what it finds and says where downloads go meanwhile."""
+    from app.catalog.library import LibraryConfig, save_library_config
+    from app.store import paths
+
+    gone = tmp_path / "usb"
+    gone.write_text("")
+    save_library_config(LibraryConfig(models_dir=gone, scan_lmstudio=False, scan_hf_cache=False))
+    w = ModelPickerWindow()
+    qtbot.addWidget(w)
+    w.show()
+    wait_scanned(qtbot, w)
+    qtbot.waitUntil(lambda: w.message_bar.isVisible(), timeout=5000)
+    assert w.message_bar.title.text() == "Models folder not found:"
+    assert f"Downloads go to {paths.models_dir()} meanwhile" in w.message_bar.text.text()
+    w.close()
+    assert w.shutdown()
