@@ -126,6 +126,18 @@ def _back_to_open_conversation(gauge: SpeculationGaugeWidget, controller: ChatCo
         _show_last_reply(gauge, *controller.last_reply(), waiting=False)
 
 
+def _end_stream(chat: ChatViewWidget, reply: ActiveReply, fin: ReplyRecord,
+                stored: StoredMessage | None) -> None:
+    """A reply ended: its text and footer, or (a new one stopped before any text, which
+    the history took back) the message alone, saying so."""
+    if fin.reason == "cancelled" and not fin.text and not reply.regenerated:
+        chat.remove_from(reply.message_id, "stopped before any text.")
+        return
+    footer = (message_view(stored).footer if stored is not None
+              else reply_footer(fin.stats.to_dict(), fin.reason, fin.note))
+    chat.end_stream(reply.message_id, reply.text, reply.spans, footer)
+
+
 def _reply_failed_around(window: MainWindow, reply: ActiveReply, error: UserError) -> None:
     """Beside the chat, a failed reply: the gauge says why (and shows the open
     conversation's last reply again when it was another's), the model bar whether a
@@ -504,12 +516,7 @@ class MainWindow(QMainWindow):
 
     def reply_finished(self, reply: ActiveReply, fin: ReplyRecord,
                        stored: StoredMessage | None) -> None:
-        footer = (message_view(stored).footer if stored is not None
-                  else reply_footer(fin.stats.to_dict(), fin.reason, fin.note))
-        if fin.reason == "cancelled" and not fin.text and not reply.regenerated:
-            self.chat.remove_from(reply.message_id, "stopped before any text.")
-        else:
-            self.chat.end_stream(reply.message_id, reply.text, reply.spans, footer)
+        _end_stream(self.chat, reply, fin, stored)
         # a reply saved in the open conversation is its last reply from now on; one of
         # another conversation (opened away from while it streamed) is shown, not kept
         here = stored is not None and reply.conversation_id == self.controller.current_conversation

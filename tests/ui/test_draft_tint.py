@@ -247,3 +247,33 @@ def test_an_indented_code_block_keeps_its_lines_together(qtbot) -> None:
         lines = [line.rstrip() for line in w.shown_text.replace("\u00a0", " ").splitlines()]
         i = lines.index("def fib(n):")
         assert lines[i + 1:i + 3] == ["    if n < 2:", "        return n"], lines
+
+
+
+def test_a_long_unbroken_line_wraps_anywhere_and_stays_as_typed(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """A pasted line without spaces (minified JSON, base64): Qt's default wrapping lays
+    such a run out in time growing with its square, so a text holding one wraps
+    anywhere, in the message box and in the chat; the text is the one typed."""
+    from PySide6.QtCore import QMimeData
+    from PySide6.QtGui import QTextOption
+
+    from app.ui.chat.chat_view import MessageView, MessageWidget
+    from app.ui.chat.input_box import ComposerWidget
+    from app.ui.text_wrap import LONG_RUN
+
+    anywhere = QTextOption.WrapMode.WrapAnywhere
+    typed = "short words stay " + "x" * 200_000
+    w = MessageWidget(MessageView(1, "user", typed), tint=False)
+    qtbot.addWidget(w)
+    w.show()
+    assert w.body.wordWrapMode() == anywhere and w.shown_text == typed
+    w.set_content("ordinary words")
+    assert w.body.wordWrapMode() == QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere
+    box = ComposerWidget()
+    qtbot.addWidget(box)
+    paste = QMimeData()
+    paste.setText("y" * (LONG_RUN + 1))
+    box.input.insertFromMimeData(paste)
+    assert box.input.wordWrapMode() == anywhere
+    box.input.clear()  # gone: words wrap at their boundaries again
+    assert box.input.wordWrapMode() == QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere

@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 from app.store.history import StoredMessage
 from app.ui.chat.draft_tint import apply_tint, tinted_ranges
 from app.ui.chat.footer import reply_footer
+from app.ui.text_wrap import set_plain_text
 from app.ui.chat.markdown_render import TINT_COLOR, render_markdown
 from app.ui.chat.reply_status import WRITING
 from app.ui.chat.starter_prompts import StarterPrompt, StarterPromptsWidget
@@ -117,6 +118,7 @@ class MarkdownBrowserWidget(QTextBrowser):
 
     def loadResource(self, type: int, name: QUrl | str) -> Any:
         return None
+
 
     @Slot(QUrl)
     def _on_self_anchor_clicked(self, url: QUrl) -> None:
@@ -334,7 +336,7 @@ class MessageWidget(QFrame):
         if self.role == "user":
             # What the user typed, exactly: spaces, indentation and Markdown characters.
             self._code_blocks = ()
-            self.body.setPlainText(self._text)
+            set_plain_text(self.body, self._text)
             return
         rendered = render_markdown(self._text)
         self._code_blocks = rendered.code_blocks

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtGui import QKeyEvent
+from PySide6.QtCore import QMimeData, Qt, Signal, Slot
+from PySide6.QtGui import QKeyEvent, QTextOption
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QPlainTextEdit,
@@ -23,8 +23,8 @@ from PySide6.QtWidgets import (
 
 from app.chat.conversation import same_edit
 from app.store.settings import UiSettings
-
 from app.ui.labels import Label
+from app.ui.text_wrap import LONG_RUN, set_plain_text, wrap_mode
 
 _MIN_LINES, _MAX_LINES = 2, 8
 
@@ -56,8 +56,22 @@ class ChatInputWidget(QPlainTextEdit):
                 return
         super().keyPressEvent(event)
 
+    def insertFromMimeData(self, source: QMimeData) -> None:
+        """A paste: a text with a very long unbroken run wraps anywhere before it is laid
+        out (:func:`app.ui.text_wrap.wrap_mode`)."""
+        if source.hasText():
+            self.setWordWrapMode(wrap_mode(self.toPlainText() + source.text()))
+        super().insertFromMimeData(source)
+
+    def set_text(self, text: str) -> None:
+        """Replace the text (:func:`app.ui.text_wrap.set_plain_text`)."""
+        set_plain_text(self, text)
+
     @Slot()
     def _on_document_contents_changed(self) -> None:
+        if self.wordWrapMode() != QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere and \
+                self.document().characterCount() <= LONG_RUN:
+            self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
         lines = max(_MIN_LINES, min(_MAX_LINES, self.document().blockCount()))
         line_h = self.fontMetrics().lineSpacing()
         margins = self.contentsMargins()
@@ -175,7 +189,7 @@ class ComposerWidget(QWidget):
         else:
             self._unsent.pop(self._conversation, None)
         self._conversation = conversation_id
-        self.input.setPlainText(self._unsent.pop(conversation_id, ""))
+        self.input.set_text(self._unsent.pop(conversation_id, ""))
         if (left := self._edits.pop(conversation_id, None)) is not None:
             self.edit_resumed.emit(conversation_id, *left)
 
@@ -188,7 +202,7 @@ class ComposerWidget(QWidget):
             self._edits[conversation_id] = (message_id, text)
         else:
             box = self.input.toPlainText()
-            self.input.setPlainText(f"{box}\n\n{text}" if box.strip() else text)
+            self.input.set_text(f"{box}\n\n{text}" if box.strip() else text)
         self.save_unsent()
 
     def unsent_texts(self) -> dict[str, str]:
@@ -225,7 +239,7 @@ class ComposerWidget(QWidget):
             elif _id(conv) is not None and _id(mid) is not None and exists(int(conv)):
                 self._edits[int(conv)] = (int(mid), text)
         if not self.input.toPlainText():
-            self.input.setPlainText(self._unsent.pop(self._conversation, ""))
+            self.input.set_text(self._unsent.pop(self._conversation, ""))
         self._kept = (ui, *save)
         self.input.textChanged.connect(self.save_unsent)
         self.save_unsent()
@@ -268,7 +282,7 @@ class ComposerWidget(QWidget):
         if self._before_edit is None:
             self._before_edit = self.input.toPlainText()
         self._editing, self._edit_original = message_id, original
-        self.input.setPlainText(original if text is None else text)
+        self.input.set_text(original if text is None else text)
 
     def sent(self, text: str) -> None:
         """A user message ``text`` was stored: the box empties (:meth:`edit_ended`) when
@@ -280,7 +294,7 @@ class ComposerWidget(QWidget):
         """A message was sent or an edit cancelled: the box shows what an edit replaced,
         else nothing."""
         before, self._before_edit, self._editing = self._before_edit, None, None
-        self.input.setPlainText(before or "")
+        self.input.set_text(before or "")
         self._update_send_button()
 
     def stored_as(self, conversation_id: int | None) -> None:
