@@ -138,3 +138,61 @@ def test_the_port_taken_before_the_load_refuses_connections_until_it_serves() ->
     finally:
         sock.close()
     bind("127.0.0.1", port).close()
+
+
+def test_ctrl_c_ends_a_running_stream_with_its_cancelled_chunk_and_done(
+        smollm_path: Path, tmp_path: Path) -> None:
+    """Ctrl-C while a reply streams: the stream ends as the docs say, with a chunk whose
+    finish_reason is "cancelled" and [DONE], not cut (a client would take a cut stream
+    for a whole reply)."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    import httpx
+
+    from tests.conftest import REPO
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--model", str(smollm_path), "--port", "0",
+         "--n-ctx", "1024"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True, env={**os.environ, "TANDEM_HOME": str(tmp_path)},
+        # started as a shell's background job (`tandem serve … &`), with SIGINT ignored
+        # until the server's own handler takes it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert proc.stdout is not None
+        base = proc.stdout.readline().strip()
+        assert base.startswith("http://")
+        body = {"model": smollm_path.stem, "stream": True, "max_tokens": 2000,
+                "messages": [{"role": "user", "content": "Tell a long story."}]}
+        lines: list[str] = []
+        stopped: list[bool] = []
+        started = 0.0
+        queued: list[httpx.Response] = []  # a request waiting behind the stream
+        waiting = threading.Thread(target=lambda: queued.append(httpx.post(
+            f"{base}/chat/completions", json={**body, "stream": False}, timeout=60)))
+        with httpx.stream("POST", f"{base}/chat/completions", json=body, timeout=60) as r:
+            for line in r.iter_lines():
+                lines.append(line)
+                if len(lines) == 2:
+                    waiting.start()
+                if len(lines) == 2:
+                    started = time.monotonic()
+                if len(lines) > 2 and time.monotonic() - started > 2.0 and not stopped:
+                    proc.send_signal(signal.SIGINT)  # two seconds in: Ctrl-C
+                    stopped.append(True)
+        data = [ln[len("data: "):] for ln in lines if ln.startswith("data: ")]
+        assert data, lines
+        assert data[-1] == "[DONE]"
+        assert json.loads(data[-2])["choices"][0]["finish_reason"] == "cancelled"
+        waiting.join(30)
+        assert queued[0].json()["choices"][0]["finish_reason"] == "cancelled"
+        assert proc.wait(30) == 0  # the server stopped as asked
+    finally:
+        if proc.poll() is None:
+            proc.kill()

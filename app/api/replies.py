@@ -59,6 +59,11 @@ log = logging.getLogger(__name__)
 SEND_TIMEOUT_S = 60.0
 #: seconds between keep-alive comments on a stream
 PING_S = 15
+#: seconds a stream is given to end by itself when the server is told to stop (its job
+#: is cancelled then, so it ends within a round with a "cancelled" chunk and [DONE]);
+#: sse-starlette cuts it after that. Within uvicorn's graceful shutdown
+#: (:data:`app.api.server.GRACEFUL_S`).
+SHUTDOWN_GRACE_S = 2.5
 
 T = TypeVar("T")
 
@@ -318,7 +323,8 @@ async def stream(request: Request, reply: Reply) -> Response:
 
     return EventSourceResponse(_sse_events(feed, reply, head, framing), sep="\n",
                                ping=PING_S, send_timeout=SEND_TIMEOUT_S,
-                               client_close_handler_callable=on_close)
+                               client_close_handler_callable=on_close,
+                               shutdown_grace_period=SHUTDOWN_GRACE_S)
 
 
 def progress_comment(fields: dict[str, int]) -> ServerSentEvent:

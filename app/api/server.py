@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 #: the longest request head h11 reads (its default), bytes; above it: 400
 MAX_HEAD_BYTES = 16 * 1024
+#: seconds uvicorn waits for running requests when told to stop, before it cuts them
+GRACEFUL_S = 3.0
 
 
 class ApiAddressError(TandemError):
@@ -161,7 +163,7 @@ class ApiServer:
         config = uvicorn.Config(self.app, log_level="warning", access_log=False,
                                 lifespan="off", http=protocol_factory(self.limits),
                                 loop="asyncio", h11_max_incomplete_event_size=MAX_HEAD_BYTES,
-                                timeout_graceful_shutdown=3, server_header=False)
+                                timeout_graceful_shutdown=GRACEFUL_S, server_header=False)
         self._server = uvicorn.Server(config)
         return self._server
 
