@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 #: the longest request head h11 reads (its default), bytes; above it: 400
 MAX_HEAD_BYTES = 16 * 1024
 #: seconds uvicorn waits for running requests when told to stop, before it cuts them
-GRACEFUL_S = 3.0
+GRACEFUL_S = 3
 
 
 class ApiAddressError(TandemError):

@@ -842,6 +842,7 @@ class ChatController:
         self.current_conversation = conversation_id
         self.cancel_edit()
         self.view.clear_errors("search")  # where another conversation's search was found
+        self.view.clear_errors("reply")  # "not sent yet" and the like: about the box left
         conv: Conversation | None = None
         stored: list[StoredMessage] = []
         last_stats: SpecStats | None = None

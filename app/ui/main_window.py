@@ -127,15 +127,20 @@ def _back_to_open_conversation(gauge: SpeculationGaugeWidget, controller: ChatCo
 
 
 def _end_stream(chat: ChatViewWidget, reply: ActiveReply, fin: ReplyRecord,
-                stored: StoredMessage | None) -> None:
-    """A reply ended: its text and footer, or (a new one stopped before any text, which
-    the history took back) the message alone, saying so."""
-    if fin.reason == "cancelled" and not fin.text and not reply.regenerated:
-        chat.remove_from(reply.message_id, "stopped before any text.")
-        return
+                stored: StoredMessage | None) -> bool:
+    """A reply ended: its text and footer; False for one stopped before any text,
+    which the history takes back (a new one: the message alone, saying so; a new
+    version: the earlier one comes back)."""
+    if fin.reason == "cancelled" and not fin.text:
+        if reply.regenerated:
+            chat.end_stream(reply.message_id, "", (), "")  # the earlier version follows
+        else:
+            chat.remove_from(reply.message_id, "stopped before any text.")
+        return False
     footer = (message_view(stored).footer if stored is not None
               else reply_footer(fin.stats.to_dict(), fin.reason, fin.note))
     chat.end_stream(reply.message_id, reply.text, reply.spans, footer)
+    return True
 
 
 def _reply_failed_around(window: MainWindow, reply: ActiveReply, error: UserError) -> None:
@@ -275,8 +280,6 @@ class MainWindow(QMainWindow):
         self.model_bar = ModelBarWidget()
         self.model_bar.set_speculation(self.settings.speculation)
         col.addWidget(self.model_bar)
-        self.message_bar = MessageBarWidget()
-        col.addWidget(self.message_bar)
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.conversations = ConversationListWidget()
         # a sidebar that stays usable (titles readable, buttons whole) at 1024 px wide
@@ -299,6 +302,9 @@ class MainWindow(QMainWindow):
         self.stack.addWidget(self.welcome_page)
         self.stack.addWidget(self.chat)
         cl.addWidget(self.stack, 1)
+        # above the message box: showing it moves neither the list nor the model bar
+        self.message_bar = MessageBarWidget()
+        cl.addWidget(self.message_bar)
         self.composer = ComposerWidget()
         self.input = self.composer.input
         self.send_button = self.composer.send_button
@@ -516,12 +522,13 @@ class MainWindow(QMainWindow):
 
     def reply_finished(self, reply: ActiveReply, fin: ReplyRecord,
                        stored: StoredMessage | None) -> None:
-        _end_stream(self.chat, reply, fin, stored)
-        # a reply saved in the open conversation is its last reply from now on; one of
-        # another conversation (opened away from while it streamed) is shown, not kept
+        shown = _end_stream(self.chat, reply, fin, stored)
+        # saved in the open conversation: its last reply now; another's is shown, not kept
         here = stored is not None and reply.conversation_id == self.controller.current_conversation
         self.gauge.end_reply(fin.stats, fin.note, stored=here,
                              model=stored.model if stored is not None else None)
+        if not shown:  # no reply after all: the gauge shows the last one
+            _show_last_reply(self.gauge, *self.controller.last_reply(), waiting=False)
         _back_to_open_conversation(self.gauge, self.controller, reply)
         remote = fin.stats.extra.get("remote")
         if isinstance(remote, dict):  # llama-server names its drafter after a request
