@@ -370,8 +370,8 @@ class ChatController:
         if error.detail:
             log.error("%s: %s\n%s", error.title, error.message, error.detail)
         else:
-            log.log(logging.WARNING if error.level == "warning" else logging.ERROR,
-                    "%s: %s", error.title, error.message)
+            log.log({"info": logging.INFO, "warning": logging.WARNING}.get(
+                error.level, logging.ERROR), "%s: %s", error.title, error.message)
         self.view.show_error(error)
 
     def _history_unreadable(self, exc: Exception) -> None:

@@ -34,7 +34,8 @@ k sweep, a lookup estimate, or any other work run on the session (``task``)."""
 class UserError:
     """A problem to show the user: a title, a sentence, and for bugs where the details went.
 
-    ``level``: ``error`` (red) or ``warning`` (amber). ``detail``: traceback text, written
+    ``level``: ``error`` (red), ``warning`` (amber) or ``info`` (green: something done,
+    such as where an export went). ``detail``: traceback text, written
     to the log only, never shown in the window. ``origin``: the kind of work that failed
     (a :data:`JobKind`, or ``history``/``settings``/``download``…), so a consumer can
     treat errors by kind (clear a load error once a load succeeds) instead of by wording.

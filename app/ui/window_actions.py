@@ -15,6 +15,7 @@ makes Enter (and the keypad's Enter) press the focused button everywhere, as use
 from __future__ import annotations
 
 import html
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,8 +109,14 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
     file_menu.addSeparator()
     quit_action = add("Quit", quit_keys(), window.close, True)
     quit_action.setMenuRole(QAction.MenuRole.QuitRole)
+    native = QKeySequence.SequenceFormat.NativeText
     shortcut_rows += [("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
-                      ("Press the focused button", "Enter or Space")]
+                      ("Press the focused button", "Enter or Space"),
+                      # the conversation list's own keys (Qt's edit key, the Delete key)
+                      ("Rename the selected conversation",
+                       "Return" if sys.platform == "darwin" else "F2"),
+                      ("Delete the selected conversation", QKeySequence(
+                          QKeySequence.StandardKey.Delete).toString(native))]
 
     disconnect = None
     if server is not None:

@@ -264,6 +264,9 @@ def test_help_has_shortcuts_docs_log_folder_and_report(  # type: ignore[no-untyp
     [dialog] = [d for d in window.findChildren(QDialog) if d.objectName() == "shortcutsDialog"]
     texts = [label.text() for label in dialog.findChildren(QLabel)]
     assert "Quit" in texts and "<b>Ctrl+Q</b>" in texts and "<b>Esc or Ctrl+.</b>" in texts
+    # the conversation list's own keys are listed too
+    assert "Rename the selected conversation" in texts and "<b>F2</b>" in texts
+    assert "Delete the selected conversation" in texts and "<b>Del</b>" in texts
     dialog.close()
 
     window.window_actions.documentation.trigger()

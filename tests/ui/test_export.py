@@ -180,6 +180,9 @@ def test_the_dialog_writes_the_chosen_type_and_opens_where_the_last_export_went(
         data = json.loads((tmp_path / "out" / "summary.json").read_text())
         assert data["messages"][0]["content"] == "What do foxes eat?"
         assert asked[0] == str(Path.home() / "Fox diet.md")
+        done = c.view.errors[-1]  # type: ignore[attr-defined]
+        assert (done.title, done.level) == ("Exported", "info")
+        assert done.message == f"The conversation was saved to {tmp_path / 'out' / 'summary.json'}."
         assert export_with_dialog(None, c, cid)  # type: ignore[arg-type]
         assert asked[1] == str(tmp_path / "out" / "Fox diet.md")
     finally:

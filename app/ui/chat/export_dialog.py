@@ -91,4 +91,6 @@ def export_with_dialog(parent: QWidget, controller: ChatController,
         return False
     ui.export_folder = str(path.parent)
     controller.save_settings()
+    controller.report(UserError("Exported", f"The conversation was saved to {path}.",
+                                level="info", origin="export"))
     return True
