@@ -43,7 +43,7 @@ from app.catalog.server_command import (
 from app.chat.events import ModelInfo
 from app.errors import TandemError
 from app.formatting import serve_note_words
-from app.options import DEFAULT_PORT, SpeculationConfig
+from app.options import DEFAULT_PORT, N_CTX_MAX, SpeculationConfig
 from app.ui.labels import Label
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -51,10 +51,13 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 class ServerCommandDialog(QDialog):
     """The launch command for ``target`` (+ ``draft``) with ``speculation``'s drafter;
-    ``draft_is_assistant``: ``draft`` is an MTP assistant (MTP drafts with it)."""
+    ``draft_is_assistant``: ``draft`` is an MTP assistant (MTP drafts with it);
+    ``n_ctx``: the context length Tandem runs it with, tokens (the command's, until
+    changed; None: the model's own)."""
 
     def __init__(self, target: Path, draft: Path | None, speculation: SpeculationConfig,
-                 parent: QWidget | None = None, *, draft_is_assistant: bool = False) -> None:
+                 parent: QWidget | None = None, *, draft_is_assistant: bool = False,
+                 n_ctx: int | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Run this on a bigger machine")
         self.setObjectName("serverCommandDialog")
@@ -91,6 +94,14 @@ class ServerCommandDialog(QDialog):
         self.gpus_spin.setToolTip("vLLM spreads the target over this many GPUs "
                                   "(--tensor-parallel-size); llama-server uses every visible GPU")
         form.addRow("GPUs", self.gpus_spin)
+        self.ctx_spin = QSpinBox()
+        self.ctx_spin.setRange(0, N_CTX_MAX)
+        self.ctx_spin.setSingleStep(1024)
+        self.ctx_spin.setSpecialValueText("the model's own")
+        self.ctx_spin.setValue(n_ctx or 0)
+        self.ctx_spin.setToolTip("The server's context length in tokens (-c, --max-model-len); "
+                                 "Tandem's own to start with")
+        form.addRow("Context", self.ctx_spin)
         self.repo_edit = QLineEdit()
         self.repo_edit.setPlaceholderText("owner/name of the original weights, e.g. "
                                           "HuggingFaceTB/SmolLM2-1.7B-Instruct")
@@ -121,6 +132,7 @@ class ServerCommandDialog(QDialog):
         self.engine_combo.currentIndexChanged.connect(self._on_option_changed)
         self.port_spin.valueChanged.connect(self._on_option_changed)
         self.gpus_spin.valueChanged.connect(self._on_option_changed)
+        self.ctx_spin.valueChanged.connect(self._on_option_changed)
         self.key_box.toggled.connect(self._on_option_changed)
         self.repo_edit.textChanged.connect(self._on_option_changed)
         self.refresh()
@@ -133,6 +145,7 @@ class ServerCommandDialog(QDialog):
                         draft=None if self._assistant else self._draft,
                         assistant=self._assistant,
                         port=self.port_spin.value(), gpus=self.gpus_spin.value(),
+                        ctx_size=self.ctx_spin.value() or None,
                         api_key_env=DEFAULT_API_KEY_ENV if self.key_box.isChecked() else None)
         repo = self.repo_edit.text().strip()
         if self.engine() is ServeEngine.VLLM and _REPO_ID.match(repo):
@@ -186,7 +199,8 @@ def open_server_command(info: ModelInfo | None, speculation: SpeculationConfig,
         box.open()
         return None
     dialog = ServerCommandDialog(info.target_path, info.draft_path, speculation,
-                                 parent=parent, draft_is_assistant=info.draft_is_assistant)
+                                 parent=parent, draft_is_assistant=info.draft_is_assistant,
+                                 n_ctx=info.n_ctx or None)
     dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     dialog.open()
     return dialog

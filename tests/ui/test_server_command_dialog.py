@@ -48,6 +48,18 @@ def test_the_command_follows_the_engine_and_copies(qtbot, tmp_path: Path) -> Non
     assert dialog.copy_button.text() == "Copy"
 
 
+def test_the_command_runs_tandems_context_length_until_changed(qtbot, tmp_path: Path) -> None:
+    target = tmp_path / "SmolLM2-1.7B-Instruct-Q4_K_M.gguf"
+    dialog = ServerCommandDialog(target, None, SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP),
+                                 n_ctx=8192)
+    qtbot.addWidget(dialog)
+    assert " -c 8192" in dialog.command_edit.toPlainText()
+    dialog.engine_combo.setCurrentIndex(1)  # vLLM
+    assert "--max-model-len 8192" in dialog.command_edit.toPlainText()
+    dialog.ctx_spin.setValue(0)  # "the model's own"
+    assert "--max-model-len" not in dialog.command_edit.toPlainText()
+
+
 def test_vllm_asks_for_the_weights_of_an_unknown_gguf(qtbot, tmp_path: Path) -> None:
     dialog = ServerCommandDialog(tmp_path / "mine.gguf", None,
                                  SpeculationConfig(mode=SpecMode.PROMPT_LOOKUP))
