@@ -63,7 +63,7 @@ from app.cli.remote import (
     refuse_key_without_server,
     run_remote_generate,
 )
-from app.cli.report import reply_stats_line, write_reply_text
+from app.cli.report import end_reply_line, reply_stats_line, write_reply_text
 from app.errors import LoadCancelledError, TandemError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -164,7 +164,7 @@ def _run_generate(args: argparse.Namespace) -> int:
             "stats": result.stats.to_dict(),
         }, indent=None)
     else:
-        sys.stdout.write("\n")
+        end_reply_line(always=True)
         if result.note:
             print(result.note, file=sys.stderr)
         print(reply_stats_line(result), file=sys.stderr)
@@ -365,9 +365,11 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     try:
         return handler(args)
     except TandemError as exc:
+        end_reply_line()  # a reply cut short: the error starts a line of its own
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        end_reply_line()
         return 130
     except BrokenPipeError:
         # the reader went away (``… | head``): stop quietly, as the Python docs advise

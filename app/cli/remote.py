@@ -23,7 +23,7 @@ import threading
 from typing import Any
 
 from app.cli.json_output import print_json
-from app.cli.report import write_reply_text
+from app.cli.report import end_reply_line, write_reply_text
 from app.errors import TandemError
 from app.formatting import advice_words, printable
 from app.remote.client import RemoteClient, RemoteDelta, RemoteResult, ServerInfo
@@ -193,7 +193,7 @@ def run_remote_generate(args: argparse.Namespace, cancel: threading.Event) -> in
                     "server": server_json(info, args.model),
                     "stats": remote_stats_json(info, args.model, result)}, indent=None)
     else:
-        sys.stdout.write("\n")
+        end_reply_line(always=True)
         print(stats_line(info, result), file=sys.stderr)
         advice = remote_extra(info, args.model, result)["advice"]
         if advice:

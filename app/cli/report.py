@@ -46,12 +46,30 @@ BENCH_LEGEND = (
 )
 
 
+#: whether reply text on stdout ended without a line end (an error line then starts a
+#: line of its own: :func:`end_reply_line`)
+_line_open = False
+
+
 def write_reply_text(text: str) -> None:
     """Reply text (a local model's or a server's) on stdout as it arrives: its control
     characters escaped on a terminal (an escape sequence would act on it), as they are
     otherwise (piped, it is data)."""
+    global _line_open
     sys.stdout.write(printable(text) if sys.stdout.isatty() else text)
     sys.stdout.flush()
+    if text:
+        _line_open = not text.endswith("\n")
+
+
+def end_reply_line(always: bool = False) -> None:
+    """End the reply's line on stdout: when text written by :func:`write_reply_text` left
+    it open (an error or Ctrl-C cut the reply), or ``always`` (the reply ended)."""
+    global _line_open
+    if _line_open or always:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    _line_open = False
 
 
 def _ms(v: float | None) -> float | None:

@@ -303,3 +303,19 @@ def test_lines_end_at_cr_lf_or_crlf_only_and_are_bounded() -> None:
         "data: a", "data: b\u2028c", "", "data: d", "last"]
     with pytest.raises(LineTooLongError):
         list(bounded_lines(iter(["x" * 60, "y" * 60]), 100))
+
+
+def test_the_cli_ends_the_cut_reply_line_before_its_error(
+        broken: BrokenServer, capsys: pytest.CaptureFixture[str]) -> None:
+    """`generate --server` on a stream that drops: the text received, then a line end on
+    stdout, and the error on a line of its own ("Hello, worlderror: …" before)."""
+    from app.cli.main import main
+
+    broken.mode = "drop-chunked"
+    try:
+        code = main(["generate", "--server", broken.base_url, "--model", "broken", "--chat",
+                     "hi"])
+    finally:
+        broken.mode = "ok"
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "Hello, world\n" and err.startswith("error: ")
