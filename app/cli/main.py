@@ -142,7 +142,9 @@ def _run_generate(args: argparse.Namespace) -> int:
             with Session.open(config, progress=lambda _p: not cancel.is_set()) as session:
                 for note in session.notes:
                     print(f"note: {note}", file=sys.stderr)
-                if args.chat and session.chat_format.uses_fallback:
+                fmt = session.chat_format
+                # (a template that could not be used said so in its own note above)
+                if args.chat and fmt.uses_fallback and fmt.template_error is None:
                     print(f"note: {config.target_path.name} has no chat template: --chat "
                           "wrote a plain User/Assistant transcript, which a base model may "
                           "only continue", file=sys.stderr)
