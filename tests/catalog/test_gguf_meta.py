@@ -299,8 +299,8 @@ def test_the_stock_reader_misses_what_we_catch(tiny: Path) -> None:
 def test_missing_file_and_directory(tmp_path: Path) -> None:
     with pytest.raises(GGUFError, match="not found"):
         inspect_gguf(tmp_path / "nope.gguf")
-    with pytest.raises(GGUFError, match="not found"):
-        inspect_gguf(tmp_path)
+    with pytest.raises(GGUFError, match="is a folder, not a GGUF file"):
+        inspect_gguf(tmp_path)  # what it is instead, as generate says
 
 
 def test_remote_prefix_parse_asks_for_more(smollm_path: Path, tmp_path: Path) -> None:
