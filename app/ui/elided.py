@@ -13,9 +13,11 @@ from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QLabel, QPushButton, QSizePolicy, QWidget
 
 
-def elided(widget: QWidget, text: str, width: int) -> str:
-    """``text`` shortened in the middle with "…" to fit ``width`` pixels in ``widget``'s font."""
-    return widget.fontMetrics().elidedText(text, Qt.TextElideMode.ElideMiddle, max(0, width))
+def elided(widget: QWidget, text: str, width: int,
+           mode: Qt.TextElideMode = Qt.TextElideMode.ElideMiddle) -> str:
+    """``text`` shortened with "…" (in the middle, or where ``mode`` says) to fit
+    ``width`` pixels in ``widget``'s font."""
+    return widget.fontMetrics().elidedText(text, mode, max(0, width))
 
 
 class _ElidedText:
@@ -30,6 +32,7 @@ class _ElidedText:
     _min_px: int
     _keep = ""  # a text never elided (keep_whole)
     _prefix = ""  # the start of the text never elided (keep_prefix)
+    _mode = Qt.TextElideMode.ElideMiddle  # where "…" goes
 
     def full_text(self) -> str:
         return self._full
@@ -74,18 +77,21 @@ class _ElidedText:
             if rest >= metrics.horizontalAdvance("ab…yz"):
                 self.setText(prefix + elided(self, full[len(prefix):], rest))  # type: ignore[attr-defined, arg-type]
                 return
-        self.setText(elided(self, full, width))  # type: ignore[attr-defined, arg-type]
+        self.setText(elided(self, full, width, self._mode))  # type: ignore[attr-defined, arg-type]
 
 
 class ElidedLabelWidget(_ElidedText, QLabel):
     """A one-line label that elides its text (in the middle, "…") to the width it gets:
     it asks for its text's width up to ``max_px`` and shrinks to ``min_px`` when space is
     short, never wraps and never widens its window. The whole text is :meth:`full_text`
-    and the tooltip."""
+    and the tooltip. ``sentence``: the text is words, not a name: it is cut at its end,
+    so what shows reads from the start."""
 
     def __init__(self, text: str = "", parent: QWidget | None = None, *,
-                 max_px: int = 10_000, min_px: int = 60) -> None:
+                 max_px: int = 10_000, min_px: int = 60, sentence: bool = False) -> None:
         QLabel.__init__(self, parent)
+        if sentence:
+            self._mode = Qt.TextElideMode.ElideRight
         self.setWordWrap(False)
         self.setTextFormat(Qt.TextFormat.PlainText)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)

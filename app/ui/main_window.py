@@ -23,6 +23,7 @@ from PySide6.QtGui import QCloseEvent, QIcon
 from PySide6.QtWidgets import (
     QDialog,
     QFileDialog,
+    QLineEdit,
     QMainWindow,
     QMenu,
     QMessageBox,
@@ -193,6 +194,19 @@ def _ask_to_delete(window: QWidget, title: str | None) -> bool:
     return box.exec() == QMessageBox.StandardButton.Yes
 
 
+def _escape(window: MainWindow) -> None:
+    """Esc: in the conversation search box with text, empty it; else stop the reply, or
+    leave editing a message (asking first when its text was changed)."""
+    search: QLineEdit = window.conversations.search
+    if search.hasFocus() and search.text():
+        search.clear()
+    elif window.controller.reply is not None:
+        window.controller.stop_reply()
+    elif window.controller.editing_message_id is not None and (
+            window.composer.edit_unchanged or _ask_to_discard_rewrite(window)):
+        window._on_composer_cancel_edit_clicked()
+
+
 def _ask_to_discard_rewrite(window: QWidget) -> bool:
     """Whether the user confirms leaving an edit whose text was changed (Esc); Enter
     keeps editing: throwing the rewrite away takes a deliberate Discard."""
@@ -322,7 +336,7 @@ class MainWindow(QMainWindow):
         col.addWidget(self.splitter, 1)
         self.setCentralWidget(central)
         # elided, so that a long status leaves the API's address beside it whole
-        self.status_label = ElidedLabelWidget(min_px=120)
+        self.status_label = ElidedLabelWidget(min_px=120, sentence=True)
         self.statusBar().addWidget(self.status_label, 1)
         self.api_status_label = Label()
         self.statusBar().addPermanentWidget(self.api_status_label)
@@ -633,11 +647,7 @@ class MainWindow(QMainWindow):
             self.composer.deleting(conversation_id, self.controller.delete_conversation)
 
     def _stop_or_leave_edit(self) -> None:  # Esc
-        if self.controller.reply is not None:
-            self.controller.stop_reply()
-        elif self.controller.editing_message_id is not None and (
-                self.composer.edit_unchanged or _ask_to_discard_rewrite(self)):
-            self._on_composer_cancel_edit_clicked()
+        _escape(self)
 
     @Slot()
     def _on_composer_cancel_edit_clicked(self) -> None:

@@ -7,8 +7,9 @@ from a template or a server in a tooltip would draw headings, images and links. 
 filter that :func:`install` puts on the application shows every tooltip as escaped text
 (:func:`wrapped`: long ones as a wrapping paragraph), so no call site has to remember:
 a widget's own tooltip, a menu action's, and an item view's item or header section (a
-list, a tree, a combo box's popup), whose tooltip lives in the model. Tandem writes no
-rich-text tooltips; the tooltips themselves are left as they were set.
+list, a tree, a combo box's popup), whose tooltip lives in the model. A form's label
+without a tooltip of its own shows its field's. Tandem writes no rich-text tooltips; the
+tooltips themselves are left as they were set.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
     QHeaderView,
+    QLabel,
     QMenu,
     QToolTip,
     QWidget,
@@ -59,6 +61,13 @@ class _WrapToolTips(QObject):
                 return False  # Qt's own rule: an action's tooltip that is its text is not shown
             return _show(event, wrapped(tip), tip, watched)  # type: ignore[arg-type]
         tip = watched.toolTip()
+        if not tip and isinstance(watched, QLabel) and (buddy := watched.buddy()) is not None \
+                and buddy.toolTip():
+            # a form's label ("Temperature") explains what its field's tooltip does
+            tip = buddy.toolTip()
+            QToolTip.showText(event.globalPos(), wrapped(tip), watched,  # type: ignore[attr-defined]
+                              QRect(), watched.toolTipDuration())
+            return True
         return _show(event, wrapped(tip), tip, watched)  # type: ignore[arg-type]
 
 

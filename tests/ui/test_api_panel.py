@@ -47,6 +47,9 @@ def test_serve_api_gauge_follows_an_api_request(qtbot, window) -> None:  # type:
     label = window.api_status_label
     assert label.width() >= label.fontMetrics().horizontalAdvance(label.text())
     assert window.status_label.text() != window.status_label.full_text()  # elided
+    # words, cut at their end: what shows reads from the start
+    assert window.status_label.text().startswith("a status far longer")
+    assert window.status_label.text().endswith("…")
     window.state_changed()
 
     model = httpx.get(base + "/models").json()["data"][0]["id"]

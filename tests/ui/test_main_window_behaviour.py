@@ -390,6 +390,18 @@ def test_esc_leaves_editing_when_no_reply_runs(qtbot, tiny_window) -> None:  # t
     assert all("+" in k.toString() for k in quit_keys())  # no bare "Exit" key listed
 
 
+def test_esc_in_the_search_box_clears_the_search_first(qtbot, tiny_window) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import Qt
+
+    w = tiny_window
+    w.activateWindow()
+    search = w.conversations.search
+    search.setFocus()
+    qtbot.keyClicks(search, "palindrome")
+    qtbot.keyClick(search, Qt.Key.Key_Escape)
+    assert search.text() == ""
+
+
 def test_esc_asks_before_throwing_a_rewrite_away(qtbot, tiny_window,  # type: ignore[no-untyped-def]
                                                  monkeypatch) -> None:
     """Esc while an edit's text was changed asks first: "Keep editing" (the default)

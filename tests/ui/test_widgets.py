@@ -652,6 +652,20 @@ def test_long_plain_tooltips_are_wrapped_when_shown(qtbot) -> None:
     assert QToolTip.text() == tooltips.wrapped(long)
     assert label.toolTip() == long  # the widget keeps its own text
     QToolTip.hideText()
+    # a form's label without a tooltip shows its field's (hovering "Temperature")
+    from PySide6.QtWidgets import QFormLayout, QSpinBox, QWidget
+
+    form_widget = QWidget()
+    qtbot.addWidget(form_widget)
+    form = QFormLayout(form_widget)
+    field = QSpinBox()
+    field.setToolTip("randomness")
+    form.addRow("Temperature", field)
+    row_label = form.labelForField(field)
+    QApplication.sendEvent(row_label, QHelpEvent(QEvent.Type.ToolTip, QPoint(1, 1),
+                                                 QPoint(1, 1)))
+    assert QToolTip.text() == "randomness" and row_label.toolTip() == ""
+    QToolTip.hideText()
 
 
 def test_tooltips_that_look_like_html_are_shown_as_text(qtbot) -> None:
