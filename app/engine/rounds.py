@@ -207,6 +207,29 @@ class PlainSteps:
         return step, (deciles[0], deciles[-1]), source
 
 
+#: a plain baseline: (step seconds, (low, high), "reply" or "recent")
+Baseline = tuple[float, tuple[float, float], str]
+
+
+def combined_baseline(segments: Sequence[tuple[float, Baseline | None]]) -> Baseline | None:
+    """The plain baseline of a reply whose thread count changed while it ran: one
+    ``(decode seconds, baseline)`` per stretch at one count. Plain decoding over the same
+    stretches would have made Σ dᵢ / bᵢ tokens, so the reply's plain step is
+    Σ dᵢ / Σ (dᵢ / bᵢ) (the low and high ends alike); None when a stretch that took time
+    has no baseline (a measured speedup against one count alone would compare another
+    moment). "reply" only when every stretch's baseline is."""
+    timed = [(d, b) for d, b in segments if d > 0]
+    if not timed or any(b is None for _, b in timed):
+        return None
+    total = sum(d for d, _ in timed)
+
+    def step(pick: Callable[[Baseline], float]) -> float:
+        return total / sum(d / pick(b) for d, b in timed if b is not None)
+
+    source = "reply" if all(b is not None and b[2] == "reply" for _, b in timed) else "recent"
+    return (step(lambda b: b[0]), (step(lambda b: b[1][0]), step(lambda b: b[1][1])), source)
+
+
 class Round:
     """Drafting and verification for one reply, one :meth:`run` per round.
 

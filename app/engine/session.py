@@ -67,7 +67,14 @@ from app.engine.probe import probe_model
 from app.engine.sampling import TargetSampler
 from app.engine.stats import MIN_DRAFT_ROUNDS_FOR_SPEEDUP, MIN_VERIFIED_FOR_SPEEDUP, SpecStats
 from app.engine.suffix import SuffixIndex
-from app.engine.rounds import PlainStep, PlainSteps, Round, Verifier
+from app.engine.rounds import (
+    Baseline,
+    PlainStep,
+    PlainSteps,
+    Round,
+    Verifier,
+    combined_baseline,
+)
 from app.engine.text import TextStream
 from app.errors import (
     ContextOverflowError,
@@ -316,6 +323,10 @@ class _Reply:
         self.emitted: list[int] = []
         self.times: list[float] = []
         self.own_plain: list[float] = []  # this reply's one-token pass times, seconds
+        #: stretches at earlier thread counts: (decode seconds, their plain baseline), and
+        #: when the current one began (None: at the prefill's end)
+        self.stretches: list[tuple[float, Baseline | None]] = []
+        self.stretch_start: float | None = None
         self.last_pass = 0  # tokens in the reply's latest target pass (0: the prefill's)
         self.passes0 = 0  # the drafter's forward passes before this reply
         self.end: FinishReason | None = None
@@ -1056,7 +1067,7 @@ class Session:
             full = context_full_note(ctx.n_ctx)  # said last: the ending is read from it
             reply.note = f"{reply.note}\n{full}" if reply.note else full
             return "length"
-        self._govern_threads(reply)
+        self._govern_threads(reply, rnd.clock())
         drafts: list[int] = []
         keys: tuple[Hashable, ...] | None = None
         now = time.monotonic()
@@ -1152,11 +1163,18 @@ class Session:
         rnd.drafter = rnd.policy = None
         reply.note = "The KV cache could not roll back; speculation was turned off."
 
-    def _govern_threads(self, reply: _Reply) -> None:
-        """Switch the thread count when the governor says the free cores changed."""
-        n = self._governor.poll(self.ctx.n_threads)
+    def _govern_threads(self, reply: _Reply, now: float) -> None:
+        """Switch the thread count when the governor says the free cores changed; the
+        stretch decoded at the old count keeps its own plain baseline (``now``: the
+        reply's clock)."""
+        old = self.ctx.n_threads
+        n = self._governor.poll(old)
         if n is None:
             return
+        start = reply.t_prefill if reply.stretch_start is None else reply.stretch_start
+        reply.stretches.append((now - start, self._plain_steps.baseline(
+            reply.own_plain, time.monotonic(), old, self._governor.other)))
+        reply.stretch_start = now
         self.ctx.set_threads(n, n)
         reply.own_plain.clear()  # passes at the old count are no baseline any more
         reply.last_pass = 0  # nor is the next, the first at the new count
@@ -1171,6 +1189,9 @@ class Session:
         n_threads = self.ctx.n_threads
         other = self._governor.other
         base = self._plain_steps.baseline(reply.own_plain, time.monotonic(), n_threads, other)
+        if reply.stretches:  # the thread count changed: each stretch against its own
+            start = reply.t_prefill if reply.stretch_start is None else reply.stretch_start
+            base = combined_baseline([*reply.stretches, (now - start, base)])
         return SpecStats(
             mode=rnd.mode,
             draft_max=c.k,

@@ -191,6 +191,24 @@ def test_a_reply_without_enough_plain_steps_times_them_at_its_end(
         assert "baseline" not in events[events.index("end"):]
 
 
+def test_a_reply_whose_threads_changed_is_measured_against_each_stretchs_baseline() -> None:
+    """2 s at 2 threads (10 ms steps), then 2 s at 1 thread (20 ms): plain decoding would
+    have made 200 + 100 tokens, so the reply's plain step is 4 s / 300 (13.3 ms), not
+    the last stretch's 20 ms (which would overstate the speedup by half) nor the first's
+    10 ms."""
+    from app.engine.rounds import combined_baseline
+
+    two, one = (0.010, (0.009, 0.012), "reply"), (0.020, (0.018, 0.025), "reply")
+    step, (lo, hi), source = combined_baseline([(2.0, two), (2.0, one)])  # type: ignore[misc]
+    assert step == pytest.approx(4.0 / 300) and source == "reply"
+    assert lo == pytest.approx(4.0 / (2.0 / 0.009 + 2.0 / 0.018))
+    assert hi == pytest.approx(4.0 / (2.0 / 0.012 + 2.0 / 0.025))
+    assert combined_baseline([(2.0, None), (2.0, one)]) is None  # a stretch without one
+    assert combined_baseline([(0.0, None), (2.0, one)]) == one  # no time at the old count
+    assert combined_baseline([(1.0, (0.01, (0.01, 0.01), "recent")), (1.0, one)])[2] == \
+        "recent"  # type: ignore[index]
+
+
 def test_threads_change_between_rounds_without_changing_the_text(tiny_target: Path) -> None:
     prompt = [BOS] + [300, 301, 302, 303, 304, 305] * 6
     greedy = SamplingParams(temperature=0.0, max_tokens=32)
@@ -203,6 +221,12 @@ def test_threads_change_between_rounds_without_changing_the_text(tiny_target: Pa
         busy = run(s, prompt, greedy, spec)
         assert s.ctx.n_threads == 1 and busy.stats.n_threads == 1
         assert busy.ids == before.ids
+        # the 2-thread stretch before the switch kept its own baseline: the reply's is
+        # the two stretches' together (or none), never the 1-thread passes' alone
+        st = busy.stats
+        if st.plain_step_time is not None:
+            lo, hi = st.plain_step_range  # type: ignore[misc]
+            assert lo <= st.plain_step_time <= hi
         cpu.other = 0.0
         quiet = run(s, prompt, greedy, spec)
         assert s.ctx.n_threads == 2 and quiet.ids == before.ids
