@@ -7,7 +7,8 @@ decode tok/s × its plain baseline, from the one-token passes timed during it, a
 gauge shows) is compared with the true one: the speculative reply's decode rate over the
 plain reply's. Both baselines are taken from the same passes of the same reply: the mean
 with the fastest and slowest tenth left out (what Tandem shows) and the median (the
-unhindered step), so one run compares the two.
+unhindered step), so one run compares the two (over the replies whose own passes the
+gauge used; the others took recent passes of the session).
 
 Load: ``--busy`` processes beside Tandem, ``--pattern steady`` (busy loops) or ``bursty``
 (each busy for 30 ms, then idle for 0–60 ms at random, as a test suite or a build
@@ -74,8 +75,12 @@ def _replies(args: argparse.Namespace) -> list[dict[str, Any]]:
         true = (spec_stats.decode_tps / off.decode_tps
                 if spec_stats.decode_tps and off.decode_tps else None)
         shown = spec_stats.measured_speedup
+        # (with fewer of its own passes than min_own the gauge took recent ones instead:
+        # no median of the same passes then)
         median = (spec_stats.decode_tps * statistics.median(passes)
-                  if shown is not None and passes and spec_stats.decode_tps else None)
+                  if shown is not None and len(passes) >= PlainSteps.min_own
+                  and spec_stats.plain_step_source == "reply" and spec_stats.decode_tps
+                  else None)
         rows.append({"prompt": p.name, "true": true, "shown": shown, "median_based": median,
                      "passes": len(passes), "threads": spec_stats.n_threads,
                      "alpha": spec_stats.acceptance_rate})
@@ -112,12 +117,17 @@ def main(argv: list[str] | None = None) -> int:
             h.kill()
             h.wait()
 
-    def ratio(key: str) -> float | None:
-        return C.median([r[key] / r["true"] for r in rows if r[key] and r["true"]])
+    # both baselines over the same replies: those whose own passes the gauge used
+    paired = [r for r in rows if r["shown"] and r["median_based"] and r["true"]]
+
+    def ratio(key: str, among: list[dict[str, Any]]) -> float | None:
+        return C.median([r[key] / r["true"] for r in among if r[key] and r["true"]])
 
     out = {"model": args.model.name, "prompts": args.prompts, "mode": args.mode,
            "busy": args.busy, "pattern": args.pattern, "machine": before, "rows": rows,
-           "shown_over_true": ratio("shown"), "median_based_over_true": ratio("median_based"),
+           "shown_over_true": ratio("shown", rows), "paired": len(paired),
+           "shown_over_true_paired": ratio("shown", paired),
+           "median_based_over_true": ratio("median_based", paired),
            "true_median": C.median([r["true"] for r in rows if r["true"]])}
 
     def text(data: dict[str, Any]) -> None:
@@ -127,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         for r in data["rows"]:
             print(f"{r['prompt'][:32]:32} {_f(r['true'])} {_f(r['shown'])} "
                   f" {_f(r['median_based'])} {r['passes']:>6} {r['threads']}")
-        print(f"median shown ÷ true {_f(data['shown_over_true'])}, median-based ÷ true "
+        print(f"median shown ÷ true {_f(data['shown_over_true'])} (all replies with a "
+              f"measured speedup); over the {data['paired']} that used their own passes: "
+              f"shown {_f(data['shown_over_true_paired'])}, median-based "
               f"{_f(data['median_based_over_true'])} (true speedup, median "
               f"{_f(data['true_median'])})")
 

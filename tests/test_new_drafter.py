@@ -103,7 +103,7 @@ def test_the_command_line_takes_its_switch(repeat_last: DrafterKind) -> None:
     from app.cli.options import add_model_args, drafter_mode
 
     p = argparse.ArgumentParser()
-    add_model_args(p, n_ctx=256)
+    add_model_args(p)
     assert drafter_mode(p.parse_args(["--model", "m.gguf", "--repeat-last"])) is repeat_last.mode
     args = build_parser().parse_args(["generate", "--model", "m.gguf", "--repeat-last", "hi"])
     assert drafter_mode(args) is repeat_last.mode

@@ -119,7 +119,9 @@ class ActiveReply:
     of the reply once it finished (:class:`~app.engine.reply.ReplyRecord`).
     ``ahead``: the jobs that run before it while it waits in the service's queue (kind,
     origin), the running one first; ``started``: it left the queue; ``prefill``: the
-    latest prompt-processing progress (None before the first report).
+    latest prompt-processing progress (None before the first report). ``taken_back``: it
+    ended before any text and is no reply (a new one is deleted, a new version gives the
+    earlier one back), set before the view is told it finished.
     """
 
     job: Job
@@ -135,6 +137,7 @@ class ActiveReply:
     ahead: tuple[tuple[str, str], ...] = ()
     started: bool = False
     prefill: PrefillProgressed | None = None
+    taken_back: bool = False
 
     @property
     def text(self) -> str:
@@ -382,10 +385,11 @@ class ChatController:
         ))
 
     def _history_failed(self, exc: Exception) -> None:
-        if "full" in str(exc).lower():  # SQLITE_FULL: "database or disk is full"
-            advice = ("The disk is full: free some space. What is on screen stays; a reply "
-                      "not saved is saved again with your next message and when Tandem "
-                      "closes.")
+        # (sqlite_errorcode: Python 3.11 and later; 3.10 gets the general advice)
+        if getattr(exc, "sqlite_errorcode", None) == getattr(sqlite3, "SQLITE_FULL", 13):
+            advice = "The disk is full: free some space." + (
+                " The reply on screen is saved when there is room again (with your next "
+                "action on the history, or when Tandem closes)." if self._unsaved else "")
         else:
             advice = "If another Tandem window is open, close it; your text is kept."
         self.report(UserError(
@@ -839,6 +843,7 @@ class ChatController:
     def open_conversation(self, conversation_id: int | None, search: str = "") -> None:
         """Show a conversation (None: a fresh, not yet stored one). Opened from a
         ``search`` that matched only a version not shown, it says where that is."""
+        self._save_unsaved()  # a reply the history refused is read back whole
         self.current_conversation = conversation_id
         self.cancel_edit()
         self.view.clear_errors("search")  # where another conversation's search was found
@@ -981,6 +986,7 @@ class ChatController:
         """
         if not text.strip():
             return False
+        self._save_unsaved()  # before an edit moves the reply aside, say
         if self.editing_message_id is not None and same_edit(text, self._edit_text):
             self.report(UserError(
                 "Nothing changed", "The message reads as it did: change it to send it as a "
@@ -1067,6 +1073,7 @@ class ChatController:
         error is reported)."""
         if self.store is None or self.reply is not None or self.editing_message_id is not None:
             return False
+        self._save_unsaved()
         try:
             stored = self.store.show_version(message_id, number)
         except KeyError:
@@ -1108,6 +1115,7 @@ class ChatController:
         version with the messages that followed it (:meth:`show_version`)."""
         if self.store is None or self.reply is not None or (message_id, "user") not in self._roles:
             return None  # not a message of the open conversation (any more)
+        self._save_unsaved()
         try:
             text = self.store.message(message_id).content
         except (KeyError, sqlite3.Error) as exc:
@@ -1139,6 +1147,8 @@ class ChatController:
                 self._show_branch(self.store.discard_reply_version(message_id, reason))
             else:
                 self.store.delete_reply(message_id)
+                # gone: the question is the last message again (Regenerate asks anew)
+                self._roles = [(i, r) for i, r in self._roles if i != message_id]
         except (KeyError, ValueError, sqlite3.Error) as exc:
             log.warning("the empty reply could not be taken back", exc_info=True)
             try:
@@ -1276,7 +1286,7 @@ class ChatController:
             stats["context"] = fin.context.to_dict()  # what the reply did not see
         # a reply stopped before any text (Esc, closing while the prompt is read) is
         # none: a new one is deleted, a regeneration gives the earlier version back
-        take_back = fin.reason == "cancelled" and not fin.text
+        take_back = reply.taken_back = fin.reason == "cancelled" and not fin.text
         reason = "interrupted" if self._closing and fin.reason == "cancelled" else fin.reason
         if self.store is not None and reply.conversation_id >= 0 and not take_back:
             try:

@@ -142,6 +142,11 @@ class PlainStep:
     other_cores: float | None
 
 
+#: a one-token pass over this many times the median of its sample is a pause of the
+#: process (a garbage collection, a page fault storm), left out of a short sample's mean
+STALL = 5.0
+
+
 class PlainSteps:
     """Recent one-token target passes of a session: the plain-decoding baseline of the
     measured speedup, taken under the same conditions as the reply it is compared with.
@@ -177,12 +182,13 @@ class PlainSteps:
                  other: float | None) -> tuple[float, tuple[float, float], str] | None:
         """(seconds, (low, high), "reply" or "recent"), or None.
 
-        seconds: the passes' mean with the fastest and slowest tenth left out (none of
-        fewer than 10). A plain reply decodes at tokens over the sum of its steps, so its
-        step is the mean: on a machine where other work preempts every few steps the
-        median is the unhindered step, against which a speculative reply that ran under
-        the same preemptions measures slower than it was. The trim keeps a single stall
-        out of a short sample.
+        seconds: the passes' mean, with the fastest and slowest tenth left out of ten or
+        more, and passes over :data:`STALL` times the median left out of fewer (a
+        one-off pause of the process, not the machine's load). A plain reply decodes at
+        tokens over the sum of its steps, so its step is the mean: on a machine where
+        other work preempts every few steps the median is the unhindered step, against
+        which a speculative reply that ran under the same preemptions measures slower
+        than it was (``bench/gauge_truth.py``: docs/benchmarks.md).
         (low, high): the 10th and 90th percentiles of the passes, the fastest and slowest
         of fewer than 10 (quartiles of a few passes missed the plain reply's own speed in
         5 of 8 ``builtin:code`` replies of SmolLM2 on a Zen 4).
@@ -199,8 +205,12 @@ class PlainSteps:
         if len(times) == 1:
             return times[0], (times[0], times[0]), source
         times.sort()
-        cut = len(times) // 10
-        step = statistics.fmean(times[cut:len(times) - cut])
+        if len(times) >= 10:
+            cut = len(times) // 10
+            step = statistics.fmean(times[cut:len(times) - cut])
+        else:
+            usual = STALL * statistics.median(times)
+            step = statistics.fmean([t for t in times if t <= usual])
         if len(times) < 10:
             return step, (times[0], times[-1]), source
         deciles = statistics.quantiles(times, n=10, method="inclusive")

@@ -778,7 +778,8 @@ class HistoryStore:
         """Finalise a reply: its full text, why it ended, and its statistics.
 
         Args:
-            finish_reason: ``stop``, ``length``, ``cancelled``, ``error``.
+            finish_reason: ``stop``, ``length``, ``cancelled``, ``error``, or
+                ``interrupted`` (the window closed while it was written).
             stats: JSON-ready statistics (``SpecStats.to_dict()``).
         """
         now = time.time()

@@ -49,43 +49,40 @@ def ensure_folder(path: Path, what: str = "folder") -> Path:
     raise error
 
 
-def _ensure(path: Path) -> Path:
-    return ensure_folder(path, "data folder" if path.name != "models" else "models folder")
-
-
 def config_dir() -> Path:
     """The folder that holds ``settings.json`` (created if missing)."""
     home = _home_override()
     if home is not None:
-        return _ensure(home / "config")
+        return ensure_folder(home / "config", "settings folder")
     from platformdirs import user_config_path
 
-    return _ensure(user_config_path(APP_NAME, appauthor=False, roaming=True))
+    return ensure_folder(user_config_path(APP_NAME, appauthor=False, roaming=True),
+                         "settings folder")
 
 
 def data_dir() -> Path:
     """The folder that holds the chat history database and the models folder."""
     home = _home_override()
     if home is not None:
-        return _ensure(home / "data")
+        return ensure_folder(home / "data", "data folder")
     from platformdirs import user_data_path
 
-    return _ensure(user_data_path(APP_NAME, appauthor=False))
+    return ensure_folder(user_data_path(APP_NAME, appauthor=False), "data folder")
 
 
 def cache_dir() -> Path:
     """Files that can be recreated at any time."""
     home = _home_override()
     if home is not None:
-        return _ensure(home / "cache")
+        return ensure_folder(home / "cache", "cache folder")
     from platformdirs import user_cache_path
 
-    return _ensure(user_cache_path(APP_NAME, appauthor=False))
+    return ensure_folder(user_cache_path(APP_NAME, appauthor=False), "cache folder")
 
 
 def models_dir() -> Path:
     """Where Tandem puts GGUF files it writes itself (the bundled demo model)."""
-    return _ensure(data_dir() / "models")
+    return ensure_folder(data_dir() / "models", "models folder")
 
 
 def log_dir() -> Path:
@@ -95,10 +92,10 @@ def log_dir() -> Path:
     Windows ``%LOCALAPPDATA%\\Tandem\\Logs``); ``<TANDEM_HOME>/logs`` when that is set."""
     home = _home_override()
     if home is not None:
-        return _ensure(home / "logs")
+        return ensure_folder(home / "logs", "log folder")
     from platformdirs import user_log_path
 
-    return _ensure(user_log_path(APP_NAME, appauthor=False))
+    return ensure_folder(user_log_path(APP_NAME, appauthor=False), "log folder")
 
 
 def settings_path() -> Path:

@@ -48,9 +48,9 @@ from app.store.settings import LoadedSettings, Settings, load_settings
 from app.ui.api import ApiPanelWidget
 from app.ui.api.serving import ApiServing
 from app.ui.chat.chat_view import ChatViewWidget, message_view
-from app.ui.chat.footer import reply_footer
 from app.ui.chat.conversation_list import ConversationListWidget
 from app.ui.chat.export_dialog import export_open_conversation, export_with_dialog
+from app.ui.chat.footer import reply_footer
 from app.ui.chat.input_box import ComposerWidget
 from app.ui.chat.markdown_render import warm_up as warm_up_markdown
 from app.ui.chat.reply_status import reply_status_words
@@ -132,7 +132,7 @@ def _end_stream(chat: ChatViewWidget, reply: ActiveReply, fin: ReplyRecord,
     """A reply ended: its text and footer; False for one stopped before any text,
     which the history takes back (a new one: the message alone, saying so; a new
     version: the earlier one comes back)."""
-    if fin.reason == "cancelled" and not fin.text:
+    if reply.taken_back:
         if reply.regenerated:
             chat.end_stream(reply.message_id, "", (), "")  # the earlier version follows
         else:

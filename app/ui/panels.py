@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 from app.catalog import demo
 from app.chat.events import ModelInfo, UserError
 from app.ui.labels import Label
+from app.ui.text_wrap import set_plain_text
 
 
 def status_text(info: ModelInfo | None, *, loading: bool, generating: bool) -> str:
@@ -217,7 +218,7 @@ class SystemPromptWidget(QWidget):
 
     def set_text(self, text: str) -> None:
         self._filling = True
-        self.editor.setPlainText(text)
+        set_plain_text(self.editor, text)
         self._filling = False
         self._timer.stop()
         self.toggle.setText("System prompt" + (" ✓" if text.strip() else ""))

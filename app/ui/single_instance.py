@@ -10,9 +10,11 @@ Windows) whose peers must know a random key kept in the data folder, readable by
 user only. A later start sends ``{"open": path | None}`` and waits for ``"ok"``.
 
 Each connection is checked (the key's challenge, both ways) and answered on a thread of
-its own, under a deadline on both ends: a peer that connects and closes, resets or says
-nothing costs its own thread at most :data:`HANDSHAKE_S` seconds and never stops the
-window from answering the next start, and a start gives up after its ``wait_s``.
+its own (at most :data:`CONCURRENT` at once), under a deadline on both ends: a peer that
+connects and closes, resets, says nothing or trickles costs its own thread at most about
+:data:`HANDSHAKE_S` seconds and never stops the window from answering the next start,
+and a start gives up after its ``wait_s``. (On Windows, whose named pipes take no
+deadline, a silent peer keeps its thread.)
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import (
     Client,
@@ -52,23 +55,37 @@ HANDSHAKE_S = 5.0
 CONCURRENT = 4
 
 
-def _deadline(conn: Connection, seconds: float) -> None:
-    """Make every blocking read and write on ``conn`` fail (OSError) after ``seconds``
-    instead of waiting for ever: ``SO_RCVTIMEO``/``SO_SNDTIMEO`` on its socket. The
-    key's challenge (:func:`multiprocessing.connection.deliver_challenge` and
+def _deadline(conn: Connection, seconds: float) -> Callable[[], None]:
+    """End every blocking read and write on ``conn`` after ``seconds`` in all: each one
+    fails (OSError) after that long (``SO_RCVTIMEO``/``SO_SNDTIMEO``), and once the time
+    is up the socket is shut down, so a peer that trickles a byte at a time is cut too.
+    The key's challenge (:func:`multiprocessing.connection.deliver_challenge` and
     :func:`~multiprocessing.connection.answer_challenge`, which :class:`Listener` and
-    :func:`Client` run without a timeout) then ends when the peer is silent. No-op on
-    Windows (named pipes)."""
+    :func:`Client` run without a timeout) then ends. Returns what cancels the shutdown
+    (call it when done). No-op on Windows (named pipes)."""
     if sys.platform == "win32":
-        return
+        return lambda: None
     whole = max(0.001, seconds)
     tv = struct.pack("ll", int(whole), int((whole % 1) * 1_000_000))
     sock = socket.socket(fileno=os.dup(conn.fileno()))
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
-    finally:
-        sock.close()  # the duplicate only: the options stay on the shared socket
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+
+    def cut() -> None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # wakes a read in progress: EOF
+        except OSError:
+            pass  # closed by its peer already
+
+    timer = threading.Timer(whole, cut)
+    timer.daemon = True
+    timer.start()
+
+    def done() -> None:
+        timer.cancel()
+        sock.close()  # the duplicate only: the socket lives on in ``conn``
+
+    return done
 
 
 def _authenticate(conn: Connection, key: bytes, *, server: bool) -> None:
@@ -135,11 +152,15 @@ def hand_over(open_path: Path | None, wait_s: float = ANSWER_S) -> bool:
         if key is not None:
             try:
                 with Client(address()) as conn:
-                    _deadline(conn, max(0.1, deadline - time.monotonic()))
-                    _authenticate(conn, key, server=False)
-                    conn.send({"open": str(open_path) if open_path is not None else None})
-                    if conn.poll(max(0.1, deadline - time.monotonic())) and conn.recv() == "ok":
-                        return True
+                    done = _deadline(conn, max(0.1, deadline - time.monotonic()))
+                    try:
+                        _authenticate(conn, key, server=False)
+                        conn.send({"open": str(open_path) if open_path is not None else None})
+                        if conn.poll(max(0.1, deadline - time.monotonic())) \
+                                and conn.recv() == "ok":
+                            return True
+                    finally:
+                        done()
             except (OSError, EOFError, ValueError, AuthenticationError) as exc:
                 # not listening yet, a stale key, or no answer before the deadline
                 log.debug("the running Tandem did not answer yet: %s", exc)
@@ -188,19 +209,26 @@ class InstanceServer(QObject):
             if not self._slots.acquire(blocking=False):
                 conn.close()  # CONCURRENT peers are being checked already
                 continue
-            threading.Thread(target=self._answer, args=(conn,), name="single-instance peer",
-                             daemon=True).start()
+            try:
+                threading.Thread(target=self._answer, args=(conn,),
+                                 name="single-instance peer", daemon=True).start()
+            except RuntimeError:  # no thread to be had: this peer goes unanswered
+                self._slots.release()
+                conn.close()
 
     def _answer(self, conn: Connection) -> None:
         try:
             with conn:
-                _deadline(conn, HANDSHAKE_S)
-                _authenticate(conn, self._key, server=True)
-                if not conn.poll(HANDSHAKE_S):
-                    return
-                message = conn.recv()
-                raw = message.get("open") if isinstance(message, dict) else None
-                conn.send("ok")
+                done = _deadline(conn, HANDSHAKE_S)
+                try:
+                    _authenticate(conn, self._key, server=True)
+                    if not conn.poll(HANDSHAKE_S):
+                        return
+                    message = conn.recv()
+                    raw = message.get("open") if isinstance(message, dict) else None
+                    conn.send("ok")
+                finally:
+                    done()
         except (OSError, EOFError, ValueError, AuthenticationError):
             log.debug("refused a connection", exc_info=True)
             return

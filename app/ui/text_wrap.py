@@ -2,10 +2,10 @@
 (a pasted line of minified JSON or base64).
 
 Qt's default wrapping (at a word boundary, else anywhere) lays such a run out in time
-that grows with the square of its length: a 300,000-character line took 3.6 s in a
-QPlainTextEdit and 2.1 s in the chat view's QTextBrowser under X11, 1,000,000 characters
-78 s in a QTextBrowser; wrapping anywhere took 0.09 s and 0.6 s (2-core Zen 4). Such a
-text is wrapped anywhere, every other text at word boundaries.
+that grows with the square of its length: 300,000 characters took 3.7 s in a
+QPlainTextEdit and 5.4 s in a QTextBrowser under X11, 100,000 characters 0.4 and 0.6 s;
+wrapping anywhere took 0.07 and 0.10 s (``bench/long_line_layout.py``, 2-core Zen 4).
+Such a text is wrapped anywhere, every other text at word boundaries.
 """
 
 from __future__ import annotations

@@ -147,11 +147,15 @@ def test_a_new_reply_stopped_before_any_text_is_none(rig: Rig) -> None:
     rig.c.stop_reply()
     rig.reply_done()
     assert rig.stored() == [("user", "go", "done", None)]
-    assert rig.c.can_send
+    assert rig.c.can_send and rig.c.last_reply_id is None
     rig.script.first_word_s = 0.0
+    assert rig.c.regenerate()  # as the message says: Regenerate asks again
+    rig.reply_done()
+    assert [r for r, *_ in rig.stored()] == ["user", "assistant"]
+    assert not any(e.title == "History not saved" for e in rig.view.errors)
     rig.c.send_message("again")
     rig.reply_done()
-    assert [r for r, *_ in rig.stored()] == ["user", "user", "assistant"]
+    assert [r for r, *_ in rig.stored()] == ["user", "assistant", "user", "assistant"]
 
 
 def test_a_failed_reply_keeps_its_text_with_the_error_and_reports_it_once(rig: Rig) -> None:
@@ -262,7 +266,9 @@ def test_a_reply_the_full_disk_refused_is_saved_once_there_is_room(
     finish = rig.store.finish_reply
 
     def full(*_a, **_k):  # type: ignore[no-untyped-def]
-        raise sqlite3.OperationalError("database or disk is full")
+        exc = sqlite3.OperationalError("database or disk is full")
+        exc.sqlite_errorcode = sqlite3.SQLITE_FULL  # as sqlite3 sets it (Python ≥ 3.11)
+        raise exc
 
     monkeypatch.setattr(rig.store, "finish_reply", full)
     rig.script.replies = ["the whole reply", "second"]
@@ -272,6 +278,10 @@ def test_a_reply_the_full_disk_refused_is_saved_once_there_is_room(
     assert "The disk is full: free some space" in message and "another Tandem" not in message
     assert rig.stored()[-1][2] == "streaming"
     monkeypatch.setattr(rig.store, "finish_reply", finish)  # room again
+    first = rig.store.messages(rig.c.current_conversation)[0]  # type: ignore[arg-type]
+    assert rig.c.begin_edit(first.id) == "first"  # the reply is saved whole first
+    assert rig.stored()[1] == ("assistant", "the whole reply", "done", "stop")
+    rig.c.cancel_edit()
     assert rig.c.send_message("next")
     rig.reply_done()
     assert rig.stored() == [("user", "first", "done", None),
@@ -286,7 +296,9 @@ def test_a_reply_the_full_disk_refused_is_saved_at_close(tmp_path: Path) -> None
     finish = rig.store.finish_reply
 
     def full(*_a, **_k):  # type: ignore[no-untyped-def]
-        raise sqlite3.OperationalError("database or disk is full")
+        exc = sqlite3.OperationalError("database or disk is full")
+        exc.sqlite_errorcode = sqlite3.SQLITE_FULL  # as sqlite3 sets it (Python ≥ 3.11)
+        raise exc
 
     rig.store.finish_reply = full  # type: ignore[method-assign]
     assert rig.c.send_message("go")

@@ -87,6 +87,12 @@ def test_the_plain_baseline_is_this_replys_or_a_recent_one_at_the_same_threads_a
     assert base[1] == pytest.approx((0.0111, 0.0199))  # 10th and 90th: not the 0.5
     # other work preempts 3 passes in 10 (14 ms → 40 ms): plain decoding would have paid
     # that too, so the baseline is near the mean (22 ms), not the unhindered median
+    # three passes timed at a reply's end: one preempted (3×) counts, as it would in a
+    # plain reply; a pause of the process (10×) does not
+    three = steps.baseline([0.010, 0.030, 0.010], 100.0, 2, 0.0)
+    assert three is not None and three[0] == pytest.approx(0.050 / 3)
+    paused = steps.baseline([0.010, 0.100, 0.010], 100.0, 2, 0.0)
+    assert paused is not None and paused[0] == pytest.approx(0.010)
     preempted = [0.014] * 14 + [0.040] * 6
     base = steps.baseline(preempted, 100.0, 2, 0.0)
     assert base is not None and base[0] == pytest.approx((0.014 * 12 + 0.040 * 4) / 16)

@@ -64,7 +64,7 @@ def test_declarations_are_checked() -> None:
 
 def test_command_line_switches_come_from_the_registry() -> None:
     p = argparse.ArgumentParser()
-    add_model_args(p, n_ctx=256)
+    add_model_args(p)
     for kind in kinds():
         flag = kind.info.cli_flag
         assert flag is not None

@@ -249,7 +249,6 @@ def test_an_indented_code_block_keeps_its_lines_together(qtbot) -> None:
         assert lines[i + 1:i + 3] == ["    if n < 2:", "        return n"], lines
 
 
-
 def test_a_long_unbroken_line_wraps_anywhere_and_stays_as_typed(qtbot) -> None:  # type: ignore[no-untyped-def]
     """A pasted line without spaces (minified JSON, base64): Qt's default wrapping lays
     such a run out in time growing with its square, so a text holding one wraps
@@ -275,5 +274,9 @@ def test_a_long_unbroken_line_wraps_anywhere_and_stays_as_typed(qtbot) -> None: 
     paste.setText("y" * (LONG_RUN + 1))
     box.input.insertFromMimeData(paste)
     assert box.input.wordWrapMode() == anywhere
-    box.input.clear()  # gone: words wrap at their boundaries again
+    box.input.selectAll()
+    box.input.textCursor().removeSelectedText()  # deleted, as a user does
+    box.input.undo()  # the run comes back: still laid out anywhere
+    assert box.input.toPlainText() == paste.text() and box.input.wordWrapMode() == anywhere
+    box.input.set_text("")  # sent: words wrap at their boundaries again
     assert box.input.wordWrapMode() == QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere

@@ -111,3 +111,59 @@ def test_a_start_gives_up_on_a_window_that_accepts_and_never_answers(tmp_path: P
     finally:
         hung.close()
         Path(address()).unlink(missing_ok=True)
+
+
+def test_the_stdlib_client_with_the_key_is_answered(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """The window checks the key with multiprocessing's own challenge functions, called
+    one by one: a stdlib ``Client(address, authkey=key)`` must still be answered (a
+    Python that changed the handshake fails here)."""
+    from multiprocessing.connection import Client
+
+    from app.ui.single_instance import _read_key, address
+
+    server = InstanceServer()
+    opened: list[object] = []
+    server.open_requested.connect(opened.append)
+    try:
+        key = _read_key()
+        assert key is not None
+        with Client(address(), authkey=key) as conn:
+            conn.send({"open": None})
+            assert conn.poll(5) and conn.recv() == "ok"
+        qtbot.waitUntil(lambda: opened == [None], timeout=5000)
+    finally:
+        server.close()
+
+
+def test_a_trickling_peer_is_cut_after_the_handshake_time(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A peer that sends a byte now and then (each read within its per-read limit) is
+    cut once the whole handshake time is up, freeing its slot."""
+    import socket
+    import struct
+
+    from app.ui import single_instance
+    from app.ui.single_instance import address
+
+    monkeypatch.setattr(single_instance, "HANDSHAKE_S", 1.0)
+    server = InstanceServer()
+    peer = socket.socket(socket.AF_UNIX)
+    try:
+        peer.connect(address())
+        peer.send(struct.pack("!i", 200))  # an answer of 200 bytes is on its way…
+        t0 = time.monotonic()
+        peer.settimeout(0.3)
+        closed = False
+        while time.monotonic() - t0 < 6 and not closed:
+            try:
+                if peer.recv(4096) == b"":
+                    closed = True  # the window ended the connection
+            except socket.timeout:
+                pass
+            try:
+                peer.send(b"a")  # …a byte at a time, well within each read's limit
+            except OSError:
+                closed = True
+        assert closed and time.monotonic() - t0 < 4
+    finally:
+        peer.close()
+        server.close()

@@ -37,13 +37,13 @@ from PySide6.QtWidgets import (
 from app.store.history import StoredMessage
 from app.ui.chat.draft_tint import apply_tint, tinted_ranges
 from app.ui.chat.footer import reply_footer
-from app.ui.text_wrap import set_plain_text
 from app.ui.chat.markdown_render import TINT_COLOR, render_markdown
 from app.ui.chat.reply_status import WRITING
 from app.ui.chat.starter_prompts import StarterPrompt, StarterPromptsWidget
 from app.ui.copy_feedback import confirm_copied
 from app.ui.elided import ElidedLabelWidget
 from app.ui.labels import Label
+from app.ui.text_wrap import set_plain_text
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,6 @@ class MarkdownBrowserWidget(QTextBrowser):
 
     def loadResource(self, type: int, name: QUrl | str) -> Any:
         return None
-
 
     @Slot(QUrl)
     def _on_self_anchor_clicked(self, url: QUrl) -> None:

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 from app.chat.conversation import same_edit
 from app.store.settings import UiSettings
 from app.ui.labels import Label
-from app.ui.text_wrap import LONG_RUN, set_plain_text, wrap_mode
+from app.ui.text_wrap import set_plain_text, wrap_mode
 
 _MIN_LINES, _MAX_LINES = 2, 8
 
@@ -58,9 +58,11 @@ class ChatInputWidget(QPlainTextEdit):
 
     def insertFromMimeData(self, source: QMimeData) -> None:
         """A paste: a text with a very long unbroken run wraps anywhere before it is laid
-        out (:func:`app.ui.text_wrap.wrap_mode`)."""
-        if source.hasText():
-            self.setWordWrapMode(wrap_mode(self.toPlainText() + source.text()))
+        out (:func:`app.ui.text_wrap.wrap_mode`), and keeps doing so until the box gets a
+        text of its own (:meth:`set_text`: sent, another conversation): an undo may bring
+        the run back at any time."""
+        if source.hasText() and wrap_mode(source.text()) == QTextOption.WrapMode.WrapAnywhere:
+            self.setWordWrapMode(QTextOption.WrapMode.WrapAnywhere)
         super().insertFromMimeData(source)
 
     def set_text(self, text: str) -> None:
@@ -69,9 +71,6 @@ class ChatInputWidget(QPlainTextEdit):
 
     @Slot()
     def _on_document_contents_changed(self) -> None:
-        if self.wordWrapMode() != QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere and \
-                self.document().characterCount() <= LONG_RUN:
-            self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
         lines = max(_MIN_LINES, min(_MAX_LINES, self.document().blockCount()))
         line_h = self.fontMetrics().lineSpacing()
         margins = self.contentsMargins()

@@ -515,7 +515,7 @@ class LibraryTabWidget(QWidget):
                                        level="warning"))
         if self.library.models_dir_problem:  # a drive that is gone: downloads go elsewhere
             self.failed.emit(UserError(
-                "Models folder not found", f"{self.library.models_dir_problem} Downloads go "
+                "Models folder cannot be used", f"{self.library.models_dir_problem} Downloads go "
                 f"to {paths.models_dir()} meanwhile (Models folder… changes it).",
                 level="warning"))
         self.scan_finished.emit(scanned)

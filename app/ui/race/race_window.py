@@ -85,6 +85,7 @@ from app.ui.race.sweep_view import KSweepWidget
 from app.ui.sampling_panel import SPIN_MAX
 from app.ui.service_bridge import ServiceBridge
 from app.ui.labels import Label
+from app.ui.text_wrap import set_plain_text
 
 log = logging.getLogger(__name__)
 
@@ -395,17 +396,17 @@ class RaceWindow(QMainWindow):
         try:
             if kind == "conversation":
                 self.prompt_edit.setReadOnly(True)
-                self.prompt_edit.setPlainText("\n\n".join(
+                set_plain_text(self.prompt_edit, "\n\n".join(
                     f"{m.role}: {m.content}" for m in self._messages))
             elif kind == "example":
                 assert isinstance(example, BenchPrompt)
                 self.prompt_edit.setReadOnly(False)
                 plain = self.model.uses_fallback_template
-                self.prompt_edit.setPlainText(example.plain if plain else example.chat)
+                set_plain_text(self.prompt_edit, example.plain if plain else example.chat)
             else:
                 self.prompt_edit.setReadOnly(False)
                 if custom:
-                    self.prompt_edit.setPlainText(custom)
+                    set_plain_text(self.prompt_edit, custom)
         finally:
             self._filling_prompt = False
 
@@ -423,7 +424,7 @@ class RaceWindow(QMainWindow):
     def select_prompt(self, text: str) -> None:
         """Race ``text`` as a custom prompt (no stop strings)."""
         self.prompt_combo.setCurrentIndex(self.prompt_combo.findText("Custom text"))
-        self.prompt_edit.setPlainText(text)
+        set_plain_text(self.prompt_edit, text)
 
     def select_example(self, name: str) -> None:
         """Race the builtin example called ``name`` (e.g. "rename-variable").
@@ -489,7 +490,7 @@ class RaceWindow(QMainWindow):
         if 0 <= index < self.prompt_combo.count():
             self.prompt_combo.setCurrentIndex(index)
             if self.prompt_combo.itemData(index)[0] == "custom":
-                self.prompt_edit.setPlainText(str(state["prompt_text"]))
+                set_plain_text(self.prompt_edit, str(state["prompt_text"]))
         drafter = state["drafter"]
         self.set_race_settings(
             k=int(state["k"]), adaptive=bool(state["adaptive"]),  # type: ignore[call-overload]

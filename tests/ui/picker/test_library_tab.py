@@ -330,7 +330,7 @@ def test_a_models_folder_that_is_gone_is_said_and_downloads_go_to_the_default(  
     w.show()
     wait_scanned(qtbot, w)
     qtbot.waitUntil(lambda: w.message_bar.isVisible(), timeout=5000)
-    assert w.message_bar.title.text() == "Models folder not found:"
+    assert w.message_bar.title.text() == "Models folder cannot be used:"
     assert f"Downloads go to {paths.models_dir()} meanwhile" in w.message_bar.text.text()
     w.close()
     assert w.shutdown()
