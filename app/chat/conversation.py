@@ -854,7 +854,11 @@ class ChatController:
         if conversation_id is not None and self.store is not None:
             try:
                 conv = self.store.conversation(conversation_id)
-                stored = self.store.messages(conversation_id)
+                # a reply the history still refuses to finish shows as it was kept
+                stored = [replace(m, content=self._unsaved[m.id][0], status="done",
+                                  finish_reason=self._unsaved[m.id][1])
+                          if m.id in self._unsaved else m
+                          for m in self.store.messages(conversation_id)]
             except (KeyError, ValueError, TypeError, RecursionError, sqlite3.Error) as exc:
                 self._history_unreadable(exc)
                 conv, stored = None, []

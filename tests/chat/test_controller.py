@@ -277,6 +277,12 @@ def test_a_reply_the_full_disk_refused_is_saved_once_there_is_room(
     message = rig.view.errors[-1].message
     assert "The disk is full: free some space" in message and "another Tandem" not in message
     assert rig.stored()[-1][2] == "streaming"
+    # still full: the conversation opened again shows the reply as it was kept
+    cid = rig.c.current_conversation
+    rig.c.open_conversation(None)
+    rig.c.open_conversation(cid)
+    shown = [m for m in rig.view.calls if m[0] == "conversation_opened"][-1][1][1]
+    assert [(m.content, m.status) for m in shown][-1] == ("the whole reply", "done")
     monkeypatch.setattr(rig.store, "finish_reply", finish)  # room again
     first = rig.store.messages(rig.c.current_conversation)[0]  # type: ignore[arg-type]
     assert rig.c.begin_edit(first.id) == "first"  # the reply is saved whole first
