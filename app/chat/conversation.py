@@ -302,7 +302,8 @@ class ChatController:
         #: the window is closing: a reply it stops ends "interrupted", not "stopped"
         self._closing = False
         #: replies whose final save the history refused (a full disk): message id →
-        #: finish_reply's arguments, saved again before the next reply and at close
+        #: finish_reply's arguments, saved again before the next action on the history
+        #: (a message, an edit, a version, a conversation opened) and at close
         self._unsaved: dict[int, tuple[Any, ...]] = {}
 
     # -- state ------------------------------------------------------------------------

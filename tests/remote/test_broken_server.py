@@ -308,7 +308,7 @@ def test_lines_end_at_cr_lf_or_crlf_only_and_are_bounded() -> None:
 def test_the_cli_ends_the_cut_reply_line_before_its_error(
         broken: BrokenServer, capsys: pytest.CaptureFixture[str]) -> None:
     """`generate --server` on a stream that drops: the text received, then a line end on
-    stdout, and the error on a line of its own ("Hello, worlderror: …" before)."""
+    stdout, and the error on a line of its own (not "Hello, worlderror: …")."""
     from app.cli.main import main
 
     broken.mode = "drop-chunked"
