@@ -860,12 +860,11 @@ def _inspect(path: str | os.PathLike[str], *, use_cache: bool, want_tokens: bool
     # Absolute but not resolved: in the Hugging Face cache a model is a symlink to a blob
     # named by its hash, and the link's name is what tells the parts of a split model.
     given = Path(os.path.abspath(Path(path).expanduser()))
-    if not given.is_file():
-        # what it is instead, in words (a folder, a pipe, a dangling link…)
-        from app.catalog.model_file import check_model_file  # (it reads split names here)
+    # a readable regular file, or what it is instead in words (a folder, a pipe, a
+    # dangling link…); imported here: model_file reads split names from this module
+    from app.catalog.model_file import check_model_file
 
-        check_model_file(given)
-        raise GGUFError(f"Model file not found: {given}")
+    check_model_file(given)
     parts = _model_parts(given)
     missing = [p for p in parts if not p.is_file()]
     if missing:
