@@ -363,6 +363,7 @@ class MainWindow(QMainWindow):
         cv.conversation_delete_clicked.connect(self._on_conversations_conversation_delete_clicked)
         cv.conversation_export_clicked.connect(lambda cid: export_with_dialog(self, c, cid))
         cv.search_changed.connect(self.conversations_changed)
+        cv.search_changed.connect(self.chat.find_text)  # marked in the open conversation
         self.system_prompt.system_prompt_edited.connect(c.set_system_prompt)
         self.chat.edit_clicked.connect(self.edit_message)
         self.chat.regenerate_clicked.connect(self.regenerate)
@@ -598,6 +599,7 @@ class MainWindow(QMainWindow):
     def open_conversation(self, conversation_id: int | None) -> None:
         self.system_prompt.flush()
         self.controller.open_conversation(conversation_id, self.conversations.search.text())
+        self.chat.find_text(self.conversations.search.text())
 
     @Slot()
     def new_conversation(self) -> None:

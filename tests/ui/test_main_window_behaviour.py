@@ -402,6 +402,27 @@ def test_esc_in_the_search_box_clears_the_search_first(qtbot, tiny_window) -> No
     assert search.text() == ""
 
 
+def test_a_conversation_opened_from_a_search_shows_where_it_has_the_text(  # type: ignore[no-untyped-def]
+        qtbot, tiny_window) -> None:
+    """Opened from the search, a conversation marks the text searched for and shows it;
+    a search typed with a conversation open marks it there; an empty search clears."""
+    w = tiny_window
+    store = w.controller.store
+    conv = store.create_conversation("Old chat")
+    for text in ("a question", "the word Zebra is here", "a later one"):
+        store.add_user_message(conv.id, text)
+    w.conversations.search.setText("zebra")
+    qtbot.waitUntil(lambda: w.conversations.ids() == [conv.id])
+    w.open_conversation(conv.id)
+    marked = [m.message_id for m in w.chat.messages if m.first_mark_y() is not None]
+    assert marked == [store.messages(conv.id)[1].id]
+    w.conversations.search.setText("later")
+    qtbot.waitUntil(lambda: w.chat.messages[-1].first_mark_y() is not None)
+    assert w.chat.messages[1].first_mark_y() is None
+    w.conversations.search.clear()
+    qtbot.waitUntil(lambda: all(m.first_mark_y() is None for m in w.chat.messages))
+
+
 def test_esc_asks_before_throwing_a_rewrite_away(qtbot, tiny_window,  # type: ignore[no-untyped-def]
                                                  monkeypatch) -> None:
     """Esc while an edit's text was changed asks first: "Keep editing" (the default)

@@ -1098,3 +1098,48 @@ def test_another_version_replaces_the_messages_after_it_and_a_long_path_is_paged
     chat.set_busy(False)
     assert not any(w.property("editing") for w in chat.messages)
     assert chat.messages[2]._newer.isEnabled()
+
+
+def test_find_text_marks_the_match_and_brings_it_into_view(qtbot) -> None:
+    """The conversation search's text is marked where the open conversation has it: a
+    message not shown yet (behind "Show earlier") is shown, the view scrolls to it and
+    keeps it in sight while the page settles; the mark survives a re-render; "" clears;
+    a reply starting follows the bottom again."""
+    from app.ui.chat.chat_view import SHOWN_AT_ONCE, ChatViewWidget
+
+    n = SHOWN_AT_ONCE + 20
+    views = [MessageView(i, "user" if i % 2 else "assistant",
+                         "the **Palindrome** checker" if i == 5 else f"message {i}\n\nline two")
+             for i in range(1, n + 1)]
+    chat = ChatViewWidget()
+    qtbot.addWidget(chat)
+    chat.resize(600, 400)
+    chat.show()
+    chat.set_messages(views)
+    bar = chat.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum() > 0)
+    assert chat.message(5) is None  # behind the button
+
+    assert chat.find_text("  palindrome ")  # stripped, any case, in the rendered text
+    hit = chat.message(5)
+    assert hit is not None and hit.first_mark_y() is not None
+    assert chat.earlier_count == 0  # the one batch that holds it was shown
+    assert [w.message_id for w in chat.messages if w.first_mark_y() is not None] == [5]
+
+    def match_in_view() -> bool:
+        y = hit.mapTo(chat.widget(), hit.rect().topLeft()).y() + (hit.first_mark_y() or 0)
+        return bar.value() <= y < bar.value() + chat.viewport().height()
+
+    qtbot.waitUntil(match_in_view)
+    qtbot.wait(50)  # the page settled around it
+    assert match_in_view() and bar.value() < bar.maximum()
+    hit.set_content("the **Palindrome** checker, again")  # re-rendered: still marked
+    assert hit.first_mark_y() is not None
+
+    assert not chat.find_text("nowhere in it")  # nothing found: no marks, no scrolling
+    assert all(w.first_mark_y() is None for w in chat.messages)
+    assert chat.find_text("line two") and chat.messages[-1].first_mark_y() is not None
+    chat.begin_stream(chat.messages[-1].message_id, "a reply starts")
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum())
+    assert not chat.find_text("")
+    assert all(w.first_mark_y() is None for w in chat.messages)

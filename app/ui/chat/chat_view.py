@@ -20,8 +20,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, QUrl, Signal, Slot
-from PySide6.QtGui import QColor, QDesktopServices, QGuiApplication, QResizeEvent
+from PySide6.QtCore import QPoint, Qt, QTimer, QUrl, Signal, Slot
+from PySide6.QtGui import (
+    QColor,
+    QDesktopServices,
+    QGuiApplication,
+    QResizeEvent,
+    QTextCharFormat,
+    QTextCursor,
+)
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -29,6 +36,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSizePolicy,
     QTextBrowser,
+    QTextEdit,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -59,6 +67,8 @@ a { color: #0969da; }
 """
 
 _TINT = QColor(TINT_COLOR)
+#: where the conversation search found its text (not the drafts' tint, nor a selection)
+FOUND_COLOR = "#9fcbff"
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +178,7 @@ class MessageWidget(QFrame):
         self._spans: tuple[tuple[int, int], ...] = view.draft_spans
         self._tint = tint
         self._code_blocks: tuple[str, ...] = ()
+        self._needle = ""  # the text marked where it occurs (the conversation search's)
         self.setObjectName("userMessage" if view.role == "user" else "assistantMessage")
         self.setFrameShape(QFrame.Shape.StyledPanel)
 
@@ -336,13 +347,41 @@ class MessageWidget(QFrame):
             # What the user typed, exactly: spaces, indentation and Markdown characters.
             self._code_blocks = ()
             set_plain_text(self.body, self._text)
-            return
-        rendered = render_markdown(self._text)
-        self._code_blocks = rendered.code_blocks
-        self.body.setHtml(rendered.html)
-        if self._tint and self._spans:
-            doc = self.body.document()
-            apply_tint(doc, tinted_ranges(doc, rendered, self._text, self._spans), _TINT)
+        else:
+            rendered = render_markdown(self._text)
+            self._code_blocks = rendered.code_blocks
+            self.body.setHtml(rendered.html)
+            if self._tint and self._spans:
+                doc = self.body.document()
+                apply_tint(doc, tinted_ranges(doc, rendered, self._text, self._spans), _TINT)
+        if self._needle:
+            self.mark(self._needle)
+
+    def mark(self, needle: str) -> int:
+        """Mark every place the text shown contains ``needle`` (case-insensitive, within
+        a paragraph; "" clears the marks); the marks stay when the text is shown again.
+        Returns how many places."""
+        self._needle = needle
+        doc = self.body.document()
+        found = QTextCharFormat()
+        found.setBackground(QColor(FOUND_COLOR))
+        marks: list[QTextEdit.ExtraSelection] = []
+        cursor = doc.find(needle) if needle else QTextCursor()
+        while not cursor.isNull():
+            mark = QTextEdit.ExtraSelection()
+            mark.cursor, mark.format = cursor, found
+            marks.append(mark)
+            cursor = doc.find(needle, cursor)
+        self.body.setExtraSelections(marks)
+        return len(marks)
+
+    def first_mark_y(self) -> int | None:
+        """Where the first mark is, in pixels from this widget's top (None: no mark)."""
+        marks = self.body.extraSelections()
+        if not marks:
+            return None
+        rect = self.body.cursorRect(marks[0].cursor)
+        return self.body.viewport().mapTo(self, QPoint(0, rect.top())).y()
 
     @property
     def shown_text(self) -> str:
@@ -443,6 +482,9 @@ class ChatViewWidget(QScrollArea):
         #: a message kept at its place on the screen (its y minus the scroll value) while
         #: the page grows above it (earlier messages shown), until the user scrolls
         self._anchor: tuple[MessageWidget, int] | None = None
+        self._needle = ""  # the conversation search's text, marked where it occurs
+        #: the message whose first mark the view keeps in sight, until the user scrolls
+        self._found: MessageWidget | None = None
         self._restoring = False  # the view itself is scrolling (not the user)
         self._busy = (False, False)
         self._editing: int | None = None  # the message being edited
@@ -476,7 +518,7 @@ class ChatViewWidget(QScrollArea):
             w.deleteLater()
         self._messages = []
         self._earlier = []
-        self._anchor = None
+        self._anchor = self._found = None
         self._update_earlier()
         self._stick = True
         self._update_starters()
@@ -545,6 +587,8 @@ class ChatViewWidget(QScrollArea):
         w.version_requested.connect(self.version_requested)
         w.set_edit_enabled(not self._busy[0], regenerate=not any(self._busy))
         w.set_editing(w.message_id == self._editing)
+        if self._needle:
+            w.mark(self._needle)
         return w
 
     def add_message(self, view: MessageView) -> MessageWidget:
@@ -552,10 +596,47 @@ class ChatViewWidget(QScrollArea):
         self.failure.hide()
         self._layout.insertWidget(self._layout.indexOf(self.failure), w)
         self._messages.append(w)
-        self._stick = True
+        self._stick, self._found = True, None
         self._update_regenerate()
         self._update_starters()
         return w
+
+    def find_text(self, needle: str) -> bool:
+        """Mark where the conversation's messages contain ``needle`` (stripped; "" clears
+        the marks) and scroll to the last message that does, the match a third of the way
+        down the view; earlier messages not shown yet are shown until one contains it.
+        Returns whether one does. The view keeps the match in sight as the page settles,
+        until the user scrolls or a reply starts."""
+        self._needle = needle = needle.strip()
+        found = [w for w in self._messages if w.mark(needle)]
+        folded = needle.casefold()
+        # the nearest earlier message whose text has it (the rendered text may not: "**")
+        wanted = next((i + 1 for i, v in enumerate(reversed(self._earlier))
+                       if folded in v.content.casefold()), 0) if needle and not found else 0
+        while not found and wanted > 0 and self._earlier:
+            before = len(self._earlier)
+            self.show_earlier()  # marks the new ones (_message_widget)
+            wanted -= before - len(self._earlier)
+            found = [w for w in self._messages[:before - len(self._earlier)]
+                     if w.first_mark_y() is not None]
+        self._found = found[-1] if found else None
+        if self._found is not None:
+            self._anchor, self._stick = None, False
+            self._scroll_to_found()
+        return self._found is not None
+
+    def _scroll_to_found(self) -> None:
+        assert self._found is not None
+        y = self._found.first_mark_y()
+        if y is None:
+            self._found = None
+            return
+        self._restoring = True
+        try:
+            self.verticalScrollBar().setValue(
+                self._found.y() + y - self.viewport().height() // 3)
+        finally:
+            self._restoring = False
 
     def update_message(self, view: MessageView) -> None:
         """Show another version of a message in place: the model that wrote it, text,
@@ -610,6 +691,8 @@ class ChatViewWidget(QScrollArea):
                 for gone in self._messages[i:]:
                     if self._anchor is not None and self._anchor[0] is gone:
                         self._anchor = None
+                    if self._found is gone:
+                        self._found = None
                     self._layout.removeWidget(gone)
                     gone.hide()
                     gone.deleteLater()
@@ -694,13 +777,15 @@ class ChatViewWidget(QScrollArea):
             w.set_regenerate_visible(True, last=w is last)
 
     def scroll_to_bottom(self) -> None:
-        self._stick = True
+        self._stick, self._found = True, None
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
 
     @Slot(int, int)
     def _on_scrollbar_range_changed(self, _min: int, maximum: int) -> None:
-        if self._stick:
+        if self._found is not None:  # the page settles around the search's match
+            self._scroll_to_found()
+        elif self._stick:
             self.verticalScrollBar().setValue(maximum)
         elif self._anchor is not None:  # earlier messages grew the page above
             widget, offset = self._anchor
@@ -714,4 +799,4 @@ class ChatViewWidget(QScrollArea):
     def _on_scrollbar_value_changed(self, value: int) -> None:
         self._stick = value >= self.verticalScrollBar().maximum() - 8
         if not self._restoring:  # the user scrolled: the place to keep is theirs now
-            self._anchor = None
+            self._anchor = self._found = None
