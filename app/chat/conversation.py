@@ -437,13 +437,15 @@ class ChatController:
                 ))
 
     def save_settings(self) -> bool:
-        """Write the settings now; a failure is reported (the app goes on)."""
+        """Write the settings now; a failure is reported (the app goes on) until a save
+        succeeds."""
         try:
             save_settings(self.settings)
         except OSError as exc:
             self.report(UserError("Settings not saved", f"Could not write the settings: {exc}",
-                                  origin="settings"))
+                                  origin="settings-save"))
             return False
+        self.view.clear_errors("settings-save")  # saved again: that warning no longer holds
         return True
 
     def set_speculation(self, speculation: SpeculationConfig) -> None:

@@ -860,3 +860,21 @@ def test_a_drafter_changed_during_a_reply_is_said_to_apply_from_the_next(rig: Ri
     assert rig.view.errors[-1].title == "Not sent yet"
     rig.script.gate.set()
     rig.pump.until(rig.c, lambda: rig.c.reply is None)
+
+
+def test_a_settings_warning_goes_once_the_settings_are_saved_again(
+        rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed save says so until a save succeeds (the folder came back, space was
+    freed); then the warning goes."""
+    from app.chat import conversation
+
+    def refuse(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(conversation, "save_settings", refuse)
+    assert not rig.c.save_settings()
+    assert [e.title for e in rig.view.errors][-1] == "Settings not saved"
+    assert ("clear_errors", ("settings-save",)) not in rig.view.calls
+    monkeypatch.setattr(conversation, "save_settings", lambda *_: None)
+    assert rig.c.save_settings()
+    assert ("clear_errors", ("settings-save",)) in rig.view.calls
