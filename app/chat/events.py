@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from app.engine.auto import AutoChoice
 from app.engine.context_fit import ContextFit
-from app.engine.events import TextDelta, prefill_seconds_left
+from app.engine.events import TextDelta
 from app.engine.stats import SpecStats
 from app.remote.client import ServerInfo
 
@@ -105,19 +105,15 @@ class JobWaiting:
 class PrefillProgressed:
     """A reply's prompt processing advanced (before the first chunk and after each):
     ``done`` of ``total`` new prompt tokens read, ``cached`` more taken from the KV cache
-    or a saved state, ``elapsed`` seconds so far
-    (:class:`app.engine.events.PrefillProgress`)."""
+    or a saved state, ``elapsed`` seconds so far, ``seconds_left`` the time the rest will
+    take (None: not known yet) (:class:`app.engine.events.PrefillProgress`)."""
 
     job_id: int
     done: int
     total: int
     cached: int
     elapsed: float
-
-    @property
-    def seconds_left(self) -> float | None:
-        """Time left at the rate so far, seconds (None before the first chunk)."""
-        return prefill_seconds_left(self.done, self.total, self.elapsed)
+    seconds_left: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

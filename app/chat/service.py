@@ -764,7 +764,7 @@ class ChatService:
                     ctx.emit(ReplyStats(ctx.job_id, ev.stats))
                 elif isinstance(ev, PrefillProgress):
                     ctx.emit(PrefillProgressed(ctx.job_id, ev.done, ev.total, ev.cached,
-                                               ev.elapsed))
+                                               ev.elapsed, ev.seconds_left))
                 elif isinstance(ev, ReplyRecord):
                     finished = ev
                 elif isinstance(ev, ContextTrimmed):

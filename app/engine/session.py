@@ -39,7 +39,14 @@ from app.engine.context_fit import ContextFit, fit_conversation
 from app.engine.divergence import SamplingTrace
 from app.engine.drafter_kinds import Unavailable, kind_for
 from app.engine.drafters import Drafter, DraftModelDrafter
-from app.engine.events import ContextTrimmed, Event, PrefillProgress, StatsUpdate, TextDelta
+from app.engine.events import (
+    ContextTrimmed,
+    Event,
+    PrefillClock,
+    PrefillProgress,
+    StatsUpdate,
+    TextDelta,
+)
 from app.engine.reply import (
     FinishReason,
     ReplyRecord,
@@ -890,6 +897,7 @@ class Session:
         keep = self._reuse_prefix(tokens)
         todo = list(tokens[keep:])
         t0 = time.perf_counter()
+        clock = PrefillClock()
         yield PrefillProgress(0, len(todo), keep, 0.0)
         if not todo:
             return
@@ -901,6 +909,7 @@ class Session:
 
         while done < len(todo) and not should_stop():
             chunk = todo[done : done + n_batch]
+            t_chunk = time.perf_counter()
             try:
                 with self.ctx.abortable(should_stop):
                     self.ctx.decode(chunk, keep + done, logits="none")
@@ -910,8 +919,11 @@ class Session:
                 self._kv_tokens = []
                 return
             self._kv_tokens.extend(chunk)
+            now = time.perf_counter()
+            clock.add(keep + done, len(chunk), now - t_chunk)
             done += len(chunk)
-            yield PrefillProgress(done, len(todo), keep, time.perf_counter() - t0)
+            yield PrefillProgress(done, len(todo), keep, now - t0,
+                                  clock.seconds_left(keep + done, keep + len(todo)))
 
     def _reuse_prefix(self, tokens: Sequence[int]) -> int:
         """Keep the cached prefix of ``tokens``, or put back a saved state that shares

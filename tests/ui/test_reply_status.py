@@ -27,7 +27,7 @@ def test_the_words_name_what_is_ahead_and_the_place() -> None:
         "● waiting for 2 API requests and 1 race · place 3 in the queue")
     assert ahead_words([("load", "window"), api, ("sweep", "race")]) == (
         "1 model load, 1 API request and 1 race")
-    p = PrefillProgressed(1, 1024, 4096, 300, 2.0)
+    p = PrefillProgressed(1, 1024, 4096, 300, 2.0, 6.2)
     assert prefill_words(p) == "● reading the prompt: 1,024 / 4,096 tokens · 300 cached · 6 s left"
     assert reply_status_words([api], False, None, False).startswith("● waiting")
     assert reply_status_words([], True, p, False) == prefill_words(p)
