@@ -280,3 +280,18 @@ def test_a_long_unbroken_line_wraps_anywhere_and_stays_as_typed(qtbot) -> None: 
     assert box.input.toPlainText() == paste.text() and box.input.wordWrapMode() == anywhere
     box.input.set_text("")  # sent: words wrap at their boundaries again
     assert box.input.wordWrapMode() == QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere
+
+
+def test_a_list_right_after_a_paragraph_line_is_a_list_and_keeps_its_tint(qtbot) -> None:
+    """Models write "Ingredients:" and the list on the next line (CommonMark reads a list
+    there; Python-Markdown wants a blank line first): it renders as a list, a quote
+    likewise, and the tint still lands on the drafted words."""
+    text = "Ingredients:\n- 1 pineapple\n- 2 bananas\n\nSteps:\n1. Peel\n2. Blend\n\nNote\n> cold"
+    html = render_markdown(text).html
+    assert "<ul>\n<li>1 pineapple</li>\n<li>2 bananas" in html and "<ol>" in html
+    assert "<blockquote>" in html and "- 1" not in html
+    assert "x - y<br />\n-5 degrees" in render_markdown("x - y\n-5 degrees").html  # no list
+    drafted = text.index("bananas")
+    w = reply_widget(qtbot, text, [(drafted, drafted + len("bananas"))], tint=True)
+    got = shown_chars(w.body.document())
+    assert "".join(ch for ch, t, _ in got if t) == "bananas"

@@ -7,12 +7,14 @@ highlighted with Pygments (inline styles, so Qt's rich-text engine can show them
 back with a header row holding the language and a ``copy:<n>`` link; an unclosed fence
 (a reply still streaming) is a code block up to the end of the text.
 
-The source text is never altered in a way that changes what Markdown reads: the draft
-tint is applied afterwards to the rendered document (:mod:`app.ui.chat.draft_tint`),
-using the source ranges of the code blocks recorded here. The one rewrite is length-
-preserving: leading spaces of lines that Markdown would flatten (a paragraph's
-continuation lines, such as code pasted without a fence) become no-break spaces, so
-their indentation shows; list, quote and table lines are left alone.
+The draft tint is applied afterwards to the rendered document
+(:mod:`app.ui.chat.draft_tint`, which matches rendered words back to the source), using
+the source ranges of the code blocks recorded here. Two rewrites bring what Markdown
+reads closer to what models write: leading spaces of lines that Markdown would flatten
+(a paragraph's continuation lines, such as code pasted without a fence) become no-break
+spaces, so their indentation shows; and a list or quote that starts right after a
+paragraph line ("Ingredients:" then "- 1 pineapple") gets the blank line
+Python-Markdown needs before it (CommonMark needs none).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ TINT_COLOR = "#fde7b0"
 _P0, _P1 = "\ue010", "\ue011"  # code-block placeholder delimiters
 _FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[^\s`]*)[^`]*$")
 _LIST_OR_QUOTE = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)]|>)(?:\s|$)")
+#: what may start right after a paragraph line in CommonMark: a bullet item with text, an
+#: ordered item numbered 1, a quote
+_INTERRUPTS_PARAGRAPH = re.compile(r"^\s*(?:(?:[-*+]|1[.)])[ \t]+\S|>)")
 _TABLE_ROW = re.compile(r"^\s*\|")
 _LEADING_WS = re.compile(r"^[ \t]+")
 _PLACEHOLDER = re.compile(f"(?:<p>)?{_P0}(\\d+){_P1}(?:</p>)?")
@@ -69,7 +74,8 @@ class RenderedMarkdown:
 
 
 def _keep_indentation(lines: list[str]) -> list[str]:
-    """Lines with the leading whitespace of flattened continuation lines made no-break.
+    """Lines with the leading whitespace of flattened continuation lines made no-break,
+    and a blank line before a list or quote that follows a paragraph line.
 
     Markdown joins a paragraph's lines and drops their leading spaces; a model that
     writes code without a fence then loses its indentation. Only lines that continue a
@@ -105,6 +111,12 @@ def _keep_indentation(lines: list[str]) -> list[str]:
                 in_list = in_list or not line.lstrip().startswith((">", "|"))
             else:
                 block_kind, keep = "plain", base
+            out.append(line)
+            continue
+        if block_kind == "plain" and width < base + 4 and _INTERRUPTS_PARAGRAPH.match(line):
+            out.append("")  # the blank line Python-Markdown needs before a list or quote
+            block_kind = "structured"
+            in_list = in_list or not line.lstrip().startswith(">")
             out.append(line)
             continue
         m = _LEADING_WS.match(line)
@@ -202,9 +214,8 @@ def render_markdown(text: str) -> RenderedMarkdown:
         text: the message.
 
     Returns:
-        The HTML, the code blocks' text and their source spans. Character offsets into
-        ``text`` stay valid for the rendered document: nothing is inserted or removed
-        before Markdown runs (see the module docstring).
+        The HTML, the code blocks' text and their source spans (character offsets into
+        ``text``).
     """
     global _md
     if len(text) > MAX_MARKDOWN_CHARS:
