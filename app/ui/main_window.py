@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QCoreApplication, Qt, QTimer, Slot
-from PySide6.QtGui import QCloseEvent, QIcon
+from PySide6.QtGui import QCloseEvent, QGuiApplication, QIcon
 from PySide6.QtWidgets import (
     QDialog,
     QFileDialog,
@@ -231,6 +231,25 @@ def _resume_edit(window: MainWindow, conversation_id: int | None, message_id: in
             window.composer.edit_not_resumed(conversation_id, message_id, text)
 
 
+def _fit_to_screen(window: QWidget) -> None:
+    """Shrink and move the window into its screen's free area (large fonts or a smaller
+    screen than the one its size was saved on), no smaller than it can be laid out."""
+    screen = window.screen() or QGuiApplication.primaryScreen()
+    if screen is None:
+        return
+    free, frame = screen.availableGeometry(), window.frameGeometry()
+    extra_w, extra_h = frame.width() - window.width(), frame.height() - window.height()
+    least = window.minimumSizeHint()
+    width = max(least.width(), min(window.width(), free.width() - extra_w))
+    height = max(least.height(), min(window.height(), free.height() - extra_h))
+    if (width, height) != (window.width(), window.height()):
+        window.resize(width, height)
+    x = min(max(window.x(), free.left()), max(free.left(), free.right() + 1 - width - extra_w))
+    y = min(max(window.y(), free.top()), max(free.top(), free.bottom() + 1 - height - extra_h))
+    if (x, y) != (window.x(), window.y()):
+        window.move(x, y)
+
+
 def _single_shot_timer(parent: QWidget, ms: int, slot: Callable[[], object]) -> QTimer:
     timer = QTimer(parent)
     timer.setSingleShot(True)
@@ -394,6 +413,8 @@ class MainWindow(QMainWindow):
         if not (ui.window_geometry and self.restoreGeometry(
                 QByteArray.fromBase64(ui.window_geometry.encode()))):
             self.resize(1320, 820)
+        _fit_to_screen(self)
+        QTimer.singleShot(0, lambda: _fit_to_screen(self))  # again with its frame, shown
         if ui.splitter_state:
             self.splitter.restoreState(QByteArray.fromBase64(ui.splitter_state.encode()))
 

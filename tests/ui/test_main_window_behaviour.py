@@ -137,6 +137,25 @@ def test_stop_never_saves_a_held_back_start_of_a_stop_string(qtbot, tiny_window,
     assert w.chat.messages[-1].text == reply.content
 
 
+def test_the_window_opens_inside_its_screen(qtbot, tiny_window) -> None:  # type: ignore[no-untyped-def]
+    """Its first size (1320 × 820, or the one saved) shrinks to the screen's free area
+    (large fonts make the screen fewer pixels wide), no smaller than it can be laid out;
+    a window moved off the screen comes back."""
+    from app.ui.main_window import _fit_to_screen
+
+    w = tiny_window
+    free = w.screen().availableGeometry()
+    least = w.minimumSizeHint()
+    frame = w.frameGeometry()
+    assert frame.width() <= free.width() or w.width() == least.width()
+    assert frame.height() <= free.height() or w.height() == least.height()
+    assert w.height() >= min(820, free.height()) - (frame.height() - w.height())  # no less
+    w.move(free.right() + 500, free.bottom() + 500)
+    _fit_to_screen(w)
+    assert free.left() <= w.x() <= max(free.left(), free.right() - w.width() + 1)
+    assert free.top() <= w.y() <= max(free.top(), free.bottom() - w.height() + 1)
+
+
 def test_the_window_fits_1024_px_and_a_draft_does_not_widen_it(qtbot, tiny_window,  # type: ignore[no-untyped-def]
                                                                tiny_target: Path,
                                                                tmp_path: Path) -> None:
