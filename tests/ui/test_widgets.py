@@ -765,6 +765,35 @@ def test_delete_on_the_conversation_list_asks_to_delete_the_current_one(qtbot) -
     assert sig.args == [7]
 
 
+def test_down_or_enter_in_the_search_box_goes_to_what_it_found(qtbot) -> None:
+    """Typed, then Down (or Enter) at once: the search is applied, the first conversation
+    found opens and the list has the keys (Down again: the next)."""
+    from PySide6.QtCore import Qt
+
+    from app.store.history import Conversation
+    from app.ui.chat.conversation_list import ConversationListWidget
+
+    convs = [Conversation(id=i, title=t, system_prompt="", created_at=0.0, updated_at=0.0)
+             for i, t in ((1, "lake house"), (2, "soup"), (3, "lake trip"))]
+    w = ConversationListWidget()
+    qtbot.addWidget(w)
+    w.search_changed.connect(lambda text: w.set_conversations(
+        [c for c in convs if text.strip() in c.title], current=2))
+    w.set_conversations(convs, current=2)
+    w.show()
+    for key in (Qt.Key.Key_Down, Qt.Key.Key_Return):
+        w.search.setFocus()
+        w.search.clear()
+        qtbot.keyClicks(w.search, "lake")
+        with qtbot.waitSignal(w.conversation_activated, timeout=2000) as sig:
+            qtbot.keyClick(w.search, key)  # before the search's 200 ms have passed
+        assert sig.args == [1] and w.ids() == [1, 3]
+        qtbot.waitUntil(w.list.hasFocus, timeout=2000)
+    with qtbot.waitSignal(w.conversation_activated, timeout=2000) as sig:
+        qtbot.keyClick(w.list, Qt.Key.Key_Down)
+    assert sig.args == [3]
+
+
 def test_the_wheel_scrolls_the_sampling_tab_instead_of_changing_its_values(qtbot) -> None:
     """In the scrolling Sampling tab the pointer passes over spin boxes: a wheel there
     scrolls the tab unless the box has the focus (then it changes the value, as ever)."""

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtCore import QPoint, Qt, QTimer, Signal, SignalInstance, Slot
-from PySide6.QtGui import QFocusEvent, QIcon, QKeySequence, QMouseEvent, QShortcut
+from PySide6.QtCore import QEvent, QObject, QPoint, Qt, QTimer, Signal, SignalInstance, Slot
+from PySide6.QtGui import QFocusEvent, QIcon, QKeyEvent, QKeySequence, QMouseEvent, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QLineEdit,
@@ -111,6 +111,9 @@ class ConversationListWidget(QWidget):
         self._search_timer.setInterval(200)
         self._search_timer.timeout.connect(self._on_search_timer_timeout)
         self.search.textChanged.connect(self._on_search_text_changed)
+        # from the search box, Down and Enter go to what it found
+        self.search.installEventFilter(self)
+        self.search.returnPressed.connect(self._on_search_down_activated)
         self._filling = False
 
     def set_conversations(self, conversations: Sequence[Conversation], current: int | None) -> None:
@@ -264,6 +267,28 @@ class ConversationListWidget(QWidget):
             self.conversation_delete_clicked.emit(cid)
 
     @Slot(str)
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        """Down in the search box: into the list (:meth:`_on_search_down_activated`)."""
+        if (watched is self.search and event.type() == QEvent.Type.KeyPress
+                and isinstance(event, QKeyEvent) and event.key() == Qt.Key.Key_Down
+                and not event.modifiers()):
+            self._on_search_down_activated()
+            return True
+        return super().eventFilter(watched, event)
+
+    @Slot()
+    def _on_search_down_activated(self) -> None:
+        """Into the list: the first conversation listed is opened unless the open one is
+        listed (a search typed a moment ago is applied first)."""
+        if self._search_timer.isActive():
+            self._search_timer.stop()
+            self._on_search_timer_timeout()
+        if not self.ids():
+            return
+        if self.list.currentItem() is None or _item_id(self.list.currentItem()) is None:
+            self.list.setCurrentRow(0)
+        self.list.setFocus(Qt.FocusReason.ShortcutFocusReason)
+
     def _on_search_text_changed(self, _text: str) -> None:
         self._search_timer.start()
 
