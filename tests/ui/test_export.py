@@ -6,7 +6,10 @@ and the messages that followed each version not shown."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+
+import markdown
 
 from app.store.history import HistoryStore
 from app.ui.chat.export import conversation_markdown, export_conversation
@@ -25,7 +28,8 @@ def test_markdown_and_json_carry_every_version(tmp_path: Path) -> None:
                             "decode_tps": 31.5, "acceptance_rate": 0.95,
                             "verified": 60, "accepted": 57})
         md = conversation_markdown(store, cid)
-        assert md.startswith("# Rename add to add_numbers.\n\n**System prompt:**\n\nBe brief.")
+        assert md.startswith("# Rename add to add_numbers.\n\n**System prompt:**\n\n```text\n"
+                             "Be brief.\n```\n\n## You\n\n```text\nRename add to add_numbers.\n```")
         assert ("## Assistant · smol.gguf (version 2 of 2, the one the conversation "
                 "continued from)\n\ndrafted text\n\n*41 tokens · 31.5 tok/s · prompt lookup "
                 "k=16 · α 95%*") in md
@@ -113,8 +117,35 @@ def test_the_json_export_is_the_whole_tree_and_the_markdown_says_what_it_leaves_
         md = conversation_markdown(store, cid)
         assert "## You (version 2 of 2, the one the conversation continued from)" in md
         assert ("<details><summary>Version 1 of 2 · 3 messages followed it (in the JSON "
-                "export)</summary>\n\nfirst question") in md
+                "export)</summary>\n\n```text\nfirst question\n```") in md
         assert "follow-up" not in md  # not on the path shown
+
+
+def test_markdown_in_a_message_does_not_break_the_exports_outline(tmp_path: Path) -> None:
+    """A pasted document's headings stay inside its message (typed text is fenced, exactly
+    as typed, even with backticks in it); a reply's headings move under its ``##``, not
+    inside its code; what was dropped to fit the context is said under the reply."""
+    pasted = "Summarise:\n# Known behaviour\n## Licence\n```sh\nls\n```"
+    reply = "# Summary\n### Detail\n```python\n# a comment\n```"
+    with HistoryStore.open(tmp_path / "h.sqlite3") as store:
+        cid = store.create_conversation("Doc").id
+        store.add_user_message(cid, pasted)
+        mid = store.begin_reply(cid).id
+        store.finish_reply(mid, reply, "stop", {
+            "mode": "off", "emitted": 9, "context": {
+                "policy": "truncate-middle", "n_ctx": 4096, "prompt_tokens": 4000,
+                "dropped_messages": 2, "dropped_tokens": 3031}})
+        md = conversation_markdown(store, cid)
+        outline = re.findall(r"<(h[1-6])>([^<]*)<", markdown.markdown(
+            md, extensions=["fenced_code"]))
+        assert outline == [("h1", "Doc"), ("h2", "You"), ("h2", "Assistant"),
+                           ("h3", "Summary"), ("h5", "Detail")]
+        assert f"````text\n{pasted}\n````" in md
+        assert ("### Summary\n##### Detail\n```python\n# a comment\n```"
+                in md)
+        assert "*Dropped 2 earlier messages" in md
+        data = json.loads(export_conversation(store, cid, tmp_path / "c.json").read_text())
+        assert [m["content"] for m in data["messages"]] == [pasted, reply]
 
 
 def test_a_name_typed_without_an_extension_gets_the_chosen_types() -> None:

@@ -2,9 +2,13 @@
 
 Qt-free (the window's "Export…" calls it; tests call it directly). The Markdown is for
 reading: the conversation as shown, each message with the version the conversation
-continued from (a reply with its drafter and speed) and its other versions in
-``<details>`` blocks, so plain and speculative versions can be compared in any Markdown
-viewer; a version that other messages followed says how many (they are in the JSON).
+continued from (a reply with its footer: drafter and speed, what was dropped to fit the
+context) and its other versions in ``<details>`` blocks, so plain and speculative
+versions can be compared in any Markdown viewer; a version that other messages followed
+says how many (they are in the JSON). As in the chat, what the user typed (messages,
+the system prompt) is shown exactly, in a fenced ``text`` block, and replies as
+Markdown, their headings moved two levels down (``#`` → ``###``) so that they sit
+under the message's ``##``; the JSON has every text unchanged.
 The JSON is the whole conversation, for programs and backups:
 :data:`EXPORT_SCHEMA_VERSION`, the conversation, and per message its text, finish
 reason, statistics (``SpecStats.to_dict()`` with ``auto`` and ``context`` when
@@ -17,6 +21,7 @@ in the same form (their own versions included).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +33,7 @@ from app.store.history import (
     stats_from_json,
 )
 from app.store.files import write_text_atomic
-from app.ui.chat.footer import reply_figures
+from app.ui.chat.footer import reply_figures, reply_footer
 
 #: the JSON export's layout version (fields are only ever added within one version)
 EXPORT_SCHEMA_VERSION = 1
@@ -106,6 +111,42 @@ def conversation_data(store: HistoryStore, conversation_id: int) -> dict[str, An
             "updated_at": conv.updated_at, "messages": messages}
 
 
+_FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_ATX_HEADING = re.compile(r"^( {0,3})(#{1,6})(?=[ \t]|$)")
+
+
+def _verbatim(text: str) -> str:
+    """Typed text as the chat shows it (every character, no Markdown): a fenced
+    ``text`` block whose fence is longer than any run of backticks in it."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def _under_heading(text: str) -> str:
+    """A reply's Markdown with its ATX headings two levels down (at most ``######``),
+    outside fenced code, so that they sit under the message's ``##``."""
+    out: list[str] = []
+    fence: str | None = None
+    for line in text.split("\n"):
+        if (m := _FENCE_LINE.match(line)) is not None:
+            mark = m.group(1)
+            if fence is None:
+                fence = mark
+            elif mark[0] == fence[0] and len(mark) >= len(fence) and not line.strip(
+                    ).strip(mark[0]):
+                fence = None
+        elif fence is None and (h := _ATX_HEADING.match(line)) is not None:
+            level = min(6, len(h.group(2)) + 2)
+            line = h.group(1) + "#" * level + line[h.end():]
+        out.append(line)
+    return "\n".join(out)
+
+
+def _shown(role: str, text: str) -> str:
+    return _under_heading(text) if role == "assistant" else _verbatim(text)
+
+
 def _figures(stats: dict[str, Any] | None, finish_reason: str | None) -> str:
     """``75 tokens · 18.3 tok/s · prompt lookup k=16 · α 95%``: the footer's first line
     (:func:`app.ui.chat.footer.reply_figures`)."""
@@ -121,9 +162,10 @@ def _message_markdown(store: HistoryStore, m: StoredMessage) -> list[str]:
             else "## You" if m.role == "user" else f"## {m.role}")
     if versions:
         head += f" (version {m.version} of {m.versions}, the one the conversation continued from)"
-    out = [head, "", m.content, ""]
+    out = [head, "", _shown(m.role, m.content), ""]
     if reply:
-        out += [f"*{_figures(m.stats, m.finish_reason)}*", ""]
+        footer = reply_footer(m.stats, m.finish_reason, m.note)
+        out += [*(f"*{line.strip()}*" for line in footer.splitlines() if line.strip()), ""]
     for v in versions:
         if v.shown:
             continue
@@ -132,7 +174,8 @@ def _message_markdown(store: HistoryStore, m: StoredMessage) -> list[str]:
             n = kept[v.number]
             about.append(f"{n} message{'' if n == 1 else 's'} followed it (in the JSON export)")
         out += [f"<details><summary>Version {v.number} of {len(versions)}"
-                + "".join(f" · {a}" for a in about) + "</summary>", "", v.content, "",
+                + "".join(f" · {a}" for a in about) + "</summary>", "",
+                _shown(m.role, v.content), "",
                 "</details>", ""]
     return out
 
@@ -146,7 +189,7 @@ def conversation_markdown(store: HistoryStore, conversation_id: int) -> str:
     conv: Conversation = store.conversation(conversation_id)
     out = [f"# {conv.title}", ""]
     if conv.system_prompt.strip():
-        out += ["**System prompt:**", "", conv.system_prompt, ""]
+        out += ["**System prompt:**", "", _verbatim(conv.system_prompt), ""]
     for m in store.messages(conversation_id):
         out += _message_markdown(store, m)
     return "\n".join(out).rstrip() + "\n"
