@@ -125,6 +125,28 @@ def _in_steps(n_min: int, tokens: list[int], n_full: int, n_parts: int,
     return lo, tokens
 
 
+def dropped_indices(roles: Sequence[str], fit: ContextFit) -> list[int]:
+    """Which messages of a request :func:`fit_conversation` dropped, from their roles in
+    order (leading ``system`` messages and the message answered included) and the
+    :class:`ContextFit` it returned: indices into ``roles``, ascending (the same cut into
+    exchanges and :func:`drop_order`, until ``fit.dropped_messages`` are counted)."""
+    head_n = 0
+    while head_n < len(roles) - 1 and roles[head_n] == "system":
+        head_n += 1
+    parts: list[list[int]] = []
+    for i in range(head_n, len(roles) - 1):
+        if roles[i] == "user" or not parts:
+            parts.append([i])
+        else:
+            parts[-1].append(i)
+    gone: list[int] = []
+    for n in drop_order(len(parts), fit.policy):
+        if len(gone) >= fit.dropped_messages:
+            break
+        gone += parts[n]
+    return sorted(gone)
+
+
 def fit_conversation(
     messages: Sequence[ChatMessage],
     tokenize: Callable[[Sequence[ChatMessage]], list[int]],

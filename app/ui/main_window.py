@@ -140,7 +140,7 @@ def _end_stream(chat: ChatViewWidget, reply: ActiveReply, fin: ReplyRecord,
         return False
     footer = (message_view(stored).footer if stored is not None
               else reply_footer(fin.stats.to_dict(), fin.reason, fin.note))
-    chat.end_stream(reply.message_id, reply.text, reply.spans, footer)
+    chat.end_stream(reply.message_id, reply.text, reply.spans, footer, fin.context)
     return True
 
 

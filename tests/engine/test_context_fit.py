@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from app.engine.chat import ChatMessage
-from app.engine.context_fit import ContextFit, drop_order, fit_conversation, reply_room
+from app.engine.context_fit import (
+    ContextFit,
+    drop_order,
+    dropped_indices,
+    fit_conversation,
+    reply_room,
+)
 from app.engine.events import ContextTrimmed
 from app.engine.reply import ReplyRecord
 from app.engine.session import Session, SessionConfig
@@ -88,6 +94,22 @@ def test_truncate_middle_drops_the_first_exchange_too_when_nothing_else_is_left(
     kept, fit = _fit(msgs, 24, TRUNCATE, max_tokens=4)
     assert fit is not None and not fit.kept_first
     assert kept == [msgs[0], msgs[-1]] and fit.dropped_messages == 4
+
+
+def test_the_dropped_messages_are_found_again_from_the_roles_and_the_fit() -> None:
+    """What the chat view marks "not in the model's context": the very messages each
+    policy dropped, from the request's roles and the stored fit alone."""
+    for turns, n_ctx, policy, max_tokens in ((6, 100, ROLLING, 16), (6, 100, TRUNCATE, 16),
+                                             (2, 24, TRUNCATE, 4)):
+        msgs = _conversation(turns)
+        msgs.insert(3, ChatMessage("assistant", "a second reply to question0"))
+        kept, fit = _fit(msgs, n_ctx, policy, max_tokens)
+        assert fit is not None
+        gone = dropped_indices([m.role for m in msgs], fit)
+        assert [msgs[i] for i in range(len(msgs)) if i not in gone] == kept
+        assert len(gone) == fit.dropped_messages
+        without_system = dropped_indices([m.role for m in msgs[1:]], fit)
+        assert without_system == [i - 1 for i in gone]
 
 
 def test_the_room_for_the_reply_is_given_up_before_the_conversation_is_refused() -> None:

@@ -1172,3 +1172,41 @@ def test_find_text_marks_the_match_and_brings_it_into_view(qtbot) -> None:
     qtbot.waitUntil(lambda: bar.value() == bar.maximum())
     assert not chat.find_text("")
     assert all(w.first_mark_y() is None for w in chat.messages)
+
+
+def test_messages_the_last_reply_was_written_without_are_marked(qtbot) -> None:
+    """The messages dropped to fit the context window say so ("not in the model's
+    context") until a reply is written with the whole conversation again; a streamed
+    reply's own fit counts when it ends."""
+    from app.engine.context_fit import ContextFit
+    from app.options import ContextOverflow
+    from app.ui.chat.chat_view import ChatViewWidget
+
+    def fit(dropped: int, policy: ContextOverflow) -> ContextFit:
+        return ContextFit(policy, 4096, dropped, 3000, 3900, 196,
+                          kept_first=policy is ContextOverflow.TRUNCATE_MIDDLE)
+
+    views = [MessageView(i, "user" if i % 2 else "assistant", f"m{i}",
+                         footer="9 tokens" if i % 2 == 0 else "")
+             for i in range(1, 9)]
+    views[-1] = dataclasses.replace(views[-1], context=fit(2, ContextOverflow.ROLLING_WINDOW))
+    chat = ChatViewWidget()
+    qtbot.addWidget(chat)
+    chat.set_messages(views)
+
+    def marked() -> list[int]:
+        return [w.message_id for w in chat.messages if w.property("outOfContext")]
+
+    assert marked() == [1, 2]
+    assert [w.message_id for w in chat.messages  # the words in the header too
+            if w.findChild(QLabel, "outOfContextLabel").isVisibleTo(w)] == [1, 2]
+    # the next reply, streamed, dropped the second exchange (truncate-middle keeps the first)
+    chat.add_message(MessageView(9, "user", "m9"))
+    chat.add_message(MessageView(10, "assistant", ""))
+    assert marked() == [1, 2]  # still the last finished reply's
+    chat.end_stream(10, "m10", (), "9 tokens", fit(4, ContextOverflow.TRUNCATE_MIDDLE))
+    assert marked() == [3, 4, 5, 6]
+    chat.add_message(MessageView(11, "user", "m11"))
+    chat.add_message(MessageView(12, "assistant", ""))
+    chat.end_stream(12, "m12", (), "9 tokens", None)  # a larger context: nothing dropped
+    assert marked() == []

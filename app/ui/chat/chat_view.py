@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.context_fit import ContextFit, dropped_indices
 from app.store.history import StoredMessage
 from app.ui.chat.draft_tint import apply_tint, tinted_ranges
 from app.ui.chat.footer import reply_footer
@@ -83,6 +84,8 @@ class MessageView:
     model: str | None = None
     version: int = 1
     versions: int = 1
+    #: a finished reply's: what was dropped from its request to fit the context window
+    context: ContextFit | None = None
 
 
 def message_view(m: StoredMessage) -> MessageView:
@@ -95,8 +98,26 @@ def message_view(m: StoredMessage) -> MessageView:
         except (TypeError, ValueError, AttributeError):  # figures of the wrong kinds
             log.warning("message %s: statistics not shown (unreadable)", m.id)
             footer = reply_footer(None, m.finish_reason, m.note)
+    raw = (m.stats or {}).get("context") if m.role == "assistant" else None
+    fit = ContextFit.from_dict(raw) if isinstance(raw, dict) else None
     return MessageView(m.id, m.role, m.content, m.draft_spans, footer, m.model,
-                       m.version, m.versions)
+                       m.version, m.versions, fit)
+
+
+def out_of_context(views: Sequence[MessageView]) -> set[int]:
+    """The messages (ids) the last finished reply was written without: dropped from its
+    request to fit the context window (:func:`~app.engine.context_fit.dropped_indices`;
+    its request was the messages before it, after the system prompt where there was
+    one). Empty when that reply dropped nothing."""
+    last = next((i for i in range(len(views) - 1, -1, -1)
+                 if views[i].role == "assistant" and views[i].footer), None)
+    fit = views[last].context if last is not None else None
+    if last is None or fit is None or fit.dropped_messages <= 0:
+        return set()
+    head = ["system"] if fit.kept_system else []
+    before = views[:last]
+    gone = dropped_indices([*head, *(v.role for v in before)], fit)
+    return {before[i - len(head)].message_id for i in gone if i >= len(head)}
 
 
 class MarkdownBrowserWidget(QTextBrowser):
@@ -176,6 +197,7 @@ class MessageWidget(QFrame):
         self._model = view.model
         self._text = view.content
         self._spans: tuple[tuple[int, int], ...] = view.draft_spans
+        self._context = view.context
         self._tint = tint
         self._code_blocks: tuple[str, ...] = ()
         self._needle = ""  # the text marked where it occurs (the conversation search's)
@@ -194,6 +216,14 @@ class MessageWidget(QFrame):
         self._streaming.setObjectName("streamingLabel")
         self._streaming.hide()
         header.addWidget(self._streaming)
+        self._dropped = Label("not in the model's context")
+        self._dropped.setObjectName("outOfContextLabel")
+        self._dropped.setToolTip(
+            "The last reply was written without this message: it was dropped so that the "
+            "conversation fits the context window (Sampling → Model → Context length; "
+            "Sampling → Too long for the context)")
+        self._dropped.hide()
+        header.addWidget(self._dropped)
         header.addStretch(1)
         what = "message" if view.role == "user" else "reply"
         self._older = self._tool_button(
@@ -280,12 +310,27 @@ class MessageWidget(QFrame):
     def view(self) -> MessageView:
         """What the widget shows now, as the view it could be built from again."""
         return MessageView(self.message_id, self.role, self._text, self._spans,
-                           self.footer_text, self._model, self._version, self._versions)
+                           self.footer_text, self._model, self._version, self._versions,
+                           self._context)
+
+    def set_context(self, context: ContextFit | None) -> None:
+        """What was dropped from this reply's request to fit the context window."""
+        self._context = context
+
+    def set_in_context(self, in_context: bool) -> None:
+        """Mark (or not) a message the last reply was written without (the style
+        sheet's ``[outOfContext="true"]``)."""
+        self._dropped.setVisible(not in_context)
+        if bool(self.property("outOfContext")) != (not in_context):
+            self.setProperty("outOfContext", not in_context)
+            self.style().unpolish(self)
+            self.style().polish(self)
 
     def set_author(self, view: MessageView) -> None:
         """The header names the model of the version shown (a regenerated reply's
         versions may come from different models)."""
         self._model = view.model
+        self._context = view.context
         self._who.set_full_text(_who(view))
 
     def set_version(self, version: int, versions: int) -> None:
@@ -483,6 +528,7 @@ class ChatViewWidget(QScrollArea):
         #: the page grows above it (earlier messages shown), until the user scrolls
         self._anchor: tuple[MessageWidget, int] | None = None
         self._needle = ""  # the conversation search's text, marked where it occurs
+        self._out: set[int] = set()  # the messages the last reply was written without
         #: the message whose first mark the view keeps in sight, until the user scrolls
         self._found: MessageWidget | None = None
         self._restoring = False  # the view itself is scrolling (not the user)
@@ -543,6 +589,7 @@ class ChatViewWidget(QScrollArea):
             self.add_message(v)
         self._update_earlier()
         self._update_regenerate()
+        self._mark_out_of_context()
 
     @property
     def earlier_count(self) -> int:
@@ -589,7 +636,15 @@ class ChatViewWidget(QScrollArea):
         w.set_editing(w.message_id == self._editing)
         if self._needle:
             w.mark(self._needle)
+        w.set_in_context(w.message_id not in self._out)
         return w
+
+    def _mark_out_of_context(self) -> None:
+        """Mark the messages the last finished reply was written without
+        (:func:`out_of_context`)."""
+        self._out = out_of_context([*self._earlier, *(w.view() for w in self._messages)])
+        for w in self._messages:
+            w.set_in_context(w.message_id not in self._out)
 
     def add_message(self, view: MessageView) -> MessageWidget:
         w = self._message_widget(view)
@@ -599,6 +654,7 @@ class ChatViewWidget(QScrollArea):
         self._stick, self._found = True, None
         self._update_regenerate()
         self._update_starters()
+        self._mark_out_of_context()
         return w
 
     def find_text(self, needle: str) -> bool:
@@ -648,6 +704,7 @@ class ChatViewWidget(QScrollArea):
             w.set_content(view.content, view.draft_spans)
             w.set_footer(view.footer)
             w.set_version(view.version, view.versions)
+            self._mark_out_of_context()
 
     def replace_after(self, view: MessageView, after: Sequence[MessageView]) -> None:
         """Another version of a message is shown: it changes in place and the messages
@@ -669,6 +726,7 @@ class ChatViewWidget(QScrollArea):
         self._messages += made
         self._update_regenerate()
         self._update_starters()
+        self._mark_out_of_context()
 
     def set_footer(self, message_id: int, text: str) -> None:
         """Set a message's footer (a streaming reply says what was dropped to fit)."""
@@ -703,6 +761,7 @@ class ChatViewWidget(QScrollArea):
             self._stick = True  # nothing on screen to keep in place: follow the bottom
         self._update_regenerate()
         self._update_starters()
+        self._mark_out_of_context()
         if failure is not None and self._messages:
             self.failure.setText(f"No reply: {failure} Regenerate asks again.")
             self.failure.show()
@@ -738,14 +797,18 @@ class ChatViewWidget(QScrollArea):
         self._render_pending()
 
     def end_stream(self, message_id: int, text: str, spans: Sequence[tuple[int, int]],
-                   footer: str) -> None:
-        """The reply ended: its final text and footer."""
+                   footer: str, context: ContextFit | None = None) -> None:
+        """The reply ended: its final text and footer, and what was dropped from its
+        request to fit the context window (the messages it was written without are
+        marked)."""
         self._render_timer.stop()
         self._pending = None
         if (w := self.message(message_id)) is not None:
             w.set_content(text, spans)
             w.set_streaming(False)
             w.set_footer(footer)
+            w.set_context(context)
+        self._mark_out_of_context()
 
     @Slot()
     def _on_render_timer_timeout(self) -> None:
