@@ -1237,6 +1237,7 @@ class Session:
             plain_step_source=base[2] if base else None,
             n_threads=n_threads,
             other_cores=other,
+            n_ctx=self.ctx.n_ctx,
         )
 
     def _calibrate_target_step(self, passes: int = 4) -> None:

@@ -335,6 +335,8 @@ class SpecStats:
     #: CPU threads the target ran with at the end, and other processes' load then (cores)
     n_threads: int = 0
     other_cores: float | None = None
+    #: the context window the reply ran in, tokens (0: not known, a remote server's)
+    n_ctx: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

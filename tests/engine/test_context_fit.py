@@ -201,6 +201,7 @@ def test_the_engine_drops_messages_before_the_reply_and_says_so(tiny_target: Pat
         assert fit.prompt_tokens + fit.dropped_tokens == whole
         assert fit.prompt_tokens + reply_room(256, 8) <= 256
         assert events[-1].stats.prompt_tokens == fit.prompt_tokens
+        assert events[-1].stats.n_ctx == 256  # the gauge's "Context used" of 256
         assert events[-1].reason in ("stop", "length")
         assert events[-1].context == fit and events[-1].request.messages == tuple(msgs)
         with pytest.raises(ContextOverflowError):

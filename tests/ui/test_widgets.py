@@ -173,6 +173,22 @@ def test_every_gauge_figure_says_what_it_means_before_how_it_is_computed(qtbot) 
     assert "catch-up" in tips["cost"]
 
 
+def test_the_gauge_says_how_full_the_context_was(qtbot) -> None:
+    """Context used: the reply's prompt and its own tokens of the window it ran in; a
+    dash where the window is not known (stored before it was recorded, a server's)."""
+    from app.ui.gauge.gauge_panel import context_text
+
+    s = SpecStats(prompt_tokens=1000, emitted=234, n_ctx=4096)
+    assert context_text(s) == "1,234 / 4,096 tokens (30%)"
+    assert context_text(SpecStats(prompt_tokens=1000, emitted=234)) == "—"
+    assert SpecStats.from_dict(s.to_dict()).n_ctx == 4096  # kept with the reply
+    g = SpeculationGaugeWidget()
+    qtbot.addWidget(g)
+    g.begin_reply(None, 0)
+    g.end_reply(s)
+    assert g.value_text("context") == "1,234 / 4,096 tokens (30%)"
+
+
 def test_gauge_repaints_at_most_ten_times_a_second(qtbot) -> None:
     g = SpeculationGaugeWidget()
     qtbot.addWidget(g)

@@ -76,6 +76,15 @@ def alpha_text(s: SpecStats, streaming: bool) -> str:
     return f"{alpha * 100:.0f}%  ({s.accepted}/{s.verified})"
 
 
+def context_text(s: SpecStats) -> str:
+    """``1,234 / 4,096 tokens (30%)``: the reply's prompt and its own tokens in the
+    context window it ran in; a dash where the window is not known."""
+    if s.n_ctx <= 0 or s.prompt_tokens <= 0:
+        return MISSING
+    used = s.prompt_tokens + s.emitted
+    return f"{used:,} / {s.n_ctx:,} tokens ({min(100, round(used * 100 / s.n_ctx))}%)"
+
+
 def remote_rows(s: SpecStats, remote: dict[str, Any]) -> dict[str, str]:
     """The gauge's figures for a reply from a remote server (``remote``:
     ``stats.extra["remote"]``, :func:`app.remote.session.remote_extra`): tok/s and TTFT
@@ -87,7 +96,8 @@ def remote_rows(s: SpecStats, remote: dict[str, Any]) -> dict[str, str]:
             "cost": f"{MISSING} (servers do not report it)",
             "predicted": f"{MISSING} (needs c)",
             "measured": f"{MISSING} (bench the server with speculation off)",
-            "ttft": or_dash(s.ttft if s.emitted else None, ".2f", " s")}
+            "ttft": or_dash(s.ttft if s.emitted else None, ".2f", " s"),
+            "context": f"{MISSING} (the server's own)"}
     if figures is None:
         nothing = f"{MISSING} (the server reports nothing)"
         rows.update(alpha=nothing, tau=nothing)
@@ -430,6 +440,10 @@ GAUGE_ROWS = [
      "load); the range comes from the spread of those passes."),
     ("ttft", "Time to first token", "How long until the first token appeared: reading the "
      "prompt (the prefill; a draft model reads it too) and the first round."),
+    ("context", "Context used", "How much of the context window this reply filled: its "
+     "prompt (the conversation so far) and its own tokens. When the next message does "
+     "not fit, earlier messages are dropped (Sampling → Too long for the context) and "
+     "marked in the chat; a larger context length keeps more (Sampling → Model)."),
 ]
 
 
@@ -771,6 +785,7 @@ class SpeculationGaugeWidget(QFrame):
             self._rows["predicted"].setText(or_dash(pred, ".2f", "×"))
         self._rows["measured"].setText(self._measured_text(s))
         self._rows["ttft"].setText(or_dash(s.ttft if s.emitted else None, ".2f", " s"))
+        self._rows["context"].setText(context_text(s))
         self.bars.set_positions(s.accepted_at, s.verified_at)
 
     def _refresh_remote(self, s: SpecStats, remote: dict[str, Any]) -> None:
