@@ -72,7 +72,7 @@ from app.store.history import (
     HistoryStore,
     StoredMessage,
 )
-from app.store.settings import Settings, save_settings
+from app.store.settings import SEEN_NOTES, Settings, save_settings
 
 log = logging.getLogger(__name__)
 
@@ -436,6 +436,19 @@ class ChatController:
                     origin="load",
                 ))
 
+    def _show_load_notes(self, notes: Sequence[str]) -> None:
+        """What a load noted (a context lowered to the trained length, a template that
+        could not be used), shown once: a note shown at an earlier load is logged."""
+        seen = self.settings.ui.seen_notes
+        fresh = [n for n in notes if n not in seen]
+        for n in notes:
+            if n in seen:
+                log.info("load note (shown before): %s", n)
+        if fresh:
+            self.report(UserError("Note", " ".join(fresh), level="warning", origin="load"))
+            self.settings.ui.seen_notes = [*seen, *fresh][-SEEN_NOTES:]
+            self.view.save_settings_soon()
+
     def save_settings(self) -> bool:
         """Write the settings now; a failure is reported (the app goes on) until a save
         succeeds."""
@@ -737,9 +750,7 @@ class ChatController:
             self.view.clear_errors("draft")  # about the pair before (a draft's failure)
             self.view.model_changed(value)
             self.view.state_changed()
-            if value.notes:
-                self.report(UserError("Note", " ".join(value.notes), level="warning",
-                                      origin="load"))
+            self._show_load_notes(value.notes)
             draft = self.settings.model.draft_path
             mode = self.settings.speculation.mode
             if draft is not None and (mode is SpecMode.DRAFT_MODEL or (

@@ -103,6 +103,10 @@ class RemoteSettings(_Section):
     model: str | None = None
 
 
+#: load notes remembered as shown (:attr:`UiSettings.seen_notes`)
+SEEN_NOTES = 20
+
+
 class UiSettings(_Section):
     """Window state. ``window_geometry`` / ``splitter_state`` are Qt's saveGeometry and
     saveState bytes, base64-encoded; ``last_conversation_id`` is reopened at start-up."""
@@ -117,6 +121,9 @@ class UiSettings(_Section):
     unsent: dict[str, str] = {}
     #: where the last conversation was exported (the next export's dialog opens there)
     export_folder: str | None = None
+    #: notes a model load gave that were shown already (the latest :data:`SEEN_NOTES`):
+    #: the same note at the next start is logged, not shown again
+    seen_notes: list[str] = []
 
 
 #: The drafter a new user starts with: prompt lookup needs no second model.

@@ -878,3 +878,24 @@ def test_a_settings_warning_goes_once_the_settings_are_saved_again(
     monkeypatch.setattr(conversation, "save_settings", lambda *_: None)
     assert rig.c.save_settings()
     assert ("clear_errors", ("settings-save",)) in rig.view.calls
+
+
+def test_a_load_note_is_shown_once_and_then_only_logged(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """What a load notes (here: exact verification not possible on these weights) shows
+    at the first load; the same note at the next start is logged, not shown again."""
+    caplog.set_level("INFO", logger="app.chat.conversation")
+    r = Rig(tmp_path, Script(exact_possible=False))
+    r.settings.model.exact_verification = True
+    r.start()
+    try:
+        notes = [e for e in r.view.errors if e.title == "Note"]
+        assert len(notes) == 1 and "Exact verification needs other weights" in notes[0].message
+        assert r.settings.ui.seen_notes == ["Exact verification needs other weights (a fake "
+                                            "engine)."]
+        r.c.load_model(r.target)  # the same load again, as at the next start
+        r.pump.until(r.c, lambda: not r.c.loading and r.c.model_info is not None)
+        assert len([e for e in r.view.errors if e.title == "Note"]) == 1
+        assert "load note (shown before): Exact verification" in caplog.text
+    finally:
+        r.c.close()
