@@ -406,7 +406,7 @@ class MainWindow(QMainWindow):
             open_model=self._on_model_bar_open_target_clicked, search=cv.search.setFocus,
             connect=self._on_model_bar_connect_server_clicked,
             export=lambda: export_open_conversation(self, c),
-            server=(self.show_server_command, c.disconnect_server))
+            server=(self.show_server_command, c.disconnect_server), splitter=self.splitter)
 
     def _restore_geometry(self) -> None:
         ui = self.settings.ui

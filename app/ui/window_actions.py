@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, Qt, QUrl
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, QUrl
 from PySide6.QtGui import QAction, QDesktopServices, QGuiApplication, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QPushButton,
+    QSplitter,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -52,6 +53,8 @@ class WindowActions:
     report_problem: QAction
     #: Server → Disconnect (None without a Server menu); enabled while a server is used
     disconnect: QAction | None = None
+    #: View → the panes beside the chat, shown or hidden (none without a splitter)
+    panes: tuple[QAction, ...] = ()
 
 
 def quit_keys() -> list[QKeySequence]:
@@ -76,10 +79,11 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
                            connect: Callable[[], object], export: Callable[[], object],
                            search: Callable[[], object],
                            server: tuple[Callable[[], object], Callable[[], object]] | None = None,
-                           ) -> WindowActions:
-    """Add the File menu, the Server menu (when ``server`` gives its two actions: run
-    this on a bigger machine, disconnect), the Help menu, the shortcuts, and Enter on
-    buttons to ``window``."""
+                           splitter: QSplitter | None = None) -> WindowActions:
+    """Add the File menu, the View menu (when ``splitter`` holds the conversation list,
+    the chat and the side panel: :func:`add_pane_actions`), the Server menu (when
+    ``server`` gives its two actions: run this on a bigger machine, disconnect), the Help
+    menu, the shortcuts, and Enter on buttons to ``window``."""
     file_menu = window.menuBar().addMenu("&File")
     shortcut_rows: list[tuple[str, str]] = []
 
@@ -118,6 +122,7 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
                       ("Delete the selected conversation", QKeySequence(
                           QKeySequence.StandardKey.Delete).toString(native))]
 
+    panes = () if splitter is None else add_pane_actions(window, splitter, shortcut_rows)
     disconnect = None
     if server is not None:
         run_elsewhere, disconnect_server = server
@@ -152,7 +157,58 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
     about.triggered.connect(lambda _checked=False: show_about(window))
     install_enter_presses_buttons()
     return WindowActions(about, quit_action, shortcuts, documentation, log_folder, report,
-                         disconnect)
+                         disconnect, panes)
+
+
+#: the panes of the window's splitter the View menu shows or hides: (index, words, key)
+PANES = ((0, "Conversation list", "Ctrl+B"), (2, "Side panel (figures, sampling, API)",
+                                              "Ctrl+Shift+B"))
+
+
+def add_pane_actions(window: QMainWindow, splitter: QSplitter,
+                     shortcut_rows: list[tuple[str, str]]) -> tuple[QAction, ...]:
+    """The View menu: a checkable action per pane of :data:`PANES`. A pane hidden gives
+    its width to the chat; shown again, it comes back at the width it had (dragging the
+    splitter to the window's edge hides it too, and the splitter's saved state keeps it
+    so at the next start)."""
+    menu = window.menuBar().addMenu("&View")
+    widths: dict[int, int] = {}
+    actions: list[QAction] = []
+
+    def toggle(index: int, show: bool) -> None:
+        sizes = splitter.sizes()
+        if show == (sizes[index] > 0):
+            return
+        if show:
+            pane = splitter.widget(index)
+            want = widths.get(index) or max(pane.sizeHint().width() if pane else 0, 200)
+            sizes[1] = max(0, sizes[1] - want)
+            sizes[index] = want
+        else:
+            widths[index] = sizes[index]
+            sizes[1] += sizes[index]
+            sizes[index] = 0
+        splitter.setSizes(sizes)
+        sync()
+
+    def sync(*_: object) -> None:
+        for (index, _words, _key), action in zip(PANES, actions, strict=True):
+            action.setChecked(splitter.sizes()[index] > 0)
+
+    for index, words, key in PANES:
+        splitter.setCollapsible(index, True)
+        action = menu.addAction(words)
+        action.setCheckable(True)
+        action.setShortcut(QKeySequence(key))
+        action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        action.toggled.connect(lambda on, index=index: toggle(index, on))
+        actions.append(action)
+        shortcut_rows.append((f"Show or hide the {words[0].lower()}{words[1:]}",
+                              QKeySequence(key).toString(QKeySequence.SequenceFormat.NativeText)))
+    splitter.splitterMoved.connect(sync)
+    sync()
+    QTimer.singleShot(0, sync)  # after the window put its saved splitter state back
+    return tuple(actions)
 
 
 def show_about(parent: QMainWindow) -> QDialog:

@@ -137,6 +137,29 @@ def test_stop_never_saves_a_held_back_start_of_a_stop_string(qtbot, tiny_window,
     assert w.chat.messages[-1].text == reply.content
 
 
+def test_view_hides_and_shows_the_panes_beside_the_chat(qtbot, tiny_window) -> None:  # type: ignore[no-untyped-def]
+    """View → Side panel (Ctrl+Shift+B) gives its width to the chat and brings it back
+    at the width it had; the conversation list likewise (Ctrl+B); a pane dragged shut
+    unchecks its entry."""
+    w = tiny_window
+    lists, side = w.window_actions.panes
+    assert lists.isChecked() and side.isChecked()
+    assert (lists.shortcut().toString(), side.shortcut().toString()) == ("Ctrl+B",
+                                                                        "Ctrl+Shift+B")
+    before = w.splitter.sizes()
+    side.trigger()
+    after = w.splitter.sizes()
+    assert after[2] == 0 and after[1] == before[1] + before[2] and not side.isChecked()
+    side.trigger()
+    assert w.splitter.sizes() == before and side.isChecked()
+    lists.trigger()
+    assert w.splitter.sizes()[0] == 0 and not lists.isChecked()
+    lists.trigger()
+    w.splitter.moveSplitter(w.width(), 2)  # dragged to the window's edge
+    qtbot.waitUntil(lambda: not side.isChecked(), timeout=2000)
+    assert w.splitter.sizes()[2] == 0
+
+
 def test_the_window_opens_inside_its_screen(qtbot, tiny_window) -> None:  # type: ignore[no-untyped-def]
     """Its first size (1320 × 820, or the one saved) shrinks to the screen's free area
     (large fonts make the screen fewer pixels wide), no smaller than it can be laid out;
