@@ -24,7 +24,7 @@ def test_about_shows_versions_backend_and_folders(qtbot, monkeypatch: pytest.Mon
     w = MainWindow(autoload=False)
     qtbot.addWidget(w)
     try:
-        assert [a.text() for a in w.menuBar().actions()] == ["&File", "&Server", "&Help"]
+        assert [a.text() for a in w.menuBar().actions()] == ["&File", "&View", "&Server", "&Help"]
         w.window_actions.about.trigger()
         dialogs = w.findChildren(AboutDialog)
         assert len(dialogs) == 1 and dialogs[0].isVisible()
