@@ -1226,3 +1226,34 @@ def test_messages_the_last_reply_was_written_without_are_marked(qtbot) -> None:
     chat.add_message(MessageView(12, "assistant", ""))
     chat.end_stream(12, "m12", (), "9 tokens", None)  # a larger context: nothing dropped
     assert marked() == []
+
+
+def test_a_long_pasted_message_shows_its_first_lines_and_a_button_for_the_rest(qtbot) -> None:
+    """A user message of more than LONG_LINES lines (or LONG_CHARS characters) shows its
+    first COLLAPSED_LINES lines; "Show all" shows it whole and "Show less" folds it
+    again; Copy copies all of it; a search that finds text in it unfolds it; a reply is
+    never folded."""
+    from app.ui.chat.chat_view import COLLAPSED_LINES, LONG_LINES, ChatViewWidget
+
+    pasted = "\n".join(f"line {i} of the pasted log" for i in range(1, 301))
+    chat = ChatViewWidget()
+    qtbot.addWidget(chat)
+    chat.resize(600, 500)
+    chat.show()
+    chat.set_messages([MessageView(1, "user", pasted), MessageView(2, "assistant", pasted),
+                       MessageView(3, "user", "short\n" * (LONG_LINES - 1))])
+    user, reply, short = chat.messages
+    assert user.collapsed and not reply.collapsed and not short.collapsed
+    assert user.more_button.isVisibleTo(user) and user.more_button.text() == (
+        "Show all 300 lines")
+    line = user.fontMetrics().lineSpacing()
+    qtbot.waitUntil(lambda: user.body.full_height() > 10 * line * COLLAPSED_LINES)
+    assert line * (COLLAPSED_LINES - 1) <= user.body.height() <= line * (COLLAPSED_LINES + 1)
+    assert user.shown_text == pasted  # all of it is there (Copy and search read it)
+    user.more_button.click()
+    assert not user.collapsed and user.more_button.text() == "Show less"
+    qtbot.waitUntil(lambda: user.body.height() == user.body.full_height())
+    user.more_button.click()
+    assert user.collapsed
+    assert chat.find_text("line 250 of")
+    assert not user.collapsed  # unfolded where the search found its text

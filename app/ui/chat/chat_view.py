@@ -145,6 +145,7 @@ class MarkdownBrowserWidget(QTextBrowser):
             self._on_document_size_changed
         )
         self.anchorClicked.connect(self._on_self_anchor_clicked)
+        self._max_lines: int | None = None  # set_max_lines
         self.setFixedHeight(24)
 
     def loadResource(self, type: int, name: QUrl | str) -> Any:
@@ -167,8 +168,33 @@ class MarkdownBrowserWidget(QTextBrowser):
         super().resizeEvent(event)
         self._fit()
 
+    def set_max_lines(self, lines: int | None) -> None:
+        """Show at most the first ``lines`` lines as laid out (wrapped lines count), the
+        rest cut off below (None: all of it)."""
+        self._max_lines = lines
+        self._fit()
+
+    def _lines_height(self, lines: int) -> int | None:
+        """Pixels down to the end of the ``lines``-th laid-out line (None: fewer)."""
+        seen, block = 0, self.document().begin()
+        while block.isValid():
+            layout = block.layout()
+            if seen + layout.lineCount() >= lines:
+                line = layout.lineAt(lines - seen - 1)
+                return math.ceil(layout.position().y() + line.y() + line.height())
+            seen += layout.lineCount()
+            block = block.next()
+        return None
+
+    def full_height(self) -> int:
+        """Pixels the whole text takes."""
+        return math.ceil(self.document().size().height()) + 2 * self.frameWidth()
+
     def _fit(self) -> None:
-        height = math.ceil(self.document().size().height()) + 2 * self.frameWidth()
+        height = self.full_height()
+        cut = self._lines_height(self._max_lines) if self._max_lines is not None else None
+        if cut is not None:
+            height = min(height, cut + 2 * self.frameWidth())
         if height != self.height():
             self.setFixedHeight(max(height, 16))
 
@@ -256,6 +282,15 @@ class MessageWidget(QFrame):
         self.body = MarkdownBrowserWidget(self)
         self.body.copy_clicked.connect(self._on_body_copy_clicked)
         layout.addWidget(self.body)
+        # a long message typed or pasted shows its first lines, and a button for the rest
+        self.collapsed = False
+        self.more_button = QPushButton()
+        self.more_button.setObjectName("moreButton")
+        self.more_button.setFlat(True)
+        self.more_button.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.more_button.clicked.connect(lambda: self.set_collapsed(not self.collapsed))
+        self.more_button.hide()
+        layout.addWidget(self.more_button, 0, Qt.AlignmentFlag.AlignLeft)
         self._footer = Label()
         self._footer.setObjectName("messageFooter")
         self._footer.setWordWrap(True)
@@ -264,6 +299,7 @@ class MessageWidget(QFrame):
         self.set_footer(view.footer)
         self._update_versions()
         self._render()
+        self.set_collapsed(self.role == "user" and _long(view.content))
 
     def _tool_button(self, text: str, tip: str) -> QToolButton:
         b = QToolButton(self)
@@ -286,6 +322,8 @@ class MessageWidget(QFrame):
         self._text = text
         self._spans = tuple(draft_spans)
         self._render()
+        if self.role == "user":
+            self.set_collapsed(_long(text))
 
     def set_tint(self, tint: bool) -> None:
         """Tint (or not) the text that came from accepted drafts."""
@@ -402,6 +440,17 @@ class MessageWidget(QFrame):
         if self._needle:
             self.mark(self._needle)
 
+    def set_collapsed(self, collapsed: bool) -> None:
+        """Show only the first :data:`COLLAPSED_LINES` lines of a long message (the
+        button under it shows the rest), or all of it."""
+        self.collapsed = collapsed and _long(self._text)
+        lines = self._text.count("\n") + 1
+        self.more_button.setVisible(_long(self._text))
+        self.more_button.setText("Show less" if not self.collapsed else
+                                 f"Show all {lines:,} lines" if lines > COLLAPSED_LINES
+                                 else f"Show all {len(self._text):,} characters")
+        self.body.set_max_lines(COLLAPSED_LINES if self.collapsed else None)
+
     def mark(self, needle: str) -> int:
         """Mark every place the text shown contains ``needle`` (case-insensitive, within
         a paragraph; "" clears the marks); the marks stay when the text is shown again.
@@ -464,6 +513,16 @@ class MessageWidget(QFrame):
     @Slot()
     def _on_newer_clicked(self) -> None:
         self.version_requested.emit(self.message_id, self._version + 1)
+
+
+#: lines a long message typed or pasted shows until "Show all" is clicked, and the
+#: length from which a message counts as long (lines, or characters on few lines)
+COLLAPSED_LINES = 12
+LONG_LINES, LONG_CHARS = 30, 3000
+
+
+def _long(text: str) -> bool:
+    return text.count("\n") + 1 > LONG_LINES or len(text) > LONG_CHARS
 
 
 #: messages a conversation opens with, and more each time "Show earlier messages" is
@@ -665,6 +724,8 @@ class ChatViewWidget(QScrollArea):
         until the user scrolls or a reply starts."""
         self._needle = needle = needle.strip()
         found = [w for w in self._messages if w.mark(needle)]
+        for w in found:  # a long message shows all of itself where it has the text
+            w.set_collapsed(False)
         folded = needle.casefold()
         # the nearest earlier message whose text has it (the rendered text may not: "**")
         wanted = next((i + 1 for i, v in enumerate(reversed(self._earlier))
@@ -675,6 +736,8 @@ class ChatViewWidget(QScrollArea):
             wanted -= before - len(self._earlier)
             found = [w for w in self._messages[:before - len(self._earlier)]
                      if w.first_mark_y() is not None]
+            for w in found:
+                w.set_collapsed(False)
         self._found = found[-1] if found else None
         if self._found is not None:
             self._anchor, self._stick = None, False
