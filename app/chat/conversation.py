@@ -155,6 +155,11 @@ def same_edit(text: str, stored: str) -> bool:
     return text.rstrip() == stored.rstrip()
 
 
+#: seconds a check that the connected server still answers may take (connecting, then
+#: its whole model list)
+SERVER_CHECK_TIMEOUT_S = 10.0
+
+
 def last_reply_stats(messages: Sequence[StoredMessage]) -> SpecStats | None:
     """The statistics of the last finished reply in ``messages`` (None: no such reply,
     or it kept none, or they cannot be read: logged)."""
@@ -277,6 +282,8 @@ class ChatController:
         self.settings = settings
         self.clock = clock
         self._connect_started = 0.0
+        #: the client given to the last connect (only ever twinned: the service uses it)
+        self._server_client: RemoteClient | None = None
         self.store = store
         self.service = service
         self.view = view
@@ -594,8 +601,21 @@ class ChatController:
         self.pending_reload = False
         self.view.model_changed(None)
         self._connect_started = self.clock()
+        self._server_client = client
         self._start_model_job(self.service.connect(client, model, origin=self.origin),
                               f"Connecting to {client.display_url}", fraction=None)
+
+    def server_check_client(self) -> RemoteClient | None:
+        """A new client to the connected server (same address, key and TLS settings; its
+        own connections and short timeouts: :data:`SERVER_CHECK_TIMEOUT_S`), for asking
+        whether it still answers from another thread; None when no server is connected.
+        The caller closes it."""
+        client = self._server_client
+        if self.remote is None or client is None:
+            return None
+        return client.twin(connect_timeout=SERVER_CHECK_TIMEOUT_S,
+                           read_timeout=SERVER_CHECK_TIMEOUT_S,
+                           answer_deadline=SERVER_CHECK_TIMEOUT_S)
 
     def disconnect_server(self) -> None:
         """Stop using the remote server: the local target of the settings is loaded again

@@ -451,6 +451,10 @@ class RemoteClient:
                  answer_deadline: float = ANSWER_DEADLINE_S,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.base_url = normalize_base_url(base_url)
+        self._made_with: dict[str, Any] = dict(  # for another thread's own client: twin()
+            base_url=self.base_url, api_key=api_key, verify=verify,
+            connect_timeout=connect_timeout, read_timeout=read_timeout,
+            answer_deadline=answer_deadline, transport=transport)
         #: the address as messages and logs show it (a password as ``***``)
         self.display_url = redact_url(self.base_url)
         self.read_timeout = read_timeout
@@ -514,6 +518,15 @@ class RemoteClient:
                 exc.__cause__ = exc.__context__ = None
                 exc.__suppress_context__ = True
             raise
+
+    def twin(self, *, connect_timeout: float | None = None, read_timeout: float | None = None,
+             answer_deadline: float | None = None) -> RemoteClient:
+        """A new client to the same server with the same key and TLS settings, and its own
+        connections (for another thread); the timeouts given replace this one's."""
+        given = {"connect_timeout": connect_timeout, "read_timeout": read_timeout,
+                 "answer_deadline": answer_deadline}
+        return RemoteClient(**{**self._made_with,
+                               **{k: v for k, v in given.items() if v is not None}})
 
     def close(self) -> None:
         """Close the connections (the client cannot be used after)."""

@@ -66,6 +66,7 @@ from app.ui.sampling_panel import SamplingSettingsWidget
 from app.ui.scrolled import ScrolledTabWidget, scrolled
 from app.ui.service_bridge import ServiceBridge
 from app.ui.side_windows import SideWindows
+from app.ui.server_watch import ServerWatch
 from app.ui.window_actions import install_window_actions
 from app.ui.elided import ElidedLabelWidget
 from app.ui.labels import Label
@@ -231,9 +232,12 @@ def _resume_edit(window: MainWindow, conversation_id: int | None, message_id: in
             window.composer.edit_not_resumed(conversation_id, message_id, text)
 
 
-def _fit_to_screen(window: QWidget) -> None:
+def _fit_to_screen(window: QWidget, *, again: bool = True) -> None:
     """Shrink and move the window into its screen's free area (large fonts or a smaller
-    screen than the one its size was saved on), no smaller than it can be laid out."""
+    screen than the one its size was saved on), no smaller than it can be laid out;
+    ``again``: once more when the event loop runs (shown, with its frame)."""
+    if again:
+        QTimer.singleShot(0, lambda: _fit_to_screen(window, again=False))
     screen = window.screen() or QGuiApplication.primaryScreen()
     if screen is None:
         return
@@ -294,6 +298,7 @@ class MainWindow(QMainWindow):
                                    self.downloads)
         self._closed = False
         self._build()
+        self.server_watch = ServerWatch(c, self.model_bar, self)  # a remote server answers?
         self._settings_timer = _single_shot_timer(self, 400, self.controller.save_settings)
         self.bridge.event_received.connect(self._on_bridge_event_received)
         warm_up_markdown()
@@ -414,7 +419,6 @@ class MainWindow(QMainWindow):
                 QByteArray.fromBase64(ui.window_geometry.encode()))):
             self.resize(1320, 820)
         _fit_to_screen(self)
-        QTimer.singleShot(0, lambda: _fit_to_screen(self))  # again with its frame, shown
         if ui.splitter_state:
             self.splitter.restoreState(QByteArray.fromBase64(ui.splitter_state.encode()))
 

@@ -48,6 +48,10 @@ def shown_name(file_name: str) -> str:
     return stem if dot and stem and ext.lower() == "gguf" else file_name
 
 
+#: what the server's line adds while the server does not answer
+_NOT_ANSWERING = " · not answering"
+
+
 class ModelBarWidget(QFrame):
     """Target · drafter · k · layers · progress. See the module docstring."""
 
@@ -231,9 +235,9 @@ class ModelBarWidget(QFrame):
         """Show the loaded target and where its layers run (None: nothing loaded)."""
         self._grey_unusable_drafters(info if info is not None and info.remote is None else None)
         if info is None:
+            self._set_remote(False)
             self.target_label.set_full_text("no model", tooltip="")
             self.layers_label.set_full_text("", tooltip="")
-            self._set_remote(False)
             return
         if info.remote is not None:
             self._show_remote(info)
@@ -306,15 +310,22 @@ class ModelBarWidget(QFrame):
         mid-reply, the server's line says so (amber) until a reply gets through."""
         lost = (ServerUnreachableError, ServerTimeoutError, StreamDroppedError)
         if self._remote and error.cause is not None and issubclass(error.cause, lost):
-            self._mark_unreachable(error.message)
+            self._mark_unreachable(f"The last reply failed: {error.message}")
+
+    def set_server_answering(self, why_not: str | None) -> None:
+        """What a check of the connected server found (app/ui/server_watch.py): it
+        answered (None), or why it did not."""
+        if self._remote:
+            self._mark_unreachable(None if why_not is None else
+                                   f"The server did not answer a check: {why_not}")
 
     def _mark_unreachable(self, why: str | None) -> None:
-        """Mark the server's line as not answering (``why``: the failure, its tooltip)
+        """Mark the server's line as not answering (``why``: what failed, its tooltip)
         or unmark it (None)."""
         label = self.layers_label
         marked = bool(label.property("unreachable"))
         if why is not None and marked:
-            label.setToolTip(f"The last reply failed: {why}")
+            label.setToolTip(why)
             return
         if (why is not None) == marked:
             return
@@ -322,8 +333,10 @@ class ModelBarWidget(QFrame):
         label.style().unpolish(label)
         label.style().polish(label)
         if why is not None:
-            label.set_full_text(label.full_text() + " · not answering",
-                                tooltip=f"The last reply failed: {why}")
+            label.set_full_text(label.full_text() + _NOT_ANSWERING, tooltip=why)
+        else:
+            label.set_full_text(label.full_text().removesuffix(_NOT_ANSWERING),
+                                tooltip=self._remote_tip)
 
     def _set_remote(self, remote: bool) -> None:
         """A remote server decides its own drafter and k: the bar's are off meanwhile."""

@@ -224,6 +224,40 @@ def test_server_disconnect_goes_back_to_the_local_model(  # type: ignore[no-unty
     assert window.model_bar.target_label.full_text() == local.stem
 
 
+def test_the_window_notices_a_server_that_stopped_answering_between_replies(  # type: ignore[no-untyped-def]
+        qtbot, window, broken: BrokenServer) -> None:
+    """While a server is connected and nothing runs, the window asks it for its model
+    list now and then (its own connection, with the key): the server's line says "not
+    answering" and why when it does not, and goes back when it answers again."""
+    from app.remote import RemoteClient
+
+    window.controller.connect_server(RemoteClient(broken.base_url, api_key="sk-watch-1234"))
+    qtbot.waitUntil(lambda: window.controller.remote is not None, timeout=30_000)
+    line, watch = window.model_bar.layers_label, window.server_watch
+    connected = line.full_text()
+
+    def check() -> None:
+        assert watch.check()
+        qtbot.waitUntil(lambda: not watch.running, timeout=30_000)
+
+    broken.mode = "models-garbage"
+    asked = len(broken.paths)
+    check()
+    assert broken.paths[asked:] == ["/v1/models"] and broken.last_auth == "Bearer sk-watch-1234"
+    assert line.property("unreachable") and line.full_text() == connected + " · not answering"
+    assert line.toolTip().startswith("The server did not answer a check: ")
+    broken.mode = "ok"
+    check()
+    assert not line.property("unreachable") and line.full_text() == connected
+    assert "Replies run on the server" in line.toolTip()
+    broken.stop()
+    check()
+    assert line.property("unreachable") and "Cannot reach" in line.toolTip()
+    window.controller.disconnect_server()  # nothing to check then
+    qtbot.waitUntil(lambda: window.controller.remote is None, timeout=120_000)
+    assert not watch.check()
+
+
 def test_a_servers_long_names_do_not_widen_the_window(qtbot) -> None:  # type: ignore[no-untyped-def]
     """The bar elides a remote model's name and the server's engine and drafter, so
     connecting never raises the window's minimum width."""
