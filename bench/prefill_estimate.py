@@ -4,8 +4,8 @@ prefill said it after each chunk, against the time the rest then took.
 One long prompt (README.md repeated, cut to ``--tokens``) is read by
 :meth:`Session.generate` for one reply token; after each chunk of ``n_batch`` tokens the
 script records the estimate the session yielded (:class:`app.engine.events.PrefillClock`:
-a token's cost ``a + b·position`` fitted to the chunks so far) and the average rate's
-(the time so far ÷ tokens so far × tokens left, the estimate before the clock), and
+a token's cost ``a + b·position`` fitted to the chunks so far) and the average-rate
+rule's (the time so far ÷ tokens so far × tokens left), and
 afterwards the truth (the prefill's end minus that moment). Reported per chunk and as
 the median of estimate ÷ truth over the chunks from the second to the one before last
 (1.00 is right; below 1 says too little). Timings are disturbed by other work (the
@@ -13,7 +13,7 @@ the median of estimate ÷ truth over the chunks from the second to the one befor
 
 Usage:
     .venv/bin/python bench/prefill_estimate.py --model .cache/test-models/SmolLM2-135M-Instruct.Q4_1.gguf \\
-        --n-ctx 8192 --tokens 8000 --json
+        --n-ctx 8192 --tokens 8000 --threads 1 --json
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def run(model: Path, n_ctx: int, tokens: int, threads: int | None) -> dict[str, 
         for ev in s.generate(prompt, SamplingParams(temperature=0.0, max_tokens=1)):
             if isinstance(ev, PrefillProgress):
                 seen.append(ev)
+        threads_used = s.n_threads
     end = seen[-1].elapsed
     rows = [{"done": p.done, "elapsed_s": round(p.elapsed, 3),
              "true_left_s": round(end - p.elapsed, 3),
@@ -52,6 +53,7 @@ def run(model: Path, n_ctx: int, tokens: int, threads: int | None) -> dict[str, 
                              if r["true_left_s"] > 0 and r[f"{rule}_left_s"] is not None])
              for rule in ("clock", "average_rate")}
     return {"model": model.name, "n_ctx": n_ctx, "prompt_tokens": seen[-1].total,
+            "n_threads": threads_used,
             "prefill_s": round(end, 2), "median_estimate_over_truth": {
                 k: None if v is None else round(v, 3) for k, v in ratio.items()},
             "chunks": rows, "machine": before, **busy.note(),
@@ -60,7 +62,7 @@ def run(model: Path, n_ctx: int, tokens: int, threads: int | None) -> dict[str, 
 
 def print_text(data: dict[str, Any]) -> None:
     print(f"{data['model']}: {data['prompt_tokens']} prompt tokens read in "
-          f"{data['prefill_s']} s")
+          f"{data['prefill_s']} s at {data['n_threads']} thread(s)")
     print(f"{'done':>6} {'true left':>10} {'clock':>8} {'avg rate':>9}")
     for r in data["chunks"]:
         print(f"{r['done']:>6} {r['true_left_s']:>10.1f} {r['clock_left_s'] or 0:>8.1f} "

@@ -121,7 +121,9 @@ class ActiveReply:
     origin), the running one first; ``started``: it left the queue; ``prefill``: the
     latest prompt-processing progress (None before the first report). ``taken_back``: it
     ended before any text and is no reply (a new one is deleted, a new version gives the
-    earlier one back), set before the view is told it finished.
+    earlier one back), set before the view is told it finished. ``continued``: the text
+    of the reply this one continues (:meth:`ChatController.continue_reply`), the start
+    of ``text``.
     """
 
     job: Job
@@ -138,10 +140,16 @@ class ActiveReply:
     started: bool = False
     prefill: PrefillProgressed | None = None
     taken_back: bool = False
+    continued: str = ""
 
     @property
     def text(self) -> str:
         return self.buffer.text
+
+    @property
+    def new_text(self) -> str:
+        """The text this reply wrote (``text`` less what it ``continued``)."""
+        return self.buffer.text[len(self.continued):]
 
     @property
     def spans(self) -> list[tuple[int, int]]:
@@ -154,6 +162,11 @@ def same_edit(text: str, stored: str) -> bool:
     version)."""
     return text.rstrip() == stored.rstrip()
 
+
+#: how a reply cut short ended (its finish reason): Continue writes more of it
+CUT_SHORT = frozenset({"length", "cancelled", "interrupted"})
+#: the note of a reply that continues another (its figures are the continuation's)
+CONTINUED_NOTE = "Continued: the figures are those of the text added."
 
 #: seconds a check that the connected server still answers may take (connecting, then
 #: its whole model list)
@@ -443,17 +456,19 @@ class ChatController:
                     origin="load",
                 ))
 
-    def _show_load_notes(self, notes: Sequence[str]) -> None:
-        """What a load noted (a context lowered to the trained length, a template that
-        could not be used), shown once: a note shown at an earlier load is logged."""
+    def _show_load_notes(self, model: str, notes: Sequence[str]) -> None:
+        """What a load of ``model`` (its file name) noted (a context lowered to the
+        trained length, a template that could not be used), shown once for that model: a
+        note shown at an earlier load of it is logged."""
         seen = self.settings.ui.seen_notes
-        fresh = [n for n in notes if n not in seen]
+        fresh = [n for n in notes if f"{model}\t{n}" not in seen]
         for n in notes:
-            if n in seen:
+            if n not in fresh:
                 log.info("load note (shown before): %s", n)
         if fresh:
             self.report(UserError("Note", " ".join(fresh), level="warning", origin="load"))
-            self.settings.ui.seen_notes = [*seen, *fresh][-SEEN_NOTES:]
+            self.settings.ui.seen_notes = [*seen, *(f"{model}\t{n}" for n in fresh)
+                                           ][-SEEN_NOTES:]
             self.view.save_settings_soon()
 
     def save_settings(self) -> bool:
@@ -770,7 +785,7 @@ class ChatController:
             self.view.clear_errors("draft")  # about the pair before (a draft's failure)
             self.view.model_changed(value)
             self.view.state_changed()
-            self._show_load_notes(value.notes)
+            self._show_load_notes(value.target_path.name, value.notes)
             draft = self.settings.model.draft_path
             mode = self.settings.speculation.mode
             if draft is not None and (mode is SpecMode.DRAFT_MODEL or (
@@ -1104,6 +1119,33 @@ class ChatController:
             return False  # not a reply of the open conversation
         return self._start_reply(version_of=message_id)
 
+    def continue_reply(self, message_id: int | None = None) -> bool:
+        """Write more of the conversation's last reply, cut short (its token limit, a
+        stop, the app closing: :data:`CUT_SHORT`): a new version of it that begins with
+        its text and goes on where it ended (‹ › shows the one before). Not with a remote
+        server (said so), nor for another message than the last. Returns whether the
+        reply started."""
+        if self.busy or self.model_info is None or self.store is None:
+            return False
+        if self.current_conversation is None or not self._roles or self.editing_message_id:
+            return False
+        message_id = message_id if message_id is not None else self.last_reply_id
+        if message_id is None or self._roles[-1] != (message_id, "assistant"):
+            return False
+        if self.remote is not None:
+            self.report(UserError("Not with a server", "Continuing a reply needs a model "
+                                  "loaded in Tandem; Regenerate asks the server again.",
+                                  level="warning", origin="reply"))
+            return False
+        try:
+            cut = self.store.message(message_id)
+        except (KeyError, sqlite3.Error) as exc:
+            self._history_unreadable(exc)
+            return False
+        if cut.finish_reason not in CUT_SHORT or not cut.content:
+            return False
+        return self._start_reply(version_of=message_id, continued=cut)
+
     def show_version(self, message_id: int, number: int) -> bool:
         """Show version ``number`` (1 = the first written) of a reply or user message,
         with the messages that followed it; the conversation continues from it. Returns
@@ -1201,9 +1243,11 @@ class ChatController:
             if not reported and not isinstance(exc, KeyError):  # gone: nothing to say
                 self._history_failed(exc)
 
-    def _start_reply(self, version_of: int | None = None) -> bool:
+    def _start_reply(self, version_of: int | None = None,
+                     continued: StoredMessage | None = None) -> bool:
         """Ask for a reply to the open conversation: a new message, or with
-        ``version_of`` a new version of that stored reply (its row streams again)."""
+        ``version_of`` a new version of that stored reply (its row streams again), which
+        goes on from the ``continued`` one's text."""
         assert self.store is not None and self.current_conversation is not None
         assert self.model_info is not None
         cid = self.current_conversation
@@ -1225,7 +1269,8 @@ class ChatController:
             observations = (self.auto_observations(cid)
                             if speculation.mode is SpecMode.AUTO else [])
             job = self.service.reply(messages, self.settings.sampling, speculation,
-                                     origin=self.origin, observations=observations)
+                                     origin=self.origin, observations=observations,
+                                     continuation=continued.content if continued else "")
         except (TandemError, sqlite3.Error, KeyError, ValueError) as exc:
             if isinstance(exc, TandemError):  # the queue is full (API traffic), shutting down
                 self.report(UserError("Not now", str(exc), level="warning", origin="reply"))
@@ -1233,9 +1278,13 @@ class ChatController:
                 self._history_failed(exc)
             self._take_back(stored.id, regenerated=version_of is not None, reported=True)
             return False
-        self.reply = ActiveReply(job, cid, stored.id, speculation, ReplyBuffer(clock=self.clock),
+        buffer = ReplyBuffer(clock=self.clock)
+        if continued is not None:
+            buffer.text, buffer.spans = continued.content, list(continued.draft_spans)
+        self.reply = ActiveReply(job, cid, stored.id, speculation, buffer,
                                  ahead=self.service.ahead_of(job),
-                                 regenerated=version_of is not None)
+                                 regenerated=version_of is not None,
+                                 continued=continued.content if continued else "")
         if version_of is None:
             self._roles.append((stored.id, stored.role))
             self.view.message_added(stored)
@@ -1313,7 +1362,8 @@ class ChatController:
         reply.buffer.saved()
 
     def _finish_reply(self, reply: ActiveReply, fin: ReplyRecord) -> None:
-        spans = clip_spans(reply.spans, len(fin.text))
+        text = reply.continued + fin.text
+        spans = clip_spans(reply.spans, len(text))
         stored: StoredMessage | None = None
         stats = fin.stats.to_dict()
         if fin.auto is not None:
@@ -1326,18 +1376,20 @@ class ChatController:
         # none: a new one is deleted, a regeneration gives the earlier version back
         take_back = reply.taken_back = fin.reason == "cancelled" and not fin.text
         reason = "interrupted" if self._closing and fin.reason == "cancelled" else fin.reason
+        note = fin.note
+        if reply.continued:  # the figures are the new text's (the last line stays last)
+            note = "\n".join(filter(None, (CONTINUED_NOTE, note)))
         if self.store is not None and reply.conversation_id >= 0 and not take_back:
             try:
-                stored = self.store.finish_reply(reply.message_id, fin.text, reason,
+                stored = self.store.finish_reply(reply.message_id, text, reason,
                                                  stats, draft_spans=spans,
-                                                 note=fin.note, seed=fin.seed)
+                                                 note=note, seed=fin.seed)
             except KeyError:
                 stored = None
             except sqlite3.Error as exc:  # the reply stays on screen; the window stays usable
-                self._unsaved[reply.message_id] = (fin.text, reason, stats, spans, fin.note,
-                                                   fin.seed)
+                self._unsaved[reply.message_id] = (text, reason, stats, spans, note, fin.seed)
                 self._history_failed(exc)
-        reply.buffer.text = fin.text
+        reply.buffer.text = text
         reply.buffer.spans = spans
         reply.stats = fin.stats
         reply.record = fin
@@ -1366,7 +1418,7 @@ class ChatController:
         restored: StoredMessage | None = None
         if self.store is not None and reply.conversation_id >= 0:
             try:
-                if reply.text:
+                if len(reply.text) > len(reply.continued):  # new text came: keep it
                     self.store.finish_reply(reply.message_id, reply.text, "error",
                                             draft_spans=reply.spans, note=error.message)
                 elif reply.regenerated:  # nothing came: the earlier version is shown again
@@ -1375,7 +1427,7 @@ class ChatController:
                     self.store.delete_reply(reply.message_id)
             except (KeyError, ValueError, sqlite3.Error):  # the error below is the one to show
                 log.warning("the failed reply could not be saved", exc_info=True)
-        if not reply.text and restored is None:
+        if len(reply.text) <= len(reply.continued) and restored is None:
             self._roles = [(i, r) for i, r in self._roles if i != reply.message_id]
         self.reply = None
         self.view.reply_failed(reply, error)

@@ -488,9 +488,13 @@ class ChatService:
         origin: str = "window",
         batch_s: float = TEXT_BATCH_S,
         observations: Sequence[ReplyObservation] = (),
+        continuation: str = "",
     ) -> Job:
         """A chat reply to ``messages`` through the model's chat template (the template's
-        stop strings are added). Progress: :class:`PrefillProgressed` (prompt processing,
+        stop strings are added); with ``continuation`` the rest of a reply cut short,
+        which began so (:meth:`Session.chat <app.engine.session.Session.chat>`; a remote
+        server cannot continue one: the job fails saying so). Progress:
+        :class:`PrefillProgressed` (prompt processing,
         per chunk), :class:`ReplyStreamed` (text batches) and :class:`ReplyStats`; value:
         the :class:`~app.engine.reply.ReplyRecord` (also when cancelled, with the text so
         far), its request holding ``messages``, ``sampling`` and ``speculation`` as given
@@ -508,6 +512,9 @@ class ChatService:
             def start(session: Session | RemoteSession, cancel: threading.Event
                       ) -> Iterator[Event]:
                 if isinstance(session, RemoteSession):
+                    if continuation:
+                        raise TandemError(f"Continuing a reply needs a model loaded in "
+                                          f"Tandem; {session.name} is a remote server.")
                     return session.chat(msgs, sampling, speculation, cancel)
                 spec = speculation
                 if spec.mode is SpecMode.AUTO:
@@ -520,10 +527,10 @@ class ChatService:
                         choice = dataclasses.replace(choice, replayed_from="session")
                     chosen.append(choice)
                     ctx.emit(AutoChosen(ctx.job_id, choice))
-                return session.chat(msgs, sampling, spec, cancel)
+                return session.chat(msgs, sampling, spec, cancel, continuation=continuation)
 
             record = self._stream(ctx, start, batch_s).asked(speculation=speculation)
-            if record.token_ids:
+            if record.token_ids and not continuation:  # a whole reply, for auto's replays
                 self._recent.append((msgs, record.token_ids))
             return dataclasses.replace(record, auto=chosen[0]) if chosen else record
 

@@ -186,19 +186,24 @@ class ChatFormat:
             raise TemplateLimitError("the rendered prompt is absurdly long")
         return out
 
-    def tokenize(self, messages: Sequence[ChatMessage]) -> list[int]:
-        """Prompt tokens for ``messages``, ending where the assistant's reply begins.
+    def tokenize(self, messages: Sequence[ChatMessage], continuation: str = "") -> list[int]:
+        """Prompt tokens for ``messages``, ending where the assistant's reply begins, or
+        with ``continuation``: the start of that reply, which the model then continues
+        (the text follows the template's generation prompt as the model wrote it there,
+        whatever the template would make of it as a finished message).
 
         The template's own markup is parsed for control tokens (``<|im_start|>``); the
-        text of a message is not: a control token's spelling typed or pasted into a
-        message reaches the model as the characters it is, so a message cannot end its
-        turn or open another role's (:meth:`_runs`; a template that reads the spelling
-        it prints is parsed whole, with a warning in the log). Messages without such
-        text are tokenized in one piece with the markup, as llama.cpp tokenizes a chat.
+        text of a message (and the continuation) is not: a control token's spelling
+        typed or pasted into a message reaches the model as the characters it is, so a
+        message cannot end its turn or open another role's (:meth:`_runs`; a template
+        that reads the spelling it prints is parsed whole, with a warning in the log).
+        Messages without such text are tokenized in one piece with the markup, as
+        llama.cpp tokenizes a chat.
         """
-        text = self.render(messages)
-        spellings = self._control_spellings(messages)
-        runs = self._runs(messages, spellings, text) if spellings else None
+        text = self.render(messages) + continuation
+        spellings = self._control_spellings(
+            [*messages, ChatMessage("assistant", continuation)] if continuation else messages)
+        runs = self._runs(messages, spellings, text, continuation) if spellings else None
         if runs is None:
             tokens = self.model.tokenize(text, add_special=False, parse_special=True)
         else:
@@ -231,14 +236,14 @@ class ChatFormat:
         return found
 
     def _runs(self, messages: Sequence[ChatMessage], spellings: set[str],
-              text: str) -> list[int | str] | None:
+              text: str, continuation: str = "") -> list[int | str] | None:
         """``text`` (the rendered ``messages``) cut as llama.cpp cuts a text it parses
         for control tokens — each control token (its id) and the raw text between two
         (a string, tokenized in one call: a vocabulary's leading space and the merges
         come out as llama.cpp's own tokenizing makes them) — except that ``spellings``
         inside the messages stay raw text. None when the messages cannot be told from
         the markup (:meth:`_literal_pieces`)."""
-        pieces = self._literal_pieces(messages, spellings, text)
+        pieces = self._literal_pieces(messages, spellings, text, continuation)
         if pieces is None:
             log.warning("the chat template reads the control-token text in a message: "
                         "that text is parsed as control tokens")
@@ -266,9 +271,10 @@ class ChatFormat:
         return runs + [raw] if raw else runs
 
     def _literal_pieces(self, messages: Sequence[ChatMessage], spellings: set[str],
-                        text: str) -> list[tuple[str, bool]] | None:
-        """``text`` (the rendered ``messages``) as (piece, literal) runs: each spelling
-        inside a message is literal, the rest is markup and ordinary text. Found by
+                        text: str, continuation: str = "") -> list[tuple[str, bool]] | None:
+        """``text`` (the rendered ``messages`` and the ``continuation``) as (piece,
+        literal) runs: each spelling inside a message or the continuation is literal,
+        the rest is markup and ordinary text. Found by
         rendering the messages again with each spelling swapped for a unique mark;
         None when that render, marks put back, is not ``text`` (a template that reads
         the text it prints): then the whole text is parsed as before."""
@@ -284,7 +290,7 @@ class ChatFormat:
         spelled = _longest_first(spellings)
         try:
             marked = self.render([ChatMessage(m.role, spelled.sub(hide, m.content))
-                                  for m in messages])
+                                  for m in messages]) + spelled.sub(hide, continuation)
         except ChatTemplateError:
             return None
         pieces: list[tuple[str, bool]] = []

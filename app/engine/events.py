@@ -58,13 +58,14 @@ class PrefillClock:
 
     A prompt token at position ``p`` costs ``a + b·p`` seconds: the weights' work, the
     same at every position, plus attention over the ``p`` tokens before it, so that
-    extrapolating the average rate (``b`` = 0) says "31 s left" for a long prompt that
-    takes 80 s more. ``a`` and ``b`` are fitted to the chunks' times by least squares on
-    the per-token time at each chunk's middle position, weighted by its tokens, with
-    ``b`` ≥ 0 (one chunk, or a fit with ``b`` < 0: the average rate). Measured with
-    ``bench/prefill_estimate.py`` (SmolLM2 135M, 8,000 tokens in 512-token chunks, one
-    thread): a token of the last chunk took 3.7× one of the first; over the chunks, the
-    estimate was a median 1.06× the time the rest took, the average rate's 0.60×.
+    extrapolating the average rate (``b`` = 0) says far too little for a long prompt
+    (45 s for 108 s in the run below). ``a`` and ``b`` are fitted to the chunks' times
+    by least squares on the per-token time at each chunk's middle position, weighted by
+    its tokens, with ``b`` ≥ 0 (one chunk, or a fit with ``b`` < 0: the average rate).
+    Measured with ``bench/prefill_estimate.py`` (SmolLM2 135M, 8,000 tokens in 512-token chunks, one
+    thread, quiet): over the chunks the estimate was a median 0.83× the time the rest
+    took (the cost bends upward past 4,000 tokens, which a line fitted to the early
+    chunks cannot know), the average rate's 0.46×.
     """
 
     def __init__(self) -> None:

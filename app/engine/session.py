@@ -795,8 +795,10 @@ class Session:
                                   "model again.")
 
     # -- prompts --------------------------------------------------------------------
-    def chat_prompt(self, messages: Sequence[ChatMessage]) -> list[int]:
-        """Prompt tokens for a conversation, through the model's chat template.
+    def chat_prompt(self, messages: Sequence[ChatMessage], continuation: str = "") -> list[int]:
+        """Prompt tokens for a conversation, through the model's chat template (ending
+        with ``continuation``, the start of the reply: :meth:`ChatFormat.tokenize
+        <app.engine.chat.ChatFormat.tokenize>`).
 
         Raises:
             TandemError: the session is closed, or the template failed.
@@ -804,7 +806,7 @@ class Session:
         with self._lock:
             if self._closed:
                 raise TandemError("The model has been unloaded.")
-            return self.chat_format.tokenize(messages)
+            return self.chat_format.tokenize(messages, continuation)
 
     def chat(
         self,
@@ -812,8 +814,12 @@ class Session:
         sampling: SamplingParams,
         speculation: SpeculationConfig,
         cancel: threading.Event | None = None,
+        *,
+        continuation: str = "",
     ) -> Iterator[Event]:
         """:meth:`generate` for a conversation; the format's stop strings are added.
+        With ``continuation`` (the start of the reply, cut short before) the reply goes
+        on from it: its events and record hold the new text only.
 
         A conversation longer than the context window is shortened first by
         ``sampling.context_overflow`` (:func:`app.engine.context_fit.fit_conversation`);
@@ -825,8 +831,9 @@ class Session:
                 conversation does not fit, or nothing can be dropped to make it fit.
             TandemError: the session is closed, or the template failed.
         """
-        prompt, fit = fit_conversation(messages, self.chat_prompt, self.n_ctx,
-                                       sampling.max_tokens, sampling.context_overflow)
+        prompt, fit = fit_conversation(
+            messages, lambda ms: self.chat_prompt(ms, continuation), self.n_ctx,
+            sampling.max_tokens, sampling.context_overflow)
         asked = sampling
         if self.chat_format.stop:
             sampling = sampling.model_copy(

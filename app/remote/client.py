@@ -454,7 +454,7 @@ class RemoteClient:
         self._made_with: dict[str, Any] = dict(  # for another thread's own client: twin()
             base_url=self.base_url, api_key=api_key, verify=verify,
             connect_timeout=connect_timeout, read_timeout=read_timeout,
-            answer_deadline=answer_deadline, transport=transport)
+            answer_deadline=answer_deadline)
         #: the address as messages and logs show it (a password as ``***``)
         self.display_url = redact_url(self.base_url)
         self.read_timeout = read_timeout
@@ -522,7 +522,8 @@ class RemoteClient:
     def twin(self, *, connect_timeout: float | None = None, read_timeout: float | None = None,
              answer_deadline: float | None = None) -> RemoteClient:
         """A new client to the same server with the same key and TLS settings, and its own
-        connections (for another thread); the timeouts given replace this one's."""
+        connections (for another thread; a ``transport`` given to this one is not
+        shared: the twin has the default); the timeouts given replace this one's."""
         given = {"connect_timeout": connect_timeout, "read_timeout": read_timeout,
                  "answer_deadline": answer_deadline}
         return RemoteClient(**{**self._made_with,

@@ -121,8 +121,9 @@ class UiSettings(_Section):
     unsent: dict[str, str] = {}
     #: where the last conversation was exported (the next export's dialog opens there)
     export_folder: str | None = None
-    #: notes a model load gave that were shown already (the latest :data:`SEEN_NOTES`):
-    #: the same note at the next start is logged, not shown again
+    #: notes a model load gave that were shown already, as "<model file name>\t<note>"
+    #: (the latest :data:`SEEN_NOTES`): the same note for that model at the next start is
+    #: logged, not shown again
     seen_notes: list[str] = []
 
 

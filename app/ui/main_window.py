@@ -44,7 +44,7 @@ from app.options import SamplingParams, SpeculationConfig
 from app.store import paths
 from app.store.history import Conversation, StoredMessage
 from app.store.logs import pop_previous_crash
-from app.store.settings import LoadedSettings, Settings, load_settings
+from app.store.settings import LoadedSettings, Settings, UiSettings, load_settings
 from app.ui.api import ApiPanelWidget
 from app.ui.api.serving import ApiServing
 from app.ui.chat.chat_view import ChatViewWidget, message_view
@@ -141,7 +141,8 @@ def _end_stream(chat: ChatViewWidget, reply: ActiveReply, fin: ReplyRecord,
         return False
     footer = (message_view(stored).footer if stored is not None
               else reply_footer(fin.stats.to_dict(), fin.reason, fin.note))
-    chat.end_stream(reply.message_id, reply.text, reply.spans, footer, fin.context)
+    chat.end_stream(reply.message_id, reply.text, reply.spans, footer, fin.context,
+                    stored.finish_reason if stored is not None else fin.reason)
     return True
 
 
@@ -237,7 +238,7 @@ def _fit_to_screen(window: QWidget, *, again: bool = True) -> None:
     screen than the one its size was saved on), no smaller than it can be laid out;
     ``again``: once more when the event loop runs (shown, with its frame)."""
     if again:
-        QTimer.singleShot(0, lambda: _fit_to_screen(window, again=False))
+        QTimer.singleShot(0, window, lambda: _fit_to_screen(window, again=False))
     screen = window.screen() or QGuiApplication.primaryScreen()
     if screen is None:
         return
@@ -252,6 +253,17 @@ def _fit_to_screen(window: QWidget, *, again: bool = True) -> None:
     y = min(max(window.y(), free.top()), max(free.top(), free.bottom() + 1 - height - extra_h))
     if (x, y) != (window.x(), window.y()):
         window.move(x, y)
+
+
+def _restore_geometry(window: QMainWindow, splitter: QSplitter, ui: UiSettings) -> None:
+    """The window's size and place, and its panes' widths, as saved (1320 × 820 the first
+    time), within the screen (:func:`_fit_to_screen`)."""
+    if not (ui.window_geometry and window.restoreGeometry(
+            QByteArray.fromBase64(ui.window_geometry.encode()))):
+        window.resize(1320, 820)
+    _fit_to_screen(window)
+    if ui.splitter_state:
+        splitter.restoreState(QByteArray.fromBase64(ui.splitter_state.encode()))
 
 
 def _single_shot_timer(parent: QWidget, ms: int, slot: Callable[[], object]) -> QTimer:
@@ -302,7 +314,7 @@ class MainWindow(QMainWindow):
         self._settings_timer = _single_shot_timer(self, 400, self.controller.save_settings)
         self.bridge.event_received.connect(self._on_bridge_event_received)
         warm_up_markdown()
-        self._restore_geometry()
+        _restore_geometry(self, self.splitter, self.settings.ui)
         self.composer.keep_unsent(self.settings.ui, (self.save_settings_soon, c.save_settings),
                                   c.has_conversation)
         self.conversations_changed()
@@ -391,6 +403,7 @@ class MainWindow(QMainWindow):
         self.system_prompt.system_prompt_edited.connect(c.set_system_prompt)
         self.chat.edit_clicked.connect(self.edit_message)
         self.chat.regenerate_clicked.connect(self.regenerate)
+        self.chat.continue_clicked.connect(c.continue_reply)
         self.chat.version_requested.connect(c.show_version)
         self.chat.starter_prompt_clicked.connect(self._on_chat_starter_prompt_clicked)
         self.composer.send_clicked.connect(self.send_message)
@@ -412,15 +425,6 @@ class MainWindow(QMainWindow):
             connect=self._on_model_bar_connect_server_clicked,
             export=lambda: export_open_conversation(self, c),
             server=(self.show_server_command, c.disconnect_server), splitter=self.splitter)
-
-    def _restore_geometry(self) -> None:
-        ui = self.settings.ui
-        if not (ui.window_geometry and self.restoreGeometry(
-                QByteArray.fromBase64(ui.window_geometry.encode()))):
-            self.resize(1320, 820)
-        _fit_to_screen(self)
-        if ui.splitter_state:
-            self.splitter.restoreState(QByteArray.fromBase64(ui.splitter_state.encode()))
 
     # -- the controller's view --------------------------------------------------------
     def show_error(self, error: UserError) -> None:
@@ -500,7 +504,7 @@ class MainWindow(QMainWindow):
         if reply is not None and conversation is not None and reply.conversation_id == conversation.id:
             self.chat.begin_stream(reply.message_id, reply.text, reply.spans)
             self.chat.set_stream_status(reply.message_id, reply_status_words(
-                reply.ahead, reply.started, reply.prefill, bool(reply.text)))
+                reply.ahead, reply.started, reply.prefill, bool(reply.new_text)))
 
     def message_added(self, message: StoredMessage) -> None:
         self.chat.add_message(message_view(message))
@@ -517,14 +521,14 @@ class MainWindow(QMainWindow):
             _show_path_figures(self.gauge, self.controller, [message, *after])
 
     def reply_started(self, reply: ActiveReply) -> None:
-        self.chat.begin_stream(reply.message_id)
+        self.chat.begin_stream(reply.message_id, reply.text, reply.spans)  # continued: its text
         self.reply_waiting(reply)
         if not reply.ahead:
             self._gauge_follows(reply)
 
     def reply_waiting(self, reply: ActiveReply) -> None:
         self.chat.set_stream_status(reply.message_id, reply_status_words(
-            reply.ahead, reply.started, reply.prefill, bool(reply.text)))
+            reply.ahead, reply.started, reply.prefill, bool(reply.new_text)))
         if reply.started and self._gauge_reply is not reply:
             self._gauge_follows(reply)
 

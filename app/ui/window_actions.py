@@ -207,7 +207,7 @@ def add_pane_actions(window: QMainWindow, splitter: QSplitter,
                               QKeySequence(key).toString(QKeySequence.SequenceFormat.NativeText)))
     splitter.splitterMoved.connect(sync)
     sync()
-    QTimer.singleShot(0, sync)  # after the window put its saved splitter state back
+    QTimer.singleShot(0, splitter, sync)  # after the window put its saved splitter state back
     return tuple(actions)
 
 

@@ -61,6 +61,8 @@ class Script:
     word_s: float = 0.0
     first_word_s: float = 0.0
     calls: list[tuple[object, SpeculationConfig]] = field(default_factory=list)
+    #: the ``continuation`` of every chat generation, in order ("" for a new reply)
+    continuations: list[str] = field(default_factory=list)
     at_gate: threading.Event = field(default_factory=threading.Event)
 
     def next_reply(self) -> str:
@@ -120,10 +122,13 @@ class FakeSession:
         return [t for m in messages for t in self.target.tokenize(m.content)]
 
     def chat(self, messages: Sequence[ChatMessage], sampling: SamplingParams,
-             speculation: SpeculationConfig, cancel: threading.Event | None = None) -> Iterator[Event]:
+             speculation: SpeculationConfig, cancel: threading.Event | None = None, *,
+             continuation: str = "") -> Iterator[Event]:
         """As the engine: the context overflow policy first (the real one, over the fake
         template), then the reply, its record saying what was dropped; ``calls`` records
-        the messages kept."""
+        the messages kept, ``continuations`` the continuation (the reply is the script's
+        next one either way)."""
+        self.script.continuations.append(continuation)
         prompt, fit = fit_conversation(messages, self.chat_prompt, self.n_ctx,
                                        sampling.max_tokens, sampling.context_overflow)
         kept = tuple(messages) if fit is None else self._kept(messages, prompt)

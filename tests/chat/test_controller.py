@@ -891,11 +891,55 @@ def test_a_load_note_is_shown_once_and_then_only_logged(
     try:
         notes = [e for e in r.view.errors if e.title == "Note"]
         assert len(notes) == 1 and "Exact verification needs other weights" in notes[0].message
-        assert r.settings.ui.seen_notes == ["Exact verification needs other weights (a fake "
-                                            "engine)."]
+        assert r.settings.ui.seen_notes == ["target.gguf\tExact verification needs other "
+                                            "weights (a fake engine)."]
         r.c.load_model(r.target)  # the same load again, as at the next start
         r.pump.until(r.c, lambda: not r.c.loading and r.c.model_info is not None)
         assert len([e for e in r.view.errors if e.title == "Note"]) == 1
         assert "load note (shown before): Exact verification" in caplog.text
+        other = tmp_path / "other.gguf"  # another model saying the same: shown for it
+        other.write_bytes(r.target.read_bytes())
+        r.c.load_model(other)
+        r.pump.until(r.c, lambda: not r.c.loading and r.c.model_info is not None
+                     and r.c.model_info.target_path == other)
+        assert len([e for e in r.view.errors if e.title == "Note"]) == 2
     finally:
         r.c.close()
+
+
+def test_continue_writes_more_of_a_reply_cut_short_as_a_new_version(rig: Rig) -> None:
+    """A reply cut at its token limit (or stopped) is continued: the engine is asked to
+    go on from its text, and the new version holds that text and what came after it
+    (draft spans moved along), saying its figures are the new text's; ‹ › shows the cut
+    one. A reply that ended by itself, an earlier reply, or a continuation that writes
+    nothing (stopped at once) leave the history as it was."""
+    from app.chat.conversation import CONTINUED_NOTE
+
+    rig.settings.sampling = SamplingParams(temperature=0.0, max_tokens=3)
+    rig.script.replies = ["one two three four five", " four five"]
+    rig.c.send_message("count to five")
+    rig.reply_done()
+    cut = rig.store.message(rig.c.last_reply_id)  # type: ignore[arg-type]
+    assert (cut.content, cut.finish_reason) == ("one two three", "length")
+    assert rig.c.continue_reply()
+    assert rig.c.reply is not None and rig.c.reply.text == "one two three"  # shown at once
+    rig.reply_done()
+    m = rig.store.message(cut.id)
+    assert (m.content, m.finish_reason, m.version, m.versions) == (
+        "one two three four five", "stop", 2, 2)
+    assert rig.script.continuations[-1] == "one two three"
+    assert m.note is not None and m.note.startswith(CONTINUED_NOTE)
+    new = len("one two three")
+    assert set(m.draft_spans) >= {(3, 7), (new, new + 5)}  # " two", then " four"
+    assert not rig.c.continue_reply()  # it ended by itself: nothing to continue
+    rig.script.first_word_s = 60.0  # the first word waits: the stop comes before it
+    assert rig.c.show_version(cut.id, 1) and rig.c.continue_reply() is True
+    rig.c.stop_reply()  # stopped before any new text: no version is added
+    rig.reply_done()
+    assert rig.store.message(cut.id).versions == 2
+    assert [v.content for v in rig.store.versions(cut.id)] == [
+        "one two three", "one two three four five"]
+    rig.script.first_word_s = 0.0
+    rig.c.send_message("again")
+    rig.reply_done()
+    assert not rig.c.continue_reply(cut.id)  # no longer the last message

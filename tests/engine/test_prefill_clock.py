@@ -23,7 +23,7 @@ def test_a_cost_that_grows_with_position_is_recovered_from_two_chunks() -> None:
     truth = sum(a + b * p for p in range(1024, 8175))
     assert clock.seconds_left(1024, 8175) == pytest.approx(truth, rel=1e-9)
     average = sum(a + b * p for p in range(1024)) / 1024 * (8175 - 1024)
-    assert average < 0.5 * truth  # what the estimate said before
+    assert average < 0.5 * truth  # what the average-rate rule says
 
 
 def test_a_cached_prefix_puts_the_chunks_further_along() -> None:

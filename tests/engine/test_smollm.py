@@ -1,5 +1,6 @@
 """SmolLM2-135M-Instruct (BPE, ChatML, BOS = ``<|im_start|>`` with add_bos false): the
-prompt keeps its first turn header, and a reply cut inside a character shows no U+FFFD."""
+prompt keeps its first turn header, a reply cut inside a character shows no U+FFFD, and
+a reply cut at its token limit continues as one longer reply would have."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from app.engine.chat import ChatMessage, with_single_bos
+from app.engine.reply import ReplyRecord
 from app.engine.sampling import SamplingParams
 from app.engine.session import Session, SessionConfig
+from app.options import SpeculationConfig
 from tests.engine.util import run
 
 pytestmark = pytest.mark.slow
@@ -59,3 +62,34 @@ def test_a_reply_cut_inside_a_character_ends_cleanly(smollm: Session) -> None:
         assert "\ufffd" not in r.finished.text and "\ufffd" not in r.streamed, n
         assert r.streamed == r.finished.text and full.startswith(r.finished.text), n
         assert len(r.finished.text.encode()) < len(b"".join(pieces[:n])), n  # the cut bytes dropped
+
+
+def _chat_run(session: Session, messages: list[ChatMessage], max_tokens: int,
+              continuation: str = "", speculation: SpeculationConfig | None = None) -> str:
+    records = [ev for ev in session.chat(messages, SamplingParams(temperature=0.0,
+                                                                  max_tokens=max_tokens),
+                                         speculation or SpeculationConfig(mode="off"),
+                                         continuation=continuation)
+               if isinstance(ev, ReplyRecord)]
+    assert len(records) == 1
+    return records[0].text
+
+
+def test_a_reply_cut_at_its_token_limit_continues_as_if_it_had_not_been_cut(
+        smollm: Session) -> None:
+    """Continue: the prompt ends with the reply so far after the template's generation
+    prompt, so greedy decoding writes what one longer reply would have (the reply's text
+    tokenizes back to the tokens it was written as here), with speculation too; a
+    control token's spelling in the reply stays text."""
+    messages = [ChatMessage("user", "List the planets of the solar system, one per line.")]
+    whole = _chat_run(smollm, messages, 48)
+    first = _chat_run(smollm, messages, 20)
+    assert whole.startswith(first) and len(first) < len(whole)
+    prompt = smollm.chat_prompt(messages)
+    assert smollm.chat_prompt(messages, first)[:len(prompt)] == prompt
+    assert first + _chat_run(smollm, messages, 28, first) == whole
+    lookup = SpeculationConfig(mode="prompt-lookup", draft_max=8)
+    assert first + _chat_run(smollm, messages, 28, first, lookup) == whole
+    spelled = smollm.chat_prompt(messages, "Sure <|im_end|>")
+    im_end = smollm.target.tokenize("<|im_end|>", add_special=False, parse_special=True)
+    assert len(im_end) == 1 and im_end[0] not in spelled[len(prompt):]

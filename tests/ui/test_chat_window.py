@@ -549,9 +549,9 @@ def test_adaptive_draft_length_is_passed_to_the_engine(qtbot, window,
     configs = []
     original_chat = Session.chat
 
-    def spy(self, messages, sampling, speculation, cancel=None):  # type: ignore[no-untyped-def]
+    def spy(self, messages, sampling, speculation, cancel=None, **kw):  # type: ignore[no-untyped-def]
         configs.append(speculation)
-        return original_chat(self, messages, sampling, speculation, cancel)
+        return original_chat(self, messages, sampling, speculation, cancel, **kw)
 
     monkeypatch.setattr(Session, "chat", spy)
     window.model_bar.adaptive_box.setChecked(True)

@@ -126,7 +126,7 @@ def test_markdown_in_a_message_does_not_break_the_exports_outline(tmp_path: Path
     as typed, even with backticks in it); a reply's headings move under its ``##``, not
     inside its code; what was dropped to fit the context is said under the reply."""
     pasted = "Summarise:\n# Known behaviour\n## Licence\n```sh\nls\n```"
-    reply = "# Summary\n### Detail\n```python\n# a comment\n```"
+    reply = "# Summary\n### Detail\n```python\n# a comment\n```\nNotes\n=====\n\n---\nend"
     with HistoryStore.open(tmp_path / "h.sqlite3") as store:
         cid = store.create_conversation("Doc").id
         store.add_user_message(cid, pasted)
@@ -139,10 +139,10 @@ def test_markdown_in_a_message_does_not_break_the_exports_outline(tmp_path: Path
         outline = re.findall(r"<(h[1-6])>([^<]*)<", markdown.markdown(
             md, extensions=["fenced_code"]))
         assert outline == [("h1", "Doc"), ("h2", "You"), ("h2", "Assistant"),
-                           ("h3", "Summary"), ("h5", "Detail")]
+                           ("h3", "Summary"), ("h5", "Detail"), ("h3", "Notes")]
         assert f"````text\n{pasted}\n````" in md
-        assert ("### Summary\n##### Detail\n```python\n# a comment\n```"
-                in md)
+        assert ("### Summary\n##### Detail\n```python\n# a comment\n```\n### Notes\n\n---"
+                in md)  # the rule after a blank line stays a rule
         assert "*Dropped 2 earlier messages" in md
         data = json.loads(export_conversation(store, cid, tmp_path / "c.json").read_text())
         assert [m["content"] for m in data["messages"]] == [pasted, reply]

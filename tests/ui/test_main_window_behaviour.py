@@ -60,8 +60,8 @@ def _hold_after_first_text(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     paused = threading.Event()
     original = Session.chat
 
-    def chat(self, messages, sampling, speculation, cancel=None):  # type: ignore[no-untyped-def]
-        for ev in original(self, messages, sampling, speculation, cancel):
+    def chat(self, messages, sampling, speculation, cancel=None, **kw):  # type: ignore[no-untyped-def]
+        for ev in original(self, messages, sampling, speculation, cancel, **kw):
             yield ev
             if isinstance(ev, TextDelta) and cancel is not None and not paused.is_set():
                 paused.set()
@@ -108,9 +108,9 @@ def test_stop_never_saves_a_held_back_start_of_a_stop_string(qtbot, tiny_window,
     cancels: list[threading.Event] = []
     original_chat = Session.chat
 
-    def chat(self, messages, sampling, speculation, cancel=None):  # type: ignore[no-untyped-def]
+    def chat(self, messages, sampling, speculation, cancel=None, **kw):  # type: ignore[no-untyped-def]
         cancels.append(cancel)
-        yield from original_chat(self, messages, sampling, speculation, cancel)
+        yield from original_chat(self, messages, sampling, speculation, cancel, **kw)
 
     class HoldingStream(TextStream):
         def push(self, piece: bytes, from_draft: bool):  # type: ignore[no-untyped-def]
@@ -135,6 +135,28 @@ def test_stop_never_saves_a_held_back_start_of_a_stop_string(qtbot, tiny_window,
     # what was released before Stop, and not the held-back start of a stop string
     assert reply.content == seen["released"]
     assert w.chat.messages[-1].text == reply.content
+
+
+def test_continue_on_a_reply_cut_at_its_token_limit(qtbot, tiny_window) -> None:  # type: ignore[no-untyped-def]
+    """A reply that hit its token limit offers Continue (its last reply only); Continue
+    streams the rest into the same message, from its text, as a new version."""
+    from PySide6.QtWidgets import QToolButton
+
+    w = tiny_window
+    assert w.send_message("hello")
+    wait_reply(qtbot, w)
+    cut = _last_reply(w)
+    assert cut.finish_reason == "length"  # 24 tokens of the tiny model, which never stops
+    button = w.chat.messages[-1].findChild(QToolButton, "continueButton")
+    assert button.isVisibleTo(w.chat.messages[-1]) and button.isEnabled()
+    assert not w.chat.messages[0].findChild(QToolButton, "continueButton").isVisibleTo(
+        w.chat.messages[0])  # the user's message has none
+    button.click()
+    wait_reply(qtbot, w)
+    longer = _last_reply(w)
+    assert longer.id == cut.id and (longer.version, longer.versions) == (2, 2)
+    assert longer.content.startswith(cut.content) and len(longer.content) > len(cut.content)
+    assert w.chat.messages[-1].text == longer.content
 
 
 def test_view_hides_and_shows_the_panes_beside_the_chat(qtbot, tiny_window) -> None:  # type: ignore[no-untyped-def]

@@ -55,8 +55,8 @@ def test_a_long_paste_shows_prefill_progress_and_stop_ends_it(qtbot, window,  # 
     paused = threading.Event()
     original = Session.chat
 
-    def chat(self, messages, sampling, speculation, cancel=None):  # type: ignore[no-untyped-def]
-        for ev in original(self, messages, sampling, speculation, cancel):
+    def chat(self, messages, sampling, speculation, cancel=None, **kw):  # type: ignore[no-untyped-def]
+        for ev in original(self, messages, sampling, speculation, cancel, **kw):
             yield ev
             if (isinstance(ev, PrefillProgress) and 0 < ev.done < ev.total
                     and cancel is not None and not paused.is_set()):

@@ -1150,7 +1150,7 @@ def test_find_text_marks_the_match_and_brings_it_into_view(qtbot) -> None:
     message not shown yet (behind "Show earlier") is shown, the view scrolls to it and
     keeps it in sight while the page settles; the mark survives a re-render; "" clears;
     a reply starting follows the bottom again."""
-    from app.ui.chat.chat_view import SHOWN_AT_ONCE, ChatViewWidget
+    from app.ui.chat.chat_view import SEARCH_BATCHES, SHOWN_AT_ONCE, ChatViewWidget
 
     n = SHOWN_AT_ONCE + 20
     views = [MessageView(i, "user" if i % 2 else "assistant",
@@ -1188,6 +1188,12 @@ def test_find_text_marks_the_match_and_brings_it_into_view(qtbot) -> None:
     qtbot.waitUntil(lambda: bar.value() == bar.maximum())
     assert not chat.find_text("")
     assert all(w.first_mark_y() is None for w in chat.messages)
+    # text further up than SEARCH_BATCHES batches: not rendered for it, the button says so
+    far = [MessageView(i, "user", "the needle" if i == 1 else f"m{i}")
+           for i in range(1, (SEARCH_BATCHES + 2) * SHOWN_AT_ONCE)]
+    chat.set_messages(far)
+    assert not chat.find_text("needle") and chat.message(1) is None
+    assert chat.earlier_button.text().endswith("; the search found it further up)")
 
 
 def test_messages_the_last_reply_was_written_without_are_marked(qtbot) -> None:
@@ -1226,6 +1232,15 @@ def test_messages_the_last_reply_was_written_without_are_marked(qtbot) -> None:
     chat.add_message(MessageView(12, "assistant", ""))
     chat.end_stream(12, "m12", (), "9 tokens", None)  # a larger context: nothing dropped
     assert marked() == []
+    # an empty reply is no message of the request: the count skips it
+    empty = [MessageView(1, "user", "u1"), MessageView(2, "assistant", "", footer="0 tokens"),
+             MessageView(3, "user", "u2"), MessageView(4, "user", "u3"),
+             MessageView(5, "assistant", "a3", footer="9 tokens"),
+             MessageView(6, "user", "u4"),
+             MessageView(7, "assistant", "a4", footer="9 tokens",
+                         context=fit(2, ContextOverflow.ROLLING_WINDOW))]
+    chat.set_messages(empty)
+    assert marked() == [1, 3]
 
 
 def test_a_long_pasted_message_shows_its_first_lines_and_a_button_for_the_rest(qtbot) -> None:
@@ -1244,6 +1259,9 @@ def test_a_long_pasted_message_shows_its_first_lines_and_a_button_for_the_rest(q
                        MessageView(3, "user", "short\n" * (LONG_LINES - 1))])
     user, reply, short = chat.messages
     assert user.collapsed and not reply.collapsed and not short.collapsed
+    assert not reply.more_button.isVisibleTo(reply)  # a reply is never folded
+    reply.set_collapsed(True)
+    assert not reply.collapsed
     assert user.more_button.isVisibleTo(user) and user.more_button.text() == (
         "Show all 300 lines")
     line = user.fontMetrics().lineSpacing()
@@ -1255,5 +1273,8 @@ def test_a_long_pasted_message_shows_its_first_lines_and_a_button_for_the_rest(q
     qtbot.waitUntil(lambda: user.body.height() == user.body.full_height())
     user.more_button.click()
     assert user.collapsed
+    bar = user.body.verticalScrollBar()
+    bar.setValue(bar.maximum())  # a drag or a wheel over the fold: the cut text stays cut
+    assert bar.value() == 0
     assert chat.find_text("line 250 of")
     assert not user.collapsed  # unfolded where the search found its text

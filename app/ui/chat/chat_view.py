@@ -27,6 +27,7 @@ from PySide6.QtGui import (
     QGuiApplication,
     QResizeEvent,
     QTextCharFormat,
+    QWheelEvent,
     QTextCursor,
 )
 from PySide6.QtWidgets import (
@@ -42,6 +43,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.chat.conversation import CUT_SHORT
 from app.engine.context_fit import ContextFit, dropped_indices
 from app.store.history import StoredMessage
 from app.ui.chat.draft_tint import apply_tint, tinted_ranges
@@ -86,6 +88,8 @@ class MessageView:
     versions: int = 1
     #: a finished reply's: what was dropped from its request to fit the context window
     context: ContextFit | None = None
+    #: how a finished reply ended (a reply cut short can be continued: CUT_SHORT)
+    finish_reason: str | None = None
 
 
 def message_view(m: StoredMessage) -> MessageView:
@@ -101,7 +105,8 @@ def message_view(m: StoredMessage) -> MessageView:
     raw = (m.stats or {}).get("context") if m.role == "assistant" else None
     fit = ContextFit.from_dict(raw) if isinstance(raw, dict) else None
     return MessageView(m.id, m.role, m.content, m.draft_spans, footer, m.model,
-                       m.version, m.versions, fit)
+                       m.version, m.versions, fit,
+                       m.finish_reason if m.status == "done" else None)
 
 
 def out_of_context(views: Sequence[MessageView]) -> set[int]:
@@ -115,7 +120,7 @@ def out_of_context(views: Sequence[MessageView]) -> set[int]:
     if last is None or fit is None or fit.dropped_messages <= 0:
         return set()
     head = ["system"] if fit.kept_system else []
-    before = views[:last]
+    before = [v for v in views[:last] if v.content]  # the request leaves empty ones out
     gone = dropped_indices([*head, *(v.role for v in before)], fit)
     return {before[i - len(head)].message_id for i in gone if i >= len(head)}
 
@@ -146,6 +151,7 @@ class MarkdownBrowserWidget(QTextBrowser):
         )
         self.anchorClicked.connect(self._on_self_anchor_clicked)
         self._max_lines: int | None = None  # set_max_lines
+        self.verticalScrollBar().valueChanged.connect(self._on_scrolled)
         self.setFixedHeight(24)
 
     def loadResource(self, type: int, name: QUrl | str) -> Any:
@@ -170,9 +176,21 @@ class MarkdownBrowserWidget(QTextBrowser):
 
     def set_max_lines(self, lines: int | None) -> None:
         """Show at most the first ``lines`` lines as laid out (wrapped lines count), the
-        rest cut off below (None: all of it)."""
+        rest cut off below (None: all of it). The text cut off never scrolls into view:
+        the wheel scrolls the chat, a selection dragged down stays at the top."""
         self._max_lines = lines
+        self.verticalScrollBar().setValue(0)
         self._fit()
+
+    def _on_scrolled(self, value: int) -> None:
+        if value and self._max_lines is not None:
+            self.verticalScrollBar().setValue(0)
+
+    def wheelEvent(self, event: QWheelEvent) -> None:  # noqa: N802 (Qt's name)
+        if self._max_lines is not None:
+            event.ignore()  # to the chat around it
+            return
+        super().wheelEvent(event)
 
     def _lines_height(self, lines: int) -> int | None:
         """Pixels down to the end of the ``lines``-th laid-out line (None: fewer)."""
@@ -213,6 +231,8 @@ class MessageWidget(QFrame):
     """Edit on a user message was clicked (message id)."""
     regenerate_clicked = Signal(int)
     """Regenerate on a reply was clicked (message id)."""
+    continue_clicked = Signal(int)
+    """Continue on a reply cut short was clicked (message id)."""
     version_requested = Signal(int, int)
     """‹ or › of a message with versions was clicked (message id, version number wanted)."""
 
@@ -224,6 +244,7 @@ class MessageWidget(QFrame):
         self._text = view.content
         self._spans: tuple[tuple[int, int], ...] = view.draft_spans
         self._context = view.context
+        self._finish_reason = view.finish_reason
         self._tint = tint
         self._code_blocks: tuple[str, ...] = ()
         self._needle = ""  # the text marked where it occurs (the conversation search's)
@@ -273,7 +294,13 @@ class MessageWidget(QFrame):
         self._edit.clicked.connect(self._on_edit_clicked)
         self._regen = self._tool_button("Regenerate", "Generate this reply again")
         self._regen.clicked.connect(self._on_regenerate_clicked)
-        for b in (self._copy, self._edit, self._regen):
+        self._continue = self._tool_button(
+            "Continue", "Write more of this reply, from where it was cut short (a new "
+            "version of it: ‹ › shows this one)")
+        self._continue.setObjectName("continueButton")
+        self._continue.clicked.connect(lambda: self.continue_clicked.emit(self.message_id))
+        self._continue.setVisible(False)
+        for b in (self._copy, self._edit, self._continue, self._regen):
             header.addWidget(b)
         self._edit.setVisible(view.role == "user")
         self._regen.setVisible(False)
@@ -349,11 +376,15 @@ class MessageWidget(QFrame):
         """What the widget shows now, as the view it could be built from again."""
         return MessageView(self.message_id, self.role, self._text, self._spans,
                            self.footer_text, self._model, self._version, self._versions,
-                           self._context)
+                           self._context, self._finish_reason)
 
     def set_context(self, context: ContextFit | None) -> None:
         """What was dropped from this reply's request to fit the context window."""
         self._context = context
+
+    def set_finish_reason(self, reason: str | None) -> None:
+        """How the reply shown ended (None: it has not)."""
+        self._finish_reason = reason
 
     def set_in_context(self, in_context: bool) -> None:
         """Mark (or not) a message the last reply was written without (the style
@@ -369,6 +400,7 @@ class MessageWidget(QFrame):
         versions may come from different models)."""
         self._model = view.model
         self._context = view.context
+        self._finish_reason = view.finish_reason
         self._who.set_full_text(_who(view))
 
     def set_version(self, version: int, versions: int) -> None:
@@ -415,6 +447,8 @@ class MessageWidget(QFrame):
         self._regen.setToolTip("Generate this reply again" if last else
                                "Generate this reply again; the messages after it stay with "
                                "the current version (‹ › brings them back)")
+        self._continue.setVisible(visible and last and self.role == "assistant"
+                                  and self._finish_reason in CUT_SHORT)
 
     def set_edit_enabled(self, enabled: bool, regenerate: bool | None = None) -> None:
         """Edit, and Regenerate and ‹ › (``regenerate``, default ``enabled``: while a
@@ -422,6 +456,7 @@ class MessageWidget(QFrame):
         switch = enabled if regenerate is None else regenerate
         self._edit.setEnabled(enabled)
         self._regen.setEnabled(switch)
+        self._continue.setEnabled(switch)
         self._older.setEnabled(switch and self._version > 1)
         self._newer.setEnabled(switch and self._version < self._versions)
 
@@ -443,9 +478,10 @@ class MessageWidget(QFrame):
     def set_collapsed(self, collapsed: bool) -> None:
         """Show only the first :data:`COLLAPSED_LINES` lines of a long message (the
         button under it shows the rest), or all of it."""
-        self.collapsed = collapsed and _long(self._text)
+        foldable = self.role == "user" and _long(self._text)  # a reply is never folded
+        self.collapsed = collapsed and foldable
         lines = self._text.count("\n") + 1
-        self.more_button.setVisible(_long(self._text))
+        self.more_button.setVisible(foldable)
         self.more_button.setText("Show less" if not self.collapsed else
                                  f"Show all {lines:,} lines" if lines > COLLAPSED_LINES
                                  else f"Show all {len(self._text):,} characters")
@@ -525,6 +561,10 @@ def _long(text: str) -> bool:
     return text.count("\n") + 1 > LONG_LINES or len(text) > LONG_CHARS
 
 
+#: batches of earlier messages a search shows by itself to reach its text, and how long
+#: its match then holds the view while the page settles (ms)
+SEARCH_BATCHES, FOUND_HOLD_MS = 2, 1500
+
 #: messages a conversation opens with, and more each time "Show earlier messages" is
 #: clicked: every message is a rendered text browser, so a conversation of thousands
 #: would take minutes and gigabytes to show at once
@@ -546,6 +586,8 @@ class ChatViewWidget(QScrollArea):
     """A user message's Edit was clicked (message id)."""
     regenerate_clicked = Signal(int)
     """A reply's Regenerate was clicked (message id)."""
+    continue_clicked = Signal(int)
+    """A reply's Continue was clicked (message id: the last reply, cut short)."""
     version_requested = Signal(int, int)
     """A message's ‹ or › was clicked (message id, version number wanted)."""
     starter_prompt_clicked = Signal(str)
@@ -588,6 +630,7 @@ class ChatViewWidget(QScrollArea):
         self._anchor: tuple[MessageWidget, int] | None = None
         self._needle = ""  # the conversation search's text, marked where it occurs
         self._out: set[int] = set()  # the messages the last reply was written without
+        self._filling = False  # set_messages adds them (marked once, at the end)
         #: the message whose first mark the view keeps in sight, until the user scrolls
         self._found: MessageWidget | None = None
         self._restoring = False  # the view itself is scrolling (not the user)
@@ -600,6 +643,10 @@ class ChatViewWidget(QScrollArea):
         self._render_timer = QTimer(self)
         self._render_timer.setSingleShot(True)
         self._render_timer.timeout.connect(self._on_render_timer_timeout)
+        self._found_timer = QTimer(self)  # how long the search's match holds the view
+        self._found_timer.setSingleShot(True)
+        self._found_timer.setInterval(FOUND_HOLD_MS)
+        self._found_timer.timeout.connect(self._on_found_timer_timeout)
         bar = self.verticalScrollBar()
         bar.rangeChanged.connect(self._on_scrollbar_range_changed)
         bar.valueChanged.connect(self._on_scrollbar_value_changed)
@@ -644,8 +691,12 @@ class ChatViewWidget(QScrollArea):
         self.clear()
         split = max(0, len(views) - SHOWN_AT_ONCE)
         self._earlier = list(views[:split])
-        for v in views[split:]:
-            self.add_message(v)
+        self._filling = True
+        try:
+            for v in views[split:]:
+                self.add_message(v)
+        finally:
+            self._filling = False
         self._update_earlier()
         self._update_regenerate()
         self._mark_out_of_context()
@@ -676,13 +727,16 @@ class ChatViewWidget(QScrollArea):
         self._update_earlier()
         self._update_regenerate()
 
-    def _update_earlier(self) -> None:
+    def _update_earlier(self, *, found_above: bool = False) -> None:
+        """The "Show earlier" button's words (``found_above``: the search found its text
+        in a message further up than it showed by itself)."""
         n = len(self._earlier)
         self.earlier_button.setVisible(n > 0)
         if n:
             shown = min(n, SHOWN_AT_ONCE)
             self.earlier_button.setText(
-                f"Show {shown} earlier message{'' if shown == 1 else 's'} ({n} not shown)"
+                f"Show {shown} earlier message{'' if shown == 1 else 's'} ({n} not shown"
+                + ("; the search found it further up)" if found_above else ")")
                 if shown < n else f"Show {shown} earlier message{'' if shown == 1 else 's'}")
 
     def _message_widget(self, view: MessageView) -> MessageWidget:
@@ -690,6 +744,7 @@ class ChatViewWidget(QScrollArea):
         w = MessageWidget(view, self._tint, self._container)
         w.edit_clicked.connect(self.edit_clicked)
         w.regenerate_clicked.connect(self.regenerate_clicked)
+        w.continue_clicked.connect(self.continue_clicked)
         w.version_requested.connect(self.version_requested)
         w.set_edit_enabled(not self._busy[0], regenerate=not any(self._busy))
         w.set_editing(w.message_id == self._editing)
@@ -713,15 +768,19 @@ class ChatViewWidget(QScrollArea):
         self._stick, self._found = True, None
         self._update_regenerate()
         self._update_starters()
-        self._mark_out_of_context()
+        if not self._filling:
+            self._mark_out_of_context()
         return w
 
     def find_text(self, needle: str) -> bool:
         """Mark where the conversation's messages contain ``needle`` (stripped; "" clears
         the marks) and scroll to the last message that does, the match a third of the way
         down the view; earlier messages not shown yet are shown until one contains it.
-        Returns whether one does. The view keeps the match in sight as the page settles,
-        until the user scrolls or a reply starts."""
+        Returns whether one does. The view keeps the match in sight while the page
+        settles (:data:`FOUND_HOLD_MS`), unless the user scrolls or a reply starts. At
+        most :data:`SEARCH_BATCHES` batches of earlier messages are shown for it (each
+        is rendered at once); beyond them the "Show earlier" button says the search
+        found the text further up."""
         self._needle = needle = needle.strip()
         found = [w for w in self._messages if w.mark(needle)]
         for w in found:  # a long message shows all of itself where it has the text
@@ -730,6 +789,9 @@ class ChatViewWidget(QScrollArea):
         # the nearest earlier message whose text has it (the rendered text may not: "**")
         wanted = next((i + 1 for i, v in enumerate(reversed(self._earlier))
                        if folded in v.content.casefold()), 0) if needle and not found else 0
+        if wanted > SEARCH_BATCHES * SHOWN_AT_ONCE:
+            wanted = 0
+            self._update_earlier(found_above=True)
         while not found and wanted > 0 and self._earlier:
             before = len(self._earlier)
             self.show_earlier()  # marks the new ones (_message_widget)
@@ -742,7 +804,12 @@ class ChatViewWidget(QScrollArea):
         if self._found is not None:
             self._anchor, self._stick = None, False
             self._scroll_to_found()
+            self._found_timer.start()
         return self._found is not None
+
+    @Slot()
+    def _on_found_timer_timeout(self) -> None:
+        self._found = None  # settled: later changes (‹ ›, Show all) keep the user's place
 
     def _scroll_to_found(self) -> None:
         assert self._found is not None
@@ -768,6 +835,7 @@ class ChatViewWidget(QScrollArea):
             w.set_footer(view.footer)
             w.set_version(view.version, view.versions)
             self._mark_out_of_context()
+            self._update_regenerate()  # a version cut short offers Continue
 
     def replace_after(self, view: MessageView, after: Sequence[MessageView]) -> None:
         """Another version of a message is shown: it changes in place and the messages
@@ -860,10 +928,11 @@ class ChatViewWidget(QScrollArea):
         self._render_pending()
 
     def end_stream(self, message_id: int, text: str, spans: Sequence[tuple[int, int]],
-                   footer: str, context: ContextFit | None = None) -> None:
-        """The reply ended: its final text and footer, and what was dropped from its
-        request to fit the context window (the messages it was written without are
-        marked)."""
+                   footer: str, context: ContextFit | None = None,
+                   finish_reason: str | None = None) -> None:
+        """The reply ended: its final text and footer, what was dropped from its request
+        to fit the context window (the messages it was written without are marked), and
+        how it ended (one cut short offers Continue)."""
         self._render_timer.stop()
         self._pending = None
         if (w := self.message(message_id)) is not None:
@@ -871,7 +940,9 @@ class ChatViewWidget(QScrollArea):
             w.set_streaming(False)
             w.set_footer(footer)
             w.set_context(context)
+            w.set_finish_reason(finish_reason)
         self._mark_out_of_context()
+        self._update_regenerate()
 
     @Slot()
     def _on_render_timer_timeout(self) -> None:

@@ -266,12 +266,11 @@ class ConversationListWidget(QWidget):
         if cid is not None and self.list.state() != QAbstractItemView.State.EditingState:
             self.conversation_delete_clicked.emit(cid)
 
-    @Slot(str)
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
         """Down in the search box: into the list (:meth:`_on_search_down_activated`)."""
         if (watched is self.search and event.type() == QEvent.Type.KeyPress
                 and isinstance(event, QKeyEvent) and event.key() == Qt.Key.Key_Down
-                and not event.modifiers()):
+                and not event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier):
             self._on_search_down_activated()
             return True
         return super().eventFilter(watched, event)
@@ -289,6 +288,7 @@ class ConversationListWidget(QWidget):
             self.list.setCurrentRow(0)
         self.list.setFocus(Qt.FocusReason.ShortcutFocusReason)
 
+    @Slot(str)
     def _on_search_text_changed(self, _text: str) -> None:
         self._search_timer.start()
 

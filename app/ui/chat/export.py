@@ -113,6 +113,8 @@ def conversation_data(store: HistoryStore, conversation_id: int) -> dict[str, An
 
 _FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _ATX_HEADING = re.compile(r"^( {0,3})(#{1,6})(?=[ \t]|$)")
+_SETEXT_UNDERLINE = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
+_NOT_A_PARAGRAPH = re.compile(r"^\s*(?:#|[-*+>|]|\d{1,9}[.)])")
 
 
 def _verbatim(text: str) -> str:
@@ -124,8 +126,9 @@ def _verbatim(text: str) -> str:
 
 
 def _under_heading(text: str) -> str:
-    """A reply's Markdown with its ATX headings two levels down (at most ``######``),
-    outside fenced code, so that they sit under the message's ``##``."""
+    """A reply's Markdown with its headings two levels down (at most ``######``), outside
+    fenced code, so that they sit under the message's ``##``: ATX ones (``#``), and
+    Setext ones (a line underlined with ``===`` or ``---``) written as ATX."""
     out: list[str] = []
     fence: str | None = None
     for line in text.split("\n"):
@@ -139,6 +142,10 @@ def _under_heading(text: str) -> str:
         elif fence is None and (h := _ATX_HEADING.match(line)) is not None:
             level = min(6, len(h.group(2)) + 2)
             line = h.group(1) + "#" * level + line[h.end():]
+        elif (fence is None and (u := _SETEXT_UNDERLINE.match(line)) is not None and out
+              and out[-1].strip() and not _NOT_A_PARAGRAPH.match(out[-1])):
+            out[-1] = ("###" if u.group(1)[0] == "=" else "####") + " " + out[-1].strip()
+            continue
         out.append(line)
     return "\n".join(out)
 
