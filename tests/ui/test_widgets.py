@@ -1031,20 +1031,28 @@ def test_send_waits_for_an_edit_to_change_the_text_and_a_deleted_edit_moves_on(q
     assert c.unsent_texts() == {"new": "typed before the edit\na rewrite left earlier"}
 
 
+def _chat_view(qtbot, views: list[MessageView], height: int = 400):  # type: ignore[no-untyped-def]
+    """A shown chat view, 600 px wide, holding ``views``."""
+    from app.ui.chat.chat_view import ChatViewWidget
+
+    chat = ChatViewWidget()
+    qtbot.addWidget(chat)
+    chat.resize(600, height)
+    chat.show()
+    chat.set_messages(views)
+    return chat
+
+
 def test_a_long_conversation_opens_on_its_last_messages(qtbot) -> None:
     """Every message is a rendered text browser: a conversation opens on its last
     SHOWN_AT_ONCE, and the button above shows earlier ones a batch at a time, the view
     staying where it was; editing a message not shown removes it and all after it."""
-    from app.ui.chat.chat_view import SHOWN_AT_ONCE, ChatViewWidget
+    from app.ui.chat.chat_view import SHOWN_AT_ONCE
 
     n = 2 * SHOWN_AT_ONCE + 7
     views = [MessageView(i, "user" if i % 2 else "assistant", f"message {i}\n\nline two")
              for i in range(1, n + 1)]
-    chat = ChatViewWidget()
-    qtbot.addWidget(chat)
-    chat.resize(600, 400)
-    chat.show()
-    chat.set_messages(views)
+    chat = _chat_view(qtbot, views)
     assert len(chat.messages) == SHOWN_AT_ONCE and chat.earlier_count == n - SHOWN_AT_ONCE
     assert chat.messages[0].message_id == n - SHOWN_AT_ONCE + 1
     assert chat.earlier_button.isVisible()
@@ -1150,17 +1158,13 @@ def test_find_text_marks_the_match_and_brings_it_into_view(qtbot) -> None:
     message not shown yet (behind "Show earlier") is shown, the view scrolls to it and
     keeps it in sight while the page settles; the mark survives a re-render; "" clears;
     a reply starting follows the bottom again."""
-    from app.ui.chat.chat_view import SEARCH_BATCHES, SHOWN_AT_ONCE, ChatViewWidget
+    from app.ui.chat.chat_view import SEARCH_BATCHES, SHOWN_AT_ONCE
 
     n = SHOWN_AT_ONCE + 20
     views = [MessageView(i, "user" if i % 2 else "assistant",
                          "the **Palindrome** checker" if i == 5 else f"message {i}\n\nline two")
              for i in range(1, n + 1)]
-    chat = ChatViewWidget()
-    qtbot.addWidget(chat)
-    chat.resize(600, 400)
-    chat.show()
-    chat.set_messages(views)
+    chat = _chat_view(qtbot, views)
     bar = chat.verticalScrollBar()
     qtbot.waitUntil(lambda: bar.value() == bar.maximum() > 0)
     assert chat.message(5) is None  # behind the button
@@ -1248,15 +1252,11 @@ def test_a_long_pasted_message_shows_its_first_lines_and_a_button_for_the_rest(q
     first COLLAPSED_LINES lines; "Show all" shows it whole and "Show less" folds it
     again; Copy copies all of it; a search that finds text in it unfolds it; a reply is
     never folded."""
-    from app.ui.chat.chat_view import COLLAPSED_LINES, LONG_LINES, ChatViewWidget
+    from app.ui.chat.chat_view import COLLAPSED_LINES, LONG_LINES
 
     pasted = "\n".join(f"line {i} of the pasted log" for i in range(1, 301))
-    chat = ChatViewWidget()
-    qtbot.addWidget(chat)
-    chat.resize(600, 500)
-    chat.show()
-    chat.set_messages([MessageView(1, "user", pasted), MessageView(2, "assistant", pasted),
-                       MessageView(3, "user", "short\n" * (LONG_LINES - 1))])
+    chat = _chat_view(qtbot, [MessageView(1, "user", pasted), MessageView(2, "assistant", pasted),
+                              MessageView(3, "user", "short\n" * (LONG_LINES - 1))], height=500)
     user, reply, short = chat.messages
     assert user.collapsed and not reply.collapsed and not short.collapsed
     assert not reply.more_button.isVisibleTo(reply)  # a reply is never folded
