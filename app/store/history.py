@@ -958,7 +958,8 @@ class HistoryStore:
     def discard_reply_version(self, message_id: int,
                               finish_reason: str = "error") -> StoredMessage | None:
         """A regeneration produced nothing (it failed or was stopped before any text):
-        show the newest earlier version again, with the messages that followed it. A
+        show the version shown before it again (the one :meth:`begin_reply_version` kept
+        last), with the messages that followed it. A
         reply without earlier versions is deleted (None). When messages follow the empty
         version all the same (another window sent one meanwhile), nothing is moved: it
         stays, finished with ``finish_reason`` (``error``, or ``cancelled`` when stopped).
@@ -972,8 +973,9 @@ class HistoryStore:
         cols = ", ".join(_VERSION_COLUMNS)
         with self._tx() as c:
             msg = self.message(message_id)
+            # kept last: its row is the newest (show_version swaps rows in place)
             row = c.execute(f"SELECT id, {cols}, {_TAIL_COLUMN} FROM reply_versions WHERE"
-                            " message_id = ? ORDER BY created_at DESC, id DESC LIMIT 1",
+                            " message_id = ? ORDER BY id DESC LIMIT 1",
                             (message_id,)).fetchone()
             later = c.execute("SELECT 1 FROM messages WHERE conversation_id = ? AND id > ?"
                               " LIMIT 1", (msg.conversation_id, message_id)).fetchone()

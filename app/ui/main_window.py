@@ -582,8 +582,8 @@ class MainWindow(QMainWindow):
         _reply_failed_around(self, reply, error)
         if not reply.text and not reply.regenerated:
             self.chat.remove_from(reply.message_id, error.message)
-        elif not reply.text:
-            self.chat.end_stream(reply.message_id, "", (), "")  # the earlier version follows
+        elif not reply.new_text:  # nothing new (a continuation too): the earlier follows
+            self.chat.end_stream(reply.message_id, "", (), "")
         else:
             self.chat.end_stream(reply.message_id, reply.text, reply.spans,
                                  reply_footer(None, "error", error.message))

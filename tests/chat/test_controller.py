@@ -907,7 +907,8 @@ def test_a_load_note_is_shown_once_and_then_only_logged(
         r.c.close()
 
 
-def test_continue_writes_more_of_a_reply_cut_short_as_a_new_version(rig: Rig) -> None:
+def test_continue_writes_more_of_a_reply_cut_short_as_a_new_version(
+        rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reply cut at its token limit (or stopped) is continued: the engine is asked to
     go on from its text, and the new version holds that text and what came after it
     (draft spans moved along), saying its figures are the new text's; ‹ › shows the cut
@@ -940,6 +941,16 @@ def test_continue_writes_more_of_a_reply_cut_short_as_a_new_version(rig: Rig) ->
     assert [v.content for v in rig.store.versions(cut.id)] == [
         "one two three", "one two three four five"]
     rig.script.first_word_s = 0.0
+    from tests.chat import fakes
+
+    with monkeypatch.context() as mp:  # a continuation that fails before any text
+        mp.setattr(fakes, "fit_conversation", _refuse)
+        assert rig.c.show_version(cut.id, 1)  # the cut one
+        shown = rig.store.message(cut.id)
+        assert rig.c.continue_reply()
+        rig.reply_done()
+        after = rig.store.message(cut.id)
+        assert (after.content, after.versions) == (shown.content, shown.versions)
     rig.c.send_message("again")
     rig.reply_done()
     assert not rig.c.continue_reply(cut.id)  # no longer the last message

@@ -79,6 +79,13 @@ def test_a_failed_regeneration_shows_the_earlier_version_again(store: HistorySto
     store.begin_reply_version(mid)
     back = store.discard_reply_version(mid)
     assert back is not None and (back.content, back.status, back.versions) == ("kept", "done", 1)
+    # from an older version: that one comes back, not the newest
+    store.begin_reply_version(mid)
+    store.finish_reply(mid, "newer", "stop")
+    assert store.show_version(mid, 1).content == "kept"
+    store.begin_reply_version(mid)
+    back = store.discard_reply_version(mid)
+    assert back is not None and (back.content, back.version, back.versions) == ("kept", 1, 2)
     with pytest.raises(ValueError):
         store.begin_reply_version(store.messages(cid)[0].id)  # a user message
     lone = store.begin_reply(cid).id
