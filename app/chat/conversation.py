@@ -881,6 +881,17 @@ class ChatController:
         """Conversations matching ``search`` (newest first); [] without a store."""
         return self.store.list_conversations(search) if self.store is not None else []
 
+    def search_snippets(self, search: str) -> dict[int, str]:
+        """Where the conversations ``search`` finds have it in a message shown, a line
+        around it, by conversation id (:meth:`HistoryStore.search_snippets
+        <app.store.history.HistoryStore.search_snippets>`); none when the history cannot
+        say (a hint only: logged)."""
+        try:
+            return self.store.search_snippets(search) if self.store is not None else {}
+        except sqlite3.Error as exc:
+            log.warning("search snippets not read: %s", exc)
+            return {}
+
     def has_conversation(self, conversation_id: int) -> bool:
         """Whether the history may hold it: False only when the history says it does
         not (without a store, or when it cannot be read, nothing is known: True)."""

@@ -38,6 +38,7 @@ import functools
 import json
 import logging
 import os
+import re
 import secrets
 import sqlite3
 import time
@@ -345,6 +346,20 @@ def _name_from_first(c: sqlite3.Connection, conversation_id: int, message_id: in
               (new, conversation_id, old, conversation_id, message_id))
 
 
+def _snippet(text: str, needle: str, width: int) -> str:
+    """About ``width`` characters of ``text`` around the first place it has ``needle``
+    (case-insensitive), on one line (see :meth:`HistoryStore.search_snippets`)."""
+    at = max(0, text.casefold().find(needle.casefold()))
+    start = max(0, at - width // 6)  # little before it: a narrow list shows the match
+    end = min(len(text), start + width + len(needle))
+    if start > 0 and (space := re.search(r"\s", text[start:at])) is not None:
+        start += space.end()  # at a word's start
+    if end < len(text) and (cut := text.rfind(" ", at + len(needle), end)) > 0:
+        end = cut  # after a word's end
+    line = " ".join(text[start:end].split())
+    return ("…" if start > 0 else "") + line + ("…" if end < len(text) else "")
+
+
 def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
@@ -626,6 +641,21 @@ class HistoryStore:
                 (pattern,),
             ).fetchall()
         return [self._conversation(r) for r in rows]
+
+    def search_snippets(self, search: str, width: int = 80) -> dict[int, str]:
+        """Where the conversations :meth:`list_conversations` finds have ``search`` in a
+        message shown: by conversation id, about ``width`` characters around the first
+        such place in the first such message (spaces and line breaks as one space, "…"
+        where it is cut). Conversations found by their title only, or only in versions
+        not shown, have none; so does a blank ``search``."""
+        needle = search.strip()
+        if not needle:
+            return {}
+        rows = self._conn.execute(
+            "SELECT m.conversation_id, m.content FROM messages m JOIN (SELECT MIN(id) AS id"
+            " FROM messages WHERE content LIKE ?1 ESCAPE '\\' GROUP BY conversation_id) f"
+            " ON m.id = f.id", (f"%{_escape_like(needle)}%",)).fetchall()
+        return {int(cid): _snippet(str(content), needle, width) for cid, content in rows}
 
     def found_elsewhere(self, conversation_id: int, search: str) -> StoredMessage | None:
         """Where :meth:`list_conversations` found ``search`` in a conversation when it is

@@ -485,9 +485,10 @@ class MainWindow(QMainWindow):
         self.sampling_panel.set_values(sampling, self.settings.model, self.settings.speculation)
 
     def conversations_changed(self) -> None:
-        convs = self.controller.conversations(self.conversations.search.text())
-        self.composer.stored_as(self.controller.current_conversation)
-        self.conversations.set_conversations(convs, self.controller.current_conversation)
+        c, search = self.controller, self.conversations.search.text()
+        self.composer.stored_as(c.current_conversation)
+        self.conversations.set_conversations(c.conversations(search), c.current_conversation,
+                                             c.search_snippets(search))
 
     def conversation_opened(self, conversation: Conversation | None,
                             messages: Sequence[StoredMessage],

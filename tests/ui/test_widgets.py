@@ -781,6 +781,27 @@ def test_delete_on_the_conversation_list_asks_to_delete_the_current_one(qtbot) -
     assert sig.args == [7]
 
 
+def test_a_search_shows_under_each_title_where_it_found_the_text(qtbot) -> None:
+    """A row the search found in a message carries that line (drawn under the title, the
+    row taller); renaming edits the title alone."""
+    from app.store.history import Conversation
+    from app.ui.chat.conversation_list import _SNIPPET_ROLE, ConversationListWidget
+
+    convs = [Conversation(id=i, title=t, system_prompt="", created_at=0.0, updated_at=0.0)
+             for i, t in ((1, "Trip"), (2, "lake notes"))]
+    w = ConversationListWidget()
+    qtbot.addWidget(w)
+    w.show()
+    w.set_conversations(convs, None)
+    plain = w.list.visualItemRect(w.list.item(0)).height()
+    w.set_conversations(convs, None, {1: "…to the lake house with the dog…"})
+    found, titled = w.list.item(0), w.list.item(1)
+    assert found.data(_SNIPPET_ROLE) == "…to the lake house with the dog…"
+    assert titled.data(_SNIPPET_ROLE) is None and found.text() == "Trip"
+    qtbot.waitUntil(lambda: w.list.visualItemRect(found).height() > plain)
+    assert w.list.visualItemRect(titled).height() == plain
+
+
 def test_down_or_enter_in_the_search_box_goes_to_what_it_found(qtbot) -> None:
     """Typed, then Down (or Enter) at once: the search is applied, the first conversation
     found opens and the list has the keys (Down again: the next)."""

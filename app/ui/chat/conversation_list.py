@@ -6,10 +6,31 @@ to the history store and calls :meth:`ConversationListWidget.set_conversations` 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from PySide6.QtCore import QEvent, QObject, QPoint, Qt, QTimer, Signal, SignalInstance, Slot
-from PySide6.QtGui import QFocusEvent, QIcon, QKeyEvent, QKeySequence, QMouseEvent, QShortcut
+from PySide6.QtCore import (
+    QEvent,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QPoint,
+    QSize,
+    Qt,
+    QTimer,
+    Signal,
+    SignalInstance,
+    Slot,
+)
+from PySide6.QtGui import (
+    QColor,
+    QFocusEvent,
+    QIcon,
+    QKeyEvent,
+    QKeySequence,
+    QMouseEvent,
+    QPainter,
+    QShortcut,
+)
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QLineEdit,
@@ -18,6 +39,8 @@ from PySide6.QtWidgets import (
     QMenu,
     QPushButton,
     QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QVBoxLayout,
     QWidget,
 )
@@ -25,6 +48,9 @@ from PySide6.QtWidgets import (
 from app.store.history import Conversation
 
 _ID_ROLE = Qt.ItemDataRole.UserRole
+#: a row's line of the message where the search found its text (None: no such line)
+_SNIPPET_ROLE = Qt.ItemDataRole.UserRole + 1
+_SNIPPET_COLOR = QColor("#5a6b7f")
 
 
 def _item_id(item: QListWidgetItem) -> int | None:
@@ -57,6 +83,41 @@ class _List(QListWidget):
             self.selectionModel().clearCurrentIndex()
         finally:
             self.blockSignals(blocked)
+
+
+class _SnippetDelegate(QStyledItemDelegate):
+    """A row as Qt draws it (the title, elided), and under the title, when the search
+    found its text in a message, that line of the message: smaller, grey, elided."""
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem,
+              index: QModelIndex | QPersistentModelIndex) -> None:
+        snippet = index.data(_SNIPPET_ROLE)
+        if not snippet:
+            super().paint(painter, option, index)
+            return
+        line = option.fontMetrics.height()
+        rect = option.rect
+        top = QStyleOptionViewItem(option)
+        top.displayAlignment = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop
+        super().paint(painter, top, index)
+        painter.save()
+        font = painter.font()
+        font.setPointSizeF(max(6.0, font.pointSizeF() * 0.9))
+        painter.setFont(font)
+        painter.setPen(_SNIPPET_COLOR)
+        below = rect.adjusted(12, line + 6, -8, 0)
+        painter.drawText(below, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop,
+                         painter.fontMetrics().elidedText(str(snippet),
+                                                          Qt.TextElideMode.ElideRight,
+                                                          below.width()))
+        painter.restore()
+
+    def sizeHint(self, option: QStyleOptionViewItem,  # noqa: N802 (Qt's name)
+                 index: QModelIndex | QPersistentModelIndex) -> QSize:
+        size = super().sizeHint(option, index)
+        if index.data(_SNIPPET_ROLE):
+            size.setHeight(size.height() + option.fontMetrics.height())
+        return size
 
 
 class ConversationListWidget(QWidget):
@@ -93,7 +154,7 @@ class ConversationListWidget(QWidget):
         self.list = _List()
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
-        self.list.setUniformItemSizes(True)
+        self.list.setItemDelegate(_SnippetDelegate(self.list))
         self.list.setEditTriggers(
             QAbstractItemView.EditTrigger.DoubleClicked | QAbstractItemView.EditTrigger.EditKeyPressed
         )
@@ -116,8 +177,11 @@ class ConversationListWidget(QWidget):
         self.search.returnPressed.connect(self._on_search_down_activated)
         self._filling = False
 
-    def set_conversations(self, conversations: Sequence[Conversation], current: int | None) -> None:
-        """Show ``conversations`` and select ``current`` (without emitting activation).
+    def set_conversations(self, conversations: Sequence[Conversation], current: int | None,
+                          snippets: Mapping[int, str] | None = None) -> None:
+        """Show ``conversations`` and select ``current`` (without emitting activation);
+        ``snippets``: by id, a line of the message where the search found its text,
+        shown under the title.
 
         When a search finds nothing, one greyed, unselectable line says so."""
         self._filling = True
@@ -127,6 +191,8 @@ class ConversationListWidget(QWidget):
                 item = QListWidgetItem(c.title)
                 item.setData(_ID_ROLE, c.id)
                 item.setToolTip(c.title)
+                if snippets and (found := snippets.get(c.id)):
+                    item.setData(_SNIPPET_ROLE, found)
                 item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
                 self.list.addItem(item)
                 if c.id == current:
