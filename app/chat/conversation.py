@@ -58,7 +58,7 @@ from app.engine.chat import ChatMessage
 from app.engine.session import SessionConfig
 from app.engine.auto import AutoChoice, ReplyObservation
 from app.engine.context_fit import ContextFit
-from app.engine.reply import ReplyRecord, clip_spans
+from app.engine.reply import ReplyRecord, can_continue, clip_spans
 from app.engine.stats import SpecStats
 from app.engine.suffix import DEFAULT_MAX_REPLIES
 from app.errors import TandemError
@@ -163,8 +163,6 @@ def same_edit(text: str, stored: str) -> bool:
     return text.rstrip() == stored.rstrip()
 
 
-#: how a reply cut short ended (its finish reason): Continue writes more of it
-CUT_SHORT = frozenset({"length", "cancelled", "interrupted"})
 #: the note of a reply that continues another (its figures are the continuation's)
 CONTINUED_NOTE = "Continued: the figures are those of the text added."
 
@@ -1132,10 +1130,11 @@ class ChatController:
 
     def continue_reply(self, message_id: int | None = None) -> bool:
         """Write more of the conversation's last reply, cut short (its token limit, a
-        stop, the app closing: :data:`CUT_SHORT`): a new version of it that begins with
-        its text and goes on where it ended (‹ › shows the one before). Not with a remote
-        server (said so), nor for another message than the last. Returns whether the
-        reply started."""
+        stop, the app closing: :func:`~app.engine.reply.can_continue`): a new version of
+        it that begins with its text and goes on where it ended (‹ › shows the one
+        before; a continuation that adds nothing is taken back, saying so). Not with a
+        remote server (said so), nor for another message than the last. Returns whether
+        the reply started."""
         if self.busy or self.model_info is None or self.store is None:
             return False
         if self.current_conversation is None or not self._roles or self.editing_message_id:
@@ -1148,12 +1147,13 @@ class ChatController:
                                   "loaded in Tandem; Regenerate asks the server again.",
                                   level="warning", origin="reply"))
             return False
+        self._save_unsaved()  # a reply the history refused is read back whole
         try:
             cut = self.store.message(message_id)
         except (KeyError, sqlite3.Error) as exc:
             self._history_unreadable(exc)
             return False
-        if cut.finish_reason not in CUT_SHORT or not cut.content:
+        if not can_continue(cut.finish_reason, cut.content, cut.note):
             return False
         return self._start_reply(version_of=message_id, continued=cut)
 
@@ -1224,13 +1224,14 @@ class ChatController:
             self.reply.job.cancel()
 
     def _take_back(self, message_id: int, *, regenerated: bool, stopped: bool = False,
-                   reported: bool = False) -> None:
+                   reported: bool = False, text: str = "") -> None:
         """A reply begun in the history was not asked for (the reason already
         ``reported``), or was stopped before any text (``stopped``): a new one is
         deleted, a new version gives the earlier one back with the messages that
-        followed it. When the history refuses, the empty reply is finished (``cancelled``
-        or ``error``), shown, and the refusal reported; when it refuses that too (locked),
-        the reply stays "streaming" until the next start marks it interrupted."""
+        followed it. When the history refuses, the reply is finished with ``text`` (a
+        continuation's: the text it went on from) as ``cancelled`` or ``error``, shown,
+        and the refusal reported; when it refuses that too (locked), the reply stays
+        "streaming" until the next start marks it interrupted."""
         assert self.store is not None
         reason = "cancelled" if stopped else "error"
         try:
@@ -1243,7 +1244,7 @@ class ChatController:
         except (KeyError, ValueError, sqlite3.Error) as exc:
             log.warning("the empty reply could not be taken back", exc_info=True)
             try:
-                stored: StoredMessage | None = self.store.finish_reply(message_id, "", reason)
+                stored: StoredMessage | None = self.store.finish_reply(message_id, text, reason)
             except (KeyError, sqlite3.Error):  # the next start marks it interrupted
                 stored = None
             if stored is not None and regenerated:  # the view shows the history as it is
@@ -1275,6 +1276,11 @@ class ChatController:
             return False
         if version_of is not None:
             self._forget_after(version_of)  # kept with the version it replaces
+        if continued is not None:  # the row holds the text it goes on from, saved at once
+            try:
+                self.store.save_partial(stored.id, continued.content, continued.draft_spans)
+            except (KeyError, sqlite3.Error) as exc:
+                log.warning("the continued text was not saved yet: %s", exc)
         try:
             messages = self.prompt_messages(cid)
             observations = (self.auto_observations(cid)
@@ -1385,7 +1391,9 @@ class ChatController:
             stats["context"] = fin.context.to_dict()  # what the reply did not see
         # a reply stopped before any text (Esc, closing while the prompt is read) is
         # none: a new one is deleted, a regeneration gives the earlier version back
-        take_back = reply.taken_back = fin.reason == "cancelled" and not fin.text
+        # a continuation that added nothing is no new version either
+        take_back = reply.taken_back = not fin.text and (
+            fin.reason == "cancelled" or bool(reply.continued))
         reason = "interrupted" if self._closing and fin.reason == "cancelled" else fin.reason
         note = fin.note
         if reply.continued:  # the figures are the new text's (the last line stays last)
@@ -1409,7 +1417,12 @@ class ChatController:
         self.view.clear_errors("reply")  # an earlier reply's error no longer applies
         self.view.reply_finished(reply, fin, stored)
         if take_back and self.store is not None and reply.conversation_id >= 0:
-            self._take_back(reply.message_id, regenerated=reply.regenerated, stopped=True)
+            self._take_back(reply.message_id, regenerated=reply.regenerated, stopped=True,
+                            text=reply.continued)
+            if reply.continued and fin.reason != "cancelled":
+                self.report(UserError("Nothing added", "The model ended the reply where it "
+                                      "was cut short: there was nothing more to write.",
+                                      level="info", origin="reply"))
         self.view.conversations_changed()
         self.view.state_changed()
 

@@ -28,6 +28,10 @@ FinishReason = Literal["stop", "length", "cancelled"]
 """``stop``: an end-of-generation token or a stop string; ``length``: max_tokens or the
 context window was reached; ``cancelled``: the cancel event was set."""
 
+#: how a reply ended when it was cut short (its token limit or the context window, a
+#: stop; ``interrupted``: the history's word for one the app closed on): it can go on
+CUT_SHORT = frozenset({"length", "cancelled", "interrupted"})
+
 _CONTEXT_FULL = ("The context window (", " tokens) is full; raise the context length or "
                  "start a new conversation.")
 
@@ -36,6 +40,13 @@ def context_full_note(n_ctx: int) -> str:
     """The note of a reply that ended because the context window of ``n_ctx`` tokens
     was full (its finish reason is ``length``, as OpenAI's API says it)."""
     return f"{_CONTEXT_FULL[0]}{n_ctx}{_CONTEXT_FULL[1]}"
+
+
+def can_continue(finish_reason: str | None, text: str, note: str | None) -> bool:
+    """Whether a finished reply can go on (Continue): it was cut short (:data:`CUT_SHORT`)
+    with some text, and not because the context window was full (``note``:
+    :func:`context_full_note`; going on would drop the conversation to make room)."""
+    return finish_reason in CUT_SHORT and bool(text) and not ended_at_full_context(note)
 
 
 def ended_at_full_context(note: str | None) -> bool:

@@ -349,7 +349,8 @@ def _name_from_first(c: sqlite3.Connection, conversation_id: int, message_id: in
 def _snippet(text: str, needle: str, width: int) -> str:
     """About ``width`` characters of ``text`` around the first place it has ``needle``
     (case-insensitive), on one line (see :meth:`HistoryStore.search_snippets`)."""
-    at = max(0, text.casefold().find(needle.casefold()))
+    found = re.search(re.escape(needle), text, re.IGNORECASE)
+    at = found.start() if found is not None else 0
     start = max(0, at - width // 6)  # little before it: a narrow list shows the match
     end = min(len(text), start + width + len(needle))
     if start > 0 and (space := re.search(r"\s", text[start:at])) is not None:
@@ -651,11 +652,14 @@ class HistoryStore:
         needle = search.strip()
         if not needle:
             return {}
+        # per conversation the first message that has it (the index by conversation
+        # lets the search of each stop there)
         rows = self._conn.execute(
-            "SELECT m.conversation_id, m.content FROM messages m JOIN (SELECT MIN(id) AS id"
-            " FROM messages WHERE content LIKE ?1 ESCAPE '\\' GROUP BY conversation_id) f"
-            " ON m.id = f.id", (f"%{_escape_like(needle)}%",)).fetchall()
-        return {int(cid): _snippet(str(content), needle, width) for cid, content in rows}
+            "SELECT c.id, (SELECT m.content FROM messages m WHERE m.conversation_id = c.id"
+            " AND m.content LIKE ?1 ESCAPE '\\' ORDER BY m.id LIMIT 1) FROM conversations c",
+            (f"%{_escape_like(needle)}%",)).fetchall()
+        return {int(cid): _snippet(str(content), needle, width) for cid, content in rows
+                if content is not None}
 
     def found_elsewhere(self, conversation_id: int, search: str) -> StoredMessage | None:
         """Where :meth:`list_conversations` found ``search`` in a conversation when it is

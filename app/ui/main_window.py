@@ -37,7 +37,7 @@ from app.chat.conversation import ActiveReply, ChatController, open_history
 from app.chat.demo import GEMMA3, demo_available
 from app.chat.events import ModelInfo, UserError
 from app.chat.service import ChatService
-from app.engine.reply import ReplyRecord
+from app.engine.reply import ReplyRecord, can_continue
 from app.engine.stats import SpecStats
 from app.formatting import shortened
 from app.options import SamplingParams, SpeculationConfig
@@ -142,7 +142,8 @@ def _end_stream(chat: ChatViewWidget, reply: ActiveReply, fin: ReplyRecord,
     footer = (message_view(stored).footer if stored is not None
               else reply_footer(fin.stats.to_dict(), fin.reason, fin.note))
     chat.end_stream(reply.message_id, reply.text, reply.spans, footer, fin.context,
-                    stored.finish_reason if stored is not None else fin.reason)
+                    can_continue(stored.finish_reason, stored.content, stored.note)
+                    if stored is not None else can_continue(fin.reason, reply.text, fin.note))
     return True
 
 
@@ -570,7 +571,7 @@ class MainWindow(QMainWindow):
         shown = _end_stream(self.chat, reply, fin, stored)
         # saved in the open conversation: its last reply now; another's is shown, not kept
         here = stored is not None and reply.conversation_id == self.controller.current_conversation
-        self.gauge.end_reply(fin.stats, fin.note, stored=here,
+        self.gauge.end_reply(fin.stats, stored.note if stored else fin.note, stored=here,
                              model=stored.model if stored is not None else None)
         if not shown:  # no reply after all: the gauge shows the last one
             _show_last_reply(self.gauge, *self.controller.last_reply(), waiting=False)

@@ -937,10 +937,17 @@ def test_continue_writes_more_of_a_reply_cut_short_as_a_new_version(
     assert rig.c.show_version(cut.id, 1) and rig.c.continue_reply() is True
     rig.c.stop_reply()  # stopped before any new text: no version is added
     rig.reply_done()
-    assert rig.store.message(cut.id).versions == 2
+    shown = rig.store.message(cut.id)
+    assert (shown.content, shown.version, shown.versions) == ("one two three", 1, 2)
     assert [v.content for v in rig.store.versions(cut.id)] == [
         "one two three", "one two three four five"]
     rig.script.first_word_s = 0.0
+    rig.script.replies = [""]  # the model ends it where it was cut: nothing added
+    assert rig.c.continue_reply()
+    rig.reply_done()
+    shown = rig.store.message(cut.id)
+    assert (shown.content, shown.version, shown.versions) == ("one two three", 1, 2)
+    assert rig.view.errors[-1].title == "Nothing added"
     from tests.chat import fakes
 
     with monkeypatch.context() as mp:  # a continuation that fails before any text

@@ -170,6 +170,14 @@ def test_a_full_context_after_a_drafters_fallback_keeps_both_notes(tiny_target: 
     first, last = r.finished.note.split("\n")
     assert "draft" in first.lower() and "context window" in last
     assert ended_at_full_context(r.finished.note)
+    # so it is not offered Continue (going on would only drop the conversation), while
+    # a reply cut by its token limit, a stop or closing the app is
+    from app.engine.reply import can_continue
+
+    assert not can_continue(r.finished.reason, r.finished.text, r.finished.note)
+    assert all(can_continue(reason, "some text", "a drafter's note")
+               for reason in ("length", "cancelled", "interrupted"))
+    assert not can_continue("stop", "some text", None) and not can_continue("length", "", None)
 
 
 def test_multibyte_characters_split_across_tokens_stream_whole(

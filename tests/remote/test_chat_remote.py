@@ -112,6 +112,27 @@ def test_measurement_jobs_need_a_local_model(rig: Rig, broken: BrokenServer) -> 
     assert "need a model loaded in Tandem" in outcome.error.message
 
 
+def test_continue_needs_a_local_model(rig: Rig, broken: BrokenServer) -> None:
+    """A server's reply cut at its token limit: Continue says it needs a model loaded in
+    Tandem (the history is left as it was); the service refuses a continuation too."""
+    from app.engine.chat import ChatMessage
+
+    broken.mode = "ok"
+    rig.connect(broken.base_url)
+    rig.settings.sampling = SamplingParams(temperature=0.0, max_tokens=1)
+    assert rig.c.send_message("hello")
+    rig.reply_done()
+    before = rig.stored()
+    assert before[-1][3] == "length"
+    assert not rig.c.continue_reply()
+    assert rig.view.errors[-1].title == "Not with a server" and rig.stored() == before
+    job = rig.service.reply([ChatMessage("user", "hello")], SamplingParams(),
+                            SpeculationConfig(), continuation="Hel")
+    outcome = job.wait(30)
+    assert not isinstance(outcome, JobDone)
+    assert "needs a model loaded in Tandem" in outcome.error.message
+
+
 def test_a_dropped_stream_keeps_the_text_and_says_why(rig: Rig, broken: BrokenServer) -> None:
     broken.mode = "ok"
     rig.connect(broken.base_url)

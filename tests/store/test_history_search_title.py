@@ -141,3 +141,10 @@ def test_search_snippets_give_the_line_around_the_first_place_found(store: Histo
     assert store.search_snippets("100%", width=30) == {cid: "…100% of us."}
     assert store.search_snippets("house is", width=20)[cid] == "…house is far far far far…"
     assert store.search_snippets("  ") == {} and store.search_snippets("1_0") == {}
+
+
+def test_a_snippet_finds_its_place_after_letters_that_fold_to_more(store: HistoryStore) -> None:
+    """ß folds to ss and İ to i̇ (longer): the place is found in the text itself."""
+    cid = store.create_conversation().id
+    store.add_user_message(cid, "Straße " * 8 + "then the lake house " + "İ" * 20)
+    assert "lake house" in store.search_snippets("lake house")[cid]

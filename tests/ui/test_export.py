@@ -146,6 +146,13 @@ def test_markdown_in_a_message_does_not_break_the_exports_outline(tmp_path: Path
         assert "*Dropped 2 earlier messages" in md
         data = json.loads(export_conversation(store, cid, tmp_path / "c.json").read_text())
         assert [m["content"] for m in data["messages"]] == [pasted, reply]
+    from app.ui.chat.export import _under_heading
+
+    # a rule right after code, or under indented code, is no heading's underline
+    for text in ("Code:\n```python\nx = 1\n```\n---\nafter", "    indented code\n---",
+                 "- item\n---"):
+        assert _under_heading(text) == text
+    assert _under_heading("Two line\nparagraph\n---") == "#### Two line paragraph"
 
 
 def test_a_name_typed_without_an_extension_gets_the_chosen_types() -> None:

@@ -1219,6 +1219,8 @@ def test_find_text_marks_the_match_and_brings_it_into_view(qtbot) -> None:
     chat.set_messages(far)
     assert not chat.find_text("needle") and chat.message(1) is None
     assert chat.earlier_button.text().endswith("; the search found it further up)")
+    chat.find_text("")  # the search cleared: the button says no more about it
+    assert chat.earlier_button.text().endswith(" not shown)")
 
 
 def test_messages_the_last_reply_was_written_without_are_marked(qtbot) -> None:

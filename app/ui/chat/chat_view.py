@@ -43,8 +43,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.chat.conversation import CUT_SHORT
 from app.engine.context_fit import ContextFit, dropped_indices
+from app.engine.reply import can_continue
 from app.store.history import StoredMessage
 from app.ui.chat.draft_tint import apply_tint, tinted_ranges
 from app.ui.chat.footer import reply_footer
@@ -88,8 +88,8 @@ class MessageView:
     versions: int = 1
     #: a finished reply's: what was dropped from its request to fit the context window
     context: ContextFit | None = None
-    #: how a finished reply ended (a reply cut short can be continued: CUT_SHORT)
-    finish_reason: str | None = None
+    #: a finished reply cut short, which Continue can write further (can_continue)
+    continuable: bool = False
 
 
 def message_view(m: StoredMessage) -> MessageView:
@@ -106,7 +106,7 @@ def message_view(m: StoredMessage) -> MessageView:
     fit = ContextFit.from_dict(raw) if isinstance(raw, dict) else None
     return MessageView(m.id, m.role, m.content, m.draft_spans, footer, m.model,
                        m.version, m.versions, fit,
-                       m.finish_reason if m.status == "done" else None)
+                       m.status == "done" and can_continue(m.finish_reason, m.content, m.note))
 
 
 def out_of_context(views: Sequence[MessageView]) -> set[int]:
@@ -182,6 +182,7 @@ class MarkdownBrowserWidget(QTextBrowser):
         self.verticalScrollBar().setValue(0)
         self._fit()
 
+    @Slot(int)
     def _on_scrolled(self, value: int) -> None:
         if value and self._max_lines is not None:
             self.verticalScrollBar().setValue(0)
@@ -244,7 +245,7 @@ class MessageWidget(QFrame):
         self._text = view.content
         self._spans: tuple[tuple[int, int], ...] = view.draft_spans
         self._context = view.context
-        self._finish_reason = view.finish_reason
+        self._continuable = view.continuable
         self._tint = tint
         self._code_blocks: tuple[str, ...] = ()
         self._needle = ""  # the text marked where it occurs (the conversation search's)
@@ -298,7 +299,7 @@ class MessageWidget(QFrame):
             "Continue", "Write more of this reply, from where it was cut short (a new "
             "version of it: ‹ › shows this one)")
         self._continue.setObjectName("continueButton")
-        self._continue.clicked.connect(lambda: self.continue_clicked.emit(self.message_id))
+        self._continue.clicked.connect(self._on_continue_clicked)
         self._continue.setVisible(False)
         for b in (self._copy, self._edit, self._continue, self._regen):
             header.addWidget(b)
@@ -376,15 +377,15 @@ class MessageWidget(QFrame):
         """What the widget shows now, as the view it could be built from again."""
         return MessageView(self.message_id, self.role, self._text, self._spans,
                            self.footer_text, self._model, self._version, self._versions,
-                           self._context, self._finish_reason)
+                           self._context, self._continuable)
 
     def set_context(self, context: ContextFit | None) -> None:
         """What was dropped from this reply's request to fit the context window."""
         self._context = context
 
-    def set_finish_reason(self, reason: str | None) -> None:
-        """How the reply shown ended (None: it has not)."""
-        self._finish_reason = reason
+    def set_continuable(self, continuable: bool) -> None:
+        """Whether the reply shown was cut short so that Continue can write more."""
+        self._continuable = continuable
 
     def set_in_context(self, in_context: bool) -> None:
         """Mark (or not) a message the last reply was written without (the style
@@ -400,7 +401,7 @@ class MessageWidget(QFrame):
         versions may come from different models)."""
         self._model = view.model
         self._context = view.context
-        self._finish_reason = view.finish_reason
+        self._continuable = view.continuable
         self._who.set_full_text(_who(view))
 
     def set_version(self, version: int, versions: int) -> None:
@@ -448,7 +449,7 @@ class MessageWidget(QFrame):
                                "Generate this reply again; the messages after it stay with "
                                "the current version (‹ › brings them back)")
         self._continue.setVisible(visible and last and self.role == "assistant"
-                                  and self._finish_reason in CUT_SHORT)
+                                  and self._continuable)
 
     def set_edit_enabled(self, enabled: bool, regenerate: bool | None = None) -> None:
         """Edit, and Regenerate and ‹ › (``regenerate``, default ``enabled``: while a
@@ -541,6 +542,10 @@ class MessageWidget(QFrame):
     @Slot()
     def _on_regenerate_clicked(self) -> None:
         self.regenerate_clicked.emit(self.message_id)
+
+    @Slot()
+    def _on_continue_clicked(self) -> None:
+        self.continue_clicked.emit(self.message_id)
 
     @Slot()
     def _on_older_clicked(self) -> None:
@@ -789,9 +794,10 @@ class ChatViewWidget(QScrollArea):
         # the nearest earlier message whose text has it (the rendered text may not: "**")
         wanted = next((i + 1 for i, v in enumerate(reversed(self._earlier))
                        if folded in v.content.casefold()), 0) if needle and not found else 0
-        if wanted > SEARCH_BATCHES * SHOWN_AT_ONCE:
+        capped = wanted > SEARCH_BATCHES * SHOWN_AT_ONCE
+        if capped:
             wanted = 0
-            self._update_earlier(found_above=True)
+        self._update_earlier(found_above=capped)
         while not found and wanted > 0 and self._earlier:
             before = len(self._earlier)
             self.show_earlier()  # marks the new ones (_message_widget)
@@ -929,10 +935,11 @@ class ChatViewWidget(QScrollArea):
 
     def end_stream(self, message_id: int, text: str, spans: Sequence[tuple[int, int]],
                    footer: str, context: ContextFit | None = None,
-                   finish_reason: str | None = None) -> None:
+                   continuable: bool = False) -> None:
         """The reply ended: its final text and footer, what was dropped from its request
         to fit the context window (the messages it was written without are marked), and
-        how it ended (one cut short offers Continue)."""
+        whether it was cut short so that Continue can write more (:func:`can_continue
+        <app.engine.reply.can_continue>`)."""
         self._render_timer.stop()
         self._pending = None
         if (w := self.message(message_id)) is not None:
@@ -940,7 +947,7 @@ class ChatViewWidget(QScrollArea):
             w.set_streaming(False)
             w.set_footer(footer)
             w.set_context(context)
-            w.set_finish_reason(finish_reason)
+            w.set_continuable(continuable)
         self._mark_out_of_context()
         self._update_regenerate()
 

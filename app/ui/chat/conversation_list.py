@@ -24,6 +24,7 @@ from PySide6.QtCore import (
 from PySide6.QtGui import (
     QColor,
     QFocusEvent,
+    QFont,
     QIcon,
     QKeyEvent,
     QKeySequence,
@@ -101,8 +102,11 @@ class _SnippetDelegate(QStyledItemDelegate):
         top.displayAlignment = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop
         super().paint(painter, top, index)
         painter.save()
-        font = painter.font()
-        font.setPointSizeF(max(6.0, font.pointSizeF() * 0.9))
+        font = QFont(painter.font())
+        if font.pointSizeF() > 0:
+            font.setPointSizeF(font.pointSizeF() * 0.9)
+        elif font.pixelSize() > 0:  # a font sized in pixels has no point size
+            font.setPixelSize(max(8, round(font.pixelSize() * 0.9)))
         painter.setFont(font)
         painter.setPen(_SNIPPET_COLOR)
         below = rect.adjusted(12, line + 6, -8, 0)
@@ -111,6 +115,16 @@ class _SnippetDelegate(QStyledItemDelegate):
                                                           Qt.TextElideMode.ElideRight,
                                                           below.width()))
         painter.restore()
+
+    def updateEditorGeometry(self, editor: QWidget, option: QStyleOptionViewItem,  # noqa: N802
+                             index: QModelIndex | QPersistentModelIndex) -> None:
+        """Renaming edits the title's line; the found line stays in sight below."""
+        super().updateEditorGeometry(editor, option, index)
+        if index.data(_SNIPPET_ROLE):
+            rect = editor.geometry()
+            rect.setHeight(max(rect.height() - option.fontMetrics.height(),
+                               editor.sizeHint().height()))
+            editor.setGeometry(rect)
 
     def sizeHint(self, option: QStyleOptionViewItem,  # noqa: N802 (Qt's name)
                  index: QModelIndex | QPersistentModelIndex) -> QSize:

@@ -128,9 +128,10 @@ def _verbatim(text: str) -> str:
 def _under_heading(text: str) -> str:
     """A reply's Markdown with its headings two levels down (at most ``######``), outside
     fenced code, so that they sit under the message's ``##``: ATX ones (``#``), and
-    Setext ones (a line underlined with ``===`` or ``---``) written as ATX."""
+    Setext ones (a paragraph underlined with ``===`` or ``---``) written as ATX."""
     out: list[str] = []
     fence: str | None = None
+    para = 0  # lines of the plain paragraph that ends the output so far
     for line in text.split("\n"):
         if (m := _FENCE_LINE.match(line)) is not None:
             mark = m.group(1)
@@ -139,13 +140,25 @@ def _under_heading(text: str) -> str:
             elif mark[0] == fence[0] and len(mark) >= len(fence) and not line.strip(
                     ).strip(mark[0]):
                 fence = None
-        elif fence is None and (h := _ATX_HEADING.match(line)) is not None:
+            para = 0
+        elif fence is not None:
+            para = 0
+        elif (h := _ATX_HEADING.match(line)) is not None:
             level = min(6, len(h.group(2)) + 2)
             line = h.group(1) + "#" * level + line[h.end():]
-        elif (fence is None and (u := _SETEXT_UNDERLINE.match(line)) is not None and out
-              and out[-1].strip() and not _NOT_A_PARAGRAPH.match(out[-1])):
-            out[-1] = ("###" if u.group(1)[0] == "=" else "####") + " " + out[-1].strip()
+            para = 0
+        elif para and (u := _SETEXT_UNDERLINE.match(line)) is not None:
+            title = " ".join(x.strip() for x in out[-para:])
+            del out[-para:]
+            out.append(("###" if u.group(1)[0] == "=" else "####") + " " + title)
+            para = 0
             continue
+        elif not line.strip() or _NOT_A_PARAGRAPH.match(line):
+            para = 0
+        elif line.startswith(("    ", "\t")):
+            para = para + 1 if para else 0  # continues a paragraph, never starts one (code)
+        else:
+            para += 1
         out.append(line)
     return "\n".join(out)
 
