@@ -72,8 +72,11 @@ from app.ui.elided import ElidedLabelWidget
 from app.ui.labels import Label
 
 
-#: the narrowest the conversation list gets (pixels)
-SIDEBAR_MIN_PX = 180
+#: the narrowest the conversation list gets, and the chat (pixels: a message's header,
+#: its model's name, ‹ n/m ›, Copy, Continue and Regenerate, whole)
+SIDEBAR_MIN_PX, CHAT_MIN_PX = 180, 380
+#: what a window frame takes (pixels) before the window manager has framed the window
+_FRAME_GUESS = (0, 40)
 
 
 def _side_panel(settings: Settings, controller: ChatController) -> tuple[
@@ -237,14 +240,15 @@ def _resume_edit(window: MainWindow, conversation_id: int | None, message_id: in
 def _fit_to_screen(window: QWidget, *, again: bool = True) -> None:
     """Shrink and move the window into its screen's free area (large fonts or a smaller
     screen than the one its size was saved on), no smaller than it can be laid out;
-    ``again``: once more when the event loop runs (shown, with its frame)."""
-    if again:
-        QTimer.singleShot(0, window, lambda: _fit_to_screen(window, again=False))
+    ``again``: once more a moment later (shown, with its frame), unless the window was
+    resized meanwhile."""
     screen = window.screen() or QGuiApplication.primaryScreen()
     if screen is None:
         return
     free, frame = screen.availableGeometry(), window.frameGeometry()
     extra_w, extra_h = frame.width() - window.width(), frame.height() - window.height()
+    if (extra_w, extra_h) == (0, 0) and not window.isVisible():
+        extra_w, extra_h = _FRAME_GUESS
     least = window.minimumSizeHint()
     width = max(least.width(), min(window.width(), free.width() - extra_w))
     height = max(least.height(), min(window.height(), free.height() - extra_h))
@@ -254,6 +258,14 @@ def _fit_to_screen(window: QWidget, *, again: bool = True) -> None:
     y = min(max(window.y(), free.top()), max(free.top(), free.bottom() + 1 - height - extra_h))
     if (x, y) != (window.x(), window.y()):
         window.move(x, y)
+    if again:  # the window manager frames the window some time after it is shown
+        fitted = window.size()
+
+        def once_more() -> None:
+            if window.size() == fitted:  # not resized meanwhile
+                _fit_to_screen(window, again=False)
+
+        QTimer.singleShot(300, window, once_more)
 
 
 def _restore_geometry(window: QMainWindow, splitter: QSplitter, ui: UiSettings) -> None:
@@ -339,6 +351,7 @@ class MainWindow(QMainWindow):
 
         chat_col = QWidget()
         chat_col.setObjectName("chatColumn")
+        chat_col.setMinimumWidth(CHAT_MIN_PX)  # a message's header is never cut off
         cl = QVBoxLayout(chat_col)
         cl.setContentsMargins(0, 0, 0, 0)
         cl.setSpacing(0)
@@ -461,6 +474,7 @@ class MainWindow(QMainWindow):
 
     def model_changed(self, info: ModelInfo | None) -> None:
         self.model_bar.set_model(info)
+        self.chat.set_continue_allowed(info is None or info.remote is None)  # a server: none
         self.sampling_panel.show_exact_verification(self.settings.model.exact_verification)
         if info is None:
             self.chat.set_starter_prompts(())

@@ -106,7 +106,14 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
     add("Connect to a server…", [], connect, True)
     add("Models…", [QKeySequence("Ctrl+M")], models, True)
     add("Export conversation…", [QKeySequence("Ctrl+E")], export, True)
-    add("Search conversations", [QKeySequence(QKeySequence.StandardKey.Find)], search, False)
+    panes: tuple[QAction, ...] = ()
+
+    def find() -> None:
+        if panes and not panes[0].isChecked():
+            panes[0].setChecked(True)  # the conversation list, with its search box
+        search()
+
+    add("Search conversations", [QKeySequence(QKeySequence.StandardKey.Find)], find, False)
     add("Regenerate", [QKeySequence("Ctrl+R")], regenerate, False)
     add("Stop the reply (or leave editing)", [QKeySequence(Qt.Key.Key_Escape),
                                               QKeySequence("Ctrl+.")], stop, False)
@@ -122,12 +129,17 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
                       ("Delete the selected conversation", QKeySequence(
                           QKeySequence.StandardKey.Delete).toString(native))]
 
-    panes = () if splitter is None else add_pane_actions(window, splitter, shortcut_rows)
+    if splitter is not None:
+        panes = add_pane_actions(window, splitter, shortcut_rows)
     disconnect = None
     if server is not None:
         run_elsewhere, disconnect_server = server
         server_menu = window.menuBar().addMenu("&Server")
         server_menu.setToolTipsVisible(True)  # the action's tooltip says what it gives
+        connect_action = server_menu.addAction("Connect to a server…")
+        connect_action.setToolTip("Replies run on an OpenAI-compatible server (llama-server, "
+                                  "vLLM, Tandem's own API) instead of this computer")
+        connect_action.triggered.connect(lambda _checked=False: connect())
         launch = server_menu.addAction("Run this on a bigger machine…")
         launch.setObjectName("runElsewhereAction")
         launch.setToolTip("The llama-server or vLLM command that runs the loaded target "

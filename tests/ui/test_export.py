@@ -153,6 +153,7 @@ def test_markdown_in_a_message_does_not_break_the_exports_outline(tmp_path: Path
                  "- item\n---"):
         assert _under_heading(text) == text
     assert _under_heading("Two line\nparagraph\n---") == "#### Two line paragraph"
+    assert _under_heading("The fox.\nThe dog.\n\nNext") == "The fox.  \nThe dog.\n\nNext"
 
 
 def test_a_name_typed_without_an_extension_gets_the_chosen_types() -> None:
@@ -225,3 +226,21 @@ def test_the_dialog_writes_the_chosen_type_and_opens_where_the_last_export_went(
         assert asked[1] == str(tmp_path / "out" / "Fox diet.md")
     finally:
         c.close()
+
+
+def test_a_version_that_filled_the_context_is_not_said_to_hit_the_token_limit(
+        tmp_path: Path) -> None:
+    from app.engine.reply import context_full_note
+
+    with HistoryStore.open(tmp_path / "h.sqlite3") as store:
+        cid = store.create_conversation().id
+        store.add_user_message(cid, "q")
+        mid = store.begin_reply(cid).id
+        store.finish_reply(mid, "filled it", "length", {"mode": "off", "emitted": 28},
+                           note=context_full_note(512))
+        store.begin_reply_version(mid)
+        store.finish_reply(mid, "cut", "length", {"mode": "off", "emitted": 9})
+        md = conversation_markdown(store, cid)
+        summary = next(line for line in md.splitlines() if line.startswith("<details>"))
+        assert "28 tokens" in summary and "token limit" not in summary
+        assert "*9 tokens · no speculation · hit the token limit*" in md

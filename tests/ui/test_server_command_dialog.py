@@ -87,7 +87,8 @@ def test_the_server_menu_without_a_model_explains(qtbot) -> None:
     qtbot.addWidget(w)
     try:
         [server] = [a for a in w.menuBar().actions() if a.text() == "&Server"]
-        action, disconnect = server.menu().actions()
+        connect, action, disconnect = server.menu().actions()
+        assert connect.text() == "Connect to a server…"
         assert action.objectName() == "runElsewhereAction"
         assert disconnect.text() == "Disconnect from the server" and not disconnect.isEnabled()
         action.trigger()

@@ -180,6 +180,8 @@ def test_the_gauge_says_how_full_the_context_was(qtbot) -> None:
 
     s = SpecStats(prompt_tokens=1000, emitted=234, n_ctx=4096)
     assert context_text(s) == "1,234 / 4,096 tokens (30%)"
+    full = SpecStats(prompt_tokens=500, emitted=13, n_ctx=512)  # its last token not kept
+    assert context_text(full) == "512 / 512 tokens (100%)"
     assert context_text(SpecStats(prompt_tokens=1000, emitted=234)) == "—"
     assert SpecStats.from_dict(s.to_dict()).n_ctx == 4096  # kept with the reply
     g = SpeculationGaugeWidget()
@@ -277,7 +279,7 @@ def test_the_window_fits_a_small_screen(qtbot) -> None:
     try:
         assert w.stack.currentWidget() is w.welcome_page
         hint = w.minimumSizeHint()
-        assert hint.width() <= 900 and hint.height() <= 400, hint
+        assert hint.width() <= 920 and hint.height() <= 400, hint
         w.side_tabs.setCurrentWidget(w.sampling_panel)
         assert w.side_tabs.currentIndex() == 1
         w.resize(1024, 600)
@@ -1296,8 +1298,32 @@ def test_a_long_pasted_message_shows_its_first_lines_and_a_button_for_the_rest(q
     qtbot.waitUntil(lambda: user.body.height() == user.body.full_height())
     user.more_button.click()
     assert user.collapsed
+    user.body.selectAll()  # a selection left over would hide the search's marks
     bar = user.body.verticalScrollBar()
     bar.setValue(bar.maximum())  # a drag or a wheel over the fold: the cut text stays cut
     assert bar.value() == 0
     assert chat.find_text("line 250 of")
     assert not user.collapsed  # unfolded where the search found its text
+    assert not user.body.textCursor().hasSelection()
+
+
+def test_continue_is_offered_on_the_last_reply_cut_short_and_not_with_a_server(qtbot) -> None:
+    """Continue shows on the last reply when it was cut short; not on an earlier one, not
+    on one that ended by itself, and not while replies run on a server."""
+    from PySide6.QtWidgets import QToolButton
+
+    def offers(chat, i: int) -> bool:  # type: ignore[no-untyped-def]
+        w = chat.messages[i]
+        return bool(w.findChild(QToolButton, "continueButton").isVisibleTo(w))
+
+    cut = [MessageView(1, "user", "q"), MessageView(2, "assistant", "a", footer="1 token",
+                                                      continuable=True)]
+    chat = _chat_view(qtbot, [*cut, MessageView(3, "user", "q2"),
+                              MessageView(4, "assistant", "b", footer="1 token",
+                                          continuable=True)])
+    assert [offers(chat, i) for i in range(4)] == [False, False, False, True]
+    chat.set_continue_allowed(False)
+    assert not offers(chat, 3)
+    chat.set_continue_allowed(True)
+    chat.set_messages([*cut[:1], MessageView(2, "assistant", "a", footer="1 token")])
+    assert not offers(chat, 1)  # it ended by itself

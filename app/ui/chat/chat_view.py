@@ -441,15 +441,17 @@ class MessageWidget(QFrame):
         """The words beside a streaming reply (empty when it is not streaming)."""
         return self._streaming.text() if self._streaming.isVisibleTo(self) else ""
 
-    def set_regenerate_visible(self, visible: bool, *, last: bool = True) -> None:
+    def set_regenerate_visible(self, visible: bool, *, last: bool = True,
+                               can_continue: bool = True) -> None:
         """Show Regenerate on a reply; ``last``: the conversation's last message (an
-        earlier reply's tooltip says what becomes of the messages after it)."""
+        earlier reply's tooltip says what becomes of the messages after it), which
+        offers Continue when it was cut short and ``can_continue``."""
         self._regen.setVisible(visible and self.role == "assistant")
         self._regen.setToolTip("Generate this reply again" if last else
                                "Generate this reply again; the messages after it stay with "
                                "the current version (‹ › brings them back)")
-        self._continue.setVisible(visible and last and self.role == "assistant"
-                                  and self._continuable)
+        self._continue.setVisible(visible and last and can_continue
+                                  and self.role == "assistant" and self._continuable)
 
     def set_edit_enabled(self, enabled: bool, regenerate: bool | None = None) -> None:
         """Edit, and Regenerate and ‹ › (``regenerate``, default ``enabled``: while a
@@ -504,6 +506,10 @@ class MessageWidget(QFrame):
             marks.append(mark)
             cursor = doc.find(needle, cursor)
         self.body.setExtraSelections(marks)
+        selection = self.body.textCursor()
+        if marks and selection.hasSelection():  # a selection would hide the marks
+            selection.clearSelection()
+            self.body.setTextCursor(selection)
         return len(marks)
 
     def first_mark_y(self) -> int | None:
@@ -636,6 +642,7 @@ class ChatViewWidget(QScrollArea):
         self._needle = ""  # the conversation search's text, marked where it occurs
         self._out: set[int] = set()  # the messages the last reply was written without
         self._filling = False  # set_messages adds them (marked once, at the end)
+        self._continue_allowed = True  # replies run here (a server cannot be asked to)
         #: the message whose first mark the view keeps in sight, until the user scrolls
         self._found: MessageWidget | None = None
         self._restoring = False  # the view itself is scrolling (not the user)
@@ -973,12 +980,18 @@ class ChatViewWidget(QScrollArea):
             w.set_edit_enabled(not busy, regenerate=not busy and editing is None)
             w.set_editing(w.message_id == editing)
 
+    def set_continue_allowed(self, allowed: bool) -> None:
+        """Whether Continue is offered at all (not while replies run on a server)."""
+        self._continue_allowed = allowed
+        self._update_regenerate()
+
     def _update_regenerate(self) -> None:
         # every reply can be written again; an earlier one keeps what followed it with
-        # the version it replaces (‹ › brings it back)
+        # the version it replaces (‹ › brings it back); the last, cut short, continued
         last = self._messages[-1] if self._messages else None
         for w in self._messages:
-            w.set_regenerate_visible(True, last=w is last)
+            w.set_regenerate_visible(True, last=w is last,
+                                     can_continue=self._continue_allowed)
 
     def scroll_to_bottom(self) -> None:
         self._stick, self._found = True, None

@@ -8,7 +8,8 @@ versions can be compared in any Markdown viewer; a version that other messages f
 says how many (they are in the JSON). As in the chat, what the user typed (messages,
 the system prompt) is shown exactly, in a fenced ``text`` block, and replies as
 Markdown, their headings moved two levels down (``#`` → ``###``) so that they sit
-under the message's ``##``; the JSON has every text unchanged.
+under the message's ``##`` and their line breaks kept; the JSON has every text
+unchanged.
 The JSON is the whole conversation, for programs and backups:
 :data:`EXPORT_SCHEMA_VERSION`, the conversation, and per message its text, finish
 reason, statistics (``SpecStats.to_dict()`` with ``auto`` and ``context`` when
@@ -128,7 +129,9 @@ def _verbatim(text: str) -> str:
 def _under_heading(text: str) -> str:
     """A reply's Markdown with its headings two levels down (at most ``######``), outside
     fenced code, so that they sit under the message's ``##``: ATX ones (``#``), and
-    Setext ones (a paragraph underlined with ``===`` or ``---``) written as ATX."""
+    Setext ones (a paragraph underlined with ``===`` or ``---``) written as ATX; a
+    paragraph's line breaks end with two spaces (a Markdown line break), as the chat
+    shows them."""
     out: list[str] = []
     fence: str | None = None
     para = 0  # lines of the plain paragraph that ends the output so far
@@ -159,6 +162,8 @@ def _under_heading(text: str) -> str:
             para = para + 1 if para else 0  # continues a paragraph, never starts one (code)
         else:
             para += 1
+        if para > 1 and not out[-1].endswith(("  ", "\\")):
+            out[-1] += "  "  # a line break, as the chat shows it (Markdown joins the lines)
         out.append(line)
     return "\n".join(out)
 
@@ -167,10 +172,11 @@ def _shown(role: str, text: str) -> str:
     return _under_heading(text) if role == "assistant" else _verbatim(text)
 
 
-def _figures(stats: dict[str, Any] | None, finish_reason: str | None) -> str:
+def _figures(stats: dict[str, Any] | None, finish_reason: str | None,
+             note: str | None = None) -> str:
     """``75 tokens · 18.3 tok/s · prompt lookup k=16 · α 95%``: the footer's first line
     (:func:`app.ui.chat.footer.reply_figures`)."""
-    return " · ".join(reply_figures(stats, finish_reason))
+    return " · ".join(reply_figures(stats, finish_reason, note))
 
 
 def _message_markdown(store: HistoryStore, m: StoredMessage) -> list[str]:
@@ -189,7 +195,7 @@ def _message_markdown(store: HistoryStore, m: StoredMessage) -> list[str]:
     for v in versions:
         if v.shown:
             continue
-        about = [_figures(v.stats, v.finish_reason)] if reply else []
+        about = [_figures(v.stats, v.finish_reason, v.note)] if reply else []
         if kept.get(v.number):
             n = kept[v.number]
             about.append(f"{n} message{'' if n == 1 else 's'} followed it (in the JSON export)")

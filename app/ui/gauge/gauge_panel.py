@@ -81,7 +81,7 @@ def context_text(s: SpecStats) -> str:
     context window it ran in; a dash where the window is not known."""
     if s.n_ctx <= 0 or s.prompt_tokens <= 0:
         return MISSING
-    used = s.prompt_tokens + s.emitted
+    used = min(s.prompt_tokens + s.emitted, s.n_ctx)  # the last token is not kept
     return f"{used:,} / {s.n_ctx:,} tokens ({min(100, round(used * 100 / s.n_ctx))}%)"
 
 
