@@ -1130,7 +1130,7 @@ class ChatController:
 
     def continue_reply(self, message_id: int | None = None) -> bool:
         """Write more of the conversation's last reply, cut short (its token limit, a
-        stop, the app closing: :func:`~app.engine.reply.can_continue`): a new version of
+        stop, quitting the app: :func:`~app.engine.reply.can_continue`): a new version of
         it that begins with its text and goes on where it ended (‹ › shows the one
         before; a continuation that adds nothing is taken back, saying so). Not with a
         remote server (said so), nor for another message than the last. Returns whether

@@ -171,7 +171,7 @@ def test_a_full_context_after_a_drafters_fallback_keeps_both_notes(tiny_target: 
     assert "draft" in first.lower() and "context window" in last
     assert ended_at_full_context(r.finished.note)
     # so it is not offered Continue (going on would only drop the conversation), while
-    # a reply cut by its token limit, a stop or closing the app is
+    # a reply cut by its token limit, a stop or quitting the app is
     from app.engine.reply import can_continue
 
     assert not can_continue(r.finished.reason, r.finished.text, r.finished.note)
