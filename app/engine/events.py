@@ -62,10 +62,10 @@ class PrefillClock:
     (45 s for 108 s in the run below). ``a`` and ``b`` are fitted to the chunks' times
     by least squares on the per-token time at each chunk's middle position, weighted by
     its tokens, with ``b`` ≥ 0 (one chunk, or a fit with ``b`` < 0: the average rate).
-    Measured with ``bench/prefill_estimate.py`` (SmolLM2 135M, 8,000 tokens in 512-token chunks, one
-    thread, quiet): over the chunks the estimate was a median 0.83× the time the rest
-    took (the cost bends upward past 4,000 tokens, which a line fitted to the early
-    chunks cannot know), the average rate's 0.46×.
+    Measured with ``bench/prefill_estimate.py`` (SmolLM2 135M, 8,000 tokens in 512-token
+    chunks, one thread, quiet): over the chunks the estimate was a median 0.83× the time
+    the rest took (the cost bends upward past 4,000 tokens, which a line fitted to the
+    early chunks cannot know), the average rate's 0.46×.
     """
 
     def __init__(self) -> None:
@@ -90,16 +90,13 @@ class PrefillClock:
     def _fit(self) -> tuple[float, float]:
         """(a, b) of the per-token time ``a + b·p`` (see the class docstring)."""
         w = sum(t for _, t, _ in self._chunks)
-        mean_a = sum(s for _, _, s in self._chunks) / w  # the average rate: b = 0
+        # the weighted mean per-token time is the average rate (the fit with b = 0)
+        y = sum(s for _, _, s in self._chunks) / w
         m = sum(t * p for p, t, _ in self._chunks) / w
-        y = mean_a  # the weighted mean of the per-token times
         spread = sum(t * (p - m) ** 2 for p, t, _ in self._chunks)
-        if spread <= 0.0:
-            return mean_a, 0.0
-        b = sum(t * (p - m) * (s / t - y) for p, t, s in self._chunks) / spread
-        if b <= 0.0:
-            return mean_a, 0.0
-        return max(y - b * m, 0.0), b
+        b = (sum(t * (p - m) * (s / t - y) for p, t, s in self._chunks) / spread
+             if spread > 0.0 else 0.0)
+        return (max(y - b * m, 0.0), b) if b > 0.0 else (y, 0.0)
 
 
 @dataclass(frozen=True, slots=True)

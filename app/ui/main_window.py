@@ -142,11 +142,14 @@ def _end_stream(chat: ChatViewWidget, reply: ActiveReply, fin: ReplyRecord,
         else:
             chat.remove_from(reply.message_id, "stopped before any text.")
         return False
-    footer = (message_view(stored).footer if stored is not None
-              else reply_footer(fin.stats.to_dict(), fin.reason, fin.note))
+    if stored is not None:  # as the history has it (message_view: footer, Continue)
+        view = message_view(stored)
+        footer, continuable = view.footer, view.continuable
+    else:  # kept in memory only
+        footer = reply_footer(fin.stats.to_dict(), fin.reason, fin.note)
+        continuable = can_continue(fin.reason, reply.text, fin.note)
     chat.end_stream(reply.message_id, reply.text, reply.spans, footer, fin.context,
-                    can_continue(stored.finish_reason, stored.content, stored.note)
-                    if stored is not None else can_continue(fin.reason, reply.text, fin.note))
+                    continuable)
     return True
 
 

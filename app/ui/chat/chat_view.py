@@ -13,10 +13,11 @@ scrolled up.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -641,7 +642,7 @@ class ChatViewWidget(QScrollArea):
         self._anchor: tuple[MessageWidget, int] | None = None
         self._needle = ""  # the conversation search's text, marked where it occurs
         self._out: set[int] = set()  # the messages the last reply was written without
-        self._filling = False  # set_messages adds them (marked once, at the end)
+        self._batching = 0  # inside _batch(): _messages_changed waits for its end
         self._continue_allowed = True  # replies run here (a server cannot be asked to)
         #: the message whose first mark the view keeps in sight, until the user scrolls
         self._found: MessageWidget | None = None
@@ -700,17 +701,33 @@ class ChatViewWidget(QScrollArea):
     def set_messages(self, views: Sequence[MessageView]) -> None:
         """Show a conversation: its last :data:`SHOWN_AT_ONCE` messages, the button for
         the others."""
-        self.clear()
-        split = max(0, len(views) - SHOWN_AT_ONCE)
-        self._earlier = list(views[:split])
-        self._filling = True
-        try:
+        with self._batch():
+            self.clear()
+            split = max(0, len(views) - SHOWN_AT_ONCE)
+            self._earlier = list(views[:split])
             for v in views[split:]:
                 self.add_message(v)
+            self._update_earlier()
+
+    @contextlib.contextmanager
+    def _batch(self) -> Iterator[None]:
+        """Changes to the shown messages inside are followed by one
+        :meth:`_messages_changed`, at the end of the outermost batch."""
+        self._batching += 1
+        try:
+            yield
         finally:
-            self._filling = False
-        self._update_earlier()
+            self._batching -= 1
+        self._messages_changed()
+
+    def _messages_changed(self) -> None:
+        """The messages shown changed: Regenerate and Continue, the starter prompts and
+        the marks of messages the last reply was written without follow (once per
+        batch)."""
+        if self._batching:
+            return
         self._update_regenerate()
+        self._update_starters()
         self._mark_out_of_context()
 
     @property
@@ -737,7 +754,7 @@ class ChatViewWidget(QScrollArea):
             self._layout.insertWidget(first + i, w)
         self._messages[:0] = made
         self._update_earlier()
-        self._update_regenerate()
+        self._messages_changed()
 
     def _update_earlier(self, *, found_above: bool = False) -> None:
         """The "Show earlier" button's words (``found_above``: the search found its text
@@ -778,10 +795,7 @@ class ChatViewWidget(QScrollArea):
         self._layout.insertWidget(self._layout.indexOf(self.failure), w)
         self._messages.append(w)
         self._stick, self._found = True, None
-        self._update_regenerate()
-        self._update_starters()
-        if not self._filling:
-            self._mark_out_of_context()
+        self._messages_changed()
         return w
 
     def find_text(self, needle: str) -> bool:
@@ -847,8 +861,7 @@ class ChatViewWidget(QScrollArea):
             w.set_content(view.content, view.draft_spans)
             w.set_footer(view.footer)
             w.set_version(view.version, view.versions)
-            self._mark_out_of_context()
-            self._update_regenerate()  # a version cut short offers Continue
+            self._messages_changed()  # a version cut short offers Continue
 
     def replace_after(self, view: MessageView, after: Sequence[MessageView]) -> None:
         """Another version of a message is shown: it changes in place and the messages
@@ -856,21 +869,20 @@ class ChatViewWidget(QScrollArea):
         :meth:`update_message`, unless more than :data:`SHOWN_AT_ONCE` messages follow:
         those are shown as a conversation opens (its last messages at the bottom, the
         others behind the button), so that a long path costs what opening it costs."""
-        ids = [v.message_id for v in self._earlier] + [w.message_id for w in self._messages]
-        if view.message_id in ids[:-1]:
-            self.remove_from(ids[ids.index(view.message_id) + 1])
-        self.update_message(view)
-        if len(after) > SHOWN_AT_ONCE:
-            self.set_messages([*self._earlier, *(w.view() for w in self._messages), *after])
-            return
-        made = [self._message_widget(v) for v in after]
-        self.failure.hide()
-        for w in made:
-            self._layout.insertWidget(self._layout.indexOf(self.failure), w)
-        self._messages += made
-        self._update_regenerate()
-        self._update_starters()
-        self._mark_out_of_context()
+        with self._batch():
+            ids = [v.message_id for v in self._earlier] + [w.message_id for w in self._messages]
+            if view.message_id in ids[:-1]:
+                self.remove_from(ids[ids.index(view.message_id) + 1])
+            self.update_message(view)
+            if len(after) > SHOWN_AT_ONCE:
+                self.set_messages([*self._earlier, *(w.view() for w in self._messages),
+                                   *after])
+                return
+            made = [self._message_widget(v) for v in after]
+            self.failure.hide()
+            for w in made:
+                self._layout.insertWidget(self._layout.indexOf(self.failure), w)
+            self._messages += made
 
     def set_footer(self, message_id: int, text: str) -> None:
         """Set a message's footer (a streaming reply says what was dropped to fit)."""
@@ -903,9 +915,7 @@ class ChatViewWidget(QScrollArea):
         if not self._messages and self._earlier:  # all shown ones went: the earlier come
             self.show_earlier()
             self._stick = True  # nothing on screen to keep in place: follow the bottom
-        self._update_regenerate()
-        self._update_starters()
-        self._mark_out_of_context()
+        self._messages_changed()
         if failure is not None and self._messages:
             self.failure.setText(f"No reply: {failure} Regenerate asks again.")
             self.failure.show()
@@ -955,8 +965,7 @@ class ChatViewWidget(QScrollArea):
             w.set_footer(footer)
             w.set_context(context)
             w.set_continuable(continuable)
-        self._mark_out_of_context()
-        self._update_regenerate()
+        self._messages_changed()
 
     @Slot()
     def _on_render_timer_timeout(self) -> None:
