@@ -61,7 +61,7 @@ from app.engine.context_fit import ContextFit
 from app.engine.reply import ReplyRecord, can_continue, clip_spans
 from app.engine.stats import SpecStats
 from app.engine.suffix import DEFAULT_MAX_REPLIES
-from app.errors import TandemError
+from app.errors import ContextOverflowError, TandemError
 from app.formatting import shortened, valid_text
 from app.options import DrafterNeeds, SamplingParams, SpecMode, SpeculationConfig
 from app.remote.client import RemoteClient
@@ -123,7 +123,9 @@ class ActiveReply:
     ended before any text and is no reply (a new one is deleted, a new version gives the
     earlier one back), set before the view is told it finished. ``continued``: the text
     of the reply this one continues (:meth:`ChatController.continue_reply`), the start
-    of ``text``.
+    of ``text``. ``asked``: the user message sent with it (new, or an edit's new text);
+    ``given_back``: the reply was refused because the conversation does not fit and that
+    message left the conversation, its text back in the input box.
     """
 
     job: Job
@@ -141,6 +143,8 @@ class ActiveReply:
     prefill: PrefillProgressed | None = None
     taken_back: bool = False
     continued: str = ""
+    asked: StoredMessage | None = None
+    given_back: bool = False
 
     @property
     def text(self) -> str:
@@ -260,6 +264,12 @@ class ChatView(Protocol):
 
     def reply_failed(self, reply: ActiveReply, error: UserError) -> None:
         """Generation failed; the text so far (if any) was kept with an error footer."""
+
+    def message_given_back(self, message_id: int, text: str, edited: bool) -> None:
+        """A message sent was refused before its reply began (the conversation does not
+        fit): ``text`` goes back to the input box, as an edit of ``message_id`` again
+        when ``edited`` (its earlier text is shown again), else as a new message (it left
+        the conversation)."""
 
     def choose_draft_file(self) -> Path | None:
         """Ask the user for a draft GGUF (None: cancelled)."""
@@ -1096,7 +1106,7 @@ class ChatController:
             self._roles.append((message.id, message.role))
             self.view.message_added(message)
         self.view.conversations_changed()
-        return self._start_reply()
+        return self._start_reply(asked=message)
 
     def _cannot_send_now(self) -> str | None:
         """Why a message cannot be sent now, in words (None: nothing stands in the way
@@ -1256,10 +1266,11 @@ class ChatController:
                 self._history_failed(exc)
 
     def _start_reply(self, version_of: int | None = None,
-                     continued: StoredMessage | None = None) -> bool:
+                     continued: StoredMessage | None = None,
+                     asked: StoredMessage | None = None) -> bool:
         """Ask for a reply to the open conversation: a new message, or with
         ``version_of`` a new version of that stored reply (its row streams again), which
-        goes on from the ``continued`` one's text."""
+        goes on from the ``continued`` one's text; ``asked``: the user message just sent."""
         assert self.store is not None and self.current_conversation is not None
         assert self.model_info is not None
         cid = self.current_conversation
@@ -1301,7 +1312,8 @@ class ChatController:
         self.reply = ActiveReply(job, cid, stored.id, speculation, buffer,
                                  ahead=self.service.ahead_of(job),
                                  regenerated=version_of is not None,
-                                 continued=continued.content if continued else "")
+                                 continued=continued.content if continued else "",
+                                 asked=asked)
         if version_of is None:
             self._roles.append((stored.id, stored.role))
             self.view.message_added(stored)
@@ -1454,11 +1466,44 @@ class ChatController:
         if len(reply.text) <= len(reply.continued) and restored is None:
             self._roles = [(i, r) for i, r in self._roles if i != reply.message_id]
         self.reply = None
+        back = self._give_back(reply, error)
         self.view.reply_failed(reply, error)
         if restored is not None:
             self._show_branch(restored)
+        if back is not None:
+            self._show_branch(back[0])
+            self.view.message_given_back(back[1].id, back[1].content, back[0] is not None)
+            error = replace(error, title="Not sent", level="warning",
+                            message=f"{error.message} Your message is back in the box.")
+            self.view.conversations_changed()
         self.view.state_changed()
         self.report(error)
+
+    def _give_back(self, reply: ActiveReply, error: UserError,
+                   ) -> tuple[StoredMessage | None, StoredMessage] | None:
+        """A reply refused before any text because the conversation does not fit
+        (:class:`~app.errors.ContextOverflowError`, raised before generation): the
+        message just sent leaves the history (an edit's new text: the earlier text comes
+        back with the messages after it), so that Send tries it again once it is
+        shortened or the context settings changed. Returns (the earlier version shown
+        again, or None when the message was new and is gone; the message sent), or None
+        when nothing was given back (another failure, a regeneration, or the history
+        refused: the message stays, and Edit brings it back)."""
+        asked = reply.asked
+        if (asked is None or reply.text or self.store is None or reply.conversation_id < 0
+                or error.cause is None or not issubclass(error.cause, ContextOverflowError)):
+            return None
+        try:
+            earlier = self.store.discard_reply_version(asked.id)
+        except (KeyError, ValueError, sqlite3.Error):
+            log.warning("the message sent could not be taken back", exc_info=True)
+            return None
+        if earlier is not None and earlier.content == asked.content:
+            return None  # another window went on from it: it stays
+        reply.given_back = True
+        if earlier is None:
+            self._roles = [(i, r) for i, r in self._roles if i != asked.id]
+        return earlier, asked
 
     # -- closing ----------------------------------------------------------------------
     def close(self, flush: Callable[[], None] | None = None) -> None:

@@ -991,10 +991,11 @@ class HistoryStore:
 
     def discard_reply_version(self, message_id: int,
                               finish_reason: str = "error") -> StoredMessage | None:
-        """A regeneration produced nothing (it failed or was stopped before any text):
-        show the version shown before it again (the one :meth:`begin_reply_version` kept
-        last), with the messages that followed it. A
-        reply without earlier versions is deleted (None). When messages follow the empty
+        """A regeneration produced nothing (it failed or was stopped before any text), or
+        a user message was refused before its reply began: show the version shown before
+        it again (the one :meth:`begin_reply_version` or :meth:`edit_message` kept last),
+        with the messages that followed it. A message without earlier versions is deleted
+        (None); a user message's automatic title follows. When messages follow the
         version all the same (another window sent one meanwhile), nothing is moved: it
         stays, finished with ``finish_reason`` (``error``, or ``cancelled`` when stopped).
 
@@ -1017,10 +1018,12 @@ class HistoryStore:
                 c.execute("UPDATE messages SET status = 'done', finish_reason = ?"
                           " WHERE id = ?", (finish_reason, message_id))
             elif row is None:
+                self._retitle(c, msg, "")
                 c.execute("DELETE FROM messages WHERE id = ?", (message_id,))
                 self._touch(c, msg.conversation_id, time.time())
                 return None
             else:
+                self._retitle(c, msg, row["content"])
                 their_tail = tails.loads(row[_TAIL_COLUMN])
                 c.execute(f"UPDATE messages SET {assign}, status = 'done' WHERE id = ?",
                           (*tuple(row)[1:1 + len(_VERSION_COLUMNS)], message_id))

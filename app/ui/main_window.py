@@ -155,11 +155,26 @@ def _end_stream(chat: ChatViewWidget, reply: ActiveReply, fin: ReplyRecord,
 
 def _reply_failed_around(window: MainWindow, reply: ActiveReply, error: UserError) -> None:
     """Beside the chat, a failed reply: the gauge says why (and shows the open
-    conversation's last reply again when it was another's), the model bar whether a
-    remote server stopped answering."""
-    window.gauge.fail_reply(f"The reply failed: {error.message}")
-    _back_to_open_conversation(window.gauge, window.controller, reply)
+    conversation's last reply again when it was another's, or when the message went back
+    to the box: nothing was sent), the model bar whether a remote server stopped
+    answering."""
+    if reply.given_back:
+        window.gauge.withdraw_reply()
+        _show_last_reply(window.gauge, *window.controller.last_reply(), waiting=False)
+    else:
+        window.gauge.fail_reply(f"The reply failed: {error.message}")
+        _back_to_open_conversation(window.gauge, window.controller, reply)
     window.model_bar.reply_failed(error)
+
+
+def _give_back_to_box(window: MainWindow, message_id: int, text: str, edited: bool) -> None:
+    """A message sent was refused (:meth:`~app.chat.conversation.ChatView.message_given_back`): its text
+    goes back to the input box, as an edit again when it was one."""
+    if edited:
+        window.edit_message(message_id, text)
+    else:
+        window.chat.remove_from(message_id)
+        window.composer.given_back(text)
 
 
 def _choose_gguf(window: MainWindow, title: str) -> Path | None:
@@ -600,12 +615,15 @@ class MainWindow(QMainWindow):
     def reply_failed(self, reply: ActiveReply, error: UserError) -> None:
         _reply_failed_around(self, reply, error)
         if not reply.text and not reply.regenerated:
-            self.chat.remove_from(reply.message_id, error.message)
+            self.chat.remove_from(reply.message_id, None if reply.given_back else error.message)
         elif not reply.new_text:  # nothing new (a continuation too): the earlier follows
             self.chat.end_stream(reply.message_id, "", (), "")
         else:
             self.chat.end_stream(reply.message_id, reply.text, reply.spans,
                                  reply_footer(None, "error", error.message))
+
+    def message_given_back(self, message_id: int, text: str, edited: bool) -> None:
+        _give_back_to_box(self, message_id, text, edited)
 
     def show_server_command(self) -> QDialog | None:
         """Server → Run this on a bigger machine… (:func:`open_server_command`)."""

@@ -686,6 +686,10 @@ def _refuse(*_a: object, **_k: object) -> None:
     raise ContextOverflowError("The conversation does not fit.")
 
 
+def _broken(*_a: object, **_k: object) -> None:
+    raise RuntimeError("a bug")
+
+
 def test_regenerate_keeps_versions_and_a_failed_one_gives_the_earlier_back(
         rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.chat import fakes
@@ -713,6 +717,52 @@ def test_regenerate_keeps_versions_and_a_failed_one_gives_the_earlier_back(
     assert rig.c.show_version(reply_id, 1)
     assert rig.c.prompt_messages()[-1].content == "first answer"  # the next request's
     assert not rig.c.show_version(reply_id, 3)
+
+
+def test_a_message_refused_for_the_context_goes_back_to_the_box(
+        rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reply refused because the conversation does not fit takes the message sent back
+    out of the history and hands its text to the box (an edit: as an edit again, its
+    earlier text and reply shown again); any other failure leaves the message."""
+    from app.store.history import DEFAULT_TITLE
+    from tests.chat import fakes
+
+    with monkeypatch.context() as mp:
+        mp.setattr(fakes, "fit_conversation", _refuse)
+        assert rig.c.send_message("a very long question")
+        sent = rig.store.messages(rig.c.current_conversation)[0]  # type: ignore[arg-type]
+        rig.reply_done()
+    cid = rig.c.current_conversation
+    assert cid is not None and rig.store.messages(cid) == []
+    assert rig.store.conversation(cid).title == DEFAULT_TITLE  # its title went with it
+    names = rig.view.names()
+    assert names.index("message_given_back") > names.index("reply_failed")
+    assert ("message_given_back", (sent.id, "a very long question", False)) in rig.view.calls
+    error = rig.view.errors[-1]
+    assert (error.title, error.level) == ("Not sent", "warning")
+    assert error.message == "The conversation does not fit. Your message is back in the box."
+
+    rig.script.replies = ["a1"]
+    assert rig.c.send_message("q1")
+    rig.reply_done()
+    q1 = rig.store.messages(cid)[0]
+    assert rig.c.begin_edit(q1.id) == "q1"
+    with monkeypatch.context() as mp:
+        mp.setattr(fakes, "fit_conversation", _refuse)
+        assert rig.c.send_message("q1, but far longer")
+        rig.reply_done()
+    assert [(m.content, m.versions) for m in rig.store.messages(cid)] == [("q1", 1), ("a1", 1)]
+    assert rig.store.conversation(cid).title == "q1"
+    assert ("message_given_back", (q1.id, "q1, but far longer", True)) in rig.view.calls[-5:]
+    assert rig.c.prompt_messages()[-1].content == "a1"  # the conversation as before
+
+    with monkeypatch.context() as mp:  # another failure: the message stays, unanswered
+        mp.setattr(fakes, "fit_conversation", _broken)
+        assert rig.c.send_message("q2")
+        rig.reply_done()
+    assert [m.content for m in rig.store.messages(cid)] == ["q1", "a1", "q2"]
+    assert "message_given_back" not in rig.view.names()[-5:]
+    assert rig.c.can_regenerate
 
 
 def test_an_earlier_regeneration_that_fails_stops_or_is_not_queued_gives_its_turns_back(
@@ -818,8 +868,8 @@ def test_after_a_failed_reply_regenerate_asks_for_it_again(
         rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.chat import fakes
 
-    with monkeypatch.context() as mp:
-        mp.setattr(fakes, "fit_conversation", _refuse)
+    with monkeypatch.context() as mp:  # (a context overflow gives the message back)
+        mp.setattr(fakes, "fit_conversation", _broken)
         assert rig.c.send_message("question")
         rig.reply_done()
         assert [m[0] for m in rig.stored()] == ["user"]

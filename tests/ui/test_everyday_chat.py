@@ -1,6 +1,6 @@
 """The window with the tiny synthetic model: a conversation too long for the context
-window (Regenerate stays available, the error does not outlive a later success, the
-gauge does not stay "live", the overflow policy drops earlier messages and says so),
+window (the message goes back to the input box, the error does not outlive a later
+success, the gauge does not stay "live", the overflow policy drops earlier messages and says so),
 reply and message versions (‹ 1/2 ›, the conversation continues from the shown one,
 an edit keeps the turns after it) and Auto's explanation in the gauge and the reply footer."""
 
@@ -42,7 +42,7 @@ def _send(qtbot, w, text: str) -> None:  # type: ignore[no-untyped-def]
     wait_reply(qtbot, w)
 
 
-def test_an_overflow_leaves_regenerate_on_and_the_next_success_clears_it(  # type: ignore[no-untyped-def]
+def test_a_message_that_does_not_fit_goes_back_to_the_box_and_the_next_success_clears_it(  # type: ignore[no-untyped-def]
         qtbot, stop_window) -> None:
     w = stop_window
     _send(qtbot, w, FIRST)
@@ -50,24 +50,26 @@ def test_an_overflow_leaves_regenerate_on_and_the_next_success_clears_it(  # typ
     _send(qtbot, w, LONG)  # "stop": the conversation no longer fits
 
     error = w.message_bar.current
-    assert error is not None and w.message_bar.isVisible()
+    assert error is not None and w.message_bar.isVisible() and error.title == "Not sent"
     assert "context window holds 256" in error.message and error.origin == "reply"
-    # the defects: Regenerate disabled, the gauge stuck on "live"
-    assert w.regenerate_button.isEnabled()
-    assert not w.gauge.live and "live" not in w.gauge.mode_label.text()
-    assert "failed" in w.gauge.mode_label.text()
-    assert "context window holds 256" in w.gauge.note_label.text()
-    assert [m.role for m in w.chat.messages] == ["user", "assistant", "user"]
-    # under the unanswered message, once the banner is closed too: why, and the way on
-    assert w.chat.failure.isVisibleTo(w.chat) and "context window holds 256" in w.chat.failure.text()
-    assert w.chat.failure.text().startswith("No reply: ")
+    assert error.message.endswith("Your message is back in the box.")
+    # the message left the conversation and waits in the box, nothing lost
+    assert [m.role for m in w.chat.messages] == ["user", "assistant"]
+    assert [m.role for m in w.controller.store.messages(w.controller.current_conversation)
+            ] == ["user", "assistant"]
+    assert w.input.toPlainText() == LONG and w.send_button.isEnabled()
+    assert not w.chat.failure.isVisibleTo(w.chat)  # no "Regenerate asks again" under it
+    # nothing was sent: the gauge shows the last reply again
+    assert not w.gauge.live and "last\u00a0reply" in w.gauge.mode_label.text()
+    assert "failed" not in w.gauge.mode_label.text()
 
-    # the way on: let Tandem drop earlier messages, then Regenerate
+    # the way on: let Tandem drop earlier messages, then Send again
     w.sampling_panel.context_overflow.setCurrentIndex(
         w.sampling_panel.context_overflow.findData(ContextOverflow.ROLLING_WINDOW))
     assert w.settings.sampling.context_overflow is ContextOverflow.ROLLING_WINDOW
-    w.regenerate_button.click()
+    w.send_button.click()
     wait_reply(qtbot, w)
+    assert w.input.toPlainText() == ""
 
     assert w.message_bar.current is None and not w.message_bar.isVisible()  # no stale banner
     assert not w.chat.failure.isVisibleTo(w.chat)
@@ -80,6 +82,15 @@ def test_an_overflow_leaves_regenerate_on_and_the_next_success_clears_it(  # typ
     stored = w.controller.store.messages(w.controller.current_conversation)[-1]
     assert stored.stats["context"]["dropped_messages"] == 2  # type: ignore[index]
     assert stored.stats["context"]["policy"] == "rolling-window"  # type: ignore[index]
+
+    # an edit that alone does not fit comes back as the edit, the message as it was
+    first = w.chat.messages[0]
+    assert w.edit_message(first.message_id)
+    _send(qtbot, w, LONG * 3)
+    assert w.message_bar.current is not None and w.message_bar.current.title == "Not sent"
+    assert w.controller.editing_message_id == first.message_id
+    assert w.input.toPlainText() == LONG * 3
+    assert w.chat.messages[0].text == FIRST and len(w.chat.messages) == 4
 
 
 def test_regenerate_keeps_versions_and_the_conversation_follows_the_shown_one(  # type: ignore[no-untyped-def]

@@ -289,6 +289,13 @@ class ComposerWidget(QWidget):
         if self._before_edit is not None or self.input.toPlainText() == text:
             self.edit_ended()
 
+    def given_back(self, text: str) -> None:
+        """A message sent came back (it was refused): ``text`` goes in the box, before
+        whatever was typed since, so nothing is lost."""
+        typed = self.input.toPlainText()
+        self.input.set_text(f"{text}\n\n{typed}" if typed.strip() else text)
+        self._update_send_button()
+
     def edit_ended(self) -> None:
         """A message was sent or an edit cancelled: the box shows what an edit replaced,
         else nothing."""

@@ -630,6 +630,11 @@ class SpeculationGaugeWidget(QFrame):
         self._dirty = True
         self.refresh()
 
+    def withdraw_reply(self) -> None:
+        """The reply was never asked for after all (its message went back to the input
+        box): stop showing it as live; the caller shows the last reply again."""
+        self._streaming = False
+
     def end_reply(self, stats: SpecStats, note: str | None = None, *, stored: bool = False,
                   model: str | None = None) -> None:
         """The reply ended: show its final figures, and the draft-length rule of thumb
