@@ -15,7 +15,10 @@ changes ``TANDEM_HOME`` sees its own folders. Folders are created on first use.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+
+import platformdirs
 
 from app.errors import FolderError
 
@@ -49,35 +52,28 @@ def ensure_folder(path: Path, what: str = "folder") -> Path:
     raise error
 
 
+def _folder(sub: str, what: str, platform_path: Callable[..., Path], **kw: bool) -> Path:
+    """``<TANDEM_HOME>/<sub>`` when that is set, else ``platform_path`` (a
+    :mod:`platformdirs` ``user_*_path`` function) for Tandem; created if missing (see
+    :func:`ensure_folder`, whose errors name the folder ``what``)."""
+    home = _home_override()
+    path = home / sub if home is not None else platform_path(APP_NAME, appauthor=False, **kw)
+    return ensure_folder(path, what)
+
+
 def config_dir() -> Path:
     """The folder that holds ``settings.json`` (created if missing)."""
-    home = _home_override()
-    if home is not None:
-        return ensure_folder(home / "config", "settings folder")
-    from platformdirs import user_config_path
-
-    return ensure_folder(user_config_path(APP_NAME, appauthor=False, roaming=True),
-                         "settings folder")
+    return _folder("config", "settings folder", platformdirs.user_config_path, roaming=True)
 
 
 def data_dir() -> Path:
     """The folder that holds the chat history database and the models folder."""
-    home = _home_override()
-    if home is not None:
-        return ensure_folder(home / "data", "data folder")
-    from platformdirs import user_data_path
-
-    return ensure_folder(user_data_path(APP_NAME, appauthor=False), "data folder")
+    return _folder("data", "data folder", platformdirs.user_data_path)
 
 
 def cache_dir() -> Path:
     """Files that can be recreated at any time."""
-    home = _home_override()
-    if home is not None:
-        return ensure_folder(home / "cache", "cache folder")
-    from platformdirs import user_cache_path
-
-    return ensure_folder(user_cache_path(APP_NAME, appauthor=False), "cache folder")
+    return _folder("cache", "cache folder", platformdirs.user_cache_path)
 
 
 def models_dir() -> Path:
@@ -90,12 +86,7 @@ def log_dir() -> Path:
     ``tandem-cli.log``): platformdirs' user log folder, which users do not clear as they
     may a cache (Linux ``~/.local/state/Tandem/log``, macOS ``~/Library/Logs/Tandem``,
     Windows ``%LOCALAPPDATA%\\Tandem\\Logs``); ``<TANDEM_HOME>/logs`` when that is set."""
-    home = _home_override()
-    if home is not None:
-        return ensure_folder(home / "logs", "log folder")
-    from platformdirs import user_log_path
-
-    return ensure_folder(user_log_path(APP_NAME, appauthor=False), "log folder")
+    return _folder("logs", "log folder", platformdirs.user_log_path)
 
 
 def settings_path() -> Path:
