@@ -329,7 +329,7 @@ def _submit(state: ApiState, req: GenerationRequest, endpoint: str) -> Job:
     try:
         if endpoint == "chat":
             job = service.reply(req.messages, req.sampling, req.speculation, origin="api",
-                                batch_s=0.0)
+                                batch_s=0.0, continuation=req.continuation)
         else:
             assert req.prompt is not None
             job = service.complete(req.prompt, req.sampling, req.speculation,

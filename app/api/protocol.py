@@ -67,7 +67,9 @@ class GenerationRequest:
     is set. ``model``: the id the client named; ``include_usage``: send a usage chunk
     before ``[DONE]`` (streams only); ``return_progress``: send prompt-processing
     progress as chunks with a ``prompt_progress`` object (llama-server's extension;
-    streams only)."""
+    streams only); ``continuation``: the start of the reply to go on from (the last,
+    assistant message of a request with ``continue_final_message``, vLLM's field; it is
+    not in ``messages``)."""
 
     model: str
     sampling: SamplingParams
@@ -77,6 +79,7 @@ class GenerationRequest:
     messages: tuple[ChatMessage, ...] = ()
     prompt: str | None = None
     return_progress: bool = False
+    continuation: str = ""
 
 
 class _Common(BaseModel):
@@ -127,6 +130,8 @@ class _ChatBody(_Common):
     functions: list[Any] | None = None
     function_call: Any = None
     response_format: dict[str, Any] | None = None
+    continue_final_message: bool = False
+    add_generation_prompt: bool | None = None
 
 
 class _CompletionBody(_Common):
@@ -336,8 +341,36 @@ def parse_chat_request(body: bytes, sampling: SamplingParams, speculation: Specu
     """
     parsed = _load(body, _ChatBody)
     assert isinstance(parsed, _ChatBody)
+    messages, continuation = _continued(parsed, _messages(parsed))
     return _request(parsed, sampling, speculation, max_tokens_default,
-                    messages=_messages(parsed))
+                    messages=messages, continuation=continuation)
+
+
+def _continued(body: _ChatBody, messages: tuple[ChatMessage, ...],
+               ) -> tuple[tuple[ChatMessage, ...], str]:
+    """``continue_final_message`` as vLLM reads it: the last message, the assistant's,
+    is the start of the reply, which goes on from it (no generation prompt after it).
+    Returns (the messages before it, its text); (``messages``, "") without the flag.
+
+    Raises:
+        ApiError: 400 when the last message is not the assistant's, or
+            ``add_generation_prompt`` is true with it (vLLM's and llama-server's rules),
+            or false without it (a prompt with no generation prompt is not offered).
+    """
+    if not body.continue_final_message:
+        if body.add_generation_prompt is False:
+            raise _unsupported("add_generation_prompt", "can be false only with "
+                               "'continue_final_message': true.")
+        return messages, ""
+    if body.add_generation_prompt:
+        raise ApiError(400, "Cannot set both 'add_generation_prompt' and "
+                       "'continue_final_message' to true.", param="add_generation_prompt",
+                       code="invalid_value")
+    if messages[-1].role != "assistant" or len(messages) < 2:
+        raise ApiError(400, "'continue_final_message' needs the last message to be the "
+                       "assistant's, the start of the reply to continue, after the "
+                       "messages it replies to.", param="messages", code="invalid_value")
+    return messages[:-1], messages[-1].content
 
 
 def parse_completion_request(body: bytes, sampling: SamplingParams,

@@ -1143,8 +1143,9 @@ class ChatController:
         stop, quitting the app: :func:`~app.engine.reply.can_continue`): a new version of
         it that begins with its text and goes on where it ended (‹ › shows the one
         before; a continuation that adds nothing is taken back, saying so). Not with a
-        remote server (said so), nor for another message than the last. Returns whether
-        the reply started."""
+        remote server that cannot (said so:
+        :attr:`~app.remote.client.ServerInfo.can_continue`), nor for another message than
+        the last. Returns whether the reply started."""
         if self.busy or self.model_info is None or self.store is None:
             return False
         if self.current_conversation is None or not self._roles or self.editing_message_id:
@@ -1152,10 +1153,11 @@ class ChatController:
         message_id = message_id if message_id is not None else self.last_reply_id
         if message_id is None or self._roles[-1] != (message_id, "assistant"):
             return False
-        if self.remote is not None:
-            self.report(UserError("Not with a server", "Continuing a reply needs a model "
-                                  "loaded in Tandem; Regenerate asks the server again.",
-                                  level="warning", origin="reply"))
+        if self.remote is not None and not self.remote.info.can_continue:
+            self.report(UserError(
+                "Not with this server", f"{self.remote.info.engine.value} cannot continue a "
+                "reply (llama-server, vLLM, Tandem and a model loaded in Tandem can); "
+                "Regenerate asks the server again.", level="warning", origin="reply"))
             return False
         self._save_unsaved()  # a reply the history refused is read back whole
         try:

@@ -493,7 +493,8 @@ class ChatService:
         """A chat reply to ``messages`` through the model's chat template (the template's
         stop strings are added); with ``continuation`` the rest of a reply cut short,
         which began so (:meth:`Session.chat <app.engine.session.Session.chat>`; a remote
-        server cannot continue one: the job fails saying so). Progress:
+        server that cannot continue one, :attr:`~app.remote.client.ServerInfo.can_continue`:
+        the job fails saying so). Progress:
         :class:`PrefillProgressed` (prompt processing,
         per chunk), :class:`ReplyStreamed` (text batches) and :class:`ReplyStats`; value:
         the :class:`~app.engine.reply.ReplyRecord` (also when cancelled, with the text so
@@ -512,10 +513,13 @@ class ChatService:
             def start(session: Session | RemoteSession, cancel: threading.Event
                       ) -> Iterator[Event]:
                 if isinstance(session, RemoteSession):
-                    if continuation:
-                        raise TandemError(f"Continuing a reply needs a model loaded in "
-                                          f"Tandem; {session.name} is a remote server.")
-                    return session.chat(msgs, sampling, speculation, cancel)
+                    if continuation and not session.info.can_continue:
+                        raise TandemError(
+                            f"{session.name} ({session.info.engine.value}) cannot continue "
+                            "a reply: that needs llama-server, vLLM, Tandem or a model "
+                            "loaded in Tandem.")
+                    return session.chat(msgs, sampling, speculation, cancel,
+                                        continuation=continuation)
                 spec = speculation
                 if spec.mode is SpecMode.AUTO:
                     turns = conversation_turns(session, msgs)

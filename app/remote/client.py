@@ -157,6 +157,13 @@ class ServerInfo:
         """:attr:`base_url` as messages and logs show it: a password in it as ``***``."""
         return redact_url(self.base_url)
 
+    @property
+    def can_continue(self) -> bool:
+        """Whether the server goes on from a reply's start sent as the last, assistant
+        message with ``continue_final_message`` (vLLM's field, read by llama-server and
+        Tandem too); another server would answer that start as a finished message."""
+        return self.engine in (Engine.LLAMA_SERVER, Engine.VLLM, Engine.TANDEM)
+
 
 @dataclass(frozen=True, slots=True)
 class RemoteDelta:

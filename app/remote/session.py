@@ -122,11 +122,16 @@ class RemoteSession:
         self.client.close()
 
     def chat(self, messages: Sequence[ChatMessage], sampling: SamplingParams,
-             speculation: SpeculationConfig, cancel: threading.Event) -> Iterator[Event]:
+             speculation: SpeculationConfig, cancel: threading.Event,
+             continuation: str = "") -> Iterator[Event]:
         """One reply to ``messages``: :class:`TextDelta` events, then its
         :class:`~app.engine.reply.ReplyRecord` (also when cancelled, with the text so
         far; its ``speculation`` is off: Tandem asks the server for none, and what the
-        server did is in ``stats.extra["remote"]``).
+        server did is in ``stats.extra["remote"]``). With ``continuation`` (the start of
+        the reply, cut short before; only where :attr:`ServerInfo.can_continue
+        <app.remote.client.ServerInfo.can_continue>`) it is sent as the
+        last, assistant message with ``continue_final_message`` (vLLM's and
+        llama-server's field), and the events carry the text after it.
 
         Raises:
             RemoteError: the server failed before the reply ended. A stream that broke
@@ -138,6 +143,9 @@ class RemoteSession:
         started_at = time.time()
         body = [{"role": m.role, "content": m.content} for m in messages]
         extra: dict[str, Any] = {"top_k": sampling.top_k, "min_p": sampling.min_p}
+        if continuation:
+            body.append({"role": "assistant", "content": continuation})
+            extra.update(continue_final_message=True, add_generation_prompt=False)
         n_chunks = 0
         for event in self.client.stream_chat(
                 self.model, body, max_tokens=sampling.max_tokens,

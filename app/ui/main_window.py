@@ -492,7 +492,8 @@ class MainWindow(QMainWindow):
 
     def model_changed(self, info: ModelInfo | None) -> None:
         self.model_bar.set_model(info)
-        self.chat.set_continue_allowed(info is None or info.remote is None)  # a server: none
+        self.chat.set_continue_allowed(info is None or info.remote is None
+                                       or info.remote.info.can_continue)
         self.sampling_panel.show_exact_verification(self.settings.model.exact_verification)
         if info is None:
             self.chat.set_starter_prompts(())

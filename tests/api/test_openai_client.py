@@ -118,6 +118,14 @@ def _error(exc: openai.APIStatusError) -> dict[str, object]:
       "speculation": {"mode": "draft-model"}}, 400, "speculation.mode", "invalid_value"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "word " * 600}]}, 400,
      "messages", "context_length_exceeded"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+      "continue_final_message": True}, 400, "messages", "invalid_value"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"},
+                                   {"role": "assistant", "content": "y"}],
+      "continue_final_message": True, "add_generation_prompt": True}, 400,
+     "add_generation_prompt", "invalid_value"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+      "add_generation_prompt": False}, 400, "add_generation_prompt", "unsupported_parameter"),
 ])
 def test_bad_input_gets_openais_error(server: str, body: dict[str, object], status: int,
                                       param: str, code: str) -> None:
@@ -128,6 +136,25 @@ def test_bad_input_gets_openais_error(server: str, body: dict[str, object], stat
     assert (error["param"], error["code"]) == (param, code)
     if code == "unsupported_parameter":
         assert f"'{param}'" in str(error["message"])  # the parameter is named
+
+
+def test_a_reply_continued_with_continue_final_message(client: openai.OpenAI) -> None:
+    """vLLM's ``continue_final_message``: the last, assistant message is the start of
+    the reply, and the answer is the text after it. Greedy, a 10-token reply continued
+    for 14 more equals the 24-token reply (the prompt is the conversation through the
+    generation prompt, then that start)."""
+    question = [{"role": "user", "content": "Name the planets of the solar system."}]
+
+    def reply(messages: list[dict[str, str]], n: int, **extra: object) -> str:
+        r = client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
+                                           max_tokens=n, temperature=0, extra_body=extra)
+        return r.choices[0].message.content or ""
+
+    whole, start = reply(question, 24), reply(question, 10)
+    assert whole.startswith(start) and len(start) < len(whole)
+    rest = reply([*question, {"role": "assistant", "content": start}], 14,
+                 continue_final_message=True, add_generation_prompt=False)
+    assert start + rest == whole
 
 
 def test_bad_input_through_the_openai_client(client: openai.OpenAI) -> None:

@@ -4,6 +4,7 @@ drops a stream gets a clear message and the text already written is kept."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,9 +113,10 @@ def test_measurement_jobs_need_a_local_model(rig: Rig, broken: BrokenServer) -> 
     assert "need a model loaded in Tandem" in outcome.error.message
 
 
-def test_continue_needs_a_local_model(rig: Rig, broken: BrokenServer) -> None:
-    """A server's reply cut at its token limit: Continue says it needs a model loaded in
-    Tandem (the history is left as it was); the service refuses a continuation too."""
+def test_continue_needs_a_server_that_can(rig: Rig, broken: BrokenServer) -> None:
+    """An OpenAI-compatible server of unknown make would answer a reply's start as a
+    finished message: Continue says it cannot (the history is left as it was), and the
+    service refuses a continuation too."""
     from app.engine.chat import ChatMessage
 
     broken.mode = "ok"
@@ -125,12 +127,37 @@ def test_continue_needs_a_local_model(rig: Rig, broken: BrokenServer) -> None:
     before = rig.stored()
     assert before[-1][3] == "length"
     assert not rig.c.continue_reply()
-    assert rig.view.errors[-1].title == "Not with a server" and rig.stored() == before
+    assert rig.view.errors[-1].title == "Not with this server" and rig.stored() == before
+    assert "openai-compatible cannot continue" in rig.view.errors[-1].message
     job = rig.service.reply([ChatMessage("user", "hello")], SamplingParams(),
                             SpeculationConfig(), continuation="Hel")
     outcome = job.wait(30)
     assert not isinstance(outcome, JobDone)
-    assert "needs a model loaded in Tandem" in outcome.error.message
+    assert "cannot continue a reply" in outcome.error.message
+
+
+def test_continue_on_llama_server_goes_on_from_the_reply(
+        rig: Rig, llama_server: LlamaServer) -> None:
+    """llama-server continues a reply cut at its token limit (the reply's start sent as
+    the last, assistant message with ``continue_final_message``): counting, cut after a
+    few numbers, the continued reply goes on with the next ones (a new answer would
+    count from 1 again). Not compared with one longer greedy reply: llama-server's
+    prompt cache changes SmolLM2's greedy text on some builds (see conftest)."""
+    rig.connect(llama_server.base_url)
+    rig.settings.sampling = SamplingParams(temperature=0.0, max_tokens=12)
+    assert rig.c.send_message("Count from 1 to 30, separated by commas.")
+    rig.reply_done()
+    cut = rig.stored()[-1]
+    counted = [int(n) for n in re.findall(r"\d+", cut[1])]
+    assert cut[3] == "length" and counted and counted == sorted(counted), cut
+    rig.settings.sampling = SamplingParams(temperature=0.0, max_tokens=24)
+    assert rig.c.continue_reply()
+    rig.reply_done()
+    continued = rig.stored()[-1][1]
+    numbers = [int(n) for n in re.findall(r"\d+", continued)]
+    assert continued.startswith(cut[1]) and max(numbers) > max(counted) + 1, continued
+    assert numbers == sorted(numbers), continued  # no second count from 1
+    assert [m[0] for m in rig.stored()] == ["user", "assistant"]
 
 
 def test_a_dropped_stream_keeps_the_text_and_says_why(rig: Rig, broken: BrokenServer) -> None:

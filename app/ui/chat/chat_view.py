@@ -990,7 +990,8 @@ class ChatViewWidget(QScrollArea):
             w.set_editing(w.message_id == editing)
 
     def set_continue_allowed(self, allowed: bool) -> None:
-        """Whether Continue is offered at all (not while replies run on a server)."""
+        """Whether Continue is offered at all (not while replies run on a server that
+        cannot continue one)."""
         self._continue_allowed = allowed
         self._update_regenerate()
 
