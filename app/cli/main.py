@@ -108,9 +108,16 @@ def _run_generate(args: argparse.Namespace) -> int:
 
     if args.prompt == "-":
         args.prompt = read_prompt(sys.stdin)
+    try:
+        sampling = SamplingParams(
+            temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+            repeat_penalty=args.repeat_penalty, seed=args.seed, max_tokens=args.max_tokens,
+            stop=tuple(args.stop))
+    except ValidationError as exc:
+        raise option_error(exc) from exc
     if args.server:
         refuse_drafter_with_server(args)
-        return with_cancel(lambda cancel: run_remote_generate(args, cancel))
+        return with_cancel(lambda cancel: run_remote_generate(args, sampling, cancel))
     refuse_key_without_server(args)
     args.model = Path(args.model)
     check_model_files(args)
@@ -120,16 +127,6 @@ def _run_generate(args: argparse.Namespace) -> int:
     try:
         PromptOptions(prompt=args.prompt, chat=args.chat, system=args.system)
         [spec] = speculation_configs(args, mode, [args.draft_max])
-        sampling = SamplingParams(
-            temperature=args.temp,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            min_p=args.min_p,
-            repeat_penalty=args.repeat_penalty,
-            seed=args.seed,
-            max_tokens=args.max_tokens,
-            stop=tuple(args.stop),
-        )
         config = session_config(args, mode)
     except ValidationError as exc:
         raise option_error(exc) from exc

@@ -28,7 +28,8 @@ from app.errors import TandemError
 from app.formatting import advice_words, printable
 from app.remote.client import RemoteClient, RemoteDelta, RemoteResult, ServerInfo
 from app.remote.errors import RemoteCancelledError
-from app.remote.session import remote_extra
+from app.options import SamplingParams
+from app.remote.session import remote_extra, request_fields
 
 
 def add_server_args(p: argparse.ArgumentParser) -> None:
@@ -159,8 +160,10 @@ def stats_line(info: ServerInfo, r: RemoteResult) -> str:
     return printable(" · ".join(parts))
 
 
-def run_remote_generate(args: argparse.Namespace, cancel: threading.Event) -> int:
-    """``generate --server``: one reply, streamed to stdout or printed as JSON."""
+def run_remote_generate(args: argparse.Namespace, sampling: SamplingParams,
+                        cancel: threading.Event) -> int:
+    """``generate --server``: one reply with ``sampling`` (the options, checked as for a
+    local model), streamed to stdout or printed as JSON."""
     if args.compare:
         raise TandemError("--compare races two modes inside Tandem; it needs a local --model.")
     with client_from_args(args) as client:
@@ -168,11 +171,7 @@ def run_remote_generate(args: argparse.Namespace, cancel: threading.Event) -> in
         if found is None:
             return 130  # Ctrl-C before the server answered: no reply was asked for
         info = found
-        options: dict[str, Any] = dict(
-            max_tokens=args.max_tokens, temperature=args.temp, top_p=args.top_p,
-            seed=args.seed if args.seed >= 0 else None, stop=tuple(args.stop),
-            extra={"top_k": args.top_k, "min_p": args.min_p,
-                   "repeat_penalty": args.repeat_penalty}, cancel=cancel)
+        options: dict[str, Any] = dict(request_fields(sampling), cancel=cancel)
         if args.chat:
             messages = ([{"role": "system", "content": args.system}] if args.system else [])
             messages.append({"role": "user", "content": args.prompt})

@@ -95,6 +95,18 @@ def remote_stats(info: ServerInfo, model: str, result: RemoteResult) -> SpecStat
     )
 
 
+def request_fields(sampling: SamplingParams) -> dict[str, Any]:
+    """The keyword arguments of :meth:`RemoteClient.stream_chat` (and
+    ``stream_completion``) that carry ``sampling``: OpenAI's fields, and llama-server's
+    ``top_k``, ``min_p`` and ``repeat_penalty`` in ``extra`` (a new dict each call); a
+    negative seed (random) is not sent, so the server draws one."""
+    return {"max_tokens": sampling.max_tokens, "temperature": sampling.temperature,
+            "top_p": sampling.top_p, "seed": sampling.seed if sampling.seed >= 0 else None,
+            "stop": tuple(sampling.stop),
+            "extra": {"top_k": sampling.top_k, "min_p": sampling.min_p,
+                      "repeat_penalty": sampling.repeat_penalty}}
+
+
 class RemoteSession:
     """One model on one server, driven like a local session.
 
@@ -142,16 +154,12 @@ class RemoteSession:
         asked = ReplyRequest(sampling, speculation, 0, tuple(messages))
         started_at = time.time()
         body = [{"role": m.role, "content": m.content} for m in messages]
-        extra: dict[str, Any] = {"top_k": sampling.top_k, "min_p": sampling.min_p}
+        fields = request_fields(sampling)
         if continuation:
             body.append({"role": "assistant", "content": continuation})
-            extra.update(continue_final_message=True, add_generation_prompt=False)
+            fields["extra"].update(continue_final_message=True, add_generation_prompt=False)
         n_chunks = 0
-        for event in self.client.stream_chat(
-                self.model, body, max_tokens=sampling.max_tokens,
-                temperature=sampling.temperature, top_p=sampling.top_p,
-                seed=sampling.seed if sampling.seed >= 0 else None, stop=sampling.stop,
-                extra=extra, cancel=cancel):
+        for event in self.client.stream_chat(self.model, body, cancel=cancel, **fields):
             if isinstance(event, RemoteDelta):
                 n_chunks += 1
                 yield TextDelta(text=event.text, from_draft=False, t=event.t,
@@ -193,4 +201,5 @@ class RemoteSession:
             seed=asked.sampling.seed, note=note, started_at=started_at)
 
 
-__all__ = ["RemoteSession", "StreamDroppedError", "remote_extra", "remote_stats"]
+__all__ = ["RemoteSession", "StreamDroppedError", "remote_extra", "remote_stats",
+           "request_fields"]

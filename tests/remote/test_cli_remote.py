@@ -72,3 +72,13 @@ def test_a_drafter_option_beside_server_is_refused_not_ignored(
     assert main(argv + (["x"] if command == "generate" else [])) == 2
     err = capsys.readouterr().err
     assert f"{flag} has no effect with --server" in err and "Traceback" not in err
+
+
+def test_generate_server_checks_its_sampling_options_as_a_local_run_does(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An out-of-range option is refused before anything is sent (nothing listens on
+    port 9), with the local run's message."""
+    for where in (["--server", "http://127.0.0.1:9", "--model", "m"], ["--model", "m.gguf"]):
+        assert main(["generate", *where, "--temp", "99", "x"]) == 2
+        err = capsys.readouterr().err
+        assert "Invalid option --temp" in err and "Traceback" not in err, err
