@@ -759,7 +759,7 @@ def split_part_names(first_name: str, count: int) -> list[str]:
     return [f"{m['stem']}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
 
 
-def _model_parts(path: Path) -> list[Path]:
+def model_parts(path: Path) -> list[Path]:
     """Part 1 first; every part that a split name promises (missing ones included)."""
     sp = split_parts(path)
     if sp is None:
@@ -771,20 +771,14 @@ def _model_parts(path: Path) -> list[Path]:
 # --------------------------------------------------------------------------- cache
 
 
-_CACHE_VERSION = 4  # 2: GGUFInfo.nextn_layers; 3: nextn_bytes or embedding_length(_out); 4: both
+#: raised whenever the fields cached for a file (GGUFInfo's, the token blob) change
+_CACHE_VERSION = 4
 _cache_lock = threading.Lock()
 
 
 def _cache_path() -> Path:
-    try:
-        from app.store.paths import cache_dir
-    except ImportError:  # pragma: no cover - store is part of the app; kept for tools
-        from platformdirs import user_cache_path
+    from app.store.paths import cache_dir
 
-        home = os.environ.get("TANDEM_HOME")
-        base = Path(home) / "cache" if home else user_cache_path("Tandem", appauthor=False)
-        base.mkdir(parents=True, exist_ok=True)
-        return base / "gguf-meta.sqlite3"
     return cache_dir() / "gguf-meta.sqlite3"
 
 
@@ -865,7 +859,7 @@ def _inspect(path: str | os.PathLike[str], *, use_cache: bool, want_tokens: bool
     from app.catalog.model_file import check_model_file
 
     check_model_file(given)
-    parts = _model_parts(given)
+    parts = model_parts(given)
     missing = [p for p in parts if not p.is_file()]
     if missing:
         raise _fail(

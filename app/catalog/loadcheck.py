@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from app.catalog.gguf_meta import split_part_names, split_parts
+from app.catalog.gguf_meta import model_parts, split_parts
 from app.catalog.model_file import check_model_file
 from app.errors import LoadCancelledError, ModelLoadError
 from app.formatting import loads_json
@@ -186,13 +186,6 @@ def probe_timeout_s(size_bytes: int) -> float:
 # --------------------------------------------------------------------------- identity
 
 
-def _model_parts(path: Path) -> list[Path]:
-    sp = split_parts(path)
-    if sp is None:
-        return [path]
-    return [sp[0].with_name(n) for n in split_part_names(sp[0].name, sp[2])]
-
-
 def _stat_key(st: os.stat_result) -> str:
     # ctime changes on any write or rename and cannot be set by cp -p or touch, so a stat
     # match means the bytes were not rewritten since they were hashed
@@ -226,7 +219,7 @@ def content_identity(path: Path) -> str:
         OSError: a part cannot be read.
     """
     h = hashlib.sha256()
-    for part in _model_parts(path):
+    for part in model_parts(path):
         st = part.stat()
         key = _stat_key(st)
         with _lock:
@@ -432,7 +425,7 @@ def check_loads(
             return hit
     args = probe_command(p, n_gpu_layers=n_gpu_layers, target=tp)
     try:
-        size = sum(q.stat().st_size for q in (*_model_parts(p), *(_model_parts(tp) if tp else ())) if q.exists())
+        size = sum(q.stat().st_size for q in (*model_parts(p), *(model_parts(tp) if tp else ())) if q.exists())
     except OSError:
         size = 0
     limit = probe_timeout_s(size)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine.cpu import cpu_sample, other_cores
-from app.engine.divergence import Divergence, SamplingTrace, compare_traces
+from app.engine.divergence import Divergence, SamplingTrace, compare_traces, first_difference
 from app.engine.events import Event
 from app.engine.measure.prompts import PreparedPrompt
 from app.engine.reply import ReplyFields, ReplyRecord
@@ -69,18 +69,6 @@ def percentile(values: Iterable[float], q: float) -> float | None:
     hi = min(lo + 1, len(v) - 1)
     frac = pos - lo
     return v[lo] + (v[hi] - v[lo]) * frac
-
-
-def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """Index of the first token where two outputs differ; None when they are identical.
-
-    When one is a strict prefix of the other, the length of the shorter one.
-    """
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return None if len(a) == len(b) else n
 
 
 def token_latencies(token_times: Sequence[float]) -> list[float]:

@@ -34,7 +34,8 @@ from app.engine.cpu import cpu_sample, other_cores
 from app.engine.divergence import Divergence, SamplingTrace
 from app.engine.events import Event
 from app.engine.llama import LlamaModel
-from app.engine.measure.bench import first_difference, generate_once, measure_divergence
+from app.engine.divergence import first_difference
+from app.engine.measure.bench import generate_once, measure_divergence
 from app.engine.measure.prompts import PreparedPrompt
 from app.engine.reply import ReplyFields, ReplyRecord, ReplyRequest
 from app.engine.session import Session

@@ -59,7 +59,7 @@ def _race(on_ids: tuple[int, ...] = (1, 2, 3, 4), on_text: str = "abcdefgh") -> 
                          ttft=0.6, target_step_time=0.1, draft_time=0.001)
     off = _lane("off", (1, 2, 3, 4), (0.7, 1.2, 1.9, 2.5), "abcdefgh", off_stats)
     on = _lane("on", on_ids, (0.6, 0.6, 1.0, 1.0), on_text, on_stats)
-    from app.engine.measure.bench import first_difference
+    from app.engine.divergence import first_difference
 
     diff = first_difference(off.token_ids, on.token_ids)
     return RaceResult(off, on, seed=7, temperature=0.0, identical=diff is None,
