@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import threading
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 from app.cli.json_output import print_json
 from app.cli.report import end_reply_line, write_reply_text
 from app.errors import TandemError
+from app.engine.measure.bench import median
 from app.formatting import advice_words, printable
 from app.remote.client import RemoteClient, RemoteDelta, RemoteResult, ServerInfo
 from app.remote.errors import RemoteCancelledError
@@ -253,9 +253,8 @@ def run_remote_bench(args: argparse.Namespace, cancel: threading.Event) -> int:
 
 def bench_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians and sums over ``bench --server`` runs (None where no run had the figure)."""
-    def median(key: str) -> float | None:
-        values = [r[key] for r in runs if r[key] is not None]
-        return statistics.median(values) if values else None
+    def median_of(key: str) -> float | None:
+        return median(r[key] for r in runs if r[key] is not None)
 
     drafted = [r for r in runs if r["draft_n"] is not None]
     draft_n = sum(r["draft_n"] for r in drafted)
@@ -263,9 +262,9 @@ def bench_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     counted = [r for r in drafted if r["drafts"] is not None]
     drafts = sum(r["drafts"] for r in counted)
     accepted_counted = sum(r["draft_n_accepted"] for r in counted)
-    return {"runs": len(runs), "decode_tps_median": median("decode_tps"),
-            "ttft_s_median": median("ttft_s"),
-            "server_decode_tps_median": median("server_decode_tps"),
+    return {"runs": len(runs), "decode_tps_median": median_of("decode_tps"),
+            "ttft_s_median": median_of("ttft_s"),
+            "server_decode_tps_median": median_of("server_decode_tps"),
             "acceptance_rate": accepted / draft_n if draft_n else None,
             "mean_acceptance_length": 1 + accepted_counted / drafts if drafts else None,
             "draft_n": draft_n if drafted else None,

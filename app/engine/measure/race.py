@@ -35,7 +35,7 @@ from app.engine.divergence import Divergence, SamplingTrace
 from app.engine.events import Event
 from app.engine.llama import LlamaModel
 from app.engine.divergence import first_difference
-from app.engine.measure.bench import generate_once, measure_divergence
+from app.engine.measure.bench import generate_once, measure_divergence, median
 from app.engine.measure.prompts import PreparedPrompt
 from app.engine.reply import ReplyFields, ReplyRecord, ReplyRequest
 from app.engine.session import Session
@@ -187,8 +187,7 @@ class RaceResult:
     @property
     def typical_load(self) -> float | None:
         """Other processes' median load over every run of the race, cores (None: unknown)."""
-        loads = [o for p in self.pairs for o in (p.off_other, p.on_other) if o is not None]
-        return statistics.median(loads) if loads else None
+        return median(o for p in self.pairs for o in (p.off_other, p.on_other) if o is not None)
 
     @property
     def kept_pairs(self) -> tuple[RacePair, ...]:
@@ -261,8 +260,7 @@ class RaceResult:
         """Decode tok/s on ÷ off (prefill excluded): the median over the kept pairs when
         pairs were timed (None when every pair was disturbed), else the lanes' own."""
         if self.pairs:
-            kept = self.kept_speedups
-            return statistics.median(kept) if kept else None
+            return median(self.kept_speedups)
         a, b = self.off.stats.decode_tps, self.on.stats.decode_tps
         return b / a if a and b else None
 
