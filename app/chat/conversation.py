@@ -63,7 +63,9 @@ from app.engine.stats import SpecStats
 from app.engine.suffix import DEFAULT_MAX_REPLIES
 from app.errors import ContextOverflowError, TandemError
 from app.formatting import shortened, valid_text
-from app.options import DrafterNeeds, SamplingParams, SpecMode, SpeculationConfig
+from app.options import (
+    DrafterNeeds, SamplingParams, SpecMode, SpeculationConfig, default_draft_max,
+)
 from app.remote.client import RemoteClient
 from app.store import paths
 from app.store.history import (
@@ -536,19 +538,29 @@ class ChatController:
             "From the next reply", f"{change} from the next reply; the reply being written "
             "keeps its own.", level="warning", origin="reply"))
 
-    def _draft_choice_failed(self) -> None:
-        """The draft loaded for a switch to the draft-model mode failed and none stays
-        loaded: the drafter of before comes back, and a file the user had just picked is
-        not offered again (a draft the settings held stays there: it may fit another
-        target)."""
+    def _draft_choice_failed(self) -> str:
+        """The draft loaded for a switch to the draft-model mode, or after a target
+        loaded, failed and none stays loaded: the drafter of before (after a load, prompt
+        lookup) comes back, and a file the user had just picked is not offered again (a
+        draft the settings held stays there: it may fit another target, and choosing
+        "Draft model" again loads it). Returns the sentence that says so ("" when
+        nothing changed)."""
         choice, self._draft_choice = self._draft_choice, None
         info = self.model_info
         if (choice is None or info is None or info.draft_path is not None
                 or self.settings.speculation.mode is not SpecMode.DRAFT_MODEL):
-            return
+            return ""
         if choice.picked:
             self.settings.model.draft_path = None
         self.set_speculation(choice.before)
+        return f"The drafter is {choice.before.mode.label.lower()} meanwhile."
+
+    def _model_free_drafter(self) -> SpeculationConfig:
+        """Prompt lookup with its default k: the drafter used when the draft model the
+        settings name cannot be used beside the target loaded."""
+        mode = SpecMode.PROMPT_LOOKUP
+        return self.settings.speculation.with_changes(mode=mode,
+                                                      draft_max=default_draft_max(mode))
 
     def set_draft_length(self, k: int) -> None:
         """Use draft length ``k`` (the race window's k sweep applies one)."""
@@ -798,12 +810,16 @@ class ChatController:
             mode = self.settings.speculation.mode
             if draft is not None and (mode is SpecMode.DRAFT_MODEL or (
                     mode is SpecMode("mtp") and is_assistant_file(draft))):
+                # a draft that does not load beside this target (another tokenizer, say)
+                # leaves prompt lookup, not a "Draft model" box over no speculation
+                self._draft_choice = _DraftChoice(self._model_free_drafter(), picked=False)
                 if draft.is_file():
                     self.set_draft_model(draft)
                 else:
+                    switched = self._draft_choice_failed()
                     self.report(UserError("Draft model not found",
-                                          f"{draft} is no longer there; choose another draft.",
-                                          origin="draft"))
+                                          f"{draft} is no longer there; choose another "
+                                          f"draft. {switched}", origin="draft"))
             elif draft is None and mode is SpecMode.DRAFT_MODEL and self.remote is None:
                 self.report(UserError(
                     "No draft model", "The drafter is \u201cDraft model\u201d but no draft "
@@ -846,6 +862,7 @@ class ChatController:
 
     def _on_model_job_failed(self, failed: JobFailed) -> None:
         self._end_model_job()
+        error = failed.error
         if failed.kind == "draft":
             kept, self._draft_kept = self._draft_kept, None
             if self.model_info is not None:  # the draft the service says stays loaded
@@ -856,7 +873,8 @@ class ChatController:
                 self.view.model_changed(self.model_info)
             if kept is not None and kept.path is not None:  # not the file that failed
                 self.settings.model.draft_path = kept.path
-            self._draft_choice_failed()
+            if switched := self._draft_choice_failed():
+                error = replace(error, message=f"{error.message} {switched}")
             self.view.save_settings_soon()
         elif failed.kind == "load":
             self._pick = None  # the settings keep the draft and mode they had
@@ -864,7 +882,7 @@ class ChatController:
             self.model_info = self._model_before_load if self._target_kept else None
             self.view.model_changed(self.model_info)
         self.view.state_changed()
-        self.report(failed.error)
+        self.report(error)
 
     def can_race(self) -> bool:
         """Whether the race window may open now (a model loaded, nothing running); the

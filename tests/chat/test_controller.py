@@ -610,8 +610,9 @@ def test_a_target_loaded_in_the_draft_model_mode_without_a_draft_says_so(
 
 def test_a_draft_that_fails_after_a_reload_stays_remembered(rig: Rig, tmp_path: Path) -> None:
     """A draft that loaded with one target and fails when loaded again (another target's
-    vocabulary, memory after a GPU-layer change) is neither forgotten nor the mode
-    changed: the error says why, and the draft is tried again with the next target."""
+    vocabulary, memory after a GPU-layer change) is not forgotten: the error says why and
+    that prompt lookup drafts meanwhile, and choosing "Draft model" again loads it
+    without a file dialog."""
     good = tmp_path / "draft.gguf"
     write_header_only(good)
     rig.view.draft_choice = good
@@ -624,15 +625,16 @@ def test_a_draft_that_fails_after_a_reload_stays_remembered(rig: Rig, tmp_path: 
     rig.pump.until(rig.c, lambda: not rig.c.loading)
     assert rig.view.errors[-1].origin == "draft"
     assert "vocabulary" in rig.view.errors[-1].message
+    assert rig.view.errors[-1].message.endswith("The drafter is prompt lookup meanwhile.")
     assert rig.settings.model.draft_path == good
-    assert rig.settings.speculation.mode is SpecMode.DRAFT_MODEL
-    asked = rig.view.names().count("choose_draft_file")
-    rig.c.set_speculation(rig.settings.speculation.with_changes(draft_max=6))  # k only:
-    assert rig.view.names().count("choose_draft_file") == asked  # no file dialog
-    assert rig.settings.speculation.draft_max == 6
+    assert rig.settings.speculation.mode is SpecMode.PROMPT_LOOKUP
     rig.script.draft_error = None  # back to a target it fits: loaded again
     rig.c.reload_model()
     rig.pump.until(rig.c, lambda: not rig.c.loading)
+    asked = rig.view.names().count("choose_draft_file")
+    rig.c.set_speculation(rig.settings.speculation.with_changes(mode=SpecMode.DRAFT_MODEL))
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.view.names().count("choose_draft_file") == asked  # no file dialog
     assert rig.c.model_info is not None and rig.c.model_info.draft_path == good
 
 
@@ -1011,3 +1013,32 @@ def test_continue_writes_more_of_a_reply_cut_short_as_a_new_version(
     rig.c.send_message("again")
     rig.reply_done()
     assert not rig.c.continue_reply(cut.id)  # no longer the last message
+
+
+def test_a_target_whose_draft_cannot_be_used_gets_prompt_lookup(tmp_path: Path) -> None:
+    """Loading a target while the settings hold "Draft model" and a draft that does not
+    load beside it (another tokenizer), or is gone: prompt lookup with its k, not a
+    "Draft model" box over replies without speculation; the settings keep the draft (it
+    may fit another target)."""
+    from app.errors import IncompatibleDraftError
+
+    draft = tmp_path / "draft.gguf"
+    write_header_only(draft)
+    for path, error in ((draft, IncompatibleDraftError("the tokenizers differ")),
+                        (tmp_path / "gone.gguf", None)):
+        (tmp_path / path.stem).mkdir()
+        rig = Rig(tmp_path / path.stem, Script(draft_error=error))
+        rig.settings.model.draft_path = path
+        rig.settings.speculation = SpeculationConfig(mode=SpecMode.DRAFT_MODEL, draft_max=4)
+        try:
+            rig.start()
+            rig.pump.until(rig.c, lambda: not rig.c.loading)
+            assert rig.view.errors[-1].origin == "draft", rig.view.errors
+            assert rig.settings.speculation.mode is SpecMode.PROMPT_LOOKUP
+            assert rig.settings.speculation.draft_max == 16
+            assert rig.settings.model.draft_path == path
+            assert rig.c.model_info is not None and rig.c.model_info.draft_path is None
+            shown = [args[0] for name, args in rig.view.calls if name == "speculation_changed"]
+            assert shown[-1].mode is SpecMode.PROMPT_LOOKUP  # the Drafter box says so
+        finally:
+            rig.c.close()

@@ -600,14 +600,15 @@ def test_system_prompt_is_sent_and_context_overflow_is_a_message(
     assert [(m.role, m.content) for m in sent[0]] == [
         ("system", "You answer in one word."), ("user", "Colour of the sky?")]
 
-    # A message that cannot fit in n_ctx = 512: a clear message, the user text is kept.
+    # A message that cannot fit in n_ctx = 512: a clear message, the text back in the box.
     assert window.send_message("word " * 1500)
     wait_reply(qtbot, window)
     err = window.message_bar.current
     assert err is not None and "context window" in err.message
     msgs = _stored_reply(window)
-    assert [m.role for m in msgs] == ["user", "assistant", "user"]
-    assert window.chat.messages[-1].role == "user"
+    assert [m.role for m in msgs] == ["user", "assistant"]
+    assert window.chat.messages[-1].role == "assistant"
+    assert window.input.toPlainText() == "word " * 1500
     assert window.send_button.isEnabled() and window.send_button.text() == "Send"
 
 
