@@ -31,10 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine.cpu import cpu_sample, other_cores
-from app.engine.divergence import Divergence, SamplingTrace
+from app.engine.divergence import Divergence, SamplingTrace, first_difference
 from app.engine.events import Event
 from app.engine.llama import LlamaModel
-from app.engine.divergence import first_difference
 from app.engine.measure.bench import generate_once, measure_divergence, median
 from app.engine.measure.prompts import PreparedPrompt
 from app.engine.reply import ReplyFields, ReplyRecord, ReplyRequest
@@ -204,14 +203,16 @@ class RaceResult:
 
     @property
     def median_decode_tps(self) -> tuple[float, float] | None:
-        """(off, on) decode tok/s, each the median over the kept pairs (prefill
-        excluded); None without a kept pair. The ratio of these medians need not equal
-        :attr:`measured_speedup`, the median of the pairs' own ratios."""
-        kept = self.kept_pairs
+        """(off, on) decode tok/s of the kept pair whose speedup is the median (prefill
+        excluded), so the rates beside :attr:`measured_speedup` are one pair's and their
+        ratio is it; for an even count, the mean rates of the two middle pairs, whose
+        ratio lies between their speedups as the median does. None without a kept pair."""
+        kept = sorted(self.kept_pairs, key=lambda p: p.speedup or 0.0)
         if not kept:
             return None
-        return (statistics.median(p.off_tps or 0.0 for p in kept),
-                statistics.median(p.on_tps or 0.0 for p in kept))
+        middle = kept[(len(kept) - 1) // 2: len(kept) // 2 + 1]
+        return (statistics.fmean(p.off_tps or 0.0 for p in middle),
+                statistics.fmean(p.on_tps or 0.0 for p in middle))
 
     @property
     def disturbed_runs(self) -> int:

@@ -66,9 +66,10 @@ def race_table_rows(result: RaceResult) -> list[tuple[str, str, str]]:
 
 def decode_rate_row(result: RaceResult) -> tuple[str, str, str]:
     """The decode tok/s row, from the same runs as the measured speedup beside it: with
-    several pairs timed, each side's median over the kept pairs ("decode tok/s, median
-    of 3 pairs"); with one kept pair of several, that pair's; with none kept, the
-    replayed (first) pair's, named so; with one pair, the lanes' own."""
+    several pairs timed, the median pair's ("decode tok/s, median of 3 pairs": their
+    ratio is the speedup shown; :attr:`~app.engine.measure.race.RaceResult.median_decode_tps`
+    for an even count); with one kept pair of several, that pair's; with none
+    kept, the replayed (first) pair's, named so; with one pair, the lanes' own."""
     so, sn = result.off.stats, result.on.stats
     kept = result.kept_pairs
     medians = result.median_decode_tps

@@ -84,9 +84,18 @@ def test_table_rates_come_from_the_same_pairs_as_the_median_speedup() -> None:
                                             RacePair(26.0, 25.0, 0.0, 0.0),
                                             RacePair(25.0, 24.5, 0.0, 0.0)))
     rows = {name: (off, on) for name, off, on in race_table_rows(r)}
-    assert rows["decode tok/s, median of 3 pairs"] == ("25.0", "25.0")
+    # the median pair's own rates: their ratio is the speedup beside them
+    assert rows["decode tok/s, median of 3 pairs"] == ("25.0", "24.5")
     assert rows["measured speedup (decode)"][1] == "0.98× (0.96–1.06 over 3 pairs)"
-    assert r.median_decode_tps == (25.0, 25.0)
+    assert r.median_decode_tps == (25.0, 24.5)
+    # each side's own median would read 59.0 off and 57.2 on (0.97×) beside a 1.10×
+    # speedup: the rows come from one pair
+    spread = dataclasses.replace(r, pairs=(RacePair(40.0, 57.2, 0.0, 0.0),
+                                           RacePair(59.0, 64.9, 0.0, 0.0),
+                                           RacePair(78.6, 54.2, 0.0, 0.0)))
+    rows = {name: (off, on) for name, off, on in race_table_rows(spread)}
+    assert rows["decode tok/s, median of 3 pairs"] == ("59.0", "64.9")
+    assert rows["measured speedup (decode)"][1].startswith("1.10×")
     # the rows that are the replayed pair's own say so
     assert {"TTFT, replayed pair", "end-to-end time, replayed pair",
             "end-to-end speedup, replayed pair"} <= set(rows)

@@ -225,7 +225,7 @@ def test_gemma_race_is_identical_replays_and_exports(qtbot, gemma_bridge: Servic
     assert len(r.pairs) == 5 and r.pairs[0].off_tps == r.off.stats.decode_tps
     assert table["off/on pairs timed"][1].startswith("5")
     assert w.race_view.headline.text() == speedup_headline(r)
-    # the rates beside the median speedup are the medians of the same kept pairs
+    # the rates beside the median speedup are the median pair's own
     n_kept = len(r.kept_pairs)
     medians = r.median_decode_tps or (r.off.stats.decode_tps, r.on.stats.decode_tps)
     rate_row = (f"decode tok/s, median of {n_kept} pairs" if n_kept > 1
