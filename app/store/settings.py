@@ -112,8 +112,11 @@ class UiSettings(_Section):
     saveState bytes, base64-encoded; ``last_conversation_id`` is reopened at start-up."""
 
     tint_drafts: bool = True
-    #: the API tab's port (its switch is off at every start)
+    #: the API tab's port
     api_port: int = Field(DEFAULT_PORT, ge=1024, le=65535)
+    #: the API tab's "Serve API" switch as the user left it: serving starts with the
+    #: window (a start that fails, a port in use, turns it off)
+    api_serving: bool = False
     window_geometry: str | None = None
     splitter_state: str | None = None
     last_conversation_id: int | None = None

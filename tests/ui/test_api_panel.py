@@ -211,18 +211,45 @@ def test_a_failed_api_request_does_not_leave_the_gauge_live(qtbot, tmp_path) -> 
         w.close()
 
 
-def test_the_api_port_is_remembered(qtbot, tandem_home) -> None:  # type: ignore[no-untyped-def]
+def test_the_api_port_and_switch_are_remembered(qtbot, tandem_home) -> None:  # type: ignore[no-untyped-def]
+    """The port, and "Serve API" left on: the next window serves at start (an editor
+    pointed at it needs no click); turned off, it stays off; a start that fails (the
+    port taken) turns it off, saying why."""
+    import socket
+
     from app.store.settings import LoadedSettings, Settings, load_settings
     from app.ui.main_window import MainWindow
 
-    w = MainWindow(LoadedSettings(Settings()), autoload=False)
-    qtbot.addWidget(w)
-    assert w.api_panel.port.value() == 8080
-    w.api_panel.port.setValue(18097)
+    def window(settings: Settings) -> MainWindow:
+        w = MainWindow(LoadedSettings(settings), autoload=False)
+        qtbot.addWidget(w)
+        return w
+
+    w = window(Settings())
+    assert w.api_panel.port.value() == 8080 and not w.api_panel.switch.isChecked()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    w.api_panel.port.setValue(port)
+    w.api_panel.switch.click()
+    assert w.api.server is not None
     w.close()
     saved = load_settings().settings
-    assert saved.ui.api_port == 18097
-    again = MainWindow(LoadedSettings(saved), autoload=False)
-    qtbot.addWidget(again)
-    assert again.api_panel.port.value() == 18097
+    assert saved.ui.api_port == port and saved.ui.api_serving
+    again = window(saved)
+    assert again.api_panel.port.value() == port and again.api_panel.switch.isChecked()
+    assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 503
+    again.api_panel.switch.click()  # off: stays off
+    assert again.api.server is None
     again.close()
+    assert not load_settings().settings.ui.api_serving
+
+    saved.ui.api_serving = True
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        third = window(saved)
+        assert not third.api_panel.switch.isChecked() and not saved.ui.api_serving
+        error = third.message_bar.current
+        assert error is not None and error.title == "Could not serve the API"
+        third.close()

@@ -68,6 +68,8 @@ class ApiServing(QObject):
         panel.port.setValue(settings.ui.api_port)
         panel.port.valueChanged.connect(self._on_panel_port_changed)
         panel.serve_toggled.connect(self._on_panel_serve_toggled)
+        if settings.ui.api_serving:  # left on when the window last closed
+            settings.ui.api_serving = self.start(settings.ui.api_port)
 
     @Slot(int)
     def _on_panel_port_changed(self, port: int) -> None:
@@ -75,9 +77,9 @@ class ApiServing(QObject):
 
     @Slot(bool)
     def _on_panel_serve_toggled(self, on: bool) -> None:
-        if on:
-            self.start(self.panel.port.value())
-        else:
+        # the user's choice, kept for the next start (saved with the window's settings)
+        self.settings.ui.api_serving = on and self.start(self.panel.port.value())
+        if not on:
             self.stop()
 
     def start(self, port: int) -> bool:
