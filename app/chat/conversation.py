@@ -797,6 +797,7 @@ class ChatController:
         elif isinstance(value, ModelInfo):
             self.model_info = value
             self.settings.model.target_path = value.target_path
+            self.settings.model.opened(value.target_path)
             self._apply_pick(value.target_path)
             self.view.save_settings_soon()
             remember_opened_model(value.target_path)  # listed in the picker's library

@@ -58,6 +58,10 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+#: targets remembered for "Open recent" (:attr:`ModelSettings.recent_targets`)
+RECENT_TARGETS = 8
+
+
 class ModelSettings(_Section):
     """What to load. ``n_gpu_layers`` None: all layers on the GPU when the build can; 0: CPU.
 
@@ -79,10 +83,22 @@ class ModelSettings(_Section):
         "CPU threads for decoding. Auto: as many as the cores other programs leave free, "
         "changed while a reply runs when the machine gets busy or quiet (a thread that "
         "waits for a busy core stalls the others at every step)"))
+    #: the targets loaded last, most recent first (File → Open recent)
+    recent_targets: list[Path] = []
     prompt_cache_mib: int = Field(PROMPT_CACHE_MIB, ge=0, le=PROMPT_CACHE_MAX_MIB, description=(
         "Memory for saved prompt states: a conversation or API request the model's "
         "context gave up is kept, so that returning to it re-reads only what is new "
         f"instead of the whole prompt. Off: none are kept. Default {PROMPT_CACHE_MIB} MiB."))
+
+    @field_validator("recent_targets")
+    @classmethod
+    def _latest_only(cls, v: list[Path]) -> list[Path]:
+        return v[:RECENT_TARGETS]
+
+    def opened(self, target: Path) -> None:
+        """``target`` loaded: first in :attr:`recent_targets` (once)."""
+        self.recent_targets = [target, *(p for p in self.recent_targets if p != target)
+                               ][:RECENT_TARGETS]
 
     @field_validator("n_threads")
     @classmethod

@@ -388,9 +388,8 @@ class MainWindow(QMainWindow):
         self.message_bar = MessageBarWidget()
         cl.addWidget(self.message_bar)
         self.composer = ComposerWidget()
-        self.input = self.composer.input
-        self.send_button = self.composer.send_button
-        self.regenerate_button = self.composer.regenerate_button
+        self.input, self.send_button, self.regenerate_button = (
+            self.composer.input, self.composer.send_button, self.composer.regenerate_button)
         cl.addWidget(self.composer)
         self.splitter.addWidget(chat_col)
 
@@ -415,6 +414,8 @@ class MainWindow(QMainWindow):
         c = self.controller
         mb = self.model_bar
         mb.open_target_clicked.connect(self._on_model_bar_open_target_clicked)
+        mb.recent_menu.source = lambda: self.settings.model.recent_targets
+        mb.recent_menu.chosen.connect(c.load_model)
         mb.open_draft_clicked.connect(self._on_model_bar_open_draft_clicked)
         mb.connect_server_clicked.connect(self._on_model_bar_connect_server_clicked)
         mb.speculation_changed.connect(c.set_speculation)
@@ -454,7 +455,7 @@ class MainWindow(QMainWindow):
             self, new_chat=self.new_conversation, regenerate=self.regenerate,
             stop=self._stop_or_leave_edit, models=self.windows.open_model_picker,
             open_model=self._on_model_bar_open_target_clicked, search=cv.search.setFocus,
-            connect=self._on_model_bar_connect_server_clicked,
+            connect=self._on_model_bar_connect_server_clicked, recent=mb.recent_menu,
             export=lambda: export_open_conversation(self, c),
             server=(self.show_server_command, c.disconnect_server), splitter=self.splitter)
 

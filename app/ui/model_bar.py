@@ -34,6 +34,7 @@ from app.options import K_MAX, DrafterNeeds, SpecMode, SpeculationConfig, drafte
 from app.remote.errors import ServerTimeoutError, ServerUnreachableError, StreamDroppedError
 from app.ui.elided import ElidedButtonWidget, ElidedLabelWidget
 from app.ui.labels import Label
+from app.ui.recent_models import RecentModelsMenu
 
 #: the most pixels a model's file name takes in the bar (the rest is elided)
 NAME_MAX_PX = 260
@@ -188,6 +189,8 @@ class ModelBarWidget(QFrame):
         button.clicked.connect(self.open_target_clicked)
         menu = QMenu(button)
         menu.addAction("Open GGUF…", self.open_target_clicked.emit)
+        self.recent_menu = RecentModelsMenu(menu)  # its chosen signal: a target to load
+        menu.addMenu(self.recent_menu)
         self.connect_action = menu.addAction("Connect to a server…",
                                              self.connect_server_clicked.emit)
         button.setMenu(menu)

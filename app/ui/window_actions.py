@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QGridLayout,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QPushButton,
     QSplitter,
@@ -77,10 +78,10 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
                            regenerate: Callable[[], object], stop: Callable[[], object],
                            models: Callable[[], object], open_model: Callable[[], object],
                            connect: Callable[[], object], export: Callable[[], object],
-                           search: Callable[[], object],
+                           search: Callable[[], object], recent: QMenu | None = None,
                            server: tuple[Callable[[], object], Callable[[], object]] | None = None,
                            splitter: QSplitter | None = None) -> WindowActions:
-    """Add the File menu, the View menu (when ``splitter`` holds the conversation list,
+    """Add the File menu (with ``recent``, "Open recent"), the View menu (when ``splitter`` holds the conversation list,
     the chat and the side panel: :func:`add_pane_actions`), the Server menu (when
     ``server`` gives its two actions: run this on a bigger machine, disconnect), the Help
     menu, the shortcuts, and Enter on buttons to ``window``."""
@@ -103,6 +104,8 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
 
     add("New chat", [QKeySequence(QKeySequence.StandardKey.New)], new_chat, True)
     add("Open GGUF…", [QKeySequence(QKeySequence.StandardKey.Open)], open_model, True)
+    if recent is not None:  # "Open recent", the model bar's own submenu
+        file_menu.addMenu(recent)
     add("Connect to a server…", [], connect, True)
     add("Models…", [QKeySequence("Ctrl+M")], models, True)
     add("Export conversation…", [QKeySequence("Ctrl+E")], export, True)

@@ -575,3 +575,38 @@ def test_enter_during_a_reply_says_why_nothing_is_sent_and_keeps_the_text(  # ty
     assert w.controller.reply is not None  # Enter never stops the reply
     w.controller.stop_reply()
     wait_reply(qtbot, w)
+
+
+def test_open_recent_lists_the_targets_loaded_and_loads_one(  # type: ignore[no-untyped-def]
+        qtbot, window, smollm_path: Path, tmp_path: Path) -> None:
+    """File → Open recent (the same submenu as the model bar's "Open GGUF… ▾"): the
+    targets loaded, most recent first; a file gone is listed, disabled; a click loads."""
+    gemma = window.controller.model_info.target_path
+    gone = tmp_path / "gone.gguf"
+    window.settings.model.recent_targets = [gemma, gone]
+    menu = window.model_bar.recent_menu
+    file_menu = window.menuBar().actions()[0].menu()
+    assert menu.menuAction() in file_menu.actions()
+    menu.aboutToShow.emit()
+    entries = [(a.text(), a.isEnabled(), a.toolTip()) for a in menu.actions()]
+    assert entries == [(gemma.name, True, str(gemma)), ("gone.gguf (not found)", False, str(gone))]
+    window.settings.model.recent_targets = [smollm_path, gemma]
+    menu.aboutToShow.emit()
+    menu.actions()[0].trigger()  # SmolLM2
+    qtbot.waitUntil(lambda: not window.controller.loading
+                    and window.controller.model_info.target_path == smollm_path,
+                    timeout=LOAD_TIMEOUT_MS)
+    assert window.settings.model.recent_targets[:2] == [smollm_path, gemma]
+    window.settings.model.recent_targets = []
+    menu.aboutToShow.emit()
+    assert [(a.text(), a.isEnabled()) for a in menu.actions()] == [("No model opened yet", False)]
+
+
+def test_recent_targets_keep_the_latest_once() -> None:
+    from app.store.settings import RECENT_TARGETS, ModelSettings
+
+    m = ModelSettings(recent_targets=[Path(f"/m/{i}.gguf") for i in range(RECENT_TARGETS + 3)])
+    assert len(m.recent_targets) == RECENT_TARGETS
+    m.opened(Path("/m/3.gguf"))
+    assert m.recent_targets[:2] == [Path("/m/3.gguf"), Path("/m/0.gguf")]
+    assert m.recent_targets.count(Path("/m/3.gguf")) == 1
