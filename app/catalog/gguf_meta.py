@@ -501,6 +501,30 @@ class _Header:
     version: int
 
 
+#: how files that are often mistaken for models begin, and what they are
+_OTHER_FILES = (
+    (b"version https://git-lfs", "it is a Git LFS pointer, not the model (fetch the file "
+     "itself: git lfs pull, or download it from the model page)"),
+    (b"PK\x03\x04", "it is a zip archive (a PyTorch checkpoint?); llama.cpp reads GGUF files"),
+    (b"<!DOCTYPE", "it is a web page (a download that saved an error or login page?)"),
+    (b"<html", "it is a web page (a download that saved an error or login page?)"),
+    (b"{", "it is JSON text (a config or tokenizer file?), not a model"),
+)
+
+
+def _what_it_is(head: bytes) -> str:
+    """What a file that is no GGUF seems to be, from its first bytes, in words."""
+    start = head.lstrip()[:32]
+    for magic, words in _OTHER_FILES:
+        if start.lower().startswith(magic.lower()):
+            return words
+    if len(head) >= 9 and head[8:9] == b"{":  # a little-endian header length, then JSON
+        return "it looks like a safetensors file; llama.cpp reads GGUF files (convert it)"
+    text = head[:4].decode("ascii", "replace")
+    shown = f'"{text}"' if text.isprintable() else " ".join(f"{b:02x}" for b in head[:4])
+    return f"it starts with {shown}, so it is not a GGUF model"
+
+
 def _precheck(head: bytes, total_size: int) -> None:
     """Magic and header counts against the file size, before the reader walks anything."""
     if total_size == 0:
@@ -508,7 +532,7 @@ def _precheck(head: bytes, total_size: int) -> None:
     if len(head) < 4 or head[:4] != GGUF_MAGIC:
         if len(head) < 4 and total_size < 4:
             raise _Malformed(f"the file is only {total_size} bytes long")
-        raise _Malformed(f"it does not start with the GGUF magic (found {head[:4]!r})")
+        raise _Malformed(f"it does not start with the GGUF magic, \"GGUF\": {_what_it_is(head)}")
     if total_size < 24:
         raise _Malformed(f"the header is truncated (the file is {total_size} bytes)")
     (version,) = struct.unpack_from("<I", head, 4)
@@ -599,7 +623,8 @@ def _check_tensor_ranges(h: _Header, total_size: int) -> None:
         if start + t.n_bytes > total_size:
             raise _Malformed(
                 f"tensor {t.name!r} data (bytes {start}..{start + t.n_bytes}) lies outside the file"
-                f" ({total_size} bytes)"
+                f" ({total_size} bytes): the file is shorter than its header says, incomplete (a "
+                "download or copy cut short?) or damaged"
             )
         if t.offset < prev_end:
             raise _Malformed(f"tensors {prev_name!r} and {t.name!r} overlap")

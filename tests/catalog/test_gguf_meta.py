@@ -344,3 +344,25 @@ def test_a_big_endian_file_reads_like_its_little_endian_twin(tmp_path: Path) -> 
     assert big.info.context_length == little.info.context_length == 4096
     assert (big.bos_id, big.n_vocab, big.info.vocab_type) == (little.bos_id, little.n_vocab, "SPM")
     assert big.token_texts(0, 300) == little.token_texts(0, 300) == token_list(300)
+
+
+@pytest.mark.parametrize(("head", "words"), [
+    (b"version https://git-lfs.github.com/spec/v1\noid sha256:", "Git LFS pointer"),
+    (b"<!DOCTYPE html><html>", "web page"),
+    (b"PK\x03\x04\x14\x00", "zip archive"),
+    (b'{"architectures": ["LlamaForCausalLM"]}', "JSON text"),
+    (b"\x10\x02\x00\x00\x00\x00\x00\x00{\"__metadata__\"", "safetensors"),
+    (b"this is a text file", 'starts with "this"'),
+    (b"\x00\x01\x02\x03rest", "starts with 00 01 02 03"),
+])
+def test_a_file_that_is_no_gguf_is_named_for_what_it_is(tmp_path: Path, head: bytes,
+                                                         words: str) -> None:
+    """A model folder often holds what is mistaken for the model: the error says what
+    the file seems to be instead of showing its first bytes as Python bytes."""
+    p = tmp_path / "model.gguf"
+    p.write_bytes(head + b"\x00" * 64)
+    with pytest.raises(GGUFError) as exc:
+        inspect_gguf(p, use_cache=False)
+    message = str(exc.value)
+    assert message.startswith("model.gguf is not a usable GGUF file: it does not start with")
+    assert words in message and "b'" not in message
