@@ -13,6 +13,8 @@ can produce is valid for the engine; ranges and tooltips are read from the model
 
 from __future__ import annotations
 
+import os
+
 
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import (
@@ -311,11 +313,15 @@ class SamplingSettingsWidget(QWidget):
         return None if v >= 999 else v
 
     def set_pending_reload(self, pending: bool) -> None:
-        self.pending_label.setText(
-            "Reload the model to apply the new context length / threads / prompt cache / "
-            "GPU layers."
-            if pending else ""
-        )
+        """Say that the model options wait for a reload (``pending``), and when the
+        threads asked for are more than this computer's logical CPUs."""
+        notes = ["Reload the model to apply the new context length / threads / prompt "
+                 "cache / GPU layers."] if pending else []
+        cpus = os.cpu_count() or 1
+        if (n := self.threads.value()) > cpus:
+            notes.append(f"{n} threads on {cpus} logical CPUs: the threads beyond them wait "
+                         "for each other at every step, which is usually slower.")
+        self.pending_label.setText(" ".join(notes))
 
     @Slot()
     def _on_sampling_value_changed(self) -> None:

@@ -650,6 +650,24 @@ def test_the_prompt_cache_setting_shows_the_saved_size_and_emits_a_change(qtbot)
     assert "prompt cache" in panel.pending_label.text()
 
 
+def test_more_threads_than_logical_cpus_are_said_to_be_slower(qtbot) -> None:
+    import os
+
+    from app.store.settings import ModelSettings
+    from app.ui.sampling_panel import SamplingSettingsWidget
+
+    panel = SamplingSettingsWidget()
+    qtbot.addWidget(panel)
+    cpus = os.cpu_count() or 1
+    panel.set_values(SamplingParams(), ModelSettings(n_threads=cpus), SpeculationConfig())
+    panel.set_pending_reload(False)
+    assert panel.pending_label.text() == ""
+    panel.threads.setValue(cpus + 1)
+    panel.set_pending_reload(True)
+    text = panel.pending_label.text()
+    assert text.startswith("Reload the model") and f"{cpus + 1} threads on {cpus} logical" in text
+
+
 def test_long_plain_tooltips_are_wrapped_when_shown(qtbot) -> None:
     from PySide6.QtCore import QEvent, QPoint
     from PySide6.QtGui import QHelpEvent
