@@ -173,3 +173,28 @@ def test_choices_that_agree_still_pass() -> None:
     assert drafter_mode(_parse("serve", "--model", "m")) is SpecMode.OFF
     assert drafter_mode(_parse("generate", "hi", "--model", "m", "--mtp",
                                "--mtp-assistant", "a.gguf")) is SpecMode("mtp")
+
+
+def test_a_model_named_as_models_list_shows_it_is_found_in_the_library(
+        tandem_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--model NAME.gguf`` (or NAME), no such file here: the library's model of that
+    name; none, or several, is a clear error."""
+    from app.cli.options import library_model
+    from app.errors import ModelPathError
+    from app.store import paths
+    from tests.synthetic import write_header_only
+
+    monkeypatch.chdir(tmp_path)
+    model = write_header_only(paths.models_dir() / "tiny-chat.Q4_0.gguf")
+    assert library_model("tiny-chat.Q4_0.gguf") == model
+    assert library_model("tiny-chat.Q4_0") == model
+    here = write_header_only(tmp_path / "tiny-chat.Q4_0.gguf")  # a file here wins
+    assert library_model("tiny-chat.Q4_0.gguf") == Path("tiny-chat.Q4_0.gguf")
+    here.unlink()
+    with pytest.raises(ModelPathError, match="the library has no model named other.gguf"):
+        library_model("other.gguf")
+    assert library_model(tmp_path / "sub" / "x.gguf") == tmp_path / "sub" / "x.gguf"  # a path
+    (paths.models_dir() / "more").mkdir()
+    write_header_only(paths.models_dir() / "more" / "tiny-chat.Q4_0.gguf")
+    with pytest.raises(ModelPathError, match="names 2 models in the library"):
+        library_model("tiny-chat.Q4_0")

@@ -301,11 +301,45 @@ def drafter_choices(args: argparse.Namespace) -> dict[str, SpecMode]:
     return given
 
 
+def library_model(given: str | Path) -> Path:
+    """``given`` as a path; a bare file name (or name without ``.gguf``) that is no file
+    here names the library's model of that name, as ``models list`` shows it (a name
+    two models share stays as given: the error then lists them).
+
+    Raises:
+        ModelPathError: the name fits no file here and no model in the library, or
+            several models there.
+    """
+    path = Path(given)
+    if path.exists() or len(path.parts) != 1:
+        return path
+    from app.catalog.library import Library
+    from app.errors import ModelPathError
+
+    try:
+        files = Library().discover()
+    except OSError:  # the library cannot be read: the path's own error follows
+        return path
+    found = sorted({f.path for f in files if path.name in (f.path.name, f.path.stem)})
+    if len(found) > 1:
+        raise ModelPathError(f"{path.name} names {len(found)} models in the library: "
+                             + ", ".join(map(str, found)) + ". Give the path of one.")
+    if not found:
+        raise ModelPathError(f"Model file not found: {path.absolute()}, and the library has "
+                             f"no model named {path.name} (`python -m app models list` shows "
+                             "the models it has).")
+    return found[0]
+
+
 def check_model_files(args: argparse.Namespace) -> None:
-    """Raises ModelPathError for a --model, --draft or --mtp-assistant that is not a
-    readable file (missing, a folder, a pipe, a dangling link; see
+    """Turns a --model or --draft given by its library name into its path
+    (:func:`library_model`). Raises ModelPathError for a --model, --draft or
+    --mtp-assistant that is not a readable file (missing, a folder, a pipe, a dangling link; see
     :func:`app.catalog.model_file.check_model_file`), and TandemError for an MTP
     assistant given as --draft or another model given as --mtp-assistant."""
+    args.model = library_model(args.model)
+    if args.draft is not None:
+        args.draft = library_model(args.draft)
     assistant = getattr(args, "mtp_assistant", None)
     for path in (args.model, args.draft, assistant):
         if path is not None:
