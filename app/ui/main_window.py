@@ -456,8 +456,8 @@ class MainWindow(QMainWindow):
             stop=self._stop_or_leave_edit, models=self.windows.open_model_picker,
             open_model=self._on_model_bar_open_target_clicked, search=cv.search.setFocus,
             connect=self._on_model_bar_connect_server_clicked, recent=mb.recent_menu,
-            export=lambda: export_open_conversation(self, c),
-            server=(self.show_server_command, c.disconnect_server), splitter=self.splitter)
+            export=lambda: export_open_conversation(self, c), splitter=self.splitter,
+            server=(self.show_server_command, c.disconnect_server, self.api.action))
 
     # -- the controller's view --------------------------------------------------------
     def show_error(self, error: UserError) -> None:

@@ -79,11 +79,13 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
                            models: Callable[[], object], open_model: Callable[[], object],
                            connect: Callable[[], object], export: Callable[[], object],
                            search: Callable[[], object], recent: QMenu | None = None,
-                           server: tuple[Callable[[], object], Callable[[], object]] | None = None,
+                           server: tuple[Callable[[], object], Callable[[], object],
+                                         QAction] | None = None,
                            splitter: QSplitter | None = None) -> WindowActions:
     """Add the File menu (with ``recent``, "Open recent"), the View menu (when ``splitter`` holds the conversation list,
     the chat and the side panel: :func:`add_pane_actions`), the Server menu (when
-    ``server`` gives its two actions: run this on a bigger machine, disconnect), the Help
+    ``server`` gives its actions: run this on a bigger machine, disconnect, and the
+    checkable "Serve API" of the API tab), the Help
     menu, the shortcuts, and Enter on buttons to ``window``."""
     file_menu = window.menuBar().addMenu("&File")
     shortcut_rows: list[tuple[str, str]] = []
@@ -136,7 +138,7 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
         panes = add_pane_actions(window, splitter, shortcut_rows)
     disconnect = None
     if server is not None:
-        run_elsewhere, disconnect_server = server
+        run_elsewhere, disconnect_server, serve = server
         server_menu = window.menuBar().addMenu("&Server")
         server_menu.setToolTipsVisible(True)  # the action's tooltip says what it gives
         connect_action = server_menu.addAction("Connect to a server…")
@@ -153,6 +155,8 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
                               "last is loaded, if any")
         disconnect.setEnabled(False)
         disconnect.triggered.connect(lambda _checked=False: disconnect_server())
+        server_menu.addSeparator()
+        server_menu.addAction(serve)  # the API tab's "Serve API" switch
 
     help_menu = window.menuBar().addMenu("&Help")
     shortcuts = help_menu.addAction("Keyboard shortcuts")

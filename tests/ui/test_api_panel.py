@@ -213,8 +213,8 @@ def test_a_failed_api_request_does_not_leave_the_gauge_live(qtbot, tmp_path) -> 
 
 def test_the_api_port_and_switch_are_remembered(qtbot, tandem_home) -> None:  # type: ignore[no-untyped-def]
     """The port, and "Serve API" left on: the next window serves at start (an editor
-    pointed at it needs no click); turned off, it stays off; a start that fails (the
-    port taken) turns it off, saying why."""
+    pointed at it needs no click); turned off (with the switch or its twin in the Server
+    menu), it stays off; a start that fails (the port taken) turns it off, saying why."""
     import socket
 
     from app.store.settings import LoadedSettings, Settings, load_settings
@@ -239,8 +239,14 @@ def test_the_api_port_and_switch_are_remembered(qtbot, tandem_home) -> None:  # 
     again = window(saved)
     assert again.api_panel.port.value() == port and again.api_panel.switch.isChecked()
     assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 503
-    again.api_panel.switch.click()  # off: stays off
-    assert again.api.server is None
+    server_menu = next(a.menu() for a in again.menuBar().actions() if a.text() == "&Server")
+    assert again.api.action in server_menu.actions() and again.api.action.isChecked()
+    again.api.action.trigger()  # the Server menu's twin of the switch: off, stays off
+    assert again.api.server is None and not again.api_panel.switch.isChecked()
+    again.api.action.trigger()
+    assert again.api.server is not None and again.api_panel.switch.isChecked()
+    again.api_panel.switch.click()
+    assert again.api.server is None and not again.api.action.isChecked()
     again.close()
     assert not load_settings().settings.ui.api_serving
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Slot
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel
 
 from app.api.traffic import (
@@ -65,6 +66,12 @@ class ApiServing(QObject):
         self.server: Any = None  # an app.api.server.ApiServer while serving
         self.traffic = ApiTrafficFollower()
         status_label.hide()
+        #: the Server menu's twin of the panel's switch
+        self.action = QAction("Serve the API on this computer", self)
+        self.action.setCheckable(True)
+        self.action.setToolTip("The API tab's \u201cServe API\u201d: an OpenAI-compatible "
+                               "API on 127.0.0.1 for editors and scripts")
+        self.action.toggled.connect(self._on_panel_serve_toggled)
         panel.port.setValue(settings.ui.api_port)
         panel.port.valueChanged.connect(self._on_panel_port_changed)
         panel.serve_toggled.connect(self._on_panel_serve_toggled)
@@ -103,7 +110,7 @@ class ApiServing(QObject):
             server.start()
         except TandemError as exc:
             self._show_error(UserError("Could not serve the API", str(exc), origin="api"))
-            self.panel.set_serving(None)
+            self._show_off()
             return False
         self.server = server
         self._clear_errors("api")  # an earlier failure to start (a port in use) is over
@@ -117,8 +124,17 @@ class ApiServing(QObject):
         if self.server is not None:
             self.server.stop()
             self.server = None
-        self.panel.set_serving(None)
+        self._show_off()
         self.status_label.hide()
+
+    def _show_off(self) -> None:
+        self.panel.set_serving(None)
+        self._check_action(False)
+
+    def _check_action(self, on: bool) -> None:
+        self.action.blockSignals(True)
+        self.action.setChecked(on)
+        self.action.blockSignals(False)
 
     @Slot()
     def _show_serving(self) -> None:
@@ -132,6 +148,7 @@ class ApiServing(QObject):
                 "Tandem only: requests are answered 503 until one is. " if info is not None
                 else "No model is loaded: requests are answered 503 until one is. ")
         self.panel.set_serving(self.server.base_url, note)
+        self._check_action(True)
 
     def handle(self, event: object) -> None:
         """Follow one service event (any kind; those of API replies move the gauge)."""
