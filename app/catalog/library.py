@@ -240,11 +240,11 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
-#: bytes read at each of the start, middle and end of a file for :func:`content_identity`
+#: bytes read at each of the start, middle and end of a file for :func:`copy_key`
 IDENTITY_SAMPLE_BYTES = 1 << 20
 
 
-def content_identity(path: Path) -> tuple[int, str]:
+def copy_key(path: Path) -> tuple[int, str]:
     """``(size in bytes, hex digest)`` that two copies of one model share.
 
     The digest is SHA-256 over 1 MiB at the start (the GGUF header and metadata), the
@@ -269,7 +269,7 @@ def content_identity(path: Path) -> tuple[int, str]:
 def merge_copies(entries: Sequence[LibraryEntry]) -> list[LibraryEntry]:
     """``entries`` with copies of one model merged into the first (its :attr:`copies`).
 
-    Only readable entries of equal file size are compared (:func:`content_identity`), so
+    Only readable entries of equal file size are compared (:func:`copy_key`), so
     a library of different models reads nothing more. Order is kept; a file that cannot
     be read is kept as it is.
     """
@@ -284,7 +284,7 @@ def merge_copies(entries: Sequence[LibraryEntry]) -> list[LibraryEntry]:
         seen: dict[tuple[int, str], int] = {}
         for i in group:
             try:
-                key = content_identity(entries[i].path)
+                key = copy_key(entries[i].path)
             except OSError:
                 continue
             if key in seen:
@@ -756,7 +756,7 @@ def drafts_for(target: LibraryEntry, candidates: Sequence[LibraryEntry]) -> list
     """The library's models ranked as drafts for ``target`` (for the draft picker).
 
     The target itself is left out, through any link and as a copy with the same content
-    (:func:`content_identity`). Compatible drafts come first with the estimated draft
+    (:func:`copy_key`). Compatible drafts come first with the estimated draft
     cost ratio c (size ratio); incompatible and unreadable ones follow with the reason.
     See :func:`app.catalog.pairing.rank_drafts`.
 
@@ -773,8 +773,8 @@ def drafts_for(target: LibraryEntry, candidates: Sequence[LibraryEntry]) -> list
             continue
         if cand.info is not None and target.info is not None and cand.info.file_size == target.info.file_size:
             try:
-                target_identity = target_identity or content_identity(target.path)
-                if content_identity(cand.path) == target_identity:
+                target_identity = target_identity or copy_key(target.path)
+                if copy_key(cand.path) == target_identity:
                     continue
             except OSError:
                 pass
