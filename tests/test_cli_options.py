@@ -198,3 +198,12 @@ def test_a_model_named_as_models_list_shows_it_is_found_in_the_library(
     write_header_only(paths.models_dir() / "more" / "tiny-chat.Q4_0.gguf")
     with pytest.raises(ModelPathError, match="names 2 models in the library"):
         library_model("tiny-chat.Q4_0")
+
+    from app.catalog.library import Library, ModelFile
+
+    blob = tmp_path / "sha256-0123"  # an Ollama blob: listed by its tag
+    monkeypatch.setattr(Library, "discover", lambda self: [
+        ModelFile(blob, (blob,), (), "ollama", label="llama3.2:1b")])
+    assert library_model("llama3.2:1b") == blob
+    (tmp_path / "dangling.gguf").symlink_to(tmp_path / "nowhere.gguf")
+    assert library_model("dangling.gguf") == Path("dangling.gguf")  # its own error follows

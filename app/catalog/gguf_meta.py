@@ -514,14 +514,15 @@ _OTHER_FILES = (
 
 def _what_it_is(head: bytes) -> str:
     """What a file that is no GGUF seems to be, from its first bytes, in words."""
+    if len(head) >= 10 and head[8:10] == b'{"':  # a little-endian header length, then JSON
+        return "it looks like a safetensors file; llama.cpp reads GGUF files (convert it)"
     start = head.lstrip()[:32]
     for magic, words in _OTHER_FILES:
         if start.lower().startswith(magic.lower()):
             return words
-    if len(head) >= 9 and head[8:9] == b"{":  # a little-endian header length, then JSON
-        return "it looks like a safetensors file; llama.cpp reads GGUF files (convert it)"
     text = head[:4].decode("ascii", "replace")
-    shown = f'"{text}"' if text.isprintable() else " ".join(f"{b:02x}" for b in head[:4])
+    shown = (f'"{text}"' if head[:4].isascii() and text.isprintable()
+             else " ".join(f"{b:02x}" for b in head[:4]))
     return f"it starts with {shown}, so it is not a GGUF model"
 
 

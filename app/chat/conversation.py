@@ -267,11 +267,14 @@ class ChatView(Protocol):
     def reply_failed(self, reply: ActiveReply, error: UserError) -> None:
         """Generation failed; the text so far (if any) was kept with an error footer."""
 
-    def message_given_back(self, message_id: int, text: str, edited: bool) -> None:
-        """A message sent was refused before its reply began (the conversation does not
-        fit): ``text`` goes back to the input box, as an edit of ``message_id`` again
-        when ``edited`` (its earlier text is shown again), else as a new message (it left
-        the conversation)."""
+    def message_given_back(self, conversation_id: int | None, message_id: int, text: str,
+                           edited: bool) -> None:
+        """A message sent in ``conversation_id`` (None: the fresh chat opened in place of
+        the conversation it created) was refused before its reply began (the conversation
+        does not fit): ``text`` goes back to that conversation's input box, as an edit of
+        ``message_id`` again when ``edited`` (its earlier text is shown again), else as a
+        new message (it left the conversation); when another conversation is open by
+        now, it waits there."""
 
     def choose_draft_file(self) -> Path | None:
         """Ask the user for a draft GGUF (None: cancelled)."""
@@ -285,6 +288,13 @@ class _NoView:
 
     def __getattr__(self, name: str) -> Callable[..., None]:
         return lambda *args: None
+
+
+def _drafter_sentence(mode: SpecMode) -> str:
+    """"Speculation is off", "Auto chooses the drafter", "The drafter is prompt lookup"."""
+    return ("Speculation is off" if mode is SpecMode.OFF else
+            "Auto chooses the drafter" if mode is SpecMode.AUTO else
+            f"The drafter is {mode.words}")
 
 
 class ChatController:
@@ -531,9 +541,7 @@ class ChatController:
 
     def _say_next_reply(self, mode: SpecMode) -> None:
         """A drafter chosen while a reply is written applies from the next one: said."""
-        change = ("Speculation is off" if mode is SpecMode.OFF else
-                  "Auto chooses the drafter" if mode is SpecMode.AUTO else
-                  f"The drafter is {mode.words}")
+        change = _drafter_sentence(mode)
         self.report(UserError(
             "From the next reply", f"{change} from the next reply; the reply being written "
             "keeps its own.", level="warning", origin="reply"))
@@ -553,14 +561,14 @@ class ChatController:
         if choice.picked:
             self.settings.model.draft_path = None
         self.set_speculation(choice.before)
-        return f"The drafter is {choice.before.mode.label.lower()} meanwhile."
+        return f"{_drafter_sentence(choice.before.mode)} meanwhile."
 
     def _model_free_drafter(self) -> SpeculationConfig:
         """Prompt lookup with its default k: the drafter used when the draft model the
         settings name cannot be used beside the target loaded."""
-        mode = SpecMode.PROMPT_LOOKUP
-        return self.settings.speculation.with_changes(mode=mode,
-                                                      draft_max=default_draft_max(mode))
+        mode, now = SpecMode.PROMPT_LOOKUP, self.settings.speculation
+        k = default_draft_max(mode)
+        return now.with_changes(mode=mode, draft_max=k, draft_min=min(now.draft_min, k))
 
     def set_draft_length(self, k: int) -> None:
         """Use draft length ``k`` (the race window's k sweep applies one)."""
@@ -812,8 +820,10 @@ class ChatController:
             if draft is not None and (mode is SpecMode.DRAFT_MODEL or (
                     mode is SpecMode("mtp") and is_assistant_file(draft))):
                 # a draft that does not load beside this target (another tokenizer, say)
-                # leaves prompt lookup, not a "Draft model" box over no speculation
-                self._draft_choice = _DraftChoice(self._model_free_drafter(), picked=False)
+                # leaves prompt lookup, not a "Draft model" box over no speculation (MTP
+                # without its assistant drafts with the target's own heads, if any)
+                if mode is SpecMode.DRAFT_MODEL:
+                    self._draft_choice = _DraftChoice(self._model_free_drafter(), picked=False)
                 if draft.is_file():
                     self.set_draft_model(draft)
                 else:
@@ -1174,9 +1184,10 @@ class ChatController:
             return False
         if self.remote is not None and not self.remote.info.can_continue:
             self.report(UserError(
-                "Not with this server", f"{self.remote.info.engine.value} cannot continue a "
-                "reply (llama-server, vLLM, Tandem and a model loaded in Tandem can); "
-                "Regenerate asks the server again.", level="warning", origin="reply"))
+                "Not with this server", f"This server ({self.remote.info.engine.value}) "
+                "cannot continue a reply: llama-server, vLLM, another Tandem and a model "
+                "loaded in Tandem can. Regenerate asks the server again.", level="warning",
+                origin="reply"))
             return False
         self._save_unsaved()  # a reply the history refused is read back whole
         try:
@@ -1492,8 +1503,9 @@ class ChatController:
         if restored is not None:
             self._show_branch(restored)
         if back is not None:
-            self._show_branch(back[0])
-            self.view.message_given_back(back[1].id, back[1].content, back[0] is not None)
+            earlier, asked, where = back
+            self._show_branch(earlier)
+            self.view.message_given_back(where, asked.id, asked.content, earlier is not None)
             error = replace(error, title="Not sent", level="warning",
                             message=f"{error.message} Your message is back in the box.")
             self.view.conversations_changed()
@@ -1501,15 +1513,17 @@ class ChatController:
         self.report(error)
 
     def _give_back(self, reply: ActiveReply, error: UserError,
-                   ) -> tuple[StoredMessage | None, StoredMessage] | None:
+                   ) -> tuple[StoredMessage | None, StoredMessage, int | None] | None:
         """A reply refused before any text because the conversation does not fit
         (:class:`~app.errors.ContextOverflowError`, raised before generation): the
         message just sent leaves the history (an edit's new text: the earlier text comes
         back with the messages after it), so that Send tries it again once it is
-        shortened or the context settings changed. Returns (the earlier version shown
-        again, or None when the message was new and is gone; the message sent), or None
-        when nothing was given back (another failure, a regeneration, or the history
-        refused: the message stays, and Edit brings it back)."""
+        shortened or the context settings changed; a conversation that send created is
+        left empty and, open, goes too (a fresh chat opens). Returns (the earlier version
+        shown again, or None when the message was new and is gone; the message sent; the
+        conversation whose box gets it, None: the fresh chat), or None when nothing was
+        given back (another failure, a regeneration, or the history refused: the message
+        stays, and Edit brings it back)."""
         asked = reply.asked
         if (asked is None or reply.text or self.store is None or reply.conversation_id < 0
                 or error.cause is None or not issubclass(error.cause, ContextOverflowError)):
@@ -1522,9 +1536,22 @@ class ChatController:
         if earlier is not None and earlier.content == asked.content:
             return None  # another window went on from it: it stays
         reply.given_back = True
+        cid = reply.conversation_id
         if earlier is None:
             self._roles = [(i, r) for i, r in self._roles if i != asked.id]
-        return earlier, asked
+            if cid == self.current_conversation and self._is_empty(cid):
+                self.delete_conversation(cid)  # opens a fresh chat
+                return earlier, asked, None
+        return earlier, asked, cid
+
+    def _is_empty(self, conversation_id: int) -> bool:
+        """No message and no system prompt (False when the history cannot say)."""
+        assert self.store is not None
+        try:
+            conv = self.store.conversation(conversation_id)
+            return not conv.system_prompt.strip() and not self.store.messages(conversation_id)
+        except (KeyError, sqlite3.Error):
+            return False
 
     # -- closing ----------------------------------------------------------------------
     def close(self, flush: Callable[[], None] | None = None) -> None:

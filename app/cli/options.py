@@ -302,17 +302,17 @@ def drafter_choices(args: argparse.Namespace) -> dict[str, SpecMode]:
 
 
 def library_model(given: str | Path) -> Path:
-    """``given`` as a path; a bare file name (or name without ``.gguf``) that is no file
-    here names the library's model of that name, as ``models list`` shows it (a name
-    two models share stays as given: the error then lists them).
+    """``given`` as a path; a bare name that is no file here names the library's model
+    of that name, as ``models list`` shows it: its file name (with or without ``.gguf``)
+    or the name another app gives it (an Ollama tag such as ``llama3.2:1b``).
 
     Raises:
         ModelPathError: the name fits no file here and no model in the library, or
             several models there.
     """
     path = Path(given)
-    if path.exists() or len(path.parts) != 1:
-        return path
+    if path.exists() or path.is_symlink() or len(path.parts) != 1:
+        return path  # (a dangling link: check_model_file says so)
     from app.catalog.library import Library
     from app.errors import ModelPathError
 
@@ -320,9 +320,9 @@ def library_model(given: str | Path) -> Path:
         files = Library().discover()
     except OSError:  # the library cannot be read: the path's own error follows
         return path
-    found = sorted({f.path for f in files if path.name in (f.path.name, f.path.stem)})
+    found = sorted({f.path for f in files if str(given) in (f.path.name, f.path.stem, f.label)})
     if len(found) > 1:
-        raise ModelPathError(f"{path.name} names {len(found)} models in the library: "
+        raise ModelPathError(f"{given} names {len(found)} models in the library: "
                              + ", ".join(map(str, found)) + ". Give the path of one.")
     if not found:
         raise ModelPathError(f"Model file not found: {path.absolute()}, and the library has "

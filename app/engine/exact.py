@@ -98,21 +98,16 @@ def weight_types(path: str | os.PathLike[str]) -> dict[str, int]:
     """
     from gguf import GGUFReader
 
-    from app.catalog.gguf_meta import split_part_names, split_parts
+    from app.catalog.gguf_meta import model_parts
 
-    first = Path(path)
-    parts = [first]
-    split = split_parts(first)
-    if split is not None:
-        p1 = split[0]
-        parts = [p1.with_name(n) for n in split_part_names(p1.name, split[2])]
+    parts = model_parts(Path(path))
     tensors: list[tuple[str, str, int]] = []
     try:
         for part in parts:
             reader = GGUFReader(part)
             tensors += [(t.name, t.tensor_type.name, len(t.shape)) for t in reader.tensors]
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"Could not read the tensors of {first.name}: {exc}") from exc
+        raise ModelLoadError(f"Could not read the tensors of {parts[0].name}: {exc}") from exc
     has_output = any(name == "output.weight" for name, _, _ in tensors)
     counts: dict[str, int] = {}
     for name, kind, ndim in tensors:

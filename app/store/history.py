@@ -1015,8 +1015,9 @@ class HistoryStore:
             later = c.execute("SELECT 1 FROM messages WHERE conversation_id = ? AND id > ?"
                               " LIMIT 1", (msg.conversation_id, message_id)).fetchone()
             if later is not None:  # another window went on from it: nothing is moved
-                c.execute("UPDATE messages SET status = 'done', finish_reason = ?"
-                          " WHERE id = ?", (finish_reason, message_id))
+                if msg.role == "assistant":  # (a user message has no finish reason)
+                    c.execute("UPDATE messages SET status = 'done', finish_reason = ?"
+                              " WHERE id = ?", (finish_reason, message_id))
             elif row is None:
                 self._retitle(c, msg, "")
                 c.execute("DELETE FROM messages WHERE id = ?", (message_id,))

@@ -131,7 +131,7 @@ class UiSettings(_Section):
     #: the API tab's port
     api_port: int = Field(DEFAULT_PORT, ge=1024, le=65535)
     #: the API tab's "Serve API" switch as the user left it: serving starts with the
-    #: window (a start that fails, a port in use, turns it off)
+    #: window (a start that fails, a port in use, says why and is tried at the next)
     api_serving: bool = False
     window_geometry: str | None = None
     splitter_state: str | None = None

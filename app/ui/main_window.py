@@ -167,14 +167,16 @@ def _reply_failed_around(window: MainWindow, reply: ActiveReply, error: UserErro
     window.model_bar.reply_failed(error)
 
 
-def _give_back_to_box(window: MainWindow, message_id: int, text: str, edited: bool) -> None:
-    """A message sent was refused (:meth:`~app.chat.conversation.ChatView.message_given_back`): its text
-    goes back to the input box, as an edit again when it was one."""
+def _give_back_to_box(window: MainWindow, conversation_id: int | None, message_id: int,
+                      text: str, edited: bool) -> None:
+    """A message sent was refused (:meth:`~app.chat.conversation.ChatView.message_given_back`):
+    its text goes back to its conversation's box, as an edit again when it was one."""
     if edited:
-        window.edit_message(message_id, text)
-    else:
+        _resume_edit(window, conversation_id, message_id, text)
+        return
+    if conversation_id == window.controller.current_conversation:
         window.chat.remove_from(message_id)
-        window.composer.given_back(text)
+    window.composer.given_back(conversation_id, text)
 
 
 def _choose_gguf(window: MainWindow, title: str) -> Path | None:
@@ -402,8 +404,7 @@ class MainWindow(QMainWindow):
         self.splitter.setSizes([220, 760, 320])
         col.addWidget(self.splitter, 1)
         self.setCentralWidget(central)
-        # elided, so that a long status leaves the API's address beside it whole
-        self.status_label = ElidedLabelWidget(min_px=120, sentence=True)
+        self.status_label = ElidedLabelWidget(min_px=120, sentence=True)  # API address whole
         self.statusBar().addWidget(self.status_label, 1)
         self.api_status_label = Label()
         self.statusBar().addPermanentWidget(self.api_status_label)
@@ -624,8 +625,9 @@ class MainWindow(QMainWindow):
             self.chat.end_stream(reply.message_id, reply.text, reply.spans,
                                  reply_footer(None, "error", error.message))
 
-    def message_given_back(self, message_id: int, text: str, edited: bool) -> None:
-        _give_back_to_box(self, message_id, text, edited)
+    def message_given_back(self, conversation_id: int | None, message_id: int, text: str,
+                           edited: bool) -> None:
+        _give_back_to_box(self, conversation_id, message_id, text, edited)
 
     def show_server_command(self) -> QDialog | None:
         """Server → Run this on a bigger machine… (:func:`open_server_command`)."""

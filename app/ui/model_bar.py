@@ -373,6 +373,7 @@ class ModelBarWidget(QFrame):
     def set_busy(self, busy: bool) -> None:
         """While a model loads or a reply streams, models cannot be swapped."""
         self.open_button.setEnabled(not busy)
+        self.recent_menu.menuAction().setEnabled(not busy)  # in the File menu too
         self.draft_button.setEnabled(not busy)
 
     def _update_draft_button(self) -> None:

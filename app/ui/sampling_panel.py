@@ -13,7 +13,6 @@ can produce is valid for the engine; ranges and tooltips are read from the model
 
 from __future__ import annotations
 
-import os
 
 
 from PySide6.QtCore import Signal, Slot
@@ -39,6 +38,7 @@ from app.options import (
     field_schema,
     max_threads,
 )
+from app.engine.cpu import usable_cores
 from app.store.settings import ModelSettings
 from app.ui.labels import Label
 
@@ -317,7 +317,7 @@ class SamplingSettingsWidget(QWidget):
         threads asked for are more than this computer's logical CPUs."""
         notes = ["Reload the model to apply the new context length / threads / prompt "
                  "cache / GPU layers."] if pending else []
-        cpus = os.cpu_count() or 1
+        cpus = usable_cores()
         if (n := self.threads.value()) > cpus:
             notes.append(f"{n} threads on {cpus} logical CPUs: the threads beyond them wait "
                          "for each other at every step, which is usually slower.")

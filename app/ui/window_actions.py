@@ -74,6 +74,34 @@ def documentation_path() -> Path | None:
     return readme if readme.is_file() else None
 
 
+def _add_server_menu(window: QMainWindow, connect: Callable[[], object],
+                     server: tuple[Callable[[], object], Callable[[], object], QAction],
+                     ) -> QAction:
+    """The Server menu: connect to a server, run this on a bigger machine, disconnect
+    (returned: enabled while a server is in use), and the checkable "Serve API" of the
+    API tab (``server``: the second and third's callables, and that action)."""
+    run_elsewhere, disconnect_server, serve = server
+    server_menu = window.menuBar().addMenu("&Server")
+    server_menu.setToolTipsVisible(True)  # the action's tooltip says what it gives
+    connect_action = server_menu.addAction("Connect to a server…")
+    connect_action.setToolTip("Replies run on an OpenAI-compatible server (llama-server, "
+                              "vLLM, Tandem's own API) instead of this computer")
+    connect_action.triggered.connect(lambda _checked=False: connect())
+    launch = server_menu.addAction("Run this on a bigger machine…")
+    launch.setObjectName("runElsewhereAction")
+    launch.setToolTip("The llama-server or vLLM command that runs the loaded target "
+                      "and drafter on another machine")
+    launch.triggered.connect(lambda _checked=False: run_elsewhere())
+    disconnect = server_menu.addAction("Disconnect from the server")
+    disconnect.setToolTip("Replies run on this computer again: the model opened "
+                          "last is loaded, if any")
+    disconnect.setEnabled(False)
+    disconnect.triggered.connect(lambda _checked=False: disconnect_server())
+    server_menu.addSeparator()
+    server_menu.addAction(serve)  # the API tab's "Serve API" switch
+    return disconnect
+
+
 def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object],
                            regenerate: Callable[[], object], stop: Callable[[], object],
                            models: Callable[[], object], open_model: Callable[[], object],
@@ -82,11 +110,11 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
                            server: tuple[Callable[[], object], Callable[[], object],
                                          QAction] | None = None,
                            splitter: QSplitter | None = None) -> WindowActions:
-    """Add the File menu (with ``recent``, "Open recent"), the View menu (when ``splitter`` holds the conversation list,
-    the chat and the side panel: :func:`add_pane_actions`), the Server menu (when
-    ``server`` gives its actions: run this on a bigger machine, disconnect, and the
-    checkable "Serve API" of the API tab), the Help
-    menu, the shortcuts, and Enter on buttons to ``window``."""
+    """Add the File menu (with ``recent``, "Open recent"), the View menu (when
+    ``splitter`` holds the conversation list, the chat and the side panel:
+    :func:`add_pane_actions`), the Server menu (:func:`_add_server_menu`, when ``server``
+    gives its actions), the Help menu, the shortcuts, and Enter on buttons to
+    ``window``."""
     file_menu = window.menuBar().addMenu("&File")
     shortcut_rows: list[tuple[str, str]] = []
 
@@ -136,27 +164,7 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
 
     if splitter is not None:
         panes = add_pane_actions(window, splitter, shortcut_rows)
-    disconnect = None
-    if server is not None:
-        run_elsewhere, disconnect_server, serve = server
-        server_menu = window.menuBar().addMenu("&Server")
-        server_menu.setToolTipsVisible(True)  # the action's tooltip says what it gives
-        connect_action = server_menu.addAction("Connect to a server…")
-        connect_action.setToolTip("Replies run on an OpenAI-compatible server (llama-server, "
-                                  "vLLM, Tandem's own API) instead of this computer")
-        connect_action.triggered.connect(lambda _checked=False: connect())
-        launch = server_menu.addAction("Run this on a bigger machine…")
-        launch.setObjectName("runElsewhereAction")
-        launch.setToolTip("The llama-server or vLLM command that runs the loaded target "
-                          "and drafter on another machine")
-        launch.triggered.connect(lambda _checked=False: run_elsewhere())
-        disconnect = server_menu.addAction("Disconnect from the server")
-        disconnect.setToolTip("Replies run on this computer again: the model opened "
-                              "last is loaded, if any")
-        disconnect.setEnabled(False)
-        disconnect.triggered.connect(lambda _checked=False: disconnect_server())
-        server_menu.addSeparator()
-        server_menu.addAction(serve)  # the API tab's "Serve API" switch
+    disconnect = _add_server_menu(window, connect, server) if server is not None else None
 
     help_menu = window.menuBar().addMenu("&Help")
     shortcuts = help_menu.addAction("Keyboard shortcuts")

@@ -724,9 +724,9 @@ def test_regenerate_keeps_versions_and_a_failed_one_gives_the_earlier_back(
 def test_a_message_refused_for_the_context_goes_back_to_the_box(
         rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reply refused because the conversation does not fit takes the message sent back
-    out of the history and hands its text to the box (an edit: as an edit again, its
-    earlier text and reply shown again); any other failure leaves the message."""
-    from app.store.history import DEFAULT_TITLE
+    out of the history and hands its text to its conversation's box (an edit: as an edit
+    again, its earlier text and reply shown again; a conversation that send created goes
+    too, a fresh chat opening); any other failure leaves the message."""
     from tests.chat import fakes
 
     with monkeypatch.context() as mp:
@@ -734,19 +734,20 @@ def test_a_message_refused_for_the_context_goes_back_to_the_box(
         assert rig.c.send_message("a very long question")
         sent = rig.store.messages(rig.c.current_conversation)[0]  # type: ignore[arg-type]
         rig.reply_done()
-    cid = rig.c.current_conversation
-    assert cid is not None and rig.store.messages(cid) == []
-    assert rig.store.conversation(cid).title == DEFAULT_TITLE  # its title went with it
+    assert rig.c.current_conversation is None and rig.store.list_conversations() == []
     names = rig.view.names()
     assert names.index("message_given_back") > names.index("reply_failed")
-    assert ("message_given_back", (sent.id, "a very long question", False)) in rig.view.calls
+    assert ("message_given_back", (None, sent.id, "a very long question", False)
+            ) in rig.view.calls
     error = rig.view.errors[-1]
     assert (error.title, error.level) == ("Not sent", "warning")
     assert error.message == "The conversation does not fit. Your message is back in the box."
 
-    rig.script.replies = ["a1"]
+    rig.script.replies = ["a1", "b1"]
     assert rig.c.send_message("q1")
     rig.reply_done()
+    cid = rig.c.current_conversation
+    assert cid is not None
     q1 = rig.store.messages(cid)[0]
     assert rig.c.begin_edit(q1.id) == "q1"
     with monkeypatch.context() as mp:
@@ -755,8 +756,20 @@ def test_a_message_refused_for_the_context_goes_back_to_the_box(
         rig.reply_done()
     assert [(m.content, m.versions) for m in rig.store.messages(cid)] == [("q1", 1), ("a1", 1)]
     assert rig.store.conversation(cid).title == "q1"
-    assert ("message_given_back", (q1.id, "q1, but far longer", True)) in rig.view.calls[-5:]
+    assert ("message_given_back", (cid, q1.id, "q1, but far longer", True)
+            ) in rig.view.calls[-5:]
     assert rig.c.prompt_messages()[-1].content == "a1"  # the conversation as before
+
+    with monkeypatch.context() as mp:  # another conversation opened while it waited
+        mp.setattr(fakes, "fit_conversation", _refuse)
+        assert rig.c.send_message("one more, too long")
+        waiting = rig.store.messages(cid)[-2]  # (the last: its reply, streaming)
+        rig.c.open_conversation(None)
+        rig.reply_done()
+    assert [m.content for m in rig.store.messages(cid)] == ["q1", "a1"]  # not deleted
+    assert ("message_given_back", (cid, waiting.id, "one more, too long", False)
+            ) in rig.view.calls[-5:]
+    rig.c.open_conversation(cid)
 
     with monkeypatch.context() as mp:  # another failure: the message stays, unanswered
         mp.setattr(fakes, "fit_conversation", _broken)
@@ -1042,3 +1055,21 @@ def test_a_target_whose_draft_cannot_be_used_gets_prompt_lookup(tmp_path: Path) 
             assert shown[-1].mode is SpecMode.PROMPT_LOOKUP  # the Drafter box says so
         finally:
             rig.c.close()
+
+
+def test_a_draft_min_above_prompt_lookups_k_still_loads_the_draft(tmp_path: Path) -> None:
+    """The prompt-lookup fallback is built with a draft_min it allows (k 32, draft_min 20
+    in "Draft model" mode must not stop the draft from loading after the target)."""
+    draft = tmp_path / "draft.gguf"
+    write_header_only(draft)
+    rig = Rig(tmp_path, Script())
+    rig.settings.model.draft_path = draft
+    rig.settings.speculation = SpeculationConfig(mode=SpecMode.DRAFT_MODEL, draft_max=32,
+                                                 draft_min=20)
+    try:
+        rig.start()
+        rig.pump.until(rig.c, lambda: not rig.c.loading)
+        assert rig.c.model_info is not None and rig.c.model_info.draft_path == draft
+        assert rig.settings.speculation.mode is SpecMode.DRAFT_MODEL
+    finally:
+        rig.c.close()

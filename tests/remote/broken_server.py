@@ -126,6 +126,7 @@ class _Handler(BaseHTTPRequestHandler):
         mode = self.server.mode
         self.server.last_auth = self.headers.get("Authorization")
         self.server.paths.append(self.path)
+        self.server.last_body = body
         if mode in _HOSTILE_CHAT:
             _HOSTILE_CHAT[mode](self)
         elif mode == "replay":
@@ -360,6 +361,8 @@ class BrokenServer(ThreadingHTTPServer):
         self.last_auth: str | None = None
         #: the path of every request, in order
         self.paths: list[str] = []
+        #: the JSON body of the last POST (None: none yet)
+        self.last_body: Any = None
         self.base_url = f"http://127.0.0.1:{self.server_address[1]}"
         self._thread = threading.Thread(target=self.serve_forever, name="broken-server",
                                         daemon=True)

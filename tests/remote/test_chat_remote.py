@@ -128,7 +128,12 @@ def test_continue_needs_a_server_that_can(rig: Rig, broken: BrokenServer) -> Non
     assert before[-1][3] == "length"
     assert not rig.c.continue_reply()
     assert rig.view.errors[-1].title == "Not with this server" and rig.stored() == before
-    assert "openai-compatible cannot continue" in rig.view.errors[-1].message
+    assert "This server (openai-compatible) cannot continue" in rig.view.errors[-1].message
+    # the reply's request carried the window's sampling as the CLI sends it
+    body = broken.last_body
+    assert (body["max_tokens"], body["temperature"], body["top_k"], body["min_p"],
+            body["repeat_penalty"]) == (1, 0.0, 40, 0.05, 1.0)
+    assert "seed" not in body and "continue_final_message" not in body
     job = rig.service.reply([ChatMessage("user", "hello")], SamplingParams(),
                             SpeculationConfig(), continuation="Hel")
     outcome = job.wait(30)

@@ -298,3 +298,34 @@ def test_kept_messages_nested_too_deep_are_refused_not_a_traceback(store: Histor
     with pytest.raises(ValueError, match="damaged"):
         store.show_version(q1, 1)
     assert _texts(store, cid) == ["ONE"]
+
+
+def test_a_user_message_taken_back_gives_its_title_and_earlier_text_back(
+        store: HistoryStore) -> None:
+    """A message refused before its reply: a new one is deleted and the title it gave
+    the conversation goes with it; an edit's new text gives the earlier text, its title
+    and the messages after it back; when a message follows (another window), nothing
+    moves and the user message gets no finish reason."""
+    from app.store.history import DEFAULT_TITLE
+
+    cid = store.create_conversation().id
+    first = store.add_user_message(cid, "How do rivers form?")
+    assert store.conversation(cid).title != DEFAULT_TITLE
+    assert store.discard_reply_version(first.id) is None
+    assert store.messages(cid) == [] and store.conversation(cid).title == DEFAULT_TITLE
+
+    q = store.add_user_message(cid, "How do rivers form?")
+    _reply(store, cid, "Rain.", "off")
+    named = store.conversation(cid).title
+    store.edit_message(q.id, "Why is the sea salty?")
+    assert store.conversation(cid).title != named
+    back = store.discard_reply_version(q.id)
+    assert back is not None and back.content == "How do rivers form?"
+    assert [m.content for m in store.messages(cid)] == ["How do rivers form?", "Rain."]
+    assert store.conversation(cid).title == named
+
+    store.edit_message(q.id, "Why is the sea salty?")
+    store.begin_reply(cid)  # another window went on from the edit
+    kept = store.discard_reply_version(q.id)
+    assert kept is not None and kept.content == "Why is the sea salty?"
+    assert kept.finish_reason is None

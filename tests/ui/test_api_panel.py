@@ -214,7 +214,8 @@ def test_a_failed_api_request_does_not_leave_the_gauge_live(qtbot, tmp_path) -> 
 def test_the_api_port_and_switch_are_remembered(qtbot, tandem_home) -> None:  # type: ignore[no-untyped-def]
     """The port, and "Serve API" left on: the next window serves at start (an editor
     pointed at it needs no click); turned off (with the switch or its twin in the Server
-    menu), it stays off; a start that fails (the port taken) turns it off, saying why."""
+    menu), it stays off; a start that fails (the port taken) says why, and the next
+    start tries again."""
     import socket
 
     from app.store.settings import LoadedSettings, Settings, load_settings
@@ -254,8 +255,8 @@ def test_the_api_port_and_switch_are_remembered(qtbot, tandem_home) -> None:  # 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", port))
         taken.listen()
-        third = window(saved)
-        assert not third.api_panel.switch.isChecked() and not saved.ui.api_serving
+        third = window(saved)  # the switch off, the choice kept for the next start
+        assert not third.api_panel.switch.isChecked() and saved.ui.api_serving
         error = third.message_bar.current
         assert error is not None and error.title == "Could not serve the API"
         third.close()

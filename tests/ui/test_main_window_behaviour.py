@@ -592,6 +592,9 @@ def test_open_recent_lists_the_targets_loaded_and_loads_one(  # type: ignore[no-
     assert entries == [(gemma.name, True, str(gemma)), ("gone.gguf (not found)", False, str(gone))]
     window.settings.model.recent_targets = [smollm_path, gemma]
     menu.aboutToShow.emit()
+    window.model_bar.set_busy(True)  # a reply or a load runs: no model swap
+    assert not menu.menuAction().isEnabled()
+    window.model_bar.set_busy(False)
     menu.actions()[0].trigger()  # SmolLM2
     qtbot.waitUntil(lambda: not window.controller.loading
                     and window.controller.model_info.target_path == smollm_path,

@@ -651,18 +651,19 @@ def test_the_prompt_cache_setting_shows_the_saved_size_and_emits_a_change(qtbot)
 
 
 def test_more_threads_than_logical_cpus_are_said_to_be_slower(qtbot) -> None:
-    import os
-
+    from app.engine.cpu import usable_cores
     from app.store.settings import ModelSettings
     from app.ui.sampling_panel import SamplingSettingsWidget
 
     panel = SamplingSettingsWidget()
     qtbot.addWidget(panel)
-    cpus = os.cpu_count() or 1
+    cpus = usable_cores()
     panel.set_values(SamplingParams(), ModelSettings(n_threads=cpus), SpeculationConfig())
     panel.set_pending_reload(False)
     assert panel.pending_label.text() == ""
     panel.threads.setValue(cpus + 1)
+    panel.set_pending_reload(False)  # said alone (the threads apply at the next load)
+    assert panel.pending_label.text().startswith(f"{cpus + 1} threads on {cpus} logical")
     panel.set_pending_reload(True)
     text = panel.pending_label.text()
     assert text.startswith("Reload the model") and f"{cpus + 1} threads on {cpus} logical" in text
@@ -1345,3 +1346,25 @@ def test_continue_is_offered_on_the_last_reply_cut_short_and_not_with_a_server(q
     chat.set_continue_allowed(True)
     chat.set_messages([*cut[:1], MessageView(2, "assistant", "a", footer="1 token")])
     assert not offers(chat, 1)  # it ended by itself
+
+
+def test_a_message_given_back_goes_to_its_own_conversations_box(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """A message refused after another conversation was opened waits in its own
+    conversation's box (before what was typed there); the open one's box is left alone."""
+    from app.ui.chat.input_box import ComposerWidget
+
+    c = ComposerWidget()
+    qtbot.addWidget(c)
+    c.show_conversation(1)
+    c.input.setPlainText("typed in one")
+    c.show_conversation(2)
+    c.input.setPlainText("typed in two")
+    c.given_back(1, "the long message")
+    assert c.input.toPlainText() == "typed in two"
+    c.given_back(2, "another long one")
+    assert c.input.toPlainText() == "another long one\n\ntyped in two"
+    c.show_conversation(1)
+    assert c.input.toPlainText() == "the long message\n\ntyped in one"
+    c.show_conversation(None)
+    c.given_back(None, "in a fresh chat")
+    assert c.input.toPlainText() == "in a fresh chat"

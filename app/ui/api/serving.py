@@ -75,8 +75,8 @@ class ApiServing(QObject):
         panel.port.setValue(settings.ui.api_port)
         panel.port.valueChanged.connect(self._on_panel_port_changed)
         panel.serve_toggled.connect(self._on_panel_serve_toggled)
-        if settings.ui.api_serving:  # left on when the window last closed
-            settings.ui.api_serving = self.start(settings.ui.api_port)
+        if settings.ui.api_serving:  # left on when the window last closed (a start that
+            self.start(settings.ui.api_port)  # fails says why; the next start tries again)
 
     @Slot(int)
     def _on_panel_port_changed(self, port: int) -> None:

@@ -289,12 +289,19 @@ class ComposerWidget(QWidget):
         if self._before_edit is not None or self.input.toPlainText() == text:
             self.edit_ended()
 
-    def given_back(self, text: str) -> None:
-        """A message sent came back (it was refused): ``text`` goes in the box, before
-        whatever was typed since, so nothing is lost."""
-        typed = self.input.toPlainText()
-        self.input.set_text(f"{text}\n\n{typed}" if typed.strip() else text)
-        self._update_send_button()
+    def given_back(self, conversation_id: int | None, text: str) -> None:
+        """A message sent in ``conversation_id`` came back (it was refused): ``text``
+        goes in its box, before whatever was typed there since, so nothing is lost (the
+        box on screen when that conversation is open, else its unsent text)."""
+        here = conversation_id == self._conversation
+        typed = self.input.toPlainText() if here else self._unsent.get(conversation_id, "")
+        joined = f"{text}\n\n{typed}" if typed.strip() else text
+        if here:
+            self.input.set_text(joined)
+            self._update_send_button()
+        else:
+            self._unsent[conversation_id] = joined
+        self.save_unsent()
 
     def edit_ended(self) -> None:
         """A message was sent or an edit cancelled: the box shows what an edit replaced,
