@@ -167,13 +167,14 @@ def test_bad_input_gives_one_line_and_status_2(
         p = tmp_path / "notes.gguf"
         p.write_text("hello, I am not a model")
         args = ["--model", str(p)]
-        expect = "not a GGUF"
+        expect = 'notes.gguf is not a usable GGUF file: it does not start with the GGUF magic, ' \
+            '"GGUF": it is text (it starts \u201chello, I am not a model\u201d), not a model'
     elif case == "truncated":
         p = tmp_path / "half.gguf"
         data = tiny_target.read_bytes()
         p.write_bytes(data[: len(data) // 2])
         args = ["--model", str(p)]
-        expect = "half.gguf"
+        expect = "half.gguf is not a usable GGUF file: "  # the window's words
     elif case == "incompatible":
         args = ["--model", str(tiny_target), "--draft", str(smollm_path)]
         expect = "cannot draft"

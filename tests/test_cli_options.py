@@ -195,7 +195,9 @@ def test_a_model_named_as_models_list_shows_it_is_found_in_the_library(
         library_model("other.gguf")
     assert library_model(tmp_path / "sub" / "x.gguf") == tmp_path / "sub" / "x.gguf"  # a path
     (paths.models_dir() / "more").mkdir()
-    write_header_only(paths.models_dir() / "more" / "tiny-chat.Q4_0.gguf")
+    copy = write_header_only(paths.models_dir() / "more" / "tiny-chat.Q4_0.gguf")
+    assert library_model("tiny-chat.Q4_0") == model  # a copy: listed once, the first
+    copy.write_bytes(copy.read_bytes() + b"\0")  # another model of that name
     with pytest.raises(ModelPathError, match="names 2 models in the library"):
         library_model("tiny-chat.Q4_0")
 

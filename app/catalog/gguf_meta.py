@@ -33,6 +33,7 @@ downloading it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import mmap
@@ -512,18 +513,20 @@ _OTHER_FILES = (
 )
 
 
-def _what_it_is(head: bytes) -> str:
-    """What a file that is no GGUF seems to be, from its first bytes, in words."""
+def what_file_is(head: bytes) -> str:
+    """What a file that is no GGUF seems to be, from its first bytes (32 or more), in
+    words: "it is a Git LFS pointer, not the model (…)", "it starts with …"."""
     if len(head) >= 10 and head[8:10] == b'{"':  # a little-endian header length, then JSON
         return "it looks like a safetensors file; llama.cpp reads GGUF files (convert it)"
     start = head.lstrip()[:32]
     for magic, words in _OTHER_FILES:
         if start.lower().startswith(magic.lower()):
             return words
-    text = head[:4].decode("ascii", "replace")
-    shown = (f'"{text}"' if head[:4].isascii() and text.isprintable()
-             else " ".join(f"{b:02x}" for b in head[:4]))
-    return f"it starts with {shown}, so it is not a GGUF model"
+    words = "".join(itertools.takewhile(lambda ch: ch.isprintable() and ch != "\ufffd",
+                                        head[:24].decode("utf-8", "replace"))).strip()
+    if len(words) >= 4 and head[:4].isascii():
+        return f"it is text (it starts \u201c{words}\u201d), not a model"
+    return f"it starts with the bytes {' '.join(f'{b:02x}' for b in head[:4])}, not a model"
 
 
 def _precheck(head: bytes, total_size: int) -> None:
@@ -533,7 +536,7 @@ def _precheck(head: bytes, total_size: int) -> None:
     if len(head) < 4 or head[:4] != GGUF_MAGIC:
         if len(head) < 4 and total_size < 4:
             raise _Malformed(f"the file is only {total_size} bytes long")
-        raise _Malformed(f"it does not start with the GGUF magic, \"GGUF\": {_what_it_is(head)}")
+        raise _Malformed(f"it does not start with the GGUF magic, \"GGUF\": {what_file_is(head)}")
     if total_size < 24:
         raise _Malformed(f"the header is truncated (the file is {total_size} bytes)")
     (version,) = struct.unpack_from("<I", head, 4)

@@ -884,8 +884,10 @@ class ChatController:
                 self.view.model_changed(self.model_info)
             if kept is not None and kept.path is not None:  # not the file that failed
                 self.settings.model.draft_path = kept.path
-            if switched := self._draft_choice_failed():
-                error = replace(error, message=f"{error.message} {switched}")
+            if switched := self._draft_choice_failed():  # a warning: replies still draft
+                said = error.message.rstrip()
+                error = replace(error, level="warning", message=f"{said}"
+                                f"{'' if said.endswith(('.', '!', '?')) else '.'} {switched}")
             self.view.save_settings_soon()
         elif failed.kind == "load":
             self._pick = None  # the settings keep the draft and mode they had
@@ -1248,6 +1250,7 @@ class ChatController:
         version with the messages that followed it (:meth:`show_version`)."""
         if self.store is None or self.reply is not None or (message_id, "user") not in self._roles:
             return None  # not a message of the open conversation (any more)
+        self.view.clear_errors("reply")  # about the message sent before ("Not sent"…)
         self._save_unsaved()
         try:
             text = self.store.message(message_id).content

@@ -320,7 +320,11 @@ def library_model(given: str | Path) -> Path:
         files = Library().discover()
     except OSError:  # the library cannot be read: the path's own error follows
         return path
-    found = sorted({f.path for f in files if str(given) in (f.path.name, f.path.stem, f.label)})
+    name = str(given).casefold()
+    found = [f.path for f in files
+             if name in (f.path.name.casefold(), f.path.stem.casefold(), (f.label or "").casefold())]
+    if len(found) > 1 and len(_copy_keys(found)) == 1:
+        found = found[:1]  # copies of one model: `models list` shows the first
     if len(found) > 1:
         raise ModelPathError(f"{given} names {len(found)} models in the library: "
                              + ", ".join(map(str, found)) + ". Give the path of one.")
@@ -329,6 +333,20 @@ def library_model(given: str | Path) -> Path:
                              f"no model named {path.name} (`python -m app models list` shows "
                              "the models it has).")
     return found[0]
+
+
+def _copy_keys(paths: list[Path]) -> set[object]:
+    """The distinct models among ``paths`` (:func:`app.catalog.library.copy_key`; a file
+    that cannot be read counts as one of its own)."""
+    from app.catalog.library import copy_key
+
+    keys: set[object] = set()
+    for p in paths:
+        try:
+            keys.add(copy_key(p))
+        except OSError:
+            keys.add(p)
+    return keys
 
 
 def check_model_files(args: argparse.Namespace) -> None:
@@ -344,6 +362,7 @@ def check_model_files(args: argparse.Namespace) -> None:
     for path in (args.model, args.draft, assistant):
         if path is not None:
             check_model_file(path)
+            inspect_gguf(Path(path))  # a file that is no GGUF, or cut short, as the window says
     if assistant is not None:
         arch = inspect_gguf(Path(assistant)).architecture  # a broken file: its own error
         if not is_assistant_arch(arch):

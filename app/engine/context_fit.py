@@ -192,12 +192,6 @@ def fit_conversation(
         raise ContextOverflowError(
             f"The prompt is {len(full)} tokens long but the context window holds {n_ctx}. "
             "Shorten it or raise the context length.")
-    if policy is ContextOverflow.STOP:
-        raise ContextOverflowError(
-            f"The conversation is {len(full)} tokens long but the context window holds "
-            f"{n_ctx}. Start a new conversation, shorten it, raise the context length, or "
-            "let Tandem drop earlier messages (in the window: Sampling → Too long for the "
-            "context; through the API: the request's context_overflow).")
     order = drop_order(len(parts), policy)
 
     def prompt_without(n_dropped: int) -> list[int]:
@@ -210,6 +204,12 @@ def fit_conversation(
 
     shortest = prompt_without(len(parts))
     with_room = fits(shortest, True)
+    if policy is ContextOverflow.STOP and fits(shortest, False):  # dropping would do
+        raise ContextOverflowError(
+            f"The conversation is {len(full)} tokens long but the context window holds "
+            f"{n_ctx}. Start a new conversation, shorten it, raise the context length, or "
+            "let Tandem drop earlier messages (in the window: Sampling → Too long for the "
+            "context; through the API: the request's context_overflow).")
     if not with_room and not fits(shortest, False):
         what, them = (("The system prompt and the last message alone are", "them") if head
                       else ("The last message alone is", "it"))

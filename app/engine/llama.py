@@ -211,9 +211,11 @@ class LlamaModel:
         # offsets without crashing (tests/engine/test_edge_cases.py); we only add a clear
         # message for the commonest mistake, a file that is not a GGUF at all.
         with open(self.path, "rb") as fh:
-            magic = fh.read(4)
-        if magic != b"GGUF":
-            raise ModelLoadError(f"{self.path.name} is not a GGUF file (it does not start with 'GGUF').")
+            head = fh.read(64)
+        if head[:4] != b"GGUF":
+            from app.catalog.gguf_meta import what_file_is
+
+            raise ModelLoadError(f"{self.path.name} is not a GGUF file: {what_file_is(head)}.")
 
         L = lib()
         params = L.llama_model_default_params()

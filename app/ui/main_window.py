@@ -410,12 +410,12 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.api_status_label)
         self.api = ApiServing(self.api_panel, self.api_status_label, self.gauge,
                               self.bridge.service, self.controller, self.settings,
-                              self.show_error, self.clear_errors, self)
+                              self.controller.report, self.clear_errors, self)
 
         c = self.controller
         mb = self.model_bar
         mb.open_target_clicked.connect(self._on_model_bar_open_target_clicked)
-        mb.recent_menu.source = lambda: self.settings.model.recent_targets
+        mb.recent_menu.settings = self.settings.model
         mb.recent_menu.chosen.connect(c.load_model)
         mb.open_draft_clicked.connect(self._on_model_bar_open_draft_clicked)
         mb.connect_server_clicked.connect(self._on_model_bar_connect_server_clicked)
@@ -465,8 +465,7 @@ class MainWindow(QMainWindow):
         self.message_bar.show_error(error)
 
     def clear_errors(self, origin: str) -> None:
-        if self.message_bar.current is not None and self.message_bar.current.origin == origin:
-            self.message_bar.clear()
+        self.message_bar.clear_origin(origin)
 
     def state_changed(self) -> None:
         c = self.controller

@@ -237,6 +237,8 @@ class ModelBarWidget(QFrame):
     def set_model(self, info: ModelInfo | None) -> None:
         """Show the loaded target and where its layers run (None: nothing loaded)."""
         self._grey_unusable_drafters(info if info is not None and info.remote is None else None)
+        self.recent_menu.loaded = info.target_path if info is not None and info.remote is None \
+            else None
         if info is None:
             self._set_remote(False)
             self.target_label.set_full_text("no model", tooltip="")

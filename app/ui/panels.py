@@ -46,7 +46,13 @@ def status_text(info: ModelInfo | None, *, loading: bool, generating: bool) -> s
 
 
 class MessageBarWidget(QFrame):
-    """A dismissible strip that shows one :class:`UserError` (the latest) in the window."""
+    """A dismissible strip that shows one :class:`UserError`, the latest (:attr:`current`).
+
+    A message it replaces that is of another origin (an API that could not start, then a
+    draft's warning) is not lost: it waits, "1 more" says so, and it comes back when the
+    one shown is dismissed or no longer applies (:meth:`clear_origin`). A newer message
+    of an origin replaces the waiting one of that origin.
+    """
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -58,29 +64,54 @@ class MessageBarWidget(QFrame):
         self.text = Label()
         self.text.setWordWrap(True)
         self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.more = Label()
+        self.more.setToolTip("Other messages: each shows when this one is dismissed")
         row.addWidget(self.title)
         row.addWidget(self.text, 1)
+        row.addWidget(self.more)
         close = QToolButton()
         close.setText("✕")
         close.setAutoRaise(True)
         close.setToolTip("Dismiss")
-        close.clicked.connect(self.hide)
+        close.clicked.connect(self.clear)
         row.addWidget(close)
         self.current: UserError | None = None
+        self._waiting: list[UserError] = []  # replaced while shown, oldest first
         self.hide()
 
     def show_error(self, error: UserError) -> None:
+        shown = self.current if self.isVisible() else None
+        self._waiting = [e for e in self._waiting if e.origin != error.origin]
+        if shown is not None and shown.origin != error.origin:
+            self._waiting = [e for e in self._waiting if e.origin != shown.origin] + [shown]
+        self._show(error)
+
+    def _show(self, error: UserError) -> None:
         self.current = error
         self.setProperty("level", error.level)
         self.style().unpolish(self)
         self.style().polish(self)
         self.title.setText(error.title + ":")
         self.text.setText(error.message)
+        self.more.setText(f"{len(self._waiting)} more" if self._waiting else "")
+        self.more.setVisible(bool(self._waiting))
         self.show()
 
     def clear(self) -> None:
-        self.current = None
-        self.hide()
+        """Dismiss the message shown: the one waiting last comes back, if any."""
+        if self._waiting:
+            self._show(self._waiting.pop())
+        else:
+            self.current = None
+            self.hide()
+
+    def clear_origin(self, origin: str) -> None:
+        """Messages of ``origin`` no longer apply (a load succeeded after a failed one)."""
+        self._waiting = [e for e in self._waiting if e.origin != origin]
+        if self.current is not None and self.current.origin == origin:
+            self.clear()
+        elif self.current is not None and self.isVisible():
+            self._show(self.current)  # the count of those waiting
 
 
 #: the widest a paragraph of the welcome page gets (pixels)

@@ -4,23 +4,25 @@
 ``model.recent_targets``, which :class:`~app.chat.conversation.ChatController` keeps),
 so the model bar's "Open GGUF… ▾" menu and the File menu show the same list without
 being told of each load. A file no longer there is listed, disabled, so the list does
-not silently shrink.
+not silently shrink; "Clear the list" empties it. Two files of one name show their
+folders; the model loaded now is ticked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import QMenu, QWidget
 
+from app.store.settings import ModelSettings
+
 
 class RecentModelsMenu(QMenu):
     """The "Open recent" submenu.
 
-    ``source`` returns the paths to list, most recent first (called each time the menu
-    opens; none until the window sets it).
+    ``settings``: whose ``recent_targets`` it lists and clears (none until the window
+    sets it); ``loaded``: the target loaded now, ticked (None: none, or a server's).
     """
 
     chosen = Signal(Path)
@@ -28,19 +30,33 @@ class RecentModelsMenu(QMenu):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Open recent", parent)
-        self.source: Callable[[], Sequence[Path]] = tuple
+        self.settings: ModelSettings | None = None
+        self.loaded: Path | None = None
         self.setToolTipsVisible(True)
         self.aboutToShow.connect(self._on_about_to_show)
 
     @Slot()
     def _on_about_to_show(self) -> None:
         self.clear()
-        paths = list(self.source())
+        paths = list(self.settings.recent_targets) if self.settings is not None else []
         if not paths:
             self.addAction("No model opened yet").setEnabled(False)
+            return
+        names = [p.name for p in paths]
         for path in paths:
             there = path.is_file()
-            action = self.addAction(path.name if there else f"{path.name} (not found)")
+            text = path.name if names.count(path.name) == 1 else \
+                f"{path.name} \u2014 {path.parent.name or path.parent}"
+            action = self.addAction(text if there else f"{text} (not found)")
             action.setToolTip(str(path))
             action.setEnabled(there)
+            action.setCheckable(path == self.loaded)
+            action.setChecked(path == self.loaded)
             action.triggered.connect(lambda _checked=False, p=path: self.chosen.emit(p))
+        self.addSeparator()
+        self.addAction("Clear the list", self._on_clear_triggered)
+
+    @Slot()
+    def _on_clear_triggered(self) -> None:
+        if self.settings is not None:
+            self.settings.recent_targets = []

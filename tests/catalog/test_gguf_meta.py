@@ -352,9 +352,9 @@ def test_a_big_endian_file_reads_like_its_little_endian_twin(tmp_path: Path) -> 
     (b"PK\x03\x04\x14\x00", "zip archive"),
     (b'{"architectures": ["LlamaForCausalLM"]}', "JSON text"),
     (b"\x10\x02\x00\x00\x00\x00\x00\x00{\"__metadata__\"", "safetensors"),
-    (b"this is a text file", 'starts with "this"'),
-    (b"\x00\x01\x02\x03rest", "starts with 00 01 02 03"),
-    (b"\x89PNG\r\n", "starts with 89 50 4e 47"),
+    (b"this is a text file, and more", "it is text (it starts \u201cthis is a text file, and\u201d)"),
+    (b"\x00\x01\x02\x03rest", "starts with the bytes 00 01 02 03"),
+    (b"\x89PNG\r\n", "starts with the bytes 89 50 4e 47"),
     (b'{\x00\x00\x00\x00\x00\x00\x00{"__metadata__"', "safetensors"),  # its length's low byte "{"
 ])
 def test_a_file_that_is_no_gguf_is_named_for_what_it_is(tmp_path: Path, head: bytes,

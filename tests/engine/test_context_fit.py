@@ -133,7 +133,7 @@ def test_stop_refuses_what_does_not_fit_and_runs_what_fits_without_room() -> Non
 def test_a_last_message_longer_than_the_window_is_a_clear_error() -> None:
     msgs = [ChatMessage("system", "s"), ChatMessage("user", "a"),
             ChatMessage("assistant", "b"), ChatMessage("user", "x " * 100)]
-    for policy in (TRUNCATE, ROLLING):
+    for policy in (TRUNCATE, ROLLING, STOP):  # stop: no advice to drop what cannot help
         with pytest.raises(ContextOverflowError, match="system prompt and the last message "
                                                        "alone are 105 tokens"):
             fit_conversation(msgs, _tokens, 64, 16, policy)

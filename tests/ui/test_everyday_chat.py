@@ -12,6 +12,7 @@ import pytest
 
 from app.formatting import MISSING
 from app.options import ContextOverflow, SamplingParams, SpecMode, SpeculationConfig
+from app.store.history import automatic_title
 from app.store.settings import Settings
 from tests.ui.conftest import loaded_window, wait_reply
 
@@ -91,6 +92,10 @@ def test_a_message_that_does_not_fit_goes_back_to_the_box_and_the_next_success_c
     assert w.controller.editing_message_id == first.message_id
     assert w.input.toPlainText() == LONG * 3
     assert w.chat.messages[0].text == FIRST and len(w.chat.messages) == 4
+    store, cid = w.controller.store, w.controller.current_conversation
+    # the refused edit's title went too (the list's marking of the conversation being
+    # written is no rename that would put it back)
+    assert store.conversation(cid).title == automatic_title(FIRST)
 
 
 def test_regenerate_keeps_versions_and_the_conversation_follows_the_shown_one(  # type: ignore[no-untyped-def]

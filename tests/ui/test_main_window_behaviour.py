@@ -580,16 +580,26 @@ def test_enter_during_a_reply_says_why_nothing_is_sent_and_keeps_the_text(  # ty
 def test_open_recent_lists_the_targets_loaded_and_loads_one(  # type: ignore[no-untyped-def]
         qtbot, window, smollm_path: Path, tmp_path: Path) -> None:
     """File → Open recent (the same submenu as the model bar's "Open GGUF… ▾"): the
-    targets loaded, most recent first; a file gone is listed, disabled; a click loads."""
+    targets loaded, most recent first, the loaded one ticked; a file gone is listed,
+    disabled; two of one name show their folders; a click loads; the list can be
+    cleared."""
     gemma = window.controller.model_info.target_path
     gone = tmp_path / "gone.gguf"
-    window.settings.model.recent_targets = [gemma, gone]
+    twin = tmp_path / "copies" / gemma.name
+    twin.parent.mkdir()
+    twin.write_bytes(b"GGUF")
+    window.settings.model.recent_targets = [gemma, gone, twin]
     menu = window.model_bar.recent_menu
     file_menu = window.menuBar().actions()[0].menu()
     assert menu.menuAction() in file_menu.actions()
     menu.aboutToShow.emit()
-    entries = [(a.text(), a.isEnabled(), a.toolTip()) for a in menu.actions()]
-    assert entries == [(gemma.name, True, str(gemma)), ("gone.gguf (not found)", False, str(gone))]
+    entries = [(a.text(), a.isEnabled(), a.isChecked(), a.toolTip())
+               for a in menu.actions() if not a.isSeparator()]
+    assert entries == [
+        (f"{gemma.name} \u2014 {gemma.parent.name}", True, True, str(gemma)),
+        ("gone.gguf (not found)", False, False, str(gone)),
+        (f"{gemma.name} \u2014 copies", True, False, str(twin)),
+        ("Clear the list", True, False, "Clear the list")]
     window.settings.model.recent_targets = [smollm_path, gemma]
     menu.aboutToShow.emit()
     window.model_bar.set_busy(True)  # a reply or a load runs: no model swap
@@ -600,7 +610,10 @@ def test_open_recent_lists_the_targets_loaded_and_loads_one(  # type: ignore[no-
                     and window.controller.model_info.target_path == smollm_path,
                     timeout=LOAD_TIMEOUT_MS)
     assert window.settings.model.recent_targets[:2] == [smollm_path, gemma]
-    window.settings.model.recent_targets = []
+    menu.aboutToShow.emit()
+    assert [a.isChecked() for a in menu.actions()[:2]] == [True, False]
+    menu.actions()[-1].trigger()  # Clear the list
+    assert window.settings.model.recent_targets == []
     menu.aboutToShow.emit()
     assert [(a.text(), a.isEnabled()) for a in menu.actions()] == [("No model opened yet", False)]
 

@@ -337,6 +337,35 @@ def test_a_file_that_is_not_gguf_gives_a_clear_message(qtbot, tmp_path: Path) ->
         w.close()
 
 
+def test_a_message_replaced_by_another_of_another_origin_waits_its_turn(qtbot) -> None:
+    """The API that could not start, then a draft's warning: the error is not lost; it
+    waits ("1 more") and comes back when the warning is dismissed or no longer applies."""
+    from app.chat.events import UserError
+    from app.ui.panels import MessageBarWidget
+
+    bar = MessageBarWidget()
+    qtbot.addWidget(bar)
+    bar.show()
+    api = UserError("Could not serve the API", "port taken", origin="api")
+    draft = UserError("This draft may not speed replies up", "…", "warning", origin="draft")
+    bar.show_error(api)
+    assert not bar.more.isVisibleTo(bar)
+    bar.show_error(draft)
+    assert bar.current is draft and bar.more.text() == "1 more"
+    bar.show_error(UserError("Draft", "newer", "warning", origin="draft"))  # replaces it
+    assert bar.current.message == "newer" and bar.more.text() == "1 more"
+    bar.clear()  # ✕
+    assert bar.current is api and bar.isVisible() and not bar.more.isVisibleTo(bar)
+    bar.show_error(draft)
+    bar.clear_origin("draft")  # a draft loaded fine after all
+    assert bar.current is api
+    bar.show_error(draft)
+    bar.clear_origin("api")  # the waiting one no longer applies either
+    assert bar.current is draft and not bar.more.isVisibleTo(bar)
+    bar.clear()
+    assert bar.current is None and not bar.isVisible()
+
+
 def test_missing_model_from_settings_is_reported(qtbot, tmp_path: Path) -> None:
     s = Settings()
     s.model.target_path = tmp_path / "gone.gguf"
@@ -800,6 +829,27 @@ def test_delete_on_the_conversation_list_asks_to_delete_the_current_one(qtbot) -
     with qtbot.waitSignal(w.conversation_delete_clicked) as sig:
         delete_key.activated.emit()
     assert sig.args == [7]
+
+
+def test_marking_the_conversation_being_written_is_no_rename(qtbot) -> None:
+    """The list marks the conversation whose reply is written (italic, an icon): that
+    changes the row, and must not reach the history as a rename of it to the title the
+    row showed (it put back a title the history had changed meanwhile); a real edit of
+    the title is one."""
+    from app.store.history import Conversation
+    from app.ui.chat.conversation_list import ConversationListWidget
+
+    w = ConversationListWidget()
+    qtbot.addWidget(w)
+    w.set_conversations([Conversation(id=7, title="seven", system_prompt="", created_at=0.0,
+                                      updated_at=0.0)], current=7)
+    renamed: list[tuple[int, str]] = []
+    w.conversation_renamed.connect(lambda cid, title: renamed.append((cid, title)))
+    w.set_writing(7)
+    w.set_writing(None)
+    assert renamed == []
+    w.list.item(0).setText("lucky seven")
+    assert renamed == [(7, "lucky seven")]
 
 
 def test_a_search_shows_under_each_title_where_it_found_the_text(qtbot) -> None:

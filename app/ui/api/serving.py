@@ -44,7 +44,8 @@ class ApiServing(QObject):
         service: the window's chat service; the API's requests go through its queue.
         controller: the window's controller (the loaded model, the window's own reply).
         settings: the window's settings (the API's default sampling and speculation).
-        show_error: where a failure to start is reported.
+        show_error: where a failure to start is reported (and logged: the controller's
+            report).
         clear_errors: clears the window's errors of an origin (a failure to start is
             cleared once serving starts).
     """

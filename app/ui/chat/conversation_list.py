@@ -51,6 +51,8 @@ from app.store.history import Conversation
 _ID_ROLE = Qt.ItemDataRole.UserRole
 #: a row's line of the message where the search found its text (None: no such line)
 _SNIPPET_ROLE = Qt.ItemDataRole.UserRole + 1
+#: a row's title as the history had it when the list was filled
+_TITLE_ROLE = Qt.ItemDataRole.UserRole + 2
 _SNIPPET_COLOR = QColor("#5a6b7f")
 
 
@@ -204,6 +206,7 @@ class ConversationListWidget(QWidget):
             for c in conversations:
                 item = QListWidgetItem(c.title)
                 item.setData(_ID_ROLE, c.id)
+                item.setData(_TITLE_ROLE, c.title)  # as stored: an edit of it is a rename
                 item.setToolTip(c.title)
                 if snippets and (found := snippets.get(c.id)):
                     item.setData(_SNIPPET_ROLE, found)
@@ -231,6 +234,13 @@ class ConversationListWidget(QWidget):
             self._mark_writing()
 
     def _mark_writing(self) -> None:
+        filling, self._filling = self._filling, True  # a font is no rename (itemChanged)
+        try:
+            self._mark_items()
+        finally:
+            self._filling = filling
+
+    def _mark_items(self) -> None:
         for i in range(self.list.count()):
             item = self.list.item(i)
             cid = _item_id(item)
@@ -283,8 +293,8 @@ class ConversationListWidget(QWidget):
     @Slot(QListWidgetItem)
     def _on_list_item_changed(self, item: QListWidgetItem) -> None:
         cid = _item_id(item)
-        if self._filling or cid is None:
-            return
+        if self._filling or cid is None or item.text() == item.data(_TITLE_ROLE):
+            return  # (a change of its look, or an edit that left the title as it was)
         self.conversation_renamed.emit(cid, item.text())
 
     @Slot(QPoint)
