@@ -834,7 +834,7 @@ def test_delete_on_the_conversation_list_asks_to_delete_the_current_one(qtbot) -
 def test_marking_the_conversation_being_written_is_no_rename(qtbot) -> None:
     """The list marks the conversation whose reply is written (italic, an icon): that
     changes the row, and must not reach the history as a rename of it to the title the
-    row showed (it put back a title the history had changed meanwhile); a real edit of
+    row showed (that would put back a title the history changed meanwhile); an edit of
     the title is one."""
     from app.store.history import Conversation
     from app.ui.chat.conversation_list import ConversationListWidget
