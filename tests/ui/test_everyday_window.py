@@ -297,8 +297,8 @@ def test_file_menu_and_keys_reach_models_search_and_export(  # type: ignore[no-u
     with No as the default, so Enter keeps it."""
     file_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&File")
     assert [a.text() for a in file_menu.actions() if not a.isSeparator()] == [
-        "New chat", "Open GGUF…", "Connect to a server…", "Models…", "Export conversation…",
-        "Quit"]
+        "New chat", "Open GGUF…", "Open recent", "Connect to a server…", "Models…",
+        "Export conversation…", "Quit"]
     by_text = {a.text(): a for a in window.actions()}
     assert by_text["Open GGUF…"].shortcut().toString() == "Ctrl+O"
     assert by_text["Search conversations"].shortcut().toString() == "Ctrl+F"

@@ -197,7 +197,7 @@ def test_connect_to_a_server_sits_beside_open_gguf(qtbot) -> None:  # type: igno
     bar = ModelBarWidget()
     qtbot.addWidget(bar)
     actions = [a.text() for a in bar.open_button.menu().actions()]
-    assert actions == ["Open GGUF…", "Connect to a server…"]
+    assert actions == ["Open GGUF…", "Open recent", "Connect to a server…"]
     with qtbot.waitSignal(bar.connect_server_clicked, timeout=5000):
         bar.connect_action.trigger()
     with qtbot.waitSignal(bar.open_target_clicked, timeout=5000):

@@ -87,7 +87,8 @@ def test_the_server_menu_without_a_model_explains(qtbot) -> None:
     qtbot.addWidget(w)
     try:
         [server] = [a for a in w.menuBar().actions() if a.text() == "&Server"]
-        connect, action, disconnect = server.menu().actions()
+        connect, action, disconnect, _, serve = server.menu().actions()
+        assert serve.text() == "Serve the API on this computer" and serve.isCheckable()
         assert connect.text() == "Connect to a server…"
         assert action.objectName() == "runElsewhereAction"
         assert disconnect.text() == "Disconnect from the server" and not disconnect.isEnabled()
