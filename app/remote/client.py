@@ -161,7 +161,13 @@ class ServerInfo:
     def can_continue(self) -> bool:
         """Whether the server goes on from a reply's start sent as the last, assistant
         message with ``continue_final_message`` (vLLM's field, read by llama-server and
-        Tandem too); another server would answer that start as a finished message."""
+        Tandem too); another server would answer that start as a finished message, and so
+        would a vLLM older than 0.6.3, which it first came with (vLLM pull request 8942).
+        llama-server continues a last assistant message without the field too."""
+        if self.engine is Engine.VLLM and self.version is not None:
+            found = re.match(r"v?(\d+)\.(\d+)\.(\d+)", self.version)
+            if found is not None and tuple(map(int, found.groups())) < (0, 6, 3):
+                return False
         return self.engine in (Engine.LLAMA_SERVER, Engine.VLLM, Engine.TANDEM)
 
 

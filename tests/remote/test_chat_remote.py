@@ -296,3 +296,16 @@ def test_a_server_past_max_tokens_is_cut_off_and_the_reply_says_so(rig: Rig,
     assert record.note is not None and record.note.startswith(
         "The server kept writing past the 40 tokens asked for (max tokens)")
     broken.mode = "ok"
+
+
+def test_continue_is_offered_by_the_servers_that_read_continue_final_message() -> None:
+    from app.remote.client import Engine, ServerInfo
+
+    def info(engine: Engine, version: str | None = None) -> ServerInfo:
+        return ServerInfo(base_url="http://h", engine=engine, version=version, models=())
+
+    assert info(Engine.LLAMA_SERVER, "b1-0c1e570").can_continue
+    assert info(Engine.TANDEM).can_continue and info(Engine.VLLM).can_continue
+    assert info(Engine.VLLM, "0.6.3").can_continue and info(Engine.VLLM, "0.11.0").can_continue
+    assert not info(Engine.VLLM, "0.6.2").can_continue  # before the field
+    assert not info(Engine.OLLAMA).can_continue and not info(Engine.OPENAI_COMPATIBLE).can_continue
