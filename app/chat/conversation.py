@@ -66,7 +66,7 @@ from app.formatting import shortened, valid_text
 from app.options import (
     DrafterNeeds, SamplingParams, SpecMode, SpeculationConfig, default_draft_max,
 )
-from app.remote.client import RemoteClient
+from app.remote.client import CONTINUING_SERVERS, RemoteClient
 from app.store import paths
 from app.store.history import (
     Conversation,
@@ -288,6 +288,16 @@ class _NoView:
 
     def __getattr__(self, name: str) -> Callable[..., None]:
         return lambda *args: None
+
+
+def _and_then(error: UserError, sentence: str, *, level: str,
+              title: str | None = None) -> UserError:
+    """``error`` with ``sentence`` after its message (a full stop between them), at
+    ``level``, under ``title`` when given."""
+    said = error.message.rstrip()
+    stop = "" if said.endswith((".", "!", "?")) else "."
+    return replace(error, message=f"{said}{stop} {sentence}", level=level,
+                   title=error.title if title is None else title)
 
 
 def _drafter_sentence(mode: SpecMode) -> str:
@@ -885,9 +895,7 @@ class ChatController:
             if kept is not None and kept.path is not None:  # not the file that failed
                 self.settings.model.draft_path = kept.path
             if switched := self._draft_choice_failed():  # a warning: replies still draft
-                said = error.message.rstrip()
-                error = replace(error, level="warning", message=f"{said}"
-                                f"{'' if said.endswith(('.', '!', '?')) else '.'} {switched}")
+                error = _and_then(error, switched, level="warning")
             self.view.save_settings_soon()
         elif failed.kind == "load":
             self._pick = None  # the settings keep the draft and mode they had
@@ -1187,8 +1195,8 @@ class ChatController:
         if self.remote is not None and not self.remote.info.can_continue:
             self.report(UserError(
                 "Not with this server", f"This server ({self.remote.info.engine.value}) "
-                "cannot continue a reply: llama-server, vLLM, another Tandem and a model "
-                "loaded in Tandem can. Regenerate asks the server again.", level="warning",
+                f"cannot continue a reply: {CONTINUING_SERVERS} and a model loaded in "
+                "Tandem can. Regenerate asks the server again.", level="warning",
                 origin="reply"))
             return False
         self._save_unsaved()  # a reply the history refused is read back whole
@@ -1509,8 +1517,8 @@ class ChatController:
             earlier, asked, where = back
             self._show_branch(earlier)
             self.view.message_given_back(where, asked.id, asked.content, earlier is not None)
-            error = replace(error, title="Not sent", level="warning",
-                            message=f"{error.message} Your message is back in the box.")
+            error = _and_then(error, "Your message is back in the box.", title="Not sent",
+                              level="warning")
             self.view.conversations_changed()
         self.view.state_changed()
         self.report(error)

@@ -78,7 +78,7 @@ from app.catalog.model_file import model_entry_path
 from app.catalog.pairing import ASSISTANT_TARGETS, is_assistant_arch
 from app.errors import LoadCancelledError, ModelNotLoadedError, TandemError
 from app.options import DEFAULT_QUEUE_LIMIT, SamplingParams, SpecMode, SpeculationConfig
-from app.remote.client import RemoteClient
+from app.remote.client import CONTINUING_SERVERS, RemoteClient
 from app.remote.errors import RemoteCancelledError
 from app.remote.session import RemoteSession
 
@@ -516,8 +516,8 @@ class ChatService:
                     if continuation and not session.info.can_continue:
                         raise TandemError(
                             f"{session.name} ({session.info.engine.value}) cannot continue "
-                            "a reply: that needs llama-server, vLLM, Tandem or a model "
-                            "loaded in Tandem.")
+                            f"a reply: {CONTINUING_SERVERS} and a model loaded in Tandem "
+                            "can.")
                     return session.chat(msgs, sampling, speculation, cancel,
                                         continuation=continuation)
                 spec = speculation

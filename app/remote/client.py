@@ -124,6 +124,10 @@ class RemoteModel:
     draft_max: int | None = None
 
 
+#: the servers that continue a reply cut short (:attr:`ServerInfo.can_continue`), in words
+CONTINUING_SERVERS = "llama-server, vLLM 0.6.3 or later, another Tandem"
+
+
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
     """What a server is, as far as it says.
@@ -161,9 +165,10 @@ class ServerInfo:
     def can_continue(self) -> bool:
         """Whether the server goes on from a reply's start sent as the last, assistant
         message with ``continue_final_message`` (vLLM's field, read by llama-server and
-        Tandem too); another server would answer that start as a finished message, and so
-        would a vLLM older than 0.6.3, which it first came with (vLLM pull request 8942).
-        llama-server continues a last assistant message without the field too."""
+        Tandem too; :data:`CONTINUING_SERVERS`); another server would answer that start
+        as a finished message, and so would a vLLM older than 0.6.3, the first release
+        that reads the field. llama-server continues a last assistant message without the
+        field too."""
         if self.engine is Engine.VLLM and self.version is not None:
             found = re.match(r"v?(\d+)\.(\d+)\.(\d+)", self.version)
             if found is not None and tuple(map(int, found.groups())) < (0, 6, 3):

@@ -97,8 +97,7 @@ class ModelSettings(_Section):
 
     def opened(self, target: Path) -> None:
         """``target`` loaded: first in :attr:`recent_targets` (once)."""
-        self.recent_targets = [target, *(p for p in self.recent_targets if p != target)
-                               ][:RECENT_TARGETS]
+        self.recent_targets = [target, *(p for p in self.recent_targets if p != target)]
 
     @field_validator("n_threads")
     @classmethod

@@ -13,8 +13,6 @@ can produce is valid for the engine; ranges and tooltips are read from the model
 
 from __future__ import annotations
 
-
-
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
@@ -30,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from pydantic import BaseModel
 
+from app.engine.cpu import usable_cores
 from app.options import (
     ContextOverflow,
     SamplingParams,
@@ -38,7 +37,6 @@ from app.options import (
     field_schema,
     max_threads,
 )
-from app.engine.cpu import usable_cores
 from app.store.settings import ModelSettings
 from app.ui.labels import Label
 

@@ -234,13 +234,6 @@ class ConversationListWidget(QWidget):
             self._mark_writing()
 
     def _mark_writing(self) -> None:
-        filling, self._filling = self._filling, True  # a font is no rename (itemChanged)
-        try:
-            self._mark_items()
-        finally:
-            self._filling = filling
-
-    def _mark_items(self) -> None:
         for i in range(self.list.count()):
             item = self.list.item(i)
             cid = _item_id(item)
