@@ -479,12 +479,6 @@ def usage(stats: SpecStats) -> dict[str, Any]:
     }
 
 
-def openai_finish_reason(reason: str) -> str:
-    """The engine's finish reason in OpenAI's words (``stop``, ``length``); a reply
-    cancelled by the server (it is shutting down) is ``cancelled``."""
-    return reason
-
-
 def prompt_progress(done: int, total: int, cached: int, elapsed: float) -> dict[str, int]:
     """Prompt processing in llama-server's ``prompt_progress`` names (its
     ``return_progress`` extension): ``total`` prompt tokens, ``cache`` of them taken

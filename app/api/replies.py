@@ -32,7 +32,6 @@ from starlette.responses import JSONResponse, Response
 from app.api.protocol import (
     ApiError,
     GenerationRequest,
-    openai_finish_reason,
     prompt_progress,
     tandem_figures,
     timings,
@@ -60,7 +59,8 @@ SEND_TIMEOUT_S = 60.0
 #: seconds between keep-alive comments on a stream
 PING_S = 15
 #: seconds a stream is given to end by itself when the server is told to stop (its job
-#: is cancelled then, so it ends within a round with a "cancelled" chunk and [DONE]);
+#: is cancelled then, so it ends within a round with a ``server_shutting_down`` error
+#: and [DONE]);
 #: sse-starlette cuts it after that. Within uvicorn's graceful shutdown
 #: (:data:`app.api.server.GRACEFUL_S`).
 SHUTDOWN_GRACE_S = 2.5
@@ -151,6 +151,19 @@ def failure(event: JobFailed) -> ApiError:
     return ApiError(500, f"{event.error.title}: {event.error.message}", type="server_error")
 
 
+def stopped(record: ReplyRecord) -> ApiError | None:
+    """The error for a reply the server itself stopped (a reply whose client went away
+    is not answered at all): 503 ``server_shutting_down``, since "cancelled" is no
+    finish reason of OpenAI's and a client must not take the text for a whole reply.
+    None for a reply that ended by itself (``stop``, ``length``)."""
+    if record.reason != "cancelled":
+        return None
+    return ApiError(503, f"Tandem stopped this reply after {record.stats.emitted} tokens: "
+                    "its API server is shutting down (the window closed, or Serve API "
+                    "was turned off). Send the request again once the server is back.",
+                    type="unavailable_error", code="server_shutting_down")
+
+
 def _figures(record: ReplyRecord) -> dict[str, Any]:
     return {"timings": timings(record.stats), "tandem": tandem_figures(record)}
 
@@ -202,7 +215,10 @@ async def answer(request: Request, reply: Reply) -> Response:
         return error_response(failure(event))
     assert isinstance(event, JobDone) and isinstance(event.value, ReplyRecord)
     fin = event.value
-    finish = openai_finish_reason(fin.reason)
+    refused = stopped(fin)
+    if refused is not None:
+        return error_response(refused)
+    finish = fin.reason
     if reply.endpoint == "chat":
         choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant",
                                                           "content": fin.text},
@@ -288,8 +304,13 @@ async def _sse_events(feed: JobFeed, reply: Reply, head: list[object],
                 complete = True
                 record = end.value
                 assert isinstance(record, ReplyRecord)
+                refused = stopped(record)
+                if refused is not None:
+                    yield json_event(refused.body())
+                    yield ServerSentEvent(data="[DONE]")
+                    return
                 figures = _figures(record)
-                yield framing.text(None, openai_finish_reason(record.reason), **figures)
+                yield framing.text(None, record.reason, **figures)
                 if reply.req.include_usage:
                     yield framing.data({"choices": [], "usage": usage(record.stats),
                                         **figures})

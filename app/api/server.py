@@ -183,7 +183,7 @@ class ApiServer:
         if server.started and on_ready is not None:
             on_ready(self.base_url)
         # When uvicorn is told to stop (Ctrl-C, SIGTERM, stop()), end the API's replies
-        # first: their streams then close with "cancelled" within one round, inside
+        # first: their streams then close with an error within one round, inside
         # uvicorn's graceful-shutdown time, instead of being cut.
         while not task.done():
             if server.should_exit:

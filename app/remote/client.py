@@ -46,6 +46,7 @@ from app.remote.errors import (
     RemoteCancelledError,
     RemoteError,
     ServerAuthError,
+    ServerContextError,
     ServerHTTPError,
     ServerProtocolError,
     ServerTimeoutError,
@@ -393,21 +394,36 @@ def loads(raw: str | bytes) -> Any:
 def _error_message(response: httpx.Response) -> str:
     """The server's own error sentence (OpenAI's ``{"error": {"message"}}``, a plain
     ``error`` or ``detail`` string), else the start of its body; at most 300 characters."""
+    return _error_fields(response)[0]
+
+
+def _error_fields(response: httpx.Response) -> tuple[str, str]:
+    """The server's error sentence (as :func:`_error_message`) and its ``type`` and
+    ``code`` joined by a space ("" when it has none)."""
     try:
         body = loads(response.content)
     except JSONTooDeepError:
-        return "an error body that is not OpenAI's (JSON nested too deep to read)"
+        return "an error body that is not OpenAI's (JSON nested too deep to read)", ""
     except ValueError:
-        return _body_start(response.text)
+        return _body_start(response.text), ""
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return str(err["message"])[:300]
+            kinds = " ".join(str(err.get(key) or "") for key in ("type", "code"))
+            return str(err["message"])[:300], kinds
         if isinstance(err, str):
-            return err[:300]
+            return err[:300], ""
         if isinstance(body.get("detail"), str):
-            return str(body["detail"])[:300]
-    return _body_start(response.text)
+            return str(body["detail"])[:300], ""
+    return _body_start(response.text), ""
+
+
+#: how servers name a request longer than their context window: llama-server's error
+#: type, OpenAI's error code, and vLLM's sentences ("This model's maximum context length
+#: is N tokens…", "The decoder prompt (length N) is longer than the maximum model length")
+_CONTEXT_REFUSAL = re.compile(r"exceed_context_size_error|context_length_exceeded|"
+                              r"maximum context length|longer than the maximum model length",
+                              re.IGNORECASE)
 
 
 def _body_start(text: str) -> str:
@@ -619,7 +635,7 @@ class RemoteClient:
 
     def _status_error(self, response: httpx.Response, what: str) -> RemoteError:
         status = response.status_code
-        message = _error_message(response)
+        message, kinds = _error_fields(response)
         if status in (401, 403):
             return ServerAuthError(f"{self.base_url} refused the request ({status}): "
                                    f"{message or 'the API key is missing or wrong'}.")
@@ -629,6 +645,11 @@ class RemoteClient:
                                    f"{f' to {location}' if location else ''}: Tandem does "
                                    "not follow redirects; give the address it points to "
                                    "if you trust it.", status=status)
+        if status == 400 and _CONTEXT_REFUSAL.search(f"{kinds} {message}"):
+            return ServerContextError(
+                f"The conversation is longer than the context window of the server at "
+                f"{self.base_url} (it said: {message}). Shorten the message, start a new "
+                "conversation, or start the server with a longer context.", status=status)
         return ServerHTTPError(f"{self.base_url} answered {status} to {what}: "
                                f"{message or '(no message)'}", status=status)
 

@@ -7,7 +7,7 @@ the text that had arrived before the stream broke, so a caller keeps it.
 
 from __future__ import annotations
 
-from app.errors import TandemError
+from app.errors import ContextOverflowError, TandemError
 
 
 class RemoteError(TandemError):
@@ -36,6 +36,13 @@ class ServerHTTPError(RemoteError):
     def __init__(self, message: str, *, status: int) -> None:
         super().__init__(message)
         self.status = status
+
+
+class ServerContextError(ServerHTTPError, ContextOverflowError):
+    """The server refused the conversation as longer than its context window (HTTP 400
+    with llama-server's ``exceed_context_size_error``, OpenAI's
+    ``context_length_exceeded`` or vLLM's "maximum context length" sentence): nothing
+    was generated, so the chat gives the message back as for a local model's refusal."""
 
 
 class RemoteCancelledError(RemoteError):

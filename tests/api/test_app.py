@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
 from app.api.app import ApiSettings
@@ -125,6 +126,47 @@ def test_a_client_that_disconnects_from_a_plain_request_cancels_it(
     done = _job_done(events)
     assert done.value.reason == "cancelled"
     assert not script.gate.is_set()
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_reply_the_server_stops_is_an_error_not_a_finished_reply(
+        served: tuple[ApiServer, Script, queue.Queue[object]], stream: bool) -> None:
+    """Serve API turned off (or the window closing) mid-reply: the openai client gets
+    an error naming the shutdown (a stream: after the text already sent), not a reply
+    with a finish reason of its own."""
+    server, script, _events = served
+    script.gate = threading.Event()  # the reply waits after its first word
+    client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    got: list[str] = []
+    failure: list[Exception] = []
+
+    def ask() -> None:
+        try:
+            if stream:
+                for chunk in client.chat.completions.create(
+                        model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                        stream=True):
+                    got.append(chunk.choices[0].delta.content or "")
+            else:
+                client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "hi"}])
+        except openai.APIError as exc:
+            failure.append(exc)
+
+    reader = threading.Thread(target=ask)
+    reader.start()
+    assert script.at_gate.wait(30)
+    server.stop()
+    reader.join(30)
+    assert not reader.is_alive()
+    assert failure, got
+    error = failure[0]
+    assert "shutting down" in error.message, error.message
+    assert isinstance(error.body, dict) and error.body.get("code") == "server_shutting_down"
+    if stream:
+        assert "".join(got) == "one"
+    else:
+        assert isinstance(error, openai.APIStatusError) and error.status_code == 503
 
 
 def test_only_loopback_without_a_key() -> None:

@@ -165,6 +165,28 @@ def test_continue_on_llama_server_goes_on_from_the_reply(
     assert [m[0] for m in rig.stored()] == ["user", "assistant"]
 
 
+def test_a_message_longer_than_the_servers_context_goes_back_to_the_box(
+        rig: Rig, llama_server: LlamaServer) -> None:
+    """llama-server refuses a conversation past its context (400,
+    ``exceed_context_size_error``) before any text: the message leaves the history and
+    comes back to the input box, as a local model's refusal does, and the words name the
+    server's context."""
+    rig.connect(llama_server.base_url)
+    assert rig.c.send_message("Say hello.")
+    rig.reply_done()
+    before = rig.stored()
+    long_text = "word " * 2500  # about 2,500 tokens; the server's context is 2,048
+    assert rig.c.send_message(long_text)
+    rig.reply_done()
+    assert rig.stored() == before
+    given = [args for name, args in rig.view.calls if name == "message_given_back"]
+    assert given and given[-1][2] == long_text, given
+    error = rig.view.errors[-1]
+    assert error.title == "Not sent", error
+    assert "longer than the context window of the server" in error.message, error.message
+    assert "Your message is back in the box." in error.message
+
+
 def test_a_dropped_stream_keeps_the_text_and_says_why(rig: Rig, broken: BrokenServer) -> None:
     broken.mode = "ok"
     rig.connect(broken.base_url)

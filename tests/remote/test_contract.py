@@ -12,8 +12,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
+from app.errors import ContextOverflowError
+from app.remote import RemoteClient
+from app.remote.errors import ServerHTTPError
 from app.remote.client import _llama_spec_types, _StreamState
 from app.remote.figures import combine, from_response
 from app.remote.prometheus import metric_prefixes, parse_spec_counters
@@ -102,3 +106,26 @@ def test_llama_server_props_and_slots_name_the_drafter() -> None:
     assert used, "the slot that ran the requests shows its parameters"
     assert _llama_spec_types({"params": used[0]["params"]}) == "ngram-simple"
     assert all(s["speculative"] is True for s in slots)
+
+
+@pytest.mark.parametrize(("body", "context"), [
+    # llama-server (the vendored tools/server: server-common.cpp, server-task.cpp)
+    ({"error": {"code": 400, "message": "request (2600 tokens) exceeds the available "
+                "context size (2048 tokens), try increasing it",
+                "type": "exceed_context_size_error", "n_prompt_tokens": 2600, "n_ctx": 2048}},
+     True),
+    # vLLM's sentence (its error type is BadRequestError)
+    ({"error": {"message": "This model's maximum context length is 2048 tokens. However, you "
+                "requested 3000 tokens (2000 in the messages, 1000 in the completion).",
+                "type": "BadRequestError", "param": None, "code": 400}}, True),
+    # OpenAI's code, as Tandem's own API answers
+    ({"error": {"message": "The conversation does not fit.", "type": "invalid_request_error",
+                "code": "context_length_exceeded"}}, True),
+    ({"error": {"message": "temperature must be at least 0", "type": "BadRequestError"}}, False),
+])
+def test_a_context_refusal_is_told_from_other_bad_requests(body: dict, context: bool) -> None:
+    client = RemoteClient("http://127.0.0.1:9")
+    error = client._status_error(httpx.Response(400, json=body), "the chat request")
+    assert isinstance(error, ServerHTTPError) and error.status == 400
+    assert isinstance(error, ContextOverflowError) is context
+    assert body["error"]["message"] in str(error)
