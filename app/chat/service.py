@@ -401,6 +401,12 @@ class ChatService:
                 before.insert(0, self._current)
             return tuple((j.kind, j.origin) for j in before)
 
+    def jobs(self) -> tuple[tuple[JobKind, str], ...]:
+        """The running job (first) and the waiting ones, as (kind, origin)."""
+        with self._cond:
+            every = [*([self._current] if self._current else []), *self._waiting]
+            return tuple((j.kind, j.origin) for j in every)
+
     @property
     def running(self) -> Job | None:
         """The job running now, if any."""

@@ -143,6 +143,8 @@ class UiSettings(_Section):
     #: (the latest :data:`SEEN_NOTES`): the same note for that model at the next start is
     #: logged, not shown again
     seen_notes: list[str] = []
+    #: ask before quitting while a reply, an API request, a race or a download runs
+    confirm_quit: bool = True
 
 
 #: The drafter a new user starts with: prompt lookup needs no second model.

@@ -63,6 +63,7 @@ from app.ui.panels import MessageBarWidget, SystemPromptWidget, WelcomeWidget, s
 from app.ui.picker import DownloadQueue
 from app.ui.qt_compat import apply_qt_workarounds
 from app.ui.sampling_panel import SamplingSettingsWidget
+from app.ui.quit_check import ask_to_quit, work_in_progress
 from app.ui.scrolled import ScrolledTabWidget, scrolled
 from app.ui.service_bridge import ServiceBridge
 from app.ui.side_windows import SideWindows
@@ -205,6 +206,25 @@ def draft_menu(window: MainWindow) -> QMenu:
 def _open_draft_file(window: MainWindow) -> None:
     if (path := window.choose_draft_file()) is not None:
         window.controller.set_draft_model(path)
+
+
+def _connect_server(window: MainWindow) -> None:
+    """Connect to server…: the dialog (its server and model as last used), then connect."""
+    from app.ui.connect_dialog import ConnectDialog
+
+    remote = window.settings.remote
+    dialog = ConnectDialog(window.api_keys, remote.base_url, remote.model, window)
+    if remote.base_url:
+        dialog.list_models()
+    if dialog.exec() == ConnectDialog.DialogCode.Accepted:
+        client, model = dialog.connection()
+        window.controller.connect_server(client, model)
+
+
+def _may_quit(window: MainWindow) -> bool:
+    """Whether to quit now: asks first while work would stop (:mod:`app.ui.quit_check`)."""
+    stops = work_in_progress(window.controller.service.jobs(), window.downloads.active_count())
+    return ask_to_quit(window, window.settings.ui, stops)
 
 
 def _ask_to_delete(window: QWidget, title: str | None) -> bool:
@@ -458,7 +478,8 @@ class MainWindow(QMainWindow):
             open_model=self._on_model_bar_open_target_clicked, search=cv.search.setFocus,
             connect=self._on_model_bar_connect_server_clicked, recent=mb.recent_menu,
             export=lambda: export_open_conversation(self, c), splitter=self.splitter,
-            server=(self.show_server_command, c.disconnect_server, self.api.action))
+            server=(self.show_server_command, c.disconnect_server, self.api.action),
+            may_quit=lambda: _may_quit(self), ui=self.settings.ui)
 
     # -- the controller's view --------------------------------------------------------
     def show_error(self, error: UserError) -> None:
@@ -682,15 +703,7 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _on_model_bar_connect_server_clicked(self) -> None:
-        from app.ui.connect_dialog import ConnectDialog
-
-        remote = self.settings.remote
-        dialog = ConnectDialog(self.api_keys, remote.base_url, remote.model, self)
-        if remote.base_url:
-            dialog.list_models()
-        if dialog.exec() == ConnectDialog.DialogCode.Accepted:
-            client, model = dialog.connection()
-            self.controller.connect_server(client, model)
+        _connect_server(self)
 
     @Slot()
     def _on_model_bar_open_draft_clicked(self) -> None:
@@ -739,7 +752,11 @@ class MainWindow(QMainWindow):
 
     # -- closing ----------------------------------------------------------------------
     def closeEvent(self, event: QCloseEvent) -> None:
-        """Stop and join the service, finalise a streaming reply, save, then close."""
+        """Stop and join the service, finalise a streaming reply, save, then close; a
+        close the user asked for (the title bar's button) asks first while work runs."""
+        if not self._closed and event.spontaneous() and not _may_quit(self):
+            event.ignore()
+            return
         if not self._closed:
             self._closed = True
             self.system_prompt.flush()

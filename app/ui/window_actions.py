@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (
 
 import app
 from app.diagnostics import about_info
+from app.store.settings import UiSettings
 from app.ui.labels import Label
 
 
@@ -109,12 +110,15 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
                            search: Callable[[], object], recent: QMenu | None = None,
                            server: tuple[Callable[[], object], Callable[[], object],
                                          QAction] | None = None,
-                           splitter: QSplitter | None = None) -> WindowActions:
-    """Add the File menu (with ``recent``, "Open recent"), the View menu (when
-    ``splitter`` holds the conversation list, the chat and the side panel:
-    :func:`add_pane_actions`), the Server menu (:func:`_add_server_menu`, when ``server``
-    gives its actions), the Help menu, the shortcuts, and Enter on buttons to
-    ``window``."""
+                           splitter: QSplitter | None = None,
+                           may_quit: Callable[[], bool] = lambda: True,
+                           ui: UiSettings | None = None) -> WindowActions:
+    """Add the File menu (with ``recent``, "Open recent"; Quit closes ``window`` when
+    ``may_quit()`` says so; with ``ui``, "Ask before quitting while work runs" switches
+    ``ui.confirm_quit``), the View menu (when ``splitter`` holds the conversation
+    list, the chat and the side panel: :func:`add_pane_actions`), the Server menu
+    (:func:`_add_server_menu`, when ``server`` gives its actions), the Help menu, the
+    shortcuts, and Enter on buttons to ``window``."""
     file_menu = window.menuBar().addMenu("&File")
     shortcut_rows: list[tuple[str, str]] = []
 
@@ -151,7 +155,13 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
     add("Stop the reply (or leave editing)", [QKeySequence(Qt.Key.Key_Escape),
                                               QKeySequence("Ctrl+.")], stop, False)
     file_menu.addSeparator()
-    quit_action = add("Quit", quit_keys(), window.close, True)
+    if ui is not None:
+        ask = file_menu.addAction("Ask before quitting while work runs")
+        ask.setCheckable(True)
+        ask.setChecked(ui.confirm_quit)
+        ask.toggled.connect(lambda on: setattr(ui, "confirm_quit", on))
+        file_menu.aboutToShow.connect(lambda: ask.setChecked(ui.confirm_quit))
+    quit_action = add("Quit", quit_keys(), lambda: may_quit() and window.close(), True)
     quit_action.setMenuRole(QAction.MenuRole.QuitRole)
     native = QKeySequence.SequenceFormat.NativeText
     shortcut_rows += [("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),

@@ -298,7 +298,12 @@ def test_file_menu_and_keys_reach_models_search_and_export(  # type: ignore[no-u
     file_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&File")
     assert [a.text() for a in file_menu.actions() if not a.isSeparator()] == [
         "New chat", "Open GGUF…", "Open recent", "Connect to a server…", "Models…",
-        "Export conversation…", "Quit"]
+        "Export conversation…", "Ask before quitting while work runs", "Quit"]
+    ask = next(a for a in file_menu.actions() if a.text().startswith("Ask before"))
+    assert ask.isCheckable() and ask.isChecked() and window.settings.ui.confirm_quit
+    ask.trigger()
+    assert window.settings.ui.confirm_quit is False
+    ask.trigger()
     by_text = {a.text(): a for a in window.actions()}
     assert by_text["Open GGUF…"].shortcut().toString() == "Ctrl+O"
     assert by_text["Search conversations"].shortcut().toString() == "Ctrl+F"

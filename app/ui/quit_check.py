@@ -1,0 +1,62 @@
+"""Asking before a quit that would stop work in progress.
+
+A quit the user asks for (the title bar's close button, File → Quit, the platform's Quit
+keys) while a reply is written, the local API answers, a race or k sweep runs or a
+download is under way asks first, naming what would stop and what becomes of it; a
+window closed by the program (the single-instance hand-over, tests) does not. "Don't ask
+again" turns it off (``ui.confirm_quit``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtWidgets import QCheckBox, QMessageBox, QWidget
+
+from app.chat.events import JobKind
+from app.store.settings import UiSettings
+
+
+def work_in_progress(jobs: Sequence[tuple[JobKind, str]], downloads: int) -> list[str]:
+    """What quitting now would stop, one line each, in the order a user weighs them.
+
+    Args:
+        jobs: the chat service's running and waiting jobs as (kind, origin)
+            (:meth:`app.chat.service.ChatService.jobs`).
+        downloads: downloads running or waiting (:meth:`DownloadQueue.active_count`).
+    """
+    stops: list[str] = []
+    if any(kind == "reply" and origin == "window" for kind, origin in jobs):
+        stops.append("the reply being written (kept as far as it got, marked "
+                     "interrupted; Continue goes on from it)")
+    api = sum(1 for kind, origin in jobs if origin == "api" and kind in ("reply", "completion"))
+    if api:
+        stops.append(f"{api} request{'s' if api != 1 else ''} to the local API (the "
+                     "client gets an error saying the server shut down)")
+    if any(origin == "race" for _kind, origin in jobs):
+        stops.append("the race or k sweep running (its figures so far are not kept)")
+    if downloads:
+        stops.append(f"{downloads} download{'s' if downloads != 1 else ''} (paused; "
+                     "Tandem offers to resume at the next start)")
+    return stops
+
+
+def ask_to_quit(window: QWidget, ui: UiSettings, stops: Sequence[str]) -> bool:
+    """Whether to quit: True at once when nothing would stop or the user turned the
+    question off; else the user's answer (Enter and Esc keep Tandem open). "Don't ask
+    again" with Quit sets ``ui.confirm_quit`` to False."""
+    if not stops or not ui.confirm_quit:
+        return True
+    box = QMessageBox(QMessageBox.Icon.Question, "Quit Tandem?",
+                      "Quitting now stops:\n" + "\n".join(f"•  {s}" for s in stops),
+                      QMessageBox.StandardButton.Cancel, window)
+    quit_button = box.addButton("Quit", QMessageBox.ButtonRole.AcceptRole)
+    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+    never = QCheckBox("Don't ask again")
+    box.setCheckBox(never)
+    box.exec()
+    if box.clickedButton() is not quit_button:
+        return False
+    if never.isChecked():
+        ui.confirm_quit = False
+    return True

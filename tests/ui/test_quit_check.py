@@ -1,0 +1,90 @@
+"""Quitting while work runs asks first: what would stop, in words; Cancel keeps the
+window and the work, Quit closes, "Don't ask again" turns the question off. Over the fake
+engine (no model)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+from PySide6.QtWidgets import QMessageBox
+
+from app.options import SamplingParams
+from app.store.settings import LoadedSettings, Settings
+from app.ui.main_window import MainWindow
+from app.ui.quit_check import work_in_progress
+from tests.chat.fakes import Script, fake_service
+from tests.synthetic import write_header_only
+
+
+def test_what_quitting_stops_in_words() -> None:
+    assert work_in_progress((), 0) == []
+    assert work_in_progress((("load", "window"),), 0) == []  # a load may just stop
+    stops = work_in_progress((("reply", "window"), ("completion", "api"), ("reply", "api"),
+                              ("sweep", "race")), 1)
+    assert stops == [
+        "the reply being written (kept as far as it got, marked interrupted; Continue "
+        "goes on from it)",
+        "2 requests to the local API (the client gets an error saying the server shut down)",
+        "the race or k sweep running (its figures so far are not kept)",
+        "1 download (paused; Tandem offers to resume at the next start)"]
+
+
+def test_quit_asks_while_a_reply_and_an_api_request_run(  # type: ignore[no-untyped-def]
+        qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "fake-target.gguf"
+    write_header_only(target)
+    script = Script(default="alpha beta gamma delta")
+    settings = Settings()
+    settings.model.target_path = target
+    settings.sampling = SamplingParams(max_tokens=16)
+    w = MainWindow(LoadedSettings(settings), service=fake_service(script))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.controller.model_info is not None, timeout=30_000)
+    answers: list[str] = []
+    asked: list[str] = []
+
+    def answer(box: QMessageBox) -> int:
+        asked.append(box.text())
+        choice = answers.pop(0)
+        if choice == "never":
+            box.checkBox().setChecked(True)
+            choice = "Quit"
+        if choice == "Quit":
+            next(b for b in box.buttons() if b.text() == "Quit").click()
+        return 0
+
+    monkeypatch.setattr(QMessageBox, "exec", answer)
+    sender = None
+    try:
+        assert w.api.start(0)
+        script.gate = threading.Event()
+        base = w.api_panel.url.text()
+        sender = threading.Thread(target=lambda: httpx.post(
+            base + "/chat/completions", timeout=60,
+            json={"model": "fake-target", "messages": [{"role": "user", "content": "x"}]}))
+        sender.start()
+        qtbot.waitUntil(lambda: script.at_gate.is_set(), timeout=30_000)
+        assert w.send_message("hello")  # waits behind the API's reply
+        answers.append("Cancel")
+        w.window_actions.quit.trigger()
+        assert asked[-1] == (
+            "Quitting now stops:\n"
+            "•  the reply being written (kept as far as it got, marked interrupted; "
+            "Continue goes on from it)\n"
+            "•  1 request to the local API (the client gets an error saying the server "
+            "shut down)")
+        assert w.isVisible() and w.controller.reply is not None  # nothing stopped
+        answers.append("never")
+        w.window_actions.quit.trigger()
+        assert not w.isVisible() and w.settings.ui.confirm_quit is False
+        assert len(asked) == 2
+    finally:
+        if script.gate is not None:
+            script.gate.set()
+        if sender is not None:
+            sender.join(30)
+        w.close()
