@@ -1071,9 +1071,11 @@ class ChatController:
         except (KeyError, sqlite3.Error) as exc:
             self._history_failed(exc)
 
-    def prompt_messages(self, conversation_id: int | None = None) -> list[ChatMessage]:
+    def prompt_messages(self, conversation_id: int | None = None, *,
+                        before: int | None = None) -> list[ChatMessage]:
         """The conversation as the model sees it: system prompt, then finished turns
-        (default: the open conversation)."""
+        (default: the open conversation; with ``before``, a message id, the turns before
+        that message only)."""
         cid = self.current_conversation if conversation_id is None else conversation_id
         if self.store is None or cid is None:
             return []
@@ -1082,9 +1084,24 @@ class ChatController:
         if conv.system_prompt.strip():
             messages.append(ChatMessage("system", conv.system_prompt))
         for m in self.store.messages(cid):
+            if m.id == before:
+                break
             if m.role in ("user", "assistant") and m.content and m.status == "done":
                 messages.append(ChatMessage(m.role, m.content))
         return messages
+
+    def messages_with(self, text: str) -> list[ChatMessage]:
+        """The conversation as the model would see it with ``text`` sent now: while a
+        message is edited, what comes before that message; else :meth:`prompt_messages`;
+        then ``text`` as the user's message. Empty when nothing would be sent (no text,
+        or the history cannot be read)."""
+        if not text.strip():
+            return []
+        try:
+            messages = self.prompt_messages(before=self.editing_message_id)
+        except (KeyError, sqlite3.Error):
+            return []
+        return [*messages, ChatMessage("user", text)]
 
     # -- sending ----------------------------------------------------------------------
     def send_message(self, text: str) -> bool:

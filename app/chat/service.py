@@ -68,6 +68,7 @@ from app.chat.events import (
     UserError,
 )
 from app.chat.failures import user_error
+from app.chat.preview import PromptPreview, preview_prompt
 from app.engine.auto import AutoChoice, ReplyObservation, resolve_auto
 from app.engine.chat import ChatMessage, tokenize_plain
 from app.engine.events import ContextTrimmed, Event, PrefillProgress, StatsUpdate, TextDelta
@@ -406,6 +407,20 @@ class ChatService:
         with self._cond:
             every = [*([self._current] if self._current else []), *self._waiting]
             return tuple((j.kind, j.origin) for j in every)
+
+    def preview(self, messages: Sequence[ChatMessage],
+                sampling: SamplingParams) -> PromptPreview | None:
+        """:func:`~app.chat.preview.preview_prompt` on the loaded local model, on the
+        caller's thread (it waits for the session between decoding rounds and through a
+        prompt's prefill: call it off a window's thread). None: no local model (none, or
+        a remote server's, whose tokenizer is not here), or it was unloaded meanwhile."""
+        session = self._session
+        if not isinstance(session, Session) or not messages:
+            return None
+        try:
+            return preview_prompt(session, messages, sampling)
+        except TandemError:
+            return None
 
     @property
     def running(self) -> Job | None:

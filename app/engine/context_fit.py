@@ -190,7 +190,7 @@ def fit_conversation(
         return full, None  # nothing to drop: the reply gets the room there is
     if not parts:
         raise ContextOverflowError(
-            f"The prompt is {len(full)} tokens long but the context window holds {n_ctx}. "
+            f"The prompt is {len(full):,} tokens long but the context window holds {n_ctx:,}. "
             "Shorten it or raise the context length.")
     order = drop_order(len(parts), policy)
 
@@ -206,15 +206,15 @@ def fit_conversation(
     with_room = fits(shortest, True)
     if policy is ContextOverflow.STOP and fits(shortest, False):  # dropping would do
         raise ContextOverflowError(
-            f"The conversation is {len(full)} tokens long but the context window holds "
-            f"{n_ctx}. Start a new conversation, shorten it, raise the context length, or "
+            f"The conversation is {len(full):,} tokens long but the context window holds "
+            f"{n_ctx:,}. Start a new conversation, shorten it, raise the context length, or "
             "let Tandem drop earlier messages (in the window: Sampling → Too long for the "
             "context; through the API: the request's context_overflow).")
     if not with_room and not fits(shortest, False):
         what, them = (("The system prompt and the last message alone are", "them") if head
                       else ("The last message alone is", "it"))
         raise ContextOverflowError(
-            f"{what} {len(shortest)} tokens; the context window holds {n_ctx}. Shorten "
+            f"{what} {len(shortest):,} tokens; the context window holds {n_ctx:,}. Shorten "
             f"{them} or raise the context length.")
     lo, hi, best = 1, len(parts), shortest  # the fewest exchanges to drop that fit
     while lo < hi:

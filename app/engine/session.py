@@ -808,6 +808,19 @@ class Session:
                 raise TandemError("The model has been unloaded.")
             return self.chat_format.tokenize(messages, continuation)
 
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` alone, as a message's content is tokenized (no BOS, control
+        tokens spelled out count as text); safe from any thread (waits for the session
+        between rounds).
+
+        Raises:
+            TandemError: the session is closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise TandemError("The model has been unloaded.")
+            return len(self.target.tokenize(text, add_special=False, parse_special=False))
+
     def chat(
         self,
         messages: Sequence[ChatMessage],

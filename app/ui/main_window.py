@@ -55,6 +55,7 @@ from app.ui.chat.input_box import ComposerWidget
 from app.ui.chat.markdown_render import warm_up as warm_up_markdown
 from app.ui.chat.reply_status import reply_status_words
 from app.ui.chat.starter_prompts import load_starter_prompts
+from app.ui.chat.token_preview import TokenPreview
 from app.store.credentials import ApiKeyStore
 from app.ui.explain import auto_explanation, context_fit_words, stored_auto_explanation
 from app.ui.gauge.gauge_panel import SpeculationGaugeWidget
@@ -221,6 +222,15 @@ def _connect_server(window: MainWindow) -> None:
         window.controller.connect_server(client, model)
 
 
+def _token_preview(window: MainWindow) -> TokenPreview:
+    """The token count under the input box, measured as the text or the state changes."""
+    c = window.controller
+    preview = TokenPreview(window.composer.token_count, c.service.preview, c.messages_with,
+                           lambda: window.settings.sampling, window.input.toPlainText)
+    window.input.textChanged.connect(preview.refresh)
+    return preview
+
+
 def _may_quit(window: MainWindow) -> bool:
     """Whether to quit now: asks first while work would stop (:mod:`app.ui.quit_check`)."""
     stops = work_in_progress(window.controller.service.jobs(), window.downloads.active_count())
@@ -363,6 +373,7 @@ class MainWindow(QMainWindow):
                                    self.downloads)
         self._closed = False
         self._build()
+        self.token_preview = _token_preview(self)
         self.server_watch = ServerWatch(c, self.model_bar, self)  # a remote server answers?
         self._settings_timer = _single_shot_timer(self, 400, self.controller.save_settings)
         self.bridge.event_received.connect(self._on_bridge_event_received)
@@ -490,6 +501,7 @@ class MainWindow(QMainWindow):
 
     def state_changed(self) -> None:
         c = self.controller
+        self.token_preview.refresh()
         here = c.reply is not None and c.reply.conversation_id == c.current_conversation
         self.composer.set_state(streaming=here, can_send=c.can_send, can_regenerate=c
                                 .can_regenerate, editing=c.editing_message_id is not None,
@@ -539,6 +551,7 @@ class MainWindow(QMainWindow):
 
     def sampling_changed(self, sampling: SamplingParams) -> None:
         self.sampling_panel.set_values(sampling, self.settings.model, self.settings.speculation)
+        self.token_preview.refresh()
 
     def conversations_changed(self) -> None:
         c, search = self.controller, self.conversations.search.text()
@@ -766,6 +779,7 @@ class MainWindow(QMainWindow):
             ui.splitter_state = bytes(self.splitter.saveState().toBase64().data()).decode()
             self._settings_timer.stop()
             self.windows.shutdown()
+            self.token_preview.shutdown()
             self.api.stop()
             self.downloads.shutdown()  # pauses downloads; they are offered again next start
             # The service's last events (the cancelled reply's end) are queued for this

@@ -1,0 +1,123 @@
+"""The token count under the input box: what the message would take before it is sent.
+
+:class:`TokenPreview` measures the text a moment after typing stops (and again when the
+conversation, the model or the sampling settings change), off the window's thread: the
+count waits for the model between decoding rounds, and through a long prompt's prefill,
+which must not freeze the window (:meth:`app.chat.service.ChatService.preview`). Only the
+latest measurement is shown. With no local model (none, or a remote server's) the line is
+empty: nothing is measured, so nothing is claimed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable, Sequence
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from app.chat.preview import PromptPreview
+from app.engine.chat import ChatMessage
+from app.options import SamplingParams
+from app.ui.explain import context_fit_words
+from app.ui.labels import Label
+
+#: milliseconds after the last change before the text is measured
+SETTLE_MS = 350
+
+
+def preview_words(p: PromptPreview) -> tuple[str, str]:
+    """The line and its level ("" / "warning" / "error") for a measurement.
+
+    Examples: ``312 tokens · 2,340 of the 4,096-token context with the conversation``;
+    ``Too long to send: The last message alone is 5,214 tokens; …``."""
+    own = f"{p.message_tokens:,} token{'s' if p.message_tokens != 1 else ''}"
+    if p.refusal is not None:
+        return f"Too long to send: {p.refusal}", "error"
+    if p.fit is not None:
+        return f"{own} · {context_fit_words(p.fit).replace('Dropped', 'Sending drops', 1)}", \
+            "warning"
+    left = p.n_ctx - p.prompt_tokens
+    if left < p.room:
+        return (f"{own} · {p.prompt_tokens:,} of the {p.n_ctx:,}-token context with the "
+                f"conversation: the reply has room for {max(0, left - 1):,} tokens"), "warning"
+    return (f"{own} · {p.prompt_tokens:,} of the {p.n_ctx:,}-token context with the "
+            "conversation"), ""
+
+
+class TokenPreview(QObject):
+    """Measures the input box's text and shows it in ``label``.
+
+    Args:
+        label: where the line goes (its ``level`` property is set for the style sheet).
+        measure: the service's :meth:`~app.chat.service.ChatService.preview`; called on
+            a worker thread.
+        messages: what would be sent with a text
+            (:meth:`~app.chat.conversation.ChatController.messages_with`); called here.
+        sampling: the sampling settings a reply would use now.
+    """
+
+    _measured = Signal(int, object)
+
+    def __init__(self, label: Label,
+                 measure: Callable[[Sequence[ChatMessage], SamplingParams], PromptPreview | None],
+                 messages: Callable[[str], list[ChatMessage]],
+                 sampling: Callable[[], SamplingParams], text: Callable[[], str]) -> None:
+        super().__init__(label)
+        self.label = label
+        self._measure, self._messages, self._sampling, self._text = (
+            measure, messages, sampling, text)
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(SETTLE_MS)
+        self._timer.timeout.connect(self._start)
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, "tandem-token-count")
+        self._latest = 0
+        self._measured.connect(self._show)
+        #: the last measurement shown (None: none)
+        self.shown: PromptPreview | None = None
+
+    def refresh(self) -> None:
+        """The text, conversation, model or settings changed: measure again soon."""
+        if not self._text().strip():
+            self._latest += 1  # a measurement on its way is stale
+            self._set("", "", None)
+            return
+        self._timer.start()
+
+    def shutdown(self) -> None:
+        """Stop measuring (the window closes); waits for a measurement under way."""
+        self._timer.stop()
+        self._latest += 1
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _start(self) -> None:
+        messages = self._messages(self._text())
+        self._latest += 1
+        if not messages:
+            self._set("", "", None)
+            return
+        n, sampling = self._latest, self._sampling()
+        try:
+            future = self._pool.submit(self._measure, messages, sampling)
+        except RuntimeError:  # shut down
+            return
+        future.add_done_callback(
+            lambda f: self._measured.emit(n, None if f.cancelled() or f.exception()
+                                          else f.result()))
+
+    def _show(self, n: int, preview: PromptPreview | None) -> None:
+        if n != self._latest:
+            return
+        if preview is None:
+            self._set("", "", None)
+            return
+        self._set(*preview_words(preview), preview)
+
+    def _set(self, text: str, level: str, preview: PromptPreview | None) -> None:
+        self.shown = preview
+        self.label.setText(text)
+        self.label.setToolTip(text)
+        if self.label.property("level") != level:
+            self.label.setProperty("level", level)
+            self.label.style().unpolish(self.label)
+            self.label.style().polish(self.label)

@@ -1,0 +1,69 @@
+"""The token count under the input box, measured with the loaded target's tokenizer and
+chat template by the rule a reply uses: the count, the room left, the drop a send would
+make, and the refusal it would get; nothing without a local model."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QApplication
+
+from app.chat.preview import PromptPreview
+from app.engine.context_fit import ContextFit
+from app.options import ContextOverflow
+from app.ui.chat.token_preview import preview_words
+from tests.ui.conftest import wait_reply
+
+
+def test_the_line_in_words() -> None:
+    assert preview_words(PromptPreview(12, 140, 512, 24)) == (
+        "12 tokens · 140 of the 512-token context with the conversation", "")
+    assert preview_words(PromptPreview(1, 500, 512, 24)) == (
+        "1 token · 500 of the 512-token context with the conversation: the reply has room "
+        "for 11 tokens", "warning")
+    fit = ContextFit(ContextOverflow.TRUNCATE_MIDDLE, 512, 2, 44, 480, 24, kept_first=True)
+    assert preview_words(PromptPreview(366, 480, 512, 24, fit)) == (
+        "366 tokens · Sending drops 2 earlier messages (44 tokens) to fit the 512-token "
+        "window (truncate middle: the first exchange was kept)", "warning")
+    assert preview_words(PromptPreview(900, 0, 512, 24, refusal="The last message alone is "
+                                       "905 tokens; …")) == (
+        "Too long to send: The last message alone is 905 tokens; …", "error")
+
+
+def test_the_count_follows_the_text_and_the_conversation(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    label = window.composer.token_count
+    session = window.controller.service._session
+    text = "What is the capital of France?"
+    window.input.setPlainText(text)
+    qtbot.waitUntil(lambda: label.text() != "", timeout=10_000)
+    own = len(session.target.tokenize(text, add_special=False, parse_special=False))
+    prompt = len(session.chat_prompt(window.controller.messages_with(text)))
+    assert label.text() == (f"{own} tokens · {prompt} of the 512-token context with the "
+                            "conversation")
+    assert window.send_message()
+    assert window.input.toPlainText() == "" and label.text() == ""  # nothing typed: no line
+    wait_reply(qtbot, window)
+    window.input.setPlainText(text)  # the same text now comes after one exchange
+    qtbot.waitUntil(lambda: window.token_preview.shown is not None
+                    and window.token_preview.shown.prompt_tokens > prompt, timeout=10_000)
+    window.input.setPlainText("word " * 700)  # longer than the whole context
+    qtbot.waitUntil(lambda: label.text().startswith("Too long to send:"), timeout=10_000)
+    assert label.property("level") == "error"
+    assert "the context window holds 512" in label.text()
+    window.input.clear()
+    qtbot.waitUntil(lambda: label.text() == "", timeout=10_000)
+    QApplication.processEvents()
+
+
+def test_an_edit_is_measured_without_what_follows_it(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    c = window.controller
+    assert window.send_message("first question")
+    wait_reply(qtbot, window)
+    assert window.send_message("second question")
+    wait_reply(qtbot, window)
+    first = c.store.messages(c.current_conversation)[0]
+    assert window.edit_message(first.id)
+    assert [m.content for m in c.messages_with("first, asked again")] == ["first, asked again"]
+    window.input.setPlainText("first, asked again")
+    qtbot.waitUntil(lambda: window.token_preview.shown is not None, timeout=10_000)
+    session = c.service._session
+    assert window.token_preview.shown.prompt_tokens == len(
+        session.chat_prompt(c.messages_with("first, asked again")))
