@@ -246,14 +246,14 @@ SERVE_NOTE_WORDS: dict[str, str] = {
     "mtp-needs-heads": "MTP needs a target whose weights carry multi-token-prediction "
                        "heads (DeepSeek-V3, Qwen3-Next, GLM-4.5, MiMo …).",
     "api-key-from-env": (
-        "The server listens on every interface and asks for a key: set TANDEM_SERVER_KEY "
-        "(e.g. `export TANDEM_SERVER_KEY=$(openssl rand -hex 24)`) before starting it, "
+        "The server listens on every interface and asks for a key: set {key} "
+        "(e.g. `export {key}=$(openssl rand -hex 24)`) before starting it, "
         "and give Tandem the same key when you connect."),
 }
 
 
-def serve_note_words(note: str, *, api_key_env: str = "TANDEM_SERVER_KEY") -> str:
+def serve_note_words(note: str, *, api_key_env: str) -> str:
     """The sentence for one launch-command note (its value); the API-key note names
     ``api_key_env``. An unknown note is returned as it is."""
     words = SERVE_NOTE_WORDS.get(note, note)
-    return words.replace("TANDEM_SERVER_KEY", api_key_env)
+    return words.replace("{key}", api_key_env)

@@ -49,6 +49,8 @@ from app.options import DEFAULT_PORT, SpecMode, SpeculationConfig
 
 #: the environment variable the commands read the API key from
 DEFAULT_API_KEY_ENV = "TANDEM_SERVER_KEY"
+#: where a generated server listens by default: every interface
+EVERY_INTERFACE = "0.0.0.0"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _QUANT = re.compile(r"(?i)[-._](I?Q\d+_[A-Z0-9_]+|Q\d+_\d|BF16|F16|F32)(?=\.gguf$|-\d{5}-of-\d{5}\.gguf$)")
@@ -166,7 +168,7 @@ class ServePlan:
     draft_p_min: float = 0.0
     ngram_min: int = 2
     ngram_max: int = 4
-    host: str = "0.0.0.0"
+    host: str = EVERY_INTERFACE
     port: int = DEFAULT_PORT
     api_key_env: str | None = DEFAULT_API_KEY_ENV
     gpus: int = 1

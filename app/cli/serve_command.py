@@ -14,6 +14,7 @@ import sys
 
 from app.catalog.server_command import (
     DEFAULT_API_KEY_ENV,
+    EVERY_INTERFACE,
     ModelSource,
     ServeDrafter,
     ServeEngine,
@@ -61,7 +62,8 @@ def add_cli_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="draft length k (default: the drafter's own, 4 with a draft model or "
                         "EAGLE-3, 3 with MTP, 16 with prompt or suffix lookup)")
     p.add_argument("--draft-min", type=int, default=0, help="a shorter draft is dropped")
-    p.add_argument("--host", default="0.0.0.0", help="where the server listens (default 0.0.0.0)")
+    p.add_argument("--host", default=EVERY_INTERFACE,
+                   help=f"where the server listens (default {EVERY_INTERFACE})")
     p.add_argument("--port", type=port_arg, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
     p.add_argument("--api-key-env", default=DEFAULT_API_KEY_ENV, metavar="VAR",
                    help=f"the environment variable holding the server's API key (default "
@@ -125,7 +127,7 @@ def run_serve_command(args: argparse.Namespace) -> int:
         second = args.draft or args.eagle3
         draft = resolve_model(second) if second else None
     api_key_env = None if args.no_api_key else args.api_key_env
-    if api_key_env is None and args.host not in ("0.0.0.0", "127.0.0.1"):
+    if api_key_env is None and args.host not in (EVERY_INTERFACE, "127.0.0.1"):
         raise TandemError("Invalid option: --no-api-key keeps the server on 127.0.0.1; "
                           "drop --host or give it a key.")
     plan = ServePlan(engine=ServeEngine(args.engine), target=target,

@@ -62,7 +62,12 @@ from app.remote.display import (
     url_password,
 )
 from app.remote.figures import SpeculationFigures, combine, count, from_response
-from app.remote.prometheus import SpecCounters, metric_prefixes, parse_spec_counters
+from app.remote.prometheus import (
+    MAX_POSITIONS,
+    SpecCounters,
+    metric_prefixes,
+    parse_spec_counters,
+)
 
 #: seconds to wait for a connection before calling a server unreachable
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -1200,9 +1205,10 @@ def _model_entry(entry: dict[str, Any]) -> RemoteModel:
 
 
 def _draft_max(value: Any) -> int | None:
-    """A draft length k a server reports: a count from 1 to 1024, else None."""
+    """A draft length k a server reports: a count from 1 to :data:`MAX_POSITIONS`, else
+    None."""
     k = count(value)
-    return k if k is not None and 1 <= k <= 1024 else None
+    return k if k is not None and 1 <= k <= MAX_POSITIONS else None
 
 
 def _engine_from_owners(owners: set[str]) -> Engine | None:

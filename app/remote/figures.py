@@ -27,18 +27,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.remote.prometheus import SpecCounters
+from app.remote.prometheus import MAX_POSITIONS, SpecCounters
 
 FigureScope = Literal["request", "server-wide"]
 """``request``: the figures count this request only. ``server-wide``: they come from the
 server's counters and may include other clients' requests that ran at the same time."""
 
 FigureSource = Literal["response", "metrics", "response+metrics"]
-
-#: the most draft positions read (per-position counts, an acceptance histogram); a
-#: longer list is not reported
-MAX_POSITIONS = 1024
-
 
 @dataclass(frozen=True, slots=True)
 class SpeculationFigures:

@@ -29,7 +29,9 @@ _COUNTERS = {
     "spec_decode_num_accepted_tokens_total": "accepted",
 }
 _PER_POS = "spec_decode_num_accepted_tokens_per_pos_total"
-#: the most draft positions read; a higher ``position`` label is not a draft position
+#: the most draft positions read (per-position counts, an acceptance histogram, a
+#: reported k); a higher ``position`` label is not a draft position, a longer list is not
+#: reported
 MAX_POSITIONS = 1024
 #: the largest counter value taken (2**53: past it a float no longer counts by ones)
 MAX_VALUE = float(2**53)

@@ -171,7 +171,8 @@ class ServerCommandDialog(QDialog):
         self.repo_edit.setVisible(show_repo)
         self.command_edit.setPlainText(self.command.shell(width=80))
         self.notes_label.setText("\n".join(
-            "• " + serve_note_words(n.value) for n in self.command.notes))
+            "• " + serve_note_words(n.value, api_key_env=DEFAULT_API_KEY_ENV)
+            for n in self.command.notes))
         self.copy_button.setEnabled(True)
         self.copy_button.setText("Copy")
 
