@@ -59,7 +59,7 @@ SEND_TIMEOUT_S = 60.0
 #: seconds between keep-alive comments on a stream
 PING_S = 15
 #: seconds a stream is given to end by itself when the server is told to stop (its job
-#: is cancelled then, so it ends within a round with a ``server_shutting_down`` error
+#: is cancelled then, so it ends within a round with a ``shutting_down`` error
 #: and [DONE]);
 #: sse-starlette cuts it after that. Within uvicorn's graceful shutdown
 #: (:data:`app.api.server.GRACEFUL_S`).
@@ -153,15 +153,16 @@ def failure(event: JobFailed) -> ApiError:
 
 def stopped(record: ReplyRecord) -> ApiError | None:
     """The error for a reply the server itself stopped (a reply whose client went away
-    is not answered at all): 503 ``server_shutting_down``, since "cancelled" is no
-    finish reason of OpenAI's and a client must not take the text for a whole reply.
-    None for a reply that ended by itself (``stop``, ``length``)."""
+    is not answered at all): 503 ``shutting_down``, as a request refused while the
+    server stops, since "cancelled" is no finish reason of OpenAI's and a client must
+    not take the text for a whole reply. None for a reply that ended by itself
+    (``stop``, ``length``)."""
     if record.reason != "cancelled":
         return None
     return ApiError(503, f"Tandem stopped this reply after {record.stats.emitted} tokens: "
-                    "its API server is shutting down (the window closed, or Serve API "
-                    "was turned off). Send the request again once the server is back.",
-                    type="unavailable_error", code="server_shutting_down")
+                    "the server is shutting down. Send the request again once it is back.",
+                    type="unavailable_error", code="shutting_down",
+                    headers={"Retry-After": "5"})
 
 
 def _figures(record: ReplyRecord) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from app.engine.chat import ChatMessage
 from app.engine.context_fit import ContextFit, fit_conversation, reply_room
 from app.engine.session import Session
-from app.errors import ContextOverflowError
+from app.errors import ChatTemplateError, ContextOverflowError
 from app.options import SamplingParams
 
 
@@ -29,7 +29,9 @@ class PromptPreview:
     ``room``: what a reply is given when messages must be dropped
     (:func:`~app.engine.context_fit.reply_room`); ``fit``: the earlier messages that would
     be dropped (None: none); ``refusal``: why the message would not be sent (the
-    :class:`~app.errors.ContextOverflowError`'s words; None: it would be)."""
+    :class:`~app.errors.ContextOverflowError`'s words; None: it would be);
+    ``failure``: the chat template failed on the conversation (its words), as the reply
+    would."""
 
     message_tokens: int
     prompt_tokens: int
@@ -37,6 +39,7 @@ class PromptPreview:
     room: int
     fit: ContextFit | None = None
     refusal: str | None = None
+    failure: str | None = None
 
 
 def preview_prompt(session: Session, messages: Sequence[ChatMessage],
@@ -45,7 +48,7 @@ def preview_prompt(session: Session, messages: Sequence[ChatMessage],
     message to send) as a reply with ``sampling`` would take them.
 
     Raises:
-        TandemError: the session was closed meanwhile, or the chat template failed.
+        TandemError: the session was closed meanwhile.
     """
     text = messages[-1].content if messages else ""
     own = session.count_tokens(text)
@@ -55,4 +58,6 @@ def preview_prompt(session: Session, messages: Sequence[ChatMessage],
                                        sampling.max_tokens, sampling.context_overflow)
     except ContextOverflowError as exc:
         return PromptPreview(own, 0, n_ctx, room, refusal=str(exc))
+    except ChatTemplateError as exc:
+        return PromptPreview(own, 0, n_ctx, room, failure=str(exc))
     return PromptPreview(own, len(tokens), n_ctx, room, fit)

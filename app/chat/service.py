@@ -397,16 +397,18 @@ class ChatService:
         with self._cond:
             if job not in self._waiting:
                 return ()
-            before = list(itertools.takewhile(lambda j: j is not job, self._waiting))
-            if self._current is not None:
-                before.insert(0, self._current)
-            return tuple((j.kind, j.origin) for j in before)
+            every = self._jobs_now()
+        return tuple((j.kind, j.origin) for j in itertools.takewhile(lambda j: j is not job,
+                                                                     every))
 
     def jobs(self) -> tuple[tuple[JobKind, str], ...]:
         """The running job (first) and the waiting ones, as (kind, origin)."""
         with self._cond:
-            every = [*([self._current] if self._current else []), *self._waiting]
-            return tuple((j.kind, j.origin) for j in every)
+            return tuple((j.kind, j.origin) for j in self._jobs_now())
+
+    def _jobs_now(self) -> list[Job]:
+        """The running job (first) and the waiting ones; call it holding ``_cond``."""
+        return [*([self._current] if self._current else []), *self._waiting]
 
     def preview(self, messages: Sequence[ChatMessage],
                 sampling: SamplingParams) -> PromptPreview | None:

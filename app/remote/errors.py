@@ -39,10 +39,11 @@ class ServerHTTPError(RemoteError):
 
 
 class ServerContextError(ServerHTTPError, ContextOverflowError):
-    """The server refused the conversation as longer than its context window (HTTP 400
-    with llama-server's ``exceed_context_size_error``, OpenAI's
-    ``context_length_exceeded`` or vLLM's "maximum context length" sentence): nothing
-    was generated, so the chat gives the message back as for a local model's refusal."""
+    """The server refused the conversation, with the reply's ``max_tokens``, as longer
+    than its context window (HTTP 400 with llama-server's ``exceed_context_size_error``,
+    OpenAI's ``context_length_exceeded`` or vLLM's "maximum context length" sentences,
+    which count ``max_tokens`` too): nothing was generated, so the chat gives the
+    message back as for a local model's refusal."""
 
 
 class RemoteCancelledError(RemoteError):

@@ -121,16 +121,18 @@ def stored_auto_explanation(stats: Mapping[str, Any] | None, *,
     return reason[:1].upper() + reason[1:] + "." if reason else None
 
 
-def context_fit_words(fit: ContextFit) -> str:
+def context_fit_words(fit: ContextFit, *, ahead: bool = False) -> str:
     """``Dropped 3 earlier messages (1,240 tokens) to fit the 4,096-token window``, and
-    what was kept."""
+    what was kept; ``ahead``: what sending would do (``Sending drops …``, ``… is kept``)."""
     n = fit.dropped_messages
     kept = [what for what, was in (("the system prompt", fit.kept_system),
                                    ("the first exchange", fit.kept_first)) if was]
     how = fit.policy.label.lower()
     if kept:
-        how += f": {' and '.join(kept)} {'were' if len(kept) > 1 else 'was'} kept"
-    return (f"Dropped {n} earlier message{'s' if n != 1 else ''} ({fit.dropped_tokens:,} "
+        verb = ("are" if ahead else "were") if len(kept) > 1 else ("is" if ahead else "was")
+        how += f": {' and '.join(kept)} {verb} kept"
+    return (f"{'Sending drops' if ahead else 'Dropped'} {n} earlier "
+            f"message{'s' if n != 1 else ''} ({fit.dropped_tokens:,} "
             f"tokens) to fit the {fit.n_ctx:,}-token window ({how})")
 
 

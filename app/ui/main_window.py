@@ -226,14 +226,20 @@ def _token_preview(window: MainWindow) -> TokenPreview:
     """The token count under the input box, measured as the text or the state changes."""
     c = window.controller
     preview = TokenPreview(window.composer.token_count, c.service.preview, c.messages_with,
-                           lambda: window.settings.sampling, window.input.toPlainText)
+                           lambda: window.settings.sampling, window.input.toPlainText,
+                           lambda: c.service.running is not None)
     window.input.textChanged.connect(preview.refresh)
+    # after the controller's own slots: the measurement reads what they stored
+    window.sampling_panel.sampling_changed.connect(lambda _sampling: preview.refresh())
+    window.system_prompt.system_prompt_edited.connect(lambda _text: preview.refresh())
     return preview
 
 
 def _may_quit(window: MainWindow) -> bool:
     """Whether to quit now: asks first while work would stop (:mod:`app.ui.quit_check`)."""
-    stops = work_in_progress(window.controller.service.jobs(), window.downloads.active_count())
+    c = window.controller
+    stops = work_in_progress(c.service.jobs(), window.downloads.active_count(),
+                             reply_text=c.reply is not None and bool(c.reply.text))
     return ask_to_quit(window, window.settings.ui, stops)
 
 
@@ -490,7 +496,7 @@ class MainWindow(QMainWindow):
             connect=self._on_model_bar_connect_server_clicked, recent=mb.recent_menu,
             export=lambda: export_open_conversation(self, c), splitter=self.splitter,
             server=(self.show_server_command, c.disconnect_server, self.api.action),
-            may_quit=lambda: _may_quit(self), ui=self.settings.ui)
+            may_quit=lambda: _may_quit(self), ui=(self.settings.ui, self.save_settings_soon))
 
     # -- the controller's view --------------------------------------------------------
     def show_error(self, error: UserError) -> None:
@@ -779,11 +785,11 @@ class MainWindow(QMainWindow):
             ui.splitter_state = bytes(self.splitter.saveState().toBase64().data()).decode()
             self._settings_timer.stop()
             self.windows.shutdown()
-            self.token_preview.shutdown()
             self.api.stop()
             self.downloads.shutdown()  # pauses downloads; they are offered again next start
             # The service's last events (the cancelled reply's end) are queued for this
             # thread: the controller delivers them after joining, then finalises.
             self.controller.close(flush=QCoreApplication.sendPostedEvents)
+            self.token_preview.shutdown()  # the session is closed: a count ends at once
             self.bridge.shutdown()
         super().closeEvent(event)

@@ -3,8 +3,9 @@
 A quit the user asks for (the title bar's close button, File → Quit, the platform's Quit
 keys) while a reply is written, the local API answers, a race or k sweep runs or a
 download is under way asks first, naming what would stop and what becomes of it; a
-window closed by the program (the single-instance hand-over, tests) does not. "Don't ask
-again" turns it off (``ui.confirm_quit``).
+window closed by the program (Ctrl-C or SIGTERM in the terminal, tests) does not, nor,
+for now, a quit the platform sends the application rather than the window (macOS's Dock
+menu, logging out). "Don't ask again" turns it off (``ui.confirm_quit``).
 """
 
 from __future__ import annotations
@@ -17,24 +18,31 @@ from app.chat.events import JobKind
 from app.store.settings import UiSettings
 
 
-def work_in_progress(jobs: Sequence[tuple[JobKind, str]], downloads: int) -> list[str]:
+def work_in_progress(jobs: Sequence[tuple[JobKind, str]], downloads: int, *,
+                     reply_text: bool = True) -> list[str]:
     """What quitting now would stop, one line each, in the order a user weighs them.
 
     Args:
         jobs: the chat service's running and waiting jobs as (kind, origin)
             (:meth:`app.chat.service.ChatService.jobs`).
         downloads: downloads running or waiting (:meth:`DownloadQueue.active_count`).
+        reply_text: the window's reply has text already (False: it waits in the queue
+            or reads its prompt, and stopping it keeps nothing of it).
     """
     stops: list[str] = []
     if any(kind == "reply" and origin == "window" for kind, origin in jobs):
         stops.append("the reply being written (kept as far as it got, marked "
-                     "interrupted; Continue goes on from it)")
+                     "interrupted; Continue goes on from it)" if reply_text else
+                     "the reply asked for, not begun (your message stays; Regenerate "
+                     "asks again)")
     api = sum(1 for kind, origin in jobs if origin == "api" and kind in ("reply", "completion"))
     if api:
         stops.append(f"{api} request{'s' if api != 1 else ''} to the local API (the "
-                     "client gets an error saying the server shut down)")
-    if any(origin == "race" for _kind, origin in jobs):
+                     "client gets an error saying the server is shutting down)")
+    if any(kind in ("race", "sweep") for kind, _origin in jobs):
         stops.append("the race or k sweep running (its figures so far are not kept)")
+    if any(kind == "lookup" for kind, _origin in jobs):
+        stops.append("the prompt-lookup estimate over past conversations")
     if downloads:
         stops.append(f"{downloads} download{'s' if downloads != 1 else ''} (paused; "
                      "Tandem offers to resume at the next start)")

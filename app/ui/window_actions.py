@@ -112,10 +112,11 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
                                          QAction] | None = None,
                            splitter: QSplitter | None = None,
                            may_quit: Callable[[], bool] = lambda: True,
-                           ui: UiSettings | None = None) -> WindowActions:
+                           ui: tuple[UiSettings, Callable[[], object]] | None = None,
+                           ) -> WindowActions:
     """Add the File menu (with ``recent``, "Open recent"; Quit closes ``window`` when
-    ``may_quit()`` says so; with ``ui``, "Ask before quitting while work runs" switches
-    ``ui.confirm_quit``), the View menu (when ``splitter`` holds the conversation
+    ``may_quit()`` says so; with ``ui``, the settings and the function that saves them
+    soon, "Ask before quitting while work runs" switches ``confirm_quit``), the View menu (when ``splitter`` holds the conversation
     list, the chat and the side panel: :func:`add_pane_actions`), the Server menu
     (:func:`_add_server_menu`, when ``server`` gives its actions), the Help menu, the
     shortcuts, and Enter on buttons to ``window``."""
@@ -156,11 +157,16 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
                                               QKeySequence("Ctrl+.")], stop, False)
     file_menu.addSeparator()
     if ui is not None:
+        settings, save_soon = ui
         ask = file_menu.addAction("Ask before quitting while work runs")
         ask.setCheckable(True)
-        ask.setChecked(ui.confirm_quit)
-        ask.toggled.connect(lambda on: setattr(ui, "confirm_quit", on))
-        file_menu.aboutToShow.connect(lambda: ask.setChecked(ui.confirm_quit))
+        ask.setChecked(settings.confirm_quit)
+        def asking(on: bool) -> None:
+            settings.confirm_quit = on
+            save_soon()
+
+        ask.toggled.connect(asking)
+        file_menu.aboutToShow.connect(lambda: ask.setChecked(settings.confirm_quit))
     quit_action = add("Quit", quit_keys(), lambda: may_quit() and window.close(), True)
     quit_action.setMenuRole(QAction.MenuRole.QuitRole)
     native = QKeySequence.SequenceFormat.NativeText

@@ -162,7 +162,7 @@ def test_a_reply_the_server_stops_is_an_error_not_a_finished_reply(
     assert failure, got
     error = failure[0]
     assert "shutting down" in error.message, error.message
-    assert isinstance(error.body, dict) and error.body.get("code") == "server_shutting_down"
+    assert isinstance(error.body, dict) and error.body.get("code") == "shutting_down"
     if stream:
         assert "".join(got) == "one"
     else:

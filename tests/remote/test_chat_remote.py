@@ -183,7 +183,7 @@ def test_a_message_longer_than_the_servers_context_goes_back_to_the_box(
     assert given and given[-1][2] == long_text, given
     error = rig.view.errors[-1]
     assert error.title == "Not sent", error
-    assert "longer than the context window of the server" in error.message, error.message
+    assert "refused the conversation as too long for its context" in error.message, error.message
     assert "Your message is back in the box." in error.message
 
 

@@ -118,6 +118,11 @@ def test_llama_server_props_and_slots_name_the_drafter() -> None:
     ({"error": {"message": "This model's maximum context length is 2048 tokens. However, you "
                 "requested 3000 tokens (2000 in the messages, 1000 in the completion).",
                 "type": "BadRequestError", "param": None, "code": 400}}, True),
+    # vLLM when the prompt fits but not with max_tokens
+    ({"error": {"message": "'max_tokens' or 'max_completion_tokens' is too large: 8000. This "
+                "model's maximum context length is 4096 tokens and your request has 2778 "
+                "input tokens (8000 > 4096 - 2778).", "type": "BadRequestError",
+                "code": 400}}, True),
     # OpenAI's code, as Tandem's own API answers
     ({"error": {"message": "The conversation does not fit.", "type": "invalid_request_error",
                 "code": "context_length_exceeded"}}, True),

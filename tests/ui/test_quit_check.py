@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QMessageBox
 
 from app.options import SamplingParams
@@ -23,13 +24,17 @@ def test_what_quitting_stops_in_words() -> None:
     assert work_in_progress((), 0) == []
     assert work_in_progress((("load", "window"),), 0) == []  # a load may just stop
     stops = work_in_progress((("reply", "window"), ("completion", "api"), ("reply", "api"),
-                              ("sweep", "race")), 1)
+                              ("sweep", "race"), ("lookup", "race")), 1)
     assert stops == [
         "the reply being written (kept as far as it got, marked interrupted; Continue "
         "goes on from it)",
-        "2 requests to the local API (the client gets an error saying the server shut down)",
+        "2 requests to the local API (the client gets an error saying the server is "
+        "shutting down)",
         "the race or k sweep running (its figures so far are not kept)",
+        "the prompt-lookup estimate over past conversations",
         "1 download (paused; Tandem offers to resume at the next start)"]
+    assert work_in_progress((("reply", "window"),), 0, reply_text=False) == [
+        "the reply asked for, not begun (your message stays; Regenerate asks again)"]
 
 
 def test_quit_asks_while_a_reply_and_an_api_request_run(  # type: ignore[no-untyped-def]
@@ -73,15 +78,20 @@ def test_quit_asks_while_a_reply_and_an_api_request_run(  # type: ignore[no-unty
         w.window_actions.quit.trigger()
         assert asked[-1] == (
             "Quitting now stops:\n"
-            "•  the reply being written (kept as far as it got, marked interrupted; "
-            "Continue goes on from it)\n"
+            "•  the reply asked for, not begun (your message stays; Regenerate asks again)\n"
             "•  1 request to the local API (the client gets an error saying the server "
-            "shut down)")
+            "is shutting down)")
         assert w.isVisible() and w.controller.reply is not None  # nothing stopped
+        # the title bar's close button (a close event from the window system) asks too
+        answers.append("Cancel")
+        event = QCloseEvent()
+        event.spontaneous = lambda: True  # type: ignore[method-assign]
+        w.closeEvent(event)
+        assert len(asked) == 2 and not event.isAccepted() and w.isVisible()
         answers.append("never")
         w.window_actions.quit.trigger()
         assert not w.isVisible() and w.settings.ui.confirm_quit is False
-        assert len(asked) == 2
+        assert len(asked) == 3
     finally:
         if script.gate is not None:
             script.gate.set()

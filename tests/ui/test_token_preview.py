@@ -22,7 +22,7 @@ def test_the_line_in_words() -> None:
     fit = ContextFit(ContextOverflow.TRUNCATE_MIDDLE, 512, 2, 44, 480, 24, kept_first=True)
     assert preview_words(PromptPreview(366, 480, 512, 24, fit)) == (
         "366 tokens · Sending drops 2 earlier messages (44 tokens) to fit the 512-token "
-        "window (truncate middle: the first exchange was kept)", "warning")
+        "window (truncate middle: the first exchange is kept)", "warning")
     assert preview_words(PromptPreview(900, 0, 512, 24, refusal="The last message alone is "
                                        "905 tokens; …")) == (
         "Too long to send: The last message alone is 905 tokens; …", "error")
@@ -67,3 +67,57 @@ def test_an_edit_is_measured_without_what_follows_it(qtbot, window) -> None:  # 
     session = c.service._session
     assert window.token_preview.shown.prompt_tokens == len(
         session.chat_prompt(c.messages_with("first, asked again")))
+
+
+def test_the_line_follows_the_sampling_settings(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    """Max tokens changed in the Sampling tab: the room a reply would have is measured
+    again (about 400 of 512 tokens leave room for 24, not for 128)."""
+    label = window.composer.token_count
+    window.input.setPlainText("word " * 390)
+    qtbot.waitUntil(lambda: window.token_preview.shown is not None, timeout=10_000)
+    assert 380 < window.token_preview.shown.prompt_tokens < 420
+    assert label.property("level") == ""
+    window.sampling_panel.max_tokens.setValue(200)  # room: a quarter of the window, 128
+    qtbot.waitUntil(lambda: label.property("level") == "warning", timeout=10_000)
+    assert "the reply has room for" in label.text()
+
+
+def test_closing_does_not_wait_for_a_count_under_way(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    """A count waits for the model (held here, as a long prompt's prefill holds it):
+    stopping the counts returns at once, without the count."""
+    import threading
+
+    session = window.controller.service._session
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with session._lock:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        window.input.setPlainText("a question")
+        qtbot.waitUntil(lambda: window.token_preview._future is not None
+                        and window.token_preview._future.running(), timeout=10_000)
+        window.token_preview.shutdown()
+        assert holder.is_alive() and window.token_preview._future.running()  # not waited for
+    finally:
+        release.set()
+        holder.join(30)
+    qtbot.wait(200)
+    assert window.token_preview.shown is None  # a count after shutdown is not shown
+
+
+def test_no_line_without_a_local_model() -> None:
+    from app.chat.service import ChatService
+    from app.engine.chat import ChatMessage
+    from app.options import SamplingParams
+
+    service = ChatService(warm_up=None)
+    try:
+        assert service.preview([ChatMessage("user", "hi")], SamplingParams()) is None
+    finally:
+        service.shutdown()
