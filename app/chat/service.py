@@ -72,7 +72,7 @@ from app.chat.preview import PromptPreview, preview_prompt
 from app.engine.auto import AutoChoice, ReplyObservation, resolve_auto
 from app.engine.chat import ChatMessage, tokenize_plain
 from app.engine.events import ContextTrimmed, Event, PrefillProgress, StatsUpdate, TextDelta
-from app.engine.reply import ReplyRecord
+from app.engine.reply import ReplyRecord, ReplyRequest, not_started
 from app.engine.session import Session, SessionConfig
 from app.catalog.gguf_meta import inspect_gguf
 from app.catalog.model_file import model_entry_path
@@ -179,13 +179,18 @@ class Job:
         cancel_event: set by :meth:`cancel`; the work hands it to the engine.
     """
 
-    def __init__(self, job_id: int, kind: JobKind, origin: str, work: Work, title: str) -> None:
+    def __init__(self, job_id: int, kind: JobKind, origin: str, work: Work, title: str,
+                 unstarted: Callable[[], Any] | None = None,
+                 withdraw: Callable[[Job], None] | None = None) -> None:
         self.id = job_id
         self.kind: JobKind = kind
         self.origin = origin
         self.title = title
         self.cancel_event = threading.Event()
         self._work = work
+        #: the value of the job cancelled before it ran (None: it runs to say so)
+        self.unstarted = unstarted
+        self._withdraw = withdraw
         self._events: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._done = threading.Event()
         self._outcome: JobDone | JobFailed | None = None
@@ -195,8 +200,11 @@ class Job:
 
     def cancel(self) -> None:
         """Ask the job to stop (see the module docstring); it still ends with one
-        terminal event."""
+        terminal event: at once for a waiting job that has an :attr:`unstarted` value
+        (its :class:`JobDone` then carries that value), else when its turn comes."""
         self.cancel_event.set()
+        if self._withdraw is not None and self.unstarted is not None:
+            self._withdraw(self)
 
     @property
     def cancelled(self) -> bool:
@@ -434,10 +442,13 @@ class ChatService:
         return self._closing
 
     # -- submitting ---------------------------------------------------------------------
-    def submit(self, kind: JobKind, work: Work, *, origin: str = "", title: str = "") -> Job:
+    def submit(self, kind: JobKind, work: Work, *, origin: str = "", title: str = "",
+               unstarted: Callable[[], Any] | None = None) -> Job:
         """Queue ``work(context)`` to run on the worker thread; its return value becomes
         the job's :class:`JobDone` value, an exception its :class:`JobFailed` (with
-        ``title`` as the error's title).
+        ``title`` as the error's title). ``unstarted()``: the value of the job cancelled
+        while it waits, which then ends at once (on the thread that cancelled it) instead
+        of when its turn comes.
 
         Raises:
             QueueFullError: :attr:`queue_limit` jobs are already waiting.
@@ -448,7 +459,8 @@ class ChatService:
                 raise TandemError("Tandem is shutting down; nothing more can run.")
             if len(self._waiting) >= self.queue_limit:
                 raise QueueFullError(len(self._waiting))
-            job = Job(next(self._ids), kind, origin, work, title or _TITLES.get(kind, "Failed"))
+            job = Job(next(self._ids), kind, origin, work, title or _TITLES.get(kind, "Failed"),
+                      unstarted, self._withdraw)
             self._waiting.append(job)
             self._cond.notify_all()
         return job
@@ -561,7 +573,9 @@ class ChatService:
                 self._recent.append((msgs, record.token_ids))
             return dataclasses.replace(record, auto=chosen[0]) if chosen else record
 
-        return self.submit("reply", work, origin=origin, title="The reply failed")
+        return self.submit("reply", work, origin=origin, title="The reply failed",
+                           unstarted=lambda: not_started(ReplyRequest(
+                               sampling, speculation, 0, msgs)))
 
     def complete(
         self,
@@ -594,7 +608,32 @@ class ChatService:
                 speculation=speculation, prompt=prompt if isinstance(prompt, str) else None)
             return dataclasses.replace(record, auto=chosen[0]) if chosen else record
 
-        return self.submit("completion", work, origin=origin, title="The completion failed")
+        return self.submit("completion", work, origin=origin, title="The completion failed",
+                           unstarted=lambda: not_started(ReplyRequest(
+                               sampling, speculation, 0,
+                               prompt=prompt if isinstance(prompt, str) else None)))
+
+    def _withdraw(self, job: Job) -> None:
+        """A waiting job was cancelled: it leaves the queue and ends now with its
+        :attr:`Job.unstarted` value; the jobs behind it move up a place."""
+        with self._cond:
+            if job not in self._waiting:
+                return  # running, or ended
+            self._waiting.remove(job)
+            every = self._jobs_now()
+        assert job.unstarted is not None
+        try:
+            outcome: JobDone | JobFailed = JobDone(job.id, job.kind, job.origin, job.unstarted())
+        except BaseException as exc:  # a value that cannot be made is a failure, reported
+            outcome = JobFailed(job.id, job.kind, job.origin,
+                                user_error(exc, job.title, origin=job.kind))
+        job._finish(outcome)
+        self._notify(outcome)
+        for i, waiting in enumerate(every):
+            if waiting is not self._current:
+                ahead = tuple((j.kind, j.origin) for j in every[:i])
+                self._publish(waiting, JobWaiting(waiting.id, waiting.kind, waiting.origin,
+                                                  ahead))
 
     # -- lifetime -----------------------------------------------------------------------
     def cancel_all(self, origin: str | None = None) -> None:

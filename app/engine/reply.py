@@ -229,3 +229,10 @@ class ReplyFields:
     @property
     def stats(self) -> SpecStats:
         return self.reply.stats
+
+
+def not_started(request: ReplyRequest) -> ReplyRecord:
+    """The record of a reply cancelled before it began: no text, no statistics, reason
+    ``cancelled`` (seed -1: none was drawn)."""
+    return ReplyRecord(request, request.speculation, "cancelled", "", (), (), SpecStats(),
+                       seed=-1)

@@ -2,16 +2,17 @@
 
 :class:`ServiceBridge` subscribes to :class:`~app.chat.service.ChatService` and re-emits
 every event on :attr:`ServiceBridge.event_received`. The service calls its listeners on
-its worker thread; the signal is emitted there and Qt queues it to the GUI thread, where
-the window hands it to its :class:`~app.chat.conversation.ChatController` and the race
-window to its own slot. Events are frozen values, so nothing is shared between the
-threads. There is no other worker thread or QThread host in the window: the service's
-one thread runs every job.
+its worker thread (a waiting job cancelled ends on the thread that cancelled it); every
+event is queued to the GUI thread, where the window hands it to its
+:class:`~app.chat.conversation.ChatController` and the race window to its own slot, never
+inside the call that caused it. Events are frozen values, so nothing is shared between
+the threads. The service's one thread runs every job (the only other worker is the token
+count's, :mod:`app.ui.chat.token_preview`, which reads the model between rounds).
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 
 from app.chat.service import ChatService
 
@@ -27,14 +28,19 @@ class ServiceBridge(QObject):
     """An event of the service (:mod:`app.chat.events`, :mod:`app.chat.requests`),
     delivered on the GUI thread."""
 
+    _queued = Signal(object)
+
     def __init__(self, service: ChatService | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.service = service if service is not None else ChatService()
+        # queued even when emitted on the GUI thread: a job cancelled there ends after
+        # the call that cancelled it, not inside it
+        self._queued.connect(self.event_received, Qt.ConnectionType.QueuedConnection)
         self._unsubscribe = self.service.subscribe(self._relay)
 
     def _relay(self, event: object) -> None:
         try:
-            self.event_received.emit(event)
+            self._queued.emit(event)
         except RuntimeError:  # the bridge's C++ object is gone: nobody listens any more
             pass
 

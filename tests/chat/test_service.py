@@ -134,6 +134,27 @@ def test_cancel_stops_the_running_reply_and_a_queued_one_before_it_starts(
     assert queued.result().text == ""
 
 
+def test_a_waiting_reply_cancelled_ends_at_once_and_the_queue_moves_up(
+        service: ChatService, script: Script) -> None:
+    """Stop on a reply waiting behind another job: it ends now (no text, ``cancelled``),
+    not when the running job ends; the job behind it is told it moved up."""
+    script.gate = threading.Event()
+    api = service.complete("go on", SAMPLING, SpeculationConfig(), origin="api")
+    assert script.at_gate.wait(30)
+    window = service.reply(HELLO, SAMPLING, LOOKUP, origin="window")
+    later = service.reply(HELLO, SAMPLING, LOOKUP, origin="window")
+    window.cancel()
+    assert window.done and not script.gate.is_set()  # before the API reply let go
+    fin = window.result(0)
+    assert (fin.reason, fin.text, fin.request.messages) == ("cancelled", "", tuple(HELLO))
+    assert service.ahead_of(later) == (("completion", "api"),)
+    script.gate.set()
+    assert api.result(30).reason == "stop"
+    events = list(later.events(timeout=30))
+    assert [e.ahead for e in events if isinstance(e, JobWaiting)] == [(("completion", "api"),)]
+    assert later.result(0).reason == "stop"
+
+
 def test_every_failure_is_a_value_on_the_job_never_an_exception(service: ChatService,
                                                                  script: Script) -> None:
     def broken(_ctx: object) -> None:

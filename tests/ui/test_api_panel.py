@@ -260,3 +260,46 @@ def test_the_api_port_and_switch_are_remembered(qtbot, tandem_home) -> None:  # 
         error = third.message_bar.current
         assert error is not None and error.title == "Could not serve the API"
         third.close()
+
+
+def test_stop_on_a_reply_waiting_behind_an_api_request_ends_it_at_once(  # type: ignore[no-untyped-def]
+        qtbot, tmp_path) -> None:
+    """The window's reply waits for an API request (held at a gate): Stop ends it now,
+    nothing of it kept, while the API request goes on."""
+    from app.options import SamplingParams
+    from app.store.settings import LoadedSettings, Settings
+    from app.ui.main_window import MainWindow
+    from tests.chat.fakes import Script, fake_service
+
+    target = tmp_path / "fake-target.gguf"
+    write_header_only(target)
+    script = Script(default="alpha beta gamma delta")
+    settings = Settings()
+    settings.model.target_path = target
+    settings.sampling = SamplingParams(max_tokens=16)
+    w = MainWindow(LoadedSettings(settings), service=fake_service(script))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.controller.model_info is not None, timeout=30_000)
+    sender = None
+    try:
+        assert w.api.start(0)
+        script.gate = threading.Event()
+        base = w.api_panel.url.text()
+        sender = threading.Thread(target=lambda: httpx.post(
+            base + "/chat/completions", timeout=60,
+            json={"model": "fake-target", "messages": [{"role": "user", "content": "x"}]}))
+        sender.start()
+        assert script.at_gate.wait(30)
+        assert w.send_message("hello")
+        w.controller.stop_reply()
+        qtbot.waitUntil(lambda: w.controller.reply is None, timeout=5_000)
+        assert not script.gate.is_set()  # the API request still runs
+        assert [m.text for m in w.chat.messages] == ["hello"]  # no reply kept
+        assert w.send_button.text() == "Send"
+    finally:
+        if script.gate is not None:
+            script.gate.set()
+        if sender is not None:
+            sender.join(30)
+        w.close()
