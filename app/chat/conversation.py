@@ -54,7 +54,7 @@ from app.chat.events import (
 from app.chat.reply import ReplyBuffer
 from app.chat.service import ChatService, Job
 from app.catalog.library import is_assistant_file, remember_opened_model
-from app.engine.chat import ChatMessage
+from app.engine.chat import ChatMessage, unanswered
 from app.engine.session import SessionConfig
 from app.engine.auto import AutoChoice, ReplyObservation
 from app.engine.context_fit import ContextFit
@@ -305,6 +305,12 @@ def _drafter_sentence(mode: SpecMode) -> str:
     return ("Speculation is off" if mode is SpecMode.OFF else
             "Auto chooses the drafter" if mode is SpecMode.AUTO else
             f"The drafter is {mode.words}")
+
+
+def answered_only(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """``messages`` without the user messages left unanswered (:func:`unanswered`)."""
+    gone = unanswered([m.role for m in messages])
+    return [m for i, m in enumerate(messages) if i not in gone]
 
 
 class ChatController:
@@ -894,8 +900,13 @@ class ChatController:
                 self.view.model_changed(self.model_info)
             if kept is not None and kept.path is not None:  # not the file that failed
                 self.settings.model.draft_path = kept.path
-            if switched := self._draft_choice_failed():  # a warning: replies still draft
-                error = _and_then(error, switched, level="warning")
+            # the draft remembered from before, tried beside a target just loaded: no
+            # error of the user's, and replies still draft
+            after_load = self._draft_choice is not None and not self._draft_choice.picked
+            if switched := self._draft_choice_failed():
+                error = (_and_then(error, switched, title="Draft model left out for this "
+                                   "target", level="info") if after_load else
+                         _and_then(error, switched, level="warning"))
             self.view.save_settings_soon()
         elif failed.kind == "load":
             self._pick = None  # the settings keep the draft and mode they had
@@ -955,6 +966,7 @@ class ChatController:
         self.cancel_edit()
         self.view.clear_errors("search")  # where another conversation's search was found
         self.view.clear_errors("reply")  # "not sent yet" and the like: about the box left
+        self.view.clear_errors("export")  # "Exported": about the conversation left
         conv: Conversation | None = None
         stored: list[StoredMessage] = []
         last_stats: SpecStats | None = None
@@ -1075,7 +1087,8 @@ class ChatController:
                         before: int | None = None) -> list[ChatMessage]:
         """The conversation as the model sees it: system prompt, then finished turns
         (default: the open conversation; with ``before``, a message id, the turns before
-        that message only)."""
+        that message only), without user messages left unanswered
+        (:func:`~app.engine.chat.unanswered`)."""
         cid = self.current_conversation if conversation_id is None else conversation_id
         if self.store is None or cid is None:
             return []
@@ -1088,7 +1101,7 @@ class ChatController:
                 break
             if m.role in ("user", "assistant") and m.content and m.status == "done":
                 messages.append(ChatMessage(m.role, m.content))
-        return messages
+        return answered_only(messages)
 
     def messages_with(self, text: str) -> list[ChatMessage]:
         """The conversation as the model would see it with ``text`` sent now: while a
@@ -1101,7 +1114,7 @@ class ChatController:
             messages = self.prompt_messages(before=self.editing_message_id)
         except (KeyError, sqlite3.Error):
             return []
-        return [*messages, ChatMessage("user", text)]
+        return answered_only([*messages, ChatMessage("user", text)])
 
     # -- sending ----------------------------------------------------------------------
     def send_message(self, text: str) -> bool:

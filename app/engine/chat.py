@@ -57,6 +57,14 @@ class ChatMessage:
     content: str
 
 
+def unanswered(roles: Sequence[str]) -> set[int]:
+    """Indices of the user messages left without a reply: followed by another user
+    message (a reply stopped before any text, or one that failed). A chat's prompt
+    leaves them out: the user went on without an answer, and many chat templates
+    (Gemma's, Mistral's, Llama 2's) refuse two user messages in a row."""
+    return {i for i in range(len(roles) - 1) if roles[i] == "user" and roles[i + 1] == "user"}
+
+
 class TemplateRaised(TemplateError):
     """The template refused the conversation itself (``raise_exception``), for example
     "Conversation roles must alternate": its words are shown, the template is kept."""

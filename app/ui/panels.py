@@ -45,6 +45,10 @@ def status_text(info: ModelInfo | None, *, loading: bool, generating: bool) -> s
     return text + (" · generating…" if generating else "")
 
 
+#: the widest the message bar's title gets (pixels); the message takes the rest
+TITLE_MAX_PX = 240
+
+
 class MessageBarWidget(QFrame):
     """A dismissible strip that shows one :class:`UserError`, the latest (:attr:`current`).
 
@@ -61,6 +65,9 @@ class MessageBarWidget(QFrame):
         row.setContentsMargins(12, 6, 6, 6)
         self.title = Label()
         self.title.setObjectName("messageBarTitle")
+        # a long title wraps rather than squeeze the message into a narrow column
+        self.title.setWordWrap(True)
+        self.title.setMaximumWidth(TITLE_MAX_PX)
         self.text = Label()
         self.text.setWordWrap(True)
         self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

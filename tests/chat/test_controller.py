@@ -16,7 +16,7 @@ from app.chat.conversation import ChatController
 from app.chat.events import JobFailed, ReplyStreamed
 from app.chat.reply import SAVE_EVERY_S
 from app.chat.service import ChatService
-from app.engine.chat import ChatMessage
+from app.engine.chat import ChatMessage, unanswered
 from app.errors import ModelLoadError, TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.store.history import HistoryStore
@@ -156,6 +156,27 @@ def test_a_new_reply_stopped_before_any_text_is_none(rig: Rig) -> None:
     rig.c.send_message("again")
     rig.reply_done()
     assert [r for r, *_ in rig.stored()] == ["user", "assistant", "user", "assistant"]
+
+
+def test_a_question_left_unanswered_is_not_sent_again(rig: Rig) -> None:
+    """A reply stopped before any text leaves its question unanswered; the next message
+    is sent without it (many chat templates refuse two user messages in a row), and so
+    is a regeneration and the token count's view of the conversation."""
+    rig.script.first_word_s = 30.0
+    rig.c.send_message("first question")
+    rig.c.stop_reply()
+    rig.reply_done()
+    rig.script.first_word_s = 0.0
+    assert rig.c.messages_with("second question") == [ChatMessage("user", "second question")]
+    rig.c.send_message("second question")
+    rig.reply_done()
+    sent = rig.script.calls[-1][0]
+    assert [m.content for m in sent] == ["second question"]  # type: ignore[attr-defined]
+    assert [r for r, *_ in rig.stored()] == ["user", "user", "assistant"]
+    assert rig.c.regenerate()
+    rig.reply_done()
+    assert [m.content for m in rig.script.calls[-1][0]] == ["second question"]  # type: ignore[attr-defined]
+    assert unanswered(["system", "user", "user", "assistant", "user"]) == {1}
 
 
 def test_a_failed_reply_keeps_its_text_with_the_error_and_reports_it_once(rig: Rig) -> None:
@@ -626,6 +647,9 @@ def test_a_draft_that_fails_after_a_reload_stays_remembered(rig: Rig, tmp_path: 
     assert rig.view.errors[-1].origin == "draft"
     assert "vocabulary" in rig.view.errors[-1].message
     assert rig.view.errors[-1].message.endswith("The drafter is prompt lookup meanwhile.")
+    # not the user's doing: said as information, titled for what happened
+    assert (rig.view.errors[-1].title, rig.view.errors[-1].level) == (
+        "Draft model left out for this target", "info")
     assert rig.settings.model.draft_path == good
     assert rig.settings.speculation.mode is SpecMode.PROMPT_LOOKUP
     rig.script.draft_error = None  # back to a target it fits: loaded again

@@ -252,3 +252,17 @@ def test_both_regenerate_buttons_wait_while_a_message_is_edited(  # type: ignore
     assert not w.regenerate_button.isEnabled() and not reply._regen.isEnabled()
     w._on_composer_cancel_edit_clicked()
     assert w.regenerate_button.isEnabled() and reply._regen.isEnabled()
+
+
+def test_a_first_message_refused_leaves_the_gauge_without_a_reply(  # type: ignore[no-untyped-def]
+        qtbot, stop_window) -> None:
+    """The first message of a new chat is too long by itself: nothing was sent, so the
+    gauge says "No reply yet", not the "reading the prompt…" of the reply that never was."""
+    w = stop_window
+    assert w.send_message("word " * 400)  # longer than the 256-token window alone
+    w.gauge.refresh()  # as its timer does while the prompt is read
+    assert w.gauge.tps_caption.text() == "reading the prompt…"
+    wait_reply(qtbot, w)
+    assert w.message_bar.current is not None and w.message_bar.current.title == "Not sent"
+    assert w.gauge.mode_label.text() == "No reply yet"
+    assert w.gauge.tps_caption.text() == "decode tok/s"

@@ -63,6 +63,8 @@ def test_a_failed_export_is_reported_and_a_good_one_written(tmp_path: Path) -> N
         assert view.errors[-1].title == "Export failed" and "x.md" in view.errors[-1].message
         assert export_to(c, cid, tmp_path / "t.md")
         assert (tmp_path / "t.md").read_text() == "# T\n"
+        c.open_conversation(None)  # another conversation: a note about this one's export goes
+        assert ("clear_errors", ("export",)) in view.calls
     finally:
         c.close()
 

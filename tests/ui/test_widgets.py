@@ -1300,7 +1300,7 @@ def test_messages_the_last_reply_was_written_without_are_marked(qtbot) -> None:
     reply's own fit counts when it ends."""
     from app.engine.context_fit import ContextFit
     from app.options import ContextOverflow
-    from app.ui.chat.chat_view import ChatViewWidget
+    from app.ui.chat.chat_view import DROPPED_WHY, UNANSWERED_WHY, ChatViewWidget
 
     def fit(dropped: int, policy: ContextOverflow) -> ContextFit:
         return ContextFit(policy, 4096, dropped, 3000, 3900, 196,
@@ -1338,7 +1338,12 @@ def test_messages_the_last_reply_was_written_without_are_marked(qtbot) -> None:
              MessageView(7, "assistant", "a4", footer="9 tokens",
                          context=fit(2, ContextOverflow.ROLLING_WINDOW))]
     chat.set_messages(empty)
-    assert marked() == [1, 3]
+    # u1 and u2 went unanswered (each followed by another question): no request holds
+    # them; the last reply's request was u3, a3, u4, and dropped two of them
+    assert marked() == [1, 3, 4, 5]
+    why = {w.message_id: w.findChild(QLabel, "outOfContextLabel").toolTip()
+           for w in chat.messages if w.property("outOfContext")}
+    assert why[1] == why[3] == UNANSWERED_WHY and why[4] == why[5] == DROPPED_WHY
 
 
 def test_a_long_pasted_message_shows_its_first_lines_and_a_button_for_the_rest(qtbot) -> None:

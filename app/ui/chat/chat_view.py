@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.chat import unanswered
 from app.engine.context_fit import ContextFit, dropped_indices
 from app.engine.reply import can_continue
 from app.store.history import StoredMessage
@@ -110,20 +111,33 @@ def message_view(m: StoredMessage) -> MessageView:
                        m.status == "done" and can_continue(m.finish_reason, m.content, m.note))
 
 
-def out_of_context(views: Sequence[MessageView]) -> set[int]:
-    """The messages (ids) the last finished reply was written without: dropped from its
-    request to fit the context window (:func:`~app.engine.context_fit.dropped_indices`;
-    its request was the messages before it, after the system prompt where there was
-    one). Empty when that reply dropped nothing."""
+#: why a message is marked "not in the model's context" (its tooltip)
+DROPPED_WHY = ("The last reply was written without this message: it was dropped so that "
+               "the conversation fits the context window (Sampling → Model → Context "
+               "length; Sampling → Too long for the context)")
+UNANSWERED_WHY = ("This message got no reply (stopped before any text, or failed) and the "
+                  "conversation went on: the model does not see it. Edit it to ask it again.")
+
+
+def out_of_context(views: Sequence[MessageView]) -> dict[int, str]:
+    """The messages (ids) the model does not see, with why: user messages left
+    unanswered (:func:`~app.engine.chat.unanswered`, left out of every request), and
+    those the last finished reply was written without, dropped from its request to fit
+    the context window (:func:`~app.engine.context_fit.dropped_indices`; its request was
+    the messages before it, after the system prompt where there was one)."""
+    shown = [v for v in views if v.content]  # a request leaves empty ones out
+    skipped = unanswered([v.role for v in shown])
+    out = {shown[i].message_id: UNANSWERED_WHY for i in skipped}
     last = next((i for i in range(len(views) - 1, -1, -1)
                  if views[i].role == "assistant" and views[i].footer), None)
     fit = views[last].context if last is not None else None
     if last is None or fit is None or fit.dropped_messages <= 0:
-        return set()
+        return out
     head = ["system"] if fit.kept_system else []
-    before = [v for v in views[:last] if v.content]  # the request leaves empty ones out
+    before = [v for v in views[:last] if v.content and v.message_id not in out]
     gone = dropped_indices([*head, *(v.role for v in before)], fit)
-    return {before[i - len(head)].message_id for i in gone if i >= len(head)}
+    out.update({before[i - len(head)].message_id: DROPPED_WHY for i in gone if i >= len(head)})
+    return out
 
 
 class MarkdownBrowserWidget(QTextBrowser):
@@ -267,10 +281,7 @@ class MessageWidget(QFrame):
         header.addWidget(self._streaming)
         self._dropped = Label("not in the model's context")
         self._dropped.setObjectName("outOfContextLabel")
-        self._dropped.setToolTip(
-            "The last reply was written without this message: it was dropped so that the "
-            "conversation fits the context window (Sampling → Model → Context length; "
-            "Sampling → Too long for the context)")
+        self._dropped.setToolTip(DROPPED_WHY)
         self._dropped.hide()
         header.addWidget(self._dropped)
         header.addStretch(1)
@@ -388,10 +399,11 @@ class MessageWidget(QFrame):
         """Whether the reply shown was cut short so that Continue can write more."""
         self._continuable = continuable
 
-    def set_in_context(self, in_context: bool) -> None:
-        """Mark (or not) a message the last reply was written without (the style
-        sheet's ``[outOfContext="true"]``)."""
+    def set_in_context(self, in_context: bool, why: str = DROPPED_WHY) -> None:
+        """Mark (or not) a message the model does not see, ``why`` its tooltip (the
+        style sheet's ``[outOfContext="true"]``)."""
         self._dropped.setVisible(not in_context)
+        self._dropped.setToolTip(why)
         if bool(self.property("outOfContext")) != (not in_context):
             self.setProperty("outOfContext", not in_context)
             self.style().unpolish(self)
@@ -641,7 +653,8 @@ class ChatViewWidget(QScrollArea):
         #: the page grows above it (earlier messages shown), until the user scrolls
         self._anchor: tuple[MessageWidget, int] | None = None
         self._needle = ""  # the conversation search's text, marked where it occurs
-        self._out: set[int] = set()  # the messages the last reply was written without
+        #: the messages the model does not see, with why (:func:`out_of_context`)
+        self._out: dict[int, str] = {}
         self._batching = 0  # inside _batch(): _messages_changed waits for its end
         self._continue_allowed = True  # replies run here (a server cannot be asked to)
         #: the message whose first mark the view keeps in sight, until the user scrolls
@@ -779,7 +792,7 @@ class ChatViewWidget(QScrollArea):
         w.set_editing(w.message_id == self._editing)
         if self._needle:
             w.mark(self._needle)
-        w.set_in_context(w.message_id not in self._out)
+        w.set_in_context(w.message_id not in self._out, self._out.get(w.message_id, DROPPED_WHY))
         return w
 
     def _mark_out_of_context(self) -> None:
@@ -787,7 +800,8 @@ class ChatViewWidget(QScrollArea):
         (:func:`out_of_context`)."""
         self._out = out_of_context([*self._earlier, *(w.view() for w in self._messages)])
         for w in self._messages:
-            w.set_in_context(w.message_id not in self._out)
+            w.set_in_context(w.message_id not in self._out,
+                             self._out.get(w.message_id, DROPPED_WHY))
 
     def add_message(self, view: MessageView) -> MessageWidget:
         w = self._message_widget(view)

@@ -709,6 +709,7 @@ class SpeculationGaugeWidget(QFrame):
         self.prediction_note.hide()  # no prediction to qualify
         self.mode_label.setText(label)
         self.tps_label.setText(MISSING)
+        self.tps_caption.setText("decode tok/s")  # not what a reply that streamed said
         self.sparkline.clear()
         for row in self._rows.values():
             row.setText(MISSING)
