@@ -35,9 +35,9 @@ def status_text(info: ModelInfo | None, *, loading: bool, generating: bool) -> s
     where = f"GPU {info.n_gpu_layers}/{info.n_layer} layers" if info.n_gpu_layers else "CPU only"
     text = f"{info.target_path.name} · context {info.n_ctx} · {where}"
     if info.n_threads:
+        # Auto changes the count between rounds: each reply's footer says what it ended with
         text += (f" · {info.n_threads} CPU thread{'s' if info.n_threads != 1 else ''} at load "
-                 + ("(Auto follows the free cores; a reply's footer gives the count it "
-                    "ended with)" if info.threads_auto else "(fixed in Sampling → Model)"))
+                 + ("(Auto)" if info.threads_auto else "(fixed)"))
     if info.exact_verification:
         text += " · exact verification"
     if info.uses_fallback_template:

@@ -303,3 +303,22 @@ def test_stop_on_a_reply_waiting_behind_an_api_request_ends_it_at_once(  # type:
         if sender is not None:
             sender.join(30)
         w.close()
+
+
+def test_a_request_stopped_before_its_end_says_so_in_the_list(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from app.api.traffic import ApiReplyEnded
+    from app.engine.reply import ReplyRequest, not_started
+    from app.engine.stats import SpecStats
+    from app.options import SamplingParams, SpeculationConfig
+    from app.ui.api.api_panel import STOPPED_WHY, ApiPanelWidget
+
+    panel = ApiPanelWidget()
+    qtbot.addWidget(panel)
+    record = not_started(ReplyRequest(SamplingParams(), SpeculationConfig(), 5))
+    cut = dataclasses.replace(record, stats=dataclasses.replace(SpecStats(), emitted=62))
+    panel.add_request(ApiReplyEnded(1, "completion", 0.0, cut))
+    assert panel.table.item(0, 2).text() == "62 stopped"
+    assert panel.table.item(0, 2).toolTip() == STOPPED_WHY
+    whole = dataclasses.replace(cut, reason="length")
+    panel.add_request(ApiReplyEnded(2, "chat", 0.0, whole))
+    assert panel.table.item(0, 2).text() == "62" and panel.table.item(0, 2).toolTip() == ""

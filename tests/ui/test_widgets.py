@@ -98,11 +98,11 @@ def test_the_thread_count_is_shown_at_load_and_under_each_reply() -> None:
     assert "thread" not in reply_footer(unknown, "stop")
     info = ModelInfo(Path("m.gguf"), "m", None, None, 4096, 18, 0, False, None, False, 1.0,
                      n_threads=2, threads_auto=True)
-    assert "CPU only · 2 CPU threads at load (Auto follows the free cores" in status_text(
+    assert "CPU only · 2 CPU threads at load (Auto)" in status_text(
         info, loading=False, generating=False)
     fixed = status_text(dataclasses.replace(info, n_threads=1, threads_auto=False),
                         loading=False, generating=False)
-    assert fixed.endswith("· 1 CPU thread at load (fixed in Sampling → Model)")
+    assert fixed.endswith("· 1 CPU thread at load (fixed)")
 
 
 # -- widgets --------------------------------------------------------------------------

@@ -52,6 +52,11 @@ _REQUESTS = ("Requests wait in the same queue as this window's replies. What a r
              "one gets a random seed.")
 
 
+#: the tooltip of a request that did not run to its end
+STOPPED_WHY = ("Stopped before its end: the client disconnected, or the server stopped "
+               "(Serve API turned off, Tandem closing); the tokens are those sent.")
+
+
 class ApiPanelWidget(QFrame):
     """Serve the loaded model as an OpenAI-compatible API (see the module docstring)."""
 
@@ -126,15 +131,18 @@ class ApiPanelWidget(QFrame):
         """Put a finished API request at the top of the list (at most :data:`ROWS`)."""
         self.table.insertRow(0)
         tps = row.stats.decode_tps if row.stats is not None else None
+        stopped = row.finish_reason == "cancelled"
+        tokens = (row.finish_reason if row.stats is None else
+                  f"{row.tokens} stopped" if stopped else str(row.tokens))
         cells = [time.strftime("%H:%M:%S", time.localtime(row.ended)), row.endpoint,
-                 str(row.tokens) if row.stats is not None else row.finish_reason,
-                 or_dash(tps, ".1f"), alpha_cell(row)]
+                 tokens, or_dash(tps, ".1f"), alpha_cell(row)]
+        why = row.error or (STOPPED_WHY if stopped else None)
         for i, text in enumerate(cells):
             item = QTableWidgetItem(text)
             if i >= 2:
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            if row.error:
-                item.setToolTip(row.error)
+            if why:
+                item.setToolTip(why)
             self.table.setItem(0, i, item)
         while self.table.rowCount() > ROWS:
             self.table.removeRow(self.table.rowCount() - 1)
