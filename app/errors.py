@@ -110,6 +110,11 @@ class ModelPathError(ModelLoadError, GGUFError):
     Both a load error and a GGUF error, so callers that catch either keep working."""
 
 
+class WouldFitByDroppingError(ContextOverflowError):
+    """The conversation does not fit, and would once earlier messages were dropped: the
+    overflow policy is ``stop``. Each front end names its own way to change that."""
+
+
 class ChatTemplateError(TandemError):
     """A model's chat template failed while rendering a conversation."""
 

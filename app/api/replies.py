@@ -48,7 +48,12 @@ from app.chat.events import (
 )
 from app.chat.service import Job
 from app.engine.reply import ReplyRecord
-from app.errors import ContextOverflowError, ModelNotLoadedError, TandemError
+from app.errors import (
+    ContextOverflowError,
+    ModelNotLoadedError,
+    TandemError,
+    WouldFitByDroppingError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +146,9 @@ def failure(event: JobFailed) -> ApiError:
     ``context_length_exceeded``, no model 503, another user-facing error 400, a bug 500."""
     cause = event.error.cause
     if cause is not None and issubclass(cause, ContextOverflowError):
-        return ApiError(400, event.error.message, code="context_length_exceeded",
+        how = (' To let Tandem drop them, send "context_overflow": "truncate-middle" or '
+               '"rolling-window".' if issubclass(cause, WouldFitByDroppingError) else "")
+        return ApiError(400, event.error.message + how, code="context_length_exceeded",
                         param="messages" if event.kind == "reply" else "prompt")
     if cause is not None and issubclass(cause, ModelNotLoadedError):
         return ApiError(503, event.error.message, type="unavailable_error",

@@ -61,7 +61,7 @@ from app.engine.context_fit import ContextFit
 from app.engine.reply import ReplyRecord, can_continue, clip_spans
 from app.engine.stats import SpecStats
 from app.engine.suffix import DEFAULT_MAX_REPLIES
-from app.errors import ContextOverflowError, TandemError
+from app.errors import ContextOverflowError, TandemError, WouldFitByDroppingError
 from app.formatting import shortened, valid_text
 from app.options import (
     DrafterNeeds, SamplingParams, SpecMode, SpeculationConfig, default_draft_max,
@@ -1547,6 +1547,9 @@ class ChatController:
             earlier, asked, where = back
             self._show_branch(earlier)
             self.view.message_given_back(where, asked.id, asked.content, earlier is not None)
+            if error.cause is not None and issubclass(error.cause, WouldFitByDroppingError):
+                error = _and_then(error, "Sampling → Too long for the context chooses how.",
+                                  level=error.level)
             error = _and_then(error, "Your message is back in the box.", title="Not sent",
                               level="warning")
             self.view.conversations_changed()

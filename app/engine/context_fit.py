@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.engine.chat import ChatMessage
-from app.errors import ContextOverflowError
+from app.errors import ContextOverflowError, WouldFitByDroppingError
 from app.options import ContextOverflow
 
 #: the most of the window kept free for the reply when messages are dropped (a quarter)
@@ -174,6 +174,8 @@ def fit_conversation(
         window is full); else (the shortened prompt, :class:`ContextFit`).
 
     Raises:
+        WouldFitByDroppingError: ``stop``, and the prompt does not fit but would with
+            earlier messages dropped.
         ContextOverflowError: ``stop`` and the prompt does not fit; or even the system
             prompt and the last message alone do not fit.
     """
@@ -205,11 +207,10 @@ def fit_conversation(
     shortest = prompt_without(len(parts))
     with_room = fits(shortest, True)
     if policy is ContextOverflow.STOP and fits(shortest, False):  # dropping would do
-        raise ContextOverflowError(
+        raise WouldFitByDroppingError(
             f"The conversation is {len(full):,} tokens long but the context window holds "
             f"{n_ctx:,}. Start a new conversation, shorten it, raise the context length, or "
-            "let Tandem drop earlier messages (in the window: Sampling → Too long for the "
-            "context; through the API: the request's context_overflow).")
+            "let Tandem drop earlier messages.")
     if not with_room and not fits(shortest, False):
         what, them = (("The system prompt and the last message alone are", "them") if head
                       else ("The last message alone is", "it"))

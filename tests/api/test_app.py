@@ -354,6 +354,10 @@ def test_a_conversation_longer_than_the_context_follows_the_overflow_policy(
     r = httpx.post(server.base_url + "/chat/completions",
                    json={"model": MODEL, "messages": messages, "context_overflow": "stop"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    # the API's own way to let Tandem drop them, not the window's
+    message = r.json()["error"]["message"]
+    assert message.endswith('send "context_overflow": "truncate-middle" or "rolling-window".')
+    assert "Sampling" not in message
     r = httpx.post(server.base_url + "/chat/completions",
                    json={"model": MODEL, "messages": messages,
                          "context_overflow": "rolling-window"})

@@ -53,7 +53,9 @@ def test_a_message_that_does_not_fit_goes_back_to_the_box_and_the_next_success_c
     error = w.message_bar.current
     assert error is not None and w.message_bar.isVisible() and error.title == "Not sent"
     assert "context window holds 256" in error.message and error.origin == "reply"
-    assert error.message.endswith("Your message is back in the box.")
+    assert error.message.endswith("Sampling → Too long for the context chooses how. Your "
+                                  "message is back in the box.")
+    assert "API" not in error.message  # the window's way, not the API's
     # the message left the conversation and waits in the box, nothing lost
     assert [m.role for m in w.chat.messages] == ["user", "assistant"]
     assert [m.role for m in w.controller.store.messages(w.controller.current_conversation)
