@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from app.catalog.demo import DEMOS
 from app.chat.demo import DEFAULT_DEMO, bundled_demo_path, find_demo
 from app.chat.events import (
     AutoChosen,
@@ -618,12 +619,20 @@ class ChatController:
     # -- models -----------------------------------------------------------------------
     def load_model(self, target: Path) -> bool:
         """Load ``target`` (unloading the current model first). Returns whether the load
-        started (not while a reply runs, nor with invalid model options: reported)."""
+        started (not while a reply runs, nor with invalid model options: reported). A
+        demo model's file, however it is opened, turns sampling still at its defaults
+        into the demo's own (:attr:`app.catalog.demo.DemoModel.sampling`)."""
         self._pick = None
         if self.reply is not None:
             self.report(UserError("Busy", "Stop the reply before loading another model.",
                                   level="warning", origin="load"))
             return False
+        demo = next((d for d in DEMOS.values() if d.file == target.name), None)
+        if demo is not None and demo.sampling is not None and (
+                self.settings.sampling == SamplingParams()):
+            # untouched defaults: the demo's own, which keep the tiny model out of loops
+            self.set_sampling(demo.sampling)
+            self.view.sampling_changed(demo.sampling)
         self.view.model_will_change()
         try:
             config = SessionConfig(
@@ -781,15 +790,10 @@ class ChatController:
     def prepare_demo(self, key: str = DEFAULT_DEMO.key) -> None:
         """First run: write a demo model (default SmolLM2 135M Instruct; ``gemma3`` for
         Gemma 3 270M) into the models folder, then load it with prompt lookup (a frozen
-        bundle's copy is loaded in place). Sampling still at its defaults becomes the
-        demo's own (:attr:`app.catalog.demo.DemoModel.sampling`)."""
+        bundle's copy is loaded in place; the sampling as :meth:`load_model` sets it)."""
         model = find_demo(key)
         dest = bundled_demo_path(model) or paths.models_dir() / model.file
         self.set_speculation(self.settings.speculation.with_changes(mode=SpecMode.PROMPT_LOOKUP))
-        if model.sampling is not None and self.settings.sampling == SamplingParams():
-            # untouched defaults: the demo's own, which keep the tiny model out of loops
-            self.set_sampling(model.sampling)
-            self.view.sampling_changed(model.sampling)
         if dest.is_file():
             self.load_model(dest)
             return

@@ -148,7 +148,8 @@ def test_the_window_loads_the_bundled_demo_without_copying(monkeypatch: pytest.M
 def test_the_demo_starts_with_its_loop_avoiding_sampling_unless_the_user_chose_one(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, qtbot) -> None:
     """"Try the demo" with untouched sampling uses the demo's (SmolLM2's temperature and
-    top-p, DRY loop control), shown in the Sampling tab; sampling the user changed stays."""
+    top-p, DRY loop control), shown in the Sampling tab, and so does the demo's file
+    opened another way (Open GGUF…); sampling the user changed stays."""
     from app.options import SamplingParams
     from app.store.settings import Settings, save_settings
     from app.ui.main_window import MainWindow
@@ -163,12 +164,16 @@ def test_the_demo_starts_with_its_loop_avoiding_sampling_unless_the_user_chose_o
         save_settings(Settings())  # a first run each time
         w = MainWindow(autoload=False)
         qtbot.addWidget(w)
-        monkeypatch.setattr(w.controller, "load_model", lambda _path: None)
+        monkeypatch.setattr(w.controller, "_start_model_job", lambda *_a, **_k: None)
         try:
             w.sampling_panel.temperature.setValue(chosen.temperature)  # as the user would
             assert w.controller.settings.sampling == chosen
             w.welcome.demo_button.click()
             assert w.controller.settings.sampling == expected
             assert w.sampling_panel.sampling() == expected
+            w.sampling_panel.temperature.setValue(chosen.temperature)  # back, then Open GGUF…
+            w.controller.settings.sampling = chosen
+            w.controller.load_model(tmp_path / "elsewhere" / demo.DEMO_FILE)
+            assert w.controller.settings.sampling == expected
         finally:
             w.close()
