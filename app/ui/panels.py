@@ -99,6 +99,10 @@ class MessageBarWidget(QFrame):
         self.style().unpolish(self)
         self.style().polish(self)
         self.title.setText(error.title + ":")
+        # as wide as the title on one line, up to the cap (a wrapping label asks for less)
+        self.title.ensurePolished()  # the style sheet's bold font, measured below
+        one_line = self.title.fontMetrics().horizontalAdvance(self.title.text()) + 2
+        self.title.setMinimumWidth(min(TITLE_MAX_PX, one_line))
         self.text.setText(error.message)
         self.more.setText(f"{len(self._waiting)} more" if self._waiting else "")
         self.more.setVisible(bool(self._waiting))
