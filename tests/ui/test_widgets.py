@@ -1423,3 +1423,34 @@ def test_a_message_given_back_goes_to_its_own_conversations_box(qtbot) -> None: 
     c.show_conversation(None)
     c.given_back(None, "in a fresh chat")
     assert c.input.toPlainText() == "in a fresh chat"
+
+
+def test_a_wrapped_code_line_hangs_past_its_own_indentation(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """Code lines get a hanging indent of their indentation plus HANG_COLUMNS columns, so
+    a wrapped part never starts left of its line; prose, and a paragraph that only starts
+    with inline code, keep theirs; the text is unchanged."""
+    from PySide6.QtGui import QFontMetricsF, QTextDocument
+
+    from app.ui.chat.code_wrap import HANG_COLUMNS, hang_code_lines
+    from app.ui.chat.markdown_render import render_markdown
+
+    source = ("Intro.\n\n```python\ndef f(x):\n    return x * 2\n```\n\n"
+              "`f` doubles, as this paragraph says at some length.")
+    doc = QTextDocument()
+    doc.setHtml(render_markdown(source).html)
+    before = doc.toPlainText()
+    assert hang_code_lines(doc) == 2
+    assert doc.toPlainText() == before
+    lines = {}
+    block = doc.begin()
+    while block.isValid():
+        lines[block.text()] = block
+        block = block.next()
+    space = QFontMetricsF(lines["def f(x):"].begin().fragment().charFormat().font()
+                          ).horizontalAdvance(" ")
+    for text, lead in (("def f(x):", 0), ("    return x * 2", 4)):
+        fmt = lines[text].blockFormat()
+        assert fmt.textIndent() == pytest.approx(-space * (lead + HANG_COLUMNS))
+        assert fmt.leftMargin() + fmt.textIndent() == pytest.approx(0.0)  # starts as before
+    for prose in ("Intro.", "f doubles, as this paragraph says at some length."):
+        assert lines[prose].blockFormat().textIndent() == 0

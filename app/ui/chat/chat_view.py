@@ -48,6 +48,7 @@ from app.engine.chat import unanswered
 from app.engine.context_fit import ContextFit, dropped_indices
 from app.engine.reply import can_continue
 from app.store.history import StoredMessage
+from app.ui.chat.code_wrap import hang_code_lines
 from app.ui.chat.draft_tint import apply_tint, tinted_ranges
 from app.ui.chat.footer import reply_footer
 from app.ui.chat.markdown_render import TINT_COLOR, render_markdown
@@ -485,6 +486,7 @@ class MessageWidget(QFrame):
             rendered = render_markdown(self._text)
             self._code_blocks = rendered.code_blocks
             self.body.setHtml(rendered.html)
+            hang_code_lines(self.body.document())
             if self._tint and self._spans:
                 doc = self.body.document()
                 apply_tint(doc, tinted_ranges(doc, rendered, self._text, self._spans), _TINT)
