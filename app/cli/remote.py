@@ -26,7 +26,8 @@ from app.cli.report import end_reply_line, write_reply_text
 from app.errors import TandemError
 from app.engine.measure.bench import median
 from app.formatting import advice_words, printable
-from app.remote.client import RemoteClient, RemoteDelta, RemoteResult, ServerInfo
+from app.remote.client import RemoteClient, ServerInfo
+from app.remote.stream import RemoteDelta, RemoteResult
 from app.remote.errors import RemoteCancelledError
 from app.options import SamplingParams
 from app.remote.session import remote_extra, request_fields

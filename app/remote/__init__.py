@@ -2,7 +2,8 @@
 Ollama, LM Studio…) reached over HTTP, with the speculation figures they report.
 
 No Qt here. :mod:`app.remote.client` talks to one server (model list, engine
-recognition, a streaming chat call measured by Tandem); :mod:`app.remote.figures` turns
+recognition, a streaming chat call measured by Tandem); :mod:`app.remote.stream` reads
+a stream's events within bounds into the reply and its result; :mod:`app.remote.figures` turns
 what the server reports (a response's ``timings`` or ``metrics.speculative_decoding``, or
 the change of its ``/metrics`` counters around a request) into acceptance figures;
 :mod:`app.remote.prometheus` reads the Prometheus text those counters come in;
@@ -17,10 +18,8 @@ from app.remote.client import (
     ChatMessage,
     Engine,
     RemoteClient,
-    RemoteDelta,
     RemoteEvent,
     RemoteModel,
-    RemoteResult,
     ServerInfo,
 )
 from app.remote.errors import (
@@ -33,6 +32,7 @@ from app.remote.errors import (
     StreamDroppedError,
 )
 from app.remote.figures import FigureScope, SpeculationFigures
+from app.remote.stream import RemoteDelta, RemoteResult
 from app.remote.prometheus import SpecCounters, parse_spec_counters
 
 __all__ = [

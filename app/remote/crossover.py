@@ -53,7 +53,8 @@ from typing import Any, Literal
 from app.engine.measure.bench import median, percentile
 from app.errors import TandemError
 from app.formatting import loads_json
-from app.remote.client import ChatMessage, RemoteClient, RemoteResult
+from app.remote.client import ChatMessage, RemoteClient
+from app.remote.stream import RemoteResult
 from app.remote.errors import RemoteError
 from app.remote.prometheus import SpecCounters
 

@@ -30,7 +30,8 @@ from app.engine.events import Event, TextDelta
 from app.engine.reply import ReplyRecord, ReplyRequest
 from app.engine.stats import SpecStats, draft_length_advice
 from app.options import SamplingParams, SpecMode, SpeculationConfig
-from app.remote.client import RemoteClient, RemoteDelta, RemoteResult, ServerInfo
+from app.remote.client import RemoteClient, ServerInfo
+from app.remote.stream import RemoteDelta, RemoteResult
 from app.remote.errors import RemoteError, StreamDroppedError
 
 

@@ -212,7 +212,7 @@ def test_a_server_that_ignores_max_tokens_is_cut_off(broken: BrokenServer, mode:
 def test_an_answer_without_end_is_read_only_so_far(broken: BrokenServer, mode: str) -> None:
     """An error body or a model list that never ends is read up to MAX_BODY_BYTES, then
     refused in one sentence (it was read whole, for as long as the server wrote)."""
-    from app.remote.client import MAX_BODY_BYTES
+    from app.remote.stream import MAX_BODY_BYTES
 
     broken.mode = mode
     with RemoteClient(broken.base_url) as client:
@@ -296,7 +296,7 @@ def test_a_line_without_end_is_read_only_so_far(broken: BrokenServer) -> None:
 
 
 def test_lines_end_at_cr_lf_or_crlf_only_and_are_bounded() -> None:
-    from app.remote.client import LineTooLongError, bounded_lines
+    from app.remote.stream import LineTooLongError, bounded_lines
 
     pieces = ["data: a\r", "\ndata: b\u2028c\n", "\r\n", "da", "ta: d\rlast"]
     assert list(bounded_lines(iter(pieces), 100)) == [

@@ -18,7 +18,8 @@ import pytest
 from app.errors import ContextOverflowError
 from app.remote import RemoteClient
 from app.remote.errors import ServerHTTPError
-from app.remote.client import _llama_spec_types, _StreamState
+from app.remote.client import _llama_spec_types
+from app.remote.stream import StreamState
 from app.remote.figures import combine, from_response
 from app.remote.prometheus import metric_prefixes, parse_spec_counters
 
@@ -26,8 +27,8 @@ DATA = Path(__file__).parent / "data"
 LLAMA = DATA / "llama-server-b1-0c1e570"
 
 
-def _stream(folder: Path) -> _StreamState:
-    state = _StreamState(model="m")
+def _stream(folder: Path) -> StreamState:
+    state = StreamState(model="m")
     lines = iter((folder / "chat_stream.sse").read_text().splitlines())
     deltas = list(state.read_events(lines, 0.0, None, "http://recorded"))
     assert "".join(d.text for d in deltas) == state.text

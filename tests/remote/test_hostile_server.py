@@ -142,7 +142,7 @@ def test_figures_that_are_not_counts_are_not_reported(broken: BrokenServer) -> N
 def test_a_stream_without_text_ends_in_a_sentence(broken: BrokenServer, mode: str) -> None:
     """Events without text, comments or blank lines without end are read only so far
     (16 lines per token asked and 10,000 more), then refused: they ran until a stop."""
-    from app.remote.client import NO_TEXT_LINES_EXTRA, NO_TEXT_LINES_PER_TOKEN
+    from app.remote.stream import NO_TEXT_LINES_EXTRA, NO_TEXT_LINES_PER_TOKEN
 
     broken.mode = mode
     t0 = time.monotonic()

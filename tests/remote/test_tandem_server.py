@@ -18,7 +18,7 @@ import pytest
 
 from app.cli import main
 from app.remote import Engine, RemoteClient, RemoteResult
-from app.remote.client import _StreamState
+from app.remote.stream import StreamState
 from tests.remote.broken_server import BrokenServer
 from tests.serve_process import served
 
@@ -70,7 +70,7 @@ def test_generate_against_a_recorded_tandem_names_the_drafter(
 
 
 def test_a_tandem_reply_without_drafting_says_none() -> None:
-    state = _StreamState(model="m")
+    state = StreamState(model="m")
     chunk = {"choices": [{"delta": {}, "finish_reason": "stop"}],
              "timings": {"draft_n": 0, "draft_n_accepted": 0},
              "tandem": {"mode": "off", "draft_max": 0}}

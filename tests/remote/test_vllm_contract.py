@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from app.remote.client import _StreamState
+from app.remote.stream import StreamState
 from app.remote.figures import combine, from_response
 from app.remote.prometheus import metric_prefixes, parse_spec_counters
 
@@ -29,8 +29,8 @@ def text(name: str) -> str:
     return (VLLM / name).read_text(encoding="utf-8")
 
 
-def streamed() -> _StreamState:
-    state = _StreamState(model="SmolLM2-135M-Instruct")
+def streamed() -> StreamState:
+    state = StreamState(model="SmolLM2-135M-Instruct")
     deltas = list(state.read_events(iter(text("chat_stream.sse").splitlines()), 0.0, None,
                                     "http://recorded"))
     assert "".join(d.text for d in deltas) == state.text

@@ -15,7 +15,8 @@ from keyring.backend import KeyringBackend
 from keyring.backends import fail
 
 from app.engine.stats import SpecStats, draft_length_advice
-from app.remote.client import Engine, ServerInfo, _StreamState
+from app.remote.client import Engine, ServerInfo
+from app.remote.stream import StreamState
 from app.remote.figures import combine, from_response
 from app.remote.prometheus import parse_spec_counters
 from app.remote.session import remote_stats
@@ -33,7 +34,7 @@ INFO = ServerInfo(base_url="http://127.0.0.1:8080", engine=Engine.LLAMA_SERVER,
 
 def recorded_stats() -> SpecStats:
     """The statistics Tandem keeps for the recorded llama-server reply."""
-    state = _StreamState(model="m")
+    state = StreamState(model="m")
     list(state.read_events(iter((LLAMA / "chat_stream.sse").read_text().splitlines()), 0.0,
                            None, "http://recorded"))
     before = parse_spec_counters((LLAMA / "metrics_before.txt").read_text())
