@@ -3,6 +3,7 @@ real Gemma 3 270M loaded (small context, short greedy replies, so tests stay fas
 
 from __future__ import annotations
 
+import contextlib
 import os
 import weakref
 from collections.abc import Iterator
@@ -104,3 +105,45 @@ def wait_reply(qtbot, w) -> None:  # type: ignore[no-untyped-def]
 #: a prompt the base model continues by repeating, so prompt lookup has drafts to verify
 REPEAT_PROMPT = ("Repeat after me: the quick brown fox jumps over the lazy dog. "
                  "the quick brown fox jumps over the lazy dog.")
+
+
+@contextlib.contextmanager
+def api_request_at_gate(qtbot, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A window over the fake engine ("fake-target", replies "alpha beta gamma delta")
+    serving the API, one API chat request running and held at the script's gate; yields
+    (window, script). The gate opens, the request ends and the window closes after."""
+    import threading
+
+    import httpx
+
+    from app.ui.main_window import MainWindow
+    from tests.chat.fakes import Script, fake_service
+    from tests.synthetic import write_header_only
+
+    target = tmp_path / "fake-target.gguf"
+    write_header_only(target)
+    script = Script(default="alpha beta gamma delta")
+    settings = Settings()
+    settings.model.target_path = target
+    settings.sampling = SamplingParams(max_tokens=16)
+    w = MainWindow(LoadedSettings(settings), service=fake_service(script))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.controller.model_info is not None, timeout=30_000)
+    sender = None
+    try:
+        assert w.api.start(0)
+        script.gate = threading.Event()
+        base = w.api_panel.url.text()
+        sender = threading.Thread(target=lambda: httpx.post(
+            base + "/chat/completions", timeout=60,
+            json={"model": "fake-target", "messages": [{"role": "user", "content": "x"}]}))
+        sender.start()
+        assert script.at_gate.wait(30)
+        yield w, script
+    finally:
+        if script.gate is not None:
+            script.gate.set()
+        if sender is not None:
+            sender.join(30)
+        w.close()

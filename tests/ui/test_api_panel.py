@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtWidgets import QApplication
 
 from app.chat.events import JobDone
-from tests.ui.conftest import REPEAT_PROMPT
+from tests.ui.conftest import REPEAT_PROMPT, api_request_at_gate
 from tests.synthetic import write_header_only
 
 pytestmark = pytest.mark.slow
@@ -130,29 +130,7 @@ def test_a_window_reply_queued_behind_an_api_reply_says_so_and_the_gauge_follows
     message, which waits in the same queue: its header says what it waits for and the
     gauge keeps following the API reply; once the window's reply runs, the header says
     "writing…" and the gauge is the window's; the API reply lands in the list."""
-    from app.options import SamplingParams
-    from app.store.settings import LoadedSettings, Settings
-    from app.ui.main_window import MainWindow
-    from tests.chat.fakes import Script, fake_service
-
-    target = tmp_path / "fake-target.gguf"
-    write_header_only(target)
-    script = Script(default="alpha beta gamma delta")
-    settings = Settings()
-    settings.model.target_path = target
-    settings.sampling = SamplingParams(max_tokens=16)
-    w = MainWindow(LoadedSettings(settings), service=fake_service(script))
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.controller.model_info is not None, timeout=30_000)
-    try:
-        assert w.api.start(0)
-        script.gate = threading.Event()
-        base = w.api_panel.url.text()
-        sender = threading.Thread(target=lambda: httpx.post(
-            base + "/chat/completions", timeout=60,
-            json={"model": "fake-target", "messages": [{"role": "user", "content": "x"}]}))
-        sender.start()
+    with api_request_at_gate(qtbot, tmp_path) as (w, script):
         qtbot.waitUntil(lambda: w.gauge.source_label.isVisible(), timeout=30_000)
         assert w.send_message("hello")  # queued behind the API reply
         reply_widget = w.chat.messages[-1]
@@ -170,13 +148,8 @@ def test_a_window_reply_queued_behind_an_api_reply_says_so_and_the_gauge_follows
         assert "live" in w.gauge.mode_label.text() and not w.gauge.source_label.isVisible()
         script.gate.set()
         qtbot.waitUntil(lambda: w.controller.reply is None, timeout=30_000)
-        sender.join(30)
         assert w.chat.messages[-1].text == "alpha beta gamma delta"
         assert reply_widget.stream_status == ""
-    finally:
-        if script.gate is not None:
-            script.gate.set()
-        w.close()
 
 
 def test_a_failed_api_request_does_not_leave_the_gauge_live(qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -266,43 +239,13 @@ def test_stop_on_a_reply_waiting_behind_an_api_request_ends_it_at_once(  # type:
         qtbot, tmp_path) -> None:
     """The window's reply waits for an API request (held at a gate): Stop ends it now,
     nothing of it kept, while the API request goes on."""
-    from app.options import SamplingParams
-    from app.store.settings import LoadedSettings, Settings
-    from app.ui.main_window import MainWindow
-    from tests.chat.fakes import Script, fake_service
-
-    target = tmp_path / "fake-target.gguf"
-    write_header_only(target)
-    script = Script(default="alpha beta gamma delta")
-    settings = Settings()
-    settings.model.target_path = target
-    settings.sampling = SamplingParams(max_tokens=16)
-    w = MainWindow(LoadedSettings(settings), service=fake_service(script))
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.controller.model_info is not None, timeout=30_000)
-    sender = None
-    try:
-        assert w.api.start(0)
-        script.gate = threading.Event()
-        base = w.api_panel.url.text()
-        sender = threading.Thread(target=lambda: httpx.post(
-            base + "/chat/completions", timeout=60,
-            json={"model": "fake-target", "messages": [{"role": "user", "content": "x"}]}))
-        sender.start()
-        assert script.at_gate.wait(30)
+    with api_request_at_gate(qtbot, tmp_path) as (w, script):
         assert w.send_message("hello")
         w.controller.stop_reply()
         qtbot.waitUntil(lambda: w.controller.reply is None, timeout=5_000)
         assert not script.gate.is_set()  # the API request still runs
         assert [m.text for m in w.chat.messages] == ["hello"]  # no reply kept
         assert w.send_button.text() == "Send"
-    finally:
-        if script.gate is not None:
-            script.gate.set()
-        if sender is not None:
-            sender.join(30)
-        w.close()
 
 
 def test_a_request_stopped_before_its_end_says_so_in_the_list(qtbot) -> None:  # type: ignore[no-untyped-def]

@@ -4,20 +4,14 @@ engine (no model)."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
-import httpx
 import pytest
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QMessageBox
 
-from app.options import SamplingParams
-from app.store.settings import LoadedSettings, Settings
-from app.ui.main_window import MainWindow
 from app.ui.quit_check import work_in_progress
-from tests.chat.fakes import Script, fake_service
-from tests.synthetic import write_header_only
+from tests.ui.conftest import api_request_at_gate
 
 
 def test_what_quitting_stops_in_words() -> None:
@@ -39,16 +33,6 @@ def test_what_quitting_stops_in_words() -> None:
 
 def test_quit_asks_while_a_reply_and_an_api_request_run(  # type: ignore[no-untyped-def]
         qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    target = tmp_path / "fake-target.gguf"
-    write_header_only(target)
-    script = Script(default="alpha beta gamma delta")
-    settings = Settings()
-    settings.model.target_path = target
-    settings.sampling = SamplingParams(max_tokens=16)
-    w = MainWindow(LoadedSettings(settings), service=fake_service(script))
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.controller.model_info is not None, timeout=30_000)
     answers: list[str] = []
     asked: list[str] = []
 
@@ -63,16 +47,7 @@ def test_quit_asks_while_a_reply_and_an_api_request_run(  # type: ignore[no-unty
         return 0
 
     monkeypatch.setattr(QMessageBox, "exec", answer)
-    sender = None
-    try:
-        assert w.api.start(0)
-        script.gate = threading.Event()
-        base = w.api_panel.url.text()
-        sender = threading.Thread(target=lambda: httpx.post(
-            base + "/chat/completions", timeout=60,
-            json={"model": "fake-target", "messages": [{"role": "user", "content": "x"}]}))
-        sender.start()
-        qtbot.waitUntil(lambda: script.at_gate.is_set(), timeout=30_000)
+    with api_request_at_gate(qtbot, tmp_path) as (w, _script):
         assert w.send_message("hello")  # waits behind the API's reply
         answers.append("Cancel")
         w.window_actions.quit.trigger()
@@ -92,9 +67,3 @@ def test_quit_asks_while_a_reply_and_an_api_request_run(  # type: ignore[no-unty
         w.window_actions.quit.trigger()
         assert not w.isVisible() and w.settings.ui.confirm_quit is False
         assert len(asked) == 3
-    finally:
-        if script.gate is not None:
-            script.gate.set()
-        if sender is not None:
-            sender.join(30)
-        w.close()
