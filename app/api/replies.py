@@ -166,8 +166,11 @@ def stopped(record: ReplyRecord) -> ApiError | None:
     (``stop``, ``length``)."""
     if record.reason != "cancelled":
         return None
-    return ApiError(503, f"Tandem stopped this reply after {record.stats.emitted} tokens: "
-                    "the server is shutting down. Send the request again once it is back.",
+    n = record.stats.emitted
+    when = (f"this reply after {n} token{'s' if n != 1 else ''}" if n else
+            "this request before it began")
+    return ApiError(503, f"Tandem stopped {when}: the server is shutting down. Send the "
+                    "request again once it is back.",
                     type="unavailable_error", code="shutting_down",
                     headers={"Retry-After": "5"})
 

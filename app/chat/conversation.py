@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol
 
 from app.catalog.demo import DEMOS
 from app.chat.demo import DEFAULT_DEMO, bundled_demo_path, find_demo
+from app.chat.preview import DROP_SETTING
 from app.chat.events import (
     AutoChosen,
     DemoPrepared,
@@ -1132,7 +1133,8 @@ class ChatController:
         if not text.strip():
             return False
         self._save_unsaved()  # before an edit moves the reply aside, say
-        if self.editing_message_id is not None and same_edit(text, self._edit_text):
+        if (self.editing_message_id is not None and same_edit(text, self._edit_text)
+                and not self.is_unanswered(self.editing_message_id)):
             self.report(UserError(
                 "Nothing changed", "The message reads as it did: change it to send it as a "
                 "new version, or Cancel edit.", level="warning", origin="reply"))
@@ -1178,8 +1180,15 @@ class ChatController:
         else:
             self._roles.append((message.id, message.role))
             self.view.message_added(message)
+        self.view.clear_errors("reply")  # about a message before ("Not sent"…): sent now
         self.view.conversations_changed()
         return self._start_reply(asked=message)
+
+    def is_unanswered(self, message_id: int) -> bool:
+        """``message_id`` is a question left without a reply and followed by another
+        (:func:`unanswered`): sent again unchanged, it is asked anew."""
+        gone = unanswered([role for _, role in self._roles])
+        return any(self._roles[i][0] == message_id for i in gone)
 
     def _cannot_send_now(self) -> str | None:
         """Why a message cannot be sent now, in words (None: nothing stands in the way
@@ -1552,8 +1561,7 @@ class ChatController:
             self._show_branch(earlier)
             self.view.message_given_back(where, asked.id, asked.content, earlier is not None)
             if error.cause is not None and issubclass(error.cause, WouldFitByDroppingError):
-                error = _and_then(error, "Sampling → Too long for the context chooses how.",
-                                  level=error.level)
+                error = _and_then(error, DROP_SETTING, level=error.level)
             error = _and_then(error, "Your message is back in the box.", title="Not sent",
                               level="warning")
             self.view.conversations_changed()

@@ -16,8 +16,13 @@ from dataclasses import dataclass
 from app.engine.chat import ChatMessage
 from app.engine.context_fit import ContextFit, fit_conversation, reply_room
 from app.engine.session import Session
-from app.errors import ChatTemplateError, ContextOverflowError
+from app.errors import ChatTemplateError, ContextOverflowError, WouldFitByDroppingError
 from app.options import SamplingParams
+
+
+#: the window's way to let Tandem drop earlier messages, said after a refusal that
+#: dropping would have avoided (:class:`~app.errors.WouldFitByDroppingError`)
+DROP_SETTING = "Sampling → Too long for the context chooses how."
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +36,8 @@ class PromptPreview:
     be dropped (None: none); ``refusal``: why the message would not be sent (the
     :class:`~app.errors.ContextOverflowError`'s words; None: it would be);
     ``failure``: the chat template failed on the conversation (its words), as the reply
-    would."""
+    would; ``by_dropping``: it would fit with earlier messages dropped (the policy is
+    ``stop``)."""
 
     message_tokens: int
     prompt_tokens: int
@@ -40,6 +46,7 @@ class PromptPreview:
     fit: ContextFit | None = None
     refusal: str | None = None
     failure: str | None = None
+    by_dropping: bool = False
 
 
 def preview_prompt(session: Session, messages: Sequence[ChatMessage],
@@ -57,7 +64,8 @@ def preview_prompt(session: Session, messages: Sequence[ChatMessage],
         tokens, fit = fit_conversation(messages, session.chat_prompt, n_ctx,
                                        sampling.max_tokens, sampling.context_overflow)
     except ContextOverflowError as exc:
-        return PromptPreview(own, 0, n_ctx, room, refusal=str(exc))
+        return PromptPreview(own, 0, n_ctx, room, refusal=str(exc),
+                             by_dropping=isinstance(exc, WouldFitByDroppingError))
     except ChatTemplateError as exc:
         return PromptPreview(own, 0, n_ctx, room, failure=str(exc))
     return PromptPreview(own, len(tokens), n_ctx, room, fit)

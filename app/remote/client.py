@@ -533,9 +533,9 @@ class RemoteClient:
         if status == 400 and _CONTEXT_REFUSAL.search(f"{kinds} {message}"):
             return ServerContextError(
                 f"The server at {self.base_url} refused the conversation as too long for "
-                f"its context window (it said: {message}). Shorten the message, start a new "
-                "conversation, lower Max tokens (Sampling tab) where the server counts the "
-                "reply's room too, or start the server with a longer context.",
+                f"its context window (it said: {message}). Shorten the message or the "
+                "conversation, lower Max tokens (Sampling tab), or start the server with a "
+                "longer context.",
                 status=status)
         return ServerHTTPError(f"{self.base_url} answered {status} to {what}: "
                                f"{message or '(no message)'}", status=status)

@@ -209,6 +209,18 @@ def _open_draft_file(window: MainWindow) -> None:
         window.controller.set_draft_model(path)
 
 
+def _edit(window: MainWindow, message_id: int, text: str | None) -> bool:
+    """:meth:`MainWindow.edit_message`: the message's text in the box; a question left
+    unanswered may be sent again as it is."""
+    c = window.controller
+    if (original := c.begin_edit(message_id)) is not None:
+        window.composer.begin_edit(original, message_id, text,
+                                   resend=c.is_unanswered(message_id))
+        window.input.setFocus()
+        window.state_changed()
+    return original is not None
+
+
 def _connect_server(window: MainWindow) -> None:
     """Connect to server…: the dialog (its server and model as last used), then connect."""
     from app.ui.connect_dialog import ConnectDialog
@@ -257,13 +269,16 @@ def _ask_to_delete(window: QWidget, title: str | None) -> bool:
 
 
 def _escape(window: MainWindow) -> None:
-    """Esc: in the conversation search box with text, empty it; else stop the reply, or
-    leave editing a message (asking first when its text was changed)."""
+    """Esc: in the conversation search box with text, empty it; else stop the reply of
+    the open conversation (the one its Stop button stops: a reply written in another
+    conversation goes on), or leave editing a message (asking first when its text was
+    changed)."""
     search: QLineEdit = window.conversations.search
+    c = window.controller
     if search.hasFocus() and search.text():
         search.clear()
-    elif window.controller.reply is not None:
-        window.controller.stop_reply()
+    elif c.reply is not None and c.reply.conversation_id == c.current_conversation:
+        c.stop_reply()
     elif window.controller.editing_message_id is not None and (
             window.composer.edit_unchanged or _ask_to_discard_rewrite(window)):
         window._on_composer_cancel_edit_clicked()
@@ -562,6 +577,7 @@ class MainWindow(QMainWindow):
     def conversations_changed(self) -> None:
         c, search = self.controller, self.conversations.search.text()
         self.composer.stored_as(c.current_conversation)
+        self.token_preview.refresh()  # another version shown, say: another conversation
         self.conversations.set_conversations(c.conversations(search), c.current_conversation,
                                              c.search_snippets(search))
 
@@ -699,11 +715,7 @@ class MainWindow(QMainWindow):
     def edit_message(self, message_id: int, text: str | None = None) -> bool:
         """Edit a user message (``text``: an edit taken up again). False: not now (a
         reply streams, or it is no message of the open conversation)."""
-        if (original := self.controller.begin_edit(message_id)) is not None:
-            self.composer.begin_edit(original, message_id, text)
-            self.input.setFocus()
-            self.state_changed()
-        return original is not None
+        return _edit(self, message_id, text)
 
     def open_conversation(self, conversation_id: int | None) -> None:
         self.system_prompt.flush()

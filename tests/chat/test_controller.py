@@ -177,6 +177,13 @@ def test_a_question_left_unanswered_is_not_sent_again(rig: Rig) -> None:
     rig.reply_done()
     assert [m.content for m in rig.script.calls[-1][0]] == ["second question"]  # type: ignore[attr-defined]
     assert unanswered(["system", "user", "user", "assistant", "user"]) == {1}
+    # asked again as it was: Edit, then Send without a change, is a new version of it
+    first = rig.store.messages(rig.c.current_conversation)[0]  # type: ignore[arg-type]
+    assert rig.c.begin_edit(first.id) == "first question"
+    assert rig.c.send_message("first question")
+    rig.reply_done()
+    assert [m.content for m in rig.script.calls[-1][0]] == ["first question"]  # type: ignore[attr-defined]
+    assert [r for r, *_ in rig.stored()] == ["user", "assistant"]
 
 
 def test_a_failed_reply_keeps_its_text_with_the_error_and_reports_it_once(rig: Rig) -> None:

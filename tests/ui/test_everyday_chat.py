@@ -71,6 +71,7 @@ def test_a_message_that_does_not_fit_goes_back_to_the_box_and_the_next_success_c
         w.sampling_panel.context_overflow.findData(ContextOverflow.ROLLING_WINDOW))
     assert w.settings.sampling.context_overflow is ContextOverflow.ROLLING_WINDOW
     w.send_button.click()
+    assert w.message_bar.current is None  # sent now: "Not sent" goes while it streams
     wait_reply(qtbot, w)
     assert w.input.toPlainText() == ""
 
@@ -268,3 +269,23 @@ def test_a_first_message_refused_leaves_the_gauge_without_a_reply(  # type: igno
     assert w.message_bar.current is not None and w.message_bar.current.title == "Not sent"
     assert w.gauge.mode_label.text() == "No reply yet"
     assert w.gauge.tps_caption.text() == "decode tok/s"
+
+
+def test_a_question_left_unanswered_is_marked_and_can_be_asked_again_as_it_is(  # type: ignore[no-untyped-def]
+        qtbot, stop_window) -> None:
+    w = stop_window
+    session = w.controller.service._session
+    with session._lock:  # the reply cannot begin before it is stopped
+        assert w.send_message("Name three colours.")
+        w.controller.stop_reply()
+    wait_reply(qtbot, w)
+    assert [m.role for m in w.chat.messages] == ["user"]  # stopped before any text
+    _send(qtbot, w, "Name three animals.")
+    first = w.chat.messages[0]
+    assert first.property("outOfContext")  # the model does not see it
+    assert w.edit_message(first.message_id)
+    assert w.input.toPlainText() == "Name three colours." and w.send_button.isEnabled()
+    w.send_button.click()  # asked again, unchanged: a new version of it, answered
+    wait_reply(qtbot, w)
+    assert [m.role for m in w.chat.messages] == ["user", "assistant"]
+    assert w.chat.messages[0].text == "Name three colours." and w.chat.messages[1].text

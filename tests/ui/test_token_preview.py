@@ -7,8 +7,9 @@ from __future__ import annotations
 from PySide6.QtWidgets import QApplication
 
 from app.chat.preview import PromptPreview
+from app.engine.chat import ChatMessage
 from app.engine.context_fit import ContextFit
-from app.options import ContextOverflow
+from app.options import ContextOverflow, SamplingParams
 from app.ui.chat.token_preview import preview_words
 from tests.ui.conftest import wait_reply
 
@@ -18,7 +19,7 @@ def test_the_line_in_words() -> None:
         "12 tokens · 140 of the 512-token context with the conversation", "")
     assert preview_words(PromptPreview(1, 500, 512, 24)) == (
         "1 token · 500 of the 512-token context with the conversation: the reply has room "
-        "for 11 tokens", "warning")
+        "for 12 tokens", "warning")
     fit = ContextFit(ContextOverflow.TRUNCATE_MIDDLE, 512, 2, 44, 480, 24, kept_first=True)
     assert preview_words(PromptPreview(366, 480, 512, 24, fit)) == (
         "366 tokens · Sending drops 2 earlier messages (44 tokens) to fit the 512-token "
@@ -121,3 +122,55 @@ def test_no_line_without_a_local_model() -> None:
         assert service.preview([ChatMessage("user", "hi")], SamplingParams()) is None
     finally:
         service.shutdown()
+
+
+def test_while_the_model_is_in_use_the_line_says_it_waits(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from app.ui.chat.token_preview import WAITING, TokenPreview
+    from app.ui.labels import Label
+
+    label = Label()
+    qtbot.addWidget(label)
+    busy = [True]
+    measured: list[int] = []
+
+    def measure(messages, sampling):  # type: ignore[no-untyped-def]
+        measured.append(len(messages))
+        return PromptPreview(3, 10, 512, 24)
+
+    preview = TokenPreview(label, measure, lambda text: [ChatMessage("user", text)],
+                           SamplingParams, lambda: "hello", lambda: busy[0])
+    preview.refresh()
+    qtbot.waitUntil(lambda: label.text() == WAITING, timeout=5_000)
+    assert measured == []  # the model is not taken between a reply's rounds
+    busy[0] = False
+    preview.refresh()  # as when the reply ends
+    qtbot.waitUntil(lambda: label.text().startswith("3 tokens"), timeout=5_000)
+    assert measured == [1]
+    preview.shutdown()
+
+
+def test_another_version_shown_is_measured_again(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    c = window.controller
+    assert window.send_message("first")
+    wait_reply(qtbot, window)
+    first = c.store.messages(c.current_conversation)[0]
+    assert window.edit_message(first.id)
+    assert window.send_message("first, asked at much greater length than before, with many "
+                               "more words in it to count")
+    wait_reply(qtbot, window)
+    window.input.setPlainText("hello")
+    qtbot.waitUntil(lambda: window.token_preview.shown is not None, timeout=10_000)
+    longer = window.token_preview.shown.prompt_tokens
+    edited = c.store.messages(c.current_conversation)[0]
+    assert c.show_version(edited.id, 1)  # the short question again
+    qtbot.waitUntil(lambda: window.token_preview.shown is not None
+                    and window.token_preview.shown.prompt_tokens < longer, timeout=10_000)
+
+
+def test_a_refusal_that_dropping_would_avoid_names_the_setting() -> None:
+    p = PromptPreview(40, 0, 256, 64, refusal="The conversation is 300 tokens long but the "
+                      "context window holds 256. … let Tandem drop earlier messages.",
+                      by_dropping=True)
+    text, level = preview_words(p)
+    assert level == "error" and text.endswith(
+        "let Tandem drop earlier messages. Sampling → Too long for the context chooses how.")

@@ -1454,3 +1454,21 @@ def test_a_wrapped_code_line_hangs_past_its_own_indentation(qtbot) -> None:  # t
         assert fmt.leftMargin() + fmt.textIndent() == pytest.approx(0.0)  # starts as before
     for prose in ("Intro.", "f doubles, as this paragraph says at some length."):
         assert lines[prose].blockFormat().textIndent() == 0
+
+
+def test_no_reply_is_said_only_under_the_conversation_it_was_for(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """A reply of another conversation stopped before any text: its "No reply" note does
+    not appear under the conversation open now; under its own it does."""
+    from app.ui.chat.chat_view import ChatViewWidget
+
+    chat = ChatViewWidget()
+    qtbot.addWidget(chat)
+    chat.set_messages([MessageView(1, "user", "q"), MessageView(2, "assistant", "a", footer="1 token")])
+    chat.remove_from(99, "stopped before any text.")  # another conversation's reply
+    assert not chat.failure.isVisibleTo(chat)
+    assert [w.message_id for w in chat.messages] == [1, 2]
+    chat.add_message(MessageView(3, "user", "q2"))
+    chat.add_message(MessageView(4, "assistant", ""))
+    chat.remove_from(4, "stopped before any text.")
+    assert chat.failure.isVisibleTo(chat)
+    assert chat.failure.text() == "No reply: stopped before any text. Regenerate asks again."

@@ -908,9 +908,11 @@ class ChatViewWidget(QScrollArea):
     def remove_from(self, message_id: int, failure: str | None = None) -> None:
         """Remove a message and every message after it (one not shown yet too);
         ``failure``: why it was a reply that never came, said under the last message
-        until another is shown."""
+        until another is shown (only where that message was: not under another
+        conversation's)."""
         hidden = next((i for i, v in enumerate(self._earlier) if v.message_id == message_id),
                       None)
+        here = hidden is not None
         if hidden is not None:
             del self._earlier[hidden:]
             self._update_earlier()
@@ -918,6 +920,7 @@ class ChatViewWidget(QScrollArea):
                 message_id = self._messages[0].message_id  # every shown one goes
         for i, w in enumerate(self._messages):
             if w.message_id == message_id:
+                here = True
                 for gone in self._messages[i:]:
                     if self._anchor is not None and self._anchor[0] is gone:
                         self._anchor = None
@@ -932,7 +935,7 @@ class ChatViewWidget(QScrollArea):
             self.show_earlier()
             self._stick = True  # nothing on screen to keep in place: follow the bottom
         self._messages_changed()
-        if failure is not None and self._messages:
+        if failure is not None and self._messages and here:
             self.failure.setText(f"No reply: {failure} Regenerate asks again.")
             self.failure.show()
 

@@ -163,6 +163,7 @@ class ComposerWidget(QWidget):
         self._before_edit: str | None = None  # the text an edit replaced in the box
         self._editing: int | None = None  # the message being edited
         self._edit_original = ""  # its text as stored: Send waits for a change
+        self._resend = False  # … unless it went unanswered: then it may go as it is
         self._can_send = False
         #: edits left by opening another conversation: (message id, text), by conversation
         self._edits: dict[int | None, tuple[int, str]] = {}
@@ -282,13 +283,16 @@ class ComposerWidget(QWidget):
             self._edits.pop(conversation_id, None)
             self.save_unsent()
 
-    def begin_edit(self, original: str, message_id: int, text: str | None = None) -> None:
+    def begin_edit(self, original: str, message_id: int, text: str | None = None, *,
+                   resend: bool = False) -> None:
         """Message ``message_id`` (whose text is ``original``) is edited: ``text``
         (default ``original``) replaces the box's, which :meth:`edit_ended` brings back.
-        Send waits until the text differs from ``original``."""
+        Send waits until the text differs from ``original``, unless ``resend`` (a
+        question left unanswered, asked again as it is)."""
         if self._before_edit is None:
             self._before_edit = self.input.toPlainText()
         self._editing, self._edit_original = message_id, original
+        self._resend = resend
         self.input.set_text(original if text is None else text)
 
     def sent(self, text: str) -> None:
@@ -341,8 +345,8 @@ class ComposerWidget(QWidget):
     def edit_unchanged(self) -> bool:
         """A message is edited and the box still holds its text as stored (spaces and
         line breaks after it aside)."""
-        return self._editing is not None and same_edit(self.input.toPlainText(),
-                                                        self._edit_original)
+        return (self._editing is not None and not self._resend
+                and same_edit(self.input.toPlainText(), self._edit_original))
 
     @Slot()
     def _update_send_button(self) -> None:

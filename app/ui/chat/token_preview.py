@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.chat.preview import PromptPreview
+from app.chat.preview import DROP_SETTING, PromptPreview
 from app.engine.chat import ChatMessage
 from app.options import SamplingParams
 from app.ui.explain import context_fit_words
@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 #: milliseconds after the last change before the text is measured
 SETTLE_MS = 350
+#: the line while the model is in use
+WAITING = "Tokens are counted when the model is free (a reply or a request is running)."
 
 
 def preview_words(p: PromptPreview) -> tuple[str, str]:
@@ -35,7 +37,8 @@ def preview_words(p: PromptPreview) -> tuple[str, str]:
     ``Too long to send: The last message alone is 5,214 tokens; …``."""
     own = f"{p.message_tokens:,} token{'s' if p.message_tokens != 1 else ''}"
     if p.refusal is not None:
-        return f"Too long to send: {p.refusal}", "error"
+        how = f" {DROP_SETTING}" if p.by_dropping else ""
+        return f"Too long to send: {p.refusal}{how}", "error"
     if p.failure is not None:
         return f"The reply would fail: {p.failure}", "error"
     if p.fit is not None:
@@ -43,7 +46,7 @@ def preview_words(p: PromptPreview) -> tuple[str, str]:
     left = p.n_ctx - p.prompt_tokens
     if left < p.room:
         return (f"{own} · {p.prompt_tokens:,} of the {p.n_ctx:,}-token context with the "
-                f"conversation: the reply has room for {max(0, left - 1):,} tokens"), "warning"
+                f"conversation: the reply has room for {max(0, left):,} tokens"), "warning"
     return (f"{own} · {p.prompt_tokens:,} of the {p.n_ctx:,}-token context with the "
             "conversation"), ""
 
@@ -109,8 +112,8 @@ class TokenPreview(QObject):
     def _start(self) -> None:
         if self._closed:
             return
-        if self._busy():
-            self._set("", "", None)  # measured when the model is free (state_changed)
+        if self._busy():  # measured again when the model is free (state_changed)
+            self._set(WAITING, "", None)
             return
         messages = self._messages(self._text())
         if not messages:
