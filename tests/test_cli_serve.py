@@ -140,11 +140,11 @@ def test_the_port_taken_before_the_load_refuses_connections_until_it_serves() ->
     bind("127.0.0.1", port).close()
 
 
-def test_ctrl_c_ends_a_running_stream_with_its_cancelled_chunk_and_done(
+def test_ctrl_c_ends_a_running_stream_with_a_shutting_down_error_and_done(
         smollm_path: Path, tmp_path: Path) -> None:
-    """Ctrl-C while a reply streams: the stream ends as the docs say, with a chunk whose
-    finish_reason is "cancelled" and [DONE], not cut (a client would take a cut stream
-    for a whole reply)."""
+    """Ctrl-C while a reply streams: the stream ends as the docs say, with a
+    ``shutting_down`` error event and [DONE], not cut and not as a finished reply (a
+    client would take either for a whole reply); a request waiting behind it gets 503."""
     import json
     import os
     import signal
@@ -190,10 +190,15 @@ def test_ctrl_c_ends_a_running_stream_with_its_cancelled_chunk_and_done(
         data = [ln[len("data: "):] for ln in lines if ln.startswith("data: ")]
         assert data, lines
         assert data[-1] == "[DONE]"
-        assert json.loads(data[-2])["choices"][0]["finish_reason"] == "cancelled"
+        # not a finished reply: OpenAI's error, after the text already sent
+        assert json.loads(data[-3])["choices"][0]["delta"].get("content") is not None
+        error = json.loads(data[-2])["error"]
+        assert error["code"] == "shutting_down" and "shutting down" in error["message"]
         waiting.join(30)
         assert isinstance(queued[0], httpx.Response), queued
-        assert queued[0].json()["choices"][0]["finish_reason"] == "cancelled"
+        assert queued[0].status_code == 503
+        assert queued[0].json()["error"]["message"].startswith(
+            "Tandem stopped this request before it began")
         assert proc.wait(30) == 0  # the server stopped as asked
     finally:
         if proc.poll() is None:
