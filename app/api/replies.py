@@ -167,8 +167,8 @@ def stopped(record: ReplyRecord) -> ApiError | None:
     if record.reason != "cancelled":
         return None
     n = record.stats.emitted
-    when = (f"this reply after {n} token{'s' if n != 1 else ''}" if n else
-            "this request before it began")
+    when = ("this request before it began" if not record.began else
+            f"this reply after {n} token{'s' if n != 1 else ''}")
     return ApiError(503, f"Tandem stopped {when}: the server is shutting down. Send the "
                     "request again once it is back.",
                     type="unavailable_error", code="shutting_down",

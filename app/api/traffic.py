@@ -7,6 +7,8 @@ own record of requests is :mod:`app.api.request_log`.
 
 from __future__ import annotations
 
+import dataclasses
+
 import time
 from dataclasses import dataclass
 
@@ -45,13 +47,15 @@ class ApiReplyStatsChanged:
 class ApiReplyEnded:
     """An API job ended (``ended``: wall-clock time, ``time.time()``). ``reply``: its
     record, with the request's own sampling and speculation; None when it failed
-    (``error`` says why)."""
+    (``error`` says why). ``began``: False for a request stopped while it waited in the
+    queue (the gauge never followed it)."""
 
     job_id: int
     endpoint: str
     ended: float
     reply: ReplyRecord | None
     error: str | None = None
+    began: bool = True
 
     @property
     def finish_reason(self) -> str:
@@ -92,6 +96,11 @@ class ApiTrafficFollower:
                 return ApiReplyBegan(event.job_id, endpoint)
             return None
         job_id = getattr(event, "job_id", None)
+        if (isinstance(event, (JobDone, JobFailed)) and job_id not in self._jobs
+                and event.origin == "api" and event.kind in ("reply", "completion")):
+            # a request stopped while it waited in the queue ends without having started
+            ended = self._ended(event, "chat" if event.kind == "reply" else "completion")
+            return dataclasses.replace(ended, began=False)
         if job_id not in self._jobs:
             return None
         if isinstance(event, ReplyStreamed) and event.deltas:
@@ -99,12 +108,14 @@ class ApiTrafficFollower:
             return ApiReplyTokens(job_id, last.t, last.n_tokens)
         if isinstance(event, ReplyStats):
             return ApiReplyStatsChanged(job_id, event.stats)
-        if isinstance(event, JobDone):
-            endpoint = self._jobs.pop(job_id)
-            if isinstance(event.value, ReplyRecord):
-                return ApiReplyEnded(job_id, endpoint, time.time(), event.value)
-            return ApiReplyEnded(job_id, endpoint, time.time(), None, "no result")
-        if isinstance(event, JobFailed):
-            endpoint = self._jobs.pop(job_id)
-            return ApiReplyEnded(job_id, endpoint, time.time(), None, event.error.message)
+        if isinstance(event, (JobDone, JobFailed)):
+            return self._ended(event, self._jobs.pop(job_id))
         return None
+
+    @staticmethod
+    def _ended(event: JobDone | JobFailed, endpoint: str) -> ApiReplyEnded:
+        if isinstance(event, JobFailed):
+            return ApiReplyEnded(event.job_id, endpoint, time.time(), None, event.error.message)
+        if isinstance(event.value, ReplyRecord):
+            return ApiReplyEnded(event.job_id, endpoint, time.time(), event.value)
+        return ApiReplyEnded(event.job_id, endpoint, time.time(), None, "no result")

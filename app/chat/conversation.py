@@ -63,7 +63,12 @@ from app.engine.context_fit import ContextFit
 from app.engine.reply import ReplyRecord, can_continue, clip_spans
 from app.engine.stats import SpecStats
 from app.engine.suffix import DEFAULT_MAX_REPLIES
-from app.errors import ContextOverflowError, TandemError, WouldFitByDroppingError
+from app.errors import (
+    ContextOverflowError,
+    IncompatibleDraftError,
+    TandemError,
+    WouldFitByDroppingError,
+)
 from app.formatting import shortened, valid_text
 from app.options import (
     DrafterNeeds, SamplingParams, SpecMode, SpeculationConfig, default_draft_max,
@@ -307,6 +312,11 @@ def _drafter_sentence(mode: SpecMode) -> str:
     return ("Speculation is off" if mode is SpecMode.OFF else
             "Auto chooses the drafter" if mode is SpecMode.AUTO else
             f"The drafter is {mode.words}")
+
+
+def _in_prompt(m: StoredMessage) -> bool:
+    """A stored message a request holds: a user message or a finished reply, with text."""
+    return m.role in ("user", "assistant") and bool(m.content) and m.status == "done"
 
 
 def answered_only(messages: list[ChatMessage]) -> list[ChatMessage]:
@@ -628,12 +638,6 @@ class ChatController:
             self.report(UserError("Busy", "Stop the reply before loading another model.",
                                   level="warning", origin="load"))
             return False
-        demo = next((d for d in DEMOS.values() if d.file == target.name), None)
-        if demo is not None and demo.sampling is not None and (
-                self.settings.sampling == SamplingParams()):
-            # untouched defaults: the demo's own, which keep the tiny model out of loops
-            self.set_sampling(demo.sampling)
-            self.view.sampling_changed(demo.sampling)
         self.view.model_will_change()
         try:
             config = SessionConfig(
@@ -645,6 +649,12 @@ class ChatController:
         except ValueError as exc:
             self.report(UserError("Invalid model options", str(exc), origin="load"))
             return False
+        demo = next((d for d in DEMOS.values() if d.file == target.name), None)
+        if demo is not None and demo.sampling is not None and (
+                self.settings.sampling == SamplingParams()):
+            # untouched defaults: the demo's own, which keep the tiny model out of loops
+            self.set_sampling(demo.sampling)
+            self.view.sampling_changed(demo.sampling)
         self._model_before_load, self._target_kept = self.model_info, False
         self.model_info = None
         self.pending_reload = False
@@ -905,9 +915,11 @@ class ChatController:
                 self.view.model_changed(self.model_info)
             if kept is not None and kept.path is not None:  # not the file that failed
                 self.settings.model.draft_path = kept.path
-            # the draft remembered from before, tried beside a target just loaded: no
+            # the draft remembered from before does not fit the target just loaded: no
             # error of the user's, and replies still draft
-            after_load = self._draft_choice is not None and not self._draft_choice.picked
+            after_load = (self._draft_choice is not None and not self._draft_choice.picked
+                          and error.cause is not None
+                          and issubclass(error.cause, IncompatibleDraftError))
             if switched := self._draft_choice_failed():
                 error = (_and_then(error, switched, title="Draft model left out for this "
                                    "target", level="info") if after_load else
@@ -1104,7 +1116,7 @@ class ChatController:
         for m in self.store.messages(cid):
             if m.id == before:
                 break
-            if m.role in ("user", "assistant") and m.content and m.status == "done":
+            if _in_prompt(m):
                 messages.append(ChatMessage(m.role, m.content))
         return answered_only(messages)
 
@@ -1186,9 +1198,16 @@ class ChatController:
 
     def is_unanswered(self, message_id: int) -> bool:
         """``message_id`` is a question left without a reply and followed by another
-        (:func:`unanswered`): sent again unchanged, it is asked anew."""
-        gone = unanswered([role for _, role in self._roles])
-        return any(self._roles[i][0] == message_id for i in gone)
+        (:func:`unanswered`, over the messages a request would hold, as
+        :meth:`prompt_messages` reads them): sent again unchanged, it is asked anew."""
+        cid = self.current_conversation
+        if self.store is None or cid is None:
+            return False
+        try:
+            path = [m for m in self.store.messages(cid) if _in_prompt(m)]
+        except (KeyError, sqlite3.Error):
+            return False
+        return any(path[i].id == message_id for i in unanswered([m.role for m in path]))
 
     def _cannot_send_now(self) -> str | None:
         """Why a message cannot be sent now, in words (None: nothing stands in the way
@@ -1537,6 +1556,8 @@ class ChatController:
             self.model_info = replace(info, remote=replace(info.remote, info=now))
 
     def _fail_reply(self, reply: ActiveReply, error: UserError) -> None:
+        if error.cause is not None and issubclass(error.cause, WouldFitByDroppingError):
+            error = _and_then(error, DROP_SETTING, level=error.level)  # the window's way
         restored: StoredMessage | None = None
         if self.store is not None and reply.conversation_id >= 0:
             try:
@@ -1560,8 +1581,6 @@ class ChatController:
             earlier, asked, where = back
             self._show_branch(earlier)
             self.view.message_given_back(where, asked.id, asked.content, earlier is not None)
-            if error.cause is not None and issubclass(error.cause, WouldFitByDroppingError):
-                error = _and_then(error, DROP_SETTING, level=error.level)
             error = _and_then(error, "Your message is back in the box.", title="Not sent",
                               level="warning")
             self.view.conversations_changed()

@@ -12,13 +12,15 @@ without Qt:
   reply); the iteration ends after the job's terminal event;
 * **wait**: ``job.wait()`` returns the terminal event, ``job.result()`` its value;
 * **subscribe**: :meth:`ChatService.subscribe` calls a function with every event of
-  every job, on the worker thread (the window's Qt bridge re-emits them as a signal).
+  every job, on the worker thread (a waiting job cancelled: on the thread that cancelled
+  it; the window's Qt bridge re-emits them as a queued signal).
 
 Every job ends with exactly one terminal event: :class:`~app.chat.events.JobDone` with
 its value, or :class:`~app.chat.events.JobFailed` with a
 :class:`~app.chat.events.UserError` (made by :func:`app.chat.failures.user_error`, the
 one failure path): an exception never crosses threads. :meth:`Job.cancel` stops one job:
-a queued job then ends without running (a reply as "cancelled"), a running reply within
+a queued job then ends without running (a reply or completion at once, as "cancelled"
+with no text; another when its turn comes), a running reply within
 one engine round (the engine checks the job's ``threading.Event`` once per round and
 between prefill chunks), a running load at its next progress report.
 :meth:`ChatService.shutdown` cancels everything, joins the thread and frees the models.
@@ -367,6 +369,9 @@ class ChatService:
         self._session: Session | RemoteSession | None = None
         self._ids = itertools.count(1)
         self._cond = threading.Condition()
+        #: held while a job leaves the queue (to run, or withdrawn) and the others are
+        #: told their new places, so that no job hears of a place after it started
+        self._moving = threading.RLock()
         self._waiting: deque[Job] = deque()
         self._current: Job | None = None
         self._closing = False
@@ -381,9 +386,10 @@ class ChatService:
 
     # -- consumers ----------------------------------------------------------------------
     def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Call ``listener(event)`` with every event of every job, on the worker thread,
-        in order. It must return quickly and not block on the service; an exception
-        from it is logged and ignored. Returns a function that unsubscribes."""
+        """Call ``listener(event)`` with every event of every job, on the worker thread
+        (a waiting job cancelled ends on the thread that cancelled it), each job's in
+        order. It must return quickly and not block on the service; an exception from it
+        is logged and ignored. Returns a function that unsubscribes."""
         with self._cond:
             self._listeners = [*self._listeners, listener]
 
@@ -615,25 +621,24 @@ class ChatService:
 
     def _withdraw(self, job: Job) -> None:
         """A waiting job was cancelled: it leaves the queue and ends now with its
-        :attr:`Job.unstarted` value; the jobs behind it move up a place."""
-        with self._cond:
-            if job not in self._waiting:
-                return  # running, or ended
-            self._waiting.remove(job)
-            every = self._jobs_now()
-        assert job.unstarted is not None
-        try:
-            outcome: JobDone | JobFailed = JobDone(job.id, job.kind, job.origin, job.unstarted())
-        except BaseException as exc:  # a value that cannot be made is a failure, reported
-            outcome = JobFailed(job.id, job.kind, job.origin,
-                                user_error(exc, job.title, origin=job.kind))
-        job._finish(outcome)
-        self._notify(outcome)
-        for i, waiting in enumerate(every):
-            if waiting is not self._current:
-                ahead = tuple((j.kind, j.origin) for j in every[:i])
-                self._publish(waiting, JobWaiting(waiting.id, waiting.kind, waiting.origin,
-                                                  ahead))
+        :attr:`Job.unstarted` value (its events on this thread); the jobs behind it move
+        up a place."""
+        with self._moving:
+            with self._cond:
+                if job not in self._waiting:
+                    return  # running, or ended
+                self._waiting.remove(job)
+                behind = self._jobs_now()
+            assert job.unstarted is not None
+            try:
+                outcome: JobDone | JobFailed = JobDone(job.id, job.kind, job.origin,
+                                                       job.unstarted())
+            except BaseException as exc:  # a value that cannot be made: a failure, reported
+                outcome = JobFailed(job.id, job.kind, job.origin,
+                                    user_error(exc, job.title, origin=job.kind))
+            job._finish(outcome)
+            self._notify(outcome)
+            self._tell_places(behind)
 
     # -- lifetime -----------------------------------------------------------------------
     def cancel_all(self, origin: str | None = None) -> None:
@@ -670,20 +675,31 @@ class ChatService:
                     self._cond.wait()
                 if not self._waiting:
                     return  # closing and nothing left
-                job = self._waiting.popleft()
-                self._current = job
-                still = list(self._waiting)
-            for i, waiting in enumerate(still):  # each waiting job moved up one place
-                ahead = ((job.kind, job.origin), *((j.kind, j.origin) for j in still[:i]))
-                self._publish(waiting, JobWaiting(waiting.id, waiting.kind, waiting.origin, ahead))
+            with self._moving:
+                with self._cond:
+                    if not self._waiting:
+                        continue  # withdrawn meanwhile
+                    job = self._waiting.popleft()
+                    self._current = job
+                    every = self._jobs_now()
+                self._tell_places(every)  # each waiting job moved up one place
+                self._publish(job, JobStarted(job.id, job.kind, job.origin))
             try:
                 self._execute(job)
             finally:
                 with self._cond:
                     self._current = None
 
+    def _tell_places(self, every: list[Job]) -> None:
+        """Tell each waiting job of ``every`` (the running one first, as
+        :meth:`_jobs_now` lists them) the jobs ahead of it; call it holding ``_moving``."""
+        for i, waiting in enumerate(every):
+            if waiting is not self._current:
+                ahead = tuple((j.kind, j.origin) for j in every[:i])
+                self._publish(waiting, JobWaiting(waiting.id, waiting.kind, waiting.origin,
+                                                  ahead))
+
     def _execute(self, job: Job) -> None:
-        self._publish(job, JobStarted(job.id, job.kind, job.origin))
         outcome: JobDone | JobFailed
         try:
             value = job._work(JobContext(self, job))

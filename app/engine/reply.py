@@ -138,6 +138,7 @@ class ReplyRecord:
             (:class:`~app.engine.context_fit.ContextFit`; None: nothing was).
         started_at: wall-clock time the request started, seconds since the epoch
             (``time.time()``; 0.0 when unknown).
+        began: False for a reply cancelled before it began (:func:`not_started`).
     """
 
     request: ReplyRequest
@@ -153,6 +154,7 @@ class ReplyRecord:
     auto: AutoChoice | None = None
     started_at: float = 0.0
     context: ContextFit | None = None
+    began: bool = True
 
     @property
     def mode(self) -> SpecMode:
@@ -233,6 +235,6 @@ class ReplyFields:
 
 def not_started(request: ReplyRequest) -> ReplyRecord:
     """The record of a reply cancelled before it began: no text, no statistics, reason
-    ``cancelled`` (seed -1: none was drawn)."""
+    ``cancelled``, ``began`` False (seed -1: none was drawn)."""
     return ReplyRecord(request, request.speculation, "cancelled", "", (), (), SpecStats(),
-                       seed=-1)
+                       seed=-1, began=False)

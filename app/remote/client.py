@@ -12,9 +12,10 @@ and never logged or shown). :class:`RemoteClient` offers:
 * :meth:`~RemoteClient.stream_chat`: ``POST /v1/chat/completions`` with
   ``stream: true``, yielding :class:`~app.remote.stream.RemoteDelta` text as it arrives
   (read by :mod:`app.remote.stream`) and ending with one
-  :class:`~app.remote.stream.RemoteResult`: tok/s and TTFT measured by Tandem on the stream, the server's
-  own ``timings``, and the speculation figures from the response or from the change of
-  the ``/metrics`` counters around the request (:mod:`app.remote.figures`).
+  :class:`~app.remote.stream.RemoteResult`: tok/s and TTFT measured by Tandem on the
+  stream, the server's own ``timings``, and the speculation figures from the response
+  or from the change of the ``/metrics`` counters around the request
+  (:mod:`app.remote.figures`).
 
 A server that is down, slow, answers garbage or drops a stream raises a
 :class:`~app.remote.errors.RemoteError` subclass whose message is written for the user;

@@ -163,7 +163,8 @@ class ConnectDialog(QDialog):
             index = self.model_combo.findData(self._wanted_model)
             if index >= 0:
                 self.model_combo.setCurrentIndex(index)
-        self.status_label.setText(f"{len(models)} model{'s' if len(models) != 1 else ''} offered." if models
+        n = len(models)
+        self.status_label.setText(f"{n} model{'s' if n != 1 else ''} offered." if models
                                   else "The server offers no model.")
         self._update_ok()
 

@@ -155,12 +155,28 @@ def _end_stream(chat: ChatViewWidget, reply: ActiveReply, fin: ReplyRecord,
     return True
 
 
+def _gauge_after_reply(window: MainWindow, reply: ActiveReply, fin: ReplyRecord,
+                       stored: StoredMessage | None, shown: bool) -> None:
+    """The gauge after the reply it followed ended: its final figures (saved in the open
+    conversation: its last reply now; another's is shown, not kept), or the last reply's
+    when there was none after all."""
+    c = window.controller
+    here = stored is not None and reply.conversation_id == c.current_conversation
+    window.gauge.end_reply(fin.stats, stored.note if stored else fin.note, stored=here,
+                           model=stored.model if stored is not None else None)
+    if not shown:
+        _show_last_reply(window.gauge, *c.last_reply(), waiting=False)
+    _back_to_open_conversation(window.gauge, c, reply)
+
+
 def _reply_failed_around(window: MainWindow, reply: ActiveReply, error: UserError) -> None:
     """Beside the chat, a failed reply: the gauge says why (and shows the open
     conversation's last reply again when it was another's, or when the message went back
     to the box: nothing was sent), the model bar whether a remote server stopped
     answering."""
-    if reply.given_back:
+    if window._gauge_reply is not reply:
+        pass  # the gauge follows what runs ahead of it (an API request)
+    elif reply.given_back:
         window.gauge.withdraw_reply()
         _show_last_reply(window.gauge, *window.controller.last_reply(), waiting=False)
     else:
@@ -239,7 +255,8 @@ def _token_preview(window: MainWindow) -> TokenPreview:
     c = window.controller
     preview = TokenPreview(window.composer.token_count, c.service.preview, c.messages_with,
                            lambda: window.settings.sampling, window.input.toPlainText,
-                           lambda: c.service.running is not None)
+                           lambda: c.service.running is not None or c.loading,
+                           lambda: c.model_info is not None and c.remote is None)
     window.input.textChanged.connect(preview.refresh)
     # after the controller's own slots: the measurement reads what they stored
     window.sampling_panel.sampling_changed.connect(lambda _sampling: preview.refresh())
@@ -659,13 +676,8 @@ class MainWindow(QMainWindow):
     def reply_finished(self, reply: ActiveReply, fin: ReplyRecord,
                        stored: StoredMessage | None) -> None:
         shown = _end_stream(self.chat, reply, fin, stored)
-        # saved in the open conversation: its last reply now; another's is shown, not kept
-        here = stored is not None and reply.conversation_id == self.controller.current_conversation
-        self.gauge.end_reply(fin.stats, stored.note if stored else fin.note, stored=here,
-                             model=stored.model if stored is not None else None)
-        if not shown:  # no reply after all: the gauge shows the last one
-            _show_last_reply(self.gauge, *self.controller.last_reply(), waiting=False)
-        _back_to_open_conversation(self.gauge, self.controller, reply)
+        if self._gauge_reply is reply:  # else it follows what runs ahead (an API request)
+            _gauge_after_reply(self, reply, fin, stored, shown)
         remote = fin.stats.extra.get("remote")
         if isinstance(remote, dict):  # llama-server names its drafter after a request
             self.model_bar.set_remote_drafter(remote.get("engine"), remote.get("method"))

@@ -116,8 +116,9 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
                            ) -> WindowActions:
     """Add the File menu (with ``recent``, "Open recent"; Quit closes ``window`` when
     ``may_quit()`` says so; with ``ui``, the settings and the function that saves them
-    soon, "Ask before quitting while work runs" switches ``confirm_quit``), the View menu (when ``splitter`` holds the conversation
-    list, the chat and the side panel: :func:`add_pane_actions`), the Server menu
+    soon, "Ask before quitting while work runs" switches ``confirm_quit``), the View
+    menu (when ``splitter`` holds the conversation list, the chat and the side panel:
+    :func:`add_pane_actions`), the Server menu
     (:func:`_add_server_menu`, when ``server`` gives its actions), the Help menu, the
     shortcuts, and Enter on buttons to ``window``."""
     file_menu = window.menuBar().addMenu("&File")

@@ -15,7 +15,7 @@ from app.api.protocol import ApiError, parse_chat_request, parse_completion_requ
 from app.api.traffic import ApiReplyBegan, ApiReplyEnded, ApiReplyTokens, ApiTrafficFollower
 from app.chat.events import JobDone, JobStarted, ReplyStreamed
 from app.engine.events import TextDelta
-from app.engine.reply import ReplyRecord, ReplyRequest
+from app.engine.reply import ReplyRecord, ReplyRequest, not_started
 from app.engine.stats import SpecStats
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from tests.conftest import REPO
@@ -133,6 +133,12 @@ def test_the_follower_keeps_only_api_jobs() -> None:
     assert isinstance(done, ApiReplyEnded) and done.tokens == 3 and not f.active
     # the traffic event carries the request's own record: its speculation and figures
     assert done.reply is record and done.reply.request.speculation.draft_max == 3
+    assert done.began
+    # a request stopped while it waited never started: listed, not followed
+    waited = f.handle(JobDone(5, "reply", "api", not_started(ReplyRequest(*DEFAULTS, 0))))
+    assert isinstance(waited, ApiReplyEnded) and not waited.began
+    assert (waited.endpoint, waited.finish_reason, waited.tokens) == ("chat", "cancelled", 0)
+    assert f.handle(JobDone(6, "reply", "window", record)) is None and not f.active
 
 
 def test_serve_refuses_another_host_without_a_key(smollm_path: Path) -> None:

@@ -17,7 +17,7 @@ from app.chat.events import JobFailed, ReplyStreamed
 from app.chat.reply import SAVE_EVERY_S
 from app.chat.service import ChatService
 from app.engine.chat import ChatMessage, unanswered
-from app.errors import ModelLoadError, TandemError
+from app.errors import IncompatibleDraftError, ModelLoadError, TandemError
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.store.history import HistoryStore
 from app.store.settings import Settings
@@ -648,7 +648,8 @@ def test_a_draft_that_fails_after_a_reload_stays_remembered(rig: Rig, tmp_path: 
     rig.pump.until(rig.c, lambda: not rig.c.loading)
     assert rig.c.model_info is not None and rig.c.model_info.draft_path == good
     # the automatic reload after the next load fails (another target's vocabulary)
-    rig.script.draft_error = ModelLoadError("the draft's vocabulary differs from the target's")
+    rig.script.draft_error = IncompatibleDraftError(
+        "the draft's vocabulary differs from the target's")
     rig.c.reload_model()
     rig.pump.until(rig.c, lambda: not rig.c.loading)
     assert rig.view.errors[-1].origin == "draft"

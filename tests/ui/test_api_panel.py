@@ -246,6 +246,8 @@ def test_stop_on_a_reply_waiting_behind_an_api_request_ends_it_at_once(  # type:
         assert not script.gate.is_set()  # the API request still runs
         assert [m.text for m in w.chat.messages] == ["hello"]  # no reply kept
         assert w.send_button.text() == "Send"
+        w.gauge.refresh()  # the gauge still follows the API request, which goes on
+        assert w.gauge.live and w.gauge.source_label.text() == "API traffic · chat request"
 
 
 def test_a_request_stopped_before_its_end_says_so_in_the_list(qtbot) -> None:  # type: ignore[no-untyped-def]

@@ -285,6 +285,7 @@ def test_a_question_left_unanswered_is_marked_and_can_be_asked_again_as_it_is(  
     assert first.property("outOfContext")  # the model does not see it
     assert w.edit_message(first.message_id)
     assert w.input.toPlainText() == "Name three colours." and w.send_button.isEnabled()
+    assert w.composer.edit_unchanged  # Esc would leave it without asking to discard
     w.send_button.click()  # asked again, unchanged: a new version of it, answered
     wait_reply(qtbot, w)
     assert [m.role for m in w.chat.messages] == ["user", "assistant"]

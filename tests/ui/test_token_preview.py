@@ -19,7 +19,7 @@ def test_the_line_in_words() -> None:
         "12 tokens · 140 of the 512-token context with the conversation", "")
     assert preview_words(PromptPreview(1, 500, 512, 24)) == (
         "1 token · 500 of the 512-token context with the conversation: the reply has room "
-        "for 12 tokens", "warning")
+        "for 13 tokens", "warning")
     fit = ContextFit(ContextOverflow.TRUNCATE_MIDDLE, 512, 2, 44, 480, 24, kept_first=True)
     assert preview_words(PromptPreview(366, 480, 512, 24, fit)) == (
         "366 tokens · Sending drops 2 earlier messages (44 tokens) to fit the 512-token "
@@ -125,7 +125,7 @@ def test_no_line_without_a_local_model() -> None:
 
 
 def test_while_the_model_is_in_use_the_line_says_it_waits(qtbot) -> None:  # type: ignore[no-untyped-def]
-    from app.ui.chat.token_preview import WAITING, TokenPreview
+    from app.ui.chat.token_preview import SETTLE_MS, WAITING, TokenPreview
     from app.ui.labels import Label
 
     label = Label()
@@ -142,11 +142,16 @@ def test_while_the_model_is_in_use_the_line_says_it_waits(qtbot) -> None:  # typ
     preview.refresh()
     qtbot.waitUntil(lambda: label.text() == WAITING, timeout=5_000)
     assert measured == []  # the model is not taken between a reply's rounds
-    busy[0] = False
-    preview.refresh()  # as when the reply ends
+    busy[0] = False  # an API request ended, say: nothing else tells the line
     qtbot.waitUntil(lambda: label.text().startswith("3 tokens"), timeout=5_000)
     assert measured == [1]
     preview.shutdown()
+    remote = TokenPreview(label, measure, lambda text: [ChatMessage("user", text)],
+                          SamplingParams, lambda: "hello", lambda: True, lambda: False)
+    remote.refresh()  # a remote server's reply runs: no tokenizer here, no "waiting"
+    qtbot.wait(SETTLE_MS * 2)
+    assert label.text() == "" and measured == [1]
+    remote.shutdown()
 
 
 def test_another_version_shown_is_measured_again(qtbot, window) -> None:  # type: ignore[no-untyped-def]

@@ -1429,31 +1429,35 @@ def test_a_wrapped_code_line_hangs_past_its_own_indentation(qtbot) -> None:  # t
     """Code lines get a hanging indent of their indentation plus HANG_COLUMNS columns, so
     a wrapped part never starts left of its line; prose, and a paragraph that only starts
     with inline code, keep theirs; the text is unchanged."""
-    from PySide6.QtGui import QFontMetricsF, QTextDocument
+    from PySide6.QtGui import QTextDocument
 
-    from app.ui.chat.code_wrap import HANG_COLUMNS, hang_code_lines
+    from app.ui.chat.code_wrap import HANG_COLUMNS, hang_code_lines, space_width
     from app.ui.chat.markdown_render import render_markdown
 
-    source = ("Intro.\n\n```python\ndef f(x):\n    return x * 2\n```\n\n"
-              "`f` doubles, as this paragraph says at some length.")
+    source = ("Intro.\n\n```python\ndef f(x):\n    return x * 2\n\tpass\n```\n\n"
+              "`f` doubles, as this paragraph says at some length.\n\n`pip install x`\n\n"
+              "- `item`\n\n# `Heading`\n\n| a |\n|---|\n| `x` |\n\n    indented code\n")
     doc = QTextDocument()
     doc.setHtml(render_markdown(source).html)
     before = doc.toPlainText()
-    assert hang_code_lines(doc) == 2
+    # the fenced block's three lines and the indented block's one; no inline code
+    assert hang_code_lines(doc) == 4
     assert doc.toPlainText() == before
     lines = {}
     block = doc.begin()
     while block.isValid():
         lines[block.text()] = block
         block = block.next()
-    space = QFontMetricsF(lines["def f(x):"].begin().fragment().charFormat().font()
-                          ).horizontalAdvance(" ")
-    for text, lead in (("def f(x):", 0), ("    return x * 2", 4)):
+    space = space_width(lines["def f(x):"])
+    for text, lead in (("def f(x):", 0), ("    return x * 2", 4), ("\tpass", 4)):
         fmt = lines[text].blockFormat()
         assert fmt.textIndent() == pytest.approx(-space * (lead + HANG_COLUMNS))
         assert fmt.leftMargin() + fmt.textIndent() == pytest.approx(0.0)  # starts as before
-    for prose in ("Intro.", "f doubles, as this paragraph says at some length."):
-        assert lines[prose].blockFormat().textIndent() == 0
+    # a tab reaches as far as the indentation is counted: 4 spaces
+    assert doc.defaultTextOption().tabStopDistance() == pytest.approx(space * 4)
+    for prose in ("Intro.", "f doubles, as this paragraph says at some length.",
+                  "pip install x", "item", "Heading", "x"):
+        assert lines[prose].blockFormat().textIndent() == 0, prose
 
 
 def test_no_reply_is_said_only_under_the_conversation_it_was_for(qtbot) -> None:  # type: ignore[no-untyped-def]

@@ -160,6 +160,8 @@ class ApiServing(QObject):
             return
         if isinstance(update, ApiReplyEnded):
             self.panel.add_request(update)
+            if not update.began:
+                return  # stopped in the queue: the gauge follows what runs
         reply = self.controller.reply
         if reply is not None and reply.started:
             # the window's own reply runs (an API request waits behind it): the gauge is

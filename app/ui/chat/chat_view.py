@@ -116,8 +116,9 @@ def message_view(m: StoredMessage) -> MessageView:
 DROPPED_WHY = ("The last reply was written without this message: it was dropped so that "
                "the conversation fits the context window (Sampling → Model → Context "
                "length; Sampling → Too long for the context)")
-UNANSWERED_WHY = ("This message got no reply (stopped before any text, or failed) and the "
-                  "conversation went on: the model does not see it. Edit it to ask it again.")
+UNANSWERED_WHY = ("This message has no reply (stopped before any text, or failed) and the "
+                  "conversation went on: the model does not see it. Edit it, then Send, to "
+                  "ask it again.")
 
 
 def out_of_context(views: Sequence[MessageView]) -> dict[int, str]:

@@ -345,12 +345,12 @@ class ComposerWidget(QWidget):
     def edit_unchanged(self) -> bool:
         """A message is edited and the box still holds its text as stored (spaces and
         line breaks after it aside)."""
-        return (self._editing is not None and not self._resend
-                and same_edit(self.input.toPlainText(), self._edit_original))
+        return self._editing is not None and same_edit(self.input.toPlainText(),
+                                                        self._edit_original)
 
     @Slot()
     def _update_send_button(self) -> None:
-        same = self.edit_unchanged  # read once: this runs on every keystroke
+        same = self.edit_unchanged and not self._resend  # read once: on every keystroke
         if not same:
             self.edit_banner_label.setText(EDIT_BANNER)
         unchanged = not self._streaming and same
@@ -370,7 +370,7 @@ class ComposerWidget(QWidget):
         # while a reply streams too: the window says why nothing is sent yet (Enter is
         # never Stop: a message typed during a reply must not stop it). An edit that
         # changed nothing is said in the edit's own banner, where the eyes are.
-        if self.edit_unchanged and not self._streaming:
+        if self.edit_unchanged and not self._resend and not self._streaming:
             self.edit_banner_label.setText(EDIT_UNCHANGED)
             return
         self.send_clicked.emit()

@@ -4,8 +4,9 @@
 conversation, the model or the sampling settings change), off the window's thread: the
 count waits for the model between decoding rounds, and through a long prompt's prefill,
 which must not freeze the window (:meth:`app.chat.service.ChatService.preview`); while
-the model is in use the line waits for it. Only the latest measurement is shown. With no local model (none, or a remote server's) the line is
-empty: nothing is measured, so nothing is claimed.
+the model is in use the line says it waits. Only the latest measurement is shown. With
+no local model (none, or a remote server's) the line is empty: nothing is measured, so
+nothing is claimed.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 #: milliseconds after the last change before the text is measured
 SETTLE_MS = 350
 #: the line while the model is in use
-WAITING = "Tokens are counted when the model is free (a reply or a request is running)."
+WAITING = "Tokens are counted when the model is free."
 
 
 def preview_words(p: PromptPreview) -> tuple[str, str]:
@@ -43,8 +44,8 @@ def preview_words(p: PromptPreview) -> tuple[str, str]:
         return f"The reply would fail: {p.failure}", "error"
     if p.fit is not None:
         return f"{own} · {context_fit_words(p.fit, ahead=True)}", "warning"
-    left = p.n_ctx - p.prompt_tokens
-    if left < p.room:
+    left = p.n_ctx - p.prompt_tokens + 1  # the last token written is never read back
+    if left <= p.room:
         return (f"{own} · {p.prompt_tokens:,} of the {p.n_ctx:,}-token context with the "
                 f"conversation: the reply has room for {max(0, left):,} tokens"), "warning"
     return (f"{own} · {p.prompt_tokens:,} of the {p.n_ctx:,}-token context with the "
@@ -62,9 +63,12 @@ class TokenPreview(QObject):
             (:meth:`~app.chat.conversation.ChatController.messages_with`); called here.
         sampling: the sampling settings a reply would use now.
         text: the input box's text.
-        busy: the model is in use (a reply, a race, an API request): the line waits
-            for it to finish rather than take the model between its decoding rounds,
-            which would slow what runs and what the gauge measures of it.
+        busy: the model is in use (a reply, a race, an API request, a load): the line
+            says it waits, and looks again every :data:`SETTLE_MS`, rather than take the
+            model between its decoding rounds, which would slow what runs and what the
+            gauge measures of it.
+        local: a model is loaded here (not a remote server's, whose tokenizer is not
+            here): without one the line stays empty.
     """
 
     _measured = Signal(int, object)
@@ -73,11 +77,12 @@ class TokenPreview(QObject):
                  measure: Callable[[Sequence[ChatMessage], SamplingParams], PromptPreview | None],
                  messages: Callable[[str], list[ChatMessage]],
                  sampling: Callable[[], SamplingParams], text: Callable[[], str],
-                 busy: Callable[[], bool]) -> None:
+                 busy: Callable[[], bool], local: Callable[[], bool] = lambda: True) -> None:
         super().__init__(label)
         self.label = label
         self._measure, self._messages, self._sampling, self._text, self._busy = (
             measure, messages, sampling, text, busy)
+        self._local = local
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(SETTLE_MS)
@@ -112,8 +117,12 @@ class TokenPreview(QObject):
     def _start(self) -> None:
         if self._closed:
             return
-        if self._busy():  # measured again when the model is free (state_changed)
+        if not self._local():
+            self._set("", "", None)
+            return
+        if self._busy():  # looked at again soon: measured once the model is free
             self._set(WAITING, "", None)
+            self._timer.start()
             return
         messages = self._messages(self._text())
         if not messages:
