@@ -18,7 +18,7 @@ import pytest
 from PySide6.QtGui import QColor, QTextDocument
 
 from app.ui.chat.chat_view import MessageView, MessageWidget
-from app.ui.chat.markdown_render import CODE_STYLE, TINT_COLOR, render_markdown
+from app.ui.chat.markdown_render import TINT_COLOR, render_markdown
 
 TINT = QColor(TINT_COLOR).name()
 CASES = 60
@@ -236,9 +236,8 @@ def test_an_indented_code_block_keeps_its_lines_together(qtbot) -> None:
         assert lines[lines.index("if n < 1:") + 1] == "    return n"
         assert "return fib(n - 1)" in lines and "Done." in lines
     html = render_markdown(text).html
-    assert (f'<pre style="white-space: pre-wrap; {CODE_STYLE}"><code style="{CODE_STYLE}">'
-            'if n &lt; 1:\n    return n\n\nreturn fib(n - 1)\n</code></pre>'
-            ) in html  # wrapped like a fenced block, marked as code
+    assert ('<pre style="white-space: pre-wrap"><code>if n &lt; 1:\n    return n\n\n'
+            'return fib(n - 1)\n</code></pre>') in html  # wrapped like a fenced block
     # in a list item (content dedented by four columns) code indented four is a
     # paragraph of the item, eight a code block: either way its lines keep their shape
     code = "def fib(n):\n    if n < 2:\n        return n\n"

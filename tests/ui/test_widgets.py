@@ -1440,8 +1440,8 @@ def test_a_wrapped_code_line_hangs_past_its_own_indentation(qtbot) -> None:  # t
     doc = QTextDocument()
     doc.setHtml(render_markdown(source).html)
     before = doc.toPlainText()
-    # the fenced block's three lines and the indented block's one; no inline code
-    assert hang_code_lines(doc) == 4
+    # the fenced block's three lines; no inline code, no table cell of prose
+    assert hang_code_lines(doc) == 3
     assert doc.toPlainText() == before
     lines = {}
     block = doc.begin()
@@ -1456,8 +1456,18 @@ def test_a_wrapped_code_line_hangs_past_its_own_indentation(qtbot) -> None:  # t
     # a tab reaches as far as the indentation is counted: 4 spaces
     assert doc.defaultTextOption().tabStopDistance() == pytest.approx(space * 4)
     for prose in ("Intro.", "f doubles, as this paragraph says at some length.",
-                  "pip install x", "item", "Heading", "x"):
+                  "pip install x", "item", "Heading", "x", "indented code"):
         assert lines[prose].blockFormat().textIndent() == 0, prose
+    # as a reply shows it (the view's own style sheet for code)
+    w = MessageWidget(MessageView(1, "assistant", source), tint=True)
+    qtbot.addWidget(w)
+    hung = []
+    block = w.body.document().begin()
+    while block.isValid():
+        if block.blockFormat().textIndent() < 0:
+            hung.append(block.text())
+        block = block.next()
+    assert hung == ["def f(x):", "    return x * 2", "\tpass"]
 
 
 def test_no_reply_is_said_only_under_the_conversation_it_was_for(qtbot) -> None:  # type: ignore[no-untyped-def]

@@ -136,10 +136,9 @@ def _indent_width(line: str) -> int:
     return len(m.group(0).expandtabs(4)) if m else 0
 
 
-#: the font family list a code block's lines carry: a name no font has, first, marks them
-#: as code for the view (:mod:`app.ui.chat.code_wrap`), which shows them in monospace
-CODE_FAMILY = "tandem-code"
-CODE_STYLE = f"font-family: {CODE_FAMILY}, monospace;"
+#: the block state (Qt's ``-qt-user-state``) of a fenced code block's first line: the
+#: view finds its code cells by it (:mod:`app.ui.chat.code_wrap`)
+CODE_STATE = 7
 
 
 @functools.lru_cache(maxsize=256)
@@ -162,8 +161,8 @@ def _code_block_html(index: int, code: str, lang: str) -> str:
         f'<tr><td bgcolor="#e7ebf0"><span style="color:#57606a;">{label}</span></td>'
         f'<td bgcolor="#e7ebf0" align="right"><a href="copy:{index}"'
         ' style="color:#0969da; text-decoration:none;">Copy</a></td></tr>'
-        f'<tr><td colspan="2"><pre style="margin:0; white-space:pre-wrap; {CODE_STYLE}">'
-        f'{body}</pre>'
+        f'<tr><td colspan="2"><pre style="margin:0; white-space:pre-wrap; '
+        f'-qt-user-state:{CODE_STATE};">{body}</pre>'
         "</td></tr></table>"
     )
 
@@ -291,8 +290,7 @@ def render_markdown(text: str) -> RenderedMarkdown:
     body = _PLACEHOLDER.sub(put_block, body)
     # an indented code block (Markdown's own <pre>) wraps as the fenced ones do: Qt does
     # not scroll a message sideways, so a long line would be cut off at its edge
-    body = body.replace("<pre><code>", f'<pre style="white-space: pre-wrap; {CODE_STYLE}">'
-                                       f'<code style="{CODE_STYLE}">')
+    body = body.replace("<pre><code>", '<pre style="white-space: pre-wrap"><code>')
     return RenderedMarkdown(body, code_texts, tuple(spans))
 
 
