@@ -7,8 +7,6 @@ own record of requests is :mod:`app.api.request_log`.
 
 from __future__ import annotations
 
-import dataclasses
-
 import time
 from dataclasses import dataclass
 
@@ -99,8 +97,8 @@ class ApiTrafficFollower:
         if (isinstance(event, (JobDone, JobFailed)) and job_id not in self._jobs
                 and event.origin == "api" and event.kind in ("reply", "completion")):
             # a request stopped while it waited in the queue ends without having started
-            ended = self._ended(event, "chat" if event.kind == "reply" else "completion")
-            return dataclasses.replace(ended, began=False)
+            return self._ended(event, "chat" if event.kind == "reply" else "completion",
+                               began=False)
         if job_id not in self._jobs:
             return None
         if isinstance(event, ReplyStreamed) and event.deltas:
@@ -113,9 +111,11 @@ class ApiTrafficFollower:
         return None
 
     @staticmethod
-    def _ended(event: JobDone | JobFailed, endpoint: str) -> ApiReplyEnded:
+    def _ended(event: JobDone | JobFailed, endpoint: str, *,
+               began: bool = True) -> ApiReplyEnded:
         if isinstance(event, JobFailed):
-            return ApiReplyEnded(event.job_id, endpoint, time.time(), None, event.error.message)
+            return ApiReplyEnded(event.job_id, endpoint, time.time(), None,
+                                 event.error.message, began)
         if isinstance(event.value, ReplyRecord):
-            return ApiReplyEnded(event.job_id, endpoint, time.time(), event.value)
-        return ApiReplyEnded(event.job_id, endpoint, time.time(), None, "no result")
+            return ApiReplyEnded(event.job_id, endpoint, time.time(), event.value, began=began)
+        return ApiReplyEnded(event.job_id, endpoint, time.time(), None, "no result", began)

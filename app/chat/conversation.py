@@ -30,7 +30,6 @@ from typing import Any, Literal, Protocol
 
 from app.catalog.demo import DEMOS
 from app.chat.demo import DEFAULT_DEMO, bundled_demo_path, find_demo
-from app.chat.preview import DROP_SETTING
 from app.chat.events import (
     AutoChosen,
     DemoPrepared,
@@ -53,6 +52,7 @@ from app.chat.events import (
     remote_model_info,
     remote_model_label,
 )
+from app.chat.preview import DROP_SETTING
 from app.chat.reply import ReplyBuffer
 from app.chat.service import ChatService, Job
 from app.catalog.library import is_assistant_file, remember_opened_model

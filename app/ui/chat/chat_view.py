@@ -283,7 +283,6 @@ class MessageWidget(QFrame):
         header.addWidget(self._streaming)
         self._dropped = Label("not in the model's context")
         self._dropped.setObjectName("outOfContextLabel")
-        self._dropped.setToolTip(DROPPED_WHY)
         self._dropped.hide()
         header.addWidget(self._dropped)
         header.addStretch(1)
@@ -401,13 +400,14 @@ class MessageWidget(QFrame):
         """Whether the reply shown was cut short so that Continue can write more."""
         self._continuable = continuable
 
-    def set_in_context(self, in_context: bool, why: str = DROPPED_WHY) -> None:
-        """Mark (or not) a message the model does not see, ``why`` its tooltip (the
-        style sheet's ``[outOfContext="true"]``)."""
-        self._dropped.setVisible(not in_context)
-        self._dropped.setToolTip(why)
-        if bool(self.property("outOfContext")) != (not in_context):
-            self.setProperty("outOfContext", not in_context)
+    def set_out_of_context(self, why: str | None) -> None:
+        """Mark a message the model does not see, ``why`` saying so in its tooltip, or
+        (None) unmark it (the style sheet's ``[outOfContext="true"]``)."""
+        out = why is not None
+        self._dropped.setVisible(out)
+        self._dropped.setToolTip(why or "")
+        if bool(self.property("outOfContext")) != out:
+            self.setProperty("outOfContext", out)
             self.style().unpolish(self)
             self.style().polish(self)
 
@@ -795,7 +795,7 @@ class ChatViewWidget(QScrollArea):
         w.set_editing(w.message_id == self._editing)
         if self._needle:
             w.mark(self._needle)
-        w.set_in_context(w.message_id not in self._out, self._out.get(w.message_id, DROPPED_WHY))
+        w.set_out_of_context(self._out.get(w.message_id))
         return w
 
     def _mark_out_of_context(self) -> None:
@@ -803,8 +803,7 @@ class ChatViewWidget(QScrollArea):
         (:func:`out_of_context`)."""
         self._out = out_of_context([*self._earlier, *(w.view() for w in self._messages)])
         for w in self._messages:
-            w.set_in_context(w.message_id not in self._out,
-                             self._out.get(w.message_id, DROPPED_WHY))
+            w.set_out_of_context(self._out.get(w.message_id))
 
     def add_message(self, view: MessageView) -> MessageWidget:
         w = self._message_widget(view)
