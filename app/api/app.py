@@ -250,9 +250,14 @@ async def models(request: Request) -> Response:
     data = []
     if info is not None:
         speculation = state.request_defaults()[1]
+        # the draft model a request drafts with by default: none for off and for a
+        # drafter that needs no second model (prompt lookup, suffix lookup)
+        drafts = speculation.mode is not SpecMode.OFF and (
+            speculation.mode.needs is not DrafterNeeds.NOTHING)
         data.append({"id": model_id(info), "object": "model", "created": state.loaded_at,
                      "owned_by": "tandem",
-                     "meta": {"n_ctx": info.n_ctx, "draft_model": info.draft_name,
+                     "meta": {"n_ctx": info.n_ctx,
+                              "draft_model": info.draft_name if drafts else None,
                               "speculation": speculation.model_dump(mode="json")}})
     return JSONResponse({"object": "list", "data": data})
 

@@ -117,12 +117,16 @@ class RemoteModel:
     """One entry of ``/v1/models``: its ``id`` (what requests name) and ``owned_by``;
     ``speculation_method`` and ``draft_max`` where the entry says how the server drafts
     for it (another Tandem's ``meta.speculation``: its default drafter mode, ``none``
-    when off, and k), else None."""
+    when off, and k), else None; ``context_length``, the context window one request may
+    fill, in tokens (prompt and reply together), where the server says (vLLM's
+    ``max_model_len``, another Tandem's or llama-server's ``meta.n_ctx``, llama-server's
+    ``/props`` ``default_generation_settings.n_ctx`` before it), else None."""
 
     id: str
     owned_by: str | None = None
     speculation_method: str | None = None
     draft_max: int | None = None
+    context_length: int | None = None
 
 
 #: the servers that continue a reply cut short (:attr:`ServerInfo.can_continue`), in words
@@ -753,6 +757,13 @@ class RemoteClient:
             engine = Engine.LLAMA_SERVER
             evidence.append("/props")
             version = str(props.get("build_info")) if props.get("build_info") else None
+            # a slot's context window, what one request may fill (prompt and reply):
+            # the whole context split among the slots (the model list's meta.n_ctx is
+            # the whole)
+            settings = props["default_generation_settings"]
+            n_ctx = _positions(settings.get("n_ctx") if isinstance(settings, dict) else None)
+            models = tuple(dataclasses.replace(m, context_length=n_ctx or m.context_length)
+                           for m in models)
         if engine is Engine.LLAMA_SERVER:
             # /props shows the default settings, whose drafter reads "none" until a
             # request ran even on a server started with --spec-type (b1-0c1e570): /slots
@@ -1021,7 +1032,17 @@ def _model_entry(entry: dict[str, Any]) -> RemoteModel:
     spec = spec if isinstance(spec, dict) else {}
     return RemoteModel(id=entry["id"], owned_by=owned_by if isinstance(owned_by, str) else None,
                        speculation_method=tandem_mode(spec.get("mode")),
-                       draft_max=reported_draft_max(spec.get("draft_max")))
+                       draft_max=reported_draft_max(spec.get("draft_max")),
+                       context_length=_positions(entry.get("max_model_len")) or _positions(
+                           meta.get("n_ctx") if isinstance(meta, dict) else None))
+
+
+def _positions(value: object) -> int | None:
+    """A context length a server reports: a positive whole number of tokens (at most
+    2**31), else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 2**31:
+        return value
+    return None
 
 
 def _engine_from_owners(owners: set[str]) -> Engine | None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from app.engine.chat import ChatMessage
 from app.engine.events import Event, TextDelta
-from app.engine.reply import ReplyRecord, ReplyRequest
+from app.engine.reply import ReplyRecord, ReplyRequest, context_full_note
 from app.engine.stats import SpecStats, draft_length_advice
 from app.options import SamplingParams, SpecMode, SpeculationConfig
 from app.remote.client import RemoteClient, ServerInfo
@@ -65,6 +65,17 @@ def remote_extra(info: ServerInfo, model: str, result: RemoteResult) -> dict[str
     }
 
 
+#: said before a remote reply's context-full note: the window is the server's
+SERVER_CONTEXT = ("This context window is the server's: it is set where the server starts "
+                  "(llama-server's -c, vLLM's --max-model-len).")
+
+
+def context_length(info: ServerInfo, model: str) -> int | None:
+    """The context window of ``model`` on the server, in tokens, where the server said
+    (:attr:`~app.remote.client.RemoteModel.context_length`), else None."""
+    return next((m.context_length for m in info.models if m.id == model), None)
+
+
 def remote_stats(info: ServerInfo, model: str, result: RemoteResult) -> SpecStats:
     """The reply record's statistics for a remote reply (see the module docstring).
 
@@ -80,6 +91,7 @@ def remote_stats(info: ServerInfo, model: str, result: RemoteResult) -> SpecStat
     return SpecStats(
         mode=SpecMode.OFF,
         draft_max=info.draft_max or 0,
+        n_ctx=context_length(info, model) or 0,
         prompt_tokens=result.prompt_tokens or 0,
         emitted=result.n_tokens,
         draft_rounds=drafts,
@@ -185,6 +197,20 @@ class RemoteSession:
                 return self.info
         return self.client.refresh_speculation(self.info, result, cancel)
 
+    def context_filled(self, result: RemoteResult, max_tokens: int) -> int | None:
+        """The server's context window in tokens when ``result`` ended because it was
+        full, else None: a ``length`` ending before the ``max_tokens`` asked for, with
+        the prompt and the reply (the server's own counts) filling the context length
+        the server reported for this model (:attr:`RemoteModel.context_length`). A
+        server that does not report its context length, or a reply cut by a limit of
+        the server's own (llama-server's ``--n-predict``), gives None."""
+        n_ctx = context_length(self.info, self.model)
+        if (n_ctx is None or result.finish_reason != "length" or result.overran
+                or result.token_count_source == "chunks" or result.prompt_tokens is None
+                or result.n_tokens >= max_tokens):
+            return None
+        return n_ctx if result.prompt_tokens + result.n_tokens >= n_ctx - 1 else None
+
     def _finished(self, result: RemoteResult, asked: ReplyRequest,
                   started_at: float) -> ReplyRecord:
         stats = remote_stats(self.info, self.model, result)
@@ -195,6 +221,9 @@ class RemoteSession:
         if result.figures is None:
             notes.append("The server reported nothing about speculation for this reply.")
         note = " ".join(notes) or None
+        n_ctx = self.context_filled(result, asked.sampling.max_tokens)
+        if n_ctx is not None:  # said last: the ending is read from it, as a local reply's
+            note = "\n".join(filter(None, (note, SERVER_CONTEXT, context_full_note(n_ctx))))
         return ReplyRecord(
             request=dataclasses.replace(asked, prompt_tokens=stats.prompt_tokens),
             speculation=SpeculationConfig(mode=SpecMode.OFF), reason=result.finish_reason,

@@ -69,7 +69,7 @@ from app.ui.scrolled import ScrolledTabWidget, scrolled
 from app.ui.service_bridge import ServiceBridge
 from app.ui.side_windows import SideWindows
 from app.ui.server_watch import ServerWatch
-from app.ui.window_actions import install_window_actions
+from app.ui.window_actions import WindowActions, install_window_actions
 from app.ui.elided import ElidedLabelWidget
 from app.ui.labels import Label
 
@@ -108,6 +108,19 @@ def _show_last_reply(gauge: SpeculationGaugeWidget, last: StoredMessage | None,
         gauge.show_stored(last_stats, last.model if last else None)
     if not gauge.live:  # a reply that streams keeps its own explanation
         gauge.set_explanation(stored_auto_explanation(last.stats if last else None))
+
+
+#: under a conversation opened with a question last: no reply to it is stored or coming
+NO_REPLY_STORED = ("No reply to the last message: Tandem closed before it was written, or "
+                   "it was stopped or failed. Regenerate asks for one.")
+
+
+def _show_messages(chat: ChatViewWidget, messages: Sequence[StoredMessage]) -> None:
+    """Show an opened conversation; one whose last message is the user's (a reply in
+    progress or waiting has its own message) says that no reply came."""
+    chat.set_messages([message_view(m) for m in messages])
+    if messages and messages[-1].role == "user":
+        chat.note_no_reply(NO_REPLY_STORED)
 
 
 def _show_path_figures(gauge: SpeculationGaugeWidget, controller: ChatController,
@@ -264,12 +277,21 @@ def _token_preview(window: MainWindow) -> TokenPreview:
     return preview
 
 
+def _menus_follow(actions: WindowActions, controller: ChatController) -> None:
+    """The menu actions that change the model are off while it is busy (a load, a
+    reply); Disconnect is on only while a server is used and idle."""
+    for action in actions.swaps:
+        action.setEnabled(not controller.busy)
+    if actions.disconnect is not None:
+        actions.disconnect.setEnabled(controller.remote is not None and not controller.busy)
+
+
 def _may_quit(window: MainWindow) -> bool:
     """Whether to quit now: asks first while work would stop (:mod:`app.ui.quit_check`)."""
     c = window.controller
-    stops = work_in_progress(c.service.jobs(), window.downloads.active_count(),
-                             reply_text=c.reply is not None and bool(c.reply.text))
-    return ask_to_quit(window, window.settings.ui, stops)
+    return ask_to_quit(window, window.settings.ui, lambda: work_in_progress(
+        c.service.jobs(), window.downloads.active_count(),
+        reply_text=c.reply is not None and bool(c.reply.text), unkept=window.composer.unkept))
 
 
 def _ask_to_delete(window: QWidget, title: str | None) -> bool:
@@ -553,8 +575,7 @@ class MainWindow(QMainWindow):
         self.sampling_panel.set_pending_reload(c.pending_reload)
         self.status_label.set_full_text(status_text(c.model_info, loading=c.loading,
                                                     generating=c.reply is not None))
-        if self.window_actions.disconnect is not None:
-            self.window_actions.disconnect.setEnabled(c.remote is not None and not c.busy)
+        _menus_follow(self.window_actions, c)
 
     def loading_changed(self, loading: bool, fraction: float | None, what: str) -> None:
         self.model_bar.progress.setRange(0, 0 if fraction is None else 1000)
@@ -602,7 +623,7 @@ class MainWindow(QMainWindow):
                             messages: Sequence[StoredMessage],
                             last_stats: SpecStats | None) -> None:
         self.system_prompt.set_text(conversation.system_prompt if conversation else "")
-        self.chat.set_messages([message_view(m) for m in messages])
+        _show_messages(self.chat, messages)
         self.composer.show_conversation(conversation.id if conversation else None)
         last = next((m for m in reversed(messages)
                      if m.role == "assistant" and m.status == "done"), None)

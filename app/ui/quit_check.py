@@ -10,8 +10,9 @@ menu, logging out). "Don't ask again" turns it off (``ui.confirm_quit``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QCheckBox, QMessageBox, QWidget
 
 from app.chat.events import JobKind
@@ -19,7 +20,7 @@ from app.store.settings import UiSettings
 
 
 def work_in_progress(jobs: Sequence[tuple[JobKind, str]], downloads: int, *,
-                     reply_text: bool = True) -> list[str]:
+                     reply_text: bool = True, unkept: int = 0) -> list[str]:
     """What quitting now would stop, one line each, in the order a user weighs them.
 
     Args:
@@ -28,6 +29,8 @@ def work_in_progress(jobs: Sequence[tuple[JobKind, str]], downloads: int, *,
         downloads: downloads running or waiting (:meth:`DownloadQueue.active_count`).
         reply_text: the window's reply has text already (False: it waits in the queue
             or reads its prompt, and stopping it keeps nothing of it).
+        unkept: characters of unsent text too long to keep for the next start
+            (:attr:`app.ui.chat.input_box.ComposerWidget.unkept`).
     """
     stops: list[str] = []
     if any(kind == "reply" and origin == "window" for kind, origin in jobs):
@@ -46,25 +49,56 @@ def work_in_progress(jobs: Sequence[tuple[JobKind, str]], downloads: int, *,
     if downloads:
         stops.append(f"{downloads} download{'s' if downloads != 1 else ''} (paused; "
                      "Tandem offers to resume at the next start)")
+    if unkept:
+        stops.append(f"keeping {unkept:,} characters of unsent text, too long to keep for "
+                     "the next start (send it, or save it elsewhere)")
     return stops
 
 
-def ask_to_quit(window: QWidget, ui: UiSettings, stops: Sequence[str]) -> bool:
-    """Whether to quit: True at once when nothing would stop or the user turned the
-    question off; else the user's answer (Enter and Esc keep Tandem open). "Don't ask
+def ask_to_quit(window: QWidget, ui: UiSettings, stops: Callable[[], Sequence[str]]) -> bool:
+    """Whether to quit: True at once when ``stops()`` (what would stop now, as
+    :func:`work_in_progress` words it) is empty or the user turned the question off; else
+    the user's answer (Enter and Esc keep Tandem open; :func:`ask_to_stop`). "Don't ask
     again" with Quit sets ``ui.confirm_quit`` to False."""
-    if not stops or not ui.confirm_quit:
+    if not ui.confirm_quit or not stops():
         return True
-    box = QMessageBox(QMessageBox.Icon.Question, "Quit Tandem?",
-                      "Quitting now stops:\n" + "\n".join(f"•  {s}" for s in stops),
-                      QMessageBox.StandardButton.Cancel, window)
-    quit_button = box.addButton("Quit", QMessageBox.ButtonRole.AcceptRole)
-    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
     never = QCheckBox("Don't ask again")
-    box.setCheckBox(never)
-    box.exec()
-    if box.clickedButton() is not quit_button:
+    if not ask_to_stop(window, ("Quit Tandem?", "Quitting", "Quit"), stops, never):
         return False
     if never.isChecked():
         ui.confirm_quit = False
     return True
+
+
+def ask_to_stop(parent: QWidget, words: tuple[str, str, str],
+                stops: Callable[[], Sequence[str]], check: QCheckBox | None = None) -> bool:
+    """Ask whether to go on though ``stops()`` would stop (``words``: the title, the
+    doing and the button, as ("Quit Tandem?", "Quitting", "Quit")):
+    the list is read again every half second while the question is open, so work that
+    ends meanwhile leaves it. Cancel is the default (Enter and Esc answer no); ``check``,
+    a check box shown under the question (the caller reads it after).
+
+    Returns:
+        True when the user chose the button.
+    """
+    title, doing, verb = words
+    box = QMessageBox(QMessageBox.Icon.Question, title, "",
+                      QMessageBox.StandardButton.Cancel, parent)
+
+    def show_now() -> None:
+        now = stops()
+        box.setText(f"{doing} now stops:\n" + "\n".join(f"\u2022  {s}" for s in now) if now
+                    else f"The work that was running has ended: {doing[:1].lower()}"
+                    f"{doing[1:]} now stops nothing.")
+
+    show_now()
+    again = QTimer(box)
+    again.timeout.connect(show_now)
+    again.start(500)
+    button = box.addButton(verb, QMessageBox.ButtonRole.AcceptRole)
+    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+    if check is not None:
+        box.setCheckBox(check)
+    box.exec()
+    again.stop()
+    return box.clickedButton() is button

@@ -57,6 +57,9 @@ class WindowActions:
     disconnect: QAction | None = None
     #: View → the panes beside the chat, shown or hidden (none without a splitter)
     panes: tuple[QAction, ...] = ()
+    #: File → "Open GGUF…" and "Connect to a server…": they change the model, so they
+    #: are off while a model loads or a reply streams (as the model bar's own button)
+    swaps: tuple[QAction, ...] = ()
 
 
 def quit_keys() -> list[QKeySequence]:
@@ -139,10 +142,11 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
         return action
 
     add("New chat", [QKeySequence(QKeySequence.StandardKey.New)], new_chat, True)
-    add("Open GGUF…", [QKeySequence(QKeySequence.StandardKey.Open)], open_model, True)
+    swaps: tuple[QAction, ...] = (
+        add("Open GGUF…", [QKeySequence(QKeySequence.StandardKey.Open)], open_model, True),)
     if recent is not None:  # "Open recent", the model bar's own submenu
         file_menu.addMenu(recent)
-    add("Connect to a server…", [], connect, True)
+    swaps += (add("Connect to a server…", [], connect, True),)
     add("Models…", [QKeySequence("Ctrl+M")], models, True)
     add("Export conversation…", [QKeySequence("Ctrl+E")], export, True)
     panes: tuple[QAction, ...] = ()
@@ -201,7 +205,7 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
     about.triggered.connect(lambda _checked=False: show_about(window))
     install_enter_presses_buttons()
     return WindowActions(about, quit_action, shortcuts, documentation, log_folder, report,
-                         disconnect, panes)
+                         disconnect, panes, swaps)
 
 
 #: the panes of the window's splitter the View menu shows or hides: (index, words, key)

@@ -4,6 +4,7 @@ are in test_openai_client.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import queue
 import socket
@@ -368,3 +369,24 @@ def test_a_conversation_longer_than_the_context_follows_the_overflow_policy(
     assert r.status_code == 400 and r.json()["error"]["param"] == "context_overflow"
     assert httpx.post(server.base_url + "/chat/completions",
                       json=_chat()).json()["tandem"]["context"] is None
+
+
+@pytest.mark.parametrize(("mode", "named"), [(SpecMode.PROMPT_LOOKUP, None),
+                                             (SpecMode.OFF, None),
+                                             (SpecMode.DRAFT_MODEL, "small-draft"),
+                                             (SpecMode.AUTO, "small-draft")])
+def test_the_model_list_names_the_draft_only_where_requests_draft_with_it(
+        tmp_path: Path, mode: SpecMode, named: str | None) -> None:
+    service = fake_service(Script())
+    info = service.load(SessionConfig(target_path=tmp_path / f"{MODEL}.gguf")).result(timeout=30)
+    info = dataclasses.replace(info, draft_name="small-draft", draft_path=tmp_path / "d.gguf")
+    server = ApiServer(service, port=0, model=info,
+                       settings=ApiSettings(speculation=SpeculationConfig(mode=mode)))
+    server.start()
+    try:
+        [entry] = httpx.get(f"{server.base_url}/models").json()["data"]
+        assert entry["meta"]["draft_model"] == named
+        assert entry["meta"]["speculation"]["mode"] == mode.value
+    finally:
+        server.stop()
+        service.shutdown()

@@ -135,3 +135,21 @@ def test_a_context_refusal_is_told_from_other_bad_requests(body: dict, context: 
     assert isinstance(error, ServerHTTPError) and error.status == 400
     assert isinstance(error, ContextOverflowError) is context
     assert body["error"]["message"] in str(error)
+
+
+def test_the_recorded_model_lists_and_props_give_the_context_length() -> None:
+    """vLLM's ``max_model_len`` and another Tandem's ``meta.n_ctx`` as recorded; a value
+    that is not a positive whole number of tokens is no context length."""
+    from app.remote.client import _model_entry
+
+    def first(folder: str) -> dict:  # type: ignore[type-arg]
+        return json.loads((DATA / folder / "models.json").read_text())["data"][0]
+
+    assert _model_entry(first("vllm-0.32.0")).context_length == 2048
+    assert _model_entry(first("tandem-0.1.0")).context_length == 512
+    # llama-server's whole context; a slot's, which identify() prefers, is in /props
+    assert _model_entry(first("llama-server-b1-0c1e570")).context_length == 2048
+    props = json.loads((LLAMA / "props.json").read_text())
+    assert props["default_generation_settings"]["n_ctx"] == 2048  # one slot
+    for bad in (True, 0, -5, 2**40, "2048", 2048.0, None):
+        assert _model_entry({"id": "m", "max_model_len": bad}).context_length is None

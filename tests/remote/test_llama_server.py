@@ -125,3 +125,44 @@ def test_a_server_restarted_with_a_drafter_is_followed(smollm_path) -> None:  # 
             assert session.info.metrics_prefix == "llamacpp"
     finally:
         session.close()
+
+
+def test_a_reply_cut_by_the_servers_full_context_says_so(smollm_path) -> None:  # type: ignore[no-untyped-def]
+    """A reply that fills llama-server's context window (``-c 256``, read from
+    ``/props``) ends with the context-full note, so the chat says so and offers no
+    Continue; one that ends at the max tokens asked for does not."""
+    from app.engine.chat import ChatMessage
+    from app.engine.reply import ReplyRecord, can_continue, ended_at_full_context
+    from app.options import SamplingParams, SpeculationConfig
+    from app.remote.session import RemoteSession
+    from app.ui.gauge.gauge_panel import remote_rows
+    from tests.remote.conftest import require_llama_server
+
+    exe = require_llama_server()
+    # about 170 tokens to copy, in a 256-token context
+    messages = [ChatMessage("user", "Copy this list exactly, line by line:\n"
+                            + "apple banana cherry\n" * 40)]
+
+    def reply(session: RemoteSession, max_tokens: int) -> ReplyRecord:
+        sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+        *_, record = session.chat(messages, sampling, SpeculationConfig(), threading.Event())
+        assert isinstance(record, ReplyRecord)
+        return record
+
+    with LlamaServer(exe, smollm_path, ctx=256) as server, \
+            RemoteClient(server.base_url + "/v1") as client:
+        info = client.identify()
+        assert [m.context_length for m in info.models] == [256]
+        session = RemoteSession(client, info, info.models[0].id)
+        full = reply(session, 1000)
+        assert full.reason == "length" and full.stats.emitted < 1000
+        assert full.note is not None and ended_at_full_context(full.note)
+        assert "(256 tokens) is full" in full.note
+        assert not can_continue(full.reason, full.text, full.note)
+        # the gauge's "Context used" for it: the server's counts in its window
+        assert full.stats.n_ctx == 256
+        assert remote_rows(full.stats, full.stats.extra["remote"])["context"] == (
+            "256 / 256 tokens (100%)")
+        short = reply(session, 8)
+        assert short.reason == "length" and not ended_at_full_context(short.note)
+        assert can_continue(short.reason, short.text, short.note)

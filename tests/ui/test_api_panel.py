@@ -267,3 +267,31 @@ def test_a_request_stopped_before_its_end_says_so_in_the_list(qtbot) -> None:  #
     whole = dataclasses.replace(cut, reason="length")
     panel.add_request(ApiReplyEnded(2, "chat", 0.0, whole))
     assert panel.table.item(0, 2).text() == "62" and panel.table.item(0, 2).toolTip() == ""
+
+
+def test_turning_the_api_off_while_a_request_runs_asks_first(  # type: ignore[no-untyped-def]
+        qtbot, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The switch turned off while an API request runs names it and what the client
+    gets; Cancel keeps serving (switch and menu still on), "Turn off" stops."""
+    from PySide6.QtWidgets import QMessageBox
+
+    asked: list[str] = []
+    choices = ["Cancel", "Turn off"]
+
+    def answer(box: QMessageBox) -> int:
+        asked.append(box.text())
+        choice = choices.pop(0)
+        if choice != "Cancel":
+            next(b for b in box.buttons() if b.text() == choice).click()
+        return 0
+
+    monkeypatch.setattr(QMessageBox, "exec", answer)
+    with api_request_at_gate(qtbot, tmp_path) as (w, _script):
+        w.api_panel.switch.click()
+        assert asked == ["Turning the API off now stops:\n•  1 request to the local API "
+                         "(the client gets an error saying the server is shutting down)"]
+        assert w.api.server is not None and w.api_panel.switch.isChecked()
+        assert w.api.action.isChecked()
+        w.api.action.trigger()  # the Server menu's twin asks the same
+        assert len(asked) == 2 and w.api.server is None
+        assert not w.api_panel.switch.isChecked() and not w.settings.ui.api_serving

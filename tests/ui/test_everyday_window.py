@@ -157,6 +157,11 @@ def _another_conversation_during_a_reply(qtbot, window, wait_reply) -> None:  # 
     title = c.store.conversation(first).title
     qtbot.waitUntil(lambda: c.reply is not None and window._gauge_reply is c.reply
                     and bool(c.reply.text), timeout=60_000)
+    # File → Open GGUF…, Open recent and Connect are off while the reply streams, as the
+    # model bar's Open button is (a load then could only refuse)
+    swaps = (*window.window_actions.swaps, window.model_bar.recent_menu.menuAction())
+    assert [a.text() for a in swaps] == ["Open GGUF…", "Connect to a server…", "Open recent"]
+    assert not any(a.isEnabled() for a in swaps)
     window.input.setPlainText("typed in the first one")
     window.new_conversation()
     assert window.input.toPlainText() == ""
@@ -177,6 +182,7 @@ def _another_conversation_during_a_reply(qtbot, window, wait_reply) -> None:  # 
     assert window.input.toPlainText() == "Now add a docstring too."
     c.stop_reply()
     wait_reply(qtbot, window)
+    assert all(a.isEnabled() for a in swaps)
     assert window.gauge.mode_label.text() == "No reply yet"  # the open (new) conversation's
     assert not any(rows.item(i).font().italic() for i in range(rows.count()))
 
@@ -434,3 +440,24 @@ def test_a_damaged_reply_in_the_history_never_stops_the_window(  # type: ignore[
         assert w.controller.current_conversation == cid and len(w.chat.messages) == 2
     finally:
         w.close()
+
+
+def test_a_question_left_without_a_reply_says_so_when_opened(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    """A conversation whose last message is a question with no reply stored (Tandem
+    closed while it waited) says so under it, and Regenerate is offered; one that ends
+    with a reply says nothing."""
+    from app.ui.main_window import NO_REPLY_STORED
+
+    answered = _conversation("answered", 1, None)
+    store = HistoryStore.open()
+    try:
+        left = store.create_conversation("left")
+        store.add_user_message(left.id, "a question Tandem closed on")
+    finally:
+        store.close()
+    window.open_conversation(left.id)
+    assert window.chat.failure.isVisibleTo(window)
+    assert window.chat.failure.text() == NO_REPLY_STORED
+    assert window.regenerate_button.isVisibleTo(window)
+    window.open_conversation(answered)
+    assert not window.chat.failure.isVisibleTo(window)

@@ -67,3 +67,51 @@ def test_quit_asks_while_a_reply_and_an_api_request_run(  # type: ignore[no-unty
         w.window_actions.quit.trigger()
         assert not w.isVisible() and w.settings.ui.confirm_quit is False
         assert len(asked) == 3
+
+
+def test_the_question_follows_work_that_ends_while_it_is_open(  # type: ignore[no-untyped-def]
+        qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The list is read again while the question is open: a reply and an API request
+    that end meanwhile leave it, and it then says quitting stops nothing."""
+    seen: list[str] = []
+
+    with api_request_at_gate(qtbot, tmp_path) as (w, script):
+        def answer(box: QMessageBox) -> int:
+            seen.append(box.text())
+            script.gate.set()  # the API's request and then the window's reply run to the end
+            qtbot.waitUntil(lambda: "stops nothing" in box.text(), timeout=30_000)
+            seen.append(box.text())
+            return 0  # closed without Quit: Tandem stays
+
+        monkeypatch.setattr(QMessageBox, "exec", answer)
+        assert w.send_message("hello")
+        w.window_actions.quit.trigger()
+        assert seen[0].count("•") == 2
+        assert seen[1] == "The work that was running has ended: quitting now stops nothing."
+        assert w.isVisible() and w.controller.reply is None
+        assert w.controller.store.messages(w.controller.current_conversation)[-1].content \
+            == "alpha beta gamma delta"
+
+
+def test_unsent_text_too_long_to_keep_is_named_before_quitting(  # type: ignore[no-untyped-def]
+        qtbot, window, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unsent text over what the settings keep stays in the box, and quitting says it
+    will not be there at the next start; text that fits is kept and asks nothing."""
+    from app.store.settings import load_settings
+    from app.ui.chat import input_box
+
+    asked: list[str] = []
+    monkeypatch.setattr(QMessageBox, "exec", lambda box: asked.append(box.text()) or 0)
+    monkeypatch.setattr(input_box, "UNSENT_KEPT_CHARS", 30)
+    window.input.setPlainText("short enough")
+    qtbot.waitUntil(lambda: load_settings().settings.ui.unsent.get("new") == "short enough",
+                    timeout=5000)
+    window.window_actions.quit.trigger()
+    assert asked == [] and not window.isVisible()  # nothing would be lost: no question
+    window.show()
+    window.input.setPlainText("x" * 31)
+    assert window.composer.unkept == 31 and window.input.toPlainText() == "x" * 31
+    window.window_actions.quit.trigger()
+    assert asked == ["Quitting now stops:\n•  keeping 31 characters of unsent text, too "
+                     "long to keep for the next start (send it, or save it elsewhere)"]
+    assert window.isVisible()

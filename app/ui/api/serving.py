@@ -32,6 +32,7 @@ from app.errors import TandemError
 from app.store.settings import Settings
 from app.ui.api.api_panel import ApiPanelWidget
 from app.ui.gauge.gauge_panel import SpeculationGaugeWidget
+from app.ui.quit_check import ask_to_stop, work_in_progress
 
 
 class ApiServing(QObject):
@@ -85,10 +86,22 @@ class ApiServing(QObject):
 
     @Slot(bool)
     def _on_panel_serve_toggled(self, on: bool) -> None:
+        if not on and self._requests_running() and not ask_to_stop(
+                self.panel.window(), ("Turn the API off?", "Turning the API off", "Turn off"),
+                self._requests_running):
+            self._show_serving()  # the switch and the menu's check back on
+            return
         # the user's choice, kept for the next start (saved with the window's settings)
         self.settings.ui.api_serving = on and self.start(self.panel.port.value())
         if not on:
             self.stop()
+
+    def _requests_running(self) -> list[str]:
+        """The API's running and waiting requests, in the quit question's words (none
+        while not serving)."""
+        if self.server is None:
+            return []
+        return work_in_progress([job for job in self.service.jobs() if job[1] == "api"], 0)
 
     def start(self, port: int) -> bool:
         """Serve the loaded session as an OpenAI-compatible API on 127.0.0.1:``port``

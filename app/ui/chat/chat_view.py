@@ -936,8 +936,13 @@ class ChatViewWidget(QScrollArea):
             self._stick = True  # nothing on screen to keep in place: follow the bottom
         self._messages_changed()
         if failure is not None and self._messages and here:
-            self.failure.setText(f"No reply: {failure} Regenerate asks again.")
-            self.failure.show()
+            self.note_no_reply(f"No reply: {failure} Regenerate asks again.")
+
+    def note_no_reply(self, text: str) -> None:
+        """Say ``text`` under the last message (why it has no reply) until another
+        message is shown."""
+        self.failure.setText(text)
+        self.failure.show()
 
     def set_tint(self, tint: bool) -> None:
         self._tint = tint

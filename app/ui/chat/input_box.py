@@ -78,9 +78,10 @@ class ChatInputWidget(QPlainTextEdit):
         self.setFixedHeight(h)
 
 
-#: the most unsent text written to the settings, all texts together (a paste of a whole
-#: log stays in the box, but is not rewritten into the settings file at every pause)
-UNSENT_KEPT_CHARS = 200_000
+#: the most unsent text written to the settings, all texts together: about the most a
+#: message for the largest context window holds (1,048,576 tokens at 2 characters or
+#: more each); more stays in the box, and quitting then says it is not kept
+UNSENT_KEPT_CHARS = 2_000_000
 
 
 #: the banner over the box while a message is edited
@@ -171,6 +172,9 @@ class ComposerWidget(QWidget):
         #: where :meth:`keep_unsent` keeps the texts across restarts, and how it saves
         #: them (soon, now)
         self._kept: tuple[UiSettings, Callable[[], object], Callable[[], object]] | None = None
+        #: characters of unsent text left out of the settings at the last save (over
+        #: :data:`UNSENT_KEPT_CHARS`): lost at a quit
+        self.unkept = 0
         self.input.submitted.connect(self._on_input_submitted)
         self.input.textChanged.connect(self._update_send_button)
 
@@ -237,7 +241,8 @@ class ComposerWidget(QWidget):
         taking back an earlier run's (before the first :meth:`show_conversation`): the
         new chat's, and those of conversations that may still ``exist`` (keys that name
         none, a file edited by hand, are ignored). Texts over :data:`UNSENT_KEPT_CHARS`
-        (each, and all together) stay in the box but are not written to the settings."""
+        (each, and all together) stay in the box but are not written to the settings
+        (:attr:`unkept` counts them)."""
         for key, text in ui.unsent.items():
             conv, _, mid = key.partition(":edit:")
             if conv == "new" and not mid:
@@ -258,7 +263,7 @@ class ComposerWidget(QWidget):
         if self._kept is None:
             return
         ui, save_soon, save_now = self._kept
-        texts, total = {}, 0
+        texts, total, self.unkept = {}, 0, 0
         here = "new" if self._conversation is None else str(self._conversation)
         # the open conversation's first (what is being typed), then the shortest
         for key, text in sorted(self.unsent_texts().items(), key=lambda kv: (
@@ -266,6 +271,8 @@ class ComposerWidget(QWidget):
             if total + len(text) <= UNSENT_KEPT_CHARS:
                 texts[key] = text
                 total += len(text)
+            else:
+                self.unkept += len(text)
         if texts != ui.unsent:
             went = any(k not in texts for k in ui.unsent)  # sent, or cleared
             ui.unsent = texts

@@ -97,7 +97,8 @@ def remote_rows(s: SpecStats, remote: dict[str, Any]) -> dict[str, str]:
             "predicted": f"{MISSING} (needs c)",
             "measured": f"{MISSING} (bench the server with speculation off)",
             "ttft": or_dash(s.ttft if s.emitted else None, ".2f", " s"),
-            "context": f"{MISSING} (the server's own)"}
+            # the server's window where it says how large it is
+            "context": context_text(s) if s.n_ctx > 0 else f"{MISSING} (the server's own)"}
     if figures is None:
         nothing = f"{MISSING} (the server reports nothing)"
         rows.update(alpha=nothing, tau=nothing)
