@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QIcon
+from PySide6.QtGui import QColor, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
 
 import app
@@ -51,8 +51,27 @@ def style_sheet() -> str:
         return ""
 
 
+def light_palette() -> QPalette:
+    """The palette the style sheet's light colours are drawn with: Qt's palette made
+    from Fusion's light grey button colour (black text on white fields), with a blue
+    selection, links and pale yellow tooltips."""
+    palette = QPalette(QColor("#efefef"))
+    for role, colour in ((QPalette.ColorRole.Highlight, "#2b6cb0"),
+                         (QPalette.ColorRole.HighlightedText, "#ffffff"),
+                         (QPalette.ColorRole.Link, "#0969da"),
+                         (QPalette.ColorRole.ToolTipBase, "#ffffdc"),
+                         (QPalette.ColorRole.ToolTipText, "#000000"),
+                         (QPalette.ColorRole.PlaceholderText, "#8a94a3")):
+        palette.setColor(role, QColor(colour))
+    return palette
+
+
 def create_application(argv: Sequence[str] | None = None) -> QApplication:
-    """The QApplication (the existing one, if any) with name, icon and style sheet set."""
+    """The QApplication (the existing one, if any) with name, icon, style sheet and
+    palette set. Tandem's look is light: under a dark system theme (macOS, Windows,
+    GNOME) the platform's dark palette would put its light text on the style sheet's
+    light backgrounds, so the light scheme is asked for (Qt 6.8 and later) and the
+    light palette set whatever the platform gives."""
     apply_qt_workarounds()
     qapp = QApplication.instance()
     if not isinstance(qapp, QApplication):
@@ -66,6 +85,10 @@ def create_application(argv: Sequence[str] | None = None) -> QApplication:
     if icon.is_file():
         qapp.setWindowIcon(QIcon(str(icon)))
     qapp.setStyle("Fusion")
+    hints = qapp.styleHints()
+    if hasattr(hints, "setColorScheme"):  # Qt 6.8
+        hints.setColorScheme(Qt.ColorScheme.Light)
+    qapp.setPalette(light_palette())
     qapp.setStyleSheet(style_sheet())
     from app.ui import tooltips
 

@@ -626,3 +626,37 @@ def test_recent_targets_keep_the_latest_once() -> None:
     m.opened(Path("/m/3.gguf"))
     assert m.recent_targets[:2] == [Path("/m/3.gguf"), Path("/m/0.gguf")]
     assert m.recent_targets.count(Path("/m/3.gguf")) == 1
+
+
+#: a platform's dark palette (macOS in dark mode, GNOME's dark style) applied before
+#: Tandem sets its look, then what Tandem's labels and fields are drawn with
+_DARK_THEN_TANDEM = """
+import sys
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QApplication, QLabel
+qapp = QApplication(sys.argv[:1])
+dark = QPalette(QColor("#3a3a3a"))
+for role, colour in ((QPalette.ColorRole.Window, "#1e1e1e"), (QPalette.ColorRole.Base, "#2b2b2b"),
+                     (QPalette.ColorRole.Text, "#ffffff"), (QPalette.ColorRole.WindowText, "#ffffff"),
+                     (QPalette.ColorRole.ButtonText, "#ffffff")):
+    dark.setColor(role, QColor(colour))
+qapp.setPalette(dark)
+from app.ui.launch import create_application
+create_application(sys.argv[:1])
+label = QLabel("a message")
+p = label.palette()
+print(p.color(QPalette.ColorRole.WindowText).name(), p.color(QPalette.ColorRole.Text).name(),
+      p.color(QPalette.ColorRole.Base).name(), p.color(QPalette.ColorRole.ButtonText).name())
+"""
+
+
+def test_a_dark_system_theme_leaves_tandem_light_and_readable() -> None:
+    """The style sheet's backgrounds are light: under a dark system palette the text
+    would be light on light (the user's own messages, the status bar, the Copy and Edit
+    buttons vanished); Tandem sets its light palette over whatever the platform gives."""
+    import subprocess
+
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    out = subprocess.run([sys.executable, "-c", _DARK_THEN_TANDEM], capture_output=True,
+                         text=True, timeout=120, env=env, check=True).stdout.split()
+    assert out == ["#000000", "#000000", "#ffffff", "#000000"]
