@@ -244,19 +244,23 @@ async def health(request: Request) -> Response:
 
 
 async def models(request: Request) -> Response:
-    """``GET /v1/models``: the loaded target (none while nothing is loaded)."""
+    """``GET /v1/models``: the loaded target (none while nothing is loaded), with
+    ``meta``: its context window (``n_ctx``, tokens), the draft loaded beside it
+    (``draft_loaded``: a request may ask for its drafter), the draft a request drafts
+    with by default (``draft_model``) and the default speculation."""
     state = _state(request)
     info = state.model
     data = []
     if info is not None:
         speculation = state.request_defaults()[1]
-        # the draft model a request drafts with by default: none for off and for a
-        # drafter that needs no second model (prompt lookup, suffix lookup)
-        drafts = speculation.mode is not SpecMode.OFF and (
-            speculation.mode.needs is not DrafterNeeds.NOTHING)
+        # the loaded draft where a request drafts with it by default: the draft model's
+        # drafter, an MTP assistant's MTP, and Auto (which may pick it)
+        needs = speculation.mode.needs
+        drafts = speculation.mode is SpecMode.AUTO or needs is DrafterNeeds.DRAFT_MODEL or (
+            needs is DrafterNeeds.MTP_HEAD and info.draft_is_assistant)
         data.append({"id": model_id(info), "object": "model", "created": state.loaded_at,
                      "owned_by": "tandem",
-                     "meta": {"n_ctx": info.n_ctx,
+                     "meta": {"n_ctx": info.n_ctx, "draft_loaded": info.draft_name,
                               "draft_model": info.draft_name if drafts else None,
                               "speculation": speculation.model_dump(mode="json")}})
     return JSONResponse({"object": "list", "data": data})

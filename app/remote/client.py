@@ -119,8 +119,8 @@ class RemoteModel:
     for it (another Tandem's ``meta.speculation``: its default drafter mode, ``none``
     when off, and k), else None; ``context_length``, the context window one request may
     fill, in tokens (prompt and reply together), where the server says (vLLM's
-    ``max_model_len``, another Tandem's or llama-server's ``meta.n_ctx``, llama-server's
-    ``/props`` ``default_generation_settings.n_ctx`` before it), else None."""
+    ``max_model_len``, another Tandem's or llama-server's ``meta.n_ctx``; llama-server's
+    ``/props`` ``default_generation_settings.n_ctx``, a slot's, before it), else None."""
 
     id: str
     owned_by: str | None = None
@@ -758,10 +758,10 @@ class RemoteClient:
             evidence.append("/props")
             version = str(props.get("build_info")) if props.get("build_info") else None
             # a slot's context window, what one request may fill (prompt and reply):
-            # the whole context split among the slots (the model list's meta.n_ctx is
-            # the whole)
+            # /props gives it; some builds' model list gives the whole context
             settings = props["default_generation_settings"]
-            n_ctx = _positions(settings.get("n_ctx") if isinstance(settings, dict) else None)
+            n_ctx = count(settings.get("n_ctx") if isinstance(settings, dict) else None,
+                          integer=True) or None
             models = tuple(dataclasses.replace(m, context_length=n_ctx or m.context_length)
                            for m in models)
         if engine is Engine.LLAMA_SERVER:
@@ -1033,16 +1033,9 @@ def _model_entry(entry: dict[str, Any]) -> RemoteModel:
     return RemoteModel(id=entry["id"], owned_by=owned_by if isinstance(owned_by, str) else None,
                        speculation_method=tandem_mode(spec.get("mode")),
                        draft_max=reported_draft_max(spec.get("draft_max")),
-                       context_length=_positions(entry.get("max_model_len")) or _positions(
-                           meta.get("n_ctx") if isinstance(meta, dict) else None))
-
-
-def _positions(value: object) -> int | None:
-    """A context length a server reports: a positive whole number of tokens (at most
-    2**31), else None."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 2**31:
-        return value
-    return None
+                       context_length=count(entry.get("max_model_len"), integer=True) or count(
+                           meta.get("n_ctx") if isinstance(meta, dict) else None, integer=True)
+                       or None)
 
 
 def _engine_from_owners(owners: set[str]) -> Engine | None:

@@ -66,8 +66,9 @@ def remote_extra(info: ServerInfo, model: str, result: RemoteResult) -> dict[str
 
 
 #: said before a remote reply's context-full note: the window is the server's
-SERVER_CONTEXT = ("This context window is the server's: it is set where the server starts "
-                  "(llama-server's -c, vLLM's --max-model-len).")
+SERVER_CONTEXT = ("The server sets its context window where it starts (llama-server's -c, "
+                  "split among its -np slots; vLLM's --max-model-len; another Tandem's "
+                  "Context length): Tandem's own Context length does not change it.")
 
 
 def context_length(info: ServerInfo, model: str) -> int | None:

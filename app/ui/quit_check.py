@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QCheckBox, QMessageBox, QWidget
 
 from app.chat.events import JobKind
 from app.store.settings import UiSettings
+from app.ui.chat.input_box import UNSENT_KEPT_CHARS
 
 
 def work_in_progress(jobs: Sequence[tuple[JobKind, str]], downloads: int, *,
@@ -50,8 +51,9 @@ def work_in_progress(jobs: Sequence[tuple[JobKind, str]], downloads: int, *,
         stops.append(f"{downloads} download{'s' if downloads != 1 else ''} (paused; "
                      "Tandem offers to resume at the next start)")
     if unkept:
-        stops.append(f"keeping {unkept:,} characters of unsent text, too long to keep for "
-                     "the next start (send it, or save it elsewhere)")
+        stops.append(f"{unkept:,} characters of unsent text (in this or another "
+                     f"conversation's box): over the {UNSENT_KEPT_CHARS:,} kept for the next "
+                     "start, so lost; copy it elsewhere first")
     return stops
 
 
@@ -87,9 +89,11 @@ def ask_to_stop(parent: QWidget, words: tuple[str, str, str],
 
     def show_now() -> None:
         now = stops()
-        box.setText(f"{doing} now stops:\n" + "\n".join(f"\u2022  {s}" for s in now) if now
-                    else f"The work that was running has ended: {doing[:1].lower()}"
-                    f"{doing[1:]} now stops nothing.")
+        text = (f"{doing} now stops:\n" + "\n".join(f"\u2022  {s}" for s in now) if now
+                else f"The work that was running has ended: {doing[:1].lower()}{doing[1:]} "
+                "now stops nothing.")
+        if text != box.text():  # unchanged: no relayout, no re-announcement
+            box.setText(text)
 
     show_now()
     again = QTimer(box)
@@ -101,4 +105,6 @@ def ask_to_stop(parent: QWidget, words: tuple[str, str, str],
         box.setCheckBox(check)
     box.exec()
     again.stop()
-    return box.clickedButton() is button
+    chosen = box.clickedButton() is button
+    box.deleteLater()  # later: the caller reads ``check`` first
+    return chosen

@@ -57,8 +57,9 @@ class WindowActions:
     disconnect: QAction | None = None
     #: View → the panes beside the chat, shown or hidden (none without a splitter)
     panes: tuple[QAction, ...] = ()
-    #: File → "Open GGUF…" and "Connect to a server…": they change the model, so they
-    #: are off while a model loads or a reply streams (as the model bar's own button)
+    #: File → "Open GGUF…", "Connect to a server…" and Server's "Connect to a server…":
+    #: they change the model, so they are off while it is busy (a load, a reply, a
+    #: race), as the model bar's own button is
     swaps: tuple[QAction, ...] = ()
 
 
@@ -80,10 +81,11 @@ def documentation_path() -> Path | None:
 
 def _add_server_menu(window: QMainWindow, connect: Callable[[], object],
                      server: tuple[Callable[[], object], Callable[[], object], QAction],
-                     ) -> QAction:
-    """The Server menu: connect to a server, run this on a bigger machine, disconnect
-    (returned: enabled while a server is in use), and the checkable "Serve API" of the
-    API tab (``server``: the second and third's callables, and that action)."""
+                     ) -> tuple[QAction, QAction]:
+    """The Server menu: connect to a server, run this on a bigger machine, disconnect,
+    and the checkable "Serve API" of the API tab (``server``: the second and third's
+    callables, and that action). Returns Disconnect (enabled while a server is in use)
+    and Connect (off while the model is busy)."""
     run_elsewhere, disconnect_server, serve = server
     server_menu = window.menuBar().addMenu("&Server")
     server_menu.setToolTipsVisible(True)  # the action's tooltip says what it gives
@@ -103,7 +105,22 @@ def _add_server_menu(window: QMainWindow, connect: Callable[[], object],
     disconnect.triggered.connect(lambda _checked=False: disconnect_server())
     server_menu.addSeparator()
     server_menu.addAction(serve)  # the API tab's "Serve API" switch
-    return disconnect
+    return disconnect, connect_action
+
+
+def _add_confirm_quit(file_menu: QMenu, settings: UiSettings,
+                      save_soon: Callable[[], object]) -> None:
+    """File → "Ask before quitting while work runs", switching ``confirm_quit``."""
+    ask = file_menu.addAction("Ask before quitting while work runs")
+    ask.setCheckable(True)
+    ask.setChecked(settings.confirm_quit)
+
+    def asking(on: bool) -> None:
+        settings.confirm_quit = on
+        save_soon()
+
+    ask.toggled.connect(asking)
+    file_menu.aboutToShow.connect(lambda: ask.setChecked(settings.confirm_quit))
 
 
 def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object],
@@ -162,16 +179,7 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
                                               QKeySequence("Ctrl+.")], stop, False)
     file_menu.addSeparator()
     if ui is not None:
-        settings, save_soon = ui
-        ask = file_menu.addAction("Ask before quitting while work runs")
-        ask.setCheckable(True)
-        ask.setChecked(settings.confirm_quit)
-        def asking(on: bool) -> None:
-            settings.confirm_quit = on
-            save_soon()
-
-        ask.toggled.connect(asking)
-        file_menu.aboutToShow.connect(lambda: ask.setChecked(settings.confirm_quit))
+        _add_confirm_quit(file_menu, *ui)
     quit_action = add("Quit", quit_keys(), lambda: may_quit() and window.close(), True)
     quit_action.setMenuRole(QAction.MenuRole.QuitRole)
     native = QKeySequence.SequenceFormat.NativeText
@@ -185,7 +193,10 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
 
     if splitter is not None:
         panes = add_pane_actions(window, splitter, shortcut_rows)
-    disconnect = _add_server_menu(window, connect, server) if server is not None else None
+    disconnect = None
+    if server is not None:
+        disconnect, server_connect = _add_server_menu(window, connect, server)
+        swaps += (server_connect,)
 
     help_menu = window.menuBar().addMenu("&Help")
     shortcuts = help_menu.addAction("Keyboard shortcuts")

@@ -371,21 +371,25 @@ def test_a_conversation_longer_than_the_context_follows_the_overflow_policy(
                       json=_chat()).json()["tandem"]["context"] is None
 
 
-@pytest.mark.parametrize(("mode", "named"), [(SpecMode.PROMPT_LOOKUP, None),
-                                             (SpecMode.OFF, None),
-                                             (SpecMode.DRAFT_MODEL, "small-draft"),
-                                             (SpecMode.AUTO, "small-draft")])
+@pytest.mark.parametrize(("mode", "assistant", "named"), [
+    (SpecMode.PROMPT_LOOKUP, False, None), (SpecMode.SUFFIX, False, None),
+    (SpecMode.OFF, False, None), (SpecMode.DRAFT_MODEL, False, "small-draft"),
+    (SpecMode.AUTO, False, "small-draft"),
+    (SpecMode("mtp"), False, None),  # the target's own heads draft, not the loaded draft
+    (SpecMode("mtp"), True, "small-draft")])  # an MTP assistant drafts for them
 def test_the_model_list_names_the_draft_only_where_requests_draft_with_it(
-        tmp_path: Path, mode: SpecMode, named: str | None) -> None:
+        tmp_path: Path, mode: SpecMode, assistant: bool, named: str | None) -> None:
     service = fake_service(Script())
     info = service.load(SessionConfig(target_path=tmp_path / f"{MODEL}.gguf")).result(timeout=30)
-    info = dataclasses.replace(info, draft_name="small-draft", draft_path=tmp_path / "d.gguf")
+    info = dataclasses.replace(info, draft_name="small-draft", draft_path=tmp_path / "d.gguf",
+                               draft_is_assistant=assistant)
     server = ApiServer(service, port=0, model=info,
                        settings=ApiSettings(speculation=SpeculationConfig(mode=mode)))
     server.start()
     try:
         [entry] = httpx.get(f"{server.base_url}/models").json()["data"]
         assert entry["meta"]["draft_model"] == named
+        assert entry["meta"]["draft_loaded"] == "small-draft"
         assert entry["meta"]["speculation"]["mode"] == mode.value
     finally:
         server.stop()

@@ -47,7 +47,8 @@ Hostile modes (a server that means harm, or is badly broken):
   behind it is down;
 * ``escapes``: one chunk of text with NUL, ESC, CSI and OSC sequences, then the finish;
 * ``replay``: what a real engine answered, from the folder :attr:`BrokenServer.replay`
-  (``models.json``, ``chat_stream.sse``, ``chat.json`` of ``tests/remote/data``).
+  (``models.json``, ``chat_stream.sse``, ``chat.json`` of ``tests/remote/data``, and
+  llama-server's ``/props`` and ``/slots`` where the folder has them).
 
 The last request's ``Authorization`` header is kept in :attr:`BrokenServer.last_auth`,
 every request's path in :attr:`BrokenServer.paths`.
@@ -98,7 +99,11 @@ class _Handler(BaseHTTPRequestHandler):
         mode = self.server.mode
         self.server.last_auth = self.headers.get("Authorization")
         self.server.paths.append(self.path)
-        if self.path != "/v1/models":
+        replayed = {"/props": "props.json", "/slots": "slots.json"}.get(self.path)
+        if mode == "replay" and replayed and self.server.replay is not None and (
+                self.server.replay / replayed).is_file():  # llama-server's, as recorded
+            self._send(200, (self.server.replay / replayed).read_bytes(), "application/json")
+        elif self.path != "/v1/models":
             self._send(404, b'{"error": {"message": "no such route"}}', "application/json")
         elif mode == "replay":
             assert self.server.replay is not None

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from app.errors import ContextOverflowError
-from app.remote import RemoteClient
+from app.remote import Engine, RemoteClient, RemoteResult
 from app.remote.errors import ServerHTTPError
 from app.remote.client import _llama_spec_types
 from app.remote.stream import StreamState
@@ -153,3 +153,64 @@ def test_the_recorded_model_lists_and_props_give_the_context_length() -> None:
     assert props["default_generation_settings"]["n_ctx"] == 2048  # one slot
     for bad in (True, 0, -5, 2**40, "2048", 2048.0, None):
         assert _model_entry({"id": "m", "max_model_len": bad}).context_length is None
+
+
+def test_a_llama_server_slot_window_from_props_wins_over_the_model_list(tmp_path: Path) -> None:
+    """llama-server's ``/props`` gives one slot's window (what one request may fill): it
+    is taken over the model list's ``meta.n_ctx``, which some builds give for the whole
+    context. The recorded answers, replayed, with the two numbers made to differ."""
+    from tests.remote.broken_server import BrokenServer
+
+    for name in ("models.json", "slots.json"):
+        (tmp_path / name).write_bytes((LLAMA / name).read_bytes())
+    props = json.loads((LLAMA / "props.json").read_text())
+    props["default_generation_settings"]["n_ctx"] = 1024
+    (tmp_path / "props.json").write_text(json.dumps(props))
+    models = json.loads((LLAMA / "models.json").read_text())
+    assert models["data"][0]["meta"]["n_ctx"] == 2048
+    server = BrokenServer()
+    server.mode, server.replay = "replay", tmp_path
+    try:
+        with RemoteClient(server.base_url + "/v1") as client:
+            info = client.identify()
+            assert [m.context_length for m in info.models] == [1024]
+            (tmp_path / "props.json").unlink()  # no /props: the model list's figure
+            assert [m.context_length for m in client.identify().models] == [2048]
+    finally:
+        server.stop()
+
+
+def _ended(finish: str, n_tokens: int, prompt: int | None, *, source: str = "usage",
+           overran: bool = False) -> RemoteResult:
+    return RemoteResult(text="x", finish_reason=finish, model="m",  # type: ignore[arg-type]
+                        n_tokens=n_tokens, token_count_source=source,  # type: ignore[arg-type]
+                        prompt_tokens=prompt, ttft=0.1, decode_time=1.0, total_time=1.1,
+                        overran=overran)
+
+
+@pytest.mark.parametrize(("result", "filled"), [
+    (_ended("length", 56, 200), True),  # as llama-server ended it: 256 of 256
+    (_ended("length", 55, 200), True),  # one short: the last token is not kept
+    (_ended("length", 54, 200), False),  # room left: a limit of the server's own
+    (_ended("stop", 56, 200), False),
+    (_ended("length", 100, 200), False),  # the max tokens asked for were reached
+    (_ended("length", 56, None), False),  # no prompt count: cannot tell
+    (_ended("length", 56, 200, source="chunks"), False),  # counted from chunks: not tokens
+    (_ended("length", 56, 200, overran=True), False),  # Tandem stopped reading
+])
+def test_a_reply_fills_the_servers_context_only_by_its_own_counts(result: RemoteResult,
+                                                                   filled: bool) -> None:
+    from app.remote.client import RemoteModel, ServerInfo
+    from app.remote.session import RemoteSession
+
+    info = ServerInfo(base_url="http://x", engine=Engine.LLAMA_SERVER, version=None,
+                      models=(RemoteModel("m", context_length=256),))
+    session = RemoteSession(RemoteClient("http://x"), info, "m")
+    try:
+        assert session.context_filled(result, 100) == (256 if filled else None)
+        other = RemoteSession(RemoteClient("http://x"), ServerInfo(
+            base_url="http://x", engine=Engine.LLAMA_SERVER, version=None, models=(RemoteModel("m"),)), "m")
+        assert other.context_filled(result, 100) is None  # the server said no window
+        other.close()
+    finally:
+        session.close()

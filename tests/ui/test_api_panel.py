@@ -287,10 +287,12 @@ def test_turning_the_api_off_while_a_request_runs_asks_first(  # type: ignore[no
 
     monkeypatch.setattr(QMessageBox, "exec", answer)
     with api_request_at_gate(qtbot, tmp_path) as (w, _script):
+        server = w.api.server
         w.api_panel.switch.click()
         assert asked == ["Turning the API off now stops:\n•  1 request to the local API "
                          "(the client gets an error saying the server is shutting down)"]
-        assert w.api.server is not None and w.api_panel.switch.isChecked()
+        assert w.api.server is server and w.api_panel.switch.isChecked()  # not restarted
+        assert ("reply", "api") in w.controller.service.jobs()  # the request goes on
         assert w.api.action.isChecked()
         w.api.action.trigger()  # the Server menu's twin asks the same
         assert len(asked) == 2 and w.api.server is None

@@ -160,7 +160,8 @@ def _another_conversation_during_a_reply(qtbot, window, wait_reply) -> None:  # 
     # File → Open GGUF…, Open recent and Connect are off while the reply streams, as the
     # model bar's Open button is (a load then could only refuse)
     swaps = (*window.window_actions.swaps, window.model_bar.recent_menu.menuAction())
-    assert [a.text() for a in swaps] == ["Open GGUF…", "Connect to a server…", "Open recent"]
+    assert [a.text() for a in swaps] == ["Open GGUF…", "Connect to a server…",
+                                         "Connect to a server…", "Open recent"]  # File, Server
     assert not any(a.isEnabled() for a in swaps)
     window.input.setPlainText("typed in the first one")
     window.new_conversation()
@@ -176,6 +177,7 @@ def _another_conversation_during_a_reply(qtbot, window, wait_reply) -> None:  # 
     assert warning is not None and title in warning.message and "one reply at a time" in warning.message
     assert window.input.toPlainText() == "Now add a docstring too."  # nothing lost
     window.open_conversation(first)
+    assert not window.chat.failure.isVisibleTo(window)  # its reply is being written
     assert window.input.toPlainText() == "typed in the first one"
     assert not window.gauge.source_label.isVisibleTo(window) and window.send_button.text() == "Stop"
     window.new_conversation()
@@ -210,11 +212,16 @@ def test_text_typed_and_not_sent_is_there_after_a_restart(qtbot, tandem_home) ->
     qtbot.addWidget(again)
     assert again.controller.current_conversation == cid  # reopened, with its text
     assert again.input.toPlainText() == "a long prompt\nI was still writing"
+    # typing goes on after the text brought back, not in front of it
+    qtbot.keyClicks(again.input, " and more")
+    assert again.input.toPlainText() == "a long prompt\nI was still writing and more"
     again.new_conversation()
     assert again.input.toPlainText() == "half a question for the new chat"
+    assert again.input.textCursor().atEnd()
     again.input.clear()  # sent or deleted: nothing is kept for it
     again.close()
-    assert load_settings().settings.ui.unsent == {str(cid): "a long prompt\nI was still writing"}
+    assert load_settings().settings.ui.unsent == {
+        str(cid): "a long prompt\nI was still writing and more"}
 
 
 def test_an_edit_left_for_another_conversation_is_taken_up_again(qtbot, window) -> None:  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import QMimeData, Qt, Signal, Slot
-from PySide6.QtGui import QKeyEvent, QTextOption
+from PySide6.QtGui import QKeyEvent, QTextCursor, QTextOption
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QPlainTextEdit,
@@ -66,8 +66,10 @@ class ChatInputWidget(QPlainTextEdit):
         super().insertFromMimeData(source)
 
     def set_text(self, text: str) -> None:
-        """Replace the text (:func:`app.ui.text_wrap.set_plain_text`)."""
+        """Replace the text (:func:`app.ui.text_wrap.set_plain_text`), the cursor at its
+        end: typing goes on from a draft brought back, not in front of it."""
         set_plain_text(self, text)
+        self.moveCursor(QTextCursor.MoveOperation.End)
 
     @Slot()
     def _on_document_contents_changed(self) -> None:

@@ -98,7 +98,8 @@ def remote_rows(s: SpecStats, remote: dict[str, Any]) -> dict[str, str]:
             "measured": f"{MISSING} (bench the server with speculation off)",
             "ttft": or_dash(s.ttft if s.emitted else None, ".2f", " s"),
             # the server's window where it says how large it is
-            "context": context_text(s) if s.n_ctx > 0 else f"{MISSING} (the server's own)"}
+            "context": context_text(s) if s.n_ctx > 0 and s.prompt_tokens > 0
+            else f"{MISSING} (the server's own)"}
     if figures is None:
         nothing = f"{MISSING} (the server reports nothing)"
         rows.update(alpha=nothing, tau=nothing)
@@ -444,7 +445,8 @@ GAUGE_ROWS = [
     ("context", "Context used", "How much of the context window this reply filled: its "
      "prompt (the conversation so far) and its own tokens. When the next message does "
      "not fit, earlier messages are dropped (Sampling → Too long for the context) and "
-     "marked in the chat; a larger context length keeps more (Sampling → Model)."),
+     "marked in the chat; a larger context length keeps more (Sampling → Model). "
+     "Connected to a server: the server's window, set where it starts."),
 ]
 
 
