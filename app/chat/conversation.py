@@ -132,7 +132,8 @@ class ActiveReply:
     ended before any text and is no reply (a new one is deleted, a new version gives the
     earlier one back), set before the view is told it finished. ``continued``: the text
     of the reply this one continues (:meth:`ChatController.continue_reply`), the start
-    of ``text``. ``asked``: the user message sent with it (new, or an edit's new text);
+    of ``text``; ``continued_by``: the model that wrote that text, where another than
+    this reply's. ``asked``: the user message sent with it (new, or an edit's new text);
     ``given_back``: the reply was refused because the conversation does not fit and that
     message left the conversation, its text back in the input box.
     """
@@ -152,6 +153,7 @@ class ActiveReply:
     prefill: PrefillProgressed | None = None
     taken_back: bool = False
     continued: str = ""
+    continued_by: str | None = None
     asked: StoredMessage | None = None
     given_back: bool = False
 
@@ -178,6 +180,8 @@ def same_edit(text: str, stored: str) -> bool:
 
 #: the note of a reply that continues another (its figures are the continuation's)
 CONTINUED_NOTE = "Continued: the figures are those of the text added."
+#: said after it when another model wrote the text it went on from
+CONTINUED_FROM = "The text it went on from was written by {model}."
 
 #: seconds a check that the connected server still answers may take (connecting, then
 #: its whole model list)
@@ -1007,6 +1011,7 @@ class ChatController:
         self.view.save_settings_soon()
         self.view.conversations_changed()
         self.view.state_changed()
+        self.view.clear_errors("search")  # another conversation's, or another search's
         if conv is not None and search.strip():
             self._say_where_found(conv.id, search.strip())
 
@@ -1418,6 +1423,9 @@ class ChatController:
                                  ahead=self.service.ahead_of(job),
                                  regenerated=version_of is not None,
                                  continued=continued.content if continued else "",
+                                 continued_by=continued.model if continued is not None
+                                 and model is not None and continued.model is not None
+                                 and continued.model != valid_text(model) else None,
                                  asked=asked)
         if version_of is None:
             self._roles.append((stored.id, stored.role))
@@ -1514,7 +1522,8 @@ class ChatController:
         reason = "interrupted" if self._closing and fin.reason == "cancelled" else fin.reason
         note = fin.note
         if reply.continued:  # the figures are the new text's (the last line stays last)
-            note = "\n".join(filter(None, (CONTINUED_NOTE, note)))
+            by = reply.continued_by and CONTINUED_FROM.format(model=reply.continued_by)
+            note = "\n".join(filter(None, (CONTINUED_NOTE, by, note)))
         if self.store is not None and reply.conversation_id >= 0 and not take_back:
             try:
                 stored = self.store.finish_reply(reply.message_id, text, reason,

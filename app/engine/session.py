@@ -25,12 +25,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.catalog.gguf_meta import inspect_gguf, load_vocab
+from app.catalog.gguf_meta import GGUFInfo, inspect_gguf, load_vocab
 from app.catalog.model_file import model_entry_path
 from app.catalog.pairing import (
     ModelShape,
     PairResult,
-    check_assistant_pair,
+    check_drafter_pair,
     check_pair,
     is_assistant_arch,
 )
@@ -551,18 +551,25 @@ class Session:
             The pairing result for a loaded draft.
 
         Raises:
-            IncompatibleDraftError: the draft cannot draft for this target (the draft is
-                not kept); the message names the failed rule.
+            IncompatibleDraftError: the draft cannot draft for this target; the message
+                names the failed rule. Found from the files' metadata before anything
+                loads or is unloaded (the draft loaded before stays), else (a target
+                file changed since it loaded) once the draft has loaded (it is not kept).
             ModelPathError, GGUFError: ``path`` is missing or cannot be read as a GGUF
-                (broken, truncated); raised before anything is unloaded, so the draft or assistant
-                loaded before stays loaded. Any later failure leaves no draft loaded.
+                (broken, truncated); raised before anything is unloaded, so the draft or
+                assistant loaded before stays loaded. Any later failure leaves no draft
+                loaded.
         """
         with self._lock:
             self._check_idle(reading=())  # a draft changed on disk can still be replaced
-            part_note, assistant = None, False
+            part_note, assistant, paired = None, False, None
             if path is not None:  # a file that cannot be read leaves the loaded draft
                 path, part_note = model_entry_path(path)
-                assistant = is_assistant_arch(inspect_gguf(path).architecture)
+                header = inspect_gguf(path)
+                assistant = is_assistant_arch(header.architecture)
+                # an incompatible file is refused before it loads, and before the draft
+                # loaded now is unloaded
+                paired = self._pair_from_headers(path, header, required=assistant)
             self._drop_assistant()
             if self._draft_drafter is not None:
                 self._draft_drafter.close()
@@ -575,7 +582,8 @@ class Session:
             if path is None:
                 return None
             if assistant:
-                return self._load_assistant(path, progress)
+                assert paired is not None
+                return self._load_assistant(path, paired, progress)
             probe_model(path, n_gpu_layers=self.config.n_gpu_layers,
                         should_stop=lambda: progress is not None and not progress(0.0))
             if part_note:
@@ -610,22 +618,41 @@ class Session:
                 log.warning("%s", w)
             return result
 
-    def _load_assistant(self, path: Path, progress: ProgressCallback | None) -> PairResult:
-        """Pair (from the files' metadata), probe the pair in a child, then load the MTP
-        assistant at ``path`` as :attr:`assistant_model`.
+    def _pair_from_headers(self, path: Path, info: GGUFInfo, *,
+                           required: bool) -> PairResult | None:
+        """The pairing rules (:func:`~app.catalog.pairing.check_drafter_pair`: an MTP
+        assistant's, else llama.cpp's) on the target's and ``path``'s GGUF metadata,
+        nothing loaded. ``required``: the target's file must be readable (an assistant is
+        paired only so); else a target file gone or changed since its load gives None
+        (the loaded models are checked after the draft loads).
 
         Raises:
-            IncompatibleDraftError: a pairing rule failed (nothing is loaded).
-            ModelLoadError: the pair failed or crashed in the load check's child.
+            IncompatibleDraftError: a rule failed; the message names it.
+            GGUFError: ``required`` and the target's file cannot be read.
         """
-        info = inspect_gguf(path)
-        result = check_assistant_pair(
-            load_vocab(self.target.path), self.target_shape, load_vocab(path),
-            ModelShape.from_header(info),
-            target_size=self.target.size_bytes, assistant_size=info.file_size)
+        try:
+            target_vocab = load_vocab(self.target.path)
+        except (OSError, TandemError):
+            if required:
+                raise
+            return None
+        result = check_drafter_pair(
+            target_vocab, load_vocab(path), target_shape=self.target_shape,
+            draft_shape=ModelShape.from_header(info), target_size=self.target.size_bytes,
+            draft_size=info.file_size)
         if not result.compatible:
             raise IncompatibleDraftError(
                 f"{path.name} cannot draft for {self.target.path.name}: {result.reason()}")
+        return result
+
+    def _load_assistant(self, path: Path, result: PairResult,
+                        progress: ProgressCallback | None) -> PairResult:
+        """Probe the pair in a child, then load the MTP assistant at ``path`` as
+        :attr:`assistant_model` (``result``: its pairing, :meth:`_pair_from_headers`).
+
+        Raises:
+            ModelLoadError: the pair failed or crashed in the load check's child.
+        """
         probe_model(path, n_gpu_layers=self.config.n_gpu_layers, target=self.target.path,
                     should_stop=lambda: progress is not None and not progress(0.0))
         self.assistant_model = LlamaModel(path, n_gpu_layers=self.config.n_gpu_layers,

@@ -647,19 +647,23 @@ class HistoryStore:
         """Where the conversations :meth:`list_conversations` finds have ``search`` in a
         message shown: by conversation id, about ``width`` characters around the first
         such place in the first such message (spaces and line breaks as one space, "…"
-        where it is cut). Conversations found by their title only, or only in versions
-        not shown, have none; so does a blank ``search``."""
+        where it is cut); found only in a version not shown, the same of that version's
+        text after "another version: ". Conversations found by their title only (or in
+        the messages kept with a version) have none; so does a blank ``search``."""
         needle = search.strip()
         if not needle:
             return {}
-        # per conversation the first message that has it (the index by conversation
-        # lets the search of each stop there)
+        # per conversation the first message that has it, else the first version that
+        # has it (the indexes by conversation and message let the search of each stop)
         rows = self._conn.execute(
             "SELECT c.id, (SELECT m.content FROM messages m WHERE m.conversation_id = c.id"
-            " AND m.content LIKE ?1 ESCAPE '\\' ORDER BY m.id LIMIT 1) FROM conversations c",
-            (f"%{_escape_like(needle)}%",)).fetchall()
-        return {int(cid): _snippet(str(content), needle, width) for cid, content in rows
-                if content is not None}
+            " AND m.content LIKE ?1 ESCAPE '\\' ORDER BY m.id LIMIT 1), (SELECT v.content"
+            " FROM reply_versions v JOIN messages m ON v.message_id = m.id WHERE"
+            " m.conversation_id = c.id AND v.content LIKE ?1 ESCAPE '\\' ORDER BY v.id"
+            " LIMIT 1) FROM conversations c", (f"%{_escape_like(needle)}%",)).fetchall()
+        return {int(cid): _snippet(str(shown), needle, width) if shown is not None
+                else "another version: " + _snippet(str(version), needle, width - 17)
+                for cid, shown, version in rows if shown is not None or version is not None}
 
     def found_elsewhere(self, conversation_id: int, search: str) -> StoredMessage | None:
         """Where :meth:`list_conversations` found ``search`` in a conversation when it is

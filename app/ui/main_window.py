@@ -105,7 +105,7 @@ def _show_last_reply(gauge: SpeculationGaugeWidget, last: StoredMessage | None,
         gauge.show_no_reply("No reply yet" if last is None else "Waiting for the reply"
                             if waiting else "No figures for the last reply")
     else:
-        gauge.show_stored(last_stats, last.model if last else None)
+        gauge.show_stored(last_stats, last.model if last else None, last.note if last else None)
     if not gauge.live:  # a reply that streams keeps its own explanation
         gauge.set_explanation(stored_auto_explanation(last.stats if last else None))
 
@@ -134,7 +134,8 @@ def _show_path_figures(gauge: SpeculationGaugeWidget, controller: ChatController
     if reply is None:  # none after the version: the conversation's last (not another path's)
         _show_last_reply(gauge, *controller.last_reply(), waiting=False)
         return
-    gauge.show_stored_figures(reply.stats, reply.model, "No figures for this version")
+    gauge.show_stored_figures(reply.stats, reply.model, "No figures for this version",
+                              reply.note)
     gauge.set_explanation(stored_auto_explanation(reply.stats))
 
 
@@ -248,6 +249,14 @@ def _edit(window: MainWindow, message_id: int, text: str | None) -> bool:
         window.input.setFocus()
         window.state_changed()
     return original is not None
+
+
+def _edit_last(window: MainWindow) -> None:
+    """Up in the empty box: edit the open conversation's last message of the user's
+    (nothing while a reply is written or there is none)."""
+    last = next((m for m in reversed(window.chat.messages) if m.view().role == "user"), None)
+    if last is not None:
+        _edit(window, last.message_id, None)
 
 
 def _connect_server(window: MainWindow) -> None:
@@ -525,8 +534,10 @@ class MainWindow(QMainWindow):
         cv.conversation_export_clicked.connect(lambda cid: export_with_dialog(self, c, cid))
         cv.search_changed.connect(self.conversations_changed)
         cv.search_changed.connect(self.chat.find_text)  # marked in the open conversation
+        cv.search_changed.connect(lambda _text: self.clear_errors("search"))  # its hint goes
         self.system_prompt.system_prompt_edited.connect(c.set_system_prompt)
         self.chat.edit_clicked.connect(self.edit_message)
+        self.input.edit_last_requested.connect(lambda: _edit_last(self))
         self.chat.regenerate_clicked.connect(self.regenerate)
         self.chat.continue_clicked.connect(c.continue_reply)
         self.chat.version_requested.connect(c.show_version)

@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 import app
 from app.diagnostics import about_info
 from app.store.settings import UiSettings
+from app.ui.chat.conversation_list import STEP_KEYS
 from app.ui.labels import Label
 
 
@@ -184,6 +185,9 @@ def install_window_actions(window: QMainWindow, *, new_chat: Callable[[], object
     quit_action.setMenuRole(QAction.MenuRole.QuitRole)
     native = QKeySequence.SequenceFormat.NativeText
     shortcut_rows += [("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
+                      ("Edit your last message", "Up in the empty message box"),
+                      ("Next or previous conversation", " or ".join(
+                          QKeySequence(k).toString(native) for k in STEP_KEYS)),
                       ("Press the focused button", "Enter or Space"),
                       # the conversation list's own keys (Qt's edit key, the Delete key)
                       ("Rename the selected conversation",

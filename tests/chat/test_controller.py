@@ -892,9 +892,10 @@ def test_a_conversation_opened_from_a_search_says_which_message_hides_the_match(
     error = rig.view.errors[-1]
     assert (error.title, error.origin) == ("Found in another version", "search")
     assert "“okapi”" in error.message and "your message “tell me about plants”" in error.message
-    count = len(rig.view.errors)
+    count, calls = len(rig.view.errors), len(rig.view.calls)
     rig.c.open_conversation(cid, search="plants")  # on the path shown: nothing to say
     assert len(rig.view.errors) == count
+    assert ("clear_errors", ("search",)) in rig.view.calls[calls:]  # the hint went
     assert ("clear_errors", ("search",)) in rig.view.calls
 
 
@@ -1105,3 +1106,25 @@ def test_a_draft_min_above_prompt_lookups_k_still_loads_the_draft(tmp_path: Path
         assert rig.settings.speculation.mode is SpecMode.DRAFT_MODEL
     finally:
         rig.c.close()
+
+
+def test_a_reply_continued_by_another_model_says_whose_text_it_went_on_from(
+        rig: Rig, tmp_path: Path) -> None:
+    """Continue after loading another target: the new version is stored under the model
+    that continued it, and its note names the model that wrote the text before."""
+    from app.chat.conversation import CONTINUED_FROM, CONTINUED_NOTE
+
+    rig.settings.sampling = SamplingParams(temperature=0.0, max_tokens=3)
+    rig.script.replies = ["one two three four five", " four five"]
+    rig.c.send_message("count to five")
+    rig.reply_done()
+    cut = rig.store.message(rig.c.last_reply_id)  # type: ignore[arg-type]
+    other = tmp_path / "other-target.gguf"
+    write_header_only(other)
+    rig.c.load_model(other)
+    rig.pump.until(rig.c, lambda: not rig.c.loading)
+    assert rig.c.continue_reply()
+    rig.reply_done()
+    m = rig.store.message(cut.id)
+    assert m.model == "other-target.gguf" and cut.model == "target.gguf"
+    assert m.note == f"{CONTINUED_NOTE}\n{CONTINUED_FROM.format(model='target.gguf')}"

@@ -744,3 +744,26 @@ def test_every_part_of_a_split_model_is_watched(tmp_path: Path) -> None:
         ("m-00001-of-00002.gguf", 4), ("m-00002-of-00002.gguf", 8)]
     assert [p.name for p, _ in _file_stats(tmp_path / "m-00002-of-00002.gguf")] == [
         "m-00002-of-00002.gguf"]
+
+
+def test_an_incompatible_draft_is_refused_from_its_header_before_it_loads(
+        smollm_path: Path, gemma_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gemma 3 (an SPM vocabulary) cannot draft for SmolLM2 (BPE): the pairing rules on
+    the two files' metadata refuse it before it is probed or loaded, and the draft loaded
+    before (SmolLM2 itself, compatible) stays loaded."""
+    from app.engine import session as session_module
+    from app.errors import IncompatibleDraftError
+
+    with Session.open(SessionConfig(target_path=smollm_path, draft_path=smollm_path,
+                                    n_ctx=256, n_threads=2)) as s:
+        assert s.draft_model is not None
+        loaded: list[Path] = []
+        real = session_module.LlamaModel
+        monkeypatch.setattr(session_module, "probe_model",
+                            lambda path, **_kw: loaded.append(Path(path)))
+        monkeypatch.setattr(session_module, "LlamaModel",
+                            lambda path, **kw: loaded.append(Path(path)) or real(path, **kw))
+        with pytest.raises(IncompatibleDraftError, match="vocab_type: target BPE, draft SPM"):
+            s.set_draft_model(gemma_path)
+        assert loaded == []  # neither probed nor loaded
+        assert s.draft_model is not None and s.draft_model.path == smollm_path

@@ -125,19 +125,23 @@ def test_found_elsewhere_names_the_shown_message_whose_versions_hold_the_text(
 def test_search_snippets_give_the_line_around_the_first_place_found(store: HistoryStore) -> None:
     """Under each conversation the search finds in a message shown: the text around the
     first place (of its first message that has it), on one line, cut between words with
-    "…"; none for one found by its title or only in a version not shown; %, _ and the
-    case as the search reads them."""
+    "…"; for one found only in a version not shown, the same of that version after
+    "another version: "; none for one found by its title; %, _ and the case as the
+    search reads them."""
     cid = store.create_conversation("Lake trip").id
     store.add_user_message(cid, "Summer plans.\n\nWe go to the LAKE house with 100% of\nus.")
     _reply(store, cid, "the lake house is " + "far " * 40)
     titled = store.create_conversation("lake notes").id
-    mid = _reply(store, store.create_conversation().id, "the old lake")
+    versioned = store.create_conversation().id
+    mid = _reply(store, versioned, "the old lake")
     store.begin_reply_version(mid)
     store.finish_reply(mid, "the new sea", "stop", {"mode": "off"})
     snippets = store.search_snippets("lake house", width=30)
     assert snippets == {cid: "…the LAKE house with 100% of us."}  # whole words
     assert titled in [c.id for c in store.list_conversations("lake")]
-    assert set(store.search_snippets("lake")) == {cid}  # not by title, not an old version
+    found = store.search_snippets("lake")
+    assert set(found) == {cid, versioned}  # not by title
+    assert found[versioned] == "another version: the old lake"
     assert store.search_snippets("100%", width=30) == {cid: "…100% of us."}
     assert store.search_snippets("house is", width=20)[cid] == "…house is far far far far…"
     assert store.search_snippets("  ") == {} and store.search_snippets("1_0") == {}

@@ -32,12 +32,16 @@ def test_serve_api_gauge_follows_an_api_request(qtbot, window) -> None:  # type:
         window.api.handle(JobDone(0, "load", "window", None))  # as after an unload
         qtbot.waitUntil(lambda: "No model is loaded: requests are answered 503"
                         in panel.status.text(), timeout=5000)
+        assert window.api_status_label.text() == (
+            f"API on {base} (503 until a model is loaded in Tandem)")  # the bar says it too
         window.controller.model_info = dataclasses.replace(info, remote=object())
         window.api._show_serving()
         assert "connected to a server" in panel.status.text()
+        assert window.api_status_label.text().endswith("(503 until a model is loaded in Tandem)")
     finally:
         window.controller.model_info = info
         window.api._show_serving()
+    assert window.api_status_label.text() == f"API on {base}"
     # beside a long model status, the address still shows whole (the status is elided)
     window.resize(1024, 720)
     qtbot.waitUntil(lambda: window.width() == 1024, timeout=5000)

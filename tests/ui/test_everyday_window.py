@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QEventLoop, Qt, QTimer, QUrl
-from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtGui import QDesktopServices, QGuiApplication, QShortcut
 from PySide6.QtWidgets import QApplication, QDialog, QLabel, QMessageBox, QPushButton, QToolButton
 
 from app.engine.stats import SpecStats
@@ -468,3 +468,56 @@ def test_a_question_left_without_a_reply_says_so_when_opened(qtbot, window) -> N
     assert window.regenerate_button.isVisibleTo(window)
     window.open_conversation(answered)
     assert not window.chat.failure.isVisibleTo(window)
+
+
+def test_the_keyboard_reaches_messages_edits_the_last_and_steps_conversations(  # type: ignore[no-untyped-def]
+        qtbot, window) -> None:
+    """Tab goes from the chat through each message's buttons, top to bottom, to the
+    input box (not by way of the side panel); Up in the empty box edits the last message
+    sent; Ctrl+PgDown and Ctrl+PgUp open the next and the previous conversation; the
+    shortcuts list says so."""
+    older = _conversation("older", 1, None)
+    newer = _conversation("newer", 2, None)
+    window.conversations_changed()
+    window.open_conversation(newer)
+    chain, w = [], window.chat.nextInFocusChain()
+    while w is not window.input and len(chain) < 50:
+        if w.focusPolicy() & Qt.FocusPolicy.TabFocus and w.isVisibleTo(window):
+            chain.append(w)
+        w = w.nextInFocusChain()
+    buttons = [b.text() for b in chain if isinstance(b, QToolButton)]
+    assert w is window.input and buttons == ["Copy", "Edit", "Copy", "Regenerate",
+                                             "Copy", "Edit", "Copy", "Regenerate"]
+    assert all(window.chat.isAncestorOf(b) for b in chain)
+    window.input.setFocus()
+    qtbot.keyClick(window.input, Qt.Key.Key_Up)
+    assert window.controller.editing_message_id == window.chat.messages[2].message_id
+    assert window.input.toPlainText() == "newer question 1"
+    window._on_composer_cancel_edit_clicked()
+    rows = [window.conversations.list.item(i).text()
+            for i in range(window.conversations.list.count())]
+    assert rows.index("newer") < rows.index("older")  # the newest first
+    window.conversations.step(1)
+    assert window.controller.current_conversation == older
+    window.conversations.step(1)  # past the end: it stays
+    assert window.controller.current_conversation == older
+    window.conversations.step(-1)
+    assert window.controller.current_conversation == newer
+    keys = {k.key().toString() for k in window.conversations.findChildren(QShortcut)}
+    assert {"Ctrl+PgDown", "Ctrl+PgUp"} <= keys
+    window.window_actions.shortcuts.trigger()
+    [dialog] = [d for d in window.findChildren(QDialog) if d.objectName() == "shortcutsDialog"]
+    texts = {label.text() for label in dialog.findChildren(QLabel)}
+    assert {"Edit your last message", "Next or previous conversation"} <= texts
+    dialog.close()
+
+
+def test_a_search_hint_goes_when_the_search_changes(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    from app.chat.events import UserError
+
+    window.conversations.search.setText("okapi")
+    window.controller.report(UserError("Found in another version", "“okapi” is not in the "
+                                       "messages shown", level="warning", origin="search"))
+    assert window.message_bar.current is not None
+    window.conversations.search.clear()
+    qtbot.waitUntil(lambda: window.message_bar.current is None, timeout=5000)

@@ -246,3 +246,22 @@ def test_a_version_that_filled_the_context_is_not_said_to_hit_the_token_limit(
         summary = next(line for line in md.splitlines() if line.startswith("<details>"))
         assert "28 tokens" in summary and "token limit" not in summary
         assert "*9 tokens · no speculation · hit the token limit*" in md
+
+
+def test_a_continued_version_says_its_figures_are_the_added_texts(tmp_path: Path) -> None:
+    """A version made by Continue holds the whole text, and its figures those of the text
+    added: the summary of such a version in <details> says so, as the window does."""
+    from app.chat.conversation import CONTINUED_NOTE
+
+    with HistoryStore.open(tmp_path / "h.sqlite3") as store:
+        cid = store.create_conversation().id
+        store.add_user_message(cid, "q")
+        mid = store.begin_reply(cid).id
+        store.finish_reply(mid, "the start and the rest", "length",
+                           {"mode": "off", "emitted": 512}, note=CONTINUED_NOTE)
+        store.begin_reply_version(mid)
+        store.finish_reply(mid, "another", "stop", {"mode": "off", "emitted": 3})
+        md = conversation_markdown(store, cid)
+        summary = next(line for line in md.splitlines() if line.startswith("<details>"))
+        assert "512 tokens" in summary
+        assert summary.endswith("· continued, the figures are those of the text added</summary>")

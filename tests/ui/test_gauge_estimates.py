@@ -352,3 +352,16 @@ def test_a_reply_cut_by_the_full_context_says_so_once() -> None:
     both = f"Speculation was turned off for this reply.\n{note}"
     footer = reply_footer({"emitted": 289, "mode": "off"}, "length", both)
     assert "hit the token limit" not in footer and footer.endswith(both)
+
+
+def test_a_stored_reply_shows_the_note_it_was_stored_with(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """A version shown again (or a conversation opened) keeps its note in the gauge, as
+    when it ended: a continued reply's "the figures are those of the text added"."""
+    from app.chat.conversation import CONTINUED_NOTE
+
+    gauge = SpeculationGaugeWidget()
+    qtbot.addWidget(gauge)
+    gauge.show_stored_figures(_stats(20, 18).to_dict(), "m", "No figures", CONTINUED_NOTE)
+    assert gauge.note_label.text().startswith(CONTINUED_NOTE)
+    gauge.show_stored(_stats(20, 18), "m")
+    assert CONTINUED_NOTE not in gauge.note_label.text()

@@ -129,7 +129,6 @@ class ApiServing(QObject):
         self.server = server
         self._clear_errors("api")  # an earlier failure to start (a port in use) is over
         self._show_serving()
-        self.status_label.setText(f"API on {server.base_url}")
         self.status_label.show()
         return True
 
@@ -163,6 +162,9 @@ class ApiServing(QObject):
                 else "No model is loaded: requests are answered 503 until one is. ")
         self.panel.set_serving(self.server.base_url, note)
         self._check_action(True)
+        # the status bar says it too: the API answers nothing until a model is loaded
+        self.status_label.setText(f"API on {self.server.base_url}" + (
+            " (503 until a model is loaded in Tandem)" if note else ""))
 
     def handle(self, event: object) -> None:
         """Follow one service event (any kind; those of API replies move the gauge)."""

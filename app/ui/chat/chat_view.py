@@ -745,6 +745,18 @@ class ChatViewWidget(QScrollArea):
         self._update_regenerate()
         self._update_starters()
         self._mark_out_of_context()
+        self._order_tab_stops()
+
+    def _order_tab_stops(self) -> None:
+        """Tab goes from the chat view through the shown messages' buttons, top to
+        bottom, on to what follows the view (the input box): a message made later would
+        otherwise join the window's tab chain at its end, after the side panel."""
+        previous: QWidget = self
+        for message in self._messages:
+            for w in message.findChildren(QWidget):
+                if w.focusPolicy() & Qt.FocusPolicy.TabFocus and w.isVisibleTo(message):
+                    QWidget.setTabOrder(previous, w)
+                    previous = w
 
     @property
     def earlier_count(self) -> int:

@@ -56,6 +56,10 @@ _TITLE_ROLE = Qt.ItemDataRole.UserRole + 2
 _SNIPPET_COLOR = QColor("#5a6b7f")
 
 
+#: the keys that open the next and the previous conversation of the list
+STEP_KEYS = ("Ctrl+PgDown", "Ctrl+PgUp")
+
+
 def _item_id(item: QListWidgetItem) -> int | None:
     """The conversation id of a row; None for the "no conversation matches" line."""
     value = item.data(_ID_ROLE)
@@ -183,6 +187,11 @@ class ConversationListWidget(QWidget):
         delete_key = QShortcut(QKeySequence(QKeySequence.StandardKey.Delete), self.list,
                                context=Qt.ShortcutContext.WidgetShortcut)
         delete_key.activated.connect(self._on_delete_key_activated)
+        # anywhere in the window, as a browser's keys for its tabs (the list shown)
+        for key, delta in ((STEP_KEYS[0], 1), (STEP_KEYS[1], -1)):
+            step = QShortcut(QKeySequence(key), self,
+                             context=Qt.ShortcutContext.WindowShortcut)
+            step.activated.connect(lambda delta=delta: self.step(delta))
         self._search_timer = QTimer(self)
         self._search_timer.setSingleShot(True)
         self._search_timer.setInterval(200)
@@ -267,6 +276,16 @@ class ConversationListWidget(QWidget):
         if self.list.count() == 1 and _item_id(self.list.item(0)) is None:
             return self.list.item(0).text()
         return None
+
+    def step(self, delta: int) -> None:
+        """Open the conversation ``delta`` rows below the current one in the list
+        (negative: above; none current: from the top or the bottom); past either end
+        nothing changes."""
+        rows = [i for i in range(self.list.count()) if _item_id(self.list.item(i)) is not None]
+        current = self.list.currentRow()
+        here = rows.index(current) if current in rows else (-1 if delta > 0 else len(rows))
+        if 0 <= here + delta < len(rows):
+            self.list.setCurrentRow(rows[here + delta])
 
     def _item_for(self, conversation_id: int) -> QListWidgetItem | None:
         for i in range(self.list.count()):

@@ -34,6 +34,8 @@ class ChatInputWidget(QPlainTextEdit):
 
     submitted = Signal()
     """Enter was pressed (without Shift) while the box had text."""
+    edit_last_requested = Signal()
+    """Up was pressed in the empty box: edit the last message sent (as chat apps do)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -45,6 +47,10 @@ class ChatInputWidget(QPlainTextEdit):
         self._on_document_contents_changed()
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
+        if (event.key() == Qt.Key.Key_Up and not event.modifiers()
+                and not self.toPlainText()):
+            self.edit_last_requested.emit()
+            return
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
             mods = event.modifiers()
             if mods & Qt.KeyboardModifier.ShiftModifier:

@@ -653,10 +653,12 @@ class SpeculationGaugeWidget(QFrame):
         self._dirty = True
         self.refresh()
 
-    def show_stored(self, stats: SpecStats | None, model: str | None = None) -> None:
+    def show_stored(self, stats: SpecStats | None, model: str | None = None,
+                    note: str | None = None) -> None:
         """Show a stored reply's statistics (opening a conversation, showing a version;
-        None: no figures, :meth:`show_no_reply`) with the note and advice it ended with;
-        no-op while streaming. ``model``: the one that wrote it
+        None: no figures, :meth:`show_no_reply`) with the note (``note``: the one it was
+        stored with) and advice it ended with; no-op while streaming. ``model``: the one
+        that wrote it
         (:meth:`update_stored_source`). The rate curve is cleared: it belongs to the
         reply that last streamed, and a stored reply keeps none."""
         if stats is None:
@@ -670,14 +672,14 @@ class SpeculationGaugeWidget(QFrame):
         self.update_stored_source()
         self._mode_known = True
         self.sparkline.clear()
-        self.note_label.setText(_reply_note(stats, threads_auto=self.threads_auto))
+        self.note_label.setText(_reply_note(stats, note, threads_auto=self.threads_auto))
         self.refresh()  # at once: nothing streams, and the last figures were cleared
 
     def show_stored_figures(self, raw: Mapping[str, Any] | None, model: str | None,
-                            empty: str) -> None:
+                            empty: str, note: str | None = None) -> None:
         """:meth:`show_stored` of a stored reply's statistics as the history keeps them
-        (``StoredMessage.stats``); without any, or unreadable ones (logged), no figures
-        with the header ``empty`` (:meth:`show_no_reply`)."""
+        (``StoredMessage.stats``, and its ``note``); without any, or unreadable ones
+        (logged), no figures with the header ``empty`` (:meth:`show_no_reply`)."""
         try:
             stats = SpecStats.from_dict(dict(raw)) if raw else None
         except (TypeError, ValueError):
@@ -686,7 +688,7 @@ class SpeculationGaugeWidget(QFrame):
         if stats is None:
             self.show_no_reply(empty)
         else:
-            self.show_stored(stats, model)
+            self.show_stored(stats, model, note)
 
     def update_stored_source(self) -> None:
         """Show or hide the line above a stored reply's figures (:attr:`written_by` of the
