@@ -180,6 +180,8 @@ def same_edit(text: str, stored: str) -> bool:
 
 #: the note of a reply that continues another (its figures are the continuation's)
 CONTINUED_NOTE = "Continued: the figures are those of the text added."
+#: the same in a list of a version's figures (an export's summary of a hidden version)
+CONTINUED_SUMMARY = "continued, the figures are those of the text added"
 #: said after it when another model wrote the text it went on from
 CONTINUED_FROM = "The text it went on from was written by {model}."
 
@@ -1011,7 +1013,6 @@ class ChatController:
         self.view.save_settings_soon()
         self.view.conversations_changed()
         self.view.state_changed()
-        self.view.clear_errors("search")  # another conversation's, or another search's
         if conv is not None and search.strip():
             self._say_where_found(conv.id, search.strip())
 
@@ -1424,8 +1425,7 @@ class ChatController:
                                  regenerated=version_of is not None,
                                  continued=continued.content if continued else "",
                                  continued_by=continued.model if continued is not None
-                                 and model is not None and continued.model is not None
-                                 and continued.model != valid_text(model) else None,
+                                 and self.written_by(continued.model) else None,
                                  asked=asked)
         if version_of is None:
             self._roles.append((stored.id, stored.role))

@@ -552,9 +552,9 @@ class Session:
 
         Raises:
             IncompatibleDraftError: the draft cannot draft for this target; the message
-                names the failed rule. Found from the files' metadata before anything
-                loads or is unloaded (the draft loaded before stays), else (a target
-                file changed since it loaded) once the draft has loaded (it is not kept).
+                names the failed rule. Found from the draft's metadata before anything
+                loads or is unloaded (the draft loaded before stays); the loaded pair is
+                checked again once it has loaded (then it is not kept).
             ModelPathError, GGUFError: ``path`` is missing or cannot be read as a GGUF
                 (broken, truncated); raised before anything is unloaded, so the draft or
                 assistant loaded before stays loaded. Any later failure leaves no draft
@@ -569,7 +569,7 @@ class Session:
                 assistant = is_assistant_arch(header.architecture)
                 # an incompatible file is refused before it loads, and before the draft
                 # loaded now is unloaded
-                paired = self._pair_from_headers(path, header, required=assistant)
+                paired = self._pair_from_headers(path, header)
             self._drop_assistant()
             if self._draft_drafter is not None:
                 self._draft_drafter.close()
@@ -618,26 +618,17 @@ class Session:
                 log.warning("%s", w)
             return result
 
-    def _pair_from_headers(self, path: Path, info: GGUFInfo, *,
-                           required: bool) -> PairResult | None:
+    def _pair_from_headers(self, path: Path, info: GGUFInfo) -> PairResult:
         """The pairing rules (:func:`~app.catalog.pairing.check_drafter_pair`: an MTP
-        assistant's, else llama.cpp's) on the target's and ``path``'s GGUF metadata,
-        nothing loaded. ``required``: the target's file must be readable (an assistant is
-        paired only so); else a target file gone or changed since its load gives None
-        (the loaded models are checked after the draft loads).
+        assistant's, else llama.cpp's) between the loaded target and ``path``'s GGUF
+        metadata (``info``: its header), before anything of ``path`` loads.
 
         Raises:
             IncompatibleDraftError: a rule failed; the message names it.
-            GGUFError: ``required`` and the target's file cannot be read.
+            GGUFError: ``path``'s vocabulary cannot be read.
         """
-        try:
-            target_vocab = load_vocab(self.target.path)
-        except (OSError, TandemError):
-            if required:
-                raise
-            return None
         result = check_drafter_pair(
-            target_vocab, load_vocab(path), target_shape=self.target_shape,
+            ModelVocab(self.target), load_vocab(path), target_shape=self.target_shape,
             draft_shape=ModelShape.from_header(info), target_size=self.target.size_bytes,
             draft_size=info.file_size)
         if not result.compatible:

@@ -653,17 +653,19 @@ class HistoryStore:
         needle = search.strip()
         if not needle:
             return {}
-        # per conversation the first message that has it, else the first version that
-        # has it (the indexes by conversation and message let the search of each stop)
+        # per conversation the first message that has it ("m"), else (only then) the
+        # first version that has it ("v"), each search stopping at its first find (in
+        # the order of the indexes by conversation and message)
         rows = self._conn.execute(
-            "SELECT c.id, (SELECT m.content FROM messages m WHERE m.conversation_id = c.id"
-            " AND m.content LIKE ?1 ESCAPE '\\' ORDER BY m.id LIMIT 1), (SELECT v.content"
-            " FROM reply_versions v JOIN messages m ON v.message_id = m.id WHERE"
-            " m.conversation_id = c.id AND v.content LIKE ?1 ESCAPE '\\' ORDER BY v.id"
-            " LIMIT 1) FROM conversations c", (f"%{_escape_like(needle)}%",)).fetchall()
-        return {int(cid): _snippet(str(shown), needle, width) if shown is not None
-                else "another version: " + _snippet(str(version), needle, width - 17)
-                for cid, shown, version in rows if shown is not None or version is not None}
+            "SELECT c.id, COALESCE((SELECT 'm' || m.content FROM messages m WHERE"
+            " m.conversation_id = c.id AND m.content LIKE ?1 ESCAPE '\\' ORDER BY m.id"
+            " LIMIT 1), (SELECT 'v' || v.content FROM messages m JOIN reply_versions v ON"
+            " v.message_id = m.id WHERE m.conversation_id = c.id AND v.content LIKE ?1"
+            " ESCAPE '\\' ORDER BY m.id, v.created_at LIMIT 1)) FROM conversations c",
+            (f"%{_escape_like(needle)}%",)).fetchall()
+        return {int(cid): _snippet(str(found)[1:], needle, width) if found[0] == "m"
+                else "another version: " + _snippet(str(found)[1:], needle, width - 17)
+                for cid, found in rows if found is not None}
 
     def found_elsewhere(self, conversation_id: int, search: str) -> StoredMessage | None:
         """Where :meth:`list_conversations` found ``search`` in a conversation when it is

@@ -59,6 +59,8 @@ def light_palette() -> QPalette:
     for role, colour in ((QPalette.ColorRole.Highlight, "#2b6cb0"),
                          (QPalette.ColorRole.HighlightedText, "#ffffff"),
                          (QPalette.ColorRole.Link, "#0969da"),
+                         (QPalette.ColorRole.LinkVisited, "#6b46c1"),
+                         (QPalette.ColorRole.Accent, "#2b6cb0"),
                          (QPalette.ColorRole.ToolTipBase, "#ffffdc"),
                          (QPalette.ColorRole.ToolTipText, "#000000"),
                          (QPalette.ColorRole.PlaceholderText, "#8a94a3")):

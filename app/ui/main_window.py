@@ -253,8 +253,10 @@ def _edit(window: MainWindow, message_id: int, text: str | None) -> bool:
 
 def _edit_last(window: MainWindow) -> None:
     """Up in the empty box: edit the open conversation's last message of the user's
-    (nothing while a reply is written or there is none)."""
-    last = next((m for m in reversed(window.chat.messages) if m.view().role == "user"), None)
+    (nothing while a reply is written, a message is edited already, or there is none)."""
+    if window.controller.editing_message_id is not None:
+        return
+    last = next((m for m in reversed(window.chat.messages) if m.role == "user"), None)
     if last is not None:
         _edit(window, last.message_id, None)
 

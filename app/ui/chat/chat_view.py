@@ -623,6 +623,8 @@ class ChatViewWidget(QScrollArea):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("chatView")
+        # Tab and clicks focus it; a wheel scroll leaves the focus where it was (the box)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         # always there, so that a path of another length after ‹ › does not move the
@@ -748,13 +750,14 @@ class ChatViewWidget(QScrollArea):
         self._order_tab_stops()
 
     def _order_tab_stops(self) -> None:
-        """Tab goes from the chat view through the shown messages' buttons, top to
-        bottom, on to what follows the view (the input box): a message made later would
-        otherwise join the window's tab chain at its end, after the side panel."""
+        """Tab goes from the chat view through the shown messages (their buttons and
+        text), top to bottom, on to what follows the view (the input box): a message made
+        later would otherwise join the window's tab chain at its end, after the side
+        panel. Hidden ones are ordered too (Continue shows later): Tab skips them."""
         previous: QWidget = self
         for message in self._messages:
             for w in message.findChildren(QWidget):
-                if w.focusPolicy() & Qt.FocusPolicy.TabFocus and w.isVisibleTo(message):
+                if w.focusPolicy() & Qt.FocusPolicy.TabFocus:
                     QWidget.setTabOrder(previous, w)
                     previous = w
 

@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from app.chat.conversation import CONTINUED_NOTE
+from app.chat.conversation import CONTINUED_NOTE, CONTINUED_SUMMARY
 from app.store.history import (
     Conversation,
     HistoryStore,
@@ -198,7 +198,7 @@ def _message_markdown(store: HistoryStore, m: StoredMessage) -> list[str]:
             continue
         about = [_figures(v.stats, v.finish_reason, v.note)] if reply else []
         if reply and v.note and CONTINUED_NOTE in v.note:  # figures of its added text only
-            about.append(CONTINUED_NOTE.rstrip(".").replace("Continued:", "continued,"))
+            about.append(CONTINUED_SUMMARY)
         if kept.get(v.number):
             n = kept[v.number]
             about.append(f"{n} message{'' if n == 1 else 's'} followed it (in the JSON export)")

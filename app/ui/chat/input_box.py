@@ -47,8 +47,9 @@ class ChatInputWidget(QPlainTextEdit):
         self._on_document_contents_changed()
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
-        if (event.key() == Qt.Key.Key_Up and not event.modifiers()
-                and not self.toPlainText()):
+        # macOS sets the keypad modifier on every arrow key
+        if (event.key() == Qt.Key.Key_Up and not self.toPlainText()
+                and not event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier):
             self.edit_last_requested.emit()
             return
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
