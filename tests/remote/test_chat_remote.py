@@ -56,7 +56,9 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     r.c.close()
 
 
-def test_chat_regenerate_edit_and_stop_on_llama_server(rig: Rig, llama_server: LlamaServer) -> None:
+def test_chat_regenerate_edit_and_stop_on_llama_server(rig: Rig,
+                                                    fresh_llama_server: LlamaServer) -> None:
+    llama_server = fresh_llama_server  # its drafter drafts on PROMPT (see the fixture)
     rig.connect(llama_server.base_url)
     remote = rig.c.remote
     assert remote is not None and remote.info.engine.value == "llama-server", rig.view.errors
