@@ -308,6 +308,9 @@ def _error_fields(response: httpx.Response) -> tuple[str, str]:
     return _body_start(response.text), ""
 
 
+#: llama-server's refusal of a prompt longer than a slot's window by itself
+_PROMPT_OVER_CONTEXT = re.compile(r"request \(\d+ tokens\) exceeds the available context size")
+
 #: how servers name a request longer than their context window: llama-server's error
 #: type, OpenAI's error code, and vLLM's sentences ("This model's maximum context length
 #: is N tokens…", "The decoder prompt (length N) is longer than the maximum model length")
@@ -536,11 +539,14 @@ class RemoteClient:
                                    "not follow redirects; give the address it points to "
                                    "if you trust it.", status=status)
         if status == 400 and _CONTEXT_REFUSAL.search(f"{kinds} {message}"):
+            # llama-server's sentence is about the prompt alone: fewer reply tokens
+            # cannot make it fit
+            prompt_alone = _PROMPT_OVER_CONTEXT.search(message)
             return ServerContextError(
                 f"The server at {self.base_url} refused the conversation as too long for "
                 f"its context window (it said: {message}). Shorten the message or the "
-                "conversation, lower Max tokens (Sampling tab), or start the server with a "
-                "longer context.",
+                "conversation, " + ("" if prompt_alone else "lower Max tokens (Sampling "
+                                    "tab), ") + "or start the server with a longer context.",
                 status=status)
         return ServerHTTPError(f"{self.base_url} answered {status} to {what}: "
                                f"{message or '(no message)'}", status=status)
@@ -756,14 +762,10 @@ class RemoteClient:
         if isinstance(props, dict) and "default_generation_settings" in props:
             engine = Engine.LLAMA_SERVER
             evidence.append("/props")
-            version = str(props.get("build_info")) if props.get("build_info") else None
-            # a slot's context window, what one request may fill (prompt and reply):
-            # /props gives it; some builds' model list gives the whole context
-            settings = props["default_generation_settings"]
-            n_ctx = count(settings.get("n_ctx") if isinstance(settings, dict) else None,
-                          integer=True) or None
-            models = tuple(dataclasses.replace(m, context_length=n_ctx or m.context_length)
-                           for m in models)
+            build = props.get("build_info")  # a short word, or not taken
+            version = printable(" ".join(build.split()))[:80] if isinstance(
+                build, str) and build.strip() else None
+            models = _with_slot_context(models, props)
         if engine is Engine.LLAMA_SERVER:
             # /props shows the default settings, whose drafter reads "none" until a
             # request ran even on a server started with --spec-type (b1-0c1e570): /slots
@@ -824,6 +826,22 @@ class RemoteClient:
         except RemoteError:
             return info
         return dataclasses.replace(info, speculation_method=method, draft_max=draft_max)
+
+    def refresh_context(self, info: ServerInfo,
+                        cancel: threading.Event | None = None) -> ServerInfo:
+        """``info`` with llama-server's context window read again from ``/props`` (the
+        server may have been restarted with another ``-c`` while connected); unchanged
+        for other engines, or when the probe fails or ``cancel`` is set."""
+        if info.engine is not Engine.LLAMA_SERVER:
+            return info
+        try:
+            with self._scrubbed(), self._cancellable(cancel):
+                props = self._probe_json("/props")
+        except RemoteError:
+            return info
+        if not isinstance(props, dict):
+            return info
+        return dataclasses.replace(info, models=_with_slot_context(info.models, props))
 
     def _llama_slots_method(self) -> str | None:
         slots = self._probe_json("/slots")
@@ -1036,6 +1054,18 @@ def _model_entry(entry: dict[str, Any]) -> RemoteModel:
                        context_length=count(entry.get("max_model_len"), integer=True) or count(
                            meta.get("n_ctx") if isinstance(meta, dict) else None, integer=True)
                        or None)
+
+
+def _with_slot_context(models: tuple[RemoteModel, ...],
+                       props: dict[str, Any]) -> tuple[RemoteModel, ...]:
+    """``models`` with llama-server's slot context window from its ``/props``
+    (``default_generation_settings.n_ctx``: what one request may fill, prompt and reply;
+    some builds' model list gives the whole context instead) where it gives one."""
+    settings = props.get("default_generation_settings")
+    n_ctx = count(settings.get("n_ctx") if isinstance(settings, dict) else None,
+                  integer=True) or None
+    return tuple(dataclasses.replace(m, context_length=n_ctx or m.context_length)
+                 for m in models)
 
 
 def _engine_from_owners(owners: set[str]) -> Engine | None:

@@ -65,6 +65,10 @@ def remote_extra(info: ServerInfo, model: str, result: RemoteResult) -> dict[str
     }
 
 
+#: the draft length assumed for a speculating server that does not say its k
+#: (llama-server's default --draft-max)
+DRAFT_ROOM = 16
+
 #: said before a remote reply's context-full note: the window is the server's
 SERVER_CONTEXT = ("The server sets its context window where it starts (llama-server's -c, "
                   "split among its -np slots; vLLM's --max-model-len; another Tandem's "
@@ -196,21 +200,28 @@ class RemoteSession:
                 return self.client.identify(cancel)
             except RemoteError:  # a stop (RemoteCancelledError) included
                 return self.info
-        return self.client.refresh_speculation(self.info, result, cancel)
+        info = self.client.refresh_speculation(self.info, result, cancel)
+        return self.client.refresh_context(info, cancel)  # restarted with another -c
 
     def context_filled(self, result: RemoteResult, max_tokens: int) -> int | None:
         """The server's context window in tokens when ``result`` ended because it was
         full, else None: a ``length`` ending before the ``max_tokens`` asked for, with
-        the prompt and the reply (the server's own counts) filling the context length
-        the server reported for this model (:attr:`RemoteModel.context_length`). A
-        server that does not report its context length, or a reply cut by a limit of
-        the server's own (llama-server's ``--n-predict``), gives None."""
+        the prompt and the reply (the server's own counts) within one token of the
+        context length the server reported for this model
+        (:attr:`RemoteModel.context_length`), or within a draft of it when the server
+        speculates (llama-server stops when the accepted tokens and a draft being checked
+        fill it: measured 500 of 512 with n-gram drafts). A server that does not report
+        its context length, or a reply cut by a limit of the server's own well before
+        the window (llama-server's ``--n-predict``), gives None."""
         n_ctx = context_length(self.info, self.model)
         if (n_ctx is None or result.finish_reason != "length" or result.overran
                 or result.token_count_source == "chunks" or result.prompt_tokens is None
                 or result.n_tokens >= max_tokens):
             return None
-        return n_ctx if result.prompt_tokens + result.n_tokens >= n_ctx - 1 else None
+        drafting = self.info.speculation_method not in (None, "none") or (
+            result.figures is not None and result.figures.draft_tokens > 0)
+        room = 1 + ((self.info.draft_max or DRAFT_ROOM) if drafting else 0)
+        return n_ctx if result.prompt_tokens + result.n_tokens >= n_ctx - room else None
 
     def _finished(self, result: RemoteResult, asked: ReplyRequest,
                   started_at: float) -> ReplyRecord:

@@ -98,11 +98,36 @@ class ConnectDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         layout.addWidget(self.buttons)
         self._update_ok()
-        self.url_edit.textChanged.connect(self._update_ok)
+        self.url_edit.textChanged.connect(self._on_url_edit_text_changed)
 
     def _update_ok(self) -> None:
+        """Connect is on once models of the address are listed, and then the default
+        button; before, Enter lists the models."""
         ok = bool(self.url_edit.text().strip()) and self.model_combo.count() > 0
-        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(ok)
+        connect = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        connect.setEnabled(ok)
+        connect.setDefault(ok)
+        self.list_button.setDefault(not ok)
+
+    @Slot(str)
+    def _on_url_edit_text_changed(self, _text: str) -> None:
+        # the models listed were another address's: list this one's first
+        self._generation += 1  # an answer still coming is the old address's
+        self._listing.set()
+        self.list_button.setEnabled(True)
+        if self.model_combo.count():
+            self.model_combo.clear()
+            self.status_label.setText("Another address: List models asks it for its models.")
+        self._update_ok()
+
+    def accept(self) -> None:
+        """Connect, unless the address is not one (said, and the dialog stays)."""
+        try:
+            self.client().close()
+        except Exception as exc:  # RemoteError for an address that is not one
+            self.status_label.setText(str(exc))
+            return
+        super().accept()
 
     def client(self) -> RemoteClient:
         """A client for the address and key as typed (raises RemoteError for a bad
@@ -155,6 +180,7 @@ class ConnectDialog(QDialog):
         if outcome.error is not None:
             self.status_label.setText(outcome.error.message)
             self._update_ok()
+            self.url_edit.setFocus()
             return
         models = outcome.value if isinstance(outcome.value, tuple) else ()
         for m in models:
@@ -167,6 +193,9 @@ class ConnectDialog(QDialog):
         self.status_label.setText(f"{n} model{'s' if n != 1 else ''} offered." if models
                                   else "The server offers no model.")
         self._update_ok()
+        # the focus left the List button while it was off: on to what comes next
+        (self.buttons.button(QDialogButtonBox.StandardButton.Ok) if models
+         else self.url_edit).setFocus()
 
     def done(self, result: int) -> None:
         self._generation += 1  # a late answer is ignored

@@ -148,3 +148,16 @@ def test_rank_drafts_orders_for_the_picker(tmp_path: Path) -> None:
     assert by_key["big"].compatible and not by_key["big"].useful
     assert not by_key["incompatible"].compatible
     assert by_key["incompatible"].reason.startswith("vocab_type: target SPM, draft BPE")
+
+
+def test_eos_detail_names_both_ids_also_when_they_may_differ(tmp_path: Path) -> None:
+    """llama.cpp compares EOS ids only when tokenizing adds EOS: the rule passes with
+    other ids then, and its detail shows them and says why (the Models window's row
+    read "✓ add_eos: target False, draft False" beside two different EOS ids)."""
+    toks = token_list(300)
+    t = load_vocab(write_vocab_gguf(tmp_path / "t.gguf", toks, add_eos=False, eos=2))
+    d = load_vocab(write_vocab_gguf(tmp_path / "d.gguf", toks, add_eos=False, eos=1))
+    check = next(c for c in check_pair(t, d).checks if c.rule == "eos_token")
+    assert check.ok and check.detail == (
+        "add_eos: target False, draft False; EOS id: target 2, draft 1 (not added to "
+        "prompts, so the ids may differ)")

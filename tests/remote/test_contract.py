@@ -135,6 +135,9 @@ def test_a_context_refusal_is_told_from_other_bad_requests(body: dict, context: 
     assert isinstance(error, ServerHTTPError) and error.status == 400
     assert isinstance(error, ContextOverflowError) is context
     assert body["error"]["message"] in str(error)
+    # llama-server's refusal is of the prompt alone: fewer reply tokens would not help
+    prompt_alone = "exceeds the available context size" in body["error"]["message"]
+    assert ("lower Max tokens" in str(error)) is (context and not prompt_alone)
 
 
 def test_the_recorded_model_lists_and_props_give_the_context_length() -> None:
@@ -165,6 +168,7 @@ def test_a_llama_server_slot_window_from_props_wins_over_the_model_list(tmp_path
         (tmp_path / name).write_bytes((LLAMA / name).read_bytes())
     props = json.loads((LLAMA / "props.json").read_text())
     props["default_generation_settings"]["n_ctx"] = 1024
+    props["build_info"] = {"x": 1}  # not a word: no version is shown
     (tmp_path / "props.json").write_text(json.dumps(props))
     models = json.loads((LLAMA / "models.json").read_text())
     assert models["data"][0]["meta"]["n_ctx"] == 2048
@@ -174,6 +178,10 @@ def test_a_llama_server_slot_window_from_props_wins_over_the_model_list(tmp_path
         with RemoteClient(server.base_url + "/v1") as client:
             info = client.identify()
             assert [m.context_length for m in info.models] == [1024]
+            assert info.version is None
+            props["build_info"] = "b1\n\x1b[31mred"  # one line, its escape written out
+            (tmp_path / "props.json").write_text(json.dumps(props))
+            assert client.identify().version == "b1 \\x1b[31mred"
             (tmp_path / "props.json").unlink()  # no /props: the model list's figure
             assert [m.context_length for m in client.identify().models] == [2048]
     finally:
@@ -214,3 +222,27 @@ def test_a_reply_fills_the_servers_context_only_by_its_own_counts(result: Remote
         other.close()
     finally:
         session.close()
+
+
+def test_a_speculating_server_fills_its_context_a_draft_early() -> None:
+    """llama-server stops when the accepted tokens and a draft being checked fill the
+    window (its log said n_tokens = 511 where usage counted 500 of 512): within k of it
+    counts as full when the server speculates (k as it says, else 16), not otherwise."""
+    from app.remote.client import RemoteModel, ServerInfo
+    from app.remote.session import RemoteSession
+
+    def filled(method: str | None, draft_max: int | None, prompt: int, n: int) -> int | None:
+        info = ServerInfo(base_url="http://x", engine=Engine.LLAMA_SERVER, version=None,
+                          models=(RemoteModel("m", context_length=512),),
+                          speculation_method=method, draft_max=draft_max)
+        session = RemoteSession(RemoteClient("http://x"), info, "m")
+        try:
+            return session.context_filled(_ended("length", n, prompt), 1000)
+        finally:
+            session.close()
+
+    assert filled("ngram-simple", None, 440, 60) == 512  # 500: within the default 16
+    assert filled("ngram-simple", 8, 440, 60) is None  # k 8: 12 short is not a draft
+    assert filled("ngram-simple", 8, 440, 64) == 512
+    assert filled("none", None, 440, 60) is None  # no drafts: one token of slack only
+    assert filled(None, None, 440, 71) == 512

@@ -166,3 +166,29 @@ def test_a_reply_cut_by_the_servers_full_context_says_so(smollm_path) -> None:  
         short = reply(session, 8)
         assert short.reason == "length" and not ended_at_full_context(short.note)
         assert can_continue(short.reason, short.text, short.note)
+
+
+def test_the_servers_window_is_read_again_after_each_reply(smollm_path) -> None:  # type: ignore[no-untyped-def]
+    """llama-server restarted with another ``-c`` while connected: the next reply's
+    figures and its context-full check use the new window."""
+    from app.engine.chat import ChatMessage
+    from app.options import SamplingParams, SpeculationConfig
+    from app.remote.session import RemoteSession
+    from tests.remote.conftest import require_llama_server
+
+    exe = require_llama_server()
+    with LlamaServer(exe, smollm_path, ctx=256) as first:
+        port = first.port
+        client = RemoteClient(first.base_url + "/v1")
+        info = client.identify()
+    session = RemoteSession(client, info, info.models[0].id)
+    try:
+        assert [m.context_length for m in session.info.models] == [256]
+        with LlamaServer(exe, smollm_path, ctx=512, port=port):
+            *_, record = session.chat([ChatMessage("user", "Say hi.")],
+                                      SamplingParams(temperature=0.0, max_tokens=4),
+                                      SpeculationConfig(), threading.Event())
+            assert [m.context_length for m in session.info.models] == [512]
+            assert record.stats.n_ctx == 512
+    finally:
+        session.close()

@@ -533,3 +533,23 @@ def test_a_search_hint_goes_when_the_search_changes(qtbot, window) -> None:  # t
     assert window.message_bar.current is not None
     window.conversations.search.clear()
     qtbot.waitUntil(lambda: window.message_bar.current is None, timeout=5000)
+
+
+def test_ctrl_e_exports_also_from_the_search_box(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    """The search box (a line edit) took Ctrl+E as "end of line" on Linux desktops, so
+    Export never came: the box now leaves Ctrl+E to the window's shortcut (offscreen,
+    Qt binds no Ctrl+E for line edits, so the filter is asked directly as well)."""
+    from PySide6.QtCore import QEvent
+    from PySide6.QtGui import QKeyEvent
+
+    search = window.conversations.search
+    override = QKeyEvent(QEvent.Type.ShortcutOverride, Qt.Key.Key_E,
+                         Qt.KeyboardModifier.ControlModifier)
+    assert window.conversations.eventFilter(search, override) is True
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5000)
+    search.setFocus()
+    qtbot.waitUntil(search.hasFocus, timeout=5000)
+    qtbot.keyClick(search, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier)
+    assert window.message_bar.current is not None  # a new chat: nothing to export, said
+    assert window.message_bar.current.title == "Nothing to export"

@@ -192,6 +192,29 @@ def test_the_connect_dialog_lists_the_models(qtbot, broken: BrokenServer,  # typ
     dialog.reject()
 
 
+def test_the_connect_dialog_connects_only_to_the_address_it_listed(  # type: ignore[no-untyped-def]
+        qtbot, broken: BrokenServer, no_keyring: None) -> None:
+    """Models listed, then the address edited: the list goes (it was another server's),
+    Connect is off and Enter lists again; an address that is not one is said in the
+    dialog, which stays open; after listing, the focus is on Connect (Enter connects)."""
+    from PySide6.QtCore import Qt
+
+    dialog = ConnectDialog(ApiKeyStore(), broken.base_url, "broken")
+    qtbot.addWidget(dialog)
+    dialog.show()
+    connect = dialog.buttons.button(dialog.buttons.StandardButton.Ok)
+    assert dialog.list_button.isDefault() and not connect.isEnabled()
+    qtbot.keyClick(dialog.url_edit, Qt.Key.Key_Return)  # Enter lists
+    qtbot.waitUntil(lambda: dialog.model_combo.count() == 1, timeout=30_000)
+    assert connect.isEnabled() and connect.isDefault() and connect.hasFocus()
+    dialog.url_edit.setText("http://127.0.0.1:notaport")
+    assert dialog.model_combo.count() == 0 and not connect.isEnabled()
+    assert dialog.status_label.text().startswith("Another address")
+    dialog.accept()  # as Connect would, were it on: the address is refused in words
+    assert dialog.isVisible() and "is not a server address" in dialog.status_label.text()
+    dialog.reject()
+
+
 def test_connect_to_a_server_sits_beside_open_gguf(qtbot) -> None:  # type: ignore[no-untyped-def]
     from app.ui.model_bar import ModelBarWidget
 

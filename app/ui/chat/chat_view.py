@@ -306,14 +306,15 @@ class MessageWidget(QFrame):
         self._copy.clicked.connect(self._on_copy_clicked)
         self._edit = self._tool_button("Edit", "Edit this message and send it again")
         self._edit.clicked.connect(self._on_edit_clicked)
-        self._regen = self._tool_button("Regenerate", "Generate this reply again")
-        self._regen.clicked.connect(self._on_regenerate_clicked)
+        # made in the order shown: Tab follows the order they were made in
         self._continue = self._tool_button(
             "Continue", "Write more of this reply, from where it was cut short (a new "
             "version of it: ‹ › shows this one)")
         self._continue.setObjectName("continueButton")
         self._continue.clicked.connect(self._on_continue_clicked)
         self._continue.setVisible(False)
+        self._regen = self._tool_button("Regenerate", "Generate this reply again")
+        self._regen.clicked.connect(self._on_regenerate_clicked)
         for b in (self._copy, self._edit, self._continue, self._regen):
             header.addWidget(b)
         self._edit.setVisible(view.role == "user")

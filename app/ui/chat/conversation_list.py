@@ -369,7 +369,13 @@ class ConversationListWidget(QWidget):
             self.conversation_delete_clicked.emit(cid)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
-        """Down in the search box: into the list (:meth:`_on_search_down_activated`)."""
+        """Down in the search box: into the list (:meth:`_on_search_down_activated`);
+        Ctrl+E there is the window's Export (a line edit takes it as "end of line" on
+        Linux: the box's End key does that)."""
+        if (watched is self.search and event.type() == QEvent.Type.ShortcutOverride
+                and isinstance(event, QKeyEvent) and event.key() == Qt.Key.Key_E
+                and event.modifiers() == Qt.KeyboardModifier.ControlModifier):
+            return True  # not taken by the box: the shortcut goes to the window
         if (watched is self.search and event.type() == QEvent.Type.KeyPress
                 and isinstance(event, QKeyEvent) and event.key() == Qt.Key.Key_Down
                 and not event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier):

@@ -227,9 +227,10 @@ def drafter_cost_words(result: RaceResult) -> str:
         if model and sn.draft_steps:
             parts.append(f"its {sn.draft_steps} draft steps took {sn.draft_time:.2f} s "
                          f"({share}) and no token was proposed")
-        elif not model:
+        elif not model:  # what it found was declined, or there was nothing to find
             parts.append(f"its lookups in {sn.rounds} rounds took {sn.draft_time * 1000:.0f} "
-                         f"ms ({share}) and found nothing to propose")
+                         f"ms ({share})" + ("" if sn.declined else
+                                            " and found nothing to propose"))
     if model and sn.draft_catch_up_time > 0:
         parts.append(f"catching up with the tokens of rounds that drafted nothing took "
                      f"{sn.draft_catch_up_time:.2f} s")

@@ -405,8 +405,9 @@ class KSweepWidget(QWidget):
             "Other work disturbed every run of every k in this sweep" if busy
             else "No k decoded faster than speculation off in this sweep" if none_beat
             else "Use this draft length in the chat window")
-        # the words turn from green to amber when they advise against every k
-        self.recommendation.setProperty("none_beat", none_beat)
+        # the words turn from green to amber when they recommend no k (none beat
+        # speculation off, or other work disturbed every run)
+        self.recommendation.setProperty("none_beat", none_beat or busy)
         self.recommendation.style().unpolish(self.recommendation)
         self.recommendation.style().polish(self.recommendation)
         self.ks_edit.setEnabled(not self._running)

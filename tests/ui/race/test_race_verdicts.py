@@ -75,7 +75,12 @@ def test_nothing_drafted_yet_slower_in_every_pair_is_called_slower_with_its_cost
         ttft=0.97)))
     note = prediction_note(lookup, cpu_backend=True) or ""
     assert note.startswith("Prompt lookup still ran: its lookups in 40 rounds took 4 ms")
-    assert "prompt too" not in note
+    assert "found nothing to propose" in note and "prompt too" not in note
+    # what it found was declined: not "found nothing" beside "declined all 6 drafts"
+    declined = dataclasses.replace(lookup, on=_with_stats(lookup.on, dataclasses.replace(
+        lookup.on.stats, declined=6)))
+    note = prediction_note(declined, cpu_backend=True) or ""
+    assert "declined all 6 drafts" in note and "found nothing" not in note
 
 
 def test_table_rates_come_from_the_same_pairs_as_the_median_speedup() -> None:
@@ -137,6 +142,7 @@ def test_a_sweep_where_no_k_beat_off_recommends_no_k(qtbot) -> None:  # type: ig
     assert view.apply_button.text() == "No k to apply: none beat speculation off"
     text = view.recommendation.text()
     assert "No k beat speculation off" in text and "no k is recommended" in text
+    assert view.recommendation.property("none_beat") is True
     assert not any(view.table.item(i, 0).font().bold() for i in range(view.table.rowCount()))
     view.show_result(fast)
     assert "recommended k = 2" in [s.name() for s in view.chart.series()]
@@ -160,6 +166,7 @@ def test_a_sweep_whose_every_run_was_busy_recommends_no_k(qtbot) -> None:  # typ
     assert not view.apply_button.isEnabled()
     assert view.apply_button.text() == "No k to apply: every run was busy"
     assert "disturbed every run of every k" in view.recommendation.text()
+    assert view.recommendation.property("none_beat") is True  # amber: no k recommended
     assert not _sweep_records({1: 12.0, 3: 13.0}).all_busy  # clean runs: as before
 
 
