@@ -100,6 +100,12 @@ class ConnectDialog(QDialog):
         self._update_ok()
         self.url_edit.textChanged.connect(self._on_url_edit_text_changed)
 
+    def _say(self, text: str) -> None:
+        """The line under the model: what the server answered, or why not. The dialog
+        grows to a longer one (Qt lays out a wrapped label only once)."""
+        self.status_label.setText(text)
+        self.adjustSize()
+
     def _update_ok(self) -> None:
         """Connect is on once models of the address are listed, and then the default
         button; before, Enter lists the models."""
@@ -117,7 +123,7 @@ class ConnectDialog(QDialog):
         self.list_button.setEnabled(True)
         if self.model_combo.count():
             self.model_combo.clear()
-            self.status_label.setText("Another address: List models asks it for its models.")
+            self._say("Another address: List models asks it for its models.")
         self._update_ok()
 
     def accept(self) -> None:
@@ -125,7 +131,7 @@ class ConnectDialog(QDialog):
         try:
             self.client().close()
         except Exception as exc:  # RemoteError for an address that is not one
-            self.status_label.setText(str(exc))
+            self._say(str(exc))
             return
         super().accept()
 
@@ -151,12 +157,12 @@ class ConnectDialog(QDialog):
         try:
             client = self.client()
         except Exception as exc:  # RemoteError for an address that is not one
-            self.status_label.setText(str(exc))
+            self._say(str(exc))
             return
         self._generation += 1
         self._listing.set()  # an earlier list still waiting is not needed any more
         self._listing = threading.Event()
-        self.status_label.setText("Asking the server for its models…")
+        self._say("Asking the server for its models…")
         self.list_button.setEnabled(False)
 
         def job(_report: Callable[[object], None],
@@ -178,7 +184,7 @@ class ConnectDialog(QDialog):
         self.list_button.setEnabled(True)
         self.model_combo.clear()
         if outcome.error is not None:
-            self.status_label.setText(outcome.error.message)
+            self._say(outcome.error.message)
             self._update_ok()
             self.url_edit.setFocus()
             return
@@ -190,7 +196,7 @@ class ConnectDialog(QDialog):
             if index >= 0:
                 self.model_combo.setCurrentIndex(index)
         n = len(models)
-        self.status_label.setText(f"{n} model{'s' if n != 1 else ''} offered." if models
+        self._say(f"{n} model{'s' if n != 1 else ''} offered." if models
                                   else "The server offers no model.")
         self._update_ok()
         # the focus left the List button while it was off: on to what comes next
