@@ -5,7 +5,10 @@ keys) while a reply is written, the local API answers, a race or k sweep runs or
 download is under way asks first, naming what would stop and what becomes of it; a
 window closed by the program (Ctrl-C or SIGTERM in the terminal, tests) does not, nor,
 for now, a quit the platform sends the application rather than the window (macOS's Dock
-menu, logging out). "Don't ask again" turns it off (``ui.confirm_quit``).
+menu, logging out). "Don't ask again" turns it off (``ui.confirm_quit``). Unsent text
+too long to keep for the next start is named too. The same question, its list kept
+true while it is open (:func:`ask_to_stop`), asks before "Serve API" is turned off
+while API requests run.
 """
 
 from __future__ import annotations
