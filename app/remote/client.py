@@ -708,11 +708,15 @@ class RemoteClient:
             raise ServerProtocolError(f"{self.base_url}/v1/models did not answer JSON: "
                                       f"{response.text[:120]!r}") from exc
         data = body.get("data") if isinstance(body, dict) else None
-        if not isinstance(data, list) or not all(
-                isinstance(m, dict) and isinstance(m.get("id"), str) for m in data):
+        entries = [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)
+                   ] if isinstance(data, list) else []
+        if not isinstance(data, list) or (data and not entries):
             raise ServerProtocolError(f"{self.base_url}/v1/models is not an OpenAI model "
                                       "list (no 'data' list of models with an 'id').")
-        return tuple(_model_entry(m) for m in data)
+        if len(entries) < len(data):  # the models it names are still offered
+            log.warning("%s/v1/models: %d of %d entries have no model id; left out",
+                        self.display_url, len(data) - len(entries), len(data))
+        return tuple(_model_entry(m) for m in entries)
 
     def metrics_text(self) -> str | None:
         """``GET /metrics`` as text; None when the server has no metrics endpoint.

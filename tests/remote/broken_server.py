@@ -30,6 +30,8 @@ Hostile modes (a server that means harm, or is badly broken):
 * ``models-trickle``: ``/v1/models`` promises a body and sends one byte of it every
   0.05 s (until the client goes); ``models-deep``: a model list nested 50,000 deep;
   ``models-escapes``: a model id with terminal escapes (ESC, OSC, BEL);
+  ``models-mixed``: a model list with one good entry among malformed ones;
+  ``models-no-id``: a model list of entries without a string id;
   ``models-echo-key``: 401 with an error that repeats the ``Authorization`` header
   and carries an escape sequence;
 * ``deep-json``: the chat request answered with one JSON completion nested 100,000
@@ -276,8 +278,20 @@ def _models_echo_key(h: _Handler) -> None:
     h._send(401, json.dumps({"error": {"message": message}}).encode(), "application/json")
 
 
+def _models_mixed(h: _Handler) -> None:
+    h._send(200, json.dumps({"object": "list", "data": [
+        {"id": 5}, "a string", {"id": "good", "owned_by": "x"}, None]}).encode(),
+        "application/json")
+
+
+def _models_no_id(h: _Handler) -> None:
+    h._send(200, json.dumps({"object": "list", "data": [{"id": 5}, {"name": "m"}]}).encode(),
+            "application/json")
+
+
 _HOSTILE_MODELS = {"models-trickle": _models_trickle, "models-deep": _models_deep,
-                   "models-escapes": _models_escapes, "models-echo-key": _models_echo_key}
+                   "models-escapes": _models_escapes, "models-echo-key": _models_echo_key,
+                   "models-mixed": _models_mixed, "models-no-id": _models_no_id}
 
 
 def _deep_json(h: _Handler) -> None:

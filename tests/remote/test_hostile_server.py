@@ -246,3 +246,17 @@ def test_redaction_helpers() -> None:
     assert redact_userinfo("generate --server=https://u:p4ss@h:1 x") == (
         "generate --server=https://u:***@h:1 x")
     assert printable("a\x00b\x1b[2J\x9b\x7f\r\n\té") == "a\\x00b\\x1b[2J\\x9b\\x7f\\r\n\té"
+
+
+def test_a_model_list_with_malformed_entries_keeps_the_good_ones(broken: BrokenServer) -> None:
+    """Entries without a string id are left out (logged), the others offered; a list of
+    nothing but such entries is no OpenAI model list."""
+    client = RemoteClient(broken.base_url)
+    try:
+        broken.mode = "models-mixed"
+        assert [m.id for m in client.models()] == ["good"]
+        broken.mode = "models-no-id"
+        with pytest.raises(ServerProtocolError, match="is not an OpenAI model list"):
+            client.models()
+    finally:
+        client.close()

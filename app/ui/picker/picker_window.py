@@ -22,7 +22,7 @@ import logging
 from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, Qt, QThreadPool, Signal, Slot
-from PySide6.QtGui import QCloseEvent, QIcon, QShowEvent
+from PySide6.QtGui import QCloseEvent, QIcon, QKeySequence, QShortcut, QShowEvent
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QTabWidget, QVBoxLayout, QWidget
 
 from app.catalog.curated import CuratedPair
@@ -88,6 +88,9 @@ class ModelPickerWindow(QWidget):
         if icon.is_file():
             self.setWindowIcon(QIcon(str(icon)))
         self.setStyleSheet(PICKER_STYLE)
+        # Esc closes it, as a dialog (a combo box's open list takes its own Esc first)
+        QShortcut(QKeySequence(QKeySequence.StandardKey.Cancel), self, self.close,
+                  context=Qt.ShortcutContext.WindowShortcut)
         # Created before any worker's carrier: a pool's destructor waits for its workers.
         self.tasks = QThreadPool(self)
         self.tasks.setMaxThreadCount(TASK_THREADS)

@@ -215,3 +215,19 @@ def test_a_failed_download_offers_remove_which_deletes_the_partial_file(  # type
     assert w.downloads.job(job) is None and job not in w.downloads_tab.rows
     assert list(partial_dir.glob("*.incomplete*")) == []
     assert w.shutdown()
+
+
+def test_esc_closes_the_models_window_from_its_table(qtbot, empty_models_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QAbstractItemView
+
+    w = ModelPickerWindow(pairs=())
+    qtbot.addWidget(w)
+    w.show()
+    w.activateWindow()
+    qtbot.waitUntil(w.isActiveWindow, timeout=5000)
+    table = w.findChildren(QAbstractItemView)[0]
+    table.setFocus()
+    qtbot.keyClick(table, Qt.Key.Key_Escape)
+    assert not w.isVisible()
+    assert w.shutdown()
