@@ -540,6 +540,7 @@ class MainWindow(QMainWindow):
         self.system_prompt.system_prompt_edited.connect(c.set_system_prompt)
         self.chat.edit_clicked.connect(self.edit_message)
         self.input.edit_last_requested.connect(lambda: _edit_last(self))
+        self.composer.given_back_replaced.connect(lambda: self.clear_errors("reply"))
         self.chat.regenerate_clicked.connect(self.regenerate)
         self.chat.continue_clicked.connect(c.continue_reply)
         self.chat.version_requested.connect(c.show_version)

@@ -65,6 +65,12 @@ def test_a_message_that_does_not_fit_goes_back_to_the_box_and_the_next_success_c
     # nothing was sent: the gauge shows the last reply again
     assert not w.gauge.live and "last\u00a0reply" in w.gauge.mode_label.text()
     assert "failed" not in w.gauge.mode_label.text()
+    # shortened, the text is still the one the banner speaks of; replaced, it is not
+    w.input.setPlainText(LONG[: len(LONG) // 2])
+    assert w.message_bar.current is not None and w.message_bar.current.title == "Not sent"
+    w.input.setPlainText("Hello there")
+    assert w.message_bar.current is None
+    w.input.setPlainText(LONG)
 
     # the way on: let Tandem drop earlier messages, then Send again
     w.sampling_panel.context_overflow.setCurrentIndex(

@@ -118,6 +118,9 @@ class ComposerWidget(QWidget):
     """Regenerate was clicked."""
     cancel_edit_clicked = Signal()
     """"Cancel edit" was clicked in the banner."""
+    given_back_replaced = Signal()
+    """The text a refused message gave back to the box was replaced or cleared: what
+    was said about it ("Not sent: …") is about a text no longer there."""
     edit_resumed = Signal(object, object, str)
     """A conversation left while one of its messages was edited is open again: take the
     edit up again (conversation id, message id, the text as it was left); one that
@@ -186,6 +189,8 @@ class ComposerWidget(QWidget):
         self.unkept = 0
         self.input.submitted.connect(self._on_input_submitted)
         self.input.textChanged.connect(self._update_send_button)
+        self._given_back: str | None = None  # the start of a text given back, while there
+        self.input.textChanged.connect(self._on_input_text_changed)
 
     def show_conversation(self, conversation_id: int | None) -> None:
         """Another conversation (None: a new one) is open: the text typed so far stays
@@ -327,9 +332,16 @@ class ComposerWidget(QWidget):
         if here:
             self.input.set_text(joined)
             self._update_send_button()
+            self._given_back = text[:40].strip() or None
         else:
             self._unsent[conversation_id] = joined
         self.save_unsent()
+
+    @Slot()
+    def _on_input_text_changed(self) -> None:
+        if self._given_back is not None and self._given_back not in self.input.toPlainText():
+            self._given_back = None
+            self.given_back_replaced.emit()
 
     def edit_ended(self) -> None:
         """A message was sent or an edit cancelled: the box shows what an edit replaced,
