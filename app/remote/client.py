@@ -309,7 +309,8 @@ def _error_fields(response: httpx.Response) -> tuple[str, str]:
 
 
 #: llama-server's refusal of a prompt longer than a slot's window by itself
-_PROMPT_OVER_CONTEXT = re.compile(r"request \(\d+ tokens\) exceeds the available context size")
+_PROMPT_OVER_CONTEXT = re.compile(r"request(?: \(\d+ tokens\))? exceeds the available "
+                                  r"context size")
 
 #: how servers name a request longer than their context window: llama-server's error
 #: type, OpenAI's error code, and vLLM's sentences ("This model's maximum context length

@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QThreadPool, Slot
 from PySide6.QtWidgets import (
+    QAbstractButton,
+    QApplication,
     QCheckBox,
     QComboBox,
     QDialog,
@@ -102,9 +104,9 @@ class ConnectDialog(QDialog):
 
     def _say(self, text: str) -> None:
         """The line under the model: what the server answered, or why not. The dialog
-        grows to a longer one (Qt lays out a wrapped label only once)."""
+        grows to a longer one (Qt lays out a wrapped label only once), never shrinks."""
         self.status_label.setText(text)
-        self.adjustSize()
+        self.resize(self.size().expandedTo(self.sizeHint()))
 
     def _update_ok(self) -> None:
         """Connect is on once models of the address are listed, and then the default
@@ -118,16 +120,20 @@ class ConnectDialog(QDialog):
     @Slot(str)
     def _on_url_edit_text_changed(self, _text: str) -> None:
         # the models listed were another address's: list this one's first
-        self._generation += 1  # an answer still coming is the old address's
+        asking = not self.list_button.isEnabled()  # an answer still coming is the old's
+        self._generation += 1
         self._listing.set()
         self.list_button.setEnabled(True)
-        if self.model_combo.count():
+        if self.model_combo.count() or asking:
             self.model_combo.clear()
             self._say("Another address: List models asks it for its models.")
         self._update_ok()
 
     def accept(self) -> None:
-        """Connect, unless the address is not one (said, and the dialog stays)."""
+        """Connect, unless no model is listed or the address or key cannot be used
+        (said, and the dialog stays)."""
+        if not self.model_combo.count():
+            return
         try:
             self.client().close()
         except Exception as exc:  # RemoteError for an address that is not one
@@ -186,7 +192,7 @@ class ConnectDialog(QDialog):
         if outcome.error is not None:
             self._say(outcome.error.message)
             self._update_ok()
-            self.url_edit.setFocus()
+            self._focus_after_listing(self.url_edit)
             return
         models = outcome.value if isinstance(outcome.value, tuple) else ()
         for m in models:
@@ -199,9 +205,15 @@ class ConnectDialog(QDialog):
         self._say(f"{n} model{'s' if n != 1 else ''} offered." if models
                                   else "The server offers no model.")
         self._update_ok()
-        # the focus left the List button while it was off: on to what comes next
-        (self.buttons.button(QDialogButtonBox.StandardButton.Ok) if models
-         else self.url_edit).setFocus()
+        self._focus_after_listing(self.buttons.button(QDialogButtonBox.StandardButton.Ok)
+                                  if models else self.url_edit)
+
+    def _focus_after_listing(self, widget: QWidget) -> None:
+        """The focus left the List button while it was off (to a button): on to
+        ``widget``; one the user has moved on to (typing the key) is left alone."""
+        now = QApplication.focusWidget()
+        if now is None or isinstance(now, QAbstractButton) or not self.isAncestorOf(now):
+            widget.setFocus()
 
     def done(self, result: int) -> None:
         self._generation += 1  # a late answer is ignored

@@ -251,6 +251,13 @@ def _edit(window: MainWindow, message_id: int, text: str | None) -> bool:
     return original is not None
 
 
+def _not_sent_over(bar: MessageBarWidget) -> None:
+    """The text a refused message gave back was replaced: its "Not sent" goes (other
+    messages stay)."""
+    if bar.current is not None and bar.current.title == "Not sent":
+        bar.clear()
+
+
 def _edit_last(window: MainWindow) -> None:
     """Up in the empty box: edit the open conversation's last message of the user's
     (nothing while a reply is written, a message is edited already, or there is none)."""
@@ -540,7 +547,7 @@ class MainWindow(QMainWindow):
         self.system_prompt.system_prompt_edited.connect(c.set_system_prompt)
         self.chat.edit_clicked.connect(self.edit_message)
         self.input.edit_last_requested.connect(lambda: _edit_last(self))
-        self.composer.given_back_replaced.connect(lambda: self.clear_errors("reply"))
+        self.composer.given_back_replaced.connect(lambda: _not_sent_over(self.message_bar))
         self.chat.regenerate_clicked.connect(self.regenerate)
         self.chat.continue_clicked.connect(c.continue_reply)
         self.chat.version_requested.connect(c.show_version)

@@ -152,8 +152,7 @@ def test_rank_drafts_orders_for_the_picker(tmp_path: Path) -> None:
 
 def test_eos_detail_names_both_ids_also_when_they_may_differ(tmp_path: Path) -> None:
     """llama.cpp compares EOS ids only when tokenizing adds EOS: the rule passes with
-    other ids then, and its detail shows them and says why (the Models window's row
-    read "✓ add_eos: target False, draft False" beside two different EOS ids)."""
+    other ids then, and its detail shows both ids and says why they may differ."""
     toks = token_list(300)
     t = load_vocab(write_vocab_gguf(tmp_path / "t.gguf", toks, add_eos=False, eos=2))
     d = load_vocab(write_vocab_gguf(tmp_path / "d.gguf", toks, add_eos=False, eos=1))

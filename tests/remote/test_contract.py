@@ -115,6 +115,9 @@ def test_llama_server_props_and_slots_name_the_drafter() -> None:
                 "context size (2048 tokens), try increasing it",
                 "type": "exceed_context_size_error", "n_prompt_tokens": 2600, "n_ctx": 2048}},
      True),
+    # older llama-server builds: the same refusal without the count
+    ({"error": {"code": 400, "message": "the request exceeds the available context size, "
+                "try increasing it", "type": "exceed_context_size_error"}}, True),
     # vLLM's sentence (its error type is BadRequestError)
     ({"error": {"message": "This model's maximum context length is 2048 tokens. However, you "
                 "requested 3000 tokens (2000 in the messages, 1000 in the completion).",
@@ -246,3 +249,26 @@ def test_a_speculating_server_fills_its_context_a_draft_early() -> None:
     assert filled("ngram-simple", 8, 440, 64) == 512
     assert filled("none", None, 440, 60) is None  # no drafts: one token of slack only
     assert filled(None, None, 440, 71) == 512
+
+
+def test_the_servers_window_is_read_again_and_kept_when_it_cannot_be(tmp_path: Path) -> None:
+    """After a reply the slot's window is read again from ``/props`` (a restart with
+    another ``-c``); a server that does not answer it leaves what was known."""
+    from tests.remote.broken_server import BrokenServer
+
+    for name in ("models.json", "slots.json", "props.json"):
+        (tmp_path / name).write_bytes((LLAMA / name).read_bytes())
+    server = BrokenServer()
+    server.mode, server.replay = "replay", tmp_path
+    try:
+        with RemoteClient(server.base_url + "/v1") as client:
+            info = client.identify()
+            assert [m.context_length for m in info.models] == [2048]
+            props = json.loads((LLAMA / "props.json").read_text())
+            props["default_generation_settings"]["n_ctx"] = 4096
+            (tmp_path / "props.json").write_text(json.dumps(props))
+            assert [m.context_length for m in client.refresh_context(info).models] == [4096]
+            (tmp_path / "props.json").unlink()  # /props answers 404 now
+            assert client.refresh_context(info) is info
+    finally:
+        server.stop()

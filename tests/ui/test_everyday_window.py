@@ -536,9 +536,9 @@ def test_a_search_hint_goes_when_the_search_changes(qtbot, window) -> None:  # t
 
 
 def test_ctrl_e_exports_also_from_the_search_box(qtbot, window) -> None:  # type: ignore[no-untyped-def]
-    """The search box (a line edit) took Ctrl+E as "end of line" on Linux desktops, so
-    Export never came: the box now leaves Ctrl+E to the window's shortcut (offscreen,
-    Qt binds no Ctrl+E for line edits, so the filter is asked directly as well)."""
+    """A line edit takes Ctrl+E as "end of line" on Linux desktops: the search box
+    leaves it to the window's Export (offscreen Qt binds no Ctrl+E for line edits, so
+    the box's filter is asked directly; the key press shows the shortcut is reached)."""
     from PySide6.QtCore import QEvent
     from PySide6.QtGui import QKeyEvent
 

@@ -195,8 +195,9 @@ def test_the_connect_dialog_lists_the_models(qtbot, broken: BrokenServer,  # typ
 def test_the_connect_dialog_connects_only_to_the_address_it_listed(  # type: ignore[no-untyped-def]
         qtbot, broken: BrokenServer, no_keyring: None) -> None:
     """Models listed, then the address edited: the list goes (it was another server's),
-    Connect is off and Enter lists again; an address that is not one is said in the
-    dialog, which stays open; after listing, the focus is on Connect (Enter connects)."""
+    Connect is off and Enter lists again; after listing, the focus is on Connect (Enter
+    connects); a key a header cannot carry is said in the dialog, which stays open; the
+    focus the user moved on to stays where it is when the list arrives."""
     from PySide6.QtCore import Qt
 
     dialog = ConnectDialog(ApiKeyStore(), broken.base_url, "broken")
@@ -206,12 +207,27 @@ def test_the_connect_dialog_connects_only_to_the_address_it_listed(  # type: ign
     assert dialog.list_button.isDefault() and not connect.isEnabled()
     qtbot.keyClick(dialog.url_edit, Qt.Key.Key_Return)  # Enter lists
     qtbot.waitUntil(lambda: dialog.model_combo.count() == 1, timeout=30_000)
-    assert connect.isEnabled() and connect.isDefault() and connect.hasFocus()
+    assert connect.isEnabled() and connect.isDefault()
+    assert dialog.url_edit.hasFocus()  # where the user is: Enter again connects
+    dialog.key_edit.setText("clé")  # not a character an HTTP header can carry
+    connect.click()
+    assert dialog.isVisible() and "API key has a character" in dialog.status_label.text()
+    dialog.key_edit.setText("")
     dialog.url_edit.setText("http://127.0.0.1:notaport")
     assert dialog.model_combo.count() == 0 and not connect.isEnabled()
     assert dialog.status_label.text().startswith("Another address")
-    dialog.accept()  # as Connect would, were it on: the address is refused in words
-    assert dialog.isVisible() and "is not a server address" in dialog.status_label.text()
+    dialog.accept()  # nothing listed: nothing to connect to
+    assert dialog.isVisible()
+    dialog.url_edit.setText(broken.base_url)
+    dialog.list_models()
+    dialog.key_edit.setFocus()  # typing the key while the list is asked for
+    qtbot.waitUntil(lambda: dialog.model_combo.count() == 1, timeout=30_000)
+    assert dialog.key_edit.hasFocus()
+    dialog.url_edit.setText(broken.base_url + "/")  # another address: list again
+    dialog.list_button.setFocus()
+    qtbot.keyClick(dialog.list_button, Qt.Key.Key_Space)  # its focus falls to a button
+    qtbot.waitUntil(lambda: dialog.model_combo.count() == 1, timeout=30_000)
+    assert connect.hasFocus()  # on to what comes next
     dialog.reject()
 
 

@@ -198,6 +198,7 @@ class ComposerWidget(QWidget):
         cancels, is taken up again with its text when that conversation opens again:
         :attr:`edit_resumed`), and this one's comes back. The text of a conversation
         being deleted (:meth:`deleting`) comes along, an edit's rewritten text too."""
+        self._given_back = None  # what was said of a text given back is over
         if conversation_id == self._conversation:
             return
         text = self.input.toPlainText() if self._before_edit is None else self._before_edit
@@ -310,6 +311,7 @@ class ComposerWidget(QWidget):
         (default ``original``) replaces the box's, which :meth:`edit_ended` brings back.
         Send waits until the text differs from ``original``, unless ``resend`` (a
         question left unanswered, asked again as it is)."""
+        self._given_back = None  # what was said of a text given back is over
         if self._before_edit is None:
             self._before_edit = self.input.toPlainText()
         self._editing, self._edit_original = message_id, original
@@ -319,6 +321,7 @@ class ComposerWidget(QWidget):
     def sent(self, text: str) -> None:
         """A user message ``text`` was stored: the box empties (:meth:`edit_ended`) when
         it held that text or an edit; a starter prompt sent leaves what was typed."""
+        self._given_back = None  # what was said of a text given back is over
         if self._before_edit is not None or self.input.toPlainText() == text:
             self.edit_ended()
 
