@@ -209,10 +209,11 @@ class RemoteSession:
         the prompt and the reply (the server's own counts) within one token of the
         context length the server reported for this model
         (:attr:`RemoteModel.context_length`), or within a draft of it when the server
-        speculates (llama-server stops when the accepted tokens and a draft being checked
-        fill it: measured 500 of 512 with n-gram drafts). A server that does not report
-        its context length, or a reply cut by a limit of the server's own well before
-        the window (llama-server's ``--n-predict``), gives None."""
+        speculates (seen: usage 500 of a 512-token llama-server with n-gram drafts,
+        whose log said n_tokens = 511 when it stopped: presumably the draft being
+        checked, in its cache too). A server that does not report its context length,
+        or a reply cut by a limit of the server's own well before the window
+        (llama-server's ``--n-predict``), gives None."""
         n_ctx = context_length(self.info, self.model)
         if (n_ctx is None or result.finish_reason != "length" or result.overran
                 or result.token_count_source == "chunks" or result.prompt_tokens is None
