@@ -180,6 +180,9 @@ def same_edit(text: str, stored: str) -> bool:
 
 #: the note of a reply that continues another (its figures are the continuation's)
 CONTINUED_NOTE = "Continued: the figures are those of the text added."
+#: the title of what is said when a message sent comes back to the box (the window
+#: takes it away once that text is replaced there)
+NOT_SENT = "Not sent"
 #: the same in a list of a version's figures (an export's summary of a hidden version)
 CONTINUED_SUMMARY = "continued, the figures are those of the text added"
 #: said after it when another model wrote the text it went on from
@@ -1183,7 +1186,7 @@ class ChatController:
         except (KeyError, ValueError) as exc:  # gone, or a reply after it streams
             what = "message" if self.editing_message_id is not None else "conversation"
             why = str(exc) if isinstance(exc, ValueError) else f"the {what} was deleted"
-            self.report(UserError("Not sent", f"The {what} could not be "
+            self.report(UserError(NOT_SENT, f"The {what} could not be "
                                   f"{'edited' if what == 'message' else 'added to'}: {why}. "
                                   "Your text stays in the box.", level="warning",
                                   origin="reply"))
@@ -1590,7 +1593,7 @@ class ChatController:
             earlier, asked, where = back
             self._show_branch(earlier)
             self.view.message_given_back(where, asked.id, asked.content, earlier is not None)
-            error = _and_then(error, "Your message is back in the box.", title="Not sent",
+            error = _and_then(error, "Your message is back in the box.", title=NOT_SENT,
                               level="warning")
             self.view.conversations_changed()
         self.view.state_changed()

@@ -62,7 +62,7 @@ def light_palette() -> QPalette:
                          (QPalette.ColorRole.LinkVisited, "#6b46c1"),
                          (QPalette.ColorRole.Accent, "#2b6cb0"),
                          (QPalette.ColorRole.ToolTipBase, "#ffffdc"),
-                         (QPalette.ColorRole.ToolTipText, "#000000"),
+                         (QPalette.ColorRole.ToolTipText, "black"),
                          (QPalette.ColorRole.PlaceholderText, "#8a94a3")):
         palette.setColor(role, QColor(colour))
     return palette

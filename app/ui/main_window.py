@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.chat.conversation import ActiveReply, ChatController, open_history
+from app.chat.conversation import NOT_SENT, ActiveReply, ChatController, open_history
 from app.chat.demo import GEMMA3, demo_available
 from app.chat.events import ModelInfo, UserError
 from app.chat.service import ChatService
@@ -254,7 +254,7 @@ def _edit(window: MainWindow, message_id: int, text: str | None) -> bool:
 def _not_sent_over(bar: MessageBarWidget) -> None:
     """The text a refused message gave back was replaced: its "Not sent" goes (other
     messages stay)."""
-    if bar.current is not None and bar.current.title == "Not sent":
+    if bar.current is not None and bar.current.title == NOT_SENT:
         bar.clear()
 
 

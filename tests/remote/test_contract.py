@@ -9,7 +9,9 @@ failing test when the fixtures are re-recorded for a new version.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -161,34 +163,43 @@ def test_the_recorded_model_lists_and_props_give_the_context_length() -> None:
         assert _model_entry({"id": "m", "max_model_len": bad}).context_length is None
 
 
+@contextlib.contextmanager
+def _replayed_llama(folder: Path, props: dict) -> Iterator[RemoteClient]:  # type: ignore[type-arg]
+    """A client of the broken server replaying the recorded llama-server answers from a
+    copy in ``folder``, its ``/props`` being ``props`` (the test may rewrite or remove
+    ``folder / "props.json"`` as it goes)."""
+    from tests.remote.broken_server import BrokenServer
+
+    for name in ("models.json", "slots.json"):
+        (folder / name).write_bytes((LLAMA / name).read_bytes())
+    (folder / "props.json").write_text(json.dumps(props))
+    server = BrokenServer()
+    server.mode, server.replay = "replay", folder
+    try:
+        with RemoteClient(server.base_url + "/v1") as client:
+            yield client
+    finally:
+        server.stop()
+
+
 def test_a_llama_server_slot_window_from_props_wins_over_the_model_list(tmp_path: Path) -> None:
     """llama-server's ``/props`` gives one slot's window (what one request may fill): it
     is taken over the model list's ``meta.n_ctx``, which some builds give for the whole
     context. The recorded answers, replayed, with the two numbers made to differ."""
-    from tests.remote.broken_server import BrokenServer
-
-    for name in ("models.json", "slots.json"):
-        (tmp_path / name).write_bytes((LLAMA / name).read_bytes())
     props = json.loads((LLAMA / "props.json").read_text())
     props["default_generation_settings"]["n_ctx"] = 1024
     props["build_info"] = {"x": 1}  # not a word: no version is shown
-    (tmp_path / "props.json").write_text(json.dumps(props))
     models = json.loads((LLAMA / "models.json").read_text())
     assert models["data"][0]["meta"]["n_ctx"] == 2048
-    server = BrokenServer()
-    server.mode, server.replay = "replay", tmp_path
-    try:
-        with RemoteClient(server.base_url + "/v1") as client:
-            info = client.identify()
-            assert [m.context_length for m in info.models] == [1024]
-            assert info.version is None
-            props["build_info"] = "b1\n\x1b[31mred"  # one line, its escape written out
-            (tmp_path / "props.json").write_text(json.dumps(props))
-            assert client.identify().version == "b1 \\x1b[31mred"
-            (tmp_path / "props.json").unlink()  # no /props: the model list's figure
-            assert [m.context_length for m in client.identify().models] == [2048]
-    finally:
-        server.stop()
+    with _replayed_llama(tmp_path, props) as client:
+        info = client.identify()
+        assert [m.context_length for m in info.models] == [1024]
+        assert info.version is None
+        props["build_info"] = "b1\n\x1b[31mred"  # one line, its escape written out
+        (tmp_path / "props.json").write_text(json.dumps(props))
+        assert client.identify().version == "b1 \\x1b[31mred"
+        (tmp_path / "props.json").unlink()  # no /props: the model list's figure
+        assert [m.context_length for m in client.identify().models] == [2048]
 
 
 def _ended(finish: str, n_tokens: int, prompt: int | None, *, source: str = "usage",
@@ -254,21 +265,12 @@ def test_a_speculating_server_fills_its_context_a_draft_early() -> None:
 def test_the_servers_window_is_read_again_and_kept_when_it_cannot_be(tmp_path: Path) -> None:
     """After a reply the slot's window is read again from ``/props`` (a restart with
     another ``-c``); a server that does not answer it leaves what was known."""
-    from tests.remote.broken_server import BrokenServer
-
-    for name in ("models.json", "slots.json", "props.json"):
-        (tmp_path / name).write_bytes((LLAMA / name).read_bytes())
-    server = BrokenServer()
-    server.mode, server.replay = "replay", tmp_path
-    try:
-        with RemoteClient(server.base_url + "/v1") as client:
-            info = client.identify()
-            assert [m.context_length for m in info.models] == [2048]
-            props = json.loads((LLAMA / "props.json").read_text())
-            props["default_generation_settings"]["n_ctx"] = 4096
-            (tmp_path / "props.json").write_text(json.dumps(props))
-            assert [m.context_length for m in client.refresh_context(info).models] == [4096]
-            (tmp_path / "props.json").unlink()  # /props answers 404 now
-            assert client.refresh_context(info) is info
-    finally:
-        server.stop()
+    props = json.loads((LLAMA / "props.json").read_text())
+    with _replayed_llama(tmp_path, props) as client:
+        info = client.identify()
+        assert [m.context_length for m in info.models] == [2048]
+        props["default_generation_settings"]["n_ctx"] = 4096
+        (tmp_path / "props.json").write_text(json.dumps(props))
+        assert [m.context_length for m in client.refresh_context(info).models] == [4096]
+        (tmp_path / "props.json").unlink()  # /props answers 404 now
+        assert client.refresh_context(info) is info

@@ -659,4 +659,7 @@ def test_a_dark_system_theme_leaves_tandem_light_and_readable() -> None:
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
     out = subprocess.run([sys.executable, "-c", _DARK_THEN_TANDEM], capture_output=True,
                          text=True, timeout=120, env=env, check=True).stdout.split()
-    assert out == ["#000000", "#000000", "#ffffff", "#000000"]
+    from PySide6.QtGui import QColor
+
+    black, white = QColor("black").name(), QColor("white").name()
+    assert out == [black, black, white, black]
